@@ -1,0 +1,97 @@
+"""Typed API errors.
+
+Every failure a client can see is one of these types, carrying the HTTP status the same
+failure would have over HTTP and the OpenAI error ``type``/``code``/``param``.  Exactly one
+function turns them into a wire event (``protocol.error_event``); anything else that escapes
+becomes ``server_error`` without leaking its text (spec §5.1, §5.2).
+"""
+
+from __future__ import annotations
+
+
+class APIError(Exception):
+    status: int = 400
+    type: str = "invalid_request_error"
+    code: str | None = None
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+
+
+class InvalidRequest(APIError):
+    """A bad ``response.create`` body; ``code`` names what is wrong."""
+
+    code = "invalid_value"
+
+
+class InvalidJSON(InvalidRequest):
+    code = "invalid_json"
+
+
+class UnknownEventType(InvalidRequest):
+    code = "unknown_event_type"
+
+
+class PreviousResponseNotFound(InvalidRequest):
+    code = "previous_response_not_found"
+
+    def __init__(self, response_id: str) -> None:
+        super().__init__(
+            f"Previous response with id '{response_id}' not found.", param="previous_response_id"
+        )
+
+
+class InvalidStreamId(InvalidRequest):
+    code = "invalid_stream_id"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "The 'stream_id' field must be a non-empty string with at most 256 characters and "
+            "may only contain letters, numbers, underscores, hyphens, and periods.",
+            param="stream_id",
+        )
+
+
+class StreamLimitReached(InvalidRequest):
+    code = "websocket_stream_limit_reached"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"This WebSocket connection has reached its maximum number of distinct stream IDs "
+            f"({limit}). Reuse an existing stream_id or open a new WebSocket connection.",
+            param="stream_id",
+        )
+
+
+class ConnectionLimitReached(InvalidRequest):
+    code = "websocket_connection_limit_reached"
+
+    def __init__(self, minutes: float) -> None:
+        shown = f"{minutes:g} minutes"
+        super().__init__(
+            f"Responses websocket connection limit reached ({shown}). "
+            "Create a new websocket connection to continue."
+        )
+
+
+class ModelNotFound(APIError):
+    status = 404
+    code = "model_not_found"
+
+    def __init__(self, model: str | None) -> None:
+        super().__init__(
+            f"The model '{model}' does not exist or you do not have access to it.", param="model"
+        )
+
+
+class ServerError(APIError):
+    status = 500
+    type = "server_error"
+    code = "server_error"
+
+    def __init__(self, message: str = "The server had an error while processing your request.") -> None:
+        super().__init__(message)

@@ -1,0 +1,65 @@
+"""Render conversation items to token ids with the model's chat format.
+
+Rendering is segment-wise (``inference.chat_format`` guarantees render(a+b) == render(a) +
+render(b)), so a session appends the new items' tokens to the cached context instead of
+re-rendering the conversation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from inference import chat_format
+from inference.types import ToolSpec
+
+from .protocol import (
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    FunctionTool,
+    InputItem,
+    ItemReference,
+    MessageItem,
+    OutputFunctionCall,
+    OutputItem,
+    OutputMessage,
+    ReasoningItem,
+)
+
+
+def content_text(content: str | Sequence[object]) -> str:
+    """Plain text of message content; non-text parts render as short placeholders."""
+    if isinstance(content, str):
+        return content
+    pieces: list[str] = []
+    for part in content:
+        text = getattr(part, "text", None) or getattr(part, "refusal", None)
+        pieces.append(text if isinstance(text, str) else f"[{getattr(part, 'type', 'part')}]")
+    return "\n".join(pieces)
+
+
+def render_item(item: InputItem | OutputItem) -> list[int]:
+    if isinstance(item, MessageItem):
+        return chat_format.render_message(item.role, content_text(item.content))
+    if isinstance(item, OutputMessage):
+        return chat_format.render_message("assistant", "".join(p.text for p in item.content))
+    if isinstance(item, (FunctionCallItem, OutputFunctionCall)):
+        return chat_format.render_function_call(item.name, item.arguments)
+    if isinstance(item, FunctionCallOutputItem):
+        return chat_format.render_function_call_output(item.call_id, content_text(item.output))
+    if isinstance(item, ReasoningItem):
+        summary = " ".join(str(s.get("text", "")) for s in item.summary)
+        return chat_format.render_other("reasoning", summary + (item.encrypted_content or ""))
+    if isinstance(item, ItemReference):
+        return chat_format.render_other("item_reference", item.id)
+    raise TypeError(f"cannot render {type(item).__name__}")
+
+
+def render_items(items: Iterable[InputItem | OutputItem]) -> list[int]:
+    out: list[int] = []
+    for item in items:
+        out.extend(render_item(item))
+    return out
+
+
+def tool_specs(tools: Iterable[FunctionTool]) -> tuple[ToolSpec, ...]:
+    return tuple(ToolSpec(name=t.name, parameters=t.parameters or {}) for t in tools)

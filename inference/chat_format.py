@@ -1,0 +1,85 @@
+"""The emulated model's chat template: a conversation rendered to cl100k token ids.
+
+Every item of a conversation renders to one *segment*::
+
+    <|endofprompt|>  header "\\n"  body
+
+The separator is the special token ``<|endofprompt|>`` (id 100276), placed by id; headers
+and bodies are encoded as plain text (``tokenizer.encode``), so user content can never
+forge a separator.  Header, name and body are encoded as separate pieces, which keeps a
+segment's tokens independent of its neighbours.
+
+Contract: rendering is segment-wise concatenation.  A conversation's prompt is the
+concatenation of its items' segments, so for item lists ``a`` and ``b``
+``render(a + b) == render(a) + render(b)``.  The session relies on this to *append* the
+new items of a turn to the previous turn's tokens instead of re-rendering the history,
+and the prefix cache relies on it to find the previous turn as a prefix.
+
+There is no trailing "assistant header" generation prompt: the model generates after the
+last segment.  The deployment renders its own output with ``render_message("assistant",
+text)`` and ``render_function_call(name, arguments)``, the same functions the session uses
+for output items it replays, so the next turn's prompt extends what the KV cache holds.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from inference.tokenizer import encode, special_token
+from inference.types import ToolSpec
+
+SEPARATOR_TEXT = "<|endofprompt|>"
+
+
+def separator_id() -> int:
+    """The separator's token id (100276 in cl100k)."""
+    return special_token(SEPARATOR_TEXT)
+
+
+def _segment(header: str, *pieces: str) -> list[int]:
+    tokens = [separator_id()]
+    tokens += encode(header + "\n")
+    for piece in pieces:
+        tokens += encode(piece)
+    return tokens
+
+
+def render_tools(tools: Sequence[ToolSpec]) -> list[int]:
+    """The tool list: empty when there are no tools, else one segment naming each tool
+    with its JSON schema in canonical form (sorted keys, no spaces)."""
+    if not tools:
+        return []
+    pieces = [
+        f"{tool.name}\n{json.dumps(tool.parameters, sort_keys=True, separators=(',', ':'))}\n"
+        for tool in tools
+    ]
+    return _segment("tools", *pieces)
+
+
+def render_instructions(text: str | None) -> list[int]:
+    """The system instructions: empty when ``text`` is None or empty."""
+    if not text:
+        return []
+    return _segment("system", text)
+
+
+def render_message(role: str, text: str) -> list[int]:
+    """A message (``user``, ``assistant``, ``developer``, ...) with its text content."""
+    return _segment(role, text)
+
+
+def render_function_call(name: str, arguments: str) -> list[int]:
+    """A function call the model made.  The arguments are encoded on their own, so their
+    tokens are exactly the argument tokens the model generated."""
+    return _segment("function_call", name + "\n", arguments)
+
+
+def render_function_call_output(call_id: str, output: str) -> list[int]:
+    """The result of a function call, sent back by the client."""
+    return _segment("function_call_output", call_id + "\n", output)
+
+
+def render_other(kind: str, text: str) -> list[int]:
+    """Any other item kept in context, e.g. a replayed ``reasoning`` item's text."""
+    return _segment(kind, text)

@@ -1,0 +1,137 @@
+"""The latency model: when the first token and each later token are due, and how due
+tokens are grouped into stream items.
+
+Everything is a pure function of explicit parameters; time comes from an injected
+``Clock`` and waiting from an injected ``Sleeper``, so tests drive it with a fake clock
+and assert exact times (design.md §6.5).  Tokens are scheduled against *absolute*
+deadlines computed in closed form from the decode start, never by summing sleeps, so a
+late wake-up does not push every later token back: the stream catches up by coalescing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from bisect import bisect_right
+from collections.abc import AsyncIterator, Sequence
+from typing import Protocol
+
+from inference.profiles import ModelProfile
+
+
+class Clock(Protocol):
+    def now(self) -> float:
+        """Monotonic time in seconds."""
+        ...
+
+
+class Sleeper(Protocol):
+    async def sleep_until(self, t: float) -> None:
+        """Return once the clock reads at least ``t`` (immediately if it already does)."""
+        ...
+
+
+class MonotonicClock:
+    """The real clock: ``time.monotonic()``."""
+
+    def now(self) -> float:
+        return time.monotonic()
+
+
+class AsyncioSleeper:
+    """The real sleeper.  It loops because the event loop may wake a timer slightly early
+    (it runs timers due within its clock resolution)."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+
+    async def sleep_until(self, t: float) -> None:
+        while (delay := t - self._clock.now()) > 0:
+            await asyncio.sleep(delay)
+
+
+def ttft_ms(profile: ModelProfile, prompt_tokens: int, cached_tokens: int) -> float:
+    """Time to first token in ms: fixed overhead plus prefill of the uncached tokens.
+
+    ``prefill_overhead_ms + (prompt_tokens - cached_tokens) * 1000 / prefill_tokens_per_s``.
+    Queueing is not included (the engine adds it once batching exists).
+    """
+    uncached = max(0, prompt_tokens - cached_tokens)
+    return profile.prefill_overhead_ms + uncached * 1000.0 / profile.prefill_tokens_per_s
+
+
+def decode_s(profile: ModelProfile, k: int) -> float:
+    """Seconds to decode the first ``k`` tokens of a response: the first ``burst_tokens``
+    at ``burst_tokens_per_s``, the rest at ``decode_tokens_per_s`` (a token bucket that
+    starts full and does not refill within a response)."""
+    rate = profile.burst_tokens_per_s
+    if rate is None or profile.burst_tokens == 0:
+        return k / profile.decode_tokens_per_s
+    burst = profile.burst_tokens
+    if k <= burst:
+        return k / rate
+    return burst / rate + (k - burst) / profile.decode_tokens_per_s
+
+
+def token_deadlines(profile: ModelProfile, t0: float, n: int) -> list[float]:
+    """Absolute deadline (seconds) of each of ``n`` output tokens.
+
+    ``t0`` is the decode start, i.e. request start + TTFT; token ``i`` (0-based) is due at
+    ``t0 + decode_s(profile, i + 1)``, e.g. ``t0 + (i + 1) / 1000`` at 1000 tok/s.
+    """
+    return [t0 + decode_s(profile, i + 1) for i in range(n)]
+
+
+class Chunker:
+    """Groups due tokens into stream items (sans-I/O; the async driver is ``paced_chunks``).
+
+    An item is due when ``min_chunk_tokens`` pending tokens are due, or when ``chunk_ms``
+    has passed since the last item and at least one token is due, whichever comes first;
+    the last tokens go out when the final one is due.  ``take(now)`` hands out *every*
+    token due at ``now``, so a consumer that fell behind gets one larger item instead of a
+    backlog of small ones.
+    """
+
+    def __init__(
+        self, deadlines: Sequence[float], start: float, chunk_ms: float, min_chunk_tokens: int
+    ) -> None:
+        self._deadlines = deadlines
+        self._chunk_s = chunk_ms / 1000.0
+        self._min_tokens = max(1, min_chunk_tokens)
+        self._sent = 0
+        self._last_emit = start
+
+    @property
+    def sent(self) -> int:
+        return self._sent
+
+    @property
+    def done(self) -> bool:
+        return self._sent >= len(self._deadlines)
+
+    def next_emit_time(self) -> float:
+        """When the next item is due (only meaningful while not ``done``)."""
+        first_due = self._deadlines[self._sent]
+        enough_due = self._deadlines[min(self._sent + self._min_tokens, len(self._deadlines)) - 1]
+        return max(first_due, min(enough_due, self._last_emit + self._chunk_s))
+
+    def take(self, now: float) -> tuple[int, int]:
+        """The half-open token range ``[start, end)`` due at ``now`` and not yet sent; empty
+        (``start == end``) if nothing is due."""
+        start = self._sent
+        end = bisect_right(self._deadlines, now, lo=start)
+        if end > start:
+            self._sent = end
+            self._last_emit = now
+        return start, end
+
+
+async def paced_chunks(
+    chunker: Chunker, clock: Clock, sleeper: Sleeper
+) -> AsyncIterator[tuple[int, int]]:
+    """Yield token ranges ``(start, end)`` as they come due, until every token is sent."""
+    while not chunker.done:
+        await sleeper.sleep_until(chunker.next_emit_time())
+        start, end = chunker.take(clock.now())
+        if end > start:
+            yield start, end

@@ -1,0 +1,178 @@
+"""The scripted, deterministic policy that stands in for a model's choices.
+
+``plan(request, policy)`` decides what one response contains: a function call with
+arguments valid against the tool's JSON schema, or a final text answer of real English
+cl100k tokens.  It is a pure function: the same request and seed give the same plan, on
+any machine and in any process (choices are seeded by ``policy.seed`` and a BLAKE2 digest
+of the prompt tokens, never by Python's salted ``hash()``).
+
+Decision rule (design.md §4): with function tools available and ``tool_choice != "none"``
+the model calls a tool while the conversation holds fewer than ``tool_rounds`` tool
+results, or always when ``tool_choice`` is ``"required"`` or names a tool; otherwise it
+answers in text.  One call per response (``parallel_tool_calls`` is not exercised yet).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass
+from hashlib import blake2b
+from typing import Any
+
+from inference.profiles import PolicyConfig
+from inference.schema_values import Unsatisfiable, value_for_schema
+from inference.tokenizer import encode
+from inference.types import InferenceRequest, ToolSpec
+
+# Plain English about everyday coding-agent work; sampled to make final answers.
+CORPUS: tuple[str, ...] = (
+    "I read the configuration file and found the setting that controls the timeout.",
+    "The failing test expects the parser to reject an empty header, and now it does.",
+    "I renamed the helper so that its name says what it returns instead of how.",
+    "All unit tests pass locally, including the new case for an unknown model id.",
+    "The build script copies the assets before it compiles the templates.",
+    "I added a regression test that reproduces the bug with a two-line input file.",
+    "The function was called twice because the retry loop did not reset its counter.",
+    "Logging now includes the request id, which makes the trace much easier to follow.",
+    "I moved the constants into a module of their own and updated every import.",
+    "The cache was never evicting entries, so I bounded it with a least recently used policy.",
+    "The directory listing shows three source files and one folder of fixtures.",
+    "I checked the lock file and the pinned version matches the one in the manifest.",
+    "The error came from a missing comma in the JSON document, not from the code.",
+    "I replaced the sleep in the test with a fake clock, so it no longer depends on timing.",
+    "The patch touches two files and keeps the public interface unchanged.",
+    "Type checking found one function that could return None on an empty list.",
+    "The benchmark prints its numbers and saves them next to the profile it ran on.",
+    "I split the long function into three steps that each have a clear contract.",
+    "The command exited with status zero and wrote its report to the results folder.",
+    "Reading the stack trace, the exception starts in the loader and surfaces in the handler.",
+    "I documented the new option in the README together with its default value.",
+    "The migration runs once and records its version, so running it again does nothing.",
+    "Every public function in the module now has a docstring that states its contract.",
+    "The flaky test was sharing a temporary directory with another test, which I fixed.",
+    "I searched the repository for other callers and found none outside the package.",
+    "The diff is small: one new branch in the parser and a test that covers it.",
+    "Formatting the file changed only whitespace, so the review should be quick.",
+    "The new endpoint returns the same shape as the old one, so clients keep working.",
+    "I ran the linter and it reported no problems in the files I changed.",
+    "Next, I suggest adding a property test that feeds the decoder input in random pieces.",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TextSegment:
+    """Assistant message text, as the token ids the model emits."""
+
+    token_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionCallSegment:
+    """A function call: tool name and the JSON arguments (``token_ids == encode(arguments)``)."""
+
+    name: str
+    arguments: str
+    token_ids: tuple[int, ...]
+
+
+Segment = TextSegment | FunctionCallSegment
+
+
+@dataclass(frozen=True, slots=True)
+class OutputPlan:
+    """What one response will contain, in order."""
+
+    segments: tuple[Segment, ...]
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(len(s.token_ids) for s in self.segments)
+
+
+class UnknownToolChoice(ValueError):
+    """``tool_choice`` names a function that is not among the request's tools."""
+
+    code = "invalid_value"
+    status = 400
+
+    def __init__(self, tool_choice: str) -> None:
+        super().__init__(tool_choice)
+        self.tool_choice = tool_choice
+
+    def __str__(self) -> str:
+        return f"tool_choice names an unknown function: '{self.tool_choice}'."
+
+
+_MODES = ("auto", "none", "required")
+
+
+def plan(request: InferenceRequest, policy: PolicyConfig) -> OutputPlan:
+    """The output of one response: one function call or one text answer (see module doc)."""
+    rng = random.Random(_seed(request.prompt_token_ids, policy.seed))
+    tool = _tool_to_call(request, policy, rng)
+    if tool is not None:
+        arguments = arguments_for(tool.parameters, rng)
+        return OutputPlan((FunctionCallSegment(tool.name, arguments, tuple(encode(arguments))),))
+    return OutputPlan((TextSegment(text_answer(policy.text_tokens, rng)),))
+
+
+def _tool_to_call(
+    request: InferenceRequest, policy: PolicyConfig, rng: random.Random
+) -> ToolSpec | None:
+    tools = request.tools
+    if not tools or request.tool_choice == "none":
+        return None
+    if request.tool_choice not in _MODES:
+        for tool in tools:
+            if tool.name == request.tool_choice:
+                return tool
+        raise UnknownToolChoice(request.tool_choice)
+    if request.tool_choice == "required" or request.tool_results_in_context < policy.tool_rounds:
+        return tools[rng.randrange(len(tools))]
+    return None
+
+
+def prompt_digest(token_ids: Sequence[int], seed: int = 0) -> bytes:
+    """A stable 16-byte digest of a seed and a token sequence (little-endian uint32 ids)."""
+    packed = array("I", token_ids)
+    if sys.byteorder != "little":
+        packed.byteswap()
+    h = blake2b(digest_size=16)
+    h.update(seed.to_bytes(16, "little", signed=True))
+    h.update(packed.tobytes())
+    return h.digest()
+
+
+def _seed(token_ids: Sequence[int], seed: int) -> int:
+    return int.from_bytes(prompt_digest(token_ids, seed), "little")
+
+
+def arguments_for(schema: dict[str, Any] | None, rng: random.Random) -> str:
+    """JSON arguments valid against ``schema``; ``"{}"`` for a missing or empty schema,
+    or for one this generator cannot satisfy (see ``schema_values`` for what it honours)."""
+    if not schema:
+        return "{}"
+    try:
+        return json.dumps(value_for_schema(schema, rng))
+    except Unsatisfiable:
+        return "{}"
+
+
+def text_answer(n_tokens: int, rng: random.Random) -> tuple[int, ...]:
+    """Exactly ``n_tokens`` cl100k ids of English text: corpus sentences sampled by ``rng``,
+    joined and encoded as one text (real BPE merges across sentence boundaries), then cut."""
+    parts: list[str] = []
+    estimate = 0
+    while True:
+        while estimate < n_tokens:
+            sentence = CORPUS[rng.randrange(len(CORPUS))]
+            parts.append(sentence)
+            estimate += len(encode(sentence)) + 1
+        ids = encode(" ".join(parts))
+        if len(ids) >= n_tokens:
+            return tuple(ids[:n_tokens])
+        estimate = len(ids)

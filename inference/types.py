@@ -1,0 +1,91 @@
+"""The seam between a session (``actors/``) and the inference deployment.
+
+Everything here crosses a Ray boundary, so it is plain frozen dataclasses (cheap to
+pickle).  A request is one model call; the deployment answers with a stream of
+*chunks*: each stream item is a ``list[InferenceEvent]`` covering a few milliseconds of
+output (design.md §3: tokens cross Ray in chunks, never one Ray message per token).
+
+Event order in one stream::
+
+    Prefilled                       (exactly once, at time-to-first-token)
+    (TextDelta | FunctionCallDelta)*
+    Done                            (exactly once, last)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Union
+
+FinishReason = Literal["stop", "tool_calls", "max_output_tokens"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A function tool the model may call: its name and JSON schema for arguments."""
+
+    name: str
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class InferenceRequest:
+    """One model call.
+
+    ``prompt_token_ids`` is the conversation already rendered with the model's chat format
+    (``inference.chat_format``), ending with the assistant header.  ``session_key``
+    identifies the connection (prefix-cache locality); ``None`` for stateless callers.
+    ``generate=False`` only prefills (fills the prefix cache) and produces no output.
+    """
+
+    request_id: str
+    model: str
+    prompt_token_ids: tuple[int, ...] | list[int]
+    tools: tuple[ToolSpec, ...] = ()
+    tool_choice: str = "auto"  # "auto" | "none" | "required" | a tool name
+    parallel_tool_calls: bool = True
+    tool_results_in_context: int = 0
+    max_output_tokens: int | None = None
+    generate: bool = True
+    session_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Prefilled:
+    """The prompt was processed; output starts now.  Times are emulated milliseconds."""
+
+    prompt_tokens: int
+    cached_tokens: int
+    queue_ms: float
+    prefill_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    """A chunk of assistant message text (one or more real cl100k tokens)."""
+
+    text: str
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionCallDelta:
+    """A chunk of function-call arguments.  ``index`` numbers the calls of one response
+    from 0; the first delta of a call announces it (its ``name`` is always set)."""
+
+    index: int
+    name: str
+    arguments_delta: str
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """End of stream.  ``output_tokens`` counts every generated token."""
+
+    finish_reason: FinishReason
+    output_tokens: int
+    decode_ms: float
+
+
+InferenceEvent = Union[Prefilled, TextDelta, FunctionCallDelta, Done]

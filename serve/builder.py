@@ -1,0 +1,79 @@
+"""The composition root: the only place that binds deployments together.
+
+Serve config files point at ``serve.builder:app_builder`` with the YAML sections of
+:class:`serve.config.AppConfig` as ``args``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray.serve import Application
+
+from inference.deployment import InferenceDeployment
+
+from .config import AppConfig
+from .gateway import Gateway
+
+APP_NAME = "responses-ws"
+
+
+def build_application(config: AppConfig) -> Application:
+    inference = InferenceDeployment.options(num_replicas=config.inference.replicas).bind(
+        config.inference.model_dump())
+    return Gateway.options(num_replicas=config.server.gateway_replicas).bind(
+        config.model_dump(), inference)
+
+
+def app_builder(args: dict[str, Any]) -> Application:
+    """Entry point for ``serve run``/``serve deploy`` config files."""
+    return build_application(AppConfig.model_validate(args or {}))
+
+
+def start(config: AppConfig, *, address: str | None = None, object_store_mb: int = 256) -> str:
+    """Start (or join, with ``address``) Ray, deploy the app, wait until ``/healthz`` answers.
+
+    Returns the server's base URL.
+    """
+    import ray
+    from ray import serve
+
+    if not ray.is_initialized():
+        kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+        if address:
+            kwargs["address"] = address
+        else:
+            kwargs["object_store_memory"] = object_store_mb * 1024 * 1024
+        ray.init(**kwargs)
+    serve.start(proxy_location="Disabled")
+    serve.run(build_application(config), name=APP_NAME, route_prefix=None, blocking=False)
+    host = "127.0.0.1" if config.server.host in ("0.0.0.0", "::") else config.server.host
+    url = f"http://{host}:{config.server.port}"
+    wait_ready(url)
+    return url
+
+
+def wait_ready(url: str, timeout_s: float = 120.0) -> None:
+    import time
+    import urllib.request
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/healthz", timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"server at {url} not ready after {timeout_s:.0f}s")
+        time.sleep(0.2)
+
+
+def stop() -> None:
+    import ray
+    from ray import serve
+
+    serve.delete(APP_NAME)
+    serve.shutdown()
+    ray.shutdown()

@@ -1,0 +1,46 @@
+"""Typed configuration of the whole application, composed once in :mod:`serve.builder`.
+
+A YAML file (``--config FILE``, or Serve config ``args:``) has the sections ``server``,
+``session`` and ``inference``; ``inference`` defaults to ``configs/models.yaml``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from actors.config import SessionConfig
+from inference.profiles import InferenceConfig, load_inference_config
+
+
+class ServerConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    host: str = "127.0.0.1"
+    port: int = Field(8765, ge=0, le=65535)
+    gateway_replicas: int = Field(1, ge=1, description="socket-terminating replicas (SO_REUSEPORT)")
+    max_frame_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="inbound frame cap; larger → close 1009")
+    connection_lifetime_s: float = Field(3600.0, gt=0, description="then websocket_connection_limit_reached")
+    ping_interval_s: float | None = Field(20.0, description="server keepalive pings; None disables")
+    ping_timeout_s: float | None = 20.0
+
+
+class AppConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    server: ServerConfig = ServerConfig()
+    session: SessionConfig = SessionConfig()
+    inference: InferenceConfig = Field(default_factory=load_inference_config)
+
+
+def load_app_config(path: Path | None = None, **overrides: Any) -> AppConfig:
+    """Read a YAML config file (all sections optional) and apply ``section.key`` overrides."""
+    data: dict[str, Any] = yaml.safe_load(path.read_text()) if path else {}
+    data = data or {}
+    for dotted, value in overrides.items():
+        section, key = dotted.split(".", 1)
+        data.setdefault(section, {})[key] = value
+    return AppConfig.model_validate(data)

@@ -1,0 +1,228 @@
+"""The session core, driven without Ray or asyncio: frames and inference chunks in, events out."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from actors.config import SessionConfig
+from actors.protocol import ResponseObject
+from actors.session import Effects, Session
+from inference.types import Done, FunctionCallDelta, Prefilled, TextDelta
+from tests.helpers import FUNCTION_CALL_ANSWER, TEXT_ANSWER, assert_event_types
+
+MODEL = "emu-fast"
+TOOL = {"type": "function", "name": "read_file", "description": "Read a file",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}
+
+
+def new_session(**cfg) -> Session:
+    return Session(SessionConfig(**cfg), [MODEL], session_key="conn-1", clock=lambda: 1_700_000_000.0)
+
+
+def send(session: Session, **body) -> Effects:
+    return session.on_frame(json.dumps({"type": "response.create", "model": MODEL, **body}))
+
+
+def dumped(fx: Effects) -> list[dict]:
+    return [e.model_dump() for e in fx.events]
+
+
+def answer_text(session: Session, fx: Effects, text: str = "Hi there") -> Effects:
+    (turn,) = fx.start
+    out = Effects(events=list(fx.events))
+    out += session.on_inference(turn.turn_id, [Prefilled(len(turn.request.prompt_token_ids), 0, 0, 1)])
+    out += session.on_inference(turn.turn_id, [TextDelta(text[:2], 1), TextDelta(text[2:], 2)])
+    out += session.on_inference(turn.turn_id, [Done("stop", 3, 3.0)])
+    return out
+
+
+def answer_call(session: Session, fx: Effects, args: str = '{"path":"a.py"}') -> Effects:
+    (turn,) = fx.start
+    out = Effects(events=list(fx.events))
+    out += session.on_inference(turn.turn_id, [Prefilled(len(turn.request.prompt_token_ids), 0, 0, 1),
+                                               FunctionCallDelta(0, "read_file", args[:5], 2)])
+    out += session.on_inference(turn.turn_id, [FunctionCallDelta(0, "read_file", args[5:], 4),
+                                               Done("tool_calls", 6, 6.0)])
+    return out
+
+
+def terminal(fx: Effects) -> dict:
+    return dumped(fx)[-1]["response"]
+
+
+def test_text_answer_follows_spec_order_with_sequence_numbers_from_zero():
+    s = new_session()
+    events = dumped(answer_text(s, send(s, input="hello")))
+    assert_event_types(events, TEXT_ANSWER)
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    assert all("stream_id" not in e for e in events)
+    deltas = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+    done = events[-1]["response"]
+    assert deltas == "Hi there" == done["output"][0]["content"][0]["text"]
+    assert done["status"] == "completed" and done["usage"]["total_tokens"] == done["usage"]["input_tokens"] + 3
+    assert events[0]["response"]["usage"] is None and events[0]["response"]["output"] == []
+
+
+def test_function_call_answer_has_consistent_ids_and_arguments():
+    s = new_session()
+    events = dumped(answer_call(s, send(s, input="read it", tools=[TOOL])))
+    assert_event_types(events, FUNCTION_CALL_ANSWER)
+    item = events[2]["item"]
+    assert item["id"].startswith("fc_") and item["call_id"].startswith("call_")
+    deltas = [e for e in events if e["type"].endswith("arguments.delta")]
+    assert all(e["item_id"] == item["id"] and e["output_index"] == 0 for e in deltas)
+    assert "".join(e["delta"] for e in deltas) == events[-3]["arguments"] == '{"path":"a.py"}'
+    tool = events[-1]["response"]["tools"][0]
+    assert tool["description"] == "Read a file" and tool["strict"] is True and tool["parameters"]
+
+
+def test_continuation_sends_only_new_items_and_prompt_extends_the_cached_context():
+    s = new_session()
+    first = send(s, input="read it", tools=[TOOL], store=False)
+    resp = terminal(answer_call(s, first))
+    call_id = resp["output"][0]["call_id"]
+    fx = send(s, previous_response_id=resp["id"], store=False, tools=[TOOL],
+              input=[{"type": "function_call_output", "call_id": call_id, "output": "print(1)"}])
+    (turn,) = fx.start
+    prompt = list(turn.request.prompt_token_ids)
+    assert turn.request.tool_results_in_context == 1
+    assert len(prompt) > len(first.start[0].request.prompt_token_ids)
+    assert prompt[: len(first.start[0].request.prompt_token_ids)] == list(first.start[0].request.prompt_token_ids)
+    created = dumped(fx)[0]["response"]
+    assert created["previous_response_id"] == resp["id"]
+
+
+def test_unknown_previous_response_is_an_error_and_not_a_response():
+    s = new_session()
+    fx = send(s, previous_response_id="resp_nope", input="x")
+    (err,) = dumped(fx)
+    assert err["type"] == "error" and err["status"] == 400
+    assert err["error"]["code"] == "previous_response_not_found"
+    assert err["error"]["param"] == "previous_response_id"
+    assert fx.start == []
+
+
+def test_non_latest_store_false_response_is_gone_from_the_cache():
+    s = new_session()
+    r1 = terminal(answer_text(s, send(s, input="one", store=False)))
+    answer_text(s, send(s, input="two", store=False, previous_response_id=r1["id"]))
+    (err,) = dumped(send(s, input="three", store=False, previous_response_id=r1["id"]))
+    assert err["error"]["code"] == "previous_response_not_found"
+
+
+def test_failed_continuation_with_unknown_call_id_evicts_its_parent():
+    s = new_session()
+    r1 = terminal(answer_call(s, send(s, input="go", tools=[TOOL], store=False)))
+    bad = [{"type": "function_call_output", "call_id": "call_never_issued", "output": "x"}]
+    (err,) = dumped(send(s, previous_response_id=r1["id"], input=bad, store=False))
+    assert err["status"] == 400 and err["error"]["param"] == "input[0].call_id"
+    (again,) = dumped(send(s, previous_response_id=r1["id"], input="retry", store=False))
+    assert again["error"]["code"] == "previous_response_not_found"
+    # Recovery per spec §4.8: a fresh chain with the full input works on the same socket.
+    assert send(s, input="from scratch").start
+
+
+def test_second_create_on_a_lane_is_queued_fifo_not_rejected():
+    s = new_session()
+    first = send(s, input="one")
+    second = send(s, input="two")
+    assert second.events == [] and second.start == []
+    after = answer_text(s, first)
+    assert after.start
+    assert [e.type for e in after.events[-3:]] == ["response.completed", "response.created", "response.in_progress"]
+
+
+def test_inflight_responses_are_capped_per_connection():
+    s = new_session(max_inflight=2)
+    started = [send(s, input="x", stream_id=f"lane{i}") for i in range(3)]
+    assert [bool(fx.start) for fx in started] == [True, True, False]
+    freed = answer_text(s, started[0])
+    assert freed.start and freed.start[0].lane == "lane2"
+
+
+@pytest.mark.parametrize("frame, code, param", [
+    ("{not json", "invalid_json", None),
+    ('{"type":"response.cancel"}', "unknown_event_type", "type"),
+    ('{"type":"response.create","model":"emu-fast","background":true}', "invalid_value", "background"),
+    ('{"type":"response.create","model":"gpt-nope","input":"x"}', "model_not_found", "model"),
+    ('{"type":"response.create","model":"emu-fast","input":[{"role":"robot","content":"x"}]}', "invalid_value", "input[0].role"),
+    ('{"type":"response.create","model":"emu-fast","stream_id":""}', "invalid_stream_id", "stream_id"),
+])
+def test_bad_frames_get_typed_errors_and_the_session_stays_usable(frame, code, param):
+    s = new_session()
+    (err,) = dumped(s.on_frame(frame))
+    assert err["type"] == "error" and err["error"]["code"] == code and err["error"]["param"] == param
+    assert "stream_id" not in err and "sequence_number" not in err
+    assert err["status"] == (404 if code == "model_not_found" else 400)
+    assert send(s, input="still works").start
+
+
+def test_lenient_by_default_and_strict_mode_rejects_unknown_fields():
+    body = dict(input="x", stream=True, stream_options={"include_obfuscation": False},
+                client_metadata={"a": 1}, include=["reasoning.encrypted_content"],
+                prompt_cache_key="k", some_future_field=1,
+                tools=[{"type": "web_search"}, {"type": "namespace", "name": "ns", "tools": []}, TOOL])
+    assert send(new_session(), **body).start
+    (err,) = dumped(send(new_session(strict_params=True), **body))
+    assert err["error"]["code"] == "unknown_parameter" and err["error"]["param"] == "some_future_field"
+
+
+def test_generate_false_prefills_and_completes_with_empty_output():
+    s = new_session()
+    fx = send(s, input="warm", generate=False)
+    (turn,) = fx.start
+    assert turn.request.generate is False
+    out = s.on_inference(turn.turn_id, [Prefilled(10, 0, 0, 1), Done("stop", 0, 0.0)])
+    events = dumped(fx) + dumped(out)
+    assert [e["type"] for e in events] == ["response.created", "response.in_progress", "response.completed"]
+    resp = events[-1]["response"]
+    assert resp["output"] == [] and resp["usage"]["output_tokens"] == 0
+    assert send(s, input="go", previous_response_id=resp["id"]).start
+
+
+def test_max_output_tokens_ends_incomplete():
+    s = new_session()
+    fx = send(s, input="long", max_output_tokens=2)
+    (turn,) = fx.start
+    out = s.on_inference(turn.turn_id, [Prefilled(5, 0, 0, 1), TextDelta("ab", 2), Done("max_output_tokens", 2, 2.0)])
+    resp = dumped(out)[-1]
+    assert resp["type"] == "response.incomplete"
+    assert resp["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
+
+
+def test_inference_failure_after_created_is_response_failed_and_evicts_same_lane_parent():
+    s = new_session()
+    r1 = terminal(answer_text(s, send(s, input="one", store=False)))
+    fx = send(s, input="two", store=False, previous_response_id=r1["id"])
+    (turn,) = fx.start
+    failed = dumped(s.on_inference_error(turn.turn_id, RuntimeError("secret internals")))[-1]
+    assert failed["type"] == "response.failed" and failed["response"]["error"]["code"] == "server_error"
+    assert "secret" not in json.dumps(failed)
+    (err,) = dumped(send(s, input="three", store=False, previous_response_id=r1["id"]))
+    assert err["error"]["code"] == "previous_response_not_found"
+
+
+def test_named_lane_events_all_echo_stream_id():
+    s = new_session()
+    events = dumped(answer_text(s, send(s, input="x", stream_id="main")))
+    assert all(e["stream_id"] == "main" for e in events)
+
+
+def test_33rd_named_lane_is_refused_and_known_lanes_keep_working():
+    s = new_session()
+    for i in range(32):
+        answer_text(s, send(s, input="x", stream_id=f"l{i}"))
+    (err,) = dumped(send(s, input="x", stream_id="l32"))
+    assert err["error"]["code"] == "websocket_stream_limit_reached" and err["stream_id"] == "l32"
+    assert send(s, input="x", stream_id="l0").start and send(s, input="x").start
+
+
+def test_response_object_has_every_key():
+    keys = set(ResponseObject.model_fields)
+    assert {"id", "object", "created_at", "status", "completed_at", "error", "incomplete_details",
+            "instructions", "max_output_tokens", "metadata", "previous_response_id", "reasoning",
+            "store", "temperature", "top_p", "text", "truncation", "usage", "user", "background",
+            "service_tier", "prompt_cache_key", "safety_identifier", "tools", "tool_choice",
+            "parallel_tool_calls", "output", "model"} <= keys
