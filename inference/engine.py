@@ -14,6 +14,7 @@ items; the next turn's prompt therefore starts with it and is a full-prefix hit.
 from __future__ import annotations
 
 import asyncio
+from array import array
 from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 from typing import Any
@@ -114,12 +115,14 @@ class Engine:
         events: list[InferenceEvent] = []
         async for start, end in paced_chunks(chunker, self._clock, self._sleeper):
             events = [e for s in streams if (e := s.take(start, end, n)) is not None]
-            if end < n:
+            if end < n and events:  # a chunk holding only part of a character waits
                 yield events
         # The final item: the last chunk's events (if any) plus Done.  Store first, so a
         # consumer that stops right after Done still leaves the finished state cached.
-        rendered = [t for s in streams for t in s.rendered()]
-        self._cache.store(request.session_key, [*request.prompt_token_ids, *rendered])
+        held = array("I", request.prompt_token_ids)
+        for stream in streams:
+            held.extend(stream.rendered())
+        self._cache.store(request.session_key, held)
         self._output_tokens_total += n
         reason: FinishReason
         if n < total:

@@ -45,7 +45,7 @@ class ModelProfile(BaseModel):
     since the last item (design.md §3: tokens cross Ray in ~5 ms / >= 8-token chunks).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid")
 
     id: str = Field(min_length=1)
     description: str = ""
@@ -72,7 +72,7 @@ class PolicyConfig(BaseModel):
     answers with ``text_tokens`` tokens of text.  ``seed`` varies all choices.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid")
 
     tool_rounds: int = Field(default=3, ge=0)
     text_tokens: int = Field(default=48, ge=1)
@@ -82,7 +82,7 @@ class PolicyConfig(BaseModel):
 class InferenceConfig(BaseModel):
     """Everything the inference deployment needs; ``default_model`` must be a profile id."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid")
 
     profiles: list[ModelProfile] = Field(min_length=1)
     policy: PolicyConfig = PolicyConfig()

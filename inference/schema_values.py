@@ -2,7 +2,7 @@
 
 ``value_for_schema(schema, rng)`` returns a JSON-able value valid against ``schema`` or
 raises ``Unsatisfiable``.  Honoured: ``type`` (single or list), ``enum``, ``const``,
-``default``, numeric bounds (``minimum``/``maximum`` and both styles of
+``default`` (trusted when its JSON type fits), numeric bounds (``minimum``/``maximum`` and both styles of
 ``exclusiveMinimum``/``exclusiveMaximum``), integer ``multipleOf``, ``minLength``/
 ``maxLength``, ``minItems``/``maxItems``/``uniqueItems``, ``items``/``prefixItems``,
 ``properties``/``required``/``additionalProperties``/``minProperties``/``maxProperties``,

@@ -33,7 +33,8 @@ class InferenceRequest:
     """One model call.
 
     ``prompt_token_ids`` is the conversation already rendered with the model's chat format
-    (``inference.chat_format``), ending with the assistant header.  ``session_key``
+    (``inference.chat_format``): the concatenation of its items' segments, with no trailing
+    generation header (the model generates after the last segment).  ``session_key``
     identifies the connection (prefix-cache locality); ``None`` for stateless callers.
     ``generate=False`` only prefills (fills the prefix cache) and produces no output.
     """

@@ -30,7 +30,8 @@ def app_builder(args: dict[str, Any]) -> Application:
     return build_application(AppConfig.model_validate(args or {}))
 
 
-def start(config: AppConfig, *, address: str | None = None, object_store_mb: int = 256) -> str:
+def start(config: AppConfig, *, address: str | None = None, object_store_mb: int = 256,
+          name: str = APP_NAME) -> str:
     """Start (or join, with ``address``) Ray, deploy the app, wait until ``/healthz`` answers.
 
     Returns the server's base URL.
@@ -46,7 +47,9 @@ def start(config: AppConfig, *, address: str | None = None, object_store_mb: int
             kwargs["object_store_memory"] = object_store_mb * 1024 * 1024
         ray.init(**kwargs)
     serve.start(proxy_location="Disabled")
-    serve.run(build_application(config), name=APP_NAME, route_prefix=None, blocking=False)
+    if config.session.inference_app != name:
+        config = config.model_copy(update={"session": config.session.model_copy(update={"inference_app": name})})
+    serve.run(build_application(config), name=name, route_prefix=None, blocking=False)
     host = "127.0.0.1" if config.server.host in ("0.0.0.0", "::") else config.server.host
     url = f"http://{host}:{config.server.port}"
     wait_ready(url)
@@ -70,10 +73,11 @@ def wait_ready(url: str, timeout_s: float = 120.0) -> None:
         time.sleep(0.2)
 
 
-def stop() -> None:
+def stop(name: str = APP_NAME, *, shutdown_ray: bool = True) -> None:
     import ray
     from ray import serve
 
-    serve.delete(APP_NAME)
-    serve.shutdown()
-    ray.shutdown()
+    serve.delete(name)
+    if shutdown_ray:
+        serve.shutdown()
+        ray.shutdown()

@@ -43,4 +43,8 @@ def load_app_config(path: Path | None = None, **overrides: Any) -> AppConfig:
     for dotted, value in overrides.items():
         section, key = dotted.split(".", 1)
         data.setdefault(section, {})[key] = value
+    inference = data.get("inference")
+    if inference is not None and "profiles" not in inference:
+        # A partial inference section refines the default profiles file.
+        data["inference"] = {**load_inference_config().model_dump(), **inference}
     return AppConfig.model_validate(data)

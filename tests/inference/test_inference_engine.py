@@ -1,0 +1,286 @@
+"""engine: one request in, a paced stream of event chunks out (fake clock, exact times)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from array import array
+
+import pytest
+
+from inference import chat_format as cf
+from inference import engine as engine_module
+from inference.engine import Engine
+from inference.pacing import decode_s, token_deadlines
+from inference.policy import FunctionCallSegment, OutputPlan, TextSegment, plan
+from inference.profiles import ModelNotFound
+from inference.tokenizer import decode, encode
+from inference.types import Done, FunctionCallDelta, InferenceRequest, Prefilled, TextDelta, ToolSpec
+
+TOOL = ToolSpec(
+    "read_file",
+    {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+)
+PROMPT = tuple(cf.render_instructions("Be brief.") + cf.render_message("user", "Fix the bug."))
+
+
+def request(**kw) -> InferenceRequest:
+    fields = {"request_id": "r1", "model": "emu-test", "prompt_token_ids": PROMPT,
+              "session_key": "sess"}
+    fields.update(kw)
+    return InferenceRequest(**fields)
+
+
+def run(engine: Engine, req: InferenceRequest, clock=None) -> list[list]:
+    """All chunks of one stream; with ``clock``, each chunk is paired with its time."""
+
+    async def collect():
+        chunks = []
+        async for chunk in engine.generate(req):
+            chunks.append((clock.now(), chunk) if clock else chunk)
+        return chunks
+
+    return asyncio.run(collect())
+
+
+def events_of(chunks) -> list:
+    return [e for chunk in chunks for e in chunk]
+
+
+def assert_event_types(events, expected_first, expected_middle, expected_last):
+    assert type(events[0]) is expected_first
+    assert all(type(e) is expected_middle for e in events[1:-1])
+    assert type(events[-1]) is expected_last
+
+
+@pytest.fixture
+def engine(make_config, clock) -> Engine:
+    return Engine(make_config(), clock, clock)
+
+
+# --- the stream ------------------------------------------------------------------------
+
+
+def test_stream_is_prefilled_then_text_deltas_then_done(engine):
+    chunks = run(engine, request())
+    events = events_of(chunks)
+    assert_event_types(events, Prefilled, TextDelta, Done)
+    assert chunks[0] == [events[0]]  # Prefilled travels alone, at time to first token
+    assert sum(isinstance(e, Done) for e in events) == 1
+    assert isinstance(chunks[-1][-1], Done) and len(chunks[-1]) > 1  # Done rides the last chunk
+
+
+def test_text_deltas_concatenate_to_the_planned_tokens(engine):
+    expected = plan(request(), engine.config.policy).segments[0].token_ids
+    events = events_of(run(engine, request()))
+    deltas = [e for e in events if isinstance(e, TextDelta)]
+    assert "".join(d.text for d in deltas) == decode(expected)
+    assert sum(d.tokens for d in deltas) == len(expected) == events[-1].output_tokens
+    assert events[-1].finish_reason == "stop"
+
+
+def test_prefilled_arrives_at_ttft_and_done_when_the_last_token_is_due(engine, clock):
+    clock.t = 100.0
+    timed = run(engine, request(), clock)
+    p = engine.config.profile("emu-test")
+    t_first = 100.0 + (p.prefill_overhead_ms + len(PROMPT) * 1000 / p.prefill_tokens_per_s) / 1000
+    prefilled = timed[0][1][0]
+    assert prefilled == Prefilled(len(PROMPT), 0, 0.0, pytest.approx((t_first - 100.0) * 1000))
+    assert timed[0][0] == pytest.approx(t_first, abs=1e-9)
+    n = engine.config.policy.text_tokens
+    assert timed[-1][0] == pytest.approx(t_first + decode_s(p, n), abs=1e-9)
+    assert timed[-1][1][-1].decode_ms == pytest.approx(decode_s(p, n) * 1000)
+
+
+def test_chunks_follow_the_pacing_schedule(engine, clock):
+    timed = run(engine, request(), clock)
+    p = engine.config.profile("emu-test")
+    t_first = timed[0][0]
+    deadlines = token_deadlines(p, t_first, engine.config.policy.text_tokens)
+    sent = 0
+    for t, chunk in timed[1:]:
+        sent += sum(e.tokens for e in chunk if isinstance(e, TextDelta))
+        assert t >= deadlines[sent - 1]  # never before a token is due
+    assert len(timed) > 3  # several chunks, not one blob
+
+
+def test_function_call_streams_its_arguments_and_finishes_with_tool_calls(engine):
+    req = request(tools=(TOOL,))
+    call = plan(req, engine.config.policy).segments[0]
+    events = events_of(run(engine, req))
+    assert_event_types(events, Prefilled, FunctionCallDelta, Done)
+    deltas = events[1:-1]
+    assert {(d.index, d.name) for d in deltas} == {(0, "read_file")}
+    assert "".join(d.arguments_delta for d in deltas) == call.arguments
+    assert "path" in json.loads(call.arguments)
+    assert events[-1].finish_reason == "tool_calls"
+    assert events[-1].output_tokens == len(call.token_ids)
+
+
+def test_max_output_tokens_cuts_the_answer(engine):
+    full = plan(request(), engine.config.policy).segments[0].token_ids
+    events = events_of(run(engine, request(max_output_tokens=5)))
+    deltas = [e for e in events if isinstance(e, TextDelta)]
+    assert "".join(d.text for d in deltas) == decode(full[:5])
+    assert events[-1] == Done("max_output_tokens", 5, pytest.approx(5.0))
+
+
+def test_max_output_tokens_equal_to_the_answer_is_not_a_cut(engine):
+    n = engine.config.policy.text_tokens
+    assert events_of(run(engine, request(max_output_tokens=n)))[-1].finish_reason == "stop"
+
+
+def test_max_output_tokens_zero_emits_nothing(engine):
+    assert events_of(run(engine, request(max_output_tokens=0)))[1:] == [
+        Done("max_output_tokens", 0, 0.0)
+    ]
+
+
+def test_prefill_only_request_caches_the_prompt_and_emits_no_output(engine, clock):
+    chunks = run(engine, request(generate=False))
+    assert chunks[1:] == [[Done("stop", 0, 0.0)]]
+    assert isinstance(chunks[0][0], Prefilled)
+    later = run(engine, request(prompt_token_ids=PROMPT + tuple(encode(" more"))))
+    assert later[0][0].cached_tokens == len(PROMPT)
+
+
+def test_unknown_model_raises_before_any_event(engine):
+    with pytest.raises(ModelNotFound) as info:
+        run(engine, request(model="gpt-nope"))
+    assert info.value.model == "gpt-nope"
+    assert engine.stats()["requests"] == 0
+
+
+# --- the prefix cache across turns -----------------------------------------------------
+
+
+def test_next_turn_of_a_session_reuses_prompt_and_rendered_answer(engine):
+    events = events_of(run(engine, request()))
+    text = "".join(e.text for e in events if isinstance(e, TextDelta))
+    previous = PROMPT + tuple(cf.render_message("assistant", text))
+    turn2 = previous + tuple(cf.render_message("user", "Thanks. Now run the tests."))
+    prefilled = run(engine, request(prompt_token_ids=turn2))[0][0]
+    assert prefilled.cached_tokens == len(previous)
+    assert prefilled.prompt_tokens == len(turn2)
+
+
+def test_prompt_as_a_uint32_array_works_like_a_tuple(engine):
+    # The session actor sends array("I") prompts (compact across Ray).
+    run(engine, request(prompt_token_ids=array("I", PROMPT), generate=False))
+    assert engine.prefix_cache.tokens("sess") == PROMPT
+    assert run(engine, request(prompt_token_ids=array("I", PROMPT)))[0][0].cached_tokens == len(PROMPT)
+
+
+def test_next_turn_after_a_tool_call_reuses_the_rendered_call(engine):
+    req = request(tools=(TOOL,))
+    events = events_of(run(engine, req))
+    arguments = "".join(e.arguments_delta for e in events if isinstance(e, FunctionCallDelta))
+    previous = PROMPT + tuple(cf.render_function_call("read_file", arguments))
+    turn2 = previous + tuple(cf.render_function_call_output("call_1", "contents"))
+    prefilled = run(engine, request(prompt_token_ids=turn2, tools=(TOOL,)))[0][0]
+    assert prefilled.cached_tokens == len(previous)
+
+
+def test_a_cut_answer_is_cached_as_the_client_saw_it(engine):
+    events = events_of(run(engine, request(max_output_tokens=3)))
+    text = "".join(e.text for e in events if isinstance(e, TextDelta))
+    previous = PROMPT + tuple(cf.render_message("assistant", text))
+    assert engine.prefix_cache.tokens("sess") == previous
+
+
+def test_cached_prompt_shortens_time_to_first_token(engine, clock):
+    run(engine, request(generate=False))
+    p = engine.config.profile("emu-test")
+    prefilled = run(engine, request())[0][0]
+    assert prefilled.prefill_ms == pytest.approx(p.prefill_overhead_ms)
+
+
+def test_stateless_requests_do_not_touch_the_cache(engine):
+    run(engine, request(session_key=None))
+    assert len(engine.prefix_cache) == 0
+
+
+def test_a_cancelled_stream_leaves_the_cache_unchanged(engine):
+    run(engine, request(generate=False))
+    before = engine.prefix_cache.tokens("sess")
+
+    async def stop_after_two_chunks():
+        stream = engine.generate(request())
+        await stream.__anext__()
+        await stream.__anext__()
+        await stream.aclose()
+
+    asyncio.run(stop_after_two_chunks())
+    assert engine.prefix_cache.tokens("sess") == before
+    stats = engine.stats()
+    assert stats["cancelled"] == 1 and stats["active"] == 0 and stats["completed"] == 1
+
+
+def test_a_task_cancelled_while_waiting_propagates_cancellation(make_config):
+    class NeverWakes:
+        def now(self):
+            return 0.0
+
+        async def sleep_until(self, t):
+            await asyncio.Event().wait()
+
+    eng = Engine(make_config(), NeverWakes(), NeverWakes())
+
+    async def main():
+        task = asyncio.create_task(anext(aiter(eng.generate(request()))))
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert eng.prefix_cache.tokens("sess") is None
+    assert eng.stats()["cancelled"] == 1
+
+
+# --- multibyte output ------------------------------------------------------------------
+
+
+def test_multibyte_text_split_across_chunks_is_reassembled_exactly(
+    make_config, make_profile, clock, monkeypatch
+):
+    # One token per chunk, so chunks often end inside a character.
+    engine = Engine(make_config(make_profile(min_chunk_tokens=1)), clock, clock)
+    ids = tuple(encode("naïve café 🙂🙂 日本語のテキスト " * 4))
+    monkeypatch.setattr(engine_module, "plan", lambda req, pol: OutputPlan((TextSegment(ids),)))
+    for limit in (None, 7, 9):
+        chunks = run(engine, request(max_output_tokens=limit))
+        assert all(chunks)  # no empty stream items
+        events = events_of(chunks)
+        deltas = [e for e in events if isinstance(e, TextDelta)]
+        n = len(ids) if limit is None else limit
+        assert "".join(d.text for d in deltas) == decode(ids[:n])
+        assert sum(d.tokens for d in deltas) == n
+        assert all(d.text for d in deltas)
+
+
+def test_several_calls_in_one_plan_are_numbered_from_zero(engine, monkeypatch):
+    calls = tuple(
+        FunctionCallSegment(name, args, tuple(encode(args)))
+        for name, args in (("a", '{"x": 1}'), ("b", '{"y": "two"}'))
+    )
+    monkeypatch.setattr(engine_module, "plan", lambda req, pol: OutputPlan(calls))
+    events = events_of(run(engine, request()))
+    per_call: dict[tuple[int, str], str] = {}
+    for e in events:
+        if isinstance(e, FunctionCallDelta):
+            per_call[(e.index, e.name)] = per_call.get((e.index, e.name), "") + e.arguments_delta
+    assert per_call == {(0, "a"): '{"x": 1}', (1, "b"): '{"y": "two"}'}
+    expected = PROMPT + tuple(cf.render_function_call("a", '{"x": 1}')) + tuple(
+        cf.render_function_call("b", '{"y": "two"}')
+    )
+    assert engine.prefix_cache.tokens("sess") == expected
+
+
+def test_stats_count_requests_and_tokens(engine):
+    run(engine, request())
+    run(engine, request(session_key="other", max_output_tokens=4))
+    stats = engine.stats()
+    assert stats["requests"] == 2 and stats["completed"] == 2 and stats["active"] == 0
+    assert stats["output_tokens_total"] == engine.config.policy.text_tokens + 4
+    assert stats["prefix_cache"]["sessions"] == 2

@@ -1,0 +1,123 @@
+"""pacing: TTFT, absolute token deadlines, chunking and coalescing (fake clock, exact times)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from inference.pacing import Chunker, decode_s, paced_chunks, token_deadlines, ttft_ms
+
+
+def approx(x):
+    return pytest.approx(x, abs=1e-12)
+
+
+def drain(chunker, clock, on_item=None) -> list[tuple[float, int, int]]:
+    """Run ``paced_chunks`` to the end; returns (time, start, end) per item."""
+
+    async def run():
+        items = []
+        async for start, end in paced_chunks(chunker, clock, clock):
+            items.append((clock.now(), start, end))
+            if on_item:
+                on_item()
+        return items
+
+    return asyncio.run(run())
+
+
+# --- time to first token ---------------------------------------------------------------
+
+
+def test_ttft_is_overhead_plus_uncached_prefill(make_profile):
+    p = make_profile(prefill_tokens_per_s=10_000, prefill_overhead_ms=10)
+    assert ttft_ms(p, prompt_tokens=5_000, cached_tokens=0) == approx(510.0)
+    assert ttft_ms(p, prompt_tokens=5_000, cached_tokens=4_000) == approx(110.0)
+    assert ttft_ms(p, prompt_tokens=5_000, cached_tokens=5_000) == approx(10.0)
+
+
+# --- deadlines -------------------------------------------------------------------------
+
+
+def test_token_i_is_due_at_t0_plus_i_plus_one_over_rate(make_profile):
+    p = make_profile(decode_tokens_per_s=1000)
+    t0 = 2.0 + ttft_ms(p, 100, 0) / 1000
+    deadlines = token_deadlines(p, t0, 5)
+    assert deadlines == [approx(t0 + (i + 1) / 1000) for i in range(5)]
+
+
+def test_the_first_burst_tokens_go_at_the_burst_rate(make_profile):
+    p = make_profile(decode_tokens_per_s=1000, burst_tokens_per_s=4000, burst_tokens=4)
+    deadlines = token_deadlines(p, 0.0, 6)
+    assert deadlines == [approx(x) for x in (0.00025, 0.0005, 0.00075, 0.001, 0.002, 0.003)]
+
+
+def test_deadlines_are_closed_form_not_accumulated(make_profile):
+    p = make_profile(decode_tokens_per_s=3)
+    assert token_deadlines(p, 0.0, 30_000)[-1] == decode_s(p, 30_000) == 10_000.0
+
+
+def test_no_burst_rate_means_no_burst(make_profile):
+    assert decode_s(make_profile(decode_tokens_per_s=100), 10) == approx(0.1)
+
+
+# --- chunking --------------------------------------------------------------------------
+
+
+def test_a_chunk_goes_out_when_min_chunk_tokens_are_due(make_profile, clock):
+    # 4096 tok/s: 8 tokens are due after 1.953 ms, well before the 5 ms window.
+    p = make_profile(decode_tokens_per_s=4096, min_chunk_tokens=8, chunk_ms=5)
+    d = token_deadlines(p, 0.0, 20)
+    items = drain(Chunker(d, 0.0, p.chunk_ms, p.min_chunk_tokens), clock)
+    assert [(s, e) for _, s, e in items] == [(0, 8), (8, 16), (16, 20)]
+    assert [t for t, _, _ in items] == [d[7], d[15], d[19]]
+
+
+def test_a_chunk_goes_out_when_the_window_passes(make_profile, clock):
+    # 1024 tok/s and a window of exactly 8 token-times: 8 tokens per item, min 16 never hit.
+    p = make_profile(decode_tokens_per_s=1024, min_chunk_tokens=16, chunk_ms=7.8125)
+    d = token_deadlines(p, 0.0, 20)
+    items = drain(Chunker(d, 0.0, p.chunk_ms, p.min_chunk_tokens), clock)
+    assert [(s, e) for _, s, e in items] == [(0, 8), (8, 16), (16, 20)]
+    assert [t for t, _, _ in items] == [8 / 1024, 16 / 1024, 20 / 1024]
+
+
+def test_slow_decode_sends_each_token_when_it_is_due(make_profile, clock):
+    p = make_profile(decode_tokens_per_s=65, min_chunk_tokens=8, chunk_ms=5)
+    d = token_deadlines(p, 1.0, 4)
+    items = drain(Chunker(d, 1.0, p.chunk_ms, p.min_chunk_tokens), clock)
+    assert items == [(d[i], i, i + 1) for i in range(4)]
+
+
+def test_a_consumer_that_falls_behind_gets_one_coalesced_chunk():
+    d = [(i + 1) / 1000 for i in range(100)]
+    chunker = Chunker(d, 0.0, chunk_ms=5, min_chunk_tokens=8)
+    assert chunker.take(0.0505) == (0, 50)  # 50 ms late: everything due so far, at once
+    assert chunker.next_emit_time() == approx(0.0555)  # then the window restarts
+    assert chunker.take(0.06) == (50, 60)
+    assert chunker.take(0.06) == (60, 60)  # nothing new is due
+
+
+def test_a_late_stream_catches_up_instead_of_drifting(make_profile, clock):
+    # The consumer takes 20 ms per item; the stream still ends when the last token is due
+    # (or right after the last slow hand-off), because deadlines are absolute.
+    p = make_profile(decode_tokens_per_s=1000, min_chunk_tokens=8, chunk_ms=5)
+    d = token_deadlines(p, 0.0, 100)
+    items = drain(Chunker(d, 0.0, 5, 8), clock, on_item=lambda: clock.advance(0.020))
+    sizes = [e - s for _, s, e in items]
+    assert sum(sizes) == 100 and items[-1][2] == 100
+    assert max(sizes) >= 20  # coalesced
+    assert len(items) <= 100 / 20 + 2
+    assert items[-1][0] <= d[-1] + 0.020
+
+
+def test_every_token_is_sent_once_in_order(make_profile, clock):
+    p = make_profile(decode_tokens_per_s=1000, burst_tokens_per_s=4000, burst_tokens=37)
+    d = token_deadlines(p, 0.0, 333)
+    items = drain(Chunker(d, 0.0, p.chunk_ms, p.min_chunk_tokens), clock)
+    ranges = [(s, e) for _, s, e in items]
+    assert ranges[0][0] == 0 and ranges[-1][1] == 333
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+    # no token leaves before its deadline
+    assert all(t >= d[e - 1] for t, _, e in items)

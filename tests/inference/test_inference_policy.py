@@ -1,0 +1,281 @@
+"""policy: deterministic choice between a schema-valid function call and a text answer."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import jsonschema
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+from inference import policy as pol
+from inference.chat_format import render_message
+from inference.profiles import PolicyConfig
+from inference.schema_values import value_for_schema
+from inference.tokenizer import decode
+from inference.types import InferenceRequest, ToolSpec
+
+POLICY = PolicyConfig(tool_rounds=2, text_tokens=40, seed=3)
+READ = ToolSpec(
+    "read_file",
+    {
+        "type": "object",
+        "properties": {"path": {"type": "string"}, "limit": {"type": "integer", "minimum": 1}},
+        "required": ["path"],
+        "additionalProperties": False,
+    },
+)
+LS = ToolSpec("list_dir", {"type": "object", "properties": {"dir": {"type": "string"}}})
+
+
+def request(**kw) -> InferenceRequest:
+    fields = {"request_id": "r", "model": "m", "prompt_token_ids": render_message("user", "go")}
+    fields.update(kw)
+    return InferenceRequest(**fields)
+
+
+def only_segment(plan: pol.OutputPlan):
+    assert len(plan.segments) == 1
+    return plan.segments[0]
+
+
+# --- deciding -------------------------------------------------------------------------
+
+
+def test_same_request_and_seed_give_the_same_plan():
+    r = request(tools=(READ, LS))
+    assert pol.plan(r, POLICY) == pol.plan(r, POLICY)
+    text = request()
+    assert pol.plan(text, POLICY) == pol.plan(text, POLICY)
+
+
+def test_the_seed_and_the_prompt_vary_the_plan():
+    r = request()
+    seeds = {pol.plan(r, POLICY.model_copy(update={"seed": s})) for s in range(5)}
+    prompts = {pol.plan(request(prompt_token_ids=[1, 2, i]), POLICY) for i in range(5)}
+    assert len(seeds) > 1 and len(prompts) > 1
+
+
+def test_prompt_digest_is_stable_across_processes():
+    # BLAKE2 over little-endian uint32 ids, not Python's salted hash().
+    assert pol.prompt_digest([1, 2, 3], seed=0).hex() == pol.prompt_digest((1, 2, 3)).hex()
+    assert pol.prompt_digest([1, 2, 3]).hex() == "f6a753e0395b8dfa6485b18612a446af"
+
+
+def test_calls_a_tool_until_the_conversation_holds_tool_rounds_results():
+    for results in range(POLICY.tool_rounds):
+        seg = only_segment(pol.plan(request(tools=(READ,), tool_results_in_context=results), POLICY))
+        assert isinstance(seg, pol.FunctionCallSegment) and seg.name == "read_file"
+    seg = only_segment(pol.plan(request(tools=(READ,), tool_results_in_context=2), POLICY))
+    assert isinstance(seg, pol.TextSegment)
+
+
+def test_without_tools_answers_in_text():
+    assert isinstance(only_segment(pol.plan(request(), POLICY)), pol.TextSegment)
+
+
+def test_tool_choice_none_answers_in_text():
+    seg = only_segment(pol.plan(request(tools=(READ,), tool_choice="none"), POLICY))
+    assert isinstance(seg, pol.TextSegment)
+
+
+def test_tool_choice_required_calls_even_after_the_rounds():
+    r = request(tools=(READ,), tool_choice="required", tool_results_in_context=99)
+    assert isinstance(only_segment(pol.plan(r, POLICY)), pol.FunctionCallSegment)
+
+
+def test_tool_choice_naming_a_tool_calls_that_tool():
+    for i in range(5):
+        r = request(prompt_token_ids=[i], tools=(READ, LS), tool_choice="list_dir",
+                    tool_results_in_context=99)
+        assert only_segment(pol.plan(r, POLICY)).name == "list_dir"
+
+
+def test_tool_choice_naming_an_unknown_tool_is_an_error():
+    with pytest.raises(pol.UnknownToolChoice) as info:
+        pol.plan(request(tools=(READ,), tool_choice="rm_rf"), POLICY)
+    assert info.value.tool_choice == "rm_rf"
+
+
+# --- what it produces -----------------------------------------------------------------
+
+
+def test_call_arguments_are_json_valid_for_the_tool():
+    seg = only_segment(pol.plan(request(tools=(READ,)), POLICY))
+    args = json.loads(seg.arguments)
+    jsonschema.validate(args, READ.parameters)
+    assert seg.token_ids == tuple(pol.encode(seg.arguments))
+
+
+def test_missing_or_empty_schema_gives_empty_arguments():
+    seg = only_segment(pol.plan(request(tools=(ToolSpec("ping"),)), POLICY))
+    assert seg.arguments == "{}"
+
+
+def test_text_answer_is_exactly_text_tokens_of_corpus_english():
+    seg = only_segment(pol.plan(request(), POLICY))
+    assert len(seg.token_ids) == POLICY.text_tokens
+    text = decode(seg.token_ids)
+    assert any(text.startswith(s[:20]) for s in pol.CORPUS)
+
+
+@pytest.mark.parametrize("n", [1, 7, 500])
+def test_text_answer_length_is_exact_for_any_size(n):
+    assert len(pol.text_answer(n, random.Random(n))) == n
+
+
+def test_pydantic_style_schema_with_refs_and_optionals_is_honoured():
+    class Range(BaseModel):
+        start: int
+        end: int | None = None
+
+    class Edit(BaseModel):
+        path: str
+        ranges: list[Range]
+        mode: str = "replace"
+
+    schema = Edit.model_json_schema()
+    for seed in range(20):
+        jsonschema.validate(json.loads(pol.arguments_for(schema, random.Random(seed))), schema)
+
+
+def test_draft4_boolean_exclusive_bounds_are_honoured():
+    schema = {"type": "integer", "minimum": 3, "maximum": 5, "exclusiveMinimum": True,
+              "exclusiveMaximum": True}
+    assert {value_for_schema(schema, random.Random(s)) for s in range(20)} == {4}
+
+
+def test_strings_look_like_what_the_property_names():
+    schema = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
+    args = json.loads(pol.arguments_for(schema, random.Random(0)))
+    assert "." in args["path"]
+
+
+# --- schema validity property ---------------------------------------------------------
+
+_json_scalar = st.one_of(
+    st.none(), st.booleans(), st.integers(-50, 50), st.text(max_size=6),
+    st.floats(-10, 10, allow_nan=False).map(lambda x: round(x, 1) + 0.5),
+)
+
+
+@st.composite
+def _string_schema(draw):
+    s: dict = {"type": "string"}
+    lo = draw(st.none() | st.integers(0, 12))
+    hi = draw(st.none() | st.integers(lo or 0, 20))
+    if lo is not None:
+        s["minLength"] = lo
+    if hi is not None:
+        s["maxLength"] = hi
+    if draw(st.booleans()):
+        s["default"] = "d" * max(lo or 0, min(3, hi if hi is not None else 3))
+    return s
+
+
+@st.composite
+def _numeric_schema(draw, kind):
+    s: dict = {"type": kind}
+    lo = draw(st.none() | st.integers(-100, 100))
+    width = draw(st.integers(3, 300))
+    if lo is not None:
+        s["exclusiveMinimum" if draw(st.booleans()) else "minimum"] = lo
+    if draw(st.booleans()):
+        top = (lo if lo is not None else 0) + width
+        s["exclusiveMaximum" if draw(st.booleans()) else "maximum"] = top
+    if kind == "integer" and draw(st.booleans()):
+        s["multipleOf"] = draw(st.integers(1, 2))
+    return s
+
+
+_leaf = st.one_of(
+    _string_schema(),
+    _numeric_schema("integer"),
+    _numeric_schema("number"),
+    st.just({"type": "boolean"}),
+    st.just({"type": "null"}),
+    st.just({}),
+    st.just({"type": ["string", "null"]}),
+    st.lists(_json_scalar, min_size=1, max_size=4, unique_by=json.dumps).map(lambda v: {"enum": v}),
+    _json_scalar.map(lambda v: {"const": v}),
+)
+
+# oneOf branches must be disjoint for any generator to be valid: distinct, non-overlapping types.
+_disjoint_union = st.lists(
+    st.sampled_from(["string", "integer", "boolean", "null", "object", "array"]),
+    min_size=1, max_size=3, unique=True,
+).map(lambda ts: [{"type": t} for t in ts])
+
+_names = st.sampled_from(["path", "command", "query", "limit", "name", "flag", "items", "url"])
+
+
+def _extend(children):
+    obj = st.builds(
+        lambda props, req_mask, extra, min_props: {
+            "type": "object",
+            "properties": props,
+            "required": [k for k, r in zip(props, req_mask) if r],
+            **({"additionalProperties": extra} if extra is not None else {}),
+            **({"minProperties": min(min_props, len(props))} if min_props else {}),
+        },
+        st.dictionaries(_names, children, max_size=4),
+        st.lists(st.booleans(), min_size=4, max_size=4),
+        st.none() | st.booleans(),
+        st.integers(0, 2),
+    )
+    arr = st.builds(
+        lambda items, lo, extra: {"type": "array", "items": items, "minItems": lo,
+                                  "maxItems": lo + extra},
+        children, st.integers(0, 2), st.integers(0, 2),
+    )
+    unique = st.just({"type": "array", "items": {"type": "integer"}, "uniqueItems": True,
+                      "minItems": 3})
+    any_of = st.lists(children, min_size=1, max_size=3).map(lambda bs: {"anyOf": bs})
+    one_of = _disjoint_union.map(lambda bs: {"oneOf": bs})
+    all_of = st.builds(
+        lambda a, b: {"allOf": [
+            {"type": "object", "properties": {"a": a}, "required": ["a"]},
+            {"properties": {"b": b}, "required": ["b"]},
+        ]},
+        children, children,
+    )
+    return st.one_of(obj, arr, unique, any_of, one_of, all_of)
+
+
+_schemas = st.recursive(_leaf, _extend, max_leaves=12)
+
+
+@st.composite
+def _tool_schema(draw):
+    """An object schema, sometimes routing a property through ``$defs``."""
+    body = draw(_schemas)
+    if draw(st.booleans()):
+        return {"type": "object", "$defs": {"Thing": body},
+                "properties": {"thing": {"$ref": "#/$defs/Thing"}}, "required": ["thing"]}
+    return {"type": "object", "properties": {"x": body}, "required": ["x"],
+            "additionalProperties": False}
+
+
+@settings(max_examples=300, deadline=None)
+@given(schema=_schemas, seed=st.integers(0, 2**32))
+def test_generated_values_validate_against_any_supported_schema(schema, seed):
+    value = value_for_schema(schema, random.Random(seed))
+    jsonschema.Draft202012Validator(schema).validate(value)
+
+
+@settings(max_examples=150, deadline=None)
+@given(schema=_tool_schema(), seed=st.integers(0, 2**32))
+def test_generated_arguments_validate_against_the_tool_schema(schema, seed):
+    arguments = pol.arguments_for(schema, random.Random(seed))
+    jsonschema.Draft202012Validator(schema).validate(json.loads(arguments))
+
+
+@settings(max_examples=50, deadline=None)
+@given(schema=_tool_schema(), seed=st.integers(0, 2**16))
+def test_generated_arguments_are_deterministic(schema, seed):
+    assert pol.arguments_for(schema, random.Random(seed)) == pol.arguments_for(
+        schema, random.Random(seed)
+    )
