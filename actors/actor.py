@@ -1,25 +1,27 @@
 """The session actor: the only module of ``actors/`` that imports Ray.
 
 One ``SessionHost`` actor owns the state of the connections assigned to it — exactly one by
-default (``connections_per_actor``).  The socket holder (the gateway) calls ``open``,
-``feed`` (awaited in order: async actors run concurrent calls out of order), iterates the
-streaming ``frames`` generator, and calls ``close`` on disconnect, which cancels generation.
-Inference is a Serve deployment reached through a streaming ``DeploymentHandle``.
+default (``connections_per_actor``).  It terminates those WebSockets itself (the gateway
+hands the accepted socket over, see :mod:`actors.socket_server`), so client frames reach the
+session core without a Ray hop; the one hop per turn is the streaming call to the inference
+deployment through a Serve ``DeploymentHandle``.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator
 
 import ray
 from ray import serve
 
+from inference import tokenizer
 from inference.types import InferenceEvent, InferenceRequest
 
 from .config import SessionConfig
 from .connection import Connection
 from .session import Session
+from .socket_server import SocketServer
 
 
 class ServeInference:
@@ -30,10 +32,8 @@ class ServeInference:
         self._generate = handle.options(stream=True, method_name="generate")
         self._handle = handle
 
-    async def warm(self) -> list[dict]:
-        # The first call through a fresh handle costs ~100 ms (design.md §3): pay it before
-        # a connection is assigned, and learn the model ids at the same time.
-        return await self._handle.models.remote()
+    async def models(self) -> list[str]:
+        return [m["id"] for m in await self._handle.models.remote()]
 
     async def stream(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
         async for chunk in self._generate.remote(request):
@@ -45,33 +45,23 @@ class SessionHost:
     def __init__(self, config: SessionConfig) -> None:
         self._config = config
         self._inference = ServeInference(config)
-        self._models: Collection[str] = ()
-        self._connections: dict[str, Connection] = {}
+        self._models: list[str] = []
+        self._sockets = SocketServer(config, self._new_connection)
 
-    async def ready(self) -> int:
-        """Warm the inference handle; returns how many connections this actor may still take."""
-        self._models = [m["id"] for m in await self._inference.warm()]
-        return self._config.connections_per_actor - len(self._connections)
+    async def ready(self) -> str:
+        """Warm up before a connection is assigned; returns the handoff socket's path.
 
-    async def open(self, conn_id: str) -> None:
+        The first call through a fresh handle costs ~100 ms and loading the tokenizer
+        ~0.5 s (design.md §3): both are paid here, not on a client's first turn."""
+        self._models = await self._inference.models()
+        tokenizer.encode("warm up")
+        self._sockets.start()
+        return self._sockets.path
+
+    def _new_connection(self, conn_id: str) -> Connection:
         session = Session(self._config, self._models, session_key=conn_id, clock=time.time)
-        self._connections[conn_id] = Connection(session, self._inference)
+        return Connection(session, self._inference)
 
-    async def feed(self, conn_id: str, data: str | bytes) -> None:
-        conn = self._connections.get(conn_id)
-        if conn is not None:
-            conn.feed(data)
-
-    async def frames(self, conn_id: str) -> AsyncIterator[list[str]]:
-        conn = self._connections.get(conn_id)
-        if conn is None:
-            return
-        async for batch in conn.frames():
-            yield batch
-
-    async def close(self, conn_id: str) -> int:
-        """Drop the connection and cancel its generations; returns connections still hosted."""
-        conn = self._connections.pop(conn_id, None)
-        if conn is not None:
-            await conn.close()
-        return len(self._connections)
+    async def serve(self, conn_id: str) -> None:
+        """Run the handed-over WebSocket ``conn_id`` until it closes."""
+        await self._sockets.serve(conn_id)

@@ -13,5 +13,9 @@ class SessionConfig(BaseModel):
     strict_params: bool = Field(False, description="reject unknown top-level create fields")
     connections_per_actor: int = Field(1, ge=1, description="connections one session actor hosts")
     warm_actors: int = Field(1, ge=0, description="idle session actors kept ready per gateway")
+    max_frame_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="inbound frame cap; larger → close 1009")
+    connection_lifetime_s: float = Field(3600.0, gt=0, description="then websocket_connection_limit_reached")
+    ping_interval_s: float | None = Field(20.0, description="keepalive pings to detect dead peers; None disables")
+    ping_timeout_s: float | None = 20.0
     inference_app: str = Field("responses-ws", description="Serve application of the inference deployment")
     inference_deployment: str = "InferenceDeployment"

@@ -33,12 +33,13 @@ class Connection:
         self._inference = inference
         self._out: asyncio.Queue[str | None] = asyncio.Queue()
         self._tasks: set[asyncio.Task[None]] = set()
-        self.closed = False
+        self._accepting = True
+        self._closed = False
 
     # -- inbound
     def feed(self, data: str | bytes) -> None:
         """One client frame.  Never raises: bad input becomes an error event."""
-        if not self.closed:
+        if self._accepting:
             self._apply(self.session.on_frame(data))
 
     def _apply(self, fx: Effects) -> None:
@@ -78,11 +79,19 @@ class Connection:
                 batch.append(nxt)
             yield batch
 
+    def finish_with(self, frame: str) -> None:
+        """Send ``frame`` as the last one and end ``frames`` (e.g. the lifetime limit error)."""
+        if self._accepting:
+            self._accepting = False
+            self._out.put_nowait(frame)
+            self._out.put_nowait(None)
+
     async def close(self) -> None:
         """Cancel every running generation (frees the inference slots) and end ``frames``."""
-        if self.closed:
+        if self._closed:
             return
-        self.closed = True
+        self._closed = True
+        self._accepting = False
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()

@@ -1,10 +1,11 @@
 """The per-replica inference engine (pure Python; the Serve deployment wraps it).
 
 ``Engine.generate(request)`` turns one ``InferenceRequest`` into the stream described in
-``inference.types``: ``[Prefilled]`` at time-to-first-token, then items of
-``TextDelta``/``FunctionCallDelta`` paced by the profile, the last item ending with
-``Done``.  The output follows the scripted policy; time comes from the injected clock and
-sleeper, so a fake clock makes every emitted time exact in tests.
+``inference.types``: items of ``TextDelta``/``FunctionCallDelta`` paced by the profile,
+the first item led by ``Prefilled`` (it goes with the first token, when that token is due)
+and the last item ending with ``Done``; an answer that fits in one chunk is the single
+item ``[Prefilled, deltas..., Done]``.  The output follows the scripted policy; time comes
+from the injected clock and sleeper, so a fake clock makes every emitted time exact in tests.
 
 After a response completes, the prefix cache holds ``prompt + rendered output`` for the
 session, rendered with the same ``chat_format`` functions the session uses for output
@@ -63,7 +64,7 @@ class Engine:
 
         Raises ``ModelNotFound`` (unknown ``request.model``) or ``UnknownToolChoice`` before
         anything is yielded.  ``generate=False`` only prefills: the prompt is stored in the
-        prefix cache and the stream is ``[Prefilled]``, ``[Done("stop", 0, 0.0)]``.  If the
+        prefix cache and the stream is one item ``[Prefilled, Done("stop", 0, 0.0)]``.  If the
         consumer stops early (``aclose()``/cancellation) the exception propagates and the
         prefix cache is left as it was: only a finished response is stored.
         """
@@ -78,18 +79,21 @@ class Engine:
             cached = self._cache.lookup(request.session_key, prompt)
             prefill_ms = ttft_ms(profile, len(prompt), cached)
             t_first = t_start + prefill_ms / 1000.0
-            await self._sleeper.sleep_until(t_first)
-            yield [Prefilled(len(prompt), cached, queue_ms=0.0, prefill_ms=prefill_ms)]
+            prefilled = Prefilled(len(prompt), cached, queue_ms=0.0, prefill_ms=prefill_ms)
             if output is None:
+                await self._sleeper.sleep_until(t_first)
                 self._cache.store(request.session_key, prompt)
                 finished = True
-                yield [Done("stop", 0, 0.0)]
+                yield [prefilled, Done("stop", 0, 0.0)]
                 return
-            # aclosing: if we are closed mid-stream, close the inner generator now, not at GC.
+            # Prefilled rides in the first item (with the first token): one Ray item fewer
+            # per turn.  aclosing: if we are closed mid-stream, close the inner generator now.
+            first: list[InferenceEvent] = [prefilled]
             async with aclosing(self._decode(request, profile, output, t_first)) as stream:
                 async for events in stream:
                     finished = isinstance(events[-1], Done)
-                    yield events
+                    yield first + events
+                    first = []
         except (GeneratorExit, asyncio.CancelledError):
             if not finished:
                 self._cancelled += 1
@@ -113,6 +117,8 @@ class Engine:
         deadlines = token_deadlines(profile, t_first, n)
         chunker = Chunker(deadlines, t_first, profile.chunk_ms, profile.min_chunk_tokens)
         events: list[InferenceEvent] = []
+        if n == 0:
+            await self._sleeper.sleep_until(t_first)  # nothing to decode, prefill still costs
         async for start, end in paced_chunks(chunker, self._clock, self._sleeper):
             events = [e for s in streams if (e := s.take(start, end, n)) is not None]
             if end < n and events:  # a chunk holding only part of a character waits

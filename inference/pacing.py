@@ -85,8 +85,10 @@ def token_deadlines(profile: ModelProfile, t0: float, n: int) -> list[float]:
 class Chunker:
     """Groups due tokens into stream items (sans-I/O; the async driver is ``paced_chunks``).
 
-    An item is due when ``min_chunk_tokens`` pending tokens are due, or when ``chunk_ms``
-    has passed since the last item and at least one token is due, whichever comes first;
+    The first token goes out alone as soon as it is due (time to first token is not padded
+    by chunking).  After that an item is due when ``min_chunk_tokens`` pending tokens are
+    due, or when ``chunk_ms`` has passed since the last item and at least one token is due,
+    whichever comes first;
     the last tokens go out when the final one is due.  ``take(now)`` hands out *every*
     token due at ``now``, so a consumer that fell behind gets one larger item instead of a
     backlog of small ones.
@@ -99,7 +101,7 @@ class Chunker:
         self._chunk_s = chunk_ms / 1000.0
         self._min_tokens = max(1, min_chunk_tokens)
         self._sent = 0
-        self._last_emit = start
+        self._last_emit = start - self._chunk_s  # so the first token is never held back
 
     @property
     def sent(self) -> int:

@@ -117,7 +117,12 @@ def plan(request: InferenceRequest, policy: PolicyConfig) -> OutputPlan:
     if tool is not None:
         arguments = arguments_for(tool.parameters, rng)
         return OutputPlan((FunctionCallSegment(tool.name, arguments, tuple(encode(arguments))),))
-    return OutputPlan((TextSegment(text_answer(policy.text_tokens, rng)),))
+    # Never plan more text than can be sent: one token past ``max_output_tokens`` is enough
+    # for the engine to see the cut (the planned text is then a prefix of the uncut one).
+    n = policy.text_tokens
+    if request.max_output_tokens is not None:
+        n = min(n, request.max_output_tokens + 1)
+    return OutputPlan((TextSegment(text_answer(n, rng)),))
 
 
 def _tool_to_call(

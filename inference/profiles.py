@@ -40,9 +40,9 @@ class ModelProfile(BaseModel):
     refines this, e.g. refilling the bucket and load-dependent step time).  With
     ``burst_tokens == 0`` or ``burst_tokens_per_s is None`` there is no burst.
 
-    ``chunk_ms`` and ``min_chunk_tokens`` shape the stream, not the model: due tokens are
-    sent as one stream item when ``min_chunk_tokens`` are due or ``chunk_ms`` has passed
-    since the last item (design.md §3: tokens cross Ray in ~5 ms / >= 8-token chunks).
+    ``chunk_ms`` and ``min_chunk_tokens`` shape the stream, not the model: the first token
+    goes out alone when due; after it, due tokens are sent as one stream item when
+    ``min_chunk_tokens`` are due or ``chunk_ms`` has passed since the last item (design.md §3: tokens cross Ray in ~5 ms / >= 8-token chunks).
     """
 
     model_config = ConfigDict(extra="forbid")

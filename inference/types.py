@@ -7,7 +7,7 @@ output (design.md §3: tokens cross Ray in chunks, never one Ray message per tok
 
 Event order in one stream::
 
-    Prefilled                       (exactly once, at time-to-first-token)
+    Prefilled                       (exactly once, in the first item, with the first token)
     (TextDelta | FunctionCallDelta)*
     Done                            (exactly once, last)
 """

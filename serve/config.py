@@ -21,11 +21,7 @@ class ServerConfig(BaseModel):
 
     host: str = "127.0.0.1"
     port: int = Field(8765, ge=0, le=65535)
-    gateway_replicas: int = Field(1, ge=1, description="socket-terminating replicas (SO_REUSEPORT)")
-    max_frame_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="inbound frame cap; larger → close 1009")
-    connection_lifetime_s: float = Field(3600.0, gt=0, description="then websocket_connection_limit_reached")
-    ping_interval_s: float | None = Field(20.0, description="server keepalive pings; None disables")
-    ping_timeout_s: float | None = 20.0
+    gateway_replicas: int = Field(1, ge=1, description="gateway replicas sharing the port (SO_REUSEPORT)")
 
 
 class AppConfig(BaseModel):

@@ -1,9 +1,10 @@
-"""Ray Serve deployments of the server side: the only module of ``serve/`` importing Ray.
+"""Ray Serve deployment of the gateway: the only module of ``serve/`` importing Ray besides
+the composition root.
 
-``Gateway`` replicas terminate client sockets themselves: each runs uvicorn on the configured
-port (``SO_REUSEPORT``, so several replicas on one node share it) instead of going through
-Serve's HTTP proxy, which would add a proxy hop per frame and cap frames at 16 MiB
-(docs/architecture.md has the measurements behind this choice).
+A ``Gateway`` replica listens on the configured port itself (``SO_REUSEPORT``: replicas on
+one node share it) rather than behind Serve's HTTP proxy.  WebSocket upgrades are handed to
+session actors started on the same node (a file descriptor cannot cross nodes); HTTP is
+served in-process.  docs/architecture.md has the measurements behind this choice.
 """
 
 from __future__ import annotations
@@ -17,68 +18,69 @@ import ray
 import uvicorn
 from ray import serve
 from ray.serve.handle import DeploymentHandle
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.actor import SessionHost
+from actors.socket_server import send_socket
 
 from .app import build_app
 from .config import AppConfig
-from .pool import ActorPool
+from .front import Front, bind_socket
+from .pool import ActorPool, Lease
 
 log = logging.getLogger(__name__)
-
-
-def bind_socket(host: str, port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((host, port))
-    sock.listen(2048)
-    sock.setblocking(False)
-    return sock
 
 
 @serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=16)
 class Gateway:
     async def __init__(self, config: dict, inference: DeploymentHandle) -> None:
-        self._config = cfg = AppConfig.model_validate(config)
+        cfg = AppConfig.model_validate(config)
         self._inference = inference
         self._models: list[dict] | None = None
-        session_cfg = cfg.session
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         self._pool = ActorPool(
-            create=lambda: SessionHost.options(num_cpus=0).remote(session_cfg),
+            create=lambda: SessionHost.options(num_cpus=0, scheduling_strategy=here).remote(cfg.session),
             kill=lambda actor: ray.kill(actor, no_restart=True),
-            per_actor=session_cfg.connections_per_actor,
-            warm=session_cfg.warm_actors,
+            per_actor=cfg.session.connections_per_actor,
+            warm=cfg.session.warm_actors,
             prefix=uuid.uuid4().hex[:12],
         )
         await self._pool.warm_up()
-        app = build_app(cfg, self._pool, self._list_models)
-        server = cfg.server
-        self._server = uvicorn.Server(uvicorn.Config(
-            app,
-            lifespan="off",
-            log_level="warning",
-            access_log=False,
-            ws="websockets-sansio",
-            ws_max_size=server.max_frame_bytes,
-            ws_ping_interval=server.ping_interval_s,
-            ws_ping_timeout=server.ping_timeout_s,
-            ws_per_message_deflate=True,
-            timeout_graceful_shutdown=5,
-        ))
-        self._server.install_signal_handlers = lambda: None  # not the main thread
-        sock = bind_socket(server.host, server.port)
-        self._serving = asyncio.get_running_loop().create_task(self._server.serve(sockets=[sock]))
+        self._connections: set[asyncio.Task[None]] = set()
+        http = uvicorn.Config(build_app(self._list_models), lifespan="off", log_level="warning",
+                              access_log=False, timeout_keep_alive=30)
+        self._front = Front(bind_socket(cfg.server.host, cfg.server.port), http, self._handoff)
+        self._serving = asyncio.get_running_loop().create_task(self._front.run())
 
     async def _list_models(self) -> list[dict]:
         if self._models is None:
             self._models = await self._inference.models.remote()
         return self._models
 
+    async def _handoff(self, sock: socket.socket) -> None:
+        lease = await self._pool.acquire()
+        try:
+            send_socket(lease.host.handoff_path, lease.conn_id, sock)
+        finally:
+            sock.close()  # the actor holds its own copy now
+        task = asyncio.get_running_loop().create_task(self._run(lease))
+        self._connections.add(task)
+        task.add_done_callback(self._connections.discard)
+
+    async def _run(self, lease: Lease) -> None:
+        dead = False
+        try:
+            await lease.host.actor.serve.remote(lease.conn_id)
+        except Exception:  # noqa: BLE001 - the actor died; its connection is gone with it
+            log.exception("session actor failed")
+            dead = True
+        finally:
+            self._pool.release(lease, dead=dead)
+
     async def check_health(self) -> None:
         if self._serving.done():
-            raise RuntimeError("gateway server stopped")
+            raise RuntimeError("gateway listener stopped")
 
-    async def __del__(self) -> None:
-        self._server.should_exit = True
+    def __del__(self) -> None:
+        self._front.close()
         self._pool.shutdown()

@@ -1,11 +1,11 @@
 """Assigning connections to session actors.
 
-Creating an actor costs ~0.5 s and its first inference-handle call ~100 ms (design.md §3),
-so the pool keeps ``warm`` actors created and warmed ahead of demand; acquiring one is then a
-single call.  With ``per_actor == 1`` (the default) every connection gets a dedicated actor
-that is killed when the connection ends, so no state can outlive or leak across
-connections.  With ``per_actor > 1`` an actor hosts several connections and is reused while
-it has room.  Ray specifics (creating and killing actors) are injected.
+Creating an actor costs ~0.5 s and warming it (inference handle, tokenizer) more
+(design.md §3), so the pool keeps ``warm`` free connection slots on started, warmed actors;
+acquiring one is then free of Ray calls.  With ``per_actor == 1`` (the default) every
+connection gets a dedicated actor that is killed when the connection ends, so no state can
+outlive or leak across connections.  With ``per_actor > 1`` an actor hosts several
+connections and is reused while it has room.  Ray specifics are injected.
 """
 
 from __future__ import annotations
@@ -13,27 +13,24 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(slots=True)
-class _Host:
+@dataclass(eq=False, slots=True)
+class Host:
     actor: Any
+    handoff_path: str  # where the actor receives sockets
     free: int
 
 
 @dataclass(frozen=True, slots=True)
 class Lease:
-    host: _Host
+    host: Host
     conn_id: str
-
-    @property
-    def actor(self) -> Any:
-        return self.host.actor
 
 
 class ActorPool:
@@ -52,31 +49,31 @@ class ActorPool:
         self._warm = warm
         self._prefix = prefix
         self._ids = itertools.count()
-        self._hosts: list[_Host] = []  # hosts with at least one free slot, oldest first
+        self._hosts: list[Host] = []  # hosts with a free slot, oldest first
         self._starting: set[asyncio.Task[None]] = set()
 
-    async def _new_host(self) -> _Host:
+    async def _new_host(self) -> Host:
         actor = self._create()
         try:
-            free = await actor.ready.remote()
+            path = await actor.ready.remote()
         except BaseException:
             self._kill(actor)
             raise
-        return _Host(actor, free)
+        return Host(actor, path, self._per_actor)
 
     def _top_up(self) -> None:
-        """Keep ``warm`` idle slots ready, creating actors in the background."""
-        idle = sum(h.free for h in self._hosts) + len(self._starting) * self._per_actor
-        while idle < self._warm:
+        """Keep ``warm`` free slots ready, starting actors in the background."""
+        free = sum(h.free for h in self._hosts) + len(self._starting) * self._per_actor
+        while free < self._warm:
             task = asyncio.get_running_loop().create_task(self._add_host())
             self._starting.add(task)
             task.add_done_callback(self._starting.discard)
-            idle += self._per_actor
+            free += self._per_actor
 
     async def _add_host(self) -> None:
         try:
             self._hosts.append(await self._new_host())
-        except Exception:  # noqa: BLE001 - the next acquire creates one on demand
+        except Exception:  # noqa: BLE001 - the next acquire starts one on demand
             log.exception("could not start a session actor")
 
     async def acquire(self) -> Lease:
@@ -87,30 +84,22 @@ class ActorPool:
         host.free -= 1
         if host.free == 0:
             self._hosts.remove(host)
-        conn_id = f"{self._prefix}-{next(self._ids)}"
-        await host.actor.open.remote(conn_id)
         self._top_up()
-        return Lease(host, conn_id)
+        return Lease(host, f"{self._prefix}-{next(self._ids)}")
 
-    async def release(self, lease: Lease) -> None:
+    def release(self, lease: Lease, *, dead: bool = False) -> None:
+        """The connection ended; a dedicated (or dead) actor is killed, a shared one reused."""
         host = lease.host
-        try:
-            remaining = await host.actor.close.remote(lease.conn_id)
-        except Exception:  # noqa: BLE001 - a dead actor is simply dropped
-            remaining = 0
-            host.free = -1
-        if self._per_actor == 1 or host.free < 0 or (remaining == 0 and self._spare() >= self._warm):
+        host.free += 1
+        idle = host.free == self._per_actor
+        others = sum(h.free for h in self._hosts if h is not host)
+        if dead or self._per_actor == 1 or (idle and others >= self._warm):
             if host in self._hosts:
                 self._hosts.remove(host)
             self._kill(host.actor)
-            self._top_up()
-            return
-        host.free += 1
-        if host not in self._hosts:
+        elif host not in self._hosts:
             self._hosts.append(host)
-
-    def _spare(self) -> int:
-        return sum(h.free for h in self._hosts)
+        self._top_up()
 
     async def warm_up(self) -> None:
         self._top_up()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import socket
 
 import pytest
@@ -18,9 +17,9 @@ def free_port() -> int:
 def ray_cluster():
     import ray
 
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=200 * 1024 * 1024,
-             log_to_driver=False)
+    from serve.builder import init_ray
+
+    init_ray(object_store_mb=200, num_cpus=2)
     yield ray
     from ray import serve
 

@@ -65,7 +65,8 @@ def test_stream_is_prefilled_then_text_deltas_then_done(engine):
     chunks = run(engine, request())
     events = events_of(chunks)
     assert_event_types(events, Prefilled, TextDelta, Done)
-    assert chunks[0] == [events[0]]  # Prefilled travels alone, at time to first token
+    # Prefilled rides in the first item, together with the first token (which goes alone)
+    assert [type(e) for e in chunks[0]] == [Prefilled, TextDelta] and chunks[0][1].tokens == 1
     assert sum(isinstance(e, Done) for e in events) == 1
     assert isinstance(chunks[-1][-1], Done) and len(chunks[-1]) > 1  # Done rides the last chunk
 
@@ -79,14 +80,17 @@ def test_text_deltas_concatenate_to_the_planned_tokens(engine):
     assert events[-1].finish_reason == "stop"
 
 
-def test_prefilled_arrives_at_ttft_and_done_when_the_last_token_is_due(engine, clock):
+def test_prefilled_arrives_with_the_first_token_and_done_when_the_last_token_is_due(
+    engine, clock
+):
     clock.t = 100.0
     timed = run(engine, request(), clock)
     p = engine.config.profile("emu-test")
     t_first = 100.0 + (p.prefill_overhead_ms + len(PROMPT) * 1000 / p.prefill_tokens_per_s) / 1000
     prefilled = timed[0][1][0]
     assert prefilled == Prefilled(len(PROMPT), 0, 0.0, pytest.approx((t_first - 100.0) * 1000))
-    assert timed[0][0] == pytest.approx(t_first, abs=1e-9)
+    # the first item goes when the first token is due: TTFT plus one token-time, not later
+    assert timed[0][0] == pytest.approx(t_first + decode_s(p, 1), abs=1e-9)
     n = engine.config.policy.text_tokens
     assert timed[-1][0] == pytest.approx(t_first + decode_s(p, n), abs=1e-9)
     assert timed[-1][1][-1].decode_ms == pytest.approx(decode_s(p, n) * 1000)
@@ -94,14 +98,21 @@ def test_prefilled_arrives_at_ttft_and_done_when_the_last_token_is_due(engine, c
 
 def test_chunks_follow_the_pacing_schedule(engine, clock):
     timed = run(engine, request(), clock)
-    p = engine.config.profile("emu-test")
-    t_first = timed[0][0]
-    deadlines = token_deadlines(p, t_first, engine.config.policy.text_tokens)
+    p = engine.config.profile("emu-test")  # 1000 tok/s, chunk_ms 5, min_chunk_tokens 8
+    t_first = (p.prefill_overhead_ms + len(PROMPT) * 1000 / p.prefill_tokens_per_s) / 1000
+    n = engine.config.policy.text_tokens  # 40: token i is due at t_first + (i + 1) ms
+    deadlines = token_deadlines(p, t_first, n)
+    # token 0 alone at 1 ms, then every 5 ms (only 5 tokens per window, min 8 never hit),
+    # and the last 4 tokens with Done when token 39 is due at 40 ms
+    expected_ms = (1, 6, 11, 16, 21, 26, 31, 36, 40)
+    assert [t for t, _ in timed] == [
+        pytest.approx(t_first + ms / 1000, abs=1e-9) for ms in expected_ms
+    ]
     sent = 0
-    for t, chunk in timed[1:]:
+    for t, chunk in timed:
         sent += sum(e.tokens for e in chunk if isinstance(e, TextDelta))
         assert t >= deadlines[sent - 1]  # never before a token is due
-    assert len(timed) > 3  # several chunks, not one blob
+    assert sent == n
 
 
 def test_function_call_streams_its_arguments_and_finishes_with_tool_calls(engine):
@@ -131,15 +142,37 @@ def test_max_output_tokens_equal_to_the_answer_is_not_a_cut(engine):
 
 
 def test_max_output_tokens_zero_emits_nothing(engine):
-    assert events_of(run(engine, request(max_output_tokens=0)))[1:] == [
-        Done("max_output_tokens", 0, 0.0)
+    chunks = run(engine, request(max_output_tokens=0))
+    assert len(chunks) == 1 and isinstance(chunks[0][0], Prefilled)
+    assert chunks[0][1:] == [Done("max_output_tokens", 0, 0.0)]
+
+
+def test_an_answer_that_fits_in_one_chunk_is_a_single_item(engine, clock):
+    clock.t = 100.0
+    full = plan(request(), engine.config.policy).segments[0].token_ids
+    timed = run(engine, request(max_output_tokens=1), clock)
+    p = engine.config.profile("emu-test")
+    prefill_ms = p.prefill_overhead_ms + len(PROMPT) * 1000 / p.prefill_tokens_per_s
+    assert len(timed) == 1
+    t, chunk = timed[0]
+    assert chunk == [
+        Prefilled(len(PROMPT), 0, 0.0, pytest.approx(prefill_ms)),
+        TextDelta(decode(full[:1]), 1),
+        Done("max_output_tokens", 1, pytest.approx(decode_s(p, 1) * 1000)),
     ]
+    assert t == pytest.approx(100.0 + prefill_ms / 1000 + decode_s(p, 1), abs=1e-9)
 
 
 def test_prefill_only_request_caches_the_prompt_and_emits_no_output(engine, clock):
-    chunks = run(engine, request(generate=False))
-    assert chunks[1:] == [[Done("stop", 0, 0.0)]]
-    assert isinstance(chunks[0][0], Prefilled)
+    clock.t = 100.0
+    timed = run(engine, request(generate=False), clock)
+    p = engine.config.profile("emu-test")
+    prefill_ms = p.prefill_overhead_ms + len(PROMPT) * 1000 / p.prefill_tokens_per_s
+    # the whole stream is one item, sent at time to first token
+    assert [chunk for _, chunk in timed] == [
+        [Prefilled(len(PROMPT), 0, 0.0, pytest.approx(prefill_ms)), Done("stop", 0, 0.0)]
+    ]
+    assert timed[0][0] == pytest.approx(100.0 + prefill_ms / 1000, abs=1e-9)
     later = run(engine, request(prompt_token_ids=PROMPT + tuple(encode(" more"))))
     assert later[0][0].cached_tokens == len(PROMPT)
 

@@ -65,22 +65,44 @@ def test_no_burst_rate_means_no_burst(make_profile):
 # --- chunking --------------------------------------------------------------------------
 
 
+def test_the_first_token_goes_out_alone_as_soon_as_it_is_due():
+    d = [(i + 1) / 1000 for i in range(20)]
+    chunker = Chunker(d, 0.0, chunk_ms=5, min_chunk_tokens=8)
+    assert chunker.next_emit_time() == d[0]  # not held for a window or for 8 tokens
+    assert chunker.take(d[0]) == (0, 1)
+    assert chunker.next_emit_time() == approx(d[0] + 0.005)  # then the window rule
+
+
+def test_at_1000_tok_s_items_follow_the_5_ms_window_after_the_first_token(make_profile, clock):
+    # Token i is due at (i + 1) ms.  Token 0 alone at 1 ms; then every 5 ms (only 5 tokens
+    # come due per window, so min 8 is never hit); the last 4 when token 19 is due at 20 ms.
+    p = make_profile(decode_tokens_per_s=1000, min_chunk_tokens=8, chunk_ms=5)
+    d = token_deadlines(p, 0.0, 20)
+    items = drain(Chunker(d, 0.0, p.chunk_ms, p.min_chunk_tokens), clock)
+    assert [(s, e) for _, s, e in items] == [(0, 1), (1, 6), (6, 11), (11, 16), (16, 20)]
+    assert [t for t, _, _ in items] == [
+        approx(x) for x in (0.001, 0.006, 0.011, 0.016, 0.020)
+    ]
+
+
 def test_a_chunk_goes_out_when_min_chunk_tokens_are_due(make_profile, clock):
-    # 4096 tok/s: 8 tokens are due after 1.953 ms, well before the 5 ms window.
+    # 4096 tok/s: after the lone first token, 8 more tokens are due 1.953 ms later, well
+    # before the 5 ms window; the last 3 go when the final token is due.
     p = make_profile(decode_tokens_per_s=4096, min_chunk_tokens=8, chunk_ms=5)
     d = token_deadlines(p, 0.0, 20)
     items = drain(Chunker(d, 0.0, p.chunk_ms, p.min_chunk_tokens), clock)
-    assert [(s, e) for _, s, e in items] == [(0, 8), (8, 16), (16, 20)]
-    assert [t for t, _, _ in items] == [d[7], d[15], d[19]]
+    assert [(s, e) for _, s, e in items] == [(0, 1), (1, 9), (9, 17), (17, 20)]
+    assert [t for t, _, _ in items] == [d[0], d[8], d[16], d[19]]
 
 
 def test_a_chunk_goes_out_when_the_window_passes(make_profile, clock):
-    # 1024 tok/s and a window of exactly 8 token-times: 8 tokens per item, min 16 never hit.
+    # 1024 tok/s and a window of exactly 8 token-times: after the lone first token, 8 tokens
+    # per item (min 16 never hit), then the last 3 when the final token is due.
     p = make_profile(decode_tokens_per_s=1024, min_chunk_tokens=16, chunk_ms=7.8125)
     d = token_deadlines(p, 0.0, 20)
     items = drain(Chunker(d, 0.0, p.chunk_ms, p.min_chunk_tokens), clock)
-    assert [(s, e) for _, s, e in items] == [(0, 8), (8, 16), (16, 20)]
-    assert [t for t, _, _ in items] == [8 / 1024, 16 / 1024, 20 / 1024]
+    assert [(s, e) for _, s, e in items] == [(0, 1), (1, 9), (9, 17), (17, 20)]
+    assert [t for t, _, _ in items] == [1 / 1024, 9 / 1024, 17 / 1024, 20 / 1024]
 
 
 def test_slow_decode_sends_each_token_when_it_is_due(make_profile, clock):

@@ -1,0 +1,120 @@
+"""The gateway's listening socket: WebSocket upgrades go to session actors, HTTP to uvicorn.
+
+Each accepted connection's request head is *peeked* (``MSG_PEEK``, nothing consumed).  A
+WebSocket upgrade of ``/v1/responses`` is handed, still unread, to a session actor on this
+node (:func:`actors.socket_server.send_socket`); everything else is served in-process by
+uvicorn's HTTP protocol with the ASGI app.  No Ray here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Awaitable, Callable
+
+import uvicorn
+from uvicorn.server import ServerState
+
+from actors.socket_server import RESPONSES_PATH
+
+log = logging.getLogger(__name__)
+
+MAX_HEAD = 64 * 1024
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening socket several gateway replicas on one node can share (SO_REUSEPORT)."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock
+
+
+def is_responses_upgrade(head: bytes) -> bool:
+    """Is this request head a WebSocket upgrade of the Responses endpoint?"""
+    lines = head.split(b"\r\n")
+    parts = lines[0].split(b" ")
+    if len(parts) != 3 or parts[0] != b"GET":
+        return False
+    path = parts[1].split(b"?", 1)[0].rstrip(b"/").decode("latin-1")
+    if path != RESPONSES_PATH:
+        return False
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"upgrade" and value.strip().lower() == b"websocket":
+            return True
+    return False
+
+
+async def peek_head(sock: socket.socket, timeout: float = 10.0) -> bytes:
+    """The request head (up to the blank line) without consuming it; b"" if the peer closed."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        readable = loop.create_future()
+        loop.add_reader(sock.fileno(), _set_once, readable)
+        try:
+            await asyncio.wait_for(readable, max(0.0, deadline - loop.time()))
+        finally:
+            loop.remove_reader(sock.fileno())
+        data = sock.recv(MAX_HEAD, socket.MSG_PEEK)
+        if not data or b"\r\n\r\n" in data or len(data) >= MAX_HEAD:
+            return data
+        await asyncio.sleep(0.001)  # partial head: more bytes are on their way
+
+
+class Front:
+    def __init__(
+        self,
+        listener: socket.socket,
+        http_config: uvicorn.Config,
+        handoff: Callable[[socket.socket], Awaitable[None]],
+    ) -> None:
+        self._listener = listener
+        self._http = http_config
+        self._http.load()
+        self._state = ServerState()
+        self._handoff = handoff
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            sock, _ = await loop.sock_accept(self._listener)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            task = loop.create_task(self._dispatch(sock))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _dispatch(self, sock: socket.socket) -> None:
+        try:
+            head = await peek_head(sock)
+            if head and is_responses_upgrade(head):
+                await self._handoff(sock)
+                return
+            if not head:
+                sock.close()
+                return
+            protocol = self._http.http_protocol_class(  # type: ignore[operator]
+                config=self._http, server_state=self._state, app_state={})
+            await asyncio.get_running_loop().connect_accepted_socket(lambda: protocol, sock)
+        except Exception:  # noqa: BLE001 - one bad client must not stop the listener
+            log.exception("dispatching a connection failed")
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        self._listener.close()
+
+
+def _set_once(fut: asyncio.Future[None]) -> None:
+    # A reader callback can fire again before it is removed.
+    if not fut.done():
+        fut.set_result(None)
