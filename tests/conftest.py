@@ -21,10 +21,7 @@ def ray_cluster():
 
     init_ray(object_store_mb=200, num_cpus=2)
     yield ray
-    from ray import serve
-
-    serve.shutdown()
-    ray.shutdown()
+    ray.shutdown()  # takes Serve and every actor with it
 
 
 def start_app(name: str, **overrides) -> str:

@@ -1,0 +1,167 @@
+"""WebSocket mode with a raw ``websockets`` client: bad input, limits, disconnects.
+
+Test names carry the spec §7 check numbers they cover.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+import websockets
+from ray import serve
+from websockets.exceptions import ConnectionClosed
+
+from tests.conftest import start_app
+
+from .wire import raw_collect, validated
+
+MODEL = "emu-fast"
+LIMITS_APP = "rws-limits"
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def create(**body) -> str:
+    return json.dumps({"type": "response.create", "model": MODEL, "store": False, **body})
+
+
+@pytest.fixture(scope="module")
+def limits_url(ray_cluster):
+    """A second app with a 2 s connection lifetime and a 64 KiB frame cap."""
+    url = start_app(LIMITS_APP, **{"session.connection_lifetime_s": 2.0,
+                                   "session.max_frame_bytes": 64 * 1024})
+    yield url.replace("http://", "ws://") + "/v1/responses"
+    serve.delete(LIMITS_APP)
+
+
+@pytest.mark.parametrize("frame, code, param", [
+    ("{oops", "invalid_json", None),
+    (json.dumps({"type": "response.cancel"}), "unknown_event_type", "type"),
+    (create(input="x", background=True), "invalid_value", "background"),
+    (create(input="x", stream_id=""), "invalid_stream_id", "stream_id"),
+    (create(input="x", stream_id="x" * 257), "invalid_stream_id", "stream_id"),
+    (create(input="x", stream_id="a b"), "invalid_stream_id", "stream_id"),
+    (create(input="x", stream_id=7), "invalid_stream_id", "stream_id"),
+    (create(input=[{"type": "message", "role": "user", "content": 5}]), "invalid_type", "input[0].content"),
+])
+def test_check_10_11_12_43_bad_frames_get_400_and_the_socket_stays_usable(ws_url, frame, code, param):
+    async def main():
+        async with websockets.connect(ws_url) as ws:
+            await ws.send(frame)
+            (err,) = await raw_collect(ws)
+            await ws.send(create(input="still here"))
+            return err, await raw_collect(ws)
+
+    err, after = run(main())
+    assert err["type"] == "error" and err["status"] == 400
+    assert err["error"]["code"] == code and err["error"]["param"] == param
+    assert err["error"]["type"] == "invalid_request_error" and "stream_id" not in err
+    assert after[0]["type"] == "response.created" and after[-1]["type"] == "response.completed"
+
+
+def test_response_processed_is_ignored(ws_url):
+    async def main():
+        async with websockets.connect(ws_url) as ws:
+            await ws.send(json.dumps({"type": "response.processed", "response_id": "resp_x"}))
+            await ws.send(create(input="hi"))
+            return await raw_collect(ws)
+
+    assert run(main())[0]["type"] == "response.created"
+
+
+def test_check_05_upgrade_with_or_without_permessage_deflate(ws_url):
+    async def main(compression):
+        async with websockets.connect(ws_url, compression=compression) as ws:
+            await ws.send(create(input="hi"))
+            return await raw_collect(ws)
+
+    assert run(main("deflate"))[-1]["type"] == "response.completed"
+    assert run(main(None))[-1]["type"] == "response.completed"
+
+
+def test_check_04_api_key_header_is_accepted(ws_url):
+    async def main():
+        async with websockets.connect(ws_url, additional_headers={"api-key": "azure-style"}) as ws:
+            await ws.send(create(input="hi"))
+            return await raw_collect(ws)
+
+    assert run(main())[-1]["type"] == "response.completed"
+
+
+def test_other_paths_are_not_upgraded(server_url):
+    async def main():
+        url = server_url.replace("http://", "ws://") + "/v1/other"
+        async with websockets.connect(url):
+            pass
+
+    with pytest.raises(websockets.exceptions.InvalidStatus) as exc:
+        run(main())
+    assert exc.value.response.status_code >= 400  # refused: no socket opens
+
+
+def test_check_50_client_disconnect_mid_response_cancels_generation(ws_url):
+    handle = serve.get_deployment_handle("InferenceDeployment", app_name="responses-ws")
+    before = handle.stats.remote().result()
+
+    async def main():
+        async with websockets.connect(ws_url) as ws:
+            # emu-gpu at ~65 tok/s: a long answer is still streaming when we leave.
+            await ws.send(create(model="emu-gpu", input="write an essay", max_output_tokens=4000))
+            while validated(await ws.recv())["type"] != "response.output_text.delta":
+                pass
+        # the socket is closed here, mid-response
+
+    run(main())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        after = handle.stats.remote().result()
+        if after["cancelled"] > before["cancelled"] and after["active"] == 0:
+            break
+        time.sleep(0.1)
+    assert after["cancelled"] == before["cancelled"] + 1
+    assert after["active"] == 0, "the batch slot was freed"
+
+
+def test_check_07_47_48_idle_connection_lives_until_the_lifetime_then_gets_the_limit_error(limits_url):
+    async def main():
+        async with websockets.connect(limits_url) as ws:
+            t0 = time.monotonic()
+            raw = await ws.recv()  # nothing is sent until the lifetime passes
+            waited = time.monotonic() - t0
+            with pytest.raises(ConnectionClosed) as closed:
+                await ws.recv()
+            return waited, validated(raw), closed.value
+
+    waited, err, closed = run(main())
+    assert 1.5 < waited < 5
+    assert err == {"type": "error", "status": 400, "error": {
+        "type": "invalid_request_error", "code": "websocket_connection_limit_reached",
+        "message": f"Responses websocket connection limit reached ({2 / 60:g} minutes). "
+                   "Create a new websocket connection to continue.", "param": None}}
+    assert closed.rcvd.code == 1000
+
+
+def test_frame_over_the_cap_closes_with_1009(limits_url):
+    async def main():
+        async with websockets.connect(limits_url, max_size=None) as ws:
+            await ws.send(create(input="x" * (65 * 1024)))
+            with pytest.raises(ConnectionClosed) as closed:
+                await ws.recv()
+            return closed.value
+
+    assert run(main()).rcvd.code == 1009
+
+
+def test_new_connection_after_a_close_works_immediately(ws_url):
+    async def main():
+        for _ in range(3):
+            async with websockets.connect(ws_url) as ws:
+                await ws.send(create(input="hi"))
+                assert (await raw_collect(ws))[-1]["type"] == "response.completed"
+
+    run(main())

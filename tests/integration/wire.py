@@ -1,0 +1,64 @@
+"""Client-side helpers for integration tests: strict validation of every received frame."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from openai.types.responses import ResponsesServerEvent
+from pydantic import TypeAdapter
+
+SERVER_EVENT: TypeAdapter[Any] = TypeAdapter(ResponsesServerEvent)
+TERMINAL = {"response.completed", "response.incomplete", "response.failed", "error"}
+
+TOOLS = [{
+    "type": "function", "name": "read_file", "description": "Read a file from the repository",
+    "parameters": {"type": "object", "properties": {
+        "path": {"type": "string", "minLength": 1},
+        "max_lines": {"type": "integer", "minimum": 1, "maximum": 500},
+    }, "required": ["path", "max_lines"], "additionalProperties": False},
+    "strict": True,
+}]
+
+
+def validated(raw: str | bytes) -> dict[str, Any]:
+    """One server frame: must be a JSON object that validates strictly as an SDK server event."""
+    assert isinstance(raw, str), "server frames must be text frames"
+    data = json.loads(raw)
+    SERVER_EVENT.validate_python(data, strict=True)
+    return data
+
+
+def collect(conn: Any) -> list[dict[str, Any]]:
+    """Frames of one response from an openai SDK connection, up to its terminal event."""
+    out = []
+    while True:
+        ev = validated(conn.recv_bytes().decode())
+        out.append(ev)
+        if ev["type"] in TERMINAL:
+            return out
+
+
+async def acollect(conn: Any) -> list[dict[str, Any]]:
+    out = []
+    while True:
+        ev = validated((await conn.recv_bytes()).decode())
+        out.append(ev)
+        if ev["type"] in TERMINAL:
+            return out
+
+
+async def raw_collect(ws: Any) -> list[dict[str, Any]]:
+    """Frames of one response from a raw ``websockets`` client."""
+    out = []
+    while True:
+        ev = validated(await ws.recv())
+        out.append(ev)
+        if ev["type"] in TERMINAL:
+            return out
+
+
+def outputs_for(response: dict[str, Any], text: str = "ok") -> list[dict[str, Any]]:
+    """The client's tool results for every function call of ``response``."""
+    return [{"type": "function_call_output", "call_id": item["call_id"], "output": text}
+            for item in response["output"] if item["type"] == "function_call"]

@@ -1,0 +1,84 @@
+"""Connection-to-actor assignment, with actor creation and killing behind the pool's seams."""
+
+from __future__ import annotations
+
+import asyncio
+
+from serve.pool import ActorPool
+
+
+class FakeActor:
+    """Stands in for a SessionHost handle: only ``ready.remote()`` is used by the pool."""
+
+    made = 0
+
+    def __init__(self) -> None:
+        FakeActor.made += 1
+        self.name = f"actor-{FakeActor.made}"
+        outer = self
+
+        class _Ready:
+            async def remote(self) -> str:
+                return f"\0{outer.name}"
+
+        self.ready = _Ready()
+
+
+def make_pool(per_actor: int, warm: int) -> tuple[ActorPool, list]:
+    killed: list = []
+    return ActorPool(FakeActor, killed.append, per_actor=per_actor, warm=warm, prefix="t"), killed
+
+
+def test_dedicated_actors_are_never_shared_and_are_killed_when_the_connection_ends():
+    async def main():
+        pool, killed = make_pool(per_actor=1, warm=1)
+        await pool.warm_up()
+        a, b = await pool.acquire(), await pool.acquire()
+        assert a.host.actor is not b.host.actor and a.conn_id != b.conn_id
+        pool.release(a)
+        assert killed == [a.host.actor]
+        await asyncio.sleep(0)
+        pool.shutdown()
+
+    asyncio.run(main())
+
+
+def test_shared_actors_host_up_to_per_actor_connections():
+    async def main():
+        pool, killed = make_pool(per_actor=2, warm=0)
+        leases = [await pool.acquire() for _ in range(3)]
+        assert leases[0].host is leases[1].host and leases[2].host is not leases[0].host
+        pool.release(leases[0])
+        made = FakeActor.made
+        again = await pool.acquire()
+        assert FakeActor.made == made and again.host in {leases[0].host, leases[2].host}, \
+            "a shared actor with room is reused, none is started"
+        for lease in (again, leases[1], leases[2]):
+            pool.release(lease)
+        assert len(killed) == 2 and not set(killed) - {leases[0].host.actor, leases[2].host.actor}, \
+            "idle actors beyond the warm count are stopped"
+
+    asyncio.run(main())
+
+
+def test_warm_slots_are_refilled_in_the_background():
+    async def main():
+        pool, _ = make_pool(per_actor=1, warm=2)
+        await pool.warm_up()
+        made = FakeActor.made
+        await pool.acquire()
+        await asyncio.sleep(0.01)
+        assert FakeActor.made == made + 1, "one replacement started for the slot taken"
+
+    asyncio.run(main())
+
+
+def test_a_dead_actor_is_dropped():
+    async def main():
+        pool, killed = make_pool(per_actor=4, warm=0)
+        lease = await pool.acquire()
+        pool.release(lease, dead=True)
+        assert killed == [lease.host.actor]
+        assert (await pool.acquire()).host is not lease.host
+
+    asyncio.run(main())
