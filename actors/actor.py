@@ -32,8 +32,14 @@ class ServeInference:
         self._generate = handle.options(stream=True, method_name="generate")
         self._handle = handle
 
-    async def models(self) -> list[str]:
-        return [m["id"] for m in await self._handle.models.remote()]
+    async def warm(self) -> list[str]:
+        """Pay the first-call costs of both handle paths (~100–300 ms) before any client
+        does, with a prefill-only request outside any session; returns the model ids."""
+        models = [m["id"] for m in await self._handle.models.remote()]
+        probe = InferenceRequest(request_id="warm-up", model=models[0], prompt_token_ids=[], generate=False)
+        async for _ in self.stream(probe):
+            pass
+        return models
 
     async def stream(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
         async for chunk in self._generate.remote(request):
@@ -51,9 +57,9 @@ class SessionHost:
     async def ready(self) -> str:
         """Warm up before a connection is assigned; returns the handoff socket's path.
 
-        The first call through a fresh handle costs ~100 ms and loading the tokenizer
-        ~0.5 s (design.md §3): both are paid here, not on a client's first turn."""
-        self._models = await self._inference.models()
+        The first calls through a fresh handle and loading the tokenizer cost up to a
+        second (design.md §3): they are paid here, not on a client's first turn."""
+        self._models = await self._inference.warm()
         tokenizer.encode("warm up")
         self._sockets.start()
         return self._sockets.path
