@@ -15,7 +15,7 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Iterator
 
 from websockets.asyncio.server import Server, ServerConnection
 from websockets.exceptions import ConnectionClosed
@@ -148,10 +148,14 @@ class SocketServer:
         conn.finish_with(encode(error_event(ConnectionLimitReached(minutes))))
 
     async def _send_loop(self, ws: ServerConnection, conn: Connection) -> None:
+        sock = ws.transport.get_extra_info("socket")
         try:
             async for batch in conn.frames():
-                for frame in batch:
-                    await ws.send(frame)
+                # Cork the socket so the frames of one batch leave in as few segments as
+                # possible (one client wake-up instead of one per event).
+                with _corked(sock, len(batch) > 1):
+                    for frame in batch:
+                        await ws.send(frame)
             # frames() ended without a client close: the server ends the connection (1000).
             await ws.close(1000)
         except ConnectionClosed:
@@ -161,6 +165,23 @@ class SocketServer:
         if self._accepting is not None:
             self._accepting.cancel()
         self._listener.close()
+
+
+@contextlib.contextmanager
+def _corked(sock: socket.socket | None, enabled: bool) -> Iterator[None]:
+    if not enabled or sock is None:
+        yield
+        return
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+    except OSError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)
 
 
 def _set_once(fut: asyncio.Future[None]) -> None:
