@@ -205,6 +205,7 @@ class Session:
                 max_output_tokens=create.max_output_tokens,
                 generate=generate,
                 session_key=self.session_key,
+                metadata=tuple(sorted((create.metadata or {}).items())),
             ),
             builder=ResponseBuilder(response, stream_id=lane_name, clock=self._clock),
             parent=parent,

@@ -49,6 +49,7 @@ class InferenceRequest:
     max_output_tokens: int | None = None
     generate: bool = True
     session_key: str | None = None
+    metadata: tuple[tuple[str, str], ...] = ()  # the create's ``metadata``, for per-request knobs
 
 
 @dataclass(frozen=True, slots=True)
