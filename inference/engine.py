@@ -7,23 +7,33 @@ and the last item ending with ``Done``; an answer that fits in one chunk is the 
 item ``[Prefilled, deltas..., Done]``.  The output follows the scripted policy; time comes
 from the injected clock and sleeper, so a fake clock makes every emitted time exact in tests.
 
-After a response completes, the prefix cache holds ``prompt + rendered output`` for the
-session, rendered with the same ``chat_format`` functions the session uses for output
-items; the next turn's prompt therefore starts with it and is a full-prefix hit.
+One request's life (docs/emulator.md):
+
+1. it joins its model's batch (``batching.Batch``) or waits FIFO for a slot;
+2. once admitted, the prefix cache is consulted; prefill takes
+   ``(overhead + uncached * cost) * request jitter``;
+3. its tokens are due on a ``DecodeSchedule`` whose step factor follows the batch size;
+   due tokens go out in chunks (``pacing.Chunker``);
+4. the slot is freed when the last token is sent or the consumer goes away.
+
+The prompt's blocks enter the prefix cache when prefill completes; after the response
+completes the cache also holds the rendered output, rendered with the same ``chat_format``
+functions the session uses for output items, so the next turn's prompt starts with it.
 """
 
 from __future__ import annotations
 
 import asyncio
 from array import array
-from collections.abc import AsyncIterator, Sequence
-from contextlib import aclosing
-from typing import Any
+from collections.abc import AsyncIterator, Hashable, Sequence
+from typing import Any, Protocol
 
 from inference import chat_format
-from inference.pacing import Chunker, Clock, Sleeper, paced_chunks, token_deadlines, ttft_ms
-from inference.policy import FunctionCallSegment, OutputPlan, Segment, plan
-from inference.prefix_cache import PrefixCache
+from inference.batching import Batch, DecodeSchedule
+from inference.jitter import RequestJitter
+from inference.pacing import Chunker, Clock, Sleeper, decode_work, paced_chunks, ttft_ms
+from inference.policy import FunctionCallSegment, Segment, plan, policy_for
+from inference.prefix_cache import PrefixCache, reported_cached_tokens
 from inference.profiles import InferenceConfig, ModelProfile
 from inference.tokenizer import Detokenizer
 from inference.types import (
@@ -37,19 +47,64 @@ from inference.types import (
 )
 
 
-class Engine:
-    """One replica's engine: latency model, prefix cache and scripted output."""
+class Observer(Protocol):
+    """Where the engine reports measurements (the deployment sends them to Ray metrics)."""
 
-    def __init__(self, config: InferenceConfig, clock: Clock, sleeper: Sleeper) -> None:
+    def first_token(self, model: str, ttft_s: float) -> None:
+        """Arrival to first token sent, queueing included."""
+
+    def tokens(self, model: str, n: int, itl_s: float) -> None:
+        """``n`` tokens sent in one item, ``itl_s`` apart on average since the last item."""
+
+    def batch(self, model: str, running: int, waiting: int) -> None:
+        """The model's batch changed."""
+
+    def prefix(self, hit_blocks: int, miss_blocks: int, evicted_blocks: int) -> None:
+        """Prefix-cache block counts of one lookup or insert."""
+
+
+class NullObserver:
+    def first_token(self, model: str, ttft_s: float) -> None:
+        pass
+
+    def tokens(self, model: str, n: int, itl_s: float) -> None:
+        pass
+
+    def batch(self, model: str, running: int, waiting: int) -> None:
+        pass
+
+    def prefix(self, hit_blocks: int, miss_blocks: int, evicted_blocks: int) -> None:
+        pass
+
+
+class Engine:
+    """One replica's engine: batches, latency model, prefix cache and scripted output."""
+
+    def __init__(
+        self,
+        config: InferenceConfig,
+        clock: Clock,
+        sleeper: Sleeper,
+        observer: Observer | None = None,
+        replica: str = "",
+    ) -> None:
         self._config = config
         self._clock = clock
         self._sleeper = sleeper
-        self._cache = PrefixCache(config.prefix_cache_sessions)
+        self._observer: Observer = observer or NullObserver()
+        self._replica = replica
+        pc = config.prefix_cache
+        self._cache = PrefixCache(pc.capacity_blocks, pc.block_tokens)
+        self._batches = {p.id: Batch(p.batching) for p in config.profiles}
+        self._schedules: dict[str, dict[Hashable, DecodeSchedule]] = {p.id: {} for p in config.profiles}
+        self._admissions: dict[Hashable, asyncio.Future[float]] = {}
+        self._roots = {p.id: _stable_root(p.id) for p in config.profiles}
         self._requests = 0
         self._active = 0
         self._completed = 0
         self._cancelled = 0
         self._output_tokens_total = 0
+        self._queue_ms_total = 0.0
 
     @property
     def config(self) -> InferenceConfig:
@@ -59,41 +114,100 @@ class Engine:
     def prefix_cache(self) -> PrefixCache:
         return self._cache
 
+    def batch(self, model: str) -> Batch:
+        return self._batches[model]
+
     async def generate(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
         """Stream one response as chunks of events (see ``inference.types`` for the order).
 
-        Raises ``ModelNotFound`` (unknown ``request.model``) or ``UnknownToolChoice`` before
-        anything is yielded.  ``generate=False`` only prefills: the prompt is stored in the
-        prefix cache and the stream is one item ``[Prefilled, Done("stop", 0, 0.0)]``.  If the
-        consumer stops early (``aclose()``/cancellation) the exception propagates and the
-        prefix cache is left as it was: only a finished response is stored.
+        Raises ``ModelNotFound`` (unknown ``request.model``), ``UnknownToolChoice``,
+        ``InvalidMetadata`` or ``EngineOverloaded`` before anything is yielded.
+        ``generate=False`` only prefills: the prompt is stored in the prefix cache and the
+        stream is one item ``[Prefilled, Done("stop", 0, 0.0)]``.  If the consumer stops
+        early (``aclose()``/cancellation) the exception propagates, the batch slot is freed
+        at once, and the cache keeps the prompt's blocks if prefill had completed.
         """
         profile = self._config.profile(request.model)
-        output = plan(request, self._config.policy) if request.generate else None
-        prompt = request.prompt_token_ids
-        t_start = self._clock.now()
+        output = plan(request, policy_for(request, self._config.policy)) if request.generate else None
+        jitter = RequestJitter(profile.jitter, request.request_id)
+        model = profile.id
+        batch = self._batches[model]
+        seq = object()
+        t_arrive = self._clock.now()
+        admitted = batch.submit(seq)  # EngineOverloaded: nothing started
         self._requests += 1
         self._active += 1
         finished = False
         try:
-            cached = self._cache.lookup(request.session_key, prompt)
-            prefill_ms = ttft_ms(profile, len(prompt), cached)
-            t_first = t_start + prefill_ms / 1000.0
-            prefilled = Prefilled(len(prompt), cached, queue_ms=0.0, prefill_ms=prefill_ms)
+            if admitted:
+                t_admit = t_arrive
+            else:
+                waiter = asyncio.get_running_loop().create_future()
+                self._admissions[seq] = waiter
+                self._observer.batch(model, batch.running, batch.waiting)
+                t_admit = await waiter
+            self._rebatch(model, t_admit)
+            prompt = request.prompt_token_ids
+            root = self._roots[model]
+            found = self._cache.lookup(prompt, root)
+            self._observer.prefix(found.hit_blocks, found.miss_blocks, 0)
+            reused = found.reused_tokens
+            prefill_ms = ttft_ms(profile, len(prompt), reused) * jitter.request
+            queue_ms = (t_admit - t_arrive) * 1000.0
+            self._queue_ms_total += queue_ms
+            t_first = t_admit + prefill_ms / 1000.0
+            prefilled = Prefilled(len(prompt), reported_cached_tokens(reused), queue_ms, prefill_ms,
+                                  reused_tokens=reused, replica=self._replica)
             if output is None:
                 await self._sleeper.sleep_until(t_first)
-                self._cache.store(request.session_key, prompt)
+                self._insert(prompt, found.keys, root)
                 finished = True
                 yield [prefilled, Done("stop", 0, 0.0)]
                 return
-            # Prefilled rides in the first item (with the first token): one Ray item fewer
-            # per turn.  aclosing: if we are closed mid-stream, close the inner generator now.
+            total = output.total_tokens
+            limit = request.max_output_tokens
+            n = total if limit is None else max(0, min(total, limit))
+            token_factors = jitter.tokens(n) if profile.jitter.token_sigma else None
+            schedule = DecodeSchedule(decode_work(profile, n, jitter.request, token_factors),
+                                      t_first, batch.factor)
+            self._schedules[model][seq] = schedule
+            chunker = Chunker(schedule, t_first, profile.chunk_ms, profile.min_chunk_tokens)
+            streams = _segment_streams(output.segments)
             first: list[InferenceEvent] = [prefilled]
-            async with aclosing(self._decode(request, profile, output, t_first)) as stream:
-                async for events in stream:
-                    finished = isinstance(events[-1], Done)
-                    yield first + events
-                    first = []
+            events: list[InferenceEvent] = []
+            if n == 0:
+                await self._sleeper.sleep_until(t_first)  # nothing to decode, prefill still costs
+            else:
+                t_last = t_arrive
+                async for start, end in paced_chunks(chunker, self._clock, self._sleeper):
+                    now = self._clock.now()
+                    if start == 0:
+                        self._insert(prompt, found.keys, root)  # prefill is done: its KV exists
+                        self._observer.first_token(model, now - t_arrive)
+                    else:
+                        self._observer.tokens(model, end - start, (now - t_last) / (end - start))
+                    t_last = now
+                    events = [e for s in streams if (e := s.take(start, end, n)) is not None]
+                    if end < n and events:  # a chunk holding only part of a character waits
+                        yield first + events
+                        first = []
+            # The final item: the last chunk's events (if any) plus Done.  Store first, so a
+            # consumer that stops right after Done still leaves the finished state cached.
+            held = array("I", prompt)
+            for stream in streams:
+                held.extend(stream.rendered())
+            self._insert(held, found.keys, root)
+            self._output_tokens_total += n
+            reason: FinishReason
+            if n < total:
+                reason = "max_output_tokens"
+            elif any(isinstance(s, FunctionCallSegment) for s in output.segments):
+                reason = "tool_calls"
+            else:
+                reason = "stop"
+            decode_ms = (schedule.deadline(n - 1) - t_first) * 1000.0 if n else 0.0
+            finished = True
+            yield first + [*events, Done(reason, n, decode_ms)]
         except (GeneratorExit, asyncio.CancelledError):
             if not finished:
                 self._cancelled += 1
@@ -102,54 +216,49 @@ class Engine:
             self._active -= 1
             if finished:
                 self._completed += 1
+            self._release(model, seq)
 
-    async def _decode(
-        self,
-        request: InferenceRequest,
-        profile: ModelProfile,
-        output: OutputPlan,
-        t_first: float,
-    ) -> AsyncIterator[list[InferenceEvent]]:
-        total = output.total_tokens
-        limit = request.max_output_tokens
-        n = total if limit is None else max(0, min(total, limit))
-        streams = _segment_streams(output.segments)
-        deadlines = token_deadlines(profile, t_first, n)
-        chunker = Chunker(deadlines, t_first, profile.chunk_ms, profile.min_chunk_tokens)
-        events: list[InferenceEvent] = []
-        if n == 0:
-            await self._sleeper.sleep_until(t_first)  # nothing to decode, prefill still costs
-        async for start, end in paced_chunks(chunker, self._clock, self._sleeper):
-            events = [e for s in streams if (e := s.take(start, end, n)) is not None]
-            if end < n and events:  # a chunk holding only part of a character waits
-                yield events
-        # The final item: the last chunk's events (if any) plus Done.  Store first, so a
-        # consumer that stops right after Done still leaves the finished state cached.
-        held = array("I", request.prompt_token_ids)
-        for stream in streams:
-            held.extend(stream.rendered())
-        self._cache.store(request.session_key, held)
-        self._output_tokens_total += n
-        reason: FinishReason
-        if n < total:
-            reason = "max_output_tokens"
-        elif any(isinstance(s, FunctionCallSegment) for s in output.segments):
-            reason = "tool_calls"
-        else:
-            reason = "stop"
-        decode_ms = (deadlines[-1] - t_first) * 1000.0 if n else 0.0
-        yield [*events, Done(reason, n, decode_ms)]
+    def _insert(self, tokens: Sequence[int], known: Sequence[int], root: int) -> None:
+        evicted = self._cache.insert(tokens, known, root)
+        if evicted:
+            self._observer.prefix(0, 0, evicted)
+
+    def _rebatch(self, model: str, t: float) -> None:
+        """The batch changed at ``t``: every running sequence's step factor follows."""
+        batch = self._batches[model]
+        factor = batch.factor
+        for schedule in self._schedules[model].values():
+            schedule.set_factor(t, factor)
+        self._observer.batch(model, batch.running, batch.waiting)
+
+    def _release(self, model: str, seq: Hashable) -> None:
+        """Free ``seq``'s slot (or queue place) and admit whoever waits next."""
+        self._schedules[model].pop(seq, None)
+        self._admissions.pop(seq, None)
+        now = self._clock.now()
+        for nxt in self._batches[model].release(seq):
+            waiter = self._admissions.pop(nxt)
+            if not waiter.done():
+                waiter.set_result(now)
+        self._rebatch(model, now)
 
     def stats(self) -> dict[str, Any]:
-        """Counters for this replica, including the prefix cache's."""
+        """Counters for this replica, including the prefix cache's and each batch's."""
         return {
             "requests": self._requests,
             "active": self._active,
             "completed": self._completed,
             "cancelled": self._cancelled,
             "output_tokens_total": self._output_tokens_total,
+            "queue_ms_total": self._queue_ms_total,
+            "batches": {m: {"running": b.running, "waiting": b.waiting} for m, b in self._batches.items()},
             "prefix_cache": self._cache.stats(),
         }
+
+
+def _stable_root(model: str) -> int:
+    """A chain root per model, so two models never share KV blocks."""
+    return hash(("model", model))
 
 
 class _SegmentStream:

@@ -14,7 +14,7 @@ import asyncio
 import time
 from bisect import bisect_right
 from collections.abc import AsyncIterator, Sequence
-from typing import Protocol
+from typing import Protocol, Union
 
 from inference.profiles import ModelProfile
 
@@ -51,10 +51,11 @@ class AsyncioSleeper:
 
 
 def ttft_ms(profile: ModelProfile, prompt_tokens: int, cached_tokens: int) -> float:
-    """Time to first token in ms: fixed overhead plus prefill of the uncached tokens.
+    """Prefill time in ms: fixed overhead plus prefill of the uncached tokens.
 
     ``prefill_overhead_ms + (prompt_tokens - cached_tokens) * 1000 / prefill_tokens_per_s``.
-    Queueing is not included (the engine adds it once batching exists).
+    Queueing (``Prefilled.queue_ms``) comes before it, the request's jitter factor
+    multiplies it, and the first token is due one decode step after it (docs/emulator.md).
     """
     uncached = max(0, prompt_tokens - cached_tokens)
     return profile.prefill_overhead_ms + uncached * 1000.0 / profile.prefill_tokens_per_s
@@ -73,6 +74,24 @@ def decode_s(profile: ModelProfile, k: int) -> float:
     return burst / rate + (k - burst) / profile.decode_tokens_per_s
 
 
+def decode_work(profile: ModelProfile, n: int, request_factor: float = 1.0,
+                token_factors: Sequence[float] | None = None) -> list[float]:
+    """Cumulative single-stream decode time (s) up to and including each of ``n`` tokens.
+
+    Token ``i`` alone takes ``decode_s(i + 1) - decode_s(i)`` (the burst schedule), times
+    the request's jitter factor and its own.  Without token jitter the values are the
+    closed form ``request_factor * decode_s(i + 1)`` (no accumulated rounding)."""
+    if token_factors is None:
+        return [request_factor * decode_s(profile, i + 1) for i in range(n)]
+    work, total, prev = [], 0.0, 0.0
+    for i in range(n):
+        cur = decode_s(profile, i + 1)
+        total += (cur - prev) * request_factor * token_factors[i]
+        prev = cur
+        work.append(total)
+    return work
+
+
 def token_deadlines(profile: ModelProfile, t0: float, n: int) -> list[float]:
     """Absolute deadline (seconds) of each of ``n`` output tokens.
 
@@ -80,6 +99,32 @@ def token_deadlines(profile: ModelProfile, t0: float, n: int) -> list[float]:
     ``t0 + decode_s(profile, i + 1)``, e.g. ``t0 + (i + 1) / 1000`` at 1000 tok/s.
     """
     return [t0 + decode_s(profile, i + 1) for i in range(n)]
+
+
+class Schedule(Protocol):
+    """Deadlines that may move while a stream runs (``batching.DecodeSchedule``)."""
+
+    def __len__(self) -> int: ...
+
+    def deadline(self, i: int) -> float: ...
+
+    def due(self, now: float, lo: int = 0) -> int: ...
+
+
+class FixedDeadlines:
+    """A ``Schedule`` over a precomputed list of absolute deadlines."""
+
+    def __init__(self, deadlines: Sequence[float]) -> None:
+        self._deadlines = deadlines
+
+    def __len__(self) -> int:
+        return len(self._deadlines)
+
+    def deadline(self, i: int) -> float:
+        return self._deadlines[i]
+
+    def due(self, now: float, lo: int = 0) -> int:
+        return bisect_right(self._deadlines, now, lo=lo)
 
 
 class Chunker:
@@ -95,9 +140,15 @@ class Chunker:
     """
 
     def __init__(
-        self, deadlines: Sequence[float], start: float, chunk_ms: float, min_chunk_tokens: int
+        self,
+        deadlines: Union[Sequence[float], Schedule],
+        start: float,
+        chunk_ms: float,
+        min_chunk_tokens: int,
     ) -> None:
-        self._deadlines = deadlines
+        self._schedule: Schedule = (
+            deadlines if hasattr(deadlines, "deadline") else FixedDeadlines(deadlines)  # type: ignore[arg-type]
+        )
         self._chunk_s = chunk_ms / 1000.0
         self._min_tokens = max(1, min_chunk_tokens)
         self._sent = 0
@@ -109,19 +160,24 @@ class Chunker:
 
     @property
     def done(self) -> bool:
-        return self._sent >= len(self._deadlines)
+        return self._sent >= len(self._schedule)
+
+    @property
+    def last_emit(self) -> float:
+        return self._last_emit
 
     def next_emit_time(self) -> float:
         """When the next item is due (only meaningful while not ``done``)."""
-        first_due = self._deadlines[self._sent]
-        enough_due = self._deadlines[min(self._sent + self._min_tokens, len(self._deadlines)) - 1]
+        sched = self._schedule
+        first_due = sched.deadline(self._sent)
+        enough_due = sched.deadline(min(self._sent + self._min_tokens, len(sched)) - 1)
         return max(first_due, min(enough_due, self._last_emit + self._chunk_s))
 
     def take(self, now: float) -> tuple[int, int]:
         """The half-open token range ``[start, end)`` due at ``now`` and not yet sent; empty
         (``start == end``) if nothing is due."""
         start = self._sent
-        end = bisect_right(self._deadlines, now, lo=start)
+        end = self._schedule.due(now, lo=start)
         if end > start:
             self._sent = end
             self._last_emit = now

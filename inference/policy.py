@@ -10,6 +10,19 @@ Decision rule (design.md §4): with function tools available and ``tool_choice !
 the model calls a tool while the conversation holds fewer than ``tool_rounds`` tool
 results, or always when ``tool_choice`` is ``"required"`` or names a tool; otherwise it
 answers in text.  One call per response (``parallel_tool_calls`` is not exercised yet).
+
+Per-request knobs (``policy_for``): a request's ``metadata`` (the create's ``metadata``
+object) may override the policy for that one response, so a benchmark can shape its
+workload without restarting the server.  Keys, all optional, values decimal strings:
+
+=========================  =======================================================
+``emulator.tool_rounds``   tool results in context before the model answers in text
+``emulator.text_tokens``   length of the text answer in tokens (>= 1)
+``emulator.seed``          seed of the scripted choices (text, tool, arguments)
+=========================  =======================================================
+
+Other metadata keys are ignored; a listed key with a value that is not a valid number
+raises ``InvalidMetadata`` before anything is generated.
 """
 
 from __future__ import annotations
@@ -22,6 +35,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from hashlib import blake2b
 from typing import Any
+
+from pydantic import ValidationError
 
 from inference.profiles import PolicyConfig
 from inference.schema_values import Unsatisfiable, value_for_schema
@@ -105,6 +120,49 @@ class UnknownToolChoice(ValueError):
 
     def __str__(self) -> str:
         return f"tool_choice names an unknown function: '{self.tool_choice}'."
+
+
+class InvalidMetadata(ValueError):
+    """A ``metadata`` knob (``METADATA_KEYS``) has an invalid value."""
+
+    code = "invalid_value"
+    status = 400
+
+    def __init__(self, key: str, value: str) -> None:
+        super().__init__(key, value)
+        self.key = key
+        self.value = value
+
+    def __str__(self) -> str:
+        return f"Invalid value for metadata key '{self.key}': '{self.value}'."
+
+
+METADATA_KEYS: dict[str, str] = {
+    "emulator.tool_rounds": "tool_rounds",
+    "emulator.text_tokens": "text_tokens",
+    "emulator.seed": "seed",
+}
+
+
+def policy_for(request: InferenceRequest, base: PolicyConfig) -> PolicyConfig:
+    """``base`` with the request's ``metadata`` overrides applied (see module doc)."""
+    updates: dict[str, int] = {}
+    for key, value in request.metadata:
+        field = METADATA_KEYS.get(key)
+        if field is None:
+            continue
+        try:
+            updates[field] = int(str(value).strip())
+        except ValueError:
+            raise InvalidMetadata(key, str(value)) from None
+    if not updates:
+        return base
+    try:
+        return PolicyConfig.model_validate({**base.model_dump(), **updates})
+    except ValidationError as e:
+        field = e.errors()[0]["loc"][0]
+        key = next(k for k, f in METADATA_KEYS.items() if f == field)
+        raise InvalidMetadata(key, str(dict(request.metadata)[key])) from None
 
 
 _MODES = ("auto", "none", "required")

@@ -1,10 +1,27 @@
-"""The per-replica prefix (KV) cache, first version: one entry per session.
+"""The per-replica prefix (KV) cache: chained hashes of token blocks, bounded, LRU.
 
-Maps ``session_key`` to the token ids the KV cache holds for that session after its last
-request (prompt + rendered output).  A new request reuses the longest common prefix of its
-prompt and that entry.  Bounded LRU over sessions; entries are ``array("I")`` (4 bytes a
-token rather than ~36 for a tuple of ints), since a long agent session holds 100k+ tokens.  Issue 3 replaces this with chained
-hashes of token blocks shared across sessions (design.md §4).
+Like vLLM's automatic prefix caching, the KV cache is addressed by content: a prompt is
+cut into blocks of ``block_tokens`` token ids; block ``i``'s key is
+``hash((key[i-1], bytes of block i))``, so a key names the block *and everything before
+it*.  A lookup walks the prompt's blocks from the start and stops at the first block not
+in the cache; what it found is reused (no prefill for it).  Only full blocks are cached,
+and at most ``len(prompt) - 1`` tokens are reused (the last prompt token is always
+computed, since the model needs its logits to produce the first output token).
+
+Blocks are shared between sessions (two conversations with the same system prompt share
+its blocks).  The cache holds at most ``capacity_blocks`` blocks; the least recently used
+go first.  A chain is refreshed tail-first, so within a chain the root is the most recent
+and eviction removes a cold conversation's *end* before its beginning (an evicted root
+would orphan everything after it, since matching stops at the first miss).
+
+Simplification: blocks that running requests are using are not pinned against eviction
+(a real engine reference-counts them); with a capacity far above one batch this only
+matters under extreme pressure, where it makes the emulator evict slightly early.
+
+Keys use Python's ``hash`` of ``(int, bytes)``: 64 bits, salted per process, which is fine
+because a cache never leaves its replica.
+
+``reported_cached_tokens`` is the separate question of what ``usage`` reports.
 """
 
 from __future__ import annotations
@@ -12,82 +29,148 @@ from __future__ import annotations
 from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-_BLOCK = 512  # compare in C-speed slices, then scan the first mismatching block
+CACHING_MIN_TOKENS = 1024
+CACHING_STEP_TOKENS = 128
 
 
-def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the longest common prefix of two sequences of the same type (slices of
-    both must compare element-wise: two tuples, two lists or two arrays)."""
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:  # the usual case: the new prompt extends the cached tokens
-        return n
-    start = 0
-    while a[start : start + _BLOCK] == b[start : start + _BLOCK]:
-        start += _BLOCK
-    i = start
-    while a[i] == b[i]:
-        i += 1
-    return i
+def reported_cached_tokens(reused_tokens: int) -> int:
+    """``usage.input_tokens_details.cached_tokens`` for ``reused_tokens`` of reused KV.
+
+    OpenAI's prompt-caching rule: caching applies from 1024 prompt tokens, and cache hits
+    are reported in 128-token steps (1024, 1152, 1280, ...).  Implemented as: round the
+    reused prefix *down* to a multiple of 128; report it if that is at least 1024, else 0.
+    (A prompt shorter than 1024 tokens cannot reuse 1024, so it always reports 0.)  The
+    reported value never exceeds what was really reused; the difference is still saved
+    time-to-first-token, just not billed as cached.
+    """
+    stepped = reused_tokens // CACHING_STEP_TOKENS * CACHING_STEP_TOKENS
+    return stepped if stepped >= CACHING_MIN_TOKENS else 0
+
+
+def _as_bytes(tokens: Sequence[int]) -> bytes:
+    if isinstance(tokens, array) and tokens.typecode == "I":
+        return tokens.tobytes()
+    return array("I", tokens).tobytes()
+
+
+def block_keys(
+    tokens: Sequence[int], block_tokens: int, known: Sequence[int] = (), root: int = 0
+) -> list[int]:
+    """The chained keys of every *full* block of ``tokens``; the first block chains on
+    ``root`` (the engine roots chains at the model, so models never share KV).
+
+    ``known`` may hold the keys of a prefix of those blocks already computed (e.g. by the
+    lookup of the same prompt); only the blocks after it are hashed.
+    """
+    data = _as_bytes(tokens)
+    step = block_tokens * 4
+    n = len(data) // step
+    keys = list(known[:n])
+    prev = keys[-1] if keys else root
+    for i in range(len(keys), n):
+        prev = hash((prev, data[i * step : (i + 1) * step]))
+        keys.append(prev)
+    return keys
+
+
+@dataclass(frozen=True, slots=True)
+class Lookup:
+    """What a lookup found: ``reused_tokens`` of the prompt are in the cache.  ``keys``
+    are the prompt's block keys computed on the way (for a later ``insert``)."""
+
+    reused_tokens: int
+    hit_blocks: int
+    miss_blocks: int
+    keys: tuple[int, ...]
 
 
 class PrefixCache:
-    """Bounded LRU of per-session token sequences; ``capacity == 0`` disables caching."""
+    """Bounded LRU of block keys; ``capacity_blocks == 0`` disables caching."""
 
-    def __init__(self, capacity: int) -> None:
-        self._capacity = capacity
-        self._entries: OrderedDict[str, array[int]] = OrderedDict()
-        self.hits = 0
-        self.misses = 0
-        self.evictions = 0
-        self.cached_tokens_total = 0
+    def __init__(self, capacity_blocks: int, block_tokens: int) -> None:
+        self._capacity = capacity_blocks
+        self._block = block_tokens
+        self._blocks: OrderedDict[int, None] = OrderedDict()
+        self.lookups = 0
+        self.hit_blocks = 0
+        self.miss_blocks = 0
+        self.evicted_blocks = 0
+        self.reused_tokens_total = 0
         self.prompt_tokens_total = 0
 
+    @property
+    def block_tokens(self) -> int:
+        return self._block
+
     def __len__(self) -> int:
-        return len(self._entries)
+        """Blocks held."""
+        return len(self._blocks)
 
-    def tokens(self, session_key: str) -> tuple[int, ...] | None:
-        """The session's cached tokens, without touching LRU order or counters."""
-        entry = self._entries.get(session_key)
-        return None if entry is None else tuple(entry)
+    def lookup(self, prompt: Sequence[int], root: int = 0) -> Lookup:
+        """Reuse the longest cached block prefix of ``prompt`` (see module doc).
 
-    def lookup(self, session_key: str | None, prompt: Sequence[int]) -> int:
-        """Tokens of ``prompt`` already in the cache: the common prefix with the session's
-        entry; 0 for ``session_key is None`` or a miss.  A hit refreshes the entry's LRU
-        position.  Counts a hit when at least one token is reused."""
-        cached = 0
-        entry = self._entries.get(session_key) if session_key is not None else None
-        if entry is not None:
-            self._entries.move_to_end(session_key)  # type: ignore[arg-type]
-            cached = common_prefix_len(entry, array("I", prompt))
-        if cached:
-            self.hits += 1
-        else:
-            self.misses += 1
-        self.cached_tokens_total += cached
+        Hit blocks become the most recently used.  Blocks counted as misses are the full
+        blocks of the matchable part (the first ``len(prompt) - 1`` tokens) after the first
+        miss: the ones this request must prefill and will add."""
+        matchable = max(0, len(prompt) - 1)
+        keys = block_keys(prompt[:matchable], self._block, root=root) if self._capacity else []
+        hits = 0
+        for key in keys:
+            if key not in self._blocks:
+                break
+            hits += 1
+        for key in reversed(keys[:hits]):
+            self._blocks.move_to_end(key)
+        self.lookups += 1
+        self.hit_blocks += hits
+        self.miss_blocks += len(keys) - hits
+        reused = hits * self._block
+        self.reused_tokens_total += reused
         self.prompt_tokens_total += len(prompt)
-        return cached
+        return Lookup(reused, hits, len(keys) - hits, tuple(keys))
 
-    def store(self, session_key: str | None, tokens: Sequence[int]) -> None:
-        """Record what the KV cache holds for the session (no-op for ``None``), evicting
-        the least recently used sessions beyond capacity."""
-        if session_key is None or self._capacity == 0:
-            return
-        self._entries[session_key] = array("I", tokens)
-        self._entries.move_to_end(session_key)
-        while len(self._entries) > self._capacity:
-            self._entries.popitem(last=False)
-            self.evictions += 1
+    def insert(self, tokens: Sequence[int], known: Sequence[int] = (), root: int = 0) -> int:
+        """Hold the KV of every full block of ``tokens`` (``known``: keys already computed
+        for a prefix of them); returns the number of blocks evicted to make room."""
+        if not self._capacity:
+            return 0
+        keys = block_keys(tokens, self._block, known, root)
+        blocks = self._blocks
+        for key in reversed(keys):  # tail first: the chain's root ends most recent
+            if key in blocks:
+                blocks.move_to_end(key)
+            else:
+                blocks[key] = None
+        evicted = 0
+        while len(blocks) > self._capacity:
+            blocks.popitem(last=False)
+            evicted += 1
+        self.evicted_blocks += evicted
+        return evicted
+
+    def contains_prefix(self, tokens: Sequence[int], root: int = 0) -> int:
+        """Tokens of ``tokens`` (full blocks, from the start) held, without touching LRU
+        order or counters (for tests and diagnostics)."""
+        held = 0
+        for key in block_keys(tokens, self._block, root=root):
+            if key not in self._blocks:
+                break
+            held += self._block
+        return held
 
     def stats(self) -> dict[str, int | float]:
-        lookups = self.hits + self.misses
+        blocks = self.hit_blocks + self.miss_blocks
         return {
-            "sessions": len(self._entries),
-            "capacity": self._capacity,
-            "hits": self.hits,
-            "misses": self.misses,
-            "evictions": self.evictions,
-            "cached_tokens_total": self.cached_tokens_total,
+            "block_tokens": self._block,
+            "blocks": len(self._blocks),
+            "capacity_blocks": self._capacity,
+            "lookups": self.lookups,
+            "hit_blocks": self.hit_blocks,
+            "miss_blocks": self.miss_blocks,
+            "evicted_blocks": self.evicted_blocks,
+            "reused_tokens_total": self.reused_tokens_total,
             "prompt_tokens_total": self.prompt_tokens_total,
-            "hit_rate": self.hits / lookups if lookups else 0.0,
+            "block_hit_rate": self.hit_blocks / blocks if blocks else 0.0,
         }

@@ -1,8 +1,11 @@
 """Typed configuration of the emulated inference backend (``configs/models.yaml``).
 
-One pydantic model per concept: a ``ModelProfile`` is the latency model of one served
-model, ``PolicyConfig`` drives the scripted output, ``InferenceConfig`` composes them for
-the deployment.  The app builder loads this once and passes it to the deployment.
+One pydantic model per concept: a ``ModelProfile`` is the latency and load model of one
+served model (``BatchingConfig`` and ``JitterConfig`` are parts of it), ``PolicyConfig``
+drives the scripted output, ``PrefixCacheConfig`` sizes each replica's KV cache,
+``ScalingConfig`` says how Serve places and scales replicas, and ``InferenceConfig``
+composes them for the deployment.  The app builder loads this once and passes it to the
+deployment.  ``docs/emulator.md`` explains the model these numbers feed.
 """
 
 from __future__ import annotations
@@ -32,13 +35,61 @@ class ModelNotFound(LookupError):
         return f"The model '{self.model}' does not exist or you do not have access to it."
 
 
-class ModelProfile(BaseModel):
-    """The latency model of one served model.  Rates are per stream (per response).
+class BatchingConfig(BaseModel):
+    """Continuous batching on one replica (``inference.batching``).
 
-    Decode follows a token bucket: the first ``burst_tokens`` output tokens of a response
-    are produced at ``burst_tokens_per_s``, the rest at ``decode_tokens_per_s`` (issue 3
-    refines this, e.g. refilling the bucket and load-dependent step time).  With
+    At most ``max_running`` sequences are in the batch; later requests wait FIFO in a queue
+    of at most ``max_waiting`` (beyond it a request is refused with ``EngineOverloaded``).
+    With ``b`` sequences running, every running stream's inter-token latency is its
+    single-stream value times the step factor::
+
+        f(b) = (1 + itl_growth_per_seq * (min(b, knee) - 1)) * max(1, b / knee)
+
+    Below the knee decode is memory-bound: a step costs almost the same for more sequences,
+    so the replica's throughput grows ~linearly with ``b``; past the knee it is compute-bound
+    and throughput stays flat at ``knee`` streams' worth.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_running: int = Field(default=64, ge=1)
+    max_waiting: int = Field(default=1024, ge=0)
+    knee: int = Field(default=16, ge=1)
+    itl_growth_per_seq: float = Field(default=0.0, ge=0)
+
+    @model_validator(mode="after")
+    def _knee_within_batch(self) -> BatchingConfig:
+        if self.knee > self.max_running:
+            raise ValueError("batching.knee must be <= batching.max_running")
+        return self
+
+
+class JitterConfig(BaseModel):
+    """Seeded lognormal jitter with mean 1 (``inference.jitter``).
+
+    One factor per request multiplies its prefill time and every one of its token times;
+    one factor per token multiplies that token's time.  ``sigma`` is the standard deviation
+    of the underlying normal; 0 turns that jitter off (exactly 1.0).  Factors are drawn from
+    an RNG seeded by ``seed`` and the request id, so a request's timing does not depend on
+    what else runs.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    request_sigma: float = Field(default=0.0, ge=0, le=2)
+    token_sigma: float = Field(default=0.0, ge=0, le=2)
+    seed: int = 0
+
+
+class ModelProfile(BaseModel):
+    """The latency model of one served model.  Rates are per stream (per response) at a
+    batch of one; ``batching`` says how they degrade with load, ``jitter`` how they vary.
+
+    Bursts are explicit, not noise: decode follows a token bucket of ``burst_tokens`` that is
+    full when a response starts — the first ``burst_tokens`` output tokens of a response are
+    produced at ``burst_tokens_per_s``, the rest at ``decode_tokens_per_s``.  With
     ``burst_tokens == 0`` or ``burst_tokens_per_s is None`` there is no burst.
+    ``source`` says where the numbers come from.
 
     ``chunk_ms`` and ``min_chunk_tokens`` shape the stream, not the model: the first token
     goes out alone when due; after it, due tokens are sent as one stream item when
@@ -56,6 +107,9 @@ class ModelProfile(BaseModel):
     prefill_overhead_ms: float = Field(ge=0)
     chunk_ms: float = Field(default=5.0, gt=0)
     min_chunk_tokens: int = Field(default=8, ge=1)
+    batching: BatchingConfig = BatchingConfig()
+    jitter: JitterConfig = JitterConfig()
+    source: str = ""
     owned_by: str = "responses-ws"
 
     @model_validator(mode="after")
@@ -69,7 +123,8 @@ class PolicyConfig(BaseModel):
     """The scripted policy (``inference.policy``).
 
     The model calls a tool until the conversation holds ``tool_rounds`` tool results, then
-    answers with ``text_tokens`` tokens of text.  ``seed`` varies all choices.
+    answers with ``text_tokens`` tokens of text.  ``seed`` varies all choices.  A request
+    can override each of them through its ``metadata`` (``inference.policy.METADATA_KEYS``).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -79,6 +134,64 @@ class PolicyConfig(BaseModel):
     seed: int = 0
 
 
+class PrefixCacheConfig(BaseModel):
+    """Each replica's prefix (KV) cache (``inference.prefix_cache``): ``capacity_tokens``
+    of KV held in blocks of ``block_tokens`` (a divisor of 128, so the reported cached
+    tokens, in 128-token steps, never exceed what was reused); 0 disables it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    block_tokens: int = Field(default=32, ge=1)
+    capacity_tokens: int = Field(default=1 << 20, ge=0)
+
+    @model_validator(mode="after")
+    def _block_divides_128(self) -> PrefixCacheConfig:
+        if 128 % self.block_tokens:
+            raise ValueError("prefix_cache.block_tokens must divide 128")
+        return self
+
+    @property
+    def capacity_blocks(self) -> int:
+        return self.capacity_tokens // self.block_tokens
+
+
+class AutoscalingConfig(BaseModel):
+    """Serve ``autoscaling_config`` for the inference deployment (a subset of its keys)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    min_replicas: int = Field(default=1, ge=0)
+    max_replicas: int = Field(default=4, ge=1)
+    target_ongoing_requests: float = Field(default=32, gt=0)
+    upscale_delay_s: float = Field(default=2.0, ge=0)
+    downscale_delay_s: float = Field(default=30.0, ge=0)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> AutoscalingConfig:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError("autoscaling.min_replicas must be <= max_replicas")
+        return self
+
+
+class ScalingConfig(BaseModel):
+    """How Serve runs the replicas (``inference.deployment.deployment_options``).
+
+    ``autoscaling`` (if set) replaces the fixed ``InferenceConfig.replicas``.  With
+    ``accelerator_resource`` set, each replica asks for ``accelerator_per_replica`` of that
+    custom Ray resource, so on a cluster replicas land only on nodes started with it (e.g.
+    ``ray start --resources='{"accelerator": 4}'``).  Replicas never reserve CPUs
+    (``num_cpus=0``): on a laptop they share the cores with everything else.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    autoscaling: AutoscalingConfig | None = None
+    accelerator_resource: str | None = None
+    accelerator_per_replica: float = Field(default=1.0, gt=0)
+    max_ongoing_requests: int = Field(default=1024, ge=1)
+    session_affinity: bool = True
+
+
 class InferenceConfig(BaseModel):
     """Everything the inference deployment needs; ``default_model`` must be a profile id."""
 
@@ -86,8 +199,9 @@ class InferenceConfig(BaseModel):
 
     profiles: list[ModelProfile] = Field(min_length=1)
     policy: PolicyConfig = PolicyConfig()
-    prefix_cache_sessions: int = Field(default=1024, ge=0)
+    prefix_cache: PrefixCacheConfig = PrefixCacheConfig()
     replicas: int = Field(default=1, ge=1)
+    scaling: ScalingConfig = ScalingConfig()
     default_model: str
 
     @model_validator(mode="after")

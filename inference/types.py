@@ -54,12 +54,20 @@ class InferenceRequest:
 
 @dataclass(frozen=True, slots=True)
 class Prefilled:
-    """The prompt was processed; output starts now.  Times are emulated milliseconds."""
+    """The prompt was processed; output starts now.  Times are emulated milliseconds.
+
+    ``cached_tokens`` is what ``usage.input_tokens_details.cached_tokens`` reports
+    (OpenAI's rule, ``prefix_cache.reported_cached_tokens``); ``reused_tokens`` is the
+    prefix the replica's KV cache really reused (what shortened ``prefill_ms``).
+    ``queue_ms`` is the time spent waiting for a batch slot; ``replica`` names the replica.
+    """
 
     prompt_tokens: int
     cached_tokens: int
     queue_ms: float
     prefill_ms: float
+    reused_tokens: int = 0
+    replica: str = ""
 
 
 @dataclass(frozen=True, slots=True)

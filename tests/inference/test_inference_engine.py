@@ -55,7 +55,11 @@ def assert_event_types(events, expected_first, expected_middle, expected_last):
 
 @pytest.fixture
 def engine(make_config, clock) -> Engine:
-    return Engine(make_config(), clock, clock)
+    return Engine(make_config(prefix_cache={"block_tokens": 4}), clock, clock)
+
+
+def engine_root(engine: Engine) -> int:
+    return engine._roots["emu-test"]
 
 
 # --- the stream ------------------------------------------------------------------------
@@ -174,7 +178,7 @@ def test_prefill_only_request_caches_the_prompt_and_emits_no_output(engine, cloc
     ]
     assert timed[0][0] == pytest.approx(100.0 + prefill_ms / 1000, abs=1e-9)
     later = run(engine, request(prompt_token_ids=PROMPT + tuple(encode(" more"))))
-    assert later[0][0].cached_tokens == len(PROMPT)
+    assert later[0][0].reused_tokens == len(PROMPT) // 4 * 4
 
 
 def test_unknown_model_raises_before_any_event(engine):
@@ -185,6 +189,12 @@ def test_unknown_model_raises_before_any_event(engine):
 
 
 # --- the prefix cache across turns -----------------------------------------------------
+# The engine fixture uses 4-token blocks, so short prompts exercise the block cache; what
+# usage *reports* is 0 below 1024 tokens (OpenAI's rule), what is *reused* is exact.
+
+
+def floor_block(n: int, block: int = 4) -> int:
+    return n // block * block
 
 
 def test_next_turn_of_a_session_reuses_prompt_and_rendered_answer(engine):
@@ -193,15 +203,25 @@ def test_next_turn_of_a_session_reuses_prompt_and_rendered_answer(engine):
     previous = PROMPT + tuple(cf.render_message("assistant", text))
     turn2 = previous + tuple(cf.render_message("user", "Thanks. Now run the tests."))
     prefilled = run(engine, request(prompt_token_ids=turn2))[0][0]
-    assert prefilled.cached_tokens == len(previous)
+    assert prefilled.reused_tokens == floor_block(len(previous))
+    assert prefilled.cached_tokens == 0  # below 1024 prompt tokens nothing is reported
     assert prefilled.prompt_tokens == len(turn2)
 
 
+def test_reported_cached_tokens_are_the_reused_prefix_in_128_token_steps(engine):
+    long_prompt = PROMPT + tuple(cf.render_message("user", "word " * 1500))
+    run(engine, request(prompt_token_ids=long_prompt, max_output_tokens=1))
+    turn2 = long_prompt + tuple(cf.render_message("user", "again"))
+    prefilled = run(engine, request(prompt_token_ids=turn2))[0][0]
+    assert prefilled.reused_tokens >= floor_block(len(long_prompt))
+    assert prefilled.cached_tokens == prefilled.reused_tokens // 128 * 128 >= 1024
+
+
 def test_prompt_as_a_uint32_array_works_like_a_tuple(engine):
-    # The session actor sends array("I") prompts (compact across Ray).
     run(engine, request(prompt_token_ids=array("I", PROMPT), generate=False))
-    assert engine.prefix_cache.tokens("sess") == PROMPT
-    assert run(engine, request(prompt_token_ids=array("I", PROMPT)))[0][0].cached_tokens == len(PROMPT)
+    assert engine.prefix_cache.contains_prefix(PROMPT, engine_root(engine)) == floor_block(len(PROMPT))
+    longer = array("I", PROMPT + (1, 2, 3, 4))
+    assert run(engine, request(prompt_token_ids=longer))[0][0].reused_tokens == floor_block(len(PROMPT))
 
 
 def test_next_turn_after_a_tool_call_reuses_the_rendered_call(engine):
@@ -211,32 +231,39 @@ def test_next_turn_after_a_tool_call_reuses_the_rendered_call(engine):
     previous = PROMPT + tuple(cf.render_function_call("read_file", arguments))
     turn2 = previous + tuple(cf.render_function_call_output("call_1", "contents"))
     prefilled = run(engine, request(prompt_token_ids=turn2, tools=(TOOL,)))[0][0]
-    assert prefilled.cached_tokens == len(previous)
+    assert prefilled.reused_tokens == floor_block(len(previous))
 
 
 def test_a_cut_answer_is_cached_as_the_client_saw_it(engine):
     events = events_of(run(engine, request(max_output_tokens=3)))
     text = "".join(e.text for e in events if isinstance(e, TextDelta))
     previous = PROMPT + tuple(cf.render_message("assistant", text))
-    assert engine.prefix_cache.tokens("sess") == previous
+    root = engine_root(engine)
+    assert engine.prefix_cache.contains_prefix(previous, root) == floor_block(len(previous))
 
 
-def test_cached_prompt_shortens_time_to_first_token(engine, clock):
+def test_cached_prompt_shortens_time_to_first_token(engine):
     run(engine, request(generate=False))
     p = engine.config.profile("emu-test")
     prefilled = run(engine, request())[0][0]
-    assert prefilled.prefill_ms == pytest.approx(p.prefill_overhead_ms)
+    uncached = len(PROMPT) - floor_block(len(PROMPT) - 1)
+    assert prefilled.prefill_ms == pytest.approx(
+        p.prefill_overhead_ms + uncached * 1000 / p.prefill_tokens_per_s)
 
 
-def test_stateless_requests_do_not_touch_the_cache(engine):
-    run(engine, request(session_key=None))
-    assert len(engine.prefix_cache) == 0
+def test_blocks_are_shared_between_sessions_and_stateless_requests(engine):
+    run(engine, request(session_key=None, generate=False))
+    assert run(engine, request(session_key="other"))[0][0].reused_tokens == floor_block(len(PROMPT) - 1)
 
 
-def test_a_cancelled_stream_leaves_the_cache_unchanged(engine):
-    run(engine, request(generate=False))
-    before = engine.prefix_cache.tokens("sess")
+def test_models_do_not_share_kv_blocks(make_config, make_profile, clock):
+    eng = Engine(make_config(make_profile(), make_profile(id="emu-b"), prefix_cache={"block_tokens": 4}),
+                 clock, clock)
+    run(eng, request(generate=False))
+    assert run(eng, request(model="emu-b"))[0][0].reused_tokens == 0
 
+
+def test_a_cancelled_stream_keeps_its_prompt_but_not_its_output(engine):
     async def stop_after_two_chunks():
         stream = engine.generate(request())
         await stream.__anext__()
@@ -244,9 +271,12 @@ def test_a_cancelled_stream_leaves_the_cache_unchanged(engine):
         await stream.aclose()
 
     asyncio.run(stop_after_two_chunks())
-    assert engine.prefix_cache.tokens("sess") == before
+    root = engine_root(engine)
+    assert engine.prefix_cache.contains_prefix(PROMPT, root) == floor_block(len(PROMPT))
+    assert len(engine.prefix_cache) == floor_block(len(PROMPT)) // 4
     stats = engine.stats()
-    assert stats["cancelled"] == 1 and stats["active"] == 0 and stats["completed"] == 1
+    assert stats["cancelled"] == 1 and stats["active"] == 0 and stats["completed"] == 0
+    assert stats["batches"]["emu-test"] == {"running": 0, "waiting": 0}  # the slot is free
 
 
 def test_a_task_cancelled_while_waiting_propagates_cancellation(make_config):
@@ -267,8 +297,9 @@ def test_a_task_cancelled_while_waiting_propagates_cancellation(make_config):
             await task
 
     asyncio.run(main())
-    assert eng.prefix_cache.tokens("sess") is None
+    assert len(eng.prefix_cache) == 0  # prefill never completed
     assert eng.stats()["cancelled"] == 1
+    assert eng.batch("emu-test").running == 0
 
 
 # --- multibyte output ------------------------------------------------------------------
@@ -307,7 +338,7 @@ def test_several_calls_in_one_plan_are_numbered_from_zero(engine, monkeypatch):
     expected = PROMPT + tuple(cf.render_function_call("a", '{"x": 1}')) + tuple(
         cf.render_function_call("b", '{"y": "two"}')
     )
-    assert engine.prefix_cache.tokens("sess") == expected
+    assert engine.prefix_cache.contains_prefix(expected, engine_root(engine)) == len(expected) // 4 * 4
 
 
 def test_stats_count_requests_and_tokens(engine):
@@ -316,4 +347,4 @@ def test_stats_count_requests_and_tokens(engine):
     stats = engine.stats()
     assert stats["requests"] == 2 and stats["completed"] == 2 and stats["active"] == 0
     assert stats["output_tokens_total"] == engine.config.policy.text_tokens + 4
-    assert stats["prefix_cache"]["sessions"] == 2
+    assert stats["prefix_cache"]["lookups"] == 2 and stats["queue_ms_total"] == 0.0
