@@ -42,14 +42,22 @@ class ServeInference:
         return models
 
     async def stream(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
-        async for chunk in self._generate.remote(request):
+        """One streaming call.  A request with a ``session_key`` carries it as Serve's
+        ``session_id``, which the inference deployment's router pins to one replica
+        (prefix-cache locality, ``inference.deployment.SessionAffinityRouter``)."""
+        generate = self._generate
+        if request.session_key:
+            generate = generate.options(session_id=request.session_key)  # shares the router
+        async for chunk in generate.remote(request):
             yield chunk
 
 
 @ray.remote(num_cpus=0)
 class SessionHost:
-    def __init__(self, config: SessionConfig) -> None:
+    def __init__(self, config: SessionConfig, store: StoreConfig) -> None:
         self._config = config
+        self._store_config = store
+        self._store: StoreWriter | None = None
         self._inference = ServeInference(config)
         self._models: list[str] = []
         self._sockets = SocketServer(config, self._new_connection)

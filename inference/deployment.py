@@ -1,33 +1,85 @@
 """The Ray Serve deployment wrapping ``Engine`` — the only module of ``inference`` that
 imports Ray.
 
-Each replica holds one engine (its own prefix cache), using the real monotonic clock.
-Callers stream a response with::
+Each replica holds one engine (its own batches and prefix cache), using the real monotonic
+clock, and reports its measurements as Ray metrics (``RayMetrics``).  Callers stream a
+response with::
 
-    handle.options(stream=True, method_name="generate").remote(request)
+    handle.options(stream=True, method_name="generate", session_id=session_key).remote(request)
 
-and receive ``list[InferenceEvent]`` items (a few ms of tokens each, design.md §3).  The
-app builder in ``serve/`` binds this deployment (this module never calls ``.bind()``) and
-sets ``num_replicas`` from ``InferenceConfig.replicas``.
+and receive ``list[InferenceEvent]`` items (a few ms of tokens each, design.md §3).
+
+Session pinning uses Serve's own routing machinery: the handle's ``session_id`` option
+(Serve's per-request session key, ``RequestMetadata.session_id``) carries the session key,
+and the deployment's request router is ``SessionAffinityRouter``, a custom
+``RequestRouter`` that sends every request with a session id to the replica that key is
+pinned to (``inference.routing``); requests without one go to the less loaded of two
+random replicas, as Serve's default router does.  (Alternatives in Ray 2.60 and why not:
+model multiplexing only learns where a "model" lives after the replica reports it to the
+controller, falls back to other replicas while it is busy or unknown, and bounds the
+models per replica; the experimental ``ConsistentHashRouter`` moves ~1/n of the sessions
+whenever a replica is added.  docs/emulator.md.)
+
+The app builder in ``serve/`` binds this deployment (this module never calls ``.bind()``)
+with ``deployment_options(config)``: replicas or autoscaling, placement on a custom
+accelerator resource, ``num_cpus=0``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from ray import serve
+from ray.serve.config import RequestRouterConfig
+from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
+from ray.util import metrics
 
 from inference import policy
 from inference.engine import Engine
 from inference.pacing import AsyncioSleeper, MonotonicClock
 from inference.profiles import InferenceConfig
+from inference.routing import SessionAffinity
 from inference.types import InferenceEvent, InferenceRequest
 
 
-@serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=256)
+class SessionAffinityRouter(RequestRouter):
+    """Pins each request's ``session_id`` to one live replica.
+
+    Runs inside each caller's ``DeploymentHandle``.  A pinned replica that is full
+    (``max_ongoing_requests``) is retried with Serve's backoff rather than abandoned, so a
+    session never silently moves while its replica lives.  Serve's base router matches a
+    chosen replica to exactly the request being routed (no FIFO re-assignment), which keeps
+    one session's pick from being handed to another request.
+    """
+
+    def initialize_state(self, max_pinned_sessions: int = 65_536, **kwargs: Any) -> None:
+        self._affinity = SessionAffinity(max_pinned_sessions)
+
+    async def choose_replicas(
+        self,
+        candidate_replicas: list[RunningReplica],
+        pending_request: PendingRequest | None = None,
+    ) -> list[list[RunningReplica]]:
+        if not candidate_replicas:
+            return []
+        key = pending_request.metadata.session_id if pending_request is not None else ""
+        if key:
+            by_id = {r.replica_id.unique_id: r for r in candidate_replicas}
+            if not hasattr(self, "_affinity"):
+                self._affinity = SessionAffinity()
+            return [[by_id[self._affinity.choose(key, sorted(by_id))]]]
+        return [random.sample(candidate_replicas, min(2, len(candidate_replicas)))]
+
+
+@serve.deployment(
+    ray_actor_options={"num_cpus": 0},
+    max_ongoing_requests=2048,
+    request_router_config=RequestRouterConfig(request_router_class=SessionAffinityRouter),
+)
 class InferenceDeployment:
     """Emulated inference replica: ``generate`` (streaming), ``models`` and ``stats``."""
 
@@ -35,15 +87,22 @@ class InferenceDeployment:
         self._config = (
             config if isinstance(config, InferenceConfig) else InferenceConfig.model_validate(config)
         )
+        self._replica = _replica_tag() or ""
+        self._metrics = RayMetrics(self._replica)
         clock = MonotonicClock()
-        self._engine = Engine(self._config, clock, AsyncioSleeper(clock))
+        self._clock = clock
+        self._engine = Engine(self._config, clock, AsyncioSleeper(clock), self._metrics, self._replica)
         self._created = int(time.time())
+        self._rate_task: asyncio.Task[None] | None = None
         # Load the tokenizer and the policy's corpus now (~0.2 s), not on the first request.
         policy.text_answer(1, random.Random(0))
 
     async def generate(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
         """Stream one response; see ``Engine.generate``.  Errors (``ModelNotFound``,
-        ``UnknownToolChoice``) are raised, never yielded."""
+        ``UnknownToolChoice``, ``InvalidMetadata``, ``EngineOverloaded``) are raised, never
+        yielded.  If the caller goes away, the generator is closed and the batch slot freed."""
+        if self._rate_task is None:
+            self._rate_task = asyncio.get_running_loop().create_task(self._report_rate())
         async for chunk in self._engine.generate(request):
             yield chunk
 
@@ -55,8 +114,94 @@ class InferenceDeployment:
         ]
 
     async def stats(self) -> dict[str, Any]:
-        """This replica's counters (requests, tokens, prefix-cache hit rate)."""
-        return {"replica": _replica_tag(), **self._engine.stats()}
+        """This replica's counters (requests, tokens, batches, prefix cache)."""
+        return {"replica": self._replica or None, **self._engine.stats()}
+
+    async def _report_rate(self, period_s: float = 1.0) -> None:
+        """Delivered tokens/s over the last ``period_s``, per replica, as a gauge."""
+        last_t, last_n = self._clock.now(), self._metrics.tokens_sent
+        while True:
+            await asyncio.sleep(period_s)
+            t, n = self._clock.now(), self._metrics.tokens_sent
+            self._metrics.tokens_per_s.set((n - last_n) / (t - last_t))
+            last_t, last_n = t, n
+
+
+class RayMetrics:
+    """The engine's ``Observer`` backed by ``ray.util.metrics`` (exported by Ray's
+    metrics agent, tagged by replica and, where it applies, model)."""
+
+    def __init__(self, replica: str) -> None:
+        tags = {"replica": replica}
+        self.tokens_sent = 0
+        self._ttft = metrics.Histogram(
+            "emu_ttft_ms", "Time to first token (queue + prefill + first decode step)",
+            boundaries=[1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000],
+            tag_keys=("replica", "model"))
+        self._itl = metrics.Histogram(
+            "emu_itl_ms", "Inter-token latency (mean over each sent chunk)",
+            boundaries=[0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128],
+            tag_keys=("replica", "model"))
+        self._tokens = metrics.Counter("emu_output_tokens", "Output tokens sent", tag_keys=("replica", "model"))
+        self.tokens_per_s = metrics.Gauge("emu_delivered_tokens_per_s", "Output tokens/s sent by the replica",
+                                          tag_keys=("replica",))
+        self._running = metrics.Gauge("emu_running_seqs", "Sequences in the batch", tag_keys=("replica", "model"))
+        self._waiting = metrics.Gauge("emu_waiting_seqs", "Sequences waiting for a slot", tag_keys=("replica", "model"))
+        self._hits = metrics.Counter("emu_prefix_hit_blocks", "Prefix-cache blocks reused", tag_keys=("replica",))
+        self._misses = metrics.Counter("emu_prefix_miss_blocks", "Prefix-cache blocks prefilled", tag_keys=("replica",))
+        self._evictions = metrics.Counter("emu_prefix_evicted_blocks", "Prefix-cache blocks evicted",
+                                          tag_keys=("replica",))
+        for m in (self._ttft, self._itl, self._tokens, self.tokens_per_s, self._running, self._waiting,
+                  self._hits, self._misses, self._evictions):
+            m.set_default_tags(tags)
+
+    def first_token(self, model: str, ttft_s: float) -> None:
+        self._ttft.observe(ttft_s * 1000.0, {"model": model})
+        self._count(model, 1)
+
+    def tokens(self, model: str, n: int, itl_s: float) -> None:
+        self._itl.observe(itl_s * 1000.0, {"model": model})
+        self._count(model, n)
+
+    def _count(self, model: str, n: int) -> None:
+        self.tokens_sent += n
+        self._tokens.inc(n, {"model": model})
+
+    def batch(self, model: str, running: int, waiting: int) -> None:
+        self._running.set(running, {"model": model})
+        self._waiting.set(waiting, {"model": model})
+
+    def prefix(self, hit_blocks: int, miss_blocks: int, evicted_blocks: int) -> None:
+        if hit_blocks:
+            self._hits.inc(hit_blocks)
+        if miss_blocks:
+            self._misses.inc(miss_blocks)
+        if evicted_blocks:
+            self._evictions.inc(evicted_blocks)
+
+
+def deployment_options(config: InferenceConfig) -> dict[str, Any]:
+    """Options for ``InferenceDeployment.options(...)`` from the typed config.
+
+    Fixed ``replicas`` or ``scaling.autoscaling``; ``num_cpus=0`` always; a custom
+    accelerator resource per replica when ``scaling.accelerator_resource`` is set; Serve's
+    default router instead of session affinity when ``scaling.session_affinity`` is off.
+    """
+    scaling = config.scaling
+    actor: dict[str, Any] = {"num_cpus": 0}
+    if scaling.accelerator_resource:
+        actor["resources"] = {scaling.accelerator_resource: scaling.accelerator_per_replica}
+    options: dict[str, Any] = {
+        "ray_actor_options": actor,
+        "max_ongoing_requests": scaling.max_ongoing_requests,
+    }
+    if scaling.autoscaling is not None:
+        options["autoscaling_config"] = scaling.autoscaling.model_dump()
+    else:
+        options["num_replicas"] = config.replicas
+    if not scaling.session_affinity:
+        options["request_router_config"] = RequestRouterConfig()
+    return options
 
 
 def _replica_tag() -> str | None:

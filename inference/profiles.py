@@ -188,7 +188,7 @@ class ScalingConfig(BaseModel):
     autoscaling: AutoscalingConfig | None = None
     accelerator_resource: str | None = None
     accelerator_per_replica: float = Field(default=1.0, gt=0)
-    max_ongoing_requests: int = Field(default=1024, ge=1)
+    max_ongoing_requests: int = Field(default=2048, ge=1)
     session_affinity: bool = True
 
 

@@ -65,3 +65,62 @@ def make_profile():
 @pytest.fixture
 def make_config():
     return config
+
+
+class SimClock:
+    """A discrete-event clock for several concurrent streams: ``sleep_until`` parks the
+    caller; whenever every task is parked, time jumps to the earliest wake-up.  Times are
+    exact and independent of the machine's speed."""
+
+    def __init__(self, start: float = 0.0) -> None:
+        import heapq
+        import itertools
+
+        self.t = start
+        self._heap: list = []
+        self._push = heapq.heappush
+        self._pop = heapq.heappop
+        self._seq = itertools.count()
+
+    def now(self) -> float:
+        return self.t
+
+    async def sleep_until(self, t: float) -> None:
+        import asyncio
+
+        if t <= self.t:
+            await asyncio.sleep(0)
+            return
+        fut = asyncio.get_running_loop().create_future()
+        self._push(self._heap, (t, next(self._seq), fut))
+        await fut
+
+    def run(self, main):
+        """Run coroutine ``main`` to completion under simulated time."""
+        import asyncio
+
+        async def driver(task):
+            loop = asyncio.get_running_loop()
+            while not task.done():
+                await asyncio.sleep(0)
+                if loop._ready:  # someone can still run at this instant
+                    continue
+                while self._heap and self._heap[0][2].cancelled():
+                    self._pop(self._heap)
+                if not self._heap:
+                    continue
+                t, _, fut = self._pop(self._heap)
+                self.t = max(self.t, t)
+                fut.set_result(None)
+
+        async def outer():
+            task = asyncio.ensure_future(main)
+            await driver(task)
+            return task.result()
+
+        return asyncio.run(outer())
+
+
+@pytest.fixture
+def sim() -> SimClock:
+    return SimClock()

@@ -279,3 +279,36 @@ def test_generated_arguments_are_deterministic(schema, seed):
     assert pol.arguments_for(schema, random.Random(seed)) == pol.arguments_for(
         schema, random.Random(seed)
     )
+
+
+# --- per-request knobs through metadata -------------------------------------------------
+
+
+def test_metadata_overrides_tool_rounds_text_length_and_seed():
+    from inference.policy import policy_for
+
+    base = PolicyConfig(tool_rounds=3, text_tokens=48, seed=0)
+    req = InferenceRequest("r", "m", [1, 2], metadata=(("emulator.text_tokens", "7"), ("emulator.tool_rounds", "0"),
+                                                      ("emulator.seed", "9"), ("user_tag", "x")))
+    assert policy_for(req, base) == PolicyConfig(tool_rounds=0, text_tokens=7, seed=9)
+    assert policy_for(InferenceRequest("r", "m", [1]), base) is base
+
+
+def test_a_text_length_knob_shapes_the_answer_and_tool_rounds_end_the_loop():
+    from inference.policy import policy_for
+
+    tool = ToolSpec("t", {"type": "object", "properties": {}})
+    req = InferenceRequest("r", "m", [1, 2], tools=(tool,), tool_results_in_context=1,
+                           metadata=(("emulator.tool_rounds", "1"), ("emulator.text_tokens", "5")))
+    out = pol.plan(req, policy_for(req, PolicyConfig(tool_rounds=3)))
+    assert isinstance(out.segments[0], pol.TextSegment) and out.total_tokens == 5
+
+
+@pytest.mark.parametrize(("key", "value"), [("emulator.text_tokens", "0"), ("emulator.tool_rounds", "-1"),
+                                            ("emulator.seed", "abc"), ("emulator.text_tokens", "1.5")])
+def test_an_invalid_knob_value_is_a_typed_error(key, value):
+    from inference.policy import InvalidMetadata, policy_for
+
+    with pytest.raises(InvalidMetadata) as info:
+        policy_for(InferenceRequest("r", "m", [1], metadata=((key, value),)), PolicyConfig())
+    assert info.value.key == key and info.value.code == "invalid_value" and key in str(info.value)
