@@ -1,0 +1,100 @@
+"""Durable storage of ``store:true`` responses and the usage ledger (spec §4.9, §6).
+
+The interface, the JSON body both backends share, and ``open_store``; the backends live in
+``actors/store_sqlite.py`` (embedded default, a file in the data directory) and
+``actors/store_redis.py`` (multi-node clusters).  Records are owned: a read or delete with
+another owner behaves exactly like a missing id, so existence is never revealed across API
+keys.  ``store:false`` responses never reach a store.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+@dataclass(frozen=True, slots=True)
+class StoredResponse:
+    """Everything needed to serve GET/input_items and to continue from a response."""
+
+    id: str
+    owner: str  # API-key fingerprint of the creator
+    created_at: float
+    response: dict[str, Any]  # the terminal Response object as sent to the client
+    input_items: list[dict[str, Any]]  # this request's input items, each with an "id"
+    context: list[dict[str, Any]]  # the whole conversation after it: inherited + input + output
+
+
+@dataclass(frozen=True, slots=True)
+class UsageEntry:
+    """One line of the usage (billing) ledger, written for every finished response."""
+
+    response_id: str
+    owner: str
+    model: str
+    transport: Literal["websocket", "http"]
+    input_tokens: int
+    cached_tokens: int
+    output_tokens: int
+    created_at: float
+
+
+class ResponseStore(Protocol):
+    async def put(self, record: StoredResponse) -> None: ...
+
+    async def get(self, response_id: str, owner: str) -> StoredResponse | None:
+        """The record, or ``None`` if missing, deleted, or owned by someone else."""
+
+    async def delete(self, response_id: str, owner: str) -> bool:
+        """``True`` if a record of ``owner`` was deleted."""
+
+    async def add_usage(self, entry: UsageEntry) -> None: ...
+
+    async def usage(self, owner: str) -> list[UsageEntry]:
+        """The ledger entries of ``owner``, oldest first."""
+
+    async def close(self) -> None: ...
+
+
+class StoreConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    backend: Literal["sqlite", "redis"] = "sqlite"
+    data_dir: str = Field("data", description="sqlite: directory of responses.sqlite3 (created)")
+    redis_url: str = Field("redis://127.0.0.1:6379/0", description="redis: server URL")
+    key_prefix: str = Field("rws:", description="redis: prefix of every key")
+
+
+def encode_body(record: StoredResponse) -> str:
+    """The JSON ``body`` both backends keep: ``{response, input_items, context}``.
+
+    ASCII-escaped on purpose: a lone surrogate from a client's ``"\\ud800"`` escape survives
+    (it could not be encoded as UTF-8 text for SQLite or Redis otherwise).
+    """
+    return json.dumps(
+        {"response": record.response, "input_items": record.input_items, "context": record.context},
+        separators=(",", ":"),
+    )
+
+
+def decode_record(response_id: str, owner: str, created_at: float, body: str) -> StoredResponse:
+    """The inverse of :func:`encode_body`, given the columns kept beside the body."""
+    data = json.loads(body)
+    return StoredResponse(
+        id=response_id, owner=owner, created_at=created_at,
+        response=data["response"], input_items=data["input_items"], context=data["context"],
+    )
+
+
+def open_store(config: StoreConfig) -> ResponseStore:
+    """The backend ``config`` names; call it in the process (and thread) that will use it."""
+    if config.backend == "redis":
+        from actors.store_redis import RedisStore  # imported lazily: the backends import us
+
+        return RedisStore(config.redis_url, config.key_prefix)
+    from actors.store_sqlite import SQLiteStore
+
+    return SQLiteStore(config.data_dir)

@@ -1,0 +1,75 @@
+"""The cluster store: Redis, shared by every node (spec §4.9, §6).
+
+A record lives under ``<prefix>resp:<id>`` as a hash ``{owner, created_at, body}`` (``body``
+as in :func:`actors.store.encode_body`); the usage ledger of an owner is the list
+``<prefix>usage:<owner>`` of JSON entries, appended in order.  The owner check of a delete
+runs inside Redis (a Lua script), so check-and-delete is atomic.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import redis.asyncio as aioredis
+
+from actors.store import StoredResponse, UsageEntry, decode_record, encode_body
+
+# KEYS[1] = record key, ARGV[1] = owner; returns the number of keys deleted (0 or 1).
+DELETE_IF_OWNER = """
+if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] then
+    return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+
+class RedisStore:
+    """A :class:`~actors.store.ResponseStore` on the Redis server at ``url``.
+
+    The client connects lazily and is bound to the event loop that first uses it: open one
+    per process and loop.  Every key starts with ``key_prefix``, so deployments (or tests)
+    can share one server.
+    """
+
+    def __init__(self, url: str, key_prefix: str = "rws:") -> None:
+        self.key_prefix = key_prefix
+        self._redis = aioredis.Redis.from_url(url, decode_responses=True)
+        self._delete_if_owner = self._redis.register_script(DELETE_IF_OWNER)
+
+    def _record_key(self, response_id: str) -> str:
+        return f"{self.key_prefix}resp:{response_id}"
+
+    def _usage_key(self, owner: str) -> str:
+        return f"{self.key_prefix}usage:{owner}"
+
+    async def put(self, record: StoredResponse) -> None:
+        """Insert or replace the record (one HSET: readers never see half of it)."""
+        await self._redis.hset(self._record_key(record.id), mapping={
+            "owner": record.owner, "created_at": repr(record.created_at), "body": encode_body(record),
+        })
+
+    async def get(self, response_id: str, owner: str) -> StoredResponse | None:
+        """The record, or ``None`` if missing, deleted, or owned by someone else."""
+        stored_owner, created_at, body = await self._redis.hmget(
+            self._record_key(response_id), ["owner", "created_at", "body"])
+        if stored_owner != owner or body is None:
+            return None
+        return decode_record(response_id, owner, float(created_at), body)
+
+    async def delete(self, response_id: str, owner: str) -> bool:
+        """``True`` if a record of ``owner`` was deleted."""
+        deleted = await self._delete_if_owner(keys=[self._record_key(response_id)], args=[owner])
+        return int(deleted) > 0
+
+    async def add_usage(self, entry: UsageEntry) -> None:
+        await self._redis.rpush(self._usage_key(entry.owner), json.dumps(dataclasses.asdict(entry)))
+
+    async def usage(self, owner: str) -> list[UsageEntry]:
+        """The ledger entries of ``owner``, oldest first."""
+        raw = await self._redis.lrange(self._usage_key(owner), 0, -1)
+        return [UsageEntry(**json.loads(item)) for item in raw]
+
+    async def close(self) -> None:
+        """Close the connection pool (calls already awaited have completed)."""
+        await self._redis.aclose()

@@ -1,0 +1,400 @@
+"""The response store contract (spec §4.9, §6), run against SQLite and a real Redis alike.
+
+Every test of the contract is parametrized over both backends through ``open_store``; the
+SQLite-only tests pin what the embedded file promises (WAL, many processes writing it), the
+``StoreWriter`` tests the write-behind queue in front of either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.store import ResponseStore, StoreConfig, StoredResponse, UsageEntry, open_store
+from actors.store_redis import RedisStore
+from actors.store_sqlite import SQLiteStore
+from actors.store_writer import StoreWriter, WriterBacklogFull, WriterClosed
+
+ROOT = Path(__file__).resolve().parents[2]
+ALICE, BOB = "key_alice", "key_bob"
+TRICKY_TEXT = "héllo 世界 🚀 «quotes» \"escaped\" \\ back\nslash \u0000 nul \ud800 lone surrogate"
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def config(request: pytest.FixtureRequest, tmp_path: Path) -> StoreConfig:
+    """A config for an empty store of each backend (Redis: a fresh key prefix per test)."""
+    if request.param == "sqlite":
+        return StoreConfig(backend="sqlite", data_dir=str(tmp_path / "data"))
+    url = request.getfixturevalue("redis_server")
+    return StoreConfig(backend="redis", redis_url=url, key_prefix=f"test-{uuid.uuid4().hex}:")
+
+
+@asynccontextmanager
+async def opened(config: StoreConfig) -> AsyncIterator[ResponseStore]:
+    store = open_store(config)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+def record(response_id: str = "resp_1", owner: str = ALICE, text: str = TRICKY_TEXT) -> StoredResponse:
+    """A realistic record: a message and a tool call, nested usage, unicode, nulls, floats."""
+    message = {"id": f"msg_{response_id}", "type": "message", "role": "assistant", "status": "completed",
+               "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}
+    call = {"id": f"fc_{response_id}", "type": "function_call", "call_id": f"call_{response_id}",
+            "name": "get_weather", "arguments": '{"city": "Zürich", "units": ["c", null]}',
+            "status": "completed"}
+    user = {"id": f"msg_in_{response_id}", "type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": text}]}
+    response = {
+        "id": response_id, "object": "response", "created_at": 1_700_000_000, "status": "completed",
+        "model": "emu-fast", "output": [message, call], "previous_response_id": None,
+        "temperature": 0.7, "top_p": 1.0, "parallel_tool_calls": True, "store": True,
+        "metadata": {"tag": "ünïcødé", "nested": {"deep": [1, 2.5, {"x": None}], "big": 2**53}},
+        "usage": {"input_tokens": 12, "input_tokens_details": {"cached_tokens": 4},
+                  "output_tokens": 34, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 46},
+    }
+    return StoredResponse(id=response_id, owner=owner, created_at=1_700_000_000.123456,
+                          response=response, input_items=[user], context=[user, message, call])
+
+
+def usage_entry(response_id: str, owner: str = ALICE, output_tokens: int = 1) -> UsageEntry:
+    return UsageEntry(response_id=response_id, owner=owner, model="emu-fast", transport="websocket",
+                      input_tokens=10, cached_tokens=2, output_tokens=output_tokens, created_at=1.5)
+
+
+# --- the store contract, both backends -------------------------------------------------------
+
+
+def test_open_store_builds_the_configured_backend(config: StoreConfig) -> None:
+    async def scenario() -> None:
+        async with opened(config) as store:
+            assert isinstance(store, SQLiteStore if config.backend == "sqlite" else RedisStore)
+
+    asyncio.run(scenario())
+
+
+def test_a_record_reads_back_exactly_as_put(config: StoreConfig) -> None:
+    async def scenario() -> None:
+        async with opened(config) as store:
+            await store.put(record("resp_1"))
+            assert await store.get("resp_1", ALICE) == record("resp_1")
+
+    asyncio.run(scenario())
+
+
+def test_a_missing_id_reads_as_none_and_deletes_as_false(config: StoreConfig) -> None:
+    async def scenario() -> None:
+        async with opened(config) as store:
+            assert await store.get("resp_missing", ALICE) is None
+            assert await store.delete("resp_missing", ALICE) is False
+
+    asyncio.run(scenario())
+
+
+def test_another_owner_sees_a_record_as_missing(config: StoreConfig) -> None:
+    async def scenario() -> None:
+        async with opened(config) as store:
+            await store.put(record("resp_1", owner=ALICE))
+            assert await store.get("resp_1", BOB) is None
+
+    asyncio.run(scenario())
+
+
+def test_another_owner_cannot_delete_a_record(config: StoreConfig) -> None:
+    async def scenario() -> None:
+        async with opened(config) as store:
+            await store.put(record("resp_1", owner=ALICE))
+            assert await store.delete("resp_1", BOB) is False
+            assert await store.get("resp_1", ALICE) == record("resp_1", owner=ALICE)
+
+    asyncio.run(scenario())
+
+
+def test_a_deleted_record_is_gone(config: StoreConfig) -> None:
+    async def scenario() -> None:
+        async with opened(config) as store:
+            await store.put(record("resp_1"))
+            assert await store.delete("resp_1", ALICE) is True
+            assert await store.get("resp_1", ALICE) is None
+            assert await store.delete("resp_1", ALICE) is False
+
+    asyncio.run(scenario())
+
+
+def test_putting_an_id_again_replaces_the_record(config: StoreConfig) -> None:
+    async def scenario() -> None:
+        async with opened(config) as store:
+            await store.put(record("resp_1", text="first"))
+            await store.put(record("resp_1", text="second"))
+            assert await store.get("resp_1", ALICE) == record("resp_1", text="second")
+
+    asyncio.run(scenario())
+
+
+def test_records_and_usage_outlive_the_store_instance(config: StoreConfig) -> None:
+    async def scenario() -> None:
+        async with opened(config) as store:
+            await store.put(record("resp_1"))
+            await store.add_usage(usage_entry("resp_1"))
+        async with opened(config) as reopened:
+            assert await reopened.get("resp_1", ALICE) == record("resp_1")
+            assert await reopened.usage(ALICE) == [usage_entry("resp_1")]
+
+    asyncio.run(scenario())
+
+
+def test_the_usage_ledger_is_per_owner_oldest_first(config: StoreConfig) -> None:
+    async def scenario() -> None:
+        async with opened(config) as store:
+            for i in range(5):
+                await store.add_usage(usage_entry(f"resp_a{i}", ALICE, output_tokens=i))
+                await store.add_usage(usage_entry(f"resp_b{i}", BOB, output_tokens=100 + i))
+            assert await store.usage(ALICE) == [usage_entry(f"resp_a{i}", ALICE, i) for i in range(5)]
+            assert await store.usage(BOB) == [usage_entry(f"resp_b{i}", BOB, 100 + i) for i in range(5)]
+            assert await store.usage("key_nobody") == []
+
+    asyncio.run(scenario())
+
+
+def test_two_store_instances_writing_at_once_lose_nothing(config: StoreConfig) -> None:
+    """Two instances (for SQLite: two connections, each on its own thread) on one backing."""
+    n = 200
+
+    async def write(store: ResponseStore, first: int) -> None:
+        await asyncio.gather(*(store.put(record(f"resp_{i}", text=f"r{i}")) for i in range(first, n, 2)))
+        await asyncio.gather(*(store.add_usage(usage_entry(f"resp_{i}")) for i in range(first, n, 2)))
+
+    async def scenario() -> None:
+        async with opened(config) as one, opened(config) as two:
+            await asyncio.gather(write(one, 0), write(two, 1))
+            for i in range(n):
+                assert await one.get(f"resp_{i}", ALICE) == record(f"resp_{i}", text=f"r{i}")
+            assert sorted(e.response_id for e in await two.usage(ALICE)) == sorted(f"resp_{i}" for i in range(n))
+
+    asyncio.run(scenario())
+
+
+# --- SQLite: the embedded file ----------------------------------------------------------------
+
+WRITER_PROCESS = """
+import asyncio, sys
+from actors.store import StoredResponse, UsageEntry
+from actors.store_sqlite import SQLiteStore
+
+async def main(data_dir, worker, n):
+    store = SQLiteStore(data_dir)
+    for i in range(n):
+        rid = f"resp_{worker}_{i}"
+        await store.put(StoredResponse(rid, "key_alice", float(i), {"id": rid}, [], []))
+        await store.add_usage(UsageEntry(rid, "key_alice", "m", "http", 1, 0, 1, float(i)))
+    await store.close()
+
+asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
+"""
+
+
+def test_sqlite_lives_in_one_wal_file_in_a_created_data_dir(tmp_path: Path) -> None:
+    data_dir = tmp_path / "not" / "yet" / "there"
+
+    async def scenario() -> None:
+        store = SQLiteStore(data_dir)
+        await store.put(record("resp_1"))
+        await store.close()
+
+    asyncio.run(scenario())
+    with sqlite3.connect(data_dir / "responses.sqlite3") as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        assert conn.execute("SELECT id, owner FROM responses").fetchall() == [("resp_1", ALICE)]
+
+
+def test_sqlite_writers_in_separate_processes_lose_nothing(tmp_path: Path) -> None:
+    """The deployment's shape: one process per connection actor, plus the gateway."""
+    workers, n = 3, 200
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER_PROCESS, str(tmp_path), str(w), str(n)],
+                              cwd=ROOT, stderr=subprocess.PIPE) for w in range(workers)]
+    for proc in procs:
+        _, stderr = proc.communicate(timeout=120)
+        assert proc.returncode == 0, stderr.decode()
+
+    async def scenario() -> None:
+        store = SQLiteStore(tmp_path)
+        for w in range(workers):
+            for i in range(n):
+                assert await store.get(f"resp_{w}_{i}", ALICE) is not None
+        ledger = await store.usage(ALICE)
+        await store.close()
+        assert len(ledger) == workers * n
+        for w in range(workers):  # each process's own lines stay in its order
+            mine = [e.response_id for e in ledger if e.response_id.startswith(f"resp_{w}_")]
+            assert mine == [f"resp_{w}_{i}" for i in range(n)]
+
+    asyncio.run(scenario())
+
+
+def test_a_closed_sqlite_store_refuses_calls(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        store = SQLiteStore(tmp_path)
+        await store.close()
+        await store.close()  # idempotent
+        with pytest.raises(RuntimeError, match="closed"):
+            await store.get("resp_1", ALICE)
+
+    asyncio.run(scenario())
+
+
+# --- StoreWriter: write-behind ----------------------------------------------------------------
+
+
+class Interposed:
+    """A real store whose ``put`` first runs ``before_put`` (to hold a write back, or fail it)."""
+
+    def __init__(self, inner: ResponseStore, before_put: Callable[[StoredResponse], Awaitable[None]]) -> None:
+        self.inner = inner
+        self.before_put = before_put
+
+    async def put(self, record: StoredResponse) -> None:
+        await self.before_put(record)
+        await self.inner.put(record)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def held_back(inner: ResponseStore) -> tuple[Interposed, asyncio.Event]:
+    """The store, and the gate every put waits for."""
+    gate = asyncio.Event()
+
+    async def wait_for_gate(_: StoredResponse) -> None:
+        await gate.wait()
+
+    return Interposed(inner, wait_for_gate), gate
+
+
+def test_the_writer_reads_its_own_writes_before_they_land(config: StoreConfig) -> None:
+    async def scenario() -> None:
+        store, gate = held_back(open_store(config))
+        writer = StoreWriter(store)
+        writer.submit_put(record("resp_1"))
+        await asyncio.sleep(0)  # the write is in flight, held at the gate
+        assert await store.inner.get("resp_1", ALICE) is None
+        assert await writer.get("resp_1", ALICE) == record("resp_1")
+        assert await writer.get("resp_1", BOB) is None  # the queue honours the owner too
+        gate.set()
+        await writer.flush()
+        assert await store.inner.get("resp_1", ALICE) == record("resp_1")
+        assert await writer.get("resp_1", ALICE) == record("resp_1")
+        await writer.close()
+
+    asyncio.run(scenario())
+
+
+def test_the_writer_writes_in_submission_order(config: StoreConfig) -> None:
+    async def scenario() -> None:
+        writer = StoreWriter(open_store(config))
+        writer.submit_put(record("resp_1", text="first"))
+        writer.submit_usage(usage_entry("resp_1", output_tokens=1))
+        writer.submit_put(record("resp_1", text="second"))
+        writer.submit_usage(usage_entry("resp_2", output_tokens=2))
+        assert await writer.get("resp_1", ALICE) == record("resp_1", text="second")
+        assert await writer.usage(ALICE) == [usage_entry("resp_1", output_tokens=1),
+                                             usage_entry("resp_2", output_tokens=2)]
+        assert await writer.store.get("resp_1", ALICE) == record("resp_1", text="second")
+        assert writer.pending == 0
+        await writer.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_delete_through_the_writer_follows_the_queued_put(config: StoreConfig) -> None:
+    async def scenario() -> None:
+        store, gate = held_back(open_store(config))
+        writer = StoreWriter(store)
+        writer.submit_put(record("resp_1"))
+        deleting = asyncio.create_task(writer.delete("resp_1", ALICE))
+        await asyncio.sleep(0)
+        assert not deleting.done()  # waits for the put, else the put would resurrect the record
+        gate.set()
+        assert await deleting is True
+        await writer.flush()
+        assert await writer.get("resp_1", ALICE) is None
+        await writer.close()
+
+    asyncio.run(scenario())
+
+
+def test_closing_the_writer_loses_no_write(config: StoreConfig) -> None:
+    n = 500
+
+    async def scenario() -> None:
+        writer = StoreWriter(open_store(config))
+        for i in range(n):
+            writer.submit_put(record(f"resp_{i}", text=f"r{i}"))
+            writer.submit_usage(usage_entry(f"resp_{i}"))
+        await writer.close()
+        async with opened(config) as reopened:
+            for i in range(n):
+                assert await reopened.get(f"resp_{i}", ALICE) == record(f"resp_{i}", text=f"r{i}")
+            assert await reopened.usage(ALICE) == [usage_entry(f"resp_{i}") for i in range(n)]
+
+    asyncio.run(scenario())
+
+
+def test_a_failed_write_is_logged_and_later_writes_still_land(
+        config: StoreConfig, caplog: pytest.LogCaptureFixture) -> None:
+    async def fail_resp_bad(rec: StoredResponse) -> None:
+        if rec.id == "resp_bad":
+            raise ConnectionError("store unreachable")
+
+    async def scenario() -> None:
+        writer = StoreWriter(Interposed(open_store(config), fail_resp_bad))
+        writer.submit_put(record("resp_bad"))
+        writer.submit_put(record("resp_good"))
+        writer.submit_usage(usage_entry("resp_good"))
+        await writer.flush()
+        assert await writer.get("resp_bad", ALICE) is None
+        assert await writer.get("resp_good", ALICE) == record("resp_good")
+        assert await writer.usage(ALICE) == [usage_entry("resp_good")]
+        await writer.close()
+
+    with caplog.at_level(logging.ERROR, logger="actors.store_writer"):
+        asyncio.run(scenario())
+    [failure] = caplog.records
+    assert "put resp_bad" in failure.getMessage()
+    assert failure.exc_info is not None and failure.exc_info[0] is ConnectionError
+
+
+def test_the_writer_backlog_is_bounded(config: StoreConfig) -> None:
+    async def scenario() -> None:
+        store, gate = held_back(open_store(config))
+        writer = StoreWriter(store, max_pending=2)
+        writer.submit_put(record("resp_1"))
+        writer.submit_usage(usage_entry("resp_1"))
+        with pytest.raises(WriterBacklogFull):
+            writer.submit_put(record("resp_2"))
+        gate.set()
+        await writer.close()
+
+    asyncio.run(scenario())
+
+
+def test_the_writer_refuses_submits_after_close(config: StoreConfig) -> None:
+    async def scenario() -> None:
+        writer = StoreWriter(open_store(config))
+        await writer.close()
+        await writer.close()  # idempotent
+        with pytest.raises(WriterClosed):
+            writer.submit_put(record("resp_1"))
+
+    asyncio.run(scenario())
