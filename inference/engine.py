@@ -127,13 +127,14 @@ class Engine:
         early (``aclose()``/cancellation) the exception propagates, the batch slot is freed
         at once, and the cache keeps the prompt's blocks if prefill had completed.
         """
+        t_arrive = self._clock.now()  # the emulated time of this request starts now, so
+        # the replica's own work (planning, hashing) overlaps the emulated prefill
         profile = self._config.profile(request.model)
         output = plan(request, policy_for(request, self._config.policy)) if request.generate else None
         jitter = RequestJitter(profile.jitter, request.request_id)
         model = profile.id
         batch = self._batches[model]
         seq = object()
-        t_arrive = self._clock.now()
         admitted = batch.submit(seq)  # EngineOverloaded: nothing started
         self._requests += 1
         self._active += 1
@@ -148,7 +149,7 @@ class Engine:
                 t_admit = await waiter
             self._rebatch(model, t_admit)
             prompt = request.prompt_token_ids
-            root = self._roots[model]
+            root = self._root(model, request.session_key)
             found = self._cache.lookup(prompt, root)
             self._observer.prefix(found.hit_blocks, found.miss_blocks, 0)
             reused = found.reused_tokens
@@ -217,6 +218,13 @@ class Engine:
             if finished:
                 self._completed += 1
             self._release(model, seq)
+
+    def _root(self, model: str, session_key: str | None) -> int:
+        """Where this request's block chains start: per model, and per session unless
+        ``prefix_cache.share_across_sessions`` (see ``PrefixCacheConfig``)."""
+        if session_key is None or self._config.prefix_cache.share_across_sessions:
+            return self._roots[model]
+        return hash((self._roots[model], session_key))
 
     def _insert(self, tokens: Sequence[int], known: Sequence[int], root: int) -> None:
         evicted = self._cache.insert(tokens, known, root)

@@ -137,12 +137,20 @@ class PolicyConfig(BaseModel):
 class PrefixCacheConfig(BaseModel):
     """Each replica's prefix (KV) cache (``inference.prefix_cache``): ``capacity_tokens``
     of KV held in blocks of ``block_tokens`` (a divisor of 128, so the reported cached
-    tokens, in 128-token steps, never exceed what was reused); 0 disables it."""
+    tokens, in 128-token steps, never exceed what was reused); 0 disables it.
+
+    ``share_across_sessions``: when false (the default), a request's blocks are salted
+    with its ``session_key`` (like vLLM's ``cache_salt``), so one connection never reuses
+    another's KV — a full resend on a new socket reports 0 cached tokens, as the spec's
+    check 27 and the observed service do; requests without a session key share one scope.
+    When true, identical prefixes (e.g. a common system prompt) are shared by everyone on
+    the replica."""
 
     model_config = ConfigDict(extra="forbid")
 
     block_tokens: int = Field(default=32, ge=1)
     capacity_tokens: int = Field(default=1 << 20, ge=0)
+    share_across_sessions: bool = False
 
     @model_validator(mode="after")
     def _block_divides_128(self) -> PrefixCacheConfig:

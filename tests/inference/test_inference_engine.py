@@ -58,8 +58,8 @@ def engine(make_config, clock) -> Engine:
     return Engine(make_config(prefix_cache={"block_tokens": 4}), clock, clock)
 
 
-def engine_root(engine: Engine) -> int:
-    return engine._roots["emu-test"]
+def engine_root(engine: Engine, session_key: str | None = "sess") -> int:
+    return engine._root("emu-test", session_key)
 
 
 # --- the stream ------------------------------------------------------------------------
@@ -251,9 +251,18 @@ def test_cached_prompt_shortens_time_to_first_token(engine):
         p.prefill_overhead_ms + uncached * 1000 / p.prefill_tokens_per_s)
 
 
-def test_blocks_are_shared_between_sessions_and_stateless_requests(engine):
+def test_sessions_do_not_share_kv_by_default(engine):
+    run(engine, request(generate=False))
+    assert run(engine, request(session_key="other"))[0][0].reused_tokens == 0
+    assert run(engine, request(session_key=None))[0][0].reused_tokens == 0
     run(engine, request(session_key=None, generate=False))
-    assert run(engine, request(session_key="other"))[0][0].reused_tokens == floor_block(len(PROMPT) - 1)
+    assert run(engine, request(session_key=None))[0][0].reused_tokens == floor_block(len(PROMPT) - 1)
+
+
+def test_blocks_are_shared_between_sessions_when_configured(make_config, clock):
+    eng = Engine(make_config(prefix_cache={"block_tokens": 4, "share_across_sessions": True}), clock, clock)
+    run(eng, request(session_key=None, generate=False))
+    assert run(eng, request(session_key="other"))[0][0].reused_tokens == floor_block(len(PROMPT) - 1)
 
 
 def test_models_do_not_share_kv_blocks(make_config, make_profile, clock):

@@ -62,12 +62,24 @@ def test_check_16_18_20_function_call_answer_and_usage(client):
     assert tool["parameters"] == TOOLS[0]["parameters"]
 
 
+# Prompts below 1024 tokens report no cached tokens (OpenAI's rule); these tests make them
+# longer so that the reported value, the reused prefix in 128-token steps, is meaningful.
+LONG_INSTRUCTIONS = "You are a coding agent. Keep answers short and run the tests. " * 120
+LONG_INPUT = "Read it. Here is the context of the task. " * 150
+
+
+def reported(inherited: int) -> int:
+    """``cached_tokens`` for an inherited prefix: from 1024 tokens, rounded down to 128."""
+    stepped = inherited // 128 * 128
+    return stepped if stepped >= 1024 else 0
+
+
 def test_20_turn_tool_loop_sends_only_new_items_and_cached_tokens_grow(client):
     """The agent loop of the issue: store:false, previous_response_id, only tool outputs."""
-    cached, calls, prev = [], 0, None
+    cached, expected, calls, prev = [], [], 0, None
     with client.responses.connect() as conn:
         conn.response.create(model=MODEL, input="Fix the failing test", tools=TOOLS, store=False,
-                             instructions="You are a coding agent.")
+                             instructions=LONG_INSTRUCTIONS)
         while True:
             events = collect(conn)
             resp = events[-1]["response"]
@@ -79,16 +91,21 @@ def test_20_turn_tool_loop_sends_only_new_items_and_cached_tokens_grow(client):
                 break
             calls += 1
             prev = resp["id"]
+            (call,) = resp["output"]
+            expected.append(reported(resp["usage"]["input_tokens"] + len(
+                chat_format.render_function_call(call["name"], call["arguments"]))))
             conn.response.create(model=MODEL, input=new_items, tools=TOOLS, store=False,
-                                 previous_response_id=prev, instructions="You are a coding agent.")
+                                 previous_response_id=prev, instructions=LONG_INSTRUCTIONS)
     assert calls == 20, "the server's policy answers in text after 20 tool results"
     assert cached[0] == 0
-    assert all(b > a for a, b in zip(cached, cached[1:])), cached
+    assert cached[1:] == expected  # each turn reuses everything it inherited, in 128-token steps
+    assert all(b >= a for a, b in zip(cached, cached[1:])), cached
+    assert cached[-1] > cached[1] >= 1024
 
 
 def test_check_27_cached_tokens_equal_the_inherited_prefix_and_a_new_socket_reports_zero(client):
     with client.responses.connect() as conn:
-        conn.response.create(model=MODEL, input="Read it", tools=TOOLS, store=False)
+        conn.response.create(model=MODEL, input=LONG_INPUT, tools=TOOLS, store=False)
         first = collect(conn)[-1]["response"]
         (call,) = first["output"]
         conn.response.create(model=MODEL, input=outputs_for(first), tools=TOOLS, store=False,
@@ -96,9 +113,10 @@ def test_check_27_cached_tokens_equal_the_inherited_prefix_and_a_new_socket_repo
         second = collect(conn)[-1]["response"]
     inherited = first["usage"]["input_tokens"] + len(
         chat_format.render_function_call(call["name"], call["arguments"]))
-    assert second["usage"]["input_tokens_details"]["cached_tokens"] == inherited
+    assert inherited > 1024
+    assert second["usage"]["input_tokens_details"]["cached_tokens"] == reported(inherited)
     # The same conversation resent in full on a new socket finds nothing cached.
-    full = [{"role": "user", "content": "Read it"}, {k: call[k] for k in ("type", "call_id", "name", "arguments")},
+    full = [{"role": "user", "content": LONG_INPUT}, {k: call[k] for k in ("type", "call_id", "name", "arguments")},
             *outputs_for(first)]
     with client.responses.connect() as conn:
         conn.response.create(model=MODEL, input=full, tools=TOOLS, store=False)
@@ -109,7 +127,7 @@ def test_check_27_cached_tokens_equal_the_inherited_prefix_and_a_new_socket_repo
 
 def test_check_13_14_generate_false_warm_up_then_continue_with_cache(client):
     with client.responses.connect() as conn:
-        conn.response.create(model=MODEL, input="Context to warm", generate=False, store=False,
+        conn.response.create(model=MODEL, input=LONG_INPUT, generate=False, store=False,
                              tools=TOOLS)
         warm = collect(conn)
         assert [e["type"] for e in warm] == ["response.created", "response.in_progress", "response.completed"]
@@ -118,7 +136,8 @@ def test_check_13_14_generate_false_warm_up_then_continue_with_cache(client):
         conn.response.create(model=MODEL, input="Go", tools=TOOLS, store=False,
                              previous_response_id=resp["id"])
         after = collect(conn)[-1]["response"]
-    assert after["usage"]["input_tokens_details"]["cached_tokens"] > 0
+    # the warm-up's prompt is reused whole (its full KV blocks), reported in 128-token steps
+    assert after["usage"]["input_tokens_details"]["cached_tokens"] == reported(resp["usage"]["input_tokens"]) > 0
 
 
 def test_check_26_28_29_continuation_echoes_parent_and_drops_old_instructions(client):
@@ -218,7 +237,7 @@ def test_async_sdk_connection_runs_a_tool_turn(server_url):
     async def main():
         client = AsyncOpenAI(base_url=server_url + "/v1", api_key="sk-test", max_retries=0)
         async with client.responses.connect() as conn:
-            await conn.response.create(model=MODEL, input="Read main.py", tools=TOOLS, store=False)
+            await conn.response.create(model=MODEL, input=LONG_INPUT, tools=TOOLS, store=False)
             first = (await acollect(conn))[-1]["response"]
             await conn.response.create(model=MODEL, input=outputs_for(first), tools=TOOLS, store=False,
                                        previous_response_id=first["id"])
