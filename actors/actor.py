@@ -22,6 +22,8 @@ from .config import SessionConfig
 from .connection import Connection
 from .session import Session
 from .socket_server import SocketServer
+from .store import StoreConfig, open_store
+from .store_writer import StoreWriter
 
 
 class ServeInference:
@@ -69,13 +71,20 @@ class SessionHost:
         second (design.md §3): they are paid here, not on a client's first turn."""
         self._models = await self._inference.warm()
         tokenizer.encode("warm up")
+        self._store = StoreWriter(open_store(self._store_config))
         self._sockets.start()
         return self._sockets.path
 
-    def _new_connection(self, conn_id: str) -> Connection:
-        session = Session(self._config, self._models, session_key=conn_id, clock=time.time)
-        return Connection(session, self._inference)
+    def _new_connection(self, conn_id: str, owner: str) -> Connection:
+        session = Session(self._config, self._models, session_key=conn_id, owner=owner, clock=time.time)
+        assert self._store is not None
+        return Connection(session, self._inference, self._store)
 
     async def serve(self, conn_id: str) -> None:
-        """Run the handed-over WebSocket ``conn_id`` until it closes."""
-        await self._sockets.serve(conn_id)
+        """Run the handed-over WebSocket ``conn_id`` until it closes, then make its stored
+        responses and ledger lines durable (the client no longer waits on us)."""
+        try:
+            await self._sockets.serve(conn_id)
+        finally:
+            assert self._store is not None
+            await self._store.flush()

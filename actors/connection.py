@@ -1,9 +1,10 @@
-"""The asyncio driver of one connection's :class:`~actors.session.Session`.
+"""The asyncio driver of one :class:`~actors.session.Session`.
 
-It pumps client frames into the session, runs the model calls the session starts through an
-:class:`InferenceClient`, and queues encoded server frames for the socket holder, which
-drains them in batches (one Ray item carries every frame ready at that moment).  No Ray here:
-the actor wraps it, and tests drive it with the real engine in-process.
+It feeds client input into the session, runs the model calls the session starts through an
+:class:`InferenceClient`, answers the session's store loads, hands post-inference writes
+(stored responses, ledger lines) to a write-behind :class:`~actors.store_writer.StoreWriter`
+so they stay off the response's critical path, and queues server events for whoever holds
+the client (a WebSocket, an HTTP response), who drains them in batches.  No Ray here.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from typing import Protocol
 
 from inference.types import InferenceEvent, InferenceRequest
 
-from .protocol import encode
-from .session import Effects, Session, Turn
+from .protocol import ResponseCreate, ServerEvent
+from .session import Effects, Load, Session, Turn
+from .store_writer import StoreWriter
 
 log = logging.getLogger(__name__)
 
@@ -28,10 +30,11 @@ class InferenceClient(Protocol):
 
 
 class Connection:
-    def __init__(self, session: Session, inference: InferenceClient) -> None:
+    def __init__(self, session: Session, inference: InferenceClient, store: StoreWriter) -> None:
         self.session = session
         self._inference = inference
-        self._out: asyncio.Queue[str | None] = asyncio.Queue()
+        self._store = store
+        self._out: asyncio.Queue[ServerEvent | str | None] = asyncio.Queue()
         self._tasks: set[asyncio.Task[None]] = set()
         self._accepting = True
         self._closed = False
@@ -42,13 +45,35 @@ class Connection:
         if self._accepting:
             self._apply(self.session.on_frame(data))
 
+    def create(self, create: ResponseCreate) -> None:
+        """A parsed create (the HTTP path)."""
+        if self._accepting:
+            self._apply(self.session.on_create(create))
+
     def _apply(self, fx: Effects) -> None:
         for event in fx.events:
-            self._out.put_nowait(encode(event))
+            self._out.put_nowait(event)
+        for record in fx.persist:
+            self._store.submit_put(record)
+        for entry in fx.usage:
+            self._store.submit_usage(entry)
         for turn in fx.start:
-            task = asyncio.get_running_loop().create_task(self._run(turn))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._spawn(self._run(turn))
+        for load in fx.load:
+            self._spawn(self._load(load))
+
+    def _spawn(self, coro) -> None:  # noqa: ANN001
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _load(self, load: Load) -> None:
+        try:
+            record = await self._store.get(load.response_id, load.owner)
+        except Exception:  # noqa: BLE001 - an unreachable store reads as "not found", logged
+            log.exception("loading %s from the store failed", load.response_id)
+            record = None
+        self._apply(self.session.on_loaded(load.load_id, record))
 
     async def _run(self, turn: Turn) -> None:
         try:
@@ -60,12 +85,12 @@ class Connection:
             log.warning("inference failed for %s: %r", turn.request.request_id, exc)
             self._apply(self.session.on_inference_error(turn.turn_id, exc))
         else:
-            # A stream that ended without Done is a backend fault, not a success.
+            # A stream that ended without Done is a backend fault, not a success (no-op after Done).
             self._apply(self.session.on_inference_error(turn.turn_id, RuntimeError("stream ended early")))
 
     # -- outbound
-    async def frames(self) -> AsyncIterator[list[str]]:
-        """Batches of encoded frames, in order, until :meth:`close`."""
+    async def events(self) -> AsyncIterator[list[ServerEvent | str]]:
+        """Batches of events (or pre-encoded frames), in order, until the connection ends."""
         while True:
             first = await self._out.get()
             if first is None:
@@ -80,14 +105,15 @@ class Connection:
             yield batch
 
     def finish_with(self, frame: str) -> None:
-        """Send ``frame`` as the last one and end ``frames`` (e.g. the lifetime limit error)."""
+        """Send ``frame`` as the last one and end ``events`` (e.g. the lifetime limit error)."""
         if self._accepting:
             self._accepting = False
             self._out.put_nowait(frame)
             self._out.put_nowait(None)
 
     async def close(self) -> None:
-        """Cancel every running generation (frees the inference slots) and end ``frames``."""
+        """Cancel every running generation (frees the inference slots) and end ``events``.
+        Pending store writes stay queued in the writer, which its owner flushes."""
         if self._closed:
             return
         self._closed = True
@@ -97,4 +123,3 @@ class Connection:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._out.put_nowait(None)
-

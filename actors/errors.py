@@ -95,3 +95,19 @@ class ServerError(APIError):
 
     def __init__(self, message: str = "The server had an error while processing your request.") -> None:
         super().__init__(message)
+
+
+class InvalidAPIKey(APIError):
+    status = 401
+    code = "invalid_api_key"
+
+    def __init__(self) -> None:
+        super().__init__("Incorrect API key provided. You can find your API key in your server's configuration.")
+
+
+class NotFound(APIError):
+    status = 404
+    code = None
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)

@@ -112,12 +112,20 @@ class ItemReference(_In):
     id: str
 
 
+class CompactionItem(_Open):
+    """The opaque summary ``POST /v1/responses/compact`` returns, sent back as input."""
+
+    type: Literal["compaction"]
+    encrypted_content: str
+    id: str | None = None
+
+
 def _item_tag(value: Any) -> str:
     kind = value.get("type", "message") if isinstance(value, dict) else getattr(value, "type", None)
     return kind if kind in _ITEM_TAGS else "unknown"
 
 
-_ITEM_TAGS = {"message", "function_call", "function_call_output", "reasoning", "item_reference"}
+_ITEM_TAGS = {"message", "function_call", "function_call_output", "reasoning", "item_reference", "compaction"}
 
 InputItem = Annotated[
     Union[
@@ -126,6 +134,7 @@ InputItem = Annotated[
         Annotated[FunctionCallOutputItem, Tag("function_call_output")],
         Annotated[ReasoningItem, Tag("reasoning")],
         Annotated[ItemReference, Tag("item_reference")],
+        Annotated[CompactionItem, Tag("compaction")],
     ],
     Discriminator(_item_tag, custom_error_type="invalid_value",
                   custom_error_message="Unsupported input item type."),
@@ -146,9 +155,14 @@ class OtherTool(_Open):
     type: str
 
 
+def _tool_tag(value: Any) -> str:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return "function" if kind == "function" else "other"
+
+
 Tool = Annotated[
     Union[Annotated[FunctionTool, Tag("function")], Annotated[OtherTool, Tag("other")]],
-    Discriminator(lambda v: "function" if (v.get("type") if isinstance(v, dict) else v.type) == "function" else "other"),
+    Discriminator(_tool_tag),
 ]
 
 _STREAM_ID = re.compile(r"[A-Za-z0-9_.\-]{1,256}")
@@ -250,10 +264,32 @@ def parse_client_event(data: str | bytes) -> ClientEvent:
     return event
 
 
-def _validation_error(exc: ValidationError) -> APIError:
+_WS_ONLY = ("stream_id", "generate")
+
+
+def parse_http_create(data: bytes | str) -> ResponseCreate:
+    """The body of ``POST /v1/responses`` (spec §6.1): the create fields without ``type``;
+    the WebSocket-only ``stream_id`` and ``generate`` are rejected."""
+    try:
+        raw = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidJSON("We could not parse the JSON body of your request.") from None
+    if not isinstance(raw, dict):
+        raise InvalidRequest("The request body must be a JSON object.", code="invalid_type")
+    for name in _WS_ONLY:
+        if name in raw:
+            raise InvalidRequest(f"Unknown parameter: '{name}'.", param=name, code="unknown_parameter")
+    raw.pop("type", None)
+    try:
+        return ResponseCreate.model_validate(raw)
+    except ValidationError as exc:
+        raise _validation_error(exc, tagged=False) from None
+
+
+def _validation_error(exc: ValidationError, *, tagged: bool = True) -> APIError:
     # The deepest error is the most specific one (a bad item beats "input is not a string").
     err = max(exc.errors(include_url=False), key=lambda e: len(e["loc"]))
-    param = _param_path(err["loc"])
+    param = _param_path(err["loc"][1:] if tagged else err["loc"])
     kind = err["type"]
     if kind == "missing":
         return InvalidRequest(f"Missing required parameter: '{param}'.", param=param,
@@ -267,9 +303,9 @@ def _validation_error(exc: ValidationError) -> APIError:
 
 
 def _param_path(loc: tuple[Any, ...]) -> str:
-    """``('response.create', 'input', 'list[…]', 0, 'message', 'role')`` → ``input[0].role``."""
+    """``('input', 'list[…]', 0, 'message', 'role')`` → ``input[0].role``."""
     out = ""
-    for part in loc[1:]:  # loc[0] is the event type tag
+    for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
         elif part in _UNION_LABELS or "[" in part:
@@ -551,3 +587,34 @@ def http_error_body(exc: BaseException) -> tuple[int, dict[str, Any]]:
 
 
 ITEM_ADAPTER: TypeAdapter[list[InputItem]] = TypeAdapter(list[InputItem])
+
+
+# --------------------------------------------------------------------------- stored items
+
+
+def item_dict(item: InputItem, item_id: str) -> dict[str, Any]:
+    """An input item as stored and listed by ``input_items`` (spec §6.6): with an ``id`` and
+    a ``status``, ``None`` fields dropped."""
+    data = item.model_dump(exclude_none=True)
+    data.setdefault("id", item_id)
+    data.setdefault("status", "completed")
+    if isinstance(item, MessageItem):
+        data["type"] = "message"
+        if isinstance(item.content, str):  # listed as parts, as the API does
+            kind = "output_text" if item.role == "assistant" else "input_text"
+            data["content"] = [{"type": kind, "text": item.content}]
+    return data
+
+
+def output_as_input(item: OutputItem) -> dict[str, Any]:
+    """An output item in the form a later request may send it back as input."""
+    if isinstance(item, OutputMessage):
+        return {"type": "message", "id": item.id, "role": "assistant", "status": item.status,
+                "content": [{"type": "output_text", "text": p.text, "annotations": []} for p in item.content]}
+    return {"type": "function_call", "id": item.id, "call_id": item.call_id, "name": item.name,
+            "arguments": item.arguments, "status": item.status}
+
+
+def parse_items(data: list[dict[str, Any]]) -> list[InputItem]:
+    """Stored item dicts back to input-item models (strict: the store holds what we wrote)."""
+    return ITEM_ADAPTER.validate_python(data)

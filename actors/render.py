@@ -7,12 +7,15 @@ re-rendering the conversation.
 
 from __future__ import annotations
 
+import base64
+import zlib
 from collections.abc import Iterable, Sequence
 
 from inference import chat_format
 from inference.types import ToolSpec
 
 from .protocol import (
+    CompactionItem,
     FunctionCallItem,
     FunctionCallOutputItem,
     FunctionTool,
@@ -51,7 +54,18 @@ def render_item(item: InputItem | OutputItem) -> list[int]:
         return chat_format.render_other("reasoning", summary + (item.encrypted_content or ""))
     if isinstance(item, ItemReference):
         return chat_format.render_other("item_reference", item.id)
+    if isinstance(item, CompactionItem):
+        return chat_format.render_other("compaction", compaction_text(item.encrypted_content))
     raise TypeError(f"cannot render {type(item).__name__}")
+
+
+def compaction_text(blob: str) -> str:
+    """The summary inside a compaction item (see ``serve/compaction.py``); an opaque blob
+    from elsewhere is rendered as it is."""
+    try:
+        return zlib.decompress(base64.b64decode(blob, validate=True)).decode()
+    except (ValueError, zlib.error, UnicodeDecodeError):
+        return blob
 
 
 def render_items(items: Iterable[InputItem | OutputItem]) -> list[int]:

@@ -21,14 +21,20 @@ from inference import chat_format
 from inference.types import Done, InferenceEvent, InferenceRequest
 
 from .config import SessionConfig
-from .errors import APIError, InvalidRequest, ModelNotFound, PreviousResponseNotFound, StreamLimitReached
+from .context import ContextEntry, count_calls, extend, from_record, input_dicts
+from .errors import (
+    APIError,
+    InvalidRequest,
+    ModelNotFound,
+    PreviousResponseNotFound,
+    ServerError,
+    StreamLimitReached,
+)
 from .ids import new_id
 from .protocol import (
-    FunctionCallItem,
     FunctionCallOutputItem,
     FunctionTool,
     InputItem,
-    OutputFunctionCall,
     ResponseCreate,
     ResponseObject,
     ResponseSteer,
@@ -40,17 +46,7 @@ from .protocol import (
 )
 from .render import render_items, tool_specs
 from .response_builder import ResponseBuilder
-
-
-@dataclass(slots=True)
-class ContextEntry:
-    """What a lane caches for its latest response (spec §4.2)."""
-
-    response_id: str
-    tokens: array  # rendered conversation (items only; tools/instructions are per request)
-    call_ids: frozenset[str]  # function calls issued anywhere in the conversation
-    tool_results: int  # function_call_output items in the conversation
-    store: bool
+from .store import StoredResponse, UsageEntry
 
 
 @dataclass(slots=True)
@@ -63,29 +59,45 @@ class Turn:
     builder: ResponseBuilder
     parent: ContextEntry | None
     same_lane_parent: bool
-    input_items: list[InputItem]
+    inputs: list[dict]  # the input items as stored (with ids)
     input_tokens: list[int]
     call_ids: frozenset[str]
     store: bool
 
 
+@dataclass(frozen=True, slots=True)
+class Load:
+    """Fetch a stored response the connection's cache does not hold (spec §4.3)."""
+
+    load_id: int
+    response_id: str
+    owner: str
+
+
 @dataclass(slots=True)
 class Effects:
-    """What the driver must do: send these events, start these model calls."""
+    """What the driver must do: send these events, start these model calls, load these
+    stored responses, and (off the critical path) persist these records and ledger lines."""
 
     events: list[ServerEvent] = field(default_factory=list)
     start: list[Turn] = field(default_factory=list)
+    load: list[Load] = field(default_factory=list)
+    persist: list[StoredResponse] = field(default_factory=list)
+    usage: list[UsageEntry] = field(default_factory=list)
 
     def __iadd__(self, other: Effects) -> Effects:
         self.events += other.events
         self.start += other.start
+        self.load += other.load
+        self.persist += other.persist
+        self.usage += other.usage
         return self
 
 
 @dataclass(slots=True)
 class _Lane:
     latest: ContextEntry | None = None
-    active: Turn | None = None
+    busy: bool = False  # a response is loading its parent or running
 
 
 class Session:
@@ -94,22 +106,27 @@ class Session:
         config: SessionConfig,
         models: Collection[str],
         *,
-        session_key: str,
+        session_key: str | None,
+        owner: str = "",
+        transport: str = "websocket",
         clock: Callable[[], float],
     ) -> None:
         self.config = config
         self.models = frozenset(models)
         self.session_key = session_key
+        self.owner = owner
+        self.transport = transport
         self._clock = clock
         self._lanes: dict[str | None, _Lane] = {None: _Lane()}
         self._pending: deque[tuple[str | None, ResponseCreate]] = deque()
         self._turns: dict[int, Turn] = {}
-        self._turn_ids = itertools.count()
+        self._loading: dict[int, tuple[str | None, ResponseCreate]] = {}
+        self._ids = itertools.count()
 
     # ------------------------------------------------------------------ client side
     @property
     def inflight(self) -> int:
-        return len(self._turns)
+        return len(self._turns) + len(self._loading)
 
     def on_frame(self, data: str | bytes) -> Effects:
         """One client frame.  Errors become ``error`` events; the session stays usable."""
@@ -121,6 +138,10 @@ class Session:
             return Effects(events=[self._steer_unsupported(event)])
         if not isinstance(event, ResponseCreate):
             return Effects()  # response.processed: nothing to do
+        return self.on_create(event)
+
+    def on_create(self, event: ResponseCreate) -> Effects:
+        """A parsed ``response.create`` (the HTTP path enters here)."""
         lane = event.stream_id
         try:
             self._admit(event)
@@ -134,7 +155,7 @@ class Session:
     def _admit(self, create: ResponseCreate) -> None:
         """Checks that need no history: they fail before anything is queued."""
         if create.background:
-            raise InvalidRequest("Background mode is not supported over WebSocket.", param="background")
+            raise InvalidRequest("Background mode is not supported by this server.", param="background")
         if self.config.strict_params and create.model_extra:
             name = next(iter(create.model_extra))
             raise InvalidRequest(f"Unknown parameter: '{name}'.", param=name, code="unknown_parameter")
@@ -159,40 +180,66 @@ class Session:
             if self.inflight >= self.config.max_inflight:
                 break
             lane_name, create = item
-            if self._lanes[lane_name].active is not None:
+            if self._lanes[lane_name].busy:
                 continue
             self._pending.remove(item)
             fx += self._start(lane_name, create)
         return fx
 
     def _start(self, lane_name: str | None, create: ResponseCreate) -> Effects:
+        """Resolve ``previous_response_id`` when the request starts: the lanes' cache first,
+        then (``store:true`` responses) the store, else ``previous_response_not_found``."""
         lane = self._lanes[lane_name]
-        parent, same_lane = None, False
+        lane.busy = True
+        if create.previous_response_id is None:
+            return self._begin(lane_name, create, None)
+        cached = self._cached(create.previous_response_id)
+        if cached is not None:
+            return self._begin(lane_name, create, cached)
+        load_id = next(self._ids)
+        self._loading[load_id] = (lane_name, create)
+        return Effects(load=[Load(load_id, create.previous_response_id, self.owner)])
+
+    def on_loaded(self, load_id: int, record: StoredResponse | None) -> Effects:
+        """The store's answer to a :class:`Load` (``None``: not found for this owner)."""
+        lane_name, create = self._loading.pop(load_id)
+        if record is None:
+            return self._reject(lane_name, PreviousResponseNotFound(create.previous_response_id or ""))
         try:
-            if create.previous_response_id is not None:
-                parent = self._lookup(create.previous_response_id)
-                same_lane = lane.latest is parent
-            items = create.items
+            parent = from_record(record)
+        except Exception:  # noqa: BLE001 - a damaged record is a server fault, not the client's
+            return self._reject(lane_name, ServerError())
+        return self._begin(lane_name, create, parent)
+
+    def _reject(self, lane_name: str | None, exc: APIError, *, evict: bool = False) -> Effects:
+        self._lanes[lane_name].busy = False
+        if evict:
+            self._evict(lane_name)
+        fx = Effects(events=[error_event(exc, stream_id=lane_name)])
+        fx += self._schedule()
+        return fx
+
+    def _begin(self, lane_name: str | None, create: ResponseCreate, parent: ContextEntry | None) -> Effects:
+        lane = self._lanes[lane_name]
+        same_lane = parent is not None and lane.latest is parent
+        items = create.items
+        try:
             call_ids, tool_results = self._check_calls(parent, items)
         except APIError as exc:
-            if same_lane:
-                self._evict(lane_name)
-            fx = Effects(events=[error_event(exc, stream_id=lane_name)])
-            fx += self._schedule()
-            return fx
+            return self._reject(lane_name, exc, evict=same_lane)
 
         tools = create.function_tools
         input_tokens = render_items(items)
-        context = parent.tokens if parent is not None else array("I")
         prompt = array("I", chat_format.render_tools(tool_specs(tools)))
         prompt.extend(chat_format.render_instructions(create.instructions))
-        prompt.extend(context)
+        if parent is not None:
+            prompt.extend(parent.tokens)
         prompt.extend(input_tokens)
         store = True if create.store is None else create.store
         generate = create.generate is not False and not (create.prompt_cache_options or {}).get("prewarm")
         response = self._response_object(create, store)
         turn = Turn(
-            turn_id=next(self._turn_ids),
+            turn_id=next(self._ids),
             lane=lane_name,
             request=InferenceRequest(
                 request_id=response.id,
@@ -210,34 +257,30 @@ class Session:
             builder=ResponseBuilder(response, stream_id=lane_name, clock=self._clock),
             parent=parent,
             same_lane_parent=same_lane,
-            input_items=items,
+            inputs=input_dicts(items),
             input_tokens=input_tokens,
             call_ids=call_ids,
             store=store,
         )
-        lane.active = turn
         self._turns[turn.turn_id] = turn
         return Effects(events=turn.builder.start(), start=[turn])
 
-    def _lookup(self, response_id: str) -> ContextEntry:
+    def _cached(self, response_id: str) -> ContextEntry | None:
         for lane in self._lanes.values():
             if lane.latest is not None and lane.latest.response_id == response_id:
                 return lane.latest
-        raise PreviousResponseNotFound(response_id)
+        return None
 
     def _check_calls(self, parent: ContextEntry | None, items: Sequence[InputItem]) -> tuple[frozenset[str], int]:
         """Every ``function_call_output`` must answer a call the conversation issued."""
         call_ids = set(parent.call_ids) if parent else set()
         results = parent.tool_results if parent else 0
         for i, item in enumerate(items):
-            if isinstance(item, FunctionCallItem):
-                call_ids.add(item.call_id)
-            elif isinstance(item, FunctionCallOutputItem):
-                if item.call_id not in call_ids:
-                    raise InvalidRequest(
-                        f"No tool call found for function call output with call_id {item.call_id}.",
-                        param=f"input[{i}].call_id")
-                results += 1
+            results += count_calls([item], call_ids)
+            if isinstance(item, FunctionCallOutputItem) and item.call_id not in call_ids:
+                raise InvalidRequest(
+                    f"No tool call found for function call output with call_id {item.call_id}.",
+                    param=f"input[{i}].call_id")
         return frozenset(call_ids), results
 
     def _evict(self, lane_name: str | None) -> None:
@@ -293,28 +336,33 @@ class Session:
     def _finish(self, turn: Turn, *, failed: bool) -> Effects:
         del self._turns[turn.turn_id]
         lane = self._lanes[turn.lane]
-        lane.active = None
+        lane.busy = False
+        fx = Effects()
         if failed:
             if turn.same_lane_parent:
                 self._evict(turn.lane)
         else:
-            lane.latest = self._entry_after(turn)
-        return self._schedule()
+            response = turn.builder.response
+            entry = extend(turn.parent, response.id, input_tokens=turn.input_tokens, inputs=turn.inputs,
+                           output=response.output, call_ids=turn.call_ids,
+                           tool_results=turn.request.tool_results_in_context, store=turn.store)
+            lane.latest = entry
+            fx.usage.append(self._usage(turn))
+            if turn.store:
+                fx.persist.append(StoredResponse(
+                    id=response.id, owner=self.owner, created_at=self._clock(),
+                    response=response.model_dump(mode="json"), input_items=turn.inputs,
+                    context=entry.items))
+        fx += self._schedule()
+        return fx
 
-    def _entry_after(self, turn: Turn) -> ContextEntry:
-        output = turn.builder.output
-        tokens = array("I", turn.parent.tokens) if turn.parent else array("I")
-        tokens.extend(turn.input_tokens)
-        tokens.extend(render_items(output))
-        call_ids = turn.call_ids.union(
-            item.call_id for item in output if isinstance(item, OutputFunctionCall))
-        return ContextEntry(
-            response_id=turn.builder.response.id,
-            tokens=tokens,
-            call_ids=call_ids,
-            tool_results=turn.request.tool_results_in_context,
-            store=turn.store,
-        )
+    def _usage(self, turn: Turn) -> UsageEntry:
+        r = turn.builder.response
+        assert r.usage is not None
+        return UsageEntry(
+            response_id=r.id, owner=self.owner, model=r.model, transport=self.transport,  # type: ignore[arg-type]
+            input_tokens=r.usage.input_tokens, cached_tokens=r.usage.input_tokens_details.cached_tokens,
+            output_tokens=r.usage.output_tokens, created_at=self._clock())
 
 
 def _tool_choice_name(choice: str | dict | None) -> str:

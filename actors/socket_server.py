@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import socket
@@ -33,11 +34,11 @@ log = logging.getLogger(__name__)
 RESPONSES_PATH = "/v1/responses"
 
 
-def send_socket(uds_path: str, conn_id: str, sock: socket.socket) -> None:
-    """Gateway side: hand ``sock`` to the actor listening on ``uds_path``."""
+def send_socket(uds_path: str, conn_id: str, owner: str, sock: socket.socket) -> None:
+    """Gateway side: hand ``sock`` (authenticated as ``owner``) to the actor at ``uds_path``."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as uds:
         uds.connect(uds_path)
-        socket.send_fds(uds, [conn_id.encode()], [sock.fileno()])
+        socket.send_fds(uds, [json.dumps([conn_id, owner]).encode()], [sock.fileno()])
 
 
 class _HandoffServer(Server):
@@ -51,7 +52,7 @@ class _HandoffServer(Server):
 class SocketServer:
     """Receives handed-over sockets and runs one WebSocket connection on each."""
 
-    def __init__(self, config: SessionConfig, new_connection: Callable[[str], Connection]) -> None:
+    def __init__(self, config: SessionConfig, new_connection: Callable[[str, str], Connection]) -> None:
         self._config = config
         self._new_connection = new_connection
         # Linux abstract namespace: no file to clean up when the actor dies.
@@ -60,7 +61,7 @@ class SocketServer:
         self._listener.bind(self.path)
         self._listener.listen(64)
         self._listener.setblocking(False)
-        self._arrived: dict[str, asyncio.Future[socket.socket]] = {}
+        self._arrived: dict[str, asyncio.Future[tuple[socket.socket, str]]] = {}
         self._server: Server | None = None
         self._accepting: asyncio.Task[None] | None = None
         self._ended: dict[str, asyncio.Future[None]] = {}
@@ -69,7 +70,7 @@ class SocketServer:
         self._server = _HandoffServer(self._handle, process_request=self._check_request, open_timeout=10)
         self._accepting = asyncio.get_running_loop().create_task(self._accept_handoffs())
 
-    def _future(self, conn_id: str) -> asyncio.Future[socket.socket]:
+    def _future(self, conn_id: str) -> asyncio.Future[tuple[socket.socket, str]]:
         return self._arrived.setdefault(conn_id, asyncio.get_running_loop().create_future())
 
     async def _accept_handoffs(self) -> None:
@@ -83,13 +84,14 @@ class SocketServer:
                     await readable
                 finally:
                     loop.remove_reader(uds.fileno())
-                msg, fds, _, _ = socket.recv_fds(uds, 1024, 1)
+                msg, fds, _, _ = socket.recv_fds(uds, 4096, 1)
                 if fds:
-                    fut = self._future(msg.decode())
+                    conn_id, owner = json.loads(msg)
+                    fut = self._future(conn_id)
                     if fut.done():
                         os.close(fds[0])
                     else:
-                        fut.set_result(socket.socket(fileno=fds[0]))
+                        fut.set_result((socket.socket(fileno=fds[0]), owner))
             except OSError:
                 log.exception("socket handoff failed")
             finally:
@@ -98,7 +100,7 @@ class SocketServer:
     async def serve(self, conn_id: str) -> None:
         """Run the WebSocket connection ``conn_id`` until it closes."""
         loop = asyncio.get_running_loop()
-        sock = await asyncio.wait_for(self._future(conn_id), timeout=30)
+        sock, owner = await asyncio.wait_for(self._future(conn_id), timeout=30)
         ended = self._ended[conn_id] = loop.create_future()
         cfg = self._config
 
@@ -107,7 +109,7 @@ class SocketServer:
                                       max_size=cfg.max_frame_bytes)
             conn = ServerConnection(protocol, self._server, ping_interval=cfg.ping_interval_s,
                                     ping_timeout=cfg.ping_timeout_s, max_queue=64)
-            conn.conn_id = conn_id  # type: ignore[attr-defined]
+            conn.conn_id, conn.owner = conn_id, owner  # type: ignore[attr-defined]
             return conn
 
         try:
@@ -123,8 +125,8 @@ class SocketServer:
         return None
 
     async def _handle(self, ws: ServerConnection) -> None:
+        conn = self._new_connection(ws.conn_id, ws.owner)  # type: ignore[attr-defined]
         conn_id: str = ws.conn_id  # type: ignore[attr-defined]
-        conn = self._new_connection(conn_id)
         sender = asyncio.get_running_loop().create_task(self._send_loop(ws, conn))
         timer = asyncio.get_running_loop().call_later(
             self._config.connection_lifetime_s, self._expire, conn)
@@ -150,12 +152,12 @@ class SocketServer:
     async def _send_loop(self, ws: ServerConnection, conn: Connection) -> None:
         sock = ws.transport.get_extra_info("socket")
         try:
-            async for batch in conn.frames():
+            async for batch in conn.events():
                 # Cork the socket so the frames of one batch leave in as few segments as
                 # possible (one client wake-up instead of one per event).
                 with _corked(sock, len(batch) > 1):
-                    for frame in batch:
-                        await ws.send(frame)
+                    for event in batch:
+                        await ws.send(event if isinstance(event, str) else encode(event))
             # frames() ended without a client close: the server ends the connection (1000).
             await ws.close(1000)
         except ConnectionClosed:

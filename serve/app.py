@@ -1,4 +1,5 @@
-"""The gateway's HTTP app: ``/healthz`` and ``/v1/models``.
+"""The gateway's HTTP app: ``/healthz`` and ``/v1/models`` (HTTP mode's routes are added
+by :mod:`serve.http_api`).
 
 WebSocket upgrades of ``/v1/responses`` never reach this app: :mod:`serve.front` hands them
 to session actors before any HTTP parsing happens here.

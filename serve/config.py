@@ -6,6 +6,7 @@ A YAML file (``--config FILE``, or Serve config ``args:``) has the sections ``se
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from actors.config import SessionConfig
+from actors.store import StoreConfig
 from inference.profiles import InferenceConfig, load_inference_config
+
+API_KEYS_ENV = "RESPONSES_WS_API_KEYS"
 
 
 class ServerConfig(BaseModel):
@@ -22,6 +26,8 @@ class ServerConfig(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(8765, ge=0, le=65535)
     gateway_replicas: int = Field(1, ge=1, description="gateway replicas sharing the port (SO_REUSEPORT)")
+    api_keys: tuple[str, ...] = Field((), description="accepted keys; empty = any key is accepted")
+    api_keys_file: str | None = Field(None, description="a file with one accepted key per line")
 
 
 class AppConfig(BaseModel):
@@ -29,11 +35,17 @@ class AppConfig(BaseModel):
 
     server: ServerConfig = ServerConfig()
     session: SessionConfig = SessionConfig()
+    store: StoreConfig = StoreConfig()
     inference: InferenceConfig = Field(default_factory=load_inference_config)
 
 
-def load_app_config(path: Path | None = None, **overrides: Any) -> AppConfig:
-    """Read a YAML config file (all sections optional) and apply ``section.key`` overrides."""
+def load_app_config(path: Path | None = None, *, environ: dict[str, str] | None = None,
+                    **overrides: Any) -> AppConfig:
+    """Read a YAML config file (all sections optional) and apply ``section.key`` overrides.
+
+    This is the one place the environment is read: ``RESPONSES_WS_API_KEYS`` (comma
+    separated) adds accepted API keys.  Key files and the SQLite data directory are
+    resolved here too, so every process of a cluster sees the same absolute paths."""
     data: dict[str, Any] = yaml.safe_load(path.read_text()) if path else {}
     data = data or {}
     for dotted, value in overrides.items():
@@ -43,4 +55,17 @@ def load_app_config(path: Path | None = None, **overrides: Any) -> AppConfig:
     if inference is not None and "profiles" not in inference:
         # A partial inference section refines the default profiles file.
         data["inference"] = {**load_inference_config().model_dump(), **inference}
-    return AppConfig.model_validate(data)
+    config = AppConfig.model_validate(data)
+    return resolve_keys_and_paths(config, environ if environ is not None else dict(os.environ))
+
+
+def resolve_keys_and_paths(config: AppConfig, environ: dict[str, str]) -> AppConfig:
+    server = config.server
+    keys = list(server.api_keys)
+    keys += [k.strip() for k in environ.get(API_KEYS_ENV, "").split(",") if k.strip()]
+    if server.api_keys_file:
+        keys += [line.strip() for line in Path(server.api_keys_file).read_text().splitlines() if line.strip()]
+    return config.model_copy(update={
+        "server": server.model_copy(update={"api_keys": tuple(dict.fromkeys(keys)), "api_keys_file": None}),
+        "store": config.store.model_copy(update={"data_dir": str(Path(config.store.data_dir).resolve())}),
+    })

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import socket
 from collections.abc import Awaitable, Callable
@@ -33,6 +34,29 @@ def bind_socket(host: str, port: int) -> socket.socket:
     sock.listen(1024)
     sock.setblocking(False)
     return sock
+
+
+def request_headers(head: bytes) -> dict[str, str]:
+    """Header names (lower-case) and values of a peeked request head."""
+    headers = {}
+    for line in head.split(b"\r\n\r\n", 1)[0].split(b"\r\n")[1:]:
+        name, sep, value = line.partition(b":")
+        if sep:
+            headers[name.strip().lower().decode("latin-1")] = value.strip().decode("latin-1")
+    return headers
+
+
+def refuse(sock: socket.socket, status: int, body: dict) -> None:
+    """Answer a not-yet-upgraded request with an HTTP error and close (no socket opens)."""
+    payload = json.dumps(body).encode()
+    reason = {401: "Unauthorized", 429: "Too Many Requests", 503: "Service Unavailable"}.get(status, "Error")
+    head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n").encode()
+    with contextlib.suppress(OSError):
+        sock.setblocking(True)
+        sock.settimeout(2)
+        sock.sendall(head + payload)
+    sock.close()
 
 
 def is_responses_upgrade(head: bytes) -> bool:
@@ -73,7 +97,7 @@ class Front:
         self,
         listener: socket.socket,
         http_config: uvicorn.Config,
-        handoff: Callable[[socket.socket], Awaitable[None]],
+        handoff: Callable[[socket.socket, bytes], Awaitable[None]],
     ) -> None:
         self._listener = listener
         self._http = http_config
@@ -95,7 +119,7 @@ class Front:
         try:
             head = await peek_head(sock)
             if head and is_responses_upgrade(head):
-                await self._handoff(sock)
+                await self._handoff(sock, head)
                 return
             if not head:
                 sock.close()

@@ -20,12 +20,18 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from actors.actor import SessionHost
+from actors.actor import ServeInference, SessionHost
+from actors.errors import APIError
+from actors.protocol import http_error_body
 from actors.socket_server import send_socket
+from actors.store import open_store
+from actors.store_writer import StoreWriter
 
 from .app import build_app
+from .auth import KeyRing
 from .config import AppConfig
-from .front import Front, bind_socket
+from .front import Front, bind_socket, refuse, request_headers
+from .http_api import add_http_routes
 from .pool import ActorPool, Lease
 
 log = logging.getLogger(__name__)
@@ -36,10 +42,13 @@ class Gateway:
     async def __init__(self, config: dict, inference: DeploymentHandle) -> None:
         cfg = AppConfig.model_validate(config)
         self._inference = inference
-        self._models: list[dict] | None = None
+        self._models: list[dict] = await inference.models.remote()
+        self._keys = KeyRing(cfg.server.api_keys)
+        self._store = StoreWriter(open_store(cfg.store))
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         self._pool = ActorPool(
-            create=lambda: SessionHost.options(num_cpus=0, scheduling_strategy=here).remote(cfg.session),
+            create=lambda: SessionHost.options(num_cpus=0, scheduling_strategy=here).remote(
+                cfg.session, cfg.store),
             kill=lambda actor: ray.kill(actor, no_restart=True),
             per_actor=cfg.session.connections_per_actor,
             warm=cfg.session.warm_actors,
@@ -47,20 +56,27 @@ class Gateway:
         )
         await self._pool.warm_up()
         self._connections: set[asyncio.Task[None]] = set()
-        http = uvicorn.Config(build_app(self._list_models), lifespan="off", log_level="warning",
-                              access_log=False, timeout_keep_alive=30)
+        app = build_app(self._list_models)
+        add_http_routes(app, session_config=cfg.session, keys=self._keys, store=self._store,
+                        inference=ServeInference(cfg.session),
+                        model_ids=lambda: [m["id"] for m in self._models])
+        http = uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False,
+                              timeout_keep_alive=30)
         self._front = Front(bind_socket(cfg.server.host, cfg.server.port), http, self._handoff)
         self._serving = asyncio.get_running_loop().create_task(self._front.run())
 
     async def _list_models(self) -> list[dict]:
-        if self._models is None:
-            self._models = await self._inference.models.remote()
         return self._models
 
-    async def _handoff(self, sock: socket.socket) -> None:
+    async def _handoff(self, sock: socket.socket, head: bytes) -> None:
+        try:
+            owner = self._keys.owner(request_headers(head))
+        except APIError as exc:
+            refuse(sock, *http_error_body(exc))  # 401 on the upgrade: no socket opens
+            return
         lease = await self._pool.acquire()
         try:
-            send_socket(lease.host.handoff_path, lease.conn_id, sock)
+            send_socket(lease.host.handoff_path, lease.conn_id, owner, sock)
         finally:
             sock.close()  # the actor holds its own copy now
         task = asyncio.get_running_loop().create_task(self._run(lease))
@@ -81,6 +97,7 @@ class Gateway:
         if self._serving.done():
             raise RuntimeError("gateway listener stopped")
 
-    def __del__(self) -> None:
+    async def __del__(self) -> None:
         self._front.close()
+        await self._store.close()  # pending stored responses and ledger lines are written
         self._pool.shutdown()

@@ -21,8 +21,14 @@ def new_session(**cfg) -> Session:
     return Session(SessionConfig(**cfg), [MODEL], session_key="conn-1", clock=lambda: 1_700_000_000.0)
 
 
-def send(session: Session, **body) -> Effects:
-    return session.on_frame(json.dumps({"type": "response.create", "model": MODEL, **body}))
+def send(session: Session, records: dict | None = None, **body) -> Effects:
+    """A create frame; loads the session asks for are answered from ``records`` (default: none)."""
+    fx = session.on_frame(json.dumps({"type": "response.create", "model": MODEL, **body}))
+    while fx.load:
+        load = fx.load.pop(0)
+        record = (records or {}).get(load.response_id)
+        fx += session.on_loaded(load.load_id, record if record and record.owner == load.owner else None)
+    return fx
 
 
 def dumped(fx: Effects) -> list[dict]:
@@ -226,3 +232,37 @@ def test_response_object_has_every_key():
             "store", "temperature", "top_p", "text", "truncation", "usage", "user", "background",
             "service_tier", "prompt_cache_key", "safety_identifier", "tools", "tool_choice",
             "parallel_tool_calls", "output", "model"} <= keys
+
+
+def test_store_true_responses_are_persisted_with_inputs_and_context_and_store_false_never():
+    s = new_session()
+    fx = answer_call(s, send(s, input="read it", tools=[TOOL]))
+    (record,) = fx.persist
+    assert record.id == terminal(fx)["id"] and record.response["status"] == "completed"
+    assert [i["type"] for i in record.input_items] == ["message"] and record.input_items[0]["id"].startswith("msg_")
+    assert [i["type"] for i in record.context] == ["message", "function_call"]
+    (usage,) = fx.usage
+    assert usage.response_id == record.id and usage.output_tokens == 6 and usage.transport == "websocket"
+    quiet = answer_text(s, send(s, input="x", store=False))
+    assert quiet.persist == [] and len(quiet.usage) == 1
+
+
+def test_continuing_from_the_store_renders_the_same_prompt_as_the_cache():
+    """The stateless path (load, re-render, re-tokenise) and the cached path agree exactly."""
+    s = new_session()
+    first = answer_call(s, send(s, input="read it", tools=[TOOL]))
+    (record,) = first.persist
+    outputs = [{"type": "function_call_output", "call_id": record.context[-1]["call_id"], "output": "data"}]
+    cached = send(s, previous_response_id=record.id, tools=[TOOL], input=outputs)
+    other = new_session()  # e.g. another socket, or an HTTP request
+    loaded = send(other, records={record.id: record}, previous_response_id=record.id, tools=[TOOL], input=outputs)
+    assert list(loaded.start[0].request.prompt_token_ids) == list(cached.start[0].request.prompt_token_ids)
+    assert loaded.start[0].request.tool_results_in_context == 1
+
+
+def test_a_stored_response_of_another_owner_is_not_found():
+    s = new_session()
+    (record,) = answer_text(s, send(s, input="mine")).persist
+    other = Session(SessionConfig(), [MODEL], session_key="c2", owner="someone-else", clock=lambda: 0.0)
+    (err,) = dumped(send(other, records={record.id: record}, previous_response_id=record.id, input="x"))
+    assert err["error"]["code"] == "previous_response_not_found"

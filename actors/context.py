@@ -1,0 +1,104 @@
+"""A conversation's state after a response: what a lane caches and what the store keeps.
+
+``extend`` is the incremental path (a cached parent plus only the new items' tokens);
+``from_record`` is the stateless path: rebuild the whole conversation from a stored record,
+re-render and re-tokenise all of it — the work an HTTP server must redo on every request.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .ids import new_id
+from .protocol import (
+    CompactionItem,
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    InputItem,
+    ItemReference,
+    MessageItem,
+    OutputFunctionCall,
+    OutputItem,
+    ReasoningItem,
+    item_dict,
+    output_as_input,
+    parse_items,
+)
+from .render import render_items
+from .store import StoredResponse
+
+
+@dataclass(slots=True)
+class ContextEntry:
+    """The conversation after response ``response_id`` (spec §4.2)."""
+
+    response_id: str
+    tokens: array  # rendered conversation (items only; tools/instructions are per request)
+    items: list[dict[str, Any]]  # the same conversation as stored items
+    call_ids: frozenset[str]  # function calls issued anywhere in the conversation
+    tool_results: int  # function_call_output items in the conversation
+    store: bool
+
+
+def item_id(item: InputItem) -> str:
+    """A fresh id for an input item the client sent without one."""
+    if isinstance(item, MessageItem):
+        return new_id("msg")
+    if isinstance(item, FunctionCallItem):
+        return new_id("fc")
+    if isinstance(item, FunctionCallOutputItem):
+        return new_id("fco")
+    if isinstance(item, ReasoningItem):
+        return new_id("rs")
+    if isinstance(item, CompactionItem):
+        return new_id("cmp")
+    assert isinstance(item, ItemReference)
+    return item.id
+
+
+def input_dicts(items: Sequence[InputItem]) -> list[dict[str, Any]]:
+    return [item_dict(item, item_id(item)) for item in items]
+
+
+def count_calls(items: Sequence[InputItem | OutputItem], call_ids: set[str]) -> int:
+    """Add the call ids the items issue to ``call_ids``; return how many tool results they hold."""
+    results = 0
+    for item in items:
+        if isinstance(item, (FunctionCallItem, OutputFunctionCall)):
+            call_ids.add(item.call_id)
+        elif isinstance(item, FunctionCallOutputItem):
+            results += 1
+    return results
+
+
+def extend(
+    parent: ContextEntry | None,
+    response_id: str,
+    *,
+    input_tokens: Sequence[int],
+    inputs: list[dict[str, Any]],
+    output: Sequence[OutputItem],
+    call_ids: frozenset[str],
+    tool_results: int,
+    store: bool,
+) -> ContextEntry:
+    """The parent's conversation plus one turn's input and output: only new items are rendered."""
+    tokens = array("I", parent.tokens) if parent else array("I")
+    tokens.extend(input_tokens)
+    tokens.extend(render_items(output))
+    issued = set(call_ids)
+    count_calls(output, issued)
+    items = (parent.items if parent else []) + inputs + [output_as_input(o) for o in output]
+    return ContextEntry(response_id, tokens, items, frozenset(issued), tool_results, store)
+
+
+def from_record(record: StoredResponse) -> ContextEntry:
+    """Rebuild a conversation from the store: parse, re-render and re-tokenise everything."""
+    items = parse_items(record.context)
+    issued: set[str] = set()
+    results = count_calls(items, issued)
+    tokens = array("I", render_items(items))
+    return ContextEntry(record.id, tokens, record.context, frozenset(issued), results, True)

@@ -1,0 +1,52 @@
+"""``POST /v1/responses/compact``: shrink a conversation into a new input window (spec §4.12).
+
+The emulated compaction keeps every user message verbatim and replaces everything else
+(assistant text, tool calls and their outputs, reasoning) by one ``compaction`` item whose
+``encrypted_content`` carries an extractive summary — one short line per replaced item —
+compressed and base64-encoded.  Sending the output back as ``input`` starts a new chain;
+the renderer decodes the summary, so the model sees it (``actors.render.compaction_text``).
+"""
+
+from __future__ import annotations
+
+import base64
+import zlib
+from typing import Any
+
+from actors.ids import new_id
+from actors.protocol import (
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    InputItem,
+    MessageItem,
+    item_dict,
+)
+from actors.render import content_text
+
+EXCERPT = 160  # characters kept of each replaced item
+
+
+def _line(item: InputItem) -> str:
+    if isinstance(item, MessageItem):
+        return f"{item.role}: {content_text(item.content)[:EXCERPT]}"
+    if isinstance(item, FunctionCallItem):
+        return f"called {item.name}({item.arguments[:EXCERPT]}) as {item.call_id}"
+    if isinstance(item, FunctionCallOutputItem):
+        text = content_text(item.output)
+        return f"result of {item.call_id} ({len(text)} chars): {text[:EXCERPT]}"
+    return f"{item.type} item"
+
+
+def compact(items: list[InputItem]) -> tuple[list[dict[str, Any]], str]:
+    """The compacted window (output items) and the summary text it carries."""
+    kept: list[dict[str, Any]] = []
+    summary: list[str] = []
+    for item in items:
+        if isinstance(item, MessageItem) and item.role == "user":
+            kept.append(item_dict(item, new_id("msg")))
+        else:
+            summary.append(_line(item))
+    text = "Summary of the earlier conversation:\n" + "\n".join(summary)
+    blob = base64.b64encode(zlib.compress(text.encode())).decode()
+    kept.append({"type": "compaction", "id": new_id("cmp"), "encrypted_content": blob})
+    return kept, text

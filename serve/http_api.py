@@ -1,0 +1,196 @@
+"""HTTP mode (spec §6): the stateless path on the same port as WebSocket mode.
+
+Every ``POST /v1/responses`` gets a fresh session with nothing cached, so a
+``previous_response_id`` is loaded from the store and the whole conversation is re-parsed,
+re-rendered and re-tokenised — the honest baseline a stateless server pays on every request
+(design.md §5).  Everything else (validation, the response builder, inference) is the same
+code as WebSocket mode.  Errors are OpenAI JSON error bodies; SSE streams carry no
+``stream_id`` and no top-level ``error`` key.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from actors.config import SessionConfig
+from actors.connection import Connection, InferenceClient
+from actors.context import from_record
+from actors.ids import new_id
+from actors.errors import APIError, InvalidJSON, InvalidRequest, ModelNotFound, NotFound
+from actors.protocol import (
+    ErrorEvent,
+    InputTokensDetails,
+    Usage,
+    encode,
+    http_error_body,
+    parse_http_create,
+    parse_items,
+)
+from actors.render import render_items
+from actors.session import Session
+from actors.store_writer import StoreWriter
+from inference import chat_format
+
+from .auth import KeyRing
+from .compaction import compact
+
+TERMINAL = {"response.completed", "response.incomplete", "response.failed"}
+
+
+def error_response(exc: BaseException) -> JSONResponse:
+    status, body = http_error_body(exc)
+    return JSONResponse(body, status_code=status)
+
+
+def add_http_routes(
+    app: FastAPI,
+    *,
+    session_config: SessionConfig,
+    keys: KeyRing,
+    store: StoreWriter,
+    inference: InferenceClient,
+    model_ids: Callable[[], list[str]],
+) -> None:
+    @app.exception_handler(APIError)
+    async def api_error(_: Request, exc: APIError) -> JSONResponse:
+        return error_response(exc)
+
+    @app.exception_handler(Exception)
+    async def unexpected(_: Request, exc: Exception) -> JSONResponse:
+        return error_response(exc)  # server_error, the text is not leaked
+
+    def owner(request: Request) -> str:
+        return keys.owner(request.headers)
+
+    @app.post("/v1/responses")
+    async def create_response(request: Request) -> Response:
+        who = owner(request)
+        create = parse_http_create(await request.body())
+        session = Session(session_config, model_ids(), session_key=None, owner=who,
+                          transport="http", clock=time.time)
+        conn = Connection(session, inference, store)
+        conn.create(create)
+        events = conn.events()
+        first = await anext(events)
+        if isinstance(first[0], ErrorEvent):
+            await conn.close()
+            return JSONResponse({"error": first[0].error.model_dump()}, status_code=first[0].status)
+        if create.stream:
+            return StreamingResponse(_sse(conn, first, events), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache"})
+        try:
+            batch = first
+            while True:
+                for event in batch:
+                    if event.type in TERMINAL:
+                        return Response(event.response.model_dump_json(), media_type="application/json")
+                batch = await anext(events)
+        finally:
+            await conn.close()
+
+    @app.get("/v1/responses/{response_id}")
+    async def retrieve(response_id: str, request: Request) -> Response:
+        record = await store.get(response_id, owner(request))
+        if record is None:
+            raise _not_found(response_id)
+        return JSONResponse(record.response)
+
+    @app.delete("/v1/responses/{response_id}")
+    async def delete(response_id: str, request: Request) -> dict[str, Any]:
+        if not await store.delete(response_id, owner(request)):
+            raise _not_found(response_id)
+        return {"id": response_id, "object": "response.deleted", "deleted": True}
+
+    @app.get("/v1/responses/{response_id}/input_items")
+    async def input_items(response_id: str, request: Request) -> dict[str, Any]:
+        q = request.query_params
+        limit = _int_param(q.get("limit", "20"), "limit", 1, 100)
+        order = q.get("order", "desc")
+        if order not in ("asc", "desc"):
+            raise InvalidRequest("Invalid value for 'order': expected 'asc' or 'desc'.", param="order")
+        record = await store.get(response_id, owner(request))
+        if record is None:
+            raise _not_found(response_id)
+        items = record.input_items if order == "asc" else record.input_items[::-1]
+        after = q.get("after")
+        if after is not None:
+            ids = [i["id"] for i in items]
+            if after not in ids:
+                raise InvalidRequest(f"No item with id '{after}' in this response's input.", param="after")
+            items = items[ids.index(after) + 1:]
+        page = items[:limit]
+        return {"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
+                "last_id": page[-1]["id"] if page else None, "has_more": len(items) > limit}
+
+    @app.post("/v1/responses/compact")
+    async def compact_conversation(request: Request) -> dict[str, Any]:
+        who = owner(request)
+        body = _json_object(await request.body())
+        model = body.get("model")
+        if model not in model_ids():
+            raise ModelNotFound(model if isinstance(model, str) else None)
+        create = parse_http_create(json.dumps({k: body[k] for k in ("input", "previous_response_id",
+                                                                    "instructions") if k in body}))
+        items = []
+        if create.previous_response_id is not None:
+            record = await store.get(create.previous_response_id, who)
+            if record is None:
+                raise InvalidRequest(f"Previous response with id '{create.previous_response_id}' not found.",
+                                     param="previous_response_id", code="previous_response_not_found")
+            items = parse_items(from_record(record).items)
+        items += create.items if create.input else []
+        output, summary = compact(items)
+        used = len(chat_format.render_instructions(create.instructions)) + len(render_items(items))
+        produced = len(chat_format.render_other("compaction", summary))
+        usage = Usage(input_tokens=used, input_tokens_details=InputTokensDetails(),
+                      output_tokens=produced, total_tokens=used + produced)
+        return {"id": new_id("resp"), "object": "response.compaction",
+                "created_at": int(time.time()), "output": output, "usage": usage.model_dump()}
+
+
+async def _sse(conn: Connection, first: list, events: AsyncIterator[list]) -> AsyncIterator[bytes]:
+    """``event: <type>`` / ``data: <json>`` per event until the terminal one (spec §6.1)."""
+    try:
+        batch = first
+        while True:
+            chunk = []
+            done = False
+            for event in batch:
+                chunk.append(f"event: {event.type}\ndata: {encode(event)}\n\n")
+                done = done or event.type in TERMINAL
+            yield "".join(chunk).encode()
+            if done:
+                return
+            batch = await anext(events)
+    finally:
+        await conn.close()  # also when the client went away: generation is cancelled
+
+
+def _not_found(response_id: str) -> NotFound:
+    return NotFound(f"Response with id '{response_id}' not found.")
+
+
+def _int_param(raw: str, name: str, lo: int, hi: int) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidRequest(f"Invalid '{name}': expected an integer.", param=name, code="invalid_type") from None
+    if not lo <= value <= hi:
+        raise InvalidRequest(f"Invalid '{name}': must be between {lo} and {hi}.", param=name)
+    return value
+
+
+def _json_object(body: bytes) -> dict[str, Any]:
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidJSON("We could not parse the JSON body of your request.") from None
+    if not isinstance(data, dict):
+        raise InvalidRequest("The request body must be a JSON object.", code="invalid_type")
+    return data

@@ -1,0 +1,103 @@
+"""API keys, ownership isolation, and junk request bodies (spec §1.2, checks 3–4)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import openai
+import pytest
+import websockets
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from openai import OpenAI
+from ray import serve
+
+from tests.conftest import start_app
+
+from .wire import raw_collect
+
+MODEL = "emu-fast"
+KEYS_APP = "rws-keys"
+
+
+@pytest.fixture(scope="module")
+def keyed_url(ray_cluster):
+    url = start_app(KEYS_APP, **{"server.api_keys": ["key-alice", "key-bob"]})
+    yield url
+    serve.delete(KEYS_APP)
+
+
+def sdk(url: str, key: str) -> OpenAI:
+    return OpenAI(base_url=url + "/v1", api_key=key, max_retries=0)
+
+
+def test_check_03_wrong_or_missing_key_is_refused_on_http_and_on_the_upgrade(keyed_url):
+    with pytest.raises(openai.AuthenticationError) as err:
+        sdk(keyed_url, "key-mallory").responses.create(model=MODEL, input="x")
+    assert err.value.code == "invalid_api_key"
+    assert httpx.post(keyed_url + "/v1/responses", json={"model": MODEL, "input": "x"}).status_code == 401
+
+    async def upgrade(headers):
+        async with websockets.connect(keyed_url.replace("http", "ws", 1) + "/v1/responses",
+                                      additional_headers=headers):
+            pass
+
+    for headers in ({}, {"Authorization": "Bearer key-mallory"}):
+        with pytest.raises(websockets.exceptions.InvalidStatus) as refused:
+            asyncio.run(upgrade(headers))
+        assert refused.value.response.status_code == 401
+        body = json.loads(bytes(refused.value.response.body))
+        assert body["error"]["code"] == "invalid_api_key" and body["error"]["type"] == "invalid_request_error"
+
+
+def test_check_04_configured_key_works_as_bearer_and_as_api_key_header(keyed_url):
+    assert sdk(keyed_url, "key-alice").responses.create(model=MODEL, input="x").status == "completed"
+
+    async def main():
+        async with websockets.connect(keyed_url.replace("http", "ws", 1) + "/v1/responses",
+                                      additional_headers={"api-key": "key-bob"}) as ws:
+            await ws.send(json.dumps({"type": "response.create", "model": MODEL, "input": "x"}))
+            return (await raw_collect(ws))[-1]
+
+    assert asyncio.run(main())["type"] == "response.completed"
+
+
+def test_a_stored_response_is_invisible_to_other_keys(keyed_url):
+    alice, bob = sdk(keyed_url, "key-alice"), sdk(keyed_url, "key-bob")
+    resp = alice.responses.create(model=MODEL, input="alice's secret")
+    for call in (lambda: bob.responses.retrieve(resp.id), lambda: bob.responses.delete(resp.id),
+                 lambda: bob.responses.input_items.list(resp.id)):
+        with pytest.raises(openai.NotFoundError):
+            call()
+    with pytest.raises(openai.BadRequestError) as err:
+        bob.responses.create(model=MODEL, input="x", previous_response_id=resp.id)
+    assert err.value.code == "previous_response_not_found"
+    assert alice.responses.retrieve(resp.id).id == resp.id, "bob's attempts changed nothing"
+
+
+JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    max_leaves=12,
+)
+FIELDS = st.sampled_from(["model", "input", "tools", "previous_response_id", "store", "stream",
+                          "max_output_tokens", "instructions", "tool_choice", "metadata", "text"])
+BODIES = st.one_of(
+    st.binary(max_size=64),
+    JSONISH.map(lambda v: json.dumps(v).encode()),
+    st.dictionaries(FIELDS, JSONISH, max_size=5).map(lambda d: json.dumps({"model": MODEL, **d}).encode()),
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=BODIES, path=st.sampled_from(["/v1/responses", "/v1/responses/compact"]))
+def test_junk_bodies_get_4xx_never_5xx(server_url, body, path):
+    r = httpx.post(server_url + path, content=body, timeout=30,
+                   headers={"Content-Type": "application/json", "Authorization": "Bearer sk-fuzz"})
+    if r.status_code == 200:
+        return  # a body that happens to be a valid request
+    assert 400 <= r.status_code < 500, (r.status_code, body, r.text)
+    error = r.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
