@@ -3,8 +3,9 @@
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test bench serve install clean
+.PHONY: demo test bench serve install redis clean
 
 $(BIN)/python:
 	python3 -m venv $(VENV)
@@ -19,7 +20,14 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/responses-ws demo
 
-test: $(STAMP)
+# The Redis store tests start their own redis-server; install it if this machine has none.
+redis:
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  echo "installing redis-server (Debian package)"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq redis-server; }
+
+test: $(STAMP) redis
 	$(BIN)/pytest
 
 serve: $(STAMP)
