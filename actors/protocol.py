@@ -369,6 +369,10 @@ class Usage(_Out):
     total_tokens: int
 
 
+# ``response.error.code`` values the SDK accepts (spec §5.3); anything else is server_error.
+RESPONSE_ERROR_CODES = frozenset({"server_error", "rate_limit_exceeded", "invalid_prompt", "vector_store_timeout"})
+
+
 class ResponseErrorBody(_Out):
     code: str
     message: str

@@ -18,6 +18,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from inference import chat_format
+from inference.policy import METADATA_KEYS
 from inference.types import Done, InferenceEvent, InferenceRequest
 
 from .config import SessionConfig
@@ -37,6 +38,7 @@ from .protocol import (
     InputItem,
     ResponseCreate,
     ResponseObject,
+    RESPONSE_ERROR_CODES,
     ResponseSteer,
     ServerEvent,
     SteerFailed,
@@ -161,6 +163,15 @@ class Session:
             raise InvalidRequest(f"Unknown parameter: '{name}'.", param=name, code="unknown_parameter")
         if create.model not in self.models:
             raise ModelNotFound(create.model)
+        for key, value in (create.metadata or {}).items():
+            if key in METADATA_KEYS and not value.strip().isdigit():
+                raise InvalidRequest(f"Invalid value for metadata key '{key}': expected a whole number.",
+                                     param=f"metadata.{key}")
+        choice = create.tool_choice
+        if isinstance(choice, dict) and choice.get("type") == "function" and \
+                choice.get("name") not in {t.name for t in create.function_tools}:
+            raise InvalidRequest("tool_choice names a function that is not among the tools.",
+                                 param="tool_choice")
         named = len(self._lanes) - 1
         if create.stream_id is not None and create.stream_id not in self._lanes and named >= self.config.max_named_lanes:
             raise StreamLimitReached(self.config.max_named_lanes)
@@ -328,8 +339,8 @@ class Session:
         turn = self._turns.get(turn_id)
         if turn is None:
             return Effects()
-        code = exc.code if isinstance(exc, APIError) and exc.code else "server_error"
-        fx = Effects(events=turn.builder.fail(code=code))
+        code = getattr(exc, "code", None)
+        fx = Effects(events=turn.builder.fail(code=code if code in RESPONSE_ERROR_CODES else "server_error"))
         fx += self._finish(turn, failed=True)
         return fx
 

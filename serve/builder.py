@@ -10,7 +10,7 @@ from typing import Any
 
 from ray.serve import Application
 
-from inference.deployment import InferenceDeployment
+from inference.deployment import InferenceDeployment, deployment_options
 
 from .config import AppConfig
 from .gateway import Gateway
@@ -19,7 +19,7 @@ APP_NAME = "responses-ws"
 
 
 def build_application(config: AppConfig) -> Application:
-    inference = InferenceDeployment.options(num_replicas=config.inference.replicas).bind(
+    inference = InferenceDeployment.options(**deployment_options(config.inference)).bind(
         config.inference.model_dump())
     return Gateway.options(num_replicas=config.server.gateway_replicas).bind(
         config.model_dump(), inference)

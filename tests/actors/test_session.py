@@ -266,3 +266,23 @@ def test_a_stored_response_of_another_owner_is_not_found():
     other = Session(SessionConfig(), [MODEL], session_key="c2", owner="someone-else", clock=lambda: 0.0)
     (err,) = dumped(send(other, records={record.id: record}, previous_response_id=record.id, input="x"))
     assert err["error"]["code"] == "previous_response_not_found"
+
+
+@pytest.mark.parametrize("body, param", [
+    ({"metadata": {"emulator.tool_rounds": "lots"}}, "metadata.emulator.tool_rounds"),
+    ({"tools": [TOOL], "tool_choice": {"type": "function", "name": "nope"}}, "tool_choice"),
+])
+def test_inference_knobs_are_validated_before_a_response_starts(body, param):
+    s = new_session()
+    (err,) = dumped(send(s, input="x", **body))
+    assert err["status"] == 400 and err["error"]["param"] == param
+
+
+def test_failures_with_codes_outside_the_sdk_enum_are_server_error():
+    class Overloaded(Exception):
+        code = "server_is_overloaded"
+
+    s = new_session()
+    (turn,) = send(s, input="x").start
+    failed = dumped(s.on_inference_error(turn.turn_id, Overloaded()))[-1]
+    assert failed["response"]["error"]["code"] == "server_error"
