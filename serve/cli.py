@@ -1,4 +1,4 @@
-"""``responses-ws`` command line: ``serve`` and ``demo``."""
+"""``responses-ws`` command line: ``serve``, ``demo`` and ``bench``."""
 
 from __future__ import annotations
 
@@ -45,6 +45,13 @@ def _demo(args: argparse.Namespace) -> int:
     return run_demo(turns=args.turns, model=args.model)
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from bench.run import run
+
+    payload = run(args)
+    return 1 if any(s["failed_rollouts"] for s in payload["summary"].values()) else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="responses-ws", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -58,7 +65,13 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--turns", type=int, default=8)
     d.add_argument("--model", default="emu-fast")
     d.set_defaults(func=_demo)
+    b = sub.add_parser("bench", help="agent loops over ws / http-chained / http-full, side by side")
+    from bench.run import add_arguments
+
+    add_arguments(b)
+    b.set_defaults(func=_bench)
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[2:] if argv is None else argv[1:])
     return args.func(args)
 
 

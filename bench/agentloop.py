@@ -1,0 +1,174 @@
+"""Runs agent-loop rollouts over several transports, interleaved, and records every turn.
+
+Rollout ``r`` is the same workload (same prompts, tool outputs, model script, tool times)
+on every transport; jobs are queued transport by transport within each rollout index
+(``ws#0, http-chained#0, http-full#0, ws#1, …``) and ``concurrency`` workers take them in
+that order, so machine drift and load hit all transports alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from . import workload as wl
+from .transports import TRANSPORTS, TurnOutcome
+
+TIMINGS_KEY = "responses_ws.timings"
+PHASES = ("parse_validate", "history_load", "render", "classify", "model_resolution",
+          "queue", "prefill", "decode", "post")
+
+
+@dataclass
+class TurnRecord:
+    turn: int
+    ttft_ms: float | None
+    total_ms: float
+    request_bytes: int
+    input_tokens: int = 0
+    cached_tokens: int = 0
+    output_tokens: int = 0
+    calls: int = 0
+    server: dict[str, float] | None = None  # server-side phase timings (ms), when reported
+    model_ms_est: float | None = None       # the emulator's own time for this turn, modelled
+    error: str | None = None
+
+
+@dataclass
+class RolloutRecord:
+    transport: str
+    rollout: int
+    tool_rounds: int
+    e2e_s: float = 0.0
+    connect_ms: float = 0.0  # opening the transport (the WebSocket handshake + actor handoff)
+    tool_s: float = 0.0
+    turns: list[TurnRecord] = field(default_factory=list)
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def server_timings(response: dict[str, Any] | None) -> dict[str, float] | None:
+    """The server's phase timings (``metadata["responses_ws.timings"]``, a JSON string of
+    milliseconds), or ``None`` when the server does not report them."""
+    raw = ((response or {}).get("metadata") or {}).get(TIMINGS_KEY)
+    if not raw or raw == "1":
+        return None
+    try:
+        data = json.loads(raw)
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    return {k: float(v) for k, v in data.items() if isinstance(v, (int, float))}
+
+
+ModelTime = Callable[[int, int, int], float]  # (input, cached, output tokens) -> ms
+
+
+def emulator_model_time(model: str) -> ModelTime | None:
+    """The emulator's modelled TTFT + decode time for a turn, from configs/models.yaml.
+
+    ``cached_tokens`` as reported is rounded down to 128 (OpenAI's rule), so the estimate
+    may charge up to 127 tokens of prefill too many (~2.5 ms on emu-fast)."""
+    from inference.pacing import decode_s, ttft_ms
+    from inference.profiles import load_inference_config
+
+    try:
+        profile = load_inference_config().profile(model)
+    except Exception:  # noqa: BLE001 - unknown model: no estimate
+        return None
+    return lambda inp, cached, out: ttft_ms(profile, inp, cached) + 1000.0 * decode_s(profile, max(out, 1))
+
+
+def _record(turn: int, out: TurnOutcome, model_time: ModelTime | None) -> TurnRecord:
+    rec = TurnRecord(turn, None if out.ttft_s is None else out.ttft_s * 1000, out.total_s * 1000,
+                     out.request_bytes, error=out.error)
+    resp = out.response
+    if resp:
+        usage = resp.get("usage") or {}
+        rec.input_tokens = usage.get("input_tokens", 0)
+        rec.cached_tokens = (usage.get("input_tokens_details") or {}).get("cached_tokens", 0)
+        rec.output_tokens = usage.get("output_tokens", 0)
+        rec.calls = sum(1 for o in resp.get("output", []) if o.get("type") == "function_call")
+        rec.server = server_timings(resp)
+        if model_time is not None and not out.error:
+            rec.model_ms_est = model_time(rec.input_tokens, rec.cached_tokens, rec.output_tokens)
+    return rec
+
+
+async def run_rollout(transport: str, url: str, w: wl.Workload, rollout: int, *,
+                      api_key: str = "sk-bench", model_time: ModelTime | None = None,
+                      on_turn: Callable[[str, TurnRecord], None] | None = None) -> RolloutRecord:
+    """One agent rollout; its end-to-end time includes connecting and the tool time."""
+    rec = RolloutRecord(transport, rollout, w.tool_rounds)
+    t = TRANSPORTS[transport](url, api_key)
+    base = {"model": w.model, "instructions": wl.instructions(w.system_tokens, w.seed), "tools": wl.tools(w),
+            "metadata": {**wl.metadata(w, rollout), TIMINGS_KEY: "1"}}
+    new_items: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "input_text",
+                                                                      "text": wl.task(w, rollout)}]}]
+    t0 = time.perf_counter()
+    try:
+        await t.open()
+        rec.connect_ms = (time.perf_counter() - t0) * 1000
+        for turn in range(1, w.tool_rounds + 2):
+            out = await t.turn(base, new_items)
+            turn_rec = _record(turn, out, model_time)
+            rec.turns.append(turn_rec)
+            if on_turn:
+                on_turn(transport, turn_rec)
+            if out.error or out.response is None:
+                rec.error = f"turn {turn}: {out.error}"
+                break
+            calls = [o for o in out.response.get("output", []) if o.get("type") == "function_call"]
+            if not calls:
+                break
+            pause = wl.tool_time_s(w, rollout, turn)
+            rec.tool_s += pause
+            await asyncio.sleep(pause)
+            new_items = [{"type": "function_call_output", "call_id": c["call_id"],
+                          "output": wl.tool_output(w, rollout, turn, i, c["name"])} for i, c in enumerate(calls)]
+    except Exception as exc:  # noqa: BLE001 - a failed rollout is a result, not a crash
+        rec.error = f"{type(exc).__name__}: {exc}"[:300]
+    finally:
+        rec.e2e_s = time.perf_counter() - t0
+        try:
+            await t.close()
+        except Exception:  # noqa: BLE001
+            pass
+    return rec
+
+
+def interleaved_jobs(transports: Sequence[str], rollouts: int) -> list[tuple[str, int]]:
+    return [(t, r) for r in range(rollouts) for t in transports]
+
+
+async def run_bench(url: str, w: wl.Workload, transports: Sequence[str], *, rollouts: int,
+                    concurrency: int = 1, warmup: bool = True, api_key: str = "sk-bench",
+                    on_turn: Callable[[str, TurnRecord], None] | None = None) -> list[RolloutRecord]:
+    unknown = set(transports) - set(TRANSPORTS)
+    if unknown:
+        raise ValueError(f"unknown transports {sorted(unknown)}; known: {sorted(TRANSPORTS)}")
+    model_time = emulator_model_time(w.model)
+    if warmup:  # pay first-use costs (actor pool, handles, store, tokenizer) outside the numbers
+        short = wl.Workload(**{**w.as_dict(), "tool_rounds": 2})
+        for t in transports:
+            await run_rollout(t, url, short, -1, api_key=api_key)
+    jobs = asyncio.Queue()
+    for job in interleaved_jobs(transports, rollouts):
+        jobs.put_nowait(job)
+    results: list[RolloutRecord] = []
+
+    async def worker() -> None:
+        while not jobs.empty():
+            transport, r = jobs.get_nowait()
+            results.append(await run_rollout(transport, url, w, r, api_key=api_key,
+                                             model_time=model_time, on_turn=on_turn))
+
+    await asyncio.gather(*(worker() for _ in range(max(1, concurrency))))
+    return results

@@ -1,0 +1,147 @@
+"""``responses-ws bench``: Codex-like agent loops over several transports, side by side.
+
+    responses-ws bench                               # embedded server, ws vs http-chained vs http-full
+    responses-ws bench --url http://host:8765 --concurrency 8
+    responses-ws bench --sweep 5,10,20,35,50         # also the turn-count sweep
+
+Prints a table (and a progress bar while it runs), writes ``<out>/agentloop.json`` and PNG
+plots next to it.  See docs/benchmark.md for what each column means and measured results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+from . import report
+from .agentloop import RolloutRecord, run_bench
+from .transports import TRANSPORTS
+from .workload import Workload
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--url", default=None, help="server base URL (default: start an embedded server)")
+    p.add_argument("--config", type=Path, default=None, help="server YAML for the embedded server")
+    p.add_argument("--api-key", default="sk-bench")
+    p.add_argument("--transports", default="ws,http-chained,http-full",
+                   help=f"comma separated, of {sorted(TRANSPORTS)}")
+    p.add_argument("--rollouts", type=int, default=6, help="rollouts per transport")
+    p.add_argument("--concurrency", type=int, default=1, help="rollouts in flight at once (M)")
+    d = Workload()
+    p.add_argument("--model", default=d.model)
+    p.add_argument("--rounds", type=int, default=d.tool_rounds, help="tool rounds per rollout")
+    p.add_argument("--system-tokens", type=int, default=d.system_tokens)
+    p.add_argument("--tool-def-tokens", type=int, default=d.tool_def_tokens)
+    p.add_argument("--tool-output-tokens", type=int, default=d.tool_output_tokens)
+    p.add_argument("--text-tokens", type=int, default=d.text_tokens)
+    p.add_argument("--tool-time-ms", type=float, default=d.tool_time_ms)
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--sweep", default=None, help="also run these tool-round counts, e.g. 5,10,20,35,50")
+    p.add_argument("--sweep-rollouts", type=int, default=2, help="rollouts per transport per sweep point")
+    p.add_argument("--out", type=Path, default=Path("results/agentloop"))
+    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def workload_from(args: argparse.Namespace, rounds: int | None = None) -> Workload:
+    return Workload(model=args.model, tool_rounds=args.rounds if rounds is None else rounds,
+                    system_tokens=args.system_tokens, tool_def_tokens=args.tool_def_tokens,
+                    tool_output_tokens=args.tool_output_tokens, text_tokens=args.text_tokens,
+                    tool_time_ms=args.tool_time_ms, seed=args.seed)
+
+
+async def _run_with_progress(url: str, w: Workload, transports: list[str], rollouts: int,
+                             concurrency: int, api_key: str, quiet: bool, label: str) -> list[RolloutRecord]:
+    if quiet:
+        return await run_bench(url, w, transports, rollouts=rollouts, concurrency=concurrency, api_key=api_key)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description:<22}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("turns"), TimeElapsedColumn(), transient=True) as progress:
+        tasks = {t: progress.add_task(f"{label} {t}", total=rollouts * (w.tool_rounds + 1)) for t in transports}
+
+        def on_turn(transport: str, _turn) -> None:  # noqa: ANN001
+            progress.advance(tasks[transport])
+
+        return await run_bench(url, w, transports, rollouts=rollouts, concurrency=concurrency,
+                               api_key=api_key, on_turn=on_turn)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from rich.console import Console
+
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=200)
+    transports = [t.strip() for t in args.transports.split(",") if t.strip()]
+    stop = None
+    url = args.url
+    if url is None:
+        from serve.builder import start, stop as stop_server
+        from serve.cli import free_port
+        from serve.config import load_app_config
+
+        console.print("starting an embedded Ray and the responses-ws app …")
+        url = start(load_app_config(args.config, **{"server.port": free_port()}))
+        stop = stop_server
+    try:
+        w = workload_from(args)
+        label = f"{w.model}, {w.tool_rounds} rounds, M={args.concurrency}"
+        t0 = time.time()
+        records = asyncio.run(_run_with_progress(url, w, transports, args.rollouts, args.concurrency,
+                                                 args.api_key, args.quiet, "main"))
+        summary = report.summarise(records)
+        console.print(report.render_table(summary, f"Agent loops: {label}"))
+        phases = report.render_phases(summary)
+        if phases is not None:
+            console.print(phases)
+        else:
+            console.print("[dim]the server reported no phase timings (metadata responses_ws.timings); "
+                          "'non-model ms est.' = turn time − the emulator's modelled time[/dim]")
+        sweep = []
+        for rounds in [int(x) for x in (args.sweep or "").split(",") if x.strip()]:
+            sw = workload_from(args, rounds)
+            recs = asyncio.run(_run_with_progress(url, sw, transports, args.sweep_rollouts, args.concurrency,
+                                                  args.api_key, args.quiet, f"sweep {rounds}"))
+            s = report.summarise(recs)
+            sweep.append({"tool_rounds": rounds, "summary": s, "rollouts": [r.as_dict() for r in recs]})
+            gains = ", ".join(f"vs {n}: {v['ws_gain']['e2e_median']:.1%}" for n, v in s.items() if "ws_gain" in v)
+            console.print(f"sweep {rounds:>3} rounds: ws e2e median "
+                          f"{s.get('ws', {}).get('e2e_s', {}).get('median') or float('nan'):.2f} s; ws faster {gains}")
+        payload = {
+            "command": "responses-ws bench " + " ".join(getattr(args, "argv", []) or []),
+            "url": args.url or "embedded", "started_at": t0, "duration_s": time.time() - t0,
+            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+            "workload": w.as_dict(), "transports": transports, "rollouts_per_transport": args.rollouts,
+            "concurrency": args.concurrency, "summary": summary,
+            "rollouts": [r.as_dict() for r in records], "sweep": sweep,
+        }
+        out_json = args.out / "agentloop.json"
+        report.write_json(out_json, payload)
+        written = [out_json]
+        if not args.no_plots:
+            written += report.plot_all(args.out, records, sweep, label)
+        console.print("wrote " + ", ".join(str(p) for p in written))
+        return payload
+    finally:
+        if stop is not None:
+            stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(p)
+    args = p.parse_args(argv)
+    args.argv = argv
+    payload = run(args)
+    return 1 if any(s["failed_rollouts"] for s in payload["summary"].values()) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,178 @@
+"""How an agent loop talks to the server: one class per transport, registered by name.
+
+A transport owns whatever state its way of continuing a conversation needs and turns
+"here are this turn's new items" into a request, returning the terminal ``Response`` and
+client-side timings.  To add one, subclass :class:`Transport` and decorate it with
+:func:`register`.
+
+- ``ws``: one WebSocket per rollout, ``store:false``, ``previous_response_id``, only the new
+  items (WebSocket mode, spec §2).
+- ``http-chained``: ``POST /v1/responses`` (SSE) with ``previous_response_id`` and
+  ``store:true``: the server loads the stored conversation every turn.
+- ``http-full``: ``POST /v1/responses`` (SSE), ``store:false``, the whole history resent every
+  turn (as Codex's HTTP fallback does).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import httpx
+import websockets
+
+TERMINAL = {"response.completed", "response.incomplete", "response.failed", "error"}
+FIRST_TOKEN = {"response.output_text.delta", "response.function_call_arguments.delta"}
+
+TRANSPORTS: dict[str, type[Transport]] = {}
+
+
+def register(cls: type[Transport]) -> type[Transport]:
+    TRANSPORTS[cls.name] = cls
+    return cls
+
+
+@dataclass
+class TurnOutcome:
+    response: dict[str, Any] | None  # the terminal Response object (None on a transport error)
+    ttft_s: float | None             # send → first output delta
+    total_s: float                   # send → terminal event
+    request_bytes: int
+    error: str | None = None
+
+
+class Transport(ABC):
+    name: ClassVar[str]
+
+    def __init__(self, base_url: str, api_key: str = "sk-bench") -> None:
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+
+    async def open(self) -> None:  # noqa: B027 - optional hook
+        """Called once before the rollout's first turn (inside its measured time)."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        pass
+
+    @abstractmethod
+    async def turn(self, base: dict[str, Any], new_items: list[dict[str, Any]]) -> TurnOutcome:
+        """Send one ``response.create`` with ``base`` (model, instructions, tools, metadata)
+        and this turn's new input items; wait for the terminal event."""
+
+
+def output_as_input(output: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A response's output items as input items for a full-history resend."""
+    items = []
+    for o in output:
+        if o.get("type") == "function_call":
+            items.append({"type": "function_call", "call_id": o["call_id"], "name": o["name"],
+                          "arguments": o["arguments"]})
+        elif o.get("type") == "message":
+            text = "".join(c.get("text", "") for c in o.get("content", []))
+            items.append({"role": "assistant", "content": [{"type": "output_text", "text": text}]})
+    return items
+
+
+async def _consume(events, t0: float, nbytes: int) -> TurnOutcome:
+    ttft = None
+    async for ev in events:
+        kind = ev.get("type")
+        if ttft is None and kind in FIRST_TOKEN:
+            ttft = time.perf_counter() - t0
+        if kind in TERMINAL:
+            total = time.perf_counter() - t0
+            if kind == "error":
+                return TurnOutcome(None, ttft, total, nbytes, error=json.dumps(ev.get("error"))[:300])
+            return TurnOutcome(ev["response"], ttft, total, nbytes,
+                               error=None if kind == "response.completed" else kind)
+    return TurnOutcome(None, ttft, time.perf_counter() - t0, nbytes, error="stream ended early")
+
+
+@register
+class WebSocketTransport(Transport):
+    name = "ws"
+
+    async def open(self) -> None:
+        url = self.base_url.replace("http", "ws", 1) + "/v1/responses"
+        self._ws = await websockets.connect(url, max_size=None, compression=None,
+                                            additional_headers={"Authorization": f"Bearer {self.api_key}"})
+        self._prev: str | None = None
+
+    async def close(self) -> None:
+        await self._ws.close()
+
+    async def _events(self):
+        while True:
+            yield json.loads(await self._ws.recv())
+
+    async def turn(self, base, new_items):
+        body = {"type": "response.create", **base, "input": new_items, "store": False}
+        if self._prev:
+            body["previous_response_id"] = self._prev
+        data = json.dumps(body)
+        t0 = time.perf_counter()
+        await self._ws.send(data)
+        out = await _consume(self._events(), t0, len(data))
+        self._prev = out.response["id"] if out.response and not out.error else None
+        return out
+
+
+class _HttpTransport(Transport):
+    async def open(self) -> None:
+        self._client = httpx.AsyncClient(base_url=self.base_url, timeout=120.0,
+                                         headers={"Authorization": f"Bearer {self.api_key}"})
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+    async def _post(self, body: dict) -> TurnOutcome:
+        data = json.dumps({**body, "stream": True}).encode()
+        t0 = time.perf_counter()
+        async with self._client.stream("POST", "/v1/responses", content=data,
+                                       headers={"Content-Type": "application/json"}) as r:
+            if r.status_code != 200:
+                text = (await r.aread()).decode(errors="replace")
+                return TurnOutcome(None, None, time.perf_counter() - t0, len(data), error=f"{r.status_code} {text[:300]}")
+            return await _consume(_sse_events(r), t0, len(data))
+
+
+async def _sse_events(r: httpx.Response):
+    async for line in r.aiter_lines():
+        if line.startswith("data:"):
+            yield json.loads(line[5:])
+
+
+@register
+class HttpChainedTransport(_HttpTransport):
+    name = "http-chained"
+
+    async def open(self) -> None:
+        await super().open()
+        self._prev: str | None = None
+
+    async def turn(self, base, new_items):
+        body = {**base, "input": new_items, "store": True}
+        if self._prev:
+            body["previous_response_id"] = self._prev
+        out = await self._post(body)
+        self._prev = out.response["id"] if out.response and not out.error else None
+        return out
+
+
+@register
+class HttpFullTransport(_HttpTransport):
+    name = "http-full"
+
+    async def open(self) -> None:
+        await super().open()
+        self._history: list[dict] = []
+
+    async def turn(self, base, new_items):
+        self._history.extend(new_items)
+        out = await self._post({**base, "input": self._history, "store": False})
+        if out.response:
+            self._history.extend(output_as_input(out.response.get("output", [])))
+        return out
