@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 
 import ray
 from ray import serve
+from ray.util import metrics
 
 from inference import tokenizer
 from inference.types import InferenceEvent, InferenceRequest
@@ -50,8 +51,27 @@ class ServeInference:
         generate = self._generate
         if request.session_key:
             generate = generate.options(session_id=request.session_key)  # shares the router
-        async for chunk in generate.remote(request):
-            yield chunk
+        response = generate.remote(request)
+        try:
+            async for chunk in response:
+                yield chunk
+        finally:
+            response.cancel()  # no-op when finished; frees the batch slot when cut short
+
+
+class PhaseMetrics:
+    """Ray metrics of per-response server time: one histogram by transport and phase."""
+
+    BOUNDARIES = [0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 25, 50, 100, 250, 1000, 5000]
+
+    def __init__(self) -> None:
+        self._hist = metrics.Histogram(
+            "responses_ws_phase_ms", description="Server time per response by phase (ms)",
+            boundaries=self.BOUNDARIES, tag_keys=("transport", "phase"))
+
+    def observe(self, transport: str, report: dict[str, float]) -> None:
+        for phase, ms in report.items():
+            self._hist.observe(ms, tags={"transport": transport, "phase": phase})
 
 
 @ray.remote(num_cpus=0)
@@ -63,6 +83,7 @@ class SessionHost:
         self._inference = ServeInference(config)
         self._models: list[str] = []
         self._sockets = SocketServer(config, self._new_connection)
+        self._metrics = PhaseMetrics()
 
     async def ready(self) -> str:
         """Warm up before a connection is assigned; returns the handoff socket's path.
@@ -78,7 +99,7 @@ class SessionHost:
     def _new_connection(self, conn_id: str, owner: str) -> Connection:
         session = Session(self._config, self._models, session_key=conn_id, owner=owner, clock=time.time)
         assert self._store is not None
-        return Connection(session, self._inference, self._store)
+        return Connection(session, self._inference, self._store, self._metrics.observe)
 
     async def serve(self, conn_id: str) -> None:
         """Run the handed-over WebSocket ``conn_id`` until it closes, then make its stored

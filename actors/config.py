@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .safety import SafetyConfig
+
 
 class SessionConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -17,5 +19,6 @@ class SessionConfig(BaseModel):
     connection_lifetime_s: float = Field(3600.0, gt=0, description="then websocket_connection_limit_reached")
     ping_interval_s: float | None = Field(20.0, description="keepalive pings to detect dead peers; None disables")
     ping_timeout_s: float | None = 20.0
+    safety: SafetyConfig = SafetyConfig()
     inference_app: str = Field("responses-ws", description="Serve application of the inference deployment")
     inference_deployment: str = "InferenceDeployment"

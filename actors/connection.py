@@ -10,8 +10,9 @@ the client (a WebSocket, an HTTP response), who drains them in batches.  No Ray 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
 from inference.types import InferenceEvent, InferenceRequest
@@ -19,6 +20,7 @@ from inference.types import InferenceEvent, InferenceRequest
 from .protocol import ResponseCreate, ServerEvent
 from .session import Effects, Load, Session, Turn
 from .store_writer import StoreWriter
+from .timings import PhaseTimer
 
 log = logging.getLogger(__name__)
 
@@ -30,12 +32,15 @@ class InferenceClient(Protocol):
 
 
 class Connection:
-    def __init__(self, session: Session, inference: InferenceClient, store: StoreWriter) -> None:
+    def __init__(self, session: Session, inference: InferenceClient, store: StoreWriter,
+                 observe: Callable[[str, dict[str, float]], None] | None = None) -> None:
         self.session = session
         self._inference = inference
         self._store = store
+        self._observe = observe
         self._out: asyncio.Queue[ServerEvent | str | None] = asyncio.Queue()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._generations: dict[int, asyncio.Task[None]] = {}
         self._accepting = True
         self._closed = False
 
@@ -45,10 +50,10 @@ class Connection:
         if self._accepting:
             self._apply(self.session.on_frame(data))
 
-    def create(self, create: ResponseCreate) -> None:
-        """A parsed create (the HTTP path)."""
+    def create(self, create: ResponseCreate, timer: PhaseTimer | None = None) -> None:
+        """A parsed create (the HTTP path, timed from the request's arrival)."""
         if self._accepting:
-            self._apply(self.session.on_create(create))
+            self._apply(self.session.on_create(create, timer))
 
     def _apply(self, fx: Effects) -> None:
         for event in fx.events:
@@ -57,15 +62,23 @@ class Connection:
             self._store.submit_put(record)
         for entry in fx.usage:
             self._store.submit_usage(entry)
+        for turn_id in fx.cancel:  # the response is over; stop its generation
+            task = self._generations.pop(turn_id, None)
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+        if self._observe is not None:
+            for report in fx.timings:
+                self._observe(self.session.transport, report)
         for turn in fx.start:
-            self._spawn(self._run(turn))
+            self._generations[turn.turn_id] = self._spawn(self._run(turn))
         for load in fx.load:
             self._spawn(self._load(load))
 
-    def _spawn(self, coro) -> None:  # noqa: ANN001
+    def _spawn(self, coro) -> asyncio.Task[None]:  # noqa: ANN001
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _load(self, load: Load) -> None:
         try:
@@ -77,8 +90,11 @@ class Connection:
 
     async def _run(self, turn: Turn) -> None:
         try:
-            async for chunk in self._inference.stream(turn.request):
-                self._apply(self.session.on_inference(turn.turn_id, chunk))
+            async with contextlib.aclosing(self._inference.stream(turn.request)) as stream:
+                async for chunk in stream:
+                    self._apply(self.session.on_inference(turn.turn_id, chunk))
+                    if turn.turn_id not in self._generations:
+                        return  # cut short (output classifier): closing the stream cancels the call
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - reported as response.failed, text not leaked
@@ -87,6 +103,8 @@ class Connection:
         else:
             # A stream that ended without Done is a backend fault, not a success (no-op after Done).
             self._apply(self.session.on_inference_error(turn.turn_id, RuntimeError("stream ended early")))
+        finally:
+            self._generations.pop(turn.turn_id, None)
 
     # -- outbound
     async def events(self) -> AsyncIterator[list[ServerEvent | str]]:

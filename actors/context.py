@@ -8,7 +8,7 @@ re-render and re-tokenise all of it — the work an HTTP server must redo on eve
 from __future__ import annotations
 
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,8 +27,10 @@ from .protocol import (
     output_as_input,
     parse_items,
 )
-from .render import render_items
+from .render import item_text, render_items
+from .safety import Classifier
 from .store import StoredResponse
+from .timings import PhaseTimer
 
 
 @dataclass(slots=True)
@@ -41,6 +43,7 @@ class ContextEntry:
     call_ids: frozenset[str]  # function calls issued anywhere in the conversation
     tool_results: int  # function_call_output items in the conversation
     store: bool
+    scan: Classifier  # the safety classifier's state after the whole conversation
 
 
 def item_id(item: InputItem) -> str:
@@ -84,21 +87,30 @@ def extend(
     call_ids: frozenset[str],
     tool_results: int,
     store: bool,
+    scan: Classifier,
 ) -> ContextEntry:
-    """The parent's conversation plus one turn's input and output: only new items are rendered."""
+    """The parent's conversation plus one turn's input and output: only new items are
+    rendered; ``scan`` (which has read the input already) reads the output."""
     tokens = array("I", parent.tokens) if parent else array("I")
     tokens.extend(input_tokens)
     tokens.extend(render_items(output))
     issued = set(call_ids)
     count_calls(output, issued)
     items = (parent.items if parent else []) + inputs + [output_as_input(o) for o in output]
-    return ContextEntry(response_id, tokens, items, frozenset(issued), tool_results, store)
+    scan.feed_all(item_text(o) for o in output)
+    return ContextEntry(response_id, tokens, items, frozenset(issued), tool_results, store, scan)
 
 
-def from_record(record: StoredResponse) -> ContextEntry:
-    """Rebuild a conversation from the store: parse, re-render and re-tokenise everything."""
-    items = parse_items(record.context)
-    issued: set[str] = set()
-    results = count_calls(items, issued)
-    tokens = array("I", render_items(items))
-    return ContextEntry(record.id, tokens, record.context, frozenset(issued), results, True)
+def from_record(record: StoredResponse, new_scan: Callable[[], Classifier], timer: PhaseTimer) -> ContextEntry:
+    """Rebuild a conversation from the store the stateless way: parse and validate, re-render
+    and re-tokenise, and re-classify every item (each step timed)."""
+    with timer.phase("parse_validate"):
+        items = parse_items(record.context)
+        issued: set[str] = set()
+        results = count_calls(items, issued)
+    with timer.phase("render"):
+        tokens = array("I", render_items(items))
+    with timer.phase("classify"):
+        scan = new_scan()
+        scan.feed_all(item_text(item) for item in items)
+    return ContextEntry(record.id, tokens, record.context, frozenset(issued), results, True, scan)

@@ -35,9 +35,28 @@ def content_text(content: str | Sequence[object]) -> str:
         return content
     pieces: list[str] = []
     for part in content:
-        text = getattr(part, "text", None) or getattr(part, "refusal", None)
+        text = getattr(part, "text", None)
+        if text is None:
+            text = getattr(part, "refusal", None)
         pieces.append(text if isinstance(text, str) else f"[{getattr(part, 'type', 'part')}]")
     return "\n".join(pieces)
+
+
+def item_text(item: InputItem | OutputItem) -> str:
+    """The plain text of an item, as the safety classifier reads it."""
+    if isinstance(item, MessageItem):
+        return content_text(item.content)
+    if isinstance(item, OutputMessage):
+        return "".join(p.text for p in item.content)
+    if isinstance(item, (FunctionCallItem, OutputFunctionCall)):
+        return item.arguments
+    if isinstance(item, FunctionCallOutputItem):
+        return content_text(item.output)
+    if isinstance(item, ReasoningItem):
+        return " ".join(str(s.get("text", "")) for s in item.summary)
+    if isinstance(item, CompactionItem):
+        return compaction_text(item.encrypted_content)
+    return ""
 
 
 def render_item(item: InputItem | OutputItem) -> list[int]:

@@ -1,7 +1,8 @@
 """Turn a stream of inference chunks into the Responses streaming events of one response.
 
-Shape: ``start()`` → ``feed(chunk)``* → terminal (``feed`` of the chunk holding ``Done``, or
-``fail(exc)``).  Event order is exactly spec §3.2 (text) / §3.3 (function calls);
+Shape: ``start()`` → ``feed(chunk)``* → ``terminal()`` once ``finishing`` (the chunk holding
+``Done`` arrived, or the output classifier flagged the text) — or ``fail(exc)``.  The gap
+between the last ``feed`` and ``terminal`` is where the session does its post-processing.  Event order is exactly spec §3.2 (text) / §3.3 (function calls);
 ``sequence_number`` counts from 0 per response; item ids, ``output_index`` and
 ``content_index`` stay consistent.  One protocol delta per inference chunk, never per token.
 """
@@ -14,6 +15,7 @@ from collections.abc import Callable, Sequence
 from inference.types import Done, FunctionCallDelta, InferenceEvent, Prefilled, TextDelta
 
 from .ids import new_id
+from .safety import Classifier
 from .protocol import (
     ContentPartAdded,
     ContentPartDone,
@@ -44,12 +46,15 @@ from .protocol import (
 class BuildState(enum.Enum):
     NEW = "new"
     STREAMING = "streaming"
+    FINISHING = "finishing"  # output is final; the terminal event is not sent yet
     DONE = "done"
 
 
 class ResponseBuilder:
-    def __init__(self, response: ResponseObject, *, stream_id: str | None, clock: Callable[[], float]):
+    def __init__(self, response: ResponseObject, *, stream_id: str | None, clock: Callable[[], float],
+                 output_scan: Classifier | None = None):
         self.response = response
+        self.output_scan = output_scan
         self.stream_id = stream_id
         self._clock = clock
         self._seq = 0
@@ -58,6 +63,9 @@ class ResponseBuilder:
         self._open_call_index: int | None = None
         self.prompt_tokens = 0
         self.cached_tokens = 0
+        self.reused_tokens = 0
+        self.output_tokens = 0
+        self.queue_ms = self.prefill_ms = self.decode_ms = 0.0
         self.finish_reason: str | None = None
 
     # -- helpers
@@ -82,18 +90,52 @@ class ResponseBuilder:
             ResponseInProgress(sequence_number=self._next(), response=self._snapshot(), stream_id=sid),
         ]
 
+    @property
+    def finishing(self) -> bool:
+        return self.state is BuildState.FINISHING
+
     def feed(self, chunk: Sequence[InferenceEvent]) -> list[ServerEvent]:
         out: list[ServerEvent] = []
         for ev in chunk:
+            if self.state is not BuildState.STREAMING:
+                break  # e.g. output already cut by the classifier
             if isinstance(ev, Prefilled):
                 self.prompt_tokens, self.cached_tokens = ev.prompt_tokens, ev.cached_tokens
+                self.reused_tokens = ev.reused_tokens
+                self.queue_ms, self.prefill_ms = ev.queue_ms, ev.prefill_ms
             elif isinstance(ev, TextDelta):
+                self.output_tokens += ev.tokens
                 out += self._text(ev.text)
+                out += self._scan(ev.text)
             elif isinstance(ev, FunctionCallDelta):
+                self.output_tokens += ev.tokens
                 out += self._call(ev)
+                out += self._scan(ev.arguments_delta)
             elif isinstance(ev, Done):
-                out += self._finish(ev)
+                self.decode_ms = ev.decode_ms
+                out += self._finish(ev.finish_reason, ev.output_tokens)
         return out
+
+    def _scan(self, text: str) -> list[ServerEvent]:
+        """Output safety: a flagged text cuts the response (``incomplete``, ``content_filter``)."""
+        if self.output_scan is None:
+            return []
+        self.output_scan.feed(text)
+        if not self.output_scan.verdict.flagged:
+            return []
+        return self._finish("content_filter", self.output_tokens)
+
+    def terminal(self, metadata: dict[str, str] | None = None) -> ServerEvent:
+        """The terminal event, once ``finishing``; ``metadata`` is added to the response's."""
+        assert self.state is BuildState.FINISHING
+        self.state = BuildState.DONE
+        r = self.response
+        if metadata:
+            r.metadata = {**r.metadata, **metadata}
+        seq, sid = self._next(), self.stream_id
+        if r.status == "incomplete":
+            return ResponseIncomplete(sequence_number=seq, response=self._snapshot(), stream_id=sid)
+        return ResponseCompleted(sequence_number=seq, response=self._snapshot(), stream_id=sid)
 
     def fail(self, code: str = "server_error",
              message: str = "The server had an error while processing your request.") -> list[ServerEvent]:
@@ -169,29 +211,26 @@ class ResponseBuilder:
                                   item=item.model_copy(deep=True), stream_id=sid))
         return out
 
-    def _finish(self, done: Done) -> list[ServerEvent]:
-        truncated = done.finish_reason == "max_output_tokens"
-        out = self._close_open("incomplete" if truncated else "completed")
-        self.state = BuildState.DONE
-        self.finish_reason = done.finish_reason
+    def _finish(self, reason: str, output_tokens: int) -> list[ServerEvent]:
+        cut = reason in ("max_output_tokens", "content_filter")
+        out = self._close_open("incomplete" if cut else "completed")
+        self.state = BuildState.FINISHING
+        self.finish_reason = reason
         r = self.response
         r.completed_at = int(self._clock())
         r.usage = Usage(
             input_tokens=self.prompt_tokens,
             input_tokens_details=InputTokensDetails(
                 cached_tokens=self.cached_tokens,
-                # Tokens newly written to the prefix cache by this request's prefill.
-                cache_write_tokens=self.prompt_tokens - self.cached_tokens,
+                # Tokens this request's prefill wrote to the replica's prefix cache.
+                cache_write_tokens=self.prompt_tokens - self.reused_tokens,
             ),
-            output_tokens=done.output_tokens,
-            total_tokens=self.prompt_tokens + done.output_tokens,
+            output_tokens=output_tokens,
+            total_tokens=self.prompt_tokens + output_tokens,
         )
-        seq, sid = self._next(), self.stream_id
-        if truncated:
+        if cut:
             r.status = "incomplete"
-            r.incomplete_details = IncompleteDetails(reason="max_output_tokens")
-            out.append(ResponseIncomplete(sequence_number=seq, response=self._snapshot(), stream_id=sid))
+            r.incomplete_details = IncompleteDetails(reason=reason)  # type: ignore[arg-type]
         else:
             r.status = "completed"
-            out.append(ResponseCompleted(sequence_number=seq, response=self._snapshot(), stream_id=sid))
         return out

@@ -12,6 +12,7 @@ request starts; a failed same-lane continuation evicts its parent, a failed fork
 from __future__ import annotations
 
 import itertools
+import time
 from array import array
 from collections import deque
 from collections.abc import Callable, Collection, Sequence
@@ -22,11 +23,11 @@ from inference.policy import METADATA_KEYS
 from inference.types import Done, InferenceEvent, InferenceRequest
 
 from .config import SessionConfig
+from .prepare import Preparer
 from .context import ContextEntry, count_calls, extend, from_record, input_dicts
 from .errors import (
     APIError,
     InvalidRequest,
-    ModelNotFound,
     PreviousResponseNotFound,
     ServerError,
     StreamLimitReached,
@@ -46,9 +47,11 @@ from .protocol import (
     error_event,
     parse_client_event,
 )
-from .render import render_items, tool_specs
+from .render import render_items
 from .response_builder import ResponseBuilder
+from .safety import Classifier
 from .store import StoredResponse, UsageEntry
+from .timings import METADATA_KEY, PhaseTimer, as_metadata
 
 
 @dataclass(slots=True)
@@ -65,6 +68,9 @@ class Turn:
     input_tokens: list[int]
     call_ids: frozenset[str]
     store: bool
+    scan: Classifier  # the conversation's classifier state including this input
+    timer: PhaseTimer
+    timings_requested: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +92,8 @@ class Effects:
     load: list[Load] = field(default_factory=list)
     persist: list[StoredResponse] = field(default_factory=list)
     usage: list[UsageEntry] = field(default_factory=list)
+    cancel: list[int] = field(default_factory=list)  # turns whose model call must stop
+    timings: list[dict[str, float]] = field(default_factory=list)  # per finished response
 
     def __iadd__(self, other: Effects) -> Effects:
         self.events += other.events
@@ -93,6 +101,8 @@ class Effects:
         self.load += other.load
         self.persist += other.persist
         self.usage += other.usage
+        self.cancel += other.cancel
+        self.timings += other.timings
         return self
 
 
@@ -112,17 +122,19 @@ class Session:
         owner: str = "",
         transport: str = "websocket",
         clock: Callable[[], float],
+        perf: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.config = config
-        self.models = frozenset(models)
+        self._prep = Preparer(models, config.safety)
+        self._perf = perf
         self.session_key = session_key
         self.owner = owner
         self.transport = transport
         self._clock = clock
         self._lanes: dict[str | None, _Lane] = {None: _Lane()}
-        self._pending: deque[tuple[str | None, ResponseCreate]] = deque()
+        self._pending: deque[tuple[str | None, ResponseCreate, PhaseTimer]] = deque()
         self._turns: dict[int, Turn] = {}
-        self._loading: dict[int, tuple[str | None, ResponseCreate]] = {}
+        self._loading: dict[int, tuple[str | None, ResponseCreate, PhaseTimer, float]] = {}
         self._ids = itertools.count()
 
     # ------------------------------------------------------------------ client side
@@ -132,26 +144,32 @@ class Session:
 
     def on_frame(self, data: str | bytes) -> Effects:
         """One client frame.  Errors become ``error`` events; the session stays usable."""
+        timer = PhaseTimer(self._perf)
         try:
-            event = parse_client_event(data)
+            with timer.phase("parse_validate"):
+                event = parse_client_event(data)
         except APIError as exc:
             return Effects(events=[error_event(exc)])
         if isinstance(event, ResponseSteer):
             return Effects(events=[self._steer_unsupported(event)])
         if not isinstance(event, ResponseCreate):
             return Effects()  # response.processed: nothing to do
-        return self.on_create(event)
+        return self.on_create(event, timer)
 
-    def on_create(self, event: ResponseCreate) -> Effects:
-        """A parsed ``response.create`` (the HTTP path enters here)."""
+    def on_create(self, event: ResponseCreate, timer: PhaseTimer | None = None) -> Effects:
+        """A parsed ``response.create`` (the HTTP path enters here, with its own timer)."""
+        timer = timer or PhaseTimer(self._perf)
         lane = event.stream_id
         try:
-            self._admit(event)
+            with timer.phase("model_resolution"):
+                event.model = self._prep.resolve_model(event.model)
+            with timer.phase("parse_validate"):
+                self._admit(event)
         except APIError as exc:
             # An invalid stream_id is never echoed; a rejected new lane is (spec §5.2).
             return Effects(events=[error_event(exc, stream_id=lane)])
         self._lanes.setdefault(lane, _Lane())
-        self._pending.append((lane, event))
+        self._pending.append((lane, event, timer))
         return self._schedule()
 
     def _admit(self, create: ResponseCreate) -> None:
@@ -161,8 +179,6 @@ class Session:
         if self.config.strict_params and create.model_extra:
             name = next(iter(create.model_extra))
             raise InvalidRequest(f"Unknown parameter: '{name}'.", param=name, code="unknown_parameter")
-        if create.model not in self.models:
-            raise ModelNotFound(create.model)
         for key, value in (create.metadata or {}).items():
             if key in METADATA_KEYS and not value.strip().isdigit():
                 raise InvalidRequest(f"Invalid value for metadata key '{key}': expected a whole number.",
@@ -190,37 +206,39 @@ class Session:
         for item in list(self._pending):
             if self.inflight >= self.config.max_inflight:
                 break
-            lane_name, create = item
+            lane_name, create, timer = item
             if self._lanes[lane_name].busy:
                 continue
             self._pending.remove(item)
-            fx += self._start(lane_name, create)
+            timer.restart()
+            fx += self._start(lane_name, create, timer)
         return fx
 
-    def _start(self, lane_name: str | None, create: ResponseCreate) -> Effects:
+    def _start(self, lane_name: str | None, create: ResponseCreate, timer: PhaseTimer) -> Effects:
         """Resolve ``previous_response_id`` when the request starts: the lanes' cache first,
         then (``store:true`` responses) the store, else ``previous_response_not_found``."""
         lane = self._lanes[lane_name]
         lane.busy = True
         if create.previous_response_id is None:
-            return self._begin(lane_name, create, None)
+            return self._begin(lane_name, create, None, timer)
         cached = self._cached(create.previous_response_id)
         if cached is not None:
-            return self._begin(lane_name, create, cached)
+            return self._begin(lane_name, create, cached, timer)
         load_id = next(self._ids)
-        self._loading[load_id] = (lane_name, create)
+        self._loading[load_id] = (lane_name, create, timer, self._perf())
         return Effects(load=[Load(load_id, create.previous_response_id, self.owner)])
 
     def on_loaded(self, load_id: int, record: StoredResponse | None) -> Effects:
         """The store's answer to a :class:`Load` (``None``: not found for this owner)."""
-        lane_name, create = self._loading.pop(load_id)
+        lane_name, create, timer, asked = self._loading.pop(load_id)
+        timer.ms["history_load"] += (self._perf() - asked) * 1000.0
         if record is None:
             return self._reject(lane_name, PreviousResponseNotFound(create.previous_response_id or ""))
         try:
-            parent = from_record(record)
+            parent = from_record(record, self._prep.new_scan, timer)
         except Exception:  # noqa: BLE001 - a damaged record is a server fault, not the client's
             return self._reject(lane_name, ServerError())
-        return self._begin(lane_name, create, parent)
+        return self._begin(lane_name, create, parent, timer)
 
     def _reject(self, lane_name: str | None, exc: APIError, *, evict: bool = False) -> Effects:
         self._lanes[lane_name].busy = False
@@ -230,22 +248,27 @@ class Session:
         fx += self._schedule()
         return fx
 
-    def _begin(self, lane_name: str | None, create: ResponseCreate, parent: ContextEntry | None) -> Effects:
+    def _begin(self, lane_name: str | None, create: ResponseCreate, parent: ContextEntry | None,
+               timer: PhaseTimer) -> Effects:
         lane = self._lanes[lane_name]
         same_lane = parent is not None and lane.latest is parent
         items = create.items
         try:
-            call_ids, tool_results = self._check_calls(parent, items)
+            with timer.phase("parse_validate"):
+                call_ids, tool_results = self._check_calls(parent, items)
+            with timer.phase("render"):
+                specs, tool_tokens = self._prep.tools(create.function_tools)
+                input_tokens = render_items(items)
+                prompt = array("I", tool_tokens)
+                prompt.extend(chat_format.render_instructions(create.instructions))
+                if parent is not None:
+                    prompt.extend(parent.tokens)
+                prompt.extend(input_tokens)
+            with timer.phase("classify"):
+                scan = self._prep.scan(parent.scan if parent is not None else None, items)
         except APIError as exc:
             return self._reject(lane_name, exc, evict=same_lane)
 
-        tools = create.function_tools
-        input_tokens = render_items(items)
-        prompt = array("I", chat_format.render_tools(tool_specs(tools)))
-        prompt.extend(chat_format.render_instructions(create.instructions))
-        if parent is not None:
-            prompt.extend(parent.tokens)
-        prompt.extend(input_tokens)
         store = True if create.store is None else create.store
         generate = create.generate is not False and not (create.prompt_cache_options or {}).get("prewarm")
         response = self._response_object(create, store)
@@ -256,7 +279,7 @@ class Session:
                 request_id=response.id,
                 model=response.model,
                 prompt_token_ids=prompt,
-                tools=tool_specs(tools),
+                tools=specs,
                 tool_choice=_tool_choice_name(create.tool_choice),
                 parallel_tool_calls=response.parallel_tool_calls,
                 tool_results_in_context=tool_results,
@@ -265,15 +288,21 @@ class Session:
                 session_key=self.session_key,
                 metadata=tuple(sorted((create.metadata or {}).items())),
             ),
-            builder=ResponseBuilder(response, stream_id=lane_name, clock=self._clock),
+            builder=ResponseBuilder(
+                response, stream_id=lane_name, clock=self._clock,
+                output_scan=self._prep.new_scan() if self.config.safety.enabled else None),
             parent=parent,
             same_lane_parent=same_lane,
             inputs=input_dicts(items),
             input_tokens=input_tokens,
             call_ids=call_ids,
             store=store,
+            scan=scan,
+            timer=timer,
+            timings_requested=(create.metadata or {}).get(METADATA_KEY) == "1",
         )
         self._turns[turn.turn_id] = turn
+        timer.wait_inference()
         return Effects(events=turn.builder.start(), start=[turn])
 
     def _cached(self, response_id: str) -> ContextEntry | None:
@@ -330,7 +359,10 @@ class Session:
         if turn is None:
             return Effects()
         fx = Effects(events=turn.builder.feed(chunk))
-        if any(isinstance(ev, Done) for ev in chunk):
+        if turn.builder.finishing:
+            turn.timer.inference_done()
+            if not any(isinstance(ev, Done) for ev in chunk):
+                fx.cancel.append(turn.turn_id)  # cut by the output classifier
             fx += self._finish(turn, failed=False)
         return fx
 
@@ -353,13 +385,20 @@ class Session:
             if turn.same_lane_parent:
                 self._evict(turn.lane)
         else:
-            response = turn.builder.response
-            entry = extend(turn.parent, response.id, input_tokens=turn.input_tokens, inputs=turn.inputs,
-                           output=response.output, call_ids=turn.call_ids,
-                           tool_results=turn.request.tool_results_in_context, store=turn.store)
-            lane.latest = entry
-            fx.usage.append(self._usage(turn))
-            if turn.store:
+            b, timer = turn.builder, turn.timer
+            response = b.response
+            with timer.phase("post"):
+                entry = extend(turn.parent, response.id, input_tokens=turn.input_tokens, inputs=turn.inputs,
+                               output=response.output, call_ids=turn.call_ids,
+                               tool_results=turn.request.tool_results_in_context, store=turn.store,
+                               scan=turn.scan)
+                lane.latest = entry
+                fx.usage.append(self._usage(turn))
+            report = timer.report(b.queue_ms, b.prefill_ms, b.decode_ms)
+            fx.timings.append(report)
+            terminal = b.terminal(as_metadata(report) if turn.timings_requested else None)
+            fx.events.append(terminal)
+            if turn.store:  # the record is the response as sent, terminal metadata included
                 fx.persist.append(StoredResponse(
                     id=response.id, owner=self.owner, created_at=self._clock(),
                     response=response.model_dump(mode="json"), input_items=turn.inputs,

@@ -20,7 +20,7 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from actors.actor import ServeInference, SessionHost
+from actors.actor import PhaseMetrics, ServeInference, SessionHost
 from actors.errors import APIError
 from actors.protocol import http_error_body
 from actors.socket_server import send_socket
@@ -59,7 +59,8 @@ class Gateway:
         app = build_app(self._list_models)
         add_http_routes(app, session_config=cfg.session, keys=self._keys, store=self._store,
                         inference=ServeInference(cfg.session),
-                        model_ids=lambda: [m["id"] for m in self._models])
+                        model_ids=lambda: [m["id"] for m in self._models],
+                        observe=PhaseMetrics().observe)
         http = uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False,
                               timeout_keep_alive=30)
         self._front = Front(bind_socket(cfg.server.host, cfg.server.port), http, self._handoff)

@@ -35,6 +35,7 @@ from actors.protocol import (
 from actors.render import render_items
 from actors.session import Session
 from actors.store_writer import StoreWriter
+from actors.timings import PhaseTimer
 from inference import chat_format
 
 from .auth import KeyRing
@@ -56,6 +57,7 @@ def add_http_routes(
     store: StoreWriter,
     inference: InferenceClient,
     model_ids: Callable[[], list[str]],
+    observe: Callable[[str, dict[str, float]], None] | None = None,
 ) -> None:
     @app.exception_handler(APIError)
     async def api_error(_: Request, exc: APIError) -> JSONResponse:
@@ -70,12 +72,17 @@ def add_http_routes(
 
     @app.post("/v1/responses")
     async def create_response(request: Request) -> Response:
+        timer = PhaseTimer(time.perf_counter)
         who = owner(request)
-        create = parse_http_create(await request.body())
+        body = await request.body()
+        with timer.phase("parse_validate"):
+            create = parse_http_create(body)
+        # Stateless: nothing survives from earlier requests (model resolution, tool
+        # rendering and the classifier are all redone; history comes from the store).
         session = Session(session_config, model_ids(), session_key=None, owner=who,
                           transport="http", clock=time.time)
-        conn = Connection(session, inference, store)
-        conn.create(create)
+        conn = Connection(session, inference, store, observe)
+        conn.create(create, timer)
         events = conn.events()
         first = await anext(events)
         if isinstance(first[0], ErrorEvent):

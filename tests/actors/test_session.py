@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from actors.config import SessionConfig
 from actors.protocol import ResponseObject
@@ -286,3 +288,42 @@ def test_failures_with_codes_outside_the_sdk_enum_are_server_error():
     (turn,) = send(s, input="x").start
     failed = dumped(s.on_inference_error(turn.turn_id, Overloaded()))[-1]
     assert failed["response"]["error"]["code"] == "server_error"
+
+
+TEXT = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40)
+TURN = st.lists(st.one_of(
+    st.builds(lambda t: {"role": "user", "content": t}, TEXT),
+    st.builds(lambda t: {"role": "developer", "content": [{"type": "input_text", "text": t}]}, TEXT),
+    st.just("tool_output"),
+), min_size=1, max_size=3)
+
+
+@settings(max_examples=60, deadline=None)
+@given(turns=st.lists(st.tuples(TURN, st.booleans(), TEXT), min_size=1, max_size=6))
+def test_incremental_rendering_equals_rendering_the_whole_conversation(turns):
+    """Turn by turn the session only appends the new items' tokens; the result is exactly
+    what rendering the whole conversation at once gives (the stateless path)."""
+    from actors.context import from_record
+    from actors.protocol import parse_items
+    from actors.render import render_items
+    from actors.timings import PhaseTimer
+    from inference.types import FunctionCallDelta
+
+    s = new_session(safety={"enabled": False})
+    prev, pending_calls = None, []
+    for items, call, text in turns:
+        inputs = [{"type": "function_call_output", "call_id": c, "output": text} if i == "tool_output" else i
+                  for i in items for c in (pending_calls[:1] or [None]) if i != "tool_output" or c]
+        fx = send(s, input=inputs or "go", previous_response_id=prev, tools=[TOOL])
+        (turn,) = fx.start
+        events = [Prefilled(len(turn.request.prompt_token_ids), 0, 0, 1)]
+        events += [FunctionCallDelta(0, "read_file", '{"path":"%s"}' % len(text), 3)] if call else [TextDelta(text or ".", 2)]
+        out = s.on_inference(turn.turn_id, events + [Done("tool_calls" if call else "stop", 3, 3.0)])
+        response = terminal(out)
+        prev = response["id"]
+        pending_calls = [o["call_id"] for o in response["output"] if o["type"] == "function_call"]
+    entry = s._lanes[None].latest
+    assert list(entry.tokens) == render_items(parse_items(entry.items))
+    record = out.persist[0]
+    rebuilt = from_record(record, s._prep.new_scan, PhaseTimer(lambda: 0.0))
+    assert list(rebuilt.tokens) == list(entry.tokens) and rebuilt.call_ids == entry.call_ids

@@ -1,0 +1,90 @@
+"""Per-connection request preparation that is reused while it stays valid.
+
+A WebSocket connection keeps one :class:`Preparer`: tool definitions are validated and
+rendered once and reused while unchanged, the model is resolved once, and the safety
+classifier's automaton is built once.  The HTTP path makes a fresh one per request — the
+stateless baseline redoes all of it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Sequence
+
+from inference import chat_format
+from inference.types import ToolSpec
+
+from .errors import APIError, InvalidRequest, ModelNotFound
+from .protocol import FunctionTool, InputItem
+from .render import item_text, tool_specs
+from .safety import Automaton, Classifier, SafetyConfig, build_automaton
+
+TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+MAX_TOOLS = 128
+
+
+class ContentFiltered(APIError):
+    code = "content_filter"
+
+    def __init__(self, categories: Sequence[str]) -> None:
+        super().__init__(
+            f"The input was flagged by the safety classifier ({', '.join(categories)}).", param="input")
+
+
+class Preparer:
+    def __init__(self, models: Collection[str], safety: SafetyConfig) -> None:
+        self._models = frozenset(models)
+        self._resolved: dict[str, str] = {}
+        self._tools_seen: list[FunctionTool] | None = None
+        self._tools: tuple[tuple[ToolSpec, ...], list[int]] = ((), [])
+        self._safety = safety
+        self.automaton: Automaton = build_automaton(safety)
+
+    def resolve_model(self, model: str | None) -> str:
+        """Model id → served profile (resolved once per connection)."""
+        if model is not None and model in self._resolved:
+            return self._resolved[model]
+        if model not in self._models:
+            raise ModelNotFound(model)
+        self._resolved[model] = model
+        return model
+
+    def tools(self, tools: list[FunctionTool]) -> tuple[tuple[ToolSpec, ...], list[int]]:
+        """Validated specs and rendered tokens of the request's function tools; reused while
+        the definitions are unchanged."""
+        if tools != self._tools_seen:
+            validate_tools(tools)
+            specs = tool_specs(tools)
+            self._tools = (specs, chat_format.render_tools(specs))
+            self._tools_seen = list(tools)
+        return self._tools
+
+    def new_scan(self) -> Classifier:
+        return Classifier(self.automaton, self._safety.thresholds)
+
+    def scan(self, state: Classifier | None, items: Sequence[InputItem]) -> Classifier:
+        """``state`` (the conversation so far) extended by ``items``; raises
+        :class:`ContentFiltered` if the conversation is flagged.  ``state`` is not changed."""
+        scan = state.copy() if state is not None else self.new_scan()
+        if self._safety.enabled:
+            scan.feed_all(item_text(item) for item in items)
+            verdict = scan.verdict
+            if verdict.flagged:
+                raise ContentFiltered(verdict.categories)
+        return scan
+
+
+def validate_tools(tools: Sequence[FunctionTool]) -> None:
+    if len(tools) > MAX_TOOLS:
+        raise InvalidRequest(f"At most {MAX_TOOLS} function tools are supported.", param="tools")
+    seen: set[str] = set()
+    for i, tool in enumerate(tools):
+        if not TOOL_NAME.fullmatch(tool.name):
+            raise InvalidRequest("Function names must match ^[a-zA-Z0-9_-]{1,64}$.", param=f"tools[{i}].name")
+        if tool.name in seen:
+            raise InvalidRequest(f"Duplicate function name '{tool.name}'.", param=f"tools[{i}].name")
+        seen.add(tool.name)
+        params = tool.parameters
+        if params is not None and params.get("type", "object") != "object":
+            raise InvalidRequest("Function parameters must be a JSON schema of type 'object'.",
+                                 param=f"tools[{i}].parameters")

@@ -1,0 +1,65 @@
+"""Per-response server-side time by phase (milliseconds), with an injected clock.
+
+Phases: ``parse_validate``, ``history_load``, ``render``, ``classify``,
+``model_resolution``, ``post`` (API work), and ``queue``, ``prefill``, ``decode``
+(inference, as the emulated model reports them).  ``api_overhead`` is the server's time on
+a response outside waiting for inference; ``other`` is the part of it no phase accounts
+for (event loop, encoding, socket writes).  A client asks for the numbers with
+``metadata={"responses_ws.timings": "1"}`` and reads them, as a JSON string, from the
+terminal response's ``metadata["responses_ws.timings"]``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+METADATA_KEY = "responses_ws.timings"
+API_PHASES = ("parse_validate", "history_load", "render", "classify", "model_resolution", "post")
+INFERENCE_PHASES = ("queue", "prefill", "decode")
+
+
+class PhaseTimer:
+    __slots__ = ("_perf", "ms", "started", "_waiting_since", "inference_wait_ms")
+
+    def __init__(self, perf: Callable[[], float]) -> None:
+        self._perf = perf
+        self.ms: dict[str, float] = dict.fromkeys(API_PHASES + INFERENCE_PHASES, 0.0)
+        self.started = perf()
+        self._waiting_since: float | None = None
+        self.inference_wait_ms = 0.0
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        t = self._perf()
+        try:
+            yield
+        finally:
+            self.ms[name] += (self._perf() - t) * 1000.0
+
+    def restart(self) -> None:
+        """A queued request starts now: time spent queued behind its lane is not overhead."""
+        spent = sum(self.ms[p] for p in API_PHASES)
+        self.started = self._perf() - spent / 1000.0
+
+    def wait_inference(self) -> None:
+        self._waiting_since = self._perf()
+
+    def inference_done(self) -> None:
+        if self._waiting_since is not None:
+            self.inference_wait_ms += (self._perf() - self._waiting_since) * 1000.0
+            self._waiting_since = None
+
+    def report(self, queue_ms: float, prefill_ms: float, decode_ms: float) -> dict[str, float]:
+        self.ms.update(queue=queue_ms, prefill=prefill_ms, decode=decode_ms)
+        total = (self._perf() - self.started) * 1000.0
+        overhead = max(0.0, total - self.inference_wait_ms)
+        out = {k: round(v, 3) for k, v in self.ms.items()}
+        out["api_overhead"] = round(overhead, 3)
+        out["other"] = round(max(0.0, overhead - sum(self.ms[p] for p in API_PHASES)), 3)
+        return out
+
+
+def as_metadata(report: dict[str, float]) -> dict[str, str]:
+    return {METADATA_KEY: json.dumps(report, separators=(",", ":"))}
