@@ -12,7 +12,7 @@ from ray.serve import Application
 
 from inference.deployment import InferenceDeployment, deployment_options
 
-from .config import AppConfig
+from .config import AppConfig, ServerConfig, app_config_from_dict
 from .gateway import Gateway
 
 APP_NAME = "responses-ws"
@@ -21,13 +21,26 @@ APP_NAME = "responses-ws"
 def build_application(config: AppConfig) -> Application:
     inference = InferenceDeployment.options(**deployment_options(config.inference)).bind(
         config.inference.model_dump())
-    return Gateway.options(num_replicas=config.server.gateway_replicas).bind(
-        config.model_dump(), inference)
+    return Gateway.options(**gateway_options(config.server)).bind(config.model_dump(), inference)
+
+
+def gateway_options(server: ServerConfig) -> dict[str, Any]:
+    """Replicas and placement of the gateway.  Session actors follow their gateway's node
+    (a socket cannot cross nodes), so ``gateway_resources`` decides where connections live."""
+    actor: dict[str, Any] = {"num_cpus": 0}
+    if server.gateway_resources:
+        actor["resources"] = dict(server.gateway_resources)
+    options: dict[str, Any] = {"num_replicas": server.gateway_replicas, "ray_actor_options": actor}
+    if server.gateway_max_replicas_per_node is not None:
+        options["max_replicas_per_node"] = server.gateway_max_replicas_per_node
+    return options
 
 
 def app_builder(args: dict[str, Any]) -> Application:
-    """Entry point for ``serve run``/``serve deploy`` config files."""
-    return build_application(AppConfig.model_validate(args or {}))
+    """Entry point for ``serve run``/``serve deploy`` config files: ``args`` holds the
+    sections of :class:`AppConfig` (a partial ``inference`` section refines
+    configs/models.yaml, as in a ``--config`` file)."""
+    return build_application(app_config_from_dict(args))
 
 
 # Serve's throughput mode (no per-request logging, user code on the replica's own loop,

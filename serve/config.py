@@ -28,6 +28,13 @@ class ServerConfig(BaseModel):
     gateway_replicas: int = Field(1, ge=1, description="gateway replicas sharing the port (SO_REUSEPORT)")
     api_keys: tuple[str, ...] = Field((), description="accepted keys; empty = any key is accepted")
     api_keys_file: str | None = Field(None, description="a file with one accepted key per line")
+    # Placement (clusters).  A gateway hands WebSockets to session actors on its own node, so
+    # where the gateways run is where connections live: give "session" nodes a custom
+    # resource and ask for it here (docs/deploy.md).
+    gateway_resources: dict[str, float] = Field(
+        default_factory=dict, description="custom Ray resources each gateway replica needs, e.g. {session: 1}")
+    gateway_max_replicas_per_node: int | None = Field(
+        None, ge=1, description="spread gateway replicas: at most this many per node")
 
 
 class AppConfig(BaseModel):
@@ -51,9 +58,17 @@ def load_app_config(path: Path | None = None, *, environ: dict[str, str] | None 
     for dotted, value in overrides.items():
         section, key = dotted.split(".", 1)
         data.setdefault(section, {})[key] = value
+    return app_config_from_dict(data, environ=environ)
+
+
+def app_config_from_dict(data: dict[str, Any] | None, *, environ: dict[str, str] | None = None) -> AppConfig:
+    """The sections as a mapping (a YAML file's, or a Serve config's ``args``) → AppConfig.
+
+    A partial ``inference`` section refines the default profiles file (configs/models.yaml),
+    as in a ``--config`` file."""
+    data = dict(data or {})
     inference = data.get("inference")
     if inference is not None and "profiles" not in inference:
-        # A partial inference section refines the default profiles file.
         data["inference"] = {**load_inference_config().model_dump(), **inference}
     config = AppConfig.model_validate(data)
     return resolve_keys_and_paths(config, environ if environ is not None else dict(os.environ))
