@@ -238,17 +238,23 @@ _CLIENT_EVENT: TypeAdapter[ClientEvent] = TypeAdapter(
 )
 
 
-def parse_client_event(data: str | bytes) -> ClientEvent:
-    """Parse one client frame.  Raises a typed :class:`APIError` (400) on any problem.
-
-    A nested ``{"type":"response.create","response":{…}}`` body is accepted as well (spec §1.3).
-    """
+def load_json_object(data: str | bytes) -> dict[str, Any]:
+    """A frame or request body that must be one JSON object; typed 400 errors otherwise."""
     try:
         raw = json.loads(data)
     except (ValueError, UnicodeDecodeError):
         raise InvalidJSON("The message is not valid JSON.") from None
     if not isinstance(raw, dict):
-        raise InvalidRequest("Each message must be a JSON object.", code="invalid_type")
+        raise InvalidRequest("The message must be a JSON object.", code="invalid_type")
+    return raw
+
+
+def parse_client_event(data: str | bytes) -> ClientEvent:
+    """Parse one client frame.  Raises a typed :class:`APIError` (400) on any problem.
+
+    A nested ``{"type":"response.create","response":{…}}`` body is accepted as well (spec §1.3).
+    """
+    raw = load_json_object(data)
     if isinstance(raw.get("response"), dict) and "input" not in raw:
         raw = {**raw.pop("response"), **raw}  # nested create form
     try:
@@ -270,12 +276,7 @@ _WS_ONLY = ("stream_id", "generate")
 def parse_http_create(data: bytes | str) -> ResponseCreate:
     """The body of ``POST /v1/responses`` (spec §6.1): the create fields without ``type``;
     the WebSocket-only ``stream_id`` and ``generate`` are rejected."""
-    try:
-        raw = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
-        raise InvalidJSON("We could not parse the JSON body of your request.") from None
-    if not isinstance(raw, dict):
-        raise InvalidRequest("The request body must be a JSON object.", code="invalid_type")
+    raw = load_json_object(data)
     for name in _WS_ONLY:
         if name in raw:
             raise InvalidRequest(f"Unknown parameter: '{name}'.", param=name, code="unknown_parameter")

@@ -22,13 +22,14 @@ from actors.config import SessionConfig
 from actors.connection import Connection, InferenceClient
 from actors.context import from_record
 from actors.ids import new_id
-from actors.errors import APIError, InvalidJSON, InvalidRequest, ModelNotFound, NotFound
+from actors.errors import APIError, InvalidRequest, ModelNotFound, NotFound
 from actors.protocol import (
     ErrorEvent,
     InputTokensDetails,
     Usage,
     encode,
     http_error_body,
+    load_json_object,
     parse_http_create,
     parse_items,
 )
@@ -138,7 +139,7 @@ def add_http_routes(
     @app.post("/v1/responses/compact")
     async def compact_conversation(request: Request) -> dict[str, Any]:
         who = owner(request)
-        body = _json_object(await request.body())
+        body = load_json_object(await request.body())
         model = body.get("model")
         if model not in model_ids():
             raise ModelNotFound(model if isinstance(model, str) else None)
@@ -191,13 +192,3 @@ def _int_param(raw: str, name: str, lo: int, hi: int) -> int:
     if not lo <= value <= hi:
         raise InvalidRequest(f"Invalid '{name}': must be between {lo} and {hi}.", param=name)
     return value
-
-
-def _json_object(body: bytes) -> dict[str, Any]:
-    try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        raise InvalidJSON("We could not parse the JSON body of your request.") from None
-    if not isinstance(data, dict):
-        raise InvalidRequest("The request body must be a JSON object.", code="invalid_type")
-    return data

@@ -34,3 +34,20 @@ def test_only_designated_modules_import_ray():
             rel = str(path.relative_to(ROOT))
             if "ray" in imports(path):
                 assert rel in RAY_MODULES, f"{rel} imports ray"
+
+
+def _is_deployment_bind(node: ast.AST) -> bool:
+    """``Deployment.bind(...)`` or ``Deployment.options(...).bind(...)`` (not ``socket.bind``)."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "bind"):
+        return False
+    target = node.func.value
+    if isinstance(target, ast.Call) and isinstance(target.func, ast.Attribute):
+        return target.func.attr == "options"
+    return isinstance(target, ast.Name) and target.id[:1].isupper()
+
+
+def test_the_app_builder_is_the_only_bind_site():
+    for package in ORDER:
+        for path in (ROOT / package).glob("*.py"):
+            binds = [n for n in ast.walk(ast.parse(path.read_text())) if _is_deployment_bind(n)]
+            assert not binds or path.relative_to(ROOT).as_posix() == "serve/builder.py", path

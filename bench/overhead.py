@@ -1,0 +1,191 @@
+"""Per-turn API overhead against conversation length: WebSocket vs HTTP, in one run.
+
+    python -m bench.overhead [--sizes 1k,2k,...,128k] [--turns 5] [--out results/overhead.json]
+
+Three conversations grow side by side to each target size (in prompt tokens): ``ws`` (one
+socket, ``store:false``, ``previous_response_id``, only new items), ``http-chained``
+(``previous_response_id`` to a stored response) and ``http-full`` (the whole history resent,
+``store:false``).  At every size each transport runs ``--turns`` small turns (one tool
+output of a few dozen tokens), interleaved, and reads the server's own per-phase timings
+from the response metadata (``responses_ws.timings``).  "API overhead" is the server's time
+on a turn outside waiting for inference.  Prints a table, writes JSON and a PNG plot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import websockets
+
+MODEL = "emu-fast"
+TERMINAL = {"response.completed", "response.incomplete", "response.failed", "error"}
+TOOL = {"type": "function", "name": "read_file", "description": "Read a file from the repository.",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}
+META = {"responses_ws.timings": "1", "emulator.tool_rounds": "100000", "emulator.text_tokens": "8"}
+WORDS = ("alpha beta gamma delta parser module function returns value config build test error line "
+         "import class method cache token stream socket request response handler server client").split()
+PHASES = ("parse_validate", "history_load", "render", "classify", "model_resolution", "post", "other")
+
+
+def filler(n_words: int, rng: random.Random) -> str:
+    lines, line = [], []
+    for _ in range(n_words):
+        line.append(rng.choice(WORDS))
+        if len(line) == 12:
+            lines.append(" ".join(line))
+            line = []
+    return "\n".join(lines + [" ".join(line)])
+
+
+class Chain:
+    """One growing conversation over one transport."""
+
+    def __init__(self, name: str, base: str, key: str) -> None:
+        self.name = name
+        self.base = base
+        self.headers = {"Authorization": f"Bearer {key}"}
+        self.prev: str | None = None
+        self.history: list[dict] = []  # http-full resends all of it
+        self.calls: list[str] = []
+        self.prompt_tokens = 0
+        self.ws: Any = None
+
+    async def open(self) -> None:
+        if self.name == "ws":
+            url = self.base.replace("http", "ws", 1) + "/v1/responses"
+            self.ws = await websockets.connect(url, max_size=None, additional_headers=self.headers)
+
+    async def close(self) -> None:
+        if self.ws is not None:
+            await self.ws.close()
+
+    async def turn(self, http: httpx.AsyncClient, text: str) -> dict[str, float]:
+        new = ([{"type": "function_call_output", "call_id": self.calls[0], "output": text}] if self.calls
+               else [{"role": "user", "content": text}])
+        body: dict[str, Any] = {"model": MODEL, "tools": [TOOL], "metadata": META,
+                                "instructions": "You are a coding agent. Use the tools."}
+        if self.name == "http-full":
+            body.update(input=self.history + new, store=False)
+        else:
+            body.update(input=new, previous_response_id=self.prev, store=self.name == "http-chained")
+        if self.name == "ws":
+            await self.ws.send(json.dumps({"type": "response.create", **body}))
+            while True:
+                event = json.loads(await self.ws.recv())
+                if event["type"] in TERMINAL:
+                    break
+            if event["type"] == "error":
+                raise RuntimeError(event["error"])
+            response = event["response"]
+        else:
+            r = await http.post(self.base + "/v1/responses", json=body, headers=self.headers, timeout=300)
+            r.raise_for_status()
+            response = r.json()
+        self.prev = response["id"]
+        self.calls = [o["call_id"] for o in response["output"] if o["type"] == "function_call"]
+        self.history += new + [{k: v for k, v in o.items() if k != "status"} for o in response["output"]]
+        self.prompt_tokens = response["usage"]["input_tokens"]
+        return json.loads(response["metadata"]["responses_ws.timings"])
+
+
+async def run(base: str, sizes: list[int], turns: int, seed: int) -> dict[str, Any]:
+    rng = random.Random(seed)
+    chains = [Chain(n, base, "sk-bench") for n in ("ws", "http-chained", "http-full")]
+    rows: list[dict[str, Any]] = []
+    async with httpx.AsyncClient() as http:
+        for chain in chains:
+            await chain.open()
+        try:
+            for size in sizes:
+                while min(c.prompt_tokens for c in chains) < size:  # grow all three alike
+                    gap = size - min(c.prompt_tokens for c in chains)
+                    text = filler(min(max(gap * 3 // 4, 10), 6000), rng)
+                    for chain in chains:
+                        await chain.turn(http, text)
+                samples: dict[str, list[dict[str, float]]] = {c.name: [] for c in chains}
+                for _ in range(turns):
+                    text = filler(30, rng)
+                    for chain in chains:
+                        samples[chain.name].append(await chain.turn(http, text))
+                for chain in chains:
+                    t = samples[chain.name]
+                    row = {"size": size, "transport": chain.name, "prompt_tokens": chain.prompt_tokens,
+                           "api_overhead_ms": statistics.median(x["api_overhead"] for x in t)}
+                    row.update({p: statistics.median(x[p] for x in t) for p in PHASES})
+                    rows.append(row)
+                    print(f"{size:>7} {chain.name:<13} prompt {chain.prompt_tokens:>7}  "
+                          f"overhead {row['api_overhead_ms']:8.2f} ms  "
+                          + " ".join(f"{p}={row[p]:.2f}" for p in PHASES), flush=True)
+        finally:
+            for chain in chains:
+                await chain.close()
+    return {"sizes": sizes, "turns_per_size": turns, "rows": rows}
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name in ("ws", "http-chained", "http-full"):
+        rows = [r for r in result["rows"] if r["transport"] == name]
+        ax.plot([r["prompt_tokens"] for r in rows], [r["api_overhead_ms"] for r in rows], marker="o", label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("conversation length (prompt tokens)")
+    ax.set_ylabel("per-turn API overhead, median (ms)")
+    ax.set_title("Server time outside inference per turn")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def parse_size(text: str) -> int:
+    return int(float(text[:-1]) * 1024) if text.lower().endswith("k") else int(text)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sizes", default="1k,2k,4k,8k,16k,32k,64k,128k")
+    p.add_argument("--turns", type=int, default=5)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--url", default=None, help="a running server (default: start an embedded one)")
+    p.add_argument("--out", type=Path, default=Path("results/overhead.json"))
+    args = p.parse_args()
+    sizes = [parse_size(s) for s in args.sizes.split(",")]
+    stop = None
+    url = args.url
+    if url is None:
+        from serve.builder import start, stop as stop_server
+        from serve.cli import free_port
+        from serve.config import load_app_config
+
+        url = start(load_app_config(None, **{"server.port": free_port(),
+                                             "store.data_dir": str(Path("results/overhead-store").resolve())}))
+        stop = stop_server
+    t0 = time.time()
+    try:
+        result = asyncio.run(run(url, sizes, args.turns, args.seed))
+    finally:
+        if stop is not None:
+            stop()
+    result["wall_s"] = round(time.time() - t0, 1)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2))
+    plot(result, args.out.with_suffix(".png"))
+    print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
+
+
+if __name__ == "__main__":
+    main()
