@@ -149,7 +149,7 @@ def interleaved_jobs(transports: Sequence[str], rollouts: int) -> list[tuple[str
 
 
 async def run_bench(url: str, w: wl.Workload, transports: Sequence[str], *, rollouts: int,
-                    concurrency: int = 1, warmup: bool = True, api_key: str = "sk-bench",
+                    concurrency: int = 1, warmup: bool = True, settle_s: float = 3.0, api_key: str = "sk-bench",
                     on_turn: Callable[[str, TurnRecord], None] | None = None) -> list[RolloutRecord]:
     unknown = set(transports) - set(TRANSPORTS)
     if unknown:
@@ -159,6 +159,9 @@ async def run_bench(url: str, w: wl.Workload, transports: Sequence[str], *, roll
         short = wl.Workload(**{**w.as_dict(), "tool_rounds": 2})
         for t in transports:
             await run_rollout(t, url, short, -1, api_key=api_key)
+        # A dedicated session actor is killed when its socket closes and the gateway's pool
+        # starts a replacement (~1.3 s on this machine): let it refill before measuring.
+        await asyncio.sleep(settle_s)
     jobs = asyncio.Queue()
     for job in interleaved_jobs(transports, rollouts):
         jobs.put_nowait(job)

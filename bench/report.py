@@ -62,6 +62,7 @@ def summarise(records: Sequence[RolloutRecord]) -> dict[str, Any]:
             "turns": len(turns),
             "e2e_s": _dist(r.e2e_s for r in ok),
             "e2e_minus_tools_s": _dist(r.e2e_s - r.tool_s for r in ok),
+            "e2e_minus_connect_s": _dist(r.e2e_s - r.connect_ms / 1000 for r in ok),
             "connect_ms": _dist(r.connect_ms for r in ok),
             "turn_ms": _dist(t.total_ms for t in turns),
             "ttft_ms": _dist(t.ttft_ms for t in turns if t.ttft_ms is not None),
@@ -84,6 +85,7 @@ def summarise(records: Sequence[RolloutRecord]) -> dict[str, Any]:
                     "e2e_median": 1 - base["e2e_s"]["median"] / s["e2e_s"]["median"],
                     "e2e_p90": 1 - base["e2e_s"]["p90"] / s["e2e_s"]["p90"],
                     "e2e_minus_tools_median": 1 - base["e2e_minus_tools_s"]["median"] / s["e2e_minus_tools_s"]["median"],
+                    "e2e_minus_connect_median": 1 - base["e2e_minus_connect_s"]["median"] / s["e2e_minus_connect_s"]["median"],
                     "speedup_e2e_median": s["e2e_s"]["median"] / base["e2e_s"]["median"],
                 }
     return out
