@@ -29,10 +29,19 @@ class SimulatedCluster:
         import ray
         from ray.cluster_utils import Cluster
 
+        import ray._private.utils as ray_utils
+
         mb = 1024 * 1024
-        self.cluster = Cluster(initialize_head=True, head_node_args={
-            "num_cpus": 1, "resources": {"head": 1}, "object_store_memory": object_store_mb * mb,
-            "include_dashboard": False})
+        # Cluster() records its head in /tmp/ray/ray_current_cluster (and never removes it),
+        # which makes every address-less ray.init() on this machine — other test sessions,
+        # embedded servers — join this cluster.  We connect by explicit address instead.
+        write_address, ray_utils.write_ray_address = ray_utils.write_ray_address, lambda *a, **k: None
+        try:
+            self.cluster = Cluster(initialize_head=True, head_node_args={
+                "num_cpus": 1, "resources": {"head": 1}, "object_store_memory": object_store_mb * mb,
+                "include_dashboard": False})
+        finally:
+            ray_utils.write_ray_address = write_address
         for _ in range(session_nodes):
             self.cluster.add_node(num_cpus=session_node_cpus, resources={"session": 1},
                                   object_store_memory=object_store_mb * mb)

@@ -1,0 +1,203 @@
+"""Scaling experiment on a simulated multi-node cluster (docs/scaling.md).
+
+    python -m bench.scaling [--modes 1,16,64] [--steps 1,4,8] [--idle 24,64,128] [--out results/scaling]
+
+One cluster (head, two "session" nodes, one "accelerator" node); for each
+``connections_per_actor`` mode, configs/serve-cluster.yaml is (re)deployed with that
+packing and the inference deployment autoscaling on the accelerator node, then:
+
+1. load: ``M`` concurrent WebSocket agent loops for each step (rising M): e2e, TTFT,
+   server API overhead percentiles, delivered tokens/s, inference replicas afterwards;
+2. idle: ``N`` connections opened and held without traffic: private memory (USS) of the
+   session actors' processes and their CPU over a quiet window, per connection.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import psutil
+import websockets
+
+from . import report
+from .agentloop import run_rollout
+from .cluster import SimulatedCluster, deploy_serve_config
+from .workload import Workload
+
+CONFIG = Path(__file__).resolve().parents[1] / "configs" / "serve-cluster.yaml"
+
+
+def session_host_pids() -> list[int]:
+    from ray._private import state
+
+    return [a["Pid"] for a in state.actors().values()
+            if a.get("State") == "ALIVE" and a.get("ActorClassName", "").endswith("SessionHost") and a.get("Pid")]
+
+
+def uss_mb(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            total += psutil.Process(pid).memory_full_info().uss
+        except psutil.Error:
+            pass
+    return total / 2**20
+
+
+def cpu_s(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        try:
+            t = psutil.Process(pid).cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
+async def load_step(url: str, m: int, w: Workload) -> dict:
+    t0 = time.perf_counter()
+    recs = await asyncio.gather(*(run_rollout("ws", url, w, 1000 * m + i) for i in range(m)))
+    wall = time.perf_counter() - t0
+    turns = [t for r in recs for t in r.turns if not t.error]
+    over = [report.overhead_ms(t) for t in turns if report.overhead_ms(t) is not None]
+    ttft = [t.ttft_ms for t in turns if t.ttft_ms is not None]
+    return {
+        "rollouts": m, "errors": [r.error for r in recs if r.error], "wall_s": wall,
+        "e2e_s": {"p50": report.pct([r.e2e_s for r in recs], 0.5), "p90": report.pct([r.e2e_s for r in recs], 0.9)},
+        "connect_ms_p50": report.pct([r.connect_ms for r in recs], 0.5),
+        "connect_ms_max": max(r.connect_ms for r in recs),
+        "ttft_ms": {"p50": report.pct(ttft, 0.5), "p90": report.pct(ttft, 0.9), "p99": report.pct(ttft, 0.99)},
+        "api_overhead_ms": {"p50": report.pct(over, 0.5), "p90": report.pct(over, 0.9), "p99": report.pct(over, 0.99)},
+        "delivered_tokens_per_s": sum(t.output_tokens for t in turns) / wall,
+        "turns_per_s": len(turns) / wall,
+    }
+
+
+async def hold_idle(url: str, n: int, quiet_s: float) -> dict:
+    ws_url = url.replace("http", "ws", 1) + "/v1/responses"
+    base_pids = session_host_pids()
+    base_mem = uss_mb(base_pids)
+    conns = []
+    t0 = time.perf_counter()
+    try:
+        for _ in range(n):  # one at a time: measures how fast the gateways take new sockets
+            c = await websockets.connect(ws_url, max_size=None, compression=None)
+            # a warm-up turn: the connection now owns state in its actor
+            await c.send(json.dumps({"type": "response.create", "model": "emu-fast", "input": "hi",
+                                     "store": False, "generate": False}))
+            while json.loads(await c.recv())["type"] not in ("response.completed", "error", "response.failed"):
+                pass
+            conns.append(c)
+        open_s = time.perf_counter() - t0
+        await asyncio.sleep(1.0)
+        pids = session_host_pids()
+        mem = uss_mb(pids)
+        c0 = cpu_s(pids)
+        await asyncio.sleep(quiet_s)
+        cpu = (cpu_s(pids) - c0) / quiet_s
+        return {"connections": n, "open_s": open_s, "actors": len(pids), "actors_before": len(base_pids),
+                "session_actors_uss_mb": mem, "uss_mb_before": base_mem,
+                "uss_mb_per_connection": (mem - base_mem) / n,
+                "idle_cpu_cores": cpu, "idle_cpu_pct_core_per_connection": 100 * cpu / n}
+    finally:
+        await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.scaling", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--modes", default="1,16,64", help="connections_per_actor values")
+    p.add_argument("--steps", default="1,4,8", help="concurrent rollouts, rising")
+    p.add_argument("--idle", default="24,64,128", help="idle connections held, per mode (same order as --modes)")
+    p.add_argument("--rounds", type=int, default=8)
+    p.add_argument("--quiet-s", type=float, default=5.0)
+    p.add_argument("--port", type=int, default=18765)
+    p.add_argument("--out", type=Path, default=Path("results/scaling"))
+    args = p.parse_args(argv)
+    modes = [int(x) for x in args.modes.split(",")]
+    idle = [int(x) for x in args.idle.split(",")]
+    steps = [int(x) for x in args.steps.split(",")]
+    w = Workload(tool_rounds=args.rounds, system_tokens=2000, tool_def_tokens=1000, tool_output_tokens=400,
+                 text_tokens=100, tool_time_ms=20)
+    url = f"http://127.0.0.1:{args.port}"
+    from serve.builder import wait_ready
+
+    cluster = SimulatedCluster(session_nodes=2, accelerator_nodes=1, accelerators_per_node=4)
+    results = {"workload": w.as_dict(), "cluster": "head + 2 session nodes + 1 accelerator node (4 slots), "
+               "one machine (2 cores, 24 GiB)", "modes": []}
+    try:
+        for mode, n_idle in zip(modes, idle, strict=True):
+            def edit(a: dict, mode: int = mode) -> None:
+                a["server"]["port"] = args.port
+                a["store"] = {"backend": "sqlite", "data_dir": "/tmp/responses-ws-scaling"}
+                a["session"]["connections_per_actor"] = mode
+                a["session"]["warm_actors"] = 8 if mode == 1 else mode
+                a["inference"]["scaling"]["autoscaling"].update(
+                    {"min_replicas": 1, "max_replicas": 4, "target_ongoing_requests": 2, "upscale_delay_s": 1.0})
+
+            t0 = time.perf_counter()
+            deploy_serve_config(CONFIG, edit)
+            wait_ready(url, timeout_s=120)
+            time.sleep(3)  # the pools fill
+            entry = {"connections_per_actor": mode, "deploy_s": time.perf_counter() - t0, "load": [], "idle": None}
+            for m in steps:
+                step = asyncio.run(load_step(url, m, w))
+                step["placement"] = cluster.placement()
+                entry["load"].append(step)
+                print(f"mode {mode:>3} M={m:>2}: e2e p50 {step['e2e_s']['p50']:.2f}s  TTFT p50/p90 "
+                      f"{step['ttft_ms']['p50']:.1f}/{step['ttft_ms']['p90']:.1f} ms  overhead p50/p90 "
+                      f"{step['api_overhead_ms']['p50'] or 0:.1f}/{step['api_overhead_ms']['p90'] or 0:.1f} ms  "
+                      f"{step['delivered_tokens_per_s']:.0f} tok/s  errors {len(step['errors'])}  "
+                      f"replicas {step['placement'].get('ServeReplica:responses-ws:InferenceDeployment')}", flush=True)
+                time.sleep(2)
+            entry["idle"] = asyncio.run(hold_idle(url, n_idle, args.quiet_s))
+            print(f"mode {mode:>3} idle: {json.dumps(entry['idle'])}", flush=True)
+            results["modes"].append(entry)
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / "scaling.json").write_text(json.dumps(results, indent=1))
+            time.sleep(3)
+    finally:
+        cluster.shutdown()
+    plot(results, args.out)
+    return 0
+
+
+def plot(results: dict, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    for e in results["modes"]:
+        lab = f"connections_per_actor={e['connections_per_actor']}"
+        ms = [s["rollouts"] for s in e["load"]]
+        axes[0].plot(ms, [s["delivered_tokens_per_s"] for s in e["load"]], marker="o", label=lab)
+        axes[1].plot(ms, [s["ttft_ms"]["p90"] for s in e["load"]], marker="o", label=lab)
+        axes[2].plot(ms, [s["api_overhead_ms"]["p90"] or 0 for s in e["load"]], marker="o", label=lab)
+    for ax, t in zip(axes, ["delivered tokens/s (all rollouts)", "TTFT p90, ms", "server API overhead p90, ms"]):
+        ax.set_xlabel("concurrent rollouts")
+        ax.set_title(t)
+        ax.grid(alpha=0.3)
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(out / "scaling_load.png", dpi=110)
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    modes = [str(e["connections_per_actor"]) for e in results["modes"]]
+    ax.bar(modes, [e["idle"]["uss_mb_per_connection"] for e in results["modes"]])
+    ax.set_xlabel("connections_per_actor")
+    ax.set_ylabel("private memory per idle connection, MiB")
+    ax.set_title("Memory per held connection")
+    fig.tight_layout()
+    fig.savefig(out / "scaling_memory.png", dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
