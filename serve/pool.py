@@ -2,10 +2,12 @@
 
 Creating an actor costs ~0.5 s and warming it (inference handle, tokenizer) more
 (design.md §3), so the pool keeps ``warm`` free connection slots on started, warmed actors;
-acquiring one is then free of Ray calls.  With ``per_actor == 1`` (the default) every
-connection gets a dedicated actor that is killed when the connection ends, so no state can
-outlive or leak across connections.  With ``per_actor > 1`` an actor hosts several
-connections and is reused while it has room.  Ray specifics are injected.
+acquiring one is then free of Ray calls.  With ``per_actor == 1`` (the default) an actor
+hosts one connection at a time.  A connection's state lives in objects the actor drops when
+the connection ends, so an idle actor is reused for a later connection while the pool has
+no more than ``warm`` free slots, and killed beyond that — connection churn then costs no
+actor start-ups.  With ``per_actor > 1`` an actor hosts several connections at once.
+Dead actors are dropped.  Ray specifics are injected.
 """
 
 from __future__ import annotations
@@ -88,12 +90,13 @@ class ActorPool:
         return Lease(host, f"{self._prefix}-{next(self._ids)}")
 
     def release(self, lease: Lease, *, dead: bool = False) -> None:
-        """The connection ended; a dedicated (or dead) actor is killed, a shared one reused."""
+        """The connection ended: the slot is free again, or the actor goes (dead, or idle
+        beyond the warm count)."""
         host = lease.host
         host.free += 1
         idle = host.free == self._per_actor
         others = sum(h.free for h in self._hosts if h is not host)
-        if dead or self._per_actor == 1 or (idle and others >= self._warm):
+        if dead or (idle and others >= self._warm):
             if host in self._hosts:
                 self._hosts.remove(host)
             self._kill(host.actor)

@@ -29,15 +29,22 @@ def make_pool(per_actor: int, warm: int) -> tuple[ActorPool, list]:
     return ActorPool(FakeActor, killed.append, per_actor=per_actor, warm=warm, prefix="t"), killed
 
 
-def test_dedicated_actors_are_never_shared_and_are_killed_when_the_connection_ends():
+def test_dedicated_actors_host_one_connection_at_a_time_and_idle_ones_are_reused():
     async def main():
         pool, killed = make_pool(per_actor=1, warm=1)
         await pool.warm_up()
-        a, b = await pool.acquire(), await pool.acquire()
-        assert a.host.actor is not b.host.actor and a.conn_id != b.conn_id
-        pool.release(a)
-        assert killed == [a.host.actor]
-        await asyncio.sleep(0)
+        a = await pool.acquire()
+        b = await pool.acquire()
+        assert a.host is not b.host and a.conn_id != b.conn_id, "one connection per actor"
+        pool.release(a)  # no spare is ready yet: the idle actor stays as the warm one
+        assert killed == []
+        await asyncio.sleep(0.01)  # the background top-up lands: now one spare too many
+        made = FakeActor.made
+        c = await pool.acquire()
+        assert c.host is a.host and FakeActor.made == made, "the idle actor is reused, none started"
+        pool.release(b)
+        pool.release(c)
+        assert len(killed) == 2, "idle actors beyond the warm count are stopped"
         pool.shutdown()
 
     asyncio.run(main())
