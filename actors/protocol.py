@@ -557,10 +557,36 @@ class SteerFailed(_Event):
     steer: dict[str, Any]
 
 
+class SteerRef(_Out):
+    id: str
+    previous_response_id: str
+
+
+class SteerAccepted(_Event):
+    type: Literal["response.steer.accepted"] = "response.steer.accepted"
+    sequence_number: int
+    steer: SteerRef
+
+
+class RequiredInput(_Out):
+    type: Literal["function_call_output"] = "function_call_output"
+    call_id: str
+    name: str
+
+
+class SteerPending(_Event):
+    type: Literal["response.steer.pending"] = "response.steer.pending"
+    sequence_number: int
+    reason: Literal["waiting_for_required_input"] = "waiting_for_required_input"
+    required_input: list[RequiredInput]
+    steer: SteerRef
+
+
 ServerEvent = Union[
     ResponseCreated, ResponseInProgress, ResponseCompleted, ResponseIncomplete, ResponseFailed,
     OutputItemAdded, OutputItemDone, ContentPartAdded, ContentPartDone, OutputTextDelta,
     OutputTextDone, FunctionCallArgumentsDelta, FunctionCallArgumentsDone, ErrorEvent, SteerFailed,
+    SteerAccepted, SteerPending,
 ]
 
 

@@ -73,6 +73,16 @@ class ResponseBuilder:
         seq, self._seq = self._seq, self._seq + 1
         return seq
 
+    def next_seq(self) -> int:
+        """A sequence number of this response for an event outside the stream (steering)."""
+        return self._next()
+
+    def cut(self, reason: str) -> list[ServerEvent]:
+        """Stop at this chunk boundary (e.g. ``steered``): open items close as incomplete."""
+        if self.state is not BuildState.STREAMING:
+            return []
+        return self._finish(reason, self.output_tokens)
+
     def _snapshot(self) -> ResponseObject:
         return self.response.model_copy(deep=True)
 
@@ -212,7 +222,7 @@ class ResponseBuilder:
         return out
 
     def _finish(self, reason: str, output_tokens: int) -> list[ServerEvent]:
-        cut = reason in ("max_output_tokens", "content_filter")
+        cut = reason in ("max_output_tokens", "content_filter", "steered")
         out = self._close_open("incomplete" if cut else "completed")
         self.state = BuildState.FINISHING
         self.finish_reason = reason

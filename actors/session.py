@@ -40,16 +40,22 @@ from .protocol import (
     ResponseCreate,
     ResponseObject,
     RESPONSE_ERROR_CODES,
+    OutputFunctionCall,
+    RequiredInput,
     ResponseSteer,
     ServerEvent,
+    SteerAccepted,
     SteerFailed,
     SteerFailedError,
+    SteerPending,
+    SteerRef,
     error_event,
     parse_client_event,
 )
 from .render import render_items
 from .response_builder import ResponseBuilder
 from .safety import Classifier
+from .steering import MAX_PENDING_STEERS, SteerError, steer_items, successor
 from .store import StoredResponse, UsageEntry
 from .timings import METADATA_KEY, PhaseTimer, as_metadata
 
@@ -71,6 +77,18 @@ class Turn:
     scan: Classifier  # the conversation's classifier state including this input
     timer: PhaseTimer
     timings_requested: bool
+    create: ResponseCreate  # what a steered response's successor inherits
+
+
+@dataclass(slots=True)
+class _Waiting:
+    """A response that stopped on function calls; steer input waits for the client's next
+    create on the lane (spec §2.3 (c))."""
+
+    lane: str | None
+    builder: ResponseBuilder
+    calls: list[RequiredInput]
+    items: list[InputItem] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +153,7 @@ class Session:
         self._pending: deque[tuple[str | None, ResponseCreate, PhaseTimer]] = deque()
         self._turns: dict[int, Turn] = {}
         self._loading: dict[int, tuple[str | None, ResponseCreate, PhaseTimer, float]] = {}
+        self._waiting: dict[str, _Waiting] = {}
         self._ids = itertools.count()
 
     # ------------------------------------------------------------------ client side
@@ -151,7 +170,7 @@ class Session:
         except APIError as exc:
             return Effects(events=[error_event(exc)])
         if isinstance(event, ResponseSteer):
-            return Effects(events=[self._steer_unsupported(event)])
+            return self._on_steer(event)
         if not isinstance(event, ResponseCreate):
             return Effects()  # response.processed: nothing to do
         return self.on_create(event, timer)
@@ -192,12 +211,50 @@ class Session:
         if create.stream_id is not None and create.stream_id not in self._lanes and named >= self.config.max_named_lanes:
             raise StreamLimitReached(self.config.max_named_lanes)
 
-    def _steer_unsupported(self, steer: ResponseSteer) -> SteerFailed:
-        return SteerFailed(
-            error=SteerFailedError(code="steering_not_supported",
-                                   message="Steering is not supported by this server yet."),
-            steer={"input": steer.input, "previous_response_id": str(steer.previous_response_id)},
-        )
+    # ------------------------------------------------------------------ steering
+    def _on_steer(self, event: ResponseSteer) -> Effects:
+        """``response.steer`` (spec §2.3): stop an active response and start a successor with
+        the input, or queue the input for the client's next create after function calls."""
+        target = event.previous_response_id
+        lane: str | None = None
+        try:
+            items = steer_items(event)
+            turn = next((t for t in self._turns.values() if t.builder.response.id == target), None)
+            if turn is not None:
+                return self._steer_active(turn, items)
+            waiting = self._waiting.get(target)
+            if waiting is not None:
+                lane = waiting.lane
+                if len(waiting.items) + len(items) > MAX_PENDING_STEERS:
+                    raise SteerError("too_many_pending_steers", "Too much steering input is pending.")
+                waiting.items += items
+                ref = SteerRef(id=new_id("steer"), previous_response_id=target)
+                b = waiting.builder
+                return Effects(events=[
+                    SteerAccepted(sequence_number=b.next_seq(), steer=ref, stream_id=lane),
+                    SteerPending(sequence_number=b.next_seq(), required_input=waiting.calls, steer=ref,
+                                 stream_id=lane)])
+            for name, candidate in self._lanes.items():
+                if candidate.latest is not None and candidate.latest.response_id == target:
+                    lane = name
+                    raise SteerError("response_already_completed", "The response already completed.")
+            raise SteerError("response_not_found", f"No response with id '{target}' on this connection.")
+        except SteerError as exc:
+            return Effects(events=[SteerFailed(
+                error=SteerFailedError(code=exc.code or "invalid_input", message=exc.message), stream_id=lane,
+                steer={"input": event.input, "previous_response_id": str(target)})])
+
+    def _steer_active(self, turn: Turn, items: list[InputItem]) -> Effects:
+        b = turn.builder
+        ref = SteerRef(id=new_id("steer"), previous_response_id=b.response.id)
+        fx = Effects(events=[SteerAccepted(sequence_number=b.next_seq(), steer=ref, stream_id=turn.lane)])
+        # Stop at this chunk boundary (incomplete, "steered"); the successor goes first on the lane.
+        fx.events += b.cut("steered")
+        fx.cancel.append(turn.turn_id)
+        turn.timer.inference_done()
+        self._pending.appendleft((turn.lane, successor(turn.create, b.response.id, items), PhaseTimer(self._perf)))
+        fx += self._finish(turn, failed=False)
+        return fx
 
     # ------------------------------------------------------------------ scheduling
     def _schedule(self) -> Effects:
@@ -253,6 +310,10 @@ class Session:
         lane = self._lanes[lane_name]
         same_lane = parent is not None and lane.latest is parent
         items = create.items
+        waiting = self._waiting.get(create.previous_response_id or "")
+        if waiting is not None and waiting.lane == lane_name:
+            del self._waiting[create.previous_response_id or ""]
+            items = waiting.items + items  # queued steer input first, in submission order
         try:
             with timer.phase("parse_validate"):
                 call_ids, tool_results = self._check_calls(parent, items)
@@ -300,6 +361,7 @@ class Session:
             scan=scan,
             timer=timer,
             timings_requested=(create.metadata or {}).get(METADATA_KEY) == "1",
+            create=create,
         )
         self._turns[turn.turn_id] = turn
         timer.wait_inference()
@@ -398,6 +460,7 @@ class Session:
             fx.timings.append(report)
             terminal = b.terminal(as_metadata(report) if turn.timings_requested else None)
             fx.events.append(terminal)
+            self._remember_calls(turn)
             if turn.store:  # the record is the response as sent, terminal metadata included
                 fx.persist.append(StoredResponse(
                     id=response.id, owner=self.owner, created_at=self._clock(),
@@ -405,6 +468,16 @@ class Session:
                     context=entry.items))
         fx += self._schedule()
         return fx
+
+    def _remember_calls(self, turn: Turn) -> None:
+        """The lane's latest response, if it stopped on function calls, can take steer input."""
+        for rid, waiting in list(self._waiting.items()):
+            if waiting.lane == turn.lane:
+                del self._waiting[rid]
+        r = turn.builder.response
+        calls = [RequiredInput(call_id=o.call_id, name=o.name) for o in r.output if isinstance(o, OutputFunctionCall)]
+        if calls and r.status == "completed":
+            self._waiting[r.id] = _Waiting(turn.lane, turn.builder, calls)
 
     def _usage(self, turn: Turn) -> UsageEntry:
         r = turn.builder.response

@@ -327,3 +327,72 @@ def test_incremental_rendering_equals_rendering_the_whole_conversation(turns):
     record = out.persist[0]
     rebuilt = from_record(record, s._prep.new_scan, PhaseTimer(lambda: 0.0))
     assert list(rebuilt.tokens) == list(entry.tokens) and rebuilt.call_ids == entry.call_ids
+
+
+def steer(session: Session, previous_response_id, input="Actually, do X instead", **extra) -> list[dict]:
+    fx = session.on_frame(json.dumps({"type": "response.steer", "previous_response_id": previous_response_id,
+                                      "input": input, **extra}))
+    return dumped(fx), fx
+
+
+def test_check_52_53_steering_an_active_response_stops_it_and_starts_the_successor():
+    s = new_session()
+    fx = send(s, input="write", stream_id="main", tools=[TOOL], instructions="be brief")
+    (turn,) = fx.start
+    s.on_inference(turn.turn_id, [Prefilled(5, 0, 0, 1), TextDelta("Hel", 1)])
+    events, out = steer(s, turn.builder.response.id)
+    types = [e["type"] for e in events]
+    assert types[0] == "response.steer.accepted" and events[0]["steer"]["id"].startswith("steer_")
+    assert events[0]["steer"]["previous_response_id"] == turn.builder.response.id
+    incomplete = events[types.index("response.incomplete")]
+    assert incomplete["response"]["incomplete_details"] == {"reason": "steered"}
+    assert incomplete["response"]["output"][0]["content"][0]["text"] == "Hel"
+    created = events[types.index("response.created")]
+    assert types.index("response.created") > types.index("response.incomplete")
+    assert created["response"]["previous_response_id"] == turn.builder.response.id
+    assert created["response"]["instructions"] == "be brief" and created["stream_id"] == "main"
+    assert out.cancel == [turn.turn_id]
+    (succ,) = out.start
+    assert succ.inputs[0]["content"][0]["text"] == "Actually, do X instead"
+    seqs = [e["sequence_number"] for e in events[: types.index("response.created")]]
+    assert seqs == sorted(seqs), "steer events use the target response's counter"
+
+
+def test_check_54_steering_after_function_calls_is_pending_and_prepended_to_the_next_create():
+    s = new_session()
+    done = answer_call(s, send(s, input="go", tools=[TOOL], store=False))
+    resp = terminal(done)
+    events, _ = steer(s, resp["id"], input="also check tests")
+    assert [e["type"] for e in events] == ["response.steer.accepted", "response.steer.pending"]
+    pending = events[1]
+    assert pending["reason"] == "waiting_for_required_input"
+    assert pending["required_input"] == [{"type": "function_call_output", "call_id": resp["output"][0]["call_id"],
+                                          "name": "read_file"}]
+    assert pending["sequence_number"] == done.events[-1].sequence_number + 2
+    nxt = send(s, previous_response_id=resp["id"], tools=[TOOL], store=False,
+               input=[{"type": "function_call_output", "call_id": resp["output"][0]["call_id"], "output": "x"}])
+    (turn,) = nxt.start
+    assert [i["type"] for i in turn.inputs] == ["message", "function_call_output"]
+    assert turn.inputs[0]["content"][0]["text"] == "also check tests"
+
+
+@pytest.mark.parametrize("extra, input, code", [
+    ({}, "x", "response_not_found"),
+    ({"stream_id": "main"}, "x", "invalid_input"),
+    ({}, [{"role": "assistant", "content": "x"}], "invalid_input"),
+    ({}, [{"type": "function_call_output", "call_id": "c", "output": "x"}], "invalid_input"),
+    ({}, [], "invalid_input"),
+])
+def test_check_55_56_steer_failures_return_the_original_input(extra, input, code):
+    s = new_session()
+    events, _ = steer(s, "resp_unknown", input=input, **extra)
+    (failed,) = events
+    assert failed["type"] == "response.steer.failed" and failed["error"]["code"] == code
+    assert failed["steer"] == {"input": input, "previous_response_id": "resp_unknown"}
+
+
+def test_steering_a_completed_text_answer_fails_already_completed():
+    s = new_session()
+    resp = terminal(answer_text(s, send(s, input="hi", store=False)))
+    (failed,), _ = steer(s, resp["id"])
+    assert failed["error"]["code"] == "response_already_completed"

@@ -1,0 +1,101 @@
+"""Lanes, forks and steering over a real socket with the official SDK (checks 38–46, 52–56)."""
+
+from __future__ import annotations
+
+import pytest
+from openai import OpenAI
+
+from .wire import TERMINAL, TOOLS, outputs_for, validated
+
+MODEL = "emu-fast"
+
+
+@pytest.fixture
+def client(server_url):
+    return OpenAI(base_url=server_url + "/v1", api_key="sk-test", max_retries=0)
+
+
+def drain(conn, terminals: int) -> list[dict]:
+    """Frames until ``terminals`` responses (or errors) ended."""
+    out, ended = [], 0
+    while ended < terminals:
+        ev = validated(conn.recv_bytes().decode())
+        out.append(ev)
+        ended += ev["type"] in TERMINAL
+    return out
+
+
+def test_check_41_seventeen_lanes_at_most_sixteen_in_flight_all_complete(client):
+    with client.responses.connect() as conn:
+        for i in range(17):
+            conn.response.create(model=MODEL, input="hello", stream_id=f"lane{i}", store=False)
+        events = drain(conn, 17)
+    running, peak = set(), 0
+    for ev in events:
+        rid = ev.get("response", {}).get("id")
+        if ev["type"] == "response.created":
+            running.add(rid)
+            peak = max(peak, len(running))
+        elif ev["type"] in TERMINAL:
+            running.discard(rid)
+    assert peak == 16 and sum(e["type"] == "response.completed" for e in events) == 17
+
+
+def test_check_44_46_a_fork_runs_with_the_parent_context_next_to_its_source_lane(client):
+    with client.responses.connect() as conn:
+        conn.response.create(model=MODEL, input="Read the code", tools=TOOLS, stream_id="main", store=False)
+        parent = drain(conn, 1)[-1]["response"]
+        conn.response.create(model=MODEL, stream_id="fork", store=False, previous_response_id=parent["id"],
+                             tools=TOOLS, input=outputs_for(parent, "fork view"))
+        conn.response.create(model=MODEL, stream_id="main", store=False, previous_response_id=parent["id"],
+                             tools=TOOLS, input=outputs_for(parent, "main view"))
+        conn.response.create(model="gpt-unknown", stream_id="broken", input="x")
+        events = drain(conn, 3)
+    by_lane = {e["stream_id"]: e for e in events if e["type"] in TERMINAL}
+    assert by_lane["fork"]["type"] == by_lane["main"]["type"] == "response.completed"
+    assert by_lane["fork"]["response"]["previous_response_id"] == parent["id"]
+    assert by_lane["broken"]["type"] == "error", "an error on one lane leaves the others streaming"
+    fork_usage = by_lane["fork"]["response"]["usage"]["input_tokens"]
+    assert fork_usage > parent["usage"]["input_tokens"], "the fork saw the parent's context"
+
+
+def test_check_52_53_steer_an_active_response(client):
+    with client.responses.connect() as conn:
+        # emu-gpu at ~65 tok/s: still streaming when the steer arrives.
+        conn.response.create(model="emu-gpu", input="Write at length", store=False,
+                             metadata={"emulator.text_tokens": "400"})
+        first = validated(conn.recv_bytes().decode())
+        target = first["response"]["id"]
+        while validated(conn.recv_bytes().decode())["type"] != "response.output_text.delta":
+            pass
+        conn.response.steer(previous_response_id=target, input="Stop, summarise instead")
+        events = []
+        while not any(e["type"] == "response.created" for e in events):
+            events.append(validated(conn.recv_bytes().decode()))
+        successor = drain(conn, 1)[-1]
+    types = [e["type"] for e in events]
+    accepted = events[types.index("response.steer.accepted")]
+    assert accepted["steer"]["previous_response_id"] == target and accepted["steer"]["id"].startswith("steer_")
+    steered = events[types.index("response.incomplete")]["response"]
+    assert steered["id"] == target and steered["incomplete_details"] == {"reason": "steered"}
+    assert steered["usage"]["output_tokens"] < 400
+    assert events[-1]["response"]["previous_response_id"] == target
+    assert successor["type"] == "response.completed"
+
+
+def test_check_54_55_steer_pending_after_function_calls_and_unknown_target(client):
+    with client.responses.connect() as conn:
+        conn.response.create(model=MODEL, input="Read it", tools=TOOLS, store=False)
+        resp = drain(conn, 1)[-1]["response"]
+        conn.response.steer(previous_response_id=resp["id"], input="and mind the tests")
+        accepted, pending = (validated(conn.recv_bytes().decode()) for _ in range(2))
+        conn.response.steer(previous_response_id="resp_nope", input="x")
+        failed = validated(conn.recv_bytes().decode())
+        conn.response.create(model=MODEL, tools=TOOLS, store=False, previous_response_id=resp["id"],
+                             input=outputs_for(resp))
+        after = drain(conn, 1)[-1]["response"]
+    assert accepted["type"] == "response.steer.accepted" and pending["type"] == "response.steer.pending"
+    assert [r["call_id"] for r in pending["required_input"]] == [resp["output"][0]["call_id"]]
+    assert failed["type"] == "response.steer.failed" and failed["error"]["code"] == "response_not_found"
+    assert failed["steer"]["input"] == "x"
+    assert after["status"] == "completed"
