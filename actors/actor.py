@@ -96,8 +96,9 @@ class SessionHost:
         self._sockets.start()
         return self._sockets.path
 
-    def _new_connection(self, conn_id: str, owner: str) -> Connection:
-        session = Session(self._config, self._models, session_key=conn_id, owner=owner, clock=time.time)
+    def _new_connection(self, conn_id: str, owner: str, append_mode: bool) -> Connection:
+        session = Session(self._config, self._models, session_key=conn_id, owner=owner,
+                          append_mode=append_mode, clock=time.time)
         assert self._store is not None
         return Connection(session, self._inference, self._store, self._metrics.observe)
 

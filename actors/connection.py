@@ -15,7 +15,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
-from inference.types import InferenceEvent, InferenceRequest
+from inference.types import Done, InferenceEvent, InferenceRequest
 
 from .protocol import ResponseCreate, ServerEvent
 from .session import Effects, Load, Session, Turn
@@ -89,22 +89,27 @@ class Connection:
         self._apply(self.session.on_loaded(load.load_id, record))
 
     async def _run(self, turn: Turn) -> None:
+        me = asyncio.current_task()
+        request = turn.request
+        finished = False
         try:
-            async with contextlib.aclosing(self._inference.stream(turn.request)) as stream:
+            async with contextlib.aclosing(self._inference.stream(request)) as stream:
                 async for chunk in stream:
+                    finished = finished or any(isinstance(ev, Done) for ev in chunk)
                     self._apply(self.session.on_inference(turn.turn_id, chunk))
-                    if turn.turn_id not in self._generations:
-                        return  # cut short (output classifier): closing the stream cancels the call
+                    if self._generations.get(turn.turn_id) is not me:
+                        return  # cut short (e.g. the output classifier): closing cancels the call
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - reported as response.failed, text not leaked
-            log.warning("inference failed for %s: %r", turn.request.request_id, exc)
+            log.warning("inference failed for %s: %r", request.request_id, exc)
             self._apply(self.session.on_inference_error(turn.turn_id, exc))
         else:
-            # A stream that ended without Done is a backend fault, not a success (no-op after Done).
-            self._apply(self.session.on_inference_error(turn.turn_id, RuntimeError("stream ended early")))
+            if not finished:  # a stream that ended without Done is a backend fault
+                self._apply(self.session.on_inference_error(turn.turn_id, RuntimeError("stream ended early")))
         finally:
-            self._generations.pop(turn.turn_id, None)
+            if self._generations.get(turn.turn_id) is me:
+                del self._generations[turn.turn_id]
 
     # -- outbound
     async def events(self) -> AsyncIterator[list[ServerEvent | str]]:

@@ -232,7 +232,16 @@ class ResponseProcessed(_Open):
     type: Literal["response.processed"]
 
 
-ClientEvent = Union[ResponseCreate, ResponseSteer, ResponseProcessed]
+class ResponseAppend(_In):
+    """Append-mode rollouts only (opt-in, docs/append-mode.md): tool results for a response
+    paused on its function calls; sampling resumes in the same response."""
+
+    type: Literal["response.append"]
+    response_id: str
+    input: list[InputItem]
+
+
+ClientEvent = Union[ResponseCreate, ResponseSteer, ResponseProcessed, ResponseAppend]
 _CLIENT_EVENT: TypeAdapter[ClientEvent] = TypeAdapter(
     Annotated[ClientEvent, Field(discriminator="type")]
 )

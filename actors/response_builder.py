@@ -46,14 +46,16 @@ from .protocol import (
 class BuildState(enum.Enum):
     NEW = "new"
     STREAMING = "streaming"
+    PAUSED = "paused"  # append mode: stopped on function calls, waiting for response.append
     FINISHING = "finishing"  # output is final; the terminal event is not sent yet
     DONE = "done"
 
 
 class ResponseBuilder:
     def __init__(self, response: ResponseObject, *, stream_id: str | None, clock: Callable[[], float],
-                 output_scan: Classifier | None = None):
+                 output_scan: Classifier | None = None, pause_on_calls: bool = False):
         self.response = response
+        self.pause_on_calls = pause_on_calls
         self.output_scan = output_scan
         self.stream_id = stream_id
         self._clock = clock
@@ -65,6 +67,7 @@ class ResponseBuilder:
         self.cached_tokens = 0
         self.reused_tokens = 0
         self.output_tokens = 0
+        self._generated = 0  # output tokens of every model call of this response
         self.queue_ms = self.prefill_ms = self.decode_ms = 0.0
         self.finish_reason: str | None = None
 
@@ -81,7 +84,7 @@ class ResponseBuilder:
         """Stop at this chunk boundary (e.g. ``steered``): open items close as incomplete."""
         if self.state is not BuildState.STREAMING:
             return []
-        return self._finish(reason, self.output_tokens)
+        return self._finish(reason, self._generated + self._pending_tokens())
 
     def _snapshot(self) -> ResponseObject:
         return self.response.model_copy(deep=True)
@@ -104,15 +107,25 @@ class ResponseBuilder:
     def finishing(self) -> bool:
         return self.state is BuildState.FINISHING
 
+    @property
+    def paused(self) -> bool:
+        return self.state is BuildState.PAUSED
+
+    def resume(self) -> None:
+        assert self.state is BuildState.PAUSED
+        self.state = BuildState.STREAMING
+
     def feed(self, chunk: Sequence[InferenceEvent]) -> list[ServerEvent]:
         out: list[ServerEvent] = []
         for ev in chunk:
             if self.state is not BuildState.STREAMING:
                 break  # e.g. output already cut by the classifier
-            if isinstance(ev, Prefilled):
-                self.prompt_tokens, self.cached_tokens = ev.prompt_tokens, ev.cached_tokens
-                self.reused_tokens = ev.reused_tokens
-                self.queue_ms, self.prefill_ms = ev.queue_ms, ev.prefill_ms
+            if isinstance(ev, Prefilled):  # summed: an append-mode response makes several calls
+                self.prompt_tokens += ev.prompt_tokens
+                self.cached_tokens += ev.cached_tokens
+                self.reused_tokens += ev.reused_tokens
+                self.queue_ms += ev.queue_ms
+                self.prefill_ms += ev.prefill_ms
             elif isinstance(ev, TextDelta):
                 self.output_tokens += ev.tokens
                 out += self._text(ev.text)
@@ -122,9 +135,18 @@ class ResponseBuilder:
                 out += self._call(ev)
                 out += self._scan(ev.arguments_delta)
             elif isinstance(ev, Done):
-                self.decode_ms = ev.decode_ms
-                out += self._finish(ev.finish_reason, ev.output_tokens)
+                self.decode_ms += ev.decode_ms
+                self._generated += ev.output_tokens
+                if self.pause_on_calls and ev.finish_reason == "tool_calls":
+                    out += self._close_open()
+                    self.state = BuildState.PAUSED
+                else:
+                    out += self._finish(ev.finish_reason, self._generated)
         return out
+
+    def _pending_tokens(self) -> int:
+        """Tokens streamed by the current model call (its Done has not arrived)."""
+        return max(0, self.output_tokens - self._generated)
 
     def _scan(self, text: str) -> list[ServerEvent]:
         """Output safety: a flagged text cuts the response (``incomplete``, ``content_filter``)."""
@@ -133,7 +155,7 @@ class ResponseBuilder:
         self.output_scan.feed(text)
         if not self.output_scan.verdict.flagged:
             return []
-        return self._finish("content_filter", self.output_tokens)
+        return self._finish("content_filter", self._generated + self._pending_tokens())
 
     def terminal(self, metadata: dict[str, str] | None = None) -> ServerEvent:
         """The terminal event, once ``finishing``; ``metadata`` is added to the response's."""

@@ -16,7 +16,7 @@ import time
 from array import array
 from collections import deque
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from inference import chat_format
 from inference.policy import METADATA_KEYS
@@ -31,9 +31,11 @@ from .errors import (
     PreviousResponseNotFound,
     ServerError,
     StreamLimitReached,
+    UnknownEventType,
 )
 from .ids import new_id
 from .protocol import (
+    output_as_input,
     FunctionCallOutputItem,
     FunctionTool,
     InputItem,
@@ -42,6 +44,7 @@ from .protocol import (
     RESPONSE_ERROR_CODES,
     OutputFunctionCall,
     RequiredInput,
+    ResponseAppend,
     ResponseSteer,
     ServerEvent,
     SteerAccepted,
@@ -52,7 +55,7 @@ from .protocol import (
     error_event,
     parse_client_event,
 )
-from .render import render_items
+from .render import item_text, render_items
 from .response_builder import ResponseBuilder
 from .safety import Classifier
 from .steering import MAX_PENDING_STEERS, SteerError, steer_items, successor
@@ -78,6 +81,10 @@ class Turn:
     timer: PhaseTimer
     timings_requested: bool
     create: ResponseCreate  # what a steered response's successor inherits
+    # Append mode: the conversation so far inside this one response (tokens and items).
+    prefix_len: int = 0  # prompt tokens before the conversation (tools, instructions)
+    convo: tuple[array, list[dict]] | None = None
+    open_calls: set[str] = field(default_factory=set)
 
 
 @dataclass(slots=True)
@@ -139,6 +146,7 @@ class Session:
         session_key: str | None,
         owner: str = "",
         transport: str = "websocket",
+        append_mode: bool = False,
         clock: Callable[[], float],
         perf: Callable[[], float] = time.perf_counter,
     ) -> None:
@@ -154,6 +162,7 @@ class Session:
         self._turns: dict[int, Turn] = {}
         self._loading: dict[int, tuple[str | None, ResponseCreate, PhaseTimer, float]] = {}
         self._waiting: dict[str, _Waiting] = {}
+        self.append_mode = append_mode
         self._ids = itertools.count()
 
     # ------------------------------------------------------------------ client side
@@ -171,6 +180,8 @@ class Session:
             return Effects(events=[error_event(exc)])
         if isinstance(event, ResponseSteer):
             return self._on_steer(event)
+        if isinstance(event, ResponseAppend):
+            return self._on_append(event)
         if not isinstance(event, ResponseCreate):
             return Effects()  # response.processed: nothing to do
         return self.on_create(event, timer)
@@ -351,7 +362,8 @@ class Session:
             ),
             builder=ResponseBuilder(
                 response, stream_id=lane_name, clock=self._clock,
-                output_scan=self._prep.new_scan() if self.config.safety.enabled else None),
+                output_scan=self._prep.new_scan() if self.config.safety.enabled else None,
+                pause_on_calls=self.append_mode),
             parent=parent,
             same_lane_parent=same_lane,
             inputs=input_dicts(items),
@@ -362,6 +374,7 @@ class Session:
             timer=timer,
             timings_requested=(create.metadata or {}).get(METADATA_KEY) == "1",
             create=create,
+            prefix_len=len(prompt) - len(input_tokens) - (len(parent.tokens) if parent else 0),
         )
         self._turns[turn.turn_id] = turn
         timer.wait_inference()
@@ -421,7 +434,9 @@ class Session:
         if turn is None:
             return Effects()
         fx = Effects(events=turn.builder.feed(chunk))
-        if turn.builder.finishing:
+        if turn.builder.paused:
+            self._pause(turn)
+        elif turn.builder.finishing:
             turn.timer.inference_done()
             if not any(isinstance(ev, Done) for ev in chunk):
                 fx.cancel.append(turn.turn_id)  # cut by the output classifier
@@ -450,10 +465,17 @@ class Session:
             b, timer = turn.builder, turn.timer
             response = b.response
             with timer.phase("post"):
-                entry = extend(turn.parent, response.id, input_tokens=turn.input_tokens, inputs=turn.inputs,
-                               output=response.output, call_ids=turn.call_ids,
-                               tool_results=turn.request.tool_results_in_context, store=turn.store,
-                               scan=turn.scan)
+                if turn.convo is not None:  # an append-mode rollout: one response, many calls
+                    self._pause(turn)
+                    tokens, items = turn.convo
+                    call_ids = turn.call_ids | {o.call_id for o in response.output if isinstance(o, OutputFunctionCall)}
+                    entry = ContextEntry(response.id, tokens, items, call_ids,
+                                         turn.request.tool_results_in_context, turn.store, turn.scan)
+                else:
+                    entry = extend(turn.parent, response.id, input_tokens=turn.input_tokens, inputs=turn.inputs,
+                                   output=response.output, call_ids=turn.call_ids,
+                                   tool_results=turn.request.tool_results_in_context, store=turn.store,
+                                   scan=turn.scan)
                 lane.latest = entry
                 fx.usage.append(self._usage(turn))
             report = timer.report(b.queue_ms, b.prefill_ms, b.decode_ms)
@@ -468,6 +490,50 @@ class Session:
                     context=entry.items))
         fx += self._schedule()
         return fx
+
+    # ------------------------------------------------------------------ append mode
+    def _pause(self, turn: Turn) -> None:
+        """Fold the output items produced since the last model call into the rollout's
+        conversation (append mode); remember which calls now wait for results."""
+        if turn.convo is None:
+            tokens = array("I", turn.parent.tokens) if turn.parent else array("I")
+            tokens.extend(turn.input_tokens)
+            turn.convo = (tokens, (turn.parent.items if turn.parent else []) + turn.inputs)
+        tokens, items = turn.convo
+        new = [o for o in turn.builder.output if o.id not in {i.get("id") for i in items}]
+        tokens.extend(render_items(new))
+        items += [output_as_input(o) for o in new]
+        turn.scan.feed_all(item_text(o) for o in new)
+        turn.open_calls |= {o.call_id for o in new if isinstance(o, OutputFunctionCall)}
+
+    def _on_append(self, event: ResponseAppend) -> Effects:
+        """``response.append``: tool results for a paused response; sampling resumes in it."""
+        turn = next((t for t in self._turns.values() if t.builder.response.id == event.response_id), None)
+        if not self.append_mode:
+            return Effects(events=[error_event(UnknownEventType(
+                "Unsupported event type 'response.append'.", param="type"))])
+        if turn is None or not turn.builder.paused:
+            return Effects(events=[error_event(InvalidRequest(
+                f"No response '{event.response_id}' is waiting for tool results.", param="response_id"))])
+        try:
+            for i, item in enumerate(event.input):
+                if not isinstance(item, FunctionCallOutputItem) or item.call_id not in turn.open_calls:
+                    raise InvalidRequest("response.append takes function_call_output items for the "
+                                         "response's open calls.", param=f"input[{i}]")
+            scan = self._prep.scan(turn.scan, event.input)
+        except APIError as exc:
+            return Effects(events=[error_event(exc, stream_id=turn.lane)])
+        tokens, items = turn.convo  # type: ignore[misc]
+        tokens.extend(render_items(event.input))
+        items += input_dicts(event.input)
+        turn.scan = scan
+        turn.open_calls -= {i.call_id for i in event.input}  # type: ignore[union-attr]
+        prompt = array("I", turn.request.prompt_token_ids[: turn.prefix_len])  # tools + instructions
+        prompt.extend(tokens)
+        turn.request = replace(turn.request, prompt_token_ids=prompt,
+                               tool_results_in_context=turn.request.tool_results_in_context + len(event.input))
+        turn.builder.resume()
+        return Effects(start=[turn])
 
     def _remember_calls(self, turn: Turn) -> None:
         """The lane's latest response, if it stopped on function calls, can take steer input."""

@@ -34,11 +34,11 @@ log = logging.getLogger(__name__)
 RESPONSES_PATH = "/v1/responses"
 
 
-def send_socket(uds_path: str, conn_id: str, owner: str, sock: socket.socket) -> None:
+def send_socket(uds_path: str, conn_id: str, owner: str, append_mode: bool, sock: socket.socket) -> None:
     """Gateway side: hand ``sock`` (authenticated as ``owner``) to the actor at ``uds_path``."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as uds:
         uds.connect(uds_path)
-        socket.send_fds(uds, [json.dumps([conn_id, owner]).encode()], [sock.fileno()])
+        socket.send_fds(uds, [json.dumps([conn_id, owner, append_mode]).encode()], [sock.fileno()])
 
 
 class _HandoffServer(Server):
@@ -52,7 +52,7 @@ class _HandoffServer(Server):
 class SocketServer:
     """Receives handed-over sockets and runs one WebSocket connection on each."""
 
-    def __init__(self, config: SessionConfig, new_connection: Callable[[str, str], Connection]) -> None:
+    def __init__(self, config: SessionConfig, new_connection: Callable[[str, str, bool], Connection]) -> None:
         self._config = config
         self._new_connection = new_connection
         # Linux abstract namespace: no file to clean up when the actor dies.
@@ -61,7 +61,7 @@ class SocketServer:
         self._listener.bind(self.path)
         self._listener.listen(64)
         self._listener.setblocking(False)
-        self._arrived: dict[str, asyncio.Future[tuple[socket.socket, str]]] = {}
+        self._arrived: dict[str, asyncio.Future[tuple[socket.socket, str, bool]]] = {}
         self._server: Server | None = None
         self._accepting: asyncio.Task[None] | None = None
         self._ended: dict[str, asyncio.Future[None]] = {}
@@ -70,7 +70,7 @@ class SocketServer:
         self._server = _HandoffServer(self._handle, process_request=self._check_request, open_timeout=10)
         self._accepting = asyncio.get_running_loop().create_task(self._accept_handoffs())
 
-    def _future(self, conn_id: str) -> asyncio.Future[tuple[socket.socket, str]]:
+    def _future(self, conn_id: str) -> asyncio.Future[tuple[socket.socket, str, bool]]:
         return self._arrived.setdefault(conn_id, asyncio.get_running_loop().create_future())
 
     async def _accept_handoffs(self) -> None:
@@ -86,12 +86,12 @@ class SocketServer:
                     loop.remove_reader(uds.fileno())
                 msg, fds, _, _ = socket.recv_fds(uds, 4096, 1)
                 if fds:
-                    conn_id, owner = json.loads(msg)
+                    conn_id, owner, append_mode = json.loads(msg)
                     fut = self._future(conn_id)
                     if fut.done():
                         os.close(fds[0])
                     else:
-                        fut.set_result((socket.socket(fileno=fds[0]), owner))
+                        fut.set_result((socket.socket(fileno=fds[0]), owner, append_mode))
             except OSError:
                 log.exception("socket handoff failed")
             finally:
@@ -100,7 +100,7 @@ class SocketServer:
     async def serve(self, conn_id: str) -> None:
         """Run the WebSocket connection ``conn_id`` until it closes."""
         loop = asyncio.get_running_loop()
-        sock, owner = await asyncio.wait_for(self._future(conn_id), timeout=30)
+        sock, owner, append_mode = await asyncio.wait_for(self._future(conn_id), timeout=30)
         ended = self._ended[conn_id] = loop.create_future()
         cfg = self._config
 
@@ -109,7 +109,7 @@ class SocketServer:
                                       max_size=cfg.max_frame_bytes)
             conn = ServerConnection(protocol, self._server, ping_interval=cfg.ping_interval_s,
                                     ping_timeout=cfg.ping_timeout_s, max_queue=64)
-            conn.conn_id, conn.owner = conn_id, owner  # type: ignore[attr-defined]
+            conn.conn_id, conn.owner, conn.append_mode = conn_id, owner, append_mode  # type: ignore[attr-defined]
             return conn
 
         try:
@@ -125,7 +125,7 @@ class SocketServer:
         return None
 
     async def _handle(self, ws: ServerConnection) -> None:
-        conn = self._new_connection(ws.conn_id, ws.owner)  # type: ignore[attr-defined]
+        conn = self._new_connection(ws.conn_id, ws.owner, ws.append_mode)  # type: ignore[attr-defined]
         conn_id: str = ws.conn_id  # type: ignore[attr-defined]
         sender = asyncio.get_running_loop().create_task(self._send_loop(ws, conn))
         timer = asyncio.get_running_loop().call_later(

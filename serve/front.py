@@ -59,6 +59,17 @@ def refuse(sock: socket.socket, status: int, body: dict) -> None:
     sock.close()
 
 
+APPEND_MODE_HEADER = "x-responses-ws-mode"
+
+
+def wants_append_mode(head: bytes, headers: dict[str, str]) -> bool:
+    """Append-mode rollouts are opt-in per connection: ``?mode=append`` on the URL or the
+    header ``X-Responses-WS-Mode: append`` (docs/append-mode.md)."""
+    target = head.split(b"\r\n", 1)[0].split(b" ")[1] if b" " in head else b""
+    query = target.split(b"?", 1)[1] if b"?" in target else b""
+    return b"mode=append" in query.split(b"&") or headers.get(APPEND_MODE_HEADER, "").lower() == "append"
+
+
 def is_responses_upgrade(head: bytes) -> bool:
     """Is this request head a WebSocket upgrade of the Responses endpoint?"""
     lines = head.split(b"\r\n")

@@ -30,7 +30,7 @@ from actors.store_writer import StoreWriter
 from .app import build_app
 from .auth import KeyRing
 from .config import AppConfig
-from .front import Front, bind_socket, refuse, request_headers
+from .front import Front, bind_socket, refuse, request_headers, wants_append_mode
 from .http_api import add_http_routes
 from .pool import ActorPool, Lease
 
@@ -70,14 +70,15 @@ class Gateway:
         return self._models
 
     async def _handoff(self, sock: socket.socket, head: bytes) -> None:
+        headers = request_headers(head)
         try:
-            owner = self._keys.owner(request_headers(head))
+            owner = self._keys.owner(headers)
         except APIError as exc:
             refuse(sock, *http_error_body(exc))  # 401 on the upgrade: no socket opens
             return
         lease = await self._pool.acquire()
         try:
-            send_socket(lease.host.handoff_path, lease.conn_id, owner, sock)
+            send_socket(lease.host.handoff_path, lease.conn_id, owner, wants_append_mode(head, headers), sock)
         finally:
             sock.close()  # the actor holds its own copy now
         task = asyncio.get_running_loop().create_task(self._run(lease))

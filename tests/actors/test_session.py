@@ -396,3 +396,42 @@ def test_steering_a_completed_text_answer_fails_already_completed():
     resp = terminal(answer_text(s, send(s, input="hi", store=False)))
     (failed,), _ = steer(s, resp["id"])
     assert failed["error"]["code"] == "response_already_completed"
+
+
+def test_append_mode_runs_a_whole_rollout_in_one_response():
+    from actors.protocol import parse_items
+    from actors.render import render_items
+    from inference.types import FunctionCallDelta
+
+    s = Session(SessionConfig(), [MODEL], session_key="c", append_mode=True, clock=lambda: 1.0)
+    fx = send(s, input="fix it", tools=[TOOL], store=False)
+    (turn,) = fx.start
+    first_prompt = len(turn.request.prompt_token_ids)
+    paused = s.on_inference(turn.turn_id, [Prefilled(first_prompt, 0, 0, 1),
+                                          FunctionCallDelta(0, "read_file", '{"path":"a.py"}', 5),
+                                          Done("tool_calls", 5, 5.0)])
+    types = [e.type for e in paused.events]
+    assert types[-1] == "response.output_item.done" and not any(t.startswith("response.completed") for t in types)
+    call_id = paused.events[-1].item.call_id
+    resumed = s.on_frame(json.dumps({"type": "response.append", "response_id": turn.builder.response.id,
+                                     "input": [{"type": "function_call_output", "call_id": call_id, "output": "x=1"}]}))
+    assert resumed.events == [] and resumed.start == [turn], "no new response, same turn resumes"
+    assert len(turn.request.prompt_token_ids) > first_prompt and turn.request.tool_results_in_context == 1
+    done = s.on_inference(turn.turn_id, [Prefilled(len(turn.request.prompt_token_ids), first_prompt, 0, 1),
+                                        TextDelta("Fixed.", 2), Done("stop", 2, 2.0)])
+    events = dumped(fx) + dumped(paused) + dumped(done)
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    final = events[-1]["response"]
+    assert events[-1]["type"] == "response.completed"
+    assert [o["type"] for o in final["output"]] == ["function_call", "message"]
+    assert events[-5]["output_index"] == 1, "the resumed output continues the same response"
+    assert final["usage"]["output_tokens"] == 7 and final["usage"]["input_tokens"] > 2 * first_prompt - 1
+    entry = s._lanes[None].latest
+    assert [i["type"] for i in entry.items] == ["message", "function_call", "function_call_output", "message"]
+    assert list(entry.tokens) == render_items(parse_items(entry.items))
+
+
+def test_response_append_is_unknown_on_standard_connections():
+    s = new_session()
+    (err,) = dumped(s.on_frame(json.dumps({"type": "response.append", "response_id": "resp_x", "input": []})))
+    assert err["error"]["code"] == "unknown_event_type" and err["error"]["param"] == "type"
