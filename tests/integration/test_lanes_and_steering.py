@@ -99,3 +99,33 @@ def test_check_54_55_steer_pending_after_function_calls_and_unknown_target(clien
     assert failed["type"] == "response.steer.failed" and failed["error"]["code"] == "response_not_found"
     assert failed["steer"]["input"] == "x"
     assert after["status"] == "completed"
+
+
+def test_check_38_39_45_the_sdk_lane_helper_runs_two_conversations_on_one_socket(server_url):
+    import asyncio
+
+    from openai import AsyncOpenAI
+    from openai.lib.responses_websocket import AsyncResponsesWebSocketSession, ResponsesWebSocketLimits
+
+    async def main():
+        client = AsyncOpenAI(base_url=server_url + "/v1", api_key="sk-test", max_retries=0)
+        async with client.responses.connect() as connection:
+            limits = ResponsesWebSocketLimits(max_lanes=4, max_events_per_lane=256, max_events=1024,
+                                              max_bytes_per_lane=8 << 20, max_bytes=16 << 20)
+            async with AsyncResponsesWebSocketSession(connection, limits=limits) as session:
+                a, b = session.lane("a"), session.lane("b")
+                await a.send({"type": "response.create", "model": MODEL, "input": "one", "store": False})
+                await b.send({"type": "response.create", "model": MODEL, "input": "two", "store": False})
+                ra, rb = await asyncio.gather(a.get_final_response(), b.get_final_response())
+                # Reusing a lane without previous_response_id starts a fresh conversation.
+                await a.send({"type": "response.create", "model": MODEL, "input": "three", "store": False})
+                ra2 = await a.get_final_response()
+                await a.send({"type": "response.create", "model": MODEL, "input": "four", "store": False,
+                              "previous_response_id": ra2.id})
+                ra3 = await a.get_final_response()
+                return ra, rb, ra2, ra3
+
+    ra, rb, ra2, ra3 = asyncio.run(main())
+    assert ra.status == rb.status == ra2.status == ra3.status == "completed"
+    assert ra2.previous_response_id is None and ra3.previous_response_id == ra2.id
+    assert ra3.usage.input_tokens > ra2.usage.input_tokens
