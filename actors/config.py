@@ -19,6 +19,9 @@ class SessionConfig(BaseModel):
     connection_lifetime_s: float = Field(3600.0, gt=0, description="then websocket_connection_limit_reached")
     ping_interval_s: float | None = Field(20.0, description="keepalive pings to detect dead peers; None disables")
     ping_timeout_s: float | None = 20.0
+    max_input_tokens: int = Field(400_000, ge=1, description="prompt tokens per request; more → 400")
+    max_cached_tokens: int = Field(2_000_000, ge=1, description="tokens a connection caches over all "
+                                   "lanes; beyond it the least recently used lanes are evicted")
     safety: SafetyConfig = SafetyConfig()
     inference_app: str = Field("responses-ws", description="Serve application of the inference deployment")
     inference_deployment: str = "InferenceDeployment"

@@ -111,3 +111,13 @@ class NotFound(APIError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
+
+
+class TooManyConnections(APIError):
+    """Refusal of a WebSocket upgrade past a limit: 429 for a key's limit, 503 for the server's."""
+
+    def __init__(self, message: str, *, per_key: bool) -> None:
+        super().__init__(message)
+        self.status = 429 if per_key else 503
+        self.type = "rate_limit_exceeded" if per_key else "server_error"
+        self.code = "rate_limit_exceeded" if per_key else "server_overloaded"

@@ -162,6 +162,7 @@ class Session:
         self._turns: dict[int, Turn] = {}
         self._loading: dict[int, tuple[str | None, ResponseCreate, PhaseTimer, float]] = {}
         self._waiting: dict[str, _Waiting] = {}
+        self._lru: list[_Lane] = []  # lanes by last update, for the cache bound
         self.append_mode = append_mode
         self._ids = itertools.count()
 
@@ -336,6 +337,10 @@ class Session:
                 if parent is not None:
                     prompt.extend(parent.tokens)
                 prompt.extend(input_tokens)
+            if len(prompt) > self.config.max_input_tokens:
+                raise InvalidRequest(
+                    f"The input has {len(prompt)} tokens; the limit is {self.config.max_input_tokens}.",
+                    param="input", code="context_length_exceeded")
             with timer.phase("classify"):
                 scan = self._prep.scan(parent.scan if parent is not None else None, items)
         except APIError as exc:
@@ -477,6 +482,7 @@ class Session:
                                    tool_results=turn.request.tool_results_in_context, store=turn.store,
                                    scan=turn.scan)
                 lane.latest = entry
+                self._bound_cache(lane)
                 fx.usage.append(self._usage(turn))
             report = timer.report(b.queue_ms, b.prefill_ms, b.decode_ms)
             fx.timings.append(report)
@@ -534,6 +540,19 @@ class Session:
                                tool_results_in_context=turn.request.tool_results_in_context + len(event.input))
         turn.builder.resume()
         return Effects(start=[turn])
+
+    def _bound_cache(self, keep: _Lane) -> None:
+        """Keep the connection's cached tokens under ``max_cached_tokens``: evict the other
+        lanes' entries, least recently updated first (spec §4: a later continuation from an
+        evicted store:false response fails with previous_response_not_found)."""
+        self._lru = [lane for lane in self._lru if lane is not keep] + [keep]
+        total = sum(len(lane.latest.tokens) for lane in self._lru if lane.latest is not None)
+        for lane in self._lru[:-1]:
+            if total <= self.config.max_cached_tokens:
+                break
+            if lane.latest is not None:
+                total -= len(lane.latest.tokens)
+                lane.latest = None
 
     def _remember_calls(self, turn: Turn) -> None:
         """The lane's latest response, if it stopped on function calls, can take steer input."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 import socket
 import uuid
 
@@ -21,7 +22,7 @@ from ray.serve.handle import DeploymentHandle
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.actor import PhaseMetrics, ServeInference, SessionHost
-from actors.errors import APIError
+from actors.errors import APIError, TooManyConnections
 from actors.protocol import http_error_body
 from actors.socket_server import send_socket
 from actors.store import open_store
@@ -44,6 +45,8 @@ class Gateway:
         self._inference = inference
         self._models: list[dict] = await inference.models.remote()
         self._keys = KeyRing(cfg.server.api_keys)
+        self._limits = cfg.server
+        self._open: Counter[str] = Counter()  # open WebSockets per owner
         self._store = StoreWriter(open_store(cfg.store))
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         self._pool = ActorPool(
@@ -73,19 +76,33 @@ class Gateway:
         headers = request_headers(head)
         try:
             owner = self._keys.owner(headers)
+            self._admit_connection(owner)
         except APIError as exc:
-            refuse(sock, *http_error_body(exc))  # 401 on the upgrade: no socket opens
+            refuse(sock, *http_error_body(exc))  # 401/429/503 on the upgrade: no socket opens
             return
-        lease = await self._pool.acquire()
         try:
+            lease = await self._pool.acquire()
             send_socket(lease.host.handoff_path, lease.conn_id, owner, wants_append_mode(head, headers), sock)
+        except BaseException:
+            self._open[owner] -= 1
+            raise
         finally:
-            sock.close()  # the actor holds its own copy now
-        task = asyncio.get_running_loop().create_task(self._run(lease))
+            sock.close()  # the actor holds its own copy now (or the client sees a closed socket)
+        task = asyncio.get_running_loop().create_task(self._run(lease, owner))
         self._connections.add(task)
         task.add_done_callback(self._connections.discard)
 
-    async def _run(self, lease: Lease) -> None:
+    def _admit_connection(self, owner: str) -> None:
+        limits = self._limits
+        if sum(self._open.values()) >= limits.max_connections:
+            raise TooManyConnections("The server is at its connection limit; retry later.", per_key=False)
+        if self._open[owner] >= limits.max_connections_per_key:
+            raise TooManyConnections(
+                f"Too many open WebSocket connections for this API key ({limits.max_connections_per_key}).",
+                per_key=True)
+        self._open[owner] += 1
+
+    async def _run(self, lease: Lease, owner: str) -> None:
         dead = False
         try:
             await lease.host.actor.serve.remote(lease.conn_id)
@@ -94,6 +111,7 @@ class Gateway:
             dead = True
         finally:
             self._pool.release(lease, dead=dead)
+            self._open[owner] -= 1
 
     async def check_health(self) -> None:
         if self._serving.done():

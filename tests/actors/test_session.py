@@ -435,3 +435,21 @@ def test_response_append_is_unknown_on_standard_connections():
     s = new_session()
     (err,) = dumped(s.on_frame(json.dumps({"type": "response.append", "response_id": "resp_x", "input": []})))
     assert err["error"]["code"] == "unknown_event_type" and err["error"]["param"] == "type"
+
+
+def test_input_over_the_token_limit_is_refused_before_inference():
+    s = new_session(max_input_tokens=50)
+    (err,) = dumped(send(s, input="word " * 100))
+    assert err["status"] == 400 and err["error"]["code"] == "context_length_exceeded"
+
+
+def test_cache_memory_per_connection_is_bounded_oldest_lanes_first():
+    s = new_session(max_cached_tokens=60)
+    ids = []
+    for lane in ("a", "b", "c"):
+        ids.append(terminal(answer_text(s, send(s, input="some words " * 6, stream_id=lane, store=False)))["id"])
+    cached = [lane for lane in ("a", "b", "c") if s._lanes[lane].latest is not None]
+    assert cached[-1] == "c" and "a" not in cached
+    assert sum(len(s._lanes[x].latest.tokens) for x in cached) <= 60 or cached == ["c"]
+    (err,) = dumped(send(s, input="x", stream_id="a", store=False, previous_response_id=ids[0]))
+    assert err["error"]["code"] == "previous_response_not_found"

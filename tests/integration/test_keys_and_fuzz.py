@@ -101,3 +101,26 @@ def test_junk_bodies_get_4xx_never_5xx(server_url, body, path):
     assert 400 <= r.status_code < 500, (r.status_code, body, r.text)
     error = r.json()["error"]
     assert set(error) == {"message", "type", "param", "code"}
+
+
+def test_connections_past_the_per_key_limit_are_refused_with_429(ray_cluster):
+    url = start_app("rws-limited", **{"server.max_connections_per_key": 1}).replace("http", "ws", 1) + "/v1/responses"
+
+    async def main():
+        async with websockets.connect(url, additional_headers={"Authorization": "Bearer k1"}) as first:
+            with pytest.raises(websockets.exceptions.InvalidStatus) as refused:
+                async with websockets.connect(url, additional_headers={"Authorization": "Bearer k1"}):
+                    pass
+            async with websockets.connect(url, additional_headers={"Authorization": "Bearer k2"}) as other:
+                await other.send(json.dumps({"type": "response.create", "model": MODEL, "input": "x"}))
+                other_done = (await raw_collect(other))[-1]
+            await first.send(json.dumps({"type": "response.create", "model": MODEL, "input": "x"}))
+            return refused.value.response, other_done, (await raw_collect(first))[-1]
+
+    try:
+        response, other_done, first_done = asyncio.run(main())
+    finally:
+        serve.delete("rws-limited")
+    assert response.status_code == 429
+    assert json.loads(bytes(response.body))["error"]["code"] == "rate_limit_exceeded"
+    assert other_done["type"] == first_done["type"] == "response.completed"
