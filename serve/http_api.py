@@ -20,7 +20,6 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from actors.config import SessionConfig
 from actors.connection import Connection, InferenceClient
-from actors.context import from_record
 from actors.ids import new_id
 from actors.errors import APIError, InvalidRequest, ModelNotFound, NotFound
 from actors.protocol import (
@@ -151,7 +150,7 @@ def add_http_routes(
             if record is None:
                 raise InvalidRequest(f"Previous response with id '{create.previous_response_id}' not found.",
                                      param="previous_response_id", code="previous_response_not_found")
-            items = parse_items(from_record(record).items)
+            items = parse_items(record.context)
         items += create.items if create.input else []
         output, summary = compact(items)
         used = len(chat_format.render_instructions(create.instructions)) + len(render_items(items))
