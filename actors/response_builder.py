@@ -12,15 +12,21 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Sequence
 
-from inference.types import Done, FunctionCallDelta, InferenceEvent, Prefilled, TextDelta
+from inference.types import (
+    Done,
+    FunctionCallDelta,
+    InferenceEvent,
+    Prefilled,
+    TextDelta,
+)
 
 from .ids import new_id
-from .safety import Classifier
 from .protocol import (
     ContentPartAdded,
     ContentPartDone,
     FunctionCallArgumentsDelta,
     FunctionCallArgumentsDone,
+    FunctionTool,
     IncompleteDetails,
     InputTokensDetails,
     OutputFunctionCall,
@@ -32,6 +38,7 @@ from .protocol import (
     OutputTextDelta,
     OutputTextDone,
     ResponseCompleted,
+    ResponseCreate,
     ResponseCreated,
     ResponseErrorBody,
     ResponseFailed,
@@ -41,6 +48,7 @@ from .protocol import (
     ServerEvent,
     Usage,
 )
+from .safety import Classifier
 
 
 class BuildState(enum.Enum):
@@ -266,3 +274,48 @@ class ResponseBuilder:
         else:
             r.status = "completed"
         return out
+
+
+def new_response(create: ResponseCreate, store: bool, clock: Callable[[], float]) -> ResponseObject:
+    """The Response object of a create, in progress (spec §3.4: every key present)."""
+    return ResponseObject(
+        id=new_id("resp"),
+        created_at=int(clock()),
+        status="in_progress",
+        model=create.model or "",
+        instructions=create.instructions,
+        max_output_tokens=create.max_output_tokens,
+        max_tool_calls=create.max_tool_calls,
+        parallel_tool_calls=True if create.parallel_tool_calls is None else create.parallel_tool_calls,
+        previous_response_id=create.previous_response_id,
+        reasoning=create.reasoning,
+        store=store,
+        temperature=create.temperature if create.temperature is not None else 1.0,
+        top_p=create.top_p if create.top_p is not None else 1.0,
+        text=create.text or {"format": {"type": "text"}},
+        tool_choice=create.tool_choice if create.tool_choice is not None else "auto",
+        tools=[echo_tool(t) for t in create.tools or ()],
+        truncation=create.truncation or "disabled",
+        user=create.user,
+        metadata=create.metadata or {},
+        service_tier=create.service_tier or "default",
+        prompt_cache_key=create.prompt_cache_key,
+        safety_identifier=create.safety_identifier,
+    )
+
+
+def tool_choice_name(choice: str | dict | None) -> str:
+    if choice is None:
+        return "auto"
+    if isinstance(choice, str):
+        return choice
+    return str(choice.get("name") or choice.get("mode") or "auto")
+
+
+def echo_tool(tool: object) -> dict:
+    if isinstance(tool, FunctionTool):
+        data = tool.model_dump()
+        data.setdefault("description", None)
+        data["strict"] = True if tool.strict is None else tool.strict
+        return data
+    return tool.model_dump()  # type: ignore[attr-defined]

@@ -16,14 +16,12 @@ import time
 from array import array
 from collections import deque
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field, replace
 
 from inference import chat_format
 from inference.policy import METADATA_KEYS
 from inference.types import Done, InferenceEvent, InferenceRequest
 
 from .config import SessionConfig
-from .prepare import Preparer
 from .context import ContextEntry, count_calls, extend, from_record, input_dicts
 from .errors import (
     APIError,
@@ -31,113 +29,31 @@ from .errors import (
     PreviousResponseNotFound,
     ServerError,
     StreamLimitReached,
-    UnknownEventType,
 )
-from .ids import new_id
+from .prepare import Preparer
 from .protocol import (
-    output_as_input,
-    FunctionCallOutputItem,
-    FunctionTool,
-    InputItem,
-    ResponseCreate,
-    ResponseObject,
     RESPONSE_ERROR_CODES,
+    FunctionCallOutputItem,
+    InputItem,
     OutputFunctionCall,
-    RequiredInput,
     ResponseAppend,
+    ResponseCreate,
     ResponseSteer,
-    ServerEvent,
-    SteerAccepted,
-    SteerFailed,
-    SteerFailedError,
-    SteerPending,
-    SteerRef,
     error_event,
     parse_client_event,
 )
-from .render import item_text, render_items
-from .response_builder import ResponseBuilder
-from .safety import Classifier
-from .steering import MAX_PENDING_STEERS, SteerError, steer_items, successor
+from .render import render_items
+from .response_builder import ResponseBuilder, new_response, tool_choice_name
+from .rollout import AppendMixin
+from .steering import SteeringMixin
 from .store import StoredResponse, UsageEntry
 from .timings import METADATA_KEY, PhaseTimer, as_metadata
+from .turn import Effects, Lane, Load, Turn, Waiting
+
+__all__ = ["Effects", "Load", "Session", "Turn"]
 
 
-@dataclass(slots=True)
-class Turn:
-    """A started response: the model call to run and the builder of its events."""
-
-    turn_id: int
-    lane: str | None
-    request: InferenceRequest
-    builder: ResponseBuilder
-    parent: ContextEntry | None
-    same_lane_parent: bool
-    inputs: list[dict]  # the input items as stored (with ids)
-    input_tokens: list[int]
-    call_ids: frozenset[str]
-    store: bool
-    scan: Classifier  # the conversation's classifier state including this input
-    timer: PhaseTimer
-    timings_requested: bool
-    create: ResponseCreate  # what a steered response's successor inherits
-    # Append mode: the conversation so far inside this one response (tokens and items).
-    prefix_len: int = 0  # prompt tokens before the conversation (tools, instructions)
-    convo: tuple[array, list[dict]] | None = None
-    open_calls: set[str] = field(default_factory=set)
-
-
-@dataclass(slots=True)
-class _Waiting:
-    """A response that stopped on function calls; steer input waits for the client's next
-    create on the lane (spec §2.3 (c))."""
-
-    lane: str | None
-    builder: ResponseBuilder
-    calls: list[RequiredInput]
-    items: list[InputItem] = field(default_factory=list)
-
-
-@dataclass(frozen=True, slots=True)
-class Load:
-    """Fetch a stored response the connection's cache does not hold (spec §4.3)."""
-
-    load_id: int
-    response_id: str
-    owner: str
-
-
-@dataclass(slots=True)
-class Effects:
-    """What the driver must do: send these events, start these model calls, load these
-    stored responses, and (off the critical path) persist these records and ledger lines."""
-
-    events: list[ServerEvent] = field(default_factory=list)
-    start: list[Turn] = field(default_factory=list)
-    load: list[Load] = field(default_factory=list)
-    persist: list[StoredResponse] = field(default_factory=list)
-    usage: list[UsageEntry] = field(default_factory=list)
-    cancel: list[int] = field(default_factory=list)  # turns whose model call must stop
-    timings: list[dict[str, float]] = field(default_factory=list)  # per finished response
-
-    def __iadd__(self, other: Effects) -> Effects:
-        self.events += other.events
-        self.start += other.start
-        self.load += other.load
-        self.persist += other.persist
-        self.usage += other.usage
-        self.cancel += other.cancel
-        self.timings += other.timings
-        return self
-
-
-@dataclass(slots=True)
-class _Lane:
-    latest: ContextEntry | None = None
-    busy: bool = False  # a response is loading its parent or running
-
-
-class Session:
+class Session(SteeringMixin, AppendMixin):
     def __init__(
         self,
         config: SessionConfig,
@@ -157,12 +73,12 @@ class Session:
         self.owner = owner
         self.transport = transport
         self._clock = clock
-        self._lanes: dict[str | None, _Lane] = {None: _Lane()}
+        self._lanes: dict[str | None, Lane] = {None: Lane()}
         self._pending: deque[tuple[str | None, ResponseCreate, PhaseTimer]] = deque()
         self._turns: dict[int, Turn] = {}
         self._loading: dict[int, tuple[str | None, ResponseCreate, PhaseTimer, float]] = {}
-        self._waiting: dict[str, _Waiting] = {}
-        self._lru: list[_Lane] = []  # lanes by last update, for the cache bound
+        self._waiting: dict[str, Waiting] = {}
+        self._lru: list[Lane] = []  # lanes by last update, for the cache bound
         self.append_mode = append_mode
         self._ids = itertools.count()
 
@@ -199,7 +115,7 @@ class Session:
         except APIError as exc:
             # An invalid stream_id is never echoed; a rejected new lane is (spec §5.2).
             return Effects(events=[error_event(exc, stream_id=lane)])
-        self._lanes.setdefault(lane, _Lane())
+        self._lanes.setdefault(lane, Lane())
         self._pending.append((lane, event, timer))
         return self._schedule()
 
@@ -224,50 +140,6 @@ class Session:
             raise StreamLimitReached(self.config.max_named_lanes)
 
     # ------------------------------------------------------------------ steering
-    def _on_steer(self, event: ResponseSteer) -> Effects:
-        """``response.steer`` (spec §2.3): stop an active response and start a successor with
-        the input, or queue the input for the client's next create after function calls."""
-        target = event.previous_response_id
-        lane: str | None = None
-        try:
-            items = steer_items(event)
-            turn = next((t for t in self._turns.values() if t.builder.response.id == target), None)
-            if turn is not None:
-                return self._steer_active(turn, items)
-            waiting = self._waiting.get(target)
-            if waiting is not None:
-                lane = waiting.lane
-                if len(waiting.items) + len(items) > MAX_PENDING_STEERS:
-                    raise SteerError("too_many_pending_steers", "Too much steering input is pending.")
-                waiting.items += items
-                ref = SteerRef(id=new_id("steer"), previous_response_id=target)
-                b = waiting.builder
-                return Effects(events=[
-                    SteerAccepted(sequence_number=b.next_seq(), steer=ref, stream_id=lane),
-                    SteerPending(sequence_number=b.next_seq(), required_input=waiting.calls, steer=ref,
-                                 stream_id=lane)])
-            for name, candidate in self._lanes.items():
-                if candidate.latest is not None and candidate.latest.response_id == target:
-                    lane = name
-                    raise SteerError("response_already_completed", "The response already completed.")
-            raise SteerError("response_not_found", f"No response with id '{target}' on this connection.")
-        except SteerError as exc:
-            return Effects(events=[SteerFailed(
-                error=SteerFailedError(code=exc.code or "invalid_input", message=exc.message), stream_id=lane,
-                steer={"input": event.input, "previous_response_id": str(target)})])
-
-    def _steer_active(self, turn: Turn, items: list[InputItem]) -> Effects:
-        b = turn.builder
-        ref = SteerRef(id=new_id("steer"), previous_response_id=b.response.id)
-        fx = Effects(events=[SteerAccepted(sequence_number=b.next_seq(), steer=ref, stream_id=turn.lane)])
-        # Stop at this chunk boundary (incomplete, "steered"); the successor goes first on the lane.
-        fx.events += b.cut("steered")
-        fx.cancel.append(turn.turn_id)
-        turn.timer.inference_done()
-        self._pending.appendleft((turn.lane, successor(turn.create, b.response.id, items), PhaseTimer(self._perf)))
-        fx += self._finish(turn, failed=False)
-        return fx
-
     # ------------------------------------------------------------------ scheduling
     def _schedule(self) -> Effects:
         """Start queued creates, oldest first, whose lane is idle, up to ``max_inflight``."""
@@ -348,7 +220,7 @@ class Session:
 
         store = True if create.store is None else create.store
         generate = create.generate is not False and not (create.prompt_cache_options or {}).get("prewarm")
-        response = self._response_object(create, store)
+        response = new_response(create, store, self._clock)
         turn = Turn(
             turn_id=next(self._ids),
             lane=lane_name,
@@ -357,7 +229,7 @@ class Session:
                 model=response.model,
                 prompt_token_ids=prompt,
                 tools=specs,
-                tool_choice=_tool_choice_name(create.tool_choice),
+                tool_choice=tool_choice_name(create.tool_choice),
                 parallel_tool_calls=response.parallel_tool_calls,
                 tool_results_in_context=tool_results,
                 max_output_tokens=create.max_output_tokens,
@@ -405,32 +277,6 @@ class Session:
 
     def _evict(self, lane_name: str | None) -> None:
         self._lanes[lane_name].latest = None
-
-    def _response_object(self, create: ResponseCreate, store: bool) -> ResponseObject:
-        return ResponseObject(
-            id=new_id("resp"),
-            created_at=int(self._clock()),
-            status="in_progress",
-            model=create.model or "",
-            instructions=create.instructions,
-            max_output_tokens=create.max_output_tokens,
-            max_tool_calls=create.max_tool_calls,
-            parallel_tool_calls=True if create.parallel_tool_calls is None else create.parallel_tool_calls,
-            previous_response_id=create.previous_response_id,
-            reasoning=create.reasoning,
-            store=store,
-            temperature=create.temperature if create.temperature is not None else 1.0,
-            top_p=create.top_p if create.top_p is not None else 1.0,
-            text=create.text or {"format": {"type": "text"}},
-            tool_choice=create.tool_choice if create.tool_choice is not None else "auto",
-            tools=[_echo_tool(t) for t in create.tools or ()],
-            truncation=create.truncation or "disabled",
-            user=create.user,
-            metadata=create.metadata or {},
-            service_tier=create.service_tier or "default",
-            prompt_cache_key=create.prompt_cache_key,
-            safety_identifier=create.safety_identifier,
-        )
 
     # ------------------------------------------------------------------ inference side
     def on_inference(self, turn_id: int, chunk: Sequence[InferenceEvent]) -> Effects:
@@ -498,50 +344,7 @@ class Session:
         return fx
 
     # ------------------------------------------------------------------ append mode
-    def _pause(self, turn: Turn) -> None:
-        """Fold the output items produced since the last model call into the rollout's
-        conversation (append mode); remember which calls now wait for results."""
-        if turn.convo is None:
-            tokens = array("I", turn.parent.tokens) if turn.parent else array("I")
-            tokens.extend(turn.input_tokens)
-            turn.convo = (tokens, (turn.parent.items if turn.parent else []) + turn.inputs)
-        tokens, items = turn.convo
-        new = [o for o in turn.builder.output if o.id not in {i.get("id") for i in items}]
-        tokens.extend(render_items(new))
-        items += [output_as_input(o) for o in new]
-        turn.scan.feed_all(item_text(o) for o in new)
-        turn.open_calls |= {o.call_id for o in new if isinstance(o, OutputFunctionCall)}
-
-    def _on_append(self, event: ResponseAppend) -> Effects:
-        """``response.append``: tool results for a paused response; sampling resumes in it."""
-        turn = next((t for t in self._turns.values() if t.builder.response.id == event.response_id), None)
-        if not self.append_mode:
-            return Effects(events=[error_event(UnknownEventType(
-                "Unsupported event type 'response.append'.", param="type"))])
-        if turn is None or not turn.builder.paused:
-            return Effects(events=[error_event(InvalidRequest(
-                f"No response '{event.response_id}' is waiting for tool results.", param="response_id"))])
-        try:
-            for i, item in enumerate(event.input):
-                if not isinstance(item, FunctionCallOutputItem) or item.call_id not in turn.open_calls:
-                    raise InvalidRequest("response.append takes function_call_output items for the "
-                                         "response's open calls.", param=f"input[{i}]")
-            scan = self._prep.scan(turn.scan, event.input)
-        except APIError as exc:
-            return Effects(events=[error_event(exc, stream_id=turn.lane)])
-        tokens, items = turn.convo  # type: ignore[misc]
-        tokens.extend(render_items(event.input))
-        items += input_dicts(event.input)
-        turn.scan = scan
-        turn.open_calls -= {i.call_id for i in event.input}  # type: ignore[union-attr]
-        prompt = array("I", turn.request.prompt_token_ids[: turn.prefix_len])  # tools + instructions
-        prompt.extend(tokens)
-        turn.request = replace(turn.request, prompt_token_ids=prompt,
-                               tool_results_in_context=turn.request.tool_results_in_context + len(event.input))
-        turn.builder.resume()
-        return Effects(start=[turn])
-
-    def _bound_cache(self, keep: _Lane) -> None:
+    def _bound_cache(self, keep: Lane) -> None:
         """Keep the connection's cached tokens under ``max_cached_tokens``: evict the other
         lanes' entries, least recently updated first (spec §4: a later continuation from an
         evicted store:false response fails with previous_response_not_found)."""
@@ -554,16 +357,6 @@ class Session:
                 total -= len(lane.latest.tokens)
                 lane.latest = None
 
-    def _remember_calls(self, turn: Turn) -> None:
-        """The lane's latest response, if it stopped on function calls, can take steer input."""
-        for rid, waiting in list(self._waiting.items()):
-            if waiting.lane == turn.lane:
-                del self._waiting[rid]
-        r = turn.builder.response
-        calls = [RequiredInput(call_id=o.call_id, name=o.name) for o in r.output if isinstance(o, OutputFunctionCall)]
-        if calls and r.status == "completed":
-            self._waiting[r.id] = _Waiting(turn.lane, turn.builder, calls)
-
     def _usage(self, turn: Turn) -> UsageEntry:
         r = turn.builder.response
         assert r.usage is not None
@@ -572,19 +365,3 @@ class Session:
             input_tokens=r.usage.input_tokens, cached_tokens=r.usage.input_tokens_details.cached_tokens,
             output_tokens=r.usage.output_tokens, created_at=self._clock())
 
-
-def _tool_choice_name(choice: str | dict | None) -> str:
-    if choice is None:
-        return "auto"
-    if isinstance(choice, str):
-        return choice
-    return str(choice.get("name") or choice.get("mode") or "auto")
-
-
-def _echo_tool(tool: object) -> dict:
-    if isinstance(tool, FunctionTool):
-        data = tool.model_dump()
-        data.setdefault("description", None)
-        data["strict"] = True if tool.strict is None else tool.strict
-        return data
-    return tool.model_dump()  # type: ignore[attr-defined]

@@ -92,7 +92,9 @@ def decode_record(response_id: str, owner: str, created_at: float, body: str) ->
 def open_store(config: StoreConfig) -> ResponseStore:
     """The backend ``config`` names; call it in the process (and thread) that will use it."""
     if config.backend == "redis":
-        from actors.store_redis import RedisStore  # imported lazily: the backends import us
+        from actors.store_redis import (
+            RedisStore,  # imported lazily: the backends import us
+        )
 
         return RedisStore(config.redis_url, config.key_prefix)
     from actors.store_sqlite import SQLiteStore

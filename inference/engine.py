@@ -34,7 +34,7 @@ from inference.jitter import RequestJitter
 from inference.pacing import Chunker, Clock, Sleeper, decode_work, paced_chunks, ttft_ms
 from inference.policy import FunctionCallSegment, Segment, plan, policy_for
 from inference.prefix_cache import PrefixCache, reported_cached_tokens
-from inference.profiles import InferenceConfig, ModelProfile
+from inference.profiles import InferenceConfig
 from inference.tokenizer import Detokenizer
 from inference.types import (
     Done,
