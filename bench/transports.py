@@ -176,3 +176,52 @@ class HttpFullTransport(_HttpTransport):
         if out.response:
             self._history.extend(output_as_input(out.response.get("output", [])))
         return out
+
+
+@register
+class AppendTransport(Transport):
+    """The opt-in ``response.append`` rollout mode (docs/append-mode.md): one response per
+    rollout; a "turn" runs from sending the create (or the tool results) to the pause on the
+    next function call, or to the terminal event.  The lower bound for ``ws``.
+
+    Usage and server phase timings exist only for the whole rollout (on the terminal
+    response), so per-turn records carry none and the report falls back to its estimate."""
+
+    name = "append"
+
+    async def open(self) -> None:
+        url = self.base_url.replace("http", "ws", 1) + "/v1/responses?mode=append"
+        self._ws = await websockets.connect(url, max_size=None, compression=None,
+                                            additional_headers={"Authorization": f"Bearer {self.api_key}"})
+        self._response_id: str | None = None
+
+    async def close(self) -> None:
+        await self._ws.close()
+
+    async def turn(self, base, new_items):
+        if self._response_id is None:
+            body = {"type": "response.create", **base, "input": new_items, "store": False}
+        else:
+            body = {"type": "response.append", "response_id": self._response_id, "input": new_items}
+        data = json.dumps(body)
+        t0 = time.perf_counter()
+        await self._ws.send(data)
+        ttft, segment = None, []
+        while True:
+            ev = json.loads(await self._ws.recv())
+            kind = ev.get("type")
+            if kind == "response.created":
+                self._response_id = ev["response"]["id"]
+            if ttft is None and kind in FIRST_TOKEN:
+                ttft = time.perf_counter() - t0
+            if kind == "response.output_item.done":
+                segment.append(ev["item"])
+                if ev["item"].get("type") == "function_call":  # paused until our response.append
+                    return TurnOutcome({"output": segment}, ttft, time.perf_counter() - t0, len(data))
+            if kind in TERMINAL:
+                total = time.perf_counter() - t0
+                if kind == "error":
+                    return TurnOutcome(None, ttft, total, len(data), error=json.dumps(ev.get("error"))[:300])
+                final = {**ev["response"], "output": segment, "metadata": {}}
+                return TurnOutcome(final, ttft, total, len(data),
+                                   error=None if kind == "response.completed" else kind)
