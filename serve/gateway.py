@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
 import socket
 import uuid
+from collections import Counter
 
 import ray
 import uvicorn
@@ -42,7 +42,6 @@ log = logging.getLogger(__name__)
 class Gateway:
     async def __init__(self, config: dict, inference: DeploymentHandle) -> None:
         cfg = AppConfig.model_validate(config)
-        self._inference = inference
         self._models: list[dict] = await inference.models.remote()
         self._keys = KeyRing(cfg.server.api_keys)
         self._limits = cfg.server
