@@ -20,8 +20,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from actors.config import SessionConfig
 from actors.connection import Connection, InferenceClient
-from actors.ids import new_id
 from actors.errors import APIError, InvalidRequest, ModelNotFound, NotFound
+from actors.ids import new_id
 from actors.protocol import (
     ErrorEvent,
     InputTokensDetails,
