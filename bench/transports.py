@@ -94,9 +94,10 @@ async def _consume(events, t0: float, nbytes: int) -> TurnOutcome:
 @register
 class WebSocketTransport(Transport):
     name = "ws"
+    query: ClassVar[str] = ""  # the upgrade URL's query (append mode opts in there)
 
     async def open(self) -> None:
-        url = self.base_url.replace("http", "ws", 1) + "/v1/responses"
+        url = self.base_url.replace("http", "ws", 1) + "/v1/responses" + self.query
         self._ws = await websockets.connect(url, max_size=None, compression=None,
                                             additional_headers={"Authorization": f"Bearer {self.api_key}"})
         self._prev: str | None = None
@@ -179,7 +180,7 @@ class HttpFullTransport(_HttpTransport):
 
 
 @register
-class AppendTransport(Transport):
+class AppendTransport(WebSocketTransport):
     """The opt-in ``response.append`` rollout mode (docs/append-mode.md): one response per
     rollout; a "turn" runs from sending the create (or the tool results) to the pause on the
     next function call, or to the terminal event.  The lower bound for ``ws``.
@@ -188,15 +189,8 @@ class AppendTransport(Transport):
     response), so per-turn records carry none and the report falls back to its estimate."""
 
     name = "append"
-
-    async def open(self) -> None:
-        url = self.base_url.replace("http", "ws", 1) + "/v1/responses?mode=append"
-        self._ws = await websockets.connect(url, max_size=None, compression=None,
-                                            additional_headers={"Authorization": f"Bearer {self.api_key}"})
-        self._response_id: str | None = None
-
-    async def close(self) -> None:
-        await self._ws.close()
+    query = "?mode=append"
+    _response_id: str | None = None
 
     async def turn(self, base, new_items):
         if self._response_id is None:
