@@ -20,43 +20,15 @@ import json
 import time
 from pathlib import Path
 
-import psutil
 import websockets
 
 from . import report
 from .agentloop import run_rollout
 from .cluster import SimulatedCluster, deploy_serve_config
+from .memory import cpu_s, session_host_pids, uss_mb
 from .workload import Workload
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "serve-cluster.yaml"
-
-
-def session_host_pids() -> list[int]:
-    from ray._private import state
-
-    return [a["Pid"] for a in state.actors().values()
-            if a.get("State") == "ALIVE" and a.get("ActorClassName", "").endswith("SessionHost") and a.get("Pid")]
-
-
-def uss_mb(pids: list[int]) -> float:
-    total = 0
-    for pid in pids:
-        try:
-            total += psutil.Process(pid).memory_full_info().uss
-        except psutil.Error:
-            pass
-    return total / 2**20
-
-
-def cpu_s(pids: list[int]) -> float:
-    total = 0.0
-    for pid in pids:
-        try:
-            t = psutil.Process(pid).cpu_times()
-            total += t.user + t.system
-        except psutil.Error:
-            pass
-    return total
 
 
 async def load_step(url: str, m: int, w: Workload) -> dict:

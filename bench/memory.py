@@ -1,0 +1,80 @@
+"""Private memory and CPU of the server's Ray processes, found by actor class.
+
+USS (psutil's ``memory_full_info().uss``) is the memory a process alone holds: what would
+be freed if it exited.  Reading it parses ``/proc/<pid>/smaps`` (a few ms per process), so
+callers on an event loop sample from a thread.
+"""
+
+from __future__ import annotations
+
+import psutil
+
+SESSION_ACTOR = "SessionHost"
+
+
+def actor_pids(class_suffix: str) -> list[int]:
+    """Pids of the live actors whose class name ends with ``class_suffix`` (Serve replicas
+    are named ``ServeReplica:<app>:<deployment>``)."""
+    from ray._private import state
+
+    return [a["Pid"] for a in state.actors().values()
+            if a.get("State") == "ALIVE" and a.get("ActorClassName", "").endswith(class_suffix) and a.get("Pid")]
+
+
+def session_host_pids() -> list[int]:
+    return actor_pids(SESSION_ACTOR)
+
+
+def uss_mb(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            total += psutil.Process(pid).memory_full_info().uss
+        except psutil.Error:
+            pass
+    return total / 2**20
+
+
+def cpu_s(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        try:
+            t = psutil.Process(pid).cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def sample_uss(groups: dict[str, str]) -> dict[str, dict[str, float]]:
+    """USS (MiB) and process count of each group, a group being ``name → actor class suffix``."""
+    out = {}
+    for name, suffix in groups.items():
+        pids = actor_pids(suffix)
+        out[name] = {"uss_mb": uss_mb(pids), "processes": len(pids)}
+    return out
+
+
+def flatness(values: list[float], *, min_band_mb: float = 8.0, rel_band: float = 0.02) -> dict[str, float | bool | None]:
+    """Is a memory series flat?  The last third's mean against the middle third's (the
+    first third is ramp-up), and a least-squares slope per sample over the last two thirds.
+
+    "Flat" = the change is within the noise band: the larger of twice the middle third's
+    standard deviation, ``rel_band`` of its mean and ``min_band_mb`` (USS moves by a few
+    MiB as allocator arenas and GC generations come and go)."""
+    import statistics
+
+    n = len(values)
+    if n < 6:
+        return {"flat": None, "middle_mb": None, "last_mb": None, "change_mb": None, "band_mb": None,
+                "slope_mb_per_sample": None}
+    middle, last = values[n // 3: 2 * n // 3], values[2 * n // 3:]
+    m_mean, l_mean = statistics.fmean(middle), statistics.fmean(last)
+    band = max(2 * statistics.pstdev(middle), rel_band * m_mean, min_band_mb)
+    tail = values[n // 3:]
+    xs = range(len(tail))
+    x_mean, y_mean = statistics.fmean(xs), statistics.fmean(tail)
+    sxx = sum((x - x_mean) ** 2 for x in xs)
+    slope = sum((x - x_mean) * (y - y_mean) for x, y in zip(xs, tail)) / sxx if sxx else 0.0
+    return {"flat": abs(l_mean - m_mean) <= band, "middle_mb": m_mean, "last_mb": l_mean,
+            "change_mb": l_mean - m_mean, "band_mb": band, "slope_mb_per_sample": slope}
