@@ -76,13 +76,15 @@ class PhaseMetrics:
 
 @ray.remote(num_cpus=0)
 class SessionHost:
-    def __init__(self, config: SessionConfig, store: StoreConfig) -> None:
+    """Named by the gateway's pool: a resume token names the actor holding the state."""
+
+    def __init__(self, config: SessionConfig, store: StoreConfig, name: str) -> None:
         self._config = config
         self._store_config = store
         self._store: StoreWriter | None = None
         self._inference = ServeInference(config)
         self._models: list[str] = []
-        self._sockets = SocketServer(config, self._new_connection)
+        self._sockets = SocketServer(config, name, self._new_session, self._connect)
         self._metrics = PhaseMetrics()
 
     async def ready(self) -> str:
@@ -96,17 +98,31 @@ class SessionHost:
         self._sockets.start()
         return self._sockets.path
 
-    def _new_connection(self, conn_id: str, owner: str, append_mode: bool) -> Connection:
-        session = Session(self._config, self._models, session_key=conn_id, owner=owner,
-                          append_mode=append_mode, clock=time.time)
+    def _new_session(self, conn_id: str, owner: str, append_mode: bool) -> Session:
+        return Session(self._config, self._models, session_key=conn_id, owner=owner,
+                       append_mode=append_mode, clock=time.time)
+
+    def _connect(self, session: Session) -> Connection:
         assert self._store is not None
         return Connection(session, self._inference, self._store, self._metrics.observe)
 
-    async def serve(self, conn_id: str) -> None:
-        """Run the handed-over WebSocket ``conn_id`` until it closes, then make its stored
-        responses and ledger lines durable (the client no longer waits on us)."""
+    async def serve(self, sock_id: str) -> str:
+        """Run the handed-over WebSocket ``sock_id`` until it closes, then make its stored
+        responses and ledger lines durable (the client no longer waits on us).  Returns
+        what became of the connection state (:class:`~actors.socket_server.SocketServer`)."""
         try:
-            await self._sockets.serve(conn_id)
+            return await self._sockets.serve(sock_id)
         finally:
             assert self._store is not None
             await self._store.flush()
+
+    async def wait_gone(self, conn_id: str) -> None:
+        """Returns when the parked state of ``conn_id`` is resumed-and-closed or expired."""
+        await self._sockets.wait_gone(conn_id)
+
+    async def drain(self, timeout_s: float) -> None:
+        """Shutdown: finish responses in flight (up to ``timeout_s``), close the sockets
+        with 1001, write what is pending to the store."""
+        await self._sockets.drain(timeout_s)
+        if self._store is not None:
+            await self._store.close()

@@ -19,6 +19,8 @@ class SessionConfig(BaseModel):
     connection_lifetime_s: float = Field(3600.0, gt=0, description="then websocket_connection_limit_reached")
     ping_interval_s: float | None = Field(20.0, description="keepalive pings to detect dead peers; None disables")
     ping_timeout_s: float | None = 20.0
+    resume_grace_s: float = Field(0.0, ge=0, description="opt-in resumable connections: keep a dropped "
+                                  "connection's state this long for its resume token; 0 = off")
     max_input_tokens: int = Field(400_000, ge=1, description="prompt tokens per request; more → 400")
     max_cached_tokens: int = Field(2_000_000, ge=1, description="tokens a connection caches over all "
                                    "lanes; beyond it the least recently used lanes are evicted")

@@ -43,6 +43,9 @@ class Connection:
         self._generations: dict[int, asyncio.Task[None]] = {}
         self._accepting = True
         self._closed = False
+        self._draining = False
+        self.server_ended = False  # the server, not the client, ended the connection
+        self.close_code = 1000  # of the close the server sends when it ends the connection
 
     # -- inbound
     def feed(self, data: str | bytes) -> None:
@@ -73,6 +76,8 @@ class Connection:
             self._generations[turn.turn_id] = self._spawn(self._run(turn))
         for load in fx.load:
             self._spawn(self._load(load))
+        if self._draining and self.session.idle:
+            self.end(1001)
 
     def _spawn(self, coro) -> asyncio.Task[None]:  # noqa: ANN001
         task = asyncio.get_running_loop().create_task(coro)
@@ -130,8 +135,24 @@ class Connection:
     def finish_with(self, frame: str) -> None:
         """Send ``frame`` as the last one and end ``events`` (e.g. the lifetime limit error)."""
         if self._accepting:
-            self._accepting = False
             self._out.put_nowait(frame)
+            self.end(1000)
+
+    def drain(self) -> None:
+        """Shutdown: refuse new creates (``server_shutting_down``), let the responses in
+        flight finish, then end the connection with 1001 (clients reconnect elsewhere)."""
+        self._draining = True
+        self.session.draining = True
+        if self.session.idle:
+            self.end(1001)
+
+    def end(self, code: int) -> None:
+        """The server ends the connection: ``events`` ends after what is queued, and the
+        socket closes with ``code``."""
+        if self._accepting:
+            self._accepting = False
+            self.server_ended = True
+            self.close_code = code
             self._out.put_nowait(None)
 
     async def close(self) -> None:

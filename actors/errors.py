@@ -121,3 +121,26 @@ class TooManyConnections(APIError):
         self.status = 429 if per_key else 503
         self.type = "rate_limit_exceeded" if per_key else "server_error"
         self.code = "rate_limit_exceeded" if per_key else "server_overloaded"
+
+
+class ServerShuttingDown(APIError):
+    """A create (or an upgrade) that arrives while the server drains for a shutdown or a
+    redeploy; responses already in flight finish (docs/reliability.md)."""
+
+    status = 503
+    type = "server_error"
+    code = "server_shutting_down"
+
+    def __init__(self) -> None:
+        super().__init__("The server is shutting down; open a new connection and retry.")
+
+
+class InvalidResumeToken(APIError):
+    """An upgrade presenting a resume token that does not resume anything: unknown, expired,
+    for another API key, or held on another node (one message for all: nothing leaks)."""
+
+    code = "invalid_resume_token"
+
+    def __init__(self) -> None:
+        super().__init__("The resume token is unknown or expired. Open a new connection without it; "
+                         "it starts with an empty connection state.")

@@ -28,6 +28,7 @@ from .errors import (
     InvalidRequest,
     PreviousResponseNotFound,
     ServerError,
+    ServerShuttingDown,
     StreamLimitReached,
 )
 from .prepare import Preparer
@@ -80,12 +81,29 @@ class Session(SteeringMixin, AppendMixin):
         self._waiting: dict[str, Waiting] = {}
         self._lru: list[Lane] = []  # lanes by last update, for the cache bound
         self.append_mode = append_mode
+        self.draining = False  # shutting down: no new responses
         self._ids = itertools.count()
 
     # ------------------------------------------------------------------ client side
     @property
     def inflight(self) -> int:
         return len(self._turns) + len(self._loading)
+
+    @property
+    def idle(self) -> bool:
+        return not (self._turns or self._loading or self._pending)
+
+    def on_disconnect(self) -> None:
+        """The socket is gone (its driver cancelled the model calls): responses in flight,
+        loading or queued are dropped; each lane keeps its latest finished response, so a
+        resumed connection continues from there (actors.resume)."""
+        for turn in self._turns.values():
+            self._lanes[turn.lane].busy = False
+        for lane_name, *_ in self._loading.values():
+            self._lanes[lane_name].busy = False
+        self._turns.clear()
+        self._loading.clear()
+        self._pending.clear()
 
     def on_frame(self, data: str | bytes) -> Effects:
         """One client frame.  Errors become ``error`` events; the session stays usable."""
@@ -107,6 +125,8 @@ class Session(SteeringMixin, AppendMixin):
         """A parsed ``response.create`` (the HTTP path enters here, with its own timer)."""
         timer = timer or PhaseTimer(self._perf)
         lane = event.stream_id
+        if self.draining:
+            return Effects(events=[error_event(ServerShuttingDown(), stream_id=lane)])
         try:
             with timer.phase("model_resolution"):
                 event.model = self._prep.resolve_model(event.model)

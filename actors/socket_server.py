@@ -13,12 +13,13 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import socket
-import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from websockets.asyncio.server import Server, ServerConnection
+from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.extensions.permessage_deflate import ServerPerMessageDeflateFactory
 from websockets.http11 import Request, Response
@@ -26,19 +27,43 @@ from websockets.server import ServerProtocol
 
 from .config import SessionConfig
 from .connection import Connection
-from .errors import ConnectionLimitReached
-from .protocol import encode, error_event
+from .errors import ConnectionLimitReached, InvalidResumeToken
+from .protocol import encode, error_event, http_error_body
+from .resume import RESUME_HEADER, Held, ResumeRegistry, make_token, new_secret
 
 log = logging.getLogger(__name__)
 
 RESPONSES_PATH = "/v1/responses"
+SUPERSEDE_WAIT_S = 1.0  # how long a superseded socket gets to close cleanly
+# A peer that stopped reading (vanished, or a failed keepalive ping) cannot complete the
+# closing handshake: give up on it after this long, which ends its generations.
+CLOSE_TIMEOUT_S = 2.0
 
 
-def send_socket(uds_path: str, conn_id: str, owner: str, append_mode: bool, sock: socket.socket) -> None:
-    """Gateway side: hand ``sock`` (authenticated as ``owner``) to the actor at ``uds_path``."""
+@dataclass(frozen=True, slots=True)
+class Handoff:
+    """What the gateway sends along with a socket: which connection state it carries
+    (``resume``: the secret of a parked state to take back, else a new one)."""
+
+    sock_id: str
+    conn_id: str
+    owner: str
+    append_mode: bool = False
+    resume: str | None = None
+
+
+def handoff_path(actor_name: str) -> str:
+    """Where the actor named ``actor_name`` receives sockets (Linux abstract namespace: shared
+    by the processes of one node, nothing to clean up when the actor dies)."""
+    return f"\0responses-ws-{actor_name}"
+
+
+def send_socket(uds_path: str, handoff: Handoff, sock: socket.socket) -> None:
+    """Gateway side: hand ``sock`` to the actor at ``uds_path``.  The caller keeps its own
+    copy of the descriptor (to close the socket with 1011 should the actor die)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as uds:
         uds.connect(uds_path)
-        socket.send_fds(uds, [json.dumps([conn_id, owner, append_mode]).encode()], [sock.fileno()])
+        socket.send_fds(uds, [json.dumps(asdict(handoff)).encode()], [sock.fileno()])
 
 
 class _HandoffServer(Server):
@@ -50,28 +75,40 @@ class _HandoffServer(Server):
 
 
 class SocketServer:
-    """Receives handed-over sockets and runs one WebSocket connection on each."""
+    """Receives handed-over sockets and runs one WebSocket connection on each.
 
-    def __init__(self, config: SessionConfig, new_connection: Callable[[str, str, bool], Connection]) -> None:
+    ``serve(sock_id)`` ends with the socket and says what became of its connection state:
+    ``closed`` (dropped), ``parked`` (kept for a resume, see :mod:`actors.resume`), ``moved``
+    (a resume took it to a newer socket) or ``refused`` (the upgrade was answered with an
+    error, or never completed)."""
+
+    def __init__(self, config: SessionConfig, actor_name: str,
+                 new_session: Callable[[str, str, bool], Any],
+                 connect: Callable[[Any], Connection]) -> None:
         self._config = config
-        self._new_connection = new_connection
-        # Linux abstract namespace: no file to clean up when the actor dies.
-        self.path = f"\0responses-ws-{uuid.uuid4().hex}"
+        self._name = actor_name
+        self._new_session = new_session
+        self._connect = connect
+        self.path = handoff_path(actor_name)
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listener.bind(self.path)
         self._listener.listen(64)
         self._listener.setblocking(False)
-        self._arrived: dict[str, asyncio.Future[tuple[socket.socket, str, bool]]] = {}
+        self._arrived: dict[str, asyncio.Future[tuple[socket.socket, Handoff]]] = {}
         self._server: Server | None = None
         self._accepting: asyncio.Task[None] | None = None
-        self._ended: dict[str, asyncio.Future[None]] = {}
+        self._ended: dict[str, asyncio.Future[str]] = {}
+        self._live: dict[str, Connection] = {}
+        self.registry = ResumeRegistry(config.resume_grace_s)
+        self._draining = False
 
     def start(self) -> None:
-        self._server = _HandoffServer(self._handle, process_request=self._check_request, open_timeout=10)
+        self._server = _HandoffServer(self._handle, process_request=self._check_request,
+                                      process_response=self._add_token, open_timeout=10)
         self._accepting = asyncio.get_running_loop().create_task(self._accept_handoffs())
 
-    def _future(self, conn_id: str) -> asyncio.Future[tuple[socket.socket, str, bool]]:
-        return self._arrived.setdefault(conn_id, asyncio.get_running_loop().create_future())
+    def _future(self, sock_id: str) -> asyncio.Future[tuple[socket.socket, Handoff]]:
+        return self._arrived.setdefault(sock_id, asyncio.get_running_loop().create_future())
 
     async def _accept_handoffs(self) -> None:
         loop = asyncio.get_running_loop()
@@ -86,50 +123,102 @@ class SocketServer:
                     loop.remove_reader(uds.fileno())
                 msg, fds, _, _ = socket.recv_fds(uds, 4096, 1)
                 if fds:
-                    conn_id, owner, append_mode = json.loads(msg)
-                    fut = self._future(conn_id)
+                    handoff = Handoff(**json.loads(msg))
+                    fut = self._future(handoff.sock_id)
                     if fut.done():
-                        os.close(fds[0])
+                        socket.socket(fileno=fds[0]).close()
                     else:
-                        fut.set_result((socket.socket(fileno=fds[0]), owner, append_mode))
-            except OSError:
+                        fut.set_result((socket.socket(fileno=fds[0]), handoff))
+            except (OSError, TypeError, ValueError):
                 log.exception("socket handoff failed")
             finally:
                 uds.close()
 
-    async def serve(self, conn_id: str) -> None:
-        """Run the WebSocket connection ``conn_id`` until it closes."""
+    async def serve(self, sock_id: str) -> str:
+        """Run the WebSocket on the handed-over socket ``sock_id`` until it closes."""
         loop = asyncio.get_running_loop()
-        sock, owner, append_mode = await asyncio.wait_for(self._future(conn_id), timeout=30)
-        ended = self._ended[conn_id] = loop.create_future()
+        sock, handoff = await asyncio.wait_for(self._future(sock_id), timeout=30)
+        ended = self._ended[sock_id] = loop.create_future()
         cfg = self._config
 
         def factory() -> ServerConnection:
             protocol = ServerProtocol(extensions=[ServerPerMessageDeflateFactory()],
                                       max_size=cfg.max_frame_bytes)
             conn = ServerConnection(protocol, self._server, ping_interval=cfg.ping_interval_s,
-                                    ping_timeout=cfg.ping_timeout_s, max_queue=64)
-            conn.conn_id, conn.owner, conn.append_mode = conn_id, owner, append_mode  # type: ignore[attr-defined]
+                                    ping_timeout=cfg.ping_timeout_s, close_timeout=CLOSE_TIMEOUT_S,
+                                    max_queue=64)
+            conn.handoff = handoff  # type: ignore[attr-defined]
+            conn.secret = handoff.resume or new_secret()  # type: ignore[attr-defined]
+            conn.accepted = False  # type: ignore[attr-defined]
             return conn
 
         try:
-            await loop.connect_accepted_socket(factory, sock)
-            await ended
+            _, ws = await loop.connect_accepted_socket(factory, sock)
+            await asyncio.wait([ended, ws.connection_lost_waiter], return_when=asyncio.FIRST_COMPLETED)
+            if ended.done() or ws.accepted:  # type: ignore[attr-defined]
+                return await ended
+            return "refused"  # the upgrade was answered with an error, or never completed
         finally:
-            self._arrived.pop(conn_id, None)
-            self._ended.pop(conn_id, None)
+            self._arrived.pop(sock_id, None)
+            self._ended.pop(sock_id, None)
 
     def _check_request(self, ws: ServerConnection, request: Request) -> Response | None:
         if request.path.split("?", 1)[0].rstrip("/") != RESPONSES_PATH:
             return ws.respond(404, "Not Found\n")
+        handoff: Handoff = ws.handoff  # type: ignore[attr-defined]
+        if handoff.resume is not None:
+            try:
+                self.registry.check(handoff.conn_id, handoff.resume, handoff.owner)
+            except InvalidResumeToken as exc:
+                return _json_response(*http_error_body(exc))
         return None
 
+    def _add_token(self, ws: ServerConnection, request: Request, response: Response) -> None:
+        if response.status_code == 101:
+            ws.accepted = True  # type: ignore[attr-defined]
+            if self.registry.enabled:
+                handoff: Handoff = ws.handoff  # type: ignore[attr-defined]
+                response.headers[RESUME_HEADER] = make_token(self._name, handoff.conn_id, ws.secret)  # type: ignore[attr-defined]
+
+    async def _attach(self, ws: ServerConnection) -> Held | None:
+        """The connection state this socket carries: a new one, or a resumed one taken
+        over from its parked (or still live) previous socket."""
+        handoff: Handoff = ws.handoff  # type: ignore[attr-defined]
+        if handoff.resume is None:
+            session = self._new_session(handoff.conn_id, handoff.owner, handoff.append_mode)
+            deadline = asyncio.get_running_loop().time() + self._config.connection_lifetime_s
+            held = Held(handoff.conn_id, handoff.owner, ws.secret, session, deadline)  # type: ignore[attr-defined]
+            self.registry.add(held)
+            return held
+        try:
+            held = self.registry.check(handoff.conn_id, handoff.resume, handoff.owner)
+        except InvalidResumeToken:
+            await ws.close(1008, "resume token expired")  # between the upgrade and now
+            return None
+        self.registry.claim(held)
+        old: ServerConnection | None = held.socket
+        if old is not None:  # the old socket may be dead without the server knowing yet
+            held.superseded = True
+            with contextlib.suppress(TimeoutError, ConnectionClosed):
+                await asyncio.wait_for(old.close(1000, "resumed on another connection"), SUPERSEDE_WAIT_S)
+            if not old.transport.is_closing():
+                old.transport.abort()
+            await held.detached.wait()
+        return held
+
     async def _handle(self, ws: ServerConnection) -> None:
-        conn = self._new_connection(ws.conn_id, ws.owner, ws.append_mode)  # type: ignore[attr-defined]
-        conn_id: str = ws.conn_id  # type: ignore[attr-defined]
-        sender = asyncio.get_running_loop().create_task(self._send_loop(ws, conn))
-        timer = asyncio.get_running_loop().call_later(
-            self._config.connection_lifetime_s, self._expire, conn)
+        handoff: Handoff = ws.handoff  # type: ignore[attr-defined]
+        held = await self._attach(ws)
+        if held is None:
+            self._end(handoff.sock_id, "refused")
+            return
+        held.socket, held.superseded, held.detached = ws, False, asyncio.Event()
+        conn = self._live[handoff.sock_id] = self._connect(held.session)
+        loop = asyncio.get_running_loop()
+        sender = loop.create_task(self._send_loop(ws, conn))
+        timer = loop.call_at(held.lifetime_deadline, self._expire, conn)
+        if self._draining:
+            conn.drain()
         try:
             async for message in ws:
                 conn.feed(message)
@@ -141,9 +230,24 @@ class SocketServer:
             await conn.close()
             with contextlib.suppress(BaseException):
                 await sender
-            ended = self._ended.get(conn_id)
-            if ended is not None and not ended.done():
-                ended.set_result(None)
+            del self._live[handoff.sock_id]
+            held.session.on_disconnect()
+            held.socket = None
+            if held.superseded:
+                outcome = "moved"
+                held.detached.set()
+            elif self.registry.enabled and not conn.server_ended and not self._draining:
+                self.registry.park(held)
+                outcome = "parked"
+            else:
+                self.registry.discard(held)
+                outcome = "closed"
+            self._end(handoff.sock_id, outcome)
+
+    def _end(self, sock_id: str, outcome: str) -> None:
+        ended = self._ended.get(sock_id)
+        if ended is not None and not ended.done():
+            ended.set_result(outcome)
 
     def _expire(self, conn: Connection) -> None:
         minutes = self._config.connection_lifetime_s / 60
@@ -158,15 +262,43 @@ class SocketServer:
                 with _corked(sock, len(batch) > 1):
                     for event in batch:
                         await ws.send(event if isinstance(event, str) else encode(event))
-            # frames() ended without a client close: the server ends the connection (1000).
-            await ws.close(1000)
+            # events() ended without a client close: the server ends the connection
+            # (1000, or 1001 when draining for a shutdown).
+            await ws.close(conn.close_code)
         except ConnectionClosed:
             pass
+
+    async def wait_gone(self, conn_id: str) -> None:
+        await self.registry.wait_gone(conn_id)
+
+    async def drain(self, timeout_s: float) -> None:
+        """Shutdown: take no more sockets, drop parked states, let responses in flight
+        finish for up to ``timeout_s``, then close every socket with 1001."""
+        self._draining = True
+        self.close()
+        self.registry.discard_parked()
+        for conn in list(self._live.values()):
+            conn.drain()
+        pending = list(self._ended.values())
+        if pending:
+            await asyncio.wait(pending, timeout=timeout_s)
+        for conn in list(self._live.values()):
+            conn.end(1001)
+        pending = [f for f in self._ended.values() if not f.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=5)
 
     def close(self) -> None:
         if self._accepting is not None:
             self._accepting.cancel()
         self._listener.close()
+
+
+def _json_response(status: int, body: dict) -> Response:
+    payload = json.dumps(body).encode()
+    headers = Headers([("Content-Type", "application/json"), ("Content-Length", str(len(payload))),
+                       ("Connection", "close")])
+    return Response(status, "Bad Request" if status == 400 else "Error", headers, payload)
 
 
 @contextlib.contextmanager

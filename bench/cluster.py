@@ -18,13 +18,13 @@ from typing import Any
 
 import yaml
 
-ENV = {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1", "RAY_USAGE_STATS_ENABLED": "0"}
+from serve.builder import RAY_ENV
 
 
 class SimulatedCluster:
     def __init__(self, *, session_nodes: int = 2, accelerator_nodes: int = 1, accelerators_per_node: int = 2,
                  object_store_mb: int = 80, session_node_cpus: int = 1) -> None:
-        for k, v in ENV.items():  # inherited by every raylet and worker started below
+        for k, v in RAY_ENV.items():  # inherited by every raylet and worker started below
             os.environ.setdefault(k, v)
         import ray
         from ray.cluster_utils import Cluster

@@ -30,7 +30,9 @@ def gateway_options(server: ServerConfig) -> dict[str, Any]:
     actor: dict[str, Any] = {"num_cpus": 0}
     if server.gateway_resources:
         actor["resources"] = dict(server.gateway_resources)
-    options: dict[str, Any] = {"num_replicas": server.gateway_replicas, "ray_actor_options": actor}
+    options: dict[str, Any] = {"num_replicas": server.gateway_replicas, "ray_actor_options": actor,
+                               # Serve kills a replica this long after asking it to stop.
+                               "graceful_shutdown_timeout_s": server.drain_timeout_s + 10}
     if server.gateway_max_replicas_per_node is not None:
         options["max_replicas_per_node"] = server.gateway_max_replicas_per_node
     return options
@@ -47,7 +49,11 @@ def app_builder(args: dict[str, Any]) -> Application:
 # gRPC between handles and replicas) cuts a turn's Serve hop roughly in half on this
 # machine (docs/architecture.md).  It must be in the environment of every Ray process, so
 # it is set before an embedded Ray starts; a cluster you join must be started with it.
-RAY_ENV = {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1", "RAY_USAGE_STATS_ENABLED": "0"}
+# That mode also turns on Serve's direct ingress, which keeps a stopping ingress replica
+# "reachable" for 30 s before its destructor runs; the gateway runs its own listener, so
+# the wait only delays the drain (docs/reliability.md): 1 s.
+RAY_ENV = {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1", "RAY_USAGE_STATS_ENABLED": "0",
+           "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "1"}
 
 
 def init_ray(address: str | None = None, *, object_store_mb: int = 256, num_cpus: int | None = None) -> None:

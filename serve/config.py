@@ -28,6 +28,7 @@ class ServerConfig(BaseModel):
     gateway_replicas: int = Field(1, ge=1, description="gateway replicas sharing the port (SO_REUSEPORT)")
     max_connections: int = Field(4096, ge=1, description="open WebSockets per gateway replica; more → 503")
     max_connections_per_key: int = Field(1024, ge=1, description="open WebSockets per API key and replica; more → 429")
+    drain_timeout_s: float = Field(30.0, gt=0, description="on shutdown/redeploy, how long responses in flight may finish")
     api_keys: tuple[str, ...] = Field((), description="accepted keys; empty = any key is accepted")
     api_keys_file: str | None = Field(None, description="a file with one accepted key per line")
     # Placement (clusters).  A gateway hands WebSockets to session actors on its own node, so

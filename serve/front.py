@@ -49,13 +49,24 @@ def request_headers(head: bytes) -> dict[str, str]:
 def refuse(sock: socket.socket, status: int, body: dict) -> None:
     """Answer a not-yet-upgraded request with an HTTP error and close (no socket opens)."""
     payload = json.dumps(body).encode()
-    reason = {401: "Unauthorized", 429: "Too Many Requests", 503: "Service Unavailable"}.get(status, "Error")
+    reason = {400: "Bad Request", 401: "Unauthorized", 429: "Too Many Requests", 500: "Internal Server Error",
+              503: "Service Unavailable"}.get(status, "Error")
     head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n").encode()
     with contextlib.suppress(OSError):
         sock.setblocking(True)
         sock.settimeout(2)
         sock.sendall(head + payload)
+    sock.close()
+
+
+def close_websocket(sock: socket.socket, code: int, reason: str) -> None:
+    """Send a WebSocket close frame on a socket whose session actor is gone, and close it.
+    (A frame the actor was writing when it died may be cut short: a client then sees a
+    protocol error rather than this close.)"""
+    payload = code.to_bytes(2, "big") + reason.encode()[:120]
+    with contextlib.suppress(OSError):
+        sock.send(bytes([0x88, len(payload)]) + payload)
     sock.close()
 
 
@@ -144,9 +155,17 @@ class Front:
                 sock.close()
 
     def close(self) -> None:
+        """Stop accepting connections (those already accepted go on)."""
         for task in self._tasks:
             task.cancel()
         self._listener.close()
+
+    async def drain_http(self, timeout_s: float) -> None:
+        """Let HTTP requests in flight finish; keep-alive connections close after them."""
+        for protocol in list(self._state.connections):
+            protocol.shutdown()
+        if self._state.tasks:
+            await asyncio.wait(list(self._state.tasks), timeout=timeout_s)
 
 
 def _set_once(fut: asyncio.Future[None]) -> None:

@@ -10,10 +10,12 @@ served in-process.  docs/architecture.md has the measurements behind this choice
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import socket
 import uuid
 from collections import Counter
+from typing import Any
 
 import ray
 import uvicorn
@@ -22,16 +24,30 @@ from ray.serve.handle import DeploymentHandle
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.actor import PhaseMetrics, ServeInference, SessionHost
-from actors.errors import APIError, TooManyConnections
+from actors.errors import (
+    APIError,
+    InvalidResumeToken,
+    ServerError,
+    ServerShuttingDown,
+    TooManyConnections,
+)
 from actors.protocol import http_error_body
-from actors.socket_server import send_socket
+from actors.resume import RESUME_HEADER, parse_token
+from actors.socket_server import Handoff, handoff_path, send_socket
 from actors.store import open_store
 from actors.store_writer import StoreWriter
 
 from .app import build_app
 from .auth import KeyRing
 from .config import AppConfig
-from .front import Front, bind_socket, refuse, request_headers, wants_append_mode
+from .front import (
+    Front,
+    bind_socket,
+    close_websocket,
+    refuse,
+    request_headers,
+    wants_append_mode,
+)
 from .http_api import add_http_routes
 from .pool import ActorPool, Lease
 
@@ -48,13 +64,16 @@ class Gateway:
         self._open: Counter[str] = Counter()  # open WebSockets per owner
         self._store = StoreWriter(open_store(cfg.store))
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        self._prefix = uuid.uuid4().hex[:12]
+        self._sock_ids = itertools.count()
+        self._draining = False
         self._pool = ActorPool(
-            create=lambda: SessionHost.options(num_cpus=0, scheduling_strategy=here).remote(
-                cfg.session, cfg.store),
+            create=lambda name: SessionHost.options(name=name, num_cpus=0, scheduling_strategy=here).remote(
+                cfg.session, cfg.store, name),
             kill=lambda actor: ray.kill(actor, no_restart=True),
             per_actor=cfg.session.connections_per_actor,
             warm=cfg.session.warm_actors,
-            prefix=uuid.uuid4().hex[:12],
+            prefix=f"rws-{self._prefix}",
         )
         await self._pool.warm_up()
         self._connections: set[asyncio.Task[None]] = set()
@@ -73,23 +92,45 @@ class Gateway:
 
     async def _handoff(self, sock: socket.socket, head: bytes) -> None:
         headers = request_headers(head)
+        token = headers.get(RESUME_HEADER)
         try:
             owner = self._keys.owner(headers)
+            if self._draining:
+                raise ServerShuttingDown()
+            resume = parse_token(token) if token is not None else None
             self._admit_connection(owner)
         except APIError as exc:
-            refuse(sock, *http_error_body(exc))  # 401/429/503 on the upgrade: no socket opens
+            refuse(sock, *http_error_body(exc))  # 400/401/429/503 on the upgrade: no socket opens
             return
+        lease: Lease | None = None
         try:
-            lease = await self._pool.acquire()
-            send_socket(lease.host.handoff_path, lease.conn_id, owner, wants_append_mode(head, headers), sock)
-        except BaseException:
+            if resume is None:
+                lease = await self._pool.acquire()
+                actor, path, conn_id, secret = lease.host.actor, lease.host.handoff_path, lease.conn_id, None
+            else:
+                name, conn_id, secret = resume
+                actor, path = self._resume_target(name)
+            sock_id = f"{self._prefix}-s{next(self._sock_ids)}"
+            send_socket(path, Handoff(sock_id, conn_id, owner, wants_append_mode(head, headers), secret), sock)
+        except Exception as exc:  # noqa: BLE001 - the actor is gone (or on another node)
             self._open[owner] -= 1
-            raise
-        finally:
-            sock.close()  # the actor holds its own copy now (or the client sees a closed socket)
-        task = asyncio.get_running_loop().create_task(self._run(lease, owner))
+            if lease is not None:
+                self._pool.release(lease, dead=True)
+            log.warning("handing a socket over failed: %r", exc)
+            refuse(sock, *http_error_body(InvalidResumeToken() if resume else ServerError()))
+            return
+        # We keep our copy of the socket while the actor serves it: should the actor die,
+        # the client still gets a clean close (1011) rather than a dead TCP connection.
+        task = asyncio.get_running_loop().create_task(self._watch(actor, sock_id, conn_id, owner, sock, lease))
         self._connections.add(task)
         task.add_done_callback(self._connections.discard)
+
+    def _resume_target(self, actor_name: str) -> tuple[Any, str]:
+        """The actor a resume token names (any gateway on its node can reach it)."""
+        try:
+            return ray.get_actor(actor_name), handoff_path(actor_name)
+        except ValueError:
+            raise InvalidResumeToken() from None
 
     def _admit_connection(self, owner: str) -> None:
         limits = self._limits
@@ -101,22 +142,53 @@ class Gateway:
                 per_key=True)
         self._open[owner] += 1
 
-    async def _run(self, lease: Lease, owner: str) -> None:
-        dead = False
+    async def _watch(self, actor: Any, sock_id: str, conn_id: str, owner: str, sock: socket.socket,
+                     lease: Lease | None) -> None:
+        """Follow one handed-over socket until it ends.  The lease (the actor's slot) is
+        held by the socket that created the connection state, until that state is gone —
+        which for a parked or resumed state is later than the socket's end."""
+        outcome, dead = "closed", False
         try:
-            await lease.host.actor.serve.remote(lease.conn_id)
-        except Exception:  # noqa: BLE001 - the actor died; its connection is gone with it
-            log.exception("session actor failed")
+            outcome = await actor.serve.remote(sock_id)
+        except Exception:  # noqa: BLE001 - the actor died, with the connection's state
+            log.warning("session actor died while serving a connection")
             dead = True
+            close_websocket(sock, 1011, "session ended by a server fault")
         finally:
-            self._pool.release(lease, dead=dead)
+            sock.close()
             self._open[owner] -= 1
+        if lease is None:
+            return
+        if outcome in ("parked", "moved") and not dead:
+            try:
+                await actor.wait_gone.remote(conn_id)
+            except Exception:  # noqa: BLE001
+                dead = True
+        self._pool.release(lease, dead=dead)
+
+    async def stats(self) -> dict[str, Any]:
+        """Open sockets and the session-actor pool (no keys, no ids): for operators and
+        the fault-injection tests."""
+        return {"open_connections": sum(self._open.values()), "draining": self._draining,
+                **self._pool.stats()}
 
     async def check_health(self) -> None:
         if self._serving.done():
             raise RuntimeError("gateway listener stopped")
 
     async def __del__(self) -> None:
+        """Graceful shutdown (Serve calls this on delete, redeploy and scale-down): take no
+        new connections (other replicas on the node still do), let HTTP requests and
+        WebSocket responses in flight finish for up to ``server.drain_timeout_s``, close
+        the sockets with 1001, write everything pending to the store."""
+        self._draining = True
         self._front.close()
+        timeout = self._limits.drain_timeout_s
+        log.info("draining: no new connections; up to %.0f s for work in flight", timeout)
+        await asyncio.gather(self._front.drain_http(timeout),
+                             *(host.actor.drain.remote(timeout) for host in self._pool.hosts()),
+                             return_exceptions=True)
+        if self._connections:
+            await asyncio.wait(self._connections, timeout=5)
         await self._store.close()  # pending stored responses and ledger lines are written
         self._pool.shutdown()

@@ -7,7 +7,8 @@ hosts one connection at a time.  A connection's state lives in objects the actor
 the connection ends, so an idle actor is reused for a later connection while the pool has
 no more than ``warm`` free slots, and killed beyond that — connection churn then costs no
 actor start-ups.  With ``per_actor > 1`` an actor hosts several connections at once.
-Dead actors are dropped.  Ray specifics are injected.
+Dead actors are dropped.  Actors are named (``<prefix>-a<n>``): a resume token names the
+actor that holds a connection's state.  Ray specifics are injected.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class Lease:
 class ActorPool:
     def __init__(
         self,
-        create: Callable[[], Any],
+        create: Callable[[str], Any],  # the actor's name → a started actor
         kill: Callable[[Any], None],
         *,
         per_actor: int,
@@ -52,16 +53,19 @@ class ActorPool:
         self._prefix = prefix
         self._ids = itertools.count()
         self._hosts: list[Host] = []  # hosts with a free slot, oldest first
+        self._all: set[Host] = set()  # every live host
         self._starting: set[asyncio.Task[None]] = set()
 
     async def _new_host(self) -> Host:
-        actor = self._create()
+        actor = self._create(f"{self._prefix}-a{next(self._ids)}")
         try:
             path = await actor.ready.remote()
         except BaseException:
             self._kill(actor)
             raise
-        return Host(actor, path, self._per_actor)
+        host = Host(actor, path, self._per_actor)
+        self._all.add(host)
+        return host
 
     def _top_up(self) -> None:
         """Keep ``warm`` free slots ready, starting actors in the background."""
@@ -77,6 +81,7 @@ class ActorPool:
             self._hosts.append(await self._new_host())
         except Exception:  # noqa: BLE001 - the next acquire starts one on demand
             log.exception("could not start a session actor")
+        self._trim()  # an acquire may have started its own actor meanwhile
 
     async def acquire(self) -> Lease:
         host = next((h for h in self._hosts if h.free > 0), None)
@@ -94,23 +99,42 @@ class ActorPool:
         beyond the warm count)."""
         host = lease.host
         host.free += 1
-        idle = host.free == self._per_actor
-        others = sum(h.free for h in self._hosts if h is not host)
-        if dead or (idle and others >= self._warm):
-            if host in self._hosts:
-                self._hosts.remove(host)
-            self._kill(host.actor)
+        if dead:
+            self._stop(host)
         elif host not in self._hosts:
             self._hosts.append(host)
+        self._trim()
         self._top_up()
+
+    def _trim(self) -> None:
+        """Stop idle actors, newest first, while the others keep ``warm`` free slots."""
+        for host in list(reversed(self._hosts)):
+            free = sum(h.free for h in self._hosts)
+            if host.free == self._per_actor and free - host.free >= self._warm:
+                self._stop(host)
+
+    def _stop(self, host: Host) -> None:
+        if host in self._hosts:
+            self._hosts.remove(host)
+        self._all.discard(host)
+        self._kill(host.actor)
 
     async def warm_up(self) -> None:
         self._top_up()
         await asyncio.gather(*self._starting, return_exceptions=True)
 
+    def hosts(self) -> list[Host]:
+        """Every live host, busy or not."""
+        return list(self._all)
+
+    def stats(self) -> dict[str, int]:
+        return {"actors": len(self._all), "free_slots": sum(h.free for h in self._hosts),
+                "starting": len(self._starting)}
+
     def shutdown(self) -> None:
         for task in self._starting:
             task.cancel()
-        for host in self._hosts:
+        for host in self._all:
             self._kill(host.actor)
         self._hosts.clear()
+        self._all.clear()

@@ -12,9 +12,9 @@ class FakeActor:
 
     made = 0
 
-    def __init__(self) -> None:
+    def __init__(self, name: str) -> None:
         FakeActor.made += 1
-        self.name = f"actor-{FakeActor.made}"
+        self.name = name
         outer = self
 
         class _Ready:
@@ -87,5 +87,21 @@ def test_a_dead_actor_is_dropped():
         pool.release(lease, dead=True)
         assert killed == [lease.host.actor]
         assert (await pool.acquire()).host is not lease.host
+
+    asyncio.run(main())
+
+
+def test_an_actor_started_on_demand_during_a_top_up_does_not_leave_an_extra_idle_actor():
+    async def main():
+        pool, killed = make_pool(per_actor=1, warm=1)
+        await pool.warm_up()
+        a = await pool.acquire()  # starts a spare in the background
+        b = await pool.acquire()  # the spare has not landed: b's actor is started on demand
+        await asyncio.sleep(0.01)  # the spare lands
+        pool.release(a)
+        pool.release(b)
+        assert pool.stats() == {"actors": 1, "free_slots": 1, "starting": 0}, "exactly the warm count is left"
+        assert len(killed) == 2
+        pool.shutdown()
 
     asyncio.run(main())

@@ -1,0 +1,111 @@
+"""Resumable connections: opt-in, beyond the reference API (docs/reliability.md).
+
+With ``session.resume_grace_s > 0`` the upgrade response of every WebSocket carries a resume
+token in the header ``x-responses-ws-resume-token``.  When the socket ends and the server
+did not end it, the connection's state (its session: lanes, cached ``store:false``
+responses) stays parked in the session actor's memory for the grace window.  An upgrade
+that presents the token in the same header, with the same API key, within the window gets
+that state back on the new socket; a live socket still holding it is closed (1000) first.
+Responses in flight when the old socket ended are cancelled, not replayed.
+
+The token names the actor holding the state (so any gateway on its node can route the new
+socket there), the connection, and a random secret checked in constant time.  No Ray here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import InvalidResumeToken
+
+RESUME_HEADER = "x-responses-ws-resume-token"
+_VERSION = "rws1"
+
+
+def new_secret() -> str:
+    return secrets.token_urlsafe(24)
+
+
+def make_token(actor_name: str, conn_id: str, secret: str) -> str:
+    return f"{_VERSION}.{actor_name}.{conn_id}.{secret}"
+
+
+def parse_token(token: str) -> tuple[str, str, str]:
+    """``(actor_name, conn_id, secret)`` of a presented token; :class:`InvalidResumeToken`
+    when it is not one of ours."""
+    parts = token.strip().split(".")
+    if len(parts) != 4 or parts[0] != _VERSION or not all(parts[1:]):
+        raise InvalidResumeToken()
+    return parts[1], parts[2], parts[3]
+
+
+@dataclass(eq=False)
+class Held:
+    """One connection's state across the sockets that carry it."""
+
+    conn_id: str
+    owner: str
+    secret: str
+    session: Any  # actors.session.Session
+    lifetime_deadline: float  # loop time: the lifetime limit counts from the first socket
+    socket: Any | None = None  # the WebSocket carrying it now, if any
+    superseded: bool = False  # a resume took over the live socket
+    detached: asyncio.Event = field(default_factory=asyncio.Event)  # the live socket let go
+    expiry: asyncio.TimerHandle | None = None
+    gone: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+class ResumeRegistry:
+    """The connection states one actor holds, live or parked for ``grace_s``."""
+
+    def __init__(self, grace_s: float) -> None:
+        self.grace_s = grace_s
+        self._held: dict[str, Held] = {}
+
+    @property
+    def enabled(self) -> bool:
+        return self.grace_s > 0
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def add(self, held: Held) -> None:
+        self._held[held.conn_id] = held
+
+    def check(self, conn_id: str, secret: str, owner: str) -> Held:
+        """The state a resume may take, or :class:`InvalidResumeToken` (one answer for an
+        unknown id, a wrong secret and another key's token)."""
+        held = self._held.get(conn_id)
+        if held is None or not hmac.compare_digest(held.secret, secret) or held.owner != owner:
+            raise InvalidResumeToken()
+        return held
+
+    def park(self, held: Held) -> None:
+        """The socket ended: keep the state for the grace window."""
+        held.expiry = asyncio.get_running_loop().call_later(self.grace_s, self.discard, held)
+
+    def claim(self, held: Held) -> None:
+        """A resume took the state: it is no longer counting down."""
+        if held.expiry is not None:
+            held.expiry.cancel()
+            held.expiry = None
+
+    def discard(self, held: Held) -> None:
+        self.claim(held)
+        if self._held.get(held.conn_id) is held:
+            del self._held[held.conn_id]
+        if not held.gone.done():
+            held.gone.set_result(None)
+
+    def discard_parked(self) -> None:
+        for held in [h for h in self._held.values() if h.socket is None]:
+            self.discard(held)
+
+    async def wait_gone(self, conn_id: str) -> None:
+        held = self._held.get(conn_id)
+        if held is not None:
+            await asyncio.shield(held.gone)
