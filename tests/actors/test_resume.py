@@ -1,0 +1,41 @@
+"""The resume registry and token format (pure logic; the end-to-end behaviour is in
+tests/integration/test_resume.py)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from actors.errors import InvalidResumeToken
+from actors.resume import Held, ResumeRegistry, make_token, new_secret, parse_token
+
+
+def test_a_token_round_trips_and_anything_else_is_refused():
+    secret = new_secret()
+    assert parse_token(make_token("rws-abc-a1", "rws-abc-7", secret)) == ("rws-abc-a1", "rws-abc-7", secret)
+    for bad in ("", "rws1", "rws1.a.b", "rws2.a.b.c", "rws1..b.c", "rws1.a.b.c.d"):
+        with pytest.raises(InvalidResumeToken):
+            parse_token(bad)
+
+
+def test_check_needs_the_right_secret_and_owner_and_a_parked_state_expires():
+    async def main():
+        registry = ResumeRegistry(grace_s=0.05)
+        held = Held("c1", "owner-a", "s3cret", session=object(), lifetime_deadline=0.0)
+        registry.add(held)
+        assert registry.check("c1", "s3cret", "owner-a") is held
+        for conn, secret, owner in (("c1", "wrong", "owner-a"), ("c1", "s3cret", "owner-b"), ("c2", "s3cret", "owner-a")):
+            with pytest.raises(InvalidResumeToken):
+                registry.check(conn, secret, owner)
+        registry.park(held)
+        registry.claim(held)  # a resume stops the countdown
+        await asyncio.sleep(0.1)
+        assert registry.check("c1", "s3cret", "owner-a") is held
+        registry.park(held)
+        await asyncio.wait_for(registry.wait_gone("c1"), 1)
+        assert len(registry) == 0
+        with pytest.raises(InvalidResumeToken):
+            registry.check("c1", "s3cret", "owner-a")
+
+    asyncio.run(main())
