@@ -169,3 +169,36 @@ def test_when_resume_is_off_no_token_is_given(ws_url):
             assert HEADER not in ws.response.headers
 
     run(main())
+
+
+def test_the_openai_sdk_reconnects_with_the_token_from_on_reconnecting(resume_url):
+    """The SDK reconnects by itself on an abnormal close; its ``on_reconnecting`` hook sends
+    the token, so a ``store:false`` chain survives the drop."""
+    import socket
+    import threading
+
+    from openai import OpenAI
+
+    client = OpenAI(base_url=resume_url.replace("ws", "http", 1).removesuffix("/responses"),
+                    api_key=KEY_A, max_retries=0)
+    token: dict[str, str] = {}
+    reconnects = []
+    first_id: list[str] = []
+
+    def on_reconnecting(event):
+        reconnects.append(event.close_code)
+        # The agent loop's next turn, sent while (or right after) the SDK reconnects:
+        # queued sends are flushed on the new socket.
+        threading.Timer(0.3, lambda: conn.response.create(
+            model="emu-fast", input="again", store=False, metadata=SHORT,
+            previous_response_id=first_id[0])).start()
+        return {"extra_headers": token}
+
+    with client.responses.connect(on_reconnecting=on_reconnecting) as conn:
+        token[HEADER] = conn._connection.response.headers[HEADER]  # the upgrade's response
+        conn.response.create(model="emu-fast", input="hi", store=False, metadata=SHORT)
+        first_id.append(next(ev for ev in conn if ev.type == "response.completed").response.id)
+        conn._connection.socket.shutdown(socket.SHUT_RDWR)  # the network drops
+        last = next(ev for ev in conn if ev.type in ("response.completed", "error"))
+    assert reconnects, "the SDK reconnected"
+    assert last.type == "response.completed", last
