@@ -8,7 +8,6 @@ types (no coercion); outbound field names copy the openai SDK 3.57 types.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Annotated, Any, Literal, Union
 
@@ -20,8 +19,11 @@ from pydantic import (
     Tag,
     TypeAdapter,
     ValidationError,
+    ValidationInfo,
+    field_validator,
     model_serializer,
 )
+from pydantic_core import PydanticCustomError, from_json
 
 from .errors import (
     APIError,
@@ -122,7 +124,7 @@ class CompactionItem(_Open):
 
 def _item_tag(value: Any) -> str:
     kind = value.get("type", "message") if isinstance(value, dict) else getattr(value, "type", None)
-    return kind if kind in _ITEM_TAGS else "unknown"
+    return kind if isinstance(kind, str) and kind in _ITEM_TAGS else "unknown"
 
 
 _ITEM_TAGS = {"message", "function_call", "function_call_output", "reasoning", "item_reference", "compaction"}
@@ -167,6 +169,13 @@ Tool = Annotated[
 
 _STREAM_ID = re.compile(r"[A-Za-z0-9_.\-]{1,256}")
 
+# Bounds OpenAI documents for these fields; they also keep every echoed value encodable.
+Temperature = Annotated[float, Field(ge=0, le=2, allow_inf_nan=False)]
+TopP = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+Metadata = Annotated[dict[Annotated[str, Field(max_length=64)], Annotated[str, Field(max_length=512)]],
+                     Field(max_length=16)]
+TOOL_CHOICE_MODES = ("none", "auto", "required")
+
 
 class ResponseCreate(BaseModel):
     """``response.create`` (flat body, spec §2.1).  Unknown top-level fields are kept in
@@ -188,11 +197,11 @@ class ResponseCreate(BaseModel):
     background: bool | None = None
     stream: bool | None = None
     stream_options: dict[str, Any] | None = None
-    max_output_tokens: int | None = None
-    max_tool_calls: int | None = None
-    metadata: dict[str, str] | None = None
-    temperature: float | int | None = None
-    top_p: float | int | None = None
+    max_output_tokens: Annotated[int, Field(ge=1)] | None = None
+    max_tool_calls: Annotated[int, Field(ge=0)] | None = None
+    metadata: Metadata | None = None
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
     text: dict[str, Any] | None = None
     reasoning: dict[str, Any] | None = None
     truncation: Literal["auto", "disabled"] | None = None
@@ -206,7 +215,29 @@ class ResponseCreate(BaseModel):
     client_metadata: dict[str, Any] | None = None
     context_management: list[dict[str, Any]] | None = None
     conversation: Union[str, dict[str, Any]] | None = None
-    top_logprobs: int | None = None
+    top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _known_tool_choice(cls, choice: Any, info: ValidationInfo) -> Any:
+        """A mode, or an object naming one of the request's function tools: the model can
+        call nothing else."""
+        if isinstance(choice, str):
+            if choice not in TOOL_CHOICE_MODES:
+                raise PydanticCustomError("invalid_value", "expected 'none', 'auto' or 'required'")
+            return choice
+        if choice is None:
+            return choice
+        if not isinstance(choice.get("type"), str):
+            raise PydanticCustomError("invalid_value", "a tool_choice object needs a string 'type'")
+        if "mode" in choice and choice["mode"] not in TOOL_CHOICE_MODES:
+            raise PydanticCustomError("invalid_value", "'mode' must be 'none', 'auto' or 'required'")
+        name = choice.get("name")
+        if name is not None or choice["type"] == "function":
+            functions = {t.name for t in info.data.get("tools") or () if isinstance(t, FunctionTool)}
+            if not isinstance(name, str) or name not in functions:
+                raise PydanticCustomError("invalid_value", "tool_choice names a function that is not among the tools")
+        return choice
 
     @property
     def items(self) -> list[InputItem]:
@@ -248,11 +279,16 @@ _CLIENT_EVENT: TypeAdapter[ClientEvent] = TypeAdapter(
 
 
 def load_json_object(data: str | bytes) -> dict[str, Any]:
-    """A frame or request body that must be one JSON object; typed 400 errors otherwise."""
+    """A frame or request body that must be one JSON object; typed 400 errors otherwise.
+
+    The parser refuses what could not be sent back: lone surrogates (``"\\ud800"``),
+    ``NaN``/``Infinity`` and nesting deeper than about 200 levels (echoed fields such as
+    ``tools`` or ``metadata`` must still encode as JSON)."""
     try:
-        raw = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
-        raise InvalidJSON("The message is not valid JSON.") from None
+        raw = from_json(data, allow_inf_nan=False)
+    except ValueError as exc:
+        deep = "recursion limit" in str(exc)
+        raise InvalidJSON("The message is nested too deeply." if deep else "The message is not valid JSON.") from None
     if not isinstance(raw, dict):
         raise InvalidRequest("The message must be a JSON object.", code="invalid_type")
     return raw
