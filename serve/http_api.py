@@ -17,6 +17,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException
 
 from actors.config import SessionConfig
 from actors.connection import Connection, InferenceClient
@@ -66,6 +67,13 @@ def add_http_routes(
     @app.exception_handler(Exception)
     async def unexpected(_: Request, exc: Exception) -> JSONResponse:
         return error_response(exc)  # server_error, the text is not leaked
+
+    @app.exception_handler(HTTPException)
+    async def routing(request: Request, exc: HTTPException) -> JSONResponse:
+        # No route, or not this method: an OpenAI error body too, not Starlette's {"detail"}.
+        return error_response(RoutingError(exc.status_code, request.method, request.url.path))
+
+    app.router.redirect_slashes = False  # "/v1/responses/" is an unknown path, not a redirect
 
     def owner(request: Request) -> str:
         return keys.owner(request.headers)
@@ -177,6 +185,14 @@ async def _sse(conn: Connection, first: list, events: AsyncIterator[list]) -> As
             batch = await anext(events)
     finally:
         await conn.close()  # also when the client went away: generation is cancelled
+
+
+class RoutingError(APIError):
+    """A request no route takes (worded as OpenAI words it)."""
+
+    def __init__(self, status: int, method: str, path: str) -> None:
+        super().__init__(f"Invalid URL ({method} {path})" if status == 404 else f"Method {method} is not allowed.")
+        self.status = status if 400 <= status < 500 else 404
 
 
 def _not_found(response_id: str) -> NotFound:
