@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable, Collection, Sequence
 
 from inference import chat_format
-from inference.policy import METADATA_KEYS
+from inference.policy import InvalidMetadata, metadata_overrides
 from inference.types import Done, InferenceEvent, InferenceRequest
 
 from .config import SessionConfig
@@ -146,10 +146,11 @@ class Session(SteeringMixin, AppendMixin):
         if self.config.strict_params and create.model_extra:
             name = next(iter(create.model_extra))
             raise InvalidRequest(f"Unknown parameter: '{name}'.", param=name, code="unknown_parameter")
-        for key, value in (create.metadata or {}).items():
-            if key in METADATA_KEYS and not value.strip().isdigit():
-                raise InvalidRequest(f"Invalid value for metadata key '{key}': expected a whole number.",
-                                     param=f"metadata.{key}")
+        try:
+            metadata_overrides((create.metadata or {}).items())
+        except InvalidMetadata as exc:
+            raise InvalidRequest(f"Invalid value for metadata key '{exc.key}': expected a whole number "
+                                 "within the policy's bounds.", param=f"metadata.{exc.key}") from None
         choice = create.tool_choice
         if isinstance(choice, dict) and choice.get("type") == "function" and \
                 choice.get("name") not in {t.name for t in create.function_tools}:

@@ -31,7 +31,7 @@ import json
 import random
 import sys
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from hashlib import blake2b
 from typing import Any
@@ -144,25 +144,27 @@ METADATA_KEYS: dict[str, str] = {
 }
 
 
-def policy_for(request: InferenceRequest, base: PolicyConfig) -> PolicyConfig:
-    """``base`` with the request's ``metadata`` overrides applied (see module doc)."""
+def metadata_overrides(metadata: Iterable[tuple[str, object]]) -> dict[str, int]:
+    """The policy fields a request's ``metadata`` sets; :class:`InvalidMetadata` for a value
+    that is not a whole number within the field's bounds (callers can check early)."""
     updates: dict[str, int] = {}
-    for key, value in request.metadata:
+    for key, value in metadata:
         field = METADATA_KEYS.get(key)
         if field is None:
             continue
         try:
             updates[field] = int(str(value).strip())
-        except ValueError:
+            PolicyConfig.__pydantic_validator__.validate_assignment(
+                PolicyConfig.model_construct(), field, updates[field])
+        except (ValueError, ValidationError):
             raise InvalidMetadata(key, str(value)) from None
-    if not updates:
-        return base
-    try:
-        return PolicyConfig.model_validate({**base.model_dump(), **updates})
-    except ValidationError as e:
-        field = e.errors()[0]["loc"][0]
-        key = next(k for k, f in METADATA_KEYS.items() if f == field)
-        raise InvalidMetadata(key, str(dict(request.metadata)[key])) from None
+    return updates
+
+
+def policy_for(request: InferenceRequest, base: PolicyConfig) -> PolicyConfig:
+    """``base`` with the request's ``metadata`` overrides applied (see module doc)."""
+    updates = metadata_overrides(request.metadata)
+    return base.model_copy(update=updates) if updates else base
 
 
 _MODES = ("auto", "none", "required")

@@ -46,8 +46,13 @@ class Unsatisfiable(Exception):
 
 
 def value_for_schema(schema: Any, rng: random.Random) -> Any:
-    """A value valid against ``schema`` (see module doc for the keywords honoured)."""
-    return _Generator(schema, rng).value(schema, 0, "")
+    """A value valid against ``schema`` (see module doc for the keywords honoured).  A
+    malformed schema (a keyword of the wrong type, e.g. ``"allOf": 5``) is one no value
+    can be known to satisfy: ``Unsatisfiable``, never a crash."""
+    try:
+        return _Generator(schema, rng).value(schema, 0, "")
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError, OverflowError, RecursionError):
+        raise Unsatisfiable from None
 
 
 class _Generator:
