@@ -256,6 +256,8 @@ class Session(SteeringMixin, AppendMixin):
                 max_output_tokens=create.max_output_tokens,
                 generate=generate,
                 session_key=self.session_key,
+                # A stateless (HTTP) request reuses its API key's cache entries, never another key's.
+                cache_scope=self.session_key or f"key:{self.owner}",
                 metadata=tuple(sorted((create.metadata or {}).items())),
             ),
             builder=ResponseBuilder(

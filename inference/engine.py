@@ -149,7 +149,7 @@ class Engine:
                 t_admit = await waiter
             self._rebatch(model, t_admit)
             prompt = request.prompt_token_ids
-            root = self._root(model, request.session_key)
+            root = self._root(model, request.cache_scope or request.session_key)
             found = self._cache.lookup(prompt, root)
             self._observer.prefix(found.hit_blocks, found.miss_blocks, 0)
             reused = found.reused_tokens
@@ -219,12 +219,12 @@ class Engine:
                 self._completed += 1
             self._release(model, seq)
 
-    def _root(self, model: str, session_key: str | None) -> int:
-        """Where this request's block chains start: per model, and per session unless
-        ``prefix_cache.share_across_sessions`` (see ``PrefixCacheConfig``)."""
-        if session_key is None or self._config.prefix_cache.share_across_sessions:
+    def _root(self, model: str, scope: str | None) -> int:
+        """Where this request's block chains start: per model, and per cache scope (session
+        or API key) unless ``prefix_cache.share_across_sessions`` (see ``PrefixCacheConfig``)."""
+        if scope is None or self._config.prefix_cache.share_across_sessions:
             return self._roots[model]
-        return hash((self._roots[model], session_key))
+        return hash((self._roots[model], scope))
 
     def _insert(self, tokens: Sequence[int], known: Sequence[int], root: int) -> None:
         evicted = self._cache.insert(tokens, known, root)

@@ -140,9 +140,10 @@ class PrefixCacheConfig(BaseModel):
     tokens, in 128-token steps, never exceed what was reused); 0 disables it.
 
     ``share_across_sessions``: when false (the default), a request's blocks are salted
-    with its ``session_key`` (like vLLM's ``cache_salt``), so one connection never reuses
-    another's KV — a full resend on a new socket reports 0 cached tokens, as the spec's
-    check 27 and the observed service do; requests without a session key share one scope.
+    with its cache scope (like vLLM's ``cache_salt``): the connection's ``session_key``, so
+    one connection never reuses another's KV — a full resend on a new socket reports 0
+    cached tokens, as the spec's check 27 and the observed service do — or, for stateless
+    (HTTP) requests, their API key's, so keys never share entries.
     When true, identical prefixes (e.g. a common system prompt) are shared by everyone on
     the replica."""
 

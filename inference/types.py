@@ -35,7 +35,9 @@ class InferenceRequest:
     ``prompt_token_ids`` is the conversation already rendered with the model's chat format
     (``inference.chat_format``): the concatenation of its items' segments, with no trailing
     generation header (the model generates after the last segment).  ``session_key``
-    identifies the connection (prefix-cache locality); ``None`` for stateless callers.
+    identifies the connection (replica affinity; ``None`` for stateless callers);
+    ``cache_scope`` is whose prefix-cache entries the request may reuse (default: the
+    session's; stateless requests pass their API key's, so keys never share entries).
     ``generate=False`` only prefills (fills the prefix cache) and produces no output.
     """
 
@@ -49,6 +51,7 @@ class InferenceRequest:
     max_output_tokens: int | None = None
     generate: bool = True
     session_key: str | None = None
+    cache_scope: str | None = None
     metadata: tuple[tuple[str, str], ...] = ()  # the create's ``metadata``, for per-request knobs
 
 

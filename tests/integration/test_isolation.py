@@ -326,9 +326,6 @@ def test_the_prefix_cache_is_private_to_a_connection(keyed_url):
     assert cached(same_key) == 0, "another connection of the same key reuses nothing"
 
 
-@pytest.mark.xfail(strict=True, reason="bug: HTTP requests carry no session key, so the emulated KV "
-                   "cache is one scope for every API key (inference/engine.py _root); another key's "
-                   "identical prompt reports cached tokens")
 def test_the_prefix_cache_is_not_shared_between_keys_over_http(keyed_url):
     prompt = long_prompt(marker("kv-http"))
     body = {"model": MODEL, "input": prompt, "store": False, "metadata": TEXT}
