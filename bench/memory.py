@@ -46,13 +46,38 @@ def cpu_s(pids: list[int]) -> float:
     return total
 
 
-def sample_uss(groups: dict[str, str]) -> dict[str, dict[str, float]]:
-    """USS (MiB) and process count of each group, a group being ``name → actor class suffix``."""
+def cpu_by_pid(pids: list[int]) -> dict[int, float]:
+    return {pid: cpu_s([pid]) for pid in pids}
+
+
+def sample_uss(groups: dict[str, str]) -> dict[str, dict]:
+    """Per group (``name → actor class suffix``): USS (MiB), process count and each
+    process's CPU seconds so far."""
     out = {}
     for name, suffix in groups.items():
         pids = actor_pids(suffix)
-        out[name] = {"uss_mb": uss_mb(pids), "processes": len(pids)}
+        out[name] = {"uss_mb": uss_mb(pids), "processes": len(pids), "cpu_s": cpu_by_pid(pids)}
     return out
+
+
+class CpuMeter:
+    """CPU seconds a changing set of processes used between ``first`` and ``last`` sample:
+    a process that appears counts from zero (its start-up included), one that disappears
+    counts up to its last sample."""
+
+    def __init__(self) -> None:
+        self._first: dict[int, float] = {}
+        self._last: dict[int, float] = {}
+        self._started = False
+
+    def add(self, cpu: dict[int, float]) -> None:
+        for pid, seconds in cpu.items():
+            self._first.setdefault(pid, seconds if not self._started else 0.0)
+            self._last[pid] = seconds
+        self._started = True
+
+    def used_s(self) -> float:
+        return sum(self._last[p] - self._first[p] for p in self._last)
 
 
 def flatness(values: list[float], *, min_band_mb: float = 8.0, rel_band: float = 0.02) -> dict[str, float | bool | None]:
