@@ -7,11 +7,10 @@ frames over the cap); :func:`http_cases` draws HTTP requests (create and compact
 content types, odd response ids, ``input_items`` query junk, other methods).  What the
 server must answer is the oracle's business (:mod:`bench.fuzz_oracle`).
 
-Left out on purpose (known server faults outside the wire layer, reported with
-reproducers in ``tests/integration/test_fuzz_events.py``): malformed JSON-schema keywords
-inside function ``parameters`` (the argument generator crashes), ``emulator.*`` metadata
-values the policy refuses (``"0"`` text tokens, digits ``int()`` refuses) or that ask for
-huge outputs, and zlib bombs in ``compaction`` items.
+Left out on purpose (known resource-exhaustion faults outside the wire layer): numbers
+that ask the emulated model for huge outputs (``emulator.text_tokens`` in the millions,
+``minItems``/``minLength`` in function schemas) and zlib bombs in ``compaction`` items.
+Small numbers of every shape are in.
 """
 
 from __future__ import annotations
@@ -126,8 +125,21 @@ TOOL_NAME = st.sampled_from(["read_file", "f", "a" * 64, "a" * 65, "has space", 
 PROPERTY = st.fixed_dictionaries(
     {"type": st.sampled_from(["string", "integer", "number", "boolean", "array", "object", "null"])},
     optional={"description": st.text(max_size=10)})
-# Well-formed JSON schemas only (malformed keywords crash the argument generator: see module doc).
+SMALL = st.one_of(st.none(), st.booleans(), st.integers(-3, 5), st.floats(-3, 5), st.text(max_size=6))
+KEYWORDS = st.sampled_from([
+    "type", "properties", "required", "items", "prefixItems", "additionalProperties", "allOf", "anyOf", "oneOf",
+    "enum", "const", "default", "$ref", "$defs", "minItems", "maxItems", "uniqueItems", "minLength", "maxLength",
+    "minimum", "maximum", "exclusiveMinimum", "multipleOf", "minProperties", "maxProperties", "format"])
+# Schema keywords with values of any shape, but only small numbers (see module doc).
+MALFORMED_SCHEMA = st.recursive(
+    st.dictionaries(KEYWORDS, SMALL, max_size=4),
+    lambda inner: st.dictionaries(KEYWORDS, st.one_of(SMALL, inner, st.lists(inner, max_size=2),
+                                                      st.dictionaries(st.text(max_size=4), inner, max_size=2)),
+                                  max_size=4),
+    max_leaves=12,
+)
 SCHEMA = st.one_of(
+    MALFORMED_SCHEMA,
     st.builds(lambda props, req: {"type": "object", "properties": props,
                                   "required": [k for k in props if req]},
               st.dictionaries(st.text(string.ascii_letters, min_size=1, max_size=8), PROPERTY, max_size=3),
@@ -153,9 +165,9 @@ TOOL_CHOICE = st.one_of(
                                     "tools": WRONG}),
     WRONG,
 )
-# emulator.* knobs only with values the session checks correctly (see module doc).
 KNOB = st.sampled_from(["emulator.tool_rounds", "emulator.text_tokens", "emulator.seed"])
-KNOB_VALUE = st.one_of(st.integers(1, 20).map(str), st.text(string.ascii_letters + " -.", max_size=6))
+KNOB_VALUE = st.one_of(st.integers(-3, 20).map(str), st.sampled_from(["²", "١٢", " 7 ", "0x10", "1e3", "", "+5"]),
+                       st.text(max_size=6).filter(lambda v: not _large(v)))
 METADATA = st.one_of(
     st.dictionaries(TEXT, TEXT, max_size=4),
     st.dictionaries(st.text(max_size=8), st.text(max_size=4), min_size=17, max_size=20),
@@ -203,6 +215,13 @@ def create_body(draw: st.DrawFn, fields: dict[str, st.SearchStrategy[object]] = 
         else:
             body[name] = draw(fields[name])
     return body
+
+
+def _large(text: str) -> bool:
+    try:
+        return abs(int(text)) > 100  # "emulator.text_tokens": "999999" is ~2 s of model time
+    except ValueError:
+        return False
 
 
 def dumps(value: object, ascii_only: bool = True) -> str:

@@ -351,7 +351,8 @@ def _sse_events(body: bytes, out: Outcome) -> list[dict[str, Any]]:
     for block in body.decode("utf-8", "replace").split("\n\n"):
         if not block.strip():
             continue
-        lines = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line)
+        # SSE lines end at CR/LF only; str.splitlines() would also cut at U+2028, U+0085…
+        lines = dict(line.split(": ", 1) for line in block.replace("\r\n", "\n").split("\n") if ": " in line)
         try:
             data = json.loads(lines.get("data", ""))
         except ValueError:
