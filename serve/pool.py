@@ -54,7 +54,8 @@ class ActorPool:
         self._ids = itertools.count()
         self._hosts: list[Host] = []  # hosts with a free slot, oldest first
         self._all: set[Host] = set()  # every live host
-        self._starting: set[asyncio.Task[None]] = set()
+        self._starting: set[asyncio.Task[bool]] = set()
+        self._waiting = 0  # acquires waiting for a slot
 
     async def _new_host(self) -> Host:
         actor = self._create(f"{self._prefix}-a{next(self._ids)}")
@@ -68,26 +69,34 @@ class ActorPool:
         return host
 
     def _top_up(self) -> None:
-        """Keep ``warm`` free slots ready, starting actors in the background."""
+        """Keep ``warm`` free slots ready, plus one for each waiting acquire, starting
+        actors in the background (a burst of connections shares the actors starting)."""
         free = sum(h.free for h in self._hosts) + len(self._starting) * self._per_actor
-        while free < self._warm:
+        while free < self._warm + self._waiting:
             task = asyncio.get_running_loop().create_task(self._add_host())
             self._starting.add(task)
             task.add_done_callback(self._starting.discard)
             free += self._per_actor
 
-    async def _add_host(self) -> None:
+    async def _add_host(self) -> bool:
         try:
             self._hosts.append(await self._new_host())
-        except Exception:  # noqa: BLE001 - the next acquire starts one on demand
+        except Exception:  # noqa: BLE001 - a waiting acquire fails; the next one retries
             log.exception("could not start a session actor")
-        self._trim()  # an acquire may have started its own actor meanwhile
+            return False
+        self._trim()
+        return True
 
     async def acquire(self) -> Lease:
-        host = next((h for h in self._hosts if h.free > 0), None)
-        if host is None:
-            host = await self._new_host()
-            self._hosts.append(host)
+        while (host := next((h for h in self._hosts if h.free > 0), None)) is None:
+            self._waiting += 1
+            try:
+                self._top_up()
+                done, _ = await asyncio.wait(set(self._starting), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                self._waiting -= 1
+            if not any(task.result() for task in done):
+                raise RuntimeError("could not start a session actor")
         host.free -= 1
         if host.free == 0:
             self._hosts.remove(host)
@@ -107,10 +116,11 @@ class ActorPool:
         self._top_up()
 
     def _trim(self) -> None:
-        """Stop idle actors, newest first, while the others keep ``warm`` free slots."""
+        """Stop idle actors, newest first, while the others keep ``warm`` free slots (and
+        one for each waiting acquire)."""
         for host in list(reversed(self._hosts)):
             free = sum(h.free for h in self._hosts)
-            if host.free == self._per_actor and free - host.free >= self._warm:
+            if host.free == self._per_actor and free - host.free >= self._warm + self._waiting:
                 self._stop(host)
 
     def _stop(self, host: Host) -> None:

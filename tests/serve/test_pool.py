@@ -33,18 +33,20 @@ def test_dedicated_actors_host_one_connection_at_a_time_and_idle_ones_are_reused
     async def main():
         pool, killed = make_pool(per_actor=1, warm=1)
         await pool.warm_up()
-        a = await pool.acquire()
-        b = await pool.acquire()
-        assert a.host is not b.host and a.conn_id != b.conn_id, "one connection per actor"
-        pool.release(a)  # no spare is ready yet: the idle actor stays as the warm one
+        a = await pool.acquire()  # a spare starts in the background
+        pool.release(a)  # before it is ready: the idle actor stays as the warm one
         assert killed == []
-        await asyncio.sleep(0.01)  # the background top-up lands: now one spare too many
+        await asyncio.sleep(0.01)  # the spare lands: one idle actor too many, the newest goes
+        assert len(killed) == 1 and killed[0] is not a.host.actor
         made = FakeActor.made
+        b = await pool.acquire()
+        assert b.host is a.host and FakeActor.made == made, "the idle actor is reused, none started"
         c = await pool.acquire()
-        assert c.host is a.host and FakeActor.made == made, "the idle actor is reused, none started"
+        assert c.host is not b.host and b.conn_id != c.conn_id, "one connection per actor"
+        await asyncio.sleep(0.01)
         pool.release(b)
         pool.release(c)
-        assert len(killed) == 2, "idle actors beyond the warm count are stopped"
+        assert pool.stats() == {"actors": 1, "free_slots": 1, "starting": 0}, "idle actors beyond the warm count stop"
         pool.shutdown()
 
     asyncio.run(main())

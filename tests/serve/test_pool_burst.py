@@ -1,4 +1,4 @@
-"""Reproducer found by the soak (bench/soak.py), kept as a strict xfail until fixed.
+"""Regression test for a bug the soak (bench/soak.py) found (fixed in serve/pool.py).
 
 With ``connections_per_actor > 1``, connections that arrive while no host has a free slot
 and a new actor is still starting each start an actor of their own: ``ActorPool.acquire``
@@ -33,7 +33,6 @@ class SlowActor:
         self.ready = _Ready()
 
 
-@pytest.mark.xfail(strict=True, reason="ActorPool.acquire starts one actor per waiting connection (a burst herd)")
 def test_a_burst_of_connections_waits_for_the_actor_already_starting():
     async def main() -> int:
         pool = ActorPool(SlowActor, lambda actor: None, per_actor=64, warm=16, prefix="t")
