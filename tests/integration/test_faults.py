@@ -254,3 +254,36 @@ def test_graceful_shutdown_finishes_responses_in_flight_refuses_new_work_and_flu
     # store (the main test server) returns it.
     got = httpx.get(f"{server_url}/v1/responses/{response['id']}", timeout=10)
     assert got.status_code == 200 and got.json()["output"] == response["output"]
+
+
+def test_a_redeploy_routes_new_connections_to_the_new_gateway_while_the_old_one_drains(ray_cluster):
+    from serve.builder import start
+    from serve.config import load_app_config
+
+    from tests.conftest import free_port
+
+    name, port = "rws-redeploy", free_port()
+    url = start(load_app_config(None, **{"server.port": port}), name=name)
+    ws_url = url.replace("http", "ws", 1) + "/v1/responses"
+    try:
+        async def main():
+            async with websockets.connect(ws_url) as old:
+                await old.send(create(model="emu-gpu", metadata={**LONG, "emulator.text_tokens": "300"}))
+                created = await until(old, "response.created")
+                # A new config for the gateway only: Serve starts a new replica (it binds the
+                # same port, SO_REUSEPORT) and then stops the old one, which drains.
+                await asyncio.to_thread(start, load_app_config(None, **{"server.port": port,
+                                                                       "session.max_inflight": 8}), name=name)
+                events = []
+                with pytest.raises(ConnectionClosed) as closed:
+                    while True:
+                        events.append(validated(await old.recv()))
+                assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
+                assert events[-1]["type"] == "response.completed"
+                assert events[-1]["response"]["id"] == created["response"]["id"]
+                async with websockets.connect(ws_url) as new:  # served by the new replica
+                    assert (await one_turn(new))[-1]["type"] == "response.completed"
+
+        run(main())
+    finally:
+        serve.delete(name)
