@@ -78,11 +78,18 @@ def render_item(item: InputItem | OutputItem) -> list[int]:
     raise TypeError(f"cannot render {type(item).__name__}")
 
 
+MAX_COMPACTION_BYTES = 4 * 1024 * 1024  # a decompressed summary larger than this is not ours
+
+
 def compaction_text(blob: str) -> str:
     """The summary inside a compaction item (see ``serve/compaction.py``); an opaque blob
-    from elsewhere is rendered as it is."""
+    from elsewhere — or a compression bomb — is rendered as it is."""
     try:
-        return zlib.decompress(base64.b64decode(blob, validate=True)).decode()
+        inflate = zlib.decompressobj()
+        data = inflate.decompress(base64.b64decode(blob, validate=True), MAX_COMPACTION_BYTES)
+        if inflate.unconsumed_tail or not inflate.eof:
+            return blob
+        return data.decode()
     except (ValueError, zlib.error, UnicodeDecodeError):
         return blob
 

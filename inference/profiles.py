@@ -129,8 +129,9 @@ class PolicyConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    tool_rounds: int = Field(default=3, ge=0)
-    text_tokens: int = Field(default=48, ge=1)
+    tool_rounds: int = Field(default=3, ge=0, le=10_000)
+    # Bounded: planning an answer runs on the replica's event loop (~0.15 s per 64k tokens).
+    text_tokens: int = Field(default=48, ge=1, le=65_536)
     seed: int = 0
 
 

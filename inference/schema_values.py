@@ -26,6 +26,9 @@ import uuid
 from typing import Any
 
 _MAX_DEPTH = 6  # beyond it: no optional properties, arrays at minItems
+# A schema demanding more than this many items, characters or properties is treated as
+# unsatisfiable: building the value would stall the replica serving everyone else.
+_MAX_SIZE = 1000
 _GIVE_UP_DEPTH = 24  # a schema that keeps requiring itself is unsatisfiable in practice
 
 WORDS = (
@@ -43,6 +46,12 @@ COMMANDS = (
 
 class Unsatisfiable(Exception):
     """The schema (or a branch of it) admits no value this generator can produce."""
+
+
+def _bounded(minimum: Any) -> Any:
+    if isinstance(minimum, (int, float)) and minimum > _MAX_SIZE:
+        raise Unsatisfiable
+    return minimum
 
 
 def value_for_schema(schema: Any, rng: random.Random) -> Any:
@@ -143,7 +152,7 @@ class _Generator:
         props = schema.get("properties") or {}
         required = [name for name in schema.get("required", []) if isinstance(name, str)]
         additional = schema.get("additionalProperties", True)
-        min_props = schema.get("minProperties", 0)
+        min_props = _bounded(schema.get("minProperties", 0))
         max_props = schema.get("maxProperties")
         if max_props is not None and len(set(required)) > max_props:
             raise Unsatisfiable
@@ -184,7 +193,7 @@ class _Generator:
         if isinstance(items, list):  # draft-4 tuple form
             prefix, items = items, schema.get("additionalItems", True)
         prefix = prefix or []
-        lo = schema.get("minItems", 0)
+        lo = _bounded(schema.get("minItems", 0))
         hi = schema.get("maxItems")
         if items is False:
             hi = len(prefix) if hi is None else min(hi, len(prefix))
@@ -214,7 +223,7 @@ class _Generator:
         return out
 
     def _string(self, schema: dict[str, Any], hint: str) -> str:
-        lo = schema.get("minLength", 0)
+        lo = _bounded(schema.get("minLength", 0))
         hi = schema.get("maxLength")
         if hi is not None and lo > hi:
             raise Unsatisfiable
