@@ -17,7 +17,8 @@ from typing import Protocol
 
 from inference.types import Done, InferenceEvent, InferenceRequest
 
-from .protocol import ResponseCreate, ServerEvent
+from .errors import ServerError
+from .protocol import ResponseCreate, ServerEvent, error_event
 from .session import Effects, Load, Session, Turn
 from .store_writer import StoreWriter
 from .timings import PhaseTimer
@@ -49,9 +50,15 @@ class Connection:
 
     # -- inbound
     def feed(self, data: str | bytes) -> None:
-        """One client frame.  Never raises: bad input becomes an error event."""
+        """One client frame.  Never raises: bad input becomes an error event, and a bug
+        the input hit becomes ``server_error`` (logged, its text not sent)."""
         if self._accepting:
-            self._apply(self.session.on_frame(data))
+            try:
+                fx = self.session.on_frame(data)
+            except Exception:  # noqa: BLE001 - the socket must stay usable
+                log.exception("unexpected error handling a client frame")
+                fx = Effects(events=[error_event(ServerError())])
+            self._apply(fx)
 
     def create(self, create: ResponseCreate, timer: PhaseTimer | None = None) -> None:
         """A parsed create (the HTTP path, timed from the request's arrival)."""

@@ -144,3 +144,13 @@ class InvalidResumeToken(APIError):
     def __init__(self) -> None:
         super().__init__("The resume token is unknown or expired. Open a new connection without it; "
                          "it starts with an empty connection state.")
+
+
+class RequestHeadTooLarge(APIError):
+    """A request line plus headers beyond the gateway's limit (e.g. a 64 KiB URL)."""
+
+    status = 431
+    code = "request_header_fields_too_large"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"The request line and headers exceed {limit // 1024} KiB.")

@@ -27,7 +27,7 @@ from websockets.server import ServerProtocol
 
 from .config import SessionConfig
 from .connection import Connection
-from .errors import ConnectionLimitReached, InvalidResumeToken
+from .errors import ConnectionLimitReached, InvalidResumeToken, ServerError
 from .protocol import encode, error_event, http_error_body
 from .resume import RESUME_HEADER, Held, ResumeRegistry, make_token, new_secret
 
@@ -261,7 +261,7 @@ class SocketServer:
                 # possible (one client wake-up instead of one per event).
                 with _corked(sock, len(batch) > 1):
                     for event in batch:
-                        await ws.send(event if isinstance(event, str) else encode(event))
+                        await ws.send(event if isinstance(event, str) else _encode_or_error(event))
             # events() ended without a client close: the server ends the connection
             # (1000, or 1001 when draining for a shutdown).
             await ws.close(conn.close_code)
@@ -292,6 +292,16 @@ class SocketServer:
         if self._accepting is not None:
             self._accepting.cancel()
         self._listener.close()
+
+
+def _encode_or_error(event: Any) -> str:
+    """An event that cannot be encoded (a bug) is replaced by ``server_error`` rather than
+    killing the sender and leaving the socket silent."""
+    try:
+        return encode(event)
+    except Exception:  # noqa: BLE001
+        log.exception("could not encode a %s event", getattr(event, "type", "?"))
+        return encode(error_event(ServerError()))
 
 
 def _json_response(status: int, body: dict) -> Response:

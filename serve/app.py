@@ -7,18 +7,52 @@ to session actors before any HTTP parsing happens here.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from actors.errors import ModelNotFound
 from actors.protocol import http_error_body
 
+log = logging.getLogger(__name__)
+
+
+class ServerErrors:
+    """Unexpected exceptions become a 500 OpenAI error body (``server_error``, the text is
+    not leaked) and the keep-alive connection stays open.  (A Starlette handler for
+    ``Exception`` would answer too, but then re-raise, and uvicorn closes the connection.)"""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception as exc:
+            if started:
+                raise  # a response is under way: nothing more can be said
+            log.exception("unexpected error answering %s %s", scope.get("method"), scope.get("path"))
+            status, body = http_error_body(exc)
+            await JSONResponse(body, status_code=status)(scope, receive, send)
+
 
 def build_app(list_models: Callable[[], Awaitable[list[dict]]]) -> FastAPI:
     app = FastAPI(title="responses-ws", docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(ServerErrors)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:

@@ -18,6 +18,8 @@ from collections.abc import Awaitable, Callable
 import uvicorn
 from uvicorn.server import ServerState
 
+from actors.errors import RequestHeadTooLarge
+from actors.protocol import http_error_body
 from actors.socket_server import RESPONSES_PATH
 
 log = logging.getLogger(__name__)
@@ -46,17 +48,28 @@ def request_headers(head: bytes) -> dict[str, str]:
     return headers
 
 
-def refuse(sock: socket.socket, status: int, body: dict) -> None:
-    """Answer a not-yet-upgraded request with an HTTP error and close (no socket opens)."""
+REFUSE_TIMEOUT_S = 2.0
+
+
+async def refuse(sock: socket.socket, status: int, body: dict) -> None:
+    """Answer a not-yet-upgraded request with an HTTP error and close (no socket opens).
+
+    The request is read and discarded (within ``REFUSE_TIMEOUT_S``) before the close:
+    closing a socket with unread input sends a reset, which can destroy the answer
+    before the client reads it."""
     payload = json.dumps(body).encode()
-    reason = {400: "Bad Request", 401: "Unauthorized", 429: "Too Many Requests", 500: "Internal Server Error",
+    reason = {400: "Bad Request", 401: "Unauthorized", 429: "Too Many Requests",
+              431: "Request Header Fields Too Large", 500: "Internal Server Error",
               503: "Service Unavailable"}.get(status, "Error")
     head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n").encode()
-    with contextlib.suppress(OSError):
-        sock.setblocking(True)
-        sock.settimeout(2)
-        sock.sendall(head + payload)
+    loop = asyncio.get_running_loop()
+    with contextlib.suppress(OSError, TimeoutError):
+        async with asyncio.timeout(REFUSE_TIMEOUT_S):
+            await loop.sock_sendall(sock, head + payload)
+            sock.shutdown(socket.SHUT_WR)
+            while await loop.sock_recv(sock, 65536):
+                pass
     sock.close()
 
 
@@ -140,6 +153,9 @@ class Front:
     async def _dispatch(self, sock: socket.socket) -> None:
         try:
             head = await peek_head(sock)
+            if len(head) >= MAX_HEAD and b"\r\n\r\n" not in head:
+                await refuse(sock, *http_error_body(RequestHeadTooLarge(MAX_HEAD)))
+                return
             if head and is_responses_upgrade(head):
                 await self._handoff(sock, head)
                 return

@@ -100,7 +100,7 @@ class Gateway:
             resume = parse_token(token) if token is not None else None
             self._admit_connection(owner)
         except APIError as exc:
-            refuse(sock, *http_error_body(exc))  # 400/401/429/503 on the upgrade: no socket opens
+            await refuse(sock, *http_error_body(exc))  # 400/401/429/503 on the upgrade: no socket opens
             return
         lease: Lease | None = None
         try:
@@ -117,7 +117,7 @@ class Gateway:
             if lease is not None:
                 self._pool.release(lease, dead=True)
             log.warning("handing a socket over failed: %r", exc)
-            refuse(sock, *http_error_body(InvalidResumeToken() if resume else ServerError()))
+            await refuse(sock, *http_error_body(InvalidResumeToken() if resume else ServerError()))
             return
         # We keep our copy of the socket while the actor serves it: should the actor die,
         # the client still gets a clean close (1011) rather than a dead TCP connection.

@@ -64,10 +64,6 @@ def add_http_routes(
     async def api_error(_: Request, exc: APIError) -> JSONResponse:
         return error_response(exc)
 
-    @app.exception_handler(Exception)
-    async def unexpected(_: Request, exc: Exception) -> JSONResponse:
-        return error_response(exc)  # server_error, the text is not leaked
-
     @app.exception_handler(HTTPException)
     async def routing(request: Request, exc: HTTPException) -> JSONResponse:
         # No route, or not this method: an OpenAI error body too, not Starlette's {"detail"}.

@@ -70,3 +70,18 @@ def test_regression_requests_get_their_4xx(fuzzer, case, status, code):
     outcome = fuzzer.run(case)
     assert outcome.problems == []
     assert outcome.replies == [f"{status} {code}"]
+
+
+def test_a_request_head_over_64_kib_gets_a_431_openai_error_body(server_url):
+    import socket
+
+    host, port = server_url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(f"GET /v1/responses/{'x' * 70_000} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, payload = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 431")
+    error = json.loads(payload)["error"]
+    assert error["code"] == "request_header_fields_too_large" and error["type"] == "invalid_request_error"

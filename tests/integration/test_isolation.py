@@ -402,9 +402,6 @@ def test_an_unreachable_store_gives_typed_errors_without_internals(dead_store_ur
     assert still_streaming[-1]["type"] == "response.completed", "the socket stays usable"
 
 
-@pytest.mark.xfail(strict=True, reason="bug: an unexpected exception in an HTTP route is re-raised "
-                   "after the 500 body is sent (Starlette's ServerErrorMiddleware), so uvicorn closes "
-                   "the keep-alive connection; a client's next request on it gets a connection reset")
 def test_a_500_keeps_the_http_connection_open(dead_store_url):
     host, port = dead_store_url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=10) as sock:
