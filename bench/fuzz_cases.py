@@ -7,10 +7,11 @@ frames over the cap); :func:`http_cases` draws HTTP requests (create and compact
 content types, odd response ids, ``input_items`` query junk, other methods).  What the
 server must answer is the oracle's business (:mod:`bench.fuzz_oracle`).
 
-Left out on purpose (known resource-exhaustion faults outside the wire layer): numbers
-that ask the emulated model for huge outputs (``emulator.text_tokens`` in the millions,
-``minItems``/``minLength`` in function schemas) and zlib bombs in ``compaction`` items.
-Small numbers of every shape are in.
+Resource-exhaustion inputs are in too: knob values past the policy's bounds
+(``emulator.text_tokens`` of 10^8 → 400), schemas demanding 10^8 items, characters or
+properties (→ a call with ``{}`` arguments), and a zlib bomb in a ``compaction`` item
+(rendered as the opaque blob it is).  Knob values the server accepts stay small, so a
+case never waits on a long answer.
 """
 
 from __future__ import annotations
@@ -100,6 +101,8 @@ PART = st.fixed_dictionaries(
 CONTENT = st.one_of(TEXT, st.lists(PART, max_size=3), WRONG)
 ROLE = st.sampled_from(["user", "assistant", "system", "developer", "tool", "USER", ""]) | WRONG
 BLOB = st.binary(max_size=64).map(lambda b: base64.b64encode(zlib.compress(b)).decode())
+# 5 MB of "a" in ~7 KB: over the server's 4 MiB inflation bound for compaction summaries.
+BOMB = st.just(base64.b64encode(zlib.compress(b"a" * 5_000_000, 9)).decode())
 ITEM = st.one_of(
     st.fixed_dictionaries({"role": ROLE, "content": CONTENT},
                           optional={"type": st.just("message") | WRONG, "id": TEXT | WRONG,
@@ -115,7 +118,7 @@ ITEM = st.one_of(
                                                                                             max_size=2)) | WRONG,
                                     "encrypted_content": TEXT | WRONG}),
     st.fixed_dictionaries({"type": st.just("item_reference")}, optional={"id": TEXT | WRONG}),
-    st.fixed_dictionaries({"type": st.just("compaction")}, optional={"encrypted_content": TEXT | BLOB | WRONG}),
+    st.fixed_dictionaries({"type": st.just("compaction")}, optional={"encrypted_content": TEXT | BLOB | BOMB | WRONG}),
     st.fixed_dictionaries({"type": TEXT | WRONG}, optional={"content": CONTENT, "id": TEXT}),
     WRONG,
 )
@@ -146,6 +149,8 @@ SCHEMA = st.one_of(
               st.booleans()),
     st.sampled_from([{}, {"type": "string"}, {"type": "array"}, {"type": ["object", "null"]},
                      {"type": "object", "additionalProperties": False}]),
+    st.sampled_from(["minItems", "minLength", "minProperties"]).map(  # would stall the replica
+        lambda k: {"type": "object", "properties": {"a": {k: 10**8}}, "required": ["a"]}),
     st.lists(JSONISH, max_size=2), TEXT, st.none(), st.booleans(),
 )
 TOOL = st.one_of(
@@ -167,6 +172,7 @@ TOOL_CHOICE = st.one_of(
 )
 KNOB = st.sampled_from(["emulator.tool_rounds", "emulator.text_tokens", "emulator.seed"])
 KNOB_VALUE = st.one_of(st.integers(-3, 20).map(str), st.sampled_from(["²", "١٢", " 7 ", "0x10", "1e3", "", "+5"]),
+                       st.sampled_from(["100000000", "65537"]),  # past the bounds: 400 (a seed: fine)
                        st.text(max_size=6).filter(lambda v: not _large(v)))
 METADATA = st.one_of(
     st.dictionaries(TEXT, TEXT, max_size=4),
