@@ -82,21 +82,24 @@ class CpuMeter:
 
 def flatness(values: list[float], *, min_band_mb: float = 8.0, rel_band: float = 0.02) -> dict[str, float | bool | None]:
     """Is a memory series flat?  The last third's mean against the middle third's (the
-    first third is ramp-up), and a least-squares slope per sample over the last two thirds.
+    first third is warm-up), and a least-squares slope per sample over the last two thirds.
 
-    "Flat" = the change is within the noise band: the larger of twice the middle third's
-    standard deviation, ``rel_band`` of its mean and ``min_band_mb`` (USS moves by a few
-    MiB as allocator arenas and GC generations come and go)."""
+    "Flat" = the change is within a noise band: the largest of three times the
+    sample-to-sample noise (the standard deviation of successive differences / √2, which a
+    slow trend does not inflate), ``rel_band`` of the middle third's mean and
+    ``min_band_mb`` (USS moves by a few MiB as allocator arenas and GC generations come and go)."""
+    import itertools
+    import math
     import statistics
 
     n = len(values)
     if n < 6:
         return {"flat": None, "middle_mb": None, "last_mb": None, "change_mb": None, "band_mb": None,
                 "slope_mb_per_sample": None}
-    middle, last = values[n // 3: 2 * n // 3], values[2 * n // 3:]
+    middle, last, tail = values[n // 3: 2 * n // 3], values[2 * n // 3:], values[n // 3:]
     m_mean, l_mean = statistics.fmean(middle), statistics.fmean(last)
-    band = max(2 * statistics.pstdev(middle), rel_band * m_mean, min_band_mb)
-    tail = values[n // 3:]
+    noise = statistics.pstdev([b - a for a, b in itertools.pairwise(tail)]) / math.sqrt(2)
+    band = max(3 * noise, rel_band * m_mean, min_band_mb)
     xs = range(len(tail))
     x_mean, y_mean = statistics.fmean(xs), statistics.fmean(tail)
     sxx = sum((x - x_mean) ** 2 for x in xs)

@@ -1,12 +1,14 @@
 """A small soak against a real server: every response of every connection satisfies the
-stream invariants and nothing is lost (the full-size run is ``python -m bench.soak``)."""
+stream invariants and nothing is lost (the full-size run is ``python -m bench.soak``); the
+soak's own arithmetic (flatness, CPU of changing processes, chain lengths)."""
 
 from __future__ import annotations
 
 import asyncio
 
+from bench.chains import SoakPlan, chain_turns
 from bench.memory import CpuMeter, flatness
-from bench.soak import SoakPlan, soak
+from bench.soak import soak
 from tests.conftest import start_app
 
 SOAK_APP = "rws-soak"
@@ -29,20 +31,28 @@ def test_cpu_of_processes_that_come_and_go_is_counted_once():
     assert meter.used_s() == 2.0 + 2.0
 
 
-def test_twenty_connections_by_five_turns_keep_every_invariant(ray_cluster):
+def test_with_a_duration_first_chains_spread_connection_ages_then_run_full_length():
+    plan = SoakPlan(connections=4, turns=8, duration_s=60)
+    assert [chain_turns(plan, slot, 0) for slot in range(4)] == [1, 3, 5, 7]
+    assert {chain_turns(plan, slot, 1) for slot in range(4)} == {8}
+    assert chain_turns(SoakPlan(connections=4, turns=8), 0, 0) == 8  # no duration: full chains
+
+
+def test_twenty_connections_by_five_turns_twice_keep_every_invariant(ray_cluster):
     from ray import serve
 
     # one actor holds all twenty (no actor starts mid-test: they take seconds on a loaded machine)
     url = start_app(SOAK_APP, **{"session.connections_per_actor": 32, "session.warm_actors": 1})
     try:
         plan = SoakPlan(connections=20, turns=5, ramp_s=1.0, think_ms=50, sample_s=1.0)
-        result = asyncio.run(soak(url, plan, app=SOAK_APP))
+        result = asyncio.run(soak(url, plan, app=SOAK_APP, runs=2))  # ids must stay unique across runs
     finally:
         # Serve drains a direct-ingress deployment for 30 s before it stops: don't wait for it.
         serve.delete(SOAK_APP, _blocking=False)
     inv = result["invariants"]
     assert inv["ok"], inv["examples"]
-    assert inv["counts"]["creates"] == inv["counts"]["created"] == inv["counts"]["completed"] == 100
-    assert result["connections"]["opened"] == 20 and result["turns"]["completed"] == 100
-    assert result["model_ttft_source"] == {"timings": 100}, "the server reports queue/prefill per response"
-    assert result["ttft_overhead_ms"]["n"] == 100 and result["memory"]["baseline_mb"]["gateway"] > 0
+    assert inv["counts"]["creates"] == inv["counts"]["created"] == inv["counts"]["completed"] == 200
+    assert result["connections"]["opened"] == 40 and result["turns"]["completed"] == 200
+    assert result["model_ttft_source"] == {"timings": 200}, "the server reports queue/prefill per response"
+    assert result["ttft_overhead_ms"]["n"] == 200 and result["memory"]["baseline_mb"]["gateway"] > 0
+    assert len(result["idle_memory"]["session_and_gateway_mb"]) == 2
