@@ -27,14 +27,16 @@ from inference.profiles import load_inference_config
 TERMINAL = {"response.completed", "response.incomplete", "response.failed", "error"}
 
 
-def bench_config(port: int):
+def bench_config(port: int, warm_actors: int = 1):
     inference = load_inference_config().model_dump()
     inference["profiles"] += [
         {"id": "bench-zero", "decode_tokens_per_s": 1e9, "prefill_tokens_per_s": 1e12, "prefill_overhead_ms": 0},
         {"id": "bench-1k", "decode_tokens_per_s": 1000, "prefill_tokens_per_s": 1e9, "prefill_overhead_ms": 0},
     ]
     inference["policy"]["text_tokens"] = 2000
-    return load_app_config(None, **{"server.port": port, **{f"inference.{k}": v for k, v in inference.items()}})
+    # The parallel streams measure streaming, not actor start-up: they start on warm actors.
+    return load_app_config(None, **{"server.port": port, "session.warm_actors": warm_actors,
+                                    **{f"inference.{k}": v for k, v in inference.items()}})
 
 
 async def one_turn(ws, body: dict) -> tuple[float, list[dict], list[float]]:
@@ -95,7 +97,7 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=2000)
     p.add_argument("--out", type=Path, default=Path("results/hotpath.json"))
     args = p.parse_args()
-    url = start(bench_config(free_port()))
+    url = start(bench_config(free_port(), warm_actors=args.streams + 1))
     try:
         result = asyncio.run(main_async(url.replace("http", "ws", 1) + "/v1/responses",
                                         args.turns, args.streams, args.tokens))
