@@ -350,9 +350,6 @@ def dead_store_url(ray_cluster):
     serve.delete("rws-iso-deadstore")
 
 
-# A fresh HTTP connection per request: after a 500 the gateway closes the connection
-# (test_a_500_keeps_the_http_connection_open below), which a reused connection would hit.
-NO_KEEPALIVE = httpx.Limits(max_keepalive_connections=0)
 LEAK_HINTS = re.compile(r"redis|error \d|errno|refused|traceback|exception|127\.0\.0\.1|\.py|/|<|>|\\n",
                         re.IGNORECASE)
 
@@ -364,8 +361,7 @@ def assert_clean(message: str) -> None:
 def test_an_unreachable_store_gives_typed_errors_without_internals(dead_store_url):
     async def main():
         async with connect(dead_store_url, "sk-iso") as ws, \
-                httpx.AsyncClient(base_url=dead_store_url, headers=auth("sk-iso"), timeout=60,
-                                  limits=NO_KEEPALIVE) as http:
+                httpx.AsyncClient(base_url=dead_store_url, headers=auth("sk-iso"), timeout=60) as http:  # one keep-alive connection
             stored = await turn(ws, input=marker("store-down"), store=True, metadata=TEXT)
             rid = stored[-1]["response"]["id"]
             from_other_socket = []
@@ -443,23 +439,27 @@ def busy_url(ray_cluster):
 
 
 def test_an_overloaded_backend_fails_the_response_without_internals(busy_url):
-    long_text = {"emulator.tool_rounds": "0", "emulator.text_tokens": "2000"}
+    long_text = {"emulator.tool_rounds": "0", "emulator.text_tokens": "4000"}  # ~4 s
 
     async def main():
         async with connect(busy_url, "sk-iso") as ws:
             await ws.send(json.dumps({"type": "response.create", "model": MODEL, "store": False,
                                       "stream_id": "long", "input": "x", "metadata": long_text}))
-            await next_of(ws, "response.in_progress")
+            await next_of(ws, "response.output_text.delta")  # it holds the only batch slot now
             refused = await turn(ws, input="y", store=False, stream_id="other", metadata=TEXT)
             long_done = await raw_collect(ws)
             after = await turn(ws, input="z", store=False, stream_id="other", metadata=TEXT)
-        async with httpx.AsyncClient(base_url=busy_url, headers=auth("sk-iso"), timeout=30) as http:
-            slow = asyncio.create_task(http.post("/v1/responses", json={
-                "model": MODEL, "input": "x", "store": False, "metadata": long_text}))
-            await asyncio.sleep(0.5)
+        slow_body = {"model": MODEL, "input": "x", "store": False, "stream": True, "metadata": long_text}
+        async with httpx.AsyncClient(base_url=busy_url, headers=auth("sk-iso"), timeout=60) as http, \
+                http.stream("POST", "/v1/responses", json=slow_body) as slow:
+            lines = slow.aiter_lines()
+            async for line in lines:
+                if line == "event: response.output_text.delta":
+                    break
             http_refused = await http.post("/v1/responses", json={
                 "model": MODEL, "input": "y", "store": False, "metadata": TEXT, "stream": True})
-            await slow
+            async for _ in lines:
+                pass
         return refused, long_done, after, http_refused
 
     refused, long_done, after, http_refused = asyncio.run(main())
