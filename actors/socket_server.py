@@ -268,6 +268,11 @@ class SocketServer:
         except ConnectionClosed:
             pass
 
+    @property
+    def idle(self) -> bool:
+        """No socket is open and no connection state is held."""
+        return not self._live and len(self.registry) == 0
+
     async def wait_gone(self, conn_id: str) -> None:
         await self.registry.wait_gone(conn_id)
 

@@ -4,9 +4,12 @@ Creating an actor costs ~0.5 s and warming it (inference handle, tokenizer) more
 (design.md §3), so the pool keeps ``warm`` free connection slots on started, warmed actors;
 acquiring one is then free of Ray calls.  With ``per_actor == 1`` (the default) an actor
 hosts one connection at a time.  A connection's state lives in objects the actor drops when
-the connection ends, so an idle actor is reused for a later connection while the pool has
-no more than ``warm`` free slots, and killed beyond that — connection churn then costs no
-actor start-ups.  With ``per_actor > 1`` an actor hosts several connections at once.
+the connection ends, so an idle actor is kept as a warm one while the pool has no more than
+``warm`` free slots.  Beyond that the newest idle actors stop — usually the one that just
+served a connection, whose process (and heap) goes with it, while the spare started when
+the connection was acquired takes its place: a sequence of connections costs one actor
+start-up each, in the background.  With ``per_actor > 1`` an actor hosts several
+connections at once.
 Dead actors are dropped.  Actors are named (``<prefix>-a<n>``): a resume token names the
 actor that holds a connection's state.  Ray specifics are injected.
 """
