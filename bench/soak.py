@@ -123,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--turns", type=int, default=d.turns, help="turns per chain (one connection)")
     p.add_argument("--duration", type=float, default=None, help="seconds; finished chains reconnect until then")
     p.add_argument("--runs", type=int, default=1, help="repeat the whole plan; idle memory is sampled after each")
+    # 128: at 200 connections x 10 turns on this machine (2 shared cores, other suites
+    # running), 64 per actor gave the worst tails, 256 (one busy actor) the least memory
+    # (0.9 vs 1.5 MiB per connection) but worse p99 when that one process was descheduled.
     p.add_argument("--per-actor", type=int, default=128, help="session.connections_per_actor of the embedded server")
     p.add_argument("--warm", type=int, default=None,
                    help="session.warm_actors, free connection slots kept ready (default: --per-actor, a whole "
