@@ -128,8 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     # (0.9 vs 1.5 MiB per connection) but worse p99 when that one process was descheduled.
     p.add_argument("--per-actor", type=int, default=128, help="session.connections_per_actor of the embedded server")
     p.add_argument("--warm", type=int, default=None,
-                   help="session.warm_actors, free connection slots kept ready (default: --per-actor, a whole "
-                        "spare actor, so a ramp never waits for actors started on demand: tests/bench/test_pool_burst.py)")
+                   help="session.warm_actors, free connection slots kept ready (default: --per-actor / 8)")
     p.add_argument("--ramp-s", type=float, default=d.ramp_s)
     p.add_argument("--think-ms", type=float, default=d.think_ms)
     p.add_argument("--tool-output-tokens", type=int, default=d.tool_output_tokens)
@@ -152,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         from serve.cli import free_port
         from serve.config import load_app_config
 
-        warm = args.warm if args.warm is not None else args.per_actor
+        warm = args.warm if args.warm is not None else max(1, args.per_actor // 8)
         # Serve drains a direct-ingress deployment (the gateway) for 30 s when it is deleted;
         # this Ray is ours and ends with the run, so no drain is needed.
         os.environ.setdefault("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", "1")

@@ -26,12 +26,18 @@ def memory_summary(plan: SoakPlan, timeline: list[dict[str, Any]], baseline: dic
     served = [s["session_actors_uss_mb"] + s["gateway_uss_mb"] for s in held]
     base = baseline["session_actors"]["uss_mb"] + baseline["gateway"]["uss_mb"]
     peak_actors = max(s["session_actors_processes"] for s in timeline)
+    # What the connections themselves hold: the held USS less an idle actor's worth per
+    # session-actor process (an idle actor's USS as at the start) and the idle gateway.
+    idle_actor = baseline["session_actors"]["uss_mb"] / max(1, baseline["session_actors"]["processes"])
+    state = [s["session_actors_uss_mb"] - s["session_actors_processes"] * idle_actor
+             + s["gateway_uss_mb"] - baseline["gateway"]["uss_mb"] for s in held]
     return {
         "baseline_mb": {g: round(v["uss_mb"], 1) for g, v in baseline.items()},
         "baseline_session_actors": baseline["session_actors"]["processes"],
         "held_samples": len(held), "peak_session_actors": peak_actors,
         "held_uss_mb_median": statistics.median(served) if served else None,
         "per_connection_mb": (statistics.median(served) - base) / plan.connections if served else None,
+        "per_connection_without_actor_processes_mb": statistics.median(state) / plan.connections if state else None,
         "session_and_gateway": flatness(served),
         "inference": flatness([s["inference_uss_mb"] for s in held]),
         "sample_s": plan.sample_s,
@@ -96,7 +102,8 @@ def render_table(result: dict[str, Any]):
         rows.append((f"{label} p50 / p99", f"{_f(d['p50'])} / {_f(d['p99'])}"))
     rows += [
         ("session actors (peak)", str(mem.get("peak_session_actors", "–"))),
-        ("USS per connection MiB (actors+gateway)", _f(mem.get("per_connection_mb"), ".2f")),
+        ("USS per connection MiB (actors+gateway) / without actor processes",
+         f"{_f(mem.get('per_connection_mb'), '.2f')} / {_f(mem.get('per_connection_without_actor_processes_mb'), '.2f')}"),
         ("USS middle → last third MiB", (f"{_f(flat.get('middle_mb'))} → {_f(flat.get('last_mb'))} "
                                          f"(band ±{_f(flat.get('band_mb'))}; flat: {flat.get('flat')})")),
         ("idle USS after each run MiB (actors+gateway)", " ".join(f"{v:.0f}" for v in idle) or "–"),
