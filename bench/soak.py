@@ -152,9 +152,6 @@ def main(argv: list[str] | None = None) -> int:
         from serve.config import load_app_config
 
         warm = args.warm if args.warm is not None else max(1, args.per_actor // 8)
-        # Serve drains a direct-ingress deployment (the gateway) for 30 s when it is deleted;
-        # this Ray is ours and ends with the run, so no drain is needed.
-        os.environ.setdefault("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", "1")
         init_ray(object_store_mb=200)
         overrides = {"server.port": free_port(), "session.connections_per_actor": args.per_actor,
                      "session.warm_actors": warm, "store.data_dir": store_dir.name}
