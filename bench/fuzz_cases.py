@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import quote, urlencode
 
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 
 MODEL = "emu-fast"
@@ -365,3 +366,11 @@ def http_cases() -> st.SearchStrategy[HttpCase]:
                                    "/v1/responses/compact", "/v1/responses/x/cancel", "/v1", "/v1/models/%00"]))
         .map(lambda p: HttpCase("method", p[0], p[1], b"{}" if p[0] in ("PUT", "PATCH", "POST") else None)),
     )
+
+
+def fuzz_settings(examples: int) -> settings:
+    """Hypothesis settings of the fuzz tests: deterministic (CI), no deadline, long inputs allowed."""
+    return settings(max_examples=examples, derandomize=True, database=None, deadline=None,
+                    phases=[Phase.explicit, Phase.generate, Phase.shrink],
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                           HealthCheck.large_base_example])

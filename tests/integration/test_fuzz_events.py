@@ -12,20 +12,26 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given
 from ray import serve
 
-from bench.fuzz_cases import FRAME_CAP, MODEL, WS_KINDS, WsCase, nested, server_overrides, ws_cases
+from bench.fuzz_cases import (
+    FRAME_CAP,
+    MODEL,
+    WS_KINDS,
+    WsCase,
+    fuzz_settings,
+    nested,
+    server_overrides,
+    ws_cases,
+)
 from bench.fuzz_oracle import WsFuzzer
 from tests.conftest import start_app
 
 FUZZ_APP = "rws-fuzz"
 EXAMPLES = 1200
 ALIVE_EVERY = 200
-FUZZ = settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None,
-                phases=[Phase.explicit, Phase.generate, Phase.shrink],
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                       HealthCheck.large_base_example])
+FUZZ = fuzz_settings(EXAMPLES)
 
 # Long strings make long reprs; hypothesis warns about each.
 pytestmark = pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisWarning")

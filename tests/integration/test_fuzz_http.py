@@ -10,16 +10,20 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given
 
-from bench.fuzz_cases import HTTP_KINDS, MODEL, HttpCase, http_cases, nested
+from bench.fuzz_cases import (
+    HTTP_KINDS,
+    MODEL,
+    HttpCase,
+    fuzz_settings,
+    http_cases,
+    nested,
+)
 from bench.fuzz_oracle import HttpFuzzer
 
 EXAMPLES = 1200
-FUZZ = settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None,
-                phases=[Phase.explicit, Phase.generate, Phase.shrink],
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                       HealthCheck.large_base_example])
+FUZZ = fuzz_settings(EXAMPLES)
 
 # Long strings make long reprs; hypothesis warns about each.
 pytestmark = pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisWarning")
