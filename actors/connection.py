@@ -44,7 +44,6 @@ class Connection:
         self._generations: dict[int, asyncio.Task[None]] = {}
         self._accepting = True
         self._closed = False
-        self._draining = False
         self.server_ended = False  # the server, not the client, ended the connection
         self.close_code = 1000  # of the close the server sends when it ends the connection
 
@@ -83,7 +82,7 @@ class Connection:
             self._generations[turn.turn_id] = self._spawn(self._run(turn))
         for load in fx.load:
             self._spawn(self._load(load))
-        if self._draining and self.session.idle:
+        if self.session.draining and self.session.idle:
             self.end(1001)
 
     def _spawn(self, coro) -> asyncio.Task[None]:  # noqa: ANN001
@@ -148,7 +147,6 @@ class Connection:
     def drain(self) -> None:
         """Shutdown: refuse new creates (``server_shutting_down``), let the responses in
         flight finish, then end the connection with 1001 (clients reconnect elsewhere)."""
-        self._draining = True
         self.session.draining = True
         if self.session.idle:
             self.end(1001)

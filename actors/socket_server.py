@@ -16,6 +16,7 @@ import logging
 import socket
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
+from http import HTTPStatus
 from typing import Any
 
 from websockets.asyncio.server import Server, ServerConnection
@@ -313,7 +314,7 @@ def _json_response(status: int, body: dict) -> Response:
     payload = json.dumps(body).encode()
     headers = Headers([("Content-Type", "application/json"), ("Content-Length", str(len(payload))),
                        ("Connection", "close")])
-    return Response(status, "Bad Request" if status == 400 else "Error", headers, payload)
+    return Response(status, HTTPStatus(status).phrase, headers, payload)
 
 
 @contextlib.contextmanager

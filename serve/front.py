@@ -14,6 +14,7 @@ import json
 import logging
 import socket
 from collections.abc import Awaitable, Callable
+from http import HTTPStatus
 
 import uvicorn
 from uvicorn.server import ServerState
@@ -58,10 +59,7 @@ async def refuse(sock: socket.socket, status: int, body: dict) -> None:
     closing a socket with unread input sends a reset, which can destroy the answer
     before the client reads it."""
     payload = json.dumps(body).encode()
-    reason = {400: "Bad Request", 401: "Unauthorized", 429: "Too Many Requests",
-              431: "Request Header Fields Too Large", 500: "Internal Server Error",
-              503: "Service Unavailable"}.get(status, "Error")
-    head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
+    head = (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n").encode()
     loop = asyncio.get_running_loop()
     with contextlib.suppress(OSError, TimeoutError):

@@ -109,7 +109,7 @@ class Gateway:
                 actor, path, conn_id, secret = lease.host.actor, lease.host.handoff_path, lease.conn_id, None
             else:
                 name, conn_id, secret = resume
-                actor, path = self._resume_target(name)
+                actor, path = await self._resume_target(name)
             sock_id = f"{self._prefix}-s{next(self._sock_ids)}"
             send_socket(path, Handoff(sock_id, conn_id, owner, wants_append_mode(head, headers), secret), sock)
         except Exception as exc:  # noqa: BLE001 - the actor is gone (or on another node)
@@ -125,10 +125,11 @@ class Gateway:
         self._connections.add(task)
         task.add_done_callback(self._connections.discard)
 
-    def _resume_target(self, actor_name: str) -> tuple[Any, str]:
-        """The actor a resume token names (any gateway on its node can reach it)."""
+    async def _resume_target(self, actor_name: str) -> tuple[Any, str]:
+        """The actor a resume token names (any gateway on its node can reach it).  The
+        lookup is a blocking call to Ray's control store: off the event loop."""
         try:
-            return ray.get_actor(actor_name), handoff_path(actor_name)
+            return await asyncio.to_thread(ray.get_actor, actor_name), handoff_path(actor_name)
         except ValueError:
             raise InvalidResumeToken() from None
 
