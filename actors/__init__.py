@@ -1,4 +1,7 @@
-"""Per-connection session state: protocol, session core, and the Ray actor that hosts it.
+"""The session core, sans-I/O: the wire protocol, the per-connection :class:`Session` state
+machine and what it is built from (context, rendering, safety, response building, turns,
+errors, timings).  No Ray, no asyncio, no sockets: unit tests drive it in microseconds.
 
-Only ``actors/actor.py`` imports Ray; the rest is a sans-I/O core.
+The I/O driver that runs sessions — the Ray actor, the asyncio connection driver, the
+WebSocket server, socket handoff and resume — is :mod:`actors.host`.
 """

@@ -29,7 +29,7 @@ from .protocol import (
 )
 from .render import item_text, render_items
 from .safety import Classifier
-from .store import StoredResponse
+from store import StoredResponse
 from .timings import PhaseTimer
 
 

@@ -47,7 +47,7 @@ from .render import render_items
 from .response_builder import ResponseBuilder, new_response, tool_choice_name
 from .rollout import AppendMixin
 from .steering import SteeringMixin
-from .store import StoredResponse, UsageEntry
+from store import StoredResponse, UsageEntry
 from .timings import METADATA_KEY, PhaseTimer, as_metadata
 from .turn import Effects, Lane, Load, Turn, Waiting
 
@@ -96,7 +96,7 @@ class Session(SteeringMixin, AppendMixin):
     def on_disconnect(self) -> None:
         """The socket is gone (its driver cancelled the model calls): responses in flight,
         loading or queued are dropped; each lane keeps its latest finished response, so a
-        resumed connection continues from there (actors.resume)."""
+        resumed connection continues from there (actors.host.resume)."""
         for turn in self._turns.values():
             self._lanes[turn.lane].busy = False
         for lane_name, *_ in self._loading.values():

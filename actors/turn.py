@@ -12,7 +12,7 @@ from .context import ContextEntry
 from .protocol import InputItem, RequiredInput, ResponseCreate, ServerEvent
 from .response_builder import ResponseBuilder
 from .safety import Classifier
-from .store import StoredResponse, UsageEntry
+from store import StoredResponse, UsageEntry
 from .timings import PhaseTimer
 
 

@@ -14,7 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from actors.config import SessionConfig
-from actors.store import StoreConfig
+from store import StoreConfig
 from inference.profiles import InferenceConfig, load_inference_config
 
 API_KEYS_ENV = "RESPONSES_WS_API_KEYS"

@@ -2,7 +2,7 @@
 
 Each accepted connection's request head is *peeked* (``MSG_PEEK``, nothing consumed).  A
 WebSocket upgrade of ``/v1/responses`` is handed, still unread, to a session actor on this
-node (:func:`actors.socket_server.send_socket`); everything else is served in-process by
+node (:func:`actors.host.handoff.send_socket`); everything else is served in-process by
 uvicorn's HTTP protocol with the ASGI app.  No Ray here.
 """
 
@@ -21,7 +21,7 @@ from uvicorn.server import ServerState
 
 from actors.errors import RequestHeadTooLarge
 from actors.protocol import http_error_body
-from actors.socket_server import RESPONSES_PATH
+from actors.host.handoff import RESPONSES_PATH
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from actors.actor import PhaseMetrics, ServeInference, SessionHost
+from actors.host.actor import PhaseMetrics, ServeInference, SessionHost
 from actors.errors import (
     APIError,
     InvalidResumeToken,
@@ -32,10 +32,10 @@ from actors.errors import (
     TooManyConnections,
 )
 from actors.protocol import http_error_body
-from actors.resume import RESUME_HEADER, parse_token
-from actors.socket_server import Handoff, handoff_path, send_socket
-from actors.store import open_store
-from actors.store_writer import StoreWriter
+from actors.host.resume import RESUME_HEADER, parse_token
+from actors.host.handoff import Handoff, handoff_path, send_socket
+from store import open_store
+from store.writer import StoreWriter
 
 from .app import build_app
 from .auth import KeyRing

@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
 from actors.config import SessionConfig
-from actors.connection import Connection, InferenceClient
+from actors.host.connection import Connection, InferenceClient
 from actors.errors import APIError, InvalidRequest, ModelNotFound, NotFound
 from actors.ids import new_id
 from actors.protocol import (
@@ -35,7 +35,7 @@ from actors.protocol import (
 )
 from actors.render import render_items
 from actors.session import Session
-from actors.store_writer import StoreWriter
+from store.writer import StoreWriter
 from actors.timings import PhaseTimer
 from inference import chat_format
 

@@ -1,4 +1,9 @@
-"""The dependency direction serve → actors → inference, and where Ray may be imported."""
+"""The package layout: dependency direction, where Ray may be imported, no import cycles.
+
+``serve → actors → inference``; ``store`` is used by ``serve`` and ``actors`` and imports
+neither; ``bench`` is a client of the server: nothing in the server imports it except the
+CLI's ``bench`` subcommand, lazily (inside a function).
+"""
 
 from __future__ import annotations
 
@@ -6,33 +11,99 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ORDER = ["inference", "actors", "serve"]  # a package may import only those before it
-RAY_MODULES = {"inference/deployment.py", "actors/actor.py", "serve/gateway.py", "serve/builder.py"}
+PACKAGES = ["inference", "store", "actors", "serve", "bench"]
+# package → the project packages it may import
+ALLOWED = {
+    "inference": set(),
+    "store": set(),
+    "actors": {"inference", "store"},
+    "serve": {"actors", "inference", "store"},
+    "bench": {"serve", "actors", "inference", "store"},
+}
+LAZY_BENCH = {"serve/cli.py"}  # may load bench inside a function, never at import time
+RAY_MODULES = {"inference/deployment.py", "actors/host/actor.py", "serve/gateway.py", "serve/builder.py",
+               "serve/embedded.py"}
 
 
-def imports(path: Path) -> set[str]:
+def modules(package: str) -> list[Path]:
+    return sorted((ROOT / package).rglob("*.py"))
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported(path: Path, *, top_level_only: bool = False) -> set[str]:
+    """Absolute names of the modules ``path`` imports (relative imports resolved)."""
     tree = ast.parse(path.read_text())
-    names = set()
-    for node in ast.walk(tree):
+    here = module_name(path).split(".")
+    if path.name != "__init__.py":
+        here = here[:-1]
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    if top_level_only:  # also imports under a top-level if/try (not inside functions)
+        nodes = [n for stmt in tree.body for n in ast.walk(stmt)
+                 if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    names: set[str] = set()
+    for node in nodes:
         if isinstance(node, ast.Import):
-            names |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module.split(".")[0])
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = here[: len(here) - node.level + 1] if node.level else []
+            mod = ".".join(base + ([node.module] if node.module else []))
+            names.add(mod)
+            names |= {f"{mod}.{a.name}" for a in node.names}
     return names
 
 
-def test_packages_only_import_downwards():
-    for i, package in enumerate(ORDER):
-        forbidden = set(ORDER[i + 1:])
-        for path in (ROOT / package).glob("*.py"):
-            assert not imports(path) & forbidden, f"{path.relative_to(ROOT)} imports {imports(path) & forbidden}"
+def packages_of(names: set[str]) -> set[str]:
+    return {n.split(".")[0] for n in names} & set(PACKAGES)
+
+
+def test_packages_import_only_what_they_may():
+    for package in PACKAGES:
+        for path in modules(package):
+            rel = path.relative_to(ROOT).as_posix()
+            used = packages_of(imported(path)) - {package}
+            allowed = ALLOWED[package] | ({"bench"} if rel in LAZY_BENCH else set())
+            assert used <= allowed, f"{rel} imports {used - allowed}"
+
+
+def test_the_cli_loads_bench_lazily():
+    for rel in LAZY_BENCH:
+        assert "bench" not in packages_of(imported(ROOT / rel, top_level_only=True)), rel
+
+
+def test_no_import_cycles():
+    """Module-level imports between the project's modules form no cycle."""
+    paths = {module_name(p): p for package in PACKAGES for p in modules(package)}
+    graph = {name: {m for m in imported(p, top_level_only=True) if m in paths and m != name}
+             for name, p in paths.items()}
+    # A package imports its own submodules through its __init__: that is not a cycle.
+    for name in graph:
+        graph[name] = {m for m in graph[name] if not m.startswith(name + ".")}
+    state: dict[str, int] = {}
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for nxt in graph[node]:
+            if state.get(nxt) == 1:
+                cycle = stack[stack.index(nxt):] + [nxt] if nxt in stack else [node, nxt]
+                raise AssertionError(f"import cycle: {' -> '.join(cycle)}")
+            if nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
 
 
 def test_only_designated_modules_import_ray():
-    for package in ORDER:
-        for path in (ROOT / package).glob("*.py"):
-            rel = str(path.relative_to(ROOT))
-            if "ray" in imports(path):
+    for package in PACKAGES[:-1]:
+        for path in modules(package):
+            rel = path.relative_to(ROOT).as_posix()
+            if any(n == "ray" or n.startswith("ray.") for n in imported(path)):
                 assert rel in RAY_MODULES, f"{rel} imports ray"
 
 
@@ -47,7 +118,19 @@ def _is_deployment_bind(node: ast.AST) -> bool:
 
 
 def test_the_app_builder_is_the_only_bind_site():
-    for package in ORDER:
-        for path in (ROOT / package).glob("*.py"):
+    for package in PACKAGES:
+        for path in modules(package):
             binds = [n for n in ast.walk(ast.parse(path.read_text())) if _is_deployment_bind(n)]
             assert not binds or path.relative_to(ROOT).as_posix() == "serve/builder.py", path
+
+
+def test_the_project_cites_only_its_own_files():
+    """Code, configs and docs stand alone: no reference to files outside the repository."""
+    offenders = []
+    for path in [*ROOT.glob("*.md"), *ROOT.glob("docs/**/*.md"), *ROOT.glob("configs/*")]:
+        offenders += [path] if "shared/" in path.read_text() or "design.md" in path.read_text() else []
+    for package in PACKAGES:
+        for path in modules(package):
+            text = path.read_text()
+            offenders += [path] if "shared/" in text or "design.md" in text else []
+    assert not offenders, [str(p.relative_to(ROOT)) for p in offenders]

@@ -7,10 +7,10 @@ import asyncio
 import json
 
 from actors.config import SessionConfig
-from actors.connection import Connection
+from actors.host.connection import Connection
 from actors.session import Session
-from actors.store import StoreConfig, open_store
-from actors.store_writer import StoreWriter
+from store import StoreConfig, open_store
+from store.writer import StoreWriter
 
 
 class BuggySession(Session):

@@ -13,7 +13,7 @@ import logging
 from collections import deque
 from dataclasses import dataclass
 
-from actors.store import ResponseStore, StoredResponse, UsageEntry
+from .base import Store, StoredResponse, UsageEntry
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ class StoreWriter:
     grow without bound.  ``close()`` writes everything submitted before closing the store.
     """
 
-    def __init__(self, store: ResponseStore, *, max_pending: int = DEFAULT_MAX_PENDING) -> None:
+    def __init__(self, store: Store, *, max_pending: int = DEFAULT_MAX_PENDING) -> None:
         self.store = store
         self.max_pending = max_pending
         self._ops: deque[_Put | _Usage | asyncio.Future[None]] = deque()
@@ -63,17 +63,17 @@ class StoreWriter:
         return self._pending
 
     def submit_put(self, record: StoredResponse) -> None:
-        """Queue ``record`` for :meth:`ResponseStore.put`; readable through :meth:`get` at once."""
+        """Queue ``record`` for :meth:`Store.put`; readable through :meth:`get` at once."""
         self._enqueue(_Put(record))
         _, count = self._queued.get(record.id, (record, 0))
         self._queued[record.id] = (record, count + 1)
 
     def submit_usage(self, entry: UsageEntry) -> None:
-        """Queue ``entry`` for :meth:`ResponseStore.add_usage`."""
+        """Queue ``entry`` for :meth:`Store.add_usage`."""
         self._enqueue(_Usage(entry))
 
     async def get(self, response_id: str, owner: str) -> StoredResponse | None:
-        """As :meth:`ResponseStore.get`, answering from the queue while the id is still in it."""
+        """As :meth:`Store.get`, answering from the queue while the id is still in it."""
         queued = self._queued.get(response_id)
         if queued is not None:
             record = queued[0]
@@ -81,14 +81,14 @@ class StoreWriter:
         return await self.store.get(response_id, owner)
 
     async def delete(self, response_id: str, owner: str) -> bool:
-        """As :meth:`ResponseStore.delete`; a queued put of the id is written first, so it
+        """As :meth:`Store.delete`; a queued put of the id is written first, so it
         cannot land after the delete and bring the record back."""
         if response_id in self._queued:
             await self.flush()
         return await self.store.delete(response_id, owner)
 
     async def usage(self, owner: str) -> list[UsageEntry]:
-        """As :meth:`ResponseStore.usage`, after everything submitted so far is written."""
+        """As :meth:`Store.usage`, after everything submitted so far is written."""
         await self.flush()
         return await self.store.usage(owner)
 

@@ -1,10 +1,9 @@
-"""The session actor terminates its clients' WebSockets itself.
+"""The session host terminates its clients' WebSockets itself.
 
-The gateway accepts a TCP connection, sees a WebSocket upgrade for ``/v1/responses`` and
-passes the socket's file descriptor to this actor over a Unix socket (``SCM_RIGHTS``), with
-the upgrade request still unread in the kernel buffer.  From then on client frames reach
-the session with no Ray hop at all; the only hop per turn is the one to inference
-(docs/architecture.md has the measurements behind this).  No Ray in this module.
+Sockets arrive from the gateway by handoff (:mod:`.handoff`) with the upgrade request still
+unread; from then on client frames reach the session with no Ray hop at all; the only hop
+per turn is the one to inference (docs/architecture.md has the measurements behind this).
+No Ray in this module.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ import json
 import logging
 import socket
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
 from http import HTTPStatus
 from typing import Any
 
@@ -26,45 +24,19 @@ from websockets.extensions.permessage_deflate import ServerPerMessageDeflateFact
 from websockets.http11 import Request, Response
 from websockets.server import ServerProtocol
 
-from .config import SessionConfig
+from ..config import SessionConfig
 from .connection import Connection
-from .errors import ConnectionLimitReached, InvalidResumeToken, ServerError
-from .protocol import encode, error_event, http_error_body
+from .handoff import RESPONSES_PATH, Handoff, HandoffReceiver, handoff_path
+from ..errors import ConnectionLimitReached, InvalidResumeToken, ServerError
+from ..protocol import encode, error_event, http_error_body
 from .resume import RESUME_HEADER, Held, ResumeRegistry, make_token, new_secret
 
 log = logging.getLogger(__name__)
 
-RESPONSES_PATH = "/v1/responses"
 SUPERSEDE_WAIT_S = 1.0  # how long a superseded socket gets to close cleanly
 # A peer that stopped reading (vanished, or a failed keepalive ping) cannot complete the
 # closing handshake: give up on it after this long, which ends its generations.
 CLOSE_TIMEOUT_S = 2.0
-
-
-@dataclass(frozen=True, slots=True)
-class Handoff:
-    """What the gateway sends along with a socket: which connection state it carries
-    (``resume``: the secret of a parked state to take back, else a new one)."""
-
-    sock_id: str
-    conn_id: str
-    owner: str
-    append_mode: bool = False
-    resume: str | None = None
-
-
-def handoff_path(actor_name: str) -> str:
-    """Where the actor named ``actor_name`` receives sockets (Linux abstract namespace: shared
-    by the processes of one node, nothing to clean up when the actor dies)."""
-    return f"\0responses-ws-{actor_name}"
-
-
-def send_socket(uds_path: str, handoff: Handoff, sock: socket.socket) -> None:
-    """Gateway side: hand ``sock`` to the actor at ``uds_path``.  The caller keeps its own
-    copy of the descriptor (to close the socket with 1011 should the actor die)."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as uds:
-        uds.connect(uds_path)
-        socket.send_fds(uds, [json.dumps(asdict(handoff)).encode()], [sock.fileno()])
 
 
 class _HandoffServer(Server):
@@ -75,11 +47,24 @@ class _HandoffServer(Server):
         return True
 
 
+class SessionSocket(ServerConnection):
+    """A WebSocket connection that arrived by handoff: it knows which connection state it
+    carries, the secret of that state's resume token, and whether its upgrade succeeded."""
+
+    def __init__(self, protocol: ServerProtocol, server: Server, handoff: Handoff, *,
+                 ping_interval: float, ping_timeout: float) -> None:
+        super().__init__(protocol, server, ping_interval=ping_interval, ping_timeout=ping_timeout,
+                         close_timeout=CLOSE_TIMEOUT_S, max_queue=64)
+        self.handoff = handoff
+        self.secret = handoff.resume or new_secret()
+        self.accepted = False
+
+
 class SocketServer:
     """Receives handed-over sockets and runs one WebSocket connection on each.
 
     ``serve(sock_id)`` ends with the socket and says what became of its connection state:
-    ``closed`` (dropped), ``parked`` (kept for a resume, see :mod:`actors.resume`), ``moved``
+    ``closed`` (dropped), ``parked`` (kept for a resume, see :mod:`actors.host.resume`), ``moved``
     (a resume took it to a newer socket) or ``refused`` (the upgrade was answered with an
     error, or never completed)."""
 
@@ -90,14 +75,9 @@ class SocketServer:
         self._name = actor_name
         self._new_session = new_session
         self._connect = connect
-        self.path = handoff_path(actor_name)
-        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._listener.bind(self.path)
-        self._listener.listen(64)
-        self._listener.setblocking(False)
-        self._arrived: dict[str, asyncio.Future[tuple[socket.socket, Handoff]]] = {}
+        self._receiver = HandoffReceiver(handoff_path(actor_name))
+        self.path = self._receiver.path
         self._server: Server | None = None
-        self._accepting: asyncio.Task[None] | None = None
         self._ended: dict[str, asyncio.Future[str]] = {}
         self._live: dict[str, Connection] = {}
         self.registry = ResumeRegistry(config.resume_grace_s)
@@ -106,67 +86,35 @@ class SocketServer:
     def start(self) -> None:
         self._server = _HandoffServer(self._handle, process_request=self._check_request,
                                       process_response=self._add_token, open_timeout=10)
-        self._accepting = asyncio.get_running_loop().create_task(self._accept_handoffs())
-
-    def _future(self, sock_id: str) -> asyncio.Future[tuple[socket.socket, Handoff]]:
-        return self._arrived.setdefault(sock_id, asyncio.get_running_loop().create_future())
-
-    async def _accept_handoffs(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            uds, _ = await loop.sock_accept(self._listener)
-            try:
-                readable = loop.create_future()
-                loop.add_reader(uds.fileno(), _set_once, readable)
-                try:
-                    await readable
-                finally:
-                    loop.remove_reader(uds.fileno())
-                msg, fds, _, _ = socket.recv_fds(uds, 4096, 1)
-                if fds:
-                    handoff = Handoff(**json.loads(msg))
-                    fut = self._future(handoff.sock_id)
-                    if fut.done():
-                        socket.socket(fileno=fds[0]).close()
-                    else:
-                        fut.set_result((socket.socket(fileno=fds[0]), handoff))
-            except (OSError, TypeError, ValueError):
-                log.exception("socket handoff failed")
-            finally:
-                uds.close()
+        self._receiver.start()
 
     async def serve(self, sock_id: str) -> str:
         """Run the WebSocket on the handed-over socket ``sock_id`` until it closes."""
         loop = asyncio.get_running_loop()
-        sock, handoff = await asyncio.wait_for(self._future(sock_id), timeout=30)
+        sock, handoff = await self._receiver.take(sock_id)
         ended = self._ended[sock_id] = loop.create_future()
         cfg = self._config
 
-        def factory() -> ServerConnection:
+        def factory() -> SessionSocket:
+            assert self._server is not None
             protocol = ServerProtocol(extensions=[ServerPerMessageDeflateFactory()],
                                       max_size=cfg.max_frame_bytes)
-            conn = ServerConnection(protocol, self._server, ping_interval=cfg.ping_interval_s,
-                                    ping_timeout=cfg.ping_timeout_s, close_timeout=CLOSE_TIMEOUT_S,
-                                    max_queue=64)
-            conn.handoff = handoff  # type: ignore[attr-defined]
-            conn.secret = handoff.resume or new_secret()  # type: ignore[attr-defined]
-            conn.accepted = False  # type: ignore[attr-defined]
-            return conn
+            return SessionSocket(protocol, self._server, handoff, ping_interval=cfg.ping_interval_s,
+                                 ping_timeout=cfg.ping_timeout_s)
 
         try:
             _, ws = await loop.connect_accepted_socket(factory, sock)
             await asyncio.wait([ended, ws.connection_lost_waiter], return_when=asyncio.FIRST_COMPLETED)
-            if ended.done() or ws.accepted:  # type: ignore[attr-defined]
+            if ended.done() or ws.accepted:
                 return await ended
             return "refused"  # the upgrade was answered with an error, or never completed
         finally:
-            self._arrived.pop(sock_id, None)
             self._ended.pop(sock_id, None)
 
-    def _check_request(self, ws: ServerConnection, request: Request) -> Response | None:
+    def _check_request(self, ws: SessionSocket, request: Request) -> Response | None:
         if request.path.split("?", 1)[0].rstrip("/") != RESPONSES_PATH:
             return ws.respond(404, "Not Found\n")
-        handoff: Handoff = ws.handoff  # type: ignore[attr-defined]
+        handoff = ws.handoff
         if handoff.resume is not None:
             try:
                 self.registry.check(handoff.conn_id, handoff.resume, handoff.owner)
@@ -174,21 +122,21 @@ class SocketServer:
                 return _json_response(*http_error_body(exc))
         return None
 
-    def _add_token(self, ws: ServerConnection, request: Request, response: Response) -> None:
+    def _add_token(self, ws: SessionSocket, request: Request, response: Response) -> None:
         if response.status_code == 101:
-            ws.accepted = True  # type: ignore[attr-defined]
+            ws.accepted = True
             if self.registry.enabled:
-                handoff: Handoff = ws.handoff  # type: ignore[attr-defined]
-                response.headers[RESUME_HEADER] = make_token(self._name, handoff.conn_id, ws.secret)  # type: ignore[attr-defined]
+                handoff = ws.handoff
+                response.headers[RESUME_HEADER] = make_token(self._name, handoff.conn_id, ws.secret)
 
-    async def _attach(self, ws: ServerConnection) -> Held | None:
+    async def _attach(self, ws: SessionSocket) -> Held | None:
         """The connection state this socket carries: a new one, or a resumed one taken
         over from its parked (or still live) previous socket."""
-        handoff: Handoff = ws.handoff  # type: ignore[attr-defined]
+        handoff = ws.handoff
         if handoff.resume is None:
             session = self._new_session(handoff.conn_id, handoff.owner, handoff.append_mode)
             deadline = asyncio.get_running_loop().time() + self._config.connection_lifetime_s
-            held = Held(handoff.conn_id, handoff.owner, ws.secret, session, deadline)  # type: ignore[attr-defined]
+            held = Held(handoff.conn_id, handoff.owner, ws.secret, session, deadline)
             self.registry.add(held)
             return held
         try:
@@ -197,7 +145,7 @@ class SocketServer:
             await ws.close(1008, "resume token expired")  # between the upgrade and now
             return None
         self.registry.claim(held)
-        old: ServerConnection | None = held.socket
+        old: SessionSocket | None = held.socket
         if old is not None:  # the old socket may be dead without the server knowing yet
             held.superseded = True
             with contextlib.suppress(TimeoutError, ConnectionClosed):
@@ -207,8 +155,8 @@ class SocketServer:
             await held.detached.wait()
         return held
 
-    async def _handle(self, ws: ServerConnection) -> None:
-        handoff: Handoff = ws.handoff  # type: ignore[attr-defined]
+    async def _handle(self, ws: SessionSocket) -> None:
+        handoff = ws.handoff
         held = await self._attach(ws)
         if held is None:
             self._end(handoff.sock_id, "refused")
@@ -254,7 +202,7 @@ class SocketServer:
         minutes = self._config.connection_lifetime_s / 60
         conn.finish_with(encode(error_event(ConnectionLimitReached(minutes))))
 
-    async def _send_loop(self, ws: ServerConnection, conn: Connection) -> None:
+    async def _send_loop(self, ws: SessionSocket, conn: Connection) -> None:
         sock = ws.transport.get_extra_info("socket")
         try:
             async for batch in conn.events():
@@ -295,9 +243,7 @@ class SocketServer:
             await asyncio.wait(pending, timeout=5)
 
     def close(self) -> None:
-        if self._accepting is not None:
-            self._accepting.cancel()
-        self._listener.close()
+        self._receiver.close()
 
 
 def _encode_or_error(event: Any) -> str:
@@ -332,9 +278,3 @@ def _corked(sock: socket.socket | None, enabled: bool) -> Iterator[None]:
     finally:
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)
-
-
-def _set_once(fut: asyncio.Future[None]) -> None:
-    # A reader callback can fire again before it is removed.
-    if not fut.done():
-        fut.set_result(None)

@@ -20,7 +20,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import InvalidResumeToken
+from ..errors import InvalidResumeToken
 
 RESUME_HEADER = "x-responses-ws-resume-token"
 _VERSION = "rws1"

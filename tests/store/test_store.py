@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from actors.store import ResponseStore, StoreConfig, StoredResponse, UsageEntry, open_store
-from actors.store_redis import RedisStore
-from actors.store_sqlite import SQLiteStore
-from actors.store_writer import StoreWriter, WriterBacklogFull, WriterClosed
+from store import Store, StoreConfig, StoredResponse, UsageEntry, open_store
+from store.redis import RedisStore
+from store.sqlite import SQLiteStore
+from store.writer import StoreWriter, WriterBacklogFull, WriterClosed
 
 ROOT = Path(__file__).resolve().parents[2]
 ALICE, BOB = "key_alice", "key_bob"
@@ -40,7 +40,7 @@ def config(request: pytest.FixtureRequest, tmp_path: Path) -> StoreConfig:
 
 
 @asynccontextmanager
-async def opened(config: StoreConfig) -> AsyncIterator[ResponseStore]:
+async def opened(config: StoreConfig) -> AsyncIterator[Store]:
     store = open_store(config)
     try:
         yield store
@@ -172,7 +172,7 @@ def test_two_store_instances_writing_at_once_lose_nothing(config: StoreConfig) -
     """Two instances (for SQLite: two connections, each on its own thread) on one backing."""
     n = 200
 
-    async def write(store: ResponseStore, first: int) -> None:
+    async def write(store: Store, first: int) -> None:
         await asyncio.gather(*(store.put(record(f"resp_{i}", text=f"r{i}")) for i in range(first, n, 2)))
         await asyncio.gather(*(store.add_usage(usage_entry(f"resp_{i}")) for i in range(first, n, 2)))
 
@@ -190,8 +190,8 @@ def test_two_store_instances_writing_at_once_lose_nothing(config: StoreConfig) -
 
 WRITER_PROCESS = """
 import asyncio, sys
-from actors.store import StoredResponse, UsageEntry
-from actors.store_sqlite import SQLiteStore
+from store import StoredResponse, UsageEntry
+from store.sqlite import SQLiteStore
 
 async def main(data_dir, worker, n):
     store = SQLiteStore(data_dir)
@@ -260,7 +260,7 @@ def test_a_closed_sqlite_store_refuses_calls(tmp_path: Path) -> None:
 class Interposed:
     """A real store whose ``put`` first runs ``before_put`` (to hold a write back, or fail it)."""
 
-    def __init__(self, inner: ResponseStore, before_put: Callable[[StoredResponse], Awaitable[None]]) -> None:
+    def __init__(self, inner: Store, before_put: Callable[[StoredResponse], Awaitable[None]]) -> None:
         self.inner = inner
         self.before_put = before_put
 
@@ -272,7 +272,7 @@ class Interposed:
         return getattr(self.inner, name)
 
 
-def held_back(inner: ResponseStore) -> tuple[Interposed, asyncio.Event]:
+def held_back(inner: Store) -> tuple[Interposed, asyncio.Event]:
     """The store, and the gate every put waits for."""
     gate = asyncio.Event()
 
@@ -368,7 +368,7 @@ def test_a_failed_write_is_logged_and_later_writes_still_land(
         assert await writer.usage(ALICE) == [usage_entry("resp_good")]
         await writer.close()
 
-    with caplog.at_level(logging.ERROR, logger="actors.store_writer"):
+    with caplog.at_level(logging.ERROR, logger="store.writer"):
         asyncio.run(scenario())
     [failure] = caplog.records
     assert "put resp_bad" in failure.getMessage()

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
-from actors.store import StoredResponse, UsageEntry, decode_record, encode_body
+from .base import StoredResponse, UsageEntry, decode_record, encode_body
 
 T = TypeVar("T")
 
@@ -50,7 +50,7 @@ USAGE_COLUMNS = "response_id, owner, model, transport, input_tokens, cached_toke
 
 
 class SQLiteStore:
-    """A :class:`~actors.store.ResponseStore` on ``<data_dir>/responses.sqlite3``.
+    """A :class:`~store.Store` on ``<data_dir>/responses.sqlite3``.
 
     The constructor creates the directory, opens the file and the schema (blocking, once);
     errors such as an unwritable directory surface there.  Use one instance per process and

@@ -1,8 +1,8 @@
-"""The session actor: the only module of ``actors/`` that imports Ray.
+"""The session host actor: the only module of ``actors/`` that imports Ray.
 
 One ``SessionHost`` actor owns the state of the connections assigned to it — exactly one by
 default (``connections_per_actor``).  It terminates those WebSockets itself (the gateway
-hands the accepted socket over, see :mod:`actors.socket_server`), so client frames reach the
+hands the accepted socket over, see :mod:`actors.host.server`), so client frames reach the
 session core without a Ray hop; the one hop per turn is the streaming call to the inference
 deployment through a Serve ``DeploymentHandle``.
 """
@@ -20,12 +20,11 @@ from ray.util import metrics
 from inference import tokenizer
 from inference.types import InferenceEvent, InferenceRequest
 
-from .config import SessionConfig
+from ..config import SessionConfig
 from .connection import Connection
-from .session import Session
-from .socket_server import SocketServer
-from .store import StoreConfig, open_store
-from .store_writer import StoreWriter
+from ..session import Session
+from .server import SocketServer
+from store import StoreConfig, StoreWriter, open_store
 
 
 def release_free_heap() -> None:
@@ -39,7 +38,7 @@ def release_free_heap() -> None:
 
 
 class ServeInference:
-    """:class:`~actors.connection.InferenceClient` over a Serve deployment handle."""
+    """:class:`~actors.host.connection.InferenceClient` over a Serve deployment handle."""
 
     def __init__(self, config: SessionConfig) -> None:
         handle = serve.get_deployment_handle(config.inference_deployment, app_name=config.inference_app)
@@ -120,7 +119,7 @@ class SessionHost:
     async def serve(self, sock_id: str) -> str:
         """Run the handed-over WebSocket ``sock_id`` until it closes, then make its stored
         responses and ledger lines durable (the client no longer waits on us).  Returns
-        what became of the connection state (:class:`~actors.socket_server.SocketServer`)."""
+        what became of the connection state (:class:`~actors.host.server.SocketServer`)."""
         try:
             return await self._sockets.serve(sock_id)
         finally:

@@ -2,7 +2,7 @@
 
 It feeds client input into the session, runs the model calls the session starts through an
 :class:`InferenceClient`, answers the session's store loads, hands post-inference writes
-(stored responses, ledger lines) to a write-behind :class:`~actors.store_writer.StoreWriter`
+(stored responses, ledger lines) to a write-behind :class:`~store.writer.StoreWriter`
 so they stay off the response's critical path, and queues server events for whoever holds
 the client (a WebSocket, an HTTP response), who drains them in batches.  No Ray here.
 """
@@ -17,11 +17,11 @@ from typing import Protocol
 
 from inference.types import Done, InferenceEvent, InferenceRequest
 
-from .errors import ServerError
-from .protocol import ResponseCreate, ServerEvent, error_event
-from .session import Effects, Load, Session, Turn
-from .store_writer import StoreWriter
-from .timings import PhaseTimer
+from ..errors import ServerError
+from ..protocol import ResponseCreate, ServerEvent, error_event
+from ..session import Effects, Load, Session, Turn
+from store import StoreWriter
+from ..timings import PhaseTimer
 
 log = logging.getLogger(__name__)
 

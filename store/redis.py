@@ -1,7 +1,7 @@
 """The cluster store: Redis, shared by every node (spec §4.9, §6).
 
 A record lives under ``<prefix>resp:<id>`` as a hash ``{owner, created_at, body}`` (``body``
-as in :func:`actors.store.encode_body`); the usage ledger of an owner is the list
+as in :func:`store.encode_body`); the usage ledger of an owner is the list
 ``<prefix>usage:<owner>`` of JSON entries, appended in order.  The owner check of a delete
 runs inside Redis (a Lua script), so check-and-delete is atomic.
 """
@@ -13,7 +13,7 @@ import json
 
 import redis.asyncio as aioredis
 
-from actors.store import StoredResponse, UsageEntry, decode_record, encode_body
+from .base import StoredResponse, UsageEntry, decode_record, encode_body
 
 # KEYS[1] = record key, ARGV[1] = owner; returns the number of keys deleted (0 or 1).
 DELETE_IF_OWNER = """
@@ -25,7 +25,7 @@ return 0
 
 
 class RedisStore:
-    """A :class:`~actors.store.ResponseStore` on the Redis server at ``url``.
+    """A :class:`~store.Store` on the Redis server at ``url``.
 
     The client connects lazily and is bound to the event loop that first uses it: open one
     per process and loop.  Every key starts with ``key_prefix``, so deployments (or tests)

@@ -1,8 +1,8 @@
-"""Durable storage of ``store:true`` responses and the usage ledger (spec §4.9, §6).
+"""Durable storage of ``store:true`` responses and the usage ledger (docs/http-and-store.md).
 
-The interface, the JSON body both backends share, and ``open_store``; the backends live in
-``actors/store_sqlite.py`` (embedded default, a file in the data directory) and
-``actors/store_redis.py`` (multi-node clusters).  Records are owned: a read or delete with
+The records, the :class:`Store` interface, the config and the JSON body both backends
+share; the backends live in :mod:`store.sqlite` (embedded default, a file in the data
+directory) and :mod:`store.redis` (multi-node clusters).  Records are owned: a read or delete with
 another owner behaves exactly like a missing id, so existence is never revealed across API
 keys.  ``store:false`` responses never reach a store.
 """
@@ -42,7 +42,7 @@ class UsageEntry:
     created_at: float
 
 
-class ResponseStore(Protocol):
+class Store(Protocol):
     async def put(self, record: StoredResponse) -> None: ...
 
     async def get(self, response_id: str, owner: str) -> StoredResponse | None:
@@ -87,16 +87,3 @@ def decode_record(response_id: str, owner: str, created_at: float, body: str) ->
         id=response_id, owner=owner, created_at=created_at,
         response=data["response"], input_items=data["input_items"], context=data["context"],
     )
-
-
-def open_store(config: StoreConfig) -> ResponseStore:
-    """The backend ``config`` names; call it in the process (and thread) that will use it."""
-    if config.backend == "redis":
-        from actors.store_redis import (
-            RedisStore,  # imported lazily: the backends import us
-        )
-
-        return RedisStore(config.redis_url, config.key_prefix)
-    from actors.store_sqlite import SQLiteStore
-
-    return SQLiteStore(config.data_dir)

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from actors.errors import InvalidResumeToken
-from actors.resume import Held, ResumeRegistry, make_token, new_secret, parse_token
+from actors.host.resume import Held, ResumeRegistry, make_token, new_secret, parse_token
 
 
 def test_a_token_round_trips_and_anything_else_is_refused():

@@ -1,0 +1,9 @@
+"""The session host: the I/O around the sans-I/O core of :mod:`actors`.
+
+- :mod:`.actor` — the Ray actor (:class:`SessionHost`), the only module here importing Ray;
+- :mod:`.server` — the WebSocket server on handed-over sockets, one typed
+  :class:`~.server.SessionSocket` per client;
+- :mod:`.handoff` — both sides of passing an accepted socket from the gateway to a host;
+- :mod:`.connection` — the asyncio driver of one :class:`~actors.session.Session`;
+- :mod:`.resume` — parked connection states and resume tokens.
+"""

@@ -1,0 +1,276 @@
+"""Outbound: the Response object, every server event, and the one encode function
+(docs/protocol.md §3, §5).  Field names copy the openai SDK's types."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Union
+
+from pydantic import model_serializer
+
+from ..errors import APIError, ServerError
+from .items import OutputItem, OutputText, _Out
+
+
+
+class InputTokensDetails(_Out):
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+class OutputTokensDetails(_Out):
+    reasoning_tokens: int = 0
+
+
+class Usage(_Out):
+    input_tokens: int
+    input_tokens_details: InputTokensDetails
+    output_tokens: int
+    output_tokens_details: OutputTokensDetails = OutputTokensDetails()
+    total_tokens: int
+
+
+# ``response.error.code`` values the SDK accepts (spec §5.3); anything else is server_error.
+RESPONSE_ERROR_CODES = frozenset({"server_error", "rate_limit_exceeded", "invalid_prompt", "vector_store_timeout"})
+
+
+class ResponseErrorBody(_Out):
+    code: str
+    message: str
+
+
+class IncompleteDetails(_Out):
+    reason: Literal["max_output_tokens", "max_messages", "content_filter", "steered"]
+
+
+class ResponseObject(_Out):
+    """The full Response (spec §3.4): every key is always present, null when unknown."""
+
+    id: str
+    object: Literal["response"] = "response"
+    created_at: int
+    status: Literal["in_progress", "completed", "incomplete", "failed", "cancelled", "queued"]
+    completed_at: int | None = None
+    error: ResponseErrorBody | None = None
+    incomplete_details: IncompleteDetails | None = None
+    instructions: str | None = None
+    max_output_tokens: int | None = None
+    max_tool_calls: int | None = None
+    model: str
+    output: list[OutputItem] = []
+    parallel_tool_calls: bool = True
+    previous_response_id: str | None = None
+    reasoning: dict[str, Any] | None = None
+    store: bool = True
+    temperature: float | None = None
+    text: dict[str, Any] = {"format": {"type": "text"}}
+    tool_choice: Union[str, dict[str, Any]] = "auto"
+    tools: list[dict[str, Any]] = []
+    top_p: float | None = None
+    truncation: str = "disabled"
+    usage: Usage | None = None
+    user: str | None = None
+    metadata: dict[str, str] = {}
+    background: bool = False
+    service_tier: str | None = None
+    prompt_cache_key: str | None = None
+    safety_identifier: str | None = None
+
+
+class _Event(_Out):
+    """Base of server events: ``stream_id`` is present iff the create had one (spec §3.1)."""
+
+    stream_id: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _drop_absent(self, handler: Any) -> dict[str, Any]:
+        data = handler(self)
+        for key in ("stream_id", "sequence_number"):
+            if key in data and data[key] is None:
+                del data[key]
+        return data
+
+
+class ResponseCreated(_Event):
+    type: Literal["response.created"] = "response.created"
+    sequence_number: int
+    response: ResponseObject
+
+
+class ResponseInProgress(_Event):
+    type: Literal["response.in_progress"] = "response.in_progress"
+    sequence_number: int
+    response: ResponseObject
+
+
+class ResponseCompleted(_Event):
+    type: Literal["response.completed"] = "response.completed"
+    sequence_number: int
+    response: ResponseObject
+
+
+class ResponseIncomplete(_Event):
+    type: Literal["response.incomplete"] = "response.incomplete"
+    sequence_number: int
+    response: ResponseObject
+
+
+class ResponseFailed(_Event):
+    type: Literal["response.failed"] = "response.failed"
+    sequence_number: int
+    response: ResponseObject
+
+
+class OutputItemAdded(_Event):
+    type: Literal["response.output_item.added"] = "response.output_item.added"
+    sequence_number: int
+    output_index: int
+    item: OutputItem
+
+
+class OutputItemDone(_Event):
+    type: Literal["response.output_item.done"] = "response.output_item.done"
+    sequence_number: int
+    output_index: int
+    item: OutputItem
+
+
+class ContentPartAdded(_Event):
+    type: Literal["response.content_part.added"] = "response.content_part.added"
+    sequence_number: int
+    item_id: str
+    output_index: int
+    content_index: int
+    part: OutputText
+
+
+class ContentPartDone(_Event):
+    type: Literal["response.content_part.done"] = "response.content_part.done"
+    sequence_number: int
+    item_id: str
+    output_index: int
+    content_index: int
+    part: OutputText
+
+
+class OutputTextDelta(_Event):
+    type: Literal["response.output_text.delta"] = "response.output_text.delta"
+    sequence_number: int
+    item_id: str
+    output_index: int
+    content_index: int
+    delta: str
+    logprobs: list[Any] = []
+
+
+class OutputTextDone(_Event):
+    type: Literal["response.output_text.done"] = "response.output_text.done"
+    sequence_number: int
+    item_id: str
+    output_index: int
+    content_index: int
+    text: str
+    logprobs: list[Any] = []
+
+
+class FunctionCallArgumentsDelta(_Event):
+    type: Literal["response.function_call_arguments.delta"] = "response.function_call_arguments.delta"
+    sequence_number: int
+    item_id: str
+    output_index: int
+    delta: str
+
+
+class FunctionCallArgumentsDone(_Event):
+    type: Literal["response.function_call_arguments.done"] = "response.function_call_arguments.done"
+    sequence_number: int
+    item_id: str
+    output_index: int
+    name: str
+    arguments: str
+
+
+class ErrorDetail(_Out):
+    type: str
+    code: str | None
+    message: str
+    param: str | None
+
+
+class ErrorEvent(_Event):
+    type: Literal["error"] = "error"
+    status: int
+    error: ErrorDetail
+    sequence_number: int | None = None
+
+
+class SteerFailedError(_Out):
+    type: Literal["invalid_request_error"] = "invalid_request_error"
+    code: str
+    message: str
+
+
+class SteerFailed(_Event):
+    type: Literal["response.steer.failed"] = "response.steer.failed"
+    sequence_number: int = 0
+    error: SteerFailedError
+    steer: dict[str, Any]
+
+
+class SteerRef(_Out):
+    id: str
+    previous_response_id: str
+
+
+class SteerAccepted(_Event):
+    type: Literal["response.steer.accepted"] = "response.steer.accepted"
+    sequence_number: int
+    steer: SteerRef
+
+
+class RequiredInput(_Out):
+    type: Literal["function_call_output"] = "function_call_output"
+    call_id: str
+    name: str
+
+
+class SteerPending(_Event):
+    type: Literal["response.steer.pending"] = "response.steer.pending"
+    sequence_number: int
+    reason: Literal["waiting_for_required_input"] = "waiting_for_required_input"
+    required_input: list[RequiredInput]
+    steer: SteerRef
+
+
+ServerEvent = Union[
+    ResponseCreated, ResponseInProgress, ResponseCompleted, ResponseIncomplete, ResponseFailed,
+    OutputItemAdded, OutputItemDone, ContentPartAdded, ContentPartDone, OutputTextDelta,
+    OutputTextDone, FunctionCallArgumentsDelta, FunctionCallArgumentsDone, ErrorEvent, SteerFailed,
+    SteerAccepted, SteerPending,
+]
+
+
+def encode(event: ServerEvent) -> str:
+    """The one encode function: a server event as the JSON text of one frame."""
+    return event.model_dump_json()
+
+
+def error_event(
+    exc: BaseException, *, stream_id: str | None = None, sequence_number: int | None = None
+) -> ErrorEvent:
+    """The one place errors become wire events (spec §5.1).  Unknown exceptions become
+    ``server_error`` and their text is never sent."""
+    err = exc if isinstance(exc, APIError) else ServerError()
+    return ErrorEvent(
+        status=err.status,
+        stream_id=stream_id,
+        sequence_number=sequence_number,
+        error=ErrorDetail(type=err.type, code=err.code, message=err.message, param=err.param),
+    )
+
+
+def http_error_body(exc: BaseException) -> tuple[int, dict[str, Any]]:
+    """The same errors as an HTTP status and OpenAI JSON error body (spec §6.2)."""
+    err = exc if isinstance(exc, APIError) else ServerError()
+    return err.status, {
+        "error": {"message": err.message, "type": err.type, "param": err.param, "code": err.code}
+    }

@@ -1,0 +1,246 @@
+"""Inbound: the client events and ``POST /v1/responses`` bodies, and the one place they are
+parsed (docs/protocol.md §2).  Parsing is strict about types (no coercion) and every problem
+is a typed :class:`~actors.errors.APIError` (400)."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    Discriminator,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+from pydantic_core import PydanticCustomError, from_json
+
+from ..errors import APIError, InvalidJSON, InvalidRequest, InvalidStreamId, UnknownEventType
+from .items import _ITEM_TAGS, InputItem, MessageItem, _In, _Open
+
+
+
+class FunctionTool(_Open):
+    type: Literal["function"]
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class OtherTool(_Open):
+    """Hosted or unknown tool types (``web_search``, ``namespace``…): accepted, echoed, never called."""
+
+    type: str
+
+
+def _tool_tag(value: Any) -> str:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return "function" if kind == "function" else "other"
+
+
+Tool = Annotated[
+    Union[Annotated[FunctionTool, Tag("function")], Annotated[OtherTool, Tag("other")]],
+    Discriminator(_tool_tag),
+]
+
+_STREAM_ID = re.compile(r"[A-Za-z0-9_.\-]{1,256}")
+
+# Bounds OpenAI documents for these fields; they also keep every echoed value encodable.
+Temperature = Annotated[float, Field(ge=0, le=2, allow_inf_nan=False)]
+TopP = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+Metadata = Annotated[dict[Annotated[str, Field(max_length=64)], Annotated[str, Field(max_length=512)]],
+                     Field(max_length=16)]
+TOOL_CHOICE_MODES = ("none", "auto", "required")
+
+
+class ResponseCreate(BaseModel):
+    """``response.create`` (flat body, spec §2.1).  Unknown top-level fields are kept in
+    ``model_extra``; the session rejects them only in strict mode."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+
+    type: Literal["response.create"] = "response.create"
+    model: str | None = None
+    input: Union[str, list[InputItem]] = []
+    previous_response_id: str | None = None
+    store: bool | None = None
+    instructions: str | None = None
+    tools: list[Tool] | None = None
+    tool_choice: Union[str, dict[str, Any]] | None = None
+    parallel_tool_calls: bool | None = None
+    stream_id: Any = None  # validated by hand: a bad one has its own error code
+    generate: bool | None = None
+    background: bool | None = None
+    stream: bool | None = None
+    stream_options: dict[str, Any] | None = None
+    max_output_tokens: Annotated[int, Field(ge=1)] | None = None
+    max_tool_calls: Annotated[int, Field(ge=0)] | None = None
+    metadata: Metadata | None = None
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    text: dict[str, Any] | None = None
+    reasoning: dict[str, Any] | None = None
+    truncation: Literal["auto", "disabled"] | None = None
+    user: str | None = None
+    include: list[str] | None = None
+    prompt_cache_key: str | None = None
+    prompt_cache_options: dict[str, Any] | None = None
+    prompt_cache_retention: str | None = None
+    safety_identifier: str | None = None
+    service_tier: str | None = None
+    client_metadata: dict[str, Any] | None = None
+    context_management: list[dict[str, Any]] | None = None
+    conversation: Union[str, dict[str, Any]] | None = None
+    top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _known_tool_choice(cls, choice: Any, info: ValidationInfo) -> Any:
+        """A mode, or an object naming one of the request's function tools: the model can
+        call nothing else."""
+        if isinstance(choice, str):
+            if choice not in TOOL_CHOICE_MODES:
+                raise PydanticCustomError("invalid_value", "expected 'none', 'auto' or 'required'")
+            return choice
+        if choice is None:
+            return choice
+        if not isinstance(choice.get("type"), str):
+            raise PydanticCustomError("invalid_value", "a tool_choice object needs a string 'type'")
+        if "mode" in choice and choice["mode"] not in TOOL_CHOICE_MODES:
+            raise PydanticCustomError("invalid_value", "'mode' must be 'none', 'auto' or 'required'")
+        name = choice.get("name")
+        if name is not None or choice["type"] == "function":
+            functions = {t.name for t in info.data.get("tools") or () if isinstance(t, FunctionTool)}
+            if not isinstance(name, str) or name not in functions:
+                raise PydanticCustomError("invalid_value", "tool_choice names a function that is not among the tools")
+        return choice
+
+    @property
+    def items(self) -> list[InputItem]:
+        """``input`` as a list of items (a string is one user message)."""
+        if isinstance(self.input, str):
+            return [MessageItem(role="user", content=self.input)]
+        return list(self.input)
+
+    @property
+    def function_tools(self) -> list[FunctionTool]:
+        return [t for t in self.tools or () if isinstance(t, FunctionTool)]
+
+
+class ResponseSteer(_Open):
+    type: Literal["response.steer"]
+    previous_response_id: Any = None
+    input: Any = None
+
+
+class ResponseProcessed(_Open):
+    """Codex sends this after each response; it carries nothing we need (spec §2.4)."""
+
+    type: Literal["response.processed"]
+
+
+class ResponseAppend(_In):
+    """Append-mode rollouts only (opt-in, docs/append-mode.md): tool results for a response
+    paused on its function calls; sampling resumes in the same response."""
+
+    type: Literal["response.append"]
+    response_id: str
+    input: list[InputItem]
+
+
+ClientEvent = Union[ResponseCreate, ResponseSteer, ResponseProcessed, ResponseAppend]
+_CLIENT_EVENT: TypeAdapter[ClientEvent] = TypeAdapter(
+    Annotated[ClientEvent, Field(discriminator="type")]
+)
+
+
+def load_json_object(data: str | bytes) -> dict[str, Any]:
+    """A frame or request body that must be one JSON object; typed 400 errors otherwise.
+
+    The parser refuses what could not be sent back: lone surrogates (``"\\ud800"``),
+    ``NaN``/``Infinity`` and nesting deeper than about 200 levels (echoed fields such as
+    ``tools`` or ``metadata`` must still encode as JSON)."""
+    try:
+        raw = from_json(data, allow_inf_nan=False)
+    except ValueError as exc:
+        deep = "recursion limit" in str(exc)
+        raise InvalidJSON("The message is nested too deeply." if deep else "The message is not valid JSON.") from None
+    if not isinstance(raw, dict):
+        raise InvalidRequest("The message must be a JSON object.", code="invalid_type")
+    return raw
+
+
+def parse_client_event(data: str | bytes) -> ClientEvent:
+    """Parse one client frame.  Raises a typed :class:`APIError` (400) on any problem.
+
+    A nested ``{"type":"response.create","response":{…}}`` body is accepted as well (spec §1.3).
+    """
+    raw = load_json_object(data)
+    if isinstance(raw.get("response"), dict) and "input" not in raw:
+        raw = {**raw.pop("response"), **raw}  # nested create form
+    try:
+        event = _CLIENT_EVENT.validate_python(raw)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        if first["type"] in ("union_tag_invalid", "union_tag_not_found"):
+            raise UnknownEventType(f"Unsupported event type {raw.get('type')!r}.", param="type") from None
+        raise _validation_error(exc) from None
+    if isinstance(event, ResponseCreate) and event.stream_id is not None:
+        if not isinstance(event.stream_id, str) or not _STREAM_ID.fullmatch(event.stream_id):
+            raise InvalidStreamId()
+    return event
+
+
+_WS_ONLY = ("stream_id", "generate")
+
+
+def parse_http_create(data: bytes | str) -> ResponseCreate:
+    """The body of ``POST /v1/responses`` (spec §6.1): the create fields without ``type``;
+    the WebSocket-only ``stream_id`` and ``generate`` are rejected."""
+    raw = load_json_object(data)
+    for name in _WS_ONLY:
+        if name in raw:
+            raise InvalidRequest(f"Unknown parameter: '{name}'.", param=name, code="unknown_parameter")
+    raw.pop("type", None)
+    try:
+        return ResponseCreate.model_validate(raw)
+    except ValidationError as exc:
+        raise _validation_error(exc, tagged=False) from None
+
+
+def _validation_error(exc: ValidationError, *, tagged: bool = True) -> APIError:
+    # The deepest error is the most specific one (a bad item beats "input is not a string").
+    err = max(exc.errors(include_url=False), key=lambda e: len(e["loc"]))
+    param = _param_path(err["loc"][1:] if tagged else err["loc"])
+    kind = err["type"]
+    if kind == "missing":
+        return InvalidRequest(f"Missing required parameter: '{param}'.", param=param,
+                              code="missing_required_parameter")
+    if kind == "extra_forbidden":
+        return InvalidRequest(f"Unknown parameter: '{param}'.", param=param, code="unknown_parameter")
+    if kind.endswith("_type"):
+        return InvalidRequest(f"Invalid type for '{param}': {err['msg']}.", param=param,
+                              code="invalid_type")
+    return InvalidRequest(f"Invalid value for '{param}': {err['msg']}.", param=param)
+
+
+def _param_path(loc: tuple[Any, ...]) -> str:
+    """``('input', 'list[…]', 0, 'message', 'role')`` → ``input[0].role``."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in _UNION_LABELS or "[" in part:
+            continue  # union branch labels, not field names
+        else:
+            out += f".{part}" if out else part
+    return out
+
+
+_UNION_LABELS = _ITEM_TAGS | {"str", "function", "other", "dict[str,any]", "bool", "int", "float"}
