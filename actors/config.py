@@ -13,8 +13,19 @@ class SessionConfig(BaseModel):
     max_inflight: int = Field(16, ge=1, description="responses in flight per connection (spec §1.4)")
     max_named_lanes: int = Field(32, ge=1, description="distinct stream_ids per connection")
     strict_params: bool = Field(False, description="reject unknown top-level create fields")
-    connections_per_actor: int = Field(1, ge=1, description="connections one session actor hosts")
-    warm_actors: int = Field(1, ge=0, description="idle session actors kept ready per gateway")
+    # The session-host pool of each gateway replica (serve/pool.py, docs/scaling.md).
+    connections_per_actor: int = Field(256, ge=1, description="connections a session host takes before the "
+                                       "pool prefers another (soft target); 1 = a dedicated actor per connection")
+    max_connections_per_actor: int | None = Field(None, ge=1, description="connections a host takes at most "
+                                                  "(hard cap); default 4 x connections_per_actor, 1 when that is 1")
+    warm_actors: int | None = Field(None, ge=0, description="free connection slots kept ready ahead of demand "
+                                    "(more as arrivals grow); default min(64, connections_per_actor)")
+    max_actors: int = Field(32, ge=1, description="session hosts per gateway replica, at most")
+    max_starting_actors: int = Field(2, ge=1, description="session hosts starting at once, at most")
+    actor_idle_timeout_s: float = Field(30.0, ge=0, description="an idle host stops after this long, "
+                                        "while the others keep enough free slots")
+    admission_wait_s: float = Field(5.0, ge=0, description="how long an upgrade may wait for a starting "
+                                    "host when every host is at its hard cap; then 503 + Retry-After")
     max_frame_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="inbound frame cap; larger → close 1009")
     connection_lifetime_s: float = Field(3600.0, gt=0, description="then websocket_connection_limit_reached")
     ping_interval_s: float | None = Field(20.0, description="keepalive pings to detect dead peers; None disables")
@@ -27,3 +38,13 @@ class SessionConfig(BaseModel):
     safety: SafetyConfig = SafetyConfig()
     inference_app: str = Field("responses-ws", description="Serve application of the inference deployment")
     inference_deployment: str = "InferenceDeployment"
+
+    @property
+    def hard_connections_per_actor(self) -> int:
+        if self.max_connections_per_actor is not None:
+            return max(self.max_connections_per_actor, self.connections_per_actor)
+        return 1 if self.connections_per_actor == 1 else 4 * self.connections_per_actor
+
+    @property
+    def spare_slots(self) -> int:
+        return min(64, self.connections_per_actor) if self.warm_actors is None else self.warm_actors

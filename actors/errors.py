@@ -116,8 +116,9 @@ class NotFound(APIError):
 class TooManyConnections(APIError):
     """Refusal of a WebSocket upgrade past a limit: 429 for a key's limit, 503 for the server's."""
 
-    def __init__(self, message: str, *, per_key: bool) -> None:
+    def __init__(self, message: str, *, per_key: bool, retry_after_s: int = 1) -> None:
         super().__init__(message)
+        self.retry_after_s = retry_after_s  # sent as Retry-After
         self.status = 429 if per_key else 503
         self.type = "rate_limit_exceeded" if per_key else "server_error"
         self.code = "rate_limit_exceeded" if per_key else "server_overloaded"

@@ -1,9 +1,10 @@
-"""The gateway's listening socket: WebSocket upgrades go to session actors, HTTP to uvicorn.
+"""The gateway's listening socket: WebSocket upgrades and HTTP mode go to session hosts.
 
 Each accepted connection's request head is *peeked* (``MSG_PEEK``, nothing consumed).  A
 WebSocket upgrade of ``/v1/responses`` is handed, still unread, to a session actor on this
-node (:func:`actors.host.handoff.send_socket`); everything else is served in-process by
-uvicorn's HTTP protocol with the ASGI app.  No Ray here.
+node (:mod:`actors.host.handoff`); so is every other HTTP connection except health checks and
+the model list, which uvicorn's HTTP protocol serves here with the gateway's ASGI app (as it
+does everything when no host is live).  No Ray here.
 """
 
 from __future__ import annotations
@@ -52,15 +53,16 @@ def request_headers(head: bytes) -> dict[str, str]:
 REFUSE_TIMEOUT_S = 2.0
 
 
-async def refuse(sock: socket.socket, status: int, body: dict) -> None:
+async def refuse(sock: socket.socket, status: int, body: dict, *, retry_after_s: int | None = None) -> None:
     """Answer a not-yet-upgraded request with an HTTP error and close (no socket opens).
 
     The request is read and discarded (within ``REFUSE_TIMEOUT_S``) before the close:
     closing a socket with unread input sends a reset, which can destroy the answer
     before the client reads it."""
     payload = json.dumps(body).encode()
+    retry = f"Retry-After: {retry_after_s}\r\n" if retry_after_s is not None else ""
     head = (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n").encode()
+            f"{retry}Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n").encode()
     loop = asyncio.get_running_loop()
     with contextlib.suppress(OSError, TimeoutError):
         async with asyncio.timeout(REFUSE_TIMEOUT_S):
@@ -108,6 +110,18 @@ def is_responses_upgrade(head: bytes) -> bool:
     return False
 
 
+LOCAL_PATHS = (b"/healthz", b"/readyz", b"/v1/models")
+
+
+def serves_locally(head: bytes) -> bool:
+    """Health checks and the model list stay on the gateway (cheap, always answered); every
+    other HTTP connection goes to a session host, so HTTP mode's work never runs on the
+    gateway's event loop."""
+    parts = head.split(b"\r\n", 1)[0].split(b" ")
+    path = parts[1].split(b"?", 1)[0] if len(parts) == 3 else b""
+    return any(path == p or path.startswith(p + b"/") for p in LOCAL_PATHS)
+
+
 async def peek_head(sock: socket.socket, timeout: float = 10.0) -> bytes:
     """The request head (up to the blank line) without consuming it; b"" if the peer closed."""
     loop = asyncio.get_running_loop()
@@ -131,12 +145,14 @@ class Front:
         listener: socket.socket,
         http_config: uvicorn.Config,
         handoff: Callable[[socket.socket, bytes], Awaitable[None]],
+        handoff_http: Callable[[socket.socket], Awaitable[bool]],
     ) -> None:
         self._listener = listener
         self._http = http_config
         self._http.load()
         self._state = ServerState()
         self._handoff = handoff
+        self._handoff_http = handoff_http
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def run(self) -> None:
@@ -159,6 +175,8 @@ class Front:
                 return
             if not head:
                 sock.close()
+                return
+            if not serves_locally(head) and await self._handoff_http(sock):
                 return
             protocol = self._http.http_protocol_class(  # type: ignore[operator]
                 config=self._http, server_state=self._state, app_state={})

@@ -2,19 +2,24 @@
 the composition root.
 
 A ``Gateway`` replica listens on the configured port itself (``SO_REUSEPORT``: replicas on
-one node share it) rather than behind Serve's HTTP proxy.  WebSocket upgrades are handed to
-session actors started on the same node (a file descriptor cannot cross nodes); HTTP is
-served in-process.  docs/architecture.md has the measurements behind this choice.
+one node share it) rather than behind Serve's HTTP proxy.  It only accepts, peeks, hands
+over and routes: WebSocket upgrades and HTTP-mode connections go to session hosts started
+on the same node (a file descriptor cannot cross nodes) over one handoff link per host, with
+no Ray call per connection; health checks and the model list are answered here.
+docs/architecture.md and docs/scaling.md have the measurements behind this design.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import socket
+import time
 import uuid
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 import ray
@@ -33,7 +38,7 @@ from actors.errors import (
 )
 from actors.protocol import http_error_body
 from actors.host.resume import RESUME_HEADER, parse_token
-from actors.host.handoff import Handoff, handoff_path, send_socket
+from actors.host.handoff import Ended, Gone, Handoff, Link, handoff_path
 from store import open_store
 from store.writer import StoreWriter
 
@@ -48,35 +53,55 @@ from .front import (
     request_headers,
     wants_append_mode,
 )
-from .http_api import add_http_routes
-from .pool import ActorPool, Lease
+from .http_api import add_http_routes, host_app
+from .pool import ActorPool, Lease, NoCapacity, policy_from
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class HostHandle:
+    """A started session host as the gateway holds it: the actor and the link to it."""
+
+    name: str
+    actor: Any
+    link: Link
+    reader: asyncio.Task[None] | None = None
+
+
+@dataclass(eq=False, slots=True)
+class OpenSocket:
+    """A WebSocket handed to a host: the gateway's copy of its descriptor (to close it with
+    1011 should the host die), whose it is, and the pool slot it holds (``None`` for a resume)."""
+
+    sock: socket.socket
+    owner: str
+    lease: Lease | None
+    link: Link
 
 
 @serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=16)
 class Gateway:
     async def __init__(self, config: dict, inference: DeploymentHandle) -> None:
         cfg = AppConfig.model_validate(config)
+        self._cfg = cfg
         self._models: list[dict] = await inference.models.remote()
         self._keys = KeyRing(cfg.server.api_keys)
         self._limits = cfg.server
         self._open: Counter[str] = Counter()  # open WebSockets per owner
+        self._sockets: dict[str, OpenSocket] = {}  # by sock_id
+        self._parked: dict[str, Lease] = {}  # conn_id → the slot of a state parked for a resume
+        self._foreign: dict[str, Link] = {}  # links to hosts of other gateways (resumes)
         self._store = StoreWriter(open_store(cfg.store))
-        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        self._here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        self._http_app = functools.partial(host_app, session_config=cfg.session, keys=self._keys,
+                                           models=self._models)
         self._prefix = uuid.uuid4().hex[:12]
         self._sock_ids = itertools.count()
         self._draining = False
-        self._pool = ActorPool(
-            create=lambda name: SessionHost.options(name=name, num_cpus=0, scheduling_strategy=here).remote(
-                cfg.session, cfg.store, name),
-            kill=lambda actor: ray.kill(actor, no_restart=True),
-            per_actor=cfg.session.connections_per_actor,
-            warm=cfg.session.warm_actors,
-            prefix=f"rws-{self._prefix}",
-        )
+        self._pool = ActorPool(self._start_host, self._stop_host, policy_from(cfg.session),
+                               prefix=f"rws-{self._prefix}", clock=time.monotonic)
         await self._pool.warm_up()
-        self._connections: set[asyncio.Task[None]] = set()
         app = build_app(self._list_models)
         add_http_routes(app, session_config=cfg.session, keys=self._keys, store=self._store,
                         inference=ServeInference(cfg.session),
@@ -84,54 +109,150 @@ class Gateway:
                         observe=PhaseMetrics().observe)
         http = uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False,
                               timeout_keep_alive=30)
-        self._front = Front(bind_socket(cfg.server.host, cfg.server.port), http, self._handoff)
-        self._serving = asyncio.get_running_loop().create_task(self._front.run())
+        self._front = Front(bind_socket(cfg.server.host, cfg.server.port), http, self._handoff,
+                            self._handoff_http)
+        loop = asyncio.get_running_loop()
+        self._serving = loop.create_task(self._front.run())
+        self._ticking = loop.create_task(self._tick())
 
     async def _list_models(self) -> list[dict]:
         return self._models
 
+    # ------------------------------------------------------------------ hosts
+    async def _start_host(self, name: str) -> HostHandle:
+        actor = SessionHost.options(name=name, num_cpus=0, scheduling_strategy=self._here).remote(
+            self._cfg.session, self._cfg.store, name, self._http_app)
+        try:
+            path = await actor.ready.remote()
+            handle = HostHandle(name, actor, Link.connect(path))
+        except BaseException:
+            ray.kill(actor, no_restart=True)
+            raise
+        handle.reader = asyncio.get_running_loop().create_task(self._read_link(handle.link, handle))
+        return handle
+
+    def _stop_host(self, handle: HostHandle) -> None:
+        if handle.reader is not None:
+            handle.reader.cancel()
+        handle.link.close()
+        ray.kill(handle.actor, no_restart=True)
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            self._pool.tick()
+
+    async def _read_link(self, link: Link, handle: HostHandle | None) -> None:
+        """Notices from a host until its link ends; an end we did not cause means the host
+        died, and its sockets get a clean close (1011) from our copies."""
+        async for message, extra in link.messages():
+            if extra is not None:
+                extra.close()
+            if isinstance(message, Ended):
+                self._ended(message.sock_id, message.outcome)
+            elif isinstance(message, Gone):
+                lease = self._parked.pop(message.conn_id, None)
+                if lease is not None:
+                    self._pool.release(lease)
+        if self._draining:
+            return
+        log.warning("a session host died; closing its connections with 1011")
+        for sock_id, entry in list(self._sockets.items()):
+            if entry.link is link:
+                close_websocket(entry.sock, 1011, "session ended by a server fault")
+                self._ended(sock_id, "closed")
+        host = next((h for h in self._pool.hosts() if h.handle is handle), None)
+        if host is not None:
+            for conn_id, lease in list(self._parked.items()):
+                if lease.host is host:
+                    del self._parked[conn_id]
+            self._pool.host_died(host)
+
+    def _ended(self, sock_id: str, outcome: str) -> None:
+        entry = self._sockets.pop(sock_id, None)
+        if entry is None:
+            return
+        entry.sock.close()
+        self._open[entry.owner] -= 1
+        if entry.lease is None:
+            return
+        if outcome in ("parked", "moved"):  # the slot stays taken until the state is gone
+            self._parked[entry.lease.conn_id] = entry.lease
+        else:
+            self._pool.release(entry.lease)
+
+    # ------------------------------------------------------------------ admission
     async def _handoff(self, sock: socket.socket, head: bytes) -> None:
         headers = request_headers(head)
         token = headers.get(RESUME_HEADER)
+        lease: Lease | None = None
         try:
             owner = self._keys.owner(headers)
             if self._draining:
                 raise ServerShuttingDown()
             resume = parse_token(token) if token is not None else None
             self._admit_connection(owner)
-        except APIError as exc:
-            await refuse(sock, *http_error_body(exc))  # 400/401/429/503 on the upgrade: no socket opens
+            try:
+                if resume is None:
+                    lease = await self._pool.acquire()
+                    link, conn_id, secret = lease.host.handle.link, lease.conn_id, None
+                else:
+                    name, conn_id, secret = resume
+                    link = self._link_to(name)
+            except BaseException:
+                self._open[owner] -= 1
+                raise
+        except NoCapacity as exc:
+            await refuse(sock, *http_error_body(TooManyConnections(
+                "No session host can take the connection now; retry later.", per_key=False)),
+                retry_after_s=exc.retry_after_s)
             return
-        lease: Lease | None = None
+        except APIError as exc:  # 400/401/429/503 on the upgrade: no socket opens
+            retry = exc.retry_after_s if isinstance(exc, TooManyConnections) else None
+            await refuse(sock, *http_error_body(exc), retry_after_s=retry)
+            return
+        sock_id = f"{self._prefix}-s{next(self._sock_ids)}"
+        # We keep our copy of the socket while the host serves it: should the host die, the
+        # client still gets a clean close (1011) rather than a dead TCP connection.
+        self._sockets[sock_id] = OpenSocket(sock, owner, lease, link)
         try:
-            if resume is None:
-                lease = await self._pool.acquire()
-                actor, path, conn_id, secret = lease.host.actor, lease.host.handoff_path, lease.conn_id, None
-            else:
-                name, conn_id, secret = resume
-                actor, path = await self._resume_target(name)
-            sock_id = f"{self._prefix}-s{next(self._sock_ids)}"
-            send_socket(path, Handoff(sock_id, conn_id, owner, wants_append_mode(head, headers), secret), sock)
-        except Exception as exc:  # noqa: BLE001 - the actor is gone (or on another node)
+            await link.send(Handoff(sock_id, "websocket", conn_id, owner, wants_append_mode(head, headers),
+                                    secret), sock.fileno())
+        except OSError as exc:  # the host is gone
+            del self._sockets[sock_id]
             self._open[owner] -= 1
             if lease is not None:
-                self._pool.release(lease, dead=True)
+                self._pool.release(lease)
             log.warning("handing a socket over failed: %r", exc)
             await refuse(sock, *http_error_body(InvalidResumeToken() if resume else ServerError()))
-            return
-        # We keep our copy of the socket while the actor serves it: should the actor die,
-        # the client still gets a clean close (1011) rather than a dead TCP connection.
-        task = asyncio.get_running_loop().create_task(self._watch(actor, sock_id, conn_id, owner, sock, lease))
-        self._connections.add(task)
-        task.add_done_callback(self._connections.discard)
 
-    async def _resume_target(self, actor_name: str) -> tuple[Any, str]:
-        """The actor a resume token names (any gateway on its node can reach it).  The
-        lookup is a blocking call to Ray's control store: off the event loop."""
+    async def _handoff_http(self, sock: socket.socket) -> bool:
+        """Hand an HTTP connection to the least loaded host; ``False``: serve it here."""
+        host = self._pool.pick()
+        if host is None or self._draining:
+            return False
+        sock_id = f"{self._prefix}-h{next(self._sock_ids)}"
         try:
-            return await asyncio.to_thread(ray.get_actor, actor_name), handoff_path(actor_name)
-        except ValueError:
-            raise InvalidResumeToken() from None
+            await host.handle.link.send(Handoff(sock_id, "http"), sock.fileno())
+        except OSError:
+            return False
+        sock.close()  # the host has its own descriptor
+        return True
+
+    def _link_to(self, name: str) -> Link:
+        """The link to the host a resume token names: ours, or one of another gateway on this
+        node (any gateway on the node can reach it)."""
+        for host in self._pool.hosts():
+            if host.name == name:
+                return host.handle.link
+        link = self._foreign.get(name)
+        if link is None or link.closed:
+            try:
+                link = self._foreign[name] = Link.connect(handoff_path(name))
+            except OSError:
+                raise InvalidResumeToken() from None
+            asyncio.get_running_loop().create_task(self._read_link(link, None))
+        return link
 
     def _admit_connection(self, owner: str) -> None:
         limits = self._limits
@@ -143,32 +264,8 @@ class Gateway:
                 per_key=True)
         self._open[owner] += 1
 
-    async def _watch(self, actor: Any, sock_id: str, conn_id: str, owner: str, sock: socket.socket,
-                     lease: Lease | None) -> None:
-        """Follow one handed-over socket until it ends.  The lease (the actor's slot) is
-        held by the socket that created the connection state, until that state is gone —
-        which for a parked or resumed state is later than the socket's end."""
-        outcome, dead = "closed", False
-        try:
-            outcome = await actor.serve.remote(sock_id)
-        except Exception:  # noqa: BLE001 - the actor died, with the connection's state
-            log.warning("session actor died while serving a connection")
-            dead = True
-            close_websocket(sock, 1011, "session ended by a server fault")
-        finally:
-            sock.close()
-            self._open[owner] -= 1
-        if lease is None:
-            return
-        if outcome in ("parked", "moved") and not dead:
-            try:
-                await actor.wait_gone.remote(conn_id)
-            except Exception:  # noqa: BLE001
-                dead = True
-        self._pool.release(lease, dead=dead)
-
     async def stats(self) -> dict[str, Any]:
-        """Open sockets and the session-actor pool (no keys, no ids): for operators and
+        """Open sockets and the session-host pool (no keys, no ids): for operators and
         the fault-injection tests."""
         return {"open_connections": sum(self._open.values()), "draining": self._draining,
                 **self._pool.stats()}
@@ -184,12 +281,14 @@ class Gateway:
         the sockets with 1001, write everything pending to the store."""
         self._draining = True
         self._front.close()
+        self._ticking.cancel()
         timeout = self._limits.drain_timeout_s
         log.info("draining: no new connections; up to %.0f s for work in flight", timeout)
         await asyncio.gather(self._front.drain_http(timeout),
-                             *(host.actor.drain.remote(timeout) for host in self._pool.hosts()),
+                             *(host.handle.actor.drain.remote(timeout) for host in self._pool.hosts()),
                              return_exceptions=True)
-        if self._connections:
-            await asyncio.wait(self._connections, timeout=5)
+        deadline = time.monotonic() + 5
+        while self._sockets and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
         await self._store.close()  # pending stored responses and ledger lines are written
         self._pool.shutdown()

@@ -39,6 +39,7 @@ from store.writer import StoreWriter
 from actors.timings import PhaseTimer
 from inference import chat_format
 
+from .app import build_app
 from .auth import KeyRing
 from .compaction import compact
 
@@ -48,6 +49,21 @@ TERMINAL = {"response.completed", "response.incomplete", "response.failed"}
 def error_response(exc: BaseException) -> JSONResponse:
     status, body = http_error_body(exc)
     return JSONResponse(body, status_code=status)
+
+
+def host_app(*, store: StoreWriter, inference: InferenceClient, model_ids: Callable[[], list[str]],
+             observe: Callable[[str, dict[str, float]], None] | None, session_config: SessionConfig,
+             keys: KeyRing, models: list[dict]) -> FastAPI:
+    """The whole HTTP app as a session host serves it (the gateway hands HTTP connections to
+    hosts, actors.host.http): the host brings its store writer, inference client and metrics."""
+
+    async def list_models() -> list[dict]:
+        return models
+
+    app = build_app(list_models)
+    add_http_routes(app, session_config=session_config, keys=keys, store=store, inference=inference,
+                    model_ids=model_ids, observe=observe)
+    return app
 
 
 def add_http_routes(

@@ -1,17 +1,23 @@
-"""Assigning connections to session actors.
+"""Assigning connections to session hosts: packed by default, never one start per connection.
 
-Creating an actor costs ~0.5 s and warming it (inference handle, tokenizer) more
-(design.md §3), so the pool keeps ``warm`` free connection slots on started, warmed actors;
-acquiring one is then free of Ray calls.  With ``per_actor == 1`` (the default) an actor
-hosts one connection at a time.  A connection's state lives in objects the actor drops when
-the connection ends, so an idle actor is kept as a warm one while the pool has no more than
-``warm`` free slots.  Beyond that the newest idle actors stop — usually the one that just
-served a connection, whose process (and heap) goes with it, while the spare started when
-the connection was acquired takes its place: a sequence of connections costs one actor
-start-up each, in the background.  With ``per_actor > 1`` an actor hosts several
-connections at once.
-Dead actors are dropped.  Actors are named (``<prefix>-a<n>``): a resume token names the
-actor that holds a connection's state.  Ray specifics are injected.
+A session host is a Ray actor (a process: ~50–120 MiB and about a second of CPU to start and
+warm on a 2-core node, docs/scaling.md), so hosts are packed: each takes up to
+``connections_per_actor`` connections (the *soft* target) and, while no host below its
+target is live, up to ``max_connections_per_actor`` (the *hard* cap).  Admission therefore
+never waits on a start while a live host is below its hard cap.
+
+The pool scales out *ahead* of demand: it keeps a number of free slots (counted against
+the soft target, starting hosts included) that follows the arrival rate — at least
+``warm_actors`` slots, and enough for the connections expected to arrive while one host
+starts.  Hosts start in the background, at most ``max_starting_actors`` at a time.  Idle
+hosts stop after ``actor_idle_timeout_s`` only while the others keep twice the wanted free
+slots (hysteresis: a host just stopped is not needed again a moment later).
+
+When every live host is at its hard cap, an upgrade waits for a starting host for at most
+``admission_wait_s``, and is refused (:class:`NoCapacity`, 503 with ``Retry-After``) past
+it, or at once when no host can start (``max_actors``).
+
+Pure policy: the clock, host creation and killing are injected (tests drive it with fakes).
 """
 
 from __future__ import annotations
@@ -19,18 +25,44 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Callable
+import math
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 log = logging.getLogger(__name__)
 
+RATE_WINDOW_S = 5.0  # the arrival rate is an exponentially decaying average over about this long
+HEADROOM = 1.5  # slots kept for arrivals during one start, times this
 
-@dataclass(eq=False, slots=True)
+
+@dataclass(frozen=True, slots=True)
+class PoolPolicy:
+    soft: int  # connections per host the pool aims for
+    hard: int  # connections per host, at most
+    warm: int  # free slots kept ready, at least
+    max_hosts: int
+    max_starting: int
+    idle_timeout_s: float
+    admission_wait_s: float
+    startup_s: float = 2.0  # first guess of a host's start-up time; then measured
+
+
+class NoCapacity(Exception):
+    """Every host is at its hard cap and none can start in time."""
+
+    def __init__(self, retry_after_s: int) -> None:
+        super().__init__("no session host can take the connection")
+        self.retry_after_s = retry_after_s
+
+
+@dataclass(eq=False)
 class Host:
-    actor: Any
-    handoff_path: str  # where the actor receives sockets
-    free: int
+    name: str
+    handle: Any  # what ``create`` returned (the gateway's actor + link)
+    started_at: float
+    connections: int = 0
+    idle_since: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,115 +71,213 @@ class Lease:
     conn_id: str
 
 
+@dataclass
+class ArrivalRate:
+    """Arrivals per second, exponentially decaying over ``window_s``."""
+
+    window_s: float = RATE_WINDOW_S
+    rate: float = 0.0
+    at: float | None = None
+
+    def now(self, t: float) -> float:
+        if self.at is None:
+            return 0.0
+        return self.rate * math.exp(-(t - self.at) / self.window_s)
+
+    def add(self, t: float) -> None:
+        self.rate = self.now(t) + 1.0 / self.window_s
+        self.at = t
+
+
+@dataclass
+class _Counters:
+    started: int = 0
+    start_failures: int = 0
+    stopped: int = 0
+    refused: int = 0
+    waited: int = 0
+
+
 class ActorPool:
     def __init__(
         self,
-        create: Callable[[str], Any],  # the actor's name → a started actor
+        create: Callable[[str], Awaitable[Any]],  # a host's name → its started, warmed handle
         kill: Callable[[Any], None],
+        policy: PoolPolicy,
         *,
-        per_actor: int,
-        warm: int,
         prefix: str,
+        clock: Callable[[], float],
     ) -> None:
         self._create = create
         self._kill = kill
-        self._per_actor = per_actor
-        self._warm = warm
+        self.policy = policy
         self._prefix = prefix
+        self._clock = clock
         self._ids = itertools.count()
-        self._hosts: list[Host] = []  # hosts with a free slot, oldest first
-        self._all: set[Host] = set()  # every live host
-        self._starting: set[asyncio.Task[bool]] = set()
-        self._waiting = 0  # acquires waiting for a slot
+        self._hosts: list[Host] = []  # live hosts, oldest first
+        self._starting: set[asyncio.Task[Host | None]] = set()
+        self._arrivals = ArrivalRate()
+        self._startup_s = policy.startup_s
+        self._waiting = 0
+        self._changed = asyncio.Event()  # a host became live (or failed to)
+        self.counters = _Counters()
 
-    async def _new_host(self) -> Host:
-        actor = self._create(f"{self._prefix}-a{next(self._ids)}")
-        try:
-            path = await actor.ready.remote()
-        except BaseException:
-            self._kill(actor)
-            raise
-        host = Host(actor, path, self._per_actor)
-        self._all.add(host)
-        return host
-
-    def _top_up(self) -> None:
-        """Keep ``warm`` free slots ready, plus one for each waiting acquire, starting
-        actors in the background (a burst of connections shares the actors starting)."""
-        free = sum(h.free for h in self._hosts) + len(self._starting) * self._per_actor
-        while free < self._warm + self._waiting:
-            task = asyncio.get_running_loop().create_task(self._add_host())
-            self._starting.add(task)
-            task.add_done_callback(self._starting.discard)
-            free += self._per_actor
-
-    async def _add_host(self) -> bool:
-        try:
-            self._hosts.append(await self._new_host())
-        except Exception:  # noqa: BLE001 - a waiting acquire fails; the next one retries
-            log.exception("could not start a session actor")
-            return False
-        self._trim()
-        return True
-
-    async def acquire(self) -> Lease:
-        while (host := next((h for h in self._hosts if h.free > 0), None)) is None:
-            self._waiting += 1
-            try:
-                self._top_up()
-                done, _ = await asyncio.wait(set(self._starting), return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                self._waiting -= 1
-            if not any(task.result() for task in done):
-                raise RuntimeError("could not start a session actor")
-        host.free -= 1
-        if host.free == 0:
-            self._hosts.remove(host)
-        self._top_up()
+    # ------------------------------------------------------------------ admission
+    def try_acquire(self) -> Lease | None:
+        """A slot on a live host, or ``None``: the fullest host below the soft target
+        (packing leaves the newest hosts idle, to stop), else the emptiest below the hard cap."""
+        p = self.policy
+        below_soft = [h for h in self._hosts if h.connections < p.soft]
+        if below_soft:
+            host = max(below_soft, key=lambda h: h.connections)
+        else:
+            below_hard = [h for h in self._hosts if h.connections < p.hard]
+            if not below_hard:
+                return None
+            host = min(below_hard, key=lambda h: h.connections)
+        host.connections += 1
+        host.idle_since = None
         return Lease(host, f"{self._prefix}-{next(self._ids)}")
 
-    def release(self, lease: Lease, *, dead: bool = False) -> None:
-        """The connection ended: the slot is free again, or the actor goes (dead, or idle
-        beyond the warm count)."""
+    async def acquire(self) -> Lease:
+        """A slot for a new connection.  Waits only when every live host is at its hard cap
+        and a host is starting; :class:`NoCapacity` otherwise or after ``admission_wait_s``."""
+        self._arrivals.add(self._clock())
+        lease = self.try_acquire()
+        self._scale_out()
+        if lease is not None:
+            return lease
+        if not self._starting:
+            self.counters.refused += 1
+            raise NoCapacity(self.retry_after_s)
+        self._waiting += 1
+        self.counters.waited += 1
+        try:
+            async with asyncio.timeout(self.policy.admission_wait_s):
+                while (lease := self.try_acquire()) is None:
+                    if not self._starting:
+                        break
+                    self._changed.clear()
+                    await self._changed.wait()
+        except TimeoutError:
+            lease = None
+        finally:
+            self._waiting -= 1
+        if lease is None:
+            self.counters.refused += 1
+            raise NoCapacity(self.retry_after_s)
+        self._scale_out()
+        return lease
+
+    def release(self, lease: Lease) -> None:
+        """The connection (and any state it parked) is gone: its slot is free again."""
         host = lease.host
-        host.free += 1
-        if dead:
-            self._stop(host)
-        elif host not in self._hosts:
-            self._hosts.append(host)
-        self._trim()
-        self._top_up()
+        host.connections -= 1
+        if host.connections == 0:
+            host.idle_since = self._clock()
 
-    def _trim(self) -> None:
-        """Stop idle actors, newest first, while the others keep ``warm`` free slots (and
-        one for each waiting acquire)."""
-        for host in list(reversed(self._hosts)):
-            free = sum(h.free for h in self._hosts)
-            if host.free == self._per_actor and free - host.free >= self._warm + self._waiting:
-                self._stop(host)
+    def pick(self) -> Host | None:
+        """A live host for short work that takes no slot (an HTTP connection): the least loaded."""
+        return min(self._hosts, key=lambda h: h.connections, default=None)
 
-    def _stop(self, host: Host) -> None:
+    def host_died(self, host: Host) -> None:
+        """The host is gone (its process died): forget it, start replacements as needed."""
         if host in self._hosts:
             self._hosts.remove(host)
-        self._all.discard(host)
-        self._kill(host.actor)
+            self._kill(host.handle)
+        self._scale_out()
+
+    # ------------------------------------------------------------------ sizing
+    @property
+    def retry_after_s(self) -> int:
+        return max(1, math.ceil(self._startup_s))
+
+    def wanted_free(self) -> int:
+        """Free slots to keep: ``warm``, or the arrivals expected during one start."""
+        p = self.policy
+        expected = self._arrivals.now(self._clock()) * self._startup_s * HEADROOM
+        return min(max(p.warm, math.ceil(expected)), p.max_hosts * p.soft)
+
+    def free_slots(self) -> int:
+        soft = self.policy.soft
+        return sum(max(0, soft - h.connections) for h in self._hosts) + len(self._starting) * soft
+
+    def _scale_out(self) -> None:
+        p = self.policy
+        need = self.wanted_free() + self._waiting
+        while (self.free_slots() < need and len(self._starting) < p.max_starting
+               and len(self._hosts) + len(self._starting) < p.max_hosts):
+            task = asyncio.get_running_loop().create_task(self._start())
+            self._starting.add(task)
+            task.add_done_callback(self._started)
+
+    async def _start(self) -> Host | None:
+        name = f"{self._prefix}-a{next(self._ids)}"
+        t0 = self._clock()
+        try:
+            handle = await self._create(name)
+        except Exception:  # noqa: BLE001 - counted and logged; admission refuses or retries
+            log.exception("could not start a session host")
+            self.counters.start_failures += 1
+            return None
+        took = self._clock() - t0
+        self._startup_s = 0.7 * self._startup_s + 0.3 * took if self.counters.started else took
+        self.counters.started += 1
+        host = Host(name, handle, started_at=self._clock(), idle_since=self._clock())
+        self._hosts.append(host)
+        return host
+
+    def _started(self, task: asyncio.Task[Host | None]) -> None:
+        self._starting.discard(task)
+        self._changed.set()
+        if not task.cancelled() and task.exception() is None and task.result() is not None:
+            self._scale_out()  # demand may have grown while it started
+
+    def tick(self) -> None:
+        """Periodically: stop hosts idle for ``idle_timeout_s``, newest first, while the
+        others keep twice the wanted free slots and at least ``warm``; start what is missing."""
+        now = self._clock()
+        p = self.policy
+        keep = max(2 * self.wanted_free(), p.warm)
+        for host in reversed(list(self._hosts)):
+            if host.connections or host.idle_since is None or now - host.idle_since < p.idle_timeout_s:
+                continue
+            if self.free_slots() - p.soft < keep:
+                break
+            self._hosts.remove(host)
+            self.counters.stopped += 1
+            self._kill(host.handle)
+        self._scale_out()
 
     async def warm_up(self) -> None:
-        self._top_up()
-        await asyncio.gather(*self._starting, return_exceptions=True)
+        self._scale_out()
+        while self._starting:
+            await asyncio.gather(*self._starting, return_exceptions=True)
 
+    # ------------------------------------------------------------------ views
     def hosts(self) -> list[Host]:
-        """Every live host, busy or not."""
-        return list(self._all)
+        return list(self._hosts)
 
     def stats(self) -> dict[str, int]:
-        return {"actors": len(self._all), "free_slots": sum(h.free for h in self._hosts),
-                "starting": len(self._starting)}
+        soft = self.policy.soft
+        return {"actors": len(self._hosts), "free_slots": sum(max(0, soft - h.connections) for h in self._hosts),
+                "starting": len(self._starting), "connections": sum(h.connections for h in self._hosts)}
 
     def shutdown(self) -> None:
         for task in self._starting:
             task.cancel()
-        for host in self._all:
-            self._kill(host.actor)
+        for host in self._hosts:
+            self._kill(host.handle)
         self._hosts.clear()
-        self._all.clear()
+
+
+def policy_from(config: Any) -> PoolPolicy:
+    """The pool's policy from :class:`actors.config.SessionConfig`."""
+    soft = config.connections_per_actor
+    return PoolPolicy(
+        soft=soft, hard=config.hard_connections_per_actor, warm=config.spare_slots,
+        max_hosts=config.max_actors, max_starting=config.max_starting_actors,
+        idle_timeout_s=config.actor_idle_timeout_s, admission_wait_s=config.admission_wait_s)
+
+
+__all__ = ["ActorPool", "ArrivalRate", "Host", "Lease", "NoCapacity", "PoolPolicy", "policy_from"]

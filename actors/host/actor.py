@@ -9,9 +9,13 @@ deployment through a Serve ``DeploymentHandle``.
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
+import logging
+import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import ray
 from ray import serve
@@ -23,6 +27,8 @@ from inference.types import InferenceEvent, InferenceRequest
 from ..config import SessionConfig
 from .connection import Connection
 from ..session import Session
+from .handoff import Ended, Gone, Handoff, HandoffReceiver, Link, handoff_path
+from .http import HttpServer
 from .server import SocketServer
 from store import StoreConfig, StoreWriter, open_store
 
@@ -84,29 +90,49 @@ class PhaseMetrics:
             self._hist.observe(ms, tags={"transport": transport, "phase": phase})
 
 
+log = logging.getLogger(__name__)
+
+# Builds the ASGI app of HTTP mode on a host from the host's own store writer, inference
+# client, model ids and metrics (the gateway passes it in: actors/ never imports serve/).
+HttpAppFactory = Callable[..., Any]
+
+
 @ray.remote(num_cpus=0)
 class SessionHost:
-    """Named by the gateway's pool: a resume token names the actor holding the state."""
+    """Named by the gateway's pool: a resume token names the host holding the state.
 
-    def __init__(self, config: SessionConfig, store: StoreConfig, name: str) -> None:
+    Sockets arrive over handoff links (:mod:`.handoff`), WebSockets and HTTP connections
+    alike; the host reports each socket's end on the link it came by.  No Ray call per
+    connection: the gateway calls the actor only to start, warm and drain it."""
+
+    def __init__(self, config: SessionConfig, store: StoreConfig, name: str,
+                 http_app: HttpAppFactory | None = None) -> None:
         self._config = config
         self._store_config = store
         self._store: StoreWriter | None = None
         self._inference = ServeInference(config)
         self._models: list[str] = []
         self._sockets = SocketServer(config, name, self._new_session, self._connect)
+        self._receiver = HandoffReceiver(handoff_path(name), self._on_socket)
         self._metrics = PhaseMetrics()
+        self._http_app = http_app
+        self._http: HttpServer | None = None
 
     async def ready(self) -> str:
-        """Warm up before a connection is assigned; returns the handoff socket's path.
+        """Warm up before a connection is assigned; returns the handoff path.
 
         The first calls through a fresh handle and loading the tokenizer cost up to a
-        second (design.md §3): they are paid here, not on a client's first turn."""
+        second (docs/architecture.md): they are paid here, not on a client's first turn."""
         self._models = await self._inference.warm()
         tokenizer.encode("warm up")
         self._store = StoreWriter(open_store(self._store_config))
+        if self._http_app is not None:
+            self._http = HttpServer(self._http_app(store=self._store, inference=self._inference,
+                                                   model_ids=lambda: list(self._models),
+                                                   observe=self._metrics.observe))
         self._sockets.start()
-        return self._sockets.path
+        self._receiver.start()
+        return self._receiver.path
 
     def _new_session(self, conn_id: str, owner: str, append_mode: bool) -> Session:
         return Session(self._config, self._models, session_key=conn_id, owner=owner,
@@ -116,25 +142,40 @@ class SessionHost:
         assert self._store is not None
         return Connection(session, self._inference, self._store, self._metrics.observe)
 
-    async def serve(self, sock_id: str) -> str:
-        """Run the handed-over WebSocket ``sock_id`` until it closes, then make its stored
-        responses and ledger lines durable (the client no longer waits on us).  Returns
-        what became of the connection state (:class:`~actors.host.server.SocketServer`)."""
+    async def _on_socket(self, sock: socket.socket, handoff: Handoff, link: Link) -> None:
+        """Serve one handed-over socket; report its end (and, for a connection state it
+        parked, when that is gone) on ``link``."""
+        if handoff.kind == "http":
+            try:
+                if self._http is None:
+                    sock.close()
+                else:
+                    await self._http.serve(sock)
+            finally:
+                link.notify(Ended(handoff.sock_id, "closed"))
+            return
+        outcome = "refused"
         try:
-            return await self._sockets.serve(sock_id)
+            outcome = await self._sockets.serve(sock, handoff)
+        except Exception:  # noqa: BLE001 - one socket's failure must not stop the host
+            log.exception("serving a WebSocket failed")
+            sock.close()
         finally:
+            link.notify(Ended(handoff.sock_id, outcome))
+            # The client no longer waits on us: make its stored responses and ledger durable.
             assert self._store is not None
             await self._store.flush()
             if self._sockets.idle:
                 release_free_heap()
-
-    async def wait_gone(self, conn_id: str) -> None:
-        """Returns when the parked state of ``conn_id`` is resumed-and-closed or expired."""
-        await self._sockets.wait_gone(conn_id)
+        if handoff.resume is None and outcome in ("parked", "moved"):
+            await self._sockets.wait_gone(handoff.conn_id)
+            link.notify(Gone(handoff.conn_id))
 
     async def drain(self, timeout_s: float) -> None:
-        """Shutdown: finish responses in flight (up to ``timeout_s``), close the sockets
-        with 1001, write what is pending to the store."""
-        await self._sockets.drain(timeout_s)
+        """Shutdown: take no more sockets, finish responses and HTTP requests in flight (up
+        to ``timeout_s``), close the WebSockets with 1001, write what is pending to the store."""
+        self._receiver.close()
+        await asyncio.gather(self._sockets.drain(timeout_s),
+                             *([self._http.drain(timeout_s)] if self._http is not None else []))
         if self._store is not None:
             await self._store.close()

@@ -1,23 +1,32 @@
 """Both sides of the socket handoff between a gateway and a session host on one node.
 
-The gateway accepts a TCP connection, sees a WebSocket upgrade for ``/v1/responses`` and
-passes the socket's file descriptor to the host over a Unix socket (``SCM_RIGHTS``), with
-the upgrade request still unread in the kernel buffer, plus a small JSON :class:`Handoff`
-saying which connection state the socket carries.  A file descriptor cannot cross nodes, so
-hosts run on their gateway's node (docs/architecture.md).  No Ray here.
+The gateway accepts a TCP connection and peeks at its request head; it passes the socket's
+file descriptor to a host over a *link* — one Unix ``SOCK_SEQPACKET`` connection per
+(gateway, host) pair, kept open — with the request still unread in the kernel buffer, plus a
+small JSON :class:`Handoff` saying what the socket carries.  The host answers on the same
+link when a socket has ended (:class:`Ended`) and when a connection state it parked for a
+resume is gone (:class:`Gone`).  So admitting a connection costs the gateway no Ray call at
+all; a link that reaches end-of-file means the host process died (its sockets then get a
+1011 close from the gateway's copy of each descriptor).  A file descriptor cannot cross
+nodes, so hosts run on their gateway's node (docs/architecture.md).  No Ray here.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import socket
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import asdict, dataclass
+from typing import Any, Literal
 
 log = logging.getLogger(__name__)
 
-RESPONSES_PATH = "/v1/responses"  # the only path whose upgrades are handed over
+RESPONSES_PATH = "/v1/responses"  # the only path whose upgrades are handed over as WebSockets
+MAX_MESSAGE = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,89 +35,184 @@ class Handoff:
     (``resume``: the secret of a parked state to take back, else a new one)."""
 
     sock_id: str
-    conn_id: str
-    owner: str
+    kind: Literal["websocket", "http"] = "websocket"
+    conn_id: str = ""
+    owner: str = ""
     append_mode: bool = False
     resume: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """Host → gateway: the socket ``sock_id`` has ended.  ``outcome``: ``closed`` (its
+    connection state is dropped), ``parked`` (kept for a resume), ``moved`` (a resume took
+    it to a newer socket) or ``refused`` (the upgrade was answered with an error)."""
+
+    sock_id: str
+    outcome: str
+
+
+@dataclass(frozen=True, slots=True)
+class Gone:
+    """Host → gateway: the connection state ``conn_id`` (parked or moved) is gone."""
+
+    conn_id: str
+
+
+_MESSAGES: dict[str, type[Handoff] | type[Ended] | type[Gone]] = {"handoff": Handoff, "ended": Ended, "gone": Gone}
+
+
+def _encode(message: Handoff | Ended | Gone) -> bytes:
+    return json.dumps({"msg": type(message).__name__.lower(), **asdict(message)}).encode()
+
+
+def _decode(data: bytes) -> Handoff | Ended | Gone:
+    raw = json.loads(data)
+    return _MESSAGES[raw.pop("msg")](**raw)
+
+
 def handoff_path(actor_name: str) -> str:
-    """Where the actor named ``actor_name`` receives sockets (Linux abstract namespace: shared
-    by the processes of one node, nothing to clean up when the actor dies)."""
+    """Where the host named ``actor_name`` takes links (Linux abstract namespace: shared by
+    the processes of one node, nothing to clean up when the host dies)."""
     return f"\0responses-ws-{actor_name}"
 
 
-# ----------------------------------------------------------------------------- gateway side
+class Link:
+    """One end of a gateway–host link: messages, each with at most one descriptor."""
 
+    def __init__(self, sock: socket.socket) -> None:
+        sock.setblocking(False)
+        self._sock = sock
+        self.closed = False
+        self._outbox: deque[Ended | Gone] = deque()
+        self._flushing: asyncio.Task[None] | None = None
 
-def send_socket(uds_path: str, handoff: Handoff, sock: socket.socket) -> None:
-    """Hand ``sock`` to the host at ``uds_path``.  The caller keeps its own copy of the
-    descriptor (to close the socket with 1011 should the host die)."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as uds:
-        uds.connect(uds_path)
-        socket.send_fds(uds, [json.dumps(asdict(handoff)).encode()], [sock.fileno()])
+    @classmethod
+    def connect(cls, path: str) -> Link:
+        """Gateway side: open a link to the host at ``path`` (:class:`OSError` if none)."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            sock.connect(path)
+        except OSError:
+            sock.close()
+            raise
+        return cls(sock)
 
+    async def send(self, message: Handoff | Ended | Gone, fd: int | None = None) -> None:
+        """Send one message (with ``fd``); waits while the peer's queue is full."""
+        data = _encode(message)
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                if fd is None:
+                    self._sock.send(data)
+                else:
+                    socket.send_fds(self._sock, [data], [fd])
+                return
+            except BlockingIOError:
+                ready = loop.create_future()
+                loop.add_writer(self._sock.fileno(), _set_once, ready)
+                try:
+                    await ready
+                finally:
+                    loop.remove_writer(self._sock.fileno())
 
-# ----------------------------------------------------------------------------- host side
+    def notify(self, message: Ended | Gone) -> None:
+        """Host side: tell the gateway, in the background and in order; a link already gone
+        is ignored (its gateway has stopped)."""
+        if self.closed:
+            return
+        self._outbox.append(message)
+        if self._flushing is None or self._flushing.done():
+            self._flushing = asyncio.get_running_loop().create_task(self._flush())
+
+    async def _flush(self) -> None:
+        with contextlib.suppress(OSError):
+            while self._outbox and not self.closed:
+                await self.send(self._outbox.popleft())
+
+    async def messages(self) -> AsyncIterator[tuple[Handoff | Ended | Gone, socket.socket | None]]:
+        """Messages until the peer closes the link (or dies)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                data, fds, _, _ = socket.recv_fds(self._sock, MAX_MESSAGE, 1)
+            except BlockingIOError:
+                ready = loop.create_future()
+                loop.add_reader(self._sock.fileno(), _set_once, ready)
+                try:
+                    await ready
+                finally:
+                    loop.remove_reader(self._sock.fileno())
+                continue
+            except OSError:
+                data, fds = b"", []
+            if not data:
+                self.close()
+                return
+            sock = socket.socket(fileno=fds[0]) if fds else None
+            try:
+                message = _decode(data)
+            except (ValueError, TypeError, KeyError):
+                log.exception("a malformed message on a handoff link")
+                if sock is not None:
+                    sock.close()
+                continue
+            yield message, sock
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._sock.close()
 
 
 class HandoffReceiver:
-    """Receives handed-over sockets at ``path``; :meth:`take` waits for one by its id (the
-    socket and the call announcing it may arrive in either order)."""
+    """Host side: takes links at ``path`` and calls ``on_socket(sock, handoff, link)`` for
+    every socket that arrives (the link is where its :class:`Ended` notice goes)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, on_socket: Callable[[socket.socket, Handoff, Link], Awaitable[None]]) -> None:
         self.path = path
-        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._on_socket = on_socket
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._listener.bind(path)
-        self._listener.listen(1024)
+        self._listener.listen(128)
         self._listener.setblocking(False)
-        self._arrived: dict[str, asyncio.Future[tuple[socket.socket, Handoff]]] = {}
+        self._sockets: set[asyncio.Task[None]] = set()  # one per socket being served
+        self._links: set[asyncio.Task[None]] = set()  # one per link, reading it
         self._accepting: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         self._accepting = asyncio.get_running_loop().create_task(self._accept())
 
-    def _future(self, sock_id: str) -> asyncio.Future[tuple[socket.socket, Handoff]]:
-        return self._arrived.setdefault(sock_id, asyncio.get_running_loop().create_future())
-
-    async def take(self, sock_id: str, timeout: float = 30.0) -> tuple[socket.socket, Handoff]:
-        """The socket ``sock_id`` and its handoff, once it has arrived."""
-        try:
-            return await asyncio.wait_for(self._future(sock_id), timeout=timeout)
-        finally:
-            self._arrived.pop(sock_id, None)
+    @staticmethod
+    def _spawn(tasks: set[asyncio.Task[None]], coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
 
     async def _accept(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            uds, _ = await loop.sock_accept(self._listener)
-            try:
-                readable = loop.create_future()
-                loop.add_reader(uds.fileno(), _set_once, readable)
-                try:
-                    await readable
-                finally:
-                    loop.remove_reader(uds.fileno())
-                msg, fds, _, _ = socket.recv_fds(uds, 4096, 1)
-                if fds:
-                    handoff = Handoff(**json.loads(msg))
-                    fut = self._future(handoff.sock_id)
-                    if fut.done():
-                        socket.socket(fileno=fds[0]).close()
-                    else:
-                        fut.set_result((socket.socket(fileno=fds[0]), handoff))
-            except (OSError, TypeError, ValueError):
-                log.exception("socket handoff failed")
-            finally:
-                uds.close()
+            sock, _ = await loop.sock_accept(self._listener)
+            self._spawn(self._links, self._serve_link(Link(sock)))
+
+    async def _serve_link(self, link: Link) -> None:
+        async for message, sock in link.messages():
+            if isinstance(message, Handoff) and sock is not None:
+                self._spawn(self._sockets, self._on_socket(sock, message, link))
+            elif sock is not None:
+                sock.close()
 
     def close(self) -> None:
+        """Take no more sockets (those being served go on)."""
         if self._accepting is not None:
             self._accepting.cancel()
+        for task in list(self._links):
+            task.cancel()
         self._listener.close()
 
 
 def _set_once(fut: asyncio.Future[None]) -> None:
-    # A reader callback can fire again before it is removed.
+    # A reader/writer callback can fire again before it is removed.
     if not fut.done():
         fut.set_result(None)

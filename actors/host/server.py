@@ -26,7 +26,7 @@ from websockets.server import ServerProtocol
 
 from ..config import SessionConfig
 from .connection import Connection
-from .handoff import RESPONSES_PATH, Handoff, HandoffReceiver, handoff_path
+from .handoff import RESPONSES_PATH, Handoff
 from ..errors import ConnectionLimitReached, InvalidResumeToken, ServerError
 from ..protocol import encode, error_event, http_error_body
 from .resume import RESUME_HEADER, Held, ResumeRegistry, make_token, new_secret
@@ -63,7 +63,7 @@ class SessionSocket(ServerConnection):
 class SocketServer:
     """Receives handed-over sockets and runs one WebSocket connection on each.
 
-    ``serve(sock_id)`` ends with the socket and says what became of its connection state:
+    ``serve(sock, handoff)`` ends with the socket and says what became of its connection state:
     ``closed`` (dropped), ``parked`` (kept for a resume, see :mod:`actors.host.resume`), ``moved``
     (a resume took it to a newer socket) or ``refused`` (the upgrade was answered with an
     error, or never completed)."""
@@ -75,8 +75,6 @@ class SocketServer:
         self._name = actor_name
         self._new_session = new_session
         self._connect = connect
-        self._receiver = HandoffReceiver(handoff_path(actor_name))
-        self.path = self._receiver.path
         self._server: Server | None = None
         self._ended: dict[str, asyncio.Future[str]] = {}
         self._live: dict[str, Connection] = {}
@@ -86,12 +84,11 @@ class SocketServer:
     def start(self) -> None:
         self._server = _HandoffServer(self._handle, process_request=self._check_request,
                                       process_response=self._add_token, open_timeout=10)
-        self._receiver.start()
 
-    async def serve(self, sock_id: str) -> str:
-        """Run the WebSocket on the handed-over socket ``sock_id`` until it closes."""
+    async def serve(self, sock: socket.socket, handoff: Handoff) -> str:
+        """Run the WebSocket on the handed-over socket ``sock`` until it closes."""
         loop = asyncio.get_running_loop()
-        sock, handoff = await self._receiver.take(sock_id)
+        sock_id = handoff.sock_id
         ended = self._ended[sock_id] = loop.create_future()
         cfg = self._config
 
@@ -229,7 +226,6 @@ class SocketServer:
         """Shutdown: take no more sockets, drop parked states, let responses in flight
         finish for up to ``timeout_s``, then close every socket with 1001."""
         self._draining = True
-        self.close()
         self.registry.discard_parked()
         for conn in list(self._live.values()):
             conn.drain()
@@ -241,9 +237,6 @@ class SocketServer:
         pending = [f for f in self._ended.values() if not f.done()]
         if pending:
             await asyncio.wait(pending, timeout=5)
-
-    def close(self) -> None:
-        self._receiver.close()
 
 
 def _encode_or_error(event: Any) -> str:

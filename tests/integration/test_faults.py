@@ -94,10 +94,48 @@ async def until(ws, event_type: str) -> dict:
 # ------------------------------------------------------------------ the session actor dies
 
 
-def test_session_actor_killed_mid_response_closes_1011_and_nothing_leaks(faults_url):
+def test_session_host_killed_mid_response_closes_all_its_connections_1011_and_nothing_leaks(faults_url):
+    """Packed hosts (the default): a host's death ends every connection it hosts with 1011
+    (its state is gone), and the pool replaces it; a new connection works at once."""
     ws_url = faults_url.replace("http", "ws", 1) + "/v1/responses"
     port = int(faults_url.rsplit(":", 1)[1])
     before = gateway_stats(APP)
+
+    async def main():
+        async with websockets.connect(ws_url) as idle, websockets.connect(ws_url) as victim:
+            assert (await one_turn(idle))[-1]["type"] == "response.completed"
+            await victim.send(create(model="emu-gpu", metadata=LONG))
+            await until(victim, "response.output_text.delta")
+            host = server_process_of(victim.local_address[1], port, "SessionHost")
+            assert host.pid == server_process_of(idle.local_address[1], port, "SessionHost").pid, "packed"
+            host.send_signal(signal.SIGKILL)
+            for ws in (victim, idle):
+                with pytest.raises(ConnectionClosed) as closed:
+                    while True:
+                        validated(await ws.recv())
+                assert closed.value.rcvd is not None and closed.value.rcvd.code == 1011
+            async with websockets.connect(ws_url) as fresh:
+                assert (await one_turn(fresh))[-1]["type"] == "response.completed"
+        return host.pid
+
+    pid = run(main())
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    after = wait_for(lambda: (s := gateway_stats(APP))["open_connections"] == 0 and s["connections"] == 0
+                     and s["starting"] == 0 and s, what="the pool to settle")
+    assert after["actors"] == before["actors"], "no leaked or missing session hosts"
+
+
+@pytest.fixture(scope="module")
+def dedicated_url(ray_cluster):
+    url = start_app(APP + "-dedicated", **{"session.connections_per_actor": 1, "session.warm_actors": 2})
+    yield url
+    serve.delete(APP + "-dedicated")
+
+
+def test_dedicated_actor_killed_mid_response_closes_1011_and_other_connections_are_untouched(dedicated_url):
+    """``connections_per_actor: 1`` isolates connections: one actor's death ends only its own."""
+    ws_url = dedicated_url.replace("http", "ws", 1) + "/v1/responses"
+    port = int(dedicated_url.rsplit(":", 1)[1])
 
     async def main():
         async with websockets.connect(ws_url) as bystander, websockets.connect(ws_url) as victim:
@@ -111,18 +149,13 @@ def test_session_actor_killed_mid_response_closes_1011_and_nothing_leaks(faults_
                 while True:
                     validated(await victim.recv())
             assert closed.value.rcvd is not None and closed.value.rcvd.code == 1011
-            # The other connection is untouched; a new one works at once.
             assert (await one_turn(bystander))[-1]["type"] == "response.completed"
-            async with websockets.connect(ws_url) as fresh:
-                assert (await one_turn(fresh))[-1]["type"] == "response.completed"
         return actor.pid
 
     pid = run(main())
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    after = wait_for(lambda: (s := gateway_stats(APP))["open_connections"] == before["open_connections"]
-                     and s["free_slots"] >= before["free_slots"] and s["starting"] == 0 and s,
-                     what="the pool to settle")
-    assert after["actors"] == before["actors"], "no leaked or missing session actors"
+    wait_for(lambda: (s := gateway_stats(APP + "-dedicated"))["open_connections"] == 0
+             and s["connections"] == 0 and s["starting"] == 0, what="the pool to settle")
 
 
 # ------------------------------------------------------------------ an inference replica dies
