@@ -235,16 +235,19 @@ class ActorPool:
 
     def tick(self) -> None:
         """Periodically: stop hosts idle for ``idle_timeout_s``, newest first, while the
-        others keep twice the wanted free slots and at least ``warm``; start what is missing."""
+        other live hosts keep twice the wanted free slots (and ``warm``), and never the last
+        live host; then start what is missing."""
         now = self._clock()
         p = self.policy
         keep = max(2 * self.wanted_free(), p.warm)
+        live_free = sum(max(0, p.soft - h.connections) for h in self._hosts)
         for host in reversed(list(self._hosts)):
+            if len(self._hosts) == 1 or live_free - p.soft < keep:
+                break
             if host.connections or host.idle_since is None or now - host.idle_since < p.idle_timeout_s:
                 continue
-            if self.free_slots() - p.soft < keep:
-                break
             self._hosts.remove(host)
+            live_free -= p.soft
             self.counters.stopped += 1
             self._kill(host.handle)
         self._scale_out()

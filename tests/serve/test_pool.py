@@ -1,109 +1,227 @@
-"""Connection-to-actor assignment, with actor creation and killing behind the pool's seams."""
+"""The session-host pool's decisions, with a fake clock and host creation/killing behind its
+seams (serve/pool.py; the sizing rules are in docs/scaling.md)."""
 
 from __future__ import annotations
 
 import asyncio
 
-from serve.pool import ActorPool
+import pytest
+
+from serve.pool import ActorPool, ArrivalRate, NoCapacity, PoolPolicy
 
 
-class FakeActor:
-    """Stands in for a SessionHost handle: only ``ready.remote()`` is used by the pool."""
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
 
-    made = 0
-
-    def __init__(self, name: str) -> None:
-        FakeActor.made += 1
-        self.name = name
-        outer = self
-
-        class _Ready:
-            async def remote(self) -> str:
-                return f"\0{outer.name}"
-
-        self.ready = _Ready()
+    def __call__(self) -> float:
+        return self.t
 
 
-def make_pool(per_actor: int, warm: int) -> tuple[ActorPool, list]:
-    killed: list = []
-    return ActorPool(FakeActor, killed.append, per_actor=per_actor, warm=warm, prefix="t"), killed
+class Hosts:
+    """Injected ``create``/``kill``: a start finishes when the test says so (``finish``), or
+    at once with ``instant``."""
+
+    def __init__(self, *, instant: bool = False, clock: Clock | None = None, startup_s: float = 1.0) -> None:
+        self.instant = instant
+        self.clock = clock
+        self.startup_s = startup_s
+        self.made: list[str] = []
+        self.killed: list[str] = []
+        self._pending: list[asyncio.Future[None]] = []
+
+    async def create(self, name: str) -> str:
+        self.made.append(name)
+        if self.clock is not None:  # a start takes startup_s of the fake clock
+            self.clock.t += self.startup_s
+        if not self.instant:
+            fut = asyncio.get_running_loop().create_future()
+            self._pending.append(fut)
+            await fut
+        return name
+
+    def kill(self, handle: str) -> None:
+        self.killed.append(handle)
+
+    async def finish(self, n: int = 1) -> None:
+        for _ in range(10):  # let the pool's start tasks reach create()
+            if len(self._pending) >= n:
+                break
+            await asyncio.sleep(0)
+        for fut in self._pending[:n]:
+            fut.set_result(None)
+        del self._pending[:n]
+        for _ in range(3):
+            await asyncio.sleep(0)
+
+    @property
+    def starting(self) -> int:
+        return len(self._pending)
 
 
-def test_dedicated_actors_host_one_connection_at_a_time_and_idle_ones_are_reused():
+def policy(**kw) -> PoolPolicy:
+    base = dict(soft=4, hard=8, warm=2, max_hosts=10, max_starting=2, idle_timeout_s=30.0, admission_wait_s=1.0)
+    return PoolPolicy(**{**base, **kw})
+
+
+def pool_with(hosts: Hosts, clock: Clock, **kw) -> ActorPool:
+    return ActorPool(hosts.create, hosts.kill, policy(**kw), prefix="t", clock=clock)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def test_connections_pack_onto_the_fullest_host_below_the_soft_target():
     async def main():
-        pool, killed = make_pool(per_actor=1, warm=1)
+        hosts, clock = Hosts(instant=True), Clock()
+        pool = pool_with(hosts, clock, warm=4)
         await pool.warm_up()
-        a = await pool.acquire()  # a spare starts in the background
-        pool.release(a)  # before it is ready: the idle actor stays as the warm one
-        assert killed == []
-        await asyncio.sleep(0.01)  # the spare lands: one idle actor too many, the newest goes
-        assert len(killed) == 1 and killed[0] is not a.host.actor
-        made = FakeActor.made
-        b = await pool.acquire()
-        assert b.host is a.host and FakeActor.made == made, "the idle actor is reused, none started"
-        c = await pool.acquire()
-        assert c.host is not b.host and b.conn_id != c.conn_id, "one connection per actor"
-        await asyncio.sleep(0.01)
-        pool.release(b)
-        pool.release(c)
-        assert pool.stats() == {"actors": 1, "free_slots": 1, "starting": 0}, "idle actors beyond the warm count stop"
+        assert len(pool.hosts()) == 1
+        leases = [await pool.acquire() for _ in range(4)]
+        assert {lease.host.name for lease in leases} == {"t-a0"}, "fills the first host to its soft target"
+        await asyncio.sleep(0)
+        assert len(pool.hosts()) >= 2, "a spare host started ahead of demand"
+        nxt = await pool.acquire()
+        assert nxt.host.name != "t-a0" and nxt.host.connections == 1
         pool.shutdown()
 
-    asyncio.run(main())
+    run(main())
 
 
-def test_shared_actors_host_up_to_per_actor_connections():
+def test_admission_never_waits_for_a_start_while_a_live_host_is_below_its_hard_cap():
     async def main():
-        pool, killed = make_pool(per_actor=2, warm=0)
-        leases = [await pool.acquire() for _ in range(3)]
-        assert leases[0].host is leases[1].host and leases[2].host is not leases[0].host
-        pool.release(leases[0])
-        made = FakeActor.made
-        again = await pool.acquire()
-        assert FakeActor.made == made and again.host in {leases[0].host, leases[2].host}, \
-            "a shared actor with room is reused, none is started"
-        for lease in (again, leases[1], leases[2]):
+        hosts, clock = Hosts(), Clock()
+        pool = pool_with(hosts, clock, warm=1)
+        task = asyncio.ensure_future(pool.warm_up())
+        await hosts.finish()
+        await task
+        # A burst of 8 (the hard cap) while replacements are still starting: all admitted at once.
+        leases = [pool.try_acquire() or await pool.acquire() for _ in range(8)]
+        assert all(lease.host.name == "t-a0" for lease in leases)
+        assert hosts.starting <= 2, "starts are bounded, not one per connection"
+        # The ninth must wait for a start; it gets the new host when it is ready.
+        ninth = asyncio.ensure_future(pool.acquire())
+        await asyncio.sleep(0)
+        assert not ninth.done()
+        await hosts.finish()
+        assert (await ninth).host.name != "t-a0"
+        pool.shutdown()
+
+    run(main())
+
+
+def test_past_the_hard_caps_with_nothing_starting_admission_is_refused_at_once_with_a_retry_hint():
+    async def main():
+        hosts, clock = Hosts(instant=True), Clock()
+        pool = pool_with(hosts, clock, max_hosts=1, warm=1)
+        await pool.warm_up()
+        for _ in range(8):
+            await pool.acquire()
+        with pytest.raises(NoCapacity) as refused:
+            await pool.acquire()
+        assert refused.value.retry_after_s >= 1
+        assert pool.counters.refused == 1
+        pool.shutdown()
+
+    run(main())
+
+
+def test_a_waiting_upgrade_is_refused_after_admission_wait_s():
+    async def main():
+        hosts, clock = Hosts(), Clock()
+        pool = pool_with(hosts, clock, soft=1, hard=1, warm=0, admission_wait_s=0.05)
+        with pytest.raises(NoCapacity):
+            await pool.acquire()  # the start never finishes in time
+        assert hosts.starting == 1
+        pool.shutdown()
+
+    run(main())
+
+
+def test_a_burst_shares_the_hosts_already_starting_instead_of_starting_one_each():
+    async def main():
+        hosts, clock = Hosts(), Clock()
+        pool = pool_with(hosts, clock, soft=64, hard=64, warm=16, max_starting=2, admission_wait_s=5)
+        waiting = [asyncio.ensure_future(pool.acquire()) for _ in range(100)]
+        await settle()
+        assert hosts.starting == 2, "bounded starts while 100 upgrades wait"
+        await hosts.finish(2)
+        await settle()
+        assert sum(f.done() for f in waiting) == 100, "two hosts of 64 take all 100"
+        assert len(hosts.made) <= 4
+        pool.shutdown()
+
+    run(main())
+
+
+def test_the_free_slot_watermark_follows_the_arrival_rate():
+    async def main():
+        clock = Clock()
+        hosts = Hosts(instant=True, clock=clock, startup_s=2.0)
+        pool = pool_with(hosts, clock, soft=100, hard=400, warm=10, max_starting=4)
+        await pool.warm_up()
+        assert pool.wanted_free() == 10
+        for _ in range(200):  # 200 arrivals within a second
+            clock.t += 0.005
+            await pool.acquire()
+        assert pool.wanted_free() > 100, "a fast arrival rate keeps more slots ahead"
+        await settle()
+        assert pool.free_slots() >= pool.wanted_free(), "hosts started to match it"
+        clock.t += 60
+        assert pool.wanted_free() == 10, "and decays back when arrivals stop"
+        pool.shutdown()
+
+    run(main())
+
+
+def test_idle_hosts_stop_after_the_timeout_with_hysteresis_newest_first():
+    async def main():
+        hosts, clock = Hosts(instant=True), Clock()
+        pool = pool_with(hosts, clock, soft=4, hard=4, warm=2, max_starting=4)
+        await pool.warm_up()
+        leases = [await pool.acquire() for _ in range(12)]
+        await settle()
+        n = len(pool.hosts())
+        assert n >= 3
+        for lease in leases:
             pool.release(lease)
-        assert len(killed) == 2 and not set(killed) - {leases[0].host.actor, leases[2].host.actor}, \
-            "idle actors beyond the warm count are stopped"
-
-    asyncio.run(main())
-
-
-def test_warm_slots_are_refilled_in_the_background():
-    async def main():
-        pool, _ = make_pool(per_actor=1, warm=2)
-        await pool.warm_up()
-        made = FakeActor.made
-        await pool.acquire()
-        await asyncio.sleep(0.01)
-        assert FakeActor.made == made + 1, "one replacement started for the slot taken"
-
-    asyncio.run(main())
-
-
-def test_a_dead_actor_is_dropped():
-    async def main():
-        pool, killed = make_pool(per_actor=4, warm=0)
-        lease = await pool.acquire()
-        pool.release(lease, dead=True)
-        assert killed == [lease.host.actor]
-        assert (await pool.acquire()).host is not lease.host
-
-    asyncio.run(main())
-
-
-def test_an_actor_started_on_demand_during_a_top_up_does_not_leave_an_extra_idle_actor():
-    async def main():
-        pool, killed = make_pool(per_actor=1, warm=1)
-        await pool.warm_up()
-        a = await pool.acquire()  # starts a spare in the background
-        b = await pool.acquire()  # the spare has not landed: b's actor is started on demand
-        await asyncio.sleep(0.01)  # the spare lands
-        pool.release(a)
-        pool.release(b)
-        assert pool.stats() == {"actors": 1, "free_slots": 1, "starting": 0}, "exactly the warm count is left"
-        assert len(killed) == 2
+        pool.tick()
+        assert hosts.killed == [], "not before the idle timeout"
+        clock.t += 31
+        pool.tick()
+        live = pool.hosts()
+        assert hosts.killed and hosts.killed[0] == f"t-a{max(int(h[3:]) for h in hosts.made)}", "newest first"
+        assert len(live) >= 1 and pool.stats()["free_slots"] >= 2 * pool.wanted_free()
+        assert pool.stats()["free_slots"] - 4 < max(2 * pool.wanted_free(), 2), "stops only while twice the wanted slots stay"
         pool.shutdown()
 
-    asyncio.run(main())
+    run(main())
+
+
+def test_a_dead_host_is_forgotten_and_replaced():
+    async def main():
+        hosts, clock = Hosts(instant=True), Clock()
+        pool = pool_with(hosts, clock, warm=2)
+        await pool.warm_up()
+        lease = await pool.acquire()
+        pool.host_died(lease.host)
+        await asyncio.sleep(0)
+        assert lease.host not in pool.hosts() and lease.host.name in hosts.killed
+        assert pool.hosts(), "a replacement started"
+        pool.shutdown()
+
+    run(main())
+
+
+def test_the_arrival_rate_decays_exponentially():
+    rate = ArrivalRate(window_s=5.0)
+    for i in range(50):
+        rate.add(i * 0.1)  # 10 per second for 5 s
+    assert 5 < rate.now(4.9) < 10
+    assert rate.now(4.9 + 5) < rate.now(4.9) / 2.5
