@@ -10,48 +10,53 @@ turn of the WebSocket rollout and a side-by-side table, then shuts everything do
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 
-from .builder import start, stop
-from .cli import free_port
-from .config import load_app_config
+from serve.embedded import embedded_server, local_config
+
+from . import report
+from .agentloop import TurnRecord, run_bench
+from .client import ws_url
+from .workload import Workload
 
 
-def run_demo(turns: int = 8, model: str = "emu-fast", rollouts: int = 2) -> int:
-    from rich.console import Console
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--turns", type=int, default=8)
+    p.add_argument("--model", default="emu-fast")
+    p.add_argument("--rollouts", type=int, default=2, help="rollouts per transport")
 
-    from bench import report
-    from bench.agentloop import TurnRecord, run_bench
-    from bench.workload import Workload
 
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=200)
-    config = load_app_config(None, **{"server.port": free_port()})
+def run(args: argparse.Namespace) -> int:
+    console = report.console()
     console.print("starting an embedded Ray and the responses-ws app …")
-    url = start(config)
-    console.print(f"serving on {url}; WebSocket {url.replace('http', 'ws', 1)}/v1/responses\n")
-    try:
-        w = Workload(model=model, tool_rounds=max(turns - 1, 0))
-        console.print(f"{rollouts} rollouts per transport of {turns} turns ({w.tool_rounds} tool calls, then text); "
-                      "first WebSocket rollout turn by turn:")
-        console.print(f"{'turn':>4} {'ttft ms':>8} {'total ms':>9} {'input':>6} {'cached':>6} {'out':>4} {'server overhead ms':>19}")
-        shown: list[int] = []
+    with embedded_server(local_config()) as url:
+        console.print(f"serving on {url}; WebSocket {ws_url(url)}\n")
+        summary = agent_loops(console, url, args.turns, args.model, args.rollouts)
+    return 1 if report.failed(summary) else 0
 
-        def on_turn(transport: str, t: TurnRecord) -> None:
-            if transport == "ws" and len(shown) < turns:
-                shown.append(t.turn)
-                over = report.overhead_ms(t)
-                console.print(f"{t.turn:>4} {t.ttft_ms or 0:>8.1f} {t.total_ms:>9.1f} {t.input_tokens:>6} "
-                              f"{t.cached_tokens:>6} {t.output_tokens:>4} {'–' if over is None else f'{over:.1f}':>19}")
 
-        records = asyncio.run(run_bench(url, w, ["ws", "http-full"], rollouts=rollouts, settle_s=1.5,
-                                        on_turn=on_turn))
-        summary = report.summarise(records)
-        console.print()
-        console.print(report.render_table(summary, f"{model}, {turns} turns per rollout"))
-        console.print("\nover the WebSocket each turn sent only its new items and the connection's actor kept the"
-                      "\nrest; over HTTP the whole history went every turn and the server re-rendered it.")
-        return 1 if any(s["failed_rollouts"] for s in summary.values()) else 0
-    finally:
-        stop()
+def agent_loops(console, url: str, turns: int, model: str, rollouts: int) -> dict:  # noqa: ANN001 - a rich Console
+    """WebSocket and HTTP-full rollouts, interleaved; prints the first WebSocket rollout turn
+    by turn and the side-by-side table; returns the summary."""
+    w = Workload(model=model, tool_rounds=max(turns - 1, 0))
+    console.print(f"{rollouts} rollouts per transport of {turns} turns ({w.tool_rounds} tool calls, then text); "
+                  "first WebSocket rollout turn by turn:")
+    console.print(f"{'turn':>4} {'ttft ms':>8} {'total ms':>9} {'input':>6} {'cached':>6} {'out':>4} {'server overhead ms':>19}")
+    shown: list[int] = []
+
+    def on_turn(transport: str, t: TurnRecord) -> None:
+        if transport == "ws" and len(shown) < turns:
+            shown.append(t.turn)
+            over = report.overhead_ms(t)
+            console.print(f"{t.turn:>4} {t.ttft_ms or 0:>8.1f} {t.total_ms:>9.1f} {t.input_tokens:>6} "
+                          f"{t.cached_tokens:>6} {t.output_tokens:>4} {'–' if over is None else f'{over:.1f}':>19}")
+
+    records = asyncio.run(run_bench(url, w, ["ws", "http-full"], rollouts=rollouts, settle_s=1.5,
+                                    on_turn=on_turn))
+    summary = report.summarise(records)
+    console.print()
+    console.print(report.render_table(summary, f"{model}, {turns} turns per rollout"))
+    console.print("\nover the WebSocket each turn sent only its new items and the connection's actor kept the"
+                  "\nrest; over HTTP the whole history went every turn and the server re-rendered it.")
+    return summary
