@@ -32,7 +32,9 @@ def server_url(ray_cluster) -> str:
 
 @pytest.fixture(scope="session")
 def ws_url(server_url) -> str:
-    return server_url.replace("http://", "ws://") + "/v1/responses"
+    from bench.client import ws_url
+
+    return ws_url(server_url)
 
 
 @pytest.fixture(scope="session")
