@@ -2,8 +2,8 @@
 
 Every ``POST /v1/responses`` gets a fresh session with nothing cached, so a
 ``previous_response_id`` is loaded from the store and the whole conversation is re-parsed,
-re-rendered and re-tokenised — the honest baseline a stateless server pays on every request
-(design.md §5).  Everything else (validation, the response builder, inference) is the same
+re-rendered and re-tokenised — the honest baseline a stateless server pays on every request.
+Everything else (validation, the response builder, inference) is the same
 code as WebSocket mode.  Errors are OpenAI JSON error bodies; SSE streams carry no
 ``stream_id`` and no top-level ``error`` key.
 """
@@ -24,6 +24,7 @@ from actors.host.connection import Connection, InferenceClient
 from actors.errors import APIError, InvalidRequest, ModelNotFound, NotFound
 from actors.ids import new_id
 from actors.protocol import (
+    TERMINAL_EVENT_TYPES,
     ErrorEvent,
     InputTokensDetails,
     Usage,
@@ -41,8 +42,6 @@ from inference import chat_format
 
 from .auth import KeyRing
 from .compaction import compact
-
-TERMINAL = {"response.completed", "response.incomplete", "response.failed"}
 
 
 def error_response(exc: BaseException) -> JSONResponse:
@@ -99,7 +98,7 @@ def add_http_routes(
             batch = first
             while True:
                 for event in batch:
-                    if event.type in TERMINAL:
+                    if event.type in TERMINAL_EVENT_TYPES:
                         return Response(event.response.model_dump_json(), media_type="application/json")
                 batch = await anext(events)
         finally:
@@ -174,7 +173,7 @@ async def _sse(conn: Connection, first: list, events: AsyncIterator[list]) -> As
             done = False
             for event in batch:
                 chunk.append(f"event: {event.type}\ndata: {encode(event)}\n\n")
-                done = done or event.type in TERMINAL
+                done = done or event.type in TERMINAL_EVENT_TYPES
             yield "".join(chunk).encode()
             if done:
                 return

@@ -1,7 +1,7 @@
 """Assigning connections to session actors.
 
-Creating an actor costs ~0.5 s and warming it (inference handle, tokenizer) more
-(design.md §3), so the pool keeps ``warm`` free connection slots on started, warmed actors;
+Creating an actor costs ~0.5 s and warming it (inference handle, tokenizer) more,
+so the pool keeps ``warm`` free connection slots on started, warmed actors;
 acquiring one is then free of Ray calls.  With ``per_actor == 1`` (the default) an actor
 hosts one connection at a time.  A connection's state lives in objects the actor drops when
 the connection ends, so an idle actor is kept as a warm one while the pool has no more than

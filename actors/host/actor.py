@@ -101,7 +101,7 @@ class SessionHost:
         """Warm up before a connection is assigned; returns the handoff socket's path.
 
         The first calls through a fresh handle and loading the tokenizer cost up to a
-        second (design.md §3): they are paid here, not on a client's first turn."""
+        second: they are paid here, not on a client's first turn."""
         self._models = await self._inference.warm()
         tokenizer.encode("warm up")
         self._store = StoreWriter(open_store(self._store_config))

@@ -62,6 +62,7 @@ from .events import (  # noqa: F401
     ResponseCompleted,
     ResponseIncomplete,
     ResponseFailed,
+    TERMINAL_EVENT_TYPES,
     OutputItemAdded,
     OutputItemDone,
     ContentPartAdded,

@@ -120,6 +120,11 @@ class ResponseFailed(_Event):
     response: ResponseObject
 
 
+# The types of the events that end a response; an ``error`` event instead means it never started.
+TERMINAL_EVENT_TYPES = frozenset(event.model_fields["type"].default
+                                 for event in (ResponseCompleted, ResponseIncomplete, ResponseFailed))
+
+
 class OutputItemAdded(_Event):
     type: Literal["response.output_item.added"] = "response.output_item.added"
     sequence_number: int

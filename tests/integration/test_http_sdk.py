@@ -11,7 +11,7 @@ import pytest
 import websockets
 from openai import OpenAI
 
-from .wire import TOOLS, outputs_for, raw_collect
+from tests.support.wire import TOOLS, outputs_for, raw_collect
 
 MODEL = "emu-fast"
 

@@ -25,9 +25,9 @@ from openai import OpenAI
 from ray import serve
 
 from serve.auth import fingerprint
-from tests.conftest import free_port, start_app
-
-from .wire import raw_collect, validated
+from serve.embedded import free_port
+from tests.support.server import start_app
+from tests.support.wire import raw_collect, validated
 
 MODEL = "emu-fast"
 ISO_APP = "rws-isolation"
