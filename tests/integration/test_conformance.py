@@ -5,9 +5,10 @@ strictly against both the openai SDK's types and the Open Responses schema
 (:mod:`tests.schemas`; docs/protocol.md §3, §6).
 
 Where the server's behaviour is an intentional extension Open Responses has no schema for,
-the test says so: ``stream_id`` on named lanes is validated with the field removed, steering
-events against the SDK only, and the SDK's compaction type holds output items only (see
-:meth:`tests.schemas.Checker.compacted`).
+or where the two schemas disagree, the test says so: ``stream_id`` on named lanes is
+validated with the field removed, steering events against the SDK only, a ``json_schema``
+text format with its ``schema`` read as null by Open Responses, and the items of a
+compaction as the SDK's stored items (see :class:`tests.schemas.Checker`).
 
 Run with ``-s`` to see how many objects each schema validated.
 """
@@ -236,6 +237,20 @@ def test_every_echoed_setting(run, transport):
     assert resp["reasoning"] == {"effort": "low", "summary": None}
     assert resp["text"] == {"format": {"type": "json_object"}, "verbosity": "low"}
     assert resp["service_tier"] == "default" and resp["truncation"] == "auto"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_structured_output_echoes_its_json_schema(run, check, transport):
+    """The ``json_schema`` format is echoed with its schema, as the SDK requires; Open
+    Responses types that ``schema`` as null, so it validates the echo with a null schema
+    (counted under the checker's extensions)."""
+    schema = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+    before = check.extensions["text.format.schema echoed"]
+    out = run(transport, {"input": "x", "metadata": SHORT, "text": {"format": {
+        "type": "json_schema", "name": "reply", "schema": schema, "strict": True}}}, "structured output")
+    assert out.response["text"]["format"] == {"type": "json_schema", "name": "reply", "schema": schema,
+                                              "description": None, "strict": True}
+    assert check.extensions["text.format.schema echoed"] > before
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
