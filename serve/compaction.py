@@ -1,5 +1,5 @@
 """``POST /v1/responses/compact``: shrink a conversation into a new input window
-(docs/protocol.md §4.12).
+(docs/protocol.md §6.7).
 
 The emulated compaction keeps every user message verbatim and replaces everything else
 (assistant text, tool calls and their outputs, reasoning) by one ``compaction`` item whose

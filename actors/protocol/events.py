@@ -279,7 +279,7 @@ class ItemList(_Out):
 
 
 class CompactedResponse(_Out):
-    """``POST /v1/responses/compact`` (docs/protocol.md §4.12): the user messages, then one
+    """``POST /v1/responses/compact`` (docs/protocol.md §6.7): the user messages, then one
     ``compaction`` item."""
 
     id: str

@@ -257,7 +257,7 @@ def parse_http_create(data: bytes | str) -> ResponseCreate:
 
 
 class ResponseCompact(BaseModel):
-    """The body of ``POST /v1/responses/compact`` (docs/protocol.md §4.12): the window to
+    """The body of ``POST /v1/responses/compact`` (docs/protocol.md §6.7): the window to
     compact is the stored conversation of ``previous_response_id`` followed by ``input``.
     ``model`` is required; the other options the SDK may send are accepted and unused."""
 

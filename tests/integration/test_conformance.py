@@ -88,15 +88,23 @@ class Outcome:
     error: dict[str, Any] | None = None
 
 
+OMIT = "<omitted>"  # a body value that means "leave the key out"
+
+
+def payload(body: dict, **extra: Any) -> dict:
+    """The create body: ``model`` defaults to :data:`MODEL`; keys set to :data:`OMIT` are left out."""
+    return {k: v for k, v in {"model": MODEL, **body, **extra}.items() if v != OMIT}
+
+
 def http_json(server_url: str, check: Checker, body: dict) -> Outcome:
-    r = httpx.post(server_url + "/v1/responses", json={"model": MODEL, **body}, headers=AUTH, timeout=120)
+    r = httpx.post(server_url + "/v1/responses", json=payload(body), headers=AUTH, timeout=120)
     if r.status_code != 200:
         return Outcome(r.status_code, error=check.error_body(r.content)["error"])
     return Outcome(200, response=check.response(r.content))
 
 
 def http_sse(server_url: str, check: Checker, body: dict) -> Outcome:
-    with httpx.stream("POST", server_url + "/v1/responses", json={"model": MODEL, **body, "stream": True},
+    with httpx.stream("POST", server_url + "/v1/responses", json=payload(body, stream=True),
                       headers=AUTH, timeout=120) as r:
         raw = r.read()
     if r.status_code != 200:  # refused before the stream started: a JSON error body
@@ -130,7 +138,7 @@ class Socket:
         self._ws.send(json.dumps(frame))
 
     def create(self, **body: Any) -> None:
-        self.send({"type": "response.create", "model": MODEL, **body})
+        self.send({"type": "response.create", **payload(body)})
 
     def recv(self) -> dict[str, Any]:
         raw = self._ws.recv(timeout=120)
@@ -273,6 +281,7 @@ ERRORS = {
                                              "presence_penalty"),
     "unknown previous_response_id": ({"input": "x", "previous_response_id": "resp_unknown"}, 400,
                                      "previous_response_not_found", "previous_response_id"),
+    "bad request: no model": ({"input": "x", "model": OMIT}, 400, "missing_required_parameter", "model"),
     "unknown model": ({"input": "x", "model": "gpt-nope"}, 404, "model_not_found", "model"),
 }
 
