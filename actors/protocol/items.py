@@ -179,7 +179,10 @@ def item_dict(item: InputItem, item_id: str) -> dict[str, Any]:
     Listed items must read as the SDK's ``ResponseItem`` and as an Open Responses item: a
     message's content is always a list of parts (an assistant's string becomes an
     ``output_text`` part with its ``annotations``), and every part keeps all its keys
-    (an ``input_image`` without ``image_url`` still lists ``"image_url": null``)."""
+    (an ``input_image`` without ``image_url`` still lists ``"image_url": null``).  An
+    ``item_reference`` points at another item and is kept as sent."""
+    if isinstance(item, ItemReference):
+        return item.model_dump()
     data = item.model_dump(exclude_none=True)
     data.setdefault("id", item_id)
     data.setdefault("status", "completed")

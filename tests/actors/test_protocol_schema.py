@@ -203,6 +203,12 @@ def test_every_listed_input_item_validates_against_both_schemas_and_reads_back()
     assert [item_dict(i, "x") for i in parse_items(items)] == items
 
 
+def test_an_item_reference_is_stored_as_sent_and_reads_back():
+    (stored,) = listed([{"type": "item_reference", "id": "msg_1"}])
+    assert stored == {"type": "item_reference", "id": "msg_1"}
+    assert parse_items([stored])[0].id == "msg_1"
+
+
 def test_compaction_output_validates_against_both_schemas():
     output, _ = compact(parse_items(LISTED_INPUTS))
     body = CompactedResponse(id="resp_1", created_at=1, output=output,
