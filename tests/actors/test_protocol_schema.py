@@ -32,7 +32,7 @@ from actors.protocol import (
 from actors.session import Effects, Session
 from inference.types import Done, FunctionCallDelta, Prefilled, TextDelta
 from serve.compaction import compact
-from tests.schemas import OPEN_RESPONSES, OR_ITEMS, SDK, Checker
+from tests.schemas import EXTENSIONS, OPEN_RESPONSES, OR_ITEMS, SDK, Checker
 
 MODEL = "emu-fast"
 TOOL = {"type": "function", "name": "read_file", "description": "Read a file",
@@ -113,9 +113,8 @@ def test_every_event_validates_against_the_sdk_and_open_responses(name):
     check = Checker()
     events = [check.ws_event(encode(e)) for e in fx.events]
     assert events and not [e for e in events if e["type"] == "error"], events
-    for event in fx.events:  # the same events over HTTP: SSE frames carry no stream_id
-        if getattr(event, "stream_id", None) is None and event.type.startswith("response.") \
-                and "steer" not in event.type:
+    for event in fx.events:  # the same events as SSE frames (HTTP has no lanes and no steering)
+        if event.stream_id is None and event.type not in EXTENSIONS:
             check.sse_event(sse_frame(event).split("data: ", 1)[1].strip())
         if hasattr(event, "response"):
             check.response(encode(event.response))

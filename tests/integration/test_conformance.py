@@ -248,10 +248,10 @@ def test_every_echoed_setting(run, transport):
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_structured_output_echoes_its_json_schema(run, check, transport):
+def test_structured_output_echoes_its_json_schema(run, server_url, check, transport):
     """The ``json_schema`` format is echoed with its schema, as the SDK requires; Open
     Responses types that ``schema`` as null, so it validates the echo with a null schema
-    (counted under the checker's extensions)."""
+    (counted under the checker's extensions).  The stored Response reads back the same."""
     schema = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
     before = check.extensions["text.format.schema echoed"]
     out = run(transport, {"input": "x", "metadata": SHORT, "text": {"format": {
@@ -259,6 +259,8 @@ def test_structured_output_echoes_its_json_schema(run, check, transport):
     assert out.response["text"]["format"] == {"type": "json_schema", "name": "reply", "schema": schema,
                                               "description": None, "strict": True}
     assert check.extensions["text.format.schema echoed"] > before
+    stored = httpx.get(f"{server_url}/v1/responses/{out.response['id']}", headers=AUTH)
+    assert check.response(stored.content) == out.response
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
