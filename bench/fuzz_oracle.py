@@ -381,7 +381,7 @@ class HttpFuzzer:
 def _sse_events(body: bytes, out: Outcome) -> list[dict[str, Any]]:
     events = []
     for block in body.decode("utf-8", "replace").split("\n\n"):
-        if not block.strip():
+        if not block.strip() or block.strip() == "data: [DONE]":  # the end of the stream
             continue
         # SSE lines end at CR/LF only; str.splitlines() would also cut at U+2028, U+0085…
         lines = dict(line.split(": ", 1) for line in block.replace("\r\n", "\n").split("\n") if ": " in line)
