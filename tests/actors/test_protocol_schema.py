@@ -32,7 +32,7 @@ from actors.protocol import (
 from actors.session import Effects, Session
 from inference.types import Done, FunctionCallDelta, Prefilled, TextDelta
 from serve.compaction import compact
-from tests.schemas import EXTENSIONS, OPEN_RESPONSES, OR_ITEMS, SDK, Checker
+from tests.support.schemas import EXTENSIONS, OPEN_RESPONSES, OR_ITEMS, SDK, Checker
 
 MODEL = "emu-fast"
 TOOL = {"type": "function", "name": "read_file", "description": "Read a file",

@@ -26,7 +26,7 @@ import pytest
 from openai import OpenAI
 from websockets.sync.client import connect
 
-from tests.schemas import OPEN_RESPONSES, SDK, Checker
+from tests.support.schemas import OPEN_RESPONSES, SDK, Checker
 
 MODEL = "emu-fast"
 AUTH = {"Authorization": "Bearer sk-test"}
