@@ -34,7 +34,7 @@ serve: $(STAMP)
 	$(BIN)/responses-ws serve
 
 bench: $(STAMP)
-	$(BIN)/python -m bench.hotpath
+	$(BIN)/responses-ws bench hotpath
 
 clean:
 	rm -rf $(VENV) results

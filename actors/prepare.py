@@ -42,7 +42,10 @@ class Preparer:
 
     def resolve_model(self, model: str | None) -> str:
         """Model id → served profile (resolved once per connection)."""
-        if model is not None and model in self._resolved:
+        if model is None:
+            raise InvalidRequest("Missing required parameter: 'model'.", param="model",
+                                 code="missing_required_parameter")
+        if model in self._resolved:
             return self._resolved[model]
         if model not in self._models:
             raise ModelNotFound(model)

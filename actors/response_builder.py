@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from inference.types import (
     Done,
@@ -46,9 +47,13 @@ from .protocol import (
     ResponseInProgress,
     ResponseObject,
     ServerEvent,
+    TextConfig,
     Usage,
 )
 from .safety import Classifier
+
+
+T = TypeVar("T")
 
 
 class BuildState(enum.Enum):
@@ -286,22 +291,30 @@ def new_response(create: ResponseCreate, store: bool, clock: Callable[[], float]
         instructions=create.instructions,
         max_output_tokens=create.max_output_tokens,
         max_tool_calls=create.max_tool_calls,
-        parallel_tool_calls=True if create.parallel_tool_calls is None else create.parallel_tool_calls,
+        parallel_tool_calls=_or(create.parallel_tool_calls, True),
         previous_response_id=create.previous_response_id,
         reasoning=create.reasoning,
         store=store,
-        temperature=create.temperature if create.temperature is not None else 1.0,
-        top_p=create.top_p if create.top_p is not None else 1.0,
-        text=create.text or {"format": {"type": "text"}},
-        tool_choice=create.tool_choice if create.tool_choice is not None else "auto",
+        temperature=_or(create.temperature, 1.0),
+        top_p=_or(create.top_p, 1.0),
+        presence_penalty=_or(create.presence_penalty, 0.0),
+        frequency_penalty=_or(create.frequency_penalty, 0.0),
+        top_logprobs=_or(create.top_logprobs, 0),
+        text=create.text or TextConfig(),
+        tool_choice=_or(create.tool_choice, "auto"),
         tools=[echo_tool(t) for t in create.tools or ()],
         truncation=create.truncation or "disabled",
         user=create.user,
         metadata=create.metadata or {},
-        service_tier=create.service_tier or "default",
+        # The tier that served the request: the emulator has one, so "auto" resolves to it.
+        service_tier=create.service_tier if create.service_tier not in (None, "auto") else "default",
         prompt_cache_key=create.prompt_cache_key,
         safety_identifier=create.safety_identifier,
     )
+
+
+def _or(value: T | None, default: T) -> T:
+    return default if value is None else value
 
 
 def tool_choice_name(choice: str | dict | None) -> str:

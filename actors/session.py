@@ -1,7 +1,7 @@
 """The session core: one WebSocket connection's state machine, sans-I/O.
 
 Events in (client frames, inference chunks), events out (server events to send, model
-calls to start).  No Ray, no asyncio: the actor pumps bytes and calls (design.md §6.1).
+calls to start).  No Ray, no asyncio: the actor pumps bytes and calls.
 
 Semantics (spec §4): lanes keyed by ``stream_id`` (``None`` = default lane) run FIFO within
 a lane and concurrently across lanes, at most ``max_inflight`` responses at once; each lane

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -116,21 +115,15 @@ class CheckedWebSocket(WebSocketTransport):
     def __init__(self, base_url: str, check: ConnectionCheck) -> None:
         super().__init__(base_url)
         self.check = check
-
-    async def _events(self):
-        async for ev in super()._events():
-            self.check.feed(ev)
-            yield ev
+        self.on_event = check.feed
 
     async def turn(self, base, new_items):
         self.check.create_sent(self._prev)
         return await super().turn(base, new_items)
 
     async def drain(self, timeout_s: float) -> None:
-        """Events that arrive after the last terminal are stray: let the checker see them."""
-        with contextlib.suppress(TimeoutError):
-            while True:  # websockets' recv() is cancellation-safe
-                self.check.feed(json.loads(await asyncio.wait_for(self._ws.recv(), timeout_s)))
+        """Events that arrive after the last terminal are stray: the checker sees them."""
+        await self.socket.drain(timeout_s)
 
 
 def chain_turns(plan: SoakPlan, slot: int, chain: int) -> int:

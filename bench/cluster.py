@@ -10,7 +10,6 @@ one run are stopped by :meth:`SimulatedCluster.shutdown`, never by a machine-wid
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -18,14 +17,13 @@ from typing import Any
 
 import yaml
 
-from serve.builder import RAY_ENV
+from serve.embedded import apply_ray_env
 
 
 class SimulatedCluster:
     def __init__(self, *, session_nodes: int = 2, accelerator_nodes: int = 1, accelerators_per_node: int = 2,
                  object_store_mb: int = 80, session_node_cpus: int = 1) -> None:
-        for k, v in RAY_ENV.items():  # inherited by every raylet and worker started below
-            os.environ.setdefault(k, v)
+        apply_ray_env()  # inherited by every raylet and worker started below
         import ray
         from ray.cluster_utils import Cluster
 

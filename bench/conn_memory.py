@@ -1,8 +1,8 @@
 """Memory per connection: one connection's cache grows past ``session.max_cached_tokens``
 and its session actor's memory levels off (docs/reliability.md, "Memory per connection").
 
-    python -m bench.conn_memory [--max-cached-tokens 200000] [--lanes 4] [--turns 60]
-                                [--input-tokens 6000] [--rounds 3] [--out docs/measurements/conn_memory.json]
+    responses-ws bench memory [--max-cached-tokens 200000] [--lanes 4] [--turns 60]
+                              [--input-tokens 6000] [--rounds 3] [--out docs/measurements/conn_memory.json]
 
 One WebSocket connection runs ``--turns`` ``store:false`` turns round-robin over ``--lanes``
 lanes, each turn continuing its lane with ``--input-tokens`` tokens of fresh text, so the
@@ -30,20 +30,20 @@ import asyncio
 import json
 import random
 import statistics
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psutil
-import websockets
 
-from bench.memory import flatness, session_host_pids, uss_mb
-from serve.cli import free_port
+from serve.config import AppConfig
+from serve.embedded import embedded_ray, embedded_server, local_config
+
+from .client import ResponsesSocket, connect
+from .memory import flatness, session_host_pids, uss_mb
 
 TEXT = {"emulator.tool_rounds": "0", "emulator.text_tokens": "16"}
 MODEL = "emu-fast"
-TERMINAL = {"response.completed", "response.incomplete", "response.failed", "error"}
 SETTLE_S = 3.0  # after a close: the actor drops the connection's objects
 
 SYLLABLES = ["ka", "lo", "mi", "ran", "tes", "vo", "pel", "dun", "shi", "gar", "nop", "ul", "ber",
@@ -79,18 +79,20 @@ def rendered_output_tokens(response: dict[str, Any]) -> int:
     return len(render_items(parse_items(items)))
 
 
-async def create(ws: Any, **body: Any) -> tuple[dict[str, Any], float]:
-    t0 = time.perf_counter()
-    await ws.send(json.dumps({"type": "response.create", "model": MODEL, "store": False, "metadata": TEXT, **body}))
-    while True:
-        ev = json.loads(await ws.recv())
-        if ev["type"] in TERMINAL:
-            return ev, (time.perf_counter() - t0) * 1000
+def connection(url: str) -> connect:
+    """A connection to the server at ``url`` (permessage-deflate on, as measured)."""
+    return connect(url, compression="deflate", open_timeout=120)
 
 
-def actor_of(ws: Any) -> int:
+async def create(sock: ResponsesSocket, **body: Any) -> tuple[dict[str, Any], float]:
+    """A ``store:false`` text turn: its final event and its round trip in ms."""
+    answer = await sock.create(model=MODEL, store=False, metadata=TEXT, **body)
+    return answer.last, answer.total_s * 1000
+
+
+def actor_of(sock: ResponsesSocket) -> int:
     """The pid of the session actor holding this client's TCP connection."""
-    client = ws.transport.get_extra_info("sockname")[:2]
+    client = sock.local_address
     for pid in session_host_pids():
         try:
             conns = psutil.Process(pid).net_connections(kind="tcp")
@@ -139,7 +141,7 @@ async def grow(url: str, *, lanes: int, turns: int, input_tokens: int, cap: int,
     model = CacheModel(cap)
     gone: dict[str, str] = {}  # lane -> its evicted id, checked on the lane's next turn
     samples, checks, mismatches = [], [], []
-    async with websockets.connect(url, max_size=None, open_timeout=120) as ws:
+    async with connection(url) as ws:
         pid = actor_of(ws)
         if pid_box is not None:
             pid_box.append(pid)
@@ -230,11 +232,9 @@ def analyse(run: dict[str, Any], cap: int) -> dict[str, Any]:
     }
 
 
-def app_config(name_port: int, cap: int, per_actor: int) -> Any:
-    from serve.config import load_app_config
-
-    return load_app_config(None, **{"server.port": name_port, "session.max_cached_tokens": cap,
-                                    "session.connections_per_actor": per_actor, "session.warm_actors": 1})
+def app_config(cap: int, per_actor: int) -> AppConfig:
+    return local_config(**{"session.max_cached_tokens": cap, "session.connections_per_actor": per_actor,
+                           "session.warm_actors": 1})
 
 
 async def wait_alive(pid: int) -> bool:
@@ -251,7 +251,7 @@ async def default_pool_phase(url: str, args: argparse.Namespace) -> dict[str, An
     pid = pid_box[0]
     alive = await wait_alive(pid)
     after = await uss(pid) if alive else None
-    async with websockets.connect(url, max_size=None, open_timeout=120) as ws:
+    async with connection(url) as ws:
         next_pid = actor_of(ws)
         await create(ws, input="hello")
     return {"run": run, "summary": analyse(run, args.max_cached_tokens), "idle_actors_uss_mb_before": idle_before,
@@ -262,7 +262,7 @@ async def default_pool_phase(url: str, args: argparse.Namespace) -> dict[str, An
 async def reuse_phase(url: str, args: argparse.Namespace) -> dict[str, Any]:
     """``connections_per_actor: 2``: the actor is kept when its connection closes; rounds of
     the growth run on the same actor, USS after each close against the idle baseline."""
-    async with websockets.connect(url, max_size=None, open_timeout=120) as ws:
+    async with connection(url) as ws:
         pid = actor_of(ws)
     await asyncio.sleep(SETTLE_S)
     idle = await uss(pid)
@@ -285,7 +285,7 @@ async def single_lane_phase(url: str, args: argparse.Namespace) -> dict[str, Any
     max_cached_tokens until the request hits session.max_input_tokens."""
     rng = random.Random(7)
     samples = []
-    async with websockets.connect(url, max_size=None, open_timeout=120) as ws:
+    async with connection(url) as ws:
         pid = actor_of(ws)
         prev, base = None, await uss(pid)
         limit_error = None
@@ -360,9 +360,7 @@ def print_table(result: dict[str, Any]) -> None:
     Console().print(t)
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.conn_memory", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-cached-tokens", type=int, default=200_000)
     p.add_argument("--lanes", type=int, default=4)
     p.add_argument("--turns", type=int, default=60)
@@ -372,43 +370,29 @@ def main() -> None:
     p.add_argument("--single-lane-input-tokens", type=int, default=20_000)
     p.add_argument("--phases", default="default,single,reuse", help="comma-separated subset to run")
     p.add_argument("--out", type=Path, default=Path("docs/measurements/conn_memory.json"))
-    args = p.parse_args()
 
-    from ray import serve
 
-    from serve.builder import init_ray, start
-
-    init_ray(num_cpus=2)
-    result: dict[str, Any] = {"config": {"max_cached_tokens": args.max_cached_tokens, "lanes": args.lanes,
+def run(args: argparse.Namespace) -> int:
+    result: dict[str, Any] = {"command": args.command,
+                              "config": {"max_cached_tokens": args.max_cached_tokens, "lanes": args.lanes,
                                          "turns": args.turns, "input_tokens": args.input_tokens,
                                          "rounds": args.rounds, "model": MODEL, "metadata": TEXT}}
     phases = set(args.phases.split(","))
-    try:
+    with embedded_ray(num_cpus=2):
         if phases & {"default", "single"}:
-            url = start(app_config(free_port(), args.max_cached_tokens, 1), name="conn-memory")
-            ws = url.replace("http", "ws", 1) + "/v1/responses"
-            if "default" in phases:
-                print("default pool (one connection per actor):", flush=True)
-                result["default_pool"] = asyncio.run(default_pool_phase(ws, args))
-            if "single" in phases:
-                print("single lane:", flush=True)
-                result["single_lane"] = asyncio.run(single_lane_phase(ws, args))
-            serve.delete("conn-memory")
+            with embedded_server(app_config(args.max_cached_tokens, 1), name="conn-memory") as url:
+                if "default" in phases:
+                    print("default pool (one connection per actor):", flush=True)
+                    result["default_pool"] = asyncio.run(default_pool_phase(url, args))
+                if "single" in phases:
+                    print("single lane:", flush=True)
+                    result["single_lane"] = asyncio.run(single_lane_phase(url, args))
         if "reuse" in phases:
             print("reuse (two connections per actor):", flush=True)
-            url = start(app_config(free_port(), args.max_cached_tokens, 2), name="conn-memory-reuse")
-            result["reuse"] = asyncio.run(reuse_phase(url.replace("http", "ws", 1) + "/v1/responses", args))
-            serve.delete("conn-memory-reuse")
-    finally:
-        serve.shutdown()
-        import ray
-
-        ray.shutdown()
+            with embedded_server(app_config(args.max_cached_tokens, 2), name="conn-memory-reuse") as url:
+                result["reuse"] = asyncio.run(reuse_phase(url, args))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
     print_table(result)
     print(f"saved {args.out}")
-
-
-if __name__ == "__main__":
-    main()
+    return 0

@@ -1,6 +1,6 @@
 """Fidelity benchmark of the emulated inference deployment: does it do what its model says?
 
-    python -m bench.emulator [--out results/emulator.json] [--repeats 3] [--sessions 5]
+    responses-ws bench emulator [--out results/emulator.json] [--repeats 3] [--sessions 5]
 
 Starts an embedded Ray with the real application (two inference replicas) and drives the
 ``InferenceDeployment`` through a streaming ``DeploymentHandle`` from this process — the
@@ -31,17 +31,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-# Serve reads its flags when ray.serve is imported: this process's handle must use the same
-# throughput mode as the embedded cluster (serve.builder.RAY_ENV).
-os.environ.setdefault("RAY_SERVE_THROUGHPUT_OPTIMIZED", "1")
-os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-
-from inference import chat_format as cf  # noqa: E402
-from inference.batching import steady_tokens_per_s  # noqa: E402
-from inference.pacing import decode_s, ttft_ms  # noqa: E402
-from inference.profiles import InferenceConfig, load_inference_config  # noqa: E402
-from inference.tokenizer import encode  # noqa: E402
-from inference.types import Done, FunctionCallDelta, InferenceRequest, Prefilled, TextDelta, ToolSpec  # noqa: E402
+from inference import chat_format as cf
+from inference.batching import steady_tokens_per_s
+from inference.pacing import decode_s, ttft_ms
+from inference.profiles import InferenceConfig, load_inference_config
+from inference.tokenizer import encode
+from inference.types import Done, FunctionCallDelta, InferenceRequest, Prefilled, TextDelta, ToolSpec
+from serve.embedded import embedded_ray, embedded_server, local_config
 
 APP = "emu-bench"
 REPLICAS = 2
@@ -287,32 +283,27 @@ async def prefix_cache(handle, cfg: InferenceConfig, sessions: int, turns: int) 
 
 
 async def main_async(args) -> dict:
+    # Serve reads its flags when ray.serve is first imported: embedded_ray (in run) put
+    # serve.embedded.RAY_ENV in this process's environment before, so this process's handle
+    # runs in the same throughput mode as the embedded cluster.
     from ray import serve
 
-    from serve.builder import start
-    from serve.cli import free_port
-    from serve.config import load_app_config
-
     cfg = bench_inference_config()
-    config = load_app_config(None, **{"server.port": free_port(),
-                                      **{f"inference.{k}": v for k, v in cfg.model_dump().items()}})
-    start(config, name=APP)
-    handle = serve.get_deployment_handle("InferenceDeployment", app_name=APP)
-    # warm both replicas and the handle paths
-    for i in range(8):
-        await run_stream(handle, req(f"warm-{i}", "bench-1k", encode("warm"), 16), None)
-    result: dict[str, Any] = {
-        "command": "python -m bench.emulator " + " ".join(args.argv),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-        "serve_throughput_mode": os.environ.get("RAY_SERVE_THROUGHPUT_OPTIMIZED"),
-        "replicas": REPLICAS,
-        "profiles": {p.id: p.model_dump(exclude={"description", "source"}) for p in cfg.profiles},
-        "prefix_cache": cfg.prefix_cache.model_dump(),
-    }
-    try:
+    # The app is deleted on this loop: the handle's router lives here in throughput mode.
+    with embedded_server(local_config(**{f"inference.{k}": v for k, v in cfg.model_dump().items()}), name=APP):
+        handle = serve.get_deployment_handle("InferenceDeployment", app_name=APP)
+        # warm both replicas and the handle paths
+        for i in range(8):
+            await run_stream(handle, req(f"warm-{i}", "bench-1k", encode("warm"), 16), None)
+        result: dict[str, Any] = {
+            "command": args.command,
+            "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+            "serve_throughput_mode": os.environ.get("RAY_SERVE_THROUGHPUT_OPTIMIZED"),
+            "replicas": REPLICAS,
+            "profiles": {p.id: p.model_dump(exclude={"description", "source"}) for p in cfg.profiles},
+            "prefix_cache": cfg.prefix_cache.model_dump(),
+        }
         await sections(handle, cfg, args, result)
-    finally:
-        serve.delete(APP)  # on this loop: the handle's router lives here in throughput mode
     return result
 
 
@@ -327,30 +318,18 @@ async def sections(handle, cfg: InferenceConfig, args, result: dict) -> None:
     result["prefix_cache_sessions"] = await prefix_cache(handle, cfg, args.sessions, args.turns)
 
 
-def main() -> None:
-    import sys
-
-    p = argparse.ArgumentParser()
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=Path("results/emulator.json"))
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--sessions", type=int, default=5)
     p.add_argument("--turns", type=int, default=20)
     p.add_argument("--sweep-tokens", type=int, default=2000)
-    args = p.parse_args()
-    args.argv = sys.argv[1:]
-    from serve.builder import init_ray
 
-    import ray
 
-    init_ray(num_cpus=2)
-    try:
+def run(args: argparse.Namespace) -> int:
+    with embedded_ray(num_cpus=2):
         result = asyncio.run(main_async(args))
-    finally:
-        ray.shutdown()  # this process started the embedded Ray; Serve goes with it
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     print(f"saved {args.out}")
-
-
-if __name__ == "__main__":
-    main()
+    return 0

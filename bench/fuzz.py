@@ -1,7 +1,7 @@
 """Fuzz a server with hostile client input and summarise what it answered.
 
-    python -m bench.fuzz --cases 10000                  # half WebSocket frames, half HTTP requests
-    python -m bench.fuzz --cases 2000 --seed 7 --out results/fuzz.json
+    responses-ws bench fuzz --cases 10000                  # half WebSocket frames, half HTTP requests
+    responses-ws bench fuzz --cases 2000 --seed 7 --out results/fuzz.json
 
 The cases are the strategies of ``tests/integration/test_fuzz_events.py`` and
 ``test_fuzz_http.py`` (:mod:`bench.fuzz_cases`), judged by the same oracle
@@ -17,8 +17,6 @@ import argparse
 import json
 import os
 import platform
-import shutil
-import sys
 import tempfile
 import time
 import warnings
@@ -29,8 +27,11 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
-from .fuzz_cases import http_cases, server_overrides, ws_cases
-from .fuzz_oracle import HttpFuzzer, Outcome, WsFuzzer
+from serve.embedded import embedded_server, local_config
+
+from .client import ws_url
+from .fuzz_cases import http_cases, ws_cases
+from .fuzz_oracle import HttpFuzzer, Outcome, WsFuzzer, server_overrides
 
 ALIVE_EVERY = 500  # cases between checks that the fuzzed sockets and a new one still work
 KEPT = 20  # bad answers kept in the JSON
@@ -64,8 +65,9 @@ def drive(strategy: st.SearchStrategy[Any], n: int, seed_: int, run: Callable[[A
 
 
 def fuzz(url: str, cases: int, seed_: int) -> dict[str, Any]:
+    t0 = time.perf_counter()
     n_ws = cases // 2
-    ws = WsFuzzer(url.replace("http://", "ws://", 1) + "/v1/responses")
+    ws = WsFuzzer(ws_url(url))
     try:
         ws_bad, ws_alive, ws_s = drive(ws_cases(), n_ws, seed_, ws.run,
                                        lambda i: [f"after {i}: {p}" for p in ws.check_alive()])
@@ -80,6 +82,7 @@ def fuzz(url: str, cases: int, seed_: int) -> dict[str, Any]:
     ws_5xx = sum(n for r, n in ws.replies.items() if r.startswith("error 5") or "server_error" in r)
     http_5xx = sum(n for s, n in http.statuses.items() if s.startswith("5"))
     return {
+        "wall_s": round(time.perf_counter() - t0, 1),
         "websocket": {"cases": sum(ws.kinds.values()), "wall_s": round(ws_s, 1), "kinds": dict(ws.kinds),
                       "answers": dict(ws.replies.most_common()), "closes": {str(k): v for k, v in ws.closes.items()},
                       "bad_cases": ws.problems, "alive_check_failures": ws_alive, "first_bad": ws_bad,
@@ -111,36 +114,22 @@ def render(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.fuzz", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cases", type=int, default=10_000, help="total cases, split evenly between WebSocket and HTTP")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--url", default=None, help="a running server started with bench.fuzz_cases.server_overrides() "
+    p.add_argument("--url", default=None, help="a running server started with bench.fuzz_oracle.server_overrides() "
                                                "(default: start an embedded one)")
     p.add_argument("--out", type=Path, default=Path("docs/measurements/fuzz.json"))
-    args = p.parse_args(argv)
-    url, stop, data_dir = args.url, None, None
-    if url is None:
-        from serve.builder import start, stop as stop_server
-        from serve.cli import free_port
-        from serve.config import load_app_config
 
-        data_dir = tempfile.mkdtemp(prefix="fuzz-store-")
-        url = start(load_app_config(None, **{"server.port": free_port(), "store.data_dir": data_dir,
-                                             **server_overrides()}))
-        stop = stop_server
-    try:
-        t0 = time.perf_counter()
-        result = fuzz(url, args.cases, args.seed)
-        wall = time.perf_counter() - t0
-    finally:
-        if stop is not None:
-            stop()
-        if data_dir is not None:
-            shutil.rmtree(data_dir, ignore_errors=True)
-    result = {"command": "python -m bench.fuzz " + " ".join(argv if argv is not None else sys.argv[1:]),
-              "url": args.url or "embedded", "seed": args.seed, "wall_s": round(wall, 1),
+
+def run(args: argparse.Namespace) -> int:
+    if args.url:
+        result = fuzz(args.url, args.cases, args.seed)
+    else:
+        with tempfile.TemporaryDirectory(prefix="fuzz-store-", ignore_cleanup_errors=True) as data_dir, \
+                embedded_server(local_config(**{"store.data_dir": data_dir, **server_overrides()})) as url:
+            result = fuzz(url, args.cases, args.seed)
+    result = {"command": args.command, "url": args.url or "embedded", "seed": args.seed,
               "machine": {"cpus": os.cpu_count(), "python": platform.python_version()}, **result}
     print(render(result))
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -148,7 +137,3 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wrote {args.out}")
     ws, http = result["websocket"], result["http"]
     return 1 if ws["bad_cases"] or http["bad_cases"] or ws["alive_check_failures"] else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,11 +1,11 @@
-"""Hostile client input as hypothesis strategies, shared by the fuzz tests and ``python -m bench.fuzz``.
+"""Hostile client input as hypothesis strategies, shared by the fuzz tests and ``responses-ws bench fuzz``.
 
 :func:`ws_cases` draws WebSocket client frames (non-JSON text, binary frames, invalid UTF-8,
 JSON that is not an object, unknown ``type``s, ``response.create`` with mutated fields,
 ``response.cancel``/``steer``/``append``, deep nesting, odd Unicode, very long strings,
 frames over the cap); :func:`http_cases` draws HTTP requests (create and compact bodies,
 content types, odd response ids, ``input_items`` query junk, other methods).  What the
-server must answer is the oracle's business (:mod:`bench.fuzz_oracle`).
+server must answer, and what a case is, are the oracle's business (:mod:`bench.fuzz_oracle`).
 
 Resource-exhaustion inputs are in too: knob values past the policy's bounds
 (``emulator.text_tokens`` of 10^8 → 400), schemas demanding 10^8 items, characters or
@@ -21,41 +21,11 @@ import json
 import string
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from urllib.parse import quote, urlencode
 
-from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 
-MODEL = "emu-fast"
-FRAME_CAP = 64 * 1024  # the fuzz server's ``session.max_frame_bytes``: bigger frames close with 1009
-STORED = "{stored}"  # stands for a stored response id in HTTP paths (the runner fills it in)
-
-
-@dataclass(frozen=True)
-class WsCase:
-    kind: str
-    frame: str | bytes  # bytes: a binary frame, unless ``as_text``
-    append_mode: bool = False  # send it on the ``?mode=append`` socket
-    as_text: bool = False  # bytes sent as a *text* frame (invalid UTF-8 → close 1007)
-
-
-@dataclass(frozen=True)
-class HttpCase:
-    kind: str
-    method: str
-    path: str  # quoted, with any query; may contain STORED
-    body: bytes | None = None
-    content_type: str | None = "application/json"
-
-
-def server_overrides() -> dict[str, object]:
-    """``section.key`` settings of the server the fuzz runs against: a small frame cap (so
-    frames over it are cheap), short scripted answers (one tool round, 8 text tokens) and
-    warm session actors for the reconnects after the closes."""
-    return {"session.max_frame_bytes": FRAME_CAP, "session.warm_actors": 2,
-            "inference.policy": {"tool_rounds": 1, "text_tokens": 8, "seed": 0}}
-
+from .fuzz_oracle import FRAME_CAP, MODEL, STORED, HttpCase, WsCase
 
 # ------------------------------------------------------------------ values
 
@@ -366,11 +336,3 @@ def http_cases() -> st.SearchStrategy[HttpCase]:
                                    "/v1/responses/compact", "/v1/responses/x/cancel", "/v1", "/v1/models/%00"]))
         .map(lambda p: HttpCase("method", p[0], p[1], b"{}" if p[0] in ("PUT", "PATCH", "POST") else None)),
     )
-
-
-def fuzz_settings(examples: int) -> settings:
-    """Hypothesis settings of the fuzz tests: deterministic (CI), no deadline, long inputs allowed."""
-    return settings(max_examples=examples, derandomize=True, database=None, deadline=None,
-                    phases=[Phase.explicit, Phase.generate, Phase.shrink],
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                           HealthCheck.large_base_example])

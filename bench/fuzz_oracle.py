@@ -1,4 +1,7 @@
-"""Run hostile cases (:mod:`bench.fuzz_cases`) against a server and judge the answers.
+"""Run hostile cases (drawn by :mod:`bench.fuzz_cases`) against a server and judge the answers.
+
+A case is a :class:`WsCase` (one client frame) or an :class:`HttpCase` (one request); the
+server runs with :func:`server_overrides`.  Nothing here imports hypothesis.
 
 The oracle, for every case:
 
@@ -31,9 +34,38 @@ import httpx
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from .fuzz_cases import FRAME_CAP, MODEL, STORED, HttpCase, WsCase
+from actors.protocol import TERMINAL_EVENT_TYPES
 
-TERMINAL = {"response.completed", "response.incomplete", "response.failed"}
+MODEL = "emu-fast"
+FRAME_CAP = 64 * 1024  # the fuzz server's ``session.max_frame_bytes``: bigger frames close with 1009
+STORED = "{stored}"  # stands for a stored response id in HTTP paths (the runner fills it in)
+
+
+@dataclass(frozen=True)
+class WsCase:
+    kind: str
+    frame: str | bytes  # bytes: a binary frame, unless ``as_text``
+    append_mode: bool = False  # send it on the ``?mode=append`` socket
+    as_text: bool = False  # bytes sent as a *text* frame (invalid UTF-8 → close 1007)
+
+
+@dataclass(frozen=True)
+class HttpCase:
+    kind: str
+    method: str
+    path: str  # quoted, with any query; may contain STORED
+    body: bytes | None = None
+    content_type: str | None = "application/json"
+
+
+def server_overrides() -> dict[str, object]:
+    """``section.key`` settings of the server the fuzz runs against: a small frame cap (so
+    frames over it are cheap), short scripted answers (one tool round, 8 text tokens) and
+    warm session actors for the reconnects after the closes."""
+    return {"session.max_frame_bytes": FRAME_CAP, "session.warm_actors": 2,
+            "inference.policy": {"tool_rounds": 1, "text_tokens": 8, "seed": 0}}
+
+
 STEER_CODES = {"response_not_found", "invalid_input", "steering_not_supported", "too_many_pending_steers",
                "response_already_completed", "response_not_active", "successor_creation_failed"}
 LEAK = re.compile(
@@ -171,7 +203,7 @@ class WsFuzzer:
                 unanswered_create = False
             if kind == "response.created":
                 open_responses.add(event["response"]["id"])
-            elif kind in TERMINAL:
+            elif kind in TERMINAL_EVENT_TYPES:
                 open_responses.discard(event["response"]["id"])
             elif kind == "response.output_item.done" and case.append_mode and \
                     event["item"].get("type") == "function_call" and open_responses:
@@ -212,7 +244,7 @@ class WsFuzzer:
             leaked = leaks(error.get("message"), sent_strings(case.frame))
             if leaked:
                 out.problems.append(f"message leaks {leaked!r}: {str(error.get('message'))[:200]!r}")
-        elif kind in TERMINAL:
+        elif kind in TERMINAL_EVENT_TYPES:
             out.replies.append(kind)
             if kind == "response.failed":
                 out.problems.append(f"response.failed: {event['response'].get('error')}")
@@ -349,7 +381,7 @@ class HttpFuzzer:
 def _sse_events(body: bytes, out: Outcome) -> list[dict[str, Any]]:
     events = []
     for block in body.decode("utf-8", "replace").split("\n\n"):
-        if not block.strip():
+        if not block.strip() or block.strip() == "data: [DONE]":  # the end of the stream
             continue
         # SSE lines end at CR/LF only; str.splitlines() would also cut at U+2028, U+0085…
         lines = dict(line.split(": ", 1) for line in block.replace("\r\n", "\n").split("\n") if ": " in line)

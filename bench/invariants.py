@@ -31,8 +31,10 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-TERMINAL_STATUS = {"response.completed": "completed", "response.incomplete": "incomplete",
-                   "response.failed": "failed"}
+from actors.protocol import TERMINAL_EVENT_TYPES
+
+# terminal event type → the status of the response it carries
+TERMINAL_STATUS = {t: t.removeprefix("response.") for t in TERMINAL_EVENT_TYPES}
 MAX_EXAMPLES = 20
 
 

@@ -1,6 +1,6 @@
 """Per-turn API overhead against conversation length: WebSocket vs HTTP, in one run.
 
-    python -m bench.overhead [--sizes 1k,2k,...,128k] [--turns 5] [--out results/overhead.json]
+    responses-ws bench overhead [--sizes 1k,2k,...,128k] [--turns 5] [--out results/overhead.json]
 
 Three conversations grow side by side to each target size (in prompt tokens): ``ws`` (one
 socket, ``store:false``, ``previous_response_id``, only new items), ``http-chained``
@@ -23,10 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import websockets
+
+from serve.embedded import embedded_server, local_config
+
+from .client import ResponsesSocket, connect
 
 MODEL = "emu-fast"
-TERMINAL = {"response.completed", "response.incomplete", "response.failed", "error"}
+API_KEY = "sk-bench"
 TOOL = {"type": "function", "name": "read_file", "description": "Read a file from the repository.",
         "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}
 META = {"responses_ws.timings": "1", "emulator.tool_rounds": "100000", "emulator.text_tokens": "8"}
@@ -48,20 +51,18 @@ def filler(n_words: int, rng: random.Random) -> str:
 class Chain:
     """One growing conversation over one transport."""
 
-    def __init__(self, name: str, base: str, key: str) -> None:
+    def __init__(self, name: str, base: str) -> None:
         self.name = name
         self.base = base
-        self.headers = {"Authorization": f"Bearer {key}"}
         self.prev: str | None = None
         self.history: list[dict] = []  # http-full resends all of it
         self.calls: list[str] = []
         self.prompt_tokens = 0
-        self.ws: Any = None
+        self.ws: ResponsesSocket | None = None
 
     async def open(self) -> None:
-        if self.name == "ws":
-            url = self.base.replace("http", "ws", 1) + "/v1/responses"
-            self.ws = await websockets.connect(url, max_size=None, additional_headers=self.headers)
+        if self.name == "ws":  # permessage-deflate on, as the published numbers were measured
+            self.ws = await connect(self.base, api_key=API_KEY, compression="deflate")
 
     async def close(self) -> None:
         if self.ws is not None:
@@ -76,17 +77,14 @@ class Chain:
             body.update(input=self.history + new, store=False)
         else:
             body.update(input=new, previous_response_id=self.prev, store=self.name == "http-chained")
-        if self.name == "ws":
-            await self.ws.send(json.dumps({"type": "response.create", **body}))
-            while True:
-                event = json.loads(await self.ws.recv())
-                if event["type"] in TERMINAL:
-                    break
-            if event["type"] == "error":
-                raise RuntimeError(event["error"])
-            response = event["response"]
+        if self.ws is not None:
+            answer = await self.ws.create(**body)
+            if answer.response is None:
+                raise RuntimeError(answer.error)
+            response = answer.response
         else:
-            r = await http.post(self.base + "/v1/responses", json=body, headers=self.headers, timeout=300)
+            r = await http.post(self.base + "/v1/responses", json=body, timeout=300,
+                                headers={"Authorization": f"Bearer {API_KEY}"})
             r.raise_for_status()
             response = r.json()
         self.prev = response["id"]
@@ -96,9 +94,9 @@ class Chain:
         return json.loads(response["metadata"]["responses_ws.timings"])
 
 
-async def run(base: str, sizes: list[int], turns: int, seed: int) -> dict[str, Any]:
+async def measure(base: str, sizes: list[int], turns: int, seed: int) -> dict[str, Any]:
     rng = random.Random(seed)
-    chains = [Chain(n, base, "sk-bench") for n in ("ws", "http-chained", "http-full")]
+    chains = [Chain(n, base) for n in ("ws", "http-chained", "http-full")]
     rows: list[dict[str, Any]] = []
     async with httpx.AsyncClient() as http:
         for chain in chains:
@@ -155,37 +153,27 @@ def parse_size(text: str) -> int:
     return int(float(text[:-1]) * 1024) if text.lower().endswith("k") else int(text)
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sizes", default="1k,2k,4k,8k,16k,32k,64k,128k")
     p.add_argument("--turns", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--url", default=None, help="a running server (default: start an embedded one)")
     p.add_argument("--out", type=Path, default=Path("results/overhead.json"))
-    args = p.parse_args()
-    sizes = [parse_size(s) for s in args.sizes.split(",")]
-    stop = None
-    url = args.url
-    if url is None:
-        from serve.builder import start, stop as stop_server
-        from serve.cli import free_port
-        from serve.config import load_app_config
 
-        url = start(load_app_config(None, **{"server.port": free_port(),
-                                             "store.data_dir": str(Path("results/overhead-store").resolve())}))
-        stop = stop_server
+
+def run(args: argparse.Namespace) -> int:
+    sizes = [parse_size(s) for s in args.sizes.split(",")]
     t0 = time.time()
-    try:
-        result = asyncio.run(run(url, sizes, args.turns, args.seed))
-    finally:
-        if stop is not None:
-            stop()
+    if args.url:
+        result = asyncio.run(measure(args.url, sizes, args.turns, args.seed))
+    else:
+        config = local_config(**{"store.data_dir": str(Path("results/overhead-store").resolve())})
+        with embedded_server(config) as url:
+            result = asyncio.run(measure(url, sizes, args.turns, args.seed))
     result["wall_s"] = round(time.time() - t0, 1)
+    result["command"] = args.command
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     plot(result, args.out.with_suffix(".png"))
     print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
-
-
-if __name__ == "__main__":
-    main()
+    return 0

@@ -45,6 +45,11 @@ def nonmodel_ms(turn) -> float | None:  # noqa: ANN001
     return t["total_ms"] - t["model_ms_est"]
 
 
+def failed(summary: dict[str, Any]) -> bool:
+    """Did any rollout of a :func:`summarise` result fail?  (The command's exit code is 1.)"""
+    return any(s["failed_rollouts"] for s in summary.values())
+
+
 def summarise(records: Sequence[RolloutRecord]) -> dict[str, Any]:
     by: dict[str, list[RolloutRecord]] = defaultdict(list)
     for r in records:
@@ -103,6 +108,14 @@ def per_turn_series(records: Sequence[RolloutRecord], metric) -> dict[str, list[
 
 
 # ------------------------------------------------------------------------ terminal table
+
+def console():  # noqa: ANN201 - a rich Console
+    """A rich console; 200 columns wide when the output is not a terminal (tables stay whole)."""
+    from rich.console import Console
+
+    out = Console()
+    return out if out.is_terminal else Console(width=200)
+
 
 def _f(x: float | None, fmt: str = "{:.1f}") -> str:
     return "–" if x is None else fmt.format(x)

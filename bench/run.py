@@ -1,4 +1,4 @@
-"""``responses-ws bench``: Codex-like agent loops over several transports, side by side.
+"""``responses-ws bench [agentloop]``: Codex-like agent loops over several transports, side by side.
 
     responses-ws bench                               # embedded server, ws vs http-chained vs http-full
     responses-ws bench --url http://host:8765 --concurrency 8
@@ -17,6 +17,8 @@ import platform
 import time
 from pathlib import Path
 from typing import Any
+
+from serve.embedded import embedded_server, local_config
 
 from . import report
 from .agentloop import RolloutRecord, run_bench
@@ -72,76 +74,55 @@ async def _run_with_progress(url: str, w: Workload, transports: list[str], rollo
                                api_key=api_key, on_turn=on_turn)
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    from rich.console import Console
-
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=200)
-    transports = [t.strip() for t in args.transports.split(",") if t.strip()]
-    stop = None
-    url = args.url
-    if url is None:
-        from serve.builder import start, stop as stop_server
-        from serve.cli import free_port
-        from serve.config import load_app_config
-
+def run(args: argparse.Namespace) -> int:
+    console = report.console()
+    if args.url:
+        payload = measure(args, args.url, console)
+    else:
         console.print("starting an embedded Ray and the responses-ws app …")
-        url = start(load_app_config(args.config, **{"server.port": free_port()}))
-        stop = stop_server
-    try:
-        w = workload_from(args)
-        label = f"{w.model}, {w.tool_rounds} rounds, M={args.concurrency}"
-        t0 = time.time()
-        records = asyncio.run(_run_with_progress(url, w, transports, args.rollouts, args.concurrency,
-                                                 args.api_key, args.quiet, "main"))
-        summary = report.summarise(records)
-        console.print(report.render_table(summary, f"Agent loops: {label}"))
-        phases = report.render_phases(summary)
-        if phases is not None:
-            console.print(phases)
-        else:
-            console.print("[dim]the server reported no phase timings (metadata responses_ws.timings); "
-                          "'non-model ms est.' = turn time − the emulator's modelled time[/dim]")
-        sweep = []
-        for rounds in [int(x) for x in (args.sweep or "").split(",") if x.strip()]:
-            sw = workload_from(args, rounds)
-            recs = asyncio.run(_run_with_progress(url, sw, transports, args.sweep_rollouts, args.concurrency,
-                                                  args.api_key, args.quiet, f"sweep {rounds}"))
-            s = report.summarise(recs)
-            sweep.append({"tool_rounds": rounds, "summary": s, "rollouts": [r.as_dict() for r in recs]})
-            gains = ", ".join(f"vs {n}: {v['ws_gain']['e2e_median']:.1%}" for n, v in s.items() if "ws_gain" in v)
-            console.print(f"sweep {rounds:>3} rounds: ws e2e median "
-                          f"{s.get('ws', {}).get('e2e_s', {}).get('median') or float('nan'):.2f} s; ws faster {gains}")
-        payload = {
-            "command": "responses-ws bench " + " ".join(getattr(args, "argv", []) or []),
-            "url": args.url or "embedded", "started_at": t0, "duration_s": time.time() - t0,
-            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
-            "workload": w.as_dict(), "transports": transports, "rollouts_per_transport": args.rollouts,
-            "concurrency": args.concurrency, "summary": summary,
-            "rollouts": [r.as_dict() for r in records], "sweep": sweep,
-        }
-        out_json = args.out / "agentloop.json"
-        report.write_json(out_json, payload)
-        written = [out_json]
-        if not args.no_plots:
-            written += report.plot_all(args.out, records, sweep, label)
-        console.print("wrote " + ", ".join(str(p) for p in written))
-        return payload
-    finally:
-        if stop is not None:
-            stop()
+        with embedded_server(local_config(args.config)) as url:
+            payload = measure(args, url, console)
+    return 1 if report.failed(payload["summary"]) else 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(p)
-    args = p.parse_args(argv)
-    args.argv = argv
-    payload = run(args)
-    return 1 if any(s["failed_rollouts"] for s in payload["summary"].values()) else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+def measure(args: argparse.Namespace, url: str, console: Any) -> dict[str, Any]:
+    """The main run and the sweep against ``url``; prints tables, writes JSON and plots."""
+    transports = [t.strip() for t in args.transports.split(",") if t.strip()]
+    w = workload_from(args)
+    label = f"{w.model}, {w.tool_rounds} rounds, M={args.concurrency}"
+    t0 = time.time()
+    records = asyncio.run(_run_with_progress(url, w, transports, args.rollouts, args.concurrency,
+                                             args.api_key, args.quiet, "main"))
+    summary = report.summarise(records)
+    console.print(report.render_table(summary, f"Agent loops: {label}"))
+    phases = report.render_phases(summary)
+    if phases is not None:
+        console.print(phases)
+    else:
+        console.print("[dim]the server reported no phase timings (metadata responses_ws.timings); "
+                      "'non-model ms est.' = turn time − the emulator's modelled time[/dim]")
+    sweep = []
+    for rounds in [int(x) for x in (args.sweep or "").split(",") if x.strip()]:
+        sw = workload_from(args, rounds)
+        recs = asyncio.run(_run_with_progress(url, sw, transports, args.sweep_rollouts, args.concurrency,
+                                              args.api_key, args.quiet, f"sweep {rounds}"))
+        s = report.summarise(recs)
+        sweep.append({"tool_rounds": rounds, "summary": s, "rollouts": [r.as_dict() for r in recs]})
+        gains = ", ".join(f"vs {n}: {v['ws_gain']['e2e_median']:.1%}" for n, v in s.items() if "ws_gain" in v)
+        console.print(f"sweep {rounds:>3} rounds: ws e2e median "
+                      f"{s.get('ws', {}).get('e2e_s', {}).get('median') or float('nan'):.2f} s; ws faster {gains}")
+    payload = {
+        "command": args.command,
+        "url": args.url or "embedded", "started_at": t0, "duration_s": time.time() - t0,
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "workload": w.as_dict(), "transports": transports, "rollouts_per_transport": args.rollouts,
+        "concurrency": args.concurrency, "summary": summary,
+        "rollouts": [r.as_dict() for r in records], "sweep": sweep,
+    }
+    out_json = args.out / "agentloop.json"
+    report.write_json(out_json, payload)
+    written = [out_json]
+    if not args.no_plots:
+        written += report.plot_all(args.out, records, sweep, label)
+    console.print("wrote " + ", ".join(str(p) for p in written))
+    return payload

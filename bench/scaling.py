@@ -1,6 +1,6 @@
 """Scaling experiment on a simulated multi-node cluster (docs/scaling.md).
 
-    python -m bench.scaling [--modes 1,16,64] [--steps 1,4,8] [--idle 24,64,128] [--out results/scaling]
+    responses-ws bench scaling [--modes 1,16,64] [--steps 1,4,8] [--idle 24,64,128] [--out results/scaling]
 
 One cluster (head, two "session" nodes, one "accelerator" node); for each
 ``connections_per_actor`` mode, configs/serve-cluster.yaml is (re)deployed with that
@@ -20,10 +20,11 @@ import json
 import time
 from pathlib import Path
 
-import websockets
+from serve.embedded import wait_ready
 
 from . import report
 from .agentloop import run_rollout
+from .client import connect
 from .cluster import SimulatedCluster, deploy_serve_config
 from .memory import cpu_s, session_host_pids, uss_mb
 from .workload import Workload
@@ -51,7 +52,6 @@ async def load_step(url: str, m: int, w: Workload) -> dict:
 
 
 async def hold_idle(url: str, n: int, quiet_s: float) -> dict:
-    ws_url = url.replace("http", "ws", 1) + "/v1/responses"
     base_pids = session_host_pids()
     base_mem = uss_mb(base_pids)
     conns = []
@@ -60,12 +60,9 @@ async def hold_idle(url: str, n: int, quiet_s: float) -> dict:
     try:
         for _ in range(n):  # one at a time: measures how fast the gateways take new sockets
             try:
-                c = await websockets.connect(ws_url, max_size=None, compression=None, open_timeout=30)
+                c = await connect(url, open_timeout=30)
                 # a warm-up turn: the connection now owns state in its actor
-                await c.send(json.dumps({"type": "response.create", "model": "emu-fast", "input": "hi",
-                                         "store": False, "generate": False}))
-                while json.loads(await c.recv())["type"] not in ("response.completed", "error", "response.failed"):
-                    pass
+                await c.create(model="emu-fast", input="hi", store=False, generate=False)
             except Exception as exc:  # noqa: BLE001 - the capacity limit is a result
                 failure = f"connection {len(conns) + 1}: {type(exc).__name__}: {exc}"[:200]
                 break
@@ -86,9 +83,7 @@ async def hold_idle(url: str, n: int, quiet_s: float) -> dict:
         await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.scaling", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--modes", default="1,16,64", help="connections_per_actor values")
     p.add_argument("--steps", default="1,4,8", help="concurrent rollouts, rising")
     p.add_argument("--idle", default="24,64,128", help="idle connections held, per mode (same order as --modes)")
@@ -96,18 +91,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quiet-s", type=float, default=5.0)
     p.add_argument("--port", type=int, default=18765)
     p.add_argument("--out", type=Path, default=Path("results/scaling"))
-    args = p.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
     modes = [int(x) for x in args.modes.split(",")]
     idle = [int(x) for x in args.idle.split(",")]
     steps = [int(x) for x in args.steps.split(",")]
     w = Workload(tool_rounds=args.rounds, system_tokens=2000, tool_def_tokens=1000, tool_output_tokens=400,
                  text_tokens=100, tool_time_ms=20)
     url = f"http://127.0.0.1:{args.port}"
-    from serve.builder import wait_ready
-
     cluster = SimulatedCluster(session_nodes=2, accelerator_nodes=1, accelerators_per_node=4)
-    results = {"workload": w.as_dict(), "cluster": "head + 2 session nodes + 1 accelerator node (4 slots), "
-               "one machine (2 cores, 24 GiB)", "modes": []}
+    results = {"command": args.command, "workload": w.as_dict(),
+               "cluster": "head + 2 session nodes + 1 accelerator node (4 slots), one machine (2 cores, 24 GiB)",
+               "modes": []}
     try:
         for mode, n_idle in zip(modes, idle, strict=True):
             def edit(a: dict, mode: int = mode) -> None:
@@ -175,7 +171,3 @@ def plot(results: dict, out: Path) -> None:
     fig.tight_layout()
     fig.savefig(out / "scaling_memory.png", dpi=110)
     plt.close(fig)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """Load and soak: hundreds of WebSocket agent chains at once, every response checked.
 
-    python -m bench.soak --connections 200 --turns 30 [--per-actor 128] [--duration 240] [--runs 1]
+    responses-ws bench soak --connections 200 --turns 30 [--per-actor 128] [--duration 240] [--runs 1]
 
 Starts an embedded server (its own Ray, stopped at the end) unless ``--url`` is given and
 opens ``--connections`` raw WebSockets from this one asyncio process, staggered over
@@ -28,17 +28,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import functools
 import json
 import os
 import platform
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import psutil
+
+from serve.embedded import embedded_server, local_config
 
 from .chains import Load, SoakPlan, run_slot
 from .invariants import RunCheck
@@ -115,10 +115,8 @@ async def soak(url: str, plan: SoakPlan, *, app: str = APP, runs: int = 1) -> di
     return summarise(plan, check, load, timeline, baseline, per_run, cpu)
 
 
-def main(argv: list[str] | None = None) -> int:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     d = SoakPlan()
-    p = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--connections", type=int, default=d.connections)
     p.add_argument("--turns", type=int, default=d.turns, help="turns per chain (one connection)")
     p.add_argument("--duration", type=float, default=None, help="seconds; finished chains reconnect until then")
@@ -137,36 +135,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--url", default=None,
                    help="a running server (default: start an embedded one); no memory sampling then")
     p.add_argument("--out", type=Path, default=Path("docs/measurements/soak.json"))
-    args = p.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
     plan = SoakPlan(connections=args.connections, turns=args.turns, duration_s=args.duration, ramp_s=args.ramp_s,
                     think_ms=args.think_ms, tool_output_tokens=args.tool_output_tokens,
                     sample_s=None if args.url else args.sample_s,
                     seed=args.seed)
     server: dict[str, Any] = {"url": args.url or "embedded"}
-    url, stop = args.url, None
-    store_dir = tempfile.TemporaryDirectory(prefix="soak-store-")
-    if url is None:
-        from serve.builder import init_ray, start
-        from serve.builder import stop as stop_server
-        from serve.cli import free_port
-        from serve.config import load_app_config
-
+    if args.url:
+        result = asyncio.run(soak(args.url, plan, runs=args.runs))
+    else:
         warm = args.warm if args.warm is not None else max(1, args.per_actor // 8)
-        init_ray(object_store_mb=200)
-        overrides = {"server.port": free_port(), "session.connections_per_actor": args.per_actor,
-                     "session.warm_actors": warm, "store.data_dir": store_dir.name}
-        url = start(load_app_config(None, **overrides), name=APP)
-        stop = functools.partial(stop_server, APP)  # the embedded Ray is ours: shut it down
         server.update(connections_per_actor=args.per_actor, warm_actors=warm)
-        time.sleep(2.0)  # the warm pool fills
-    try:
-        result = asyncio.run(soak(url, plan, runs=args.runs))
-    finally:
-        if stop is not None:
-            stop()
-        store_dir.cleanup()
+        with tempfile.TemporaryDirectory(prefix="soak-store-", ignore_cleanup_errors=True) as store_dir:
+            config = local_config(**{"session.connections_per_actor": args.per_actor, "session.warm_actors": warm,
+                                     "store.data_dir": store_dir})
+            with embedded_server(config, name=APP, object_store_mb=200) as url:
+                time.sleep(2.0)  # the warm pool fills
+                result = asyncio.run(soak(url, plan, runs=args.runs))
     result["server"] = server
-    result["command"] = "python -m bench.soak " + " ".join(argv if argv is not None else sys.argv[1:])
+    result["command"] = args.command
     result["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version(),
                          "load_avg_at_end": os.getloadavg()}
     from rich.console import Console
@@ -178,7 +167,3 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(result, indent=1))
     print(f"wrote {args.out}")
     return 0 if result["invariants"]["ok"] else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

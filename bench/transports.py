@@ -18,14 +18,13 @@ from __future__ import annotations
 import json
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import httpx
-import websockets
 
-TERMINAL = {"response.completed", "response.incomplete", "response.failed", "error"}
-FIRST_TOKEN = {"response.output_text.delta", "response.function_call_arguments.delta"}
+from .client import Answer, Event, ResponsesSocket, connect, is_final
 
 TRANSPORTS: dict[str, type[Transport]] = {}
 
@@ -42,6 +41,19 @@ class TurnOutcome:
     total_s: float                   # send → terminal event
     request_bytes: int
     error: str | None = None
+
+    @classmethod
+    def of(cls, answer: Answer) -> TurnOutcome:
+        """A turn answered by ``answer``: its Response, or what went wrong."""
+        out = cls(answer.response, answer.ttft_s, answer.total_s, answer.request_bytes)
+        last = answer.last
+        if last is None or not is_final(last):
+            out.error = "stream ended early"
+        elif last["type"] == "error":
+            out.error = json.dumps(last.get("error"))[:300]
+        elif last["type"] != "response.completed":
+            out.error = last["type"]
+        return out
 
 
 class Transport(ABC):
@@ -76,47 +88,25 @@ def output_as_input(output: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return items
 
 
-async def _consume(events, t0: float, nbytes: int) -> TurnOutcome:
-    ttft = None
-    async for ev in events:
-        kind = ev.get("type")
-        if ttft is None and kind in FIRST_TOKEN:
-            ttft = time.perf_counter() - t0
-        if kind in TERMINAL:
-            total = time.perf_counter() - t0
-            if kind == "error":
-                return TurnOutcome(None, ttft, total, nbytes, error=json.dumps(ev.get("error"))[:300])
-            return TurnOutcome(ev["response"], ttft, total, nbytes,
-                               error=None if kind == "response.completed" else kind)
-    return TurnOutcome(None, ttft, time.perf_counter() - t0, nbytes, error="stream ended early")
-
-
 @register
 class WebSocketTransport(Transport):
     name = "ws"
     query: ClassVar[str] = ""  # the upgrade URL's query (append mode opts in there)
+    on_event: Callable[[Event], None] | None = None  # sees every event received
 
     async def open(self) -> None:
-        url = self.base_url.replace("http", "ws", 1) + "/v1/responses" + self.query
-        self._ws = await websockets.connect(url, max_size=None, compression=None,
-                                            additional_headers={"Authorization": f"Bearer {self.api_key}"})
+        self.socket: ResponsesSocket = await connect(self.base_url, api_key=self.api_key, query=self.query,
+                                                     on_event=self.on_event)
         self._prev: str | None = None
 
     async def close(self) -> None:
-        await self._ws.close()
-
-    async def _events(self):
-        while True:
-            yield json.loads(await self._ws.recv())
+        await self.socket.close()
 
     async def turn(self, base, new_items):
-        body = {"type": "response.create", **base, "input": new_items, "store": False}
+        body = {**base, "input": new_items, "store": False}
         if self._prev:
             body["previous_response_id"] = self._prev
-        data = json.dumps(body)
-        t0 = time.perf_counter()
-        await self._ws.send(data)
-        out = await _consume(self._events(), t0, len(data))
+        out = TurnOutcome.of(await self.socket.create(**body))
         self._prev = out.response["id"] if out.response and not out.error else None
         return out
 
@@ -131,19 +121,19 @@ class _HttpTransport(Transport):
 
     async def _post(self, body: dict) -> TurnOutcome:
         data = json.dumps({**body, "stream": True}).encode()
-        t0 = time.perf_counter()
+        answer = Answer(time.perf_counter(), len(data))
         async with self._client.stream("POST", "/v1/responses", content=data,
                                        headers={"Content-Type": "application/json"}) as r:
             if r.status_code != 200:
                 text = (await r.aread()).decode(errors="replace")
-                return TurnOutcome(None, None, time.perf_counter() - t0, len(data), error=f"{r.status_code} {text[:300]}")
-            return await _consume(_sse_events(r), t0, len(data))
-
-
-async def _sse_events(r: httpx.Response):
-    async for line in r.aiter_lines():
-        if line.startswith("data:"):
-            yield json.loads(line[5:])
+                return TurnOutcome(None, None, time.perf_counter() - answer.sent_at, len(data),
+                                   error=f"{r.status_code} {text[:300]}")
+            async for line in r.aiter_lines():
+                if line.startswith("data:"):
+                    answer.add(json.loads(line[5:]))
+                    if is_final(answer.events[-1]):
+                        break
+        return TurnOutcome.of(answer)
 
 
 @register
@@ -194,28 +184,21 @@ class AppendTransport(WebSocketTransport):
 
     async def turn(self, base, new_items):
         if self._response_id is None:
-            body = {"type": "response.create", **base, "input": new_items, "store": False}
+            event = {"type": "response.create", **base, "input": new_items, "store": False}
         else:
-            body = {"type": "response.append", "response_id": self._response_id, "input": new_items}
-        data = json.dumps(body)
-        t0 = time.perf_counter()
-        await self._ws.send(data)
-        ttft, segment = None, []
-        while True:
-            ev = json.loads(await self._ws.recv())
-            kind = ev.get("type")
-            if kind == "response.created":
-                self._response_id = ev["response"]["id"]
-            if ttft is None and kind in FIRST_TOKEN:
-                ttft = time.perf_counter() - t0
-            if kind == "response.output_item.done":
-                segment.append(ev["item"])
-                if ev["item"].get("type") == "function_call":  # paused until our response.append
-                    return TurnOutcome({"output": segment}, ttft, time.perf_counter() - t0, len(data))
-            if kind in TERMINAL:
-                total = time.perf_counter() - t0
-                if kind == "error":
-                    return TurnOutcome(None, ttft, total, len(data), error=json.dumps(ev.get("error"))[:300])
-                final = {**ev["response"], "output": segment, "metadata": {}}
-                return TurnOutcome(final, ttft, total, len(data),
-                                   error=None if kind == "response.completed" else kind)
+            event = {"type": "response.append", "response_id": self._response_id, "input": new_items}
+        answer = await self.socket.request(event, until=_paused_or_final)
+        self._response_id = next((e["response"]["id"] for e in answer.events if e["type"] == "response.created"),
+                                 self._response_id)
+        segment = [e["item"] for e in answer.events if e["type"] == "response.output_item.done"]
+        if not is_final(answer.last):  # paused on a function call until our response.append
+            return TurnOutcome({"output": segment}, answer.ttft_s, answer.total_s, answer.request_bytes)
+        out = TurnOutcome.of(answer)
+        if out.response is not None:
+            out.response = {**out.response, "output": segment, "metadata": {}}
+        return out
+
+
+def _paused_or_final(event: Event) -> bool:
+    return is_final(event) or (event["type"] == "response.output_item.done"
+                               and event["item"].get("type") == "function_call")

@@ -7,7 +7,7 @@ response with::
 
     handle.options(stream=True, method_name="generate", session_id=session_key).remote(request)
 
-and receive ``list[InferenceEvent]`` items (a few ms of tokens each, design.md §3).
+and receive ``list[InferenceEvent]`` items (a few ms of tokens each).
 
 Session pinning uses Serve's own routing machinery: the handle's ``session_id`` option
 (Serve's per-request session key, ``RequestMetadata.session_id``) carries the session key,

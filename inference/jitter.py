@@ -1,4 +1,4 @@
-"""Seeded lognormal jitter with mean 1 (design.md §4).
+"""Seeded lognormal jitter with mean 1.
 
 A factor ``X = exp(sigma * Z - sigma**2 / 2)`` with ``Z ~ N(0, 1)`` has ``E[X] = 1`` for
 every ``sigma``, so jitter varies a request's timing without changing the profile's mean

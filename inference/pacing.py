@@ -3,7 +3,7 @@ tokens are grouped into stream items.
 
 Everything is a pure function of explicit parameters; time comes from an injected
 ``Clock`` and waiting from an injected ``Sleeper``, so tests drive it with a fake clock
-and assert exact times (design.md §6.5).  Tokens are scheduled against *absolute*
+and assert exact times.  Tokens are scheduled against *absolute*
 deadlines computed in closed form from the decode start, never by summing sleeps, so a
 late wake-up does not push every later token back: the stream catches up by coalescing.
 """

@@ -6,7 +6,7 @@ cl100k tokens.  It is a pure function: the same request and seed give the same p
 any machine and in any process (choices are seeded by ``policy.seed`` and a BLAKE2 digest
 of the prompt tokens, never by Python's salted ``hash()``).
 
-Decision rule (design.md §4): with function tools available and ``tool_choice != "none"``
+Decision rule: with function tools available and ``tool_choice != "none"``
 the model calls a tool while the conversation holds fewer than ``tool_rounds`` tool
 results, or always when ``tool_choice`` is ``"required"`` or names a tool; otherwise it
 answers in text.  One call per response (``parallel_tool_calls`` is not exercised yet).

@@ -93,7 +93,7 @@ class ModelProfile(BaseModel):
 
     ``chunk_ms`` and ``min_chunk_tokens`` shape the stream, not the model: the first token
     goes out alone when due; after it, due tokens are sent as one stream item when
-    ``min_chunk_tokens`` are due or ``chunk_ms`` has passed since the last item (design.md §3: tokens cross Ray in ~5 ms / >= 8-token chunks).
+    ``min_chunk_tokens`` are due or ``chunk_ms`` has passed since the last item (tokens cross Ray in ~5 ms / >= 8-token chunks).
     """
 
     model_config = ConfigDict(extra="forbid")

@@ -3,7 +3,7 @@
 Everything here crosses a Ray boundary, so it is plain frozen dataclasses (cheap to
 pickle).  A request is one model call; the deployment answers with a stream of
 *chunks*: each stream item is a ``list[InferenceEvent]`` covering a few milliseconds of
-output (design.md §3: tokens cross Ray in chunks, never one Ray message per token).
+output (tokens cross Ray in chunks, never one Ray message per token).
 
 Event order in one stream::
 

@@ -1,4 +1,5 @@
-"""The server: gateway (WebSocket + HTTP ingress), app builder (the composition root), CLI.
+"""The server: gateway (WebSocket + HTTP ingress), app builder (the composition root),
+the app on an embedded Ray (:mod:`serve.embedded`), CLI.
 
-Only ``serve/gateway.py`` imports Ray.
+Only ``gateway.py``, ``builder.py`` and ``embedded.py`` import Ray (tests/test_layout.py).
 """

@@ -1,4 +1,5 @@
-"""``POST /v1/responses/compact``: shrink a conversation into a new input window (spec §4.12).
+"""``POST /v1/responses/compact``: shrink a conversation into a new input window
+(docs/protocol.md §6.7).
 
 The emulated compaction keeps every user message verbatim and replaces everything else
 (assistant text, tool calls and their outputs, reasoning) by one ``compaction`` item whose
@@ -15,6 +16,7 @@ from typing import Any
 
 from actors.ids import new_id
 from actors.protocol import (
+    CompactionItem,
     FunctionCallItem,
     FunctionCallOutputItem,
     InputItem,
@@ -48,5 +50,5 @@ def compact(items: list[InputItem]) -> tuple[list[dict[str, Any]], str]:
             summary.append(_line(item))
     text = "Summary of the earlier conversation:\n" + "\n".join(summary)
     blob = base64.b64encode(zlib.compress(text.encode())).decode()
-    kept.append({"type": "compaction", "id": new_id("cmp"), "encrypted_content": blob})
+    kept.append(CompactionItem(type="compaction", id=new_id("cmp"), encrypted_content=blob).model_dump())
     return kept, text

@@ -1,19 +1,18 @@
-"""HTTP mode (spec §6): the stateless path on the same port as WebSocket mode.
+"""HTTP mode (docs/protocol.md §6): the stateless path on the same port as WebSocket mode.
 
 Every ``POST /v1/responses`` gets a fresh session with nothing cached, so a
 ``previous_response_id`` is loaded from the store and the whole conversation is re-parsed,
 re-rendered and re-tokenised — the honest baseline a stateless server pays on every request
-(design.md §5).  Everything else (validation, the response builder, inference) is the same
-code as WebSocket mode.  Errors are OpenAI JSON error bodies; SSE streams carry no
-``stream_id`` and no top-level ``error`` key.
+(docs/http-and-store.md).  Everything else (validation, the response builder, inference) is
+the same code as WebSocket mode.  Errors are OpenAI JSON error bodies; SSE streams carry no
+``stream_id`` and no top-level ``error`` key, and end with ``data: [DONE]``.  Every body is
+a typed model written by the one encode point (:func:`actors.protocol.encode`).
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -21,17 +20,25 @@ from starlette.exceptions import HTTPException
 
 from actors.config import SessionConfig
 from actors.host.connection import Connection, InferenceClient
-from actors.errors import APIError, InvalidRequest, ModelNotFound, NotFound
+from actors.errors import APIError, InvalidRequest, ModelNotFound, NotFound, PreviousResponseNotFound
 from actors.ids import new_id
 from actors.protocol import (
+    SSE_DONE,
+    TERMINAL_EVENT_TYPES,
+    CompactedResponse,
     ErrorEvent,
+    HttpBody,
     InputTokensDetails,
+    ItemList,
+    ResponseDeleted,
+    ResponseObject,
     Usage,
     encode,
     http_error_body,
-    load_json_object,
+    parse_http_compact,
     parse_http_create,
     parse_items,
+    sse_frame,
 )
 from actors.render import render_items
 from actors.session import Session
@@ -42,8 +49,6 @@ from inference import chat_format
 from .app import build_app
 from .auth import KeyRing
 from .compaction import compact
-
-TERMINAL = {"response.completed", "response.incomplete", "response.failed"}
 
 
 def error_response(exc: BaseException) -> JSONResponse:
@@ -64,6 +69,11 @@ def host_app(*, store: StoreWriter, inference: InferenceClient, model_ids: Calla
     add_http_routes(app, session_config=session_config, keys=keys, store=store, inference=inference,
                     model_ids=model_ids, observe=observe)
     return app
+
+
+def json_body(body: HttpBody) -> Response:
+    """A 200 answer: the typed body through the one encode point."""
+    return Response(encode(body), media_type="application/json")
 
 
 def add_http_routes(
@@ -115,8 +125,8 @@ def add_http_routes(
             batch = first
             while True:
                 for event in batch:
-                    if event.type in TERMINAL:
-                        return Response(event.response.model_dump_json(), media_type="application/json")
+                    if event.type in TERMINAL_EVENT_TYPES:
+                        return json_body(event.response)
                 batch = await anext(events)
         finally:
             await conn.close()
@@ -126,16 +136,17 @@ def add_http_routes(
         record = await store.get(response_id, owner(request))
         if record is None:
             raise _not_found(response_id)
-        return JSONResponse(record.response)
+        # Through the typed model: a record stored by an older version gains the keys added since.
+        return json_body(ResponseObject.model_validate(record.response))
 
     @app.delete("/v1/responses/{response_id}")
-    async def delete(response_id: str, request: Request) -> dict[str, Any]:
+    async def delete(response_id: str, request: Request) -> Response:
         if not await store.delete(response_id, owner(request)):
             raise _not_found(response_id)
-        return {"id": response_id, "object": "response.deleted", "deleted": True}
+        return json_body(ResponseDeleted(id=response_id))
 
     @app.get("/v1/responses/{response_id}/input_items")
-    async def input_items(response_id: str, request: Request) -> dict[str, Any]:
+    async def input_items(response_id: str, request: Request) -> Response:
         q = request.query_params
         limit = _int_param(q.get("limit", "20"), "limit", 1, 100)
         order = q.get("order", "desc")
@@ -152,45 +163,44 @@ def add_http_routes(
                 raise InvalidRequest(f"No item with id '{after}' in this response's input.", param="after")
             items = items[ids.index(after) + 1:]
         page = items[:limit]
-        return {"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
-                "last_id": page[-1]["id"] if page else None, "has_more": len(items) > limit}
+        return json_body(ItemList(data=page, first_id=page[0]["id"] if page else None,
+                                  last_id=page[-1]["id"] if page else None, has_more=len(items) > limit))
 
     @app.post("/v1/responses/compact")
-    async def compact_conversation(request: Request) -> dict[str, Any]:
+    async def compact_conversation(request: Request) -> Response:
         who = owner(request)
-        body = load_json_object(await request.body())
-        model = body.get("model")
-        if model not in model_ids():
-            raise ModelNotFound(model if isinstance(model, str) else None)
-        create = parse_http_create(json.dumps({k: body[k] for k in ("input", "previous_response_id",
-                                                                    "instructions") if k in body}))
+        req = parse_http_compact(await request.body())  # 400 for a missing or mistyped field
+        if req.model not in model_ids():
+            raise ModelNotFound(req.model)
         items = []
-        if create.previous_response_id is not None:
-            record = await store.get(create.previous_response_id, who)
+        if req.previous_response_id is not None:
+            record = await store.get(req.previous_response_id, who)
             if record is None:
-                raise InvalidRequest(f"Previous response with id '{create.previous_response_id}' not found.",
-                                     param="previous_response_id", code="previous_response_not_found")
+                raise PreviousResponseNotFound(req.previous_response_id)
             items = parse_items(record.context)
-        items += create.items if create.input else []
+        items += req.items
         output, summary = compact(items)
-        used = len(chat_format.render_instructions(create.instructions)) + len(render_items(items))
+        used = len(chat_format.render_instructions(req.instructions)) + len(render_items(items))
         produced = len(chat_format.render_other("compaction", summary))
         usage = Usage(input_tokens=used, input_tokens_details=InputTokensDetails(),
                       output_tokens=produced, total_tokens=used + produced)
-        return {"id": new_id("resp"), "object": "response.compaction",
-                "created_at": int(time.time()), "output": output, "usage": usage.model_dump()}
+        return json_body(CompactedResponse(id=new_id("resp"), created_at=int(time.time()),
+                                           output=output, usage=usage))
 
 
 async def _sse(conn: Connection, first: list, events: AsyncIterator[list]) -> AsyncIterator[bytes]:
-    """``event: <type>`` / ``data: <json>`` per event until the terminal one (spec §6.1)."""
+    """``event: <type>`` / ``data: <json>`` per event until the terminal one, then
+    ``data: [DONE]`` (docs/protocol.md §6.1)."""
     try:
         batch = first
         while True:
             chunk = []
             done = False
             for event in batch:
-                chunk.append(f"event: {event.type}\ndata: {encode(event)}\n\n")
-                done = done or event.type in TERMINAL
+                chunk.append(sse_frame(event))
+                done = done or event.type in TERMINAL_EVENT_TYPES
+            if done:
+                chunk.append(SSE_DONE)
             yield "".join(chunk).encode()
             if done:
                 return

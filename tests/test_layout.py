@@ -2,12 +2,17 @@
 
 ``serve → actors → inference``; ``store`` is used by ``serve`` and ``actors`` and imports
 neither; ``bench`` is a client of the server: nothing in the server imports it except the
-CLI's ``bench`` subcommand, lazily (inside a function).
+CLI's ``bench`` and ``demo`` subcommands, lazily (inside a function).  Of the installed
+modules only the fuzz benchmark imports hypothesis (a test and ``bench`` extra dependency).
 """
 
 from __future__ import annotations
 
 import ast
+import re
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,6 +28,7 @@ ALLOWED = {
 LAZY_BENCH = {"serve/cli.py"}  # may load bench inside a function, never at import time
 RAY_MODULES = {"inference/deployment.py", "actors/host/actor.py", "serve/gateway.py", "serve/builder.py",
                "serve/embedded.py"}
+FUZZ_BENCHMARK = {"bench.fuzz", "bench.fuzz_cases"}  # the only installed modules that import hypothesis
 
 
 def modules(package: str) -> list[Path]:
@@ -72,6 +78,34 @@ def test_packages_import_only_what_they_may():
 def test_the_cli_loads_bench_lazily():
     for rel in LAZY_BENCH:
         assert "bench" not in packages_of(imported(ROOT / rel, top_level_only=True)), rel
+
+
+def test_only_the_fuzz_benchmark_imports_hypothesis():
+    """At import time, directly or through another module: hypothesis is not a dependency of
+    the server, nor of the other benchmarks (the fuzz oracle included)."""
+    for package in PACKAGES:
+        for path in modules(package):
+            name = module_name(path)
+            if name in FUZZ_BENCHMARK:
+                continue
+            top = imported(path, top_level_only=True)
+            assert not any(n == "hypothesis" or n.startswith("hypothesis.") for n in top), name
+            assert not top & FUZZ_BENCHMARK, f"{name} imports {top & FUZZ_BENCHMARK}"
+
+
+def test_importing_the_cli_loads_neither_bench_nor_hypothesis():
+    code = ("import sys, serve.cli; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'bench', 'hypothesis', 'rich', 'httpx'}))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_bench_extra_is_what_the_bench_command_checks_for():
+    from bench.cli import EXTRA_MODULES
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    names = {re.match(r"[\w.-]+", requirement).group() for requirement in extras["bench"]}
+    assert names == EXTRA_MODULES
 
 
 def test_no_import_cycles():

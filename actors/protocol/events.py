@@ -9,7 +9,7 @@ from pydantic import model_serializer
 
 from ..errors import APIError, ServerError
 from .items import OutputItem, OutputText, _Out
-
+from .requests import ReasoningConfig, TextConfig
 
 
 class InputTokensDetails(_Out):
@@ -43,7 +43,11 @@ class IncompleteDetails(_Out):
 
 
 class ResponseObject(_Out):
-    """The full Response (spec §3.4): every key is always present, null when unknown."""
+    """The full Response (docs/protocol.md §3.4): every key is always present, null when
+    unknown.  It validates as the openai SDK's ``Response`` and as the Open Responses
+    ``ResponseResource``, which also requires the sampling settings (``temperature``,
+    ``top_p``, ``presence_penalty``, ``frequency_penalty``, ``top_logprobs``) as numbers
+    and ``service_tier`` as a string."""
 
     id: str
     object: Literal["response"] = "response"
@@ -59,19 +63,22 @@ class ResponseObject(_Out):
     output: list[OutputItem] = []
     parallel_tool_calls: bool = True
     previous_response_id: str | None = None
-    reasoning: dict[str, Any] | None = None
+    reasoning: ReasoningConfig | None = None
     store: bool = True
-    temperature: float | None = None
-    text: dict[str, Any] = {"format": {"type": "text"}}
+    temperature: float = 1.0
+    top_p: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    top_logprobs: int = 0
+    text: TextConfig = TextConfig()
     tool_choice: Union[str, dict[str, Any]] = "auto"
     tools: list[dict[str, Any]] = []
-    top_p: float | None = None
-    truncation: str = "disabled"
+    truncation: Literal["auto", "disabled"] = "disabled"
     usage: Usage | None = None
     user: str | None = None
     metadata: dict[str, str] = {}
     background: bool = False
-    service_tier: str | None = None
+    service_tier: str = "default"
     prompt_cache_key: str | None = None
     safety_identifier: str | None = None
 
@@ -118,6 +125,11 @@ class ResponseFailed(_Event):
     type: Literal["response.failed"] = "response.failed"
     sequence_number: int
     response: ResponseObject
+
+
+# The types of the events that end a response; an ``error`` event instead means it never started.
+TERMINAL_EVENT_TYPES = frozenset(event.model_fields["type"].default
+                                 for event in (ResponseCompleted, ResponseIncomplete, ResponseFailed))
 
 
 class OutputItemAdded(_Event):
@@ -249,9 +261,56 @@ ServerEvent = Union[
 ]
 
 
-def encode(event: ServerEvent) -> str:
-    """The one encode function: a server event as the JSON text of one frame."""
-    return event.model_dump_json()
+# --------------------------------------------------------------------------- HTTP bodies
+
+
+class ResponseDeleted(_Out):
+    """``DELETE /v1/responses/{id}`` (docs/protocol.md §6.5)."""
+
+    id: str
+    object: Literal["response.deleted"] = "response.deleted"
+    deleted: Literal[True] = True
+
+
+class ItemList(_Out):
+    """A page of ``GET /v1/responses/{id}/input_items`` (docs/protocol.md §6.6): stored
+    items (:func:`~.items.item_dict`), each with an ``id`` and a ``status``."""
+
+    object: Literal["list"] = "list"
+    data: list[dict[str, Any]]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+
+
+class CompactedResponse(_Out):
+    """``POST /v1/responses/compact`` (docs/protocol.md §6.7): the user messages, then one
+    ``compaction`` item."""
+
+    id: str
+    object: Literal["response.compaction"] = "response.compaction"
+    created_at: int
+    output: list[dict[str, Any]]
+    usage: Usage
+
+
+HttpBody = Union[ResponseObject, ItemList, CompactedResponse, ResponseDeleted]
+
+
+def encode(obj: ServerEvent | HttpBody) -> str:
+    """The one encode function: a server event as the JSON text of one frame (or of one SSE
+    ``data:`` line), or the body of an HTTP answer."""
+    return obj.model_dump_json()
+
+
+SSE_DONE = "data: [DONE]\n\n"
+"""What ends an SSE stream, after its terminal event (Open Responses requires it; the
+openai SDK stops reading there; clients that stop at the terminal event never see it)."""
+
+
+def sse_frame(event: ServerEvent) -> str:
+    """One event as an SSE frame whose ``event:`` field equals the JSON ``type``."""
+    return f"event: {event.type}\ndata: {encode(event)}\n\n"
 
 
 def error_event(

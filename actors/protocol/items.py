@@ -27,6 +27,7 @@ class InputText(_In):
 class OutputTextIn(_Open):
     type: Literal["output_text"]
     text: str
+    annotations: list[dict[str, Any]] = []  # required on output_text parts by both schemas
 
 
 class Refusal(_Open):
@@ -36,6 +37,9 @@ class Refusal(_Open):
 
 class InputImage(_Open):
     type: Literal["input_image"]
+    detail: Literal["low", "high", "auto", "original"] = "auto"
+    image_url: str | None = None
+    file_id: str | None = None
 
 
 class InputFile(_Open):
@@ -47,13 +51,26 @@ ContentPart = Annotated[
 ]
 
 
+ItemStatus = Literal["in_progress", "completed", "incomplete"]
+
+
 class MessageItem(_In):
     type: Literal["message"] = "message"
     role: Literal["user", "assistant", "system", "developer"]
     content: Union[str, list[ContentPart]]
     id: str | None = None
-    status: str | None = None
-    phase: str | None = None
+    status: ItemStatus | None = None
+    phase: Literal["commentary", "final_answer"] | None = None
+
+    @property
+    def parts(self) -> list[InputText | OutputTextIn | Refusal | InputImage | InputFile]:
+        """``content`` as parts: a string is one ``output_text`` part on an assistant
+        message (what the model wrote) and one ``input_text`` part otherwise."""
+        if not isinstance(self.content, str):
+            return list(self.content)
+        if self.role == "assistant":
+            return [OutputTextIn(type="output_text", text=self.content)]
+        return [InputText(type="input_text", text=self.content)]
 
 
 class FunctionCallItem(_In):
@@ -62,7 +79,7 @@ class FunctionCallItem(_In):
     name: str
     arguments: str
     id: str | None = None
-    status: str | None = None
+    status: ItemStatus | None = None
     namespace: str | None = None
 
 
@@ -71,7 +88,7 @@ class FunctionCallOutputItem(_In):
     call_id: str
     output: Union[str, list[ContentPart]]
     id: str | None = None
-    status: str | None = None
+    status: ItemStatus | None = None
 
 
 class ReasoningItem(_Open):
@@ -156,16 +173,24 @@ ITEM_ADAPTER: TypeAdapter[list[InputItem]] = TypeAdapter(list[InputItem])
 
 
 def item_dict(item: InputItem, item_id: str) -> dict[str, Any]:
-    """An input item as stored and listed by ``input_items`` (spec §6.6): with an ``id`` and
-    a ``status``, ``None`` fields dropped."""
+    """An input item as stored and listed by ``input_items`` (docs/protocol.md §6.6): with
+    an ``id`` and a ``status``, ``None`` fields dropped, content as complete parts.
+
+    Listed items must read as the SDK's ``ResponseItem`` and as an Open Responses item: a
+    message's content is always a list of parts (an assistant's string becomes an
+    ``output_text`` part with its ``annotations``), and every part keeps all its keys
+    (an ``input_image`` without ``image_url`` still lists ``"image_url": null``).  An
+    ``item_reference`` points at another item and is kept as sent."""
+    if isinstance(item, ItemReference):
+        return item.model_dump()
     data = item.model_dump(exclude_none=True)
     data.setdefault("id", item_id)
     data.setdefault("status", "completed")
     if isinstance(item, MessageItem):
         data["type"] = "message"
-        if isinstance(item.content, str):  # listed as parts, as the API does
-            kind = "output_text" if item.role == "assistant" else "input_text"
-            data["content"] = [{"type": kind, "text": item.content}]
+        data["content"] = [part.model_dump() for part in item.parts]
+    elif isinstance(item, FunctionCallOutputItem) and not isinstance(item.output, str):
+        data["output"] = [part.model_dump() for part in item.output]
     return data
 
 

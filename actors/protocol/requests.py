@@ -57,6 +57,46 @@ TopP = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
 Metadata = Annotated[dict[Annotated[str, Field(max_length=64)], Annotated[str, Field(max_length=512)]],
                      Field(max_length=16)]
 TOOL_CHOICE_MODES = ("none", "auto", "required")
+Penalty = Annotated[float, Field(ge=-2, le=2, allow_inf_nan=False)]
+ServiceTier = Literal["auto", "default", "flex", "scale", "priority", "fast", "ultrafast"]
+
+
+class TextFormatText(_Open):
+    type: Literal["text"] = "text"
+
+
+class TextFormatJsonObject(_Open):
+    type: Literal["json_object"]
+
+
+class TextFormatJsonSchema(_Open):
+    """Structured output.  ``schema`` is echoed as sent (docs/protocol.md §3.4)."""
+
+    model_config = ConfigDict(serialize_by_alias=True)
+
+    type: Literal["json_schema"]
+    name: str
+    schema_: dict[str, Any] = Field(alias="schema")
+    description: str | None = None
+    strict: bool = False
+
+
+TextFormat = Annotated[Union[TextFormatText, TextFormatJsonObject, TextFormatJsonSchema],
+                       Field(discriminator="type")]
+
+
+class TextConfig(_Open):
+    """``text``: the output format, echoed on every Response with both keys present."""
+
+    format: TextFormat = TextFormatText()
+    verbosity: Literal["low", "medium", "high"] | None = None
+
+
+class ReasoningConfig(_Open):
+    """``reasoning``: echoed with ``effort`` and ``summary`` always present (null when unset)."""
+
+    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+    summary: Literal["auto", "concise", "detailed"] | None = None
 
 
 class ResponseCreate(BaseModel):
@@ -84,8 +124,8 @@ class ResponseCreate(BaseModel):
     metadata: Metadata | None = None
     temperature: Temperature | None = None
     top_p: TopP | None = None
-    text: dict[str, Any] | None = None
-    reasoning: dict[str, Any] | None = None
+    text: TextConfig | None = None
+    reasoning: ReasoningConfig | None = None
     truncation: Literal["auto", "disabled"] | None = None
     user: str | None = None
     include: list[str] | None = None
@@ -93,11 +133,13 @@ class ResponseCreate(BaseModel):
     prompt_cache_options: dict[str, Any] | None = None
     prompt_cache_retention: str | None = None
     safety_identifier: str | None = None
-    service_tier: str | None = None
+    service_tier: ServiceTier | None = None
     client_metadata: dict[str, Any] | None = None
     context_management: list[dict[str, Any]] | None = None
     conversation: Union[str, dict[str, Any]] | None = None
     top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
+    presence_penalty: Penalty | None = None
+    frequency_penalty: Penalty | None = None
 
     @field_validator("tool_choice")
     @classmethod
@@ -214,6 +256,39 @@ def parse_http_create(data: bytes | str) -> ResponseCreate:
         raise _validation_error(exc, tagged=False) from None
 
 
+class ResponseCompact(BaseModel):
+    """The body of ``POST /v1/responses/compact`` (docs/protocol.md §6.7): the window to
+    compact is the stored conversation of ``previous_response_id`` followed by ``input``.
+    ``model`` is required; the other options the SDK may send are accepted and unused."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+
+    model: str
+    input: Union[str, list[InputItem]] | None = None
+    previous_response_id: str | None = None
+    instructions: str | None = None
+    prompt_cache_key: str | None = None
+    prompt_cache_retention: str | None = None
+    service_tier: ServiceTier | None = None
+
+    @property
+    def items(self) -> list[InputItem]:
+        if self.input is None:
+            return []
+        if isinstance(self.input, str):
+            return [MessageItem(role="user", content=self.input)]
+        return list(self.input)
+
+
+def parse_http_compact(data: bytes | str) -> ResponseCompact:
+    """The body of ``POST /v1/responses/compact``; typed 400 errors like a create's."""
+    raw = load_json_object(data)
+    try:
+        return ResponseCompact.model_validate(raw)
+    except ValidationError as exc:
+        raise _validation_error(exc, tagged=False) from None
+
+
 def _validation_error(exc: ValidationError, *, tagged: bool = True) -> APIError:
     # The deepest error is the most specific one (a bad item beats "input is not a string").
     err = max(exc.errors(include_url=False), key=lambda e: len(e["loc"]))
@@ -231,16 +306,18 @@ def _validation_error(exc: ValidationError, *, tagged: bool = True) -> APIError:
 
 
 def _param_path(loc: tuple[Any, ...]) -> str:
-    """``('input', 'list[…]', 0, 'message', 'role')`` → ``input[0].role``."""
+    """``('input', 'list[…]', 0, 'message', 'role')`` → ``input[0].role``.  The first part
+    is always a top-level field (``reasoning`` is one, besides an item type)."""
     out = ""
-    for part in loc:
+    for i, part in enumerate(loc):
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in _UNION_LABELS or "[" in part:
+        elif i > 0 and (part in _UNION_LABELS or "[" in part):
             continue  # union branch labels, not field names
         else:
             out += f".{part}" if out else part
     return out
 
 
-_UNION_LABELS = _ITEM_TAGS | {"str", "function", "other", "dict[str,any]", "bool", "int", "float"}
+_UNION_LABELS = _ITEM_TAGS | {"json_object", "json_schema", "str", "function", "other", "dict[str,any]",
+                              "bool", "int", "float"}

@@ -12,7 +12,7 @@ from actors.config import SessionConfig
 from actors.protocol import ResponseObject
 from actors.session import Effects, Session
 from inference.types import Done, FunctionCallDelta, Prefilled, TextDelta
-from tests.helpers import FUNCTION_CALL_ANSWER, TEXT_ANSWER, assert_event_types
+from tests.support.event_order import FUNCTION_CALL_ANSWER, TEXT_ANSWER, assert_event_types
 
 MODEL = "emu-fast"
 TOOL = {"type": "function", "name": "read_file", "description": "Read a file",

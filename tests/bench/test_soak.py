@@ -1,5 +1,5 @@
 """A small soak against a real server: every response of every connection satisfies the
-stream invariants and nothing is lost (the full-size run is ``python -m bench.soak``); the
+stream invariants and nothing is lost (the full-size run is ``responses-ws bench soak``); the
 soak's own arithmetic (flatness, CPU of changing processes, chain lengths)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import asyncio
 from bench.chains import SoakPlan, chain_turns
 from bench.memory import CpuMeter, flatness
 from bench.soak import soak
-from tests.conftest import start_app
+from tests.support.server import start_app
 
 SOAK_APP = "rws-soak"
 

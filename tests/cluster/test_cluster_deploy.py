@@ -1,7 +1,7 @@
 """configs/serve-cluster.yaml deployed onto a simulated multi-node cluster (head, two
 "session" nodes, one "accelerator" node), with WebSocket agent loops through it.
 
-The cluster runs in a child process (tests/cluster/cluster_scenario.py): a Ray cluster
+The cluster runs in a child process (tests/support/cluster_scenario.py): a Ray cluster
 cannot share a process with the suite's session-scoped embedded Ray.  Its process group is
 killed if it overruns, so no raylet outlives the test."""
 
@@ -14,14 +14,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import free_port
+from serve.embedded import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 150
 
 
 def run_scenario(redis_url: str) -> dict:
-    proc = subprocess.Popen([sys.executable, "-m", "tests.cluster.cluster_scenario", str(free_port()), redis_url],
+    proc = subprocess.Popen([sys.executable, "-m", "tests.support.cluster_scenario", str(free_port()), redis_url],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:

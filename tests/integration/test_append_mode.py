@@ -7,7 +7,8 @@ import json
 
 import websockets
 
-from .wire import TERMINAL, TOOLS, validated
+from bench.client import FINAL_EVENT_TYPES
+from tests.support.wire import TOOLS, validated
 
 MODEL = "emu-fast"
 
@@ -21,7 +22,7 @@ async def rollout(url: str, rounds: int) -> list[dict]:
         while True:
             ev = validated(await ws.recv())
             events.append(ev)
-            if ev["type"] in TERMINAL:
+            if ev["type"] in FINAL_EVENT_TYPES:
                 return events
             if ev["type"] == "response.output_item.done" and ev["item"]["type"] == "function_call":
                 await ws.send(json.dumps({"type": "response.append", "response_id": events[0]["response"]["id"],
@@ -45,7 +46,7 @@ def test_the_header_opts_in_too_and_standard_connections_are_unaffected(ws_url):
             await ws.send(json.dumps({"type": "response.create", "model": MODEL, "input": "x", "tools": TOOLS,
                                       "store": False}))
             first = []
-            while not first or first[-1]["type"] not in TERMINAL:
+            while not first or first[-1]["type"] not in FINAL_EVENT_TYPES:
                 first.append(validated(await ws.recv()))
             await ws.send(json.dumps({"type": "response.append", "response_id": first[0]["response"]["id"],
                                       "input": []}))

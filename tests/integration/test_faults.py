@@ -24,9 +24,8 @@ import websockets
 from ray import serve
 from websockets.exceptions import ConnectionClosed
 
-from tests.conftest import start_app
-
-from .wire import raw_collect, validated
+from tests.support.server import start_app
+from tests.support.wire import raw_collect, validated
 
 APP = "rws-faults"
 DRAIN_APP = "rws-drain"
@@ -290,13 +289,11 @@ def test_graceful_shutdown_finishes_responses_in_flight_refuses_new_work_and_flu
 
 
 def test_a_redeploy_routes_new_connections_to_the_new_gateway_while_the_old_one_drains(ray_cluster):
-    from serve.builder import start
     from serve.config import load_app_config
-
-    from tests.conftest import free_port
+    from serve.embedded import deploy, free_port
 
     name, port = "rws-redeploy", free_port()
-    url = start(load_app_config(None, **{"server.port": port}), name=name)
+    url = deploy(load_app_config(None, **{"server.port": port}), name=name)
     ws_url = url.replace("http", "ws", 1) + "/v1/responses"
     try:
         async def main():
@@ -305,8 +302,8 @@ def test_a_redeploy_routes_new_connections_to_the_new_gateway_while_the_old_one_
                 created = await until(old, "response.created")
                 # A new config for the gateway only: Serve starts a new replica (it binds the
                 # same port, SO_REUSEPORT) and then stops the old one, which drains.
-                await asyncio.to_thread(start, load_app_config(None, **{"server.port": port,
-                                                                       "session.max_inflight": 8}), name=name)
+                await asyncio.to_thread(deploy, load_app_config(None, **{"server.port": port,
+                                                                        "session.max_inflight": 8}), name=name)
                 events = []
                 with pytest.raises(ConnectionClosed) as closed:
                     while True:

@@ -2,7 +2,7 @@
 lives on.
 
 The strategies are :mod:`bench.fuzz_cases`, the oracle :mod:`bench.fuzz_oracle` (its module
-doc says what is checked); ``python -m bench.fuzz`` runs the same at a larger scale.  The
+doc says what is checked); ``responses-ws bench fuzz`` runs the same at a larger scale.  The
 fuzz reuses two sockets (a standard and an ``?mode=append`` one) over all examples and
 proves them alive with a valid create every ``ALIVE_EVERY`` examples and at the end.
 """
@@ -15,18 +15,10 @@ import pytest
 from hypothesis import given
 from ray import serve
 
-from bench.fuzz_cases import (
-    FRAME_CAP,
-    MODEL,
-    WS_KINDS,
-    WsCase,
-    fuzz_settings,
-    nested,
-    server_overrides,
-    ws_cases,
-)
-from bench.fuzz_oracle import WsFuzzer
-from tests.conftest import start_app
+from bench.fuzz_cases import WS_KINDS, nested, ws_cases
+from bench.fuzz_oracle import FRAME_CAP, MODEL, WsCase, WsFuzzer, server_overrides
+from tests.support.fuzz import fuzz_settings
+from tests.support.server import start_app
 
 FUZZ_APP = "rws-fuzz"
 EXAMPLES = 1200

@@ -12,15 +12,9 @@ import json
 import pytest
 from hypothesis import given
 
-from bench.fuzz_cases import (
-    HTTP_KINDS,
-    MODEL,
-    HttpCase,
-    fuzz_settings,
-    http_cases,
-    nested,
-)
-from bench.fuzz_oracle import HttpFuzzer
+from bench.fuzz_cases import HTTP_KINDS, http_cases, nested
+from bench.fuzz_oracle import MODEL, HttpCase, HttpFuzzer
+from tests.support.fuzz import fuzz_settings
 
 EXAMPLES = 1200
 FUZZ = fuzz_settings(EXAMPLES)

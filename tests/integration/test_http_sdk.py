@@ -10,8 +10,9 @@ import openai
 import pytest
 import websockets
 from openai import OpenAI
+from openai.types.responses import ResponseItemList, ResponseOutputMessage
 
-from .wire import TOOLS, outputs_for, raw_collect
+from tests.support.wire import TOOLS, outputs_for, raw_collect
 
 MODEL = "emu-fast"
 
@@ -47,11 +48,12 @@ def test_check_58_sse_stream_in_spec_order_with_the_strict_helper(client):
     assert [e.sequence_number for e in events] == list(range(len(events)))
 
 
-def test_sse_frames_name_their_event_and_carry_no_stream_id(server_url):
+def test_sse_frames_name_their_event_carry_no_stream_id_and_end_with_done(server_url):
     with httpx.stream("POST", server_url + "/v1/responses", json={"model": MODEL, "input": "x", "stream": True},
                       headers={"Authorization": "Bearer sk-test"}) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
         blocks = r.read().decode().strip().split("\n\n")
+    assert blocks.pop() == "data: [DONE]", "Open Responses ends the stream with [DONE]"
     for block in blocks:
         event_line, data_line = block.split("\n")
         data = json.loads(data_line.removeprefix("data: "))
@@ -90,6 +92,25 @@ def test_check_61_input_items_newest_first_with_pagination(client):
     asc = client.responses.input_items.list(resp.id, order="asc", limit=100)
     assert texts(asc)[0] == "message 0"
     assert all(i.id and i.status == "completed" for i in asc.data)
+
+
+def test_input_items_of_a_response_whose_input_held_an_assistant_message(client):
+    """The SDK reads a listed assistant message as its ``ResponseOutputMessage``, whose
+    ``output_text`` parts need ``annotations``: a string or a part without them is listed
+    complete (regression: it used to list ``{"type": "output_text", "text": …}`` only)."""
+    resp = client.responses.create(model=MODEL, input=[
+        {"role": "user", "content": "My name is Alice."},
+        {"role": "assistant", "content": "Hello Alice!"},
+        {"role": "assistant", "content": [{"type": "output_text", "text": "How can I help?"}]},
+        {"role": "user", "content": "What is my name?"},
+    ])
+    raw = client.responses.input_items.with_raw_response.list(resp.id, order="asc")
+    ResponseItemList.model_validate_json(raw.http_response.text, strict=True)
+    page = raw.parse()
+    _, string, parts, _ = page.data
+    for item, text in ((string, "Hello Alice!"), (parts, "How can I help?")):
+        assert isinstance(item, ResponseOutputMessage) and item.status == "completed"
+        assert item.content[0].text == text and item.content[0].annotations == []
 
 
 def test_check_62_stream_id_and_generate_are_rejected_over_http(client):

@@ -25,9 +25,9 @@ from openai import OpenAI
 from ray import serve
 
 from serve.auth import fingerprint
-from tests.conftest import free_port, start_app
-
-from .wire import raw_collect, validated
+from serve.embedded import free_port
+from tests.support.server import start_app
+from tests.support.wire import raw_collect, validated
 
 MODEL = "emu-fast"
 ISO_APP = "rws-isolation"
@@ -469,7 +469,7 @@ def test_an_overloaded_backend_fails_the_response_without_internals(busy_url):
     assert long_done[-1]["type"] == "response.completed", "the other lane is unaffected"
     assert after[-1]["type"] == "response.completed", "the socket stays usable"
     assert http_refused.status_code == 200
-    sse_failed = [json.loads(line[6:]) for line in http_refused.text.splitlines() if line.startswith("data: ")][-1]
+    sse_failed = [json.loads(line[6:]) for line in http_refused.text.splitlines() if line.startswith("data: {")][-1]
     assert sse_failed["type"] == "response.failed"
     assert sse_failed["response"]["error"] == {"code": "server_error", "message": GENERIC_500}
 

@@ -14,9 +14,8 @@ from hypothesis import strategies as st
 from openai import OpenAI
 from ray import serve
 
-from tests.conftest import start_app
-
-from .wire import raw_collect
+from tests.support.server import start_app
+from tests.support.wire import raw_collect
 
 MODEL = "emu-fast"
 KEYS_APP = "rws-keys"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from openai import OpenAI
 
-from .wire import TERMINAL, TOOLS, outputs_for, validated
+from bench.client import FINAL_EVENT_TYPES
+from tests.support.wire import TOOLS, outputs_for, validated
 
 MODEL = "emu-fast"
 
@@ -21,7 +22,7 @@ def drain(conn, terminals: int) -> list[dict]:
     while ended < terminals:
         ev = validated(conn.recv_bytes().decode())
         out.append(ev)
-        ended += ev["type"] in TERMINAL
+        ended += ev["type"] in FINAL_EVENT_TYPES
     return out
 
 
@@ -36,7 +37,7 @@ def test_check_41_seventeen_lanes_at_most_sixteen_in_flight_all_complete(client)
         if ev["type"] == "response.created":
             running.add(rid)
             peak = max(peak, len(running))
-        elif ev["type"] in TERMINAL:
+        elif ev["type"] in FINAL_EVENT_TYPES:
             running.discard(rid)
     assert peak == 16 and sum(e["type"] == "response.completed" for e in events) == 17
 
@@ -51,7 +52,7 @@ def test_check_44_46_a_fork_runs_with_the_parent_context_next_to_its_source_lane
                              tools=TOOLS, input=outputs_for(parent, "main view"))
         conn.response.create(model="gpt-unknown", stream_id="broken", input="x")
         events = drain(conn, 3)
-    by_lane = {e["stream_id"]: e for e in events if e["type"] in TERMINAL}
+    by_lane = {e["stream_id"]: e for e in events if e["type"] in FINAL_EVENT_TYPES}
     assert by_lane["fork"]["type"] == by_lane["main"]["type"] == "response.completed"
     assert by_lane["fork"]["response"]["previous_response_id"] == parent["id"]
     assert by_lane["broken"]["type"] == "error", "an error on one lane leaves the others streaming"

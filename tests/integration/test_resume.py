@@ -12,9 +12,8 @@ import websockets
 from ray import serve
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from tests.conftest import start_app
-
-from .wire import raw_collect, validated
+from tests.support.server import start_app
+from tests.support.wire import raw_collect, validated
 
 APP = "rws-resume"
 GRACE_S = 4.0

@@ -10,9 +10,8 @@ import websockets
 from openai import OpenAI
 from ray import serve
 
-from tests.conftest import start_app
-
-from .wire import TOOLS, outputs_for, raw_collect
+from tests.support.server import start_app
+from tests.support.wire import TOOLS, outputs_for, raw_collect
 
 MODEL = "emu-fast"
 

@@ -14,9 +14,8 @@ import websockets
 from ray import serve
 from websockets.exceptions import ConnectionClosed
 
-from tests.conftest import start_app
-
-from .wire import raw_collect, validated
+from tests.support.server import start_app
+from tests.support.wire import raw_collect, validated
 
 MODEL = "emu-fast"
 LIMITS_APP = "rws-limits"

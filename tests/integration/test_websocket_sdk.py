@@ -12,9 +12,8 @@ import pytest
 from openai import AsyncOpenAI, OpenAI
 
 from inference import chat_format
-from tests.helpers import FUNCTION_CALL_ANSWER, TEXT_ANSWER, assert_event_types
-
-from .wire import TOOLS, acollect, collect, outputs_for
+from tests.support.event_order import FUNCTION_CALL_ANSWER, TEXT_ANSWER, assert_event_types
+from tests.support.wire import TOOLS, acollect, collect, outputs_for
 
 MODEL = "emu-fast"
 

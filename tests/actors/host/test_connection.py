@@ -1,5 +1,5 @@
 """The asyncio driver's safety net: a bug a client frame hits becomes ``server_error`` on
-that socket, which stays usable (design.md §6.3)."""
+that socket, which stays usable."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Client-side helpers for integration tests: strict validation of every received frame."""
+"""Client-side helpers for integration tests: strict validation of every received frame,
+the events of one response up to its final event (:data:`bench.client.FINAL_EVENT_TYPES`)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from typing import Any
 from openai.types.responses import ResponsesServerEvent
 from pydantic import TypeAdapter
 
+from bench.client import FINAL_EVENT_TYPES
+
 SERVER_EVENT: TypeAdapter[Any] = TypeAdapter(ResponsesServerEvent)
-TERMINAL = {"response.completed", "response.incomplete", "response.failed", "error"}
 
 TOOLS = [{
     "type": "function", "name": "read_file", "description": "Read a file from the repository",
@@ -35,7 +37,7 @@ def collect(conn: Any) -> list[dict[str, Any]]:
     while True:
         ev = validated(conn.recv_bytes().decode())
         out.append(ev)
-        if ev["type"] in TERMINAL:
+        if ev["type"] in FINAL_EVENT_TYPES:
             return out
 
 
@@ -44,7 +46,7 @@ async def acollect(conn: Any) -> list[dict[str, Any]]:
     while True:
         ev = validated((await conn.recv_bytes()).decode())
         out.append(ev)
-        if ev["type"] in TERMINAL:
+        if ev["type"] in FINAL_EVENT_TYPES:
             return out
 
 
@@ -54,7 +56,7 @@ async def raw_collect(ws: Any) -> list[dict[str, Any]]:
     while True:
         ev = validated(await ws.recv())
         out.append(ev)
-        if ev["type"] in TERMINAL:
+        if ev["type"] in FINAL_EVENT_TYPES:
             return out
 
 

@@ -1,4 +1,4 @@
-"""Shared test helpers: event-sequence assertions read as the spec's tables."""
+"""Event-sequence assertions read as the spec's tables."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from bench.agentloop import run_rollout
 from bench.cluster import SimulatedCluster, deploy_serve_config
 from bench.workload import Workload
-from serve.builder import wait_ready
+from serve.embedded import wait_ready
 
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "serve-cluster.yaml"
 

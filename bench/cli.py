@@ -1,0 +1,61 @@
+"""The ``bench`` and ``demo`` command lines of ``responses-ws`` (:mod:`serve.cli` hands them
+over unparsed): pick the module (a kind of :data:`bench.KINDS`, or :mod:`bench.demo`),
+build its parser, run it.
+
+Every one of them needs the ``bench`` extra: without it, the command ends with a one-line
+install hint before anything runs, instead of a traceback (or a failure after a long run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import shlex
+import sys
+
+from . import DEFAULT_KIND, KINDS
+
+INSTALL_HINT = "pip install 'responses-ws[bench]'"
+# The import names of pyproject.toml's ``bench`` extra (tests/test_layout.py keeps them equal).
+EXTRA_MODULES = frozenset({"rich", "matplotlib", "psutil", "hypothesis", "httpx"})
+
+
+def main(argv: list[str]) -> int:
+    """``argv`` starts with ``bench`` or ``demo``."""
+    command, rest = argv[0], argv[1:]
+    if command == "demo":
+        return run_module("bench.demo", "responses-ws demo", rest)
+    if rest[:1] and rest[0] in ("-h", "--help"):
+        print(overview())
+        return 0
+    kind = DEFAULT_KIND
+    if rest[:1] and not rest[0].startswith("-"):
+        kind, rest = rest[0], rest[1:]
+        if kind not in KINDS:
+            print(f"responses-ws bench: unknown kind {kind!r} (one of {', '.join(KINDS)})", file=sys.stderr)
+            return 2
+    return run_module(KINDS[kind].module, f"responses-ws bench {kind}", rest)
+
+
+def overview() -> str:
+    width = max(map(len, KINDS))
+    lines = ["usage: responses-ws bench [KIND] [options]", "",
+             f"kinds (without one: {DEFAULT_KIND}; responses-ws bench KIND --help for its options):"]
+    lines += [f"  {name:<{width}}  {kind.summary}" for name, kind in KINDS.items()]
+    return "\n".join(lines)
+
+
+def run_module(module: str, prog: str, argv: list[str]) -> int:
+    missing = sorted(name for name in EXTRA_MODULES if importlib.util.find_spec(name) is None)
+    if missing:
+        print(f"{prog} needs the bench extra ({', '.join(missing)} not installed): {INSTALL_HINT}",
+              file=sys.stderr)
+        return 1
+    mod = importlib.import_module(module)
+    parser = argparse.ArgumentParser(prog=prog, description=mod.__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    mod.add_arguments(parser)
+    args = parser.parse_args(argv)
+    args.command = " ".join([prog, *map(shlex.quote, argv)])
+    return mod.run(args)

@@ -1,0 +1,159 @@
+"""The benchmarks' WebSocket client: one WebSocket-mode connection (``/v1/responses``).
+
+:class:`ResponsesSocket` sends a client event and reads server events (JSON objects as
+dicts), stamping each on arrival, until the answer ends (:data:`FINAL_EVENT_TYPES`, or a
+caller's own ``until``); the :class:`Answer` holds them with the client-side timings.
+``on_event`` sees every event received (a checker's hook, bench/chains.py).  Open one with
+``sock = await connect(url)`` or ``async with connect(url) as sock:``.
+
+The hostile-frame fuzzer (bench/fuzz_oracle.py) is not a client of this kind: it sends
+raw bytes and invalid UTF-8 over a synchronous socket on purpose.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+import websockets
+
+from actors.protocol import TERMINAL_EVENT_TYPES
+
+# The last event of the answer to a request: a terminal event, or an ``error`` (not started).
+FINAL_EVENT_TYPES = TERMINAL_EVENT_TYPES | {"error"}
+# The first output token of a response (time to first token ends here).
+FIRST_TOKEN_TYPES = frozenset({"response.output_text.delta", "response.function_call_arguments.delta"})
+
+Event = dict[str, Any]
+
+
+def ws_url(base_url: str, query: str = "") -> str:
+    """The WebSocket-mode endpoint of the server at ``base_url`` (``http://host:port``)."""
+    return base_url.replace("http", "ws", 1) + "/v1/responses" + query
+
+
+def is_final(event: Event) -> bool:
+    return event.get("type") in FINAL_EVENT_TYPES
+
+
+@dataclass
+class Answer:
+    """The events a request was answered with, each stamped (``time.perf_counter``) on
+    arrival; ``sent_at`` is just before the request went out."""
+
+    sent_at: float
+    request_bytes: int
+    events: list[Event] = field(default_factory=list)
+    stamps: list[float] = field(default_factory=list)
+
+    def add(self, event: Event) -> None:
+        self.events.append(event)
+        self.stamps.append(time.perf_counter())
+
+    @property
+    def last(self) -> Event | None:
+        return self.events[-1] if self.events else None
+
+    @property
+    def response(self) -> Event | None:
+        """The Response of the terminal event; ``None`` if the answer did not end in one."""
+        last = self.last
+        return last["response"] if last and last.get("type") in TERMINAL_EVENT_TYPES else None
+
+    @property
+    def error(self) -> Event | None:
+        """The ``error`` object of an ``error`` event that ended the answer."""
+        last = self.last
+        return last.get("error") if last and last.get("type") == "error" else None
+
+    @property
+    def total_s(self) -> float:
+        """Request sent → its last event."""
+        return (self.stamps[-1] if self.stamps else self.sent_at) - self.sent_at
+
+    @property
+    def ttft_s(self) -> float | None:
+        """Request sent → its first output delta."""
+        return next((t - self.sent_at for e, t in zip(self.events, self.stamps)
+                     if e.get("type") in FIRST_TOKEN_TYPES), None)
+
+
+class ResponsesSocket:
+    def __init__(self, ws: websockets.ClientConnection, on_event: Callable[[Event], None] | None = None) -> None:
+        self.ws = ws
+        self.on_event = on_event
+
+    @property
+    def local_address(self) -> tuple[str, int]:
+        """This end's (host, port) of the TCP connection."""
+        return self.ws.transport.get_extra_info("sockname")[:2]
+
+    async def send(self, event: Event) -> Answer:
+        """Send a client event; the :class:`Answer` to fill with what comes back."""
+        data = json.dumps(event)
+        answer = Answer(time.perf_counter(), len(data))
+        await self.ws.send(data)
+        return answer
+
+    async def recv(self) -> Event:
+        event = json.loads(await self.ws.recv())
+        if self.on_event is not None:
+            self.on_event(event)
+        return event
+
+    async def request(self, event: Event, *, until: Callable[[Event], bool] = is_final) -> Answer:
+        """Send ``event`` and read events up to the first one ``until`` accepts."""
+        answer = await self.send(event)
+        while True:
+            answer.add(await self.recv())
+            if until(answer.events[-1]):
+                return answer
+
+    async def create(self, **body: Any) -> Answer:
+        """A ``response.create`` with ``body``, answered up to its final event."""
+        return await self.request({"type": "response.create", **body})
+
+    async def drain(self, quiet_s: float) -> list[Event]:
+        """Events that arrive until none has for ``quiet_s`` (stray ones, after an answer)."""
+        out = []
+        try:
+            while True:  # websockets' recv() is cancellation-safe
+                out.append(await asyncio.wait_for(self.recv(), quiet_s))
+        except TimeoutError:
+            return out
+
+    async def close(self) -> None:
+        await self.ws.close()
+
+
+class connect:  # noqa: N801 - used like a function, as websockets.connect is
+    """Open a :class:`ResponsesSocket` to the server at ``base_url``: ``await connect(…)``
+    or ``async with connect(…) as sock``.  ``api_key`` goes in ``Authorization``; ``query``
+    is the upgrade URL's (``?mode=append``); ``compression="deflate"`` negotiates
+    permessage-deflate (off by default)."""
+
+    def __init__(self, base_url: str, *, api_key: str | None = None, query: str = "",
+                 compression: str | None = None, open_timeout: float = 10.0,
+                 on_event: Callable[[Event], None] | None = None) -> None:
+        self._url = ws_url(base_url, query)
+        self._options = {"max_size": None, "compression": compression, "open_timeout": open_timeout,
+                         "additional_headers": {"Authorization": f"Bearer {api_key}"} if api_key else None}
+        self._on_event = on_event
+        self._socket: ResponsesSocket | None = None
+
+    async def _open(self) -> ResponsesSocket:
+        return ResponsesSocket(await websockets.connect(self._url, **self._options), self._on_event)
+
+    def __await__(self) -> Generator[Any, None, ResponsesSocket]:
+        return self._open().__await__()
+
+    async def __aenter__(self) -> ResponsesSocket:
+        self._socket = await self._open()
+        return self._socket
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._socket.close()

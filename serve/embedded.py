@@ -1,0 +1,134 @@
+"""The app on a Ray this process starts (or joins): ``responses-ws serve``, the benchmarks
+and the test suite start and stop servers only through here.
+
+- :func:`embedded_server` — ``with embedded_server(config) as url:`` starts Ray (unless this
+  process is already connected) and the app, yields the base URL, and stops what it
+  started: the app always, Ray if it was started here.
+- :func:`embedded_ray` — Ray alone, for a caller that deploys several apps in turn
+  (:func:`deploy` them, or nest :func:`embedded_server`).
+- :func:`local_config` — the app's config on a free local port (:func:`free_port`).
+
+Ray is imported inside the functions only: :data:`RAY_ENV` has to be in the environment
+before ``ray.serve`` is first imported and before Ray starts (:func:`apply_ray_env`).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from .config import AppConfig, load_app_config
+
+APP_NAME = "responses-ws"
+
+# Serve's throughput mode (no per-request logging, user code on the replica's own loop,
+# gRPC between handles and replicas) cuts a turn's Serve hop roughly in half on this
+# machine (docs/architecture.md).  It must be in the environment of every Ray process, so
+# it is set before an embedded Ray starts; a cluster you join must be started with it.
+# That mode also turns on Serve's direct ingress, which keeps a stopping ingress replica
+# "reachable" for 30 s before its destructor runs; the gateway runs its own listener, so
+# the wait only delays the drain (docs/reliability.md): 1 s.
+RAY_ENV = {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1", "RAY_USAGE_STATS_ENABLED": "0",
+           "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "1"}
+
+
+def apply_ray_env() -> None:
+    """Put :data:`RAY_ENV` in this process's environment (values already set win); Ray
+    processes started afterwards inherit it."""
+    for key, value in RAY_ENV.items():
+        os.environ.setdefault(key, value)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def local_config(path: Path | None = None, **overrides: Any) -> AppConfig:
+    """:func:`serve.config.load_app_config` with ``server.port`` set to a free port."""
+    return load_app_config(path, **{"server.port": free_port(), **overrides})
+
+
+@contextmanager
+def embedded_ray(address: str | None = None, *, object_store_mb: int = 256,
+                 num_cpus: int | None = None) -> Iterator[None]:
+    """Join ``address``, or start a single-node Ray sized for a small machine, unless this
+    process is already connected to a Ray (then nothing is started, nor stopped).
+
+    On exit, a Ray started here is shut down with Serve and every actor; from a joined
+    cluster this process only disconnects."""
+    import ray
+
+    if ray.is_initialized():
+        yield
+        return
+    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+    if address:
+        kwargs["address"] = address
+    else:
+        apply_ray_env()
+        kwargs["object_store_memory"] = object_store_mb * 1024 * 1024
+        kwargs["num_cpus"] = num_cpus
+    ray.init(**kwargs)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def deploy(config: AppConfig, *, name: str = APP_NAME) -> str:
+    """Deploy the app as ``name`` on the Ray this process is connected to (Serve without its
+    HTTP proxy: the gateway listens on ``server.port`` itself) and wait until ``/healthz``
+    answers; returns the base URL.  Deploying a name again redeploys it."""
+    from ray import serve
+
+    from .builder import build_application
+
+    serve.start(proxy_location="Disabled")
+    if config.session.inference_app != name:
+        config = config.model_copy(update={"session": config.session.model_copy(update={"inference_app": name})})
+    serve.run(build_application(config), name=name, route_prefix=None, blocking=False)
+    host = "127.0.0.1" if config.server.host in ("0.0.0.0", "::") else config.server.host
+    url = f"http://{host}:{config.server.port}"
+    wait_ready(url)
+    return url
+
+
+@contextmanager
+def embedded_server(config: AppConfig, *, name: str = APP_NAME, address: str | None = None,
+                    object_store_mb: int = 256, num_cpus: int | None = None) -> Iterator[str]:
+    """Ray (:func:`embedded_ray`) and the app deployed as ``name``; yields the base URL.
+
+    On exit the app is deleted (its gateway drains and flushes the store), then Ray is
+    stopped if it was started here."""
+    from ray import serve
+
+    with embedded_ray(address, object_store_mb=object_store_mb, num_cpus=num_cpus):
+        url = deploy(config, name=name)
+        try:
+            yield url
+        finally:
+            serve.delete(name)
+
+
+def wait_ready(url: str, timeout_s: float = 120.0) -> None:
+    """Poll ``{url}/healthz`` until it answers 200; ``TimeoutError`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/healthz", timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"server at {url} not ready after {timeout_s:.0f}s")
+        time.sleep(0.2)

@@ -1,0 +1,50 @@
+"""``responses-ws bench [KIND]`` and ``responses-ws demo``: every kind has the module shape
+bench/__init__.py documents, the default kind is agentloop, and a missing ``bench`` extra
+ends the command with an install hint (no server is started here)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import pytest
+
+from bench import DEFAULT_KIND, KINDS
+from bench.cli import INSTALL_HINT
+from serve.cli import main
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_every_kind_has_a_doc_options_and_a_run(kind, capsys):
+    module = importlib.import_module(KINDS[kind].module)
+    assert module.__doc__ and callable(module.add_arguments) and callable(module.run)
+    with pytest.raises(SystemExit) as done:
+        main(["bench", kind, "--help"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: responses-ws bench {kind} ")
+
+
+def test_the_overview_lists_every_kind(capsys):
+    assert main(["bench", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"  {kind} " in out for kind in KINDS)
+
+
+def test_without_a_kind_bench_runs_agentloop(capsys):
+    assert DEFAULT_KIND == "agentloop"
+    with pytest.raises(SystemExit):
+        main(["bench", "--rollouts", "3", "--help"])
+    assert capsys.readouterr().out.startswith("usage: responses-ws bench agentloop ")
+
+
+def test_an_unknown_kind_is_refused(capsys):
+    assert main(["bench", "nope"]) == 2
+    assert "unknown kind 'nope'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["bench", "hotpath"], ["demo"]])
+def test_without_the_bench_extra_the_command_prints_an_install_hint(argv, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "psutil", None)  # as if it were not installed
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "psutil" in err and INSTALL_HINT in err
