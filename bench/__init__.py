@@ -36,5 +36,6 @@ KINDS: dict[str, Kind] = {
     "soak": Kind("bench.soak", "hundreds of checked WebSocket agent chains at once, memory over time"),
     "fuzz": Kind("bench.fuzz", "hostile WebSocket frames and HTTP requests, every answer judged"),
     "memory": Kind("bench.conn_memory", "one connection's memory as its cache grows past the cap"),
+    "admission": Kind("bench.admission", "bursts, arrival ramps and held connections: admission at scale"),
 }
 DEFAULT_KIND = "agentloop"

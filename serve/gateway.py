@@ -54,7 +54,7 @@ from .front import (
     wants_append_mode,
 )
 from .http_api import add_http_routes, host_app
-from .pool import ActorPool, Lease, NoCapacity, policy_from
+from .pool import ActorPool, Host, Lease, NoCapacity, policy_from
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +91,7 @@ class Gateway:
         self._open: Counter[str] = Counter()  # open WebSockets per owner
         self._sockets: dict[str, OpenSocket] = {}  # by sock_id
         self._parked: dict[str, Lease] = {}  # conn_id → the slot of a state parked for a resume
+        self._http: dict[str, Host] = {}  # sock_id → the host serving that HTTP connection
         self._foreign: dict[str, Link] = {}  # links to hosts of other gateways (resumes)
         self._store = StoreWriter(open_store(cfg.store))
         self._here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
@@ -162,6 +163,8 @@ class Gateway:
                 close_websocket(entry.sock, 1011, "session ended by a server fault")
                 self._ended(sock_id, "closed")
         host = next((h for h in self._pool.hosts() if h.handle is handle), None)
+        for sock_id in [k for k, h in self._http.items() if h is host]:
+            del self._http[sock_id]
         if host is not None:
             for conn_id, lease in list(self._parked.items()):
                 if lease.host is host:
@@ -169,6 +172,10 @@ class Gateway:
             self._pool.host_died(host)
 
     def _ended(self, sock_id: str, outcome: str) -> None:
+        http_host = self._http.pop(sock_id, None)
+        if http_host is not None:
+            self._pool.release_http(http_host)
+            return
         entry = self._sockets.pop(sock_id, None)
         if entry is None:
             return
@@ -227,14 +234,18 @@ class Gateway:
             await refuse(sock, *http_error_body(InvalidResumeToken() if resume else ServerError()))
 
     async def _handoff_http(self, sock: socket.socket) -> bool:
-        """Hand an HTTP connection to the least loaded host; ``False``: serve it here."""
-        host = self._pool.pick()
-        if host is None or self._draining:
+        """Hand an HTTP connection to a host (:meth:`ActorPool.acquire_http`); ``False``:
+        no host is live, serve it here."""
+        host = None if self._draining else self._pool.acquire_http()
+        if host is None:
             return False
         sock_id = f"{self._prefix}-h{next(self._sock_ids)}"
+        self._http[sock_id] = host
         try:
             await host.handle.link.send(Handoff(sock_id, "http"), sock.fileno())
         except OSError:
+            self._http.pop(sock_id, None)
+            self._pool.release_http(host)
             return False
         sock.close()  # the host has its own descriptor
         return True

@@ -62,6 +62,7 @@ class Host:
     handle: Any  # what ``create`` returned (the gateway's actor + link)
     started_at: float
     connections: int = 0
+    http: int = 0  # HTTP connections it serves now
     idle_since: float | None = None
 
 
@@ -123,18 +124,21 @@ class ActorPool:
         self.counters = _Counters()
 
     # ------------------------------------------------------------------ admission
-    def try_acquire(self) -> Lease | None:
-        """A slot on a live host, or ``None``: the fullest host below the soft target
-        (packing leaves the newest hosts idle, to stop), else the emptiest below the hard cap."""
+    def _admission_target(self) -> Host | None:
+        """Where the next connection goes: the fullest host below the soft target (packing
+        leaves the newest hosts idle, to stop; ties to the oldest), else the emptiest below
+        the hard cap."""
         p = self.policy
         below_soft = [h for h in self._hosts if h.connections < p.soft]
         if below_soft:
-            host = max(below_soft, key=lambda h: h.connections)
-        else:
-            below_hard = [h for h in self._hosts if h.connections < p.hard]
-            if not below_hard:
-                return None
-            host = min(below_hard, key=lambda h: h.connections)
+            return max(below_soft, key=lambda h: h.connections)
+        return min((h for h in self._hosts if h.connections < p.hard), key=lambda h: h.connections, default=None)
+
+    def try_acquire(self) -> Lease | None:
+        """A slot on a live host (:meth:`_admission_target`), or ``None``."""
+        host = self._admission_target()
+        if host is None:
+            return None
         host.connections += 1
         host.idle_since = None
         return Lease(host, f"{self._prefix}-{next(self._ids)}")
@@ -173,12 +177,28 @@ class ActorPool:
         """The connection (and any state it parked) is gone: its slot is free again."""
         host = lease.host
         host.connections -= 1
-        if host.connections == 0:
+        if host.connections == 0 and host.http == 0:
             host.idle_since = self._clock()
 
-    def pick(self) -> Host | None:
-        """A live host for short work that takes no slot (an HTTP connection): the least loaded."""
-        return min(self._hosts, key=lambda h: h.connections, default=None)
+    def acquire_http(self) -> Host | None:
+        """A live host for an HTTP connection (it takes no slot): the one with the least HTTP
+        work, preferring any host but the one new WebSockets go to, so a stateless rebuild
+        does not delay their handshakes.  While HTTP work runs the pool keeps two hosts."""
+        if not self._hosts:
+            return None
+        target = self._admission_target()
+        others = [h for h in self._hosts if h is not target] or self._hosts
+        host = min(reversed(others), key=lambda h: (h.http, h.connections))
+        host.http += 1
+        host.idle_since = None
+        if len(self._hosts) + len(self._starting) < min(2, self.policy.max_hosts):
+            self._start_one()
+        return host
+
+    def release_http(self, host: Host) -> None:
+        host.http -= 1
+        if host.http == 0 and host.connections == 0:
+            host.idle_since = self._clock()
 
     def host_died(self, host: Host) -> None:
         """The host is gone (its process died): forget it, start replacements as needed."""
@@ -207,9 +227,12 @@ class ActorPool:
         need = self.wanted_free() + self._waiting
         while (self.free_slots() < need and len(self._starting) < p.max_starting
                and len(self._hosts) + len(self._starting) < p.max_hosts):
-            task = asyncio.get_running_loop().create_task(self._start())
-            self._starting.add(task)
-            task.add_done_callback(self._started)
+            self._start_one()
+
+    def _start_one(self) -> None:
+        task = asyncio.get_running_loop().create_task(self._start())
+        self._starting.add(task)
+        task.add_done_callback(self._started)
 
     async def _start(self) -> Host | None:
         name = f"{self._prefix}-a{next(self._ids)}"
@@ -244,7 +267,7 @@ class ActorPool:
         for host in reversed(list(self._hosts)):
             if len(self._hosts) == 1 or live_free - p.soft < keep:
                 break
-            if host.connections or host.idle_since is None or now - host.idle_since < p.idle_timeout_s:
+            if host.connections or host.http or host.idle_since is None or now - host.idle_since < p.idle_timeout_s:
                 continue
             self._hosts.remove(host)
             live_free -= p.soft

@@ -225,3 +225,26 @@ def test_the_arrival_rate_decays_exponentially():
         rate.add(i * 0.1)  # 10 per second for 5 s
     assert 5 < rate.now(4.9) < 10
     assert rate.now(4.9 + 5) < rate.now(4.9) / 2.5
+
+
+def test_http_work_goes_to_another_host_than_new_websockets_and_keeps_two_hosts():
+    async def main():
+        hosts, clock = Hosts(instant=True), Clock()
+        pool = pool_with(hosts, clock, warm=1)
+        await pool.warm_up()
+        assert len(pool.hosts()) == 1
+        first = pool.acquire_http()
+        assert first is pool.hosts()[0], "with one host, HTTP shares it"
+        await settle()
+        assert len(pool.hosts()) == 2, "HTTP work brings a second host"
+        lease = await pool.acquire()
+        second = pool.acquire_http()
+        assert second is not lease.host, "not the host new connections go to"
+        pool.release_http(first)
+        pool.release_http(second)
+        clock.t += 31
+        pool.tick()
+        assert len(pool.hosts()) == 1, "idle again: back to one"
+        pool.shutdown()
+
+    run(main())

@@ -1,0 +1,396 @@
+"""Admission at scale: bursts, arrival ramps, held connections, memory and CPU per connection.
+
+Against an embedded server on the default configuration (or ``--url``), from one client
+process on the same machine:
+
+- ``burst``: N connections opened at once (``--open-timeout``, 10 s like websockets and the
+  openai SDK), then T turns on each;
+- ``ramp``: connections arriving at R/s, held open; connect latency percentiles; the server's
+  private memory (USS of the session hosts and the gateway) per held connection, measured as
+  a delta from before the ramp so the baselines of hosts started for it count; then one turn
+  on every held connection at once;
+- ``idle``: many mostly idle connections held for a while: memory and idle CPU per connection;
+- ``warm``: sequential connects to a warm, idle server;
+- ``http_load``: a fresh connect and ``/healthz`` while concurrent HTTP clients send
+  ~75k-token stateless requests (the gateway hands HTTP work to session hosts).
+
+Server CPU per admitted connection is split by process: the gateway (accept, peek, handoff)
+and the session hosts (WebSocket handshake, session set-up).  Prints a summary, writes JSON
+and a PNG (connect latency against arrival rate; memory against connections).
+docs/scaling.md has the results and the fd limits the large phases need.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import resource
+import time
+import urllib.request
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import websockets
+
+from .client import ResponsesSocket, connect
+from .memory import actor_pids, cpu_s, session_host_pids, uss_mb
+from .report import pct
+
+SHORT = {"emulator.tool_rounds": "0", "emulator.text_tokens": "8"}
+PHASES = ("warm", "burst", "ramp", "idle", "http_load")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--url", default=None, help="a running server (default: start an embedded one)")
+    p.add_argument("--config", type=Path, default=None, help="server config file for the embedded server")
+    p.add_argument("--phases", default="warm,burst,ramp,http_load",
+                   help=f"comma-separated, from {','.join(PHASES)} (idle is heavy: opt in)")
+    p.add_argument("--burst", type=int, default=1000, help="connections opened at once")
+    p.add_argument("--burst-turns", type=int, default=5, help="turns on each burst connection")
+    p.add_argument("--open-timeout", type=float, default=10.0, help="client open timeout in the burst (s)")
+    p.add_argument("--rates", default="200", help="ramp arrival rates (connections/s), comma-separated")
+    p.add_argument("--ramp", type=int, default=2000, help="connections per ramp")
+    p.add_argument("--idle", type=int, default=5000, help="connections held in the idle phase")
+    p.add_argument("--idle-s", type=float, default=30.0, help="how long the idle connections are held")
+    p.add_argument("--warm-connects", type=int, default=50, help="sequential connects in the warm phase")
+    p.add_argument("--http-clients", type=int, default=4, help="concurrent HTTP clients in http_load")
+    p.add_argument("--http-tokens", type=int, default=75_000, help="approximate tokens per HTTP request")
+    p.add_argument("--out", type=Path, default=Path("results/admission.json"))
+
+
+# ----------------------------------------------------------------------------- measuring
+
+
+@dataclass
+class ServerMeter:
+    """USS and CPU of the session hosts and the gateway; a set of processes that changes
+    between samples is counted as it is at each (new hosts count from zero)."""
+
+    enabled: bool
+
+    def sample(self) -> dict[str, Any]:
+        if not self.enabled:
+            return {}
+        hosts, gateways = session_host_pids(), actor_pids(":Gateway")
+        return {"hosts": len(hosts), "hosts_uss_mb": uss_mb(hosts), "gateway_uss_mb": uss_mb(gateways),
+                "hosts_cpu_s": cpu_s(hosts), "gateway_cpu_s": cpu_s(gateways), "t": time.perf_counter()}
+
+
+def delta(after: dict, before: dict, n: int) -> dict[str, Any]:
+    if not after or not before or n <= 0:
+        return {}
+    mem = (after["hosts_uss_mb"] + after["gateway_uss_mb"]) - (before["hosts_uss_mb"] + before["gateway_uss_mb"])
+    return {"connections": n, "hosts_before": before["hosts"], "hosts_after": after["hosts"],
+            "server_mib_per_conn": mem / n,
+            "hosts_mib_per_conn": (after["hosts_uss_mb"] - before["hosts_uss_mb"]) / n,
+            "gateway_mib_per_conn": (after["gateway_uss_mb"] - before["gateway_uss_mb"]) / n,
+            "gateway_cpu_ms_per_conn": (after["gateway_cpu_s"] - before["gateway_cpu_s"]) * 1000 / n,
+            "hosts_cpu_ms_per_conn": (after["hosts_cpu_s"] - before["hosts_cpu_s"]) * 1000 / n}
+
+
+@dataclass
+class Opened:
+    sockets: list[ResponsesSocket] = field(default_factory=list)
+    connect_s: list[float] = field(default_factory=list)
+    failures: dict[str, int] = field(default_factory=dict)
+
+    def fail(self, exc: BaseException) -> None:
+        if isinstance(exc, websockets.InvalidStatus):
+            kind = f"http {exc.response.status_code}"
+        elif isinstance(exc, TimeoutError):
+            kind = "open timeout"
+        else:
+            kind = type(exc).__name__
+        self.failures[kind] = self.failures.get(kind, 0) + 1
+
+    def summary(self) -> dict[str, Any]:
+        ms = sorted(s * 1000 for s in self.connect_s)
+        return {"opened": len(self.sockets), "failures": self.failures,
+                "connect_ms": {"p50": pct(ms, 0.5), "p90": pct(ms, 0.9), "p99": pct(ms, 0.99), "max": ms[-1] if ms else None}}
+
+
+async def open_one(url: str, opened: Opened, open_timeout: float) -> None:
+    t0 = time.perf_counter()
+    try:
+        sock = await connect(url, open_timeout=open_timeout)
+    except Exception as exc:  # noqa: BLE001 - counted by kind
+        opened.fail(exc)
+        return
+    opened.connect_s.append(time.perf_counter() - t0)
+    opened.sockets.append(sock)
+
+
+async def open_many(url: str, n: int, *, rate: float | None, open_timeout: float, progress=None) -> Opened:
+    """``n`` connections, all at once (``rate`` None) or arriving at ``rate`` per second."""
+    opened = Opened()
+    tasks = []
+    start = time.perf_counter()
+    for i in range(n):
+        if rate:
+            await asyncio.sleep(max(0.0, start + i / rate - time.perf_counter()))
+        tasks.append(asyncio.create_task(open_one(url, opened, open_timeout)))
+        if progress is not None:
+            tasks[-1].add_done_callback(lambda _: progress())
+    await asyncio.gather(*tasks)
+    return opened
+
+
+async def one_turn(sock: ResponsesSocket) -> tuple[bool, float]:
+    t0 = time.perf_counter()
+    try:
+        answer = await sock.create(model="emu-fast", input="hi", store=False, metadata=SHORT)
+    except Exception:  # noqa: BLE001 - a closed socket counts as a failed turn
+        return False, time.perf_counter() - t0
+    ok = (answer.last or {}).get("type") == "response.completed"
+    return ok, time.perf_counter() - t0
+
+
+async def turns_on_all(sockets: list[ResponsesSocket], turns: int) -> dict[str, Any]:
+    async def chain(sock: ResponsesSocket) -> tuple[int, list[float]]:
+        done, times = 0, []
+        for _ in range(turns):
+            ok, s = await one_turn(sock)
+            times.append(s)
+            if not ok:
+                break
+            done += 1
+        return done, times
+
+    t0 = time.perf_counter()
+    results = await asyncio.gather(*(chain(s) for s in sockets))
+    wall = time.perf_counter() - t0
+    ms = sorted(t * 1000 for _, ts in results for t in ts)
+    return {"turns_completed": sum(d for d, _ in results), "turns_wanted": turns * len(sockets),
+            "wall_s": wall, "turns_per_s": sum(d for d, _ in results) / wall if wall else None,
+            "turn_ms": {"p50": pct(ms, 0.5), "p99": pct(ms, 0.99)}}
+
+
+async def close_all(sockets: list[ResponsesSocket]) -> None:
+    await asyncio.gather(*(s.close() for s in sockets), return_exceptions=True)
+
+
+# ----------------------------------------------------------------------------- phases
+
+
+async def warm_phase(url: str, n: int) -> dict[str, Any]:
+    opened = Opened()
+    for _ in range(n):
+        await open_one(url, opened, 10.0)
+        if opened.sockets:
+            await opened.sockets.pop().close()
+    return opened.summary()
+
+
+async def burst_phase(url: str, args, meter: ServerMeter, progress) -> dict[str, Any]:
+    before = meter.sample()
+    opened = await open_many(url, args.burst, rate=None, open_timeout=args.open_timeout, progress=progress)
+    after_open = meter.sample()
+    out = {"connections": args.burst, **opened.summary(), "admission": delta(after_open, before, len(opened.sockets))}
+    out["turns"] = await turns_on_all(opened.sockets, args.burst_turns)
+    await close_all(opened.sockets)
+    return out
+
+
+async def ramp_phase(url: str, rate: float, args, meter: ServerMeter, progress) -> dict[str, Any]:
+    await asyncio.sleep(2.0)  # let the previous phase's connections finish closing
+    before = meter.sample()
+    opened = await open_many(url, args.ramp, rate=rate, open_timeout=30.0, progress=progress)
+    await asyncio.sleep(1.0)
+    held = meter.sample()
+    out = {"rate": rate, "connections": args.ramp, **opened.summary(),
+           "held": delta(held, before, len(opened.sockets))}
+    out["one_turn_on_all"] = await turns_on_all(opened.sockets, 1)
+    after_turn = meter.sample()
+    if held and after_turn:
+        n = max(out["one_turn_on_all"]["turns_completed"], 1)
+        out["one_turn_on_all"]["server_cpu_ms_per_turn"] = (
+            (after_turn["hosts_cpu_s"] + after_turn["gateway_cpu_s"]) - (held["hosts_cpu_s"] + held["gateway_cpu_s"])) * 1000 / n
+    await close_all(opened.sockets)
+    return out
+
+
+async def idle_phase(url: str, args, meter: ServerMeter, progress) -> dict[str, Any]:
+    await asyncio.sleep(2.0)
+    before = meter.sample()
+    opened = await open_many(url, args.idle, rate=500.0, open_timeout=30.0, progress=progress)
+    await asyncio.sleep(2.0)
+    start = meter.sample()
+    await asyncio.sleep(args.idle_s)
+    end = meter.sample()
+    out = {"connections": args.idle, **opened.summary(), "held": delta(start, before, len(opened.sockets))}
+    if start and end and opened.sockets:
+        cpu = (end["hosts_cpu_s"] + end["gateway_cpu_s"]) - (start["hosts_cpu_s"] + start["gateway_cpu_s"])
+        out["idle_cpu_pct_of_a_core"] = 100 * cpu / (end["t"] - start["t"])
+        out["idle_cpu_us_per_conn_per_s"] = 1e6 * cpu / (end["t"] - start["t"]) / len(opened.sockets)
+    await close_all(opened.sockets)
+    return out
+
+
+def _get(url: str) -> float:
+    t0 = time.perf_counter()
+    with urllib.request.urlopen(url, timeout=30) as resp:
+        resp.read()
+    return time.perf_counter() - t0
+
+
+async def http_load_phase(url: str, args) -> dict[str, Any]:
+    """Connect and /healthz latency, idle and while HTTP clients send large stateless requests."""
+    import httpx
+
+    words = " ".join(f"word{i % 997}" for i in range(int(args.http_tokens / 2.2)))
+    body = {"model": "emu-fast", "input": [{"role": "user", "content": words}], "store": False,
+            "metadata": SHORT}
+
+    async def probe(n: int) -> dict[str, Any]:
+        connects, health = [], []
+        for _ in range(n):
+            opened = Opened()
+            await open_one(url, opened, 10.0)
+            connects += opened.connect_s
+            await close_all(opened.sockets)
+            health.append(await asyncio.to_thread(_get, f"{url}/healthz"))
+            await asyncio.sleep(0.05)
+        c, h = sorted(s * 1000 for s in connects), sorted(s * 1000 for s in health)
+        return {"connect_ms": {"p50": pct(c, 0.5), "p90": pct(c, 0.9)}, "healthz_ms": {"p50": pct(h, 0.5), "p90": pct(h, 0.9)}}
+
+    idle = await probe(20)
+    stop = asyncio.Event()
+    requests = 0
+
+    async def client() -> None:
+        nonlocal requests
+        async with httpx.AsyncClient(timeout=120) as http:
+            while not stop.is_set():
+                r = await http.post(f"{url}/v1/responses", json=body)
+                r.raise_for_status()
+                requests += 1
+
+    clients = [asyncio.create_task(client()) for _ in range(args.http_clients)]
+    await asyncio.sleep(2.0)
+    loaded = await probe(20)
+    stop.set()
+    await asyncio.gather(*clients, return_exceptions=True)
+    return {"http_clients": args.http_clients, "http_tokens": args.http_tokens, "http_requests": requests,
+            "idle": idle, "under_http_load": loaded}
+
+
+# ----------------------------------------------------------------------------- the command
+
+
+def _plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ramps = result.get("ramp", [])
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    if ramps:
+        rates = [r["rate"] for r in ramps]
+        for q in ("p50", "p90", "p99"):
+            ax1.plot(rates, [r["connect_ms"][q] for r in ramps], marker="o", label=q)
+        ax1.set_xlabel("arrival rate (connections/s)")
+        ax1.set_ylabel("connect latency (ms)")
+        ax1.set_yscale("log")
+        ax1.legend()
+        ax1.set_title("connect latency vs arrival rate")
+    points = [(p["connections"], p["held"]["server_mib_per_conn"] * p["connections"])
+              for p in [*ramps, *([result["idle"]] if "idle" in result else [])] if p.get("held")]
+    if points:
+        xs, ys = zip(*sorted(points))
+        ax2.plot(xs, ys, marker="o")
+        ax2.set_xlabel("connections held")
+        ax2.set_ylabel("server private memory added (MiB)")
+        ax2.set_title("memory vs connections")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def _print_summary(result: dict) -> None:
+    from rich.console import Console
+
+    c = Console(width=110)
+    if "warm" in result:
+        c.print(f"warm, idle server: connect p50 {result['warm']['connect_ms']['p50']:.1f} ms "
+                f"(p90 {result['warm']['connect_ms']['p90']:.1f})")
+    if "burst" in result:
+        b = result["burst"]
+        t = b["turns"]
+        c.print(f"burst {b['connections']}: opened {b['opened']}, failures {b['failures'] or 'none'}, connect p50 "
+                f"{b['connect_ms']['p50']:.0f} / p99 {b['connect_ms']['p99']:.0f} ms; turns {t['turns_completed']}/"
+                f"{t['turns_wanted']} in {t['wall_s']:.1f} s")
+    for r in result.get("ramp", []):
+        h, t = r.get("held", {}), r["one_turn_on_all"]
+        c.print(f"ramp {r['connections']} at {r['rate']:.0f}/s: opened {r['opened']}, failures {r['failures'] or 'none'}, "
+                f"connect p50 {r['connect_ms']['p50']:.1f} / p99 {r['connect_ms']['p99']:.1f} ms; "
+                + (f"{h['server_mib_per_conn']:.2f} MiB/conn held ({h['hosts_before']}→{h['hosts_after']} hosts), "
+                   f"admission CPU gateway {h['gateway_cpu_ms_per_conn']:.2f} + hosts {h['hosts_cpu_ms_per_conn']:.2f} ms/conn; "
+                   if h else "")
+                + f"one turn on all: {t['turns_completed']}/{t['turns_wanted']} in {t['wall_s']:.1f} s")
+    if "idle" in result:
+        i = result["idle"]
+        h = i.get("held", {})
+        c.print(f"idle {i['connections']}: opened {i['opened']}, failures {i['failures'] or 'none'}; "
+                + (f"{h['server_mib_per_conn']:.2f} MiB/conn, idle CPU {i.get('idle_cpu_pct_of_a_core', 0):.1f}% of a core "
+                   f"({i.get('idle_cpu_us_per_conn_per_s', 0):.1f} µs/conn/s)" if h else ""))
+    if "http_load" in result:
+        hl = result["http_load"]
+        c.print(f"under {hl['http_clients']} HTTP clients (~{hl['http_tokens'] // 1000}k tokens, {hl['http_requests']} requests): "
+                f"connect p50 {hl['idle']['connect_ms']['p50']:.1f} → {hl['under_http_load']['connect_ms']['p50']:.1f} ms, "
+                f"/healthz p50 {hl['idle']['healthz_ms']['p50']:.1f} → {hl['under_http_load']['healthz_ms']['p50']:.1f} ms")
+
+
+async def _measure(url: str, args, meter: ServerMeter) -> dict[str, Any]:
+    from rich.progress import Progress
+
+    phases = [p.strip() for p in args.phases.split(",") if p.strip()]
+    unknown = set(phases) - set(PHASES)
+    if unknown:
+        raise SystemExit(f"unknown phases: {sorted(unknown)}")
+    result: dict[str, Any] = {}
+    with Progress(transient=True) as bar:
+        if "warm" in phases:
+            result["warm"] = await warm_phase(url, args.warm_connects)
+        if "burst" in phases:
+            task = bar.add_task(f"burst of {args.burst}", total=args.burst)
+            result["burst"] = await burst_phase(url, args, meter, lambda: bar.advance(task))
+        if "ramp" in phases:
+            result["ramp"] = []
+            for rate in [float(r) for r in args.rates.split(",")]:
+                task = bar.add_task(f"ramp {args.ramp} at {rate:.0f}/s", total=args.ramp)
+                result["ramp"].append(await ramp_phase(url, rate, args, meter, lambda: bar.advance(task)))
+        if "idle" in phases:
+            task = bar.add_task(f"idle {args.idle}", total=args.idle)
+            result["idle"] = await idle_phase(url, args, meter, lambda: bar.advance(task))
+        if "http_load" in phases:
+            result["http_load"] = await http_load_phase(url, args)
+    return result
+
+
+def run(args: argparse.Namespace) -> int:
+    from serve.embedded import embedded_server, local_config
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    config = None if args.url else local_config(args.config)
+    started = time.perf_counter()
+    with (nullcontext(args.url) if args.url else embedded_server(config, name="admission")) as url:
+        result = asyncio.run(_measure(url, args, ServerMeter(enabled=args.url is None)))
+    payload = {"command": args.command, "fd_limit": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+               "server": None if config is None else config.session.model_dump(include={
+                   "connections_per_actor", "max_connections_per_actor", "warm_actors", "max_actors",
+                   "max_starting_actors", "admission_wait_s"}),
+               "wall_s": time.perf_counter() - started, **result}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(payload, indent=2))
+    png = args.out.with_suffix(".png")
+    _plot(result, png)
+    _print_summary(result)
+    print(f"wrote {args.out} and {png}")
+    failed = any(p.get("failures") for p in [result.get("burst", {}), *result.get("ramp", [])])
+    return 1 if failed else 0
+
