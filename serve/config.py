@@ -26,8 +26,10 @@ class ServerConfig(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(8765, ge=0, le=65535)
     gateway_replicas: int = Field(1, ge=1, description="gateway replicas sharing the port (SO_REUSEPORT)")
-    max_connections: int = Field(4096, ge=1, description="open WebSockets per gateway replica; more → 503")
-    max_connections_per_key: int = Field(1024, ge=1, description="open WebSockets per API key and replica; more → 429")
+    # A fleet of agents (RL rollouts, a reconnect storm) often shares one key: the per-key cap
+    # is for fairness between keys, not a small number (docs/scaling.md sizes a node).
+    max_connections: int = Field(16384, ge=1, description="open WebSockets per gateway replica; more → 503")
+    max_connections_per_key: int = Field(8192, ge=1, description="open WebSockets per API key and replica; more → 429")
     drain_timeout_s: float = Field(30.0, gt=0, description="on shutdown/redeploy, how long responses in flight may finish")
     api_keys: tuple[str, ...] = Field((), description="accepted keys; empty = any key is accepted")
     api_keys_file: str | None = Field(None, description="a file with one accepted key per line")
