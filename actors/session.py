@@ -1,9 +1,13 @@
 """The session core: one WebSocket connection's state machine, sans-I/O.
 
 Events in (client frames, inference chunks), events out (server events to send, model
-calls to start).  No Ray, no asyncio: the actor pumps bytes and calls (design.md §6.1).
+calls to start).  No Ray, no asyncio: the actor pumps bytes and calls (actors.host).
 
-Semantics (spec §4): lanes keyed by ``stream_id`` (``None`` = default lane) run FIFO within
+The session dispatches and schedules; what a concern keeps lives with it: the steer input
+not delivered yet in :class:`~actors.steering.Steering`, an append-mode rollout in the
+turn's :class:`~actors.turn.Rollout` (pure functions in :mod:`actors.rollout`).
+
+Semantics (docs/protocol.md §4): lanes keyed by ``stream_id`` (``None`` = default lane) run FIFO within
 a lane and concurrently across lanes, at most ``max_inflight`` responses at once; each lane
 caches its latest response's rendered context; ``previous_response_id`` is resolved when the
 request starts; a failed same-lane continuation evicts its parent, a failed fork does not.
@@ -22,6 +26,7 @@ from inference.policy import InvalidMetadata, metadata_overrides
 from inference.types import Done, InferenceEvent, InferenceRequest
 
 from .config import SessionConfig
+from . import rollout
 from .context import ContextEntry, count_calls, extend, from_record, input_dicts
 from .errors import (
     APIError,
@@ -30,13 +35,13 @@ from .errors import (
     ServerError,
     ServerShuttingDown,
     StreamLimitReached,
+    UnknownEventType,
 )
 from .prepare import Preparer
 from .protocol import (
     RESPONSE_ERROR_CODES,
     FunctionCallOutputItem,
     InputItem,
-    OutputFunctionCall,
     ResponseAppend,
     ResponseCreate,
     ResponseSteer,
@@ -45,16 +50,15 @@ from .protocol import (
 )
 from .render import render_items
 from .response_builder import ResponseBuilder, new_response, tool_choice_name
-from .rollout import AppendMixin
-from .steering import SteeringMixin
+from .steering import SteerError, Steering, required_input, steer_failed, steer_items, successor
 from store import StoredResponse, UsageEntry
 from .timings import METADATA_KEY, PhaseTimer, as_metadata
-from .turn import Effects, Lane, Load, Turn, Waiting
+from .turn import Effects, Lane, Load, Turn
 
 __all__ = ["Effects", "Load", "Session", "Turn"]
 
 
-class Session(SteeringMixin, AppendMixin):
+class Session:
     def __init__(
         self,
         config: SessionConfig,
@@ -78,7 +82,7 @@ class Session(SteeringMixin, AppendMixin):
         self._pending: deque[tuple[str | None, ResponseCreate, PhaseTimer]] = deque()
         self._turns: dict[int, Turn] = {}
         self._loading: dict[int, tuple[str | None, ResponseCreate, PhaseTimer, float]] = {}
-        self._waiting: dict[str, Waiting] = {}
+        self._steering = Steering()
         self._lru: list[Lane] = []  # lanes by last update, for the cache bound
         self.append_mode = append_mode
         self.draining = False  # shutting down: no new responses
@@ -104,6 +108,7 @@ class Session(SteeringMixin, AppendMixin):
         self._turns.clear()
         self._loading.clear()
         self._pending.clear()
+        self._steering.drop_running()
 
     def on_frame(self, data: str | bytes) -> Effects:
         """One client frame.  Errors become ``error`` events; the session stays usable."""
@@ -133,7 +138,7 @@ class Session(SteeringMixin, AppendMixin):
             with timer.phase("parse_validate"):
                 self._admit(event)
         except APIError as exc:
-            # An invalid stream_id is never echoed; a rejected new lane is (spec §5.2).
+            # An invalid stream_id is never echoed; a rejected new lane is (docs/protocol.md §5.2).
             return Effects(events=[error_event(exc, stream_id=lane)])
         self._lanes.setdefault(lane, Lane())
         self._pending.append((lane, event, timer))
@@ -151,16 +156,67 @@ class Session(SteeringMixin, AppendMixin):
         except InvalidMetadata as exc:
             raise InvalidRequest(f"Invalid value for metadata key '{exc.key}': expected a whole number "
                                  "within the policy's bounds.", param=f"metadata.{exc.key}") from None
-        choice = create.tool_choice
-        if isinstance(choice, dict) and choice.get("type") == "function" and \
-                choice.get("name") not in {t.name for t in create.function_tools}:
-            raise InvalidRequest("tool_choice names a function that is not among the tools.",
-                                 param="tool_choice")
+        # tool_choice naming an unknown function is refused by the parser (ResponseCreate).
         named = len(self._lanes) - 1
         if create.stream_id is not None and create.stream_id not in self._lanes and named >= self.config.max_named_lanes:
             raise StreamLimitReached(self.config.max_named_lanes)
 
     # ------------------------------------------------------------------ steering
+    def _on_steer(self, event: ResponseSteer) -> Effects:
+        """``response.steer`` (docs/protocol.md §2.3): stop a running response and start a
+        successor with the input, or queue the input for the client's next create after
+        function calls."""
+        target = event.previous_response_id
+        try:
+            items = steer_items(event)
+            turn = self._running(target)
+            if turn is not None:
+                return self._steer_running(turn, items, event.input)
+            events = self._steering.add(target, items)
+            if events is not None:
+                return Effects(events=events)
+            for name, lane in self._lanes.items():
+                if lane.latest is not None and lane.latest.response_id == target:
+                    raise SteerError("response_already_completed", "The response already completed.",
+                                     stream_id=name)
+            raise SteerError("response_not_found", f"No response with id '{target}' on this connection.")
+        except SteerError as exc:
+            return Effects(events=[steer_failed(event, exc)])
+
+    def _steer_running(self, turn: Turn, items: list[InputItem], raw_input: object) -> Effects:
+        b = turn.builder
+        fx = Effects(events=self._steering.hold(turn.lane, b, items, raw_input))
+        # Stop at this chunk boundary (incomplete, "steered"); settling the response queues
+        # its successor first on the lane.
+        fx.events += b.cut("steered")
+        fx.cancel.append(turn.turn_id)
+        turn.timer.inference_done()
+        fx += self._finish(turn, failed=False)
+        return fx
+
+    def _running(self, response_id: object) -> Turn | None:
+        return next((t for t in self._turns.values() if t.builder.response.id == response_id), None)
+
+    # ------------------------------------------------------------------ append mode
+    def _on_append(self, event: ResponseAppend) -> Effects:
+        """``response.append``: tool results for a paused response; sampling resumes in it."""
+        if not self.append_mode:
+            return Effects(events=[error_event(UnknownEventType(
+                "Unsupported event type 'response.append'.", param="type"))])
+        turn = self._running(event.response_id)
+        if turn is None or turn.rollout is None or not turn.builder.paused:
+            return Effects(events=[error_event(InvalidRequest(
+                f"No response '{event.response_id}' is waiting for tool results.", param="response_id"))])
+        try:
+            results = rollout.tool_results(turn.rollout, event.input)
+            scan = self._prep.scan(turn.rollout.context.scan, results)
+        except APIError as exc:
+            return Effects(events=[error_event(exc, stream_id=turn.lane)])
+        turn.rollout = rollout.answer(turn.rollout, results, scan)
+        turn.request = rollout.resume(turn.request, turn.prefix_len, turn.rollout)
+        turn.builder.resume()
+        return Effects(start=[turn])
+
     # ------------------------------------------------------------------ scheduling
     def _schedule(self) -> Effects:
         """Start queued creates, oldest first, whose lane is idle, up to ``max_inflight``."""
@@ -214,11 +270,8 @@ class Session(SteeringMixin, AppendMixin):
                timer: PhaseTimer) -> Effects:
         lane = self._lanes[lane_name]
         same_lane = parent is not None and lane.latest is parent
-        items = create.items
-        waiting = self._waiting.get(create.previous_response_id or "")
-        if waiting is not None and waiting.lane == lane_name:
-            del self._waiting[create.previous_response_id or ""]
-            items = waiting.items + items  # queued steer input first, in submission order
+        # Steer input queued for this continuation goes first (docs/protocol.md §2.3 (c)).
+        items = self._steering.take(create.previous_response_id, lane_name) + create.items
         try:
             with timer.phase("parse_validate"):
                 call_ids, tool_results = self._check_calls(parent, items)
@@ -308,8 +361,8 @@ class Session(SteeringMixin, AppendMixin):
         if turn is None:
             return Effects()
         fx = Effects(events=turn.builder.feed(chunk))
-        if turn.builder.paused:
-            self._pause(turn)
+        if turn.builder.paused:  # append mode: the call's output joins the rollout
+            turn.rollout = rollout.fold(turn.rollout or rollout.begin(turn), turn.builder.output)
         elif turn.builder.finishing:
             turn.timer.inference_done()
             if not any(isinstance(ev, Done) for ev in chunk):
@@ -339,12 +392,9 @@ class Session(SteeringMixin, AppendMixin):
             b, timer = turn.builder, turn.timer
             response = b.response
             with timer.phase("post"):
-                if turn.convo is not None:  # an append-mode rollout: one response, many calls
-                    self._pause(turn)
-                    tokens, items = turn.convo
-                    call_ids = turn.call_ids | {o.call_id for o in response.output if isinstance(o, OutputFunctionCall)}
-                    entry = ContextEntry(response.id, tokens, items, call_ids,
-                                         turn.request.tool_results_in_context, turn.store, turn.scan)
+                if turn.rollout is not None:  # an append-mode rollout: one response, many calls
+                    turn.rollout = rollout.fold(turn.rollout, response.output)
+                    entry = turn.rollout.context
                 else:
                     entry = extend(turn.parent, response.id, input_tokens=turn.input_tokens, inputs=turn.inputs,
                                    output=response.output, call_ids=turn.call_ids,
@@ -357,19 +407,22 @@ class Session(SteeringMixin, AppendMixin):
             fx.timings.append(report)
             terminal = b.terminal(as_metadata(report) if turn.timings_requested else None)
             fx.events.append(terminal)
-            self._remember_calls(turn)
             if turn.store:  # the record is the response as sent, terminal metadata included
                 fx.persist.append(StoredResponse(
                     id=response.id, owner=self.owner, created_at=self._clock(),
                     response=response.model_dump(mode="json"), input_items=turn.inputs,
                     context=entry.items))
+        events, steer_input = self._steering.settle(turn.lane, turn.builder, required_input(turn))
+        fx.events += events
+        if steer_input:  # an automatic successor, first on the lane (docs/protocol.md §2.3 (a), (b))
+            self._pending.appendleft((turn.lane, successor(turn.create, turn.builder.response.id, steer_input),
+                                      PhaseTimer(self._perf)))
         fx += self._schedule()
         return fx
 
-    # ------------------------------------------------------------------ append mode
     def _bound_cache(self, keep: Lane) -> None:
         """Keep the connection's cached tokens under ``max_cached_tokens``: evict the other
-        lanes' entries, least recently updated first (spec §4: a later continuation from an
+        lanes' entries, least recently updated first (docs/protocol.md §4: a later continuation from an
         evicted store:false response fails with previous_response_not_found)."""
         self._lru = [lane for lane in self._lru if lane is not keep] + [keep]
         total = sum(len(lane.latest.tokens) for lane in self._lru if lane.latest is not None)
