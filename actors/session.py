@@ -50,7 +50,7 @@ from .protocol import (
 )
 from .render import render_items
 from .response_builder import ResponseBuilder, new_response, tool_choice_name
-from .steering import SteerError, Steering, required_input, steer_failed, steer_items, successor
+from .steering import SteerError, Steering, calls_started, required_input, steer_failed, steer_items, successor
 from store import StoredResponse, UsageEntry
 from .timings import METADATA_KEY, PhaseTimer, as_metadata
 from .turn import Effects, Lane, Load, Turn
@@ -186,6 +186,8 @@ class Session:
     def _steer_running(self, turn: Turn, items: list[InputItem], raw_input: object) -> Effects:
         b = turn.builder
         fx = Effects(events=self._steering.hold(turn.lane, b, items, raw_input))
+        if calls_started(b):
+            return fx  # the input waits for the end of the response (_finish settles it)
         # Stop at this chunk boundary (incomplete, "steered"); settling the response queues
         # its successor first on the lane.
         fx.events += b.cut("steered")

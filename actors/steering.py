@@ -80,6 +80,12 @@ def successor(create: ResponseCreate, steered_id: str, items: list[InputItem]) -
                                      "generate": None})
 
 
+def calls_started(builder: ResponseBuilder) -> bool:
+    """Whether the response has begun a function call: the client will be asked to run it,
+    so a steer must not cut the response (docs/protocol.md §2.3 (c))."""
+    return any(isinstance(o, OutputFunctionCall) for o in builder.output)
+
+
 def required_input(turn: Turn) -> list[RequiredInput]:
     """The client-owned tool output a finished response waits for: the calls of a completed
     response (in append mode, those the rollout has no result for yet)."""
