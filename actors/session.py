@@ -3,14 +3,16 @@
 Events in (client frames, inference chunks), events out (server events to send, model
 calls to start).  No Ray, no asyncio: the actor pumps bytes and calls (actors.host).
 
-The session dispatches and schedules; what a concern keeps lives with it: the steer input
-not delivered yet in :class:`~actors.steering.Steering`, an append-mode rollout in the
-turn's :class:`~actors.turn.Rollout` (pure functions in :mod:`actors.rollout`).
+The session dispatches and schedules; what a concern keeps lives with it: the lanes and the
+conversations they cache in :class:`~actors.lanes.Lanes`, the steer input not delivered yet
+in :class:`~actors.steering.Steering`, an append-mode rollout in the turn's
+:class:`~actors.turn.Rollout` (pure functions in :mod:`actors.rollout`).
 
-Semantics (docs/protocol.md §4): lanes keyed by ``stream_id`` (``None`` = default lane) run FIFO within
-a lane and concurrently across lanes, at most ``max_inflight`` responses at once; each lane
-caches its latest response's rendered context; ``previous_response_id`` is resolved when the
-request starts; a failed same-lane continuation evicts its parent, a failed fork does not.
+Semantics (docs/protocol.md §4): lanes keyed by ``stream_id`` (``None`` = default lane) run
+FIFO within a lane and concurrently across lanes, at most ``max_inflight`` responses at once;
+each lane caches its latest response's rendered context; ``previous_response_id`` is resolved
+when the request starts; a failed same-lane continuation evicts its parent, a failed fork
+does not.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from inference import chat_format
 from inference.policy import InvalidMetadata, metadata_overrides
 from inference.types import Done, InferenceEvent, InferenceRequest
 
-from .config import SessionConfig
 from . import rollout
+from .config import SessionConfig
 from .context import ContextEntry, count_calls, extend, from_record, input_dicts
 from .errors import (
     APIError,
@@ -34,9 +36,9 @@ from .errors import (
     PreviousResponseNotFound,
     ServerError,
     ServerShuttingDown,
-    StreamLimitReached,
     UnknownEventType,
 )
+from .lanes import Lanes
 from .prepare import Preparer
 from .protocol import (
     RESPONSE_ERROR_CODES,
@@ -53,7 +55,7 @@ from .response_builder import ResponseBuilder, new_response, tool_choice_name
 from .steering import SteerError, Steering, calls_started, required_input, steer_failed, steer_items, successor
 from store import StoredResponse, UsageEntry
 from .timings import METADATA_KEY, PhaseTimer, as_metadata
-from .turn import Effects, Lane, Load, Turn
+from .turn import Effects, Load, Turn
 
 __all__ = ["Effects", "Load", "Session", "Turn"]
 
@@ -78,12 +80,11 @@ class Session:
         self.owner = owner
         self.transport = transport
         self._clock = clock
-        self._lanes: dict[str | None, Lane] = {None: Lane()}
+        self._lanes = Lanes(max_named=config.max_named_lanes, max_cached_tokens=config.max_cached_tokens)
         self._pending: deque[tuple[str | None, ResponseCreate, PhaseTimer]] = deque()
         self._turns: dict[int, Turn] = {}
         self._loading: dict[int, tuple[str | None, ResponseCreate, PhaseTimer, float]] = {}
         self._steering = Steering()
-        self._lru: list[Lane] = []  # lanes by last update, for the cache bound
         self.append_mode = append_mode
         self.draining = False  # shutting down: no new responses
         self._ids = itertools.count()
@@ -140,7 +141,7 @@ class Session:
         except APIError as exc:
             # An invalid stream_id is never echoed; a rejected new lane is (docs/protocol.md §5.2).
             return Effects(events=[error_event(exc, stream_id=lane)])
-        self._lanes.setdefault(lane, Lane())
+        self._lanes.open(lane)
         self._pending.append((lane, event, timer))
         return self._schedule()
 
@@ -157,28 +158,25 @@ class Session:
             raise InvalidRequest(f"Invalid value for metadata key '{exc.key}': expected a whole number "
                                  "within the policy's bounds.", param=f"metadata.{exc.key}") from None
         # tool_choice naming an unknown function is refused by the parser (ResponseCreate).
-        named = len(self._lanes) - 1
-        if create.stream_id is not None and create.stream_id not in self._lanes and named >= self.config.max_named_lanes:
-            raise StreamLimitReached(self.config.max_named_lanes)
+        self._lanes.admit(create.stream_id)
 
     # ------------------------------------------------------------------ steering
     def _on_steer(self, event: ResponseSteer) -> Effects:
-        """``response.steer`` (docs/protocol.md §2.3): stop a running response and start a
-        successor with the input, or queue the input for the client's next create after
-        function calls."""
+        """``response.steer`` (docs/protocol.md §2.3): a running response stops and an
+        automatic successor takes the input, unless it has begun a function call; input for a
+        response that stopped on function calls waits for the client's next create."""
         target = event.previous_response_id
         try:
             items = steer_items(event)
-            turn = self._running(target)
+            turn = self._turn_of(target)
             if turn is not None:
                 return self._steer_running(turn, items, event.input)
             events = self._steering.add(target, items)
             if events is not None:
                 return Effects(events=events)
-            for name, lane in self._lanes.items():
-                if lane.latest is not None and lane.latest.response_id == target:
-                    raise SteerError("response_already_completed", "The response already completed.",
-                                     stream_id=name)
+            done = self._lanes.find(target)
+            if done is not None:
+                raise SteerError("response_already_completed", "The response already completed.", stream_id=done[0])
             raise SteerError("response_not_found", f"No response with id '{target}' on this connection.")
         except SteerError as exc:
             return Effects(events=[steer_failed(event, exc)])
@@ -196,7 +194,8 @@ class Session:
         fx += self._finish(turn, failed=False)
         return fx
 
-    def _running(self, response_id: object) -> Turn | None:
+    def _turn_of(self, response_id: object) -> Turn | None:
+        """The running response with this id."""
         return next((t for t in self._turns.values() if t.builder.response.id == response_id), None)
 
     # ------------------------------------------------------------------ append mode
@@ -205,7 +204,7 @@ class Session:
         if not self.append_mode:
             return Effects(events=[error_event(UnknownEventType(
                 "Unsupported event type 'response.append'.", param="type"))])
-        turn = self._running(event.response_id)
+        turn = self._turn_of(event.response_id)
         if turn is None or turn.rollout is None or not turn.builder.paused:
             return Effects(events=[error_event(InvalidRequest(
                 f"No response '{event.response_id}' is waiting for tool results.", param="response_id"))])
@@ -241,9 +240,9 @@ class Session:
         lane.busy = True
         if create.previous_response_id is None:
             return self._begin(lane_name, create, None, timer)
-        cached = self._cached(create.previous_response_id)
+        cached = self._lanes.find(create.previous_response_id)
         if cached is not None:
-            return self._begin(lane_name, create, cached, timer)
+            return self._begin(lane_name, create, cached[1], timer)
         load_id = next(self._ids)
         self._loading[load_id] = (lane_name, create, timer, self._perf())
         return Effects(load=[Load(load_id, create.previous_response_id, self.owner)])
@@ -263,7 +262,7 @@ class Session:
     def _reject(self, lane_name: str | None, exc: APIError, *, evict: bool = False) -> Effects:
         self._lanes[lane_name].busy = False
         if evict:
-            self._evict(lane_name)
+            self._lanes.evict(lane_name)
         fx = Effects(events=[error_event(exc, stream_id=lane_name)])
         fx += self._schedule()
         return fx
@@ -335,12 +334,6 @@ class Session:
         timer.wait_inference()
         return Effects(events=turn.builder.start(), start=[turn])
 
-    def _cached(self, response_id: str) -> ContextEntry | None:
-        for lane in self._lanes.values():
-            if lane.latest is not None and lane.latest.response_id == response_id:
-                return lane.latest
-        return None
-
     def _check_calls(self, parent: ContextEntry | None, items: Sequence[InputItem]) -> tuple[frozenset[str], int]:
         """Every ``function_call_output`` must answer a call the conversation issued."""
         call_ids = set(parent.call_ids) if parent else set()
@@ -352,9 +345,6 @@ class Session:
                     f"No tool call found for function call output with call_id {item.call_id}.",
                     param=f"input[{i}].call_id")
         return frozenset(call_ids), results
-
-    def _evict(self, lane_name: str | None) -> None:
-        self._lanes[lane_name].latest = None
 
     # ------------------------------------------------------------------ inference side
     def on_inference(self, turn_id: int, chunk: Sequence[InferenceEvent]) -> Effects:
@@ -384,12 +374,11 @@ class Session:
 
     def _finish(self, turn: Turn, *, failed: bool) -> Effects:
         del self._turns[turn.turn_id]
-        lane = self._lanes[turn.lane]
-        lane.busy = False
+        self._lanes[turn.lane].busy = False
         fx = Effects()
         if failed:
             if turn.same_lane_parent:
-                self._evict(turn.lane)
+                self._lanes.evict(turn.lane)
         else:
             b, timer = turn.builder, turn.timer
             response = b.response
@@ -402,8 +391,7 @@ class Session:
                                    output=response.output, call_ids=turn.call_ids,
                                    tool_results=turn.request.tool_results_in_context, store=turn.store,
                                    scan=turn.scan)
-                lane.latest = entry
-                self._bound_cache(lane)
+                self._lanes.remember(turn.lane, entry)
                 fx.usage.append(self._usage(turn))
             report = timer.report(b.queue_ms, b.prefill_ms, b.decode_ms)
             fx.timings.append(report)
@@ -421,19 +409,6 @@ class Session:
                                       PhaseTimer(self._perf)))
         fx += self._schedule()
         return fx
-
-    def _bound_cache(self, keep: Lane) -> None:
-        """Keep the connection's cached tokens under ``max_cached_tokens``: evict the other
-        lanes' entries, least recently updated first (docs/protocol.md §4: a later continuation from an
-        evicted store:false response fails with previous_response_not_found)."""
-        self._lru = [lane for lane in self._lru if lane is not keep] + [keep]
-        total = sum(len(lane.latest.tokens) for lane in self._lru if lane.latest is not None)
-        for lane in self._lru[:-1]:
-            if total <= self.config.max_cached_tokens:
-                break
-            if lane.latest is not None:
-                total -= len(lane.latest.tokens)
-                lane.latest = None
 
     def _usage(self, turn: Turn) -> UsageEntry:
         r = turn.builder.response

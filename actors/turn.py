@@ -1,6 +1,6 @@
 """The session core's records: a started response (:class:`Turn`) and, in append mode, where
-its rollout stands (:class:`Rollout`); a lane; the effects a session asks its driver to carry
-out.  Plain dataclasses, no behaviour."""
+its rollout stands (:class:`Rollout`); the effects a session asks its driver to carry out.
+Plain dataclasses, no behaviour."""
 
 from __future__ import annotations
 
@@ -83,10 +83,3 @@ class Effects:
         self.cancel += other.cancel
         self.timings += other.timings
         return self
-
-
-@dataclass(slots=True)
-class Lane:
-    latest: ContextEntry | None = None
-    busy: bool = False  # a response is loading its parent or running
-
