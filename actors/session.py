@@ -1,7 +1,7 @@
 """The session core: one WebSocket connection's state machine, sans-I/O.
 
 Events in (client frames, inference chunks), events out (server events to send, model
-calls to start).  No Ray, no asyncio: the actor pumps bytes and calls (actors.host).
+calls to start).  No Ray, no asyncio: the actor pumps bytes and calls.
 
 The session dispatches and schedules; what a concern keeps lives with it: the lanes and the
 conversations they cache in :class:`~actors.lanes.Lanes`, the steer input not delivered yet

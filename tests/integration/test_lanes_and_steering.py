@@ -9,9 +9,7 @@ import pytest
 import websockets
 from openai import OpenAI
 
-from inference import chat_format
-
-from .wire import TERMINAL, TOOLS, outputs_for, raw_collect, validated
+from .wire import TERMINAL, TOOLS, outputs_for, validated
 
 MODEL = "emu-fast"
 
@@ -136,7 +134,12 @@ def test_check_54_steering_during_a_function_call_completes_it_then_pending_and_
                 return events, []
             await ws.send(json.dumps({**create, "previous_response_id": target, "tool_choice": "auto",
                                       "input": outputs_for(events[-2]["response"])}))
-            return events, await raw_collect(ws)
+            nxt = [await recv()]
+            while nxt[-1]["type"] not in ("response.completed", "response.incomplete", "response.failed", "error"):
+                nxt.append(await recv())
+            return events, nxt
+
+    from inference import chat_format
 
     events, nxt = asyncio.run(main())
     types = [e["type"] for e in events]
