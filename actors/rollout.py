@@ -1,66 +1,71 @@
 """The opt-in ``response.append`` rollout mode (docs/append-mode.md): one response per
 rollout, paused on each tool call, resumed with the client's tool results in the same
-response.  Mixed into :class:`actors.session.Session`."""
+response.
+
+Pure functions over the :class:`~actors.turn.Rollout` record a turn keeps: each returns the
+next record and changes nothing it is given.  The session decides when they apply.
+"""
 
 from __future__ import annotations
 
 from array import array
+from collections.abc import Sequence
 from dataclasses import replace
 
-from .context import input_dicts
-from .errors import APIError, InvalidRequest, UnknownEventType
-from .protocol import (
-    FunctionCallOutputItem,
-    OutputFunctionCall,
-    ResponseAppend,
-    error_event,
-    output_as_input,
-)
-from .render import item_text, render_items
-from .turn import Effects, Turn
+from inference.types import InferenceRequest
+
+from .context import extend, input_dicts
+from .errors import InvalidRequest
+from .protocol import FunctionCallOutputItem, InputItem, OutputFunctionCall, OutputItem
+from .render import render_items
+from .safety import Classifier
+from .turn import Rollout, Turn
 
 
-class AppendMixin:
-    def _pause(self, turn: Turn) -> None:
-        """Fold the output items produced since the last model call into the rollout's
-        conversation (append mode); remember which calls now wait for results."""
-        if turn.convo is None:
-            tokens = array("I", turn.parent.tokens) if turn.parent else array("I")
-            tokens.extend(turn.input_tokens)
-            turn.convo = (tokens, (turn.parent.items if turn.parent else []) + turn.inputs)
-        tokens, items = turn.convo
-        new = [o for o in turn.builder.output if o.id not in {i.get("id") for i in items}]
-        tokens.extend(render_items(new))
-        items += [output_as_input(o) for o in new]
-        turn.scan.feed_all(item_text(o) for o in new)
-        turn.open_calls |= {o.call_id for o in new if isinstance(o, OutputFunctionCall)}
+def begin(turn: Turn) -> Rollout:
+    """The rollout before the turn's first model call: its parent's conversation and input."""
+    context = extend(turn.parent, turn.builder.response.id, input_tokens=turn.input_tokens,
+                     inputs=turn.inputs, output=(), call_ids=turn.call_ids,
+                     tool_results=turn.request.tool_results_in_context, store=turn.store,
+                     scan=turn.scan.copy())
+    return Rollout(context)
 
-    def _on_append(self, event: ResponseAppend) -> Effects:
-        """``response.append``: tool results for a paused response; sampling resumes in it."""
-        turn = next((t for t in self._turns.values() if t.builder.response.id == event.response_id), None)
-        if not self.append_mode:
-            return Effects(events=[error_event(UnknownEventType(
-                "Unsupported event type 'response.append'.", param="type"))])
-        if turn is None or not turn.builder.paused:
-            return Effects(events=[error_event(InvalidRequest(
-                f"No response '{event.response_id}' is waiting for tool results.", param="response_id"))])
-        try:
-            for i, item in enumerate(event.input):
-                if not isinstance(item, FunctionCallOutputItem) or item.call_id not in turn.open_calls:
-                    raise InvalidRequest("response.append takes function_call_output items for the "
-                                         "response's open calls.", param=f"input[{i}]")
-            scan = self._prep.scan(turn.scan, event.input)
-        except APIError as exc:
-            return Effects(events=[error_event(exc, stream_id=turn.lane)])
-        tokens, items = turn.convo  # type: ignore[misc]
-        tokens.extend(render_items(event.input))
-        items += input_dicts(event.input)
-        turn.scan = scan
-        turn.open_calls -= {i.call_id for i in event.input}  # type: ignore[union-attr]
-        prompt = array("I", turn.request.prompt_token_ids[: turn.prefix_len])  # tools + instructions
-        prompt.extend(tokens)
-        turn.request = replace(turn.request, prompt_token_ids=prompt,
-                               tool_results_in_context=turn.request.tool_results_in_context + len(event.input))
-        turn.builder.resume()
-        return Effects(start=[turn])
 
+def fold(rollout: Rollout, output: Sequence[OutputItem]) -> Rollout:
+    """The rollout once a model call stopped: the response's output items past ``folded``
+    join the conversation, and the calls among them wait for results."""
+    new = output[rollout.folded:]
+    ctx = rollout.context
+    context = extend(ctx, ctx.response_id, input_tokens=(), inputs=[], output=new, call_ids=ctx.call_ids,
+                     tool_results=ctx.tool_results, store=ctx.store, scan=ctx.scan.copy())
+    issued = {o.call_id for o in new if isinstance(o, OutputFunctionCall)}
+    return Rollout(context, len(output), rollout.open_calls | issued)
+
+
+def tool_results(rollout: Rollout, items: Sequence[InputItem]) -> list[FunctionCallOutputItem]:
+    """``items`` if they are results for the rollout's open calls; :class:`InvalidRequest`
+    otherwise (``response.append`` carries nothing else)."""
+    results = []
+    for i, item in enumerate(items):
+        if not isinstance(item, FunctionCallOutputItem) or item.call_id not in rollout.open_calls:
+            raise InvalidRequest("response.append takes function_call_output items for the "
+                                 "response's open calls.", param=f"input[{i}]")
+        results.append(item)
+    return results
+
+
+def answer(rollout: Rollout, results: Sequence[FunctionCallOutputItem], scan: Classifier) -> Rollout:
+    """The rollout with the client's tool results appended (``scan`` has read them)."""
+    ctx = rollout.context
+    context = extend(ctx, ctx.response_id, input_tokens=render_items(results), inputs=input_dicts(results),
+                     output=(), call_ids=ctx.call_ids, tool_results=ctx.tool_results + len(results),
+                     store=ctx.store, scan=scan)
+    return Rollout(context, rollout.folded, rollout.open_calls - {r.call_id for r in results})
+
+
+def resume(request: InferenceRequest, prefix_len: int, rollout: Rollout) -> InferenceRequest:
+    """The response's next model call: the request's first ``prefix_len`` prompt tokens
+    (tools, instructions), then the rollout's conversation."""
+    prompt = array("I", request.prompt_token_ids[:prefix_len])
+    prompt.extend(rollout.context.tokens)
+    return replace(request, prompt_token_ids=prompt, tool_results_in_context=rollout.context.tool_results)

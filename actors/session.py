@@ -3,10 +3,16 @@
 Events in (client frames, inference chunks), events out (server events to send, model
 calls to start).  No Ray, no asyncio: the actor pumps bytes and calls.
 
-Semantics (spec §4): lanes keyed by ``stream_id`` (``None`` = default lane) run FIFO within
-a lane and concurrently across lanes, at most ``max_inflight`` responses at once; each lane
-caches its latest response's rendered context; ``previous_response_id`` is resolved when the
-request starts; a failed same-lane continuation evicts its parent, a failed fork does not.
+The session dispatches and schedules; what a concern keeps lives with it: the lanes and the
+conversations they cache in :class:`~actors.lanes.Lanes`, the steer input not delivered yet
+in :class:`~actors.steering.Steering`, an append-mode rollout in the turn's
+:class:`~actors.turn.Rollout` (pure functions in :mod:`actors.rollout`).
+
+Semantics (docs/protocol.md §4): lanes keyed by ``stream_id`` (``None`` = default lane) run
+FIFO within a lane and concurrently across lanes, at most ``max_inflight`` responses at once;
+each lane caches its latest response's rendered context; ``previous_response_id`` is resolved
+when the request starts; a failed same-lane continuation evicts its parent, a failed fork
+does not.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from inference import chat_format
 from inference.policy import InvalidMetadata, metadata_overrides
 from inference.types import Done, InferenceEvent, InferenceRequest
 
+from . import rollout
 from .config import SessionConfig
 from .context import ContextEntry, count_calls, extend, from_record, input_dicts
 from .errors import (
@@ -29,14 +36,14 @@ from .errors import (
     PreviousResponseNotFound,
     ServerError,
     ServerShuttingDown,
-    StreamLimitReached,
+    UnknownEventType,
 )
+from .lanes import Lanes
 from .prepare import Preparer
 from .protocol import (
     RESPONSE_ERROR_CODES,
     FunctionCallOutputItem,
     InputItem,
-    OutputFunctionCall,
     ResponseAppend,
     ResponseCreate,
     ResponseSteer,
@@ -45,16 +52,15 @@ from .protocol import (
 )
 from .render import render_items
 from .response_builder import ResponseBuilder, new_response, tool_choice_name
-from .rollout import AppendMixin
-from .steering import SteeringMixin
+from .steering import SteerError, Steering, calls_started, required_input, steer_failed, steer_items, successor
 from store import StoredResponse, UsageEntry
 from .timings import METADATA_KEY, PhaseTimer, as_metadata
-from .turn import Effects, Lane, Load, Turn, Waiting
+from .turn import Effects, Load, Turn
 
 __all__ = ["Effects", "Load", "Session", "Turn"]
 
 
-class Session(SteeringMixin, AppendMixin):
+class Session:
     def __init__(
         self,
         config: SessionConfig,
@@ -74,12 +80,11 @@ class Session(SteeringMixin, AppendMixin):
         self.owner = owner
         self.transport = transport
         self._clock = clock
-        self._lanes: dict[str | None, Lane] = {None: Lane()}
+        self._lanes = Lanes(max_named=config.max_named_lanes, max_cached_tokens=config.max_cached_tokens)
         self._pending: deque[tuple[str | None, ResponseCreate, PhaseTimer]] = deque()
         self._turns: dict[int, Turn] = {}
         self._loading: dict[int, tuple[str | None, ResponseCreate, PhaseTimer, float]] = {}
-        self._waiting: dict[str, Waiting] = {}
-        self._lru: list[Lane] = []  # lanes by last update, for the cache bound
+        self._steering = Steering()
         self.append_mode = append_mode
         self.draining = False  # shutting down: no new responses
         self._ids = itertools.count()
@@ -104,6 +109,7 @@ class Session(SteeringMixin, AppendMixin):
         self._turns.clear()
         self._loading.clear()
         self._pending.clear()
+        self._steering.drop_running()
 
     def on_frame(self, data: str | bytes) -> Effects:
         """One client frame.  Errors become ``error`` events; the session stays usable."""
@@ -133,9 +139,9 @@ class Session(SteeringMixin, AppendMixin):
             with timer.phase("parse_validate"):
                 self._admit(event)
         except APIError as exc:
-            # An invalid stream_id is never echoed; a rejected new lane is (spec §5.2).
+            # An invalid stream_id is never echoed; a rejected new lane is (docs/protocol.md §5.2).
             return Effects(events=[error_event(exc, stream_id=lane)])
-        self._lanes.setdefault(lane, Lane())
+        self._lanes.open(lane)
         self._pending.append((lane, event, timer))
         return self._schedule()
 
@@ -151,16 +157,67 @@ class Session(SteeringMixin, AppendMixin):
         except InvalidMetadata as exc:
             raise InvalidRequest(f"Invalid value for metadata key '{exc.key}': expected a whole number "
                                  "within the policy's bounds.", param=f"metadata.{exc.key}") from None
-        choice = create.tool_choice
-        if isinstance(choice, dict) and choice.get("type") == "function" and \
-                choice.get("name") not in {t.name for t in create.function_tools}:
-            raise InvalidRequest("tool_choice names a function that is not among the tools.",
-                                 param="tool_choice")
-        named = len(self._lanes) - 1
-        if create.stream_id is not None and create.stream_id not in self._lanes and named >= self.config.max_named_lanes:
-            raise StreamLimitReached(self.config.max_named_lanes)
+        # tool_choice naming an unknown function is refused by the parser (ResponseCreate).
+        self._lanes.admit(create.stream_id)
 
     # ------------------------------------------------------------------ steering
+    def _on_steer(self, event: ResponseSteer) -> Effects:
+        """``response.steer`` (docs/protocol.md §2.3): a running response stops and an
+        automatic successor takes the input, unless it has begun a function call; input for a
+        response that stopped on function calls waits for the client's next create."""
+        target = event.previous_response_id
+        try:
+            items = steer_items(event)
+            turn = self._turn_of(target)
+            if turn is not None:
+                return self._steer_running(turn, items, event.input)
+            events = self._steering.add(target, items)
+            if events is not None:
+                return Effects(events=events)
+            done = self._lanes.find(target)
+            if done is not None:
+                raise SteerError("response_already_completed", "The response already completed.", stream_id=done[0])
+            raise SteerError("response_not_found", f"No response with id '{target}' on this connection.")
+        except SteerError as exc:
+            return Effects(events=[steer_failed(event, exc)])
+
+    def _steer_running(self, turn: Turn, items: list[InputItem], raw_input: object) -> Effects:
+        b = turn.builder
+        fx = Effects(events=self._steering.hold(turn.lane, b, items, raw_input))
+        if calls_started(b):
+            return fx  # the input waits for the end of the response (_finish settles it)
+        # Stop at this chunk boundary (incomplete, "steered"); settling the response queues
+        # its successor first on the lane.
+        fx.events += b.cut("steered")
+        fx.cancel.append(turn.turn_id)
+        turn.timer.inference_done()
+        fx += self._finish(turn, failed=False)
+        return fx
+
+    def _turn_of(self, response_id: object) -> Turn | None:
+        """The running response with this id."""
+        return next((t for t in self._turns.values() if t.builder.response.id == response_id), None)
+
+    # ------------------------------------------------------------------ append mode
+    def _on_append(self, event: ResponseAppend) -> Effects:
+        """``response.append``: tool results for a paused response; sampling resumes in it."""
+        if not self.append_mode:
+            return Effects(events=[error_event(UnknownEventType(
+                "Unsupported event type 'response.append'.", param="type"))])
+        turn = self._turn_of(event.response_id)
+        if turn is None or turn.rollout is None or not turn.builder.paused:
+            return Effects(events=[error_event(InvalidRequest(
+                f"No response '{event.response_id}' is waiting for tool results.", param="response_id"))])
+        try:
+            results = rollout.tool_results(turn.rollout, event.input)
+            scan = self._prep.scan(turn.rollout.context.scan, results)
+        except APIError as exc:
+            return Effects(events=[error_event(exc, stream_id=turn.lane)])
+        turn.rollout = rollout.answer(turn.rollout, results, scan)
+        turn.request = rollout.resume(turn.request, turn.prefix_len, turn.rollout)
+        turn.builder.resume()
+        return Effects(start=[turn])
+
     # ------------------------------------------------------------------ scheduling
     def _schedule(self) -> Effects:
         """Start queued creates, oldest first, whose lane is idle, up to ``max_inflight``."""
@@ -183,9 +240,9 @@ class Session(SteeringMixin, AppendMixin):
         lane.busy = True
         if create.previous_response_id is None:
             return self._begin(lane_name, create, None, timer)
-        cached = self._cached(create.previous_response_id)
+        cached = self._lanes.find(create.previous_response_id)
         if cached is not None:
-            return self._begin(lane_name, create, cached, timer)
+            return self._begin(lane_name, create, cached[1], timer)
         load_id = next(self._ids)
         self._loading[load_id] = (lane_name, create, timer, self._perf())
         return Effects(load=[Load(load_id, create.previous_response_id, self.owner)])
@@ -205,7 +262,7 @@ class Session(SteeringMixin, AppendMixin):
     def _reject(self, lane_name: str | None, exc: APIError, *, evict: bool = False) -> Effects:
         self._lanes[lane_name].busy = False
         if evict:
-            self._evict(lane_name)
+            self._lanes.evict(lane_name)
         fx = Effects(events=[error_event(exc, stream_id=lane_name)])
         fx += self._schedule()
         return fx
@@ -214,11 +271,8 @@ class Session(SteeringMixin, AppendMixin):
                timer: PhaseTimer) -> Effects:
         lane = self._lanes[lane_name]
         same_lane = parent is not None and lane.latest is parent
-        items = create.items
-        waiting = self._waiting.get(create.previous_response_id or "")
-        if waiting is not None and waiting.lane == lane_name:
-            del self._waiting[create.previous_response_id or ""]
-            items = waiting.items + items  # queued steer input first, in submission order
+        # Steer input queued for this continuation goes first (docs/protocol.md §2.3 (c)).
+        items = self._steering.take(create.previous_response_id, lane_name) + create.items
         try:
             with timer.phase("parse_validate"):
                 call_ids, tool_results = self._check_calls(parent, items)
@@ -280,12 +334,6 @@ class Session(SteeringMixin, AppendMixin):
         timer.wait_inference()
         return Effects(events=turn.builder.start(), start=[turn])
 
-    def _cached(self, response_id: str) -> ContextEntry | None:
-        for lane in self._lanes.values():
-            if lane.latest is not None and lane.latest.response_id == response_id:
-                return lane.latest
-        return None
-
     def _check_calls(self, parent: ContextEntry | None, items: Sequence[InputItem]) -> tuple[frozenset[str], int]:
         """Every ``function_call_output`` must answer a call the conversation issued."""
         call_ids = set(parent.call_ids) if parent else set()
@@ -298,9 +346,6 @@ class Session(SteeringMixin, AppendMixin):
                     param=f"input[{i}].call_id")
         return frozenset(call_ids), results
 
-    def _evict(self, lane_name: str | None) -> None:
-        self._lanes[lane_name].latest = None
-
     # ------------------------------------------------------------------ inference side
     def on_inference(self, turn_id: int, chunk: Sequence[InferenceEvent]) -> Effects:
         """A chunk of model output for a started turn."""
@@ -308,8 +353,8 @@ class Session(SteeringMixin, AppendMixin):
         if turn is None:
             return Effects()
         fx = Effects(events=turn.builder.feed(chunk))
-        if turn.builder.paused:
-            self._pause(turn)
+        if turn.builder.paused:  # append mode: the call's output joins the rollout
+            turn.rollout = rollout.fold(turn.rollout or rollout.begin(turn), turn.builder.output)
         elif turn.builder.finishing:
             turn.timer.inference_done()
             if not any(isinstance(ev, Done) for ev in chunk):
@@ -329,56 +374,41 @@ class Session(SteeringMixin, AppendMixin):
 
     def _finish(self, turn: Turn, *, failed: bool) -> Effects:
         del self._turns[turn.turn_id]
-        lane = self._lanes[turn.lane]
-        lane.busy = False
+        self._lanes[turn.lane].busy = False
         fx = Effects()
         if failed:
             if turn.same_lane_parent:
-                self._evict(turn.lane)
+                self._lanes.evict(turn.lane)
         else:
             b, timer = turn.builder, turn.timer
             response = b.response
             with timer.phase("post"):
-                if turn.convo is not None:  # an append-mode rollout: one response, many calls
-                    self._pause(turn)
-                    tokens, items = turn.convo
-                    call_ids = turn.call_ids | {o.call_id for o in response.output if isinstance(o, OutputFunctionCall)}
-                    entry = ContextEntry(response.id, tokens, items, call_ids,
-                                         turn.request.tool_results_in_context, turn.store, turn.scan)
+                if turn.rollout is not None:  # an append-mode rollout: one response, many calls
+                    turn.rollout = rollout.fold(turn.rollout, response.output)
+                    entry = turn.rollout.context
                 else:
                     entry = extend(turn.parent, response.id, input_tokens=turn.input_tokens, inputs=turn.inputs,
                                    output=response.output, call_ids=turn.call_ids,
                                    tool_results=turn.request.tool_results_in_context, store=turn.store,
                                    scan=turn.scan)
-                lane.latest = entry
-                self._bound_cache(lane)
+                self._lanes.remember(turn.lane, entry)
                 fx.usage.append(self._usage(turn))
             report = timer.report(b.queue_ms, b.prefill_ms, b.decode_ms)
             fx.timings.append(report)
             terminal = b.terminal(as_metadata(report) if turn.timings_requested else None)
             fx.events.append(terminal)
-            self._remember_calls(turn)
             if turn.store:  # the record is the response as sent, terminal metadata included
                 fx.persist.append(StoredResponse(
                     id=response.id, owner=self.owner, created_at=self._clock(),
                     response=response.model_dump(mode="json"), input_items=turn.inputs,
                     context=entry.items))
+        events, steer_input = self._steering.settle(turn.lane, turn.builder, required_input(turn))
+        fx.events += events
+        if steer_input:  # an automatic successor, first on the lane (docs/protocol.md §2.3 (a), (b))
+            self._pending.appendleft((turn.lane, successor(turn.create, turn.builder.response.id, steer_input),
+                                      PhaseTimer(self._perf)))
         fx += self._schedule()
         return fx
-
-    # ------------------------------------------------------------------ append mode
-    def _bound_cache(self, keep: Lane) -> None:
-        """Keep the connection's cached tokens under ``max_cached_tokens``: evict the other
-        lanes' entries, least recently updated first (spec §4: a later continuation from an
-        evicted store:false response fails with previous_response_not_found)."""
-        self._lru = [lane for lane in self._lru if lane is not keep] + [keep]
-        total = sum(len(lane.latest.tokens) for lane in self._lru if lane.latest is not None)
-        for lane in self._lru[:-1]:
-            if total <= self.config.max_cached_tokens:
-                break
-            if lane.latest is not None:
-                total -= len(lane.latest.tokens)
-                lane.latest = None
 
     def _usage(self, turn: Turn) -> UsageEntry:
         r = turn.builder.response

@@ -1,15 +1,15 @@
-"""The session core's records: a started response (:class:`Turn`), a lane, the effects a
-session asks its driver to carry out.  Plain dataclasses, no behaviour."""
+"""The session core's records: a started response (:class:`Turn`) and, in append mode, where
+its rollout stands (:class:`Rollout`); the effects a session asks its driver to carry out.
+Plain dataclasses, no behaviour."""
 
 from __future__ import annotations
 
-from array import array
 from dataclasses import dataclass, field
 
 from inference.types import InferenceRequest
 
 from .context import ContextEntry
-from .protocol import InputItem, RequiredInput, ResponseCreate, ServerEvent
+from .protocol import ResponseCreate, ServerEvent
 from .response_builder import ResponseBuilder
 from .safety import Classifier
 from store import StoredResponse, UsageEntry
@@ -34,26 +34,27 @@ class Turn:
     timer: PhaseTimer
     timings_requested: bool
     create: ResponseCreate  # what a steered response's successor inherits
-    # Append mode: the conversation so far inside this one response (tokens and items).
     prefix_len: int = 0  # prompt tokens before the conversation (tools, instructions)
-    convo: tuple[array, list[dict]] | None = None
-    open_calls: set[str] = field(default_factory=set)
+    rollout: Rollout | None = None  # append mode only (actors.rollout)
 
 
-@dataclass(slots=True)
-class Waiting:
-    """A response that stopped on function calls; steer input waits for the client's next
-    create on the lane (spec §2.3 (c))."""
+@dataclass(frozen=True, slots=True)
+class Rollout:
+    """Where an append-mode response stands between its model calls (docs/append-mode.md).
 
-    lane: str | None
-    builder: ResponseBuilder
-    calls: list[RequiredInput]
-    items: list[InputItem] = field(default_factory=list)
+    ``context`` is the conversation the next model call continues: the parent's, the turn's
+    input, the output of the calls so far (the first ``folded`` output items) and the tool
+    results appended since.  ``open_calls`` are the response's calls still waiting for a
+    ``function_call_output``."""
+
+    context: ContextEntry
+    folded: int = 0
+    open_calls: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
 class Load:
-    """Fetch a stored response the connection's cache does not hold (spec §4.3)."""
+    """Fetch a stored response the connection's cache does not hold (docs/protocol.md §4)."""
 
     load_id: int
     response_id: str
@@ -82,10 +83,3 @@ class Effects:
         self.cancel += other.cancel
         self.timings += other.timings
         return self
-
-
-@dataclass(slots=True)
-class Lane:
-    latest: ContextEntry | None = None
-    busy: bool = False  # a response is loading its parent or running
-

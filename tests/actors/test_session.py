@@ -376,6 +376,67 @@ def test_check_54_steering_after_function_calls_is_pending_and_prepended_to_the_
     assert turn.inputs[0]["content"][0]["text"] == "also check tests"
 
 
+def test_steering_during_a_function_call_completes_the_call_then_one_pending_and_the_next_create_gets_the_input():
+    """docs/protocol.md §2.3 (c), check 54: a steer never cuts a function call the client will
+    be asked to run; the response completes, then one response.steer.pending lists the calls."""
+    s = new_session()
+    fx = send(s, input="go", tools=[TOOL], store=False, stream_id="main")
+    (turn,) = fx.start
+    rid = turn.builder.response.id
+    first = s.on_inference(turn.turn_id, [Prefilled(len(turn.request.prompt_token_ids), 0, 0, 1),
+                                          FunctionCallDelta(0, "read_file", '{"pa', 2)])
+    assert [e.type for e in first.events][-1] == "response.function_call_arguments.delta"
+    events, steered = steer(s, rid, input="also check tests")
+    assert [e["type"] for e in events] == ["response.steer.accepted"]
+    assert not (steered.cancel or steered.start), "the call is not cut"
+    rest = s.on_inference(turn.turn_id, [FunctionCallDelta(0, "read_file", 'th":"a.py"}', 4),
+                                         FunctionCallDelta(1, "read_file", '{"path":"b.py"}', 5),
+                                         Done("tool_calls", 11, 11.0)])
+    after = dumped(rest)
+    assert [e["type"] for e in after][-3:] == ["response.output_item.done", "response.completed",
+                                                "response.steer.pending"]
+    assert not rest.start, "no automatic successor: the calls wait for the client"
+    done, pending = after[-2]["response"], after[-1]
+    assert done["status"] == "completed" and [o["status"] for o in done["output"]] == ["completed"] * 2
+    assert pending["reason"] == "waiting_for_required_input" and pending["stream_id"] == "main"
+    assert pending["steer"] == events[0]["steer"]
+    assert pending["required_input"] == [
+        {"type": "function_call_output", "call_id": o["call_id"], "name": "read_file"} for o in done["output"]]
+    all_events = dumped(fx) + dumped(first) + events + after
+    assert [e["sequence_number"] for e in all_events] == list(range(len(all_events)))
+    nxt = send(s, previous_response_id=rid, tools=[TOOL], store=False, stream_id="main",
+               input=[{"type": "function_call_output", "call_id": o["call_id"], "output": "x"}
+                      for o in done["output"]])
+    (turn2,) = nxt.start
+    assert [i["type"] for i in turn2.inputs] == ["message", "function_call_output", "function_call_output"]
+    assert turn2.inputs[0]["content"][0]["text"] == "also check tests"
+
+
+def test_steer_held_during_a_call_that_ends_incomplete_goes_to_an_automatic_successor():
+    s = new_session()
+    (turn,) = send(s, input="go", tools=[TOOL], store=False, max_output_tokens=3).start
+    s.on_inference(turn.turn_id, [Prefilled(9, 0, 0, 1), FunctionCallDelta(0, "read_file", '{"pa', 2)])
+    steer(s, turn.builder.response.id, input="summarise instead")
+    out = s.on_inference(turn.turn_id, [FunctionCallDelta(0, "read_file", "th", 1), Done("max_output_tokens", 3, 3.0)])
+    types = [e["type"] for e in dumped(out)]
+    assert types[-3:] == ["response.incomplete", "response.created", "response.in_progress"]
+    assert "response.steer.pending" not in types
+    (succ,) = out.start
+    assert succ.builder.response.previous_response_id == turn.builder.response.id
+    assert succ.inputs[0]["content"][0]["text"] == "summarise instead"
+
+
+def test_steer_held_during_a_call_of_a_failed_response_is_returned_by_steer_failed():
+    s = new_session()
+    (turn,) = send(s, input="go", tools=[TOOL], store=False).start
+    s.on_inference(turn.turn_id, [Prefilled(9, 0, 0, 1), FunctionCallDelta(0, "read_file", '{"pa', 2)])
+    (accepted,), _ = steer(s, turn.builder.response.id, input="and b.py")
+    failed, steer_failed = dumped(s.on_inference_error(turn.turn_id, RuntimeError("boom")))
+    assert failed["type"] == "response.failed" and steer_failed["type"] == "response.steer.failed"
+    assert steer_failed["error"]["code"] == "response_not_active"
+    assert steer_failed["steer"] == {**accepted["steer"], "input": "and b.py"}
+
+
 @pytest.mark.parametrize("extra, input, code", [
     ({}, "x", "response_not_found"),
     ({"stream_id": "main"}, "x", "invalid_input"),

@@ -90,3 +90,36 @@ def test_flagged_output_ends_the_response_incomplete_with_content_filter(strict_
     text = done["response"]["output"][0]["content"][0]["text"]
     assert "test" in text.lower() and done["response"]["usage"]["output_tokens"] < 400
     assert done["response"]["output"][0]["status"] == "incomplete"
+
+
+@pytest.fixture(scope="module")
+def two_replicas_ws_url(ray_cluster):
+    """A server with two inference replicas: a connection's requests must stay on one."""
+    url = start_app("rws-two-replicas", **{"inference.replicas": 2})
+    yield url.replace("http://", "ws://") + "/v1/responses"
+    serve.delete("rws-two-replicas")
+
+
+def test_a_generate_false_warm_up_of_1700_tokens_is_reported_cached_by_the_next_turn(two_replicas_ws_url):
+    """Check 14: the warm-up prefills (no decode) into the prefix cache of the replica the
+    connection is pinned to; the continuation reuses all of it, reported by OpenAI's rule."""
+    settings = {"tools": TOOLS, "instructions": "You are a coding agent.", "store": False, "stream_id": "main"}
+    bodies = [{"input": "Here is the repository layout. " * 270, "generate": False, **settings},
+              {"input": "Go", **settings}]
+
+    async def main():
+        async with websockets.connect(two_replicas_ws_url) as ws:
+            out = []
+            for body in bodies:
+                if out:
+                    body = {**body, "previous_response_id": out[-1][-1]["response"]["id"]}
+                await ws.send(json.dumps({"type": "response.create", "model": MODEL, **body}))
+                out.append(await raw_collect(ws))
+            return out
+
+    for _ in range(3):  # a few connections, each pinned to one of the replicas
+        warm, turn = (events[-1]["response"] for events in asyncio.run(main()))
+        prompt = warm["usage"]["input_tokens"]
+        assert 1600 < prompt < 1800 and warm["output"] == [] and warm["usage"]["output_tokens"] == 0
+        assert turn["status"] == "completed" and turn["previous_response_id"] == warm["id"]
+        assert turn["usage"]["input_tokens_details"]["cached_tokens"] == prompt // 128 * 128 > 0

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+
 import pytest
+import websockets
 from openai import OpenAI
 
 from bench.client import FINAL_EVENT_TYPES
@@ -100,6 +104,64 @@ def test_check_54_55_steer_pending_after_function_calls_and_unknown_target(clien
     assert failed["type"] == "response.steer.failed" and failed["error"]["code"] == "response_not_found"
     assert failed["steer"]["input"] == "x"
     assert after["status"] == "completed"
+
+
+# A call whose arguments take emu-gpu (~65 tok/s) a few seconds to stream: a steer sent on
+# its response.output_item.added reaches the server while the call is still open.
+LONG_CALL_TOOL = {"type": "function", "name": "write_note", "parameters": {
+    "type": "object", "properties": {"text": {"type": "string", "minLength": 600}},
+    "required": ["text"], "additionalProperties": False}}
+STEER = "Also mention the failing test"
+
+
+def test_check_54_steering_during_a_function_call_completes_it_then_pending_and_the_next_create_gets_the_input(ws_url):
+    async def main():
+        async with websockets.connect(ws_url) as ws:
+            async def recv() -> dict:
+                return validated(await asyncio.wait_for(ws.recv(), 60))
+
+            create = {"type": "response.create", "model": "emu-gpu", "input": "Write the note", "store": False,
+                      "stream_id": "main", "tools": [LONG_CALL_TOOL], "tool_choice": "required"}
+            await ws.send(json.dumps(create))
+            events = [await recv()]
+            while not (events[-1]["type"] == "response.output_item.added"
+                       and events[-1]["item"]["type"] == "function_call"):
+                events.append(await recv())
+            target = events[0]["response"]["id"]
+            await ws.send(json.dumps({"type": "response.steer", "previous_response_id": target, "input": STEER}))
+            while events[-1]["type"] not in ("response.steer.pending", "response.incomplete", "error"):
+                events.append(await recv())
+            if events[-1]["type"] != "response.steer.pending":
+                return events, []
+            await ws.send(json.dumps({**create, "previous_response_id": target, "tool_choice": "auto",
+                                      "input": outputs_for(events[-2]["response"])}))
+            nxt = [await recv()]
+            while nxt[-1]["type"] not in ("response.completed", "response.incomplete", "response.failed", "error"):
+                nxt.append(await recv())
+            return events, nxt
+
+    from inference import chat_format
+
+    events, nxt = asyncio.run(main())
+    types = [e["type"] for e in events]
+    assert types.count("response.created") == 1, "no automatic successor"
+    assert types[-2:] == ["response.completed", "response.steer.pending"]
+    assert types.index("response.steer.accepted") < types.index("response.function_call_arguments.done"), \
+        "the steer arrived while the call was streaming"
+    accepted, first, pending = events[types.index("response.steer.accepted")], events[-2]["response"], events[-1]
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    assert first["status"] == "completed" and first["output"][0]["status"] == "completed"
+    assert pending["stream_id"] == "main" and pending["steer"] == accepted["steer"]
+    assert pending["required_input"] == [{"type": "function_call_output", "call_id": o["call_id"], "name": o["name"]}
+                                         for o in first["output"]]
+    # The continuation on the same lane sees the steer input in front of the tool results.
+    created, done = nxt[0]["response"], nxt[-1]["response"]
+    assert created["previous_response_id"] == first["id"] and nxt[0]["stream_id"] == "main"
+    assert done["status"] == "completed"
+    calls = sum(len(chat_format.render_function_call(o["name"], o["arguments"])) for o in first["output"])
+    results = sum(len(chat_format.render_function_call_output(o["call_id"], "ok")) for o in first["output"])
+    steer = len(chat_format.render_message("user", STEER))
+    assert done["usage"]["input_tokens"] == first["usage"]["input_tokens"] + calls + steer + results
 
 
 def test_check_38_39_45_the_sdk_lane_helper_runs_two_conversations_on_one_socket(server_url):

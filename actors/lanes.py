@@ -1,0 +1,70 @@
+"""A connection's lanes (docs/protocol.md §4): responses on one lane run one at a time, and
+each lane caches its latest response's conversation — within a bound on the tokens all the
+lanes cache together."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from .context import ContextEntry
+from .errors import StreamLimitReached
+
+
+@dataclass(slots=True)
+class Lane:
+    latest: ContextEntry | None = None
+    busy: bool = False  # a response is loading its parent or running
+
+
+class Lanes(Mapping[str | None, Lane]):
+    """The lanes by ``stream_id`` (``None``: the default lane, always present)."""
+
+    def __init__(self, *, max_named: int, max_cached_tokens: int) -> None:
+        self._lanes: dict[str | None, Lane] = {None: Lane()}
+        self._lru: list[Lane] = []  # lanes by last update, for the cache bound
+        self._max_named = max_named
+        self._max_cached_tokens = max_cached_tokens
+
+    def __getitem__(self, name: str | None) -> Lane:
+        return self._lanes[name]
+
+    def __iter__(self) -> Iterator[str | None]:
+        return iter(self._lanes)
+
+    def __len__(self) -> int:
+        return len(self._lanes)
+
+    def admit(self, name: str | None) -> None:
+        """:class:`StreamLimitReached` if ``name`` would be one named lane too many."""
+        if name is not None and name not in self._lanes and len(self._lanes) - 1 >= self._max_named:
+            raise StreamLimitReached(self._max_named)
+
+    def open(self, name: str | None) -> Lane:
+        return self._lanes.setdefault(name, Lane())
+
+    def find(self, response_id: str) -> tuple[str | None, ContextEntry] | None:
+        """The lane whose latest response is ``response_id``, and that response's entry."""
+        for name, lane in self._lanes.items():
+            if lane.latest is not None and lane.latest.response_id == response_id:
+                return name, lane.latest
+        return None
+
+    def evict(self, name: str | None) -> None:
+        self._lanes[name].latest = None
+
+    def remember(self, name: str | None, entry: ContextEntry) -> None:
+        """``entry`` is the lane's latest response now.  The lanes' cached tokens stay under
+        ``max_cached_tokens``: the other lanes' entries go, least recently updated first (a
+        later continuation from an evicted store:false response fails with
+        previous_response_not_found)."""
+        keep = self._lanes[name]
+        keep.latest = entry
+        self._lru = [lane for lane in self._lru if lane is not keep] + [keep]
+        total = sum(len(lane.latest.tokens) for lane in self._lru if lane.latest is not None)
+        for lane in self._lru[:-1]:
+            if total <= self._max_cached_tokens:
+                break
+            if lane.latest is not None:
+                total -= len(lane.latest.tokens)
+                lane.latest = None
