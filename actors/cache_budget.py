@@ -24,19 +24,22 @@ class CacheBudget:
     def __init__(self, max_tokens: int) -> None:
         self.max_tokens = max_tokens
         self.total = 0
-        self._lanes: OrderedDict[CachedLane, tuple[object, int]] = OrderedDict()  # LRU first
-        self._owned: dict[object, int] = {}  # tokens per owner (connection)
+        # By lane (LRU first): (id of its owner, tokens).  Owners are keyed by identity (a
+        # connection's lane table need not be hashable).
+        self._lanes: OrderedDict[CachedLane, tuple[int, int]] = OrderedDict()
+        self._owned: dict[int, int] = {}  # tokens per owner
         self.evictions = 0
 
     def update(self, owner: object, lane: CachedLane, tokens: int, owner_max: int) -> None:
         """``lane`` (of ``owner``) now caches ``tokens``; evict other lanes, least recently
         updated first: the owner's own past ``owner_max``, then anyone's past the budget."""
         self.drop(lane)
-        self._lanes[lane] = (owner, tokens)
+        key = id(owner)
+        self._lanes[lane] = (key, tokens)
         self.total += tokens
-        self._owned[owner] = self._owned.get(owner, 0) + tokens
-        if self._owned[owner] > owner_max:
-            self._evict(lambda o: o is owner, lambda: self._owned.get(owner, 0) > owner_max, keep=lane)
+        self._owned[key] = self._owned.get(key, 0) + tokens
+        if self._owned[key] > owner_max:
+            self._evict(lambda o: o == key, lambda: self._owned.get(key, 0) > owner_max, keep=lane)
         if self.total > self.max_tokens:
             self._evict(lambda o: True, lambda: self.total > self.max_tokens, keep=lane)
 
@@ -54,11 +57,12 @@ class CacheBudget:
 
     def forget(self, owner: object) -> None:
         """The connection's state is gone: its lanes no longer count."""
-        for lane in [lane for lane, (o, _) in self._lanes.items() if o is owner]:
+        key = id(owner)
+        for lane in [lane for lane, (o, _) in self._lanes.items() if o == key]:
             self.drop(lane)
 
     def owned(self, owner: object) -> int:
-        return self._owned.get(owner, 0)
+        return self._owned.get(id(owner), 0)
 
     def _evict(self, mine: Any, over: Any, *, keep: CachedLane) -> None:
         for lane, (owner, _) in list(self._lanes.items()):

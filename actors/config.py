@@ -35,6 +35,9 @@ class SessionConfig(BaseModel):
     max_input_tokens: int = Field(400_000, ge=1, description="prompt tokens per request; more → 400")
     max_cached_tokens: int = Field(2_000_000, ge=1, description="tokens a connection caches over all "
                                    "lanes; beyond it the least recently used lanes are evicted")
+    host_max_cached_tokens: int = Field(32_000_000, ge=1, description="tokens one session host caches over "
+                                        "all its connections (~13-15 bytes each); beyond it the least recently "
+                                        "used lanes of any of its connections are evicted")
     safety: SafetyConfig = SafetyConfig()
     inference_app: str = Field("responses-ws", description="Serve application of the inference deployment")
     inference_deployment: str = "InferenceDeployment"

@@ -1,17 +1,19 @@
 """A connection's lanes (docs/protocol.md §4): responses on one lane run one at a time, and
 each lane caches its latest response's conversation — within a bound on the tokens all the
-lanes cache together."""
+lanes cache together, and within the host's budget over all its connections
+(:class:`~actors.cache_budget.CacheBudget`)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+from .cache_budget import CacheBudget
 from .context import ContextEntry
 from .errors import StreamLimitReached
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Lane:
     latest: ContextEntry | None = None
     busy: bool = False  # a response is loading its parent or running
@@ -20,11 +22,12 @@ class Lane:
 class Lanes(Mapping[str | None, Lane]):
     """The lanes by ``stream_id`` (``None``: the default lane, always present)."""
 
-    def __init__(self, *, max_named: int, max_cached_tokens: int) -> None:
+    def __init__(self, *, max_named: int, max_cached_tokens: int, budget: CacheBudget | None = None) -> None:
         self._lanes: dict[str | None, Lane] = {None: Lane()}
-        self._lru: list[Lane] = []  # lanes by last update, for the cache bound
         self._max_named = max_named
         self._max_cached_tokens = max_cached_tokens
+        # The host's budget, shared by its connections; a connection alone has its own.
+        self._budget = budget if budget is not None else CacheBudget(max_cached_tokens)
 
     def __getitem__(self, name: str | None) -> Lane:
         return self._lanes[name]
@@ -51,20 +54,19 @@ class Lanes(Mapping[str | None, Lane]):
         return None
 
     def evict(self, name: str | None) -> None:
-        self._lanes[name].latest = None
+        lane = self._lanes[name]
+        self._budget.drop(lane)
+        lane.latest = None
 
     def remember(self, name: str | None, entry: ContextEntry) -> None:
         """``entry`` is the lane's latest response now.  The lanes' cached tokens stay under
-        ``max_cached_tokens``: the other lanes' entries go, least recently updated first (a
-        later continuation from an evicted store:false response fails with
-        previous_response_not_found)."""
+        ``max_cached_tokens``, and the host's under its budget: other lanes' entries go, least
+        recently updated first (a later continuation from an evicted store:false response
+        fails with previous_response_not_found)."""
         keep = self._lanes[name]
         keep.latest = entry
-        self._lru = [lane for lane in self._lru if lane is not keep] + [keep]
-        total = sum(len(lane.latest.tokens) for lane in self._lru if lane.latest is not None)
-        for lane in self._lru[:-1]:
-            if total <= self._max_cached_tokens:
-                break
-            if lane.latest is not None:
-                total -= len(lane.latest.tokens)
-                lane.latest = None
+        self._budget.update(self, keep, len(entry.tokens), self._max_cached_tokens)
+
+    def release(self) -> None:
+        """The connection's state is gone: its cached tokens no longer count."""
+        self._budget.forget(self)

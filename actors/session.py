@@ -38,6 +38,7 @@ from .errors import (
     ServerShuttingDown,
     UnknownEventType,
 )
+from .cache_budget import CacheBudget
 from .lanes import Lanes
 from .prepare import Preparer
 from .protocol import (
@@ -72,6 +73,7 @@ class Session:
         append_mode: bool = False,
         clock: Callable[[], float],
         perf: Callable[[], float] = time.perf_counter,
+        cache: CacheBudget | None = None,
     ) -> None:
         self.config = config
         self._prep = Preparer(models, config.safety)
@@ -80,7 +82,8 @@ class Session:
         self.owner = owner
         self.transport = transport
         self._clock = clock
-        self._lanes = Lanes(max_named=config.max_named_lanes, max_cached_tokens=config.max_cached_tokens)
+        self._lanes = Lanes(max_named=config.max_named_lanes, max_cached_tokens=config.max_cached_tokens,
+                            budget=cache)
         self._pending: deque[tuple[str | None, ResponseCreate, PhaseTimer]] = deque()
         self._turns: dict[int, Turn] = {}
         self._loading: dict[int, tuple[str | None, ResponseCreate, PhaseTimer, float]] = {}
@@ -110,6 +113,11 @@ class Session:
         self._loading.clear()
         self._pending.clear()
         self._steering.drop_running()
+
+    def release(self) -> None:
+        """The connection's state is dropped for good: what it cached stops counting
+        against the host's budget."""
+        self._lanes.release()
 
     def on_frame(self, data: str | bytes) -> Effects:
         """One client frame.  Errors become ``error`` events; the session stays usable."""

@@ -24,6 +24,7 @@ from ray.util import metrics
 from inference import tokenizer
 from inference.types import InferenceEvent, InferenceRequest
 
+from ..cache_budget import CacheBudget
 from ..config import SessionConfig
 from .connection import Connection
 from ..session import Session
@@ -117,6 +118,7 @@ class SessionHost:
         self._metrics = PhaseMetrics()
         self._http_app = http_app
         self._http: HttpServer | None = None
+        self._cache = CacheBudget(config.host_max_cached_tokens)  # shared by its connections
 
     async def ready(self) -> str:
         """Warm up before a connection is assigned; returns the handoff path.
@@ -136,7 +138,7 @@ class SessionHost:
 
     def _new_session(self, conn_id: str, owner: str, append_mode: bool) -> Session:
         return Session(self._config, self._models, session_key=conn_id, owner=owner,
-                       append_mode=append_mode, clock=time.time)
+                       append_mode=append_mode, clock=time.time, cache=self._cache)
 
     def _connect(self, session: Session) -> Connection:
         assert self._store is not None

@@ -98,6 +98,7 @@ class ResumeRegistry:
         self.claim(held)
         if self._held.get(held.conn_id) is held:
             del self._held[held.conn_id]
+            held.session.release()
         if not held.gone.done():
             held.gone.set_result(None)
 

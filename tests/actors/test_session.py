@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from actors.cache_budget import CacheBudget
 from actors.config import SessionConfig
 from actors.protocol import ResponseObject
 from actors.session import Effects, Session
@@ -514,3 +515,19 @@ def test_cache_memory_per_connection_is_bounded_oldest_lanes_first():
     assert sum(len(s._lanes[x].latest.tokens) for x in cached) <= 60 or cached == ["c"]
     (err,) = dumped(send(s, input="x", stream_id="a", store=False, previous_response_id=ids[0]))
     assert err["error"]["code"] == "previous_response_not_found"
+
+
+def test_packed_connections_share_the_hosts_cache_budget_least_recently_used_connection_first():
+    """Two connections on one host with a host budget that holds one conversation: the
+    connection that continued last keeps its context, the other's is evicted; a closed
+    connection stops counting."""
+    host = CacheBudget(max_tokens=60)
+    one, two = (Session(SessionConfig(), [MODEL], session_key=k, clock=lambda: 1_700_000_000.0, cache=host)
+                for k in ("conn-1", "conn-2"))
+    first = terminal(answer_text(one, send(one, input="some words " * 15, store=False)))["id"]
+    terminal(answer_text(two, send(two, input="other words " * 15, store=False)))
+    assert host.total <= 60 and host.evictions == 1
+    (err,) = dumped(send(one, input="x", store=False, previous_response_id=first))
+    assert err["error"]["code"] == "previous_response_not_found"
+    two.release()
+    assert host.total == 0

@@ -11,6 +11,15 @@ from actors.errors import InvalidResumeToken
 from actors.host.resume import Held, ResumeRegistry, make_token, new_secret, parse_token
 
 
+
+class StubSession:
+    """Stands in for actors.session.Session: the registry only releases it."""
+
+    released = False
+
+    def release(self) -> None:
+        self.released = True
+
 def test_a_token_round_trips_and_anything_else_is_refused():
     secret = new_secret()
     assert parse_token(make_token("rws-abc-a1", "rws-abc-7", secret)) == ("rws-abc-a1", "rws-abc-7", secret)
@@ -22,7 +31,7 @@ def test_a_token_round_trips_and_anything_else_is_refused():
 def test_check_needs_the_right_secret_and_owner_and_a_parked_state_expires():
     async def main():
         registry = ResumeRegistry(grace_s=0.05)
-        held = Held("c1", "owner-a", "s3cret", session=object(), lifetime_deadline=0.0)
+        held = Held("c1", "owner-a", "s3cret", session=StubSession(), lifetime_deadline=0.0)
         registry.add(held)
         assert registry.check("c1", "s3cret", "owner-a") is held
         for conn, secret, owner in (("c1", "wrong", "owner-a"), ("c1", "s3cret", "owner-b"), ("c2", "s3cret", "owner-a")):
