@@ -301,6 +301,13 @@ class Session(SteeringMixin, AppendMixin):
     def _evict(self, lane_name: str | None) -> None:
         self._lanes[lane_name].latest = None
 
+    def on_store_failed(self, response_id: str) -> None:
+        """The record of ``response_id`` could not be written, so the client is told the
+        response failed: no lane continues from it any more."""
+        for lane in self._lanes.values():
+            if lane.latest is not None and lane.latest.response_id == response_id:
+                lane.latest = None
+
     # ------------------------------------------------------------------ inference side
     def on_inference(self, turn_id: int, chunk: Sequence[InferenceEvent]) -> Effects:
         """A chunk of model output for a started turn."""
