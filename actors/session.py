@@ -301,13 +301,6 @@ class Session(SteeringMixin, AppendMixin):
     def _evict(self, lane_name: str | None) -> None:
         self._lanes[lane_name].latest = None
 
-    def on_store_failed(self, response_id: str) -> None:
-        """The record of ``response_id`` could not be written, so the client is told the
-        response failed: no lane continues from it any more."""
-        for lane in self._lanes.values():
-            if lane.latest is not None and lane.latest.response_id == response_id:
-                lane.latest = None
-
     # ------------------------------------------------------------------ inference side
     def on_inference(self, turn_id: int, chunk: Sequence[InferenceEvent]) -> Effects:
         """A chunk of model output for a started turn."""
@@ -323,6 +316,13 @@ class Session(SteeringMixin, AppendMixin):
                 fx.cancel.append(turn.turn_id)  # cut by the output classifier
             fx += self._finish(turn, failed=False)
         return fx
+
+    def on_store_failed(self, response_id: str) -> None:
+        """The record of ``response_id`` could not be written, so the client is told the
+        response failed: no lane continues from it any more."""
+        for lane in self._lanes.values():
+            if lane.latest is not None and lane.latest.response_id == response_id:
+                lane.latest = None
 
     def on_inference_error(self, turn_id: int, exc: BaseException) -> Effects:
         """The model call failed after ``response.created``: ``response.failed``."""

@@ -1,6 +1,5 @@
-"""The asyncio driver: a bug a client frame hits becomes ``server_error`` on that socket,
-which stays usable; and a stored response's record is written before its terminal event
-goes out, holding back only that lane."""
+"""The asyncio driver's safety net: a bug a client frame hits becomes ``server_error`` on
+that socket, which stays usable."""
 
 from __future__ import annotations
 
@@ -50,7 +49,8 @@ def test_an_unexpected_exception_becomes_server_error_without_its_text(tmp_path)
     assert second["type"] == "error" and second["error"]["code"] == "invalid_json"
 
 
-# --- read-your-writes: the record before the terminal event ------------------------------------
+# --- read-your-writes: a stored response's record is written before its terminal event goes
+# --- out; only that lane waits ----------------------------------------------------------------
 
 
 class GatedStore(ResponseStore):
