@@ -11,12 +11,18 @@ import json
 import httpx
 import websockets
 
-from .wire import raw_collect
-
 MODEL = "emu-fast"
 N = 100
 KEY = {"Authorization": "Bearer sk-read-your-writes"}
 SHORT = {"emulator.text_tokens": "3"}  # short answers: the scenario is the store, not the model
+
+
+async def raw_collect(ws: websockets.ClientConnection) -> list[dict]:
+    """The frames of one response, up to its terminal event (or an error)."""
+    events = [json.loads(await ws.recv())]
+    while events[-1]["type"] not in ("response.completed", "response.incomplete", "response.failed", "error"):
+        events.append(json.loads(await ws.recv()))
+    return events
 
 
 def create(**body) -> str:
