@@ -34,10 +34,10 @@ class StoreWriter:
     """Writes records through to ``store`` and queues ledger lines for one asyncio task.
 
     Must be used on the event loop thread (the ledger task is started on the running loop
-    at the first submit).  At most ``max_writing`` puts run at once (more wait their turn);
-    at most ``max_pending`` ledger lines may wait at once; beyond
-    that :meth:`submit_usage` raises :class:`WriterBacklogFull` rather than grow without
-    bound.  ``close()`` finishes every write started or submitted before closing the store.
+    at the first submit).  At most ``max_writing`` puts run at once (more wait their turn).
+    At most ``max_pending`` ledger lines may wait at once; beyond that :meth:`submit_usage`
+    raises :class:`WriterBacklogFull` rather than grow without bound.  ``close()`` finishes
+    every write started or submitted before closing the store.
     """
 
     def __init__(self, store: Store, *, max_pending: int = DEFAULT_MAX_PENDING,

@@ -104,7 +104,7 @@ class Connection:
     def _apply(self, fx: Effects) -> None:
         records = {record.id: record for record in fx.persist}
         for event in fx.events:
-            record = records.pop(event.response.id, None) if isinstance(event, TERMINAL) else None
+            record = records.pop(event.response.id, None) if isinstance(event, _WITH_RECORD) else None
             if record is None:
                 self._send(event)
             else:
@@ -264,13 +264,13 @@ class Connection:
         self._out.put_nowait(None)
 
 
-TERMINAL = (ResponseCompleted, ResponseIncomplete)  # the terminal events a stored record goes with
+_WITH_RECORD = (ResponseCompleted, ResponseIncomplete)  # the terminal events a stored record goes with
 
 
 def failed_instead(event: ServerEvent) -> ResponseFailed:
     """``response.failed`` (``server_error``) in place of a terminal event whose response
     could not be stored: same sequence number, the output as generated."""
-    assert isinstance(event, TERMINAL)
+    assert isinstance(event, _WITH_RECORD)
     response = event.response.model_copy(update={
         "status": "failed", "completed_at": None, "incomplete_details": None,
         "error": ResponseErrorBody(code=ServerError.code, message=ServerError().message)})

@@ -8,7 +8,6 @@ import json
 import logging
 from collections.abc import AsyncIterator, Callable
 
-import pytest
 
 from actors.config import SessionConfig
 from actors.host.connection import Connection, ResponseStore
