@@ -2,7 +2,7 @@
 
 A WebSocket connection keeps one :class:`Preparer`: tool definitions are validated and
 rendered once and reused while unchanged, the model is resolved once, and the safety
-classifier's automaton is built once.  The HTTP path makes a fresh one per request — the
+classifier's rules are compiled once.  The HTTP path makes a fresh one per request — the
 stateless baseline redoes all of it.
 """
 
@@ -17,7 +17,7 @@ from inference.types import ToolSpec
 from .errors import APIError, InvalidRequest, ModelNotFound
 from .protocol import FunctionTool, InputItem
 from .render import item_text, tool_specs
-from .safety import Automaton, Classifier, SafetyConfig, build_automaton
+from .safety import Classifier, Matcher, SafetyConfig, build_matcher
 
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MAX_TOOLS = 128
@@ -38,7 +38,7 @@ class Preparer:
         self._tools_seen: list[FunctionTool] | None = None
         self._tools: tuple[tuple[ToolSpec, ...], list[int]] = ((), [])
         self._safety = safety
-        self.automaton: Automaton = build_automaton(safety)
+        self.matcher: Matcher = build_matcher(safety)
 
     def resolve_model(self, model: str | None) -> str:
         """Model id → served profile (resolved once per connection)."""
@@ -63,7 +63,7 @@ class Preparer:
         return self._tools
 
     def new_scan(self) -> Classifier:
-        return Classifier(self.automaton, self._safety.thresholds)
+        return Classifier(self.matcher, self._safety.thresholds)
 
     def scan(self, state: Classifier | None, items: Sequence[InputItem]) -> Classifier:
         """``state`` (the conversation so far) extended by ``items``; raises

@@ -370,6 +370,13 @@ class Session:
             fx += self._finish(turn, failed=False)
         return fx
 
+    def on_store_failed(self, response_id: str) -> None:
+        """The record of ``response_id`` could not be written, so the client is told the
+        response failed: no lane continues from it any more."""
+        for lane in self._lanes.values():
+            if lane.latest is not None and lane.latest.response_id == response_id:
+                lane.latest = None
+
     def on_inference_error(self, turn_id: int, exc: BaseException) -> Effects:
         """The model call failed after ``response.created``: ``response.failed``."""
         turn = self._turns.get(turn_id)

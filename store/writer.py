@@ -1,9 +1,11 @@
-"""Write-behind for the response store: stores and ledger lines leave the critical path.
+"""The store's writer: stored responses are written through, ledger lines behind.
 
-A response is sent to the client first; its record and usage entry are *submitted* here and
-written by one background task, in submission order.  Reads through the writer see every
-submitted record at once (read-your-writes), whether or not it has reached the store yet.
-A write that fails is logged and skipped; the task carries on with the next one.
+A ``store:true`` response's record is written *before* its terminal event goes out
+(:meth:`StoreWriter.put`, awaited by the connection driver), so a client told a response
+completed can read it at once from any process, and a crash cannot lose it after the fact.
+Usage (billing) lines are *submitted* and written later by one background task, in
+submission order, off the critical path: a ledger write overlaps the next turn.  A ledger
+write that fails is logged and skipped; the task carries on with the next one.
 """
 
 from __future__ import annotations
@@ -11,93 +13,118 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from dataclasses import dataclass
 
 from .base import Store, StoredResponse, UsageEntry
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_PENDING = 10_000
+DEFAULT_MAX_WRITING = 32  # puts at once, well under a Redis client's connection pool (100)
 
 
 class WriterClosed(RuntimeError):
-    """A submit after :meth:`StoreWriter.close`."""
+    """A write after :meth:`StoreWriter.close`."""
 
 
 class WriterBacklogFull(RuntimeError):
-    """``max_pending`` writes are already queued: the store is down or far too slow."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Put:
-    record: StoredResponse
-
-
-@dataclass(frozen=True, slots=True)
-class _Usage:
-    entry: UsageEntry
+    """``max_pending`` ledger writes are already queued: the store is down or far too slow."""
 
 
 class StoreWriter:
-    """Queues writes to ``store`` and performs them in FIFO order on one asyncio task.
+    """Writes records through to ``store`` and queues ledger lines for one asyncio task.
 
-    ``submit_*`` never wait; they must be called on the event loop thread (the task is
-    started on the running loop at the first submit).  At most ``max_pending`` writes may
-    wait at once; beyond that ``submit_*`` raise :class:`WriterBacklogFull` rather than
-    grow without bound.  ``close()`` writes everything submitted before closing the store.
+    Must be used on the event loop thread (the ledger task is started on the running loop
+    at the first submit).  At most ``max_writing`` puts run at once (more wait their turn).
+    At most ``max_pending`` ledger lines may wait at once; beyond that :meth:`submit_usage`
+    raises :class:`WriterBacklogFull` rather than grow without bound.  ``close()`` finishes
+    every write started or submitted before closing the store.
     """
 
-    def __init__(self, store: Store, *, max_pending: int = DEFAULT_MAX_PENDING) -> None:
+    def __init__(self, store: Store, *, max_pending: int = DEFAULT_MAX_PENDING,
+                 max_writing: int = DEFAULT_MAX_WRITING) -> None:
         self.store = store
         self.max_pending = max_pending
-        self._ops: deque[_Put | _Usage | asyncio.Future[None]] = deque()
-        self._pending = 0  # _Put/_Usage entries of _ops (flush barriers are not counted)
-        self._queued: dict[str, tuple[StoredResponse, int]] = {}  # id -> (latest record, puts queued)
+        self._writing = asyncio.Semaphore(max_writing)  # a burst of puts queues here
+        self._ops: deque[UsageEntry | asyncio.Future[None]] = deque()  # ledger lines and flush barriers
+        self._pending = 0  # ledger lines in _ops
+        self._puts: dict[str, asyncio.Task[None]] = {}  # the latest put of each id still writing
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closed = False
 
     @property
     def pending(self) -> int:
-        """Writes submitted and not yet finished (written or failed)."""
+        """Ledger lines submitted and not yet finished (written or failed)."""
         return self._pending
 
-    def submit_put(self, record: StoredResponse) -> None:
-        """Queue ``record`` for :meth:`Store.put`; readable through :meth:`get` at once."""
-        self._enqueue(_Put(record))
-        _, count = self._queued.get(record.id, (record, 0))
-        self._queued[record.id] = (record, count + 1)
+    async def put(self, record: StoredResponse) -> None:
+        """Write ``record`` now (not queued): once this returns, every process reads it.
+
+        Raises what the store raises, after logging it.  The write runs on its own task:
+        cancelling the caller does not cancel it, and :meth:`get`, :meth:`delete`,
+        :meth:`flush` and :meth:`close` wait for it.  Writes of one id land in call order.
+        """
+        if self._closed:
+            raise WriterClosed("the store writer is closed")
+        task = asyncio.get_running_loop().create_task(self._put(record, self._puts.get(record.id)))
+        self._puts[record.id] = task
+        task.add_done_callback(lambda t: self._put_done(record.id, t))
+        await asyncio.shield(task)
+
+    async def _put(self, record: StoredResponse, previous: asyncio.Task[None] | None) -> None:
+        if previous is not None:
+            await asyncio.wait([previous])
+        async with self._writing:
+            await self.store.put(record)
+
+    def _put_done(self, response_id: str, task: asyncio.Task[None]) -> None:
+        if self._puts.get(response_id) is task:
+            del self._puts[response_id]
+        if not task.cancelled() and task.exception() is not None:
+            log.error("store write failed: put %s", response_id, exc_info=task.exception())
 
     def submit_usage(self, entry: UsageEntry) -> None:
-        """Queue ``entry`` for :meth:`Store.add_usage`."""
-        self._enqueue(_Usage(entry))
+        """Queue ``entry`` for :meth:`Store.add_usage`; never waits."""
+        if self._closed:
+            raise WriterClosed("the store writer is closed")
+        if self._pending >= self.max_pending:
+            raise WriterBacklogFull(f"{self._pending} ledger writes are already queued")
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="store-writer")
+        self._ops.append(entry)
+        self._pending += 1
+        self._wakeup.set()
 
     async def get(self, response_id: str, owner: str) -> StoredResponse | None:
-        """As :meth:`Store.get`, answering from the queue while the id is still in it."""
-        queued = self._queued.get(response_id)
-        if queued is not None:
-            record = queued[0]
-            return record if record.owner == owner else None
+        """As :meth:`Store.get`, after a put of the id still writing has finished."""
+        await self._settled(response_id)
         return await self.store.get(response_id, owner)
 
     async def delete(self, response_id: str, owner: str) -> bool:
-        """As :meth:`Store.delete`; a queued put of the id is written first, so it
-        cannot land after the delete and bring the record back."""
-        if response_id in self._queued:
-            await self.flush()
+        """As :meth:`Store.delete`; a put of the id still writing lands first, so it cannot
+        bring the record back after the delete."""
+        await self._settled(response_id)
         return await self.store.delete(response_id, owner)
 
+    async def _settled(self, response_id: str) -> None:
+        writing = self._puts.get(response_id)
+        if writing is not None:
+            await asyncio.wait([writing])
+
     async def usage(self, owner: str) -> list[UsageEntry]:
-        """As :meth:`Store.usage`, after everything submitted so far is written."""
+        """As :meth:`Store.usage`, after every ledger line submitted so far is written."""
         await self.flush()
         return await self.store.usage(owner)
 
     async def flush(self) -> None:
-        """Return once every write submitted before this call has been performed.
+        """Return once every put started and every ledger line submitted before this call
+        has been performed (written or failed).
 
-        Raises ``RuntimeError`` rather than waiting forever if the writer task has died
+        Raises ``RuntimeError`` rather than waiting forever if the ledger task has died
         (it survives failed writes, so only a bug or a cancelled loop gets it there).
         """
+        if self._puts:
+            await asyncio.wait(list(self._puts.values()))
         if not self._ops or self._task is None:
             return
         barrier: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -108,7 +135,7 @@ class StoreWriter:
             raise RuntimeError(f"the store writer task stopped with {self.pending} writes queued")
 
     async def close(self) -> None:
-        """Flush, stop the task, close the store. Idempotent; later submits raise."""
+        """Flush, stop the task, close the store. Idempotent; later writes raise."""
         if self._closed:
             return
         self._closed = True
@@ -119,17 +146,6 @@ class StoreWriter:
                 self._task.cancel()
                 await asyncio.wait([self._task])
             await self.store.close()
-
-    def _enqueue(self, op: _Put | _Usage) -> None:
-        if self._closed:
-            raise WriterClosed("the store writer is closed")
-        if self._pending >= self.max_pending:
-            raise WriterBacklogFull(f"{self._pending} store writes are already queued")
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="store-writer")
-        self._ops.append(op)
-        self._pending += 1
-        self._wakeup.set()
 
     async def _run(self) -> None:
         while True:
@@ -144,26 +160,8 @@ class StoreWriter:
                     op.set_result(None)
                 continue
             try:
-                if isinstance(op, _Put):
-                    await self.store.put(op.record)
-                else:
-                    await self.store.add_usage(op.entry)
+                await self.store.add_usage(op)
             except Exception:
-                log.exception("store write failed, skipped: %s", _describe(op))
+                log.exception("store write failed, skipped: usage of %s", op.response_id)
             self._ops.popleft()
             self._pending -= 1
-            if isinstance(op, _Put):
-                self._forget(op.record.id)
-
-    def _forget(self, response_id: str) -> None:
-        record, count = self._queued[response_id]
-        if count == 1:
-            del self._queued[response_id]
-        else:
-            self._queued[response_id] = (record, count - 1)
-
-
-def _describe(op: _Put | _Usage) -> str:
-    if isinstance(op, _Put):
-        return f"put {op.record.id}"
-    return f"usage of {op.entry.response_id}"

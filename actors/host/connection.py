@@ -1,10 +1,16 @@
 """The asyncio driver of one :class:`~actors.session.Session`.
 
 It feeds client input into the session, runs the model calls the session starts through an
-:class:`InferenceClient`, answers the session's store loads, hands post-inference writes
-(stored responses, ledger lines) to a write-behind :class:`~store.writer.StoreWriter`
-so they stay off the response's critical path, and queues server events for whoever holds
-the client (a WebSocket, an HTTP response), who drains them in batches.  No Ray here.
+:class:`InferenceClient`, answers the session's store loads, writes what the session asks
+to persist through a :class:`~store.writer.StoreWriter`, and queues server events for
+whoever holds the client (a WebSocket, an HTTP response), who drains them in batches.  No
+Ray here.
+
+Read-your-writes: a ``store:true`` response's record is written *before* its terminal event
+is queued.  Until the write returns, the terminal event — and every later event of the same
+lane, such as the next queued response's ``response.created`` — waits; other lanes' events
+keep flowing.  A write that fails turns the terminal event into ``response.failed``
+(``server_error``).  Ledger lines stay write-behind: billing overlaps the next turn.
 """
 
 from __future__ import annotations
@@ -12,15 +18,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 from inference.types import Done, InferenceEvent, InferenceRequest
 
 from ..errors import ServerError
-from ..protocol import ResponseCreate, ServerEvent, error_event
+from ..protocol import (
+    ResponseCompleted,
+    ResponseCreate,
+    ResponseErrorBody,
+    ResponseFailed,
+    ResponseIncomplete,
+    ServerEvent,
+    error_event,
+)
 from ..session import Effects, Load, Session, Turn
-from store import StoreWriter
+from store import StoredResponse, UsageEntry
 from ..timings import PhaseTimer
 
 log = logging.getLogger(__name__)
@@ -32,14 +49,34 @@ class InferenceClient(Protocol):
     def stream(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]: ...
 
 
+class ResponseStore(Protocol):
+    """The seam to the store (a :class:`~store.writer.StoreWriter`)."""
+
+    async def put(self, record: StoredResponse) -> None: ...
+
+    def submit_usage(self, entry: UsageEntry) -> None: ...
+
+    async def get(self, response_id: str, owner: str) -> StoredResponse | None: ...
+
+
+@dataclass(slots=True)
+class _Stored:
+    """A terminal event held in its lane until the response's record is written."""
+
+    event: ServerEvent
+    written: bool = False
+
+
 class Connection:
-    def __init__(self, session: Session, inference: InferenceClient, store: StoreWriter,
+    def __init__(self, session: Session, inference: InferenceClient, store: ResponseStore,
                  observe: Callable[[str, dict[str, float]], None] | None = None) -> None:
         self.session = session
         self._inference = inference
         self._store = store
         self._observe = observe
         self._out: asyncio.Queue[ServerEvent | str | None] = asyncio.Queue()
+        self._held: dict[str | None, deque[ServerEvent | _Stored]] = {}  # lanes waiting on a write
+        self._last: list[str | None] = []  # queued once no lane is held: a final frame, the end
         self._tasks: set[asyncio.Task[None]] = set()
         self._generations: dict[int, asyncio.Task[None]] = {}
         self._accepting = True
@@ -65,10 +102,16 @@ class Connection:
             self._apply(self.session.on_create(create, timer))
 
     def _apply(self, fx: Effects) -> None:
+        records = {record.id: record for record in fx.persist}
         for event in fx.events:
-            self._out.put_nowait(event)
-        for record in fx.persist:
-            self._store.submit_put(record)
+            record = records.pop(event.response.id, None) if isinstance(event, _WITH_RECORD) else None
+            if record is None:
+                self._send(event)
+            else:
+                held = _Stored(event)
+                self._held.setdefault(event.stream_id, deque()).append(held)
+                self._spawn(self._persist(record, held))
+        assert not records, "a stored record comes with its terminal event"
         for entry in fx.usage:
             self._store.submit_usage(entry)
         for turn_id in fx.cancel:  # the response is over; stop its generation
@@ -84,6 +127,52 @@ class Connection:
             self._spawn(self._load(load))
         if self.session.draining and self.session.idle:
             self.end(1001)
+
+    def _send(self, event: ServerEvent) -> None:
+        held = self._held.get(event.stream_id)
+        if held is None:
+            self._out.put_nowait(event)
+        else:
+            held.append(event)
+
+    async def _persist(self, record: StoredResponse, held: _Stored) -> None:
+        """Write the record, then let its lane's events go (``response.failed`` instead of
+        the terminal event if the write failed)."""
+        started = time.perf_counter()
+        try:
+            await self._store.put(record)
+        except Exception:  # noqa: BLE001 - the writer logged it; the client learns the response failed
+            log.warning("response %s failed: its record could not be stored", record.id)
+            held.event = failed_instead(held.event)
+            self.session.on_store_failed(record.id)
+        held.written = True
+        if self._observe is not None:
+            self._observe(self.session.transport, {"store_write": (time.perf_counter() - started) * 1000.0})
+        self._release(held.event.stream_id)
+
+    def _release(self, lane: str | None) -> None:
+        """Queue the lane's held events up to the first write still running."""
+        held = self._held[lane]
+        while held:
+            head = held[0]
+            if isinstance(head, _Stored):
+                if not head.written:
+                    return
+                head = head.event
+            self._out.put_nowait(head)
+            held.popleft()
+        del self._held[lane]
+        if not self._held:
+            for last in self._last:
+                self._out.put_nowait(last)
+            self._last.clear()
+
+    def _queue_last(self, frame: str | None) -> None:
+        """Queue ``frame`` (``None``: the end of ``events``) after every held lane."""
+        if self._held:
+            self._last.append(frame)
+        else:
+            self._out.put_nowait(frame)
 
     def _spawn(self, coro) -> asyncio.Task[None]:  # noqa: ANN001
         task = asyncio.get_running_loop().create_task(coro)
@@ -141,7 +230,7 @@ class Connection:
     def finish_with(self, frame: str) -> None:
         """Send ``frame`` as the last one and end ``events`` (e.g. the lifetime limit error)."""
         if self._accepting:
-            self._out.put_nowait(frame)
+            self._queue_last(frame)
             self.end(1000)
 
     def drain(self) -> None:
@@ -152,17 +241,18 @@ class Connection:
             self.end(1001)
 
     def end(self, code: int) -> None:
-        """The server ends the connection: ``events`` ends after what is queued, and the
-        socket closes with ``code``."""
+        """The server ends the connection: ``events`` ends after what is queued (and what
+        waits on a store write), and the socket closes with ``code``."""
         if self._accepting:
             self._accepting = False
             self.server_ended = True
             self.close_code = code
-            self._out.put_nowait(None)
+            self._queue_last(None)
 
     async def close(self) -> None:
-        """Cancel every running generation (frees the inference slots) and end ``events``.
-        Pending store writes stay queued in the writer, which its owner flushes."""
+        """Cancel every running generation (frees the inference slots) and end ``events``;
+        events held for a store write are dropped (the client is gone).  Store writes carry
+        on in the writer, which its owner flushes."""
         if self._closed:
             return
         self._closed = True
@@ -172,3 +262,16 @@ class Connection:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._out.put_nowait(None)
+
+
+_WITH_RECORD = (ResponseCompleted, ResponseIncomplete)  # the terminal events a stored record goes with
+
+
+def failed_instead(event: ServerEvent) -> ResponseFailed:
+    """``response.failed`` (``server_error``) in place of a terminal event whose response
+    could not be stored: same sequence number, the output as generated."""
+    assert isinstance(event, _WITH_RECORD)
+    response = event.response.model_copy(update={
+        "status": "failed", "completed_at": None, "incomplete_details": None,
+        "error": ResponseErrorBody(code=ServerError.code, message=ServerError().message)})
+    return ResponseFailed(sequence_number=event.sequence_number, response=response, stream_id=event.stream_id)

@@ -2,7 +2,8 @@
 
 Every test of the contract is parametrized over both backends through ``open_store``; the
 SQLite-only tests pin what the embedded file promises (WAL, many processes writing it), the
-``StoreWriter`` tests the write-behind queue in front of either.
+``StoreWriter`` tests its two paths in front of either: records written through, the usage
+ledger written behind.
 """
 
 from __future__ import annotations
@@ -254,7 +255,7 @@ def test_a_closed_sqlite_store_refuses_calls(tmp_path: Path) -> None:
     asyncio.run(scenario())
 
 
-# --- StoreWriter: write-behind ----------------------------------------------------------------
+# --- StoreWriter: records written through, the ledger written behind ---------------------------
 
 
 class Interposed:
@@ -282,76 +283,23 @@ def held_back(inner: Store) -> tuple[Interposed, asyncio.Event]:
     return Interposed(inner, wait_for_gate), gate
 
 
-def test_the_writer_reads_its_own_writes_before_they_land(config: StoreConfig) -> None:
+def test_a_put_is_in_the_store_when_it_returns(config: StoreConfig) -> None:
     async def scenario() -> None:
         store, gate = held_back(open_store(config))
         writer = StoreWriter(store)
-        writer.submit_put(record("resp_1"))
-        await asyncio.sleep(0)  # the write is in flight, held at the gate
-        assert await store.inner.get("resp_1", ALICE) is None
-        assert await writer.get("resp_1", ALICE) == record("resp_1")
-        assert await writer.get("resp_1", BOB) is None  # the queue honours the owner too
+        putting = asyncio.create_task(writer.put(record("resp_1")))
+        await asyncio.sleep(0.01)
+        assert not putting.done(), "the caller waits for the write"
         gate.set()
-        await writer.flush()
-        assert await store.inner.get("resp_1", ALICE) == record("resp_1")
-        assert await writer.get("resp_1", ALICE) == record("resp_1")
+        await putting
+        async with opened(config) as other_process:  # another store instance sees it at once
+            assert await other_process.get("resp_1", ALICE) == record("resp_1")
         await writer.close()
 
     asyncio.run(scenario())
 
 
-def test_the_writer_writes_in_submission_order(config: StoreConfig) -> None:
-    async def scenario() -> None:
-        writer = StoreWriter(open_store(config))
-        writer.submit_put(record("resp_1", text="first"))
-        writer.submit_usage(usage_entry("resp_1", output_tokens=1))
-        writer.submit_put(record("resp_1", text="second"))
-        writer.submit_usage(usage_entry("resp_2", output_tokens=2))
-        assert await writer.get("resp_1", ALICE) == record("resp_1", text="second")
-        assert await writer.usage(ALICE) == [usage_entry("resp_1", output_tokens=1),
-                                             usage_entry("resp_2", output_tokens=2)]
-        assert await writer.store.get("resp_1", ALICE) == record("resp_1", text="second")
-        assert writer.pending == 0
-        await writer.close()
-
-    asyncio.run(scenario())
-
-
-def test_a_delete_through_the_writer_follows_the_queued_put(config: StoreConfig) -> None:
-    async def scenario() -> None:
-        store, gate = held_back(open_store(config))
-        writer = StoreWriter(store)
-        writer.submit_put(record("resp_1"))
-        deleting = asyncio.create_task(writer.delete("resp_1", ALICE))
-        await asyncio.sleep(0)
-        assert not deleting.done()  # waits for the put, else the put would resurrect the record
-        gate.set()
-        assert await deleting is True
-        await writer.flush()
-        assert await writer.get("resp_1", ALICE) is None
-        await writer.close()
-
-    asyncio.run(scenario())
-
-
-def test_closing_the_writer_loses_no_write(config: StoreConfig) -> None:
-    n = 500
-
-    async def scenario() -> None:
-        writer = StoreWriter(open_store(config))
-        for i in range(n):
-            writer.submit_put(record(f"resp_{i}", text=f"r{i}"))
-            writer.submit_usage(usage_entry(f"resp_{i}"))
-        await writer.close()
-        async with opened(config) as reopened:
-            for i in range(n):
-                assert await reopened.get(f"resp_{i}", ALICE) == record(f"resp_{i}", text=f"r{i}")
-            assert await reopened.usage(ALICE) == [usage_entry(f"resp_{i}") for i in range(n)]
-
-    asyncio.run(scenario())
-
-
-def test_a_failed_write_is_logged_and_later_writes_still_land(
+def test_a_failed_put_is_logged_and_raised_to_the_caller(
         config: StoreConfig, caplog: pytest.LogCaptureFixture) -> None:
     async def fail_resp_bad(rec: StoredResponse) -> None:
         if rec.id == "resp_bad":
@@ -359,13 +307,11 @@ def test_a_failed_write_is_logged_and_later_writes_still_land(
 
     async def scenario() -> None:
         writer = StoreWriter(Interposed(open_store(config), fail_resp_bad))
-        writer.submit_put(record("resp_bad"))
-        writer.submit_put(record("resp_good"))
-        writer.submit_usage(usage_entry("resp_good"))
-        await writer.flush()
+        with pytest.raises(ConnectionError):
+            await writer.put(record("resp_bad"))
+        await writer.put(record("resp_good"))
         assert await writer.get("resp_bad", ALICE) is None
         assert await writer.get("resp_good", ALICE) == record("resp_good")
-        assert await writer.usage(ALICE) == [usage_entry("resp_good")]
         await writer.close()
 
     with caplog.at_level(logging.ERROR, logger="store.writer"):
@@ -375,26 +321,119 @@ def test_a_failed_write_is_logged_and_later_writes_still_land(
     assert failure.exc_info is not None and failure.exc_info[0] is ConnectionError
 
 
-def test_the_writer_backlog_is_bounded(config: StoreConfig) -> None:
+def test_a_put_outlives_its_cancelled_caller_and_reads_and_deletes_wait_for_it(config: StoreConfig) -> None:
     async def scenario() -> None:
         store, gate = held_back(open_store(config))
-        writer = StoreWriter(store, max_pending=2)
-        writer.submit_put(record("resp_1"))
-        writer.submit_usage(usage_entry("resp_1"))
-        with pytest.raises(WriterBacklogFull):
-            writer.submit_put(record("resp_2"))
+        writer = StoreWriter(store)
+        putting = asyncio.create_task(writer.put(record("resp_1")))
+        await asyncio.sleep(0)
+        putting.cancel()  # e.g. the client went away: the record is still written
+        reading = asyncio.create_task(writer.get("resp_1", ALICE))
+        deleting = asyncio.create_task(writer.delete("resp_1", ALICE))
+        await asyncio.sleep(0.01)
+        assert not reading.done() and not deleting.done(), "else the put would bring the record back"
         gate.set()
+        assert await reading == record("resp_1")
+        assert await deleting is True
+        assert await writer.get("resp_1", ALICE) is None
         await writer.close()
 
     asyncio.run(scenario())
 
 
-def test_the_writer_refuses_submits_after_close(config: StoreConfig) -> None:
+def test_puts_of_one_id_land_in_call_order(config: StoreConfig) -> None:
+    async def scenario() -> None:
+        store, gate = held_back(open_store(config))
+        writer = StoreWriter(store)
+        first = asyncio.create_task(writer.put(record("resp_1", text="first")))
+        second = asyncio.create_task(writer.put(record("resp_1", text="second")))
+        await asyncio.sleep(0)
+        gate.set()
+        await asyncio.gather(first, second)
+        assert await writer.get("resp_1", ALICE) == record("resp_1", text="second")
+        await writer.close()
+
+    asyncio.run(scenario())
+
+
+def test_the_ledger_is_written_behind_in_submission_order(config: StoreConfig) -> None:
+    async def scenario() -> None:
+        writer = StoreWriter(open_store(config))
+        writer.submit_usage(usage_entry("resp_1", output_tokens=1))
+        writer.submit_usage(usage_entry("resp_2", output_tokens=2))
+        assert writer.pending == 2, "submitting never waits"
+        assert await writer.usage(ALICE) == [usage_entry("resp_1", output_tokens=1),
+                                             usage_entry("resp_2", output_tokens=2)]
+        assert writer.pending == 0
+        await writer.close()
+
+    asyncio.run(scenario())
+
+
+def test_closing_the_writer_loses_no_write(config: StoreConfig) -> None:
+    n = 500
+
+    async def scenario() -> None:
+        store, gate = held_back(open_store(config))
+        writer = StoreWriter(store)
+        puts = [asyncio.create_task(writer.put(record(f"resp_{i}", text=f"r{i}"))) for i in range(n)]
+        for i in range(n):
+            writer.submit_usage(usage_entry(f"resp_{i}"))
+        await asyncio.sleep(0)
+        for put in puts:
+            put.cancel()  # the callers gave up; the writes did not
+        gate.set()
+        await writer.close()
+        async with opened(config) as reopened:
+            for i in range(n):
+                assert await reopened.get(f"resp_{i}", ALICE) == record(f"resp_{i}", text=f"r{i}")
+            assert await reopened.usage(ALICE) == [usage_entry(f"resp_{i}") for i in range(n)]
+
+    asyncio.run(scenario())
+
+
+def test_a_failed_ledger_write_is_logged_and_later_writes_still_land(
+        config: StoreConfig, caplog: pytest.LogCaptureFixture) -> None:
+    class FailingLedger(Interposed):
+        async def add_usage(self, entry: UsageEntry) -> None:
+            if entry.response_id == "resp_bad":
+                raise ConnectionError("store unreachable")
+            await self.inner.add_usage(entry)
+
+    async def scenario() -> None:
+        writer = StoreWriter(FailingLedger(open_store(config), lambda _: asyncio.sleep(0)))
+        writer.submit_usage(usage_entry("resp_bad"))
+        writer.submit_usage(usage_entry("resp_good"))
+        assert await writer.usage(ALICE) == [usage_entry("resp_good")]
+        await writer.close()
+
+    with caplog.at_level(logging.ERROR, logger="store.writer"):
+        asyncio.run(scenario())
+    [failure] = caplog.records
+    assert "usage of resp_bad" in failure.getMessage()
+    assert failure.exc_info is not None and failure.exc_info[0] is ConnectionError
+
+
+def test_the_ledger_backlog_is_bounded(config: StoreConfig) -> None:
+    async def scenario() -> None:
+        writer = StoreWriter(open_store(config), max_pending=2)
+        writer.submit_usage(usage_entry("resp_1"))
+        writer.submit_usage(usage_entry("resp_2"))
+        with pytest.raises(WriterBacklogFull):
+            writer.submit_usage(usage_entry("resp_3"))
+        await writer.close()
+
+    asyncio.run(scenario())
+
+
+def test_the_writer_refuses_writes_after_close(config: StoreConfig) -> None:
     async def scenario() -> None:
         writer = StoreWriter(open_store(config))
         await writer.close()
         await writer.close()  # idempotent
         with pytest.raises(WriterClosed):
-            writer.submit_put(record("resp_1"))
+            writer.submit_usage(usage_entry("resp_1"))
+        with pytest.raises(WriterClosed):
+            await writer.put(record("resp_1"))
 
     asyncio.run(scenario())

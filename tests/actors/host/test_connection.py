@@ -5,12 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+from collections.abc import AsyncIterator, Callable
+
 
 from actors.config import SessionConfig
-from actors.host.connection import Connection
+from actors.host.connection import Connection, ResponseStore
+from actors.protocol import ServerEvent
 from actors.session import Session
-from store import StoreConfig, open_store
+from inference.types import Done, InferenceEvent, InferenceRequest, Prefilled, TextDelta
+from store import StoreConfig, StoredResponse, UsageEntry, open_store
 from store.writer import StoreWriter
+
+MODEL = "emu-fast"
+HOLD = "test.hold"  # metadata: the model call waits for ``ScriptedInference.release`` mid-answer
 
 
 class BuggySession(Session):
@@ -24,7 +32,7 @@ class BuggySession(Session):
 
 def test_an_unexpected_exception_becomes_server_error_without_its_text(tmp_path):
     async def main():
-        session = BuggySession(SessionConfig(), ["emu-fast"], session_key="s", clock=lambda: 0.0)
+        session = BuggySession(SessionConfig(), [MODEL], session_key="s", clock=lambda: 0.0)
         store = StoreWriter(open_store(StoreConfig(data_dir=str(tmp_path))))
         conn = Connection(session, inference=None, store=store)  # type: ignore[arg-type]
         conn.feed("trigger")
@@ -38,3 +46,191 @@ def test_an_unexpected_exception_becomes_server_error_without_its_text(tmp_path)
     assert first["type"] == "error" and first["status"] == 500
     assert first["error"]["code"] == "server_error" and "secret" not in json.dumps(first)
     assert second["type"] == "error" and second["error"]["code"] == "invalid_json"
+
+
+# --- read-your-writes: a stored response's record is written before its terminal event goes
+# --- out; only that lane waits ----------------------------------------------------------------
+
+
+class GatedStore(ResponseStore):
+    """A store whose puts wait for ``open()``; ``fail`` lists ids whose put then raises."""
+
+    def __init__(self, fail: frozenset[str] = frozenset()) -> None:
+        self.gate = asyncio.Event()
+        self.fail = fail
+        self.started: list[str] = []
+        self.records: dict[str, StoredResponse] = {}
+        self.usage: list[UsageEntry] = []
+
+    async def put(self, record: StoredResponse) -> None:
+        self.started.append(record.id)
+        await self.gate.wait()
+        if record.id in self.fail:
+            raise ConnectionError("store unreachable")
+        self.records[record.id] = record
+
+    def submit_usage(self, entry: UsageEntry) -> None:
+        self.usage.append(entry)
+
+    async def get(self, response_id: str, owner: str) -> StoredResponse | None:
+        record = self.records.get(response_id)
+        return record if record is not None and record.owner == owner else None
+
+
+class ScriptedInference:
+    """Answers "Hi there"; a request with ``HOLD`` metadata pauses after its first delta."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+
+    async def stream(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
+        yield [Prefilled(len(request.prompt_token_ids), 0, 0.0, 0.0), TextDelta("Hi", 1)]
+        if (HOLD, "1") in request.metadata:
+            await self.release.wait()
+        yield [TextDelta(" there", 1), Done("stop", 2, 1.0)]
+
+
+class Client:
+    """Drains ``conn.events()`` in the background, as a socket's send loop does; records what
+    the store holds at the moment each terminal event reaches the client."""
+
+    def __init__(self, conn: Connection, store: GatedStore) -> None:
+        self.events: list[dict] = []
+        self.stored_when_sent: dict[str, bool] = {}
+        self.ended = False
+        self._store = store
+        self._task = asyncio.get_running_loop().create_task(self._drain(conn))
+
+    async def _drain(self, conn: Connection) -> None:
+        async for batch in conn.events():
+            for event in batch:
+                self._receive(event)
+        self.ended = True
+
+    def _receive(self, event: ServerEvent | str) -> None:
+        data = json.loads(event if isinstance(event, str) else event.model_dump_json())
+        if data["type"] in ("response.completed", "response.incomplete", "response.failed"):
+            self.stored_when_sent[data["response"]["id"]] = data["response"]["id"] in self._store.records
+        self.events.append(data)
+
+    def types(self, lane: str | None = None) -> list[str]:
+        return [e["type"] for e in self.events if e.get("stream_id") == lane]
+
+    async def until(self, condition: Callable[[], bool]) -> None:
+        async def poll() -> None:
+            while not condition():
+                await asyncio.sleep(0.001)
+
+        await asyncio.wait_for(poll(), timeout=10)
+
+
+def create(**body) -> str:
+    return json.dumps({"type": "response.create", "model": MODEL, "input": "hello", **body})
+
+
+def run(scenario: Callable[[Connection, GatedStore, ScriptedInference, Client], object],
+        store: GatedStore | None = None, observed: list | None = None) -> None:
+    async def main() -> None:
+        gated = store or GatedStore()
+        inference = ScriptedInference()
+        session = Session(SessionConfig(), [MODEL], session_key="s", clock=lambda: 0.0)
+        conn = Connection(session, inference, gated,
+                          observe=None if observed is None else lambda t, r: observed.append(r))
+        client = Client(conn, gated)
+        try:
+            await scenario(conn, gated, inference, client)
+        finally:
+            await conn.close()
+
+    asyncio.run(main())
+
+
+def test_the_terminal_event_waits_for_the_record_while_other_lanes_flow():
+    async def scenario(conn, store, inference, client):
+        conn.feed(create(stream_id="a"))
+        conn.feed(create(stream_id="b", metadata={HOLD: "1"}))
+        await client.until(lambda: len(store.started) == 1)  # lane a finished, its put runs
+        inference.release.set()  # lane b goes on meanwhile
+        await client.until(lambda: len(store.started) == 2)
+        assert "response.output_text.done" in client.types("b"), "lane b's events were not held"
+        assert client.types("a")[-1] == "response.output_item.done", "a's terminal waits for its put"
+        assert [u.response_id for u in store.usage] == store.started, "the ledger does not wait"
+        store.gate.set()
+        await client.until(lambda: len(client.stored_when_sent) == 2)
+        assert client.types("a")[-1] == client.types("b")[-1] == "response.completed"
+        assert all(client.stored_when_sent.values()), "each record was stored before its terminal event"
+
+    run(scenario)
+
+
+def test_the_next_response_of_the_lane_waits_behind_the_held_terminal():
+    async def scenario(conn, store, inference, client):
+        conn.feed(create())
+        conn.feed(create())  # queued on the same lane
+        await client.until(lambda: len(store.started) == 2)  # the second even ran meanwhile
+        assert client.types().count("response.created") == 1
+        store.gate.set()
+        await client.until(lambda: len(client.stored_when_sent) == 2)
+        types = client.types()
+        first_end = types.index("response.completed")
+        assert types.index("response.created", 1) == first_end + 1
+        assert [e["sequence_number"] for e in client.events[first_end + 1:]] == list(range(len(types) - first_end - 1))
+
+    run(scenario)
+
+
+def test_a_store_failure_is_response_failed_with_server_error_and_not_continued_from(caplog):
+    async def scenario(conn, store, inference, client):
+        conn.feed(create(stream_id="a"))
+        await client.until(lambda: len(store.started) == 1)
+        store.fail = frozenset(store.started)
+        store.gate.set()
+        await client.until(lambda: len(client.stored_when_sent) == 1)
+        failed = client.events[-1]
+        assert failed["type"] == "response.failed" and failed["stream_id"] == "a"
+        assert failed["response"]["status"] == "failed"
+        assert failed["response"]["error"] == {"code": "server_error",
+                                               "message": "The server had an error while processing your request."}
+        assert failed["response"]["output"][0]["content"][0]["text"] == "Hi there"
+        assert failed["sequence_number"] == client.events[-2]["sequence_number"] + 1
+        conn.feed(create(stream_id="a", previous_response_id=failed["response"]["id"]))
+        await client.until(lambda: client.events[-1]["type"] == "error")
+        assert client.events[-1]["error"]["code"] == "previous_response_not_found"
+
+    with caplog.at_level(logging.WARNING, logger="actors.host.connection"):
+        run(scenario)
+    assert any("could not be stored" in r.getMessage() for r in caplog.records)
+
+
+def test_ending_the_connection_waits_for_held_terminal_events():
+    async def scenario(conn, store, inference, client):
+        conn.feed(create())
+        await client.until(lambda: len(store.started) == 1)
+        conn.drain()  # idle once the response finished: the connection ends...
+        assert not client.ended
+        store.gate.set()
+        await client.until(lambda: client.ended)  # ...after its terminal event
+        assert client.types()[-1] == "response.completed"
+
+    run(scenario)
+
+
+def test_store_write_time_is_observed():
+    observed: list[dict[str, float]] = []
+
+    async def scenario(conn, store, inference, client):
+        store.gate.set()
+        conn.feed(create())
+        await client.until(lambda: len(client.stored_when_sent) == 1)
+
+    run(scenario, observed=observed)
+    assert [set(r) for r in observed if "store_write" in r] == [{"store_write"}]
+
+
+def test_a_response_not_stored_is_not_held():
+    async def scenario(conn, store, inference, client):
+        conn.feed(create(store=False))
+        await client.until(lambda: "response.completed" in client.types())
+        assert store.started == []
+
+    run(scenario)
