@@ -40,6 +40,8 @@ state, so a conversation can be classified turn by turn.
 
 from __future__ import annotations
 
+import functools
+
 import os
 import re
 from collections.abc import Iterable
@@ -155,7 +157,10 @@ class Matcher:
 _SECRETS = RuleSet.of(SECRET_RULES)
 
 
+@functools.lru_cache(maxsize=16)
 def build_matcher(config: SafetyConfig) -> Matcher:
+    """The matcher for ``config``; built once per config and shared (it is immutable), so a
+    new connection does not pay for it (docs/scaling.md, admission CPU)."""
     folded = [_phrase("injection", config.injection_weight, m) for m in INJECTION_MARKERS]
     folded += [_phrase("disallowed", 1.0, term) for term in config.lexicon]
     return Matcher(_SECRETS, RuleSet.of(folded))
