@@ -86,6 +86,10 @@ class Link:
         self.closed = False
         self._outbox: deque[Ended | Gone] = deque()
         self._flushing: asyncio.Task[None] | None = None
+        # One sender at a time: the peer's queue holds only a few messages
+        # (net.unix.max_dgram_qlen), and a waiting sender watches the socket for room with
+        # the event loop's one writer callback per descriptor.
+        self._sending = asyncio.Lock()
 
     @classmethod
     def connect(cls, path: str) -> Link:
@@ -100,7 +104,10 @@ class Link:
 
     async def send(self, message: Handoff | Ended | Gone, fd: int | None = None) -> None:
         """Send one message (with ``fd``); waits while the peer's queue is full."""
-        data = _encode(message)
+        async with self._sending:
+            await self._send(_encode(message), fd)
+
+    async def _send(self, data: bytes, fd: int | None) -> None:
         loop = asyncio.get_running_loop()
         while True:
             try:
