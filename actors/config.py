@@ -14,7 +14,7 @@ class SessionConfig(BaseModel):
     max_named_lanes: int = Field(32, ge=1, description="distinct stream_ids per connection")
     strict_params: bool = Field(False, description="reject unknown top-level create fields")
     # The session-host pool of each gateway replica (serve/pool.py, docs/scaling.md).
-    connections_per_actor: int = Field(256, ge=1, description="connections a session host takes before the "
+    connections_per_actor: int = Field(1024, ge=1, description="connections a session host takes before the "
                                        "pool prefers another (soft target); 1 = a dedicated actor per connection")
     max_connections_per_actor: int | None = Field(None, ge=1, description="connections a host takes at most "
                                                   "(hard cap); default 4 x connections_per_actor, 1 when that is 1")

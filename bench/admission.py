@@ -36,7 +36,7 @@ from typing import Any
 import websockets
 
 from .client import ResponsesSocket, connect
-from .memory import actor_pids, cpu_s, session_host_pids, uss_mb
+from .memory import actor_pids, cpu_by_pid, session_host_pids, uss_mb
 from .report import pct
 
 SHORT = {"emulator.tool_rounds": "0", "emulator.text_tokens": "8"}
@@ -75,15 +75,23 @@ class ServerMeter:
         if not self.enabled:
             return {}
         hosts, gateways = session_host_pids(), actor_pids(":Gateway")
+        host_cpu, gateway_cpu = cpu_by_pid(hosts), cpu_by_pid(gateways)
         return {"hosts": len(hosts), "hosts_uss_mb": uss_mb(hosts), "gateway_uss_mb": uss_mb(gateways),
-                "hosts_cpu_s": cpu_s(hosts), "gateway_cpu_s": cpu_s(gateways), "t": time.perf_counter()}
+                "host_cpu": host_cpu, "hosts_cpu_s": sum(host_cpu.values()),
+                "gateway_cpu_s": sum(gateway_cpu.values()), "t": time.perf_counter()}
 
 
 def delta(after: dict, before: dict, n: int) -> dict[str, Any]:
     if not after or not before or n <= 0:
         return {}
     mem = (after["hosts_uss_mb"] + after["gateway_uss_mb"]) - (before["hosts_uss_mb"] + before["gateway_uss_mb"])
+    # CPU of hosts live at both samples is admission work; hosts that appeared in between
+    # count separately (their start-up and warm-up: scaling out, not admitting).
+    old = {pid: cpu for pid, cpu in after["host_cpu"].items() if pid in before["host_cpu"]}
+    new = {pid: cpu for pid, cpu in after["host_cpu"].items() if pid not in before["host_cpu"]}
     return {"connections": n, "hosts_before": before["hosts"], "hosts_after": after["hosts"],
+            "existing_hosts_cpu_ms_per_conn": sum(old[p] - before["host_cpu"][p] for p in old) * 1000 / n,
+            "new_hosts_cpu_s": sum(new.values()),
             "server_mib_per_conn": mem / n,
             "hosts_mib_per_conn": (after["hosts_uss_mb"] - before["hosts_uss_mb"]) / n,
             "gateway_mib_per_conn": (after["gateway_uss_mb"] - before["gateway_uss_mb"]) / n,
@@ -327,7 +335,8 @@ def _print_summary(result: dict) -> None:
         c.print(f"ramp {r['connections']} at {r['rate']:.0f}/s: opened {r['opened']}, failures {r['failures'] or 'none'}, "
                 f"connect p50 {r['connect_ms']['p50']:.1f} / p99 {r['connect_ms']['p99']:.1f} ms; "
                 + (f"{h['server_mib_per_conn']:.2f} MiB/conn held ({h['hosts_before']}→{h['hosts_after']} hosts), "
-                   f"admission CPU gateway {h['gateway_cpu_ms_per_conn']:.2f} + hosts {h['hosts_cpu_ms_per_conn']:.2f} ms/conn; "
+                   f"CPU per conn: gateway {h['gateway_cpu_ms_per_conn']:.2f} + hosts {h['existing_hosts_cpu_ms_per_conn']:.2f} ms "
+                   f"(+ {h['new_hosts_cpu_s']:.1f} s starting hosts); "
                    if h else "")
                 + f"one turn on all: {t['turns_completed']}/{t['turns_wanted']} in {t['wall_s']:.1f} s")
     if "idle" in result:
