@@ -28,7 +28,8 @@ import json
 import resource
 import time
 import urllib.request
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warm-connects", type=int, default=50, help="sequential connects in the warm phase")
     p.add_argument("--http-clients", type=int, default=4, help="concurrent HTTP clients in http_load")
     p.add_argument("--http-tokens", type=int, default=75_000, help="approximate tokens per HTTP request")
+    p.add_argument("--cluster", action="store_true",
+                   help="run against a simulated cluster on this machine (head + 2 session nodes + an "
+                        "accelerator node, configs/serve-cluster.yaml): the storm spreads over both gateways")
+    p.add_argument("--port", type=int, default=8799, help="--cluster: the port both gateways share")
     p.add_argument("--out", type=Path, default=Path("results/admission.json"))
 
 
@@ -202,7 +207,7 @@ async def burst_phase(url: str, args, meter: ServerMeter, progress) -> dict[str,
     return out
 
 
-async def ramp_phase(url: str, rate: float, args, meter: ServerMeter, progress) -> dict[str, Any]:
+async def ramp_phase(url: str, rate: float, args, meter: ServerMeter, progress, on_held: Any = None) -> dict[str, Any]:
     await asyncio.sleep(2.0)  # let the previous phase's connections finish closing
     before = meter.sample()
     opened = await open_many(url, args.ramp, rate=rate, open_timeout=30.0, progress=progress)
@@ -210,6 +215,8 @@ async def ramp_phase(url: str, rate: float, args, meter: ServerMeter, progress) 
     held = meter.sample()
     out = {"rate": rate, "connections": args.ramp, **opened.summary(),
            "held": delta(held, before, len(opened.sockets))}
+    if on_held is not None:  # where the hosts holding them run (simulated cluster: per node role)
+        out["placement"] = on_held()
     out["one_turn_on_all"] = await turns_on_all(opened.sockets, 1)
     after_turn = meter.sample()
     if held and after_turn:
@@ -352,7 +359,7 @@ def _print_summary(result: dict) -> None:
                 f"/healthz p50 {hl['idle']['healthz_ms']['p50']:.1f} → {hl['under_http_load']['healthz_ms']['p50']:.1f} ms")
 
 
-async def _measure(url: str, args, meter: ServerMeter) -> dict[str, Any]:
+async def _measure(url: str, args, meter: ServerMeter, on_held: Any = None) -> dict[str, Any]:
     from rich.progress import Progress
 
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
@@ -370,7 +377,7 @@ async def _measure(url: str, args, meter: ServerMeter) -> dict[str, Any]:
             result["ramp"] = []
             for rate in [float(r) for r in args.rates.split(",")]:
                 task = bar.add_task(f"ramp {args.ramp} at {rate:.0f}/s", total=args.ramp)
-                result["ramp"].append(await ramp_phase(url, rate, args, meter, lambda: bar.advance(task)))
+                result["ramp"].append(await ramp_phase(url, rate, args, meter, lambda: bar.advance(task), on_held))
         if "idle" in phases:
             task = bar.add_task(f"idle {args.idle}", total=args.idle)
             result["idle"] = await idle_phase(url, args, meter, lambda: bar.advance(task))
@@ -379,17 +386,45 @@ async def _measure(url: str, args, meter: ServerMeter) -> dict[str, Any]:
     return result
 
 
+@contextmanager
+def simulated_cluster(port: int) -> Iterator[tuple[str, Any]]:
+    """configs/serve-cluster.yaml on a simulated cluster (one gateway per session node, both
+    on ``port``), with a SQLite store in /tmp; yields the URL and the cluster."""
+    from serve.embedded import wait_ready
+
+    from .cluster import SERVE_CLUSTER_CONFIG, SimulatedCluster, deploy_serve_config
+
+    def edit(a: dict) -> None:
+        a["server"]["port"] = port
+        a["store"] = {"backend": "sqlite", "data_dir": "/tmp/responses-ws-admission"}
+
+    cluster = SimulatedCluster(session_nodes=2, accelerator_nodes=1, accelerators_per_node=2)
+    try:
+        deploy_serve_config(SERVE_CLUSTER_CONFIG, edit)
+        url = f"http://127.0.0.1:{port}"
+        wait_ready(url, timeout_s=120)
+        time.sleep(3)  # both gateways' pools warm up
+        yield url, cluster
+    finally:
+        cluster.shutdown()
+
+
 def run(args: argparse.Namespace) -> int:
     from serve.embedded import embedded_server, local_config
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    config = None if args.url else local_config(args.config)
+    config = None if args.url or args.cluster else local_config(args.config)
     started = time.perf_counter()
-    with (nullcontext(args.url) if args.url else embedded_server(config, name="admission")) as url:
-        result = asyncio.run(_measure(url, args, ServerMeter(enabled=args.url is None)))
+    if args.cluster:
+        with simulated_cluster(args.port) as (url, cluster):
+            result = asyncio.run(_measure(url, args, ServerMeter(enabled=True), on_held=cluster.placement))
+    else:
+        with (nullcontext(args.url) if args.url else embedded_server(config, name="admission")) as url:
+            result = asyncio.run(_measure(url, args, ServerMeter(enabled=args.url is None)))
     payload = {"command": args.command, "fd_limit": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+               "cluster": "head + 2 session nodes + 1 accelerator node on one machine" if args.cluster else None,
                "server": None if config is None else config.session.model_dump(include={
                    "connections_per_actor", "max_connections_per_actor", "warm_actors", "max_actors",
                    "max_starting_actors", "admission_wait_s"}),

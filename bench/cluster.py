@@ -19,6 +19,9 @@ import yaml
 
 from serve.embedded import apply_ray_env
 
+# The Serve config of a cluster with session nodes (one gateway each) and accelerator nodes.
+SERVE_CLUSTER_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "serve-cluster.yaml"
+
 
 class SimulatedCluster:
     def __init__(self, *, session_nodes: int = 2, accelerator_nodes: int = 1, accelerators_per_node: int = 2,
