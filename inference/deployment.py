@@ -46,7 +46,7 @@ from inference import policy
 from inference.engine import Engine
 from inference.pacing import AsyncioSleeper, MonotonicClock
 from inference.profiles import InferenceConfig, RoutingConfig
-from inference.routing import PrefixRouting, SessionAffinity, prefix_key, rendezvous
+from inference.routing import PrefixRouting, SessionAffinity, prefix_key
 from inference.types import InferenceEvent, InferenceRequest
 
 
@@ -87,12 +87,9 @@ class SessionAffinityRouter(RequestRouter):
         live = sorted(by_id)
         session = pending_request.metadata.session_id if pending_request is not None else ""
         request = _inference_request(pending_request)
-        if session:
-            pin = self._affinity.pinned(session, live)
-            if pin is None:
-                pin = self._route(pending_request, request, live)[0] if request else rendezvous(session, live)
-                self._affinity.pin(session, pin)
-            return [[by_id[pin]]]
+        if session:  # pinned for life; a new key is pinned where its first request's route goes
+            first = (lambda: self._route(pending_request, request, live)[0]) if request is not None else None
+            return [[by_id[self._affinity.choose(session, live, first)]]]
         if request is not None:
             order = self._route(pending_request, request, live)
             return [[by_id[order[0]]], [by_id[r] for r in order[1:]]]
