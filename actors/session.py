@@ -318,8 +318,10 @@ class Session:
                 max_output_tokens=create.max_output_tokens,
                 generate=generate,
                 session_key=self.session_key,
-                # A stateless (HTTP) request reuses its API key's cache entries, never another key's.
-                cache_scope=self.session_key or f"key:{self.owner}",
+                # One prefix-cache scope per API key, shared by its sockets and HTTP requests
+                # and never by another key's (docs/protocol.md check 27).
+                cache_scope=f"key:{self.owner}",
+                prompt_cache_key=create.prompt_cache_key,
                 metadata=tuple(sorted((create.metadata or {}).items())),
             ),
             builder=ResponseBuilder(

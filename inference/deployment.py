@@ -9,16 +9,20 @@ response with::
 
 and receive ``list[InferenceEvent]`` items (a few ms of tokens each).
 
-Session pinning uses Serve's own routing machinery: the handle's ``session_id`` option
-(Serve's per-request session key, ``RequestMetadata.session_id``) carries the session key,
-and the deployment's request router is ``SessionAffinityRouter``, a custom
-``RequestRouter`` that sends every request with a session id to the replica that key is
-pinned to (``inference.routing``); requests without one go to the less loaded of two
-random replicas, as Serve's default router does.  (Alternatives in Ray 2.60 and why not:
+Routing uses Serve's own machinery: the handle's ``session_id`` option (Serve's
+per-request session key, ``RequestMetadata.session_id``) carries a connection's session
+key, and the deployment's request router is ``SessionAffinityRouter``, a custom
+``RequestRouter`` that applies ``inference.routing``: a request with a session id goes to
+the replica that key is pinned to (a new key is pinned where its first request's prefix
+route goes); a request without one (stateless HTTP) goes where its prefix route goes —
+the API key's scope, ``prompt_cache_key`` and first 256 prompt tokens, spilling to the
+next-ranked replica past a per-minute rate.  (Alternatives in Ray 2.60 and why not:
 model multiplexing only learns where a "model" lives after the replica reports it to the
 controller, falls back to other replicas while it is busy or unknown, and bounds the
 models per replica; the experimental ``ConsistentHashRouter`` moves ~1/n of the sessions
-whenever a replica is added.  docs/emulator.md.)
+whenever a replica is added; ``ray.serve.llm``'s ``PrefixCacheAffinityRouter`` matches
+prompt text against a tree of what each replica served, with no notion of API-key scope.
+docs/emulator.md.)
 
 The app builder in ``serve/`` binds this deployment (this module never calls ``.bind()``)
 with ``deployment_options(config)``: replicas or autoscaling, placement on a custom
@@ -41,23 +45,34 @@ from ray.util import metrics
 from inference import policy
 from inference.engine import Engine
 from inference.pacing import AsyncioSleeper, MonotonicClock
-from inference.profiles import InferenceConfig
-from inference.routing import SessionAffinity
+from inference.profiles import InferenceConfig, RoutingConfig
+from inference.routing import PrefixRouting, SessionAffinity, prefix_key
 from inference.types import InferenceEvent, InferenceRequest
 
 
 class SessionAffinityRouter(RequestRouter):
-    """Pins each request's ``session_id`` to one live replica.
+    """Pins each request's ``session_id`` to one live replica and routes requests without
+    one by their prefix (``inference.routing``; ``RoutingConfig`` arrives as the router's
+    kwargs).
 
-    Runs inside each caller's ``DeploymentHandle``.  A pinned replica that is full
-    (``max_ongoing_requests``) is retried with Serve's backoff rather than abandoned, so a
-    session never silently moves while its replica lives.  Serve's base router matches a
-    chosen replica to exactly the request being routed (no FIFO re-assignment), which keeps
-    one session's pick from being handed to another request.
+    Runs inside each caller's ``DeploymentHandle``, so prefix request rates are counted per
+    calling process.  A pinned replica that is full (``max_ongoing_requests``) is retried
+    with Serve's backoff rather than abandoned, so a session never silently moves while its
+    replica lives; a stateless request whose chosen replica is full falls back to the others
+    in rank order.  Serve may ask again for the same request (retries): the decision is kept
+    per request, so a request counts once towards its prefix's rate.  Serve's base router
+    matches a chosen replica to exactly the request being routed (no FIFO re-assignment),
+    which keeps one session's pick from being handed to another request.
     """
 
-    def initialize_state(self, max_pinned_sessions: int = 65_536, **kwargs: Any) -> None:
-        self._affinity = SessionAffinity(max_pinned_sessions)
+    def initialize_state(self, **kwargs: Any) -> None:
+        self._setup(RoutingConfig.model_validate(kwargs))
+
+    def _setup(self, config: RoutingConfig) -> None:
+        self._config = config
+        self._affinity = SessionAffinity(config.max_pinned_sessions)
+        self._prefix = PrefixRouting(config.prefix_requests_per_min, time.monotonic,
+                                     capacity=config.max_routed_prefixes)
 
     async def choose_replicas(
         self,
@@ -66,13 +81,39 @@ class SessionAffinityRouter(RequestRouter):
     ) -> list[list[RunningReplica]]:
         if not candidate_replicas:
             return []
-        key = pending_request.metadata.session_id if pending_request is not None else ""
-        if key:
-            by_id = {r.replica_id.unique_id: r for r in candidate_replicas}
-            if not hasattr(self, "_affinity"):
-                self._affinity = SessionAffinity()
-            return [[by_id[self._affinity.choose(key, sorted(by_id))]]]
+        if not hasattr(self, "_prefix"):
+            self._setup(RoutingConfig())
+        by_id = {r.replica_id.unique_id: r for r in candidate_replicas}
+        live = sorted(by_id)
+        session = pending_request.metadata.session_id if pending_request is not None else ""
+        request = _inference_request(pending_request)
+        if session:  # pinned for life; a new key is pinned where its first request's route goes
+            first = (lambda: self._route(pending_request, request, live)[0]) if request is not None else None
+            return [[by_id[self._affinity.choose(session, live, first)]]]
+        if request is not None:
+            order = self._route(pending_request, request, live)
+            return [[by_id[order[0]]], [by_id[r] for r in order[1:]]]
         return [random.sample(candidate_replicas, min(2, len(candidate_replicas)))]
+
+    def _route(self, pending: PendingRequest, request: InferenceRequest, live: list[str]) -> list[str]:
+        """The request's prefix route among ``live`` replicas, decided once per request (the
+        decision is kept on the pending request, which Serve reuses for its retries)."""
+        order = [r for r in getattr(pending, _DECIDED, ()) if r in live]
+        if not order:
+            key = prefix_key(request.prompt_token_ids, request.cache_scope, request.prompt_cache_key,
+                             self._config.prefix_tokens)
+            order = self._prefix.choose(key, live)
+            setattr(pending, _DECIDED, order)
+        return order
+
+
+_DECIDED = "_responses_ws_route"  # attribute of a PendingRequest: its prefix route, once decided
+
+
+def _inference_request(pending: PendingRequest | None) -> InferenceRequest | None:
+    if pending is None or not pending.args or not isinstance(pending.args[0], InferenceRequest):
+        return None
+    return pending.args[0]
 
 
 @serve.deployment(
@@ -184,8 +225,9 @@ def deployment_options(config: InferenceConfig) -> dict[str, Any]:
     """Options for ``InferenceDeployment.options(...)`` from the typed config.
 
     Fixed ``replicas`` or ``scaling.autoscaling``; ``num_cpus=0`` always; a custom
-    accelerator resource per replica when ``scaling.accelerator_resource`` is set; Serve's
-    default router instead of session affinity when ``scaling.session_affinity`` is off.
+    accelerator resource per replica when ``scaling.accelerator_resource`` is set;
+    ``SessionAffinityRouter`` with the ``routing`` section as its kwargs, or Serve's
+    default router when ``scaling.session_affinity`` is off.
     """
     scaling = config.scaling
     actor: dict[str, Any] = {"num_cpus": 0}
@@ -199,7 +241,10 @@ def deployment_options(config: InferenceConfig) -> dict[str, Any]:
         options["autoscaling_config"] = scaling.autoscaling.model_dump()
     else:
         options["num_replicas"] = config.replicas
-    if not scaling.session_affinity:
+    if scaling.session_affinity:
+        options["request_router_config"] = RequestRouterConfig(
+            request_router_class=SessionAffinityRouter, request_router_kwargs=config.routing.model_dump())
+    else:
         options["request_router_config"] = RequestRouterConfig()
     return options
 

@@ -149,7 +149,7 @@ class Engine:
                 t_admit = await waiter
             self._rebatch(model, t_admit)
             prompt = request.prompt_token_ids
-            root = self._root(model, request.cache_scope or request.session_key)
+            root = self._root(model, request.cache_scope)
             found = self._cache.lookup(prompt, root)
             self._observer.prefix(found.hit_blocks, found.miss_blocks, 0)
             reused = found.reused_tokens
@@ -220,9 +220,9 @@ class Engine:
             self._release(model, seq)
 
     def _root(self, model: str, scope: str | None) -> int:
-        """Where this request's block chains start: per model, and per cache scope (session
-        or API key) unless ``prefix_cache.share_across_sessions`` (see ``PrefixCacheConfig``)."""
-        if scope is None or self._config.prefix_cache.share_across_sessions:
+        """Where this request's block chains start: per model and per cache scope (the API
+        key's, see ``PrefixCacheConfig``); a request without a scope uses the model's root."""
+        if scope is None:
             return self._roots[model]
         return hash((self._roots[model], scope))
 

@@ -3,7 +3,8 @@
 One pydantic model per concept: a ``ModelProfile`` is the latency and load model of one
 served model (``BatchingConfig`` and ``JitterConfig`` are parts of it), ``PolicyConfig``
 drives the scripted output, ``PrefixCacheConfig`` sizes each replica's KV cache,
-``ScalingConfig`` says how Serve places and scales replicas, and ``InferenceConfig``
+``RoutingConfig`` says which replica a request goes to, ``ScalingConfig`` says how Serve
+places and scales replicas, and ``InferenceConfig``
 composes them for the deployment.  The app builder loads this once and passes it to the
 deployment.  ``docs/emulator.md`` explains the model these numbers feed.
 """
@@ -140,19 +141,27 @@ class PrefixCacheConfig(BaseModel):
     of KV held in blocks of ``block_tokens`` (a divisor of 128, so the reported cached
     tokens, in 128-token steps, never exceed what was reused); 0 disables it.
 
-    ``share_across_sessions``: when false (the default), a request's blocks are salted
-    with its cache scope (like vLLM's ``cache_salt``): the connection's ``session_key``, so
-    one connection never reuses another's KV — a full resend on a new socket reports 0
-    cached tokens, as the spec's check 27 and the observed service do — or, for stateless
-    (HTTP) requests, their API key's, so keys never share entries.
-    When true, identical prefixes (e.g. a common system prompt) are shared by everyone on
-    the replica."""
+    Entries are scoped per API key, like the hosted API's per-organization prompt cache: a
+    request's blocks are salted with its ``cache_scope`` (like vLLM's ``cache_salt``), which
+    the session sets to its API key's fingerprint for WebSocket and HTTP requests alike.  So
+    a key's socket and HTTP requests share entries (a full resend on the same key's new
+    socket may hit) and two keys never do (docs/protocol.md check 27).  There is no option
+    to share across keys; the former ``share_across_sessions`` is refused with a pointer here.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     block_tokens: int = Field(default=32, ge=1)
     capacity_tokens: int = Field(default=1 << 20, ge=0)
-    share_across_sessions: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_cross_key_sharing(cls, data: object) -> object:
+        if isinstance(data, dict) and "share_across_sessions" in data:
+            raise ValueError("prefix_cache.share_across_sessions was removed: the prefix cache is "
+                             "scoped per API key, shared by its connections and HTTP requests "
+                             "(docs/emulator.md)")
+        return data
 
     @model_validator(mode="after")
     def _block_divides_128(self) -> PrefixCacheConfig:
@@ -163,6 +172,30 @@ class PrefixCacheConfig(BaseModel):
     @property
     def capacity_blocks(self) -> int:
         return self.capacity_tokens // self.block_tokens
+
+
+class RoutingConfig(BaseModel):
+    """How a request picks its replica (``inference.routing``; the Serve request router in
+    ``inference.deployment`` reads this when ``scaling.session_affinity`` is on).
+
+    A WebSocket connection is pinned to one replica for its life; its first request, and
+    every stateless (HTTP) request, goes where its *prefix route* says: rendezvous hashing
+    of the API key's scope, the request's ``prompt_cache_key`` and its first
+    ``prefix_tokens`` prompt tokens, with at most ``prefix_requests_per_min`` requests of
+    one route per replica per minute before the overflow moves to the next-ranked replica.
+
+    Source of the defaults: OpenAI's prompt-caching guide says requests are routed by a
+    hash of the prompt's initial prefix ("typically the first 256 tokens") combined with
+    ``prompt_cache_key``, and that above "approximately 15 requests per minute" for one
+    prefix + key some requests overflow to additional machines.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    prefix_tokens: int = Field(default=256, ge=0)
+    prefix_requests_per_min: int = Field(default=15, ge=1)
+    max_pinned_sessions: int = Field(default=65_536, ge=1)
+    max_routed_prefixes: int = Field(default=65_536, ge=1)
 
 
 class AutoscalingConfig(BaseModel):
@@ -199,7 +232,7 @@ class ScalingConfig(BaseModel):
     accelerator_resource: str | None = None
     accelerator_per_replica: float = Field(default=1.0, gt=0)
     max_ongoing_requests: int = Field(default=2048, ge=1)
-    session_affinity: bool = True
+    session_affinity: bool = True  # off: Serve's default router (no pins, no prefix routes)
 
 
 class InferenceConfig(BaseModel):
@@ -210,6 +243,7 @@ class InferenceConfig(BaseModel):
     profiles: list[ModelProfile] = Field(min_length=1)
     policy: PolicyConfig = PolicyConfig()
     prefix_cache: PrefixCacheConfig = PrefixCacheConfig()
+    routing: RoutingConfig = RoutingConfig()
     replicas: int = Field(default=1, ge=1)
     scaling: ScalingConfig = ScalingConfig()
     default_model: str

@@ -1,34 +1,157 @@
-"""Session affinity: which replica serves a session's requests (pure; the Serve request
-router in ``inference.deployment`` calls it).
+"""Which replica serves a request (pure decisions; the Serve request router in
+``inference.deployment`` calls them with the live replicas and the real clock).
 
-A request carrying a session key goes to the replica the key is pinned to, for as long as
-that replica is alive.  A key seen for the first time (or whose replica died) is pinned by
-rendezvous hashing (highest random weight) over the live replicas, so different routers —
-e.g. the handles of two processes that both see the same replicas — pick the same replica
-for a new key, and when a replica dies only its keys move.  Pins are sticky: a replica
-added later (autoscaling) does not take existing sessions away from a live replica.  The
-table of pins is a bounded LRU; a key that fell out of it is re-pinned by the hash, which
-gives the same replica unless the set of replicas changed in between.
+Two rules, as the hosted API's prompt cache is described (docs/emulator.md):
+
+**A connection is pinned.**  A request carrying a session key (a WebSocket connection's
+id) goes to the replica the key is pinned to, for as long as that replica is alive.  A key
+seen for the first time (or whose replica died) is pinned where its request's *prefix
+route* (below) sends it, so a new socket starts on the replica that already holds its API
+key's copy of the same instructions and tools; without a request to route (e.g. a caller
+that passes no ``InferenceRequest``) it is pinned by rendezvous hashing of the key itself.
+Pins are sticky: a replica added later (autoscaling) does not take existing sessions away
+from a live replica.  The table of pins is a bounded LRU; a key that fell out of it is
+re-pinned by the prefix route of its next request, which starts with the same prefix.
+
+**A stateless request follows its prefix.**  A request without a session key (HTTP) is
+routed by ``prefix_key``: a BLAKE2 digest of its cache scope (the API key), its
+``prompt_cache_key`` and its first ``prefix_tokens`` (256) prompt tokens.  Replicas are
+ranked for that key by rendezvous hashing (highest random weight), so every router — the
+handles of different processes — ranks them alike, and when a replica dies only its keys
+move.  The request goes to the highest-ranked replica that has taken fewer than
+``requests_per_min`` requests of that key in the last minute; when all have, to the one that
+took the fewest (``spill``).  The hosted API documents ~15 requests per minute per prefix
+and ``prompt_cache_key`` before requests overflow to other machines.
+
+The request counts are per router (per calling process: each gateway replica and each
+session actor counts what it routed), and only the requests routed by prefix count — a
+pinned connection's later requests go to their pin without being counted.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Sequence
+import sys
+import time
+from array import array
+from collections import OrderedDict, deque
+from collections.abc import Callable, Mapping, Sequence
 from hashlib import blake2b
+
+PREFIX_TOKENS = 256
+"""Prompt tokens hashed into a stateless request's route (the hosted API: "typically the
+first 256 tokens")."""
+
+PREFIX_REQUESTS_PER_MIN = 15
+"""Requests per minute of one prefix + ``prompt_cache_key`` one replica takes before the
+overflow goes to the next (the hosted API documents "approximately 15 requests per minute")."""
+
+
+def _weight(key: bytes, replica: str) -> bytes:
+    return blake2b(key + replica.encode(), digest_size=8).digest()
+
+
+def ranked(key: str, replicas: Sequence[str]) -> list[str]:
+    """``replicas`` by descending ``blake2b(key, replica)`` weight (stable across processes
+    and Python's hash salting); the first is ``rendezvous(key, replicas)``."""
+    k = key.encode() + b"\0"
+    return sorted(replicas, key=lambda replica: _weight(k, replica), reverse=True)
 
 
 def rendezvous(key: str, replicas: Sequence[str]) -> str:
-    """The replica with the highest ``blake2b(key, replica)`` weight (stable across
-    processes and Python's hash salting)."""
+    """The replica with the highest ``blake2b(key, replica)`` weight."""
     if not replicas:
         raise ValueError("no replicas")
     k = key.encode() + b"\0"
+    return max(replicas, key=lambda replica: _weight(k, replica))
 
-    def weight(replica: str) -> bytes:
-        return blake2b(k + replica.encode(), digest_size=8).digest()
 
-    return max(replicas, key=weight)
+def prefix_key(
+    prompt_token_ids: Sequence[int],
+    scope: str | None,
+    prompt_cache_key: str | None,
+    prefix_tokens: int = PREFIX_TOKENS,
+) -> str:
+    """The route of a stateless request: a hex BLAKE2 digest of its cache ``scope``, its
+    ``prompt_cache_key`` and its first ``prefix_tokens`` prompt tokens (little-endian
+    uint32 ids).  Two requests share a route exactly when all three agree."""
+    head = array("I", prompt_token_ids[:prefix_tokens])
+    if sys.byteorder != "little":
+        head.byteswap()
+    h = blake2b(digest_size=16)
+    for part in (scope, prompt_cache_key):
+        h.update(b"-" if part is None else b"+" + part.encode())
+        h.update(b"\0")
+    h.update(head.tobytes())
+    return h.hexdigest()
+
+
+def spill(ranked_replicas: Sequence[str], recent: Mapping[str, int], limit: int) -> str:
+    """The replica for the next request of one route.
+
+    ``ranked_replicas`` is the route's preference order, ``recent[r]`` how many of its
+    requests replica ``r`` took within the window, ``limit`` how many one replica takes
+    before the overflow moves on: the first replica in rank order under the limit, else the
+    one that took the fewest (the higher-ranked on a tie)."""
+    if not ranked_replicas:
+        raise ValueError("no replicas")
+    for replica in ranked_replicas:
+        if recent.get(replica, 0) < limit:
+            return replica
+    return min(ranked_replicas, key=lambda replica: recent.get(replica, 0))
+
+
+class PrefixRouting:
+    """Stateless requests → replicas by prefix, with the per-minute spill (module doc).
+
+    Holds, per route, the times and replicas of the requests it routed within the last
+    ``window_s`` seconds, for at most ``capacity`` routes (LRU).  ``clock`` gives seconds
+    (monotonic); tests pass a fake one.
+    """
+
+    def __init__(
+        self,
+        requests_per_min: int = PREFIX_REQUESTS_PER_MIN,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        window_s: float = 60.0,
+        capacity: int = 65_536,
+    ) -> None:
+        if requests_per_min < 1:
+            raise ValueError("requests_per_min must be >= 1")
+        self._limit = requests_per_min
+        self._clock = clock
+        self._window = window_s
+        self._capacity = capacity
+        self._routed: OrderedDict[str, deque[tuple[float, str]]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._routed)
+
+    def recent(self, key: str) -> dict[str, int]:
+        """Requests of ``key`` each replica took within the window, as of now."""
+        routed = self._routed.get(key)
+        if routed is None:
+            return {}
+        horizon = self._clock() - self._window
+        while routed and routed[0][0] <= horizon:
+            routed.popleft()
+        counts: dict[str, int] = {}
+        for _, replica in routed:
+            counts[replica] = counts.get(replica, 0) + 1
+        return counts
+
+    def choose(self, key: str, replicas: Sequence[str]) -> list[str]:
+        """Route one request of ``key`` among the live ``replicas`` and count it; returns
+        every replica in preference order, the chosen one first (the rest in rank order, for
+        a caller that must fall back when the chosen one is full)."""
+        order = ranked(key, replicas)
+        chosen = spill(order, self.recent(key), self._limit)
+        routed = self._routed.setdefault(key, deque())
+        routed.append((self._clock(), chosen))
+        self._routed.move_to_end(key)
+        while len(self._routed) > self._capacity:
+            self._routed.popitem(last=False)
+        return [chosen, *(r for r in order if r != chosen)]
 
 
 class SessionAffinity:
@@ -41,15 +164,27 @@ class SessionAffinity:
     def __len__(self) -> int:
         return len(self._pins)
 
-    def choose(self, key: str, replicas: Sequence[str]) -> str:
-        """The replica for ``key`` among the live ``replicas`` (pinning it if new)."""
-        pinned = self._pins.get(key)
-        if pinned is not None and pinned in replicas:
-            self._pins.move_to_end(key)
-            return pinned
-        chosen = rendezvous(key, replicas)
-        self._pins[key] = chosen
+    def pinned(self, key: str, replicas: Sequence[str]) -> str | None:
+        """The replica ``key`` is pinned to, if it is among the live ``replicas``."""
+        pin = self._pins.get(key)
+        if pin is None or pin not in replicas:
+            return None
+        self._pins.move_to_end(key)
+        return pin
+
+    def pin(self, key: str, replica: str) -> None:
+        """Pin ``key`` to ``replica`` (replacing an earlier pin)."""
+        self._pins[key] = replica
         self._pins.move_to_end(key)
         while len(self._pins) > self._capacity:
             self._pins.popitem(last=False)
-        return chosen
+
+    def choose(self, key: str, replicas: Sequence[str], first: Callable[[], str] | None = None) -> str:
+        """The replica for ``key`` among the live ``replicas``.  A key not pinned to a live
+        replica is pinned to ``first()`` — the caller's choice for a new key, e.g. its
+        request's prefix route — or, without it, to ``rendezvous(key, replicas)``."""
+        pin = self.pinned(key, replicas)
+        if pin is None:
+            pin = first() if first is not None else rendezvous(key, replicas)
+            self.pin(key, pin)
+        return pin

@@ -35,9 +35,13 @@ class InferenceRequest:
     ``prompt_token_ids`` is the conversation already rendered with the model's chat format
     (``inference.chat_format``): the concatenation of its items' segments, with no trailing
     generation header (the model generates after the last segment).  ``session_key``
-    identifies the connection (replica affinity; ``None`` for stateless callers);
-    ``cache_scope`` is whose prefix-cache entries the request may reuse (default: the
-    session's; stateless requests pass their API key's, so keys never share entries).
+    identifies the connection: its requests are pinned to one replica (``None`` for
+    stateless callers).  ``cache_scope`` is whose prefix-cache entries the request may
+    reuse: the session passes its API key's, so a key's connections and HTTP requests share
+    entries and keys never do (``None``: the model's unscoped entries, for tools that call
+    the deployment directly).  ``prompt_cache_key`` (the create's) only steers routing: a
+    stateless request's route hashes it with the scope and the prompt's first tokens
+    (``inference.routing``).
     ``generate=False`` only prefills (fills the prefix cache) and produces no output.
     """
 
@@ -52,6 +56,7 @@ class InferenceRequest:
     generate: bool = True
     session_key: str | None = None
     cache_scope: str | None = None
+    prompt_cache_key: str | None = None
     metadata: tuple[tuple[str, str], ...] = ()  # the create's ``metadata``, for per-request knobs
 
 

@@ -91,3 +91,30 @@ def test_rendering_a_conversation_is_concatenation_of_its_parts(a, b):
 def test_segments_are_self_delimiting(items):
     segments = split_segments(render(items))
     assert segments == [fn(*args) for fn, args in items]
+
+
+# --- the conversation without its call ids (what the scripted policy is seeded from) ---
+
+_call_id = st.text(st.characters(blacklist_characters="\n", blacklist_categories=("Cs",)), min_size=1, max_size=20)
+
+
+def test_without_call_ids_drops_exactly_each_outputs_call_id():
+    tokens = (cf.render_message("user", "go") + cf.render_function_call("ls", "{}")
+              + cf.render_function_call_output("call_5f3a", "a\nb") + cf.render_message("assistant", "done"))
+    assert decode(cf.without_call_ids(tokens)) == (
+        "<|endofprompt|>user\ngo<|endofprompt|>function_call\nls\n{}"
+        "<|endofprompt|>function_call_output\na\nb<|endofprompt|>assistant\ndone")
+    assert list(cf.without_call_ids(cf.render_message("user", "call_5f3a\nhi"))) == cf.render_message(
+        "user", "call_5f3a\nhi")  # only outputs' call ids
+
+
+@settings(max_examples=100, deadline=None)
+@given(items=st.lists(_item, max_size=6), a=_call_id, b=_call_id)
+def test_the_same_conversation_with_other_call_ids_looks_the_same(items, a, b):
+    def with_ids(call_id):
+        return render([(fn, (call_id, args[1]) if fn is cf.render_function_call_output else args)
+                       for fn, args in items])
+
+    assert cf.without_call_ids(with_ids(a)) == cf.without_call_ids(with_ids(b))
+    no_outputs = [(fn, args) for fn, args in items if fn is not cf.render_function_call_output]
+    assert list(cf.without_call_ids(render(no_outputs))) == render(no_outputs)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 from inference import chat_format as cf
 from inference.profiles import load_inference_config
@@ -34,9 +35,12 @@ def test_deployment_options_fixed_replicas_cpu_free_and_session_affinity():
     opts = deployment_options(cfg)
     assert opts["num_replicas"] == 3 and "autoscaling_config" not in opts
     assert opts["ray_actor_options"] == {"num_cpus": 0}
-    assert "request_router_config" not in opts  # the class default: session affinity
-    router = InferenceDeployment._deployment_config.request_router_config
+    router = opts["request_router_config"]
     assert router.get_request_router_class() is SessionAffinityRouter
+    assert router.request_router_kwargs == cfg.routing.model_dump()
+    assert router.request_router_kwargs["prefix_requests_per_min"] == 15  # the documented default
+    default = InferenceDeployment._deployment_config.request_router_config
+    assert default.get_request_router_class() is SessionAffinityRouter
     InferenceDeployment.options(**opts)  # Serve accepts them
 
 
@@ -54,3 +58,65 @@ def test_deployment_options_autoscaling_and_accelerator_placement():
     assert opts["ray_actor_options"] == {"num_cpus": 0, "resources": {"accelerator": 1}}
     assert "PowerOfTwo" in opts["request_router_config"].request_router_class
     InferenceDeployment.options(**opts)
+
+
+# --- the Serve request router, driven with stand-ins for Serve's replica and request ----
+
+
+def _router(**routing):
+    from inference.deployment import SessionAffinityRouter
+
+    router = object.__new__(SessionAffinityRouter)  # no Serve machinery needed for the decision
+    router.initialize_state(**routing)
+    return router
+
+
+def _replicas(*ids):
+    return [SimpleNamespace(replica_id=SimpleNamespace(unique_id=i)) for i in ids]
+
+
+def _pending(request, session=""):
+    return SimpleNamespace(args=[request], kwargs={}, metadata=SimpleNamespace(session_id=session))
+
+
+def _choose(router, replicas, pending):
+    ranks = asyncio.run(router.choose_replicas(replicas, pending))
+    return [[r.replica_id.unique_id for r in rank] for rank in ranks]
+
+
+PROMPT = tuple(cf.render_instructions("You are a coding agent. " * 80) + cf.render_message("user", "go"))
+
+
+def _req(rid="r", scope="key:a", prompt_cache_key=None):
+    return InferenceRequest(rid, "emu-fast", PROMPT, cache_scope=scope, prompt_cache_key=prompt_cache_key)
+
+
+def test_the_router_sends_a_stateless_request_to_its_prefix_route_with_fallbacks():
+    from inference.routing import prefix_key, ranked
+
+    router, replicas = _router(), _replicas("x", "y", "z")
+    order = ranked(prefix_key(PROMPT, "key:a", None), ["x", "y", "z"])
+    assert _choose(router, replicas, _pending(_req())) == [order[:1], order[1:]]
+
+
+def test_a_request_counts_once_however_often_serve_asks():
+    router, replicas = _router(prefix_requests_per_min=2), _replicas("x", "y")
+    pending = _pending(_req())
+    first = _choose(router, replicas, pending)
+    for _ in range(5):  # Serve's retries of the same request (e.g. its replica was full)
+        assert _choose(router, replicas, pending) == first
+    assert _choose(router, replicas, _pending(_req("r2")))[0] == first[0][:1]  # the 2nd of 2 per minute
+    assert _choose(router, replicas, _pending(_req("r3")))[0] != first[0][:1]  # the 3rd spills
+
+
+def test_a_new_socket_is_pinned_where_its_keys_http_requests_go_and_stays():
+    router, replicas = _router(), _replicas("x", "y", "z")
+    http = _choose(router, replicas, _pending(_req()))[0]
+    assert _choose(router, replicas, _pending(_req("w1"), session="conn-1")) == [http]
+    other = InferenceRequest("w2", "emu-fast", tuple(cf.render_message("user", "elsewhere")) * 50,
+                             cache_scope="key:a")
+    assert _choose(router, replicas, _pending(other, session="conn-1")) == [http]  # pinned for life
+    # another key's socket with the same prompt has its own route (and its own cache scope)
+    routes = {tuple(_choose(router, replicas, _pending(_req(f"k{i}", scope=f"key:{i}"), session=f"c{i}"))[0])
+              for i in range(30)}
+    assert len(routes) > 1

@@ -26,7 +26,7 @@ PROMPT = tuple(cf.render_instructions("Be brief.") + cf.render_message("user", "
 
 def request(**kw) -> InferenceRequest:
     fields = {"request_id": "r1", "model": "emu-test", "prompt_token_ids": PROMPT,
-              "session_key": "sess"}
+              "session_key": "sess", "cache_scope": "key:a"}
     fields.update(kw)
     return InferenceRequest(**fields)
 
@@ -58,8 +58,8 @@ def engine(make_config, clock) -> Engine:
     return Engine(make_config(prefix_cache={"block_tokens": 4}), clock, clock)
 
 
-def engine_root(engine: Engine, session_key: str | None = "sess") -> int:
-    return engine._root("emu-test", session_key)
+def engine_root(engine: Engine, cache_scope: str | None = "key:a") -> int:
+    return engine._root("emu-test", cache_scope)
 
 
 # --- the stream ------------------------------------------------------------------------
@@ -251,18 +251,21 @@ def test_cached_prompt_shortens_time_to_first_token(engine):
         p.prefill_overhead_ms + uncached * 1000 / p.prefill_tokens_per_s)
 
 
-def test_sessions_do_not_share_kv_by_default(engine):
-    run(engine, request(generate=False))
-    assert run(engine, request(session_key="other"))[0][0].reused_tokens == 0
-    assert run(engine, request(session_key=None))[0][0].reused_tokens == 0
-    run(engine, request(session_key=None, generate=False))
-    assert run(engine, request(session_key=None))[0][0].reused_tokens == floor_block(len(PROMPT) - 1)
+def test_the_cache_scope_is_the_api_key_not_the_connection(engine):
+    """docs/protocol.md check 27: one scope per API key, whatever the connection."""
+    run(engine, request(generate=False))  # key a, connection "sess"
+    reusable = floor_block(len(PROMPT) - 1)
+    assert run(engine, request(session_key="other"))[0][0].reused_tokens == reusable  # a's other socket
+    assert run(engine, request(session_key=None))[0][0].reused_tokens == reusable  # a over HTTP
+    assert run(engine, request(cache_scope="key:b"))[0][0].reused_tokens == 0  # key b: never
+    assert run(engine, request(cache_scope=None, session_key=None))[0][0].reused_tokens == 0  # unscoped
+    run(engine, request(cache_scope=None, session_key=None, generate=False))
+    assert run(engine, request(cache_scope=None, session_key="x"))[0][0].reused_tokens == reusable
 
 
-def test_blocks_are_shared_between_sessions_when_configured(make_config, clock):
-    eng = Engine(make_config(prefix_cache={"block_tokens": 4, "share_across_sessions": True}), clock, clock)
-    run(eng, request(session_key=None, generate=False))
-    assert run(eng, request(session_key="other"))[0][0].reused_tokens == floor_block(len(PROMPT) - 1)
+def test_sharing_across_keys_is_no_longer_an_option(make_config):
+    with pytest.raises(ValueError, match="scoped per API key"):
+        make_config(prefix_cache={"block_tokens": 4, "share_across_sessions": True})
 
 
 def test_models_do_not_share_kv_blocks(make_config, make_profile, clock):
@@ -352,7 +355,7 @@ def test_several_calls_in_one_plan_are_numbered_from_zero(engine, monkeypatch):
 
 def test_stats_count_requests_and_tokens(engine):
     run(engine, request())
-    run(engine, request(session_key="other", max_output_tokens=4))
+    run(engine, request(cache_scope="key:b", max_output_tokens=4))
     stats = engine.stats()
     assert stats["requests"] == 2 and stats["completed"] == 2 and stats["active"] == 0
     assert stats["output_tokens_total"] == engine.config.policy.text_tokens + 4

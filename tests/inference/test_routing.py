@@ -1,10 +1,11 @@
-"""routing: session keys pinned to live replicas (sticky, rendezvous for new keys)."""
+"""routing: session keys pinned to live replicas (sticky), stateless requests routed by
+their prefix with a per-minute spill (pure decisions, a fake clock)."""
 
 from __future__ import annotations
 
 from collections import Counter
 
-from inference.routing import SessionAffinity, rendezvous
+from inference.routing import PrefixRouting, SessionAffinity, prefix_key, ranked, rendezvous, spill
 
 
 def test_rendezvous_is_stable_and_spreads_keys():
@@ -40,3 +41,104 @@ def test_the_pin_table_is_bounded():
     for i in range(50):
         aff.choose(f"k{i}", ["a", "b"])
     assert len(aff) == 10
+
+
+def test_choose_pins_a_new_key_to_the_callers_choice_and_asks_only_once():
+    aff = SessionAffinity()
+    asked = []
+    assert aff.choose("k", ["a", "b"], first=lambda: asked.append(1) or "b") == "b"
+    assert aff.choose("k", ["a", "b"], first=lambda: asked.append(1) or "a") == "b"  # pinned: not asked
+    assert asked == [1]
+    assert aff.pinned("k", ["a"]) is None  # its replica is gone
+
+
+# --- stateless requests: the prefix route ------------------------------------------------
+
+PROMPT = list(range(1000, 1600))
+
+
+def test_ranked_orders_every_replica_and_starts_with_rendezvous():
+    for i in range(50):
+        order = ranked(f"k{i}", ["a", "b", "c", "d"])
+        assert sorted(order) == ["a", "b", "c", "d"]
+        assert order[0] == rendezvous(f"k{i}", ["d", "c", "b", "a"])
+        assert order == ranked(f"k{i}", ["c", "a", "d", "b"])
+
+
+def test_the_prefix_key_hashes_scope_prompt_cache_key_and_the_first_tokens_only():
+    base = prefix_key(PROMPT, "key:a", None)
+    assert prefix_key(PROMPT[:256] + [7] * 50, "key:a", None) == base  # only the first 256 count
+    assert prefix_key(PROMPT[:255] + [7], "key:a", None) != base
+    assert prefix_key(PROMPT, "key:b", None) != base  # another API key
+    assert prefix_key(PROMPT, "key:a", "conv-1") != base  # a prompt_cache_key
+    assert prefix_key(PROMPT, "key:a", "") != base  # "" is a key, unlike None
+    assert prefix_key(PROMPT, "key:a", "conv-1") != prefix_key(PROMPT, "key:a", "conv-2")
+    assert prefix_key(PROMPT, "key:a", None, prefix_tokens=8) == prefix_key(PROMPT[:8], "key:a", None)
+    int(base, 16)
+
+
+def test_spill_takes_the_first_replica_under_the_limit_else_the_least_used():
+    order = ["b", "a", "c"]
+    assert spill(order, {}, 15) == "b"
+    assert spill(order, {"b": 14}, 15) == "b"
+    assert spill(order, {"b": 15}, 15) == "a"
+    assert spill(order, {"b": 15, "a": 15, "c": 3}, 15) == "c"
+    assert spill(order, {"b": 20, "a": 16, "c": 16}, 15) == "a"  # all full: fewest, rank breaks ties
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_a_prefix_stays_home_up_to_the_rate_then_overflows_and_comes_back():
+    clock = Clock()
+    routing = PrefixRouting(15, clock)
+    replicas = ["a", "b", "c"]
+    home, second, third = ranked("p", replicas)
+    chosen = []
+    for _ in range(40):
+        chosen.append(routing.choose("p", replicas)[0])
+        clock.t += 1.0  # 40 requests in 40 s: one window
+    assert chosen == [home] * 15 + [second] * 15 + [third] * 10
+    assert routing.recent("p") == {home: 15, second: 15, third: 10}
+    clock.t += 60.0  # the window has passed
+    assert routing.choose("p", replicas)[0] == home
+
+
+def test_the_preference_order_puts_the_choice_first_then_the_rest_by_rank():
+    routing = PrefixRouting(1, Clock())
+    order = ranked("p", ["a", "b", "c"])
+    assert routing.choose("p", ["a", "b", "c"]) == order
+    assert routing.choose("p", ["a", "b", "c"]) == [order[1], order[0], order[2]]
+
+
+def test_a_steady_overload_is_shared_at_the_rate_per_replica():
+    clock = Clock()
+    routing = PrefixRouting(15, clock)
+    seen = []
+    for _ in range(300):  # 30 requests per minute for 10 minutes, over two replicas
+        seen.append(routing.choose("p", ["a", "b"])[0])
+        clock.t += 2.0
+    last_minute = Counter(seen[-30:])
+    assert last_minute == Counter({"a": 15, "b": 15})
+
+
+def test_prefixes_are_counted_apart_and_the_table_is_bounded():
+    clock = Clock()
+    routing = PrefixRouting(2, clock, capacity=3)
+    for _ in range(2):
+        routing.choose("p", ["a", "b"])
+    assert routing.choose("q", ["a", "b"])[0] == rendezvous("q", ["a", "b"])  # q has its own count
+    for key in ("r", "s", "t"):
+        routing.choose(key, ["a", "b"])
+    assert len(routing) == 3 and routing.recent("p") == {}  # p fell out (LRU)
+
+
+def test_different_prefixes_spread_over_the_replicas():
+    routing = PrefixRouting(15, Clock())
+    homes = Counter(routing.choose(prefix_key([i] * 300, "key:a", None), ["a", "b"])[0] for i in range(400))
+    assert min(homes.values()) > 150

@@ -305,7 +305,7 @@ def cached(events: list[dict[str, Any]]) -> int:
     return done["response"]["usage"]["input_tokens_details"]["cached_tokens"]
 
 
-def test_the_prefix_cache_is_private_to_a_connection(keyed_url):
+def test_the_prefix_cache_is_private_to_an_api_key(keyed_url):
     prompt = long_prompt(marker("kv"))
 
     async def main():
@@ -323,7 +323,7 @@ def test_the_prefix_cache_is_private_to_a_connection(keyed_url):
     assert cached(first) == 0
     assert cached(own_resend) >= 1024, "the connection reuses its own KV (the control)"
     assert cached(other_key) == 0, "another key's fresh connection reuses nothing"
-    assert cached(same_key) == 0, "another connection of the same key reuses nothing"
+    assert cached(same_key) >= 1024, "the same key's new connection may reuse it (check 27)"
 
 
 def test_the_prefix_cache_is_not_shared_between_keys_over_http(keyed_url):

@@ -102,7 +102,7 @@ def test_20_turn_tool_loop_sends_only_new_items_and_cached_tokens_grow(client):
     assert cached[-1] > cached[1] >= 1024
 
 
-def test_check_27_cached_tokens_equal_the_inherited_prefix_and_a_new_socket_reports_zero(client):
+def test_check_27_cached_tokens_equal_the_inherited_prefix_and_another_keys_socket_reports_zero(client, server_url):
     with client.responses.connect() as conn:
         conn.response.create(model=MODEL, input=LONG_INPUT, tools=TOOLS, store=False)
         first = collect(conn)[-1]["response"]
@@ -114,14 +114,20 @@ def test_check_27_cached_tokens_equal_the_inherited_prefix_and_a_new_socket_repo
         chat_format.render_function_call(call["name"], call["arguments"]))
     assert inherited > 1024
     assert second["usage"]["input_tokens_details"]["cached_tokens"] == reported(inherited)
-    # The same conversation resent in full on a new socket finds nothing cached.
+    # The same conversation resent in full on a new socket under another API key finds
+    # nothing cached; under the same key it may (one cache scope per key).
     full = [{"role": "user", "content": LONG_INPUT}, {k: call[k] for k in ("type", "call_id", "name", "arguments")},
             *outputs_for(first)]
-    with client.responses.connect() as conn:
+    other = OpenAI(base_url=server_url + "/v1", api_key="sk-test-another-key", max_retries=0)
+    with other.responses.connect() as conn:
         conn.response.create(model=MODEL, input=full, tools=TOOLS, store=False)
         fresh = collect(conn)[-1]["response"]
     assert fresh["usage"]["input_tokens"] == second["usage"]["input_tokens"]
     assert fresh["usage"]["input_tokens_details"]["cached_tokens"] == 0
+    with client.responses.connect() as conn:
+        conn.response.create(model=MODEL, input=full, tools=TOOLS, store=False)
+        same_key = collect(conn)[-1]["response"]
+    assert same_key["usage"]["input_tokens_details"]["cached_tokens"] >= reported(inherited)
 
 
 def test_check_13_14_generate_false_warm_up_then_continue_with_cache(client):
