@@ -104,7 +104,10 @@ class SocketServer:
             await asyncio.wait([ended, ws.connection_lost_waiter], return_when=asyncio.FIRST_COMPLETED)
             if ended.done() or ws.accepted:
                 return await ended
-            return "refused"  # the upgrade was answered with an error, or never completed
+            # The upgrade was answered with an error, or never completed.
+            if ws.protocol.handshake_exc is not None:
+                log.warning("WebSocket opening handshake failed: %r", ws.protocol.handshake_exc)
+            return "refused"
         finally:
             self._ended.pop(sock_id, None)
 
