@@ -189,12 +189,13 @@ async def close_all(sockets: list[ResponsesSocket]) -> None:
 
 
 async def warm_phase(url: str, n: int) -> dict[str, Any]:
+    """Sequential connects to a warm, idle server (each closed before the next)."""
     opened = Opened()
     for _ in range(n):
         await open_one(url, opened, 10.0)
         if opened.sockets:
             await opened.sockets.pop().close()
-    return opened.summary()
+    return {**opened.summary(), "opened": len(opened.connect_s)}
 
 
 async def burst_phase(url: str, args, meter: ServerMeter, progress) -> dict[str, Any]:
