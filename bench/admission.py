@@ -3,6 +3,8 @@
 Against an embedded server on the default configuration (or ``--url``), from one client
 process on the same machine:
 
+(in this order: a ramp first, so its memory is measured on a fresh server)
+
 - ``burst``: N connections opened at once (``--open-timeout``, 10 s like websockets and the
   openai SDK), then T turns on each;
 - ``ramp``: connections arriving at R/s, held open; connect latency percentiles; the server's
@@ -47,7 +49,7 @@ PHASES = ("micro", "warm", "burst", "ramp", "idle", "http_load")
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--url", default=None, help="a running server (default: start an embedded one)")
     p.add_argument("--config", type=Path, default=None, help="server config file for the embedded server")
-    p.add_argument("--phases", default="micro,warm,burst,ramp,http_load",
+    p.add_argument("--phases", default="micro,warm,ramp,burst,http_load",
                    help=f"comma-separated, from {','.join(PHASES)} (idle is heavy: opt in)")
     p.add_argument("--burst", type=int, default=1000, help="connections opened at once")
     p.add_argument("--burst-turns", type=int, default=5, help="turns on each burst connection")
@@ -136,9 +138,21 @@ async def open_one(url: str, opened: Opened, open_timeout: float) -> None:
     opened.sockets.append(sock)
 
 
-async def open_many(url: str, n: int, *, rate: float | None, open_timeout: float, progress=None) -> Opened:
+async def _memory_curve(meter: ServerMeter, before: dict, opened: Opened, curve: list) -> None:
+    """(connections open, server MiB added) about once a second while a ramp runs."""
+    if not before:
+        return
+    while True:
+        await asyncio.sleep(1.0)
+        now = await asyncio.to_thread(meter.sample)
+        added = (now["hosts_uss_mb"] + now["gateway_uss_mb"]) - (before["hosts_uss_mb"] + before["gateway_uss_mb"])
+        curve.append((len(opened.sockets), added))
+
+
+async def open_many(url: str, n: int, *, rate: float | None, open_timeout: float, progress=None,
+                    into: Opened | None = None) -> Opened:
     """``n`` connections, all at once (``rate`` None) or arriving at ``rate`` per second."""
-    opened = Opened()
+    opened = into if into is not None else Opened()
     tasks = []
     start = time.perf_counter()
     for i in range(n):
@@ -211,11 +225,15 @@ async def burst_phase(url: str, args, meter: ServerMeter, progress) -> dict[str,
 async def ramp_phase(url: str, rate: float, args, meter: ServerMeter, progress, on_held: Any = None) -> dict[str, Any]:
     await asyncio.sleep(2.0)  # let the previous phase's connections finish closing
     before = meter.sample()
-    opened = await open_many(url, args.ramp, rate=rate, open_timeout=30.0, progress=progress)
+    curve: list[tuple[int, float]] = []
+    opened = Opened()
+    sampling = asyncio.create_task(_memory_curve(meter, before, opened, curve))
+    opened = await open_many(url, args.ramp, rate=rate, open_timeout=30.0, progress=progress, into=opened)
     await asyncio.sleep(1.0)
+    sampling.cancel()
     held = meter.sample()
     out = {"rate": rate, "connections": args.ramp, **opened.summary(),
-           "held": delta(held, before, len(opened.sockets))}
+           "held": delta(held, before, len(opened.sockets)), "memory_curve": curve}
     if on_held is not None:  # where the hosts holding them run (simulated cluster: per node role)
         out["placement"] = on_held()
     out["one_turn_on_all"] = await turns_on_all(opened.sockets, 1)
@@ -383,13 +401,13 @@ def _plot(result: dict, path: Path) -> None:
         ax1.set_yscale("log")
         ax1.legend()
         ax1.set_title("connect latency vs arrival rate")
-    points = [(p["connections"], p["held"]["server_mib_per_conn"] * p["connections"])
-              for p in [*ramps, *([result["idle"]] if "idle" in result else [])] if p.get("held")]
-    if points:
-        xs, ys = zip(*sorted(points))
-        ax2.plot(xs, ys, marker="o")
-        ax2.set_xlabel("connections held")
+    curves = [(r["rate"], r["memory_curve"]) for r in ramps if r.get("memory_curve")]
+    for rate, curve in curves[:1]:  # the first ramp starts from the freshest server
+        xs, ys = zip(*curve)
+        ax2.plot(xs, ys, marker=".", label=f"ramp at {rate:.0f}/s")
+        ax2.set_xlabel("connections open")
         ax2.set_ylabel("server private memory added (MiB)")
+        ax2.legend()
         ax2.set_title("memory vs connections")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -446,14 +464,14 @@ async def _measure(url: str, args, meter: ServerMeter, on_held: Any = None) -> d
     with Progress(transient=True) as bar:
         if "warm" in phases:
             result["warm"] = await warm_phase(url, args.warm_connects)
-        if "burst" in phases:
-            task = bar.add_task(f"burst of {args.burst}", total=args.burst)
-            result["burst"] = await burst_phase(url, args, meter, lambda: bar.advance(task))
         if "ramp" in phases:
             result["ramp"] = []
             for rate in [float(r) for r in args.rates.split(",")]:
                 task = bar.add_task(f"ramp {args.ramp} at {rate:.0f}/s", total=args.ramp)
                 result["ramp"].append(await ramp_phase(url, rate, args, meter, lambda: bar.advance(task), on_held))
+        if "burst" in phases:
+            task = bar.add_task(f"burst of {args.burst}", total=args.burst)
+            result["burst"] = await burst_phase(url, args, meter, lambda: bar.advance(task))
         if "idle" in phases:
             task = bar.add_task(f"idle {args.idle}", total=args.idle)
             result["idle"] = await idle_phase(url, args, meter, lambda: bar.advance(task))
