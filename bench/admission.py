@@ -1,18 +1,18 @@
 """Admission at scale: bursts, arrival ramps, held connections, memory and CPU per connection.
 
-Against an embedded server on the default configuration (or ``--url``), from one client
-process on the same machine:
+Against an embedded server on the default configuration (or ``--url``, or ``--cluster``),
+from one client process on the same machine, in this order:
 
-(in this order: a ramp first, so its memory is measured on a fresh server)
-
+- ``micro``: the CPU of each admission step, in-process with the server's own code;
+- ``warm``: sequential connects to a warm, idle server;
+- ``ramp`` (first of the loads, so its memory is measured on a fresh server): connections
+  arriving at R/s, held open; connect latency percentiles; the server's private memory (USS
+  of the session hosts and the gateway) per held connection, measured as a delta from before
+  the ramp so the baselines of hosts started for it count; then one turn on every held
+  connection at once;
 - ``burst``: N connections opened at once (``--open-timeout``, 10 s like websockets and the
   openai SDK), then T turns on each;
-- ``ramp``: connections arriving at R/s, held open; connect latency percentiles; the server's
-  private memory (USS of the session hosts and the gateway) per held connection, measured as
-  a delta from before the ramp so the baselines of hosts started for it count; then one turn
-  on every held connection at once;
-- ``idle``: many mostly idle connections held for a while: memory and idle CPU per connection;
-- ``warm``: sequential connects to a warm, idle server;
+- ``idle`` (opt-in): many mostly idle connections held for a while: memory and idle CPU;
 - ``http_load``: a fresh connect and ``/healthz`` while concurrent HTTP clients send
   ~75k-token stateless requests (the gateway hands HTTP work to session hosts).
 
