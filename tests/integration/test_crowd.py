@@ -17,7 +17,7 @@ import websockets
 from ray import serve
 
 from tests.support.server import start_app
-from tests.support.wire import raw_collect, validated
+from tests.support.wire import raw_collect
 
 BURST_APP = "rws-crowd"
 STORM_APP = "rws-crowd-storm"
