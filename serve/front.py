@@ -154,8 +154,10 @@ class Front:
         self._handoff = handoff
         self._handoff_http = handoff_http
         self._tasks: set[asyncio.Task[None]] = set()
+        self._accepting: asyncio.Task[None] | None = None
 
     async def run(self) -> None:
+        self._accepting = asyncio.current_task()
         loop = asyncio.get_running_loop()
         while True:
             sock, _ = await loop.sock_accept(self._listener)
@@ -188,6 +190,15 @@ class Front:
 
     def close(self) -> None:
         """Stop accepting connections (those already accepted go on)."""
+        # The accept loop stops first: an event loop waiting on the listener holds it open
+        # (uvloop, which Ray's actors run, counts a reference to the socket), so closing it
+        # under a pending accept left it listening in the port's SO_REUSEPORT group, where it
+        # took a share of new connections (a redeploy's reconnecting clients) and never
+        # served them.
+        if self._accepting is not None:
+            self._accepting.cancel()
+        with contextlib.suppress(ValueError, OSError):
+            asyncio.get_running_loop().remove_reader(self._listener)
         for task in self._tasks:
             task.cancel()
         self._listener.close()

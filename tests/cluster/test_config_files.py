@@ -72,6 +72,7 @@ def test_cluster_serve_config_places_gateways_on_session_nodes_and_inference_on_
     gw = gateway_options(config.server)
     assert gw["ray_actor_options"] == {"num_cpus": 0, "resources": {"session": 1.0}}
     assert gw["max_replicas_per_node"] == 1
+    assert "max_surge_percent" not in gw  # one gateway per node: a replacement has to wait for the old one
     inf = deployment_options(config.inference)
     assert inf["ray_actor_options"]["resources"] == {"accelerator": 1.0}
     assert inf["autoscaling_config"]["max_replicas"] >= 2
@@ -82,4 +83,5 @@ def test_single_node_serve_config_needs_no_custom_resources():
     (app,) = load(CONFIGS / "serve-single-node.yaml")["applications"]
     config = app_config_from_dict(app["args"], environ={})
     assert gateway_options(config.server)["ray_actor_options"] == {"num_cpus": 0}
+    assert gateway_options(config.server)["max_surge_percent"] == 100  # a redeploy starts the new gateway first
     assert "resources" not in deployment_options(config.inference)["ray_actor_options"]
