@@ -27,7 +27,7 @@ OPEN_TIMEOUT_S = 10.0  # websockets' default, and the SDK's
 BURST = 100
 BURST_TURNS = 3
 STORM = 100
-MAX_HOSTS = 4  # "a handful": the default packs 256 connections per host
+MAX_HOSTS = 4  # "a handful": the default packs 1024 connections per host
 
 
 def run(coro):
