@@ -382,7 +382,11 @@ def test_an_unreachable_store_gives_typed_errors_without_internals(dead_store_ur
             return rid, stored, from_other_socket, calls, usable, still_streaming
 
     rid, stored, from_other_socket, calls, usable, still_streaming = asyncio.run(main())
-    assert stored[-1]["type"] == "response.completed", "writes are behind the response; the client is done"
+    # The record is written before the terminal event (read-your-writes): a store that cannot
+    # take it fails that response with a typed server_error, never a silent loss.
+    assert stored[-1]["type"] == "response.failed", "a stored response the store could not take is not completed"
+    assert stored[-1]["response"]["error"]["code"] == "server_error"
+    assert_clean(stored[-1]["response"]["error"]["message"])
     err = only_error(from_other_socket)
     assert err["error"]["code"] == "previous_response_not_found", "an unreachable store reads as not found"
     assert_clean(err["error"]["message"].replace(f"'{rid}'", ""))
