@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .base import Store, StoredResponse, UsageEntry
@@ -45,11 +46,14 @@ class StoreWriter:
     started on the running loop at the first submit).  At most ``max_pending`` writes may
     wait at once; beyond that ``submit_*`` raise :class:`WriterBacklogFull` rather than
     grow without bound.  ``close()`` writes everything submitted before closing the store.
+    ``on_failure`` is called once for every write that failed.
     """
 
-    def __init__(self, store: Store, *, max_pending: int = DEFAULT_MAX_PENDING) -> None:
+    def __init__(self, store: Store, *, max_pending: int = DEFAULT_MAX_PENDING,
+                 on_failure: Callable[[], None] | None = None) -> None:
         self.store = store
         self.max_pending = max_pending
+        self._on_failure = on_failure  # called for every failed write (a metric)
         self._ops: deque[_Put | _Usage | asyncio.Future[None]] = deque()
         self._pending = 0  # _Put/_Usage entries of _ops (flush barriers are not counted)
         self._queued: dict[str, tuple[StoredResponse, int]] = {}  # id -> (latest record, puts queued)
@@ -150,6 +154,8 @@ class StoreWriter:
                     await self.store.add_usage(op.entry)
             except Exception:
                 log.exception("store write failed, skipped: %s", _describe(op))
+                if self._on_failure is not None:
+                    self._on_failure()
             self._ops.popleft()
             self._pending -= 1
             if isinstance(op, _Put):
