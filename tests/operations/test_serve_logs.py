@@ -1,0 +1,75 @@
+"""``responses-ws serve`` shows warnings from inside the app in its own terminal: here a
+session host's warning when the (overloaded) inference backend refuses a response, as
+text by default and as JSON lines with ``--log-format json``.  The server runs in a child
+process of its own (its own Ray), started from a directory outside the checkout."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+import websockets
+import yaml
+
+from inference.profiles import load_inference_config
+from tests.support.serve_process import serve_process
+
+WARNING_TEXT = "inference failed for resp_"
+
+
+def busy_config(path) -> None:
+    """One sequence per replica and no queue: a second response at once is refused."""
+    profiles = load_inference_config().model_dump()["profiles"]
+    for profile in profiles:
+        profile["batching"].update(max_running=1, max_waiting=0, knee=1)
+    path.write_text(yaml.safe_dump({"inference": {"profiles": profiles}}))
+
+
+async def overload(url: str) -> str:
+    """A long response holds the only slot; a second one on another lane is refused."""
+    async with websockets.connect(url.replace("http", "ws", 1) + "/v1/responses") as ws:
+        await ws.send(json.dumps({"type": "response.create", "model": "emu-fast", "store": False, "stream_id": "long",
+                                  "input": "x", "metadata": {"emulator.tool_rounds": "0",
+                                                             "emulator.text_tokens": "3000"}}))
+        while json.loads(await ws.recv())["type"] != "response.output_text.delta":
+            pass
+        await ws.send(json.dumps({"type": "response.create", "model": "emu-fast", "store": False,
+                                  "stream_id": "other", "input": "y"}))
+        while True:
+            event = json.loads(await ws.recv())
+            if event.get("stream_id") == "other" and event["type"].startswith("response.") and \
+                    event["type"] in ("response.failed", "response.completed"):
+                return event["type"]
+
+
+def wait_for_line(server, needle: str, timeout_s: float = 30) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for line in server.output().splitlines():
+            if needle in line:
+                return line
+        time.sleep(0.5)
+    raise AssertionError(f"{needle!r} never reached the terminal:\n{server.output()[-4000:]}")
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_a_session_host_warning_reaches_the_serve_terminal(tmp_path, fmt):
+    busy_config(tmp_path / "busy.yaml")
+    args = ["--config", "busy.yaml"] + (["--log-format", "json"] if fmt == "json" else [])
+    with serve_process(args, cwd=tmp_path) as server:
+        server.wait_ready()
+        assert asyncio.run(overload(server.url)) == "response.failed"
+        line = wait_for_line(server, WARNING_TEXT)
+        assert server.stop() == 0
+    if fmt == "json":
+        entry = json.loads(line)
+        assert entry["levelname"] == "WARNING" and entry["message"].startswith(WARNING_TEXT)
+        assert entry["actor_name"].startswith("rws-")  # a session host (Ray adds the actor's name)
+    else:
+        assert "WARNING" in line and "connection.py" in line and "actor_name=rws-" in line
+    out = server.output()
+    assert "responses-ws serving on" in out and "shutting down" in out
+    assert "INFO" not in out.split("responses-ws serving on")[1]  # the default level: warnings and errors
+    assert (tmp_path / "data" / "responses.sqlite3").is_file()  # the store lives in the working directory
