@@ -38,6 +38,14 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
 
 
 def _serve(args: argparse.Namespace) -> int:
+    try:
+        return _run_server(args)
+    except KeyboardInterrupt:  # Ctrl-C while starting: what was started is stopped on the way out
+        print("interrupted", file=sys.stderr, flush=True)
+        return 130
+
+
+def _run_server(args: argparse.Namespace) -> int:
     from .embedded import Dashboard, embedded_server, metrics_urls
 
     overrides = {}
@@ -59,7 +67,8 @@ def _serve(args: argparse.Namespace) -> int:
         for metrics_url in metrics_urls():
             print(f"metrics (Prometheus): {metrics_url}", flush=True)
         if dashboard is not None:
-            print(f"Ray dashboard: http://{dashboard.host}:{dashboard.port}", flush=True)
+            print(f"Ray dashboard: http://{dashboard.host}:{dashboard.port}  (with token authentication it asks "
+                  "for the token `ray get-auth-token` prints)", flush=True)
         stopping = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stopping.set())

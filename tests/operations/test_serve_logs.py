@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from pathlib import Path
 
 import pytest
 import websockets
@@ -19,12 +20,12 @@ from tests.support.serve_process import serve_process
 WARNING_TEXT = "inference failed for resp_"
 
 
-def busy_config(path) -> None:
+def busy_profiles() -> list[dict]:
     """One sequence per replica and no queue: a second response at once is refused."""
     profiles = load_inference_config().model_dump()["profiles"]
     for profile in profiles:
         profile["batching"].update(max_running=1, max_waiting=0, knee=1)
-    path.write_text(yaml.safe_dump({"inference": {"profiles": profiles}}))
+    return profiles
 
 
 async def overload(url: str) -> str:
@@ -39,29 +40,18 @@ async def overload(url: str) -> str:
                                   "stream_id": "other", "input": "y"}))
         while True:
             event = json.loads(await ws.recv())
-            if event.get("stream_id") == "other" and event["type"].startswith("response.") and \
-                    event["type"] in ("response.failed", "response.completed"):
+            if event.get("stream_id") == "other" and event["type"] in ("response.failed", "response.completed"):
                 return event["type"]
-
-
-def wait_for_line(server, needle: str, timeout_s: float = 30) -> str:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for line in server.output().splitlines():
-            if needle in line:
-                return line
-        time.sleep(0.5)
-    raise AssertionError(f"{needle!r} never reached the terminal:\n{server.output()[-4000:]}")
 
 
 @pytest.mark.parametrize("fmt", ["text", "json"])
 def test_a_session_host_warning_reaches_the_serve_terminal(tmp_path, fmt):
-    busy_config(tmp_path / "busy.yaml")
+    (tmp_path / "busy.yaml").write_text(yaml.safe_dump({"inference": {"profiles": busy_profiles()}}))
     args = ["--config", "busy.yaml"] + (["--log-format", "json"] if fmt == "json" else [])
     with serve_process(args, cwd=tmp_path) as server:
         server.wait_ready()
         assert asyncio.run(overload(server.url)) == "response.failed"
-        line = wait_for_line(server, WARNING_TEXT)
+        line = server.wait_for_line(WARNING_TEXT)
         assert server.stop() == 0
     if fmt == "json":
         entry = json.loads(line)
@@ -73,3 +63,31 @@ def test_a_session_host_warning_reaches_the_serve_terminal(tmp_path, fmt):
     assert "responses-ws serving on" in out and "shutting down" in out
     assert "INFO" not in out.split("responses-ws serving on")[1]  # the default level: warnings and errors
     assert (tmp_path / "data" / "responses.sqlite3").is_file()  # the store lives in the working directory
+
+
+def test_a_serve_application_logging_config_reaches_the_session_hosts(ray_cluster, tmp_path):
+    """As a Serve config file's ``logging_config`` does: the application's logging_config
+    (JSON) is what the gateway applies to its session hosts, whose warning lands in their
+    worker log as a JSON line (this Ray has no job LoggingConfig)."""
+    from ray import serve
+
+    from actors.logs import LogSettings
+    from serve.embedded import deploy, local_config
+
+    url = deploy(local_config(**{"inference.profiles": busy_profiles(), "session.warm_actors": 1}), name="rws-json-logs",
+                 logs=LogSettings("WARNING", "JSON"))
+    try:
+        assert asyncio.run(overload(url)) == "response.failed"
+        logs_dir = Path(ray_cluster._private.worker._global_node.get_logs_dir_path())
+        deadline = time.monotonic() + 30
+        found = []
+        while not found and time.monotonic() < deadline:
+            for path in logs_dir.glob("worker-*.err"):
+                found += [line for line in path.read_text(errors="replace").splitlines()
+                          if WARNING_TEXT in line and line.startswith("{")]
+            time.sleep(0.5)
+        assert found, "no JSON warning in the workers' logs"
+        entry = json.loads(found[-1])
+        assert entry["levelname"] == "WARNING" and entry["name"] == "actors.host.connection"
+    finally:
+        serve.delete("rws-json-logs")

@@ -51,6 +51,18 @@ class ServeProcess:
             time.sleep(0.5)
         raise AssertionError(f"not ready after {timeout_s:.0f}s:\n{self.output()[-4000:]}")
 
+    def wait_for_line(self, needle: str, timeout_s: float = 30) -> str:
+        """The first line of output containing ``needle`` (Ray forwards workers' lines with a
+        delay)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            for line in self.output().splitlines():
+                if needle in line:
+                    return line
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{needle!r} never reached the terminal:\n{self.output()[-4000:]}")
+            time.sleep(0.5)
+
     def stop(self, timeout_s: float = 120) -> int:
         """Ctrl-C, then wait for the exit; a process that hangs is killed with its group."""
         if self.proc.poll() is None:
