@@ -1,4 +1,5 @@
-"""The session host actor: the only module of ``actors/`` that imports Ray.
+"""The session host actor: with its metrics (:mod:`.metrics`) the only module of ``actors/``
+that imports Ray.
 
 One ``SessionHost`` actor owns the state of the connections assigned to it — exactly one by
 default (``connections_per_actor``).  It terminates those WebSockets itself (the gateway
