@@ -58,6 +58,9 @@ def _run_server(args: argparse.Namespace) -> int:
     except ValueError as exc:  # pydantic's ValidationError included: a bad key or value
         print(f"responses-ws serve: invalid configuration: {exc}", file=sys.stderr)
         return 2
+    if args.address and (args.dashboard or args.metrics_port is not None):
+        print("responses-ws serve: --dashboard and --metrics-port apply to an embedded Ray; the cluster at "
+              f"{args.address} keeps its own", file=sys.stderr)
     logs = LogSettings(level=args.log_level, encoding=args.log_format.upper())
     dashboard = Dashboard(port=args.dashboard_port, host=args.dashboard_host) if args.dashboard else None
     with embedded_server(config, address=args.address, logs=logs, dashboard=dashboard,

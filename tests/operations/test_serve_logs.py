@@ -14,6 +14,7 @@ import pytest
 import websockets
 import yaml
 
+from bench.client import ws_url
 from inference.profiles import load_inference_config
 from tests.support.serve_process import serve_process
 
@@ -30,7 +31,7 @@ def busy_profiles() -> list[dict]:
 
 async def overload(url: str) -> str:
     """A long response holds the only slot; a second one on another lane is refused."""
-    async with websockets.connect(url.replace("http", "ws", 1) + "/v1/responses") as ws:
+    async with websockets.connect(ws_url(url)) as ws:
         await ws.send(json.dumps({"type": "response.create", "model": "emu-fast", "store": False, "stream_id": "long",
                                   "input": "x", "metadata": {"emulator.tool_rounds": "0",
                                                              "emulator.text_tokens": "3000"}}))

@@ -13,9 +13,11 @@ import urllib.request
 import pytest
 import websockets
 
+from bench.client import ws_url
 from serve.embedded import free_port
 from tests.support.ray_cluster import LocalCluster
 from tests.support.serve_process import get_json, serve_process
+from tests.support.wire import raw_collect
 
 SETUP = """
 import ray
@@ -63,13 +65,10 @@ def get_text(url: str) -> str:
 
 
 async def one_turn(url: str) -> str:
-    async with websockets.connect(url.replace("http", "ws", 1) + "/v1/responses") as ws:
+    async with websockets.connect(ws_url(url)) as ws:
         await ws.send(json.dumps({"type": "response.create", "model": "emu-fast", "store": False, "input": "Hi",
                                   "metadata": {"emulator.tool_rounds": "0", "emulator.text_tokens": "5"}}))
-        while True:
-            event = json.loads(await ws.recv())
-            if event["type"] in ("response.completed", "response.failed", "error"):
-                return event["type"]
+        return (await raw_collect(ws))[-1]["type"]
 
 
 def test_joining_a_shared_cluster_leaves_it_as_it_was(cluster, tmp_path):
