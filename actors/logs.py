@@ -76,9 +76,8 @@ class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
 
 def configure(settings: LogSettings) -> None:
     """Apply ``settings`` to the project's loggers in this process (idempotent)."""
-    root_handled = any(not isinstance(h, _Handler) for h in logging.getLogger().handlers)
     handler = None
-    if not root_handled:
+    if not logging.getLogger().handlers:  # else Ray's job LoggingConfig formats the records
         # The process's own stderr: a Serve replica in throughput mode redirects sys.stderr
         # into Serve's log file.
         handler = _Handler(sys.__stderr__)

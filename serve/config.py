@@ -88,18 +88,23 @@ def dotted_layer(assignments: Mapping[str, Any]) -> dict[str, Any]:
     return layer
 
 
+def yaml_value(raw: str) -> Any:
+    """A value given as text (``--set``, the environment) read as YAML: ``64``, ``true``,
+    ``null``, ``[a, b]``, ``{x: 1}``; anything else (or nothing) is a string."""
+    return yaml.safe_load(raw) if raw.strip() else ""
+
+
 def parse_set(assignment: str) -> tuple[str, Any]:
-    """``--set section.key=value``: the value is YAML (``64``, ``true``, ``null``, ``[a, b]``,
-    ``{x: 1}``; anything else is a string)."""
+    """``--set section.key=value`` → ``("section.key", value)`` (:func:`yaml_value`)."""
     key, sep, raw = assignment.partition("=")
     if not sep or not key.strip():
         raise ValueError(f"--set {assignment!r}: expected section.key=value")
-    return key.strip(), yaml.safe_load(raw) if raw.strip() else ""
+    return key.strip(), yaml_value(raw)
 
 
 def environment_layer(environ: Mapping[str, str]) -> dict[str, Any]:
     """``RESPONSES_WS_<SECTION>__<KEY>[__<KEY>…]`` variables as a layer: names are
-    lower-cased, values parsed as YAML.  Prefixed names without ``__`` (such as
+    lower-cased, values are :func:`yaml_value`.  Prefixed names without ``__`` (such as
     ``RESPONSES_WS_API_KEYS``) are not keys; an unknown section is an error."""
     assignments = {}
     for name, raw in sorted(environ.items()):
@@ -108,7 +113,7 @@ def environment_layer(environ: Mapping[str, str]) -> dict[str, Any]:
         path = name[len(ENV_PREFIX):].lower().split(ENV_SEPARATOR)
         if path[0] not in AppConfig.model_fields:
             raise ValueError(f"{name}: unknown section {path[0]!r} (one of {', '.join(AppConfig.model_fields)})")
-        assignments[".".join(path)] = yaml.safe_load(raw) if raw.strip() else ""
+        assignments[".".join(path)] = yaml_value(raw)
     return dotted_layer(assignments)
 
 
