@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test bench serve install redis clean
+.PHONY: demo test bench serve install redis clean wheel smoke-wheel
 
 $(BIN)/python:
 	python3 -m venv $(VENV)
@@ -36,5 +36,19 @@ serve: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/responses-ws bench hotpath
 
+# The wheel, installed into a fresh virtualenv of interpreter $(PY) under /tmp and
+# smoke-tested from outside the checkout (tests/install/smoke.py):
+#   make smoke-wheel PY=python3.12
+PY ?= python3
+wheel:
+	rm -rf dist
+	python3 -m pip wheel --quiet --no-deps --wheel-dir dist .
+
+smoke-wheel: wheel
+	rm -rf /tmp/responses-ws-smoke-venv
+	$(PY) -m venv /tmp/responses-ws-smoke-venv
+	/tmp/responses-ws-smoke-venv/bin/pip install --quiet dist/*.whl
+	cd /tmp && /tmp/responses-ws-smoke-venv/bin/python $(CURDIR)/tests/install/smoke.py
+
 clean:
-	rm -rf $(VENV) results
+	rm -rf $(VENV) results dist

@@ -72,7 +72,7 @@ ModelTime = Callable[[int, int, int], float]  # (input, cached, output tokens) -
 
 
 def emulator_model_time(model: str) -> ModelTime | None:
-    """The emulator's modelled TTFT + decode time for a turn, from configs/models.yaml.
+    """The emulator's modelled TTFT + decode time for a turn, from inference/models.yaml.
 
     ``cached_tokens`` as reported is rounded down to 128 (OpenAI's rule), so the estimate
     may charge up to 127 tokens of prefill too many (~2.5 ms on emu-fast)."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -90,9 +91,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet-s", type=float, default=5.0)
     p.add_argument("--port", type=int, default=18765)
     p.add_argument("--out", type=Path, default=Path("results/scaling"))
+    p.add_argument("--config", type=Path, default=CONFIG, help="the Serve config deployed on the simulated cluster")
 
 
 def run(args: argparse.Namespace) -> int:
+    if not args.config.is_file():  # an installed wheel has no configs/ directory
+        print(f"responses-ws bench scaling: no Serve config at {args.config}; run it from a source checkout "
+              "or pass --config configs/serve-cluster.yaml", file=sys.stderr)
+        return 2
     modes = [int(x) for x in args.modes.split(",")]
     idle = [int(x) for x in args.idle.split(",")]
     steps = [int(x) for x in args.steps.split(",")]
@@ -114,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
                     {"min_replicas": 1, "max_replicas": 4, "target_ongoing_requests": 2, "upscale_delay_s": 1.0})
 
             t0 = time.perf_counter()
-            deploy_serve_config(CONFIG, edit)
+            deploy_serve_config(args.config, edit)
             wait_ready(url, timeout_s=120)
             time.sleep(3)  # the pools fill
             entry = {"connections_per_actor": mode, "deploy_s": time.perf_counter() - t0, "load": [], "idle": None}

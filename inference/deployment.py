@@ -170,38 +170,44 @@ class InferenceDeployment:
 
 class RayMetrics:
     """The engine's ``Observer`` backed by ``ray.util.metrics`` (exported by Ray's
-    metrics agent, tagged by replica and, where it applies, model)."""
+    metrics agent, tagged by replica and, where it applies, model).  Names start with
+    ``responses_ws_inference_``; durations are in seconds (docs/operations.md, Metrics)."""
 
     def __init__(self, replica: str) -> None:
         tags = {"replica": replica}
         self.tokens_sent = 0
         self._ttft = metrics.Histogram(
-            "emu_ttft_ms", "Time to first token (queue + prefill + first decode step)",
-            boundaries=[1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000],
+            "responses_ws_inference_ttft_seconds", "Time to first token (queue + prefill + first decode step)",
+            boundaries=[0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10],
             tag_keys=("replica", "model"))
         self._itl = metrics.Histogram(
-            "emu_itl_ms", "Inter-token latency (mean over each sent chunk)",
-            boundaries=[0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128],
+            "responses_ws_inference_itl_seconds", "Inter-token latency (mean over each sent chunk)",
+            boundaries=[0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128],
             tag_keys=("replica", "model"))
-        self._tokens = metrics.Counter("emu_output_tokens", "Output tokens sent", tag_keys=("replica", "model"))
-        self.tokens_per_s = metrics.Gauge("emu_delivered_tokens_per_s", "Output tokens/s sent by the replica",
-                                          tag_keys=("replica",))
-        self._running = metrics.Gauge("emu_running_seqs", "Sequences in the batch", tag_keys=("replica", "model"))
-        self._waiting = metrics.Gauge("emu_waiting_seqs", "Sequences waiting for a slot", tag_keys=("replica", "model"))
-        self._hits = metrics.Counter("emu_prefix_hit_blocks", "Prefix-cache blocks reused", tag_keys=("replica",))
-        self._misses = metrics.Counter("emu_prefix_miss_blocks", "Prefix-cache blocks prefilled", tag_keys=("replica",))
-        self._evictions = metrics.Counter("emu_prefix_evicted_blocks", "Prefix-cache blocks evicted",
-                                          tag_keys=("replica",))
+        self._tokens = metrics.Counter("responses_ws_inference_output_tokens", "Output tokens sent",
+                                       tag_keys=("replica", "model"))
+        self.tokens_per_s = metrics.Gauge("responses_ws_inference_tokens_per_second",
+                                          "Output tokens/s sent by the replica (1 s window)", tag_keys=("replica",))
+        self._running = metrics.Gauge("responses_ws_inference_running_seqs", "Sequences in the batch",
+                                      tag_keys=("replica", "model"))
+        self._waiting = metrics.Gauge("responses_ws_inference_waiting_seqs", "Sequences waiting for a slot",
+                                      tag_keys=("replica", "model"))
+        self._hits = metrics.Counter("responses_ws_inference_prefix_hit_blocks", "Prefix-cache blocks reused",
+                                     tag_keys=("replica",))
+        self._misses = metrics.Counter("responses_ws_inference_prefix_miss_blocks", "Prefix-cache blocks prefilled",
+                                       tag_keys=("replica",))
+        self._evictions = metrics.Counter("responses_ws_inference_prefix_evicted_blocks",
+                                          "Prefix-cache blocks evicted", tag_keys=("replica",))
         for m in (self._ttft, self._itl, self._tokens, self.tokens_per_s, self._running, self._waiting,
                   self._hits, self._misses, self._evictions):
             m.set_default_tags(tags)
 
     def first_token(self, model: str, ttft_s: float) -> None:
-        self._ttft.observe(ttft_s * 1000.0, {"model": model})
+        self._ttft.observe(ttft_s, {"model": model})
         self._count(model, 1)
 
     def tokens(self, model: str, n: int, itl_s: float) -> None:
-        self._itl.observe(itl_s * 1000.0, {"model": model})
+        self._itl.observe(itl_s, {"model": model})
         self._count(model, n)
 
     def _count(self, model: str, n: int) -> None:

@@ -1,4 +1,5 @@
-"""Typed configuration of the emulated inference backend (``configs/models.yaml``).
+"""Typed configuration of the emulated inference backend (``inference/models.yaml``, the
+defaults shipped inside the package).
 
 One pydantic model per concept: a ``ModelProfile`` is the latency and load model of one
 served model (``BatchingConfig`` and ``JitterConfig`` are parts of it), ``PolicyConfig``
@@ -11,12 +12,14 @@ deployment.  ``docs/emulator.md`` explains the model these numbers feed.
 
 from __future__ import annotations
 
+from importlib import resources
 from pathlib import Path
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-DEFAULT_CONFIG_PATH = Path(__file__).resolve().parents[1] / "configs" / "models.yaml"
+# Package data (pyproject.toml): found the same way in a checkout, an editable install and a wheel.
+DEFAULT_CONFIG = resources.files("inference").joinpath("models.yaml")
 
 
 class ModelNotFound(LookupError):
@@ -267,6 +270,6 @@ class InferenceConfig(BaseModel):
 
 
 def load_inference_config(path: Path | None = None) -> InferenceConfig:
-    """Read and validate the YAML config; ``path`` defaults to the repo's ``configs/models.yaml``."""
-    with open(path or DEFAULT_CONFIG_PATH, encoding="utf-8") as f:
-        return InferenceConfig.model_validate(yaml.safe_load(f))
+    """Read and validate the YAML config; ``path`` defaults to the packaged ``inference/models.yaml``."""
+    text = path.read_text(encoding="utf-8") if path is not None else DEFAULT_CONFIG.read_text(encoding="utf-8")
+    return InferenceConfig.model_validate(yaml.safe_load(text))

@@ -46,6 +46,7 @@ def gateway_options(server: ServerConfig) -> dict[str, Any]:
 def app_builder(args: dict[str, Any]) -> Application:
     """Entry point for ``serve run``/``serve deploy`` config files: ``args`` holds the
     sections of :class:`AppConfig` (a partial ``inference`` section refines
-    configs/models.yaml, as in a ``--config`` file)."""
+    the packaged inference/models.yaml, as in a ``--config`` file; the environment applies
+    on top, serve/config.py)."""
     return build_application(app_config_from_dict(args))
 

@@ -10,25 +10,68 @@ import argparse
 import signal
 import sys
 import threading
+from importlib import metadata
 from pathlib import Path
 
-from .config import load_app_config
+from actors.logs import ENCODINGS, LEVELS, LogSettings
+
+from .config import ServerConfig, load_app_config
 
 CLIENT_COMMANDS = ("demo", "bench")  # parsed and run by bench.cli
+DISTRIBUTION = "responses-ws"
+
+
+def version() -> str:
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:  # run from a checkout that is not installed
+        return "unknown (not installed)"
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """Descriptions as written; every option's default, except where there is none."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False or action.default == []:
+            return action.help
+        return super()._get_help_string(action)
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from .embedded import embedded_server
+    try:
+        return _run_server(args)
+    except KeyboardInterrupt:  # Ctrl-C while starting: what was started is stopped on the way out
+        print("interrupted", file=sys.stderr, flush=True)
+        return 130
+
+
+def _run_server(args: argparse.Namespace) -> int:
+    from .embedded import Dashboard, embedded_server, metrics_urls
 
     overrides = {}
     if args.host is not None:
         overrides["server.host"] = args.host
     if args.port is not None:
         overrides["server.port"] = args.port
-    config = load_app_config(args.config, **overrides)
-    with embedded_server(config, address=args.address) as url:
+    try:
+        config = load_app_config(args.config, sets=args.set, **overrides)
+    except ValueError as exc:  # pydantic's ValidationError included: a bad key or value
+        print(f"responses-ws serve: invalid configuration: {exc}", file=sys.stderr)
+        return 2
+    if args.address and (args.dashboard or args.metrics_port is not None):
+        print("responses-ws serve: --dashboard and --metrics-port apply to an embedded Ray; the cluster at "
+              f"{args.address} keeps its own", file=sys.stderr)
+    logs = LogSettings(level=args.log_level, encoding=args.log_format.upper())
+    dashboard = Dashboard(port=args.dashboard_port, host=args.dashboard_host) if args.dashboard else None
+    with embedded_server(config, address=args.address, logs=logs, dashboard=dashboard,
+                         metrics_port=args.metrics_port) as url:
         print(f"responses-ws serving on {url}  (WebSocket: {url.replace('http', 'ws', 1)}/v1/responses)",
               flush=True)
+        for metrics_url in metrics_urls():
+            print(f"metrics (Prometheus): {metrics_url}", flush=True)
+        if dashboard is not None:
+            print(f"Ray dashboard: http://{dashboard.host}:{dashboard.port}  (with token authentication it asks "
+                  "for the token `ray get-auth-token` prints)", flush=True)
         stopping = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stopping.set())
@@ -44,14 +87,35 @@ def _client_command(argv: list[str]) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="responses-ws", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="responses-ws", description=__doc__, formatter_class=HelpFormatter)
+    p.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = p.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("serve", help="start (or join) Ray, deploy, serve until interrupted")
-    s.add_argument("--host", default=None)
-    s.add_argument("--port", type=int, default=None)
-    s.add_argument("--config", type=Path, default=None, help="YAML with server/session/inference sections")
-    s.add_argument("--address", default=None, help="Ray address to join (default: start an embedded Ray)")
+    s = sub.add_parser(
+        "serve", help="start (or join) Ray, deploy, serve until interrupted", formatter_class=HelpFormatter,
+        description="Start an embedded Ray (or join --address), deploy the app, serve until Ctrl-C.\n\n"
+                    "Configuration, later sources win: defaults < --config FILE < environment "
+                    "(RESPONSES_WS_<SECTION>__<KEY>=value)\n< --set section.key=value < --host/--port "
+                    "(docs/operations.md).")
+    defaults = ServerConfig()
+    s.add_argument("--host", default=None, help=f"listen address (default: server.host, {defaults.host})")
+    s.add_argument("--port", type=int, default=None, help=f"listen port (default: server.port, {defaults.port})")
+    s.add_argument("--config", type=Path, default=None,
+                   help="YAML with server/session/store/inference sections (configs/server.example.yaml)")
+    s.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="set one config key, the value as YAML (repeatable), e.g. "
+                        "--set session.connections_per_actor=64")
+    s.add_argument("--address", default=None,
+                   help="Ray cluster to join (default: start an embedded Ray); on exit only this app is deleted")
+    s.add_argument("--log-level", default="WARNING", choices=LEVELS, type=str.upper,
+                   help="what the gateway, session hosts, inference and Ray print here")
+    s.add_argument("--log-format", default="text", choices=[e.lower() for e in ENCODINGS], type=str.lower,
+                   help="log line encoding (Ray's LoggingConfig encoding)")
+    s.add_argument("--dashboard", action="store_true", help="start Ray's dashboard (an embedded Ray only)")
+    s.add_argument("--dashboard-host", default="127.0.0.1", help="with --dashboard")
+    s.add_argument("--dashboard-port", type=int, default=8265, help="with --dashboard")
+    s.add_argument("--metrics-port", type=int, default=None,
+                   help="Ray's metrics export port, Prometheus format (an embedded Ray only; default: "
+                        "one Ray picks, printed at start)")
     s.set_defaults(func=_serve)
     # Listed for the overview only: main() hands these command lines to bench.cli unparsed.
     sub.add_parser("demo", help="embedded server + a short agent-loop benchmark, WebSocket vs HTTP "

@@ -1,12 +1,20 @@
 """Typed configuration of the whole application, composed once in :mod:`serve.builder`.
 
-A YAML file (``--config FILE``, or Serve config ``args:``) has the sections ``server``,
-``session`` and ``inference``; ``inference`` defaults to ``configs/models.yaml``.
+Four sections, ``server``, ``session``, ``store`` and ``inference``, from four sources; a
+later source wins key by key (sections and nested mappings are merged at every depth; a
+list or a scalar is replaced whole):
+
+1. the defaults (the models; ``inference`` from the packaged ``inference/models.yaml``);
+2. a YAML file: ``--config FILE``, or a Serve config file's ``args:``;
+3. the environment: ``RESPONSES_WS_<SECTION>__<KEY>[__<KEY>…]=<YAML value>``, e.g.
+   ``RESPONSES_WS_SESSION__CONNECTIONS_PER_ACTOR=64`` (:func:`environment_layer`);
+4. command-line flags: ``--set section.key=<YAML value>`` (repeatable), ``--host``, ``--port``.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -51,35 +59,95 @@ class AppConfig(BaseModel):
     inference: InferenceConfig = Field(default_factory=load_inference_config)
 
 
-def load_app_config(path: Path | None = None, *, environ: dict[str, str] | None = None,
-                    **overrides: Any) -> AppConfig:
-    """Read a YAML config file (all sections optional) and apply ``section.key`` overrides.
-
-    This is the one place the environment is read: ``RESPONSES_WS_API_KEYS`` (comma
-    separated) adds accepted API keys.  Key files and the SQLite data directory are
-    resolved here too, so every process of a cluster sees the same absolute paths."""
-    data: dict[str, Any] = yaml.safe_load(path.read_text()) if path else {}
-    data = data or {}
-    for dotted, value in overrides.items():
-        section, key = dotted.split(".", 1)
-        data.setdefault(section, {})[key] = value
-    return app_config_from_dict(data, environ=environ)
+ENV_PREFIX = "RESPONSES_WS_"
+ENV_SEPARATOR = "__"
 
 
-def app_config_from_dict(data: dict[str, Any] | None, *, environ: dict[str, str] | None = None) -> AppConfig:
-    """The sections as a mapping (a YAML file's, or a Serve config's ``args``) → AppConfig.
+def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """``override`` on ``base``: mappings are merged key by key at every depth; anything
+    else in ``override`` (a list, a scalar, ``None``) replaces what ``base`` has."""
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
 
-    A partial ``inference`` section refines the default profiles file (configs/models.yaml),
-    as in a ``--config`` file."""
-    data = dict(data or {})
-    inference = data.get("inference")
-    if inference is not None and "profiles" not in inference:
-        data["inference"] = {**load_inference_config().model_dump(), **inference}
-    config = AppConfig.model_validate(data)
-    return resolve_keys_and_paths(config, environ if environ is not None else dict(os.environ))
+
+def dotted_layer(assignments: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"session.safety.enabled": False}`` → ``{"session": {"safety": {"enabled": False}}}``."""
+    layer: dict[str, Any] = {}
+    for dotted, value in assignments.items():
+        parts = dotted.split(".")
+        if len(parts) < 2 or not all(parts):
+            raise ValueError(f"{dotted!r}: expected section.key (e.g. session.max_inflight)")
+        for part in reversed(parts):
+            value = {part: value}
+        layer = deep_merge(layer, value)
+    return layer
 
 
-def resolve_keys_and_paths(config: AppConfig, environ: dict[str, str]) -> AppConfig:
+def yaml_value(raw: str) -> Any:
+    """A value given as text (``--set``, the environment) read as YAML: ``64``, ``true``,
+    ``null``, ``[a, b]``, ``{x: 1}``; anything else (or nothing) is a string."""
+    return yaml.safe_load(raw) if raw.strip() else ""
+
+
+def parse_set(assignment: str) -> tuple[str, Any]:
+    """``--set section.key=value`` → ``("section.key", value)`` (:func:`yaml_value`)."""
+    key, sep, raw = assignment.partition("=")
+    if not sep or not key.strip():
+        raise ValueError(f"--set {assignment!r}: expected section.key=value")
+    return key.strip(), yaml_value(raw)
+
+
+def environment_layer(environ: Mapping[str, str]) -> dict[str, Any]:
+    """``RESPONSES_WS_<SECTION>__<KEY>[__<KEY>…]`` variables as a layer: names are
+    lower-cased, values are :func:`yaml_value`.  Prefixed names without ``__`` (such as
+    ``RESPONSES_WS_API_KEYS``) are not keys; an unknown section is an error."""
+    assignments = {}
+    for name, raw in sorted(environ.items()):
+        if not name.startswith(ENV_PREFIX) or ENV_SEPARATOR not in name:
+            continue
+        path = name[len(ENV_PREFIX):].lower().split(ENV_SEPARATOR)
+        if path[0] not in AppConfig.model_fields:
+            raise ValueError(f"{name}: unknown section {path[0]!r} (one of {', '.join(AppConfig.model_fields)})")
+        assignments[".".join(path)] = yaml_value(raw)
+    return dotted_layer(assignments)
+
+
+def load_app_config(path: Path | None = None, *, environ: Mapping[str, str] | None = None,
+                    sets: Iterable[str] = (), **overrides: Any) -> AppConfig:
+    """The config from a YAML file (all sections optional), the environment, ``--set``
+    assignments and ``section.key`` keyword overrides (the flags), in that order of
+    precedence from lowest to highest (module docstring).
+
+    ``environ`` defaults to ``os.environ``; it also supplies ``RESPONSES_WS_API_KEYS``
+    (:func:`resolve_keys_and_paths`)."""
+    data: dict[str, Any] = (yaml.safe_load(path.read_text()) if path else None) or {}
+    flags = dict(parse_set(s) for s in sets) | overrides
+    return app_config_from_dict(data, environ=environ, flags=flags)
+
+
+def app_config_from_dict(data: Mapping[str, Any] | None, *, environ: Mapping[str, str] | None = None,
+                         flags: Mapping[str, Any] | None = None) -> AppConfig:
+    """The sections as a mapping (a YAML file's, or a Serve config's ``args``) → AppConfig,
+    with the environment and then ``flags`` (dotted keys) merged on top.
+
+    Every section refines its defaults: a partial ``inference`` section refines the
+    packaged profiles file (inference/models.yaml), a partial ``session.safety`` the
+    classifier's defaults, and so on."""
+    environ = os.environ if environ is None else environ
+    merged: dict[str, Any] = {"inference": load_inference_config().model_dump()}
+    for layer in (data or {}, environment_layer(environ), dotted_layer(flags or {})):
+        merged = deep_merge(merged, layer)
+    return resolve_keys_and_paths(AppConfig.model_validate(merged), environ)
+
+
+def resolve_keys_and_paths(config: AppConfig, environ: Mapping[str, str]) -> AppConfig:
+    """Accepted API keys from the list, ``RESPONSES_WS_API_KEYS`` and the key file; the
+    SQLite data directory made absolute (every process of a cluster sees the same path)."""
     server = config.server
     keys = list(server.api_keys)
     keys += [k.strip() for k in environ.get(API_KEYS_ENV, "").split(",") if k.strip()]

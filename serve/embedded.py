@@ -3,7 +3,8 @@ and the test suite start and stop servers only through here.
 
 - :func:`embedded_server` — ``with embedded_server(config) as url:`` starts Ray (unless this
   process is already connected) and the app, yields the base URL, and stops what it
-  started: the app always, Ray if it was started here.
+  started: the app always, Ray if it was started here.  A cluster it joined
+  (``address``) keeps running, and so does its Serve instance: only the app is deleted.
 - :func:`embedded_ray` — Ray alone, for a caller that deploys several apps in turn
   (:func:`deploy` them, or nest :func:`embedded_server`).
 - :func:`local_config` — the app's config on a free local port (:func:`free_port`).
@@ -14,16 +15,22 @@ before ``ray.serve`` is first imported and before Ray starts (:func:`apply_ray_e
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from actors.logs import LogSettings
+
 from .config import AppConfig, load_app_config
+from .logs import ray_logging_config, serve_logging_config
 
 APP_NAME = "responses-ws"
 
@@ -57,26 +64,49 @@ def local_config(path: Path | None = None, **overrides: Any) -> AppConfig:
     return load_app_config(path, **{"server.port": free_port(), **overrides})
 
 
+@dataclass(frozen=True, slots=True)
+class Dashboard:
+    """Ray's dashboard for a Ray started here (``include_dashboard``)."""
+
+    port: int = 8265
+    host: str = "127.0.0.1"
+
+
 @contextmanager
 def embedded_ray(address: str | None = None, *, object_store_mb: int = 256,
-                 num_cpus: int | None = None) -> Iterator[None]:
+                 num_cpus: int | None = None, logs: LogSettings | None = None,
+                 dashboard: Dashboard | None = None, metrics_port: int | None = None) -> Iterator[None]:
     """Join ``address``, or start a single-node Ray sized for a small machine, unless this
     process is already connected to a Ray (then nothing is started, nor stopped).
 
+    ``logs``: forward the logs of the job's workers (Serve's controller and replicas
+    started from here, the session hosts) to this process's terminal, filtered and encoded
+    as it says (Ray's job ``LoggingConfig``); without it workers log only to Ray's files.
+    ``dashboard`` and ``metrics_port`` (Ray's metrics export port, Prometheus format) apply
+    to a Ray started here; a cluster you join has its own.
+
     On exit, a Ray started here is shut down with Serve and every actor; from a joined
-    cluster this process only disconnects."""
+    cluster this process only disconnects (``ray.shutdown()`` of a driver that joined stops
+    nothing of the cluster)."""
     import ray
 
     if ray.is_initialized():
         yield
         return
-    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+    kwargs: dict[str, Any] = {"log_to_driver": logs is not None}
+    if logs is not None:
+        kwargs["logging_config"] = ray_logging_config(logs)
     if address:
         kwargs["address"] = address
     else:
         apply_ray_env()
         kwargs["object_store_memory"] = object_store_mb * 1024 * 1024
         kwargs["num_cpus"] = num_cpus
+        kwargs["include_dashboard"] = dashboard is not None
+        if dashboard is not None:
+            kwargs.update(dashboard_host=dashboard.host, dashboard_port=dashboard.port)
+        if metrics_port is not None:
+            kwargs["_metrics_export_port"] = metrics_port
     ray.init(**kwargs)
     try:
         yield
@@ -84,18 +114,46 @@ def embedded_ray(address: str | None = None, *, object_store_mb: int = 256,
         ray.shutdown()
 
 
-def deploy(config: AppConfig, *, name: str = APP_NAME) -> str:
-    """Deploy the app as ``name`` on the Ray this process is connected to (Serve without its
-    HTTP proxy: the gateway listens on ``server.port`` itself) and wait until ``/healthz``
-    answers; returns the base URL.  Deploying a name again redeploys it."""
+def metrics_urls() -> list[str]:
+    """Ray's metrics endpoint (Prometheus text format) on every live node of the Ray this
+    process is connected to."""
+    import ray
+
+    return [f"http://{n['NodeManagerAddress']}:{n['MetricsExportPort']}/metrics"
+            for n in ray.nodes() if n["Alive"] and n.get("MetricsExportPort")]
+
+
+def serve_running() -> bool:
+    """Does a Serve instance (its controller) already run on the connected cluster?"""
+    import ray
+    from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
+
+    return any(a["name"] == SERVE_CONTROLLER_NAME and a["namespace"] == SERVE_NAMESPACE
+               for a in ray.util.list_named_actors(all_namespaces=True))
+
+
+def deploy(config: AppConfig, *, name: str = APP_NAME, logs: LogSettings | None = None) -> str:
+    """Deploy the app as ``name`` on the Ray this process is connected to and wait until
+    ``/readyz`` answers 200; returns the base URL.  Deploying a name again redeploys it.
+
+    Serve is started here only if none runs yet (without its HTTP proxy: the gateway
+    listens on ``server.port`` itself); a Serve instance already running keeps its settings.
+    ``logs`` becomes the application's ``logging_config`` (and the controller's, if Serve
+    starts here); the gateway applies it to its session hosts too."""
     from ray import serve
 
     from .builder import build_application
 
-    serve.start(proxy_location="Disabled")
+    serve_logging = None
+    if logs is not None:
+        serve_logging = serve_logging_config(logs)
+        logging.getLogger("ray.serve").setLevel(logs.level)  # Serve's messages in this process
+    if not serve_running():
+        serve.start(proxy_location="Disabled", logging_config=serve_logging)
     if config.session.inference_app != name:
         config = config.model_copy(update={"session": config.session.model_copy(update={"inference_app": name})})
-    serve.run(build_application(config), name=name, route_prefix=None, blocking=False)
+    serve.run(build_application(config), name=name, route_prefix=None, blocking=False,
+              logging_config=serve_logging)
     host = "127.0.0.1" if config.server.host in ("0.0.0.0", "::") else config.server.host
     url = f"http://{host}:{config.server.port}"
     wait_ready(url)
@@ -104,15 +162,19 @@ def deploy(config: AppConfig, *, name: str = APP_NAME) -> str:
 
 @contextmanager
 def embedded_server(config: AppConfig, *, name: str = APP_NAME, address: str | None = None,
-                    object_store_mb: int = 256, num_cpus: int | None = None) -> Iterator[str]:
+                    object_store_mb: int = 256, num_cpus: int | None = None,
+                    logs: LogSettings | None = None, dashboard: Dashboard | None = None,
+                    metrics_port: int | None = None) -> Iterator[str]:
     """Ray (:func:`embedded_ray`) and the app deployed as ``name``; yields the base URL.
 
     On exit the app is deleted (its gateway drains and flushes the store), then Ray is
-    stopped if it was started here."""
+    stopped if it was started here.  Never ``serve.shutdown()``: on a cluster it joined,
+    other applications and the Serve instance stay as they were."""
     from ray import serve
 
-    with embedded_ray(address, object_store_mb=object_store_mb, num_cpus=num_cpus):
-        url = deploy(config, name=name)
+    with embedded_ray(address, object_store_mb=object_store_mb, num_cpus=num_cpus, logs=logs,
+                      dashboard=dashboard, metrics_port=metrics_port):
+        url = deploy(config, name=name, logs=logs)
         try:
             yield url
         finally:
@@ -120,15 +182,19 @@ def embedded_server(config: AppConfig, *, name: str = APP_NAME, address: str | N
 
 
 def wait_ready(url: str, timeout_s: float = 120.0) -> None:
-    """Poll ``{url}/healthz`` until it answers 200; ``TimeoutError`` after ``timeout_s``."""
+    """Poll ``{url}/readyz`` until it answers 200; ``TimeoutError`` after ``timeout_s``
+    (with the last answer: which readiness check failed)."""
     deadline = time.monotonic() + timeout_s
+    last = "no answer"
     while True:
         try:
-            with urllib.request.urlopen(f"{url}/healthz", timeout=2) as resp:
+            with urllib.request.urlopen(f"{url}/readyz", timeout=5) as resp:
                 if resp.status == 200:
                     return
+        except urllib.error.HTTPError as exc:
+            last = f"{exc.code} {exc.read().decode(errors='replace')[:500]}"
         except OSError:
             pass
         if time.monotonic() > deadline:
-            raise TimeoutError(f"server at {url} not ready after {timeout_s:.0f}s")
+            raise TimeoutError(f"server at {url} not ready after {timeout_s:.0f}s: {last}")
         time.sleep(0.2)

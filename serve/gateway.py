@@ -29,6 +29,7 @@ from ray.serve.handle import DeploymentHandle
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.host.actor import PhaseMetrics, ServeInference, SessionHost
+from actors.logs import configure as configure_logs
 from actors.errors import (
     APIError,
     InvalidResumeToken,
@@ -45,6 +46,9 @@ from store.writer import StoreWriter
 from .app import build_app
 from .auth import KeyRing
 from .config import AppConfig
+from .health import Probes, Readiness, add_readiness_route
+from .logs import replica_log_settings
+from .metrics import GatewayMetrics
 from .front import (
     Front,
     bind_socket,
@@ -85,6 +89,10 @@ class Gateway:
     async def __init__(self, config: dict, inference: DeploymentHandle) -> None:
         cfg = AppConfig.model_validate(config)
         self._cfg = cfg
+        self._logs = replica_log_settings()  # Serve's logging_config, for this process and its hosts
+        if self._logs is not None:
+            configure_logs(self._logs)
+        self._metrics = GatewayMetrics()
         self._models: list[dict] = await inference.models.remote()
         self._keys = KeyRing(cfg.server.api_keys)
         self._limits = cfg.server
@@ -93,7 +101,7 @@ class Gateway:
         self._parked: dict[str, Lease] = {}  # conn_id → the slot of a state parked for a resume
         self._http: dict[str, Host] = {}  # sock_id → the host serving that HTTP connection
         self._foreign: dict[str, Link] = {}  # links to hosts of other gateways (resumes)
-        self._store = StoreWriter(open_store(cfg.store))
+        self._store = StoreWriter(open_store(cfg.store), on_failure=self._metrics.store_write_failed)
         self._here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         self._http_app = functools.partial(host_app, session_config=cfg.session, keys=self._keys,
                                            models=self._models)
@@ -104,6 +112,9 @@ class Gateway:
                                prefix=f"rws-{self._prefix}", clock=time.monotonic)
         await self._pool.warm_up()
         app = build_app(self._list_models)
+        self._readiness = Readiness(Probes(listening=lambda: not self._serving.done(), draining=lambda: self._draining,
+                                           inference=inference.models.remote, store=self._store.store.probe))
+        add_readiness_route(app, self._readiness)
         add_http_routes(app, session_config=cfg.session, keys=self._keys, store=self._store,
                         inference=ServeInference(cfg.session),
                         model_ids=lambda: [m["id"] for m in self._models],
@@ -122,7 +133,7 @@ class Gateway:
     # ------------------------------------------------------------------ hosts
     async def _start_host(self, name: str) -> HostHandle:
         actor = SessionHost.options(name=name, num_cpus=0, scheduling_strategy=self._here).remote(
-            self._cfg.session, self._cfg.store, name, self._http_app)
+            self._cfg.session, self._cfg.store, name, self._http_app, self._logs)
         try:
             path = await actor.ready.remote()
             handle = HostHandle(name, actor, Link.connect(path))
@@ -142,6 +153,7 @@ class Gateway:
         while True:
             await asyncio.sleep(1.0)
             self._pool.tick()
+            self._metrics.sample(sum(self._open.values()), self._pool)
 
     async def _read_link(self, link: Link, handle: HostHandle | None) -> None:
         """Notices from a host until its link ends; an end we did not cause means the host
@@ -210,13 +222,13 @@ class Gateway:
                 self._open[owner] -= 1
                 raise
         except NoCapacity as exc:
-            await refuse(sock, *http_error_body(TooManyConnections(
+            await self._refuse(sock, *http_error_body(TooManyConnections(
                 "No session host can take the connection now; retry later.", per_key=False)),
                 retry_after_s=exc.retry_after_s)
             return
         except APIError as exc:  # 400/401/429/503 on the upgrade: no socket opens
             retry = exc.retry_after_s if isinstance(exc, TooManyConnections) else None
-            await refuse(sock, *http_error_body(exc), retry_after_s=retry)
+            await self._refuse(sock, *http_error_body(exc), retry_after_s=retry)
             return
         sock_id = f"{self._prefix}-s{next(self._sock_ids)}"
         # We keep our copy of the socket while the host serves it: should the host die, the
@@ -231,7 +243,12 @@ class Gateway:
             if lease is not None:
                 self._pool.release(lease)
             log.warning("handing a socket over failed: %r", exc)
-            await refuse(sock, *http_error_body(InvalidResumeToken() if resume else ServerError()))
+            self._metrics.handoff_failed()
+            await self._refuse(sock, *http_error_body(InvalidResumeToken() if resume else ServerError()))
+
+    async def _refuse(self, sock: socket.socket, status: int, body: dict, *, retry_after_s: int | None = None) -> None:
+        self._metrics.refused(status)
+        await refuse(sock, status, body, retry_after_s=retry_after_s)
 
     async def _handoff_http(self, sock: socket.socket) -> bool:
         """Hand an HTTP connection to a host (:meth:`ActorPool.acquire_http`); ``False``:
@@ -282,8 +299,7 @@ class Gateway:
                 **self._pool.stats()}
 
     async def check_health(self) -> None:
-        if self._serving.done():
-            raise RuntimeError("gateway listener stopped")
+        await self._readiness.raise_unless_healthy()
 
     async def __del__(self) -> None:
         """Graceful shutdown (Serve calls this on delete, redeploy and scale-down): take no

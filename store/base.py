@@ -56,6 +56,10 @@ class Store(Protocol):
     async def usage(self, owner: str) -> list[UsageEntry]:
         """The ledger entries of ``owner``, oldest first."""
 
+    async def probe(self) -> None:
+        """Write one small health record (overwriting the last); raises if the store cannot
+        be written.  The gateway's readiness check (serve/health.py)."""
+
     async def close(self) -> None: ...
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 
 import redis.asyncio as aioredis
 
@@ -69,6 +70,11 @@ class RedisStore:
         """The ledger entries of ``owner``, oldest first."""
         raw = await self._redis.lrange(self._usage_key(owner), 0, -1)
         return [UsageEntry(**json.loads(item)) for item in raw]
+
+    async def probe(self) -> None:
+        """``SET <prefix>health`` (expires after a minute): refused by a read-only replica,
+        a server out of memory, or one short of ``min-replicas-to-write``."""
+        await self._redis.set(f"{self.key_prefix}health", repr(time.time()), ex=60)
 
     async def close(self) -> None:
         """Close the connection pool (calls already awaited have completed)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -45,6 +46,10 @@ CREATE TABLE IF NOT EXISTS usage (
     created_at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS usage_owner ON usage (owner);
+CREATE TABLE IF NOT EXISTS health (
+    id INTEGER PRIMARY KEY CHECK (id = 1),  -- one row, rewritten by every readiness probe
+    checked_at REAL NOT NULL
+);
 """
 USAGE_COLUMNS = "response_id, owner, model, transport, input_tokens, cached_tokens, output_tokens, created_at"
 
@@ -114,6 +119,11 @@ class SQLiteStore:
         rows = await self._call(lambda c: c.execute(
             f"SELECT {USAGE_COLUMNS} FROM usage WHERE owner = ? ORDER BY id", (owner,)).fetchall())
         return [UsageEntry(*row) for row in rows]
+
+    async def probe(self) -> None:
+        """Rewrite the one row of ``health`` (a committed write, as a stored response is)."""
+        now = time.time()
+        await self._call(lambda c: c.execute("INSERT OR REPLACE INTO health (id, checked_at) VALUES (1, ?)", (now,)))
 
     async def close(self) -> None:
         """Finish the calls already handed to the worker, then close the file. Idempotent."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Callable
 
 from .base import Store, StoredResponse, UsageEntry
 
@@ -37,12 +38,14 @@ class StoreWriter:
     at the first submit).  At most ``max_writing`` puts run at once (more wait their turn).
     At most ``max_pending`` ledger lines may wait at once; beyond that :meth:`submit_usage`
     raises :class:`WriterBacklogFull` rather than grow without bound.  ``close()`` finishes
-    every write started or submitted before closing the store.
+    every write started or submitted before closing the store.  ``on_failure`` is called
+    once for every write that failed.
     """
 
     def __init__(self, store: Store, *, max_pending: int = DEFAULT_MAX_PENDING,
-                 max_writing: int = DEFAULT_MAX_WRITING) -> None:
+                 max_writing: int = DEFAULT_MAX_WRITING, on_failure: Callable[[], None] | None = None) -> None:
         self.store = store
+        self._on_failure = on_failure  # called once for every write that failed (a metric)
         self.max_pending = max_pending
         self._writing = asyncio.Semaphore(max_writing)  # a burst of puts queues here
         self._ops: deque[UsageEntry | asyncio.Future[None]] = deque()  # ledger lines and flush barriers
@@ -82,6 +85,8 @@ class StoreWriter:
             del self._puts[response_id]
         if not task.cancelled() and task.exception() is not None:
             log.error("store write failed: put %s", response_id, exc_info=task.exception())
+            if self._on_failure is not None:
+                self._on_failure()
 
     def submit_usage(self, entry: UsageEntry) -> None:
         """Queue ``entry`` for :meth:`Store.add_usage`; never waits."""
@@ -163,5 +168,7 @@ class StoreWriter:
                 await self.store.add_usage(op)
             except Exception:
                 log.exception("store write failed, skipped: usage of %s", op.response_id)
+                if self._on_failure is not None:
+                    self._on_failure()
             self._ops.popleft()
             self._pending -= 1

@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import tomllib
+from importlib import metadata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,8 +27,8 @@ ALLOWED = {
     "bench": {"serve", "actors", "inference", "store"},
 }
 LAZY_BENCH = {"serve/cli.py"}  # may load bench inside a function, never at import time
-RAY_MODULES = {"inference/deployment.py", "actors/host/actor.py", "serve/gateway.py", "serve/builder.py",
-               "serve/embedded.py"}
+RAY_MODULES = {"inference/deployment.py", "actors/host/actor.py", "actors/host/metrics.py", "serve/gateway.py",
+               "serve/builder.py", "serve/embedded.py", "serve/logs.py", "serve/metrics.py"}
 FUZZ_BENCHMARK = {"bench.fuzz", "bench.fuzz_cases"}  # the only installed modules that import hypothesis
 
 
@@ -168,3 +169,76 @@ def test_the_project_cites_only_its_own_files():
             text = path.read_text()
             offenders += [path] if "shared/" in text or "design.md" in text else []
     assert not offenders, [str(p.relative_to(ROOT)) for p in offenders]
+
+
+# ------------------------------------------------------------------ declared dependencies
+
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+SERVER_PACKAGES = ["inference", "store", "actors", "serve"]
+# Imported but not declared: pydantic pins its exact pydantic-core, so declaring it again
+# adds nothing.
+PROVIDED_BY = {"pydantic_core": "pydantic"}
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _declared(requirements: list[str]) -> set[str]:
+    return {_canonical(re.match(r"[\w.-]+", r).group()) for r in requirements}
+
+
+def third_party_imports(paths: list[Path]) -> set[str]:
+    project = set(PACKAGES) | {"tests"}
+    names = {n.split(".")[0] for path in paths for n in imported(path)}
+    return {n for n in names if n not in sys.stdlib_module_names and n not in project and n != "__future__"}
+
+
+def distributions(import_names: set[str]) -> set[str]:
+    by_import = metadata.packages_distributions()
+    dists = set()
+    for name in import_names:
+        if name in PROVIDED_BY:
+            continue
+        assert name in by_import, f"{name} is imported but no installed distribution provides it"
+        dists |= {_canonical(d) for d in by_import[name]}
+    return dists
+
+
+def test_the_server_declares_every_package_it_imports():
+    """fastapi, uvicorn, starlette arrive with ray[serve] too, but the server imports them itself."""
+    paths = [p for package in SERVER_PACKAGES for p in modules(package)]
+    missing = distributions(third_party_imports(paths)) - _declared(PYPROJECT["dependencies"])
+    assert not missing, f"imported by the server but not in [project] dependencies: {sorted(missing)}"
+
+
+def test_each_extra_declares_what_its_commands_and_tests_import():
+    extras = PYPROJECT["optional-dependencies"]
+    base = _declared(PYPROJECT["dependencies"])
+    bench = base | _declared(extras["bench"])
+    test = bench | _declared(extras["test"])
+    assert "responses-ws[bench]" in extras["demo"] and "responses-ws[bench]" in extras["test"]
+    missing = distributions(third_party_imports(modules("bench"))) - bench
+    assert not missing, f"bench imports {sorted(missing)}: add them to the bench extra"
+    missing = distributions(third_party_imports(sorted((ROOT / "tests").rglob("*.py")))) - test
+    assert not missing, f"the tests import {sorted(missing)}: add them to the test extra"
+
+
+def test_the_default_model_profiles_are_package_data():
+    """Shipped inside the inference package (a wheel has no configs/ directory)."""
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert "models.yaml" in setuptools["package-data"]["inference"]
+    assert (ROOT / "inference" / "models.yaml").is_file()
+    assert not (ROOT / "configs" / "models.yaml").exists(), "one copy only: inference/models.yaml"
+    from inference.profiles import DEFAULT_CONFIG, load_inference_config
+
+    assert DEFAULT_CONFIG.is_file() and load_inference_config().default_model == "emu-fast"
+
+
+def test_the_package_metadata_is_complete():
+    assert PYPROJECT["license"] == "Apache-2.0" and (ROOT / "LICENSE").read_text().count("Apache License") >= 1
+    assert "Version 2.0, January 2004" in (ROOT / "LICENSE").read_text()
+    assert PYPROJECT["requires-python"] == ">=3.11"
+    assert PYPROJECT["authors"] and PYPROJECT["keywords"]
+    versions = {c.rsplit(" ", 1)[-1] for c in PYPROJECT["classifiers"] if c.startswith("Programming Language :: Python :: 3.")}
+    assert versions == {"3.11", "3.12", "3.13"}

@@ -1,6 +1,7 @@
 """The session host: the I/O around the sans-I/O core of :mod:`actors`.
 
-- :mod:`.actor` — the Ray actor (:class:`SessionHost`), the only module here importing Ray;
+- :mod:`.actor` — the Ray actor (:class:`SessionHost`); with :mod:`.metrics` (its Ray
+  metrics) the only modules here importing Ray;
 - :mod:`.server` — the WebSocket server on handed-over sockets, one typed
   :class:`~.server.SessionSocket` per client;
 - :mod:`.handoff` — both sides of passing an accepted socket from the gateway to a host;

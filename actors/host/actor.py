@@ -1,4 +1,5 @@
-"""The session host actor: the only module of ``actors/`` that imports Ray.
+"""The session host actor: with its metrics (:mod:`.metrics`) the only module of ``actors/``
+that imports Ray.
 
 One ``SessionHost`` actor owns the state of the connections assigned to it — exactly one by
 default (``connections_per_actor``).  It terminates those WebSockets itself (the gateway
@@ -19,17 +20,18 @@ from typing import Any
 
 import ray
 from ray import serve
-from ray.util import metrics
 
 from inference import tokenizer
 from inference.types import InferenceEvent, InferenceRequest
 
 from ..cache_budget import CacheBudget
 from ..config import SessionConfig
+from ..logs import LogSettings, configure as configure_logs
 from .connection import Connection
 from ..session import Session
 from .handoff import Ended, Gone, Handoff, HandoffReceiver, Link, handoff_path
 from .http import HttpServer
+from .metrics import HostMetrics, PhaseMetrics
 from .server import SocketServer
 from store import StoreConfig, StoreWriter, open_store
 
@@ -76,21 +78,6 @@ class ServeInference:
             response.cancel()  # no-op when finished; frees the batch slot when cut short
 
 
-class PhaseMetrics:
-    """Ray metrics of per-response server time: one histogram by transport and phase."""
-
-    BOUNDARIES = [0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 25, 50, 100, 250, 1000, 5000]
-
-    def __init__(self) -> None:
-        self._hist = metrics.Histogram(
-            "responses_ws_phase_ms", description="Server time per response by phase (ms)",
-            boundaries=self.BOUNDARIES, tag_keys=("transport", "phase"))
-
-    def observe(self, transport: str, report: dict[str, float]) -> None:
-        for phase, ms in report.items():
-            self._hist.observe(ms, tags={"transport": transport, "phase": phase})
-
-
 log = logging.getLogger(__name__)
 
 # Builds the ASGI app of HTTP mode on a host from the host's own store writer, inference
@@ -107,7 +94,10 @@ class SessionHost:
     connection: the gateway calls the actor only to start, warm and drain it."""
 
     def __init__(self, config: SessionConfig, store: StoreConfig, name: str,
-                 http_app: HttpAppFactory | None = None) -> None:
+                 http_app: HttpAppFactory | None = None, logs: LogSettings | None = None) -> None:
+        if logs is not None:  # the gateway's (actors/logs.py)
+            configure_logs(logs)
+        self._name = name
         self._config = config
         self._store_config = store
         self._store: StoreWriter | None = None
@@ -116,6 +106,8 @@ class SessionHost:
         self._sockets = SocketServer(config, name, self._new_session, self._connect)
         self._receiver = HandoffReceiver(handoff_path(name), self._on_socket)
         self._metrics = PhaseMetrics()
+        self._host_metrics = HostMetrics(name)
+        self._websockets = 0  # being served now
         self._http_app = http_app
         self._http: HttpServer | None = None
         self._cache = CacheBudget(config.host_max_cached_tokens)  # shared by its connections
@@ -127,7 +119,7 @@ class SessionHost:
         second (docs/architecture.md): they are paid here, not on a client's first turn."""
         self._models = await self._inference.warm()
         tokenizer.encode("warm up")
-        self._store = StoreWriter(open_store(self._store_config))
+        self._store = StoreWriter(open_store(self._store_config), on_failure=self._host_metrics.store_write_failed)
         if self._http_app is not None:
             self._http = HttpServer(self._http_app(store=self._store, inference=self._inference,
                                                    model_ids=lambda: list(self._models),
@@ -157,12 +149,14 @@ class SessionHost:
                 link.notify(Ended(handoff.sock_id, "closed"))
             return
         outcome = "refused"
+        self._count_websockets(+1)
         try:
             outcome = await self._sockets.serve(sock, handoff)
         except Exception:  # noqa: BLE001 - one socket's failure must not stop the host
             log.exception("serving a WebSocket failed")
             sock.close()
         finally:
+            self._count_websockets(-1)
             link.notify(Ended(handoff.sock_id, outcome))
             # The client no longer waits on us: make its stored responses and ledger durable.
             assert self._store is not None
@@ -172,6 +166,17 @@ class SessionHost:
         if handoff.resume is None and outcome in ("parked", "moved"):
             await self._sockets.wait_gone(handoff.conn_id)
             link.notify(Gone(handoff.conn_id))
+
+    def _count_websockets(self, delta: int) -> None:
+        self._websockets += delta
+        self._host_metrics.connections(self._websockets)
+
+    async def stats(self) -> dict[str, Any]:
+        """What the Ray dashboard cannot show by itself (docs/operations.md)."""
+        return {"name": self._name, "websockets": self._websockets, "idle": self._sockets.idle}
+
+    def __repr__(self) -> str:  # Ray's log prefix and the dashboard's actor "Repr"
+        return f"SessionHost({self._name})"
 
     async def drain(self, timeout_s: float) -> None:
         """Shutdown: take no more sockets, finish responses and HTTP requests in flight (up

@@ -1,6 +1,6 @@
 """Fixtures for the inference tests: a fake clock and small, explicit configs.
 
-Tests build their own profiles rather than reading ``configs/models.yaml`` so that tuning
+Tests build their own profiles rather than reading ``inference/models.yaml`` so that tuning
 the shipped numbers never changes what a test asserts.
 """
 

@@ -491,7 +491,7 @@ def phase_count(text: str) -> float:
     from prometheus_client.parser import text_string_to_metric_families
 
     return sum(s.value for fam in text_string_to_metric_families(text) for s in fam.samples
-               if s.name == "ray_responses_ws_phase_ms_count")
+               if s.name == "ray_responses_ws_phase_seconds_count")
 
 
 def test_metric_labels_carry_no_ids_keys_or_user_text(ray_cluster, keyed_url):

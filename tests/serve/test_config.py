@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from serve.config import API_KEYS_ENV, AppConfig, load_app_config, resolve_keys_and_paths
+import pytest
+
+from serve.config import API_KEYS_ENV, AppConfig, app_config_from_dict, load_app_config, resolve_keys_and_paths
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,3 +29,92 @@ def test_api_keys_come_from_the_file_the_list_and_the_environment(tmp_path):
     cfg = load_app_config(None, environ={API_KEYS_ENV: "env-1, env-2,"},
                           **{"server.api_keys": ["listed"], "server.api_keys_file": str(keys)})
     assert set(cfg.server.api_keys) == {"listed", "env-1", "env-2", "from-file", "spaced"}
+
+
+# ------------------------------------------------------------------ sources and precedence
+
+
+def test_partial_sections_merge_at_every_depth(tmp_path):
+    """A file, the environment and flags each set a few nested keys; everything else keeps
+    its default (a partial inference section keeps the packaged profiles)."""
+    path = tmp_path / "c.yaml"
+    path.write_text("session:\n  safety:\n    lexicon: [forbidden words]\n"
+                    "inference:\n  prefix_cache:\n    block_tokens: 64\n")
+    cfg = load_app_config(path, environ={"RESPONSES_WS_SESSION__SAFETY__INJECTION_WEIGHT": "0.25"},
+                          sets=["inference.policy.seed=7"])
+    defaults = AppConfig()
+    assert cfg.session.safety.lexicon == ("forbidden words",)
+    assert cfg.session.safety.injection_weight == 0.25
+    assert cfg.session.safety.enabled == defaults.session.safety.enabled
+    assert cfg.inference.prefix_cache.block_tokens == 64
+    assert cfg.inference.prefix_cache.capacity_tokens == defaults.inference.prefix_cache.capacity_tokens
+    assert cfg.inference.policy.seed == 7 and cfg.inference.policy.tool_rounds == defaults.inference.policy.tool_rounds
+    assert cfg.inference.profiles == defaults.inference.profiles
+
+
+def test_every_key_has_an_environment_variable_with_a_yaml_value():
+    env = {"RESPONSES_WS_SESSION__CONNECTIONS_PER_ACTOR": "64",
+           "RESPONSES_WS_SERVER__API_KEYS": "[k1, k2]",
+           "RESPONSES_WS_SESSION__PING_INTERVAL_S": "null",
+           "RESPONSES_WS_STORE__BACKEND": "redis",
+           "RESPONSES_WS_INFERENCE__SCALING__SESSION_AFFINITY": "false",
+           "RESPONSES_WS_API_KEYS": "k3",  # not a key: the accepted-keys list (no "__")
+           "OTHER__VARIABLE": "ignored"}
+    cfg = load_app_config(None, environ=env)
+    assert cfg.session.connections_per_actor == 64
+    assert cfg.server.api_keys == ("k1", "k2", "k3")
+    assert cfg.session.ping_interval_s is None
+    assert cfg.store.backend == "redis"
+    assert cfg.inference.scaling.session_affinity is False
+
+
+def test_an_unknown_environment_key_is_an_error_naming_it():
+    with pytest.raises(ValueError, match="RESPONSES_WS_SESION__MAX_INFLIGHT"):
+        load_app_config(None, environ={"RESPONSES_WS_SESION__MAX_INFLIGHT": "3"})
+    with pytest.raises(ValueError, match="no_such_key"):
+        load_app_config(None, environ={"RESPONSES_WS_SESSION__NO_SUCH_KEY": "3"})
+
+
+def test_precedence_flag_over_environment_over_file_over_defaults(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("session:\n  max_inflight: 2\n  max_named_lanes: 2\n  max_actors: 2\n")
+    env = {"RESPONSES_WS_SESSION__MAX_NAMED_LANES": "3", "RESPONSES_WS_SESSION__MAX_ACTORS": "3"}
+    cfg = load_app_config(path, environ=env, sets=["session.max_actors=4"])
+    assert cfg.session.max_inflight == 2          # file over the default (16)
+    assert cfg.session.max_named_lanes == 3       # environment over the file
+    assert cfg.session.max_actors == 4            # --set over the environment
+    assert cfg.session.max_starting_actors == AppConfig().session.max_starting_actors  # the default
+    # --port (a keyword override) over --set
+    assert load_app_config(None, environ={}, sets=["server.port=1"], **{"server.port": 2}).server.port == 2
+
+
+def test_set_values_are_yaml():
+    cfg = load_app_config(None, environ={}, sets=["server.gateway_resources={session: 1}",
+                                                  "session.strict_params=true", "server.host=0.0.0.0",
+                                                  "server.api_keys=[a, b]"])
+    assert cfg.server.gateway_resources == {"session": 1.0}
+    assert cfg.session.strict_params is True
+    assert cfg.server.host == "0.0.0.0"
+    assert cfg.server.api_keys == ("a", "b")
+
+
+@pytest.mark.parametrize("bad", ["session", "session.=3", "=3", ".x=1"])
+def test_a_malformed_set_is_an_error(bad):
+    with pytest.raises(ValueError):
+        load_app_config(None, environ={}, sets=[bad])
+
+
+def test_a_serve_config_args_mapping_takes_the_environment_too():
+    cfg = app_config_from_dict({"session": {"max_inflight": 2}},
+                               environ={"RESPONSES_WS_SESSION__MAX_INFLIGHT": "5"})
+    assert cfg.session.max_inflight == 5
+
+
+def test_serve_help_shows_the_defaults():
+    from serve.cli import parser
+
+    sub = parser()._subparsers._group_actions[0].choices["serve"]
+    text = " ".join(sub.format_help().split())
+    assert "(default: WARNING)" in text and "(default: text)" in text and "(default: 8265)" in text
+    assert "(default: server.port, 8765)" in text and "(default: server.host, 127.0.0.1)" in text
+    assert "defaults < --config FILE < environment" in text

@@ -244,6 +244,30 @@ def test_sqlite_writers_in_separate_processes_lose_nothing(tmp_path: Path) -> No
     asyncio.run(scenario())
 
 
+def test_a_writable_store_passes_the_readiness_probe_again_and_again(config: StoreConfig) -> None:
+    async def scenario() -> None:
+        async with opened(config) as store:
+            await store.probe()
+            await store.probe()  # overwrites its one record
+            assert await store.get("health", ALICE) is None  # not a response
+
+    asyncio.run(scenario())
+
+
+def test_the_probe_of_a_read_only_sqlite_database_fails(tmp_path: Path) -> None:
+    """As a read-only data directory would (file permissions do not stop root, so the test
+    makes the connection read-only instead)."""
+    async def scenario() -> None:
+        store = SQLiteStore(tmp_path)
+        await store.probe()
+        await store._call(lambda c: c.execute("PRAGMA query_only = 1"))
+        with pytest.raises(sqlite3.OperationalError, match="readonly"):
+            await store.probe()
+        await store.close()
+
+    asyncio.run(scenario())
+
+
 def test_a_closed_sqlite_store_refuses_calls(tmp_path: Path) -> None:
     async def scenario() -> None:
         store = SQLiteStore(tmp_path)
@@ -305,8 +329,10 @@ def test_a_failed_put_is_logged_and_raised_to_the_caller(
         if rec.id == "resp_bad":
             raise ConnectionError("store unreachable")
 
+    failures: list[None] = []
+
     async def scenario() -> None:
-        writer = StoreWriter(Interposed(open_store(config), fail_resp_bad))
+        writer = StoreWriter(Interposed(open_store(config), fail_resp_bad), on_failure=lambda: failures.append(None))
         with pytest.raises(ConnectionError):
             await writer.put(record("resp_bad"))
         await writer.put(record("resp_good"))
@@ -319,6 +345,7 @@ def test_a_failed_put_is_logged_and_raised_to_the_caller(
     [failure] = caplog.records
     assert "put resp_bad" in failure.getMessage()
     assert failure.exc_info is not None and failure.exc_info[0] is ConnectionError
+    assert len(failures) == 1  # the failure metric's hook, once per failed write
 
 
 def test_a_put_outlives_its_cancelled_caller_and_reads_and_deletes_wait_for_it(config: StoreConfig) -> None:

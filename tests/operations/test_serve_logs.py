@@ -1,0 +1,94 @@
+"""``responses-ws serve`` shows warnings from inside the app in its own terminal: here a
+session host's warning when the (overloaded) inference backend refuses a response, as
+text by default and as JSON lines with ``--log-format json``.  The server runs in a child
+process of its own (its own Ray), started from a directory outside the checkout."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import pytest
+import websockets
+import yaml
+
+from bench.client import ws_url
+from inference.profiles import load_inference_config
+from tests.support.serve_process import serve_process
+
+WARNING_TEXT = "inference failed for resp_"
+
+
+def busy_profiles() -> list[dict]:
+    """One sequence per replica and no queue: a second response at once is refused."""
+    profiles = load_inference_config().model_dump()["profiles"]
+    for profile in profiles:
+        profile["batching"].update(max_running=1, max_waiting=0, knee=1)
+    return profiles
+
+
+async def overload(url: str) -> str:
+    """A long response holds the only slot; a second one on another lane is refused."""
+    async with websockets.connect(ws_url(url)) as ws:
+        await ws.send(json.dumps({"type": "response.create", "model": "emu-fast", "store": False, "stream_id": "long",
+                                  "input": "x", "metadata": {"emulator.tool_rounds": "0",
+                                                             "emulator.text_tokens": "3000"}}))
+        while json.loads(await ws.recv())["type"] != "response.output_text.delta":
+            pass
+        await ws.send(json.dumps({"type": "response.create", "model": "emu-fast", "store": False,
+                                  "stream_id": "other", "input": "y"}))
+        while True:
+            event = json.loads(await ws.recv())
+            if event.get("stream_id") == "other" and event["type"] in ("response.failed", "response.completed"):
+                return event["type"]
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_a_session_host_warning_reaches_the_serve_terminal(tmp_path, fmt):
+    (tmp_path / "busy.yaml").write_text(yaml.safe_dump({"inference": {"profiles": busy_profiles()}}))
+    args = ["--config", "busy.yaml"] + (["--log-format", "json"] if fmt == "json" else [])
+    with serve_process(args, cwd=tmp_path) as server:
+        server.wait_ready()
+        assert asyncio.run(overload(server.url)) == "response.failed"
+        line = server.wait_for_line(WARNING_TEXT)
+        assert server.stop() == 0
+    if fmt == "json":
+        entry = json.loads(line)
+        assert entry["levelname"] == "WARNING" and entry["message"].startswith(WARNING_TEXT)
+        assert entry["actor_name"].startswith("rws-")  # a session host (Ray adds the actor's name)
+    else:
+        assert "WARNING" in line and "connection.py" in line and "actor_name=rws-" in line
+    out = server.output()
+    assert "responses-ws serving on" in out and "shutting down" in out
+    assert "INFO" not in out.split("responses-ws serving on")[1]  # the default level: warnings and errors
+    assert (tmp_path / "data" / "responses.sqlite3").is_file()  # the store lives in the working directory
+
+
+def test_a_serve_application_logging_config_reaches_the_session_hosts(ray_cluster, tmp_path):
+    """As a Serve config file's ``logging_config`` does: the application's logging_config
+    (JSON) is what the gateway applies to its session hosts, whose warning lands in their
+    worker log as a JSON line (this Ray has no job LoggingConfig)."""
+    from ray import serve
+
+    from actors.logs import LogSettings
+    from serve.embedded import deploy, local_config
+
+    url = deploy(local_config(**{"inference.profiles": busy_profiles(), "session.warm_actors": 1}), name="rws-json-logs",
+                 logs=LogSettings("WARNING", "JSON"))
+    try:
+        assert asyncio.run(overload(url)) == "response.failed"
+        logs_dir = Path(ray_cluster._private.worker._global_node.get_logs_dir_path())
+        deadline = time.monotonic() + 30
+        found = []
+        while not found and time.monotonic() < deadline:
+            for path in logs_dir.glob("worker-*.err"):
+                found += [line for line in path.read_text(errors="replace").splitlines()
+                          if WARNING_TEXT in line and line.startswith("{")]
+            time.sleep(0.5)
+        assert found, "no JSON warning in the workers' logs"
+        entry = json.loads(found[-1])
+        assert entry["levelname"] == "WARNING" and entry["name"] == "actors.host.connection"
+    finally:
+        serve.delete("rws-json-logs")

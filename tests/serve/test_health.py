@@ -1,0 +1,89 @@
+"""Readiness checks (serve/health.py) with fake probes: what /readyz answers and what
+Serve's check_health raises, without Ray."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from serve.health import Probes, Readiness, add_readiness_route
+
+
+async def answers() -> None:
+    return None
+
+
+async def read_only_database() -> None:
+    raise sqlite3.OperationalError("attempt to write a readonly database")
+
+
+async def never_answers() -> None:
+    await asyncio.sleep(3600)
+
+
+def probes(*, listening: bool = True, draining: bool = False, inference=answers, store=answers) -> Probes:
+    return Probes(listening=lambda: listening, draining=lambda: draining, inference=inference, store=store)
+
+
+def check(p: Probes, **kwargs) -> dict:
+    return asyncio.run(Readiness(p, timeout_s=0.2).check(**kwargs)).body()
+
+
+def test_ready_when_every_check_passes():
+    assert check(probes()) == {"status": "ready", "failed": [],
+                               "checks": {"listener": "ok", "draining": "ok", "inference": "ok", "store": "ok"}}
+
+
+def test_not_ready_while_draining():
+    body = check(probes(draining=True))
+    assert body["status"] == "not_ready" and body["failed"] == ["draining"]
+
+
+def test_not_ready_when_the_store_is_unwritable():
+    body = check(probes(store=read_only_database))
+    assert body["failed"] == ["store"]
+    assert body["checks"]["store"] == "OperationalError: attempt to write a readonly database"
+
+
+def test_a_check_that_hangs_fails_after_the_timeout_and_the_others_still_report():
+    body = check(probes(inference=never_answers, listening=False))
+    assert body["failed"] == ["listener", "inference"]
+    assert body["checks"]["inference"] == "no answer within 0.2 s"
+    assert body["checks"]["store"] == "ok"
+
+
+def test_serve_health_check_uses_the_same_checks_but_never_fails_a_draining_replica():
+    asyncio.run(Readiness(probes(draining=True)).raise_unless_healthy())  # a stopping replica is not restarted
+    with pytest.raises(RuntimeError, match="store: OperationalError"):
+        asyncio.run(Readiness(probes(store=read_only_database)).raise_unless_healthy())
+
+
+def test_a_failure_is_logged_when_it_starts_not_on_every_probe(caplog):
+    readiness = Readiness(probes(store=read_only_database))
+
+    async def three_rounds() -> None:
+        for _ in range(3):
+            await readiness.check()
+
+    with caplog.at_level("WARNING", logger="serve.health"):
+        asyncio.run(three_rounds())
+    assert [r.getMessage() for r in caplog.records] == [
+        "not ready: store: OperationalError: attempt to write a readonly database"]
+
+
+@pytest.mark.parametrize(("store", "status"), [(answers, 200), (read_only_database, 503)])
+def test_readyz_answers_200_or_503_with_the_report(store, status):
+    app = FastAPI()
+    add_readiness_route(app, Readiness(probes(store=store)))
+
+    async def get() -> httpx.Response:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+            return await client.get("/readyz")
+
+    response = asyncio.run(get())
+    assert response.status_code == status
+    assert response.json()["status"] == ("ready" if status == 200 else "not_ready")

@@ -1,0 +1,93 @@
+"""A Ray cluster of a test's own, started with ``ray start --head`` as an operator would
+(token authentication, Serve's throughput mode), on free ports and in a private temp dir
+(so no other ``ray.init()`` on this machine finds and joins it).
+
+Every process of the cluster carries a marker in its environment; :meth:`LocalCluster.stop`
+ends exactly those processes, by pid (first SIGTERM, then SIGKILL)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from serve.embedded import RAY_ENV, free_port
+
+MARKER = "RESPONSES_WS_TEST_CLUSTER"
+
+
+def marked_pids(marker: str) -> list[int]:
+    """Pids of the processes whose environment holds ``MARKER=marker``."""
+    needle = f"{MARKER}={marker}".encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+class LocalCluster:
+    def __init__(self) -> None:
+        self.marker = secrets.token_hex(8)
+        self.port = free_port()
+        self.temp_dir = Path(tempfile.mkdtemp(prefix="rws-ray-", dir="/tmp"))  # short: socket paths
+        self.address = f"127.0.0.1:{self.port}"
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+        env.update(RAY_ENV)
+        env.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32), MARKER: self.marker})
+        self.env = env
+        ray = Path(sys.executable).parent / "ray"
+        self.log = self.temp_dir / "ray-start.log"
+        with open(self.log, "w") as out:
+            self._proc = subprocess.Popen(
+                [str(ray), "start", "--head", "--block", f"--port={self.port}", "--num-cpus=2",
+                 "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={self.temp_dir}",
+                 f"--node-manager-port={free_port()}", f"--object-manager-port={free_port()}",
+                 f"--ray-client-server-port={free_port()}", f"--metrics-export-port={free_port()}",
+                 f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
+                 f"--runtime-env-agent-port={free_port()}"],
+                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def run(self, code: str, timeout_s: float = 180) -> str:
+        """Run ``code`` as a driver of this cluster (``ADDRESS`` is defined); its stdout."""
+        result = subprocess.run([sys.executable, "-c", f"ADDRESS = {self.address!r}\n{code}"], env=self.env,
+                                capture_output=True, text=True, timeout=timeout_s)
+        assert result.returncode == 0, f"driver failed:\n{result.stderr[-4000:]}"
+        return result.stdout
+
+    def wait_up(self, timeout_s: float = 120) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise AssertionError(f"ray start exited:\n{self.log.read_text()[-4000:]}")
+            if "Ray runtime started" in self.log.read_text():
+                return
+            time.sleep(0.5)
+        raise AssertionError(f"ray start: no cluster after {timeout_s:.0f}s:\n{self.log.read_text()[-4000:]}")
+
+    def stop(self) -> None:
+        for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+            pids = marked_pids(self.marker)
+            if self._proc.poll() is None:
+                pids.append(self._proc.pid)
+            for pid in set(pids):
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+            deadline = time.monotonic() + wait_s
+            while time.monotonic() < deadline and (marked_pids(self.marker) or self._proc.poll() is None):
+                time.sleep(0.2)
+        self._proc.wait(timeout=5)
+        shutil.rmtree(self.temp_dir, ignore_errors=True)

@@ -1,0 +1,99 @@
+"""``responses-ws serve`` in a child process, as an operator runs it: its own working
+directory and environment, its terminal output captured to a file, stopped with Ctrl-C
+(SIGINT) and, should it hang, killed with its process group."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from contextlib import contextmanager
+from collections.abc import Iterator
+from pathlib import Path
+
+from serve.embedded import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def get_json(url: str) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"{}")
+
+
+class ServeProcess:
+    def __init__(self, proc: subprocess.Popen, url: str, log: Path) -> None:
+        self.proc = proc
+        self.url = url
+        self.log = log
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_ready(self, timeout_s: float = 180) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"responses-ws serve exited with {self.proc.returncode}:\n{self.output()[-4000:]}")
+            try:
+                if get_json(f"{self.url}/readyz")[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.5)
+        raise AssertionError(f"not ready after {timeout_s:.0f}s:\n{self.output()[-4000:]}")
+
+    def wait_for_line(self, needle: str, timeout_s: float = 30) -> str:
+        """The first line of output containing ``needle`` (Ray forwards workers' lines with a
+        delay)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            for line in self.output().splitlines():
+                if needle in line:
+                    return line
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{needle!r} never reached the terminal:\n{self.output()[-4000:]}")
+            time.sleep(0.5)
+
+    def stop(self, timeout_s: float = 120) -> int:
+        """Ctrl-C, then wait for the exit; a process that hangs is killed with its group."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+                raise AssertionError(f"responses-ws serve did not stop in {timeout_s:.0f}s:\n{self.output()[-4000:]}")
+        return self.proc.returncode
+
+
+@contextmanager
+def serve_process(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> Iterator[ServeProcess]:
+    """``responses-ws serve --port <free> ARGS`` started in ``cwd`` (this checkout on its
+    PYTHONPATH, no RAY_ADDRESS: it starts a Ray of its own unless ARGS say ``--address``)."""
+    port = free_port()
+    environ = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [environ.get("PYTHONPATH")])])
+    environ.update(env or {})
+    log = cwd / f"serve-{port}.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "serve.cli", "serve", "--port", str(port), *args],
+                                cwd=cwd, env=environ, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    process = ServeProcess(proc, f"http://127.0.0.1:{port}", log)
+    try:
+        yield process
+    finally:
+        if proc.poll() is None:
+            try:
+                process.stop()
+            except AssertionError:
+                pass
