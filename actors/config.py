@@ -10,7 +10,7 @@ from .safety import SafetyConfig
 class SessionConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    max_inflight: int = Field(16, ge=1, description="responses in flight per connection (spec §1.4)")
+    max_inflight: int = Field(16, ge=1, description="responses in flight per connection (docs/protocol.md §1.4)")
     max_named_lanes: int = Field(32, ge=1, description="distinct stream_ids per connection")
     strict_params: bool = Field(False, description="reject unknown top-level create fields")
     # The session-host pool of each gateway replica (serve/pool.py, docs/scaling.md).

@@ -35,7 +35,7 @@ from .timings import PhaseTimer
 
 @dataclass(slots=True)
 class ContextEntry:
-    """The conversation after response ``response_id`` (spec §4.2)."""
+    """The conversation after response ``response_id`` (docs/protocol.md §4.2)."""
 
     response_id: str
     tokens: array  # rendered conversation (items only; tools/instructions are per request)

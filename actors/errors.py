@@ -3,7 +3,7 @@
 Every failure a client can see is one of these types, carrying the HTTP status the same
 failure would have over HTTP and the OpenAI error ``type``/``code``/``param``.  Exactly one
 function turns them into a wire event (``protocol.error_event``); anything else that escapes
-becomes ``server_error`` without leaking its text (spec §5.1, §5.2).
+becomes ``server_error`` without leaking its text (docs/protocol.md §5.1, §5.2).
 """
 
 from __future__ import annotations

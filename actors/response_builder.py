@@ -2,7 +2,7 @@
 
 Shape: ``start()`` → ``feed(chunk)``* → ``terminal()`` once ``finishing`` (the chunk holding
 ``Done`` arrived, or the output classifier flagged the text) — or ``fail(exc)``.  The gap
-between the last ``feed`` and ``terminal`` is where the session does its post-processing.  Event order is exactly spec §3.2 (text) / §3.3 (function calls);
+between the last ``feed`` and ``terminal`` is where the session does its post-processing.  Event order is exactly docs/protocol.md §3.2 (text) / §3.3 (function calls);
 ``sequence_number`` counts from 0 per response; item ids, ``output_index`` and
 ``content_index`` stay consistent.  One protocol delta per inference chunk, never per token.
 """
@@ -184,7 +184,7 @@ class ResponseBuilder:
 
     def fail(self, code: str = "server_error",
              message: str = "The server had an error while processing your request.") -> list[ServerEvent]:
-        """Terminal ``response.failed`` after ``response.created`` (spec §5.3)."""
+        """Terminal ``response.failed`` after ``response.created`` (docs/protocol.md §5.3)."""
         self.state = BuildState.DONE
         r = self.response
         r.status = "failed"
@@ -282,7 +282,7 @@ class ResponseBuilder:
 
 
 def new_response(create: ResponseCreate, store: bool, clock: Callable[[], float]) -> ResponseObject:
-    """The Response object of a create, in progress (spec §3.4: every key present)."""
+    """The Response object of a create, in progress (docs/protocol.md §3.4: every key present)."""
     return ResponseObject(
         id=new_id("resp"),
         created_at=int(clock()),

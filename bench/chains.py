@@ -4,7 +4,7 @@ A *slot* holds one connection at a time and runs chains on it: ``response.create
 ``store:false``, ``previous_response_id`` of the chain's last response and only the new
 input (the tool's ``function_call_output`` after a function call), a think/tool pause in
 between.  The emulated model calls a tool on every turn of a chain but the last
-(``metadata["emulator.tool_rounds"]``), so both event orders of spec §3.2/§3.3 occur.
+(``metadata["emulator.tool_rounds"]``), so both event orders of docs/protocol.md §3.2/§3.3 occur.
 Every create and event goes through :mod:`bench.invariants`; client timings go to
 :class:`Load`.
 """

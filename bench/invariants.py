@@ -5,7 +5,7 @@ Sans-I/O: a client tells a connection's :class:`ConnectionCheck` about every
 (``feed``); ``close()`` when the connection ends.  Violations accumulate in the run's
 :class:`RunCheck`, which also guards what must be unique across the whole run.
 
-What is checked (spec/responses-websocket.md):
+What is checked (docs/protocol.md):
 
 - §3.1: ``sequence_number`` is 0 on ``response.created`` and grows by exactly 1 per event
   of that response; default-lane events carry no ``stream_id``; every create ends with

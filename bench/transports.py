@@ -6,7 +6,7 @@ client-side timings.  To add one, subclass :class:`Transport` and decorate it wi
 :func:`register`.
 
 - ``ws``: one WebSocket per rollout, ``store:false``, ``previous_response_id``, only the new
-  items (WebSocket mode, spec §2).
+  items (WebSocket mode, docs/protocol.md §2).
 - ``http-chained``: ``POST /v1/responses`` (SSE) with ``previous_response_id`` and
   ``store:true``: the server loads the stored conversation every turn.
 - ``http-full``: ``POST /v1/responses`` (SSE), ``store:false``, the whole history resent every

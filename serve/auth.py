@@ -1,4 +1,4 @@
-"""API keys and ownership (spec §1.2, §6.2).
+"""API keys and ownership (docs/protocol.md §1.2, §6.2).
 
 With no keys configured any bearer key (or none) is accepted; with keys configured a
 missing or unknown key is refused with 401 ``invalid_api_key`` — on HTTP and on the

@@ -1,4 +1,4 @@
-"""The cluster store: Redis, shared by every node (spec §4.9, §6).
+"""The cluster store: Redis, shared by every node (docs/protocol.md §4.9, §6).
 
 A record lives under ``<prefix>resp:<id>`` as a hash ``{owner, created_at, body}`` (``body``
 as in :func:`store.encode_body`); the usage ledger of an owner is the list

@@ -1,4 +1,4 @@
-"""The embedded store: one SQLite file in the data directory (spec §4.9, §6).
+"""The embedded store: one SQLite file in the data directory (docs/protocol.md §4.9, §6).
 
 Many processes write the same file at once (every connection actor and the HTTP gateway
 open their own ``SQLiteStore``), hence WAL mode, so readers never block the writer, and a

@@ -29,7 +29,7 @@ class Usage(_Out):
     total_tokens: int
 
 
-# ``response.error.code`` values the SDK accepts (spec §5.3); anything else is server_error.
+# ``response.error.code`` values the SDK accepts (docs/protocol.md §5.3); anything else is server_error.
 RESPONSE_ERROR_CODES = frozenset({"server_error", "rate_limit_exceeded", "invalid_prompt", "vector_store_timeout"})
 
 
@@ -84,7 +84,7 @@ class ResponseObject(_Out):
 
 
 class _Event(_Out):
-    """Base of server events: ``stream_id`` is present iff the create had one (spec §3.1)."""
+    """Base of server events: ``stream_id`` is present iff the create had one (docs/protocol.md §3.1)."""
 
     stream_id: str | None = None
 
@@ -316,7 +316,7 @@ def sse_frame(event: ServerEvent) -> str:
 def error_event(
     exc: BaseException, *, stream_id: str | None = None, sequence_number: int | None = None
 ) -> ErrorEvent:
-    """The one place errors become wire events (spec §5.1).  Unknown exceptions become
+    """The one place errors become wire events (docs/protocol.md §5.1).  Unknown exceptions become
     ``server_error`` and their text is never sent."""
     err = exc if isinstance(exc, APIError) else ServerError()
     return ErrorEvent(
@@ -328,7 +328,7 @@ def error_event(
 
 
 def http_error_body(exc: BaseException) -> tuple[int, dict[str, Any]]:
-    """The same errors as an HTTP status and OpenAI JSON error body (spec §6.2)."""
+    """The same errors as an HTTP status and OpenAI JSON error body (docs/protocol.md §6.2)."""
     err = exc if isinstance(exc, APIError) else ServerError()
     return err.status, {
         "error": {"message": err.message, "type": err.type, "param": err.param, "code": err.code}

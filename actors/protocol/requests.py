@@ -100,7 +100,7 @@ class ReasoningConfig(_Open):
 
 
 class ResponseCreate(BaseModel):
-    """``response.create`` (flat body, spec §2.1).  Unknown top-level fields are kept in
+    """``response.create`` (flat body, docs/protocol.md §2.1).  Unknown top-level fields are kept in
     ``model_extra``; the session rejects them only in strict mode."""
 
     model_config = ConfigDict(strict=True, extra="allow")
@@ -182,7 +182,7 @@ class ResponseSteer(_Open):
 
 
 class ResponseProcessed(_Open):
-    """Codex sends this after each response; it carries nothing we need (spec §2.4)."""
+    """Codex sends this after each response; it carries nothing we need (docs/protocol.md §2.4)."""
 
     type: Literal["response.processed"]
 
@@ -221,7 +221,7 @@ def load_json_object(data: str | bytes) -> dict[str, Any]:
 def parse_client_event(data: str | bytes) -> ClientEvent:
     """Parse one client frame.  Raises a typed :class:`APIError` (400) on any problem.
 
-    A nested ``{"type":"response.create","response":{…}}`` body is accepted as well (spec §1.3).
+    A nested ``{"type":"response.create","response":{…}}`` body is accepted as well (docs/protocol.md §1.3).
     """
     raw = load_json_object(data)
     if isinstance(raw.get("response"), dict) and "input" not in raw:
@@ -243,7 +243,7 @@ _WS_ONLY = ("stream_id", "generate")
 
 
 def parse_http_create(data: bytes | str) -> ResponseCreate:
-    """The body of ``POST /v1/responses`` (spec §6.1): the create fields without ``type``;
+    """The body of ``POST /v1/responses`` (docs/protocol.md §6.1): the create fields without ``type``;
     the WebSocket-only ``stream_id`` and ``generate`` are rejected."""
     raw = load_json_object(data)
     for name in _WS_ONLY:

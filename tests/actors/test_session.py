@@ -129,7 +129,7 @@ def test_failed_continuation_with_unknown_call_id_evicts_its_parent():
     assert err["status"] == 400 and err["error"]["param"] == "input[0].call_id"
     (again,) = dumped(send(s, previous_response_id=r1["id"], input="retry", store=False))
     assert again["error"]["code"] == "previous_response_not_found"
-    # Recovery per spec §4.8: a fresh chain with the full input works on the same socket.
+    # Recovery per docs/protocol.md §4.8: a fresh chain with the full input works on the same socket.
     assert send(s, input="from scratch").start
 
 

@@ -1,5 +1,5 @@
-"""The soak's invariant checker accepts the spec's event orders and flags each way a stream
-can go wrong (spec §3.1–§3.3, §4): it provably can fail."""
+"""The soak's invariant checker accepts the protocol page's event orders and flags each way a stream
+can go wrong (docs/protocol.md §3.1–§3.3, §4): it provably can fail."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def _response(rid: str, status: str, output: list, prev: str | None = None) -> d
 
 def text_answer(rid: str = "resp_1", mid: str = "msg_1", prev: str | None = None,
                 deltas: tuple[str, ...] = ("Hi", " there")) -> list[dict]:
-    """Spec §3.2, exactly."""
+    """docs/protocol.md §3.2, exactly."""
     text = "".join(deltas)
     part = {"type": "output_text", "annotations": [], "logprobs": [], "text": text}
     done_item = {"id": mid, "type": "message", "status": "completed", "role": "assistant", "content": [part]}
@@ -41,7 +41,7 @@ def text_answer(rid: str = "resp_1", mid: str = "msg_1", prev: str | None = None
 
 
 def call_answer(rid: str = "resp_2", fid: str = "fc_1", call_id: str = "call_1", prev: str | None = None) -> list[dict]:
-    """Spec §3.3, exactly."""
+    """docs/protocol.md §3.3, exactly."""
     item = {"id": fid, "type": "function_call", "status": "in_progress", "call_id": call_id,
             "name": "get_weather", "arguments": ""}
     done_item = {**item, "status": "completed", "arguments": '{"city":"Paris"}'}

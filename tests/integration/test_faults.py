@@ -183,7 +183,7 @@ def test_inference_replica_killed_mid_stream_fails_cleanly_and_later_turns_succe
             assert failed["response"]["error"]["code"] == "server_error"
             assert "Ray" not in failed["response"]["error"]["message"]  # no internal text
             # The chain goes on from the last completed response (a failed continuation
-            # evicts its parent from the cache, spec §4: it is reloaded from the store), on
+            # evicts its parent from the cache, docs/protocol.md §4: it is reloaded from the store), on
             # the replacement replica (the session's pin moves: its old replica is gone).
             again = await one_turn(ws, previous_response_id=first[-1]["response"]["id"])
             assert again[-1]["type"] == "response.completed", again[-1]

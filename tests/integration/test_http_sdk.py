@@ -1,4 +1,4 @@
-"""HTTP mode and the response store, with the official openai SDK (spec §6, checks 30–33, 57–62)."""
+"""HTTP mode and the response store, with the official openai SDK (docs/protocol.md §6, checks 30–33, 57–62)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Isolation between connections and API keys, and errors that leak nothing (issue 8).
 
-Spec §4.3, §4.8–4.9 (what a connection and a key can see), §5 (typed errors), checks 31–33.
+docs/protocol.md §4.3, §4.8–4.9 (what a connection and a key can see), §5 (typed errors), checks 31–33.
 Every "not found" a stranger gets must be the one an unknown id gets: same status, same body
 apart from the id, so existence is never revealed.  Real server, raw WebSocket clients (to
 choose the API key per socket) and HTTP.
@@ -280,7 +280,7 @@ def test_steer_or_cancel_of_another_connections_response_is_refused_and_changes_
 
 
 def test_unserved_routes_answer_with_a_typed_error_body(keyed_url):
-    """No cancel route exists (spec §6.7 makes it optional): a typed 404, whoever asks."""
+    """No cancel route exists (docs/protocol.md §6.7 makes it optional): a typed 404, whoever asks."""
     rid = unknown_id()
     for method, path in (("POST", f"/v1/responses/{rid}/cancel"), ("GET", "/v1/nothing-here"),
                          ("PUT", f"/v1/responses/{rid}")):

@@ -1,4 +1,4 @@
-"""API keys, ownership isolation, and junk request bodies (spec §1.2, checks 3–4)."""
+"""API keys, ownership isolation, and junk request bodies (docs/protocol.md §1.2, checks 3–4)."""
 
 from __future__ import annotations
 

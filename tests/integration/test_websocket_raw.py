@@ -1,6 +1,6 @@
 """WebSocket mode with a raw ``websockets`` client: bad input, limits, disconnects.
 
-Test names carry the spec §7 check numbers they cover.
+Test names carry the docs/protocol.md §7 check numbers they cover.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """WebSocket mode with the official openai SDK against a real embedded Ray/Serve deployment.
 
-Test names carry the spec §7 check numbers they cover.
+Test names carry the docs/protocol.md §7 check numbers they cover.
 """
 
 from __future__ import annotations

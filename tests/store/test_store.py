@@ -1,4 +1,4 @@
-"""The response store contract (spec §4.9, §6), run against SQLite and a real Redis alike.
+"""The response store contract (docs/protocol.md §4.9, §6), run against SQLite and a real Redis alike.
 
 Every test of the contract is parametrized over both backends through ``open_store``; the
 SQLite-only tests pin what the embedded file promises (WAL, many processes writing it), the

@@ -3,7 +3,7 @@
 - :mod:`.server` — test apps on the suite's embedded Ray;
 - :mod:`.redis` — a throw-away ``redis-server``;
 - :mod:`.wire` — strict validation of received frames, collecting a response's events;
-- :mod:`.event_order` — event-sequence assertions read as the spec's tables;
+- :mod:`.event_order` — event-sequence assertions read as the protocol page's tables;
 - :mod:`.fuzz` — the hypothesis settings of the fuzz tests;
 - :mod:`.cluster_scenario` — the multi-node scenario run in a child process.
 """

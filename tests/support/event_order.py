@@ -1,4 +1,4 @@
-"""Event-sequence assertions read as the spec's tables."""
+"""Event-sequence assertions read as the protocol page's tables."""
 
 from __future__ import annotations
 
