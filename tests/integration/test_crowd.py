@@ -16,7 +16,7 @@ import pytest
 import websockets
 from ray import serve
 
-from tests.support.server import start_app
+from tests.support.server import gateway_stats, start_app, wait_for
 from tests.support.wire import raw_collect
 
 BURST_APP = "rws-crowd"
@@ -36,21 +36,6 @@ def run(coro):
 
 def create(**body: Any) -> str:
     return json.dumps({"type": "response.create", "model": MODEL, "store": False, "metadata": SHORT, **body})
-
-
-def gateway_stats(app: str) -> dict:
-    return serve.get_deployment_handle("Gateway", app_name=app).stats.remote().result()
-
-
-def wait_for(predicate, timeout_s: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def settled(app: str) -> dict | None:
@@ -129,7 +114,7 @@ def test_a_burst_of_100_connections_on_the_default_config_is_packed_on_a_few_hos
         assert stats["connections"] == BURST + before["connections"], (when, stats)
         assert stats["actors"] + stats["starting"] <= MAX_HOSTS, (when, stats)
     t2 = time.monotonic()
-    after = wait_for(lambda: settled(BURST_APP), what="every slot to be given back")
+    after = wait_for(lambda: settled(BURST_APP), 30.0, "every slot to be given back")
     print(f"\nburst: {BURST} opened in {measured['open_s']:.2f}s, {len(responses)} turns in "
           f"{measured['turns_s']:.2f}s; hosts before {before['actors']}, while open "
           f"{measured['while_open']['actors']}(+{measured['while_open']['starting']} starting), after turns "
@@ -269,7 +254,7 @@ def test_a_redeploy_closes_every_socket_1001_and_the_sdk_reconnects_them_all(ray
         # The old gateway had all of them, the new one has all of them now, packed.
         assert before["open_connections"] == STORM and after["open_connections"] == STORM, (before, after)
         assert after["actors"] + after["starting"] <= MAX_HOSTS, after
-        settled_after = wait_for(lambda: settled(STORM_APP), what="every slot of the new gateway to be given back")
+        settled_after = wait_for(lambda: settled(STORM_APP), 30.0, "every slot of the new gateway to be given back")
         assert settled_after["actors"] <= MAX_HOSTS
     finally:
         serve.delete(STORM_APP)

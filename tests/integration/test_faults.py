@@ -24,7 +24,7 @@ import websockets
 from ray import serve
 from websockets.exceptions import ConnectionClosed
 
-from tests.support.server import start_app
+from tests.support.server import gateway_stats, start_app, wait_for
 from tests.support.wire import raw_collect, validated
 
 APP = "rws-faults"
@@ -46,21 +46,6 @@ def faults_url(ray_cluster):
     url = start_app(APP, **{"session.ping_interval_s": 0.5, "session.ping_timeout_s": 0.5})
     yield url
     serve.delete(APP)
-
-
-def gateway_stats(app: str) -> dict:
-    return serve.get_deployment_handle("Gateway", app_name=app).stats.remote().result()
-
-
-def wait_for(predicate, timeout_s: float = 20.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 def server_process_of(client_port: int, server_port: int, name: str) -> psutil.Process:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 from serve.embedded import deploy, local_config
@@ -12,3 +14,24 @@ def start_app(name: str, **overrides: Any) -> str:
     default config; returns its base URL.  The caller deletes it (``serve.delete(name)``),
     or the end of the test session's Ray takes it."""
     return deploy(local_config(**overrides), name=name)
+
+
+def gateway_stats(app: str) -> dict[str, Any]:
+    """The gateway's ``stats()`` (open sockets, the session-host pool) of the app ``app``."""
+    from ray import serve
+
+    return serve.get_deployment_handle("Gateway", app_name=app).stats.remote().result()
+
+
+def wait_for(predicate: Callable[[], Any], timeout_s: float = 20.0, what: str = "condition",
+             every_s: float = 0.1) -> Any:
+    """Poll ``predicate`` until it returns something true (returned); AssertionError after
+    ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(every_s)
