@@ -40,9 +40,9 @@ bench: $(STAMP)
 # smoke-tested from outside the checkout (tests/install/smoke.py):
 #   make smoke-wheel PY=python3.12
 PY ?= python3
-wheel:
+wheel: | $(BIN)/python
 	rm -rf dist
-	python3 -m pip wheel --quiet --no-deps --wheel-dir dist .
+	$(BIN)/pip wheel --quiet --no-deps --wheel-dir dist .
 
 smoke-wheel: wheel
 	rm -rf /tmp/responses-ws-smoke-venv

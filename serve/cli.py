@@ -7,6 +7,7 @@ it is loaded only when one of them is asked for (``responses-ws serve`` never im
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
 import threading
@@ -46,7 +47,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _run_server(args: argparse.Namespace) -> int:
-    from .embedded import Dashboard, embedded_server, metrics_urls
+    from .embedded import Dashboard, embedded_server, metrics_urls, readiness
 
     overrides = {}
     if args.host is not None:
@@ -67,6 +68,9 @@ def _run_server(args: argparse.Namespace) -> int:
                          metrics_port=args.metrics_port) as url:
         print(f"responses-ws serving on {url}  (WebSocket: {url.replace('http', 'ws', 1)}/v1/responses)",
               flush=True)
+        status, report = readiness(url)
+        if status != 200:  # it serves, but /readyz says what is missing (docs/operations.md)
+            print(f"not ready: {json.dumps(report.get('checks', report))}", file=sys.stderr, flush=True)
         for metrics_url in metrics_urls():
             print(f"metrics (Prometheus): {metrics_url}", flush=True)
         if dashboard is not None:

@@ -15,6 +15,7 @@ before ``ray.serve`` is first imported and before Ray starts (:func:`apply_ray_e
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -134,7 +135,7 @@ def serve_running() -> bool:
 
 def deploy(config: AppConfig, *, name: str = APP_NAME, logs: LogSettings | None = None) -> str:
     """Deploy the app as ``name`` on the Ray this process is connected to and wait until
-    ``/readyz`` answers 200; returns the base URL.  Deploying a name again redeploys it.
+    ``/healthz`` answers; returns the base URL.  Deploying a name again redeploys it.
 
     Serve is started here only if none runs yet (without its HTTP proxy: the gateway
     listens on ``server.port`` itself); a Serve instance already running keeps its settings.
@@ -182,19 +183,25 @@ def embedded_server(config: AppConfig, *, name: str = APP_NAME, address: str | N
 
 
 def wait_ready(url: str, timeout_s: float = 120.0) -> None:
-    """Poll ``{url}/readyz`` until it answers 200; ``TimeoutError`` after ``timeout_s``
-    (with the last answer: which readiness check failed)."""
+    """Poll ``{url}/healthz`` until it answers 200 (the gateway is up and listening; whether
+    it is ready for traffic is :func:`readiness`); ``TimeoutError`` after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
-    last = "no answer"
     while True:
         try:
-            with urllib.request.urlopen(f"{url}/readyz", timeout=5) as resp:
+            with urllib.request.urlopen(f"{url}/healthz", timeout=2) as resp:
                 if resp.status == 200:
                     return
-        except urllib.error.HTTPError as exc:
-            last = f"{exc.code} {exc.read().decode(errors='replace')[:500]}"
         except OSError:
             pass
         if time.monotonic() > deadline:
-            raise TimeoutError(f"server at {url} not ready after {timeout_s:.0f}s: {last}")
+            raise TimeoutError(f"server at {url} not up after {timeout_s:.0f}s")
         time.sleep(0.2)
+
+
+def readiness(url: str) -> tuple[int, dict[str, Any]]:
+    """``GET {url}/readyz``: 200 or 503, and the report (serve/health.py)."""
+    try:
+        with urllib.request.urlopen(f"{url}/readyz", timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"{}")

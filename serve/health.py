@@ -3,7 +3,7 @@
 - ``GET /healthz`` — the process is alive and its listener accepts (always 200 when answered).
 - ``GET /readyz`` — ready for traffic: 200 when every check passes, else 503; the JSON body
   names every check and the reason of each failed one.  Serve's ``check_health`` runs the
-  same checks (:meth:`Readiness.raise_unless_healthy`).
+  same checks and fails on those a restart can cure (:meth:`Readiness.raise_unless_healthy`).
 
 The checks, each bounded by ``timeout_s``: ``listener`` (accepting connections),
 ``draining`` (not shutting down), ``inference`` (the inference deployment answers) and
@@ -25,6 +25,7 @@ from fastapi.responses import JSONResponse
 log = logging.getLogger(__name__)
 
 CHECK_TIMEOUT_S = 2.0
+LOCAL = ("listener",)  # the checks a restart of the replica can cure
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,12 +93,15 @@ class Readiness:
         return report
 
     async def raise_unless_healthy(self) -> None:
-        """Serve's ``check_health``: the same checks but ``draining`` (a stopping replica is
-        not restarted); raises naming what failed, so Serve replaces the replica after
-        repeated failures."""
+        """Serve's ``check_health``: the same checks (``draining`` aside: a stopping replica
+        is not restarted), but only a failure a restart can cure fails it (:data:`LOCAL`).
+        A replica restarted while the store or the inference deployment is down would come
+        back just as unready and drop its connections on the way; those failures are
+        reported by ``/readyz`` and logged when they start, here too when nobody polls."""
         report = await self.check(include_draining=False)
-        if not report.ready:
-            raise RuntimeError("gateway unhealthy: " + "; ".join(f"{n}: {report.checks[n]}" for n in report.failed))
+        local = [name for name in report.failed if name in LOCAL]
+        if local:
+            raise RuntimeError("gateway unhealthy: " + "; ".join(f"{n}: {report.checks[n]}" for n in local))
 
 
 def add_readiness_route(app: FastAPI, readiness: Readiness) -> None:

@@ -56,10 +56,20 @@ def test_a_check_that_hangs_fails_after_the_timeout_and_the_others_still_report(
     assert body["checks"]["store"] == "ok"
 
 
-def test_serve_health_check_uses_the_same_checks_but_never_fails_a_draining_replica():
-    asyncio.run(Readiness(probes(draining=True)).raise_unless_healthy())  # a stopping replica is not restarted
-    with pytest.raises(RuntimeError, match="store: OperationalError"):
-        asyncio.run(Readiness(probes(store=read_only_database)).raise_unless_healthy())
+def test_serve_health_check_runs_the_same_checks_but_fails_only_what_a_restart_cures(caplog):
+    """A stopped listener fails it; a draining replica is not restarted; a store or an
+    inference deployment that is down does not fail it (a restarted gateway would be just as
+    unready) but is logged."""
+    with pytest.raises(RuntimeError, match="listener: not accepting connections"):
+        asyncio.run(Readiness(probes(listening=False)).raise_unless_healthy())
+    asyncio.run(Readiness(probes(draining=True)).raise_unless_healthy())
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="serve.health"):
+        asyncio.run(Readiness(probes(store=read_only_database), timeout_s=0.2).raise_unless_healthy())
+        asyncio.run(Readiness(probes(inference=never_answers), timeout_s=0.2).raise_unless_healthy())
+    assert [r.getMessage() for r in caplog.records] == [
+        "not ready: store: OperationalError: attempt to write a readonly database",
+        "not ready: inference: no answer within 0.2 s"]
 
 
 def test_a_failure_is_logged_when_it_starts_not_on_every_probe(caplog):

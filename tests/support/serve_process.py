@@ -21,9 +21,9 @@ from serve.embedded import free_port
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def get_json(url: str) -> tuple[int, dict]:
+def get_json(url: str, timeout_s: float = 30) -> tuple[int, dict]:
     try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
             return resp.status, json.loads(resp.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read() or b"{}")
