@@ -66,6 +66,9 @@ def _run_server(args: argparse.Namespace) -> int:
     dashboard = Dashboard(port=args.dashboard_port, host=args.dashboard_host) if args.dashboard else None
     with embedded_server(config, address=args.address, logs=logs, dashboard=dashboard,
                          metrics_port=args.metrics_port) as url:
+        stopping = threading.Event()  # from here on Ctrl-C is an orderly stop
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stopping.set())
         print(f"responses-ws serving on {url}  (WebSocket: {url.replace('http', 'ws', 1)}/v1/responses)",
               flush=True)
         status, report = readiness(url)
@@ -76,9 +79,6 @@ def _run_server(args: argparse.Namespace) -> int:
         if dashboard is not None:
             print(f"Ray dashboard: http://{dashboard.host}:{dashboard.port}  (with token authentication it asks "
                   "for the token `ray get-auth-token` prints)", flush=True)
-        stopping = threading.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stopping.set())
         stopping.wait()
         print("shutting down", flush=True)
     return 0

@@ -199,9 +199,12 @@ def wait_ready(url: str, timeout_s: float = 120.0) -> None:
 
 
 def readiness(url: str) -> tuple[int, dict[str, Any]]:
-    """``GET {url}/readyz``: 200 or 503, and the report (serve/health.py)."""
+    """``GET {url}/readyz``: 200 or 503 and the report (serve/health.py); 0 and the error
+    when there was no answer."""
     try:
         with urllib.request.urlopen(f"{url}/readyz", timeout=10) as resp:
             return resp.status, json.loads(resp.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read() or b"{}")
+    except OSError as exc:
+        return 0, {"error": repr(exc)}

@@ -39,12 +39,13 @@ class ServeProcess:
         return self.log.read_text(errors="replace")
 
     def wait_ready(self, timeout_s: float = 180) -> None:
+        """Until it says it serves (Ctrl-C then stops it in order) and ``/readyz`` is 200."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise AssertionError(f"responses-ws serve exited with {self.proc.returncode}:\n{self.output()[-4000:]}")
             try:
-                if get_json(f"{self.url}/readyz")[0] == 200:
+                if "responses-ws serving on" in self.output() and get_json(f"{self.url}/readyz")[0] == 200:
                     return
             except OSError:
                 pass
