@@ -117,12 +117,7 @@ class Link:
                     socket.send_fds(self._sock, [data], [fd])
                 return
             except BlockingIOError:
-                ready = loop.create_future()
-                loop.add_writer(self._sock.fileno(), _set_once, ready)
-                try:
-                    await ready
-                finally:
-                    loop.remove_writer(self._sock.fileno())
+                await _until(loop.add_writer, loop.remove_writer, self._sock.fileno())
 
     def notify(self, message: Ended | Gone) -> None:
         """Host side: tell the gateway, in the background and in order; a link already gone
@@ -145,12 +140,7 @@ class Link:
             try:
                 data, fds, _, _ = socket.recv_fds(self._sock, MAX_MESSAGE, 1)
             except BlockingIOError:
-                ready = loop.create_future()
-                loop.add_reader(self._sock.fileno(), _set_once, ready)
-                try:
-                    await ready
-                finally:
-                    loop.remove_reader(self._sock.fileno())
+                await _until(loop.add_reader, loop.remove_reader, self._sock.fileno())
                 continue
             except OSError:
                 data, fds = b"", []
@@ -217,6 +207,17 @@ class HandoffReceiver:
         for task in list(self._links):
             task.cancel()
         self._listener.close()
+
+
+async def _until(add: Callable[..., None], remove: Callable[[int], object], fd: int) -> None:
+    """Wait for ``fd`` to be ready (readable or writable, by the ``add``/``remove`` pair of
+    the event loop given)."""
+    ready = asyncio.get_running_loop().create_future()
+    add(fd, _set_once, ready)
+    try:
+        await ready
+    finally:
+        remove(fd)
 
 
 def _set_once(fut: asyncio.Future[None]) -> None:
