@@ -18,6 +18,7 @@ from inference.types import (
     FunctionCallDelta,
     InferenceEvent,
     Prefilled,
+    ReasoningDone,
     TextDelta,
 )
 
@@ -38,6 +39,7 @@ from .protocol import (
     OutputText,
     OutputTextDelta,
     OutputTextDone,
+    OutputTokensDetails,
     ResponseCompleted,
     ResponseCreate,
     ResponseCreated,
@@ -80,6 +82,7 @@ class ResponseBuilder:
         self.cached_tokens = 0
         self.reused_tokens = 0
         self.output_tokens = 0
+        self.reasoning_tokens = 0
         self._generated = 0  # output tokens of every model call of this response
         self.queue_ms = self.prefill_ms = self.decode_ms = 0.0
         self.finish_reason: str | None = None
@@ -139,6 +142,9 @@ class ResponseBuilder:
                 self.reused_tokens += ev.reused_tokens
                 self.queue_ms += ev.queue_ms
                 self.prefill_ms += ev.prefill_ms
+            elif isinstance(ev, ReasoningDone):
+                self.output_tokens += ev.tokens
+                self.reasoning_tokens += ev.tokens
             elif isinstance(ev, TextDelta):
                 self.output_tokens += ev.tokens
                 out += self._text(ev.text)
@@ -271,6 +277,7 @@ class ResponseBuilder:
                 cache_write_tokens=self.prompt_tokens - self.reused_tokens,
             ),
             output_tokens=output_tokens,
+            output_tokens_details=OutputTokensDetails(reasoning_tokens=self.reasoning_tokens),
             total_tokens=self.prompt_tokens + output_tokens,
         )
         if cut:

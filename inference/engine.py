@@ -32,7 +32,7 @@ from inference import chat_format
 from inference.batching import Batch, DecodeSchedule
 from inference.jitter import RequestJitter
 from inference.pacing import Chunker, Clock, Sleeper, decode_work, paced_chunks, ttft_ms
-from inference.policy import FunctionCallSegment, Segment, plan, policy_for
+from inference.policy import FunctionCallSegment, ReasoningSegment, Segment, plan, policy_for
 from inference.prefix_cache import PrefixCache, reported_cached_tokens
 from inference.profiles import InferenceConfig
 from inference.tokenizer import Detokenizer
@@ -43,6 +43,7 @@ from inference.types import (
     InferenceEvent,
     InferenceRequest,
     Prefilled,
+    ReasoningDone,
     TextDelta,
 )
 
@@ -291,6 +292,12 @@ class _SegmentStream:
         lo, hi = max(start, self._offset), min(end, seg_end)
         if lo >= hi:
             return None
+        if isinstance(self._segment, ReasoningSegment):  # hidden: one count when it ends
+            self._carried += hi - lo
+            if hi < seg_end:
+                return None
+            tokens, self._carried = self._carried, 0
+            return ReasoningDone(tokens)
         ids = self._segment.token_ids[lo - self._offset : hi - self._offset]
         text = self._detokenizer.feed(ids)
         if hi == seg_end:
@@ -306,8 +313,9 @@ class _SegmentStream:
         return TextDelta(text, tokens)
 
     def rendered(self) -> list[int]:
-        """The output item as the session will render it (empty if nothing was emitted)."""
-        if not self._started:
+        """The output item as the session will render it (empty if nothing was emitted;
+        reasoning is not kept in the context)."""
+        if not self._started or isinstance(self._segment, ReasoningSegment):
             return []
         text = "".join(self._parts)
         if isinstance(self._segment, FunctionCallSegment):

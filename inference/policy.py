@@ -22,7 +22,13 @@ workload without restarting the server.  Keys, all optional, values decimal stri
 ``emulator.tool_rounds``   tool results in context before the model answers in text
 ``emulator.text_tokens``   length of the text answer in tokens (>= 1)
 ``emulator.seed``          seed of the scripted choices (text, tool, arguments)
+``emulator.reasoning_tokens``  hidden reasoning before the output (0: none)
 =========================  =======================================================
+
+Reasoning is hidden, as a reasoning model's is when no summary is asked for: its tokens
+are real cl100k text that takes decode time and counts in ``usage.output_tokens`` (and
+``output_tokens_details.reasoning_tokens``), but it is never streamed, emitted as an item or
+kept in the context (docs/emulator.md, "Reasoning").
 
 Other metadata keys are ignored; a listed key with a value that is not a valid number
 raises ``InvalidMetadata`` before anything is generated.
@@ -98,7 +104,14 @@ class FunctionCallSegment:
     token_ids: tuple[int, ...]
 
 
-Segment = TextSegment | FunctionCallSegment
+@dataclass(frozen=True, slots=True)
+class ReasoningSegment:
+    """Hidden reasoning: tokens that are decoded but never sent (module doc)."""
+
+    token_ids: tuple[int, ...]
+
+
+Segment = ReasoningSegment | TextSegment | FunctionCallSegment
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +158,7 @@ METADATA_KEYS: dict[str, str] = {
     "emulator.tool_rounds": "tool_rounds",
     "emulator.text_tokens": "text_tokens",
     "emulator.seed": "seed",
+    "emulator.reasoning_tokens": "reasoning_tokens",
 }
 
 
@@ -175,18 +189,23 @@ _MODES = ("auto", "none", "required")
 
 
 def plan(request: InferenceRequest, policy: PolicyConfig) -> OutputPlan:
-    """The output of one response: one function call or one text answer (see module doc)."""
-    rng = random.Random(_seed(request.prompt_token_ids, policy.seed))
+    """The output of one response: hidden reasoning if asked for, then one function call or
+    one text answer (see module doc)."""
+    seed = _seed(request.prompt_token_ids, policy.seed)
+    rng = random.Random(seed)
+    thinking: tuple[Segment, ...] = ()
+    if policy.reasoning_tokens:  # its own generator: the visible output does not change with it
+        thinking = (ReasoningSegment(text_answer(policy.reasoning_tokens, random.Random(seed + 1))),)
     tool = _tool_to_call(request, policy, rng)
     if tool is not None:
         arguments = arguments_for(tool.parameters, rng)
-        return OutputPlan((FunctionCallSegment(tool.name, arguments, tuple(encode(arguments))),))
+        return OutputPlan((*thinking, FunctionCallSegment(tool.name, arguments, tuple(encode(arguments)))))
     # Never plan more text than can be sent: one token past ``max_output_tokens`` is enough
     # for the engine to see the cut (the planned text is then a prefix of the uncut one).
     n = policy.text_tokens
     if request.max_output_tokens is not None:
         n = min(n, request.max_output_tokens + 1)
-    return OutputPlan((TextSegment(text_answer(n, rng)),))
+    return OutputPlan((*thinking, TextSegment(text_answer(n, rng))))
 
 
 def _tool_to_call(

@@ -127,7 +127,8 @@ class PolicyConfig(BaseModel):
     """The scripted policy (``inference.policy``).
 
     The model calls a tool until the conversation holds ``tool_rounds`` tool results, then
-    answers with ``text_tokens`` tokens of text.  ``seed`` varies all choices.  A request
+    answers with ``text_tokens`` tokens of text; every response first thinks for
+    ``reasoning_tokens`` hidden tokens (0: none).  ``seed`` varies all choices.  A request
     can override each of them through its ``metadata`` (``inference.policy.METADATA_KEYS``).
     """
 
@@ -136,6 +137,7 @@ class PolicyConfig(BaseModel):
     tool_rounds: int = Field(default=3, ge=0, le=10_000)
     # Bounded: planning an answer runs on the replica's event loop (~0.15 s per 64k tokens).
     text_tokens: int = Field(default=48, ge=1, le=65_536)
+    reasoning_tokens: int = Field(default=0, ge=0, le=65_536)
     seed: int = 0
 
 

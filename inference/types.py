@@ -8,7 +8,7 @@ output (tokens cross Ray in chunks, never one Ray message per token).
 Event order in one stream::
 
     Prefilled                       (exactly once, in the first item, with the first token)
-    (TextDelta | FunctionCallDelta)*
+    (ReasoningDone | TextDelta | FunctionCallDelta)*
     Done                            (exactly once, last)
 """
 
@@ -79,6 +79,14 @@ class Prefilled:
 
 
 @dataclass(frozen=True, slots=True)
+class ReasoningDone:
+    """The model finished ``tokens`` tokens of hidden reasoning (they took decode time and
+    count in ``usage.output_tokens_details.reasoning_tokens``; their text is never sent)."""
+
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True)
 class TextDelta:
     """A chunk of assistant message text (one or more real cl100k tokens)."""
 
@@ -106,4 +114,4 @@ class Done:
     decode_ms: float
 
 
-InferenceEvent = Union[Prefilled, TextDelta, FunctionCallDelta, Done]
+InferenceEvent = Union[Prefilled, ReasoningDone, TextDelta, FunctionCallDelta, Done]

@@ -12,7 +12,7 @@ from actors.cache_budget import CacheBudget
 from actors.config import SessionConfig
 from actors.protocol import ResponseObject
 from actors.session import Effects, Session
-from inference.types import Done, FunctionCallDelta, Prefilled, TextDelta
+from inference.types import Done, FunctionCallDelta, Prefilled, ReasoningDone, TextDelta
 from tests.support.event_order import FUNCTION_CALL_ANSWER, TEXT_ANSWER, assert_event_types
 
 MODEL = "emu-fast"
@@ -199,6 +199,18 @@ def test_max_output_tokens_ends_incomplete():
     resp = dumped(out)[-1]
     assert resp["type"] == "response.incomplete"
     assert resp["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
+
+
+def test_hidden_reasoning_counts_in_usage_and_emits_no_event():
+    s = new_session()
+    fx = send(s, input="think first")
+    (turn,) = fx.start
+    out = s.on_inference(turn.turn_id, [Prefilled(5, 0, 0, 1), ReasoningDone(120)])
+    assert dumped(out) == []  # nothing to show for reasoning
+    out = s.on_inference(turn.turn_id, [TextDelta("ok", 1), Done("stop", 121, 130.0)])
+    usage = dumped(out)[-1]["response"]["usage"]
+    assert usage["output_tokens"] == 121
+    assert usage["output_tokens_details"] == {"reasoning_tokens": 120}
 
 
 def test_inference_failure_after_created_is_response_failed_and_evicts_same_lane_parent():

@@ -15,7 +15,15 @@ from inference.pacing import decode_s, token_deadlines
 from inference.policy import FunctionCallSegment, OutputPlan, TextSegment, plan
 from inference.profiles import ModelNotFound
 from inference.tokenizer import decode, encode
-from inference.types import Done, FunctionCallDelta, InferenceRequest, Prefilled, TextDelta, ToolSpec
+from inference.types import (
+    Done,
+    FunctionCallDelta,
+    InferenceRequest,
+    Prefilled,
+    ReasoningDone,
+    TextDelta,
+    ToolSpec,
+)
 
 TOOL = ToolSpec(
     "read_file",
@@ -360,3 +368,45 @@ def test_stats_count_requests_and_tokens(engine):
     assert stats["requests"] == 2 and stats["completed"] == 2 and stats["active"] == 0
     assert stats["output_tokens_total"] == engine.config.policy.text_tokens + 4
     assert stats["prefix_cache"]["lookups"] == 2 and stats["queue_ms_total"] == 0.0
+
+
+# --- hidden reasoning --------------------------------------------------------------------
+
+
+def test_reasoning_is_decoded_and_counted_but_never_sent(engine, clock):
+    req = request(tools=(TOOL,), metadata=(("emulator.reasoning_tokens", "300"),))
+    plain = events_of(run(engine, request(tools=(TOOL,), request_id="r0")))
+    start = clock.now()
+    timed = run(engine, req, clock)
+    events = events_of([c for _, c in timed])
+    reasoning = [e for e in events if isinstance(e, ReasoningDone)]
+    calls = [e for e in events if isinstance(e, FunctionCallDelta)]
+    assert [r.tokens for r in reasoning] == [300]  # one count, when the reasoning ends
+    # the visible call is the one the same request plans without reasoning
+    assert "".join(c.arguments_delta for c in calls) == "".join(
+        e.arguments_delta for e in plain if isinstance(e, FunctionCallDelta))
+    done = events[-1]
+    assert done.output_tokens == 300 + sum(c.tokens for c in calls)
+    # the first visible token waits for the 300 reasoning tokens to be decoded
+    profile = engine.config.profile("emu-test")
+    first_visible = next(t for t, c in timed if any(isinstance(e, FunctionCallDelta) for e in c))
+    prefilled = events[0]
+    assert first_visible - start >= prefilled.prefill_ms / 1000 + decode_s(profile, 300) - 1e-9
+
+
+def test_reasoning_is_not_kept_in_the_context(engine):
+    req = request(tools=(TOOL,), metadata=(("emulator.reasoning_tokens", "64"),))
+    events = events_of(run(engine, req))
+    arguments = "".join(e.arguments_delta for e in events if isinstance(e, FunctionCallDelta))
+    previous = PROMPT + tuple(cf.render_function_call("read_file", arguments))
+    turn2 = previous + tuple(cf.render_function_call_output("call_1", "contents"))
+    prefilled = run(engine, request(prompt_token_ids=turn2, tools=(TOOL,), request_id="r2"))[0][0]
+    assert prefilled.reused_tokens == floor_block(len(previous))
+
+
+def test_max_output_tokens_can_cut_inside_the_reasoning(engine):
+    req = request(max_output_tokens=10, metadata=(("emulator.reasoning_tokens", "40"),))
+    events = events_of(run(engine, req))
+    assert [type(e) for e in events] == [Prefilled, ReasoningDone, Done]
+    assert events[1].tokens == 10
+    assert (events[-1].finish_reason, events[-1].output_tokens) == ("max_output_tokens", 10)
