@@ -12,7 +12,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from . import workload as wl
@@ -35,6 +35,7 @@ class TurnRecord:
     calls: int = 0
     server: dict[str, float] | None = None  # server-side phase timings (ms), when reported
     model_ms_est: float | None = None       # the emulator's own time for this turn, modelled
+    tool_ms: float = 0.0                    # the client's tool run after this turn
     error: str | None = None
 
 
@@ -102,21 +103,47 @@ def _record(turn: int, out: TurnOutcome, model_time: ModelTime | None) -> TurnRe
     return rec
 
 
+def _base(w: wl.Workload) -> dict[str, Any]:
+    return {"model": w.model, "instructions": wl.instructions(w.system_tokens, w.seed), "tools": wl.tools(w)}
+
+
+def first_input(w: wl.Workload, rollout: int) -> list[dict[str, Any]]:
+    """The first request's input: the resumed history (if any), then the task."""
+    task = {"role": "user", "content": [{"type": "input_text", "text": wl.task(w, rollout)}]}
+    return [*wl.history(w, rollout), task]
+
+
+async def warm_resumed(url: str, w: wl.Workload, rollouts: Sequence[int], api_key: str) -> None:
+    """Put each resumed history in the prefix cache before any transport runs it, as a
+    session resumed within the provider's cache retention finds it (its first turn then hits
+    on every transport alike instead of on whichever ran rollout ``r`` second).  One
+    ``generate:false`` create per rollout (docs/protocol.md §4.11) over one socket."""
+    from .client import connect
+
+    socket = await connect(url, api_key=api_key)
+    try:
+        for r in rollouts:
+            answer = await socket.create(**_base(w), input=wl.history(w, r), store=False, generate=False)
+            if answer.response is None or answer.response.get("status") != "completed":
+                raise RuntimeError(f"warming rollout {r}'s history failed: {answer.last}")
+    finally:
+        await socket.close()
+
+
 async def run_rollout(transport: str, url: str, w: wl.Workload, rollout: int, *,
                       api_key: str = "sk-bench", model_time: ModelTime | None = None,
                       on_turn: Callable[[str, TurnRecord], None] | None = None) -> RolloutRecord:
     """One agent rollout; its end-to-end time includes connecting and the tool time."""
-    rec = RolloutRecord(transport, rollout, w.tool_rounds)
+    rec = RolloutRecord(transport, rollout, wl.rounds(w, rollout))
     t = TRANSPORTS[transport](url, api_key)
-    base = {"model": w.model, "instructions": wl.instructions(w.system_tokens, w.seed), "tools": wl.tools(w),
-            "metadata": {**wl.metadata(w, rollout), TIMINGS_KEY: "1"}}
-    new_items: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "input_text",
-                                                                      "text": wl.task(w, rollout)}]}]
+    base = _base(w)
+    new_items = first_input(w, rollout)
     t0 = time.perf_counter()
     try:
         await t.open()
         rec.connect_ms = (time.perf_counter() - t0) * 1000
-        for turn in range(1, w.tool_rounds + 2):
+        for turn in range(1, rec.tool_rounds + 2):
+            base["metadata"] = {**wl.turn_metadata(w, rollout, turn), TIMINGS_KEY: "1"}
             out = await t.turn(base, new_items)
             turn_rec = _record(turn, out, model_time)
             rec.turns.append(turn_rec)
@@ -130,6 +157,7 @@ async def run_rollout(transport: str, url: str, w: wl.Workload, rollout: int, *,
                 break
             pause = wl.tool_time_s(w, rollout, turn)
             rec.tool_s += pause
+            turn_rec.tool_ms = pause * 1000
             await asyncio.sleep(pause)
             new_items = [{"type": "function_call_output", "call_id": c["call_id"],
                           "output": wl.tool_output(w, rollout, turn, i, c["name"])} for i, c in enumerate(calls)]
@@ -156,12 +184,14 @@ async def run_bench(url: str, w: wl.Workload, transports: Sequence[str], *, roll
         raise ValueError(f"unknown transports {sorted(unknown)}; known: {sorted(TRANSPORTS)}")
     model_time = emulator_model_time(w.model)
     if warmup:  # pay first-use costs (actor pool, handles, store, tokenizer) outside the numbers
-        short = wl.Workload(**{**w.as_dict(), "tool_rounds": 2})
+        short = replace(w, tool_rounds=2, shape=None, resume_tokens=0)
         for t in transports:
             await run_rollout(t, url, short, -1, api_key=api_key)
         # A dedicated session actor is killed when its socket closes and the gateway's pool
         # starts a replacement (~1.3 s on this machine): let it refill before measuring.
         await asyncio.sleep(settle_s)
+    if w.resume_tokens:
+        await warm_resumed(url, w, range(rollouts), api_key)
     jobs = asyncio.Queue()
     for job in interleaved_jobs(transports, rollouts):
         jobs.put_nowait(job)

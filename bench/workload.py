@@ -1,18 +1,26 @@
 """A Codex-like agent workload, deterministic per seed.
 
 A rollout is: system instructions and tool definitions of realistic size (several thousand
-tokens, sent with every request, as coding agents do), a task message, then ``tool_rounds``
-rounds of *model calls a tool → the client runs it (simulated time) → the tool's output
-(file contents, test logs) goes back*, and a final text answer.  The emulated model's
-behaviour is shaped per request through ``metadata`` (docs/emulator.md):
-``emulator.tool_rounds`` and ``emulator.text_tokens``.  Nothing here touches the network.
+tokens, sent with every request, as coding agents do), optionally the history of an earlier
+session it resumes, a task message, then ``tool_rounds`` rounds of *model calls a tool →
+the client runs it (simulated time) → the tool's output (file contents, test logs) goes
+back*, and a final text answer.  The emulated model's behaviour is shaped per request
+through ``metadata`` (docs/emulator.md): ``emulator.tool_rounds``, ``emulator.text_tokens``
+and ``emulator.reasoning_tokens``.  Nothing here touches the network.
+
+Two presets (:data:`PRESETS`): ``default``, the fixed-size loop the benchmark has always
+run (sizes uniform in ±50 % around their means), and ``codex``, sizes drawn from lognormal
+distributions fitted to published Codex CLI trace statistics (:data:`CODEX`; every figure and
+its source is in docs/benchmark.md, "The codex preset").
 """
 
 from __future__ import annotations
 
+import math
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
+from typing import Any
 
 # Words that cl100k encodes as one token each (with a leading space), so text sizes are
 # close to their target in tokens; the measured sizes are reported in the results anyway.
@@ -45,9 +53,52 @@ IDENT = ("config", "session", "store", "parser", "render", "token", "cache", "la
          "item", "path", "state", "event", "frame", "buffer", "handle", "limit", "count")
 
 
+Z90 = 1.2815515655446004  # the standard normal's 0.9 quantile
+
+
+@dataclass(frozen=True)
+class Lognormal:
+    """A lognormal given by its median and 90th percentile, drawn values clamped to
+    ``[low, cap]`` (a cap such as Codex's 10k-token tool-output truncation)."""
+
+    median: float
+    p90: float
+    cap: float
+    low: float = 1.0
+
+    @property
+    def sigma(self) -> float:
+        return math.log(self.p90 / self.median) / Z90
+
+    def draw(self, rng: random.Random) -> float:
+        return min(self.cap, max(self.low, self.median * math.exp(self.sigma * rng.gauss(0.0, 1.0))))
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Per-rollout and per-turn sizes drawn from distributions instead of fixed means."""
+
+    tool_rounds: Lognormal        # tool calls per rollout (one user request)
+    tool_output_tokens: Lognormal  # new input per step: one tool output
+    step_output_tokens: Lognormal  # model output per step, reasoning included
+    tool_time_ms: Lognormal        # one tool execution on the client
+    call_tokens: int = 40          # the visible part of a step that calls a tool (its arguments)
+
+
+# Codex CLI steps in the TraceLab dataset (docs/benchmark.md has the sources of each figure).
+CODEX = Shape(
+    tool_rounds=Lognormal(median=8, p90=20, cap=60),
+    tool_output_tokens=Lognormal(median=886, p90=8300, cap=10_000, low=16),
+    step_output_tokens=Lognormal(median=184, p90=939, cap=8_000),
+    tool_time_ms=Lognormal(median=300, p90=1500, cap=60_000, low=5),
+)
+
+
 @dataclass(frozen=True)
 class Workload:
-    """What one rollout looks like.  Every field is a command-line option of ``bench``."""
+    """What one rollout looks like.  Every field is a command-line option of ``bench``
+    (``shape`` through ``--preset``); with a ``shape`` its distributions replace
+    ``tool_rounds``, ``tool_output_tokens``, ``tool_time_ms`` and ``text_tokens``."""
 
     model: str = "emu-fast"
     tool_rounds: int = 20          # tool calls before the model answers in text
@@ -58,10 +109,46 @@ class Workload:
     text_tokens: int = 150         # the final answer
     tool_time_ms: float = 20.0     # simulated client-side tool execution, mean (uniform ±50 %)
     seed: int = 0
+    resume_tokens: int = 0         # an earlier session's history before the task (~tokens)
+    shape: Shape | None = None
     extra_metadata: dict[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+PRESETS: dict[str, Workload] = {
+    "default": Workload(),
+    # Codex's prompt files are ~2-7k tokens; resumed session of ~60k tokens (published
+    # cached prefixes: p50 116k, p90 202k; the context sweep covers 10k-200k).
+    "codex": Workload(system_tokens=5000, tool_def_tokens=2000, task_tokens=150, resume_tokens=60_000,
+                      shape=CODEX),
+}
+
+
+def rounds(w: Workload, rollout: int) -> int:
+    """Tool calls in rollout ``rollout`` (then the model answers in text)."""
+    if w.shape is None:
+        return w.tool_rounds
+    return round(w.shape.tool_rounds.draw(random.Random(f"rounds/{w.seed}/{rollout}")))
+
+
+def turn_metadata(w: Workload, rollout: int, turn: int) -> dict[str, str]:
+    """The emulator knobs of one turn (turn 1 is the task's): without a shape, the same
+    every turn; with one, the turn's drawn output — hidden reasoning plus a tool call's
+    ~``call_tokens`` of arguments, or the final answer's text."""
+    n = rounds(w, rollout)
+    # the model calls tools while the context holds fewer tool results than this
+    in_context = n + sum(1 for item in history(w, rollout) if item.get("type") == "function_call_output")
+    out = {"emulator.tool_rounds": str(in_context), "emulator.text_tokens": str(w.text_tokens),
+           "emulator.seed": str(w.seed * 100003 + rollout), **w.extra_metadata}
+    if w.shape is not None:
+        size = round(w.shape.step_output_tokens.draw(random.Random(f"step/{w.seed}/{rollout}/{turn}")))
+        if turn <= n:
+            out["emulator.reasoning_tokens"] = str(max(0, size - w.shape.call_tokens))
+        else:
+            out["emulator.text_tokens"] = str(size)
+    return out
 
 
 def _prose(rng: random.Random, tokens: int) -> str:
@@ -137,16 +224,58 @@ def task(w: Workload, rollout: int) -> str:
 
 def tool_output(w: Workload, rollout: int, turn: int, call: int, tool_name: str) -> str:
     rng = random.Random(f"output/{w.seed}/{rollout}/{turn}/{call}")
-    size = max(8, round(w.tool_output_tokens * rng.uniform(0.5, 1.5)))
+    if w.shape is None:
+        size = max(8, round(w.tool_output_tokens * rng.uniform(0.5, 1.5)))
+    else:
+        size = round(w.shape.tool_output_tokens.draw(rng))
     templates = LOG_LINES if tool_name in ("shell", "run_tests") else CODE_LINES
     return _fill(rng, templates, size)
 
 
 def tool_time_s(w: Workload, rollout: int, turn: int) -> float:
     rng = random.Random(f"tooltime/{w.seed}/{rollout}/{turn}")
+    if w.shape is not None:
+        return w.shape.tool_time_ms.draw(rng) / 1000.0
     return max(0.0, w.tool_time_ms * rng.uniform(0.5, 1.5)) / 1000.0
 
 
 def metadata(w: Workload, rollout: int) -> dict[str, str]:
-    return {"emulator.tool_rounds": str(w.tool_rounds), "emulator.text_tokens": str(w.text_tokens),
-            "emulator.seed": str(w.seed * 100003 + rollout), **w.extra_metadata}
+    """The emulator knobs of a rollout's first turn (:func:`turn_metadata`)."""
+    return turn_metadata(w, rollout, 1)
+
+
+def history(w: Workload, rollout: int) -> list[dict[str, Any]]:
+    """The earlier session rollout ``rollout`` resumes: ~``resume_tokens`` tokens of past
+    requests (a user message, tool calls with their outputs, the answer), as input items a
+    client resending the conversation sends; empty when ``resume_tokens`` is 0.  Cached:
+    callers must not change the items."""
+    return list(_history(w.seed, rollout, w.resume_tokens, w.task_tokens, w.tool_output_tokens, w.shape))
+
+
+@lru_cache(maxsize=64)
+def _history(seed: int, rollout: int, resume_tokens: int, task_tokens: int, tool_output_tokens: int,
+             shape: Shape | None) -> tuple[dict[str, Any], ...]:
+    w = Workload(seed=seed, resume_tokens=resume_tokens, task_tokens=task_tokens,
+                 tool_output_tokens=tool_output_tokens, shape=shape)
+    rng = random.Random(f"history/{w.seed}/{rollout}")
+    items: list[dict[str, Any]] = []
+    budget = w.resume_tokens
+    past = 0
+    while budget > 0:
+        items.append({"role": "user", "content": [{"type": "input_text", "text": _prose(rng, w.task_tokens)}]})
+        budget -= w.task_tokens
+        for step in range(rounds(w, 10_000 + rollout * 100 + past)):
+            name = _TOOL_SHAPES[rng.randrange(4)][0]  # shell, apply_patch, read_file, list_dir
+            call_id = f"call_resumed_{rollout}_{past}_{step}"
+            args = '{"command": ["bash", "-lc", "%s"]}' % rng.choice(IDENT) if name == "shell" \
+                else '{"path": "src/%s.py"}' % rng.choice(IDENT)
+            output = tool_output(replace(w, seed=w.seed + 7919 * (past + 1)), rollout, step, 0, name)
+            items += [{"type": "function_call", "call_id": call_id, "name": name, "arguments": args},
+                      {"type": "function_call_output", "call_id": call_id, "output": output}]
+            budget -= 20 + len(output) // 4
+            if budget <= 0:
+                break
+        items.append({"role": "assistant", "content": [{"type": "output_text", "text": _prose(rng, 120)}]})
+        budget -= 120
+        past += 1
+    return tuple(items)
