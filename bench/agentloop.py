@@ -136,14 +136,13 @@ async def run_rollout(transport: str, url: str, w: wl.Workload, rollout: int, *,
     """One agent rollout; its end-to-end time includes connecting and the tool time."""
     rec = RolloutRecord(transport, rollout, wl.rounds(w, rollout))
     t = TRANSPORTS[transport](url, api_key)
-    base = _base(w)
+    base = {**_base(w), "metadata": {**wl.metadata(w, rollout), TIMINGS_KEY: "1"}}
     new_items = first_input(w, rollout)
     t0 = time.perf_counter()
     try:
         await t.open()
         rec.connect_ms = (time.perf_counter() - t0) * 1000
         for turn in range(1, rec.tool_rounds + 2):
-            base["metadata"] = {**wl.turn_metadata(w, rollout, turn), TIMINGS_KEY: "1"}
             out = await t.turn(base, new_items)
             turn_rec = _record(turn, out, model_time)
             rec.turns.append(turn_rec)

@@ -75,8 +75,10 @@ def rollout_split(r: RolloutRecord) -> Split | None:
 
 
 def paired(records: Sequence[RolloutRecord], transports: Sequence[str]) -> dict[str, list[Split]]:
-    """Per transport, the splits of the rollouts every transport completed (same order)."""
+    """Per transport, the splits of the rollouts every transport completed (same order).
+    A transport without per-turn timings (``append``) is left out."""
     by = {(r.transport, r.rollout): rollout_split(r) for r in records}
+    transports = [t for t in transports if any(by.get((t, r.rollout)) for r in records)]
     common = sorted(i for i in {r.rollout for r in records}
                     if all(by.get((t, i)) is not None for t in transports))
     return {t: [by[(t, i)] for i in common] for t in transports}

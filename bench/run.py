@@ -1,8 +1,9 @@
 """``responses-ws bench [agentloop]``: Codex-like agent loops over several transports, side by side.
 
-    responses-ws bench                               # embedded server, ws vs http-chained vs http-full
+    responses-ws bench                               # codex preset: ws vs http-chained vs http-full
     responses-ws bench --url http://host:8765 --concurrency 8
-    responses-ws bench --sweep 5,10,20,35,50         # also the turn-count sweep
+    responses-ws bench --preset uniform --sweep 5,10,20,35,50   # the fixed-size loop, turn-count sweep
+    responses-ws bench --sweep-speed 65,250,1000,4000 --sweep-context 10000,50000,100000,200000
 
 Prints a table (and a progress bar while it runs), writes ``<out>/agentloop.json`` and PNG
 plots next to it.  See docs/benchmark.md for what each column means and measured results.
@@ -15,15 +16,17 @@ import asyncio
 import os
 import platform
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from serve.embedded import embedded_server, local_config
 
 from . import report
+from . import breakdown, sweeps
 from .agentloop import RolloutRecord, run_bench
 from .transports import TRANSPORTS
-from .workload import Workload
+from .workload import PRESETS, Lognormal, Workload, rounds
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -34,27 +37,48 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"comma separated, of {sorted(TRANSPORTS)}")
     p.add_argument("--rollouts", type=int, default=6, help="rollouts per transport")
     p.add_argument("--concurrency", type=int, default=1, help="rollouts in flight at once (M)")
-    d = Workload()
-    p.add_argument("--model", default=d.model)
-    p.add_argument("--rounds", type=int, default=d.tool_rounds, help="tool rounds per rollout")
-    p.add_argument("--system-tokens", type=int, default=d.system_tokens)
-    p.add_argument("--tool-def-tokens", type=int, default=d.tool_def_tokens)
-    p.add_argument("--tool-output-tokens", type=int, default=d.tool_output_tokens)
-    p.add_argument("--text-tokens", type=int, default=d.text_tokens)
-    p.add_argument("--tool-time-ms", type=float, default=d.tool_time_ms)
-    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--preset", default="codex", choices=sorted(PRESETS),
+                   help="workload sizes (docs/benchmark.md); the options below override them")
+    p.add_argument("--model", default="emu-fast")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="tool rounds per rollout (codex: the median of their distribution)")
+    p.add_argument("--system-tokens", type=int, default=None)
+    p.add_argument("--tool-def-tokens", type=int, default=None)
+    p.add_argument("--tool-output-tokens", type=int, default=None, help="(codex: the median)")
+    p.add_argument("--text-tokens", type=int, default=None, help="final answer (uniform preset)")
+    p.add_argument("--tool-time-ms", type=float, default=None, help="(codex: the median)")
+    p.add_argument("--resume-tokens", type=int, default=None, help="resumed session's history, tokens")
+    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--sweep", default=None, help="also run these tool-round counts, e.g. 5,10,20,35,50")
+    p.add_argument("--sweep-speed", default=None,
+                   help="also run at these decode speeds (tokens/s, prefill scaled alike), e.g. 65,250,1000,4000")
+    p.add_argument("--sweep-context", default=None,
+                   help="also run resuming sessions of these sizes (tokens), e.g. 10000,50000,100000,200000")
     p.add_argument("--sweep-rollouts", type=int, default=2, help="rollouts per transport per sweep point")
     p.add_argument("--out", type=Path, default=Path("results/agentloop"))
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
-def workload_from(args: argparse.Namespace, rounds: int | None = None) -> Workload:
-    return Workload(model=args.model, tool_rounds=args.rounds if rounds is None else rounds,
-                    system_tokens=args.system_tokens, tool_def_tokens=args.tool_def_tokens,
-                    tool_output_tokens=args.tool_output_tokens, text_tokens=args.text_tokens,
-                    tool_time_ms=args.tool_time_ms, seed=args.seed)
+def workload_from(args: argparse.Namespace, tool_rounds: int | None = None) -> Workload:
+    """The preset with the options given on the command line; with a shaped preset
+    (codex) a size option moves its distribution's median, the spread kept."""
+    w = replace(PRESETS[args.preset], model=args.model, seed=args.seed)
+    given = {field: value for field, value in (
+        ("tool_rounds", args.rounds if tool_rounds is None else tool_rounds), ("system_tokens", args.system_tokens),
+        ("tool_def_tokens", args.tool_def_tokens), ("tool_output_tokens", args.tool_output_tokens),
+        ("text_tokens", args.text_tokens), ("tool_time_ms", args.tool_time_ms),
+        ("resume_tokens", args.resume_tokens)) if value is not None}
+    if w.shape is not None:
+        moved = {f: _moved(getattr(w.shape, f), given[f]) for f in ("tool_rounds", "tool_output_tokens", "tool_time_ms")
+                 if f in given}
+        w = replace(w, shape=replace(w.shape, **moved))
+    return replace(w, **given)
+
+
+def _moved(d: Lognormal, median: float) -> Lognormal:
+    f = median / d.median
+    return Lognormal(median, d.p90 * f, max(d.cap, d.p90 * f), d.low)
 
 
 async def _run_with_progress(url: str, w: Workload, transports: list[str], rollouts: int,
@@ -65,7 +89,8 @@ async def _run_with_progress(url: str, w: Workload, transports: list[str], rollo
 
     with Progress(TextColumn("{task.description:<22}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("turns"), TimeElapsedColumn(), transient=True) as progress:
-        tasks = {t: progress.add_task(f"{label} {t}", total=rollouts * (w.tool_rounds + 1)) for t in transports}
+        total = sum(rounds(w, r) + 1 for r in range(rollouts))
+        tasks = {t: progress.add_task(f"{label} {t}", total=total) for t in transports}
 
         def on_turn(transport: str, _turn) -> None:  # noqa: ANN001
             progress.advance(tasks[transport])
@@ -80,7 +105,11 @@ def run(args: argparse.Namespace) -> int:
         payload = measure(args, args.url, console)
     else:
         console.print("starting an embedded Ray and the responses-ws app …")
-        with embedded_server(local_config(args.config)) as url:
+        config = local_config(args.config)
+        if args.sweep_speed:
+            config = config.model_copy(update={"inference": sweeps.with_speeds(
+                config.inference, args.model, _ints(args.sweep_speed))})
+        with embedded_server(config) as url:
             payload = measure(args, url, console)
     return 1 if report.failed(payload["summary"]) else 0
 
@@ -89,7 +118,8 @@ def measure(args: argparse.Namespace, url: str, console: Any) -> dict[str, Any]:
     """The main run and the sweep against ``url``; prints tables, writes JSON and plots."""
     transports = [t.strip() for t in args.transports.split(",") if t.strip()]
     w = workload_from(args)
-    label = f"{w.model}, {w.tool_rounds} rounds, M={args.concurrency}"
+    shape = f"{args.preset} preset" + (f", resumed {w.resume_tokens // 1000}k" if w.resume_tokens else "")
+    label = f"{w.model}, {shape}, M={args.concurrency}"
     t0 = time.time()
     records = asyncio.run(_run_with_progress(url, w, transports, args.rollouts, args.concurrency,
                                              args.api_key, args.quiet, "main"))
@@ -101,28 +131,56 @@ def measure(args: argparse.Namespace, url: str, console: Any) -> dict[str, Any]:
     else:
         console.print("[dim]the server reported no phase timings (metadata responses_ws.timings); "
                       "'non-model ms est.' = turn time − the emulator's modelled time[/dim]")
+    comparison = breakdown.compare(records, transports)
+    for line in breakdown.render_summary(comparison):
+        console.print(line)
     sweep = []
-    for rounds in [int(x) for x in (args.sweep or "").split(",") if x.strip()]:
-        sw = workload_from(args, rounds)
+    for n_rounds in _ints(args.sweep):
+        sw = workload_from(args, n_rounds)
         recs = asyncio.run(_run_with_progress(url, sw, transports, args.sweep_rollouts, args.concurrency,
-                                              args.api_key, args.quiet, f"sweep {rounds}"))
+                                              args.api_key, args.quiet, f"sweep {n_rounds}"))
         s = report.summarise(recs)
-        sweep.append({"tool_rounds": rounds, "summary": s, "rollouts": [r.as_dict() for r in recs]})
+        sweep.append({"tool_rounds": n_rounds, "summary": s, "rollouts": [r.as_dict() for r in recs]})
         gains = ", ".join(f"vs {n}: {v['ws_gain']['e2e_median']:.1%}" for n, v in s.items() if "ws_gain" in v)
-        console.print(f"sweep {rounds:>3} rounds: ws e2e median "
+        console.print(f"sweep {n_rounds:>3} rounds: ws e2e median "
                       f"{s.get('ws', {}).get('e2e_s', {}).get('median') or float('nan'):.2f} s; ws faster {gains}")
+
+    def point(pw: Workload, name: str) -> list[RolloutRecord]:
+        return asyncio.run(_run_with_progress(url, pw, transports, args.sweep_rollouts, args.concurrency,
+                                              args.api_key, args.quiet, name))
+
+    by_speed = sweeps.run_points(url, sweeps.speed_points(w, _ints(args.sweep_speed)), transports,
+                                 args.sweep_rollouts, args.api_key, run=lambda pw, x: point(pw, f"{x} tok/s"))
+    for line in sweeps.lines(by_speed, "tok/s"):
+        console.print(line)
+    by_context = sweeps.run_points(url, sweeps.context_points(w, _ints(args.sweep_context)), transports,
+                                   args.sweep_rollouts, args.api_key, run=lambda pw, x: point(pw, f"ctx {x}"))
+    for line in sweeps.lines(by_context, "context"):
+        console.print(line)
     payload = {
         "command": args.command,
         "url": args.url or "embedded", "started_at": t0, "duration_s": time.time() - t0,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
         "workload": w.as_dict(), "transports": transports, "rollouts_per_transport": args.rollouts,
         "concurrency": args.concurrency, "summary": summary,
-        "rollouts": [r.as_dict() for r in records], "sweep": sweep,
+        "comparison": comparison, "rollouts": [r.as_dict() for r in records], "sweep": sweep,
+        "sweep_speed": by_speed, "sweep_context": by_context,
     }
     out_json = args.out / "agentloop.json"
     report.write_json(out_json, payload)
     written = [out_json]
     if not args.no_plots:
         written += report.plot_all(args.out, records, sweep, label)
+        if by_speed:
+            written.append(sweeps.plot(args.out / "sweep_speed.png", by_speed, "decode tokens/s (prefill scaled alike)",
+                                       f"API overhead and ws gain against model speed ({shape})", log_x=True))
+        if by_context:
+            written.append(sweeps.plot(args.out / "sweep_context.png", by_context, "resumed context, tokens",
+                                       f"API overhead and ws gain against context ({w.model}, {args.preset} preset)",
+                                       log_x=False))
     console.print("wrote " + ", ".join(str(p) for p in written))
     return payload
+
+
+def _ints(csv: str | None) -> list[int]:
+    return [int(x) for x in (csv or "").split(",") if x.strip()]

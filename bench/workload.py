@@ -8,7 +8,7 @@ back*, and a final text answer.  The emulated model's behaviour is shaped per re
 through ``metadata`` (docs/emulator.md): ``emulator.tool_rounds``, ``emulator.text_tokens``
 and ``emulator.reasoning_tokens``.  Nothing here touches the network.
 
-Two presets (:data:`PRESETS`): ``default``, the fixed-size loop the benchmark has always
+Two presets (:data:`PRESETS`): ``uniform``, the fixed-size loop the benchmark has always
 run (sizes uniform in ±50 % around their means), and ``codex``, sizes drawn from lognormal
 distributions fitted to published Codex CLI trace statistics (:data:`CODEX`; every figure and
 its source is in docs/benchmark.md, "The codex preset").
@@ -118,7 +118,7 @@ class Workload:
 
 
 PRESETS: dict[str, Workload] = {
-    "default": Workload(),
+    "uniform": Workload(),
     # Codex's prompt files are ~2-7k tokens; resumed session of ~60k tokens (published
     # cached prefixes: p50 116k, p90 202k; the context sweep covers 10k-200k).
     "codex": Workload(system_tokens=5000, tool_def_tokens=2000, task_tokens=150, resume_tokens=60_000,
@@ -131,24 +131,6 @@ def rounds(w: Workload, rollout: int) -> int:
     if w.shape is None:
         return w.tool_rounds
     return round(w.shape.tool_rounds.draw(random.Random(f"rounds/{w.seed}/{rollout}")))
-
-
-def turn_metadata(w: Workload, rollout: int, turn: int) -> dict[str, str]:
-    """The emulator knobs of one turn (turn 1 is the task's): without a shape, the same
-    every turn; with one, the turn's drawn output — hidden reasoning plus a tool call's
-    ~``call_tokens`` of arguments, or the final answer's text."""
-    n = rounds(w, rollout)
-    # the model calls tools while the context holds fewer tool results than this
-    in_context = n + sum(1 for item in history(w, rollout) if item.get("type") == "function_call_output")
-    out = {"emulator.tool_rounds": str(in_context), "emulator.text_tokens": str(w.text_tokens),
-           "emulator.seed": str(w.seed * 100003 + rollout), **w.extra_metadata}
-    if w.shape is not None:
-        size = round(w.shape.step_output_tokens.draw(random.Random(f"step/{w.seed}/{rollout}/{turn}")))
-        if turn <= n:
-            out["emulator.reasoning_tokens"] = str(max(0, size - w.shape.call_tokens))
-        else:
-            out["emulator.text_tokens"] = str(size)
-    return out
 
 
 def _prose(rng: random.Random, tokens: int) -> str:
@@ -240,8 +222,22 @@ def tool_time_s(w: Workload, rollout: int, turn: int) -> float:
 
 
 def metadata(w: Workload, rollout: int) -> dict[str, str]:
-    """The emulator knobs of a rollout's first turn (:func:`turn_metadata`)."""
-    return turn_metadata(w, rollout, 1)
+    """The emulator knobs of rollout ``rollout``'s requests (the same on every turn).
+
+    With a shape, every response reasons for a length the model draws per response from
+    the step-output distribution less a call's ~``call_tokens`` of arguments (so a step's
+    output, reasoning included, follows it), and the final answer is one draw of it."""
+    n = rounds(w, rollout)
+    # the model calls tools while the context holds fewer tool results than this
+    in_context = n + sum(1 for item in history(w, rollout) if item.get("type") == "function_call_output")
+    out = {"emulator.tool_rounds": str(in_context), "emulator.text_tokens": str(w.text_tokens),
+           "emulator.seed": str(w.seed * 100003 + rollout)}
+    if w.shape is not None:
+        step = w.shape.step_output_tokens
+        out["emulator.reasoning_tokens"] = str(max(1, round(step.median) - w.shape.call_tokens))
+        out["emulator.reasoning_tokens_p90"] = str(max(2, round(step.p90) - w.shape.call_tokens))
+        out["emulator.text_tokens"] = str(round(step.draw(random.Random(f"answer/{w.seed}/{rollout}"))))
+    return {**out, **w.extra_metadata}
 
 
 def history(w: Workload, rollout: int) -> list[dict[str, Any]]:

@@ -22,7 +22,10 @@ workload without restarting the server.  Keys, all optional, values decimal stri
 ``emulator.tool_rounds``   tool results in context before the model answers in text
 ``emulator.text_tokens``   length of the text answer in tokens (>= 1)
 ``emulator.seed``          seed of the scripted choices (text, tool, arguments)
-``emulator.reasoning_tokens``  hidden reasoning before the output (0: none)
+``emulator.reasoning_tokens``  hidden reasoning before the output (0: none); its median
+                           when ``emulator.reasoning_tokens_p90`` is larger
+``emulator.reasoning_tokens_p90``  90th percentile of a lognormal reasoning length, drawn
+                           per response from the plan's seed (0: a fixed length)
 =========================  =======================================================
 
 Reasoning is hidden, as a reasoning model's is when no summary is asked for: its tokens
@@ -37,6 +40,7 @@ raises ``InvalidMetadata`` before anything is generated.
 from __future__ import annotations
 
 import json
+import math
 import random
 import sys
 from array import array
@@ -159,6 +163,7 @@ METADATA_KEYS: dict[str, str] = {
     "emulator.text_tokens": "text_tokens",
     "emulator.seed": "seed",
     "emulator.reasoning_tokens": "reasoning_tokens",
+    "emulator.reasoning_tokens_p90": "reasoning_tokens_p90",
 }
 
 
@@ -195,7 +200,8 @@ def plan(request: InferenceRequest, policy: PolicyConfig) -> OutputPlan:
     rng = random.Random(seed)
     thinking: tuple[Segment, ...] = ()
     if policy.reasoning_tokens:  # its own generator: the visible output does not change with it
-        thinking = (ReasoningSegment(text_answer(policy.reasoning_tokens, random.Random(seed + 1))),)
+        think = random.Random(seed + 1)
+        thinking = (ReasoningSegment(text_answer(reasoning_length(policy, think), think)),)
     tool = _tool_to_call(request, policy, rng)
     if tool is not None:
         arguments = arguments_for(tool.parameters, rng)
@@ -206,6 +212,19 @@ def plan(request: InferenceRequest, policy: PolicyConfig) -> OutputPlan:
     if request.max_output_tokens is not None:
         n = min(n, request.max_output_tokens + 1)
     return OutputPlan((*thinking, TextSegment(text_answer(n, rng))))
+
+
+Z90 = 1.2815515655446004  # the standard normal's 0.9 quantile
+
+
+def reasoning_length(policy: PolicyConfig, rng: random.Random) -> int:
+    """``policy.reasoning_tokens``, or a draw from the lognormal of that median and
+    ``reasoning_tokens_p90`` (at least 1, at most the field's bound)."""
+    median, p90 = policy.reasoning_tokens, policy.reasoning_tokens_p90
+    if p90 <= median:
+        return median
+    sigma = math.log(p90 / median) / Z90
+    return max(1, min(65_536, round(median * math.exp(sigma * rng.gauss(0.0, 1.0)))))
 
 
 def _tool_to_call(

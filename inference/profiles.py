@@ -128,7 +128,9 @@ class PolicyConfig(BaseModel):
 
     The model calls a tool until the conversation holds ``tool_rounds`` tool results, then
     answers with ``text_tokens`` tokens of text; every response first thinks for
-    ``reasoning_tokens`` hidden tokens (0: none).  ``seed`` varies all choices.  A request
+    ``reasoning_tokens`` hidden tokens (0: none) — or, with ``reasoning_tokens_p90`` above
+    it, for a length drawn per response from the lognormal of that median and 90th
+    percentile.  ``seed`` varies all choices.  A request
     can override each of them through its ``metadata`` (``inference.policy.METADATA_KEYS``).
     """
 
@@ -138,6 +140,7 @@ class PolicyConfig(BaseModel):
     # Bounded: planning an answer runs on the replica's event loop (~0.15 s per 64k tokens).
     text_tokens: int = Field(default=48, ge=1, le=65_536)
     reasoning_tokens: int = Field(default=0, ge=0, le=65_536)
+    reasoning_tokens_p90: int = Field(default=0, ge=0, le=65_536)
     seed: int = 0
 
 

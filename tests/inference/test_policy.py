@@ -328,3 +328,21 @@ def test_the_plan_ignores_call_ids_but_not_tool_outputs():
     ids = [f"call_{random.Random(i).getrandbits(192):048x}" for i in range(8)]
     assert len({planned(i) for i in ids}) == 1  # random call ids: the same choices
     assert len({planned(ids[0], f"print({n})") for n in range(8)}) > 1  # the output still matters
+
+
+def test_reasoning_length_is_drawn_per_response_from_its_lognormal():
+    from inference.policy import ReasoningSegment
+
+    policy = PolicyConfig(reasoning_tokens=100, reasoning_tokens_p90=500)
+    lengths = []
+    for i in range(300):
+        req = InferenceRequest(f"r{i}", "emu-fast", [i, 7, 9])
+        first = pol.plan(req, policy).segments[0]
+        assert isinstance(first, ReasoningSegment)
+        assert pol.plan(req, policy).segments[0] == first  # a function of the conversation
+        lengths.append(len(first.token_ids))
+    lengths.sort()
+    assert 80 <= lengths[150] <= 125  # median 100
+    assert 380 <= lengths[270] <= 650  # p90 500
+    fixed = PolicyConfig(reasoning_tokens=100)
+    assert len(pol.plan(InferenceRequest("r", "emu-fast", [1]), fixed).segments[0].token_ids) == 100
