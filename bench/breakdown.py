@@ -151,10 +151,11 @@ def render_summary(cmp: dict[str, Any]) -> list[str]:
     first = names[0]
     lines.append("")
     lines.append(f"the same {cmp['rollouts']} rollouts on each transport, summed:")
+    lines.append(f"  {'transport':<11}{'end to end':>11}{'w/o tools':>11}{'API overhead':>14}{'above floor':>13}")
     for n in names:
         s = cmp["transports"][n]
-        lines.append(f"  {n:<11}{s['e2e_s']:>8.2f} s end to end, {s['e2e_minus_tools_s']:>6.2f} s without tools; "
-                     f"API overhead {s['api_share']:.1%} of it ({s['above_floor']:.1%} above the floor)")
+        lines.append(f"  {n:<11}{s['e2e_s']:>9.2f} s{s['e2e_minus_tools_s']:>9.2f} s"
+                     f"{s['api_share']:>14.1%}{s['above_floor']:>13.1%}")
     for n in names[1:]:
         g = cmp["transports"][n].get("gain_of_" + first)
         if g:

@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
+from inference.tokenizer import decode, encode
+
 # Words that cl100k encodes as one token each (with a leading space), so text sizes are
 # close to their target in tokens; the measured sizes are reported in the results anyway.
 WORDS = (
@@ -145,13 +147,16 @@ def _prose(rng: random.Random, tokens: int) -> str:
 
 
 def _fill(rng: random.Random, templates: tuple[str, ...], tokens: int) -> str:
-    """Code-like or log-like lines, ~``tokens`` cl100k tokens (about 7 per line)."""
-    lines = []
-    for _ in range(max(1, tokens // 7)):
-        lines.append(rng.choice(templates).format(
-            n=rng.choice(IDENT), a=rng.choice(IDENT), b=rng.choice(IDENT), N=rng.choice(IDENT).title(),
-            num=rng.randint(10, 999), doc=" ".join(rng.choice(WORDS) for _ in range(5))))
-    return "\n".join(lines)
+    """Code-like or log-like lines of ``tokens`` cl100k tokens (the last line cut to fit)."""
+    lines: list[str] = []
+    ids: list[int] = []
+    while len(ids) < tokens:
+        for _ in range(max(1, (tokens - len(ids)) // 7)):  # ~7 tokens a line: about enough
+            lines.append(rng.choice(templates).format(
+                n=rng.choice(IDENT), a=rng.choice(IDENT), b=rng.choice(IDENT), N=rng.choice(IDENT).title(),
+                num=rng.randint(10, 999), doc=" ".join(rng.choice(WORDS) for _ in range(5))))
+        ids = encode("\n".join(lines))
+    return decode(ids[:tokens])
 
 
 @lru_cache(maxsize=16)
