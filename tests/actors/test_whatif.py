@@ -95,3 +95,25 @@ def test_a_stored_record_round_trip_keeps_the_whole_history_unread():
 
     entry = from_record(record, lambda: session()._prep.new_scan(), PhaseTimer(lambda: 0.0))
     assert entry.fresh_tokens == len(entry.tokens) > 0
+
+
+def test_an_append_mode_resume_is_charged_what_the_conversation_gained_plus_the_window():
+    import json
+
+    from inference.types import Done, FunctionCallDelta, Prefilled
+    from tests.actors.test_session import TOOL
+
+    s = Session(SessionConfig(whatif=whatif()), [MODEL], session_key="c", append_mode=True, clock=lambda: 1.0)
+    fx = send(s, input="fix it", tools=[TOOL], store=False)
+    (turn,) = fx.start
+    first = len(turn.request.prompt_token_ids)
+    turn.charge = None  # the driver took it for the first call
+    paused = s.on_inference(turn.turn_id, [Prefilled(first, 0, 0, 1),
+                                          FunctionCallDelta(0, "read_file", '{"path":"a.py"}', 5),
+                                          Done("tool_calls", 5, 5.0)])
+    call_id = paused.events[-1].item.call_id
+    s.on_frame(json.dumps({"type": "response.append", "response_id": turn.builder.response.id,
+                           "input": [{"type": "function_call_output", "call_id": call_id, "output": "x=1"}]}))
+    gained = len(turn.request.prompt_token_ids) - first  # the call and its result
+    window = min(WINDOW, first - turn.prefix_len)  # a short conversation: all of it is the window
+    assert turn.charge == Charge(hop_tokens=gained, safety_tokens=gained + window)
