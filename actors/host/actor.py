@@ -5,7 +5,8 @@ One ``SessionHost`` actor owns the state of the connections assigned to it — e
 default (``connections_per_actor``).  It terminates those WebSockets itself (the gateway
 hands the accepted socket over, see :mod:`actors.host.server`), so client frames reach the
 session core without a Ray hop; the one hop per turn is the streaming call to the inference
-deployment through a Serve ``DeploymentHandle``.
+deployment through a Serve ``DeploymentHandle`` (plus, with the opt-in what-if services on,
+one call to each of them: docs/whatif.md).
 """
 
 from __future__ import annotations
