@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from inference.whatif import WhatIfConfig
+
 from .safety import SafetyConfig
 
 
@@ -39,6 +41,8 @@ class SessionConfig(BaseModel):
                                         "all its connections (~13-15 bytes each); beyond it the least recently "
                                         "used lanes of any of its connections are evicted")
     safety: SafetyConfig = SafetyConfig()
+    # Opt-in emulated per-request services of a hosted API (docs/whatif.md); off by default.
+    whatif: WhatIfConfig = WhatIfConfig()
     inference_app: str = Field("responses-ws", description="Serve application of the inference deployment")
     inference_deployment: str = "InferenceDeployment"
 

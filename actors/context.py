@@ -44,6 +44,10 @@ class ContextEntry:
     tool_results: int  # function_call_output items in the conversation
     store: bool
     scan: Classifier  # the safety classifier's state after the whole conversation
+    # Tokens at the end of the conversation no request has read yet: the latest output, or
+    # all of them when rebuilt from a record (what a carried what-if classifier reads next,
+    # actors.whatif).
+    fresh_tokens: int = 0
 
 
 def item_id(item: InputItem) -> str:
@@ -93,12 +97,14 @@ def extend(
     rendered; ``scan`` (which has read the input already) reads the output."""
     tokens = array("I", parent.tokens) if parent else array("I")
     tokens.extend(input_tokens)
-    tokens.extend(render_items(output))
+    output_tokens = render_items(output)
+    tokens.extend(output_tokens)
     issued = set(call_ids)
     count_calls(output, issued)
     items = (parent.items if parent else []) + inputs + [output_as_input(o) for o in output]
     scan.feed_all(item_text(o) for o in output)
-    return ContextEntry(response_id, tokens, items, frozenset(issued), tool_results, store, scan)
+    return ContextEntry(response_id, tokens, items, frozenset(issued), tool_results, store, scan,
+                        fresh_tokens=len(output_tokens))
 
 
 def from_record(record: StoredResponse, new_scan: Callable[[], Classifier], timer: PhaseTimer) -> ContextEntry:
@@ -113,4 +119,5 @@ def from_record(record: StoredResponse, new_scan: Callable[[], Classifier], time
     with timer.phase("classify"):
         scan = new_scan()
         scan.feed_all(item_text(item) for item in items)
-    return ContextEntry(record.id, tokens, record.context, frozenset(issued), results, True, scan)
+    return ContextEntry(record.id, tokens, record.context, frozenset(issued), results, True, scan,
+                        fresh_tokens=len(tokens))

@@ -2,7 +2,9 @@
 
 Phases: ``parse_validate``, ``history_load``, ``render``, ``classify``,
 ``model_resolution``, ``post`` (API work), and ``queue``, ``prefill``, ``decode``
-(inference, as the emulated model reports them).  ``api_overhead`` is the server's time on
+(inference, as the emulated model reports them); with the opt-in what-if services on
+(docs/whatif.md) also ``hop`` and ``safety_model``, their calls before each model call,
+which count as API work.  ``api_overhead`` is the server's time on
 a response outside waiting for inference; ``other`` is the part of it no phase accounts
 for (event loop, encoding, socket writes).  A client asks for the numbers with
 ``metadata={"responses_ws.timings": "1"}`` and reads them, as a JSON string, from the
@@ -17,6 +19,7 @@ from contextlib import contextmanager
 
 METADATA_KEY = "responses_ws.timings"
 API_PHASES = ("parse_validate", "history_load", "render", "classify", "model_resolution", "post")
+SERVICE_PHASES = ("hop", "safety_model")  # reported only when a service was called
 INFERENCE_PHASES = ("queue", "prefill", "decode")
 
 
@@ -38,6 +41,18 @@ class PhaseTimer:
         finally:
             self.ms[name] += (self._perf() - t) * 1000.0
 
+    @contextmanager
+    def service(self, name: str) -> Iterator[None]:
+        """A what-if service's call, made while the response waits for inference: it is API
+        work, not inference time."""
+        t = self._perf()
+        try:
+            yield
+        finally:
+            ms = (self._perf() - t) * 1000.0
+            self.ms[name] = self.ms.get(name, 0.0) + ms
+            self.inference_wait_ms -= ms
+
     def restart(self) -> None:
         """A queued request starts now: time spent queued behind its lane is not overhead."""
         spent = sum(self.ms[p] for p in API_PHASES)
@@ -57,7 +72,8 @@ class PhaseTimer:
         overhead = max(0.0, total - self.inference_wait_ms)
         out = {k: round(v, 3) for k, v in self.ms.items()}
         out["api_overhead"] = round(overhead, 3)
-        out["other"] = round(max(0.0, overhead - sum(self.ms[p] for p in API_PHASES)), 3)
+        api = sum(self.ms[p] for p in API_PHASES) + sum(self.ms.get(p, 0.0) for p in SERVICE_PHASES)
+        out["other"] = round(max(0.0, overhead - api), 3)
         return out
 
 

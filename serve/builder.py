@@ -12,6 +12,7 @@ from typing import Any
 from ray.serve import Application
 
 from inference.deployment import InferenceDeployment, deployment_options
+from inference.whatif_deployment import WhatIfHop, WhatIfSafetyModel, whatif_options
 
 from .config import AppConfig, ServerConfig, app_config_from_dict
 from .gateway import Gateway
@@ -20,7 +21,16 @@ from .gateway import Gateway
 def build_application(config: AppConfig) -> Application:
     inference = InferenceDeployment.options(**deployment_options(config.inference)).bind(
         config.inference.model_dump())
-    return Gateway.options(**gateway_options(config.server)).bind(config.model_dump(), inference)
+    # The opt-in what-if services (docs/whatif.md), bound only when on: session hosts call
+    # them by name; the gateway takes them so that they are part of the application.
+    whatif = config.session.whatif
+    services = {}
+    if whatif.hop.enabled:
+        services["hop"] = WhatIfHop.options(**whatif_options(whatif.hop)).bind(whatif.hop.model_dump())
+    if whatif.safety_model.enabled:
+        services["safety_model"] = WhatIfSafetyModel.options(**whatif_options(whatif.safety_model)).bind(
+            whatif.safety_model.model_dump())
+    return Gateway.options(**gateway_options(config.server)).bind(config.model_dump(), inference, **services)
 
 
 def gateway_options(server: ServerConfig) -> dict[str, Any]:

@@ -5,7 +5,8 @@ One ``SessionHost`` actor owns the state of the connections assigned to it — e
 default (``connections_per_actor``).  It terminates those WebSockets itself (the gateway
 hands the accepted socket over, see :mod:`actors.host.server`), so client frames reach the
 session core without a Ray hop; the one hop per turn is the streaming call to the inference
-deployment through a Serve ``DeploymentHandle``.
+deployment through a Serve ``DeploymentHandle`` (plus, with the opt-in what-if services on,
+one call to each of them: docs/whatif.md).
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ from typing import Any
 
 import ray
 from ray import serve
+from ray.serve.handle import DeploymentHandle
 
 from inference import tokenizer
 from inference.types import InferenceEvent, InferenceRequest
+from inference.whatif import HopConfig, SafetyModelConfig
 
 from ..cache_budget import CacheBudget
 from ..config import SessionConfig
@@ -47,12 +50,19 @@ def release_free_heap() -> None:
 
 
 class ServeInference:
-    """:class:`~actors.host.connection.InferenceClient` over a Serve deployment handle."""
+    """:class:`~actors.host.connection.InferenceClient` over a Serve deployment handle, and
+    :class:`~actors.whatif.WhatIfClient` over the what-if deployments when they are on."""
 
     def __init__(self, config: SessionConfig) -> None:
         handle = serve.get_deployment_handle(config.inference_deployment, app_name=config.inference_app)
         self._generate = handle.options(stream=True, method_name="generate")
         self._handle = handle
+        whatif = config.whatif
+
+        def service(c: HopConfig | SafetyModelConfig) -> DeploymentHandle | None:
+            return serve.get_deployment_handle(c.deployment, app_name=config.inference_app) if c.enabled else None
+
+        self._hop, self._safety = service(whatif.hop), service(whatif.safety_model)
 
     async def warm(self) -> list[str]:
         """Pay the first-call costs of both handle paths (~100–300 ms) before any client
@@ -61,7 +71,18 @@ class ServeInference:
         probe = InferenceRequest(request_id="warm-up", model=models[0], prompt_token_ids=[], generate=False)
         async for _ in self.stream(probe):
             pass
+        for service in (self._hop, self._safety):
+            if service is not None:
+                await service.stats.remote()
         return models
+
+    async def forward(self, tokens: int) -> None:
+        assert self._hop is not None
+        await self._hop.forward.remote(tokens)
+
+    async def classify(self, tokens: int) -> None:
+        assert self._safety is not None
+        await self._safety.classify.remote(tokens)
 
     async def stream(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
         """One streaming call.  A request with a ``session_key`` carries it as Serve's

@@ -39,12 +39,14 @@ from ..protocol import (
 from ..session import Effects, Load, Session, Turn
 from store import StoredResponse, UsageEntry
 from ..timings import PhaseTimer
+from ..whatif import WhatIfClient
 
 log = logging.getLogger(__name__)
 
 
 class InferenceClient(Protocol):
-    """The seam to inference: a streaming call returning chunks of events."""
+    """The seam to inference: a streaming call returning chunks of events.  With the
+    what-if services on, the client is also an :class:`~actors.whatif.WhatIfClient`."""
 
     def stream(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]: ...
 
@@ -193,6 +195,8 @@ class Connection:
         request = turn.request
         finished = False
         try:
+            if turn.charge is not None:
+                await self._call_services(turn)
             async with contextlib.aclosing(self._inference.stream(request)) as stream:
                 async for chunk in stream:
                     finished = finished or any(isinstance(ev, Done) for ev in chunk)
@@ -210,6 +214,19 @@ class Connection:
         finally:
             if self._generations.get(turn.turn_id) is me:
                 del self._generations[turn.turn_id]
+
+    async def _call_services(self, turn: Turn) -> None:
+        """The opt-in what-if services (docs/whatif.md) before the model call: the request
+        passes the hop, then the safety model reads it; each is a timed phase."""
+        charge, turn.charge = turn.charge, None
+        services: WhatIfClient = self._inference  # type: ignore[assignment]  # only with whatif on
+        assert charge is not None
+        if charge.hop_tokens is not None:
+            with turn.timer.service("hop"):
+                await services.forward(charge.hop_tokens)
+        if charge.safety_tokens is not None:
+            with turn.timer.service("safety_model"):
+                await services.classify(charge.safety_tokens)
 
     # -- outbound
     async def events(self) -> AsyncIterator[list[ServerEvent | str]]:

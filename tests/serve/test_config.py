@@ -118,3 +118,20 @@ def test_serve_help_shows_the_defaults():
     assert "(default: WARNING)" in text and "(default: text)" in text and "(default: 8265)" in text
     assert "(default: server.port, 8765)" in text and "(default: server.host, 127.0.0.1)" in text
     assert "defaults < --config FILE < environment" in text
+
+
+# ------------------------------------------------------------------ what-if services
+
+
+def test_the_what_if_services_are_bound_only_when_on():
+    from serve.builder import build_application
+
+    def services(cfg: AppConfig) -> set[str]:
+        return set(build_application(cfg)._bound_deployment.init_kwargs)
+
+    assert services(load_app_config(None, environ={})) == set()
+    whatif = load_app_config(ROOT / "configs" / "whatif.yaml", environ={})
+    assert whatif.session.whatif.safety_model.enabled and whatif.session.whatif.hop.enabled
+    assert services(whatif) == {"hop", "safety_model"}
+    env = {"RESPONSES_WS_SESSION__WHATIF__HOP__ENABLED": "true"}
+    assert services(load_app_config(None, environ=env)) == {"hop"}
