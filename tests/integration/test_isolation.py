@@ -514,7 +514,7 @@ def test_metric_labels_carry_no_ids_keys_or_user_text(ray_cluster, keyed_url):
         if phase_count(text) > before:
             break
         assert time.monotonic() < deadline, "the traffic above never reached the exported metrics"
-        time.sleep(2)
+        time.sleep(1)
 
     secrets_ = {ALICE, BOB, fingerprint(ALICE), fingerprint(BOB), *SEEN_IDS, *MARKERS}
     assert len(SEEN_IDS) > 3 and len(MARKERS) > 3
