@@ -8,9 +8,8 @@ import json
 import pytest
 import websockets
 from openai import OpenAI
-from ray import serve
 
-from tests.support.server import start_app
+from tests.support.server import start_app, stop_app
 from tests.support.wire import TOOLS, outputs_for, raw_collect
 
 MODEL = "emu-fast"
@@ -78,7 +77,7 @@ def strict_output_url(ray_cluster):
     """A server whose disallowed-content lexicon includes a word the scripted model writes."""
     url = start_app("rws-safety", **{"session.safety": {"lexicon": ["test"]}})
     yield url.replace("http://", "ws://") + "/v1/responses"
-    serve.delete("rws-safety")
+    stop_app("rws-safety")
 
 
 def test_flagged_output_ends_the_response_incomplete_with_content_filter(strict_output_url):

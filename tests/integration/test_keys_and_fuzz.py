@@ -12,9 +12,8 @@ import websockets
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from openai import OpenAI
-from ray import serve
 
-from tests.support.server import start_app
+from tests.support.server import start_app, stop_app
 from tests.support.wire import raw_collect
 
 MODEL = "emu-fast"
@@ -25,7 +24,7 @@ KEYS_APP = "rws-keys"
 def keyed_url(ray_cluster):
     url = start_app(KEYS_APP, **{"server.api_keys": ["key-alice", "key-bob"]})
     yield url
-    serve.delete(KEYS_APP)
+    stop_app(KEYS_APP)
 
 
 def sdk(url: str, key: str) -> OpenAI:
@@ -127,7 +126,7 @@ def test_connections_past_the_per_key_limit_are_refused_with_429(ray_cluster):
     try:
         response, other_done, first_done = asyncio.run(main())
     finally:
-        serve.delete("rws-limited")
+        stop_app("rws-limited")
     assert response.status_code == 429
     assert json.loads(bytes(response.body))["error"]["code"] == "rate_limit_exceeded"
     assert other_done["type"] == first_done["type"] == "response.completed"
