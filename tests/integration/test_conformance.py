@@ -312,8 +312,9 @@ def test_steering_a_long_in_flight_text_response(ws_url, check):
     successor runs; the ``response.steer.*`` frames are an extension (SDK schema only)."""
     RUNS.add(("steering", "ws"))
     with Socket(ws_url, check) as ws:
-        # emu-gpu at ~65 tokens/s: still streaming when the steer arrives.
-        ws.create(model="emu-gpu", input="Write at length", store=False, metadata={"emulator.text_tokens": "400"})
+        # emu-gpu at ~65 tokens/s: ~3 s of text, still streaming when the steer arrives (sent
+        # at its first delta); the successor inherits the metadata, so it streams as long.
+        ws.create(model="emu-gpu", input="Write at length", store=False, metadata={"emulator.text_tokens": "200"})
         target = ws.recv()["response"]["id"]
         while ws.recv()["type"] != "response.output_text.delta":
             pass
