@@ -442,7 +442,9 @@ def busy_url(ray_cluster):
 
 
 def test_an_overloaded_backend_fails_the_response_without_internals(busy_url):
-    long_text = {"emulator.tool_rounds": "0", "emulator.text_tokens": "4000"}  # ~4 s
+    # ~2 s on emu-fast: it holds the only batch slot while the next request (sent at its
+    # first delta) is refused; the test waits for it to finish, twice (WebSocket, then HTTP).
+    long_text = {"emulator.tool_rounds": "0", "emulator.text_tokens": "2000"}
 
     async def main():
         async with connect(busy_url, "sk-iso") as ws:
