@@ -3,7 +3,6 @@ Helpers the tests share are in tests/support/."""
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Iterator
 
@@ -16,9 +15,6 @@ def ray_cluster():
 
     from serve.embedded import embedded_ray
 
-    # Workers report their metrics every 2 s instead of Ray's 10 s: the metrics tests
-    # (tests/operations/test_metrics.py, test_isolation.py) wait for traffic to show up.
-    os.environ.setdefault("RAY_metrics_report_interval_ms", "2000")
     with embedded_ray(object_store_mb=200, num_cpus=2):  # its end takes Serve and every actor with it
         yield ray
 
