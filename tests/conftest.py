@@ -31,6 +31,15 @@ def server_url(ray_cluster) -> str:
 
 
 @pytest.fixture(scope="session")
+def two_replicas_url(ray_cluster) -> str:
+    """A server with two inference replicas (a connection's requests must stay on one),
+    shared by the modules that need one: starting an app costs several seconds."""
+    from tests.support.server import start_app
+
+    return start_app("rws-two-replicas", **{"inference.replicas": 2})
+
+
+@pytest.fixture(scope="session")
 def ws_url(server_url) -> str:
     from bench.client import ws_url
 

@@ -17,22 +17,12 @@ from typing import Any
 
 import httpx
 import pytest
-from ray import serve
 
 from bench import workload as wl
 from bench.client import connect
 from bench.transports import TRANSPORTS
-from tests.support.server import start_app
 
-TWO_REPLICAS_APP = "rws-two-replicas"
 TEXT = {"emulator.tool_rounds": "0", "emulator.text_tokens": "8"}  # a short text answer
-
-
-@pytest.fixture(scope="module")
-def two_replicas_url(ray_cluster):
-    url = start_app(TWO_REPLICAS_APP, **{"inference.replicas": 2})
-    yield url
-    serve.delete(TWO_REPLICAS_APP)
 
 
 def long_prompt() -> str:

@@ -96,16 +96,23 @@ def payload(body: dict, **extra: Any) -> dict:
     return {k: v for k, v in {"model": MODEL, **body, **extra}.items() if v != OMIT}
 
 
-def http_json(server_url: str, check: Checker, body: dict) -> Outcome:
-    r = httpx.post(server_url + "/v1/responses", json=payload(body), headers=AUTH, timeout=120)
+@pytest.fixture(scope="module")
+def http(server_url) -> Iterator[httpx.Client]:
+    """The corpus's HTTP client (one for the module: a client per request costs more than
+    the request)."""
+    with httpx.Client(base_url=server_url, headers=AUTH, timeout=120) as client:
+        yield client
+
+
+def http_json(http: httpx.Client, check: Checker, body: dict) -> Outcome:
+    r = http.post("/v1/responses", json=payload(body))
     if r.status_code != 200:
         return Outcome(r.status_code, error=check.error_body(r.content)["error"])
     return Outcome(200, response=check.response(r.content))
 
 
-def http_sse(server_url: str, check: Checker, body: dict) -> Outcome:
-    with httpx.stream("POST", server_url + "/v1/responses", json=payload(body, stream=True),
-                      headers=AUTH, timeout=120) as r:
+def http_sse(http: httpx.Client, check: Checker, body: dict) -> Outcome:
+    with http.stream("POST", "/v1/responses", json=payload(body, stream=True)) as r:
         raw = r.read()
     if r.status_code != 200:  # refused before the stream started: a JSON error body
         return Outcome(r.status_code, error=check.error_body(raw)["error"])
@@ -170,15 +177,15 @@ TRANSPORTS = ("http", "sse", "ws")
 
 
 @pytest.fixture
-def run(server_url, ws_url, check):
+def run(http, ws_url, check):
     """``run(transport, body)``: one create over ``"http"`` (JSON), ``"sse"`` or ``"ws"``."""
 
     def play(transport: str, body: dict, scenario: str) -> Outcome:
         RUNS.add((scenario, transport))
         if transport == "http":
-            return http_json(server_url, check, body)
+            return http_json(http, check, body)
         if transport == "sse":
-            return http_sse(server_url, check, body)
+            return http_sse(http, check, body)
         return websocket(ws_url, check, body)
 
     return play
@@ -248,7 +255,7 @@ def test_every_echoed_setting(run, transport):
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_structured_output_echoes_its_json_schema(run, server_url, check, transport):
+def test_structured_output_echoes_its_json_schema(run, http, check, transport):
     """The ``json_schema`` format is echoed with its schema, as the SDK requires; Open
     Responses types that ``schema`` as null, so it validates the echo with a null schema
     (counted under the checker's extensions).  The stored Response reads back the same."""
@@ -259,7 +266,7 @@ def test_structured_output_echoes_its_json_schema(run, server_url, check, transp
     assert out.response["text"]["format"] == {"type": "json_schema", "name": "reply", "schema": schema,
                                               "description": None, "strict": True}
     assert check.extensions["text.format.schema echoed"] > before
-    stored = httpx.get(f"{server_url}/v1/responses/{out.response['id']}", headers=AUTH)
+    stored = http.get(f"/v1/responses/{out.response['id']}")
     assert check.response(stored.content) == out.response
 
 
@@ -305,8 +312,9 @@ def test_steering_a_long_in_flight_text_response(ws_url, check):
     successor runs; the ``response.steer.*`` frames are an extension (SDK schema only)."""
     RUNS.add(("steering", "ws"))
     with Socket(ws_url, check) as ws:
-        # emu-gpu at ~65 tokens/s: still streaming when the steer arrives.
-        ws.create(model="emu-gpu", input="Write at length", store=False, metadata={"emulator.text_tokens": "400"})
+        # emu-gpu at ~65 tokens/s: ~3 s of text, still streaming when the steer arrives (sent
+        # at its first delta); the successor inherits the metadata, so it streams as long.
+        ws.create(model="emu-gpu", input="Write at length", store=False, metadata={"emulator.text_tokens": "200"})
         target = ws.recv()["response"]["id"]
         while ws.recv()["type"] != "response.output_text.delta":
             pass
@@ -352,7 +360,7 @@ def test_named_lanes(ws_url, check):
     assert by_lane["lane-c"] == ["error"]
 
 
-def test_compaction(server_url, check):
+def test_compaction(server_url, http, check):
     """HTTP only: ``POST /v1/responses/compact`` returns the user messages and one
     ``compaction`` item; sent back as input, the window starts a new chain."""
     RUNS.add(("compaction", "http"))
@@ -363,7 +371,7 @@ def test_compaction(server_url, check):
     second = client.responses.create(model=MODEL, previous_response_id=first.id, tools=[LOOKUP], metadata=SHORT,
                                      input=[{"type": "function_call_output", "call_id": call.call_id,
                                              "output": "def f(): return 1\n" * 20}])
-    post = lambda path, body: httpx.post(server_url + path, json=body, headers=AUTH, timeout=120)  # noqa: E731
+    post = lambda path, body: http.post(path, json=body)  # noqa: E731
     r = post("/v1/responses/compact", {"model": MODEL, "previous_response_id": second.id, "input": "and now?"})
     assert r.status_code == 200
     compacted = check.compacted(r.content)
@@ -384,7 +392,7 @@ def test_compaction(server_url, check):
         assert (r.status_code, error["code"], error["param"]) == (status, code, param)
 
 
-def test_input_items_listing(server_url, check):
+def test_input_items_listing(server_url, http, check):
     """HTTP only: every kind of input item lists with an ``id`` and a ``status``, messages
     with complete parts; pages validate as the SDK's ``ResponseItemList``."""
     RUNS.add(("input_items", "http"))
@@ -397,14 +405,13 @@ def test_input_items_listing(server_url, check):
         {"type": "function_call_output", "call_id": "call_1", "output": '{"name": "Ann"}'},
         {"role": "user", "content": "Thanks"},
     ]
-    created = httpx.post(server_url + "/v1/responses", headers=AUTH, timeout=120,
-                         json={"model": MODEL, "input": items, "tools": [LOOKUP], "metadata": SHORT})
+    created = http.post("/v1/responses", json={"model": MODEL, "input": items, "tools": [LOOKUP], "metadata": SHORT})
     resp_id = check.response(created.content)["id"]
     listed = []
     after = None
     while True:
         params = {"order": "asc", "limit": 4, **({"after": after} if after else {})}
-        r = httpx.get(f"{server_url}/v1/responses/{resp_id}/input_items", params=params, headers=AUTH)
+        r = http.get(f"/v1/responses/{resp_id}/input_items", params=params)
         page = check.item_list(r.content)
         listed += page["data"]
         if not page["has_more"]:
@@ -421,14 +428,13 @@ def test_input_items_listing(server_url, check):
     assert client.responses.input_items.list(resp_id, order="asc").data[2].content[0].annotations == []
 
 
-def test_retrieve_and_delete(server_url, check):
+def test_retrieve_and_delete(http, check):
     """HTTP only: a stored Response reads back in the same shape; 404s are error bodies."""
     RUNS.add(("retrieve and delete", "http"))
-    created = check.response(httpx.post(server_url + "/v1/responses", headers=AUTH, timeout=120,
-                                        json={"model": MODEL, "input": "x", "metadata": SHORT}).content)
-    url = f"{server_url}/v1/responses/{created['id']}"
-    assert check.response(httpx.get(url, headers=AUTH).content) == created
-    deleted = httpx.delete(url, headers=AUTH)
+    created = check.response(http.post("/v1/responses", json={"model": MODEL, "input": "x", "metadata": SHORT}).content)
+    url = f"/v1/responses/{created['id']}"
+    assert check.response(http.get(url).content) == created
+    deleted = http.delete(url)
     assert deleted.json() == {"id": created["id"], "object": "response.deleted", "deleted": True}
-    for r in (httpx.get(url, headers=AUTH), httpx.delete(url, headers=AUTH)):
+    for r in (http.get(url), http.delete(url)):
         assert r.status_code == 404 and check.error_body(r.content)["error"]["type"] == "invalid_request_error"

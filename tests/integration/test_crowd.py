@@ -14,9 +14,8 @@ from typing import Any
 
 import pytest
 import websockets
-from ray import serve
 
-from tests.support.server import gateway_stats, start_app, wait_for
+from tests.support.server import gateway_stats, start_app, stop_app, wait_for
 from tests.support.wire import raw_collect
 
 BURST_APP = "rws-crowd"
@@ -67,7 +66,7 @@ def output_text(response: dict) -> str:
 def burst_url(ray_cluster):
     url = start_app(BURST_APP)  # the default session config: only the port is chosen
     yield url
-    serve.delete(BURST_APP)
+    stop_app(BURST_APP)
 
 
 def test_a_burst_of_100_connections_on_the_default_config_is_packed_on_a_few_hosts(burst_url):
@@ -257,4 +256,4 @@ def test_a_redeploy_closes_every_socket_1001_and_the_sdk_reconnects_them_all(ray
         settled_after = wait_for(lambda: settled(STORM_APP), 30.0, "every slot of the new gateway to be given back")
         assert settled_after["actors"] <= MAX_HOSTS
     finally:
-        serve.delete(STORM_APP)
+        stop_app(STORM_APP)

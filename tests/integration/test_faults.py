@@ -24,7 +24,7 @@ import websockets
 from ray import serve
 from websockets.exceptions import ConnectionClosed
 
-from tests.support.server import gateway_stats, start_app, wait_for
+from tests.support.server import gateway_stats, start_app, stop_app, wait_for
 from tests.support.wire import raw_collect, validated
 
 APP = "rws-faults"
@@ -45,7 +45,7 @@ def create(**body) -> str:
 def faults_url(ray_cluster):
     url = start_app(APP, **{"session.ping_interval_s": 0.5, "session.ping_timeout_s": 0.5})
     yield url
-    serve.delete(APP)
+    stop_app(APP)
 
 
 def server_process_of(client_port: int, server_port: int, name: str) -> psutil.Process:
@@ -113,7 +113,7 @@ def test_session_host_killed_mid_response_closes_all_its_connections_1011_and_no
 def dedicated_url(ray_cluster):
     url = start_app(APP + "-dedicated", **{"session.connections_per_actor": 1, "session.warm_actors": 2})
     yield url
-    serve.delete(APP + "-dedicated")
+    stop_app(APP + "-dedicated")
 
 
 def test_dedicated_actor_killed_mid_response_closes_1011_and_other_connections_are_untouched(dedicated_url):
@@ -301,4 +301,4 @@ def test_a_redeploy_routes_new_connections_to_the_new_gateway_while_the_old_one_
 
         run(main())
     finally:
-        serve.delete(name)
+        stop_app(name)

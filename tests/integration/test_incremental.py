@@ -8,9 +8,8 @@ import json
 import pytest
 import websockets
 from openai import OpenAI
-from ray import serve
 
-from tests.support.server import start_app
+from tests.support.server import start_app, stop_app
 from tests.support.wire import TOOLS, outputs_for, raw_collect
 
 MODEL = "emu-fast"
@@ -78,7 +77,7 @@ def strict_output_url(ray_cluster):
     """A server whose disallowed-content lexicon includes a word the scripted model writes."""
     url = start_app("rws-safety", **{"session.safety": {"lexicon": ["test"]}})
     yield url.replace("http://", "ws://") + "/v1/responses"
-    serve.delete("rws-safety")
+    stop_app("rws-safety")
 
 
 def test_flagged_output_ends_the_response_incomplete_with_content_filter(strict_output_url):
@@ -92,12 +91,10 @@ def test_flagged_output_ends_the_response_incomplete_with_content_filter(strict_
     assert done["response"]["output"][0]["status"] == "incomplete"
 
 
-@pytest.fixture(scope="module")
-def two_replicas_ws_url(ray_cluster):
-    """A server with two inference replicas: a connection's requests must stay on one."""
-    url = start_app("rws-two-replicas", **{"inference.replicas": 2})
-    yield url.replace("http://", "ws://") + "/v1/responses"
-    serve.delete("rws-two-replicas")
+@pytest.fixture
+def two_replicas_ws_url(two_replicas_url):
+    """The suite's server with two inference replicas (conftest)."""
+    return two_replicas_url.replace("http://", "ws://") + "/v1/responses"
 
 
 def test_a_generate_false_warm_up_of_1700_tokens_is_reported_cached_by_the_next_turn(two_replicas_ws_url):

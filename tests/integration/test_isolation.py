@@ -22,11 +22,10 @@ import httpx
 import pytest
 import websockets
 from openai import OpenAI
-from ray import serve
 
 from serve.auth import fingerprint
 from serve.embedded import free_port
-from tests.support.server import start_app
+from tests.support.server import start_app, stop_app
 from tests.support.wire import raw_collect, validated
 
 MODEL = "emu-fast"
@@ -46,7 +45,7 @@ MARKERS: set[str] = set()  # user text sent by this module, likewise
 def keyed_url(ray_cluster):
     url = start_app(ISO_APP, **{"server.api_keys": [ALICE, BOB]})
     yield url
-    serve.delete(ISO_APP)
+    stop_app(ISO_APP)
 
 
 def marker(label: str) -> str:
@@ -347,7 +346,7 @@ def dead_store_url(ray_cluster):
     url = start_app("rws-iso-deadstore", **{"store.backend": "redis",
                                             "store.redis_url": f"redis://127.0.0.1:{free_port()}/0"})
     yield url
-    serve.delete("rws-iso-deadstore")
+    stop_app("rws-iso-deadstore")
 
 
 LEAK_HINTS = re.compile(r"redis|error \d|errno|refused|traceback|exception|127\.0\.0\.1|\.py|/|<|>|\\n",
@@ -439,11 +438,13 @@ def busy_url(ray_cluster):
         profile["batching"].update(max_running=1, max_waiting=0, knee=1)
     url = start_app("rws-iso-busy", **{f"inference.{k}": v for k, v in inference.items()})
     yield url
-    serve.delete("rws-iso-busy")
+    stop_app("rws-iso-busy")
 
 
 def test_an_overloaded_backend_fails_the_response_without_internals(busy_url):
-    long_text = {"emulator.tool_rounds": "0", "emulator.text_tokens": "4000"}  # ~4 s
+    # ~2 s on emu-fast: it holds the only batch slot while the next request (sent at its
+    # first delta) is refused; the test waits for it to finish, twice (WebSocket, then HTTP).
+    long_text = {"emulator.tool_rounds": "0", "emulator.text_tokens": "2000"}
 
     async def main():
         async with connect(busy_url, "sk-iso") as ws:
@@ -514,7 +515,7 @@ def test_metric_labels_carry_no_ids_keys_or_user_text(ray_cluster, keyed_url):
         if phase_count(text) > before:
             break
         assert time.monotonic() < deadline, "the traffic above never reached the exported metrics"
-        time.sleep(2)
+        time.sleep(1)
 
     secrets_ = {ALICE, BOB, fingerprint(ALICE), fingerprint(BOB), *SEEN_IDS, *MARKERS}
     assert len(SEEN_IDS) > 3 and len(MARKERS) > 3

@@ -12,7 +12,7 @@ import websockets
 from ray import serve
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from tests.support.server import start_app
+from tests.support.server import start_app, stop_app
 from tests.support.wire import raw_collect, validated
 
 APP = "rws-resume"
@@ -34,7 +34,7 @@ def create(**body) -> str:
 def resume_url(ray_cluster):
     url = start_app(APP, **{"session.resume_grace_s": GRACE_S, "server.api_keys": [KEY_A, KEY_B]})
     yield url.replace("http", "ws", 1) + "/v1/responses"
-    serve.delete(APP)
+    stop_app(APP)
 
 
 def connect(url: str, key: str = KEY_A, token: str | None = None):

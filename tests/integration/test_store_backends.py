@@ -10,7 +10,7 @@ import websockets
 from openai import OpenAI
 from ray import serve
 
-from tests.support.server import start_app
+from tests.support.server import start_app, stop_app
 from tests.support.wire import TOOLS, outputs_for, raw_collect
 
 MODEL = "emu-fast"
@@ -31,7 +31,7 @@ def redis_app(ray_cluster, redis_server):
     url = start_app("rws-redis", **{"store.backend": "redis", "store.redis_url": redis_server,
                                     "store.key_prefix": "it:"})
     yield url
-    serve.delete("rws-redis")
+    stop_app("rws-redis")
 
 
 def test_redis_backend_serves_an_http_ws_http_chain(redis_app, redis_server):
@@ -62,4 +62,4 @@ def test_stored_responses_survive_a_redeploy(ray_cluster, tmp_path):
     client = OpenAI(base_url=url + "/v1", api_key="sk-store", max_retries=0)
     assert client.responses.retrieve(http_id).id == http_id
     assert client.responses.retrieve(ws_id).id == ws_id
-    serve.delete("rws-durable")
+    stop_app("rws-durable")

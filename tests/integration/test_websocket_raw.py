@@ -14,7 +14,7 @@ import websockets
 from ray import serve
 from websockets.exceptions import ConnectionClosed
 
-from tests.support.server import start_app
+from tests.support.server import start_app, stop_app
 from tests.support.wire import raw_collect, validated
 
 MODEL = "emu-fast"
@@ -35,7 +35,7 @@ def limits_url(ray_cluster):
     url = start_app(LIMITS_APP, **{"session.connection_lifetime_s": 2.0,
                                    "session.max_frame_bytes": 64 * 1024})
     yield url.replace("http://", "ws://") + "/v1/responses"
-    serve.delete(LIMITS_APP)
+    stop_app(LIMITS_APP)
 
 
 @pytest.mark.parametrize("frame, code, param", [

@@ -84,7 +84,7 @@ def test_every_metric_the_dashboard_charts_is_exported(ray_cluster, server_url):
     asyncio.run(traffic(server_url))
     deadline = time.monotonic() + 60  # Ray's metrics agent exports every few seconds
     while (gone := missing(wanted, samples := scrape())) and time.monotonic() < deadline:
-        time.sleep(2)
+        time.sleep(1)
     assert not gone, f"charted but not exported: {gone}"
     refused_400 = [l for n, l in samples if n == "ray_responses_ws_refusals_total" and l.get("status") == "400"]
     assert refused_400

@@ -9,10 +9,9 @@ import uuid
 
 import pytest
 import redis
-from ray import serve
 
 from tests.support.serve_process import get_json
-from tests.support.server import start_app
+from tests.support.server import start_app, stop_app
 
 
 def test_a_running_app_is_alive_and_ready(server_url):
@@ -30,7 +29,7 @@ def redis_app(ray_cluster, redis_server):
                                     "store.key_prefix": f"ready-{uuid.uuid4().hex[:8]}:",
                                     "session.warm_actors": 1})
     yield url
-    serve.delete("rws-ready")
+    stop_app("rws-ready")
 
 
 def wait_for_status(url: str, status: int, timeout_s: float = 20) -> dict:

@@ -70,10 +70,9 @@ def test_a_serve_application_logging_config_reaches_the_session_hosts(ray_cluste
     """As a Serve config file's ``logging_config`` does: the application's logging_config
     (JSON) is what the gateway applies to its session hosts, whose warning lands in their
     worker log as a JSON line (this Ray has no job LoggingConfig)."""
-    from ray import serve
-
     from actors.logs import LogSettings
     from serve.embedded import deploy, local_config
+    from tests.support.server import stop_app
 
     url = deploy(local_config(**{"inference.profiles": busy_profiles(), "session.warm_actors": 1}), name="rws-json-logs",
                  logs=LogSettings("WARNING", "JSON"))
@@ -91,4 +90,4 @@ def test_a_serve_application_logging_config_reaches_the_session_hosts(ray_cluste
         entry = json.loads(found[-1])
         assert entry["levelname"] == "WARNING" and entry["name"] == "actors.host.connection"
     finally:
-        serve.delete("rws-json-logs")
+        stop_app("rws-json-logs")

@@ -16,6 +16,16 @@ def start_app(name: str, **overrides: Any) -> str:
     return deploy(local_config(**overrides), name=name)
 
 
+def stop_app(name: str) -> None:
+    """Delete the app ``name`` without waiting for its replicas to stop (a blocking delete
+    waits ~3 s for the gateway's drain); for a fixture's or test's end, when nothing
+    after it needs the app gone.  A redeploy that must see the old app's writes flushed
+    uses ``serve.delete(name)``."""
+    from ray import serve
+
+    serve.delete(name, _blocking=False)
+
+
 def gateway_stats(app: str) -> dict[str, Any]:
     """The gateway's ``stats()`` (open sockets, the session-host pool) of the app ``app``."""
     from ray import serve
