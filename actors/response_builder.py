@@ -9,6 +9,7 @@ between the last ``feed`` and ``terminal`` is where the session does its post-pr
 
 from __future__ import annotations
 
+import copy
 import enum
 from collections.abc import Callable, Sequence
 from typing import TypeVar
@@ -100,7 +101,11 @@ class ResponseBuilder:
         return self._finish(reason, self._generated + self._pending_tokens())
 
     def _snapshot(self) -> ResponseObject:
-        return self.response.model_copy(deep=True)
+        """The response as it is now, for an event encoded later.  The echoed tool
+        definitions (often thousands of tokens) are shared, not copied: nothing changes
+        them after the response is created."""
+        tools = self.response.tools
+        return copy.deepcopy(self.response, {id(tools): tools})
 
     @property
     def output(self) -> list[OutputItem]:
