@@ -116,9 +116,10 @@ class ResponseBuilder:
         assert self.state is BuildState.NEW
         self.state = BuildState.STREAMING
         sid = self.stream_id
+        snapshot = self._snapshot()  # the same moment: both events carry one copy
         return [
-            ResponseCreated(sequence_number=self._next(), response=self._snapshot(), stream_id=sid),
-            ResponseInProgress(sequence_number=self._next(), response=self._snapshot(), stream_id=sid),
+            ResponseCreated(sequence_number=self._next(), response=snapshot, stream_id=sid),
+            ResponseInProgress(sequence_number=self._next(), response=snapshot, stream_id=sid),
         ]
 
     @property

@@ -118,15 +118,24 @@ class Connection:
             task = self._generations.pop(turn_id, None)
             if task is not None and task is not asyncio.current_task():
                 task.cancel()
-        if self._observe is not None:
-            for report in fx.timings:
-                self._observe(self.session.transport, report)
+        if self._observe is not None and fx.timings:
+            # Recording a dozen histograms is not the client's wait: it runs after the
+            # sender has had its turn to write the terminal event queued above.
+            try:
+                asyncio.get_running_loop().call_soon(self._observe_all, fx.timings)
+            except RuntimeError:  # no loop (a synchronous caller)
+                self._observe_all(fx.timings)
         for turn in fx.start:
             self._generations[turn.turn_id] = self._spawn(self._run(turn))
         for load in fx.load:
             self._spawn(self._load(load))
         if self.session.draining and self.session.idle:
             self.end(1001)
+
+    def _observe_all(self, reports: list[dict[str, float]]) -> None:
+        assert self._observe is not None
+        for report in reports:
+            self._observe(self.session.transport, report)
 
     def _send(self, event: ServerEvent) -> None:
         held = self._held.get(event.stream_id)
