@@ -152,13 +152,14 @@ async def run_rollout(transport: str, url: str, w: wl.Workload, rollout: int, *,
             if not calls:
                 break
             # The tools run for ``pause`` in all, producing their outputs in that time (making
-            # up the filler text is the simulated tool's work, not the transport's).
+            # up the filler text is the simulated tool's work, not the transport's); tool
+            # time is what the client actually spent, a late wake-up included.
             pause = wl.tool_time_s(w, rollout, turn)
-            rec.tool_s += pause
             started = time.perf_counter()
             new_items = [{"type": "function_call_output", "call_id": c["call_id"],
                           "output": wl.tool_output(w, rollout, turn, i, c["name"])} for i, c in enumerate(calls)]
             await asyncio.sleep(max(0.0, pause - (time.perf_counter() - started)))
+            rec.tool_s += time.perf_counter() - started
     except Exception as exc:  # noqa: BLE001 - a failed rollout is a result, not a crash
         rec.error = f"{type(exc).__name__}: {exc}"[:300]
     finally:
