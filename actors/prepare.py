@@ -10,6 +10,7 @@ stateless baseline redoes all of it.
 from __future__ import annotations
 
 import re
+from array import array
 from collections.abc import Collection, Sequence
 
 from inference import chat_format
@@ -38,7 +39,7 @@ class Preparer:
         self._resolved: dict[str, str] = {}
         self._tools_seen: list[FunctionTool] | None = None
         self._tools: tuple[tuple[ToolSpec, ...], list[int]] = ((), [])
-        self._instructions: tuple[str | None, list[int]] = (None, [])
+        self._instructions: tuple[str | None, array] = (None, array("I"))
         self._safety = safety
         self.matcher: Matcher = build_matcher(safety)
 
@@ -64,11 +65,12 @@ class Preparer:
             self._tools_seen = list(tools)
         return self._tools
 
-    def instructions(self, text: str | None) -> list[int]:
-        """The rendered instructions; re-rendered only when the text differs from the last
-        request's (comparing the strings costs microseconds, tokenising them milliseconds)."""
+    def instructions(self, text: str | None) -> array:
+        """The rendered instructions (``array("I")``, 4 bytes a token); re-rendered only when
+        the text differs from the last request's (comparing the strings costs microseconds,
+        tokenising them milliseconds).  Only the latest text is kept."""
         if text != self._instructions[0]:
-            self._instructions = (text, chat_format.render_instructions(text))
+            self._instructions = (text, array("I", chat_format.render_instructions(text)))
         return self._instructions[1]
 
     def new_scan(self) -> Classifier:
