@@ -1,14 +1,16 @@
 """Per-connection request preparation that is reused while it stays valid.
 
 A WebSocket connection keeps one :class:`Preparer`: tool definitions are validated and
-rendered once and reused while unchanged, the model is resolved once, and the safety
-classifier's rules are compiled once.  The HTTP path makes a fresh one per request — the
+rendered once and reused while unchanged, so are the instructions' tokens (a coding agent
+resends the same several thousand tokens of instructions with every create), the model is
+resolved once, and the safety classifier's rules are compiled once.  The HTTP path makes a fresh one per request — the
 stateless baseline redoes all of it.
 """
 
 from __future__ import annotations
 
 import re
+from array import array
 from collections.abc import Collection, Sequence
 
 from inference import chat_format
@@ -37,6 +39,7 @@ class Preparer:
         self._resolved: dict[str, str] = {}
         self._tools_seen: list[FunctionTool] | None = None
         self._tools: tuple[tuple[ToolSpec, ...], list[int]] = ((), [])
+        self._instructions: tuple[str | None, array] = (None, array("I"))
         self._safety = safety
         self.matcher: Matcher = build_matcher(safety)
 
@@ -61,6 +64,14 @@ class Preparer:
             self._tools = (specs, chat_format.render_tools(specs))
             self._tools_seen = list(tools)
         return self._tools
+
+    def instructions(self, text: str | None) -> array:
+        """The rendered instructions (``array("I")``, 4 bytes a token); re-rendered only when
+        the text differs from the last request's (comparing the strings costs microseconds,
+        tokenising them milliseconds).  Only the latest text is kept."""
+        if text != self._instructions[0]:
+            self._instructions = (text, array("I", chat_format.render_instructions(text)))
+        return self._instructions[1]
 
     def new_scan(self) -> Classifier:
         return Classifier(self.matcher, self._safety.thresholds)

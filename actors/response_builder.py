@@ -9,6 +9,7 @@ between the last ``feed`` and ``terminal`` is where the session does its post-pr
 
 from __future__ import annotations
 
+import copy
 import enum
 from collections.abc import Callable, Sequence
 from typing import TypeVar
@@ -103,7 +104,11 @@ class ResponseBuilder:
         return self._finish(reason, self._generated + self._pending_tokens())
 
     def _snapshot(self) -> ResponseObject:
-        return self.response.model_copy(deep=True)
+        """The response as it is now, for an event encoded later.  The echoed tool
+        definitions (often thousands of tokens) are shared, not copied: nothing changes
+        them after the response is created."""
+        tools = self.response.tools
+        return copy.deepcopy(self.response, {id(tools): tools})
 
     @property
     def output(self) -> list[OutputItem]:
@@ -114,9 +119,10 @@ class ResponseBuilder:
         assert self.state is BuildState.NEW
         self.state = BuildState.STREAMING
         sid = self.stream_id
+        snapshot = self._snapshot()  # the same moment: both events carry one copy
         return [
-            ResponseCreated(sequence_number=self._next(), response=self._snapshot(), stream_id=sid),
-            ResponseInProgress(sequence_number=self._next(), response=self._snapshot(), stream_id=sid),
+            ResponseCreated(sequence_number=self._next(), response=snapshot, stream_id=sid),
+            ResponseInProgress(sequence_number=self._next(), response=snapshot, stream_id=sid),
         ]
 
     @property

@@ -23,7 +23,6 @@ from array import array
 from collections import deque
 from collections.abc import Callable, Collection, Sequence
 
-from inference import chat_format
 from inference.policy import InvalidMetadata, metadata_overrides
 from inference.types import Done, InferenceEvent, InferenceRequest
 
@@ -292,7 +291,7 @@ class Session:
                 specs, tool_tokens = self._prep.tools(create.function_tools)
                 input_tokens = render_items(items)
                 prompt = array("I", tool_tokens)
-                prompt.extend(chat_format.render_instructions(create.instructions))
+                prompt.extend(self._prep.instructions(create.instructions))
                 if parent is not None:
                     prompt.extend(parent.tokens)
                 prompt.extend(input_tokens)

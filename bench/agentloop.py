@@ -21,6 +21,7 @@ from .transports import TRANSPORTS, TurnOutcome
 TIMINGS_KEY = "responses_ws.timings"
 PHASES = ("parse_validate", "history_load", "render", "classify", "model_resolution",
           "queue", "prefill", "decode", "post")
+INFERENCE_PHASES = ("queue", "prefill", "decode")
 
 
 @dataclass
@@ -47,6 +48,9 @@ class RolloutRecord:
     e2e_s: float = 0.0
     connect_ms: float = 0.0  # opening the transport (the WebSocket handshake + actor handoff)
     tool_s: float = 0.0
+    # The server-reported model time (queue + prefill + decode) of the whole rollout, when
+    # the server reports timings: the floor is ``model_s + tool_s``.
+    model_s: float | None = None
     turns: list[TurnRecord] = field(default_factory=list)
     error: str | None = None
 
@@ -67,6 +71,25 @@ def server_timings(response: dict[str, Any] | None) -> dict[str, float] | None:
     if not isinstance(data, dict):
         return None
     return {k: float(v) for k, v in data.items() if isinstance(v, (int, float))}
+
+
+def model_seconds(server: dict[str, float] | None) -> float | None:
+    """Seconds of emulated model time (queue + prefill + decode) in server timings."""
+    if not server:
+        return None
+    return sum(server.get(p, 0.0) for p in INFERENCE_PHASES) / 1000.0
+
+
+def rollout_model_s(turns: Sequence[TurnRecord], whole: dict[str, float] | None) -> float | None:
+    """The rollout's model time: the sum over its turns' timings, or ``whole`` (timings
+    the transport got once for the whole rollout, append mode); ``None`` unless every
+    turn (or the whole) is covered."""
+    if whole:
+        return model_seconds(whole)
+    per_turn = [model_seconds(t.server) for t in turns]
+    if not per_turn or any(x is None for x in per_turn):
+        return None
+    return sum(per_turn)
 
 
 ModelTime = Callable[[int, int, int], float]  # (input, cached, output tokens) -> ms
@@ -154,16 +177,22 @@ async def run_rollout(transport: str, url: str, w: wl.Workload, rollout: int, *,
             calls = [o for o in out.response.get("output", []) if o.get("type") == "function_call"]
             if not calls:
                 break
+            # The tools run for ``pause`` in all, producing their outputs in that time (making
+            # up the filler text is the simulated tool's work, not the transport's); tool
+            # time is what the client actually spent, a late wake-up included.
             pause = wl.tool_time_s(w, rollout, turn)
-            rec.tool_s += pause
-            turn_rec.tool_ms = pause * 1000
-            await asyncio.sleep(pause)
+            started = time.perf_counter()
             new_items = [{"type": "function_call_output", "call_id": c["call_id"],
                           "output": wl.tool_output(w, rollout, turn, i, c["name"])} for i, c in enumerate(calls)]
+            await asyncio.sleep(max(0.0, pause - (time.perf_counter() - started)))
+            turn_rec.tool_ms = (time.perf_counter() - started) * 1000
+            rec.tool_s += turn_rec.tool_ms / 1000
     except Exception as exc:  # noqa: BLE001 - a failed rollout is a result, not a crash
         rec.error = f"{type(exc).__name__}: {exc}"[:300]
     finally:
         rec.e2e_s = time.perf_counter() - t0
+        if not rec.error:
+            rec.model_s = rollout_model_s(rec.turns, server_timings(t.rollout_response))
         try:
             await t.close()
         except Exception:  # noqa: BLE001

@@ -60,6 +60,7 @@ def summarise(records: Sequence[RolloutRecord]) -> dict[str, Any]:
         turns = [t for r in ok for t in r.turns if not t.error]
         server = [t.server for t in turns if t.server]
         inp = sum(t.input_tokens for t in turns)
+        floored = [(r, r.model_s + r.tool_s) for r in ok if r.model_s is not None]
         outp = sum(t.output_tokens for t in turns)
         s: dict[str, Any] = {
             "rollouts": len(rs), "failed_rollouts": len(rs) - len(ok),
@@ -80,6 +81,11 @@ def summarise(records: Sequence[RolloutRecord]) -> dict[str, Any]:
             "cached_share": (sum(t.cached_tokens for t in turns) / inp) if inp else None,
             "output_tokens_per_s": (outp / sum(t.total_ms for t in turns) * 1000) if turns else None,
             "timings_reported": bool(server),
+            # The floor: the server-reported model time (queue + prefill + decode) of the
+            # rollout plus its tool time; e2e above it is everything that is not the model.
+            "floor_s": _dist(f for _, f in floored),
+            "above_floor": _dist(r.e2e_s / f - 1 for r, f in floored),
+            "above_floor_ms_per_turn": _dist((r.e2e_s - f) * 1000 / len(r.turns) for r, f in floored if r.turns),
         }
         out[name] = s
     base = out.get("ws")

@@ -99,6 +99,18 @@ async def _run_with_progress(url: str, w: Workload, transports: list[str], rollo
                                api_key=api_key, on_turn=on_turn)
 
 
+def floor_line(summary: dict[str, Any]) -> str | None:
+    """``above the floor: ws 2.1 % median (p90 3.0 %, 1.4 ms/turn), append …`` for the
+    transports whose server reported timings; ``None`` when none did."""
+    parts = []
+    for name, s in summary.items():
+        a = s.get("above_floor") or {}
+        if a.get("median") is not None:
+            per_turn = s["above_floor_ms_per_turn"]["median"]
+            parts.append(f"{name} {a['median']:.1%} median (p90 {a['p90']:.1%}, {per_turn:.1f} ms/turn)")
+    return "above the floor per rollout (model + tool time): " + ", ".join(parts) if parts else None
+
+
 def run(args: argparse.Namespace) -> int:
     console = report.console()
     if args.url:
@@ -131,6 +143,9 @@ def measure(args: argparse.Namespace, url: str, console: Any) -> dict[str, Any]:
     else:
         console.print("[dim]the server reported no phase timings (metadata responses_ws.timings); "
                       "'non-model ms est.' = turn time − the emulator's modelled time[/dim]")
+    floor = floor_line(summary)
+    if floor is not None:
+        console.print(floor)
     comparison = breakdown.compare(records, transports)
     for line in breakdown.render_summary(comparison):
         console.print(line)

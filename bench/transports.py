@@ -58,6 +58,9 @@ class TurnOutcome:
 
 class Transport(ABC):
     name: ClassVar[str]
+    # The Response that covers the whole rollout, for a transport whose server reports
+    # timings only once (append mode: its terminal response); ``None``: per turn.
+    rollout_response: dict[str, Any] | None = None
 
     def __init__(self, base_url: str, api_key: str = "sk-bench") -> None:
         self.base_url = base_url.rstrip("/")
@@ -176,7 +179,8 @@ class AppendTransport(WebSocketTransport):
     next function call, or to the terminal event.  The lower bound for ``ws``.
 
     Usage and server phase timings exist only for the whole rollout (on the terminal
-    response), so per-turn records carry none and the report falls back to its estimate."""
+    response), so per-turn records carry none and the report falls back to its estimate;
+    the terminal response is kept as :attr:`rollout_response` (the rollout's floor)."""
 
     name = "append"
     query = "?mode=append"
@@ -195,6 +199,7 @@ class AppendTransport(WebSocketTransport):
             return TurnOutcome({"output": segment}, answer.ttft_s, answer.total_s, answer.request_bytes)
         out = TurnOutcome.of(answer)
         if out.response is not None:
+            self.rollout_response = out.response
             out.response = {**out.response, "output": segment, "metadata": {}}
         return out
 

@@ -104,6 +104,15 @@ class Connection:
             self._apply(self.session.on_create(create, timer))
 
     def _apply(self, fx: Effects) -> None:
+        for turn_id in fx.cancel:  # the response is over; stop its generation
+            task = self._generations.pop(turn_id, None)
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+        # Model calls first: their tasks then run (and the request leaves for inference)
+        # before the sender encodes and writes this batch's events, such as response.created
+        # with its echoed instructions and tools.  The events' order is unchanged.
+        for turn in fx.start:
+            self._generations[turn.turn_id] = self._spawn(self._run(turn))
         records = {record.id: record for record in fx.persist}
         for event in fx.events:
             record = records.pop(event.response.id, None) if isinstance(event, _WITH_RECORD) else None
@@ -116,19 +125,22 @@ class Connection:
         assert not records, "a stored record comes with its terminal event"
         for entry in fx.usage:
             self._store.submit_usage(entry)
-        for turn_id in fx.cancel:  # the response is over; stop its generation
-            task = self._generations.pop(turn_id, None)
-            if task is not None and task is not asyncio.current_task():
-                task.cancel()
-        if self._observe is not None:
-            for report in fx.timings:
-                self._observe(self.session.transport, report)
-        for turn in fx.start:
-            self._generations[turn.turn_id] = self._spawn(self._run(turn))
+        if self._observe is not None and fx.timings:
+            # Recording a dozen histograms is not the client's wait: it runs after the
+            # sender has had its turn to write the terminal event queued above.
+            try:
+                asyncio.get_running_loop().call_soon(self._observe_all, fx.timings)
+            except RuntimeError:  # no loop (a synchronous caller)
+                self._observe_all(fx.timings)
         for load in fx.load:
             self._spawn(self._load(load))
         if self.session.draining and self.session.idle:
             self.end(1001)
+
+    def _observe_all(self, reports: list[dict[str, float]]) -> None:
+        assert self._observe is not None
+        for report in reports:
+            self._observe(self.session.transport, report)
 
     def _send(self, event: ServerEvent) -> None:
         held = self._held.get(event.stream_id)

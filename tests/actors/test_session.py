@@ -543,3 +543,46 @@ def test_packed_connections_share_the_hosts_cache_budget_least_recently_used_con
     assert err["error"]["code"] == "previous_response_not_found"
     two.release()
     assert host.total == 0
+
+
+def test_instructions_and_tools_resent_every_turn_are_reused_and_a_change_is_rendered_and_validated():
+    from inference import chat_format
+    from actors.render import tool_specs
+    from actors.protocol import FunctionTool
+
+    def prefix(tools: list[dict], instructions: str) -> list[int]:
+        specs = tool_specs([FunctionTool.model_validate(t) for t in tools])
+        return chat_format.render_tools(specs) + chat_format.render_instructions(instructions)
+
+    other = {**TOOL, "name": "list_dir"}
+    s = new_session()
+    prev = None
+    steps = [("Be brief.", [TOOL]), ("Be brief.", [TOOL]), ("Be thorough.", [TOOL]),
+             ("Be thorough.", [TOOL, other]), ("Be brief.", [TOOL])]
+    for instructions, tools in steps:
+        body = {"instructions": instructions, "tools": tools, "store": False, "input": "go on"}
+        if prev is not None:
+            body["previous_response_id"] = prev
+        fx = send(s, **body)
+        (turn,) = fx.start
+        want = prefix(tools, instructions)
+        assert list(turn.request.prompt_token_ids[: len(want)]) == want
+        assert [t.name for t in turn.request.tools] == [t["name"] for t in tools]
+        prev = terminal(answer_text(s, fx))["id"]
+    # A changed tool list is validated again: a duplicate name is a typed error, and the
+    # session keeps working with the previous definitions.
+    (err,) = dumped(send(s, previous_response_id=prev, store=False, tools=[TOOL, TOOL], input="again"))
+    assert err["type"] == "error" and err["error"]["param"] == "tools[1].name"
+    fx = send(s, store=False, tools=[TOOL], instructions="Be brief.", input="fresh")
+    assert list(fx.start[0].request.prompt_token_ids[: len(prefix([TOOL], "Be brief."))]) == prefix([TOOL], "Be brief.")
+
+
+def test_event_snapshots_keep_their_moment_while_sharing_the_echoed_tools():
+    s = new_session()
+    fx = answer_call(s, send(s, input="read it", tools=[TOOL], instructions="Be brief."))
+    created, in_progress, completed = fx.events[0], fx.events[1], fx.events[-1]
+    assert created.response.output == [] and in_progress.response.output == []
+    assert created.response.status == "in_progress" and completed.response.status == "completed"
+    assert len(completed.response.output) == 1
+    assert created.response.tools == completed.response.tools == [{**TOOL, "strict": True}]
+    assert created.response.instructions == "Be brief."

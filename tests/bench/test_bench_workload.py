@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from bench import workload as wl
-from bench.agentloop import RolloutRecord, TurnRecord, interleaved_jobs, server_timings
+from bench.agentloop import RolloutRecord, TurnRecord, interleaved_jobs, rollout_model_s, server_timings
 from bench.report import pct, summarise
 from bench.transports import TRANSPORTS, output_as_input
 from inference import tokenizer
@@ -72,3 +72,21 @@ def test_summary_reports_gain_of_ws_over_each_other_transport():
     assert "ws_gain" not in s["ws"]
     assert s["ws"]["cached_share"] == 0.5 and s["ws"]["api_overhead_ms"]["median"] == 2.0
     assert pct([1, 2, 3, 4], 0.5) == 2.5 and pct([], 0.5) is None
+
+
+def test_the_floor_is_the_server_reported_model_time_plus_tool_time():
+    model = {"queue": 1.0, "prefill": 30.0, "decode": 9.0, "render": 4.0, "api_overhead": 5.0}
+    turns = [TurnRecord(i, 10.0, 50.0, 100, server=model) for i in range(1, 5)]
+    assert rollout_model_s(turns, None) == 0.16
+    assert rollout_model_s(turns[:1] + [TurnRecord(2, 10.0, 50.0, 100)], None) is None  # a turn unreported
+    # append mode: the terminal response's timings cover the whole rollout
+    assert rollout_model_s([TurnRecord(1, 10.0, 50.0, 100)], {"prefill": 150.0, "decode": 50.0}) == 0.2
+    ws = RolloutRecord("ws", 0, 3, e2e_s=1.1, tool_s=0.84, model_s=0.16, turns=turns)
+    append = RolloutRecord("append", 0, 3, e2e_s=1.05, tool_s=0.84, model_s=0.16, turns=turns)
+    unreported = RolloutRecord("http-full", 0, 3, e2e_s=2.0, tool_s=0.84, turns=turns)
+    s = summarise([ws, append, unreported])
+    assert s["ws"]["floor_s"]["median"] == 1.0
+    assert abs(s["ws"]["above_floor"]["median"] - 0.1) < 1e-12
+    assert abs(s["ws"]["above_floor_ms_per_turn"]["median"] - 25.0) < 1e-9
+    assert abs(s["append"]["above_floor"]["median"] - 0.05) < 1e-12
+    assert s["http-full"]["above_floor"]["median"] is None and s["http-full"]["floor_s"]["n"] == 0
