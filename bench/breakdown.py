@@ -216,6 +216,13 @@ def plot(path: Path, cmp: dict[str, Any], rows: list[dict[str, Any]], rollout: i
         ax2.text(i, bottom[i], f"{bottom[i]:.1f} s", ha="center", va="bottom", fontsize=8)
     ax2.set_ylabel(f"s, {cmp['rollouts']} rollouts summed")
     ax2.grid(alpha=0.3, axis="y")
+    return save(fig, path, title)
+
+
+def save(fig, path: Path, title: str) -> Path:  # noqa: ANN001 - a matplotlib Figure
+    """Title, lay out, write (as a 110-dpi PNG) and close ``fig``."""
+    import matplotlib.pyplot as plt
+
     fig.suptitle(title)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -112,9 +112,4 @@ def plot(path: Path, points: list[dict[str, Any]], xlabel: str, title: str, log_
     ax1.set_ylabel("API overhead, % of end-to-end time")
     ax2.set_ylabel(f"{names[0] if names else ''} faster by, %")
     ax2.axhline(0, color="grey", lw=0.8)
-    fig.suptitle(title)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return breakdown.save(fig, path, title)

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
+from inference.policy import Z90
 from inference.tokenizer import decode, encode
 
 # Words that cl100k encodes as one token each (with a leading space), so text sizes are
@@ -53,9 +54,6 @@ LOG_LINES = (
 )
 IDENT = ("config", "session", "store", "parser", "render", "token", "cache", "lane", "value",
          "item", "path", "state", "event", "frame", "buffer", "handle", "limit", "count")
-
-
-Z90 = 1.2815515655446004  # the standard normal's 0.9 quantile
 
 
 @dataclass(frozen=True)
