@@ -164,12 +164,12 @@ def measure(args: argparse.Namespace, url: str, console: Any) -> dict[str, Any]:
         return asyncio.run(_run_with_progress(url, pw, transports, args.sweep_rollouts, args.concurrency,
                                               args.api_key, args.quiet, name))
 
-    by_speed = sweeps.run_points(url, sweeps.speed_points(w, _ints(args.sweep_speed)), transports,
-                                 args.sweep_rollouts, args.api_key, run=lambda pw, x: point(pw, f"{x} tok/s"))
+    by_speed = sweeps.run_points(sweeps.speed_points(w, _ints(args.sweep_speed)), transports,
+                                 lambda pw, x: point(pw, f"{x} tok/s"))
     for line in sweeps.lines(by_speed, "tok/s"):
         console.print(line)
-    by_context = sweeps.run_points(url, sweeps.context_points(w, _ints(args.sweep_context)), transports,
-                                   args.sweep_rollouts, args.api_key, run=lambda pw, x: point(pw, f"ctx {x}"))
+    by_context = sweeps.run_points(sweeps.context_points(w, _ints(args.sweep_context)), transports,
+                                   lambda pw, x: point(pw, f"ctx {x}"))
     for line in sweeps.lines(by_context, "context"):
         console.print(line)
     payload = {

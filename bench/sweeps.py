@@ -10,7 +10,6 @@ profiles added to its config, a server at ``--url`` must already serve them.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any
 from inference.profiles import InferenceConfig, ModelProfile
 
 from . import breakdown
-from .agentloop import RolloutRecord, run_bench
+from .agentloop import RolloutRecord
 from .workload import Workload
 
 
@@ -45,19 +44,14 @@ def with_speeds(config: InferenceConfig, model: str, speeds: Sequence[int]) -> I
     return config.model_copy(update={"profiles": [*config.profiles, *extra]})
 
 
-def run_points(url: str, points: Sequence[tuple[float, Workload]], transports: Sequence[str], rollouts: int,
-               api_key: str, concurrency: int = 1,
-               run: Callable[[Workload, str], list[RolloutRecord]] | None = None) -> list[dict[str, Any]]:
-    """Every transport at each ``(x, workload)`` point; per point the comparison
-    (:func:`breakdown.compare`) and the rollouts.  ``run(workload, label)`` runs one point
-    (a progress display); by default it is :func:`run_bench` without one."""
+def run_points(points: Sequence[tuple[float, Workload]], transports: Sequence[str],
+               run: Callable[[Workload, str], list[RolloutRecord]]) -> list[dict[str, Any]]:
+    """Every transport at each ``(x, workload)`` point — ``run(workload, label)`` runs one
+    (all transports, interleaved) — and per point the comparison
+    (:func:`breakdown.compare`) and the rollouts."""
     out = []
     for x, w in points:
-        if run is not None:
-            records = run(w, f"{x:g}")
-        else:
-            records = asyncio.run(run_bench(url, w, transports, rollouts=rollouts, concurrency=concurrency,
-                                            api_key=api_key, settle_s=1.0))
+        records = run(w, f"{x:g}")
         out.append({"x": x, "workload": w.as_dict(), "comparison": breakdown.compare(records, transports),
                     "rollouts": [r.as_dict() for r in records]})
     return out

@@ -118,3 +118,18 @@ def test_speed_profiles_scale_every_rate_alike():
     assert scaled.prefill_tokens_per_s == pytest.approx(fast.prefill_tokens_per_s * f)
     assert scaled.burst_tokens_per_s == pytest.approx(fast.burst_tokens_per_s * f)
     assert scaled.prefill_overhead_ms == fast.prefill_overhead_ms
+
+
+def test_a_sweep_runs_every_point_and_compares_the_transports_at_each():
+    labels = []
+
+    def run(w, label):
+        labels.append((label, w.resume_tokens))
+        api = w.resume_tokens / 1000  # HTTP's overhead grows with the context here
+        return [rollout("ws", 0, 2.0), rollout("http-full", 0, 2.0 + api)]
+
+    points = sweeps.run_points(sweeps.context_points(CODEX, [10_000, 100_000]), ["ws", "http-full"], run)
+    assert labels == [("10000", 10_000), ("100000", 100_000)]
+    gains = [p["comparison"]["transports"]["http-full"]["gain_of_ws"]["e2e"] for p in points]
+    assert 0 < gains[0] < gains[1]
+    assert [w.model for _, w in sweeps.speed_points(CODEX, [65])] == ["emu-speed-65"]
