@@ -22,6 +22,7 @@ import time
 from array import array
 from collections import deque
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 
 from inference.policy import InvalidMetadata, metadata_overrides
 from inference.types import Done, InferenceEvent, InferenceRequest
@@ -50,15 +51,29 @@ from .protocol import (
     error_event,
     parse_client_event,
 )
-from .render import render_items
+from .render import item_text, render_items
 from .response_builder import ResponseBuilder, new_response, tool_choice_name
 from .steering import SteerError, Steering, calls_started, required_input, steer_failed, steer_items, successor
 from store import StoredResponse, UsageEntry
 from .timings import METADATA_KEY, PhaseTimer, as_metadata
-from .turn import Effects, Load, Turn
+from .turn import Effects, Load, Render, Turn
 from .whatif import resume_charge, turn_charge
 
-__all__ = ["Effects", "Load", "Session", "Turn"]
+__all__ = ["Effects", "Load", "Render", "Session", "Turn"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Begun:
+    """A request that passed its checks and waits for its input's tokens."""
+
+    lane: str | None
+    create: ResponseCreate
+    parent: ContextEntry | None
+    timer: PhaseTimer
+    items: list[InputItem]
+    same_lane: bool
+    call_ids: frozenset[str]
+    tool_results: int
 
 
 class Session:
@@ -87,6 +102,7 @@ class Session:
         self._pending: deque[tuple[str | None, ResponseCreate, PhaseTimer]] = deque()
         self._turns: dict[int, Turn] = {}
         self._loading: dict[int, tuple[str | None, ResponseCreate, PhaseTimer, float]] = {}
+        self._rendering: dict[int, tuple[_Begun, float]] = {}  # inputs tokenised off the loop
         self._steering = Steering()
         self.append_mode = append_mode
         self.draining = False  # shutting down: no new responses
@@ -95,11 +111,11 @@ class Session:
     # ------------------------------------------------------------------ client side
     @property
     def inflight(self) -> int:
-        return len(self._turns) + len(self._loading)
+        return len(self._turns) + len(self._loading) + len(self._rendering)
 
     @property
     def idle(self) -> bool:
-        return not (self._turns or self._loading or self._pending)
+        return not (self._turns or self._loading or self._rendering or self._pending)
 
     def on_disconnect(self) -> None:
         """The socket is gone (its driver cancelled the model calls): responses in flight,
@@ -109,8 +125,11 @@ class Session:
             self._lanes[turn.lane].busy = False
         for lane_name, *_ in self._loading.values():
             self._lanes[lane_name].busy = False
+        for begun, _ in self._rendering.values():
+            self._lanes[begun.lane].busy = False
         self._turns.clear()
         self._loading.clear()
+        self._rendering.clear()
         self._pending.clear()
         self._steering.drop_running()
 
@@ -286,10 +305,37 @@ class Session:
         items = self._steering.take(create.previous_response_id, lane_name) + create.items
         try:
             with timer.phase("parse_validate"):
-                call_ids, tool_results = self._check_calls(parent, items)
+                checked = self._check_calls(parent, items)
+        except APIError as exc:
+            return self._reject(lane_name, exc, evict=same_lane)
+        begun = _Begun(lane_name, create, parent, timer, items, same_lane, *checked)
+        limit = self.config.render_offload_chars
+        if limit and sum(len(item_text(item)) for item in items) >= limit:
+            render_id = next(self._ids)
+            self._rendering[render_id] = (begun, self._perf())
+            return Effects(render=[Render(render_id, tuple(items))])
+        with timer.phase("render"):
+            input_tokens = render_items(items)
+        return self._prepare(begun, input_tokens)
+
+    def on_rendered(self, render_id: int, tokens: Sequence[int] | None) -> Effects:
+        """The driver's answer to a :class:`Render` (``None``: rendering failed, a server
+        fault).  The render phase counts the whole wait, the worker's queue included."""
+        entry = self._rendering.pop(render_id, None)
+        if entry is None:  # the socket went away meanwhile
+            return Effects()
+        begun, asked = entry
+        begun.timer.ms["render"] += (self._perf() - asked) * 1000.0
+        if tokens is None:
+            return self._reject(begun.lane, ServerError(), evict=begun.same_lane)
+        return self._prepare(begun, tokens)
+
+    def _prepare(self, begun: _Begun, input_tokens: Sequence[int]) -> Effects:
+        """The rest of a request's preparation once its input is rendered; it starts."""
+        lane_name, create, parent, timer, items = begun.lane, begun.create, begun.parent, begun.timer, begun.items
+        try:
             with timer.phase("render"):
                 specs, tool_tokens = self._prep.tools(create.function_tools)
-                input_tokens = render_items(items)
                 prompt = array("I", tool_tokens)
                 prompt.extend(self._prep.instructions(create.instructions))
                 if parent is not None:
@@ -302,7 +348,7 @@ class Session:
             with timer.phase("classify"):
                 scan = self._prep.scan(parent.scan if parent is not None else None, items)
         except APIError as exc:
-            return self._reject(lane_name, exc, evict=same_lane)
+            return self._reject(lane_name, exc, evict=begun.same_lane)
 
         store = True if create.store is None else create.store
         generate = create.generate is not False and not (create.prompt_cache_options or {}).get("prewarm")
@@ -317,7 +363,7 @@ class Session:
                 tools=specs,
                 tool_choice=tool_choice_name(create.tool_choice),
                 parallel_tool_calls=response.parallel_tool_calls,
-                tool_results_in_context=tool_results,
+                tool_results_in_context=begun.tool_results,
                 max_output_tokens=create.max_output_tokens,
                 generate=generate,
                 session_key=self.session_key,
@@ -332,10 +378,10 @@ class Session:
                 output_scan=self._prep.new_scan() if self.config.safety.enabled else None,
                 pause_on_calls=self.append_mode),
             parent=parent,
-            same_lane_parent=same_lane,
+            same_lane_parent=begun.same_lane,
             inputs=input_dicts(items),
             input_tokens=input_tokens,
-            call_ids=call_ids,
+            call_ids=begun.call_ids,
             store=store,
             scan=scan,
             timer=timer,

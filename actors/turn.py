@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from inference.types import InferenceRequest
 
 from .context import ContextEntry
-from .protocol import ResponseCreate, ServerEvent
+from .protocol import InputItem, ResponseCreate, ServerEvent
 from .response_builder import ResponseBuilder
 from .safety import Classifier
 from store import StoredResponse, UsageEntry
@@ -63,14 +63,25 @@ class Load:
     owner: str
 
 
+@dataclass(frozen=True, slots=True)
+class Render:
+    """Tokenise a large input off the event loop and hand the ids back with
+    ``Session.on_rendered`` (``SessionConfig.render_offload_chars``)."""
+
+    render_id: int
+    items: tuple[InputItem, ...]
+
+
 @dataclass(slots=True)
 class Effects:
     """What the driver must do: send these events, start these model calls, load these
-    stored responses, and (off the critical path) persist these records and ledger lines."""
+    stored responses, render these inputs, and (off the critical path) persist these
+    records and ledger lines."""
 
     events: list[ServerEvent] = field(default_factory=list)
     start: list[Turn] = field(default_factory=list)
     load: list[Load] = field(default_factory=list)
+    render: list[Render] = field(default_factory=list)
     persist: list[StoredResponse] = field(default_factory=list)
     usage: list[UsageEntry] = field(default_factory=list)
     cancel: list[int] = field(default_factory=list)  # turns whose model call must stop
@@ -80,6 +91,7 @@ class Effects:
         self.events += other.events
         self.start += other.start
         self.load += other.load
+        self.render += other.render
         self.persist += other.persist
         self.usage += other.usage
         self.cancel += other.cancel

@@ -1,7 +1,9 @@
 """The asyncio driver of one :class:`~actors.session.Session`.
 
 It feeds client input into the session, runs the model calls the session starts through an
-:class:`InferenceClient`, answers the session's store loads, writes what the session asks
+:class:`InferenceClient`, answers the session's store loads, tokenises large inputs on a
+worker thread (tiktoken releases the GIL, so the loop keeps serving the host's other
+connections meanwhile), writes what the session asks
 to persist through a :class:`~store.writer.StoreWriter`, and queues server events for
 whoever holds the client (a WebSocket, an HTTP response), who drains them in batches.  No
 Ray here.
@@ -18,9 +20,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -36,12 +40,23 @@ from ..protocol import (
     ServerEvent,
     error_event,
 )
-from ..session import Effects, Load, Session, Turn
+from ..render import render_items
+from ..session import Effects, Load, Render, Session, Turn
 from store import StoredResponse, UsageEntry
 from ..timings import PhaseTimer
 from ..whatif import WhatIfClient
 
 log = logging.getLogger(__name__)
+
+_render_pool: Executor | None = None
+
+
+def render_pool() -> Executor:
+    """The process's tokenising threads (one per core, at most four), made on first use."""
+    global _render_pool  # noqa: PLW0603 - one pool per process, shared by its connections
+    if _render_pool is None:
+        _render_pool = ThreadPoolExecutor(min(4, os.cpu_count() or 1), thread_name_prefix="render")
+    return _render_pool
 
 
 class InferenceClient(Protocol):
@@ -71,8 +86,10 @@ class _Stored:
 
 class Connection:
     def __init__(self, session: Session, inference: InferenceClient, store: ResponseStore,
-                 observe: Callable[[str, dict[str, float]], None] | None = None) -> None:
+                 observe: Callable[[str, dict[str, float]], None] | None = None,
+                 renderer: Executor | None = None) -> None:
         self.session = session
+        self._renderer = renderer
         self._inference = inference
         self._store = store
         self._observe = observe
@@ -134,6 +151,8 @@ class Connection:
                 self._observe_all(fx.timings)
         for load in fx.load:
             self._spawn(self._load(load))
+        for job in fx.render:
+            self._spawn(self._render(job))
         if self.session.draining and self.session.idle:
             self.end(1001)
 
@@ -201,6 +220,15 @@ class Connection:
             log.exception("loading %s from the store failed", load.response_id)
             record = None
         self._apply(self.session.on_loaded(load.load_id, record))
+
+    async def _render(self, job: Render) -> None:
+        pool = self._renderer or render_pool()
+        try:
+            tokens = await asyncio.get_running_loop().run_in_executor(pool, render_items, job.items)
+        except Exception:  # noqa: BLE001 - a bug the input hit: server_error, the text not sent
+            log.exception("rendering an input failed")
+            tokens = None
+        self._apply(self.session.on_rendered(job.render_id, tokens))
 
     async def _run(self, turn: Turn) -> None:
         me = asyncio.current_task()

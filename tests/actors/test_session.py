@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from actors.cache_budget import CacheBudget
 from actors.config import SessionConfig
 from actors.protocol import ResponseObject
+from actors.render import render_items
 from actors.session import Effects, Session
 from inference.types import Done, FunctionCallDelta, Prefilled, ReasoningDone, TextDelta
 from tests.support.event_order import FUNCTION_CALL_ANSWER, TEXT_ANSWER, assert_event_types
@@ -586,3 +587,41 @@ def test_event_snapshots_keep_their_moment_while_sharing_the_echoed_tools():
     assert len(completed.response.output) == 1
     assert created.response.tools == completed.response.tools == [{**TOOL, "strict": True}]
     assert created.response.instructions == "Be brief."
+
+
+# --- a large input is tokenised by the driver, off the event loop (render_offload_chars) -------
+
+
+def test_a_large_input_is_rendered_by_the_driver_and_then_starts_as_an_inline_one_would():
+    body = dict(input="a long tool log line\n" * 20, tools=[TOOL], instructions="Be brief.")
+    inline = send(new_session(), **body)
+    s = new_session(render_offload_chars=100)
+    fx = send(s, **body)
+    assert not fx.events and not fx.start and len(fx.render) == 1, "nothing starts before the tokens"
+    assert not s.idle and s.inflight == 1
+    (job,) = fx.render
+    fx = s.on_rendered(job.render_id, render_items(job.items))
+    (turn,) = fx.start
+    assert turn.request.prompt_token_ids == inline.start[0].request.prompt_token_ids
+    assert turn.timer.ms["render"] > 0
+    assert_event_types(dumped(answer_text(s, fx)), TEXT_ANSWER)
+    assert not send(s, input="short").render, "a small input is rendered inline"
+
+
+def test_a_failed_render_is_server_error_and_the_lane_stays_usable():
+    s = new_session(render_offload_chars=10)
+    (job,) = send(s, input="x" * 50).render
+    (error,) = dumped(s.on_rendered(job.render_id, None))
+    assert error["type"] == "error" and error["error"]["code"] == "server_error"
+    assert s.idle
+    (job,) = send(s, input="y" * 50).render
+    assert s.on_rendered(job.render_id, render_items(job.items)).start
+
+
+def test_tokens_arriving_after_a_disconnect_are_dropped():
+    s = new_session(render_offload_chars=10)
+    (job,) = send(s, input="x" * 50).render
+    s.on_disconnect()
+    assert s.idle
+    fx = s.on_rendered(job.render_id, render_items(job.items))
+    assert not (fx.events or fx.start)

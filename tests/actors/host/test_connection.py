@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 
 
 from actors.config import SessionConfig
@@ -234,3 +235,37 @@ def test_a_response_not_stored_is_not_held():
         assert store.started == []
 
     run(scenario)
+
+
+# --- a large input is tokenised on a worker thread; the socket answers as it would inline ------
+
+
+class BrokenPool(ThreadPoolExecutor):
+    def submit(self, fn, /, *args, **kwargs):  # noqa: ANN001, ANN201
+        return super().submit(lambda: 1 / 0)
+
+
+def test_a_large_input_is_tokenised_off_the_loop_and_answered(caplog):
+    async def main(renderer):
+        session = Session(SessionConfig(render_offload_chars=100), [MODEL], session_key="s", clock=lambda: 0.0)
+        store = GatedStore()
+        store.gate.set()
+        conn = Connection(session, ScriptedInference(), store, renderer=renderer)
+        client = Client(conn, store)
+        conn.feed(create(input="a long line of a tool's output\n" * 10, store=False,
+                         metadata={"responses_ws.timings": "1"}))
+        await client.until(lambda: client.events and client.events[-1]["type"] in ("response.completed", "error"))
+        conn.feed(create(input="short", store=False))  # the socket stays usable either way
+        await client.until(lambda: client.types().count("response.completed") >= 1
+                           and client.events[-1]["type"] == "response.completed")
+        await conn.close()
+        return client.events
+
+    events = asyncio.run(main(None))
+    first = next(e for e in events if e["type"] == "response.completed")
+    assert json.loads(first["response"]["metadata"]["responses_ws.timings"])["render"] > 0
+    with caplog.at_level(logging.ERROR, logger="actors.host.connection"):
+        events = asyncio.run(main(BrokenPool(1)))
+    assert events[0]["type"] == "error" and events[0]["error"]["code"] == "server_error"
+    assert "ZeroDivisionError" not in json.dumps(events) and "rendering an input failed" in caplog.text
+    assert events[-1]["type"] == "response.completed"
