@@ -90,3 +90,10 @@ def test_the_floor_is_the_server_reported_model_time_plus_tool_time():
     assert abs(s["ws"]["above_floor_ms_per_turn"]["median"] - 25.0) < 1e-9
     assert abs(s["append"]["above_floor"]["median"] - 0.05) < 1e-12
     assert s["http-full"]["above_floor"]["median"] is None and s["http-full"]["floor_s"]["n"] == 0
+
+
+def test_the_overhead_benchmark_asks_only_for_policy_values_the_server_accepts():
+    from bench.overhead import META
+    from inference.policy import metadata_overrides
+
+    assert metadata_overrides(META.items())["tool_rounds"] == 10_000  # raises InvalidMetadata if not
