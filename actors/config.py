@@ -35,8 +35,9 @@ class SessionConfig(BaseModel):
     resume_grace_s: float = Field(0.0, ge=0, description="opt-in resumable connections: keep a dropped "
                                   "connection's state this long for its resume token; 0 = off")
     render_offload_chars: int = Field(32_768, ge=0, description="an input with at least this many characters "
-                                      "of text is tokenised on a worker thread, so the host's event loop keeps "
-                                      "serving its other connections meanwhile; 0 = always on the loop")
+                                      "of text is tokenised on a worker thread while the host has other work in "
+                                      "flight, so its event loop keeps serving the other connections; 0 = always "
+                                      "on the loop")
     max_input_tokens: int = Field(400_000, ge=1, description="prompt tokens per request; more → 400")
     max_cached_tokens: int = Field(2_000_000, ge=1, description="tokens a connection caches over all "
                                    "lanes; beyond it the least recently used lanes are evicted")

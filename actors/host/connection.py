@@ -48,15 +48,50 @@ from ..whatif import WhatIfClient
 
 log = logging.getLogger(__name__)
 
-_render_pool: Executor | None = None
+class RenderPool:
+    """Where a connection tokenises a large input (a :class:`Render` effect).
+
+    On a worker thread while this process's connections have other work in flight (model
+    calls streaming, other inputs being tokenised): the loop then keeps serving them instead
+    of stalling behind ~26 ms per 60k tokens (tiktoken releases the GIL).  Inline when
+    nothing else runs: tiktoken is ~20 % slower off the main thread (measured, docs/performance.md),
+    so a lone request is not made to pay for the hop.  One per process, shared by its
+    connections; the threads (one per core, at most four) are made on first use."""
+
+    def __init__(self, executor: Executor | None = None) -> None:
+        self._executor = executor
+        self.in_flight = 0  # model calls and renders of this process's connections
+
+    @property
+    def crowded(self) -> bool:
+        return self.in_flight > 0
+
+    async def render(self, job: Render) -> list[int] | None:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(min(4, os.cpu_count() or 1), thread_name_prefix="render")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, tokens_of, job)
+
+    def track(self, task: asyncio.Task[None]) -> asyncio.Task[None]:
+        """Count ``task`` as work in flight from now until it is done (or cancelled, even
+        before it ran)."""
+        self.in_flight += 1
+        task.add_done_callback(self._done)
+        return task
+
+    def _done(self, _: object) -> None:
+        self.in_flight -= 1
 
 
-def render_pool() -> Executor:
-    """The process's tokenising threads (one per core, at most four), made on first use."""
-    global _render_pool  # noqa: PLW0603 - one pool per process, shared by its connections
-    if _render_pool is None:
-        _render_pool = ThreadPoolExecutor(min(4, os.cpu_count() or 1), thread_name_prefix="render")
-    return _render_pool
+def tokens_of(job: Render) -> list[int] | None:
+    """The token ids of a job's input; ``None`` (logged) if a bug the input hit raised."""
+    try:
+        return render_items(job.items)
+    except Exception:  # noqa: BLE001 - answered with server_error, its text not sent
+        log.exception("rendering an input failed")
+        return None
+
+
+RENDER_POOL = RenderPool()
 
 
 class InferenceClient(Protocol):
@@ -87,7 +122,7 @@ class _Stored:
 class Connection:
     def __init__(self, session: Session, inference: InferenceClient, store: ResponseStore,
                  observe: Callable[[str, dict[str, float]], None] | None = None,
-                 renderer: Executor | None = None) -> None:
+                 renderer: RenderPool = RENDER_POOL) -> None:
         self.session = session
         self._renderer = renderer
         self._inference = inference
@@ -129,7 +164,7 @@ class Connection:
         # before the sender encodes and writes this batch's events, such as response.created
         # with its echoed instructions and tools.  The events' order is unchanged.
         for turn in fx.start:
-            self._generations[turn.turn_id] = self._spawn(self._run(turn))
+            self._generations[turn.turn_id] = self._renderer.track(self._spawn(self._run(turn)))
         records = {record.id: record for record in fx.persist}
         for event in fx.events:
             record = records.pop(event.response.id, None) if isinstance(event, _WITH_RECORD) else None
@@ -152,7 +187,10 @@ class Connection:
         for load in fx.load:
             self._spawn(self._load(load))
         for job in fx.render:
-            self._spawn(self._render(job))
+            if self._renderer.crowded:
+                self._renderer.track(self._spawn(self._render(job)))
+            else:
+                self._apply(self.session.on_rendered(job.render_id, tokens_of(job)))
         if self.session.draining and self.session.idle:
             self.end(1001)
 
@@ -222,13 +260,7 @@ class Connection:
         self._apply(self.session.on_loaded(load.load_id, record))
 
     async def _render(self, job: Render) -> None:
-        pool = self._renderer or render_pool()
-        try:
-            tokens = await asyncio.get_running_loop().run_in_executor(pool, render_items, job.items)
-        except Exception:  # noqa: BLE001 - a bug the input hit: server_error, the text not sent
-            log.exception("rendering an input failed")
-            tokens = None
-        self._apply(self.session.on_rendered(job.render_id, tokens))
+        self._apply(self.session.on_rendered(job.render_id, await self._renderer.render(job)))
 
     async def _run(self, turn: Turn) -> None:
         me = asyncio.current_task()

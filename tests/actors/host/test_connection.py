@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 
 from actors.config import SessionConfig
-from actors.host.connection import Connection, ResponseStore
+from actors.host.connection import Connection, RenderPool, ResponseStore
 from actors.protocol import ServerEvent
 from actors.session import Session
 from inference.types import Done, InferenceEvent, InferenceRequest, Prefilled, TextDelta
@@ -237,35 +237,82 @@ def test_a_response_not_stored_is_not_held():
     run(scenario)
 
 
-# --- a large input is tokenised on a worker thread; the socket answers as it would inline ------
+# --- a large input is tokenised on a worker thread while the host has other work in flight ----
 
 
-class BrokenPool(ThreadPoolExecutor):
+class CountingPool(ThreadPoolExecutor):
+    def __init__(self) -> None:
+        super().__init__(1)
+        self.jobs = 0
+
     def submit(self, fn, /, *args, **kwargs):  # noqa: ANN001, ANN201
-        return super().submit(lambda: 1 / 0)
+        self.jobs += 1
+        return super().submit(fn, *args, **kwargs)
 
 
-def test_a_large_input_is_tokenised_off_the_loop_and_answered(caplog):
-    async def main(renderer):
+BIG = "a long line of a tool's output\n" * 10  # over render_offload_chars=100
+
+
+def render_scenario(pool: CountingPool, scenario) -> None:  # noqa: ANN001
+    async def main() -> None:
         session = Session(SessionConfig(render_offload_chars=100), [MODEL], session_key="s", clock=lambda: 0.0)
         store = GatedStore()
         store.gate.set()
-        conn = Connection(session, ScriptedInference(), store, renderer=renderer)
-        client = Client(conn, store)
-        conn.feed(create(input="a long line of a tool's output\n" * 10, store=False,
-                         metadata={"responses_ws.timings": "1"}))
-        await client.until(lambda: client.events and client.events[-1]["type"] in ("response.completed", "error"))
-        conn.feed(create(input="short", store=False))  # the socket stays usable either way
-        await client.until(lambda: client.types().count("response.completed") >= 1
-                           and client.events[-1]["type"] == "response.completed")
-        await conn.close()
-        return client.events
+        inference = ScriptedInference()
+        conn = Connection(session, inference, store, renderer=RenderPool(pool))
+        try:
+            await scenario(conn, inference, Client(conn, store))
+        finally:
+            await conn.close()
 
-    events = asyncio.run(main(None))
-    first = next(e for e in events if e["type"] == "response.completed")
-    assert json.loads(first["response"]["metadata"]["responses_ws.timings"])["render"] > 0
+    try:
+        asyncio.run(main())
+    finally:
+        pool.shutdown()
+
+
+def completed(client: Client, lane: str | None = None) -> list[dict]:
+    return [e["response"] for e in client.events if e["type"] == "response.completed" and e.get("stream_id") == lane]
+
+
+def test_a_lone_large_input_is_tokenised_inline_and_one_beside_a_running_response_on_a_thread():
+    pool = CountingPool()
+
+    async def scenario(conn, inference, client):
+        conn.feed(create(input=BIG, store=False, metadata={"responses_ws.timings": "1"}))
+        await client.until(lambda: completed(client))
+        assert json.loads(completed(client)[0]["metadata"]["responses_ws.timings"])["render"] > 0
+        assert pool.jobs == 0, "nothing else ran: no hop to a thread"
+        conn.feed(create(stream_id="a", store=False, metadata={HOLD: "1"}))  # a model call in flight
+        await client.until(lambda: "response.output_text.delta" in client.types("a"))
+        conn.feed(create(stream_id="b", input=BIG, store=False))
+        await client.until(lambda: completed(client, "b"))
+        assert pool.jobs == 1 and not completed(client, "a"), "b was tokenised on the thread while a ran"
+        inference.release.set()
+        await client.until(lambda: completed(client, "a"))
+
+    render_scenario(pool, scenario)
+
+
+def test_a_render_that_fails_is_server_error_and_the_socket_stays_usable(monkeypatch, caplog):
+    def broken(items):  # noqa: ANN001, ANN202
+        raise KeyError("internal detail /srv/secret.py")
+
+    monkeypatch.setattr("actors.host.connection.render_items", broken)
+
+    async def scenario(conn, inference, client):
+        conn.feed(create(input=BIG, store=False))  # inline
+        conn.feed(create(stream_id="a", store=False, metadata={HOLD: "1"}))
+        await client.until(lambda: "response.output_text.delta" in client.types("a"))
+        conn.feed(create(stream_id="b", input=BIG, store=False))  # on the thread
+        await client.until(lambda: "error" in client.types("b"))
+        conn.feed(create(stream_id="b", input="short", store=False))
+        await client.until(lambda: completed(client, "b"))
+        errors = [e for e in client.events if e["type"] == "error"]
+        assert [e.get("stream_id") for e in errors] == [None, "b"]
+        assert all(e["error"]["code"] == "server_error" for e in errors)
+        assert "secret" not in json.dumps(client.events)
+
     with caplog.at_level(logging.ERROR, logger="actors.host.connection"):
-        events = asyncio.run(main(BrokenPool(1)))
-    assert events[0]["type"] == "error" and events[0]["error"]["code"] == "server_error"
-    assert "ZeroDivisionError" not in json.dumps(events) and "rendering an input failed" in caplog.text
-    assert events[-1]["type"] == "response.completed"
+        render_scenario(CountingPool(), scenario)
+    assert caplog.text.count("rendering an input failed") == 2
