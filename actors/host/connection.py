@@ -1,9 +1,8 @@
 """The asyncio driver of one :class:`~actors.session.Session`.
 
 It feeds client input into the session, runs the model calls the session starts through an
-:class:`InferenceClient`, answers the session's store loads, tokenises large inputs on a
-worker thread (tiktoken releases the GIL, so the loop keeps serving the host's other
-connections meanwhile), writes what the session asks
+:class:`InferenceClient`, answers the session's store loads, tokenises large inputs (on a
+worker thread while the host has other work in flight, :class:`RenderPool`), writes what the session asks
 to persist through a :class:`~store.writer.StoreWriter`, and queues server events for
 whoever holds the client (a WebSocket, an HTTP response), who drains them in batches.  No
 Ray here.
@@ -47,6 +46,7 @@ from ..timings import PhaseTimer
 from ..whatif import WhatIfClient
 
 log = logging.getLogger(__name__)
+
 
 class RenderPool:
     """Where a connection tokenises a large input (a :class:`Render` effect).
