@@ -37,5 +37,6 @@ KINDS: dict[str, Kind] = {
     "fuzz": Kind("bench.fuzz", "hostile WebSocket frames and HTTP requests, every answer judged"),
     "memory": Kind("bench.conn_memory", "one connection's memory as its cache grows past the cap"),
     "admission": Kind("bench.admission", "bursts, arrival ramps and held connections: admission at scale"),
+    "burst": Kind("bench.burst", "first turns of resumed sessions all at once: how long each socket waits"),
 }
 DEFAULT_KIND = "agentloop"

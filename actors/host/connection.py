@@ -54,7 +54,7 @@ class RenderPool:
     On a worker thread while this process's connections have other work in flight (model
     calls streaming, other inputs being tokenised): the loop then keeps serving them instead
     of stalling behind ~26 ms per 60k tokens (tiktoken releases the GIL).  Inline when
-    nothing else runs: tiktoken is ~20 % slower off the main thread (measured, docs/performance.md),
+    nothing else runs: tiktoken is slower off the main thread (``bench burst``, docs/performance.md),
     so a lone request is not made to pay for the hop.  One per process, shared by its
     connections; the threads (one per core, at most four) are made on first use."""
 

@@ -97,3 +97,15 @@ def test_the_overhead_benchmark_asks_only_for_policy_values_the_server_accepts()
     from inference.policy import metadata_overrides
 
     assert metadata_overrides(META.items())["tool_rounds"] == 10_000  # raises InvalidMetadata if not
+
+
+def test_the_burst_summary_reads_each_socket_s_wait_and_the_server_s_phases():
+    from bench.burst import summary
+
+    phases = {"parse_validate": 1.0, "render": 20.0, "classify": 3.0, "api_overhead": 25.0}
+    turns = [{"created_ms": c, "nonmodel_ms": n, "server": {**phases, "render": r}}
+             for c, n, r in [(50.0, 100.0, 10.0), (500.0, 600.0, 20.0), (900.0, 1000.0, 30.0)]]
+    s = summary(turns)
+    assert s["created_ms"] == {"min": 50.0, "median": 500.0, "max": 900.0}
+    assert s["nonmodel_ms_median"] == 600.0
+    assert s["server_ms_median"] == {**phases, "render": 20.0}
