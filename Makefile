@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test bench serve install redis clean wheel smoke-wheel
+.PHONY: demo test bench serve install redis clients clean wheel smoke-wheel
 
 $(BIN)/python:
 	python3 -m venv $(VENV)
@@ -27,7 +27,16 @@ redis:
 	  export DEBIAN_FRONTEND=noninteractive; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq redis-server; }
 
-test: $(STAMP) redis
+# The real third-party clients the tests drive (Codex CLI, the Vercel AI SDK), pinned in
+# tests/clients/package-lock.json; reinstalled only when the lock file changes.
+CLIENTS := tests/clients/node_modules/.installed
+$(CLIENTS): tests/clients/package-lock.json
+	npm ci --prefix tests/clients --no-audit --no-fund --loglevel=error
+	touch $(CLIENTS)
+
+clients: $(CLIENTS)
+
+test: $(STAMP) redis $(CLIENTS)
 	$(BIN)/pytest
 
 serve: $(STAMP)
