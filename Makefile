@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test bench serve install redis clients clean wheel smoke-wheel
+.PHONY: demo test lint bench serve install redis clients clean wheel smoke-wheel
 
 $(BIN)/python:
 	python3 -m venv $(VENV)
@@ -38,6 +38,9 @@ clients: $(CLIENTS)
 
 test: $(STAMP) redis $(CLIENTS)
 	$(BIN)/pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
 
 serve: $(STAMP)
 	$(BIN)/responses-ws serve

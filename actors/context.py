@@ -12,6 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from store import StoredResponse
+
 from .ids import new_id
 from .protocol import (
     CompactionItem,
@@ -29,7 +31,6 @@ from .protocol import (
 )
 from .render import item_text, render_items
 from .safety import Classifier
-from store import StoredResponse
 from .timings import PhaseTimer
 
 

@@ -55,7 +55,6 @@ from .protocol import (
 )
 from .safety import Classifier
 
-
 T = TypeVar("T")
 
 

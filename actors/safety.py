@@ -41,7 +41,6 @@ state, so a conversation can be classified turn by turn.
 from __future__ import annotations
 
 import functools
-
 import os
 import re
 from collections.abc import Iterable
@@ -66,7 +65,7 @@ def _rule(name: str, category: str, weight: float, keywords: tuple[str, ...], re
     the pattern ``rest``.  The pattern opens with the keywords' common literal, so ``re`` finds
     candidates with its fast literal search.  ``boundary``: the match must not continue a word
     (a one-character look-behind; the classifier carries that character between feeds)."""
-    lead = os.path.commonprefix(keywords)
+    lead = os.path.commonprefix(keywords)  # noqa: RUF071 -- the shared leading characters, on purpose
     tails = "|".join(re.escape(k[len(lead):]) for k in keywords)
     before = f"(?<![0-9A-Za-z_]{re.escape(lead)})" if boundary else ""
     rest = f"(?:{tails}){rest}" if tails else rest
@@ -186,7 +185,7 @@ class _Reader:
     Rule ``k`` has decided every start before ``max(resume[k], floor)``: ``floor`` moves all
     of them at once when the gate finds no keyword.  ``mark`` is the earliest undecided start."""
 
-    __slots__ = ("rules", "tail", "base", "resume", "floor", "mark")
+    __slots__ = ("base", "floor", "mark", "resume", "rules", "tail")
 
     def __init__(self, rules: RuleSet) -> None:
         self.rules = rules
@@ -242,7 +241,7 @@ class _Reader:
 class Classifier:
     """Incremental state over one text stream (a conversation, or one response's output)."""
 
-    __slots__ = ("_thresholds", "_raw", "_folded", "scores", "_provisional", "_verdict", "chars")
+    __slots__ = ("_folded", "_provisional", "_raw", "_thresholds", "_verdict", "chars", "scores")
 
     def __init__(self, matcher: Matcher, thresholds: dict[str, float]) -> None:
         self._thresholds = thresholds

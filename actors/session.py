@@ -26,8 +26,10 @@ from dataclasses import dataclass
 
 from inference.policy import InvalidMetadata, metadata_overrides
 from inference.types import Done, InferenceEvent, InferenceRequest
+from store import StoredResponse, UsageEntry
 
 from . import rollout
+from .cache_budget import CacheBudget
 from .config import SessionConfig
 from .context import ContextEntry, count_calls, extend, from_record, input_dicts
 from .errors import (
@@ -38,7 +40,6 @@ from .errors import (
     ServerShuttingDown,
     UnknownEventType,
 )
-from .cache_budget import CacheBudget
 from .lanes import Lanes
 from .prepare import Preparer
 from .protocol import (
@@ -53,8 +54,15 @@ from .protocol import (
 )
 from .render import item_text, render_items
 from .response_builder import ResponseBuilder, new_response, tool_choice_name
-from .steering import SteerError, Steering, calls_started, required_input, steer_failed, steer_items, successor
-from store import StoredResponse, UsageEntry
+from .steering import (
+    SteerError,
+    Steering,
+    calls_started,
+    required_input,
+    steer_failed,
+    steer_items,
+    successor,
+)
 from .timings import METADATA_KEY, PhaseTimer, as_metadata
 from .turn import Effects, Load, Render, Turn
 from .whatif import resume_charge, turn_charge

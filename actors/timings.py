@@ -24,7 +24,7 @@ INFERENCE_PHASES = ("queue", "prefill", "decode")
 
 
 class PhaseTimer:
-    __slots__ = ("_perf", "ms", "started", "_waiting_since", "inference_wait_ms")
+    __slots__ = ("_perf", "_waiting_since", "inference_wait_ms", "ms", "started")
 
     def __init__(self, perf: Callable[[], float]) -> None:
         self._perf = perf

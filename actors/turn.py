@@ -7,12 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from inference.types import InferenceRequest
+from store import StoredResponse, UsageEntry
 
 from .context import ContextEntry
 from .protocol import InputItem, ResponseCreate, ServerEvent
 from .response_builder import ResponseBuilder
 from .safety import Classifier
-from store import StoredResponse, UsageEntry
 from .timings import PhaseTimer
 from .whatif import Charge
 

@@ -27,6 +27,7 @@ from inference.whatif import WhatIfConfig
 
 from .context import ContextEntry
 
+
 @dataclass(frozen=True, slots=True)
 class Charge:
     """Tokens each enabled service processes before a model call (``None``: service off)."""

@@ -468,7 +468,7 @@ async def _measure(url: str, args, meter: ServerMeter, on_held: Any = None) -> d
             result["ramp"] = []
             for rate in [float(r) for r in args.rates.split(",")]:
                 task = bar.add_task(f"ramp {args.ramp} at {rate:.0f}/s", total=args.ramp)
-                result["ramp"].append(await ramp_phase(url, rate, args, meter, lambda: bar.advance(task), on_held))
+                result["ramp"].append(await ramp_phase(url, rate, args, meter, lambda task=task: bar.advance(task), on_held))
         if "burst" in phases:
             task = bar.add_task(f"burst of {args.burst}", total=args.burst)
             result["burst"] = await burst_phase(url, args, meter, lambda: bar.advance(task))

@@ -195,8 +195,8 @@ async def run_rollout(transport: str, url: str, w: wl.Workload, rollout: int, *,
             rec.model_s = rollout_model_s(rec.turns, server_timings(t.rollout_response))
         try:
             await t.close()
-        except Exception:  # noqa: BLE001
-            pass
+        except Exception as exc:  # noqa: BLE001 - closing a broken transport must not hide the result
+            rec.error = rec.error or f"close: {type(exc).__name__}"
     return rec
 
 

@@ -212,14 +212,14 @@ def plot(path: Path, cmp: dict[str, Any], rows: list[dict[str, Any]], rollout: i
         vals = [cmp["transports"][n]["total_ms"][part] / 1000 for n in names]
         ax2.bar(names, vals, bottom=bottom, color=COLOURS[part], edgecolor="white", linewidth=0.3)
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
-    for i, n in enumerate(names):
+    for i, _n in enumerate(names):
         ax2.text(i, bottom[i], f"{bottom[i]:.1f} s", ha="center", va="bottom", fontsize=8)
     ax2.set_ylabel(f"s, {cmp['rollouts']} rollouts summed")
     ax2.grid(alpha=0.3, axis="y")
     return save(fig, path, title)
 
 
-def save(fig, path: Path, title: str) -> Path:  # noqa: ANN001 - a matplotlib Figure
+def save(fig, path: Path, title: str) -> Path:
     """Title, lay out, write (as a 110-dpi PNG) and close ``fig``."""
     import matplotlib.pyplot as plt
 

@@ -130,7 +130,7 @@ class ResponsesSocket:
         await self.ws.close()
 
 
-class connect:  # noqa: N801 - used like a function, as websockets.connect is
+class connect:
     """Open a :class:`ResponsesSocket` to the server at ``base_url``: ``await connect(…)``
     or ``async with connect(…) as sock``.  ``api_key`` goes in ``Authorization``; ``query``
     is the upgrade URL's (``?mode=append``); ``compression="deflate"`` negotiates

@@ -28,9 +28,8 @@ class SimulatedCluster:
                  object_store_mb: int = 80, session_node_cpus: int = 1) -> None:
         apply_ray_env()  # inherited by every raylet and worker started below
         import ray
-        from ray.cluster_utils import Cluster
-
         import ray._private.utils as ray_utils
+        from ray.cluster_utils import Cluster
 
         mb = 1024 * 1024
         # Cluster() records its head in /tmp/ray/ray_current_cluster (and never removes it),
@@ -95,10 +94,10 @@ def deploy_serve_config(path: Path, edit: Callable[[dict[str, Any]], None] | Non
     ``edit`` may adjust each application's ``args`` (ports, Redis URL) in place."""
     import time
 
+    from ray import serve
     from ray.serve._private import api as serve_api
     from ray.serve.config import gRPCOptions
     from ray.serve.schema import ApplicationStatus, ServeDeploySchema
-    from ray import serve
 
     raw = yaml.safe_load(Path(path).read_text())
     for app in raw["applications"]:

@@ -33,8 +33,7 @@ API_KEY = "sk-bench"
 TOOL = {"type": "function", "name": "read_file", "description": "Read a file from the repository.",
         "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}
 META = {"responses_ws.timings": "1", "emulator.tool_rounds": "10000", "emulator.text_tokens": "8"}
-WORDS = ("alpha beta gamma delta parser module function returns value config build test error line "
-         "import class method cache token stream socket request response handler server client").split()
+WORDS = ["alpha", "beta", "gamma", "delta", "parser", "module", "function", "returns", "value", "config", "build", "test", "error", "line", "import", "class", "method", "cache", "token", "stream", "socket", "request", "response", "handler", "server", "client"]
 PHASES = ("parse_validate", "history_load", "render", "classify", "model_resolution", "post", "other")
 
 

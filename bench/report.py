@@ -28,7 +28,7 @@ def _dist(values: Iterable[float]) -> dict[str, float | None]:
     return {"median": pct(v, 0.5), "p90": pct(v, 0.9), "mean": statistics.fmean(v) if v else None, "n": len(v)}
 
 
-def overhead_ms(turn) -> float | None:  # noqa: ANN001 - a TurnRecord or its dict
+def overhead_ms(turn) -> float | None:
     """The server's API overhead for a turn when it reports timings."""
     server = turn["server"] if isinstance(turn, dict) else turn.server
     if server and "api_overhead" in server:
@@ -36,7 +36,7 @@ def overhead_ms(turn) -> float | None:  # noqa: ANN001 - a TurnRecord or its dic
     return None
 
 
-def nonmodel_ms(turn) -> float | None:  # noqa: ANN001
+def nonmodel_ms(turn) -> float | None:
     """Client-observed turn time minus the emulator's modelled time for it (an estimate of
     everything that is not the model: network, server, Ray hops, client)."""
     t = turn if isinstance(turn, dict) else turn.__dict__
@@ -102,7 +102,7 @@ def summarise(records: Sequence[RolloutRecord]) -> dict[str, Any]:
     return out
 
 
-def per_turn_series(records: Sequence[RolloutRecord], metric) -> dict[str, list[tuple[int, float]]]:  # noqa: ANN001
+def per_turn_series(records: Sequence[RolloutRecord], metric) -> dict[str, list[tuple[int, float]]]:
     """Median of ``metric(turn)`` per turn index, per transport."""
     acc: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in records:
@@ -115,7 +115,7 @@ def per_turn_series(records: Sequence[RolloutRecord], metric) -> dict[str, list[
 
 # ------------------------------------------------------------------------ terminal table
 
-def console():  # noqa: ANN201 - a rich Console
+def console():
     """A rich console; 200 columns wide when the output is not a terminal (tables stay whole)."""
     from rich.console import Console
 
@@ -127,7 +127,7 @@ def _f(x: float | None, fmt: str = "{:.1f}") -> str:
     return "–" if x is None else fmt.format(x)
 
 
-def render_table(summary: dict[str, Any], title: str):  # noqa: ANN201 - a rich Table
+def render_table(summary: dict[str, Any], title: str):
     from rich.table import Table
 
     t = Table(title=title, title_justify="left")
@@ -155,7 +155,7 @@ def render_table(summary: dict[str, Any], title: str):  # noqa: ANN201 - a rich 
     return t
 
 
-def render_phases(summary: dict[str, Any]):  # noqa: ANN201
+def render_phases(summary: dict[str, Any]):
     from rich.table import Table
 
     if not any(s["phases_mean_ms"] for s in summary.values()):

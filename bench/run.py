@@ -22,8 +22,7 @@ from typing import Any
 
 from serve.embedded import embedded_server, local_config
 
-from . import report
-from . import breakdown, sweeps
+from . import breakdown, report, sweeps
 from .agentloop import RolloutRecord, run_bench
 from .transports import TRANSPORTS
 from .workload import PRESETS, Lognormal, Workload, rounds
@@ -92,7 +91,7 @@ async def _run_with_progress(url: str, w: Workload, transports: list[str], rollo
         total = sum(rounds(w, r) + 1 for r in range(rollouts))
         tasks = {t: progress.add_task(f"{label} {t}", total=total) for t in transports}
 
-        def on_turn(transport: str, _turn) -> None:  # noqa: ANN001
+        def on_turn(transport: str, _turn) -> None:
             progress.advance(tasks[transport])
 
         return await run_bench(url, w, transports, rollouts=rollouts, concurrency=concurrency,

@@ -26,10 +26,10 @@ from serve.embedded import wait_ready
 from . import report
 from .agentloop import run_rollout
 from .client import connect
-from .cluster import SERVE_CLUSTER_CONFIG as CONFIG, SimulatedCluster, deploy_serve_config
+from .cluster import SERVE_CLUSTER_CONFIG as CONFIG
+from .cluster import SimulatedCluster, deploy_serve_config
 from .memory import cpu_s, session_host_pids, uss_mb
 from .workload import Workload
-
 
 
 async def load_step(url: str, m: int, w: Workload) -> dict:

@@ -27,17 +27,7 @@ from inference.tokenizer import decode, encode
 
 # Words that cl100k encodes as one token each (with a leading space), so text sizes are
 # close to their target in tokens; the measured sizes are reported in the results anyway.
-WORDS = (
-    "the a to of and in is that for it with as on be this are by or from at an not you your use "
-    "code file test tests function class method value values return error errors call calls "
-    "change changes before after when if then else each every only must should never always "
-    "run command output input read write path line lines module package import type types "
-    "check result results new old first last next make sure keep what which where why how "
-    "user agent tool tools patch diff repository branch commit build fix bug issue data list "
-    "string number object field name names state config server client request response time "
-    "small large short long simple clear exact same other more less most all any some no one "
-    "two three work works working need needs do does done can will may also just now here there"
-).split()
+WORDS = ["the", "a", "to", "of", "and", "in", "is", "that", "for", "it", "with", "as", "on", "be", "this", "are", "by", "or", "from", "at", "an", "not", "you", "your", "use", "code", "file", "test", "tests", "function", "class", "method", "value", "values", "return", "error", "errors", "call", "calls", "change", "changes", "before", "after", "when", "if", "then", "else", "each", "every", "only", "must", "should", "never", "always", "run", "command", "output", "input", "read", "write", "path", "line", "lines", "module", "package", "import", "type", "types", "check", "result", "results", "new", "old", "first", "last", "next", "make", "sure", "keep", "what", "which", "where", "why", "how", "user", "agent", "tool", "tools", "patch", "diff", "repository", "branch", "commit", "build", "fix", "bug", "issue", "data", "list", "string", "number", "object", "field", "name", "names", "state", "config", "server", "client", "request", "response", "time", "small", "large", "short", "long", "simple", "clear", "exact", "same", "other", "more", "less", "most", "all", "any", "some", "no", "one", "two", "three", "work", "works", "working", "need", "needs", "do", "does", "done", "can", "will", "may", "also", "just", "now", "here", "there"]
 
 CODE_LINES = (
     "def {n}(self, {a}, {b}=None):", "    if {a} is None:", "        return {b}",
@@ -266,8 +256,8 @@ def _history(seed: int, rollout: int, resume_tokens: int, task_tokens: int, tool
         for step in range(rounds(w, 10_000 + rollout * 100 + past)):
             name = _TOOL_SHAPES[rng.randrange(4)][0]  # shell, apply_patch, read_file, list_dir
             call_id = f"call_resumed_{rollout}_{past}_{step}"
-            args = '{"command": ["bash", "-lc", "%s"]}' % rng.choice(IDENT) if name == "shell" \
-                else '{"path": "src/%s.py"}' % rng.choice(IDENT)
+            args = f'{{"command": ["bash", "-lc", "{rng.choice(IDENT)}"]}}' if name == "shell" \
+                else f'{{"path": "src/{rng.choice(IDENT)}.py"}}'
             output = tool_output(replace(w, seed=w.seed + 7919 * (past + 1)), rollout, step, 0, name)
             items += [{"type": "function_call", "call_id": call_id, "name": name, "arguments": args},
                       {"type": "function_call_output", "call_id": call_id, "output": output}]

@@ -258,5 +258,5 @@ def deployment_options(config: InferenceConfig) -> dict[str, Any]:
 def _replica_tag() -> str | None:
     try:
         return serve.get_replica_context().replica_tag
-    except Exception:  # RayServeException outside a replica (e.g. a unit test)
+    except Exception:  # noqa: BLE001 -- RayServeException outside a replica (e.g. a unit test)
         return None

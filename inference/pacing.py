@@ -14,7 +14,7 @@ import asyncio
 import time
 from bisect import bisect_right
 from collections.abc import AsyncIterator, Sequence
-from typing import Protocol, Union
+from typing import Protocol
 
 from inference.profiles import ModelProfile
 
@@ -141,7 +141,7 @@ class Chunker:
 
     def __init__(
         self,
-        deadlines: Union[Sequence[float], Schedule],
+        deadlines: Sequence[float] | Schedule,
         start: float,
         chunk_ms: float,
         min_chunk_tokens: int,

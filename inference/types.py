@@ -15,7 +15,7 @@ Event order in one stream::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 FinishReason = Literal["stop", "tool_calls", "max_output_tokens"]
 
@@ -114,4 +114,4 @@ class Done:
     decode_ms: float
 
 
-InferenceEvent = Union[Prefilled, ReasoningDone, TextDelta, FunctionCallDelta, Done]
+InferenceEvent = Prefilled | ReasoningDone | TextDelta | FunctionCallDelta | Done

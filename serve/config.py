@@ -22,8 +22,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from actors.config import SessionConfig
-from store import StoreConfig
 from inference.profiles import InferenceConfig, load_inference_config
+from store import StoreConfig
 
 API_KEYS_ENV = "RESPONSES_WS_API_KEYS"
 

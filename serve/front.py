@@ -21,8 +21,8 @@ import uvicorn
 from uvicorn.server import ServerState
 
 from actors.errors import RequestHeadTooLarge
-from actors.protocol import http_error_body
 from actors.host.handoff import RESPONSES_PATH
+from actors.protocol import http_error_body
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +183,7 @@ class Front:
             protocol = self._http.http_protocol_class(  # type: ignore[operator]
                 config=self._http, server_state=self._state, app_state={})
             await asyncio.get_running_loop().connect_accepted_socket(lambda: protocol, sock)
-        except Exception:  # noqa: BLE001 - one bad client must not stop the listener
+        except Exception:
             log.exception("dispatching a connection failed")
             with contextlib.suppress(OSError):
                 sock.close()

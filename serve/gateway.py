@@ -28,8 +28,6 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from actors.host.actor import PhaseMetrics, ServeInference, SessionHost
-from actors.logs import configure as configure_logs
 from actors.errors import (
     APIError,
     InvalidResumeToken,
@@ -37,18 +35,17 @@ from actors.errors import (
     ServerShuttingDown,
     TooManyConnections,
 )
-from actors.protocol import http_error_body
-from actors.host.resume import RESUME_HEADER, parse_token
+from actors.host.actor import PhaseMetrics, ServeInference, SessionHost
 from actors.host.handoff import Ended, Gone, Handoff, Link, handoff_path
+from actors.host.resume import RESUME_HEADER, parse_token
+from actors.logs import configure as configure_logs
+from actors.protocol import http_error_body
 from store import open_store
 from store.writer import StoreWriter
 
 from .app import build_app
 from .auth import KeyRing
 from .config import AppConfig
-from .health import Probes, Readiness, add_readiness_route
-from .logs import replica_log_settings
-from .metrics import GatewayMetrics
 from .front import (
     Front,
     bind_socket,
@@ -57,7 +54,10 @@ from .front import (
     request_headers,
     wants_append_mode,
 )
+from .health import Probes, Readiness, add_readiness_route
 from .http_api import add_http_routes, host_app
+from .logs import replica_log_settings
+from .metrics import GatewayMetrics
 from .pool import ActorPool, Host, Lease, NoCapacity, policy_from
 
 log = logging.getLogger(__name__)

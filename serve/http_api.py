@@ -19,8 +19,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
 from actors.config import SessionConfig
-from actors.host.connection import Connection, InferenceClient
 from actors.errors import APIError, InvalidRequest, ModelNotFound, NotFound, PreviousResponseNotFound
+from actors.host.connection import Connection, InferenceClient
 from actors.ids import new_id
 from actors.protocol import (
     SSE_DONE,
@@ -42,9 +42,9 @@ from actors.protocol import (
 )
 from actors.render import render_items
 from actors.session import Session
-from store.writer import StoreWriter
 from actors.timings import PhaseTimer
 from inference import chat_format
+from store.writer import StoreWriter
 
 from .app import build_app
 from .auth import KeyRing

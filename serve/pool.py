@@ -239,7 +239,7 @@ class ActorPool:
         t0 = self._clock()
         try:
             handle = await self._create(name)
-        except Exception:  # noqa: BLE001 - counted and logged; admission refuses or retries
+        except Exception:
             log.exception("could not start a session host")
             self.counters.start_failures += 1
             return None

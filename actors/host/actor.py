@@ -26,17 +26,18 @@ from ray.serve.handle import DeploymentHandle
 from inference import tokenizer
 from inference.types import InferenceEvent, InferenceRequest
 from inference.whatif import HopConfig, SafetyModelConfig
+from store import StoreConfig, StoreWriter, open_store
 
 from ..cache_budget import CacheBudget
 from ..config import SessionConfig
-from ..logs import LogSettings, configure as configure_logs
-from .connection import Connection
+from ..logs import LogSettings
+from ..logs import configure as configure_logs
 from ..session import Session
+from .connection import Connection
 from .handoff import Ended, Gone, Handoff, HandoffReceiver, Link, handoff_path
 from .http import HttpServer
 from .metrics import HostMetrics, PhaseMetrics
 from .server import SocketServer
-from store import StoreConfig, StoreWriter, open_store
 
 
 def release_free_heap() -> None:
@@ -173,7 +174,7 @@ class SessionHost:
         self._count_websockets(+1)
         try:
             outcome = await self._sockets.serve(sock, handoff)
-        except Exception:  # noqa: BLE001 - one socket's failure must not stop the host
+        except Exception:
             log.exception("serving a WebSocket failed")
             sock.close()
         finally:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from inference.types import Done, InferenceEvent, InferenceRequest
+from store import StoredResponse, UsageEntry
 
 from ..errors import ServerError
 from ..protocol import (
@@ -41,7 +42,6 @@ from ..protocol import (
 )
 from ..render import render_items
 from ..session import Effects, Load, Render, Session, Turn
-from store import StoredResponse, UsageEntry
 from ..timings import PhaseTimer
 from ..whatif import WhatIfClient
 
@@ -86,7 +86,7 @@ def tokens_of(job: Render) -> list[int] | None:
     """The token ids of a job's input; ``None`` (logged) if a bug the input hit raised."""
     try:
         return render_items(job.items)
-    except Exception:  # noqa: BLE001 - answered with server_error, its text not sent
+    except Exception:
         log.exception("rendering an input failed")
         return None
 
@@ -145,7 +145,7 @@ class Connection:
         if self._accepting:
             try:
                 fx = self.session.on_frame(data)
-            except Exception:  # noqa: BLE001 - the socket must stay usable
+            except Exception:
                 log.exception("unexpected error handling a client frame")
                 fx = Effects(events=[error_event(ServerError())])
             self._apply(fx)
@@ -245,7 +245,7 @@ class Connection:
         else:
             self._out.put_nowait(frame)
 
-    def _spawn(self, coro) -> asyncio.Task[None]:  # noqa: ANN001
+    def _spawn(self, coro) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -254,7 +254,7 @@ class Connection:
     async def _load(self, load: Load) -> None:
         try:
             record = await self._store.get(load.response_id, load.owner)
-        except Exception:  # noqa: BLE001 - an unreachable store reads as "not found", logged
+        except Exception:
             log.exception("loading %s from the store failed", load.response_id)
             record = None
         self._apply(self.session.on_loaded(load.load_id, record))

@@ -14,7 +14,7 @@ from ray.util import metrics
 def zero(counter: metrics.Counter, tags: dict[str, str] | None = None) -> None:
     """Export ``counter`` at 0 before its first increment, so a dashboard shows 0 and a
     ``rate()`` works from the start (``Counter.inc`` refuses 0)."""
-    counter._record(0, tags)  # noqa: SLF001 - Ray 2.60 has no public way to do this
+    counter._record(0, tags)
 
 
 def store_write_failures() -> metrics.Counter:

@@ -25,10 +25,10 @@ from websockets.http11 import Request, Response
 from websockets.server import ServerProtocol
 
 from ..config import SessionConfig
-from .connection import Connection
-from .handoff import RESPONSES_PATH, Handoff
 from ..errors import ConnectionLimitReached, InvalidResumeToken, ServerError
 from ..protocol import encode, error_event, http_error_body
+from .connection import Connection
+from .handoff import RESPONSES_PATH, Handoff
 from .resume import RESUME_HEADER, Held, ResumeRegistry, make_token, new_secret
 
 log = logging.getLogger(__name__)
@@ -247,7 +247,7 @@ def _encode_or_error(event: Any) -> str:
     killing the sender and leaving the socket silent."""
     try:
         return encode(event)
-    except Exception:  # noqa: BLE001
+    except Exception:
         log.exception("could not encode a %s event", getattr(event, "type", "?"))
         return encode(error_event(ServerError()))
 

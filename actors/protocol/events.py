@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 from pydantic import model_serializer
 
@@ -71,7 +71,7 @@ class ResponseObject(_Out):
     frequency_penalty: float = 0.0
     top_logprobs: int = 0
     text: TextConfig = TextConfig()
-    tool_choice: Union[str, dict[str, Any]] = "auto"
+    tool_choice: str | dict[str, Any] = "auto"
     tools: list[dict[str, Any]] = []
     truncation: Literal["auto", "disabled"] = "disabled"
     usage: Usage | None = None
@@ -253,12 +253,12 @@ class SteerPending(_Event):
     steer: SteerRef
 
 
-ServerEvent = Union[
-    ResponseCreated, ResponseInProgress, ResponseCompleted, ResponseIncomplete, ResponseFailed,
-    OutputItemAdded, OutputItemDone, ContentPartAdded, ContentPartDone, OutputTextDelta,
-    OutputTextDone, FunctionCallArgumentsDelta, FunctionCallArgumentsDone, ErrorEvent, SteerFailed,
-    SteerAccepted, SteerPending,
-]
+ServerEvent = (
+    ResponseCreated | ResponseInProgress | ResponseCompleted | ResponseIncomplete | ResponseFailed
+    | OutputItemAdded | OutputItemDone | ContentPartAdded | ContentPartDone | OutputTextDelta
+    | OutputTextDone | FunctionCallArgumentsDelta | FunctionCallArgumentsDone | ErrorEvent | SteerFailed
+    | SteerAccepted | SteerPending
+)
 
 
 # --------------------------------------------------------------------------- HTTP bodies
@@ -294,7 +294,7 @@ class CompactedResponse(_Out):
     usage: Usage
 
 
-HttpBody = Union[ResponseObject, ItemList, CompactedResponse, ResponseDeleted]
+HttpBody = ResponseObject | ItemList | CompactedResponse | ResponseDeleted
 
 
 def encode(obj: ServerEvent | HttpBody) -> str:

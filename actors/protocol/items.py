@@ -3,7 +3,7 @@ produces, and the conversions between them and their stored form (docs/protocol.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter
 
@@ -47,7 +47,7 @@ class InputFile(_Open):
 
 
 ContentPart = Annotated[
-    Union[InputText, OutputTextIn, Refusal, InputImage, InputFile], Field(discriminator="type")
+    InputText | OutputTextIn | Refusal | InputImage | InputFile, Field(discriminator="type")
 ]
 
 
@@ -57,7 +57,7 @@ ItemStatus = Literal["in_progress", "completed", "incomplete"]
 class MessageItem(_In):
     type: Literal["message"] = "message"
     role: Literal["user", "assistant", "system", "developer"]
-    content: Union[str, list[ContentPart]]
+    content: str | list[ContentPart]
     id: str | None = None
     status: ItemStatus | None = None
     phase: Literal["commentary", "final_answer"] | None = None
@@ -86,7 +86,7 @@ class FunctionCallItem(_In):
 class FunctionCallOutputItem(_In):
     type: Literal["function_call_output"]
     call_id: str
-    output: Union[str, list[ContentPart]]
+    output: str | list[ContentPart]
     id: str | None = None
     status: ItemStatus | None = None
 
@@ -119,14 +119,7 @@ def _item_tag(value: Any) -> str:
 _ITEM_TAGS = {"message", "function_call", "function_call_output", "reasoning", "item_reference", "compaction"}
 
 InputItem = Annotated[
-    Union[
-        Annotated[MessageItem, Tag("message")],
-        Annotated[FunctionCallItem, Tag("function_call")],
-        Annotated[FunctionCallOutputItem, Tag("function_call_output")],
-        Annotated[ReasoningItem, Tag("reasoning")],
-        Annotated[ItemReference, Tag("item_reference")],
-        Annotated[CompactionItem, Tag("compaction")],
-    ],
+    Annotated[MessageItem, Tag("message")] | Annotated[FunctionCallItem, Tag("function_call")] | Annotated[FunctionCallOutputItem, Tag("function_call_output")] | Annotated[ReasoningItem, Tag("reasoning")] | Annotated[ItemReference, Tag("item_reference")] | Annotated[CompactionItem, Tag("compaction")],
     Discriminator(_item_tag, custom_error_type="invalid_value",
                   custom_error_message="Unsupported input item type."),
 ]
@@ -163,7 +156,7 @@ class OutputFunctionCall(_Out):
     arguments: str = ""
 
 
-OutputItem = Union[OutputMessage, OutputFunctionCall]
+OutputItem = OutputMessage | OutputFunctionCall
 
 
 ITEM_ADAPTER: TypeAdapter[list[InputItem]] = TypeAdapter(list[InputItem])

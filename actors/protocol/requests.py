@@ -5,13 +5,13 @@ is a typed :class:`~actors.errors.APIError` (400)."""
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
-    Field,
     Discriminator,
+    Field,
     Tag,
     TypeAdapter,
     ValidationError,
@@ -22,7 +22,6 @@ from pydantic_core import PydanticCustomError, from_json
 
 from ..errors import APIError, InvalidJSON, InvalidRequest, InvalidStreamId, UnknownEventType
 from .items import _ITEM_TAGS, InputItem, MessageItem, _In, _Open
-
 
 
 class FunctionTool(_Open):
@@ -45,7 +44,7 @@ def _tool_tag(value: Any) -> str:
 
 
 Tool = Annotated[
-    Union[Annotated[FunctionTool, Tag("function")], Annotated[OtherTool, Tag("other")]],
+    Annotated[FunctionTool, Tag("function")] | Annotated[OtherTool, Tag("other")],
     Discriminator(_tool_tag),
 ]
 
@@ -81,7 +80,7 @@ class TextFormatJsonSchema(_Open):
     strict: bool = False
 
 
-TextFormat = Annotated[Union[TextFormatText, TextFormatJsonObject, TextFormatJsonSchema],
+TextFormat = Annotated[TextFormatText | TextFormatJsonObject | TextFormatJsonSchema,
                        Field(discriminator="type")]
 
 
@@ -107,12 +106,12 @@ class ResponseCreate(BaseModel):
 
     type: Literal["response.create"] = "response.create"
     model: str | None = None
-    input: Union[str, list[InputItem]] = []
+    input: str | list[InputItem] = []
     previous_response_id: str | None = None
     store: bool | None = None
     instructions: str | None = None
     tools: list[Tool] | None = None
-    tool_choice: Union[str, dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     stream_id: Any = None  # validated by hand: a bad one has its own error code
     generate: bool | None = None
@@ -136,7 +135,7 @@ class ResponseCreate(BaseModel):
     service_tier: ServiceTier | None = None
     client_metadata: dict[str, Any] | None = None
     context_management: list[dict[str, Any]] | None = None
-    conversation: Union[str, dict[str, Any]] | None = None
+    conversation: str | dict[str, Any] | None = None
     top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
@@ -196,7 +195,7 @@ class ResponseAppend(_In):
     input: list[InputItem]
 
 
-ClientEvent = Union[ResponseCreate, ResponseSteer, ResponseProcessed, ResponseAppend]
+ClientEvent = ResponseCreate | ResponseSteer | ResponseProcessed | ResponseAppend
 _CLIENT_EVENT: TypeAdapter[ClientEvent] = TypeAdapter(
     Annotated[ClientEvent, Field(discriminator="type")]
 )
@@ -233,8 +232,8 @@ def parse_client_event(data: str | bytes) -> ClientEvent:
         if first["type"] in ("union_tag_invalid", "union_tag_not_found"):
             raise UnknownEventType(f"Unsupported event type {raw.get('type')!r}.", param="type") from None
         raise _validation_error(exc) from None
-    if isinstance(event, ResponseCreate) and event.stream_id is not None:
-        if not isinstance(event.stream_id, str) or not _STREAM_ID.fullmatch(event.stream_id):
+    if isinstance(event, ResponseCreate) and event.stream_id is not None and (
+            not isinstance(event.stream_id, str) or not _STREAM_ID.fullmatch(event.stream_id)):
             raise InvalidStreamId()
     return event
 
@@ -264,7 +263,7 @@ class ResponseCompact(BaseModel):
     model_config = ConfigDict(strict=True, extra="allow")
 
     model: str
-    input: Union[str, list[InputItem]] | None = None
+    input: str | list[InputItem] | None = None
     previous_response_id: str | None = None
     instructions: str | None = None
     prompt_cache_key: str | None = None

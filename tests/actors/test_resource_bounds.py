@@ -35,5 +35,5 @@ def test_a_compression_bomb_in_a_compaction_item_is_not_inflated():
     bomb = base64.b64encode(zlib.compress(b"a" * 50_000_000, 9)).decode()
     assert len(bomb) < 100_000
     assert compaction_text(bomb) == bomb  # rendered as the opaque blob it is, not inflated
-    summary = base64.b64encode(zlib.compress("the summary".encode())).decode()
+    summary = base64.b64encode(zlib.compress(b"the summary")).decode()
     assert compaction_text(summary) == "the summary"

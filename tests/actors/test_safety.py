@@ -149,7 +149,7 @@ def test_every_rule_reads_at_most_its_span():
     for rule in MATCHER.raw.rules + MATCHER.folded.rules:
         low, high = re._parser.parse(rule.regex.pattern, rule.regex.flags).getwidth()
         closing = 1 if rule.regex.pattern.endswith(r"\b") else 0
-        assert 0 < low and high + closing <= rule.span, rule.name
+        assert low > 0 and high + closing <= rule.span, rule.name
 
 
 def reference_scores(text: str) -> dict[str, float]:

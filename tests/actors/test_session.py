@@ -331,7 +331,7 @@ def test_incremental_rendering_equals_rendering_the_whole_conversation(turns):
         fx = send(s, input=inputs or "go", previous_response_id=prev, tools=[TOOL])
         (turn,) = fx.start
         events = [Prefilled(len(turn.request.prompt_token_ids), 0, 0, 1)]
-        events += [FunctionCallDelta(0, "read_file", '{"path":"%s"}' % len(text), 3)] if call else [TextDelta(text or ".", 2)]
+        events += [FunctionCallDelta(0, "read_file", f'{{"path":"{len(text)}"}}', 3)] if call else [TextDelta(text or ".", 2)]
         out = s.on_inference(turn.turn_id, events + [Done("tool_calls" if call else "stop", 3, 3.0)])
         response = terminal(out)
         prev = response["id"]
@@ -547,9 +547,9 @@ def test_packed_connections_share_the_hosts_cache_budget_least_recently_used_con
 
 
 def test_instructions_and_tools_resent_every_turn_are_reused_and_a_change_is_rendered_and_validated():
-    from inference import chat_format
-    from actors.render import tool_specs
     from actors.protocol import FunctionTool
+    from actors.render import tool_specs
+    from inference import chat_format
 
     def prefix(tools: list[dict], instructions: str) -> list[int]:
         specs = tool_specs([FunctionTool.model_validate(t) for t in tools])

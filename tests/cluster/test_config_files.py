@@ -8,15 +8,14 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-import yaml
-
 import ray.autoscaler
+import yaml
 from ray.autoscaler._private.util import prepare_config, validate_config
 from ray.serve.schema import ServeDeploySchema
 
+from inference.deployment import deployment_options
 from serve.builder import gateway_options
 from serve.config import app_config_from_dict
-from inference.deployment import deployment_options
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 CLUSTER_YAMLS = sorted(CONFIGS.glob("cluster-*.yaml"))

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from inference import chat_format as cf
-from inference.batching import Batch, DecodeSchedule, EngineOverloaded, step_factor, steady_tokens_per_s
+from inference.batching import Batch, DecodeSchedule, EngineOverloaded, steady_tokens_per_s, step_factor
 from inference.engine import Engine
 from inference.pacing import decode_s, ttft_ms
 from inference.profiles import BatchingConfig

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -28,7 +30,7 @@ def render(items) -> list[int]:
 def split_segments(tokens: list[int]) -> list[list[int]]:
     starts = [i for i, t in enumerate(tokens) if t == SEP] + [len(tokens)]
     assert not tokens or starts[0] == 0
-    return [tokens[a:b] for a, b in zip(starts, starts[1:])]
+    return [tokens[a:b] for a, b in itertools.pairwise(starts)]
 
 
 def test_separator_is_endofprompt():

@@ -10,6 +10,7 @@ from inference import chat_format as cf
 from inference.profiles import load_inference_config
 from inference.types import Done, InferenceRequest, Prefilled
 
+
 def test_replica_class_streams_lists_models_and_reports_stats():
     from inference.deployment import InferenceDeployment
 

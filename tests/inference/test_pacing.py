@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import pytest
 
@@ -140,6 +141,6 @@ def test_every_token_is_sent_once_in_order(make_profile, clock):
     items = drain(Chunker(d, 0.0, p.chunk_ms, p.min_chunk_tokens), clock)
     ranges = [(s, e) for _, s, e in items]
     assert ranges[0][0] == 0 and ranges[-1][1] == 333
-    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
     # no token leaves before its deadline
     assert all(t >= d[e - 1] for t, _, e in items)

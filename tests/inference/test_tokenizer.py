@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -55,5 +57,5 @@ _token_lists = st.one_of(
 def test_detokenizer_fed_in_pieces_equals_decoding_whole(ids, cuts):
     bounds = sorted({0, len(ids), *(c for c in cuts if c <= len(ids))})
     detok = Detokenizer()
-    text = "".join(detok.feed(ids[a:b]) for a, b in zip(bounds, bounds[1:])) + detok.finish()
+    text = "".join(detok.feed(ids[a:b]) for a, b in itertools.pairwise(bounds)) + detok.finish()
     assert text == decode(ids)

@@ -16,7 +16,6 @@ import secrets
 from typing import Any
 
 import httpx
-import pytest
 
 from bench import workload as wl
 from bench.client import connect

@@ -6,6 +6,7 @@ Test names carry the docs/protocol.md §7 check numbers they cover.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 
 import pytest
@@ -98,7 +99,7 @@ def test_20_turn_tool_loop_sends_only_new_items_and_cached_tokens_grow(client):
     assert calls == 20, "the server's policy answers in text after 20 tool results"
     assert cached[0] == 0
     assert cached[1:] == expected  # each turn reuses everything it inherited, in 128-token steps
-    assert all(b >= a for a, b in zip(cached, cached[1:])), cached
+    assert all(b >= a for a, b in itertools.pairwise(cached)), cached
     assert cached[-1] > cached[1] >= 1024
 
 

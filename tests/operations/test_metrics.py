@@ -34,7 +34,7 @@ def dashboard_series() -> dict[str, dict[str, str]]:
             for name, selector in re.findall(r"(ray_responses_ws_\w+)(\{[^}]*\})?", target["expr"]):
                 labels = dict(re.findall(r'(\w+)="([^"]*)"', selector))
                 series.setdefault(name + json.dumps(labels, sort_keys=True), labels | {"__name__": name})
-    return {key: labels for key, labels in series.items()}
+    return dict(series.items())
 
 
 def scrape() -> list[tuple[str, dict[str, str]]]:
@@ -50,7 +50,7 @@ def missing(wanted: dict[str, dict[str, str]], samples: list[tuple[str, dict[str
     for key, labels in wanted.items():
         name = labels["__name__"]
         need = {k: v for k, v in labels.items() if k != "__name__"}
-        if not any(n == name and all(l.get(k) == v for k, v in need.items()) for n, l in samples):
+        if not any(n == name and all(lab.get(k) == v for k, v in need.items()) for n, lab in samples):
             out.append(key)
     return sorted(out)
 
@@ -80,15 +80,15 @@ async def traffic(url: str) -> None:
 
 def test_every_metric_the_dashboard_charts_is_exported(ray_cluster, server_url):
     wanted = dashboard_series()
-    assert len({l["__name__"] for l in wanted.values()}) >= 15
+    assert len({lab["__name__"] for lab in wanted.values()}) >= 15
     asyncio.run(traffic(server_url))
     deadline = time.monotonic() + 60  # Ray's metrics agent exports every few seconds
     while (gone := missing(wanted, samples := scrape())) and time.monotonic() < deadline:
         time.sleep(1)
     assert not gone, f"charted but not exported: {gone}"
-    refused_400 = [l for n, l in samples if n == "ray_responses_ws_refusals_total" and l.get("status") == "400"]
+    refused_400 = [lab for n, lab in samples if n == "ray_responses_ws_refusals_total" and lab.get("status") == "400"]
     assert refused_400
-    hosts = {l["host"] for n, l in samples if n == "ray_responses_ws_host_connections"}
+    hosts = {lab["host"] for n, lab in samples if n == "ray_responses_ws_host_connections"}
     assert hosts and all(h.startswith("rws-") for h in hosts)  # the session hosts' actor names
 
 

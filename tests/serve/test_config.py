@@ -6,7 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from serve.config import API_KEYS_ENV, AppConfig, app_config_from_dict, load_app_config, resolve_keys_and_paths
+from serve.config import (
+    API_KEYS_ENV,
+    AppConfig,
+    app_config_from_dict,
+    load_app_config,
+    resolve_keys_and_paths,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 

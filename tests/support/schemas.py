@@ -94,7 +94,7 @@ class Checker:
         Responses document types that ``schema`` as null only (``anyOf: [{type: null}]``),
         so it is validated as null."""
         data = json.loads(raw)
-        response = data["response"] if "response" in data else data
+        response = data.get("response", data)
         if response.get("object") != "response" or response["text"]["format"]["type"] != "json_schema":
             return raw
         fmt = response["text"]["format"]

@@ -12,8 +12,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from contextlib import contextmanager
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from serve.embedded import free_port
@@ -70,10 +70,10 @@ class ServeProcess:
             self.proc.send_signal(signal.SIGINT)
             try:
                 self.proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
+            except subprocess.TimeoutExpired as exc:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
-                raise AssertionError(f"responses-ws serve did not stop in {timeout_s:.0f}s:\n{self.output()[-4000:]}")
+                raise AssertionError(f"responses-ws serve did not stop in {timeout_s:.0f}s:\n{self.output()[-4000:]}") from exc
         return self.proc.returncode
 
 

@@ -9,7 +9,6 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 
-
 from actors.config import SessionConfig
 from actors.host.connection import Connection, RenderPool, ResponseStore
 from actors.protocol import ServerEvent
@@ -25,7 +24,7 @@ HOLD = "test.hold"  # metadata: the model call waits for ``ScriptedInference.rel
 class BuggySession(Session):
     """A session whose frame handler has a bug for one input."""
 
-    def on_frame(self, data):  # noqa: ANN001, ANN201
+    def on_frame(self, data):
         if data == "trigger":
             raise KeyError("internal detail /srv/secret.py")
         return super().on_frame(data)
@@ -245,7 +244,7 @@ class CountingPool(ThreadPoolExecutor):
         super().__init__(1)
         self.jobs = 0
 
-    def submit(self, fn, /, *args, **kwargs):  # noqa: ANN001, ANN201
+    def submit(self, fn, /, *args, **kwargs):
         self.jobs += 1
         return super().submit(fn, *args, **kwargs)
 
@@ -253,7 +252,7 @@ class CountingPool(ThreadPoolExecutor):
 BIG = "a long line of a tool's output\n" * 10  # over render_offload_chars=100
 
 
-def render_scenario(pool: CountingPool, scenario) -> None:  # noqa: ANN001
+def render_scenario(pool: CountingPool, scenario) -> None:
     async def main() -> None:
         session = Session(SessionConfig(render_offload_chars=100), [MODEL], session_key="s", clock=lambda: 0.0)
         store = GatedStore()
@@ -295,7 +294,7 @@ def test_a_lone_large_input_is_tokenised_inline_and_one_beside_a_running_respons
 
 
 def test_a_render_that_fails_is_server_error_and_the_socket_stays_usable(monkeypatch, caplog):
-    def broken(items):  # noqa: ANN001, ANN202
+    def broken(items):
         raise KeyError("internal detail /srv/secret.py")
 
     monkeypatch.setattr("actors.host.connection.render_items", broken)

@@ -11,7 +11,6 @@ from actors.errors import InvalidResumeToken
 from actors.host.resume import Held, ResumeRegistry, make_token, new_secret, parse_token
 
 
-
 class StubSession:
     """Stands in for actors.session.Session: the registry only releases it."""
 
