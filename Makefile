@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test lint bench serve install redis clients clean wheel smoke-wheel
+.PHONY: demo test test-unit lint bench serve install redis clients clean wheel smoke-wheel
 
 $(BIN)/python:
 	python3 -m venv $(VENV)
@@ -38,6 +38,10 @@ clients: $(CLIENTS)
 
 test: $(STAMP) redis $(CLIENTS)
 	$(BIN)/pytest
+
+# The fast tier: pure logic, no Ray, no store server, no JS clients (tests/conftest.py marks).
+test-unit: $(STAMP)
+	$(BIN)/pytest -m unit
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

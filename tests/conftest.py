@@ -8,6 +8,24 @@ from collections.abc import Iterator
 
 import pytest
 
+# A test is `integration` when it lives in a tier of real deployments or asks for a fixture
+# that starts a real service (Ray and Serve, a redis-server); every other test is `unit`:
+# pure logic that runs in milliseconds (`make test-unit`, `pytest -m unit`).
+INTEGRATION_DIRS = ("integration", "operations", "cluster")
+SERVICE_FIXTURES = {"ray_cluster", "redis_server"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "unit: pure logic, no service started (the fast tier)")
+    config.addinivalue_line("markers", "integration: real Ray/Serve, a real store server or real clients")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        tier = item.path.relative_to(item.config.rootpath / "tests").parts[0]
+        real = tier in INTEGRATION_DIRS or SERVICE_FIXTURES & set(getattr(item, "fixturenames", ()))
+        item.add_marker(pytest.mark.integration if real else pytest.mark.unit)
+
 
 @pytest.fixture(scope="session")
 def ray_cluster():
