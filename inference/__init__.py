@@ -1,4 +1,5 @@
 """Emulated inference: latency model, prefix cache, scripted output, Serve deployment.
 
-Only ``inference/deployment.py`` imports Ray; everything else is plain Python.
+Only the Serve deployments (``deployment.py``, ``whatif_deployment.py``) import Ray;
+everything else is plain Python.
 """

@@ -242,3 +242,12 @@ def test_the_package_metadata_is_complete():
     assert PYPROJECT["authors"] and PYPROJECT["keywords"]
     versions = {c.rsplit(" ", 1)[-1] for c in PYPROJECT["classifiers"] if c.startswith("Programming Language :: Python :: 3.")}
     assert versions == {"3.11", "3.12", "3.13"}
+
+
+def test_no_tracked_file_is_over_one_mebibyte():
+    """Source only: no wheel, archive or build output; measurement data stays small."""
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    sizes = {name: (ROOT / name).stat().st_size for name in tracked.decode().split("\0")
+             if name and (ROOT / name).is_file()}
+    assert sizes, "git ls-files listed nothing"
+    assert not {n: s for n, s in sizes.items() if s > 1 << 20}
