@@ -38,5 +38,6 @@ KINDS: dict[str, Kind] = {
     "memory": Kind("bench.conn_memory", "one connection's memory as its cache grows past the cap"),
     "admission": Kind("bench.admission", "bursts, arrival ramps and held connections: admission at scale"),
     "burst": Kind("bench.burst", "first turns of resumed sessions all at once: how long each socket waits"),
+    "floor": Kind("bench.floor", "non-model time per turn against a minimal server sending the same frames"),
 }
 DEFAULT_KIND = "agentloop"
