@@ -2,19 +2,27 @@
 (``responses-ws bench`` alone runs ``agentloop``; ``responses-ws bench --help`` lists the
 kinds) and ``responses-ws demo``.  The server never imports this package.
 
-A kind is a module of this package that has
+Layout (docs/benchmark.md, "Layout"):
 
-- a module docstring: its ``--help`` text;
-- ``add_arguments(parser: argparse.ArgumentParser) -> None``: its options;
-- ``run(args: argparse.Namespace) -> int``: the benchmark; returns the exit code.
-  ``args.command`` is the command line as typed (for the results file).
+- ``bench/kinds/<kind>.py``: one module per command, named as the command runs
+  (``responses-ws bench memory`` is :mod:`bench.kinds.memory`; ``responses-ws demo`` is
+  :mod:`bench.kinds.demo`).  A kind module has a docstring (its ``--help`` text),
+  ``add_arguments(parser)`` (its options) and ``run(args) -> int`` (the exit code);
+  ``args.command`` is the command line as typed and ``args.run`` the :class:`bench.results.Run`
+  its results file records.  A kind is imported only when it runs, after :mod:`bench.cli` made
+  sure the ``bench`` extra (rich, matplotlib, psutil, hypothesis, httpx) is installed.
+- the library the kinds share, one concept a module: :mod:`bench.client` (the WebSocket
+  client), :mod:`bench.transports` (one agent turn over ws / http-chained / http-full /
+  append), :mod:`bench.workload` (the agent-loop workload and its presets),
+  :mod:`bench.agentloop` (running rollouts and recording every turn), :mod:`bench.report`
+  and :mod:`bench.breakdown` (summaries, tables, where a turn's time goes),
+  :mod:`bench.sweeps`, :mod:`bench.results` (the one results writer), :mod:`bench.plotting`
+  (the one matplotlib setup), :mod:`bench.processes` (memory and CPU of the server's Ray
+  processes), :mod:`bench.cluster` (a simulated multi-node cluster); the soak's
+  :mod:`bench.chains`, :mod:`bench.invariants`, :mod:`bench.soak_report`; the fuzzer's
+  :mod:`bench.fuzz_cases` and :mod:`bench.fuzz_oracle`.
 
-and one entry in :data:`KINDS` (name → module, one-line summary).  A module is imported
-only when its kind runs, after :mod:`bench.cli` made sure the ``bench`` extra (rich,
-matplotlib, psutil, hypothesis, httpx) is installed, so it may use the extra freely.  A
-kind that needs a server of its own starts it with
-:func:`serve.embedded.embedded_server`; its WebSocket traffic goes through
-:mod:`bench.client`.
+A kind that needs a server of its own starts it with :func:`serve.embedded.embedded_server`.
 """
 
 from __future__ import annotations
@@ -23,21 +31,26 @@ from typing import NamedTuple
 
 
 class Kind(NamedTuple):
-    module: str
+    name: str
     summary: str
 
+    @property
+    def module(self) -> str:
+        return f"{__name__}.kinds.{self.name}"
 
-KINDS: dict[str, Kind] = {
-    "agentloop": Kind("bench.run", "agent loops over ws / http-chained / http-full, side by side (default)"),
-    "hotpath": Kind("bench.hotpath", "per-turn server overhead and sustained streaming rate"),
-    "overhead": Kind("bench.overhead", "per-turn API overhead against conversation length, WebSocket vs HTTP"),
-    "emulator": Kind("bench.emulator", "fidelity of the emulated inference deployment to its model"),
-    "scaling": Kind("bench.scaling", "load and idle connections on a simulated multi-node cluster"),
-    "soak": Kind("bench.soak", "hundreds of checked WebSocket agent chains at once, memory over time"),
-    "fuzz": Kind("bench.fuzz", "hostile WebSocket frames and HTTP requests, every answer judged"),
-    "memory": Kind("bench.conn_memory", "one connection's memory as its cache grows past the cap"),
-    "admission": Kind("bench.admission", "bursts, arrival ramps and held connections: admission at scale"),
-    "burst": Kind("bench.burst", "first turns of resumed sessions all at once: how long each socket waits"),
-    "floor": Kind("bench.floor", "non-model time per turn against a minimal server sending the same frames"),
-}
+
+KINDS: dict[str, Kind] = {kind.name: kind for kind in (
+    Kind("agentloop", "agent loops over ws / http-chained / http-full, side by side (default)"),
+    Kind("hotpath", "per-turn server overhead and sustained streaming rate"),
+    Kind("overhead", "per-turn API overhead against conversation length, WebSocket vs HTTP"),
+    Kind("emulator", "fidelity of the emulated inference deployment to its model"),
+    Kind("scaling", "load and idle connections on a simulated multi-node cluster"),
+    Kind("soak", "hundreds of checked WebSocket agent chains at once, memory over time"),
+    Kind("fuzz", "hostile WebSocket frames and HTTP requests, every answer judged"),
+    Kind("memory", "one connection's memory as its cache grows past the cap"),
+    Kind("admission", "bursts, arrival ramps and held connections: admission at scale"),
+    Kind("burst", "first turns of resumed sessions all at once: how long each socket waits"),
+    Kind("floor", "non-model time per turn against a minimal server sending the same frames"),
+)}
 DEFAULT_KIND = "agentloop"
+DEMO_MODULE = f"{__name__}.kinds.demo"

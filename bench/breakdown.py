@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import plotting
 from .agentloop import RolloutRecord, TurnRecord
 from .report import pct
 
@@ -187,11 +188,7 @@ def render_turns(rows: list[dict[str, Any]], transports: Sequence[str], rollout:
 def plot(path: Path, cmp: dict[str, Any], rows: list[dict[str, Any]], rollout: int, title: str) -> Path:
     """Stacked bars: rollout ``rollout`` turn by turn (one bar per transport per turn) and
     the per-rollout totals of every transport."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = plotting.pyplot()
     names = list(cmp["transports"])
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [3, 1]})
     width = 0.8 / len(names)
@@ -216,16 +213,4 @@ def plot(path: Path, cmp: dict[str, Any], rows: list[dict[str, Any]], rollout: i
         ax2.text(i, bottom[i], f"{bottom[i]:.1f} s", ha="center", va="bottom", fontsize=8)
     ax2.set_ylabel(f"s, {cmp['rollouts']} rollouts summed")
     ax2.grid(alpha=0.3, axis="y")
-    return save(fig, path, title)
-
-
-def save(fig, path: Path, title: str) -> Path:
-    """Title, lay out, write (as a 110-dpi PNG) and close ``fig``."""
-    import matplotlib.pyplot as plt
-
-    fig.suptitle(title)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return plotting.save(fig, path, title)

@@ -1,4 +1,4 @@
-"""Agent chains over checked WebSockets: the soak's client (bench/soak.py).
+"""Agent chains over checked WebSockets: the soak's client (bench/kinds/soak.py).
 
 A *slot* holds one connection at a time and runs chains on it: ``response.create`` with
 ``store:false``, ``previous_response_id`` of the chain's last response and only the new

@@ -1,6 +1,6 @@
 """The ``bench`` and ``demo`` command lines of ``responses-ws`` (:mod:`serve.cli` hands them
-over unparsed): pick the module (a kind of :data:`bench.KINDS`, or :mod:`bench.demo`),
-build its parser, run it.
+over unparsed): pick the module (a kind of :data:`bench.KINDS`, or :mod:`bench.kinds.demo`),
+build its parser, start the :class:`~bench.results.Run` its results record, run it.
 
 Every one of them needs the ``bench`` extra: without it, the command ends with a one-line
 install hint before anything runs, instead of a traceback (or a failure after a long run).
@@ -14,7 +14,8 @@ import importlib.util
 import shlex
 import sys
 
-from . import DEFAULT_KIND, KINDS
+from . import DEFAULT_KIND, DEMO_MODULE, KINDS
+from .results import Run
 
 INSTALL_HINT = "pip install 'responses-ws[bench]'"
 # The import names of pyproject.toml's ``bench`` extra (tests/test_layout.py keeps them equal).
@@ -25,7 +26,7 @@ def main(argv: list[str]) -> int:
     """``argv`` starts with ``bench`` or ``demo``."""
     command, rest = argv[0], argv[1:]
     if command == "demo":
-        return run_module("bench.demo", "responses-ws demo", rest)
+        return run_module(DEMO_MODULE, "responses-ws demo", rest)
     if rest[:1] and rest[0] in ("-h", "--help"):
         print(overview())
         return 0
@@ -58,4 +59,5 @@ def run_module(module: str, prog: str, argv: list[str]) -> int:
     mod.add_arguments(parser)
     args = parser.parse_args(argv)
     args.command = " ".join([prog, *map(shlex.quote, argv)])
+    args.run = Run.start(args.command)
     return mod.run(args)

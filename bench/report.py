@@ -1,14 +1,14 @@
-"""Summaries of agent-loop results: numbers per transport, the table, JSON and plots."""
+"""Summaries of agent-loop results: numbers per transport, the table and the plots."""
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from . import plotting
 from .agentloop import PHASES, RolloutRecord
 
 
@@ -175,12 +175,7 @@ def render_phases(summary: dict[str, Any]):
 
 def plot_all(out_dir: Path, records: Sequence[RolloutRecord], sweep: list[dict[str, Any]] | None,
              label: str) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out_dir.mkdir(parents=True, exist_ok=True)
+    plt = plotting.pyplot()
     written = []
     timings = any(t.server for r in records for t in r.turns)
     metric = overhead_ms if timings else nonmodel_ms
@@ -193,10 +188,7 @@ def plot_all(out_dir: Path, records: Sequence[RolloutRecord], sweep: list[dict[s
     ax.set_title(f"Per-turn overhead vs turn ({label})")
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    written.append(out_dir / "overhead_per_turn.png")
-    fig.savefig(written[-1], dpi=110)
-    plt.close(fig)
+    written.append(plotting.save(fig, out_dir / "overhead_per_turn.png"))
 
     fig, ax = plt.subplots(figsize=(6, 4))
     names = sorted({r.transport for r in records}, key=lambda n: (n != "ws", n))
@@ -205,10 +197,7 @@ def plot_all(out_dir: Path, records: Sequence[RolloutRecord], sweep: list[dict[s
     ax.set_ylabel("end-to-end per rollout, s")
     ax.set_title(f"Rollout end-to-end by transport ({label})")
     ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    written.append(out_dir / "e2e_by_transport.png")
-    fig.savefig(written[-1], dpi=110)
-    plt.close(fig)
+    written.append(plotting.save(fig, out_dir / "e2e_by_transport.png"))
 
     if sweep:
         fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
@@ -229,14 +218,5 @@ def plot_all(out_dir: Path, records: Sequence[RolloutRecord], sweep: list[dict[s
         ax2.axhline(0, color="grey", lw=0.8)
         ax2.legend()
         ax2.grid(alpha=0.3)
-        fig.suptitle(f"Turn-count sweep ({label})")
-        fig.tight_layout()
-        written.append(out_dir / "sweep_rounds.png")
-        fig.savefig(written[-1], dpi=110)
-        plt.close(fig)
+        written.append(plotting.save(fig, out_dir / "sweep_rounds.png", f"Turn-count sweep ({label})"))
     return written
-
-
-def write_json(path: Path, payload: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=1, default=str))

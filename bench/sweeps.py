@@ -17,7 +17,7 @@ from typing import Any
 
 from inference.profiles import InferenceConfig, ModelProfile
 
-from . import breakdown
+from . import breakdown, plotting
 from .agentloop import RolloutRecord
 from .workload import Workload
 
@@ -81,12 +81,7 @@ def lines(points: list[dict[str, Any]], what: str) -> list[str]:
 def plot(path: Path, points: list[dict[str, Any]], xlabel: str, title: str, log_x: bool) -> Path:
     """Two panels against the swept value: API overhead's share of end-to-end time per
     transport, and the first transport's gain over each other one."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (ax1, ax2) = plotting.pyplot().subplots(1, 2, figsize=(11, 4))
     names = list(points[0]["comparison"]["transports"]) if points else []
     for n in names:
         pts = [(p["x"], 100 * s) for p in points if (s := p["comparison"]["transports"][n]["api_share"]) is not None]
@@ -106,4 +101,4 @@ def plot(path: Path, points: list[dict[str, Any]], xlabel: str, title: str, log_
     ax1.set_ylabel("API overhead, % of end-to-end time")
     ax2.set_ylabel(f"{names[0] if names else ''} faster by, %")
     ax2.axhline(0, color="grey", lw=0.8)
-    return breakdown.save(fig, path, title)
+    return plotting.save(fig, path, title)

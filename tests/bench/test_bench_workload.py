@@ -93,14 +93,14 @@ def test_the_floor_is_the_server_reported_model_time_plus_tool_time():
 
 
 def test_the_overhead_benchmark_asks_only_for_policy_values_the_server_accepts():
-    from bench.overhead import META
+    from bench.kinds.overhead import META
     from inference.policy import metadata_overrides
 
     assert metadata_overrides(META.items())["tool_rounds"] == 10_000  # raises InvalidMetadata if not
 
 
 def test_the_burst_summary_reads_each_socket_s_wait_and_the_server_s_phases():
-    from bench.burst import summary
+    from bench.kinds.burst import summary
 
     phases = {"parse_validate": 1.0, "render": 20.0, "classify": 3.0, "api_overhead": 25.0}
     turns = [{"created_ms": c, "nonmodel_ms": n, "server": {**phases, "render": r}}

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import importlib
 import sys
+from pathlib import Path
 
 import pytest
 
-from bench import DEFAULT_KIND, KINDS
+import bench
+from bench import DEFAULT_KIND, DEMO_MODULE, KINDS
 from bench.cli import INSTALL_HINT
 from serve.cli import main
 
@@ -48,3 +50,16 @@ def test_without_the_bench_extra_the_command_prints_an_install_hint(argv, monkey
     assert main(argv) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "psutil" in err and INSTALL_HINT in err
+
+
+def test_every_kind_is_the_module_named_after_it_and_every_module_there_is_a_command(capsys):
+    kinds_dir = Path(bench.__file__).parent / "kinds"
+    modules = {p.stem for p in kinds_dir.glob("*.py")} - {"__init__"}
+    assert modules == set(KINDS) | {"demo"}
+    assert DEMO_MODULE == "bench.kinds.demo"
+    for name, kind in KINDS.items():
+        assert kind.module == f"bench.kinds.{name}"
+        with pytest.raises(SystemExit):
+            main(["bench", name, "--help"])
+        first_line = importlib.import_module(kind.module).__doc__.strip().splitlines()[0]
+        assert first_line in capsys.readouterr().out, name  # the CLI ran that module

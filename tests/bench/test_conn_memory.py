@@ -1,5 +1,5 @@
-"""The memory-per-connection benchmark's pure parts: its copy of the cache rule is the
-session's, and its inputs have the size it claims."""
+"""The memory-per-connection benchmark's pure parts: its model of the cache evicts what the
+session evicts, and its inputs have the size it claims."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import random
 
 from actors.config import SessionConfig
 from actors.session import Session
-from bench.conn_memory import CacheModel, fresh_text, rendered_output_tokens
+from bench.kinds.memory import CacheModel, fresh_text, rendered_output_tokens
 from inference import tokenizer
 from inference.types import Done, Prefilled, TextDelta
 

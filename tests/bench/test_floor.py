@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from bench import floor
+from bench.kinds import floor
 
 
 def args(**over) -> argparse.Namespace:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 
 from bench.chains import SoakPlan, chain_turns
-from bench.memory import CpuMeter, flatness
-from bench.soak import soak
+from bench.kinds.soak import soak
+from bench.processes import CpuMeter, flatness
 from tests.support.server import start_app
 
 SOAK_APP = "rws-soak"

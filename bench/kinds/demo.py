@@ -21,9 +21,9 @@ from pathlib import Path
 
 from serve.embedded import embedded_server, local_config
 
-from . import breakdown, report
-from .agentloop import run_bench
-from .workload import PRESETS, rounds
+from .. import breakdown, report, results
+from ..agentloop import run_bench
+from ..workload import PRESETS, rounds
 
 TRANSPORTS = ("ws", "http-full")
 
@@ -63,8 +63,7 @@ def run(args: argparse.Namespace) -> int:
     payload = {"command": args.command, "duration_s": time.time() - t0, "workload": w.as_dict(),
                "transports": TRANSPORTS, "comparison": cmp, "turns_of_rollout": {"rollout": shown, "rows": rows},
                "summary": report.summarise(records), "rollouts": [r.as_dict() for r in records]}
-    out_json = args.out / "demo.json"
-    report.write_json(out_json, payload)
+    out_json = results.write(args.out / "demo.json", payload, args.run)
     png = breakdown.plot(args.out / "demo.png", cmp, rows, shown,
                          f"{args.preset} preset, {w.model}, resumed ~{w.resume_tokens // 1000}k tokens: "
                          "where the time goes")

@@ -21,7 +21,8 @@ from inference.profiles import load_inference_config
 from serve.config import AppConfig
 from serve.embedded import embedded_server, local_config
 
-from .client import connect
+from .. import results
+from ..client import connect
 
 
 def bench_config(warm_actors: int = 1) -> AppConfig:
@@ -84,7 +85,6 @@ def run(args: argparse.Namespace) -> int:
     with embedded_server(bench_config(warm_actors=args.streams + 1)) as url:
         result = asyncio.run(measure(url, args.turns, args.streams, args.tokens))
     result["command"] = args.command
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
+    results.write(args.out, result, args.run)
     print(json.dumps(result, indent=2))
     return 0

@@ -26,7 +26,8 @@ import httpx
 
 from serve.embedded import embedded_server, local_config
 
-from .client import ResponsesSocket, connect
+from .. import plotting, results
+from ..client import ResponsesSocket, connect
 
 MODEL = "emu-fast"
 API_KEY = "sk-bench"
@@ -128,12 +129,7 @@ async def measure(base: str, sizes: list[int], turns: int, seed: int) -> dict[st
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plotting.pyplot().subplots(figsize=(7, 4.5))
     for name in ("ws", "http-chained", "http-full"):
         rows = [r for r in result["rows"] if r["transport"] == name]
         ax.plot([r["prompt_tokens"] for r in rows], [r["api_overhead_ms"] for r in rows], marker="o", label=name)
@@ -144,8 +140,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     ax.set_title("Server time outside inference per turn")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    plotting.save(fig, path, dpi=120)
 
 
 def parse_size(text: str) -> int:
@@ -171,8 +166,7 @@ def run(args: argparse.Namespace) -> int:
             result = asyncio.run(measure(url, sizes, args.turns, args.seed))
     result["wall_s"] = round(time.time() - t0, 1)
     result["command"] = args.command
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
+    results.write(args.out, result, args.run)
     plot(result, args.out.with_suffix(".png"))
     print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
     return 0

@@ -14,7 +14,6 @@ table (cases per kind, answers seen, 5xx, closes, wall time) and writes JSON.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import tempfile
@@ -29,9 +28,10 @@ from hypothesis import strategies as st
 
 from serve.embedded import embedded_server, local_config
 
-from .client import ws_url
-from .fuzz_cases import http_cases, ws_cases
-from .fuzz_oracle import HttpFuzzer, Outcome, WsFuzzer, server_overrides
+from .. import results
+from ..client import ws_url
+from ..fuzz_cases import http_cases, ws_cases
+from ..fuzz_oracle import HttpFuzzer, Outcome, WsFuzzer, server_overrides
 
 ALIVE_EVERY = 500  # cases between checks that the fuzzed sockets and a new one still work
 KEPT = 20  # bad answers kept in the JSON
@@ -132,8 +132,7 @@ def run(args: argparse.Namespace) -> int:
     result = {"command": args.command, "url": args.url or "embedded", "seed": args.seed,
               "machine": {"cpus": os.cpu_count(), "python": platform.python_version()}, **result}
     print(render(result))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    results.write(args.out, result, args.run)
     print(f"wrote {args.out}")
     ws, http = result["websocket"], result["http"]
     return 1 if ws["bad_cases"] or http["bad_cases"] or ws["alive_check_failures"] else 0

@@ -31,9 +31,10 @@ from typing import Any
 
 from serve.embedded import embedded_server, local_config
 
-from . import workload as wl
-from .agentloop import TIMINGS_KEY, model_seconds, server_timings
-from .client import ResponsesSocket, connect, is_final
+from .. import results
+from .. import workload as wl
+from ..agentloop import TIMINGS_KEY, model_seconds, server_timings
+from ..client import ResponsesSocket, connect, is_final
 
 MODES = {"deflate": "deflate", "plain": None}  # name → the client's `compression`
 
@@ -226,10 +227,9 @@ def run(args: argparse.Namespace) -> int:
                   f"reference {s['reference_ms']:.2f} ms -> {s['ratio']}x; the server reports "
                   f"api_overhead {s['server_api_overhead_ms']:.2f} ms "
                   f"({s['frames_per_turn']:.0f} frames, {s['bytes_per_turn'] / 1000:.0f} KB a turn)")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"command": args.command, "rounds": rounds,
-                                    "workload": {k: getattr(args, k) for k in
-                                                 ("turns", "model", "instruction_words", "tools",
-                                                  "tool_output_tokens", "seed")}}, indent=1))
+    results.write(args.out, {"command": args.command, "rounds": rounds,
+                             "workload": {k: getattr(args, k) for k in
+                                          ("turns", "model", "instruction_words", "tools",
+                                           "tool_output_tokens", "seed")}}, args.run)
     print(f"wrote {args.out}")
     return 0

@@ -25,9 +25,10 @@ from typing import Any
 
 from serve.embedded import embedded_server, local_config
 
-from . import workload as wl
-from .agentloop import TIMINGS_KEY, _base, first_input, warm_resumed
-from .client import connect
+from .. import results
+from .. import workload as wl
+from ..agentloop import TIMINGS_KEY, _base, first_input, warm_resumed
+from ..client import connect
 
 API_KEY = "sk-bench"
 MODEL_PHASES = ("queue", "prefill", "decode")
@@ -115,8 +116,7 @@ def run(args: argparse.Namespace) -> int:
           f"{s['created_ms']['median']} ms (median) / {s['created_ms']['max']} ms (last); "
           f"non-model time per socket, median {s['nonmodel_ms_median']} ms")
     print("server phases, medians (ms): " + ", ".join(f"{k} {v}" for k, v in s["server_ms_median"].items()))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"command": args.command, "sockets": args.sockets, "tokenise": where,
-                                    "summary": s, "turns": turns}, indent=1))
+    results.write(args.out, {"command": args.command, "sockets": args.sockets, "tokenise": where,
+                             "summary": s, "turns": turns}, args.run)
     print(f"wrote {args.out}")
     return 0

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import platform
 import statistics
@@ -38,6 +37,8 @@ from inference.profiles import InferenceConfig, load_inference_config
 from inference.tokenizer import encode
 from inference.types import Done, FunctionCallDelta, InferenceRequest, Prefilled, TextDelta, ToolSpec
 from serve.embedded import embedded_ray, embedded_server, local_config
+
+from .. import results
 
 APP = "emu-bench"
 REPLICAS = 2
@@ -329,7 +330,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     with embedded_ray(num_cpus=2):
         result = asyncio.run(main_async(args))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
+    results.write(args.out, result, args.run)
     print(f"saved {args.out}")
     return 0

@@ -23,13 +23,13 @@ from pathlib import Path
 
 from serve.embedded import wait_ready
 
-from . import report
-from .agentloop import run_rollout
-from .client import connect
-from .cluster import SERVE_CLUSTER_CONFIG as CONFIG
-from .cluster import SimulatedCluster, deploy_serve_config
-from .memory import cpu_s, session_host_pids, uss_mb
-from .workload import Workload
+from .. import plotting, report, results
+from ..agentloop import run_rollout
+from ..client import connect
+from ..cluster import SERVE_CLUSTER_CONFIG as CONFIG
+from ..cluster import SimulatedCluster, deploy_serve_config
+from ..processes import cpu_s, session_host_pids, uss_mb
+from ..workload import Workload
 
 
 async def load_step(url: str, m: int, w: Workload) -> dict:
@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
                  text_tokens=100, tool_time_ms=20)
     url = f"http://127.0.0.1:{args.port}"
     cluster = SimulatedCluster(session_nodes=2, accelerator_nodes=1, accelerators_per_node=4)
-    results = {"command": args.command, "workload": w.as_dict(),
+    result = {"command": args.command, "workload": w.as_dict(),
                "cluster": "head + 2 session nodes + 1 accelerator node (4 slots), one machine (2 cores, 24 GiB)",
                "modes": []}
     try:
@@ -136,24 +136,19 @@ def run(args: argparse.Namespace) -> int:
                 time.sleep(2)
             entry["idle"] = asyncio.run(hold_idle(url, n_idle, args.quiet_s))
             print(f"mode {mode:>3} idle: {json.dumps(entry['idle'])}", flush=True)
-            results["modes"].append(entry)
-            args.out.mkdir(parents=True, exist_ok=True)
-            (args.out / "scaling.json").write_text(json.dumps(results, indent=1))
+            result["modes"].append(entry)
+            results.write(args.out / "scaling.json", result, args.run)
             time.sleep(3)
     finally:
         cluster.shutdown()
-    plot(results, args.out)
+    plot(result, args.out)
     return 0
 
 
-def plot(results: dict, out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def plot(result: dict, out: Path) -> None:
+    plt = plotting.pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))
-    for e in results["modes"]:
+    for e in result["modes"]:
         lab = f"connections_per_actor={e['connections_per_actor']}"
         ms = [s["rollouts"] for s in e["load"]]
         axes[0].plot(ms, [s["delivered_tokens_per_s"] for s in e["load"]], marker="o", label=lab)
@@ -164,15 +159,11 @@ def plot(results: dict, out: Path) -> None:
         ax.set_title(t)
         ax.grid(alpha=0.3)
     axes[0].legend()
-    fig.tight_layout()
-    fig.savefig(out / "scaling_load.png", dpi=110)
-    plt.close(fig)
+    plotting.save(fig, out / "scaling_load.png")
     fig, ax = plt.subplots(figsize=(6, 4))
-    modes = [str(e["connections_per_actor"]) for e in results["modes"]]
-    ax.bar(modes, [e["idle"]["uss_mb_per_connection"] for e in results["modes"]])
+    modes = [str(e["connections_per_actor"]) for e in result["modes"]]
+    ax.bar(modes, [e["idle"]["uss_mb_per_connection"] for e in result["modes"]])
     ax.set_xlabel("connections_per_actor")
     ax.set_ylabel("private memory per idle connection, MiB")
     ax.set_title("Memory per held connection")
-    fig.tight_layout()
-    fig.savefig(out / "scaling_memory.png", dpi=110)
-    plt.close(fig)
+    plotting.save(fig, out / "scaling_memory.png")

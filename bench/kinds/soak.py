@@ -19,7 +19,7 @@ emulator's own time to first token for that request (``queue + prefill``, which 
 inference replica reports per response through the server's ``responses_ws.timings``
 metadata; the emulator's profile formula on the reported usage is the fallback), and the
 private memory (USS) of the session actors and the gateway, sampled every ``--sample-s``:
-per connection, and flat or not over time (bench/memory.py ``flatness``).  Writes JSON
+per connection, and flat or not over time (bench/processes.py ``flatness``).  Writes JSON
 (``--out``) and prints a table (bench/soak_report.py).
 """
 
@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import platform
 import tempfile
@@ -40,11 +39,12 @@ import psutil
 
 from serve.embedded import embedded_server, local_config
 
-from .chains import Load, SoakPlan, run_slot
-from .invariants import RunCheck
-from .memory import CpuMeter, sample_uss
-from .report import pct
-from .soak_report import render_table, summarise
+from .. import results
+from ..chains import Load, SoakPlan, run_slot
+from ..invariants import RunCheck
+from ..processes import CpuMeter, sample_uss
+from ..report import pct
+from ..soak_report import render_table, summarise
 
 APP = "responses-ws-soak"
 SETTLE_S = 3.0  # after a run, before sampling idle memory: closes and flushes finish
@@ -163,7 +163,6 @@ def run(args: argparse.Namespace) -> int:
     Console(width=140).print(render_table(result))
     for ex in result["invariants"]["examples"][:10]:
         print("violation:", ex)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1))
+    results.write(args.out, result, args.run)
     print(f"wrote {args.out}")
     return 0 if result["invariants"]["ok"] else 1

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import resource
 import time
 import urllib.request
@@ -38,9 +37,10 @@ from typing import Any
 
 import websockets
 
-from .client import ResponsesSocket, connect
-from .memory import actor_pids, cpu_by_pid, session_host_pids, uss_mb
-from .report import pct
+from .. import plotting, results
+from ..client import ResponsesSocket, connect
+from ..processes import actor_pids, cpu_by_pid, session_host_pids, uss_mb
+from ..report import pct
 
 SHORT = {"emulator.tool_rounds": "0", "emulator.text_tokens": "8"}
 PHASES = ("micro", "warm", "burst", "ramp", "idle", "http_load")
@@ -187,11 +187,11 @@ async def turns_on_all(sockets: list[ResponsesSocket], turns: int) -> dict[str, 
         return done, times
 
     t0 = time.perf_counter()
-    results = await asyncio.gather(*(chain(s) for s in sockets))
+    chains = await asyncio.gather(*(chain(s) for s in sockets))
     wall = time.perf_counter() - t0
-    ms = sorted(t * 1000 for _, ts in results for t in ts)
-    return {"turns_completed": sum(d for d, _ in results), "turns_wanted": turns * len(sockets),
-            "wall_s": wall, "turns_per_s": sum(d for d, _ in results) / wall if wall else None,
+    ms = sorted(t * 1000 for _, ts in chains for t in ts)
+    return {"turns_completed": sum(d for d, _ in chains), "turns_wanted": turns * len(sockets),
+            "wall_s": wall, "turns_per_s": sum(d for d, _ in chains) / wall if wall else None,
             "turn_ms": {"p50": pct(ms, 0.5), "p99": pct(ms, 0.99)}}
 
 
@@ -385,13 +385,8 @@ def micro_phase(n: int = 2000) -> dict[str, float]:
 
 
 def _plot(result: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     ramps = result.get("ramp", [])
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (ax1, ax2) = plotting.pyplot().subplots(1, 2, figsize=(11, 4))
     if ramps:
         rates = [r["rate"] for r in ramps]
         for q in ("p50", "p90", "p99"):
@@ -409,8 +404,7 @@ def _plot(result: dict, path: Path) -> None:
         ax2.set_ylabel("server private memory added (MiB)")
         ax2.legend()
         ax2.set_title("memory vs connections")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    plotting.save(fig, path)
 
 
 def _print_summary(result: dict) -> None:
@@ -486,7 +480,7 @@ def simulated_cluster(port: int) -> Iterator[tuple[str, Any]]:
     on ``port``), with a SQLite store in /tmp; yields the URL and the cluster."""
     from serve.embedded import wait_ready
 
-    from .cluster import SERVE_CLUSTER_CONFIG, SimulatedCluster, deploy_serve_config
+    from ..cluster import SERVE_CLUSTER_CONFIG, SimulatedCluster, deploy_serve_config
 
     def edit(a: dict) -> None:
         a["server"]["port"] = port
@@ -523,8 +517,7 @@ def run(args: argparse.Namespace) -> int:
                    "connections_per_actor", "max_connections_per_actor", "warm_actors", "max_actors",
                    "max_starting_actors", "admission_wait_s"}),
                "wall_s": time.perf_counter() - started, **result}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(payload, indent=2))
+    results.write(args.out, payload, args.run)
     png = args.out.with_suffix(".png")
     _plot(result, png)
     _print_summary(result)

@@ -9,11 +9,11 @@ lanes, each turn continuing its lane with ``--input-tokens`` tokens of fresh tex
 connection's cached context grows by about that much per turn.  The session actor's USS
 (the connection's actor is found by the TCP socket it holds) is sampled after every turn.
 
-The client keeps a model of the server's cache rule (``Session._bound_cache``: after a turn
-the other lanes are evicted, least recently updated first, while the connection holds more
-than ``max_cached_tokens``), so it knows which lane ids must now be gone; it continues an
-evicted lane from its old id anyway, requires ``previous_response_not_found``, and restarts
-the lane.  Reported: bytes per cached token (least squares over the turns before the first
+The client feeds the turns it saw to the server's own cache rule
+(:class:`actors.cache_budget.CacheBudget`: after a turn the other lanes are evicted, least
+recently updated first, while the connection holds more than ``max_cached_tokens``), so it
+knows which lane ids must now be gone; it continues an evicted lane from its old id anyway,
+requires ``previous_response_not_found``, and restarts the lane.  Reported: bytes per cached token (least squares over the turns before the first
 eviction), the plateau after it, every eviction's verification.
 
 Then the connection's actor after close: with the default pool (one connection per actor)
@@ -36,11 +36,13 @@ from typing import Any
 
 import psutil
 
+from actors.cache_budget import CacheBudget
 from serve.config import AppConfig
 from serve.embedded import embedded_ray, embedded_server, local_config
 
-from .client import ResponsesSocket, connect
-from .memory import flatness, session_host_pids, uss_mb
+from .. import results
+from ..client import ResponsesSocket, connect
+from ..processes import flatness, session_host_pids, uss_mb
 
 TEXT = {"emulator.tool_rounds": "0", "emulator.text_tokens": "16"}
 MODEL = "emu-fast"
@@ -107,31 +109,44 @@ async def uss(pid: int) -> float:
     return await asyncio.to_thread(uss_mb, [pid])
 
 
+@dataclass(eq=False)
+class _CachedLane:
+    latest: int | None = None  # the lane's cached context tokens; None once evicted
+
+
 @dataclass
 class CacheModel:
-    """The client's copy of the server's per-connection cache rule (Session._bound_cache)."""
+    """What the server caches on one connection, by the server's own rule: the turns the
+    client saw go through a :class:`~actors.cache_budget.CacheBudget` of ``cap`` tokens, as
+    the session's lanes do (``session.max_cached_tokens``)."""
 
     cap: int
-    tokens: dict[str, int] = field(default_factory=dict)  # lane -> cached context tokens
     ids: dict[str, str] = field(default_factory=dict)  # lane -> latest response id
-    lru: list[str] = field(default_factory=list)
+    lru: list[str] = field(default_factory=list)  # lanes, least recently updated first
+    _lanes: dict[str, _CachedLane] = field(default_factory=dict, init=False, repr=False)
+    _budget: CacheBudget = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._budget = CacheBudget(self.cap)
 
     def finished(self, lane: str, response_id: str, context_tokens: int) -> list[tuple[str, str]]:
-        """A turn on ``lane`` completed; returns the (lane, id) entries it evicted."""
-        self.tokens[lane], self.ids[lane] = context_tokens, response_id
+        """A turn on ``lane`` completed; returns the (lane, id) entries it evicted, least
+        recently updated first."""
+        cached = self._lanes.setdefault(lane, _CachedLane())
+        before = set(self.tokens)
+        cached.latest, self.ids[lane] = context_tokens, response_id
         self.lru = [x for x in self.lru if x != lane] + [lane]
-        total, evicted = self.total, []
-        for other in self.lru[:-1]:
-            if total <= self.cap:
-                break
-            if other in self.tokens:
-                total -= self.tokens.pop(other)
-                evicted.append((other, self.ids[other]))
-        return evicted
+        self._budget.update(self, cached, context_tokens, self.cap)
+        return [(x, self.ids[x]) for x in self.lru if x in before and self._lanes[x].latest is None]
+
+    @property
+    def tokens(self) -> dict[str, int]:
+        """Cached context tokens by lane, of the lanes still cached."""
+        return {name: lane.latest for name, lane in self._lanes.items() if lane.latest is not None}
 
     @property
     def total(self) -> int:
-        return sum(self.tokens.values())
+        return self._budget.total
 
 
 async def grow(url: str, *, lanes: int, turns: int, input_tokens: int, cap: int, seed: int,
@@ -391,8 +406,7 @@ def run(args: argparse.Namespace) -> int:
             print("reuse (two connections per actor):", flush=True)
             with embedded_server(app_config(args.max_cached_tokens, 2), name="conn-memory-reuse") as url:
                 result["reuse"] = asyncio.run(reuse_phase(url, args))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1))
+    results.write(args.out, result, args.run)
     print_table(result)
     print(f"saved {args.out}")
     return 0

@@ -22,10 +22,10 @@ from typing import Any
 
 from serve.embedded import embedded_server, local_config
 
-from . import breakdown, report, sweeps
-from .agentloop import RolloutRecord, run_bench
-from .transports import TRANSPORTS
-from .workload import PRESETS, Lognormal, Workload, rounds
+from .. import breakdown, report, results, sweeps
+from ..agentloop import RolloutRecord, run_bench
+from ..transports import TRANSPORTS
+from ..workload import PRESETS, Lognormal, Workload, rounds
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -180,9 +180,7 @@ def measure(args: argparse.Namespace, url: str, console: Any) -> dict[str, Any]:
         "comparison": comparison, "rollouts": [r.as_dict() for r in records], "sweep": sweep,
         "sweep_speed": by_speed, "sweep_context": by_context,
     }
-    out_json = args.out / "agentloop.json"
-    report.write_json(out_json, payload)
-    written = [out_json]
+    written = [results.write(args.out / "agentloop.json", payload, args.run)]
     if not args.no_plots:
         written += report.plot_all(args.out, records, sweep, label)
         if by_speed:
