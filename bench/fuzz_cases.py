@@ -1,4 +1,4 @@
-"""Hostile client input as hypothesis strategies, shared by the fuzz tests and ``responses-ws bench fuzz``.
+"""The ``fuzz`` kind's hostile client input, as hypothesis strategies (the fuzz tests draw from them too).
 
 :func:`ws_cases` draws WebSocket client frames (non-JSON text, binary frames, invalid UTF-8,
 JSON that is not an object, unknown ``type``s, ``response.create`` with mutated fields,
