@@ -61,7 +61,7 @@ class Run:
             "started_at": datetime.fromtimestamp(self.started_at, UTC).isoformat(timespec="seconds"),
             "duration_s": round(end - self.started_at, 3),
             "version": version(PROJECT),
-            "machine": {**self.machine, "load_average_at_start": list(self.load_average)},
+            "machine": {**self.machine, "load_average_at_start": [round(x, 2) for x in self.load_average]},
         }
 
 
