@@ -44,11 +44,11 @@ def test_the_file_holds_the_payload_unchanged_and_the_run_block(tmp_path):
 
 
 def test_the_duration_runs_from_the_start_to_the_write():
-    run = results.Run("c", started_at=1000.0, load_average=(0.5, 0.25, 0.125), machine={"cores": 2})
+    run = results.Run("c", started_at=1000.0, load_average=(0.5, 0.25, 0.754), machine={"cores": 2})
     block = run.record(now=1012.5)
     assert block["started_at"] == "1970-01-01T00:16:40+00:00"
     assert block["duration_s"] == 12.5
-    assert block["machine"] == {"cores": 2, "load_average_at_start": [0.5, 0.25, 0.125]}
+    assert block["machine"] == {"cores": 2, "load_average_at_start": [0.5, 0.25, 0.75]}
 
 
 def test_a_payload_may_not_bring_its_own_run_block(tmp_path):
