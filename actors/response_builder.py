@@ -312,7 +312,7 @@ def new_response(create: ResponseCreate, store: bool, clock: Callable[[], float]
         presence_penalty=_or(create.presence_penalty, 0.0),
         frequency_penalty=_or(create.frequency_penalty, 0.0),
         top_logprobs=_or(create.top_logprobs, 0),
-        text=create.text or TextConfig(),
+        text=echo_text(create.text),
         tool_choice=_or(create.tool_choice, "auto"),
         tools=[echo_tool(t) for t in create.tools or ()],
         truncation=create.truncation or "disabled",
@@ -335,6 +335,14 @@ def tool_choice_name(choice: str | dict | None) -> str:
     if isinstance(choice, str):
         return choice
     return str(choice.get("name") or choice.get("mode") or "auto")
+
+
+def echo_text(text: TextConfig | None) -> TextConfig:
+    """``text`` as the Response echoes it (docs/protocol.md §3.4): the format, and the verbosity
+    that applied — ``medium`` unless the create asked, never null (Open Responses allows the
+    key absent or one of ``low``/``medium``/``high``)."""
+    text = text or TextConfig()
+    return text if text.verbosity else text.model_copy(update={"verbosity": "medium"})
 
 
 def echo_tool(tool: object) -> dict:

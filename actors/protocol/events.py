@@ -70,7 +70,7 @@ class ResponseObject(_Out):
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     top_logprobs: int = 0
-    text: TextConfig = TextConfig()
+    text: TextConfig = TextConfig(verbosity="medium")
     tool_choice: str | dict[str, Any] = "auto"
     tools: list[dict[str, Any]] = []
     truncation: Literal["auto", "disabled"] = "disabled"

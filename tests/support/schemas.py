@@ -1,29 +1,30 @@
 """The two schemas every object the server emits must satisfy (docs/protocol.md §3, §6):
 
-- the openai SDK's types (openai 3.57): ``Response``, ``ResponseStreamEvent`` (SSE),
-  ``ResponsesServerEvent`` (WebSocket), ``ResponseItemList``, ``CompactedResponse`` and the
-  error object;
-- the Open Responses models (``openresponses_types`` 2.4, generated from the Open Responses
-  OpenAPI document of 2026-04-24): ``ResponseResource``, the ``*StreamingEvent`` models,
-  ``WebSocketErrorEvent``, the ``ItemField`` items, ``CompactResource`` and ``ErrorPayload``.
+- the openai SDK's types (openai 3.57), in pydantic's strict mode (no coercion):
+  ``Response``, ``ResponseStreamEvent`` (SSE), ``ResponsesServerEvent`` (WebSocket),
+  ``ResponseItemList``, ``CompactedResponse`` and the error object;
+- the Open Responses OpenAPI document itself (:mod:`tests.support.openresponses`, a JSON-Schema
+  validator with the document's objects closed): ``ResponseResource``, the streaming event
+  chosen by ``type``, ``WebSocketErrorEvent``, the ``ItemField`` items, ``CompactResource``
+  and ``ErrorPayload``.
 
-Everything is validated from the wire text in pydantic's strict mode (no coercion: a
-number sent as a string, or an int where a string is due, fails).  Neither schema forbids
-unknown keys, so extra fields validate; where the server's behaviour is an intentional
-extension Open Responses has no schema for (steering, :data:`EXTENSIONS`; ``stream_id``) or
-where the two schemas disagree (a ``json_schema`` text format's ``schema``), the checker
-says so by name, validates what it can, and counts it in :attr:`Checker.extensions`.
+Where the server departs from the Open Responses document on purpose, the departure is named
+below with its reason, validated as far as it can be, and counted in :attr:`Checker.extensions`:
+the WebSocket extensions the document has no schema for (:data:`EXTENSIONS`), the keys it does
+not declare (:data:`EXTRA_KEYS`), and a ``json_schema`` text format's ``schema``, which the
+document types as null while the SDK requires the echoed object.
 
 :class:`Checker` counts what it validated per schema and kind, for the corpus summary.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 from collections import Counter
+from fnmatch import fnmatchcase
 from typing import Any
 
-import openresponses_types as orx
 from openai.types.responses import (
     CompactedResponse,
     Response,
@@ -33,7 +34,9 @@ from openai.types.responses import (
     ResponseStreamEvent,
 )
 from openai.types.shared import ErrorObject
-from pydantic import BaseModel, TypeAdapter
+from pydantic import TypeAdapter
+
+from tests.support import openresponses as orv
 
 SDK = "openai SDK"
 OPEN_RESPONSES = "Open Responses"
@@ -43,38 +46,36 @@ _SDK_SSE_EVENT: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
 _SDK_WS_EVENT: TypeAdapter[Any] = TypeAdapter(ResponsesServerEvent)
 _SDK_ITEM: TypeAdapter[Any] = TypeAdapter(ResponseItem)
 
-# Open Responses' streaming events, by ``type`` (its union is discriminated by ``type``).
-OR_EVENTS: dict[str, type[BaseModel]] = {
-    "response.created": orx.ResponseCreatedStreamingEvent,
-    "response.queued": orx.ResponseQueuedStreamingEvent,
-    "response.in_progress": orx.ResponseInProgressStreamingEvent,
-    "response.completed": orx.ResponseCompletedStreamingEvent,
-    "response.failed": orx.ResponseFailedStreamingEvent,
-    "response.incomplete": orx.ResponseIncompleteStreamingEvent,
-    "response.output_item.added": orx.ResponseOutputItemAddedStreamingEvent,
-    "response.output_item.done": orx.ResponseOutputItemDoneStreamingEvent,
-    "response.content_part.added": orx.ResponseContentPartAddedStreamingEvent,
-    "response.content_part.done": orx.ResponseContentPartDoneStreamingEvent,
-    "response.output_text.delta": orx.ResponseOutputTextDeltaStreamingEvent,
-    "response.output_text.done": orx.ResponseOutputTextDoneStreamingEvent,
-    "response.function_call_arguments.delta": orx.ResponseFunctionCallArgumentsDeltaStreamingEvent,
-    "response.function_call_arguments.done": orx.ResponseFunctionCallArgumentsDoneStreamingEvent,
-    "error": orx.ErrorStreamingEvent,
-}
-# Open Responses' ``ItemField`` (the items of ``output`` and of item lists), by ``type``.
-OR_ITEMS: dict[str, type[BaseModel]] = {
-    "message": orx.Message,
-    "function_call": orx.FunctionCall,
-    "function_call_output": orx.FunctionCallOutput,
-    "reasoning": orx.ReasoningBody,
-    "compaction": orx.CompactionBody,
-}
-# WebSocket-only behaviour that Open Responses does not describe (docs/protocol.md §3.5, §3.1).
+# WebSocket-only events that Open Responses does not describe (docs/protocol.md §3.5):
+# validated against the SDK only.
 EXTENSIONS = {
     "response.steer.accepted": "steering",
     "response.steer.pending": "steering",
     "response.steer.failed": "steering",
 }
+
+# Keys the server sends that the Open Responses document does not declare, each with its
+# reason: (the ``type``, or ``object``, of the object that carries it, as an fnmatch pattern;
+# the key's dotted path in that object; why).  They are removed before an object is
+# validated against the closed document, wherever such an object sits.
+EXTRA_KEYS: list[tuple[str, str, str]] = [
+    ("response.*", "stream_id", "named lanes, a WebSocket extension (docs/protocol.md §3.1)"),
+    ("error", "stream_id", "named lanes, a WebSocket extension (docs/protocol.md §3.1)"),
+    ("response", "user", "echoed from the create as the hosted API does; the SDK's Response has it"),
+    ("response", "usage.input_tokens_details.cache_write_tokens",
+     "the SDK's InputTokensDetails requires it (docs/protocol.md §3.4)"),
+    ("response.compaction", "usage.input_tokens_details.cache_write_tokens", "the same usage object"),
+    ("response.function_call_arguments.done", "name",
+     "the called function's name, as other servers send it (docs/protocol.md §3.3)"),
+    ("input_image", "file_id", "a reference to an uploaded file (Open Responses has no files API): "
+                               "listed as sent, null when the image came by URL, as the SDK types it"),
+    ("input_file", "file_id", "the same, for a file"),
+    ("reasoning", "status", "every stored input item lists with a status (docs/protocol.md §2.2, "
+                            "§6.6), as the SDK's reasoning item has it"),
+    ("compaction", "status", "the same listing rule (the SDK's compaction item does not type it either)"),
+]
+
+SCHEMA_READ_AS_NULL = "text.format.schema read as null"  # the ``json_schema`` exception's counter
 
 
 class Checker:
@@ -87,61 +88,76 @@ class Checker:
     def _ok(self, schema: str, kind: str) -> None:
         self.counts[(schema, kind)] += 1
 
-    def _open_responses_view(self, raw: str | bytes) -> str | bytes:
-        """The object as Open Responses validates it.  Structured output (``text.format``
-        of type ``json_schema``) echoes the JSON schema the client sent, as the hosted API
-        does and as the SDK requires (``schema`` is a required object there); the Open
-        Responses document types that ``schema`` as null only (``anyOf: [{type: null}]``),
-        so it is validated as null."""
-        data = json.loads(raw)
-        response = data.get("response", data)
-        if response.get("object") != "response" or response["text"]["format"]["type"] != "json_schema":
-            return raw
-        fmt = response["text"]["format"]
-        self.extensions["text.format.schema echoed"] += 1
-        fmt["schema"] = None
-        return json.dumps(data)
+    def _drop_extra_keys(self, obj: Any) -> None:
+        """Remove the :data:`EXTRA_KEYS` from ``obj`` and everything in it (in place)."""
+        if isinstance(obj, list):
+            for value in obj:
+                self._drop_extra_keys(value)
+            return
+        if not isinstance(obj, dict):
+            return
+        kind = obj.get("type", obj.get("object"))
+        for pattern, path, _ in EXTRA_KEYS:
+            if isinstance(kind, str) and fnmatchcase(kind, pattern):
+                *parents, key = path.split(".")
+                inner: Any = obj
+                for parent in parents:
+                    inner = inner.get(parent) if isinstance(inner, dict) else None
+                if isinstance(inner, dict) and key in inner:
+                    del inner[key]
+                    self.extensions[f"{pattern}: {path}"] += 1
+        for value in obj.values():
+            self._drop_extra_keys(value)
+
+    def _open_responses(self, component: str, data: dict[str, Any]) -> None:
+        """Validate the object as Open Responses reads it: the :data:`EXTRA_KEYS` removed, and a
+        ``json_schema`` text format's echoed ``schema`` read as null (the document types it as
+        null only, ``anyOf: [{type: null}]``; the SDK requires the object, which the hosted API
+        echoes)."""
+        view = copy.deepcopy(data)
+        self._drop_extra_keys(view)
+        response = view.get("response", view)
+        fmt = response.get("text", {}).get("format", {}) if response.get("object") == "response" else {}
+        if fmt.get("type") == "json_schema":
+            fmt["schema"] = None
+            self.extensions[SCHEMA_READ_AS_NULL] += 1
+        orv.validate(component, view)
+        self._ok(OPEN_RESPONSES, component)
+
+    def _event(self, data: dict[str, Any]) -> None:
+        component = orv.event_schemas().get(data["type"])
+        assert component, f"Open Responses has no streaming event of type {data['type']!r}"
+        self._open_responses(component, data)
 
     # -- Responses
     def response(self, raw: str | bytes) -> dict[str, Any]:
         """A Response object: an HTTP JSON body, or the ``response`` of a lifecycle event."""
         _SDK_RESPONSE.validate_json(raw, strict=True)
         self._ok(SDK, "Response")
-        orx.ResponseResource.model_validate_json(self._open_responses_view(raw), strict=True)
-        self._ok(OPEN_RESPONSES, "ResponseResource")
-        return json.loads(raw)
+        data = json.loads(raw)
+        self._open_responses(orv.response_schema(), data)
+        return data
 
     # -- streaming events
     def sse_event(self, raw: str) -> dict[str, Any]:
         """The ``data:`` of one SSE frame."""
-        data = json.loads(raw)
         _SDK_SSE_EVENT.validate_json(raw, strict=True)
         self._ok(SDK, "ResponseStreamEvent")
-        OR_EVENTS[data["type"]].model_validate_json(self._open_responses_view(raw), strict=True)
-        self._ok(OPEN_RESPONSES, "streaming event")
+        data = json.loads(raw)
+        self._event(data)
         return data
 
     def ws_event(self, raw: str) -> dict[str, Any]:
         """One WebSocket text frame."""
-        data = json.loads(raw)
         _SDK_WS_EVENT.validate_json(raw, strict=True)
         self._ok(SDK, "ResponsesServerEvent")
+        data = json.loads(raw)
         if data["type"] in EXTENSIONS:
-            # Steering is an extension of the hosted API's WebSocket mode: Open Responses has
-            # no schema for it, so these frames are validated against the SDK only.
             self.extensions[data["type"]] += 1
-            return data
-        if data["type"] == "error":
-            orx.WebSocketErrorEvent.model_validate_json(raw, strict=True)
-            self._ok(OPEN_RESPONSES, "WebSocketErrorEvent")
-            return data
-        # ``stream_id`` (named lanes) is a WebSocket-only extension that Open Responses does
-        # not know: the event is validated with that field removed.
-        if "stream_id" in data:
-            self.extensions["stream_id removed"] += 1
-        bare = json.dumps({k: v for k, v in data.items() if k != "stream_id"})
-        OR_EVENTS[data["type"]].model_validate_json(self._open_responses_view(bare), strict=True)
-        self._ok(OPEN_RESPONSES, "streaming event")
+        elif data["type"] == "error":
+            self._open_responses(orv.websocket_error_schema(), data)
+        else:
+            self._event(data)
         return data
 
     # -- HTTP bodies
@@ -152,8 +168,7 @@ class Checker:
         self._ok(SDK, "ResponseItemList")
         data = json.loads(raw)
         for item in data["data"]:
-            OR_ITEMS[item["type"]].model_validate_json(json.dumps(item), strict=True)
-            self._ok(OPEN_RESPONSES, "ItemField")
+            self._open_responses(orv.item_schemas()[item["type"]], item)
         return data
 
     def compacted(self, raw: str | bytes) -> dict[str, Any]:
@@ -168,8 +183,7 @@ class Checker:
         for item in data["output"]:
             _SDK_ITEM.validate_json(json.dumps(item), strict=True)
             self._ok(SDK, "ResponseItem")
-        orx.CompactResource.model_validate_json(raw, strict=True)
-        self._ok(OPEN_RESPONSES, "CompactResource")
+        self._open_responses(orv.compact_schema(), data)
         return data
 
     def error_body(self, raw: str | bytes) -> dict[str, Any]:
@@ -178,16 +192,14 @@ class Checker:
         event: ``type``, ``code``, ``message``, ``param``) is the closest schema."""
         data = json.loads(raw)
         assert set(data) == {"error"}, data
-        error = json.dumps(data["error"])
-        ErrorObject.model_validate_json(error, strict=True)
+        ErrorObject.model_validate_json(json.dumps(data["error"]), strict=True)
         self._ok(SDK, "ErrorObject")
-        orx.ErrorPayload.model_validate_json(error, strict=True)
-        self._ok(OPEN_RESPONSES, "ErrorPayload")
+        self._open_responses("ErrorPayload", data["error"])
         return data
 
     def summary(self) -> str:
-        lines = [f"{schema:>15}  {kind:<22} {n:>5}" for (schema, kind), n in sorted(self.counts.items())]
-        lines += [f"{'extension':>15}  {kind:<22} {n:>5}  (see the checker)"
+        lines = [f"{schema:>15}  {kind:<56} {n:>5}" for (schema, kind), n in sorted(self.counts.items())]
+        lines += [f"{'extension':>15}  {kind:<56} {n:>5}  (see tests/support/schemas.py)"
                   for kind, n in sorted(self.extensions.items())]
         return "\n".join(lines)
 
