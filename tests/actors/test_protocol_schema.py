@@ -8,6 +8,7 @@ The end-to-end corpus over HTTP, SSE and WebSocket is tests/integration/test_con
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from openai.types.responses import ResponseItem
@@ -32,7 +33,7 @@ from actors.protocol import (
 from actors.session import Effects, Session
 from inference.types import Done, FunctionCallDelta, Prefilled, TextDelta
 from serve.compaction import compact
-from tests.support.openresponses import item_schemas
+from tests.support import openresponses as orv
 from tests.support.schemas import EXTENSIONS, OPEN_RESPONSES, SDK, Checker
 
 MODEL = "emu-fast"
@@ -122,6 +123,23 @@ def test_every_event_validates_against_the_sdk_and_open_responses(name):
     assert check.total(SDK) and check.total(OPEN_RESPONSES)
 
 
+@pytest.mark.parametrize("change, named", [
+    (lambda r: r["text"].update(verbosity=None), "$.text.verbosity"),  # the standard allows no null
+    (lambda r: r.update(surprise=1), "'surprise' was unexpected"),  # a key it does not declare
+    (lambda r: r["usage"].update(total_tokens="9"), "$.usage.total_tokens"),
+    (lambda r: r["output"][0].update(type="note"), "$.output[0]"),
+])
+def test_the_open_responses_check_refuses_what_the_standard_does_not_allow(change, named):
+    """The check is not blind: each change the SDK's types let pass (or not) the document refuses,
+    and the failure names the field."""
+    s = session()
+    response = json.loads(encode(text_answer(s, create(s, input="x")).events[-1].response))
+    Checker().response(json.dumps(response))
+    change(response)
+    with pytest.raises(AssertionError, match=re.escape(named)):
+        Checker().open_responses(orv.response_schema(), response)
+
+
 def test_the_response_object_carries_the_keys_open_responses_requires():
     required = {"presence_penalty", "frequency_penalty", "top_logprobs", "temperature", "top_p",
                 "service_tier", "text", "reasoning", "truncation", "tools", "tool_choice"}
@@ -195,10 +213,10 @@ def test_every_listed_input_item_validates_against_both_schemas_and_reads_back()
     page = ItemList(data=items, first_id=items[0]["id"], last_id=items[-1]["id"], has_more=False)
     check = Checker()
     check.item_list(encode(page))
-    assert sum(check.counts[(OPEN_RESPONSES, c)] for c in set(item_schemas().values())) == len(LISTED_INPUTS)
+    assert sum(check.counts[(OPEN_RESPONSES, c)] for c in set(orv.item_schemas().values())) == len(LISTED_INPUTS)
     image = items[4]["content"][1]
     assert image == {"type": "input_image", "detail": "auto", "image_url": None, "file_id": "file-1"}
-    assert set(item_schemas()) >= {i["type"] for i in items}
+    assert set(orv.item_schemas()) >= {i["type"] for i in items}
     # The stored form is also the context a continuation reads back (strictly).
     assert [item_dict(i, "x") for i in parse_items(items)] == items
 

@@ -8,9 +8,10 @@ document's WebSocket section says server progress messages share) and ``ItemFiel
 items.
 
 The document leaves its objects open (a key it does not declare is allowed).  The validator
-closes them (``unevaluatedProperties: false`` on every object schema that declares its
-properties), so a key the standard does not know fails too, and each one the server sends on
-purpose must be named by the caller (:mod:`tests.support.schemas`).
+closes them (``additionalProperties: false`` on every object schema that declares its
+properties; none of them takes properties from a sibling ``allOf``/``oneOf``, so this closes
+nothing the document declares), so a key the standard does not know fails too, and each one
+the server sends on purpose must be named by the caller (:mod:`tests.support.schemas`).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def _closed(schema: Any, *, in_all_of: bool = False) -> Any:
         return schema
     out = {k: _closed(v, in_all_of=k == "allOf") for k, v in schema.items()}
     if "properties" in schema and "additionalProperties" not in schema and not in_all_of:
-        out["unevaluatedProperties"] = False
+        out["additionalProperties"] = False
     return out
 
 
@@ -106,23 +107,29 @@ def compact_schema() -> str:
                      ["application/json"]["schema"])
 
 
+def _not_meant(error: Any) -> bool:
+    """A branch error saying the object is not of that branch at all: another ``type`` value
+    (the discriminator) or another JSON type (``null`` for an object)."""
+    path = list(error.relative_path)
+    return path == ["type"] or (path == [] and error.validator == "type")
+
+
 def _branch(error: Any) -> list[Any]:
-    """The violations inside the ``oneOf`` branch an object meant (the one whose ``type``
-    matched, as the document's discriminator says), for a readable failure."""
+    """The violations inside the ``oneOf``/``anyOf`` branch an object meant, for a readable
+    failure ([] when that is not clear)."""
     by_branch: dict[Any, list[Any]] = {}
     for c in error.context:
         by_branch.setdefault(c.relative_schema_path[0], []).append(c)
-    meant = [errs for errs in by_branch.values()
-             if not any(list(c.relative_path) == ["type"] for c in errs)]
+    meant = [errs for errs in by_branch.values() if not any(_not_meant(c) for c in errs)]
     return meant[0] if len(meant) == 1 else []
 
 
 def errors(component: str, data: Any) -> list[str]:
     """Every violation of ``component`` by ``data``, as ``path: message`` lines (empty if
-    valid); under a failed ``oneOf``, the violations in the branch its ``type`` selects."""
+    valid); under a failed ``oneOf``/``anyOf``, the violations in the branch it meant."""
     lines = []
     for e in sorted(validator(component).iter_errors(data), key=lambda e: list(e.absolute_path)):
-        inner = _branch(e) if e.validator == "oneOf" else []
+        inner = _branch(e) if e.validator in ("oneOf", "anyOf") else []
         lines += [f"{c.json_path}: {c.message}" for c in inner] or [f"{e.json_path}: {e.message}"]
     return lines
 

@@ -109,11 +109,11 @@ class Checker:
         for value in obj.values():
             self._drop_extra_keys(value)
 
-    def _open_responses(self, component: str, data: dict[str, Any]) -> None:
-        """Validate the object as Open Responses reads it: the :data:`EXTRA_KEYS` removed, and a
-        ``json_schema`` text format's echoed ``schema`` read as null (the document types it as
-        null only, ``anyOf: [{type: null}]``; the SDK requires the object, which the hosted API
-        echoes)."""
+    def open_responses(self, component: str, data: dict[str, Any]) -> None:
+        """Validate ``data`` against the document's ``component`` as Open Responses reads it:
+        the :data:`EXTRA_KEYS` removed, and a ``json_schema`` text format's echoed ``schema``
+        read as null (the document types it as null only, ``anyOf: [{type: null}]``; the SDK
+        requires the object, which the hosted API echoes)."""
         view = copy.deepcopy(data)
         self._drop_extra_keys(view)
         response = view.get("response", view)
@@ -127,7 +127,7 @@ class Checker:
     def _event(self, data: dict[str, Any]) -> None:
         component = orv.event_schemas().get(data["type"])
         assert component, f"Open Responses has no streaming event of type {data['type']!r}"
-        self._open_responses(component, data)
+        self.open_responses(component, data)
 
     # -- Responses
     def response(self, raw: str | bytes) -> dict[str, Any]:
@@ -135,7 +135,7 @@ class Checker:
         _SDK_RESPONSE.validate_json(raw, strict=True)
         self._ok(SDK, "Response")
         data = json.loads(raw)
-        self._open_responses(orv.response_schema(), data)
+        self.open_responses(orv.response_schema(), data)
         return data
 
     # -- streaming events
@@ -155,7 +155,7 @@ class Checker:
         if data["type"] in EXTENSIONS:
             self.extensions[data["type"]] += 1
         elif data["type"] == "error":
-            self._open_responses(orv.websocket_error_schema(), data)
+            self.open_responses(orv.websocket_error_schema(), data)
         else:
             self._event(data)
         return data
@@ -168,7 +168,7 @@ class Checker:
         self._ok(SDK, "ResponseItemList")
         data = json.loads(raw)
         for item in data["data"]:
-            self._open_responses(orv.item_schemas()[item["type"]], item)
+            self.open_responses(orv.item_schemas()[item["type"]], item)
         return data
 
     def compacted(self, raw: str | bytes) -> dict[str, Any]:
@@ -183,7 +183,7 @@ class Checker:
         for item in data["output"]:
             _SDK_ITEM.validate_json(json.dumps(item), strict=True)
             self._ok(SDK, "ResponseItem")
-        self._open_responses(orv.compact_schema(), data)
+        self.open_responses(orv.compact_schema(), data)
         return data
 
     def error_body(self, raw: str | bytes) -> dict[str, Any]:
@@ -194,7 +194,7 @@ class Checker:
         assert set(data) == {"error"}, data
         ErrorObject.model_validate_json(json.dumps(data["error"]), strict=True)
         self._ok(SDK, "ErrorObject")
-        self._open_responses("ErrorPayload", data["error"])
+        self.open_responses("ErrorPayload", data["error"])
         return data
 
     def summary(self) -> str:
