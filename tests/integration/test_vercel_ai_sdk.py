@@ -25,7 +25,7 @@ from tests.support.schemas import Checker
 CLIENTS = Path(__file__).parent.parent / "clients"
 SCRIPTS = CLIENTS / "vercel"
 ROUNDS = 2  # the scripts' ``emulator.tool_rounds``
-API_KEY = "sk-local"  # the scripts' key: stored responses are read back with the same one
+API_KEY = "sk-vercel"  # the scripts' key: their stored responses are read back with it
 
 
 def run_script(name: str, server_url: str) -> dict[str, Any]:
@@ -33,8 +33,9 @@ def run_script(name: str, server_url: str) -> dict[str, Any]:
     node = shutil.which("node")
     if node is None or not (CLIENTS / "node_modules" / "ai").is_dir():
         pytest.fail("the JS clients are not installed: run `make clients` (needs node and npm)", pytrace=False)
-    proc = subprocess.run([node, str(SCRIPTS / name)], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "RESPONSES_WS_URL": server_url + "/v1"})
+    env = {**os.environ, "RESPONSES_WS_BASE_URL": server_url + "/v1", "OPENAI_API_KEY": API_KEY}
+    proc = subprocess.run([node, str(SCRIPTS / name)], env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
     assert proc.returncode == 0, f"{name} failed:\n{proc.stderr}"
     assert "AI SDK Warning" not in proc.stderr, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -4,8 +4,8 @@ import { isStepCount, streamText, tool } from 'ai';
 import { z } from 'zod';
 
 const openai = createOpenAI({
-  baseURL: process.env.RESPONSES_WS_URL ?? 'http://127.0.0.1:8765/v1',
-  apiKey: 'sk-local', // any key, unless the server was started with api_keys
+  baseURL: process.env.RESPONSES_WS_BASE_URL ?? 'http://127.0.0.1:8765/v1',
+  apiKey: process.env.OPENAI_API_KEY ?? 'local',
 });
 
 const executed = [];
