@@ -206,6 +206,26 @@ def test_a_text_answer(run, transport):
         assert deltas == part["text"]
 
 
+# A 1x1 PNG: the emulated model does not look at images, the server must still take the part.
+PIXEL = ("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQ"
+         "DwAEhQGAhKmMIQAAAABJRU5ErkJggg==")
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_conversation_with_a_system_prompt_an_image_and_history(run, transport):
+    """The shapes of the Open Responses compliance suite's requests: a system message,
+    ``type: message`` items with string content, an image part, an assistant turn."""
+    out = run(transport, {"metadata": SHORT, "input": [
+        {"type": "message", "role": "system", "content": "You are a pirate."},
+        {"type": "message", "role": "user", "content": "My name is Alice."},
+        {"type": "message", "role": "assistant", "content": "Ahoy Alice!"},
+        {"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "What is in this picture, and what is my name?"},
+            {"type": "input_image", "image_url": PIXEL}]},
+    ]}, "conversation")
+    assert out.response["status"] == "completed" and out.response["output"][0]["type"] == "message"
+
+
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_function_calls_with_a_rich_json_schema(run, transport):
     out = run(transport, {"input": "File a ticket for the flaky test", "tools": [TICKET, LOOKUP],
