@@ -6,8 +6,8 @@ strictly against both the openai SDK's types and the Open Responses OpenAPI docu
 
 Where the server departs from the Open Responses document on purpose, the checker names the
 departure and its reason: ``stream_id`` on named lanes, the steering events (SDK only), a
-``json_schema`` text format's echoed ``schema``, and the few keys the document does not
-declare (:data:`tests.support.schemas.EXTRA_KEYS`).
+``json_schema`` text format's echoed ``schema``, echoed hosted tools, and the few keys the
+document does not declare (:data:`tests.support.schemas.EXTRA_KEYS`).
 
 Run with ``-s`` to see how many objects each schema validated.
 """
@@ -25,7 +25,7 @@ import pytest
 from openai import OpenAI
 from websockets.sync.client import connect
 
-from tests.support.schemas import OPEN_RESPONSES, SCHEMA_READ_AS_NULL, SDK, Checker
+from tests.support.schemas import HOSTED_TOOL_LEFT_OUT, OPEN_RESPONSES, SCHEMA_READ_AS_NULL, SDK, Checker
 
 MODEL = "emu-fast"
 AUTH = {"Authorization": "Bearer sk-test"}
@@ -237,6 +237,20 @@ def test_function_calls_with_a_rich_json_schema(run, transport):
     assert [t["name"] for t in resp["tools"]] == ["create_ticket", "lookup_user"]
     assert resp["tools"][0]["parameters"] == TICKET["parameters"]
     assert resp["tool_choice"] == {"type": "function", "name": "create_ticket"}
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_hosted_tool_is_echoed_and_never_called(run, check, transport):
+    """Codex and the SDKs offer hosted tools (``web_search``…) beside function tools: the
+    Response echoes them as the hosted API does, and Open Responses, which knows function
+    tools only, validates the Response without them (counted under the checker's extensions)."""
+    before = check.extensions[HOSTED_TOOL_LEFT_OUT]
+    out = run(transport, {"input": "Who is bob@example.com?", "tools": [{"type": "web_search"}, LOOKUP],
+                          "metadata": {"emulator.tool_rounds": "1"}}, "hosted tool")
+    (call,) = out.response["output"]
+    assert call["type"] == "function_call" and call["name"] == "lookup_user"
+    assert [t["type"] for t in out.response["tools"]] == ["web_search", "function"]
+    assert check.extensions[HOSTED_TOOL_LEFT_OUT] > before
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

@@ -11,8 +11,9 @@
 Where the server departs from the Open Responses document on purpose, the departure is named
 below with its reason, validated as far as it can be, and counted in :attr:`Checker.extensions`:
 the WebSocket extensions the document has no schema for (:data:`EXTENSIONS`), the keys it does
-not declare (:data:`EXTRA_KEYS`), and a ``json_schema`` text format's ``schema``, which the
-document types as null while the SDK requires the echoed object.
+not declare (:data:`EXTRA_KEYS`), a ``json_schema`` text format's ``schema``, which the
+document types as null while the SDK requires the echoed object, and echoed hosted tools,
+which the document's ``Tool`` (a function tool) does not allow.
 
 :class:`Checker` counts what it validated per schema and kind, for the corpus summary.
 """
@@ -76,6 +77,7 @@ EXTRA_KEYS: list[tuple[str, str, str]] = [
 ]
 
 SCHEMA_READ_AS_NULL = "text.format.schema read as null"  # the ``json_schema`` exception's counter
+HOSTED_TOOL_LEFT_OUT = "tools: a hosted tool left out"  # the hosted-tools exception's counter
 
 
 class Checker:
@@ -111,18 +113,29 @@ class Checker:
 
     def open_responses(self, component: str, data: dict[str, Any]) -> None:
         """Validate ``data`` against the document's ``component`` as Open Responses reads it:
-        the :data:`EXTRA_KEYS` removed, and a ``json_schema`` text format's echoed ``schema``
-        read as null (the document types it as null only, ``anyOf: [{type: null}]``; the SDK
-        requires the object, which the hosted API echoes)."""
+        the :data:`EXTRA_KEYS` removed, and a Response seen as :meth:`_response_view` says."""
         view = copy.deepcopy(data)
         self._drop_extra_keys(view)
         response = view.get("response", view)
-        fmt = response.get("text", {}).get("format", {}) if response.get("object") == "response" else {}
+        if response.get("object") == "response":
+            self._response_view(response)
+        orv.validate(component, view)
+        self._ok(OPEN_RESPONSES, component)
+
+    def _response_view(self, response: dict[str, Any]) -> None:
+        """The two departures of a Response that are not extra keys (in place): a
+        ``json_schema`` text format's echoed ``schema`` is read as null, and the hosted tools
+        the create offered (``web_search``…, accepted and echoed, never called:
+        docs/protocol.md §2.1) are left out of ``tools``, since the document's ``Tool`` is a
+        function tool only."""
+        fmt = response.get("text", {}).get("format", {})
         if fmt.get("type") == "json_schema":
             fmt["schema"] = None
             self.extensions[SCHEMA_READ_AS_NULL] += 1
-        orv.validate(component, view)
-        self._ok(OPEN_RESPONSES, component)
+        tools = response.get("tools", [])
+        functions = [t for t in tools if t.get("type") == "function"]
+        self.extensions[HOSTED_TOOL_LEFT_OUT] += len(tools) - len(functions)
+        response["tools"] = functions
 
     def _event(self, data: dict[str, Any]) -> None:
         component = orv.event_schemas().get(data["type"])
