@@ -111,6 +111,7 @@ class Session:
         self._turns: dict[int, Turn] = {}
         self._loading: dict[int, tuple[str | None, ResponseCreate, PhaseTimer, float]] = {}
         self._rendering: dict[int, tuple[_Begun, float]] = {}  # inputs tokenised off the loop
+        self._finishing: set[str] = set()  # responses whose terminal event waits for their record
         self._steering = Steering()
         self.append_mode = append_mode
         self.draining = False  # shutting down: no new responses
@@ -119,11 +120,11 @@ class Session:
     # ------------------------------------------------------------------ client side
     @property
     def inflight(self) -> int:
-        return len(self._turns) + len(self._loading) + len(self._rendering)
+        return len(self._turns) + len(self._loading) + len(self._rendering) + len(self._finishing)
 
     @property
     def idle(self) -> bool:
-        return not (self._turns or self._loading or self._rendering or self._pending)
+        return not (self._turns or self._loading or self._rendering or self._finishing or self._pending)
 
     def on_disconnect(self) -> None:
         """The socket is gone (its driver cancelled the model calls): responses in flight,
@@ -138,6 +139,7 @@ class Session:
         self._turns.clear()
         self._loading.clear()
         self._rendering.clear()
+        self._finishing.clear()
         self._pending.clear()
         self._steering.drop_running()
 
@@ -430,12 +432,18 @@ class Session:
             fx += self._finish(turn, failed=False)
         return fx
 
-    def on_store_failed(self, response_id: str) -> None:
-        """The record of ``response_id`` could not be written, so the client is told the
-        response failed: no lane continues from it any more."""
-        for lane in self._lanes.values():
-            if lane.latest is not None and lane.latest.response_id == response_id:
-                lane.latest = None
+    def on_written(self, response_id: str, *, stored: bool) -> Effects:
+        """The write of ``response_id``'s record returned, and its terminal event is sent: the
+        response is no longer in flight.  If the record could not be written (``stored`` is
+        false), the client is told the response failed: no lane continues from it any more."""
+        if not stored:
+            for lane in self._lanes.values():
+                if lane.latest is not None and lane.latest.response_id == response_id:
+                    lane.latest = None
+        if response_id not in self._finishing:
+            return Effects()  # dropped meanwhile (the socket went away)
+        self._finishing.discard(response_id)
+        return self._schedule()
 
     def on_inference_error(self, turn_id: int, exc: BaseException) -> Effects:
         """The model call failed after ``response.created``: ``response.failed``."""
@@ -473,6 +481,8 @@ class Session:
             terminal = b.terminal(as_metadata(report) if turn.timings_requested else None)
             fx.events.append(terminal)
             if turn.store:  # the record is the response as sent, terminal metadata included
+                # In flight until the record is written and the terminal event sent (on_written).
+                self._finishing.add(response.id)
                 fx.persist.append(StoredResponse(
                     id=response.id, owner=self.owner, created_at=self._clock(),
                     response=response.model_dump(mode="json"), input_items=turn.inputs,

@@ -208,18 +208,21 @@ class Connection:
 
     async def _persist(self, record: StoredResponse, held: _Stored) -> None:
         """Write the record, then let its lane's events go (``response.failed`` instead of
-        the terminal event if the write failed)."""
+        the terminal event if the write failed); only then does the session count the
+        response as done, so what starts next is sent after it."""
         started = time.perf_counter()
+        stored = True
         try:
             await self._store.put(record)
         except Exception:  # noqa: BLE001 - the writer logged it; the client learns the response failed
             log.warning("response %s failed: its record could not be stored", record.id)
             held.event = failed_instead(held.event)
-            self.session.on_store_failed(record.id)
+            stored = False
         held.written = True
         if self._observe is not None:
             self._observe(self.session.transport, {"store_write": (time.perf_counter() - started) * 1000.0})
         self._release(held.event.stream_id)
+        self._apply(self.session.on_written(record.id, stored=stored))
 
     def _release(self, lane: str | None) -> None:
         """Queue the lane's held events up to the first write still running."""

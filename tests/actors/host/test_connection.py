@@ -202,6 +202,33 @@ def test_a_store_failure_is_response_failed_with_server_error_and_not_continued_
     assert any("could not be stored" in r.getMessage() for r in caplog.records)
 
 
+def in_flight_peak(events: list[dict]) -> int:
+    """The most responses between their ``response.created`` and their terminal event, in the
+    order the client received the events."""
+    running: set[str] = set()
+    peak = 0
+    for event in events:
+        if event["type"] == "response.created":
+            running.add(event["response"]["id"])
+            peak = max(peak, len(running))
+        elif event["type"] in ("response.completed", "response.incomplete", "response.failed"):
+            running.discard(event["response"]["id"])
+    return peak
+
+
+def test_a_response_whose_terminal_event_waits_for_its_record_still_counts_against_the_lane_limit():
+    async def scenario(conn, store, inference, client):
+        for i in range(17):
+            conn.feed(create(stream_id=f"lane{i}"))
+        await client.until(lambda: len(store.started) >= 16)  # 16 answered, their terminals held
+        store.gate.set()
+        await client.until(lambda: len(client.stored_when_sent) == 17)
+        assert len(store.started) == 17
+        assert in_flight_peak(client.events) == 16
+
+    run(scenario)
+
+
 def test_ending_the_connection_waits_for_held_terminal_events():
     async def scenario(conn, store, inference, client):
         conn.feed(create())
