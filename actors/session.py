@@ -436,10 +436,9 @@ class Session:
         """The write of ``response_id``'s record returned, and its terminal event is sent: the
         response is no longer in flight.  If the record could not be written (``stored`` is
         false), the client is told the response failed: no lane continues from it any more."""
-        if not stored:
-            for lane in self._lanes.values():
-                if lane.latest is not None and lane.latest.response_id == response_id:
-                    lane.latest = None
+        cached = None if stored else self._lanes.find(response_id)
+        if cached is not None:
+            self._lanes.evict(cached[0])  # and what it cached stops counting against the budget
         if response_id not in self._finishing:
             return Effects()  # dropped meanwhile (the socket went away)
         self._finishing.discard(response_id)

@@ -564,6 +564,19 @@ def test_packed_connections_share_the_hosts_cache_budget_least_recently_used_con
     assert host.total == 0
 
 
+def test_a_response_whose_record_could_not_be_written_stops_counting_against_the_hosts_budget():
+    host = CacheBudget(max_tokens=10_000)
+    s = Session(SessionConfig(), [MODEL], session_key="conn-1", clock=lambda: 1_700_000_000.0, cache=host)
+    done = answer_text(s, send(s, input="some words " * 15), written=False)
+    (record,) = done.persist
+    assert host.total == len(s._lanes[None].latest.tokens) > 0
+    s.on_written(record.id, stored=False)
+    assert s._lanes[None].latest is None
+    assert host.total == 0, "an uncached conversation is not counted"
+    (err,) = dumped(send(s, input="x", previous_response_id=record.id))
+    assert err["error"]["code"] == "previous_response_not_found"
+
+
 def test_instructions_and_tools_resent_every_turn_are_reused_and_a_change_is_rendered_and_validated():
     from actors.protocol import FunctionTool
     from actors.render import tool_specs
