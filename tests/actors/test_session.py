@@ -170,6 +170,17 @@ def test_a_stored_response_is_in_flight_until_its_record_is_written_and_its_term
     assert s.on_written(record.id, stored=True).start == []  # an answer twice changes nothing
 
 
+def test_queued_creates_refused_when_they_start_each_get_their_error_and_leave_the_queue():
+    s = new_session(max_inflight=1)
+    first = send(s, input="x", stream_id="a")
+    unanswered = [{"type": "function_call_output", "call_id": "call_nope", "output": "x"}]
+    queued = [send(s, input=unanswered, stream_id=lane) for lane in ("b", "c")]
+    assert [fx.events for fx in queued] == [[], []]
+    errors = [e for e in dumped(answer_text(s, first)) if e["type"] == "error"]
+    assert [(e["stream_id"], e["error"]["param"]) for e in errors] == [("b", "input[0].call_id"), ("c", "input[0].call_id")]
+    assert s.idle
+
+
 @pytest.mark.parametrize("frame, code, param", [
     ("{not json", "invalid_json", None),
     ('{"type":"response.cancel"}', "unknown_event_type", "type"),
