@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 import os
 import time
@@ -41,6 +42,7 @@ from ..protocol import (
     error_event,
 )
 from ..render import render_items
+from ..request import InvalidTransition
 from ..session import Effects, Load, Render, Session, Turn
 from ..timings import PhaseTimer
 from ..whatif import WhatIfClient
@@ -111,6 +113,27 @@ class ResponseStore(Protocol):
     async def get(self, response_id: str, owner: str) -> StoredResponse | None: ...
 
 
+class State(enum.Enum):
+    """Where a connection stands; each method checks it before it moves on."""
+
+    OPEN = "open"  # client input goes to the session
+    DRAINING = "draining"  # shutting down: new creates are refused, responses in flight finish
+    ENDING = "ending"  # the server ended it: input is ignored, events() ends after what is queued
+    CLOSED = "closed"  # the client is gone: generations are cancelled
+
+    @property
+    def accepting(self) -> bool:
+        return self in (State.OPEN, State.DRAINING)
+
+
+_NEXT: dict[State, frozenset[State]] = {
+    State.OPEN: frozenset({State.DRAINING, State.ENDING, State.CLOSED}),
+    State.DRAINING: frozenset({State.ENDING, State.CLOSED}),
+    State.ENDING: frozenset({State.CLOSED}),
+    State.CLOSED: frozenset(),
+}
+
+
 @dataclass(slots=True)
 class _Stored:
     """A terminal event held in its lane until the response's record is written."""
@@ -120,6 +143,9 @@ class _Stored:
 
 
 class Connection:
+    """One client's connection to its session, open until the server ends it or the client
+    goes (:class:`State`)."""
+
     def __init__(self, session: Session, inference: InferenceClient, store: ResponseStore,
                  observe: Callable[[str, dict[str, float]], None] | None = None,
                  renderer: RenderPool = RENDER_POOL) -> None:
@@ -133,16 +159,24 @@ class Connection:
         self._last: list[str | None] = []  # queued once no lane is held: a final frame, the end
         self._tasks: set[asyncio.Task[None]] = set()
         self._generations: dict[int, asyncio.Task[None]] = {}
-        self._accepting = True
-        self._closed = False
-        self.server_ended = False  # the server, not the client, ended the connection
-        self.close_code = 1000  # of the close the server sends when it ends the connection
+        self.state = State.OPEN
+        self.close_code: int | None = None  # of the close the server sends, once it ends the connection
+
+    @property
+    def server_ended(self) -> bool:
+        """The server, not the client, ended the connection."""
+        return self.close_code is not None
+
+    def _move(self, state: State) -> None:
+        if state not in _NEXT[self.state]:
+            raise InvalidTransition(f"connection: {self.state.value} -> {state.value}")
+        self.state = state
 
     # -- inbound
     def feed(self, data: str | bytes) -> None:
         """One client frame.  Never raises: bad input becomes an error event, and a bug
         the input hit becomes ``server_error`` (logged, its text not sent)."""
-        if self._accepting:
+        if self.state.accepting:
             try:
                 fx = self.session.on_frame(data)
             except Exception:
@@ -152,7 +186,7 @@ class Connection:
 
     def create(self, create: ResponseCreate, timer: PhaseTimer | None = None) -> None:
         """A parsed create (the HTTP path, timed from the request's arrival)."""
-        if self._accepting:
+        if self.state.accepting:
             self._apply(self.session.on_create(create, timer))
 
     def _apply(self, fx: Effects) -> None:
@@ -191,7 +225,7 @@ class Connection:
                 self._renderer.track(self._spawn(self._render(job)))
             else:
                 self._apply(self.session.on_rendered(job.render_id, tokens_of(job)))
-        if self.session.draining and self.session.idle:
+        if self.state is State.DRAINING and self.session.idle:
             self.end(1001)
 
     def _observe_all(self, reports: list[dict[str, float]]) -> None:
@@ -321,13 +355,16 @@ class Connection:
 
     def finish_with(self, frame: str) -> None:
         """Send ``frame`` as the last one and end ``events`` (e.g. the lifetime limit error)."""
-        if self._accepting:
+        if self.state.accepting:
             self._queue_last(frame)
             self.end(1000)
 
     def drain(self) -> None:
         """Shutdown: refuse new creates (``server_shutting_down``), let the responses in
         flight finish, then end the connection with 1001 (clients reconnect elsewhere)."""
+        if self.state is not State.OPEN:
+            return
+        self._move(State.DRAINING)
         self.session.draining = True
         if self.session.idle:
             self.end(1001)
@@ -335,9 +372,8 @@ class Connection:
     def end(self, code: int) -> None:
         """The server ends the connection: ``events`` ends after what is queued (and what
         waits on a store write), and the socket closes with ``code``."""
-        if self._accepting:
-            self._accepting = False
-            self.server_ended = True
+        if self.state.accepting:
+            self._move(State.ENDING)
             self.close_code = code
             self._queue_last(None)
 
@@ -345,10 +381,9 @@ class Connection:
         """Cancel every running generation (frees the inference slots) and end ``events``;
         events held for a store write are dropped (the client is gone).  Store writes carry
         on in the writer, which its owner flushes."""
-        if self._closed:
+        if self.state is State.CLOSED:
             return
-        self._closed = True
-        self._accepting = False
+        self._move(State.CLOSED)
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()

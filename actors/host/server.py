@@ -213,7 +213,7 @@ class SocketServer:
                         await ws.send(event if isinstance(event, str) else _encode_or_error(event))
             # events() ended without a client close: the server ends the connection
             # (1000, or 1001 when draining for a shutdown).
-            await ws.close(conn.close_code)
+            await ws.close(conn.close_code or 1000)
         except ConnectionClosed:
             pass
 
