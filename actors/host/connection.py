@@ -10,8 +10,9 @@ Ray here.
 Read-your-writes: a ``store:true`` response's record is written *before* its terminal event
 is queued.  Until the write returns, the terminal event — and every later event of the same
 lane, such as the next queued response's ``response.created`` — waits; other lanes' events
-keep flowing.  A write that fails turns the terminal event into ``response.failed``
-(``server_error``).  Ledger lines stay write-behind: billing overlaps the next turn.
+keep flowing, and the session counts the response in flight until then (``on_written``).
+A write that fails turns the terminal event into ``response.failed`` (``server_error``).
+Ledger lines stay write-behind: billing overlaps the next turn.
 """
 
 from __future__ import annotations
