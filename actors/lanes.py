@@ -1,7 +1,7 @@
-"""A connection's lanes (docs/protocol.md §4): responses on one lane run one at a time, and
-each lane caches its latest response's conversation — within a bound on the tokens all the
-lanes cache together, and within the host's budget over all its connections
-(:class:`~actors.cache_budget.CacheBudget`)."""
+"""A connection's lanes (docs/protocol.md §4): responses on one lane run one at a time (a
+lane is busy while one of its requests is, :mod:`actors.request`), and each lane caches its
+latest response's conversation — within a bound on the tokens all the lanes cache together,
+and within the host's budget over all its connections (:class:`~actors.cache_budget.CacheBudget`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from .errors import StreamLimitReached
 @dataclass(slots=True, eq=False)
 class Lane:
     latest: ContextEntry | None = None
-    busy: bool = False  # a response is loading its parent or running
 
 
 class Lanes(Mapping[str | None, Lane]):

@@ -3,9 +3,10 @@
 Events in (client frames, inference chunks), events out (server events to send, model
 calls to start).  No Ray, no asyncio: the actor pumps bytes and calls.
 
-The session dispatches and schedules; what a concern keeps lives with it: the lanes and the
-conversations they cache in :class:`~actors.lanes.Lanes`, the steer input not delivered yet
-in :class:`~actors.steering.Steering`, an append-mode rollout in the turn's
+The session dispatches and schedules; what a concern keeps lives with it: each request and
+its stage in :class:`~actors.request.Requests`, the lanes and the conversations they cache in
+:class:`~actors.lanes.Lanes`, the steer input not delivered yet in
+:class:`~actors.steering.Steering`, an append-mode rollout in the turn's
 :class:`~actors.turn.Rollout` (pure functions in :mod:`actors.rollout`).
 
 Semantics (docs/protocol.md §4): lanes keyed by ``stream_id`` (``None`` = default lane) run
@@ -17,12 +18,9 @@ does not.
 
 from __future__ import annotations
 
-import itertools
 import time
 from array import array
-from collections import deque
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
 
 from inference.policy import InvalidMetadata, metadata_overrides
 from inference.types import Done, InferenceEvent, InferenceRequest
@@ -53,6 +51,7 @@ from .protocol import (
     parse_client_event,
 )
 from .render import item_text, render_items
+from .request import Checked, Request, Requests, Stage
 from .response_builder import ResponseBuilder, new_response, tool_choice_name
 from .steering import (
     SteerError,
@@ -68,20 +67,6 @@ from .turn import Effects, Load, Render, Turn
 from .whatif import resume_charge, turn_charge
 
 __all__ = ["Effects", "Load", "Render", "Session", "Turn"]
-
-
-@dataclass(frozen=True, slots=True)
-class _Begun:
-    """A request that passed its checks and waits for its input's tokens."""
-
-    lane: str | None
-    create: ResponseCreate
-    parent: ContextEntry | None
-    timer: PhaseTimer
-    items: list[InputItem]
-    same_lane: bool
-    call_ids: frozenset[str]
-    tool_results: int
 
 
 class Session:
@@ -107,38 +92,25 @@ class Session:
         self._clock = clock
         self._lanes = Lanes(max_named=config.max_named_lanes, max_cached_tokens=config.max_cached_tokens,
                             budget=cache)
-        self._pending: deque[tuple[str | None, ResponseCreate, PhaseTimer]] = deque()
-        self._turns: dict[int, Turn] = {}
-        self._loading: dict[int, tuple[str | None, ResponseCreate, PhaseTimer, float]] = {}
-        self._rendering: dict[int, tuple[_Begun, float]] = {}  # inputs tokenised off the loop
+        self._requests = Requests()
         self._steering = Steering()
         self.append_mode = append_mode
         self.draining = False  # shutting down: no new responses
-        self._ids = itertools.count()
 
     # ------------------------------------------------------------------ client side
     @property
     def inflight(self) -> int:
-        return len(self._turns) + len(self._loading) + len(self._rendering)
+        return self._requests.in_flight
 
     @property
     def idle(self) -> bool:
-        return not (self._turns or self._loading or self._rendering or self._pending)
+        return not self._requests
 
     def on_disconnect(self) -> None:
-        """The socket is gone (its driver cancelled the model calls): responses in flight,
-        loading or queued are dropped; each lane keeps its latest finished response, so a
+        """The socket is gone (its driver cancelled the model calls): every request, at
+        whatever stage, is dropped; each lane keeps its latest finished response, so a
         resumed connection continues from there (actors.host.resume)."""
-        for turn in self._turns.values():
-            self._lanes[turn.lane].busy = False
-        for lane_name, *_ in self._loading.values():
-            self._lanes[lane_name].busy = False
-        for begun, _ in self._rendering.values():
-            self._lanes[begun.lane].busy = False
-        self._turns.clear()
-        self._loading.clear()
-        self._rendering.clear()
-        self._pending.clear()
+        self._requests.clear()
         self._steering.drop_running()
 
     def release(self) -> None:
@@ -177,7 +149,7 @@ class Session:
             # An invalid stream_id is never echoed; a rejected new lane is (docs/protocol.md §5.2).
             return Effects(events=[error_event(exc, stream_id=lane)])
         self._lanes.open(lane)
-        self._pending.append((lane, event, timer))
+        self._requests.add(lane, event, timer)
         return self._schedule()
 
     def _admit(self, create: ResponseCreate) -> None:
@@ -231,7 +203,8 @@ class Session:
 
     def _turn_of(self, response_id: object) -> Turn | None:
         """The running response with this id."""
-        return next((t for t in self._turns.values() if t.builder.response.id == response_id), None)
+        request = self._requests.responding(response_id, Stage.RUNNING)
+        return request.turn if request is not None else None
 
     # ------------------------------------------------------------------ append mode
     def _on_append(self, event: ResponseAppend) -> Effects:
@@ -258,55 +231,55 @@ class Session:
 
     # ------------------------------------------------------------------ scheduling
     def _schedule(self) -> Effects:
-        """Start queued creates, oldest first, whose lane is idle, up to ``max_inflight``."""
+        """Start queued creates, oldest first, whose lane is idle, up to ``max_inflight``
+        (each one started leaves the queue, refused or not)."""
         fx = Effects()
-        for item in list(self._pending):
-            if self.inflight >= self.config.max_inflight:
-                break
-            lane_name, create, timer = item
-            if self._lanes[lane_name].busy:
-                continue
-            self._pending.remove(item)
-            timer.restart()
-            fx += self._start(lane_name, create, timer)
+        while (request := self._requests.next_to_start(self.config.max_inflight)) is not None:
+            request.timer.restart()
+            fx += self._start(request)
         return fx
 
-    def _start(self, lane_name: str | None, create: ResponseCreate, timer: PhaseTimer) -> Effects:
+    def _start(self, request: Request) -> Effects:
         """Resolve ``previous_response_id`` when the request starts: the lanes' cache first,
         then (``store:true`` responses) the store, else ``previous_response_not_found``."""
-        lane = self._lanes[lane_name]
-        lane.busy = True
-        if create.previous_response_id is None:
-            return self._begin(lane_name, create, None, timer)
-        cached = self._lanes.find(create.previous_response_id)
+        previous = request.create.previous_response_id
+        if previous is None:
+            return self._begin(request, None)
+        cached = self._lanes.find(previous)
         if cached is not None:
-            return self._begin(lane_name, create, cached[1], timer)
-        load_id = next(self._ids)
-        self._loading[load_id] = (lane_name, create, timer, self._perf())
-        return Effects(load=[Load(load_id, create.previous_response_id, self.owner)])
+            return self._begin(request, cached[1])
+        self._requests.move(request, Stage.LOADING)
+        request.asked = self._perf()
+        return Effects(load=[Load(request.id, previous, self.owner)])
 
     def on_loaded(self, load_id: int, record: StoredResponse | None) -> Effects:
         """The store's answer to a :class:`Load` (``None``: not found for this owner)."""
-        lane_name, create, timer, asked = self._loading.pop(load_id)
-        timer.ms["history_load"] += (self._perf() - asked) * 1000.0
+        request = self._requests.at(load_id, Stage.LOADING)
+        if request is None:  # the socket went away meanwhile
+            return Effects()
+        timer = request.timer
+        timer.ms["history_load"] += (self._perf() - request.asked) * 1000.0
         if record is None:
-            return self._reject(lane_name, PreviousResponseNotFound(create.previous_response_id or ""))
-        try:
-            parent = from_record(record, self._prep.new_scan, timer)
-        except Exception:  # noqa: BLE001 - a damaged record is a server fault, not the client's
-            return self._reject(lane_name, ServerError())
-        return self._begin(lane_name, create, parent, timer)
-
-    def _reject(self, lane_name: str | None, exc: APIError, *, evict: bool = False) -> Effects:
-        self._lanes[lane_name].busy = False
-        if evict:
-            self._lanes.evict(lane_name)
-        fx = Effects(events=[error_event(exc, stream_id=lane_name)])
+            fx = self._reject(request, PreviousResponseNotFound(request.create.previous_response_id or ""))
+        else:
+            try:
+                parent = from_record(record, self._prep.new_scan, timer)
+            except Exception:  # noqa: BLE001 - a damaged record is a server fault, not the client's
+                fx = self._reject(request, ServerError())
+            else:
+                fx = self._begin(request, parent)
         fx += self._schedule()
         return fx
 
-    def _begin(self, lane_name: str | None, create: ResponseCreate, parent: ContextEntry | None,
-               timer: PhaseTimer) -> Effects:
+    def _reject(self, request: Request, exc: APIError, *, evict: bool = False) -> Effects:
+        """The request is refused before its ``response.created``: an ``error`` event."""
+        self._requests.drop(request)
+        if evict:
+            self._lanes.evict(request.lane)
+        return Effects(events=[error_event(exc, stream_id=request.lane)])
+
+    def _begin(self, request: Request, parent: ContextEntry | None) -> Effects:
+        lane_name, create, timer = request.lane, request.create, request.timer
         lane = self._lanes[lane_name]
         same_lane = parent is not None and lane.latest is parent
         # Steer input queued for this continuation goes first (docs/protocol.md §2.3 (c)).
@@ -315,32 +288,38 @@ class Session:
             with timer.phase("parse_validate"):
                 checked = self._check_calls(parent, items)
         except APIError as exc:
-            return self._reject(lane_name, exc, evict=same_lane)
-        begun = _Begun(lane_name, create, parent, timer, items, same_lane, *checked)
+            return self._reject(request, exc, evict=same_lane)
+        request.checked = Checked(parent, items, same_lane, *checked)
         limit = self.config.render_offload_chars
         if limit and sum(len(item_text(item)) for item in items) >= limit:
-            render_id = next(self._ids)
-            self._rendering[render_id] = (begun, self._perf())
-            return Effects(render=[Render(render_id, tuple(items))])
+            self._requests.move(request, Stage.RENDERING)
+            request.asked = self._perf()
+            return Effects(render=[Render(request.id, tuple(items))])
         with timer.phase("render"):
             input_tokens = render_items(items)
-        return self._prepare(begun, input_tokens)
+        return self._prepare(request, input_tokens)
 
     def on_rendered(self, render_id: int, tokens: Sequence[int] | None) -> Effects:
         """The driver's answer to a :class:`Render` (``None``: rendering failed, a server
         fault).  The render phase counts the whole wait, the worker's queue included."""
-        entry = self._rendering.pop(render_id, None)
-        if entry is None:  # the socket went away meanwhile
+        request = self._requests.at(render_id, Stage.RENDERING)
+        if request is None:  # the socket went away meanwhile
             return Effects()
-        begun, asked = entry
-        begun.timer.ms["render"] += (self._perf() - asked) * 1000.0
+        request.timer.ms["render"] += (self._perf() - request.asked) * 1000.0
+        assert request.checked is not None
         if tokens is None:
-            return self._reject(begun.lane, ServerError(), evict=begun.same_lane)
-        return self._prepare(begun, tokens)
+            fx = self._reject(request, ServerError(), evict=request.checked.same_lane)
+        else:
+            fx = self._prepare(request, tokens)
+        fx += self._schedule()
+        return fx
 
-    def _prepare(self, begun: _Begun, input_tokens: Sequence[int]) -> Effects:
+    def _prepare(self, request: Request, input_tokens: Sequence[int]) -> Effects:
         """The rest of a request's preparation once its input is rendered; it starts."""
-        lane_name, create, parent, timer, items = begun.lane, begun.create, begun.parent, begun.timer, begun.items
+        begun = request.checked
+        assert begun is not None
+        lane_name, create, timer = request.lane, request.create, request.timer
+        parent, items = begun.parent, begun.items
         try:
             with timer.phase("render"):
                 specs, tool_tokens = self._prep.tools(create.function_tools)
@@ -356,13 +335,13 @@ class Session:
             with timer.phase("classify"):
                 scan = self._prep.scan(parent.scan if parent is not None else None, items)
         except APIError as exc:
-            return self._reject(lane_name, exc, evict=begun.same_lane)
+            return self._reject(request, exc, evict=begun.same_lane)
 
         store = True if create.store is None else create.store
         generate = create.generate is not False and not (create.prompt_cache_options or {}).get("prewarm")
         response = new_response(create, store, self._clock)
         turn = Turn(
-            turn_id=next(self._ids),
+            turn_id=request.id,
             lane=lane_name,
             request=InferenceRequest(
                 request_id=response.id,
@@ -398,7 +377,8 @@ class Session:
             prefix_len=len(prompt) - len(input_tokens) - (len(parent.tokens) if parent else 0),
             charge=turn_charge(self.config.whatif, parent, len(input_tokens)),
         )
-        self._turns[turn.turn_id] = turn
+        self._requests.move(request, Stage.RUNNING)
+        request.turn = turn
         timer.wait_inference()
         return Effects(events=turn.builder.start(), start=[turn])
 
@@ -417,7 +397,7 @@ class Session:
     # ------------------------------------------------------------------ inference side
     def on_inference(self, turn_id: int, chunk: Sequence[InferenceEvent]) -> Effects:
         """A chunk of model output for a started turn."""
-        turn = self._turns.get(turn_id)
+        turn = self._running(turn_id)
         if turn is None:
             return Effects()
         fx = Effects(events=turn.builder.feed(chunk))
@@ -430,16 +410,22 @@ class Session:
             fx += self._finish(turn, failed=False)
         return fx
 
-    def on_store_failed(self, response_id: str) -> None:
-        """The record of ``response_id`` could not be written, so the client is told the
-        response failed: no lane continues from it any more."""
-        for lane in self._lanes.values():
-            if lane.latest is not None and lane.latest.response_id == response_id:
-                lane.latest = None
+    def on_written(self, response_id: str, *, stored: bool) -> Effects:
+        """The write of ``response_id``'s record returned, and its terminal event is sent: the
+        response is no longer in flight.  If the record could not be written (``stored`` is
+        false), the client is told the response failed: no lane continues from it any more."""
+        cached = None if stored else self._lanes.find(response_id)
+        if cached is not None:
+            self._lanes.evict(cached[0])  # and what it cached stops counting against the budget
+        request = self._requests.responding(response_id, Stage.FINISHING)
+        if request is None:
+            return Effects()  # dropped meanwhile (the socket went away)
+        self._requests.drop(request)
+        return self._schedule()
 
     def on_inference_error(self, turn_id: int, exc: BaseException) -> Effects:
         """The model call failed after ``response.created``: ``response.failed``."""
-        turn = self._turns.get(turn_id)
+        turn = self._running(turn_id)
         if turn is None:
             return Effects()
         code = getattr(exc, "code", None)
@@ -447,9 +433,15 @@ class Session:
         fx += self._finish(turn, failed=True)
         return fx
 
+    def _running(self, turn_id: int) -> Turn | None:
+        request = self._requests.at(turn_id, Stage.RUNNING)
+        return request.turn if request is not None else None
+
     def _finish(self, turn: Turn, *, failed: bool) -> Effects:
-        del self._turns[turn.turn_id]
-        self._lanes[turn.lane].busy = False
+        """The response is over: its terminal event, its record and ledger line; a stored
+        response stays in flight until its record is written (:meth:`on_written`)."""
+        request = self._requests.at(turn.turn_id, Stage.RUNNING)
+        assert request is not None
         fx = Effects()
         if failed:
             if turn.same_lane_parent:
@@ -477,11 +469,15 @@ class Session:
                     id=response.id, owner=self.owner, created_at=self._clock(),
                     response=response.model_dump(mode="json"), input_items=turn.inputs,
                     context=entry.items))
+        if fx.persist:  # in flight until the record is written and the terminal event sent
+            self._requests.move(request, Stage.FINISHING)
+        else:
+            self._requests.drop(request)
         events, steer_input = self._steering.settle(turn.lane, turn.builder, required_input(turn))
         fx.events += events
         if steer_input:  # an automatic successor, first on the lane (docs/protocol.md §2.3 (a), (b))
-            self._pending.appendleft((turn.lane, successor(turn.create, turn.builder.response.id, steer_input),
-                                      PhaseTimer(self._perf)))
+            self._requests.add(turn.lane, successor(turn.create, turn.builder.response.id, steer_input),
+                               PhaseTimer(self._perf), first=True)
         fx += self._schedule()
         return fx
 

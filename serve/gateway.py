@@ -36,7 +36,7 @@ from actors.errors import (
     TooManyConnections,
 )
 from actors.host.actor import PhaseMetrics, ServeInference, SessionHost
-from actors.host.handoff import Ended, Gone, Handoff, Link, handoff_path
+from actors.host.handoff import Ended, Gone, Handoff, Link, Outcome, SocketKind, handoff_path
 from actors.host.resume import RESUME_HEADER, parse_token
 from actors.logs import configure as configure_logs
 from actors.protocol import http_error_body
@@ -175,7 +175,7 @@ class Gateway:
         for sock_id, entry in list(self._sockets.items()):
             if entry.link is link:
                 close_websocket(entry.sock, 1011, "session ended by a server fault")
-                self._ended(sock_id, "closed")
+                self._ended(sock_id, Outcome.CLOSED)
         host = next((h for h in self._pool.hosts() if h.handle is handle), None)
         for sock_id in [k for k, h in self._http.items() if h is host]:
             del self._http[sock_id]
@@ -185,7 +185,7 @@ class Gateway:
                     del self._parked[conn_id]
             self._pool.host_died(host)
 
-    def _ended(self, sock_id: str, outcome: str) -> None:
+    def _ended(self, sock_id: str, outcome: Outcome) -> None:
         http_host = self._http.pop(sock_id, None)
         if http_host is not None:
             self._pool.release_http(http_host)
@@ -197,7 +197,7 @@ class Gateway:
         self._open[entry.owner] -= 1
         if entry.lease is None:
             return
-        if outcome in ("parked", "moved"):  # the slot stays taken until the state is gone
+        if outcome.keeps_slot:  # the slot stays taken until the state is gone
             self._parked[entry.lease.conn_id] = entry.lease
         else:
             self._pool.release(entry.lease)
@@ -237,7 +237,7 @@ class Gateway:
         # client still gets a clean close (1011) rather than a dead TCP connection.
         self._sockets[sock_id] = OpenSocket(sock, owner, lease, link)
         try:
-            await link.send(Handoff(sock_id, "websocket", conn_id, owner, wants_append_mode(head, headers),
+            await link.send(Handoff(sock_id, SocketKind.WEBSOCKET, conn_id, owner, wants_append_mode(head, headers),
                                     secret), sock.fileno())
         except OSError as exc:  # the host is gone
             del self._sockets[sock_id]
@@ -261,7 +261,7 @@ class Gateway:
         sock_id = f"{self._prefix}-h{next(self._sock_ids)}"
         self._http[sock_id] = host
         try:
-            await host.handle.link.send(Handoff(sock_id, "http"), sock.fileno())
+            await host.handle.link.send(Handoff(sock_id, SocketKind.HTTP), sock.fileno())
         except OSError:
             self._http.pop(sock_id, None)
             self._pool.release_http(host)

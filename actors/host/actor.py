@@ -34,7 +34,7 @@ from ..logs import LogSettings
 from ..logs import configure as configure_logs
 from ..session import Session
 from .connection import Connection
-from .handoff import Ended, Gone, Handoff, HandoffReceiver, Link, handoff_path
+from .handoff import Ended, Gone, Handoff, HandoffReceiver, Link, Outcome, SocketKind, handoff_path
 from .http import HttpServer
 from .metrics import HostMetrics, PhaseMetrics
 from .server import SocketServer
@@ -161,16 +161,16 @@ class SessionHost:
     async def _on_socket(self, sock: socket.socket, handoff: Handoff, link: Link) -> None:
         """Serve one handed-over socket; report its end (and, for a connection state it
         parked, when that is gone) on ``link``."""
-        if handoff.kind == "http":
+        if handoff.kind is SocketKind.HTTP:
             try:
                 if self._http is None:
                     sock.close()
                 else:
                     await self._http.serve(sock)
             finally:
-                link.notify(Ended(handoff.sock_id, "closed"))
+                link.notify(Ended(handoff.sock_id, Outcome.CLOSED))
             return
-        outcome = "refused"
+        outcome = Outcome.REFUSED
         self._count_websockets(+1)
         try:
             outcome = await self._sockets.serve(sock, handoff)
@@ -185,7 +185,7 @@ class SessionHost:
             await self._store.flush()
             if self._sockets.idle:
                 release_free_heap()
-        if handoff.resume is None and outcome in ("parked", "moved"):
+        if handoff.resume is None and outcome.keeps_slot:
             await self._sockets.wait_gone(handoff.conn_id)
             link.notify(Gone(handoff.conn_id))
 

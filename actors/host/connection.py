@@ -10,14 +10,16 @@ Ray here.
 Read-your-writes: a ``store:true`` response's record is written *before* its terminal event
 is queued.  Until the write returns, the terminal event — and every later event of the same
 lane, such as the next queued response's ``response.created`` — waits; other lanes' events
-keep flowing.  A write that fails turns the terminal event into ``response.failed``
-(``server_error``).  Ledger lines stay write-behind: billing overlaps the next turn.
+keep flowing, and the session counts the response in flight until then (``on_written``).
+A write that fails turns the terminal event into ``response.failed`` (``server_error``).
+Ledger lines stay write-behind: billing overlaps the next turn.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 import os
 import time
@@ -41,6 +43,7 @@ from ..protocol import (
     error_event,
 )
 from ..render import render_items
+from ..request import InvalidTransition
 from ..session import Effects, Load, Render, Session, Turn
 from ..timings import PhaseTimer
 from ..whatif import WhatIfClient
@@ -111,6 +114,27 @@ class ResponseStore(Protocol):
     async def get(self, response_id: str, owner: str) -> StoredResponse | None: ...
 
 
+class State(enum.Enum):
+    """Where a connection stands; each method checks it before it moves on."""
+
+    OPEN = "open"  # client input goes to the session
+    DRAINING = "draining"  # shutting down: new creates are refused, responses in flight finish
+    ENDING = "ending"  # the server ended it: input is ignored, events() ends after what is queued
+    CLOSED = "closed"  # the client is gone: generations are cancelled
+
+    @property
+    def accepting(self) -> bool:
+        return self in (State.OPEN, State.DRAINING)
+
+
+_NEXT: dict[State, frozenset[State]] = {
+    State.OPEN: frozenset({State.DRAINING, State.ENDING, State.CLOSED}),
+    State.DRAINING: frozenset({State.ENDING, State.CLOSED}),
+    State.ENDING: frozenset({State.CLOSED}),
+    State.CLOSED: frozenset(),
+}
+
+
 @dataclass(slots=True)
 class _Stored:
     """A terminal event held in its lane until the response's record is written."""
@@ -120,6 +144,9 @@ class _Stored:
 
 
 class Connection:
+    """One client's connection to its session, open until the server ends it or the client
+    goes (:class:`State`)."""
+
     def __init__(self, session: Session, inference: InferenceClient, store: ResponseStore,
                  observe: Callable[[str, dict[str, float]], None] | None = None,
                  renderer: RenderPool = RENDER_POOL) -> None:
@@ -133,16 +160,24 @@ class Connection:
         self._last: list[str | None] = []  # queued once no lane is held: a final frame, the end
         self._tasks: set[asyncio.Task[None]] = set()
         self._generations: dict[int, asyncio.Task[None]] = {}
-        self._accepting = True
-        self._closed = False
-        self.server_ended = False  # the server, not the client, ended the connection
-        self.close_code = 1000  # of the close the server sends when it ends the connection
+        self.state = State.OPEN
+        self.close_code: int | None = None  # of the close the server sends, once it ends the connection
+
+    @property
+    def server_ended(self) -> bool:
+        """The server, not the client, ended the connection."""
+        return self.close_code is not None
+
+    def _move(self, state: State) -> None:
+        if state not in _NEXT[self.state]:
+            raise InvalidTransition(f"connection: {self.state.value} -> {state.value}")
+        self.state = state
 
     # -- inbound
     def feed(self, data: str | bytes) -> None:
         """One client frame.  Never raises: bad input becomes an error event, and a bug
         the input hit becomes ``server_error`` (logged, its text not sent)."""
-        if self._accepting:
+        if self.state.accepting:
             try:
                 fx = self.session.on_frame(data)
             except Exception:
@@ -152,7 +187,7 @@ class Connection:
 
     def create(self, create: ResponseCreate, timer: PhaseTimer | None = None) -> None:
         """A parsed create (the HTTP path, timed from the request's arrival)."""
-        if self._accepting:
+        if self.state.accepting:
             self._apply(self.session.on_create(create, timer))
 
     def _apply(self, fx: Effects) -> None:
@@ -191,7 +226,7 @@ class Connection:
                 self._renderer.track(self._spawn(self._render(job)))
             else:
                 self._apply(self.session.on_rendered(job.render_id, tokens_of(job)))
-        if self.session.draining and self.session.idle:
+        if self.state is State.DRAINING and self.session.idle:
             self.end(1001)
 
     def _observe_all(self, reports: list[dict[str, float]]) -> None:
@@ -208,18 +243,21 @@ class Connection:
 
     async def _persist(self, record: StoredResponse, held: _Stored) -> None:
         """Write the record, then let its lane's events go (``response.failed`` instead of
-        the terminal event if the write failed)."""
+        the terminal event if the write failed); only then does the session count the
+        response as done, so what starts next is sent after it."""
         started = time.perf_counter()
+        stored = True
         try:
             await self._store.put(record)
         except Exception:  # noqa: BLE001 - the writer logged it; the client learns the response failed
             log.warning("response %s failed: its record could not be stored", record.id)
             held.event = failed_instead(held.event)
-            self.session.on_store_failed(record.id)
+            stored = False
         held.written = True
         if self._observe is not None:
             self._observe(self.session.transport, {"store_write": (time.perf_counter() - started) * 1000.0})
         self._release(held.event.stream_id)
+        self._apply(self.session.on_written(record.id, stored=stored))
 
     def _release(self, lane: str | None) -> None:
         """Queue the lane's held events up to the first write still running."""
@@ -318,13 +356,16 @@ class Connection:
 
     def finish_with(self, frame: str) -> None:
         """Send ``frame`` as the last one and end ``events`` (e.g. the lifetime limit error)."""
-        if self._accepting:
+        if self.state.accepting:
             self._queue_last(frame)
             self.end(1000)
 
     def drain(self) -> None:
         """Shutdown: refuse new creates (``server_shutting_down``), let the responses in
         flight finish, then end the connection with 1001 (clients reconnect elsewhere)."""
+        if self.state is not State.OPEN:
+            return
+        self._move(State.DRAINING)
         self.session.draining = True
         if self.session.idle:
             self.end(1001)
@@ -332,9 +373,8 @@ class Connection:
     def end(self, code: int) -> None:
         """The server ends the connection: ``events`` ends after what is queued (and what
         waits on a store write), and the socket closes with ``code``."""
-        if self._accepting:
-            self._accepting = False
-            self.server_ended = True
+        if self.state.accepting:
+            self._move(State.ENDING)
             self.close_code = code
             self._queue_last(None)
 
@@ -342,10 +382,9 @@ class Connection:
         """Cancel every running generation (frees the inference slots) and end ``events``;
         events held for a store write are dropped (the client is gone).  Store writes carry
         on in the writer, which its owner flushes."""
-        if self._closed:
+        if self.state is State.CLOSED:
             return
-        self._closed = True
-        self._accepting = False
+        self._move(State.CLOSED)
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()

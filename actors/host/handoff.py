@@ -15,18 +15,41 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import json
 import logging
 import socket
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any
 
 log = logging.getLogger(__name__)
 
 RESPONSES_PATH = "/v1/responses"  # the only path whose upgrades are handed over as WebSockets
 MAX_MESSAGE = 4096
+
+
+class SocketKind(enum.StrEnum):
+    """What a handed-over socket carries."""
+
+    WEBSOCKET = "websocket"
+    HTTP = "http"
+
+
+class Outcome(enum.StrEnum):
+    """What became of a socket's connection state when the socket ended."""
+
+    CLOSED = "closed"  # dropped
+    PARKED = "parked"  # kept for a resume
+    MOVED = "moved"  # a resume took it to a newer socket
+    REFUSED = "refused"  # the upgrade was answered with an error, or never completed
+
+    @property
+    def keeps_slot(self) -> bool:
+        """The state lives on: its host slot stays taken until the host says it is gone
+        (:class:`Gone`)."""
+        return self in (Outcome.PARKED, Outcome.MOVED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,21 +58,25 @@ class Handoff:
     (``resume``: the secret of a parked state to take back, else a new one)."""
 
     sock_id: str
-    kind: Literal["websocket", "http"] = "websocket"
+    kind: SocketKind = SocketKind.WEBSOCKET
     conn_id: str = ""
     owner: str = ""
     append_mode: bool = False
     resume: str | None = None
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", SocketKind(self.kind))  # as decoded: a string
+
 
 @dataclass(frozen=True, slots=True)
 class Ended:
-    """Host → gateway: the socket ``sock_id`` has ended.  ``outcome``: ``closed`` (its
-    connection state is dropped), ``parked`` (kept for a resume), ``moved`` (a resume took
-    it to a newer socket) or ``refused`` (the upgrade was answered with an error)."""
+    """Host → gateway: the socket ``sock_id`` has ended, with this :class:`Outcome`."""
 
     sock_id: str
-    outcome: str
+    outcome: Outcome
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "outcome", Outcome(self.outcome))  # as decoded: a string
 
 
 @dataclass(frozen=True, slots=True)

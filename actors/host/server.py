@@ -28,7 +28,7 @@ from ..config import SessionConfig
 from ..errors import ConnectionLimitReached, InvalidResumeToken, ServerError
 from ..protocol import encode, error_event, http_error_body
 from .connection import Connection
-from .handoff import RESPONSES_PATH, Handoff
+from .handoff import RESPONSES_PATH, Handoff, Outcome
 from .resume import RESUME_HEADER, Held, ResumeRegistry, make_token, new_secret
 
 log = logging.getLogger(__name__)
@@ -63,10 +63,9 @@ class SessionSocket(ServerConnection):
 class SocketServer:
     """Receives handed-over sockets and runs one WebSocket connection on each.
 
-    ``serve(sock, handoff)`` ends with the socket and says what became of its connection state:
-    ``closed`` (dropped), ``parked`` (kept for a resume, see :mod:`actors.host.resume`), ``moved``
-    (a resume took it to a newer socket) or ``refused`` (the upgrade was answered with an
-    error, or never completed)."""
+    ``serve(sock, handoff)`` ends with the socket and says what became of its connection state
+    (an :class:`~actors.host.handoff.Outcome`; a parked state waits for a resume, see
+    :mod:`actors.host.resume`)."""
 
     def __init__(self, config: SessionConfig, actor_name: str,
                  new_session: Callable[[str, str, bool], Any],
@@ -76,7 +75,7 @@ class SocketServer:
         self._new_session = new_session
         self._connect = connect
         self._server: Server | None = None
-        self._ended: dict[str, asyncio.Future[str]] = {}
+        self._ended: dict[str, asyncio.Future[Outcome]] = {}
         self._live: dict[str, Connection] = {}
         self.registry = ResumeRegistry(config.resume_grace_s)
         self._draining = False
@@ -85,7 +84,7 @@ class SocketServer:
         self._server = _HandoffServer(self._handle, process_request=self._check_request,
                                       process_response=self._add_token, open_timeout=10)
 
-    async def serve(self, sock: socket.socket, handoff: Handoff) -> str:
+    async def serve(self, sock: socket.socket, handoff: Handoff) -> Outcome:
         """Run the WebSocket on the handed-over socket ``sock`` until it closes."""
         loop = asyncio.get_running_loop()
         sock_id = handoff.sock_id
@@ -107,7 +106,7 @@ class SocketServer:
             # The upgrade was answered with an error, or never completed.
             if ws.protocol.handshake_exc is not None:
                 log.warning("WebSocket opening handshake failed: %r", ws.protocol.handshake_exc)
-            return "refused"
+            return Outcome.REFUSED
         finally:
             self._ended.pop(sock_id, None)
 
@@ -159,7 +158,7 @@ class SocketServer:
         handoff = ws.handoff
         held = await self._attach(ws)
         if held is None:
-            self._end(handoff.sock_id, "refused")
+            self._end(handoff.sock_id, Outcome.REFUSED)
             return
         held.socket, held.superseded, held.detached = ws, False, asyncio.Event()
         conn = self._live[handoff.sock_id] = self._connect(held.session)
@@ -183,17 +182,17 @@ class SocketServer:
             held.session.on_disconnect()
             held.socket = None
             if held.superseded:
-                outcome = "moved"
+                outcome = Outcome.MOVED
                 held.detached.set()
             elif self.registry.enabled and not conn.server_ended and not self._draining:
                 self.registry.park(held)
-                outcome = "parked"
+                outcome = Outcome.PARKED
             else:
                 self.registry.discard(held)
-                outcome = "closed"
+                outcome = Outcome.CLOSED
             self._end(handoff.sock_id, outcome)
 
-    def _end(self, sock_id: str, outcome: str) -> None:
+    def _end(self, sock_id: str, outcome: Outcome) -> None:
         ended = self._ended.get(sock_id)
         if ended is not None and not ended.done():
             ended.set_result(outcome)
@@ -213,7 +212,7 @@ class SocketServer:
                         await ws.send(event if isinstance(event, str) else _encode_or_error(event))
             # events() ended without a client close: the server ends the connection
             # (1000, or 1001 when draining for a shutdown).
-            await ws.close(conn.close_code)
+            await ws.close(conn.close_code or 1000)
         except ConnectionClosed:
             pass
 

@@ -39,13 +39,13 @@ def dumped(fx: Effects) -> list[dict]:
     return [e.model_dump() for e in fx.events]
 
 
-def answer_text(session: Session, fx: Effects, text: str = "Hi there") -> Effects:
+def answer_text(session: Session, fx: Effects, text: str = "Hi there", *, written: bool = True) -> Effects:
     (turn,) = fx.start
     out = Effects(events=list(fx.events))
     out += session.on_inference(turn.turn_id, [Prefilled(len(turn.request.prompt_token_ids), 0, 0, 1)])
     out += session.on_inference(turn.turn_id, [TextDelta(text[:2], 1), TextDelta(text[2:], 2)])
     out += session.on_inference(turn.turn_id, [Done("stop", 3, 3.0)])
-    return out
+    return stored(session, out) if written else out
 
 
 def answer_call(session: Session, fx: Effects, args: str = '{"path":"a.py"}') -> Effects:
@@ -55,7 +55,14 @@ def answer_call(session: Session, fx: Effects, args: str = '{"path":"a.py"}') ->
                                                FunctionCallDelta(0, "read_file", args[:5], 2)])
     out += session.on_inference(turn.turn_id, [FunctionCallDelta(0, "read_file", args[5:], 4),
                                                Done("tool_calls", 6, 6.0)])
-    return out
+    return stored(session, out)
+
+
+def stored(session: Session, fx: Effects) -> Effects:
+    """The driver's part once a response ends: its record is written and its terminal sent."""
+    for record in list(fx.persist):
+        fx += session.on_written(record.id, stored=True)
+    return fx
 
 
 def terminal(fx: Effects) -> dict:
@@ -150,6 +157,28 @@ def test_inflight_responses_are_capped_per_connection():
     assert [bool(fx.start) for fx in started] == [True, True, False]
     freed = answer_text(s, started[0])
     assert freed.start and freed.start[0].lane == "lane2"
+
+
+def test_a_stored_response_is_in_flight_until_its_record_is_written_and_its_terminal_sent():
+    s = new_session(max_inflight=1)
+    first, second = send(s, input="x", stream_id="a"), send(s, input="x", stream_id="b")
+    done = answer_text(s, first, written=False)
+    (record,) = done.persist
+    assert not second.start and not done.start and s.inflight == 1 and not s.idle
+    nxt = s.on_written(record.id, stored=True)
+    assert [t.lane for t in nxt.start] == ["b"]
+    assert s.on_written(record.id, stored=True).start == []  # an answer twice changes nothing
+
+
+def test_queued_creates_refused_when_they_start_each_get_their_error_and_leave_the_queue():
+    s = new_session(max_inflight=1)
+    first = send(s, input="x", stream_id="a")
+    unanswered = [{"type": "function_call_output", "call_id": "call_nope", "output": "x"}]
+    queued = [send(s, input=unanswered, stream_id=lane) for lane in ("b", "c")]
+    assert [fx.events for fx in queued] == [[], []]
+    errors = [e for e in dumped(answer_text(s, first)) if e["type"] == "error"]
+    assert [(e["stream_id"], e["error"]["param"]) for e in errors] == [("b", "input[0].call_id"), ("c", "input[0].call_id")]
+    assert s.idle
 
 
 @pytest.mark.parametrize("frame, code, param", [
@@ -544,6 +573,19 @@ def test_packed_connections_share_the_hosts_cache_budget_least_recently_used_con
     assert err["error"]["code"] == "previous_response_not_found"
     two.release()
     assert host.total == 0
+
+
+def test_a_response_whose_record_could_not_be_written_stops_counting_against_the_hosts_budget():
+    host = CacheBudget(max_tokens=10_000)
+    s = Session(SessionConfig(), [MODEL], session_key="conn-1", clock=lambda: 1_700_000_000.0, cache=host)
+    done = answer_text(s, send(s, input="some words " * 15), written=False)
+    (record,) = done.persist
+    assert host.total == len(s._lanes[None].latest.tokens) > 0
+    s.on_written(record.id, stored=False)
+    assert s._lanes[None].latest is None
+    assert host.total == 0, "an uncached conversation is not counted"
+    (err,) = dumped(send(s, input="x", previous_response_id=record.id))
+    assert err["error"]["code"] == "previous_response_not_found"
 
 
 def test_instructions_and_tools_resent_every_turn_are_reused_and_a_change_is_rendered_and_validated():

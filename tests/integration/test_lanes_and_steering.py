@@ -46,6 +46,33 @@ def test_check_41_seventeen_lanes_at_most_sixteen_in_flight_all_complete(client)
     assert peak == 16 and sum(e["type"] == "response.completed" for e in events) == 17
 
 
+@pytest.mark.parametrize("store", [True, False], ids=["stored", "store_false"])
+def test_check_41_never_more_than_sixteen_in_flight_as_the_client_reads_the_socket(ws_url, store):
+    """The limit as the wire shows it: between a response's ``response.created`` and its
+    terminal event, in the order a raw client reads the frames.  A stored response's terminal
+    event waits for its record's write; the response counts as in flight until it is sent."""
+    async def main() -> tuple[int, list[str]]:
+        async with websockets.connect(ws_url, max_size=None) as ws:
+            await asyncio.gather(*(ws.send(json.dumps({
+                "type": "response.create", "model": MODEL, "input": "hello", "stream_id": f"lane{i}",
+                "store": store})) for i in range(17)))
+            running, peak, ends = set(), 0, []
+            while len(ends) < 17:
+                ev = validated(await asyncio.wait_for(ws.recv(), 60))
+                rid = ev.get("response", {}).get("id")
+                if ev["type"] == "response.created":
+                    running.add(rid)
+                    peak = max(peak, len(running))
+                elif ev["type"] in FINAL_EVENT_TYPES:
+                    running.discard(rid)
+                    ends.append(ev["type"])
+            return peak, ends
+
+    peak, ends = asyncio.run(main())
+    assert ends == ["response.completed"] * 17
+    assert peak == 16
+
+
 def test_check_44_46_a_fork_runs_with_the_parent_context_next_to_its_source_lane(client):
     with client.responses.connect() as conn:
         conn.response.create(model=MODEL, input="Read the code", tools=TOOLS, stream_id="main", store=False)

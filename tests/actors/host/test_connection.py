@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from actors.config import SessionConfig
-from actors.host.connection import Connection, RenderPool, ResponseStore
+from actors.host.connection import Connection, RenderPool, ResponseStore, State
 from actors.protocol import ServerEvent
 from actors.session import Session
 from inference.types import Done, InferenceEvent, InferenceRequest, Prefilled, TextDelta
@@ -202,6 +202,33 @@ def test_a_store_failure_is_response_failed_with_server_error_and_not_continued_
     assert any("could not be stored" in r.getMessage() for r in caplog.records)
 
 
+def in_flight_peak(events: list[dict]) -> int:
+    """The most responses between their ``response.created`` and their terminal event, in the
+    order the client received the events."""
+    running: set[str] = set()
+    peak = 0
+    for event in events:
+        if event["type"] == "response.created":
+            running.add(event["response"]["id"])
+            peak = max(peak, len(running))
+        elif event["type"] in ("response.completed", "response.incomplete", "response.failed"):
+            running.discard(event["response"]["id"])
+    return peak
+
+
+def test_a_response_whose_terminal_event_waits_for_its_record_still_counts_against_the_lane_limit():
+    async def scenario(conn, store, inference, client):
+        for i in range(17):
+            conn.feed(create(stream_id=f"lane{i}"))
+        await client.until(lambda: len(store.started) >= 16)  # 16 answered, their terminals held
+        store.gate.set()
+        await client.until(lambda: len(client.stored_when_sent) == 17)
+        assert len(store.started) == 17
+        assert in_flight_peak(client.events) == 16
+
+    run(scenario)
+
+
 def test_ending_the_connection_waits_for_held_terminal_events():
     async def scenario(conn, store, inference, client):
         conn.feed(create())
@@ -211,6 +238,41 @@ def test_ending_the_connection_waits_for_held_terminal_events():
         store.gate.set()
         await client.until(lambda: client.ended)  # ...after its terminal event
         assert client.types()[-1] == "response.completed"
+
+    run(scenario)
+
+
+def test_the_connection_state_moves_one_way_and_says_who_ended_it():
+    async def scenario(conn, store, inference, client):
+        assert conn.state is State.OPEN and not conn.server_ended
+        conn.feed(create(metadata={HOLD: "1"}))
+        await client.until(lambda: "response.output_text.delta" in client.types())
+        conn.drain()
+        assert conn.state is State.DRAINING
+        conn.feed(create(stream_id="late"))  # refused while draining
+        await client.until(lambda: "error" in client.types("late"))
+        assert client.events[-1]["error"]["code"] == "server_shutting_down"
+        inference.release.set()
+        store.gate.set()
+        await client.until(lambda: client.ended)  # idle: the server ends it with 1001
+        assert conn.state is State.ENDING and conn.server_ended and conn.close_code == 1001
+        conn.feed(create())  # ignored once ending
+        conn.drain()
+        assert conn.state is State.ENDING
+        await conn.close()
+        assert conn.state is State.CLOSED and conn.server_ended
+        assert client.types().count("response.created") == 1
+
+    run(scenario)
+
+
+def test_a_connection_the_client_closed_was_not_ended_by_the_server():
+    async def scenario(conn, store, inference, client):
+        conn.feed(create(metadata={HOLD: "1"}))
+        await client.until(lambda: "response.output_text.delta" in client.types())
+        await conn.close()
+        assert conn.state is State.CLOSED and not conn.server_ended and conn.close_code is None
+        await conn.close()  # twice is fine
 
     run(scenario)
 

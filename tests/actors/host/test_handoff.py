@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from actors.host.handoff import Ended, Gone, Handoff, Link
+from actors.host.handoff import Ended, Gone, Handoff, Link, Outcome, SocketKind
 
 
 def test_many_concurrent_handoffs_all_arrive_with_their_descriptors_while_the_peer_is_slow():
@@ -55,3 +55,36 @@ def test_notices_arrive_in_order_and_the_end_of_a_link_ends_its_messages():
         gateway.close()
 
     asyncio.run(main())
+
+
+def test_states_cross_the_link_as_enums_and_an_unknown_one_is_a_malformed_message():
+    async def main() -> list:
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        gateway, host = Link(a), Link(b)
+        mine, theirs = socket.socketpair()
+        await gateway.send(Handoff("s1", SocketKind.HTTP), mine.fileno())
+        for outcome in Outcome:
+            host.notify(Ended("s1", outcome))
+        b.send(b'{"msg": "ended", "sock_id": "s2", "outcome": "vanished"}')
+        host.notify(Gone("c1"))
+        got = []
+        async with asyncio.timeout(10):
+            async for message, sock in host.messages():
+                got.append(message)
+                sock.close()
+                break
+            async for message, _ in gateway.messages():
+                got.append(message)
+                if isinstance(message, Gone):
+                    break
+        for s in (mine, theirs):
+            s.close()
+        gateway.close()
+        host.close()
+        return got
+
+    handoff, *ended, gone = asyncio.run(main())
+    assert handoff.kind is SocketKind.HTTP
+    assert [e.outcome for e in ended] == list(Outcome), "the unknown outcome was dropped"
+    assert all(type(e.outcome) is Outcome for e in ended) and gone == Gone("c1")
+    assert [o for o in Outcome if o.keeps_slot] == [Outcome.PARKED, Outcome.MOVED]
