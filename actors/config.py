@@ -29,6 +29,9 @@ class SessionConfig(BaseModel):
     admission_wait_s: float = Field(5.0, ge=0, description="how long an upgrade may wait for a starting "
                                     "host when every host is at its hard cap; then 503 + Retry-After")
     max_frame_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="inbound frame cap; larger → close 1009")
+    deflate_level: int = Field(1, ge=0, le=9, description="zlib level of permessage-deflate when a client "
+                               "negotiates it (docs/performance.md: level 1 costs a tenth of the default's CPU "
+                               "on the echoed instructions and tools, for frames ~25 % larger)")
     connection_lifetime_s: float = Field(3600.0, gt=0, description="then websocket_connection_limit_reached")
     ping_interval_s: float | None = Field(20.0, description="keepalive pings to detect dead peers; None disables")
     ping_timeout_s: float | None = 20.0

@@ -93,7 +93,8 @@ class SocketServer:
 
         def factory() -> SessionSocket:
             assert self._server is not None
-            protocol = ServerProtocol(extensions=[ServerPerMessageDeflateFactory()],
+            deflate = ServerPerMessageDeflateFactory(compress_settings={"level": cfg.deflate_level})
+            protocol = ServerProtocol(extensions=[deflate],
                                       max_size=cfg.max_frame_bytes)
             return SessionSocket(protocol, self._server, handoff, ping_interval=cfg.ping_interval_s,
                                  ping_timeout=cfg.ping_timeout_s)

@@ -7,8 +7,8 @@ tools resent with every create, a ~``--tool-output-tokens`` tool output per turn
 ``store=false``, each turn chained with ``previous_response_id``) runs ``--turns`` turns
 against this server; a turn's non-model time is what the client measured (create sent →
 terminal event read) less the server's reported queue + prefill + decode.  Then a minimal
-reference server (the same ``websockets`` library and permessage-deflate settings, in a
-process of its own) answers the very same creates with the very same frames: it parses each
+reference server (the same ``websockets`` library with its default permessage-deflate
+settings, in a process of its own) answers the very same creates with the very same frames: it parses each
 create and re-encodes and sends the recorded events of that turn, nothing else, so its turn
 time is the bare protocol's cost on this machine.  Both run with permessage-deflate
 negotiated and without; the ratio of the medians is the number to drive down
@@ -124,11 +124,12 @@ async def drive(url: str, mode: str, fixed: dict[str, Any], outputs: list[str]) 
     return run
 
 
-def _reference_main(turns: list[list[str]], extensions: bool, ready: Any) -> None:
+def _reference_main(turns: list[list[str]], ready: Any) -> None:
     """The reference server (its own process): answers the i-th create of a connection with
-    turn i's frames, re-encoded from parsed events, and does nothing else."""
+    turn i's frames, re-encoded from parsed events, and does nothing else.  It offers
+    permessage-deflate with the library's defaults, as a minimal ``websockets`` server does;
+    the client's mode decides whether it is negotiated."""
     from websockets.asyncio.server import serve
-    from websockets.extensions.permessage_deflate import ServerPerMessageDeflateFactory
 
     events = [[json.loads(f) for f in frames] for frames in turns]
 
@@ -140,9 +141,7 @@ def _reference_main(turns: list[list[str]], extensions: bool, ready: Any) -> Non
         await ws.wait_closed()
 
     async def main() -> None:
-        # The session host's settings (actors/host/server.py): the extension's defaults.
-        ext = [ServerPerMessageDeflateFactory()] if extensions else None
-        async with serve(handler, "127.0.0.1", 0, compression=None, extensions=ext, max_size=None) as server:
+        async with serve(handler, "127.0.0.1", 0, compression="deflate", max_size=None) as server:
             ready.send(server.sockets[0].getsockname()[1])
             await asyncio.Future()
 
@@ -158,7 +157,7 @@ async def drive_reference(url: str, run: Run) -> list[float]:
 def reference_laps(run: Run) -> list[float]:
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe()
-    proc = ctx.Process(target=_reference_main, args=([t.frames for t in run.turns], True, child), daemon=True)
+    proc = ctx.Process(target=_reference_main, args=([t.frames for t in run.turns], child), daemon=True)
     proc.start()
     try:
         if not parent.poll(60):
