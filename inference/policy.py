@@ -209,10 +209,9 @@ _MODES = ("auto", "none", "required")
 def plan(request: InferenceRequest, policy: PolicyConfig) -> OutputPlan:
     """The output of one response: hidden reasoning if asked for, then one function call or
     one text answer (see module doc) — or what the scenario says."""
-    if policy.scenario is not None:
-        scripted_output = scripted.scripted_plan(request, policy.scenario, policy.seed)
-        if scripted_output is not None:
-            return scripted_output
+    turn = scripted.turn_for(request, policy.scenario) if policy.scenario is not None else None
+    if turn is not None:
+        return scripted_plan(request, turn, policy.seed)
     seed = _seed(request.prompt_token_ids, policy.seed)
     rng = random.Random(seed)
     thinking: tuple[Segment, ...] = ()
@@ -229,6 +228,27 @@ def plan(request: InferenceRequest, policy: PolicyConfig) -> OutputPlan:
     if request.max_output_tokens is not None:
         n = min(n, request.max_output_tokens + 1)
     return OutputPlan((*thinking, TextSegment(text_answer(n, rng))))
+
+
+def scripted_plan(request: InferenceRequest, turn: scripted.Turn, seed: int) -> OutputPlan:
+    """A scenario turn's output (``inference.scenario``): reasoning, text, then its calls;
+    raises ``InjectedError`` for an error turn.  Synthetic text and reasoning are seeded by
+    ``seed`` and the turn, never the prompt, so they are the same on every transport."""
+    if turn.error is not None:
+        raise scripted.InjectedError(turn.error.code, turn.error.message)
+    rng = random.Random(f"{seed}:{turn.model_dump_json()}")
+    segments: list[Segment] = []
+    if turn.reasoning_tokens:
+        segments.append(ReasoningSegment(text_answer(turn.reasoning_tokens, rng)))
+    if turn.text is not None:
+        segments.append(TextSegment(tuple(encode(turn.text))))
+    elif turn.text_tokens is not None:
+        n = turn.text_tokens if request.max_output_tokens is None else min(turn.text_tokens, request.max_output_tokens + 1)
+        segments.append(TextSegment(text_answer(n, rng)))
+    for call in turn.calls:
+        arguments = call.argument_text()
+        segments.append(FunctionCallSegment(call.name, arguments, tuple(encode(arguments))))
+    return OutputPlan(tuple(segments))
 
 
 Z90 = 1.2815515655446004  # the standard normal's 0.9 quantile

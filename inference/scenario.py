@@ -16,14 +16,13 @@ Where a scenario comes from (docs/replay.md, "Scripted scenarios"):
 - a request's ``metadata["emulator.turn"]``: one turn as JSON, followed by that response
   whatever its context holds (what ``responses-ws replay`` sends, one per recorded step).
 
-A request's metadata wins over the configuration.  :func:`scripted_plan` turns the
-selected turn into the policy's ``OutputPlan``; ``inference.policy.plan`` calls it.
+A request's metadata wins over the configuration.  ``inference.policy.plan`` turns the
+turn :func:`turn_for` selects into its output plan (``scripted_plan``).
 """
 
 from __future__ import annotations
 
 import json
-import random
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -35,7 +34,6 @@ from inference.chat_format import separator_id
 from inference.tokenizer import encode
 
 if TYPE_CHECKING:
-    from inference.policy import OutputPlan
     from inference.types import InferenceRequest
 
 SCENARIO_KEY = "emulator.scenario"
@@ -163,43 +161,6 @@ def turn_for(request: InferenceRequest, scenario: Scenario) -> Turn | None:
     if i < len(scenario.turns):
         return scenario.turns[i]
     return scenario.turns[-1] if scenario.after_last == "repeat_last" else None
-
-
-def scripted_plan(request: InferenceRequest, scenario: Scenario, seed: int) -> OutputPlan | None:
-    """The plan of the turn this request answers (``None``: the policy decides); raises
-    :class:`InjectedError` for a turn that is an error.  Synthetic text and reasoning are
-    seeded by ``seed`` and the turn's index, never by the prompt, so they are the same on
-    every transport."""
-    # Imported here: inference.policy imports this module (its plan() calls this function).
-    from inference.policy import (
-        FunctionCallSegment,
-        OutputPlan,
-        ReasoningSegment,
-        Segment,
-        TextSegment,
-        text_answer,
-    )
-
-    turn = turn_for(request, scenario)
-    if turn is None:
-        return None
-    if turn.error is not None:
-        raise InjectedError(turn.error.code, turn.error.message)
-    rng = random.Random(f"{seed}:{scenario.turns.index(turn)}")
-    segments: list[Segment] = []
-    if turn.reasoning_tokens:
-        segments.append(ReasoningSegment(text_answer(turn.reasoning_tokens, rng)))
-    if turn.text is not None:
-        segments.append(TextSegment(tuple(encode(turn.text))))
-    elif turn.text_tokens is not None:
-        n = turn.text_tokens
-        if request.max_output_tokens is not None:
-            n = min(n, request.max_output_tokens + 1)
-        segments.append(TextSegment(text_answer(n, rng)))
-    for call in turn.calls:
-        arguments = call.argument_text()
-        segments.append(FunctionCallSegment(call.name, arguments, tuple(encode(arguments))))
-    return OutputPlan(tuple(segments))
 
 
 _WORDS = ("the", "file", "and", "the", "test")  # each one cl100k token after a space
