@@ -54,11 +54,8 @@ def _run_server(args: argparse.Namespace) -> int:
         overrides["server.host"] = args.host
     if args.port is not None:
         overrides["server.port"] = args.port
-    if args.scenario is not None:  # a YAML/JSON scenario file (docs/replay.md); a bare list is its turns
-        import yaml
-
-        data = yaml.safe_load(args.scenario.read_text())
-        overrides["inference.policy.scenario"] = {"turns": data} if isinstance(data, list) else data
+    if args.scenario is not None:
+        overrides["inference.policy.scenario"] = scenario_file(args.scenario)
     try:
         config = load_app_config(args.config, sets=args.set, **overrides)
     except ValueError as exc:  # pydantic's ValidationError included: a bad key or value
@@ -87,6 +84,15 @@ def _run_server(args: argparse.Namespace) -> int:
         stopping.wait()
         print("shutting down", flush=True)
     return 0
+
+
+def scenario_file(path: Path) -> dict:
+    """A scenario file (YAML or JSON, docs/replay.md) as the ``inference.policy.scenario``
+    value; a bare list is its turns.  Checked when the configuration is."""
+    import yaml
+
+    data = yaml.safe_load(path.read_text())
+    return {"turns": data} if isinstance(data, list) else data
 
 
 def _client_command(argv: list[str]) -> int:

@@ -143,3 +143,4 @@ def test_responses_in_context_counts_runs_of_output_segments():
               + render_function_call("f", "{}") + render_function_call("g", "{}")
               + render_function_call_output("c1", "x") + render_function_call_output("c2", "y"))
     assert sc.responses_in_context(tokens) == 2
+
