@@ -123,6 +123,7 @@ def render(payload: dict[str, Any]) -> list[str]:
         lines += [f"session {s['label']} ({s['format']}, recorded model {s['model']}): {s['recorded_steps']} steps, "
                   f"{s['chains']} chain(s), instructions {s['instructions_tokens']} tokens "
                   f"({s['instructions_source']})", *_table(s["transports"]), *_saves(s["websocket_saves"]),
+                  *_per_step(s["transports"]),
                   *_fidelity(s["fidelity"], list(s["transports"])), *_skipped(s), ""]
     if len(payload["sessions"]) > 1:
         lines += ["all sessions", *_table(payload["total"]["transports"]), *_saves(payload["total"]["websocket_saves"])]
@@ -149,6 +150,17 @@ def _saves(saves: dict[str, dict[str, float | None]]) -> list[str]:
                                                             else f" ({v['api_overhead_share']:.1%})"))
         out.append(f"  WebSocket saves vs {name}: {v['e2e_s']:.2f} s end to end{share}{api}, "
                    f"{v['bytes_sent'] / 1000:.1f} KB uploaded")
+    return out
+
+
+def _per_step(transports: dict[str, dict[str, Any]]) -> list[str]:
+    out = []
+    for label, key, scale, fmt in (("ms per step", "total_ms", 1, "{:.0f}"), ("KB sent per step", "request_bytes", 1000,
+                                                                           "{:.1f}")):
+        out.append(f"  {label}")
+        for name, t in transports.items():
+            values = " ".join(fmt.format(p[key] / scale) for p in t["per_step"] if p["error"] is None)
+            out.append(f"    {name:<13}{values}")
     return out
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pickle
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -15,18 +16,7 @@ from inference.profiles import PolicyConfig
 from inference.tokenizer import decode, encode
 from inference.types import InferenceRequest
 
-EXAMPLE = """
-turns:
-  - reasoning_tokens: 30
-    text: Let me look at the files.
-    calls:
-      - name: exec_command
-        arguments: {cmd: ls}
-  - calls:
-      - {name: exec_command, arguments: '{"cmd": "cat README.md"}'}
-      - {name: apply_patch, arguments_tokens: 40}
-  - text: done
-"""
+EXAMPLE = Path(__file__).parents[2] / "configs" / "scenario.example.yaml"  # quoted in docs/replay.md
 
 
 def request(prompt, **kw) -> InferenceRequest:
@@ -47,7 +37,7 @@ def conversation(responses: int) -> list[int]:
 
 
 def test_the_documented_example_parses_and_turn_i_answers_the_ith_request():
-    scenario = sc.load_scenario(EXAMPLE)
+    scenario = sc.load_scenario(EXAMPLE.read_text())
     policy = PolicyConfig(scenario=scenario)
     first = pol.plan(request(conversation(0)), policy).segments
     assert [type(s).__name__ for s in first] == ["ReasoningSegment", "TextSegment", "FunctionCallSegment"]
@@ -59,7 +49,8 @@ def test_the_documented_example_parses_and_turn_i_answers_the_ith_request():
     assert second[0].arguments == '{"cmd": "cat README.md"}'
     assert len(second[1].token_ids) == 40 and json.loads(second[1].arguments)["input"]
     third = pol.plan(request(conversation(2)), policy).segments  # two parallel calls count as one response
-    assert [decode(s.token_ids) for s in third] == ["done"]
+    assert [len(s.token_ids) for s in third] == [25] and type(third[0]).__name__ == "TextSegment"
+    assert sc.turn_for(request(conversation(3)), scenario) is None  # after_last: policy
 
 
 def test_past_the_last_turn_the_policy_decides_or_the_last_turn_repeats():

@@ -13,6 +13,7 @@ from bench.transports import TRANSPORTS
 from serve.cli import main as cli
 
 DATA = Path(__file__).parents[1] / "bench" / "data" / "replay"
+EXAMPLE = Path(__file__).parents[2] / "configs" / "scenario.example.yaml"
 TRANSPORT_NAMES = ["ws", "http-chained", "http-full"]
 EXEC = {"type": "function", "name": "exec_command",
         "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}}
@@ -57,18 +58,39 @@ def test_a_scenario_in_metadata_is_followed_on_every_transport(server_url, trans
 
 @pytest.fixture(scope="module")
 def scenario_url(ray_cluster):
-    """A server whose configuration scripts every conversation (inference.policy.scenario)."""
+    """A server started as ``responses-ws serve --scenario configs/scenario.example.yaml``
+    would be: the example scripts every conversation (inference.policy.scenario)."""
+    from serve.cli import scenario_file
     from tests.support.server import start_app, stop_app
 
-    url = start_app("rws-scenario", **{"inference.policy.scenario": SCENARIO})
+    url = start_app("rws-scenario", **{"inference.policy.scenario": scenario_file(EXAMPLE)})
     yield url
     stop_app("rws-scenario")
 
 
-@pytest.mark.parametrize("transport", ["ws", "http-full"])
-def test_a_configured_scenario_scripts_every_conversation(scenario_url, transport):
-    first, second = asyncio.run(_two_turns(scenario_url, transport, None))
-    assert _calls(first) == [("exec_command", '{"cmd": "ls"}')] and _text(second) == "done"
+@pytest.mark.parametrize("transport", TRANSPORT_NAMES)
+def test_the_example_scenario_configured_scripts_every_conversation(scenario_url, transport):
+    async def go():
+        t = TRANSPORTS[transport](scenario_url, "sk-scenario")
+        await t.open()
+        try:
+            responses, items = [], USER
+            for _ in range(3):
+                out = await t.turn({"model": "emu-fast", "tools": [EXEC]}, items)
+                assert out.error is None, out.error
+                responses.append(out.response)
+                items = [{"type": "function_call_output", "call_id": o["call_id"], "output": "ok"}
+                         for o in out.response["output"] if o["type"] == "function_call"]
+            return responses
+        finally:
+            await t.close()
+
+    first, second, third = asyncio.run(go())
+    assert _text(first) == "Let me look at the files." and _calls(first) == [("exec_command", '{"cmd": "ls"}')]
+    assert first["usage"]["output_tokens_details"]["reasoning_tokens"] == 30
+    assert [name for name, _ in _calls(second)] == ["exec_command", "apply_patch"]
+    assert _calls(second)[0][1] == '{"cmd": "cat README.md"}'
+    assert not _calls(third) and third["usage"]["output_tokens"] == 25
 
 
 @pytest.mark.parametrize("transport", TRANSPORT_NAMES)
