@@ -159,3 +159,15 @@ def test_replay_reproduces_every_recorded_step_on_every_transport(server_url, tm
         chain = next(i for i, st in enumerate(steps) if st["new_chain"])
         sent = full["bytes_per_step"]
         assert sent[chain] < sent[chain - 1]
+
+
+def test_an_injected_error_in_a_plain_json_response(server_url):
+    """The curl example of docs/replay.md: no stream, the failed Response as the body."""
+    import httpx
+
+    turn = json.dumps({"error": {"code": "rate_limit_exceeded", "message": "Scripted."}})
+    r = httpx.post(f"{server_url}/v1/responses", timeout=60,
+                   json={"model": "emu-fast", "input": "hi", "metadata": {"emulator.turn": turn}})
+    body = r.json()
+    assert body["status"] == "failed", (r.status_code, body)
+    assert body["error"] == {"code": "rate_limit_exceeded", "message": "Scripted."}
