@@ -22,6 +22,7 @@ import time
 from array import array
 from collections.abc import Callable, Collection, Sequence
 
+from inference import scenario as scripted
 from inference.policy import InvalidMetadata, metadata_overrides
 from inference.types import Done, InferenceEvent, InferenceRequest
 from store import StoredResponse, UsageEntry
@@ -162,8 +163,10 @@ class Session:
         try:
             metadata_overrides((create.metadata or {}).items())
         except InvalidMetadata as exc:
-            raise InvalidRequest(f"Invalid value for metadata key '{exc.key}': expected a whole number "
-                                 "within the policy's bounds.", param=f"metadata.{exc.key}") from None
+            expected = ("a scenario as JSON (docs/replay.md)" if exc.key in scripted.METADATA_KEYS
+                        else "a whole number within the policy's bounds")
+            raise InvalidRequest(f"Invalid value for metadata key '{exc.key}': expected {expected}.",
+                                 param=f"metadata.{exc.key}") from None
         # tool_choice naming an unknown function is refused by the parser (ResponseCreate).
         self._lanes.admit(create.stream_id)
 
@@ -429,7 +432,11 @@ class Session:
         if turn is None:
             return Effects()
         code = getattr(exc, "code", None)
-        fx = Effects(events=turn.builder.fail(code=code if code in RESPONSE_ERROR_CODES else "server_error"))
+        fail = {"code": code if code in RESPONSE_ERROR_CODES else "server_error"}
+        message = getattr(exc, "public_message", None)  # a scripted scenario's error (inference.scenario)
+        if isinstance(message, str) and code in RESPONSE_ERROR_CODES:
+            fail["message"] = message
+        fx = Effects(events=turn.builder.fail(**fail))
         fx += self._finish(turn, failed=True)
         return fx
 

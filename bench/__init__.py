@@ -1,12 +1,13 @@
 """Benchmarks: clients of a responses-ws server, run as ``responses-ws bench <kind>``
 (``responses-ws bench`` alone runs ``agentloop``; ``responses-ws bench --help`` lists the
-kinds) and ``responses-ws demo``.  The server never imports this package.
+kinds), ``responses-ws demo`` and ``responses-ws replay``.  The server never imports this package.
 
 Layout (docs/benchmark.md, "Layout"):
 
 - ``bench/kinds/<kind>.py``: one module per command, named as the command runs
   (``responses-ws bench memory`` is :mod:`bench.kinds.memory`; ``responses-ws demo`` is
-  :mod:`bench.kinds.demo`).  A kind module has a docstring (its ``--help`` text),
+  :mod:`bench.kinds.demo`, ``responses-ws replay`` :mod:`bench.kinds.replay`).
+  A kind module has a docstring (its ``--help`` text),
   ``add_arguments(parser)`` (its options) and ``run(args) -> int`` (the exit code);
   ``args.command`` is the command line as typed and ``args.run`` the :class:`bench.results.Run`
   its results file records.  A kind is imported only when it runs, after :mod:`bench.cli` made
@@ -20,7 +21,8 @@ Layout (docs/benchmark.md, "Layout"):
   (the one matplotlib setup), :mod:`bench.processes` (memory and CPU of the server's Ray
   processes), :mod:`bench.cluster` (a simulated multi-node cluster); the soak's
   :mod:`bench.chains`, :mod:`bench.invariants`, :mod:`bench.soak_report`; the fuzzer's
-  :mod:`bench.fuzz_cases` and :mod:`bench.fuzz_oracle`.
+  :mod:`bench.fuzz_cases` and :mod:`bench.fuzz_oracle`; the replay's :mod:`bench.replay`
+  (recorded sessions read into shapes, re-synthesised and driven step by step).
 
 A kind that needs a server of its own starts it with :func:`serve.embedded.embedded_server`.
 """
@@ -54,3 +56,4 @@ KINDS: dict[str, Kind] = {kind.name: kind for kind in (
 )}
 DEFAULT_KIND = "agentloop"
 DEMO_MODULE = f"{__name__}.kinds.demo"
+REPLAY_MODULE = f"{__name__}.kinds.replay"  # its library: bench.replay

@@ -1,5 +1,6 @@
-"""The ``bench`` and ``demo`` command lines of ``responses-ws`` (:mod:`serve.cli` hands them
-over unparsed): pick the module (a kind of :data:`bench.KINDS`, or :mod:`bench.kinds.demo`),
+"""The ``bench``, ``demo`` and ``replay`` command lines of ``responses-ws`` (:mod:`serve.cli`
+hands them over unparsed): pick the module (a kind of :data:`bench.KINDS`, or
+:mod:`bench.kinds.demo`, :mod:`bench.kinds.replay`),
 build its parser, start the :class:`~bench.results.Run` its results record, run it.
 
 Every one of them needs the ``bench`` extra: without it, the command ends with a one-line
@@ -14,7 +15,7 @@ import importlib.util
 import shlex
 import sys
 
-from . import DEFAULT_KIND, DEMO_MODULE, KINDS
+from . import DEFAULT_KIND, DEMO_MODULE, KINDS, REPLAY_MODULE
 from .results import Run
 
 INSTALL_HINT = "pip install 'responses-ws[bench]'"
@@ -23,10 +24,12 @@ EXTRA_MODULES = frozenset({"rich", "matplotlib", "psutil", "hypothesis", "httpx"
 
 
 def main(argv: list[str]) -> int:
-    """``argv`` starts with ``bench`` or ``demo``."""
+    """``argv`` starts with ``bench``, ``demo`` or ``replay``."""
     command, rest = argv[0], argv[1:]
     if command == "demo":
         return run_module(DEMO_MODULE, "responses-ws demo", rest)
+    if command == "replay":
+        return run_module(REPLAY_MODULE, "responses-ws replay", rest)
     if rest[:1] and rest[0] in ("-h", "--help"):
         print(overview())
         return 0

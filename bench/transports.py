@@ -72,6 +72,11 @@ class Transport(ABC):
     async def close(self) -> None:  # noqa: B027 - optional hook
         pass
 
+    def new_chain(self) -> None:
+        """Start a new conversation on the same transport (after a compaction): the next turn
+        continues nothing (no ``previous_response_id``, no history resent)."""
+        raise NotImplementedError(f"{self.name} cannot start a new chain")
+
     @abstractmethod
     async def turn(self, base: dict[str, Any], new_items: list[dict[str, Any]]) -> TurnOutcome:
         """Send one ``response.create`` with ``base`` (model, instructions, tools, metadata)
@@ -104,6 +109,9 @@ class WebSocketTransport(Transport):
 
     async def close(self) -> None:
         await self.socket.close()
+
+    def new_chain(self) -> None:
+        self._prev = None
 
     async def turn(self, base, new_items):
         body = {**base, "input": new_items, "store": False}
@@ -147,6 +155,9 @@ class HttpChainedTransport(_HttpTransport):
         await super().open()
         self._prev: str | None = None
 
+    def new_chain(self) -> None:
+        self._prev = None
+
     async def turn(self, base, new_items):
         body = {**base, "input": new_items, "store": True}
         if self._prev:
@@ -163,6 +174,9 @@ class HttpFullTransport(_HttpTransport):
     async def open(self) -> None:
         await super().open()
         self._history: list[dict] = []
+
+    def new_chain(self) -> None:
+        self._history = []
 
     async def turn(self, base, new_items):
         self._history.extend(new_items)
@@ -185,6 +199,9 @@ class AppendTransport(WebSocketTransport):
     name = "append"
     query = "?mode=append"
     _response_id: str | None = None
+
+    def new_chain(self) -> None:
+        raise NotImplementedError("append mode keeps one response per rollout: no new chain")
 
     async def turn(self, base, new_items):
         if self._response_id is None:

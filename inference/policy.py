@@ -33,6 +33,10 @@ are real cl100k text that takes decode time and counts in ``usage.output_tokens`
 ``output_tokens_details.reasoning_tokens``), but it is never streamed, emitted as an item or
 kept in the context (docs/emulator.md, "Reasoning").
 
+``emulator.scenario`` and ``emulator.turn`` carry a scripted scenario or one scripted turn
+(``inference.scenario``); with one, or with the configuration's ``scenario``, ``plan``
+follows the script.
+
 Other metadata keys are ignored; a listed key with a value that is not a valid number
 raises ``InvalidMetadata`` before anything is generated.
 """
@@ -51,6 +55,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from inference import scenario as scripted
 from inference.chat_format import without_call_ids
 from inference.profiles import PolicyConfig
 from inference.schema_values import Unsatisfiable, value_for_schema
@@ -167,11 +172,19 @@ METADATA_KEYS: dict[str, str] = {
 }
 
 
-def metadata_overrides(metadata: Iterable[tuple[str, object]]) -> dict[str, int]:
+def metadata_overrides(metadata: Iterable[tuple[str, object]]) -> dict[str, Any]:
     """The policy fields a request's ``metadata`` sets; :class:`InvalidMetadata` for a value
     that is not a whole number within the field's bounds (callers can check early)."""
-    updates: dict[str, int] = {}
+    updates: dict[str, Any] = {}
     for key, value in metadata:
+        if key in scripted.METADATA_KEYS:
+            try:
+                script = scripted.from_metadata(key, str(value))
+            except ValueError:  # pydantic's ValidationError included
+                raise InvalidMetadata(key, str(value)) from None
+            if key == scripted.TURN_KEY or "scenario" not in updates:  # one turn wins over a scenario
+                updates["scenario"] = script
+            continue
         field = METADATA_KEYS.get(key)
         if field is None:
             continue
@@ -195,7 +208,10 @@ _MODES = ("auto", "none", "required")
 
 def plan(request: InferenceRequest, policy: PolicyConfig) -> OutputPlan:
     """The output of one response: hidden reasoning if asked for, then one function call or
-    one text answer (see module doc)."""
+    one text answer (see module doc) — or what the scenario says."""
+    turn = scripted.turn_for(request, policy.scenario) if policy.scenario is not None else None
+    if turn is not None:
+        return scripted_plan(request, turn, policy.seed)
     seed = _seed(request.prompt_token_ids, policy.seed)
     rng = random.Random(seed)
     thinking: tuple[Segment, ...] = ()
@@ -212,6 +228,27 @@ def plan(request: InferenceRequest, policy: PolicyConfig) -> OutputPlan:
     if request.max_output_tokens is not None:
         n = min(n, request.max_output_tokens + 1)
     return OutputPlan((*thinking, TextSegment(text_answer(n, rng))))
+
+
+def scripted_plan(request: InferenceRequest, turn: scripted.Turn, seed: int) -> OutputPlan:
+    """A scenario turn's output (``inference.scenario``): reasoning, text, then its calls;
+    raises ``InjectedError`` for an error turn.  Synthetic text and reasoning are seeded by
+    ``seed`` and the turn, never the prompt, so they are the same on every transport."""
+    if turn.error is not None:
+        raise scripted.InjectedError(turn.error.code, turn.error.message)
+    rng = random.Random(f"{seed}:{turn.model_dump_json()}")
+    segments: list[Segment] = []
+    if turn.reasoning_tokens:
+        segments.append(ReasoningSegment(text_answer(turn.reasoning_tokens, rng)))
+    if turn.text is not None:
+        segments.append(TextSegment(tuple(encode(turn.text))))
+    elif turn.text_tokens is not None:
+        n = turn.text_tokens if request.max_output_tokens is None else min(turn.text_tokens, request.max_output_tokens + 1)
+        segments.append(TextSegment(text_answer(n, rng)))
+    for call in turn.calls:
+        arguments = call.argument_text()
+        segments.append(FunctionCallSegment(call.name, arguments, tuple(encode(arguments))))
+    return OutputPlan(tuple(segments))
 
 
 Z90 = 1.2815515655446004  # the standard normal's 0.9 quantile

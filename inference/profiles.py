@@ -18,6 +18,8 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from inference.scenario import Scenario
+
 # Package data (pyproject.toml): found the same way in a checkout, an editable install and a wheel.
 DEFAULT_CONFIG = resources.files("inference").joinpath("models.yaml")
 
@@ -142,6 +144,8 @@ class PolicyConfig(BaseModel):
     reasoning_tokens: int = Field(default=0, ge=0, le=65_536)
     reasoning_tokens_p90: int = Field(default=0, ge=0, le=65_536)
     seed: int = 0
+    # A scripted scenario every conversation follows (inference.scenario); None: the policy.
+    scenario: Scenario | None = None
 
 
 class PrefixCacheConfig(BaseModel):

@@ -1,6 +1,6 @@
-"""``responses-ws`` command line: ``serve``, ``demo`` and ``bench``.
+"""``responses-ws`` command line: ``serve``, ``demo``, ``bench`` and ``replay``.
 
-``demo`` and ``bench`` are clients of the server: the bench package runs them, and
+``demo``, ``bench`` and ``replay`` are clients of the server: the bench package runs them, and
 it is loaded only when one of them is asked for (``responses-ws serve`` never imports it).
 """
 
@@ -18,7 +18,7 @@ from actors.logs import ENCODINGS, LEVELS, LogSettings
 
 from .config import ServerConfig, load_app_config
 
-CLIENT_COMMANDS = ("demo", "bench")  # parsed and run by bench.cli
+CLIENT_COMMANDS = ("demo", "bench", "replay")  # parsed and run by bench.cli
 DISTRIBUTION = "responses-ws"
 
 
@@ -54,6 +54,8 @@ def _run_server(args: argparse.Namespace) -> int:
         overrides["server.host"] = args.host
     if args.port is not None:
         overrides["server.port"] = args.port
+    if args.scenario is not None:
+        overrides["inference.policy.scenario"] = scenario_file(args.scenario)
     try:
         config = load_app_config(args.config, sets=args.set, **overrides)
     except ValueError as exc:  # pydantic's ValidationError included: a bad key or value
@@ -84,6 +86,15 @@ def _run_server(args: argparse.Namespace) -> int:
     return 0
 
 
+def scenario_file(path: Path) -> dict:
+    """A scenario file (YAML or JSON, docs/replay.md) as the ``inference.policy.scenario``
+    value; a bare list is its turns.  Checked when the configuration is."""
+    import yaml
+
+    data = yaml.safe_load(path.read_text())
+    return {"turns": data} if isinstance(data, list) else data
+
+
 def _client_command(argv: list[str]) -> int:
     from bench.cli import main as bench_main  # lazily: the server does not depend on bench
 
@@ -108,6 +119,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="set one config key, the value as YAML (repeatable), e.g. "
                         "--set session.connections_per_actor=64")
+    s.add_argument("--scenario", type=Path, default=None,
+                   help="a scripted scenario every conversation follows (YAML or JSON, docs/replay.md)")
     s.add_argument("--address", default=None,
                    help="Ray cluster to join (default: start an embedded Ray); on exit only this app is deleted")
     s.add_argument("--log-level", default="WARNING", choices=LEVELS, type=str.upper,
@@ -125,6 +138,8 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("demo", help="embedded server + a short agent-loop benchmark, WebSocket vs HTTP "
                                 "(responses-ws demo --help)")
     sub.add_parser("bench", help="benchmarks: responses-ws bench [KIND] [options] (responses-ws bench --help)")
+    sub.add_parser("replay", help="replay recorded Codex / Claude Code sessions over every transport "
+                                  "(responses-ws replay --help)")
     return p
 
 

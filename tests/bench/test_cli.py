@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import bench
-from bench import DEFAULT_KIND, DEMO_MODULE, KINDS
+from bench import DEFAULT_KIND, DEMO_MODULE, KINDS, REPLAY_MODULE
 from bench.cli import INSTALL_HINT
 from serve.cli import main
 
@@ -44,7 +44,7 @@ def test_an_unknown_kind_is_refused(capsys):
     assert "unknown kind 'nope'" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv", [["bench", "hotpath"], ["demo"]])
+@pytest.mark.parametrize("argv", [["bench", "hotpath"], ["demo"], ["replay", "session.jsonl"]])
 def test_without_the_bench_extra_the_command_prints_an_install_hint(argv, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "psutil", None)  # as if it were not installed
     assert main(argv) == 1
@@ -55,11 +55,18 @@ def test_without_the_bench_extra_the_command_prints_an_install_hint(argv, monkey
 def test_every_kind_is_the_module_named_after_it_and_every_module_there_is_a_command(capsys):
     kinds_dir = Path(bench.__file__).parent / "kinds"
     modules = {p.stem for p in kinds_dir.glob("*.py")} - {"__init__"}
-    assert modules == set(KINDS) | {"demo"}
-    assert DEMO_MODULE == "bench.kinds.demo"
+    assert modules == set(KINDS) | {"demo", "replay"}
+    assert DEMO_MODULE == "bench.kinds.demo" and REPLAY_MODULE == "bench.kinds.replay"
     for name, kind in KINDS.items():
         assert kind.module == f"bench.kinds.{name}"
         with pytest.raises(SystemExit):
             main(["bench", name, "--help"])
         first_line = importlib.import_module(kind.module).__doc__.strip().splitlines()[0]
         assert first_line in capsys.readouterr().out, name  # the CLI ran that module
+
+
+def test_replay_runs_its_module(capsys):
+    with pytest.raises(SystemExit):
+        main(["replay", "--help"])
+    first_line = importlib.import_module(REPLAY_MODULE).__doc__.strip().splitlines()[0]
+    assert first_line in capsys.readouterr().out
