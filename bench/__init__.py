@@ -15,7 +15,7 @@ Layout (docs/benchmark.md, "Layout"):
 - the library the kinds share, one concept a module: :mod:`bench.client` (the WebSocket
   client), :mod:`bench.transports` (one agent turn over ws / http-chained / http-full /
   append), :mod:`bench.workload` (the agent-loop workload and its presets),
-  :mod:`bench.agentloop` (running rollouts and recording every turn), :mod:`bench.report`
+  :mod:`bench.rollouts` (running rollouts and recording every turn), :mod:`bench.report`
   and :mod:`bench.breakdown` (summaries, tables, where a turn's time goes),
   :mod:`bench.sweeps`, :mod:`bench.results` (the one results writer), :mod:`bench.plotting`
   (the one matplotlib setup), :mod:`bench.processes` (memory and CPU of the server's Ray

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import workload as wl
-from .agentloop import TIMINGS_KEY, server_timings
 from .invariants import ConnectionCheck, RunCheck
+from .rollouts import TIMINGS_KEY, server_timings
 from .transports import TurnOutcome, WebSocketTransport
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from . import plotting
-from .agentloop import PHASES, RolloutRecord
+from .rollouts import PHASES, RolloutRecord
 
 
 def pct(values: Sequence[float], q: float) -> float | None:

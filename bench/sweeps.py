@@ -18,7 +18,7 @@ from typing import Any
 from inference.profiles import InferenceConfig, ModelProfile
 
 from . import breakdown, plotting
-from .agentloop import RolloutRecord
+from .rollouts import RolloutRecord
 from .workload import Workload
 
 

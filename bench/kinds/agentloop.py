@@ -23,7 +23,7 @@ from typing import Any
 from serve.embedded import embedded_server, local_config
 
 from .. import breakdown, report, results, sweeps
-from ..agentloop import RolloutRecord, run_bench
+from ..rollouts import RolloutRecord, run_bench
 from ..transports import TRANSPORTS
 from ..workload import PRESETS, Lognormal, Workload, rounds
 

@@ -27,8 +27,8 @@ from serve.embedded import embedded_server, local_config
 
 from .. import results
 from .. import workload as wl
-from ..agentloop import TIMINGS_KEY, _base, first_input, warm_resumed
 from ..client import connect
+from ..rollouts import TIMINGS_KEY, _base, first_input, warm_resumed
 
 API_KEY = "sk-bench"
 MODEL_PHASES = ("queue", "prefill", "decode")

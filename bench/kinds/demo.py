@@ -22,7 +22,7 @@ from pathlib import Path
 from serve.embedded import embedded_server, local_config
 
 from .. import breakdown, report, results
-from ..agentloop import run_bench
+from ..rollouts import run_bench
 from ..workload import PRESETS, rounds
 
 TRANSPORTS = ("ws", "http-full")

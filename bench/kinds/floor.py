@@ -33,8 +33,8 @@ from serve.embedded import embedded_server, local_config
 
 from .. import results
 from .. import workload as wl
-from ..agentloop import TIMINGS_KEY, model_seconds, server_timings
 from ..client import ResponsesSocket, connect, is_final
+from ..rollouts import TIMINGS_KEY, model_seconds, server_timings
 
 MODES = {"deflate": "deflate", "plain": None}  # name → the client's `compression`
 

@@ -24,11 +24,11 @@ from pathlib import Path
 from serve.embedded import wait_ready
 
 from .. import plotting, report, results
-from ..agentloop import run_rollout
 from ..client import connect
 from ..cluster import SERVE_CLUSTER_CONFIG as CONFIG
 from ..cluster import SimulatedCluster, deploy_serve_config
 from ..processes import cpu_s, session_host_pids, uss_mb
+from ..rollouts import run_rollout
 from ..workload import Workload
 
 

@@ -14,7 +14,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from bench.agentloop import TIMINGS_KEY, model_seconds, server_timings
+from bench.rollouts import TIMINGS_KEY, model_seconds, server_timings
 from bench.transports import TRANSPORTS
 
 from . import synth

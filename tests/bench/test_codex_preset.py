@@ -10,7 +10,7 @@ import pytest
 
 from bench import breakdown, sweeps
 from bench import workload as wl
-from bench.agentloop import RolloutRecord, TurnRecord
+from bench.rollouts import RolloutRecord, TurnRecord
 from inference import tokenizer
 from inference.profiles import load_inference_config
 

@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from bench.agentloop import run_bench
 from bench.report import summarise
+from bench.rollouts import run_bench
 from bench.workload import Workload
 
 

@@ -9,8 +9,8 @@ import json
 import sys
 from pathlib import Path
 
-from bench.agentloop import run_rollout
 from bench.cluster import SimulatedCluster, deploy_serve_config
+from bench.rollouts import run_rollout
 from bench.workload import Workload
 from serve.embedded import wait_ready
 
