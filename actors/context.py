@@ -17,6 +17,8 @@ from store import StoredResponse
 from .ids import new_id
 from .protocol import (
     CompactionItem,
+    CustomToolCallItem,
+    CustomToolCallOutputItem,
     FunctionCallItem,
     FunctionCallOutputItem,
     InputItem,
@@ -25,6 +27,9 @@ from .protocol import (
     OutputFunctionCall,
     OutputItem,
     ReasoningItem,
+    ToolItem,
+    is_tool_result,
+    issued_call_id,
     item_dict,
     output_as_input,
     parse_items,
@@ -63,6 +68,12 @@ def item_id(item: InputItem) -> str:
         return new_id("rs")
     if isinstance(item, CompactionItem):
         return new_id("cmp")
+    if isinstance(item, CustomToolCallItem):
+        return new_id("ctc")
+    if isinstance(item, CustomToolCallOutputItem):
+        return new_id("ctco")
+    if isinstance(item, ToolItem):
+        return new_id("item")
     assert isinstance(item, ItemReference)
     return item.id
 
@@ -75,9 +86,10 @@ def count_calls(items: Sequence[InputItem | OutputItem], call_ids: set[str]) -> 
     """Add the call ids the items issue to ``call_ids``; return how many tool results they hold."""
     results = 0
     for item in items:
-        if isinstance(item, (FunctionCallItem, OutputFunctionCall)):
-            call_ids.add(item.call_id)
-        elif isinstance(item, FunctionCallOutputItem):
+        issued = item.call_id if isinstance(item, OutputFunctionCall) else issued_call_id(item)
+        if issued is not None:
+            call_ids.add(issued)
+        elif is_tool_result(item):
             results += 1
     return results
 

@@ -8,6 +8,7 @@ re-rendering the conversation.
 from __future__ import annotations
 
 import base64
+import json
 import zlib
 from collections.abc import Iterable, Sequence
 
@@ -16,6 +17,8 @@ from inference.types import ToolSpec
 
 from .protocol import (
     CompactionItem,
+    CustomToolCallItem,
+    CustomToolCallOutputItem,
     FunctionCallItem,
     FunctionCallOutputItem,
     FunctionTool,
@@ -26,6 +29,7 @@ from .protocol import (
     OutputItem,
     OutputMessage,
     ReasoningItem,
+    ToolItem,
 )
 
 
@@ -42,6 +46,24 @@ def content_text(content: str | Sequence[object]) -> str:
     return "\n".join(pieces)
 
 
+def qualified_name(name: str | None, namespace: str | None) -> str:
+    """A tool's name as the model sees it: ``namespace.name`` for a namespaced tool."""
+    return f"{namespace}.{name or ''}" if namespace else name or ""
+
+
+def reasoning_text(item: ReasoningItem) -> str:
+    """A replayed reasoning item's visible text: its summary and ``reasoning_text`` parts."""
+    parts = [*item.summary, *(item.content or ())]
+    return " ".join(str(p.get("text", "")) for p in parts if isinstance(p, dict))
+
+
+def tool_item_text(item: ToolItem) -> str:
+    """Every field of a tool item the model reads, as canonical JSON: its ``id``, ``status``
+    and ``call_id`` are left out (random per run, they would vary the scripted choices)."""
+    data = item.model_dump(exclude={"type", "id", "status", "call_id"}, exclude_none=True)
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def item_text(item: InputItem | OutputItem) -> str:
     """The plain text of an item, as the safety classifier reads it."""
     if isinstance(item, MessageItem):
@@ -50,27 +72,43 @@ def item_text(item: InputItem | OutputItem) -> str:
         return "".join(p.text for p in item.content)
     if isinstance(item, (FunctionCallItem, OutputFunctionCall)):
         return item.arguments
-    if isinstance(item, FunctionCallOutputItem):
+    if isinstance(item, CustomToolCallItem):
+        return item.input
+    if isinstance(item, (FunctionCallOutputItem, CustomToolCallOutputItem)):
         return content_text(item.output)
     if isinstance(item, ReasoningItem):
-        return " ".join(str(s.get("text", "")) for s in item.summary)
+        return reasoning_text(item)
     if isinstance(item, CompactionItem):
         return compaction_text(item.encrypted_content)
+    if isinstance(item, ToolItem):
+        return tool_item_text(item)
     return ""
 
 
 def render_item(item: InputItem | OutputItem) -> list[int]:
+    """One item's segment (docs/protocol.md §2.3 lists what each kind renders as)."""
     if isinstance(item, MessageItem):
         return chat_format.render_message(item.role, content_text(item.content))
     if isinstance(item, OutputMessage):
         return chat_format.render_message("assistant", "".join(p.text for p in item.content))
-    if isinstance(item, (FunctionCallItem, OutputFunctionCall)):
+    if isinstance(item, OutputFunctionCall):
         return chat_format.render_function_call(item.name, item.arguments)
+    if isinstance(item, FunctionCallItem):
+        return chat_format.render_function_call(qualified_name(item.name, item.namespace), item.arguments)
     if isinstance(item, FunctionCallOutputItem):
+        if item.call_id is None:  # a tool output the client adds on its own: named, not paired
+            return chat_format.render_other(
+                "tool_output", qualified_name(item.name, item.namespace) + "\n" + content_text(item.output))
         return chat_format.render_function_call_output(item.call_id, content_text(item.output))
+    if isinstance(item, CustomToolCallItem):
+        return chat_format.render_other("custom_tool_call", qualified_name(item.name, item.namespace) + "\n" + item.input)
+    if isinstance(item, CustomToolCallOutputItem):  # no call id: it would vary the scripted choices
+        return chat_format.render_other(
+            "custom_tool_call_output", qualified_name(item.name, item.namespace) + "\n" + content_text(item.output))
     if isinstance(item, ReasoningItem):
-        summary = " ".join(str(s.get("text", "")) for s in item.summary)
-        return chat_format.render_other("reasoning", summary + (item.encrypted_content or ""))
+        return chat_format.render_other("reasoning", reasoning_text(item) + (item.encrypted_content or ""))
+    if isinstance(item, ToolItem):
+        return chat_format.render_other(item.type, tool_item_text(item))
     if isinstance(item, ItemReference):
         return chat_format.render_other("item_reference", item.id)
     if isinstance(item, CompactionItem):

@@ -43,11 +43,11 @@ from .lanes import Lanes
 from .prepare import Preparer
 from .protocol import (
     RESPONSE_ERROR_CODES,
-    FunctionCallOutputItem,
     InputItem,
     ResponseAppend,
     ResponseCreate,
     ResponseSteer,
+    answered_call_id,
     error_event,
     parse_client_event,
 )
@@ -386,14 +386,16 @@ class Session:
         return Effects(events=turn.builder.start(), start=[turn])
 
     def _check_calls(self, parent: ContextEntry | None, items: Sequence[InputItem]) -> tuple[frozenset[str], int]:
-        """Every ``function_call_output`` must answer a call the conversation issued."""
+        """Every function or custom tool output with a ``call_id`` must answer a call the
+        conversation issued (``protocol.answered_call_id``)."""
         call_ids = set(parent.call_ids) if parent else set()
         results = parent.tool_results if parent else 0
         for i, item in enumerate(items):
             results += count_calls([item], call_ids)
-            if isinstance(item, FunctionCallOutputItem) and item.call_id not in call_ids:
+            answered = answered_call_id(item)
+            if answered is not None and answered not in call_ids:
                 raise InvalidRequest(
-                    f"No tool call found for function call output with call_id {item.call_id}.",
+                    f"No tool call found for {item.type.replace('_', ' ')} with call_id {answered}.",
                     param=f"input[{i}].call_id")
         return frozenset(call_ids), results
 

@@ -23,7 +23,7 @@ from actors.protocol import (
     MessageItem,
     item_dict,
 )
-from actors.render import content_text
+from actors.render import content_text, qualified_name
 
 EXCERPT = 160  # characters kept of each replaced item
 
@@ -35,7 +35,8 @@ def _line(item: InputItem) -> str:
         return f"called {item.name}({item.arguments[:EXCERPT]}) as {item.call_id}"
     if isinstance(item, FunctionCallOutputItem):
         text = content_text(item.output)
-        return f"result of {item.call_id} ({len(text)} chars): {text[:EXCERPT]}"
+        source = item.call_id or qualified_name(item.name, item.namespace)
+        return f"result of {source} ({len(text)} chars): {text[:EXCERPT]}"
     return f"{item.type} item"
 
 

@@ -46,8 +46,12 @@ class InputFile(_Open):
     type: Literal["input_file"]
 
 
+class InputAudio(_Open):
+    type: Literal["input_audio"]
+
+
 ContentPart = Annotated[
-    InputText | OutputTextIn | Refusal | InputImage | InputFile, Field(discriminator="type")
+    InputText | OutputTextIn | Refusal | InputImage | InputFile | InputAudio, Field(discriminator="type")
 ]
 
 
@@ -81,20 +85,54 @@ class FunctionCallItem(_In):
     id: str | None = None
     status: ItemStatus | None = None
     namespace: str | None = None
+    caller: dict[str, Any] | None = None  # who issued the call ("direct", or a program item)
 
 
 class FunctionCallOutputItem(_In):
+    """A tool's result.  ``call_id`` answers a call the conversation issued; without one
+    the item is a tool output the client adds to the context on its own (Codex sends its
+    goal objective so: ``name`` ``goal_objective``, ``namespace`` ``agent``)."""
+
     type: Literal["function_call_output"]
+    output: str | list[ContentPart]
+    call_id: str | None = None
+    id: str | None = None
+    status: ItemStatus | None = None
+    name: str | None = None
+    namespace: str | None = None
+    caller: dict[str, Any] | None = None
+
+
+class CustomToolCallItem(_In):
+    """A call of a ``custom`` (freeform) tool: its ``input`` is free text, e.g. Codex's
+    ``apply_patch`` patch."""
+
+    type: Literal["custom_tool_call"]
+    call_id: str
+    name: str
+    input: str
+    id: str | None = None
+    status: ItemStatus | None = None
+    namespace: str | None = None
+    caller: dict[str, Any] | None = None
+
+
+class CustomToolCallOutputItem(_In):
+    type: Literal["custom_tool_call_output"]
     call_id: str
     output: str | list[ContentPart]
     id: str | None = None
     status: ItemStatus | None = None
+    name: str | None = None
+    namespace: str | None = None
+    caller: dict[str, Any] | None = None
 
 
 class ReasoningItem(_Open):
     type: Literal["reasoning"]
     id: str | None = None
     summary: list[dict[str, Any]] = []
+    content: list[dict[str, Any]] | None = None  # ``reasoning_text`` parts
     encrypted_content: str | None = None
 
 
@@ -111,15 +149,50 @@ class CompactionItem(_Open):
     id: str | None = None
 
 
+# Tool calls and outputs of tools the emulated model never calls itself (hosted tools,
+# Codex's local shell, tool search…), and context items of those tools: kept and rendered
+# as sent (docs/protocol.md §2.2).  Calls issue their ``call_id``; outputs answer one.
+CALL_TYPES = ("local_shell_call", "shell_call", "apply_patch_call", "computer_call", "tool_search_call",
+              "web_search_call", "file_search_call", "code_interpreter_call", "image_generation_call",
+              "mcp_call", "mcp_list_tools", "mcp_approval_request", "program")
+OUTPUT_TYPES = ("local_shell_call_output", "shell_call_output", "apply_patch_call_output",
+                "computer_call_output", "tool_search_output", "mcp_approval_response", "program_output")
+CONTEXT_TYPES = ("additional_tools", "configuration_update", "compaction_trigger")
+
+
+class ToolItem(_Open):
+    """One of :data:`CALL_TYPES`, :data:`OUTPUT_TYPES` or :data:`CONTEXT_TYPES`: every key
+    kept and echoed; ``call_id`` (and the type) must be strings where given."""
+
+    type: Literal[CALL_TYPES + OUTPUT_TYPES + CONTEXT_TYPES]  # type: ignore[valid-type]
+    id: str | None = None
+    call_id: str | None = None
+    status: str | None = None
+
+
 def _item_tag(value: Any) -> str:
     kind = value.get("type", "message") if isinstance(value, dict) else getattr(value, "type", None)
-    return kind if isinstance(kind, str) and kind in _ITEM_TAGS else "unknown"
+    if not isinstance(kind, str):
+        return "unknown"
+    if kind in _TOOL_ITEM_TYPES:
+        return "tool_item"
+    return kind if kind in _ITEM_TAGS else "unknown"
 
 
-_ITEM_TAGS = {"message", "function_call", "function_call_output", "reasoning", "item_reference", "compaction"}
+_TOOL_ITEM_TYPES = frozenset(CALL_TYPES + OUTPUT_TYPES + CONTEXT_TYPES)
+_ITEM_TAGS = {"message", "function_call", "function_call_output", "custom_tool_call", "custom_tool_call_output",
+              "reasoning", "item_reference", "compaction", "tool_item"}
 
 InputItem = Annotated[
-    Annotated[MessageItem, Tag("message")] | Annotated[FunctionCallItem, Tag("function_call")] | Annotated[FunctionCallOutputItem, Tag("function_call_output")] | Annotated[ReasoningItem, Tag("reasoning")] | Annotated[ItemReference, Tag("item_reference")] | Annotated[CompactionItem, Tag("compaction")],
+    Annotated[MessageItem, Tag("message")]
+    | Annotated[FunctionCallItem, Tag("function_call")]
+    | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
+    | Annotated[CustomToolCallItem, Tag("custom_tool_call")]
+    | Annotated[CustomToolCallOutputItem, Tag("custom_tool_call_output")]
+    | Annotated[ReasoningItem, Tag("reasoning")]
+    | Annotated[ItemReference, Tag("item_reference")]
+    | Annotated[CompactionItem, Tag("compaction")]
+    | Annotated[ToolItem, Tag("tool_item")],
     Discriminator(_item_tag, custom_error_type="invalid_value",
                   custom_error_message="Unsupported input item type."),
 ]
@@ -182,9 +255,34 @@ def item_dict(item: InputItem, item_id: str) -> dict[str, Any]:
     if isinstance(item, MessageItem):
         data["type"] = "message"
         data["content"] = [part.model_dump() for part in item.parts]
-    elif isinstance(item, FunctionCallOutputItem) and not isinstance(item.output, str):
+    elif isinstance(item, (FunctionCallOutputItem, CustomToolCallOutputItem)) and not isinstance(item.output, str):
         data["output"] = [part.model_dump() for part in item.output]
     return data
+
+
+def issued_call_id(item: InputItem) -> str | None:
+    """The call id a tool-call item issues (``None`` for anything else)."""
+    if isinstance(item, (FunctionCallItem, CustomToolCallItem)):
+        return item.call_id
+    if isinstance(item, ToolItem) and item.type in CALL_TYPES:
+        return item.call_id
+    return None
+
+
+def answered_call_id(item: InputItem) -> str | None:
+    """The call id a function or custom tool output answers, which the conversation must
+    have issued (``None``: nothing to check — a context output without ``call_id``, or an
+    output of a tool the model never calls, which is kept as sent)."""
+    if isinstance(item, (FunctionCallOutputItem, CustomToolCallOutputItem)):
+        return item.call_id
+    return None
+
+
+def is_tool_result(item: InputItem) -> bool:
+    """A tool's answer to a call, counted against ``tool_rounds`` (docs/emulator.md)."""
+    if isinstance(item, (FunctionCallOutputItem, CustomToolCallOutputItem)):
+        return item.call_id is not None
+    return isinstance(item, ToolItem) and item.type in OUTPUT_TYPES
 
 
 def output_as_input(item: OutputItem) -> dict[str, Any]:
