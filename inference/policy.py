@@ -13,6 +13,10 @@ Decision rule: with function tools available and ``tool_choice != "none"``
 the model calls a tool while the conversation holds fewer than ``tool_rounds`` tool
 results, or always when ``tool_choice`` is ``"required"`` or names a tool; otherwise it
 answers in text.  One call per response (``parallel_tool_calls`` is not exercised yet).
+Only ``function`` tools are called.  The calls are safe in a real checkout: shell commands
+are read-only, and a tool whose name says it changes files (``schema_values.changes_files``)
+gets paths in a directory that does not exist (docs/emulator.md, "What the scripted model
+does with your tools").
 
 Per-request knobs (``policy_for``): a request's ``metadata`` (the create's ``metadata``
 object) may override the policy for that one response, so a benchmark can shape its
@@ -58,7 +62,7 @@ from pydantic import ValidationError
 from inference import scenario as scripted
 from inference.chat_format import without_call_ids
 from inference.profiles import PolicyConfig
-from inference.schema_values import Unsatisfiable, value_for_schema
+from inference.schema_values import Unsatisfiable, changes_files, value_for_schema
 from inference.tokenizer import encode
 from inference.types import InferenceRequest, ToolSpec
 
@@ -220,7 +224,7 @@ def plan(request: InferenceRequest, policy: PolicyConfig) -> OutputPlan:
         thinking = (ReasoningSegment(text_answer(reasoning_length(policy, think), think)),)
     tool = _tool_to_call(request, policy, rng)
     if tool is not None:
-        arguments = arguments_for(tool.parameters, rng)
+        arguments = arguments_for(tool.parameters, rng, scratch_paths=changes_files(tool.name))
         return OutputPlan((*thinking, FunctionCallSegment(tool.name, arguments, tuple(encode(arguments)))))
     # Never plan more text than can be sent: one token past ``max_output_tokens`` is enough
     # for the engine to see the cut (the planned text is then a prefix of the uncut one).
@@ -296,13 +300,14 @@ def _seed(token_ids: Sequence[int], seed: int) -> int:
     return int.from_bytes(prompt_digest(without_call_ids(token_ids), seed), "little")
 
 
-def arguments_for(schema: dict[str, Any] | None, rng: random.Random) -> str:
+def arguments_for(schema: dict[str, Any] | None, rng: random.Random, *, scratch_paths: bool = False) -> str:
     """JSON arguments valid against ``schema``; ``"{}"`` for a missing or empty schema,
-    or for one this generator cannot satisfy (see ``schema_values`` for what it honours)."""
+    or for one this generator cannot satisfy (see ``schema_values`` for what it honours).
+    ``scratch_paths``: paths that exist nowhere, for a tool that changes files."""
     if not schema:
         return "{}"
     try:
-        return json.dumps(value_for_schema(schema, rng))
+        return json.dumps(value_for_schema(schema, rng, scratch_paths=scratch_paths))
     except Unsatisfiable:
         return "{}"
 

@@ -12,8 +12,9 @@ local ``$ref`` (``#/$defs/...``, ``#/definitions/...``) as pydantic emits them.
 Not honoured: ``pattern``, ``patternProperties``, ``contains``, ``not``, ``if``/``then``,
 ``dependentRequired``, non-integer ``multipleOf``.  ``oneOf`` is valid when its branches
 are disjoint (the usual tagged-union case).  Required properties are always present;
-optional ones are included by coin flip.  Strings come from a small vocabulary chosen by
-the property name (paths for ``path``/``file``, shell commands for ``command``, ...).
+optional ones are included by coin flip.  A ``number`` is a whole number when its bounds
+admit one.  Strings come from a small vocabulary chosen by the property name (paths for
+``path``/``file``, read-only shell commands for ``command``, ...).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import copy
 import json
 import math
 import random
+import re
 import uuid
 from typing import Any
 
@@ -39,9 +41,29 @@ PATHS = (
     "src/main.py", "src/utils/io.py", "tests/test_parser.py", "README.md", "docs/guide.md",
     "configs/models.yaml", "pyproject.toml", "src/server/app.py", "scripts/build.sh",
 )
+# Read-only: an agent pointed at the emulator runs these in a developer's checkout.  No
+# test runs or builds (they write caches and artefacts), no plain ``git status`` (it may
+# rewrite the index).
 COMMANDS = (
-    "ls -la", "pytest -q", "git status", "cat README.md", "python -m build", "git diff --stat",
+    "ls -la", "pwd", "cat README.md", "git log --oneline -5", "git --no-optional-locks status --short",
+    "git diff --stat",
 )
+# Paths given to a tool that changes files (``changes_files``) are in a directory of this
+# prefix and 8 random hex digits, which no checkout has: such a call cannot overwrite or
+# delete anything that exists.
+SCRATCH_DIR = "emulator-scratch-"
+_CHANGES_FILES = frozenset((
+    "write", "delete", "remove", "rm", "rmdir", "unlink", "patch", "edit", "move", "mv", "rename",
+    "create", "save", "overwrite", "replace", "append", "insert", "mkdir", "touch", "copy", "cp",
+    "truncate", "put", "upload", "update", "apply", "modify", "set",
+))
+
+
+def changes_files(tool_name: str) -> bool:
+    """Whether a tool's name says it may change files (``write_file``, ``apply_patch``,
+    ``deleteFile``…): a word of its name, split at ``_``, ``-``, ``.``, spaces and case."""
+    words = re.findall(r"[a-z]+|[A-Z][a-z]*", tool_name)
+    return any(w.lower() in _CHANGES_FILES for w in words)
 
 
 class Unsatisfiable(Exception):
@@ -54,20 +76,22 @@ def _bounded(minimum: Any) -> Any:
     return minimum
 
 
-def value_for_schema(schema: Any, rng: random.Random) -> Any:
-    """A value valid against ``schema`` (see module doc for the keywords honoured).  A
-    malformed schema (a keyword of the wrong type, e.g. ``"allOf": 5``) is one no value
-    can be known to satisfy: ``Unsatisfiable``, never a crash."""
+def value_for_schema(schema: Any, rng: random.Random, *, scratch_paths: bool = False) -> Any:
+    """A value valid against ``schema`` (see module doc for the keywords honoured); with
+    ``scratch_paths`` every path is under a :data:`SCRATCH_DIR` directory.  A malformed
+    schema (a keyword of the wrong type, e.g. ``"allOf": 5``) is one no value can be known
+    to satisfy: ``Unsatisfiable``, never a crash."""
     try:
-        return _Generator(schema, rng).value(schema, 0, "")
+        return _Generator(schema, rng, scratch_paths).value(schema, 0, "")
     except (TypeError, ValueError, AttributeError, KeyError, IndexError, OverflowError, RecursionError):
         raise Unsatisfiable from None
 
 
 class _Generator:
-    def __init__(self, root: Any, rng: random.Random) -> None:
+    def __init__(self, root: Any, rng: random.Random, scratch_paths: bool = False) -> None:
         self._root = root
         self._rng = rng
+        self._scratch = scratch_paths
 
     def value(self, schema: Any, depth: int, hint: str) -> Any:
         if depth > _GIVE_UP_DEPTH or schema is False:
@@ -250,7 +274,8 @@ class _Generator:
     def _word(self, hint: str) -> str:
         pick = self._rng.randrange
         if any(k in hint for k in ("path", "file", "dir")):
-            return PATHS[pick(len(PATHS))]
+            path = PATHS[pick(len(PATHS))]
+            return f"{SCRATCH_DIR}{self._rng.getrandbits(32):08x}/{path}" if self._scratch else path
         if any(k in hint for k in ("command", "cmd", "shell")):
             return COMMANDS[pick(len(COMMANDS))]
         if "url" in hint:
@@ -283,7 +308,13 @@ class _Generator:
             below = x < hi if hi_strict else x <= hi
             return above and below and math.isfinite(x)
 
-        for x in (round(lo + (hi - lo) * self._rng.random(), 2), (lo + hi) / 2, lo, hi):
+        # A whole number when the bounds admit one: tools declare counts, ids and timeouts
+        # as "number" and parse them as integers (Codex's ``yield_time_ms``, ``session_id``).
+        r = self._rng.random()
+        for x in (round(lo + (hi - lo) * r), math.ceil(lo), math.floor(hi)):
+            if ok(x):
+                return int(x)
+        for x in (round(lo + (hi - lo) * r, 2), (lo + hi) / 2, lo, hi):
             if ok(x):
                 return float(x)
         raise Unsatisfiable

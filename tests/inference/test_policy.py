@@ -346,3 +346,51 @@ def test_reasoning_length_is_drawn_per_response_from_its_lognormal():
     assert 380 <= lengths[270] <= 650  # p90 500
     fixed = PolicyConfig(reasoning_tokens=100)
     assert len(pol.plan(InferenceRequest("r", "emu-fast", [1]), fixed).segments[0].token_ids) == 100
+
+
+# --- safe in a real checkout ------------------------------------------------------------
+
+def test_shell_commands_are_read_only():
+    from inference.schema_values import COMMANDS
+
+    schema = {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}
+    seen = {json.loads(pol.arguments_for(schema, random.Random(i)))["cmd"] for i in range(200)}
+    assert seen == set(COMMANDS)
+    for command in COMMANDS:
+        assert command.split()[0] in ("ls", "pwd", "cat", "git")
+        assert not any(w in command for w in ("pytest", "build", ">", "rm ", "mv ", "checkout", "reset"))
+        assert command == "git --no-optional-locks status --short" or " status" not in command
+
+
+WRITE = {"type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+         "required": ["path", "content"]}
+
+
+@pytest.mark.parametrize("name", ["write_file", "apply_patch", "deleteFile", "remove-dir", "fs.move"])
+def test_a_tool_that_changes_files_gets_paths_that_exist_nowhere(name):
+    from inference.schema_values import PATHS, SCRATCH_DIR
+
+    tool = ToolSpec(name, WRITE)
+    for i in range(20):
+        seg = only_segment(pol.plan(request(tools=(tool,), prompt_token_ids=[i]), POLICY))
+        path = json.loads(seg.arguments)["path"]
+        directory, _, rest = path.partition("/")
+        assert directory.startswith(SCRATCH_DIR) and len(directory) == len(SCRATCH_DIR) + 8
+        int(directory[len(SCRATCH_DIR):], 16)
+        assert rest in PATHS
+
+
+def test_a_tool_that_reads_gets_ordinary_paths():
+    from inference.schema_values import PATHS
+
+    seg = only_segment(pol.plan(request(tools=(READ,)), POLICY))
+    assert json.loads(seg.arguments)["path"] in PATHS
+
+
+def test_numbers_are_whole_when_the_bounds_allow_it():
+    schema = {"type": "object", "properties": {"yield_time_ms": {"type": "number"},
+                                               "ratio": {"type": "number", "minimum": 0.1, "maximum": 0.9}},
+              "required": ["yield_time_ms", "ratio"]}
+    for i in range(20):
+        args = json.loads(pol.arguments_for(schema, random.Random(i)))
+        assert isinstance(args["yield_time_ms"], int) and isinstance(args["ratio"], float)
