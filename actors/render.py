@@ -86,7 +86,7 @@ def item_text(item: InputItem | OutputItem) -> str:
 
 
 def render_item(item: InputItem | OutputItem) -> list[int]:
-    """One item's segment (docs/protocol.md §2.3 lists what each kind renders as)."""
+    """One item's segment (docs/protocol.md §2.2 lists what each kind renders as)."""
     if isinstance(item, MessageItem):
         return chat_format.render_message(item.role, content_text(item.content))
     if isinstance(item, OutputMessage):

@@ -1,5 +1,5 @@
 """Input items real clients send (Codex CLI, the openai SDK, the Agents SDK): each shape
-parses, stores and reads back, and renders into the context (docs/protocol.md §2.3); only
+parses, stores and reads back, and renders into the context (docs/protocol.md §2.2); only
 what cannot be meaningful is a typed 400 naming the field."""
 
 from __future__ import annotations
