@@ -8,7 +8,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SNIPPET = re.compile(r"<!-- snippet: (\S+) -->\n```[a-z]*\n(.*?)\n```", re.S)
-EXAMPLES = ["tests/clients/python/*.py", "tests/clients/vercel/*.mjs"]
+EXAMPLES = ["tests/clients/python/*.py", "tests/clients/vercel/*.mjs", "tests/clients/codex/*"]
 
 
 def snippets() -> dict[str, str]:
