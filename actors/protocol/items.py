@@ -137,7 +137,9 @@ class ReasoningItem(_Open):
 
 
 class ItemReference(_In):
-    type: Literal["item_reference"]
+    """``{"type": "item_reference", "id"}``; the SDK lets ``type`` be omitted (``{"id"}``)."""
+
+    type: Literal["item_reference"] = "item_reference"
     id: str
 
 
@@ -171,6 +173,8 @@ class ToolItem(_Open):
 
 
 def _item_tag(value: Any) -> str:
+    if isinstance(value, dict) and "type" not in value and "role" not in value and "id" in value:
+        return "item_reference"
     kind = value.get("type", "message") if isinstance(value, dict) else getattr(value, "type", None)
     if not isinstance(kind, str):
         return "unknown"

@@ -98,6 +98,14 @@ def test_a_message_with_phase_renders_as_a_message():
     assert rendered(raw) == decode(chat_format.render_message("assistant", "working"))
 
 
+def test_an_item_reference_may_omit_its_type():
+    (ref,) = parse_items([{"id": "msg_1"}])
+    assert ref.type == "item_reference" and item_dict(ref, "x") == {"type": "item_reference", "id": "msg_1"}
+    with pytest.raises(InvalidRequest) as err:  # with neither type nor id it is still a message
+        parse({"content": "hi"})
+    assert err.value.param == "input[0].role"
+
+
 def test_input_audio_is_a_placeholder_part():
     raw = {"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "AA==", "format": "wav"}}]}
     assert rendered(raw) == decode(chat_format.render_message("user", "[input_audio]"))
