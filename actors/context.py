@@ -24,7 +24,6 @@ from .protocol import (
     InputItem,
     ItemReference,
     MessageItem,
-    OutputFunctionCall,
     OutputItem,
     ReasoningItem,
     ToolItem,
@@ -86,7 +85,7 @@ def count_calls(items: Sequence[InputItem | OutputItem], call_ids: set[str]) -> 
     """Add the call ids the items issue to ``call_ids``; return how many tool results they hold."""
     results = 0
     for item in items:
-        issued = item.call_id if isinstance(item, OutputFunctionCall) else issued_call_id(item)
+        issued = issued_call_id(item)
         if issued is not None:
             call_ids.add(issued)
         elif is_tool_result(item):

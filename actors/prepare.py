@@ -17,7 +17,7 @@ from inference import chat_format
 from inference.types import ToolSpec
 
 from .errors import APIError, InvalidRequest, ModelNotFound
-from .protocol import FunctionTool, InputItem
+from .protocol import CustomTool, FunctionTool, InputItem
 from .render import item_text, tool_specs
 from .safety import Classifier, Matcher, SafetyConfig, build_matcher
 
@@ -37,7 +37,7 @@ class Preparer:
     def __init__(self, models: Collection[str], safety: SafetyConfig) -> None:
         self._models = frozenset(models)
         self._resolved: dict[str, str] = {}
-        self._tools_seen: list[FunctionTool] | None = None
+        self._tools_seen: list[FunctionTool | CustomTool] | None = None
         self._tools: tuple[tuple[ToolSpec, ...], list[int]] = ((), [])
         self._instructions: tuple[str | None, array] = (None, array("I"))
         self._safety = safety
@@ -55,9 +55,9 @@ class Preparer:
         self._resolved[model] = model
         return model
 
-    def tools(self, tools: list[FunctionTool]) -> tuple[tuple[ToolSpec, ...], list[int]]:
-        """Validated specs and rendered tokens of the request's function tools; reused while
-        the definitions are unchanged."""
+    def tools(self, tools: list[FunctionTool | CustomTool]) -> tuple[tuple[ToolSpec, ...], list[int]]:
+        """Validated specs and rendered tokens of the request's function and custom tools;
+        reused while the definitions are unchanged."""
         if tools != self._tools_seen:
             validate_tools(tools)
             specs = tool_specs(tools)
@@ -88,9 +88,9 @@ class Preparer:
         return scan
 
 
-def validate_tools(tools: Sequence[FunctionTool]) -> None:
+def validate_tools(tools: Sequence[FunctionTool | CustomTool]) -> None:
     if len(tools) > MAX_TOOLS:
-        raise InvalidRequest(f"At most {MAX_TOOLS} function tools are supported.", param="tools")
+        raise InvalidRequest(f"At most {MAX_TOOLS} function and custom tools are supported.", param="tools")
     seen: set[str] = set()
     for i, tool in enumerate(tools):
         if not TOOL_NAME.fullmatch(tool.name):
@@ -98,7 +98,7 @@ def validate_tools(tools: Sequence[FunctionTool]) -> None:
         if tool.name in seen:
             raise InvalidRequest(f"Duplicate function name '{tool.name}'.", param=f"tools[{i}].name")
         seen.add(tool.name)
-        params = tool.parameters
+        params = tool.parameters if isinstance(tool, FunctionTool) else None
         if params is not None and params.get("type", "object") != "object":
             raise InvalidRequest("Function parameters must be a JSON schema of type 'object'.",
                                  param=f"tools[{i}].parameters")

@@ -17,6 +17,7 @@ from inference.types import ToolSpec
 
 from .protocol import (
     CompactionItem,
+    CustomTool,
     CustomToolCallItem,
     CustomToolCallOutputItem,
     FunctionCallItem,
@@ -25,6 +26,7 @@ from .protocol import (
     InputItem,
     ItemReference,
     MessageItem,
+    OutputCustomToolCall,
     OutputFunctionCall,
     OutputItem,
     OutputMessage,
@@ -72,7 +74,7 @@ def item_text(item: InputItem | OutputItem) -> str:
         return "".join(p.text for p in item.content)
     if isinstance(item, (FunctionCallItem, OutputFunctionCall)):
         return item.arguments
-    if isinstance(item, CustomToolCallItem):
+    if isinstance(item, (CustomToolCallItem, OutputCustomToolCall)):
         return item.input
     if isinstance(item, (FunctionCallOutputItem, CustomToolCallOutputItem)):
         return content_text(item.output)
@@ -100,8 +102,10 @@ def render_item(item: InputItem | OutputItem) -> list[int]:
             return chat_format.render_other(
                 "tool_output", qualified_name(item.name, item.namespace) + "\n" + content_text(item.output))
         return chat_format.render_function_call_output(item.call_id, content_text(item.output))
+    if isinstance(item, OutputCustomToolCall):
+        return chat_format.render_custom_tool_call(item.name, item.input)
     if isinstance(item, CustomToolCallItem):
-        return chat_format.render_other("custom_tool_call", qualified_name(item.name, item.namespace) + "\n" + item.input)
+        return chat_format.render_custom_tool_call(qualified_name(item.name, item.namespace), item.input)
     if isinstance(item, CustomToolCallOutputItem):  # no call id: it would vary the scripted choices
         return chat_format.render_other(
             "custom_tool_call_output", qualified_name(item.name, item.namespace) + "\n" + content_text(item.output))
@@ -139,5 +143,6 @@ def render_items(items: Iterable[InputItem | OutputItem]) -> list[int]:
     return out
 
 
-def tool_specs(tools: Iterable[FunctionTool]) -> tuple[ToolSpec, ...]:
-    return tuple(ToolSpec(name=t.name, parameters=t.parameters or {}) for t in tools)
+def tool_specs(tools: Iterable[FunctionTool | CustomTool]) -> tuple[ToolSpec, ...]:
+    return tuple(ToolSpec(name=t.name, parameters=t.parameters or {}) if isinstance(t, FunctionTool)
+                 else ToolSpec(name=t.name, custom=True) for t in tools)

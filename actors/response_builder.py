@@ -27,11 +27,14 @@ from .ids import new_id
 from .protocol import (
     ContentPartAdded,
     ContentPartDone,
+    CustomToolCallInputDelta,
+    CustomToolCallInputDone,
     FunctionCallArgumentsDelta,
     FunctionCallArgumentsDone,
     FunctionTool,
     IncompleteDetails,
     InputTokensDetails,
+    OutputCustomToolCall,
     OutputFunctionCall,
     OutputItem,
     OutputItemAdded,
@@ -225,9 +228,19 @@ class ResponseBuilder:
         out: list[ServerEvent] = []
         if self._open_call_index != ev.index:
             out += self._close_open()
-            out += self._add(OutputFunctionCall(id=new_id("fc"), call_id=new_id("call"), name=ev.name))
+            if ev.custom:
+                out += self._add(OutputCustomToolCall(id=new_id("ctc"), call_id=new_id("call"), name=ev.name))
+            else:
+                out += self._add(OutputFunctionCall(id=new_id("fc"), call_id=new_id("call"), name=ev.name))
             self._open_call_index = ev.index
         call = self._open
+        if isinstance(call, OutputCustomToolCall):
+            call.input += ev.arguments_delta
+            if ev.arguments_delta:
+                out.append(CustomToolCallInputDelta(
+                    sequence_number=self._next(), item_id=call.id, output_index=self._index,
+                    delta=ev.arguments_delta, stream_id=self.stream_id))
+            return out
         assert isinstance(call, OutputFunctionCall)
         call.arguments += ev.arguments_delta
         if ev.arguments_delta:
@@ -258,6 +271,9 @@ class ResponseBuilder:
                                       content_index=0, text=part.text, stream_id=sid))
             out.append(ContentPartDone(sequence_number=self._next(), item_id=item.id, output_index=idx,
                                        content_index=0, part=part.model_copy(), stream_id=sid))
+        elif isinstance(item, OutputCustomToolCall):
+            out.append(CustomToolCallInputDone(sequence_number=self._next(), item_id=item.id,
+                                               output_index=idx, input=item.input, stream_id=sid))
         else:
             out.append(FunctionCallArgumentsDone(sequence_number=self._next(), item_id=item.id,
                                                  output_index=idx, name=item.name,

@@ -16,7 +16,7 @@ from inference.types import InferenceRequest
 
 from .context import extend, input_dicts
 from .errors import InvalidRequest
-from .protocol import FunctionCallOutputItem, InputItem, OutputFunctionCall, OutputItem
+from .protocol import CustomToolCallOutputItem, FunctionCallOutputItem, InputItem, OutputItem, issued_call_id
 from .render import render_items
 from .safety import Classifier
 from .turn import Rollout, Turn
@@ -38,23 +38,26 @@ def fold(rollout: Rollout, output: Sequence[OutputItem]) -> Rollout:
     ctx = rollout.context
     context = extend(ctx, ctx.response_id, input_tokens=(), inputs=[], output=new, call_ids=ctx.call_ids,
                      tool_results=ctx.tool_results, store=ctx.store, scan=ctx.scan.copy())
-    issued = {o.call_id for o in new if isinstance(o, OutputFunctionCall)}
+    issued = {call_id for o in new if (call_id := issued_call_id(o)) is not None}
     return Rollout(context, len(output), rollout.open_calls | issued)
 
 
-def tool_results(rollout: Rollout, items: Sequence[InputItem]) -> list[FunctionCallOutputItem]:
+ToolResult = FunctionCallOutputItem | CustomToolCallOutputItem
+
+
+def tool_results(rollout: Rollout, items: Sequence[InputItem]) -> list[ToolResult]:
     """``items`` if they are results for the rollout's open calls; :class:`InvalidRequest`
     otherwise (``response.append`` carries nothing else)."""
     results = []
     for i, item in enumerate(items):
-        if not isinstance(item, FunctionCallOutputItem) or item.call_id not in rollout.open_calls:
-            raise InvalidRequest("response.append takes function_call_output items for the "
-                                 "response's open calls.", param=f"input[{i}]")
+        if not isinstance(item, ToolResult) or item.call_id not in rollout.open_calls:
+            raise InvalidRequest("response.append takes function_call_output (or custom_tool_call_output) "
+                                 "items for the response's open calls.", param=f"input[{i}]")
         results.append(item)
     return results
 
 
-def answer(rollout: Rollout, results: Sequence[FunctionCallOutputItem], scan: Classifier) -> Rollout:
+def answer(rollout: Rollout, results: Sequence[ToolResult], scan: Classifier) -> Rollout:
     """The rollout with the client's tool results appended (``scan`` has read them)."""
     ctx = rollout.context
     context = extend(ctx, ctx.response_id, input_tokens=render_items(results), inputs=input_dicts(results),

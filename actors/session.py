@@ -325,7 +325,7 @@ class Session:
         parent, items = begun.parent, begun.items
         try:
             with timer.phase("render"):
-                specs, tool_tokens = self._prep.tools(create.function_tools)
+                specs, tool_tokens = self._prep.tools(create.callable_tools)
                 prompt = array("I", tool_tokens)
                 prompt.extend(self._prep.instructions(create.instructions))
                 if parent is not None:

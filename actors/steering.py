@@ -19,6 +19,7 @@ from .protocol import (
     ITEM_ADAPTER,
     InputItem,
     MessageItem,
+    OutputCustomToolCall,
     OutputFunctionCall,
     RequiredInput,
     ResponseCreate,
@@ -83,7 +84,7 @@ def successor(create: ResponseCreate, steered_id: str, items: list[InputItem]) -
 def calls_started(builder: ResponseBuilder) -> bool:
     """Whether the response has begun a function call: the client will be asked to run it,
     so a steer must not cut the response (docs/protocol.md §2.3 (c))."""
-    return any(isinstance(o, OutputFunctionCall) for o in builder.output)
+    return any(isinstance(o, (OutputFunctionCall, OutputCustomToolCall)) for o in builder.output)
 
 
 def required_input(turn: Turn) -> list[RequiredInput]:
@@ -94,7 +95,8 @@ def required_input(turn: Turn) -> list[RequiredInput]:
         return []
     open_calls = turn.rollout.open_calls if turn.rollout is not None else None
     return [RequiredInput(call_id=o.call_id, name=o.name) for o in response.output
-            if isinstance(o, OutputFunctionCall) and (open_calls is None or o.call_id in open_calls)]
+            if isinstance(o, (OutputFunctionCall, OutputCustomToolCall))
+            and (open_calls is None or o.call_id in open_calls)]
 
 
 @dataclass(slots=True)

@@ -82,6 +82,11 @@ def render_function_call_output(call_id: str, output: str) -> list[int]:
     return _segment("function_call_output", call_id + "\n", output)
 
 
+def render_custom_tool_call(name: str, tool_input: str) -> list[int]:
+    """A call of a custom (freeform) tool: its name and its free-text input."""
+    return _segment("custom_tool_call", name + "\n", tool_input)
+
+
 @lru_cache(maxsize=1)
 def _output_head() -> tuple[int, ...]:
     """The tokens that open every function-call-output segment (separator and header)."""

@@ -309,7 +309,7 @@ class _SegmentStream:
         self._parts.append(text)
         tokens, self._carried = self._carried, 0
         if isinstance(self._segment, FunctionCallSegment):
-            return FunctionCallDelta(self._call_index, self._segment.name, text, tokens)
+            return FunctionCallDelta(self._call_index, self._segment.name, text, tokens, custom=self._segment.custom)
         return TextDelta(text, tokens)
 
     def rendered(self) -> list[int]:
@@ -319,6 +319,8 @@ class _SegmentStream:
             return []
         text = "".join(self._parts)
         if isinstance(self._segment, FunctionCallSegment):
+            if self._segment.custom:
+                return chat_format.render_custom_tool_call(self._segment.name, text)
             return chat_format.render_function_call(self._segment.name, text)
         return chat_format.render_message("assistant", text)
 

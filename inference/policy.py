@@ -13,10 +13,11 @@ Decision rule: with function tools available and ``tool_choice != "none"``
 the model calls a tool while the conversation holds fewer than ``tool_rounds`` tool
 results, or always when ``tool_choice`` is ``"required"`` or names a tool; otherwise it
 answers in text.  One call per response (``parallel_tool_calls`` is not exercised yet).
-Only ``function`` tools are called.  The calls are safe in a real checkout: shell commands
-are read-only, and a tool whose name says it changes files (``schema_values.changes_files``)
-gets paths in a directory that does not exist (docs/emulator.md, "What the scripted model
-does with your tools").
+``function`` and ``custom`` (freeform) tools are called; a custom tool gets free text
+(``custom_input``).  The calls are safe in a real checkout: shell commands are read-only, a
+tool whose name says it changes files (``schema_values.changes_files``) gets paths in a
+directory that does not exist, and a patch tool a patch of such a path (docs/emulator.md,
+"What the scripted model does with your tools").
 
 Per-request knobs (``policy_for``): a request's ``metadata`` (the create's ``metadata``
 object) may override the policy for that one response, so a benchmark can shape its
@@ -62,7 +63,7 @@ from pydantic import ValidationError
 from inference import scenario as scripted
 from inference.chat_format import without_call_ids
 from inference.profiles import PolicyConfig
-from inference.schema_values import Unsatisfiable, changes_files, value_for_schema
+from inference.schema_values import Unsatisfiable, changes_files, scratch_path, value_for_schema
 from inference.tokenizer import encode
 from inference.types import InferenceRequest, ToolSpec
 
@@ -110,11 +111,13 @@ class TextSegment:
 
 @dataclass(frozen=True, slots=True)
 class FunctionCallSegment:
-    """A function call: tool name and the JSON arguments (``token_ids == encode(arguments)``)."""
+    """A function call: tool name and the JSON arguments (``token_ids == encode(arguments)``);
+    with ``custom``, a custom tool's call and ``arguments`` its free-text input."""
 
     name: str
     arguments: str
     token_ids: tuple[int, ...]
+    custom: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,8 +227,12 @@ def plan(request: InferenceRequest, policy: PolicyConfig) -> OutputPlan:
         thinking = (ReasoningSegment(text_answer(reasoning_length(policy, think), think)),)
     tool = _tool_to_call(request, policy, rng)
     if tool is not None:
-        arguments = arguments_for(tool.parameters, rng, scratch_paths=changes_files(tool.name))
-        return OutputPlan((*thinking, FunctionCallSegment(tool.name, arguments, tuple(encode(arguments)))))
+        if tool.custom:
+            arguments = custom_input(tool.name, rng)
+        else:
+            arguments = arguments_for(tool.parameters, rng, scratch_paths=changes_files(tool.name))
+        segment = FunctionCallSegment(tool.name, arguments, tuple(encode(arguments)), custom=tool.custom)
+        return OutputPlan((*thinking, segment))
     # Never plan more text than can be sent: one token past ``max_output_tokens`` is enough
     # for the engine to see the cut (the planned text is then a prefix of the uncut one).
     n = policy.text_tokens
@@ -310,6 +317,22 @@ def arguments_for(schema: dict[str, Any] | None, rng: random.Random, *, scratch_
         return json.dumps(value_for_schema(schema, rng, scratch_paths=scratch_paths))
     except Unsatisfiable:
         return "{}"
+
+
+def custom_input(tool_name: str, rng: random.Random) -> str:
+    """The free-text input of a custom tool's call.  A patch tool (``patch`` in its name,
+    Codex's ``apply_patch``) gets a patch in Codex's format that updates a file in a
+    directory that exists nowhere (``schema_values.scratch_path``): applying it fails and
+    changes nothing.  Any other custom tool gets a corpus sentence."""
+    if "patch" in tool_name.lower():
+        path = scratch_path(rng)
+        return ("*** Begin Patch\n"
+                f"*** Update File: {path}\n"
+                "@@\n"
+                f"-{CORPUS[rng.randrange(len(CORPUS))]}\n"
+                f"+{CORPUS[rng.randrange(len(CORPUS))]}\n"
+                "*** End Patch")
+    return CORPUS[rng.randrange(len(CORPUS))]
 
 
 def text_answer(n_tokens: int, rng: random.Random) -> tuple[int, ...]:

@@ -59,6 +59,11 @@ _CHANGES_FILES = frozenset((
 ))
 
 
+def scratch_path(rng: random.Random) -> str:
+    """A path under a :data:`SCRATCH_DIR` directory: ``emulator-scratch-<8 hex>/<a path>``."""
+    return f"{SCRATCH_DIR}{rng.getrandbits(32):08x}/{PATHS[rng.randrange(len(PATHS))]}"
+
+
 def changes_files(tool_name: str) -> bool:
     """Whether a tool's name says it may change files (``write_file``, ``apply_patch``,
     ``deleteFile``…): a word of its name, split at ``_``, ``-``, ``.``, spaces and case."""
@@ -274,8 +279,7 @@ class _Generator:
     def _word(self, hint: str) -> str:
         pick = self._rng.randrange
         if any(k in hint for k in ("path", "file", "dir")):
-            path = PATHS[pick(len(PATHS))]
-            return f"{SCRATCH_DIR}{self._rng.getrandbits(32):08x}/{path}" if self._scratch else path
+            return scratch_path(self._rng) if self._scratch else PATHS[pick(len(PATHS))]
         if any(k in hint for k in ("command", "cmd", "shell")):
             return COMMANDS[pick(len(COMMANDS))]
         if "url" in hint:

@@ -22,10 +22,12 @@ FinishReason = Literal["stop", "tool_calls", "max_output_tokens"]
 
 @dataclass(frozen=True, slots=True)
 class ToolSpec:
-    """A function tool the model may call: its name and JSON schema for arguments."""
+    """A tool the model may call: its name and JSON schema for arguments; ``custom``: a
+    freeform tool, called with free text instead of JSON arguments (Codex's ``apply_patch``)."""
 
     name: str
     parameters: dict[str, Any] = field(default_factory=dict)
+    custom: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,13 +98,15 @@ class TextDelta:
 
 @dataclass(frozen=True, slots=True)
 class FunctionCallDelta:
-    """A chunk of function-call arguments.  ``index`` numbers the calls of one response
-    from 0; the first delta of a call announces it (its ``name`` is always set)."""
+    """A chunk of function-call arguments — or, with ``custom``, of a custom tool call's
+    input.  ``index`` numbers the calls of one response from 0; the first delta of a call
+    announces it (its ``name`` is always set)."""
 
     index: int
     name: str
     arguments_delta: str
     tokens: int
+    custom: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -201,6 +201,22 @@ class FunctionCallArgumentsDone(_Event):
     arguments: str
 
 
+class CustomToolCallInputDelta(_Event):
+    type: Literal["response.custom_tool_call_input.delta"] = "response.custom_tool_call_input.delta"
+    sequence_number: int
+    item_id: str
+    output_index: int
+    delta: str
+
+
+class CustomToolCallInputDone(_Event):
+    type: Literal["response.custom_tool_call_input.done"] = "response.custom_tool_call_input.done"
+    sequence_number: int
+    item_id: str
+    output_index: int
+    input: str
+
+
 class ErrorDetail(_Out):
     type: str
     code: str | None
@@ -256,8 +272,8 @@ class SteerPending(_Event):
 ServerEvent = (
     ResponseCreated | ResponseInProgress | ResponseCompleted | ResponseIncomplete | ResponseFailed
     | OutputItemAdded | OutputItemDone | ContentPartAdded | ContentPartDone | OutputTextDelta
-    | OutputTextDone | FunctionCallArgumentsDelta | FunctionCallArgumentsDone | ErrorEvent | SteerFailed
-    | SteerAccepted | SteerPending
+    | OutputTextDone | FunctionCallArgumentsDelta | FunctionCallArgumentsDone | CustomToolCallInputDelta
+    | CustomToolCallInputDone | ErrorEvent | SteerFailed | SteerAccepted | SteerPending
 )
 
 

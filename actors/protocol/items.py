@@ -233,7 +233,18 @@ class OutputFunctionCall(_Out):
     arguments: str = ""
 
 
-OutputItem = OutputMessage | OutputFunctionCall
+class OutputCustomToolCall(_Out):
+    """The model's call of a ``custom`` (freeform) tool: free-text ``input``."""
+
+    id: str
+    type: Literal["custom_tool_call"] = "custom_tool_call"
+    status: Literal["in_progress", "completed", "incomplete"] = "in_progress"
+    call_id: str
+    name: str
+    input: str = ""
+
+
+OutputItem = OutputMessage | OutputFunctionCall | OutputCustomToolCall
 
 
 ITEM_ADAPTER: TypeAdapter[list[InputItem]] = TypeAdapter(list[InputItem])
@@ -264,9 +275,9 @@ def item_dict(item: InputItem, item_id: str) -> dict[str, Any]:
     return data
 
 
-def issued_call_id(item: InputItem) -> str | None:
-    """The call id a tool-call item issues (``None`` for anything else)."""
-    if isinstance(item, (FunctionCallItem, CustomToolCallItem)):
+def issued_call_id(item: InputItem | OutputItem) -> str | None:
+    """The call id a tool-call item, input or output, issues (``None`` for anything else)."""
+    if isinstance(item, (FunctionCallItem, CustomToolCallItem, OutputFunctionCall, OutputCustomToolCall)):
         return item.call_id
     if isinstance(item, ToolItem) and item.type in CALL_TYPES:
         return item.call_id
@@ -282,7 +293,7 @@ def answered_call_id(item: InputItem) -> str | None:
     return None
 
 
-def is_tool_result(item: InputItem) -> bool:
+def is_tool_result(item: InputItem | OutputItem) -> bool:
     """A tool's answer to a call, counted against ``tool_rounds`` (docs/emulator.md)."""
     if isinstance(item, (FunctionCallOutputItem, CustomToolCallOutputItem)):
         return item.call_id is not None
@@ -294,6 +305,8 @@ def output_as_input(item: OutputItem) -> dict[str, Any]:
     if isinstance(item, OutputMessage):
         return {"type": "message", "id": item.id, "role": "assistant", "status": item.status,
                 "content": [{"type": "output_text", "text": p.text, "annotations": []} for p in item.content]}
+    if isinstance(item, OutputCustomToolCall):
+        return item.model_dump()
     return {"type": "function_call", "id": item.id, "call_id": item.call_id, "name": item.name,
             "arguments": item.arguments, "status": item.status}
 

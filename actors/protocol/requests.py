@@ -32,6 +32,15 @@ class FunctionTool(_Open):
     strict: bool | None = None
 
 
+class CustomTool(_Open):
+    """A freeform tool (``format`` text or a grammar), called with free text: Codex's ``apply_patch``."""
+
+    type: Literal["custom"]
+    name: str
+    description: str | None = None
+    format: dict[str, Any] | None = None
+
+
 class OtherTool(_Open):
     """Hosted or unknown tool types (``web_search``, ``namespace``…): accepted, echoed, never called."""
 
@@ -40,11 +49,12 @@ class OtherTool(_Open):
 
 def _tool_tag(value: Any) -> str:
     kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
-    return "function" if kind == "function" else "other"
+    return kind if kind in ("function", "custom") else "other"
 
 
 Tool = Annotated[
-    Annotated[FunctionTool, Tag("function")] | Annotated[OtherTool, Tag("other")],
+    Annotated[FunctionTool, Tag("function")] | Annotated[CustomTool, Tag("custom")]
+    | Annotated[OtherTool, Tag("other")],
     Discriminator(_tool_tag),
 ]
 
@@ -157,7 +167,7 @@ class ResponseCreate(BaseModel):
             raise PydanticCustomError("invalid_value", "'mode' must be 'none', 'auto' or 'required'")
         name = choice.get("name")
         if name is not None or choice["type"] == "function":
-            functions = {t.name for t in info.data.get("tools") or () if isinstance(t, FunctionTool)}
+            functions = {t.name for t in info.data.get("tools") or () if isinstance(t, (FunctionTool, CustomTool))}
             if not isinstance(name, str) or name not in functions:
                 raise PydanticCustomError("invalid_value", "tool_choice names a function that is not among the tools")
         return choice
@@ -172,6 +182,11 @@ class ResponseCreate(BaseModel):
     @property
     def function_tools(self) -> list[FunctionTool]:
         return [t for t in self.tools or () if isinstance(t, FunctionTool)]
+
+    @property
+    def callable_tools(self) -> list[FunctionTool | CustomTool]:
+        """The tools the model may call, in request order: function and custom tools."""
+        return [t for t in self.tools or () if isinstance(t, (FunctionTool, CustomTool))]
 
 
 class ResponseSteer(_Open):

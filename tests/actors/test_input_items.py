@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from openai.types.responses import ResponseStreamEvent
+from pydantic import TypeAdapter
 
 from actors.errors import InvalidRequest
 from actors.protocol import (
@@ -19,8 +21,10 @@ from actors.protocol import (
     parse_items,
 )
 from actors.render import item_text, render_item
+from actors.session import Effects
 from inference import chat_format
 from inference.tokenizer import decode
+from inference.types import Done, FunctionCallDelta, Prefilled
 from tests.actors.test_session import MODEL, TOOL, answer_call, dumped, new_session, send, terminal
 
 # What Codex CLI 0.171.0 sent in one run: its goal objective, a tool output with no call_id.
@@ -216,3 +220,56 @@ def test_a_custom_tool_output_for_a_call_never_issued_is_refused_naming_its_call
     (err,) = dumped(send(s, input=[{"type": "custom_tool_call_output", "call_id": "call_x", "output": "o"}]))
     assert err["status"] == 400 and err["error"]["param"] == "input[0].call_id"
     assert err["error"]["message"] == "No tool call found for custom tool call output with call_id call_x."
+
+
+# ----------------------------------------------------------------- the model calling a custom tool
+
+PATCH_TOOL = {"type": "custom", "name": "apply_patch", "description": "Edit files.",
+              "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}}
+
+
+def answer_custom(s, fx, text="*** Begin Patch\n*** End Patch"):
+    (turn,) = fx.start
+    out = Effects(events=list(fx.events))
+    out += s.on_inference(turn.turn_id, [Prefilled(len(turn.request.prompt_token_ids), 0, 0, 1),
+                                         FunctionCallDelta(0, "apply_patch", text[:9], 3, custom=True)])
+    out += s.on_inference(turn.turn_id, [FunctionCallDelta(0, "apply_patch", text[9:], 5, custom=True),
+                                         Done("tool_calls", 8, 8.0)])
+    return out
+
+
+def test_a_custom_tool_is_offered_to_the_model_as_a_custom_spec():
+    s = new_session()
+    (turn,) = send(s, input="fix", tools=[TOOL, PATCH_TOOL, {"type": "web_search"}]).start
+    assert [(t.name, t.custom) for t in turn.request.tools] == [("read_file", False), ("apply_patch", True)]
+
+
+def test_a_custom_tool_call_streams_its_input_and_the_sdk_reads_every_event():
+    s = new_session()
+    events = dumped(answer_custom(s, send(s, input="fix", tools=[PATCH_TOOL])))
+    kinds = [e["type"] for e in events]
+    assert kinds == ["response.created", "response.in_progress", "response.output_item.added",
+                     "response.custom_tool_call_input.delta", "response.custom_tool_call_input.delta",
+                     "response.custom_tool_call_input.done", "response.output_item.done", "response.completed"]
+    item = events[-2]["item"]
+    assert item["type"] == "custom_tool_call" and item["id"].startswith("ctc_") and item["call_id"].startswith("call_")
+    assert "".join(e["delta"] for e in events if e["type"].endswith("input.delta")) == item["input"] \
+        == events[5]["input"] == "*** Begin Patch\n*** End Patch"
+    for event in events:
+        TypeAdapter(ResponseStreamEvent).validate_python(event)
+    assert events[-1]["response"]["output"] == [item]
+
+
+def test_a_custom_call_is_answered_by_its_output_and_the_context_extends():
+    s = new_session()
+    r1 = terminal(answer_custom(s, send(s, input="fix", tools=[PATCH_TOOL], store=False)))
+    call = r1["output"][0]
+    fx = send(s, previous_response_id=r1["id"], store=False, tools=[PATCH_TOOL],
+              input=[{"type": "custom_tool_call_output", "call_id": call["call_id"], "output": "Done!"}])
+    (turn,) = fx.start
+    assert turn.request.tool_results_in_context == 1
+    prompt = decode(turn.request.prompt_token_ids)
+    assert prompt.endswith(decode(chat_format.render_custom_tool_call("apply_patch", call["input"]))
+                           + body("custom_tool_call_output", "\nDone!"))
+    (output,) = parse_items([call])  # sent back as input, it renders as the model's own call did
+    assert render_item(output) == chat_format.render_custom_tool_call("apply_patch", call["input"])

@@ -242,6 +242,18 @@ def test_next_turn_after_a_tool_call_reuses_the_rendered_call(engine):
     assert prefilled.reused_tokens == floor_block(len(previous))
 
 
+def test_a_custom_tool_call_streams_its_input_and_is_cached_as_rendered(engine):
+    req = request(tools=(ToolSpec("apply_patch", custom=True),))
+    call = plan(req, engine.config.policy).segments[0]
+    events = events_of(run(engine, req))
+    deltas = [e for e in events if isinstance(e, FunctionCallDelta)]
+    assert deltas and all(d.custom and d.name == "apply_patch" for d in deltas)
+    assert "".join(d.arguments_delta for d in deltas) == call.arguments
+    assert events[-1].finish_reason == "tool_calls"
+    previous = PROMPT + tuple(cf.render_custom_tool_call("apply_patch", call.arguments))
+    assert engine.prefix_cache.contains_prefix(previous, engine_root(engine)) == floor_block(len(previous))
+
+
 def test_a_cut_answer_is_cached_as_the_client_saw_it(engine):
     events = events_of(run(engine, request(max_output_tokens=3)))
     text = "".join(e.text for e in events if isinstance(e, TextDelta))

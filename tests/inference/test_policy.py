@@ -394,3 +394,22 @@ def test_numbers_are_whole_when_the_bounds_allow_it():
     for i in range(20):
         args = json.loads(pol.arguments_for(schema, random.Random(i)))
         assert isinstance(args["yield_time_ms"], int) and isinstance(args["ratio"], float)
+
+
+def test_a_patch_tool_gets_a_patch_of_a_path_that_exists_nowhere():
+    from inference.schema_values import PATHS, SCRATCH_DIR
+
+    tool = ToolSpec("apply_patch", custom=True)
+    for i in range(10):
+        seg = only_segment(pol.plan(request(tools=(tool,), prompt_token_ids=[i]), POLICY))
+        assert seg.custom and seg.name == "apply_patch" and seg.token_ids == tuple(pol.encode(seg.arguments))
+        lines = seg.arguments.split("\n")
+        assert lines[0] == "*** Begin Patch" and lines[-1] == "*** End Patch" and lines[2] == "@@"
+        action, _, path = lines[1].partition(": ")
+        assert action == "*** Update File" and path.startswith(SCRATCH_DIR) and path.split("/", 1)[1] in PATHS
+        assert lines[3].startswith("-") and lines[4].startswith("+")
+
+
+def test_another_custom_tool_gets_a_sentence():
+    seg = only_segment(pol.plan(request(tools=(ToolSpec("note", custom=True),)), POLICY))
+    assert seg.custom and seg.arguments in pol.CORPUS
