@@ -256,9 +256,11 @@ def scripted_plan(request: InferenceRequest, turn: scripted.Turn, seed: int) -> 
     elif turn.text_tokens is not None:
         n = turn.text_tokens if request.max_output_tokens is None else min(turn.text_tokens, request.max_output_tokens + 1)
         segments.append(TextSegment(text_answer(n, rng)))
-    for call in turn.calls:
+    custom = {t.name for t in request.tools if t.custom}
+    for call in turn.calls:  # a call of a custom tool is its call, ``arguments`` its input
         arguments = call.argument_text()
-        segments.append(FunctionCallSegment(call.name, arguments, tuple(encode(arguments))))
+        segments.append(FunctionCallSegment(call.name, arguments, tuple(encode(arguments)),
+                                            custom=call.name in custom))
     return OutputPlan(tuple(segments))
 
 

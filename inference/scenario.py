@@ -4,9 +4,9 @@ A :class:`Scenario` is a list of turns; turn *i* is what the model's *i*-th resp
 conversation contains — hidden reasoning of a given length, a text answer (exact words or
 a length), function calls (exact arguments or an argument size), or an error to fail the
 response with.  The *i* of a request is the number of model responses already in its
-context (runs of ``assistant`` / ``function_call`` / ``reasoning`` segments), so it counts
-the same on a socket chained with ``previous_response_id``, on chained HTTP and on a full
-resend.  Past the last turn the seeded policy decides again (``after_last: policy``) or
+context (runs of ``assistant`` / ``function_call`` / ``custom_tool_call`` / ``reasoning``
+segments), so it counts the same on a socket chained with ``previous_response_id``, on
+chained HTTP and on a full resend.  Past the last turn the seeded policy decides again (``after_last: policy``) or
 the last turn repeats (``repeat_last``).
 
 Where a scenario comes from (docs/replay.md, "Scripted scenarios"):
@@ -135,7 +135,7 @@ def from_metadata(key: str, value: str) -> Scenario:
 
 @lru_cache(maxsize=1)
 def _output_heads() -> tuple[tuple[int, ...], ...]:
-    return tuple(tuple(encode(f"{kind}\n")) for kind in ("assistant", "function_call", "reasoning"))
+    return tuple(tuple(encode(f"{kind}\n")) for kind in ("assistant", "function_call", "custom_tool_call", "reasoning"))
 
 
 def responses_in_context(tokens: Sequence[int]) -> int:

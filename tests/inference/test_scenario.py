@@ -135,3 +135,20 @@ def test_responses_in_context_counts_runs_of_output_segments():
               + render_function_call_output("c1", "x") + render_function_call_output("c2", "y"))
     assert sc.responses_in_context(tokens) == 2
 
+
+
+def test_a_scripted_call_of_a_custom_tool_is_a_custom_call_and_counts_as_a_response():
+    from inference.chat_format import render_custom_tool_call
+    from inference.types import ToolSpec
+
+    patch = "*** Begin Patch\n*** Delete File: README.md\n*** End Patch"  # a scenario may name real paths
+    scenario = sc.Scenario(turns=[sc.Turn(calls=[sc.ScriptedCall(name="apply_patch", arguments=patch)]),
+                                  sc.Turn(text="done")])
+    tools = (ToolSpec("apply_patch", custom=True), ToolSpec("exec_command"))
+    (seg,) = pol.plan(request(render_message("user", "go"), tools=tools), PolicyConfig(scenario=scenario)).segments
+    assert seg.custom and seg.name == "apply_patch" and seg.arguments == patch
+    after = render_message("user", "go") + render_custom_tool_call("apply_patch", patch) \
+        + render_message("user", "applied")
+    assert sc.responses_in_context(after) == 1
+    (text,) = pol.plan(request(after, tools=tools), PolicyConfig(scenario=scenario)).segments
+    assert decode(text.token_ids) == "done"
