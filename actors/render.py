@@ -101,7 +101,7 @@ def render_item(item: InputItem | OutputItem) -> list[int]:
         if item.call_id is None:  # a tool output the client adds on its own: named, not paired
             return chat_format.render_other(
                 "tool_output", qualified_name(item.name, item.namespace) + "\n" + content_text(item.output))
-        return chat_format.render_function_call_output(item.call_id, content_text(item.output))
+        return chat_format.render_function_call_output(content_text(item.output))
     if isinstance(item, OutputCustomToolCall):
         return chat_format.render_custom_tool_call(item.name, item.input)
     if isinstance(item, CustomToolCallItem):

@@ -24,11 +24,9 @@ for output items it replays, so the next turn's prompt extends what the KV cache
 from __future__ import annotations
 
 import json
-from array import array
 from collections.abc import Sequence
-from functools import lru_cache
 
-from inference.tokenizer import encode, get_encoding, special_token
+from inference.tokenizer import encode, special_token
 from inference.types import ToolSpec
 
 SEPARATOR_TEXT = "<|endofprompt|>"
@@ -77,58 +75,17 @@ def render_function_call(name: str, arguments: str) -> list[int]:
     return _segment("function_call", name + "\n", arguments)
 
 
-def render_function_call_output(call_id: str, output: str) -> list[int]:
-    """The result of a function call, sent back by the client."""
-    return _segment("function_call_output", call_id + "\n", output)
+def render_function_call_output(output: str) -> list[int]:
+    """The result of a function call, sent back by the client.  It answers the call just
+    before it in the conversation; the call id is not rendered (as in chat templates without
+    call ids): ids are random per run, and with them in the same conversation would render —
+    and hit the prefix cache — differently on every transport."""
+    return _segment("function_call_output", output)
 
 
 def render_custom_tool_call(name: str, tool_input: str) -> list[int]:
     """A call of a custom (freeform) tool: its name and its free-text input."""
     return _segment("custom_tool_call", name + "\n", tool_input)
-
-
-@lru_cache(maxsize=1)
-def _output_head() -> tuple[int, ...]:
-    """The tokens that open every function-call-output segment (separator and header)."""
-    return (separator_id(), *encode("function_call_output\n"))
-
-
-def without_call_ids(tokens: Sequence[int]) -> array:
-    """``tokens`` (a rendered conversation) with the call id of every function-call
-    output removed, as an ``array("I")``.
-
-    Call ids are random (``call_…``), so two runs of the same conversation render to
-    different prompts; with them removed they render the same.  The scripted policy seeds
-    its choices from this view (``inference.policy``), so the same rollout produces the same
-    output whatever the transport.  The call id is its own piece, ``call_id + "\\n"``, right
-    after the segment's header (see ``render_function_call_output``); pieces are encoded
-    separately, so the piece ends with the first token holding a newline.  A call id that
-    itself contains a newline is cut at it (the rest stays: still deterministic).
-    """
-    packed = tokens if isinstance(tokens, array) and tokens.typecode == "I" else array("I", tokens)
-    head = _output_head()
-    data = packed.tobytes()
-    pattern = array("I", head).tobytes()
-    sep = head[0]
-    token_bytes = get_encoding().decode_single_token_bytes
-    out = array("I")
-    kept = 0  # tokens before this index are copied or dropped already
-    pos = data.find(pattern)
-    while pos >= 0:
-        if pos % 4:  # a match across token boundaries (cannot happen for rendered prompts)
-            pos = data.find(pattern, pos + 1)
-            continue
-        start = pos // 4 + len(head)
-        end = start
-        while end < len(packed) and packed[end] != sep:
-            end += 1
-            if b"\n" in token_bytes(packed[end - 1]):
-                break
-        out.extend(packed[kept:start])
-        kept = end
-        pos = data.find(pattern, end * 4)
-    out.extend(packed[kept:])
-    return out
 
 
 def render_other(kind: str, text: str) -> list[int]:

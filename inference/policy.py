@@ -4,10 +4,9 @@
 arguments valid against the tool's JSON schema, or a final text answer of real English
 cl100k tokens.  It is a pure function: the same request and seed give the same plan, on
 any machine and in any process (choices are seeded by ``policy.seed`` and a BLAKE2 digest
-of the prompt tokens, never by Python's salted ``hash()``).  The digest leaves out the
-call ids of function-call outputs (``chat_format.without_call_ids``): they are random, and
-with them in, the same rollout would differ between runs and transports (WebSocket,
-chained HTTP, full resend) for reasons that are not the transport's.
+of the prompt tokens, never by Python's salted ``hash()``).  Call ids are not part of the
+rendered prompt (``inference.chat_format``), so the same rollout plans alike on every run
+and transport.
 
 Decision rule: with function tools available and ``tool_choice != "none"``
 the model calls a tool while the conversation holds fewer than ``tool_rounds`` tool
@@ -61,7 +60,6 @@ from typing import Any
 from pydantic import ValidationError
 
 from inference import scenario as scripted
-from inference.chat_format import without_call_ids
 from inference.profiles import PolicyConfig
 from inference.schema_values import Unsatisfiable, changes_files, scratch_path, value_for_schema
 from inference.tokenizer import encode
@@ -305,8 +303,8 @@ def prompt_digest(token_ids: Sequence[int], seed: int = 0) -> bytes:
 
 
 def _seed(token_ids: Sequence[int], seed: int) -> int:
-    """The RNG seed of one plan: the conversation without its call ids (module doc)."""
-    return int.from_bytes(prompt_digest(without_call_ids(token_ids), seed), "little")
+    """The RNG seed of one plan: a digest of the conversation's tokens (module doc)."""
+    return int.from_bytes(prompt_digest(token_ids, seed), "little")
 
 
 def arguments_for(schema: dict[str, Any] | None, rng: random.Random, *, scratch_paths: bool = False) -> str:

@@ -227,7 +227,7 @@ async def agent_session(handle, cfg: InferenceConfig, session: str | None, turns
                      "reused_tokens": pf.reused_tokens, "cached_tokens": pf.cached_tokens,
                      "replica": pf.replica, "block_tokens": block})
         inherited = len(prompt) + len(s.rendered)
-        prompt = prompt + s.rendered + cf.render_function_call_output(f"call_{turn}", "x = 1\n" * 60)
+        prompt = prompt + s.rendered + cf.render_function_call_output("x = 1\n" * 60)
     return rows
 
 

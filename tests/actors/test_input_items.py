@@ -60,7 +60,7 @@ def test_a_namespaced_call_and_its_output_render_the_qualified_name_and_the_outp
     out = {"type": "function_call_output", "call_id": "c1", "name": "spawn", "namespace": "multi_agent_v1",
            "output": [{"type": "input_text", "text": "ok"}], "caller": {"type": "direct"}}
     assert rendered(call) == decode(chat_format.render_function_call("multi_agent_v1.spawn", "{}"))
-    assert rendered(out) == decode(chat_format.render_function_call_output("c1", "ok"))
+    assert rendered(out) == decode(chat_format.render_function_call_output("ok"))
 
 
 def test_a_plain_call_and_output_render_exactly_as_before():
@@ -68,7 +68,22 @@ def test_a_plain_call_and_output_render_exactly_as_before():
     out = {"type": "function_call_output", "call_id": "c1", "output": "x"}
     (c, o) = parse_items([call, out])
     assert render_item(c) == chat_format.render_function_call("read_file", '{"path":"a"}')
-    assert render_item(o) == chat_format.render_function_call_output("c1", "x")
+    assert render_item(o) == chat_format.render_function_call_output("x")
+
+
+def test_a_conversation_renders_the_same_whatever_its_call_ids():
+    """Call ids are random per run and per transport; rendered, they would make the same
+    conversation cost different prefix-cache hits on ws and HTTP (docs/emulator.md)."""
+    def conversation(call_id: str) -> list[int]:
+        items = parse_items([
+            {"type": "message", "role": "user", "content": "fix it"},
+            {"type": "function_call", "call_id": call_id, "name": "read_file", "arguments": '{"path":"a"}'},
+            {"type": "function_call_output", "call_id": call_id, "output": "print(1)"},
+            {"type": "custom_tool_call", "call_id": call_id, "name": "apply_patch", "input": "x"},
+            {"type": "custom_tool_call_output", "call_id": call_id, "output": "done"}])
+        return [t for item in items for t in render_item(item)]
+
+    assert len({tuple(conversation(f"call_{n:024x}")) for n in (1, 2**90, 7**40)}) == 1
 
 
 def test_custom_tool_call_and_output_render_name_and_text_without_the_call_id():

@@ -237,7 +237,7 @@ def test_next_turn_after_a_tool_call_reuses_the_rendered_call(engine):
     events = events_of(run(engine, req))
     arguments = "".join(e.arguments_delta for e in events if isinstance(e, FunctionCallDelta))
     previous = PROMPT + tuple(cf.render_function_call("read_file", arguments))
-    turn2 = previous + tuple(cf.render_function_call_output("call_1", "contents"))
+    turn2 = previous + tuple(cf.render_function_call_output("contents"))
     prefilled = run(engine, request(prompt_token_ids=turn2, tools=(TOOL,)))[0][0]
     assert prefilled.reused_tokens == floor_block(len(previous))
 
@@ -411,7 +411,7 @@ def test_reasoning_is_not_kept_in_the_context(engine):
     events = events_of(run(engine, req))
     arguments = "".join(e.arguments_delta for e in events if isinstance(e, FunctionCallDelta))
     previous = PROMPT + tuple(cf.render_function_call("read_file", arguments))
-    turn2 = previous + tuple(cf.render_function_call_output("call_1", "contents"))
+    turn2 = previous + tuple(cf.render_function_call_output("contents"))
     prefilled = run(engine, request(prompt_token_ids=turn2, tools=(TOOL,), request_id="r2"))[0][0]
     assert prefilled.reused_tokens == floor_block(len(previous))
 

@@ -31,8 +31,8 @@ def conversation(responses: int) -> list[int]:
         calls = 2 if i == 1 else 1
         for _ in range(calls):
             tokens += render_function_call("exec_command", '{"cmd": "ls"}')
-        for k in range(calls):
-            tokens += render_function_call_output(f"call_{i}_{k}", "out")
+        for _ in range(calls):
+            tokens += render_function_call_output("out")
     return tokens
 
 
@@ -132,7 +132,7 @@ def test_responses_in_context_counts_runs_of_output_segments():
     assert sc.responses_in_context(render_message("user", "hi")) == 0
     tokens = (render_message("user", "hi") + render_message("assistant", "hello") + render_message("user", "more")
               + render_function_call("f", "{}") + render_function_call("g", "{}")
-              + render_function_call_output("c1", "x") + render_function_call_output("c2", "y"))
+              + render_function_call_output("x") + render_function_call_output("y"))
     assert sc.responses_in_context(tokens) == 2
 
 

@@ -81,8 +81,9 @@ def test_one_cache_scope_per_api_key_across_transports_and_replicas(two_replicas
 
 def test_a_rollout_gives_the_same_output_on_every_transport(server_url):
     """The same 6-turn tool loop (5 tool rounds, then text) over a WebSocket, chained HTTP
-    and HTTP with the whole history resent: identical output items, turn by turn."""
-    w = wl.Workload(tool_rounds=5, system_tokens=600, tool_def_tokens=400, tool_output_tokens=120,
+    and HTTP with the whole history resent, each in its own cache scope (API key): identical
+    output items, prompt sizes and prefix-cache hits, turn by turn — the same model time."""
+    w = wl.Workload(tool_rounds=5, system_tokens=1500, tool_def_tokens=400, tool_output_tokens=120,
                     text_tokens=24, tool_time_ms=0)
     rollout = 3
 
@@ -98,8 +99,8 @@ def test_a_rollout_gives_the_same_output_on_every_transport(server_url):
             for turn in range(1, w.tool_rounds + 2):
                 out = await t.turn(base, new_items)
                 assert out.error is None and out.response is not None, (transport, turn, out.error)
-                output = out.response["output"]
-                turns.append([
+                output, usage = out.response["output"], out.response["usage"]
+                turns.append([(usage["input_tokens"], usage["input_tokens_details"]["cached_tokens"])] + [
                     ("function_call", o["name"], o["arguments"]) if o["type"] == "function_call"
                     else (o["type"], "".join(c.get("text", "") for c in o.get("content", [])))
                     for o in output])
@@ -118,9 +119,10 @@ def test_a_rollout_gives_the_same_output_on_every_transport(server_url):
 
     runs = asyncio.run(main())
     ws = runs["ws"]
-    assert len(ws) == 6 and all(turn[0][0] == "function_call" for turn in ws[:5])
-    assert ws[5][0][0] == "message" and ws[5][0][1]
-    assert len({args for turn in ws[:5] for _, _, args in turn}) > 1  # the loop is not trivially constant
+    assert len(ws) == 6 and all(turn[1][0] == "function_call" for turn in ws[:5])
+    assert ws[5][1][0] == "message" and ws[5][1][1]
+    assert len({args for turn in ws[:5] for _, _, args in turn[1:]}) > 1  # the loop is not trivially constant
+    assert [turn[0][1] for turn in ws][1:] == sorted(turn[0][1] for turn in ws[1:]) and ws[-1][0][1] >= 1024
     for name in ("http-chained", "http-full"):
         for i, (a, b) in enumerate(zip(ws, runs[name], strict=True)):
             assert a == b, (name, f"turn {i + 1}", a, b)

@@ -188,7 +188,7 @@ def test_check_54_steering_during_a_function_call_completes_it_then_pending_and_
     assert created["previous_response_id"] == first["id"] and nxt[0]["stream_id"] == "main"
     assert done["status"] == "completed"
     calls = sum(len(chat_format.render_function_call(o["name"], o["arguments"])) for o in first["output"])
-    results = sum(len(chat_format.render_function_call_output(o["call_id"], "ok")) for o in first["output"])
+    results = sum(len(chat_format.render_function_call_output("ok")) for o in first["output"])
     steer = len(chat_format.render_message("user", STEER))
     assert done["usage"]["input_tokens"] == first["usage"]["input_tokens"] + calls + steer + results
 
