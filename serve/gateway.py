@@ -2,7 +2,7 @@
 the composition root.
 
 A ``Gateway`` replica listens on the configured port itself (``SO_REUSEPORT``: replicas on
-one node share it) rather than behind Serve's HTTP proxy.  It only accepts, peeks, hands
+one node share it, and no other server may: serve/port_claim.py) rather than behind Serve's HTTP proxy.  It only accepts, peeks, hands
 over and routes: WebSocket upgrades and HTTP-mode connections go to session hosts started
 on the same node (a file descriptor cannot cross nodes) over one handoff link per host, with
 no Ray call per connection; health checks and the model list are answered here.
@@ -58,6 +58,7 @@ from .health import Probes, Readiness, add_readiness_route
 from .http_api import add_http_routes, host_app
 from .logs import replica_log_settings
 from .metrics import GatewayMetrics
+from .origins import OriginPolicy
 from .pool import ActorPool, Host, Lease, NoCapacity, policy_from
 from .port_claim import claim as claim_port
 
@@ -127,7 +128,8 @@ class Gateway:
         # One server per port: a process of another application on it fails this replica.
         owner = f"{serve.get_replica_context().app_name}@{ray.get_runtime_context().gcs_address}"
         listener, self._port_claim = claim_port(cfg.server.host, cfg.server.port, owner, bind_socket)
-        self._front = Front(listener, http, self._handoff, self._handoff_http)
+        self._front = Front(listener, http, self._handoff, self._handoff_http,
+                            OriginPolicy(cfg.server.allowed_origins))
         loop = asyncio.get_running_loop()
         self._serving = loop.create_task(self._front.run())
         self._ticking = loop.create_task(self._tick())
