@@ -120,3 +120,15 @@ def test_the_front_refuses_a_page_outside_the_list_and_hands_the_others_over():
     error = json.loads(answers[0].split(b"\r\n\r\n", 1)[1])["error"]
     assert error["code"] == "origin_not_allowed" and error["type"] == "invalid_request_error"
     assert "http://localhost:3000" in error["message"]
+
+
+def test_the_snippets_of_docs_operations_md_mean_what_it_says(tmp_path):
+    """The YAML, --set and environment forms docs/operations.md shows, verbatim."""
+    path = tmp_path / "c.yaml"
+    path.write_text('server:\n  allowed_origins: ["https://app.example.com", "http://localhost:*"]\n')
+    wanted = ("https://app.example.com", "http://localhost:*")
+    assert load_app_config(path, environ={}).server.allowed_origins == wanted
+    assert load_app_config(None, environ={}, sets=[
+        'server.allowed_origins=[https://app.example.com, "http://localhost:*"]']).server.allowed_origins == wanted
+    assert load_app_config(None, environ={"RESPONSES_WS_SERVER__ALLOWED_ORIGINS": '["*"]'}).server.allowed_origins \
+        == ("*",)
