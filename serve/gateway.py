@@ -2,8 +2,8 @@
 the composition root.
 
 A ``Gateway`` replica listens on the configured port itself (``SO_REUSEPORT``: replicas on
-one node share it, and no other server may: serve/port_claim.py) rather than behind Serve's HTTP proxy.  It only accepts, peeks, hands
-over and routes: WebSocket upgrades and HTTP-mode connections go to session hosts started
+one node share it, and no other server may: serve/port_claim.py) rather than behind
+Serve's HTTP proxy.  It only accepts, peeks, hands over and routes: WebSocket upgrades and HTTP-mode connections go to session hosts started
 on the same node (a file descriptor cannot cross nodes) over one handoff link per host, with
 no Ray call per connection; health checks and the model list are answered here.
 docs/architecture.md and docs/scaling.md have the measurements behind this design.
