@@ -34,7 +34,7 @@ class Member:
     """A process serving the port as a replica of the application ``owner`` (a digest)."""
 
     owner: str
-    pid: int
+    pid: int | None  # None: a name not of this module's making (still a member)
 
 
 class PortTaken(Exception):
@@ -61,8 +61,9 @@ def members(port: int, proc_net_unix: Path = Path("/proc/net/unix")) -> list[Mem
     for line in proc_net_unix.read_text(errors="replace").splitlines()[1:]:
         path = line.rsplit(" ", 1)[-1]
         if path.startswith(needle):
-            owner, pid, _ = path[len(needle):].split("/", 2)
-            found.append(Member(owner, int(pid)))
+            owner, _, rest = path[len(needle):].partition("/")
+            pid = rest.partition("/")[0]
+            found.append(Member(owner, int(pid) if pid.isdigit() else None))
     return found
 
 
