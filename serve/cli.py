@@ -71,7 +71,7 @@ def _run_server(args: argparse.Namespace) -> int:
               f"{args.address} keeps its own", file=sys.stderr)
     if args.address and args.ray_network:
         print(f"responses-ws serve: --ray-network applies to an embedded Ray; the cluster at {args.address} "
-              "listens where it was started to", file=sys.stderr)
+              "listens as it was started", file=sys.stderr)
     if not args.address:  # a Ray started here has no server on the port yet: anyone there is another
         try:
             port_claim.check(config.server.host, config.server.port)
