@@ -155,3 +155,15 @@ class RequestHeadTooLarge(APIError):
 
     def __init__(self, limit: int) -> None:
         super().__init__(f"The request line and headers exceed {limit // 1024} KiB.")
+
+
+class OriginNotAllowed(APIError):
+    """A request from a web page (its ``Origin`` header) the server does not allow
+    (``server.allowed_origins``); requests without an ``Origin`` are not affected."""
+
+    status = 403
+    code = "origin_not_allowed"
+
+    def __init__(self, origin: str) -> None:
+        super().__init__(f"Requests from the web origin '{origin[:200]}' are not allowed by this server "
+                         "(server.allowed_origins).")

@@ -13,10 +13,14 @@ import sys
 import threading
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from actors.logs import ENCODINGS, LEVELS, LogSettings
 
 from .config import ServerConfig, load_app_config
+
+if TYPE_CHECKING:
+    from .embedded import Dashboard
 
 CLIENT_COMMANDS = ("demo", "bench", "replay")  # parsed and run by bench.cli
 DISTRIBUTION = "responses-ws"
@@ -47,7 +51,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _run_server(args: argparse.Namespace) -> int:
-    from .embedded import Dashboard, embedded_server, metrics_urls, readiness
+    from . import port_claim
+    from .embedded import Dashboard, DeployFailed, embedded_server
 
     overrides = {}
     if args.host is not None:
@@ -64,25 +69,25 @@ def _run_server(args: argparse.Namespace) -> int:
     if args.address and (args.dashboard or args.metrics_port is not None):
         print("responses-ws serve: --dashboard and --metrics-port apply to an embedded Ray; the cluster at "
               f"{args.address} keeps its own", file=sys.stderr)
+    if args.address and args.ray_network:
+        print(f"responses-ws serve: --ray-network applies to an embedded Ray; the cluster at {args.address} "
+              "listens as it was started", file=sys.stderr)
+    if not args.address:  # a Ray started here has no server on the port yet: anyone there is another
+        try:
+            port_claim.check(config.server.host, config.server.port)
+        except (port_claim.PortTaken, OSError) as exc:
+            print(f"responses-ws serve: cannot serve on {config.server.host}:{config.server.port}: {exc}",
+                  file=sys.stderr)
+            return 1
     logs = LogSettings(level=args.log_level, encoding=args.log_format.upper())
     dashboard = Dashboard(port=args.dashboard_port, host=args.dashboard_host) if args.dashboard else None
-    with embedded_server(config, address=args.address, logs=logs, dashboard=dashboard,
-                         metrics_port=args.metrics_port) as url:
-        stopping = threading.Event()  # from here on Ctrl-C is an orderly stop
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stopping.set())
-        print(f"responses-ws serving on {url}  (WebSocket: {url.replace('http', 'ws', 1)}/v1/responses)",
-              flush=True)
-        status, report = readiness(url)
-        if status != 200:  # it serves, but /readyz says what is missing (docs/operations.md)
-            print(f"not ready: {json.dumps(report.get('checks', report))}", file=sys.stderr, flush=True)
-        for metrics_url in metrics_urls():
-            print(f"metrics (Prometheus): {metrics_url}", flush=True)
-        if dashboard is not None:
-            print(f"Ray dashboard: http://{dashboard.host}:{dashboard.port}  (with token authentication it asks "
-                  "for the token `ray get-auth-token` prints)", flush=True)
-        stopping.wait()
-        print("shutting down", flush=True)
+    try:
+        with embedded_server(config, address=args.address, logs=logs, dashboard=dashboard,
+                             metrics_port=args.metrics_port, network=args.ray_network) as url:
+            _serve_until_stopped(url, dashboard)
+    except DeployFailed as exc:  # e.g. another server took the port first (serve/port_claim.py)
+        print(f"responses-ws serve: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -93,6 +98,26 @@ def scenario_file(path: Path) -> dict:
 
     data = yaml.safe_load(path.read_text())
     return {"turns": data} if isinstance(data, list) else data
+
+
+def _serve_until_stopped(url: str, dashboard: Dashboard | None) -> None:
+    from .embedded import metrics_urls, readiness
+
+    stopping = threading.Event()  # from here on Ctrl-C is an orderly stop
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stopping.set())
+    print(f"responses-ws serving on {url}  (WebSocket: {url.replace('http', 'ws', 1)}/v1/responses)",
+          flush=True)
+    status, report = readiness(url)
+    if status != 200:  # it serves, but /readyz says what is missing (docs/operations.md)
+        print(f"not ready: {json.dumps(report.get('checks', report))}", file=sys.stderr, flush=True)
+    for metrics_url in metrics_urls():
+        print(f"metrics (Prometheus): {metrics_url}", flush=True)
+    if dashboard is not None:
+        print(f"Ray dashboard: http://{dashboard.host}:{dashboard.port}  (with token authentication it asks "
+              "for the token `ray get-auth-token` prints)", flush=True)
+    stopping.wait()
+    print("shutting down", flush=True)
 
 
 def _client_command(argv: list[str]) -> int:
@@ -130,6 +155,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--dashboard", action="store_true", help="start Ray's dashboard (an embedded Ray only)")
     s.add_argument("--dashboard-host", default="127.0.0.1", help="with --dashboard")
     s.add_argument("--dashboard-port", type=int, default=8265, help="with --dashboard")
+    s.add_argument("--ray-network", action="store_true",
+                   help="let an embedded Ray listen on this machine's address and all interfaces, as Ray "
+                        "does by default (e.g. for a Prometheus elsewhere); without it, on 127.0.0.1 only")
     s.add_argument("--metrics-port", type=int, default=None,
                    help="Ray's metrics export port, Prometheus format (an embedded Ray only; default: "
                         "one Ray picks, printed at start)")

@@ -19,11 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from actors.config import SessionConfig
 from inference.profiles import InferenceConfig, load_inference_config
 from store import StoreConfig
+
+from .origins import LOOPBACK_ORIGINS, OriginPolicy
 
 API_KEYS_ENV = "RESPONSES_WS_API_KEYS"
 
@@ -41,6 +43,10 @@ class ServerConfig(BaseModel):
     drain_timeout_s: float = Field(30.0, gt=0, description="on shutdown/redeploy, how long responses in flight may finish")
     api_keys: tuple[str, ...] = Field((), description="accepted keys; empty = any key is accepted")
     api_keys_file: str | None = Field(None, description="a file with one accepted key per line")
+    # Browsers send Origin; SDKs and CLIs do not, and are always served (serve/origins.py).
+    allowed_origins: tuple[str, ...] = Field(
+        LOOPBACK_ORIGINS, description="web pages (their Origin header) that may use the server, e.g. "
+                                      "https://app.example.com or http://localhost:*; '*' = any page")
     # Placement (clusters).  A gateway hands WebSockets to session actors on its own node, so
     # where the gateways run is where connections live: give "session" nodes a custom
     # resource and ask for it here (docs/deploy.md).
@@ -48,6 +54,12 @@ class ServerConfig(BaseModel):
         default_factory=dict, description="custom Ray resources each gateway replica needs, e.g. {session: 1}")
     gateway_max_replicas_per_node: int | None = Field(
         None, ge=1, description="spread gateway replicas: at most this many per node")
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _origins_parse(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        OriginPolicy(value)  # ValueError for an entry that is not an origin
+        return value
 
 
 class AppConfig(BaseModel):

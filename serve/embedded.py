@@ -10,11 +10,13 @@ and the test suite start and stop servers only through here.
 - :func:`local_config` — the app's config on a free local port (:func:`free_port`).
 
 Ray is imported inside the functions only: :data:`RAY_ENV` has to be in the environment
-before ``ray.serve`` is first imported and before Ray starts (:func:`apply_ray_env`).
+before ``ray.serve`` is first imported and before Ray starts (:func:`apply_ray_env`), and
+:data:`LOOPBACK_ENV` before ``ray`` is (a Ray started here listens on loopback only).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import os
@@ -33,6 +35,8 @@ from actors.logs import LogSettings
 from .config import AppConfig, load_app_config
 from .logs import ray_logging_config, serve_logging_config
 
+log = logging.getLogger(__name__)
+
 APP_NAME = "responses-ws"
 
 # Serve's throughput mode (no per-request logging, user code on the replica's own loop,
@@ -44,6 +48,13 @@ APP_NAME = "responses-ws"
 # the wait only delays the drain (docs/reliability.md): 1 s.
 RAY_ENV = {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1", "RAY_USAGE_STATS_ENABLED": "0",
            "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "1"}
+
+
+# A Ray started here is this machine's alone: Ray's switch for a single-node Ray (its default
+# on macOS and Windows) makes 127.0.0.1 the node's address, and the GCS, raylet, agents,
+# workers and dashboard then listen there instead of on every interface and the machine's
+# address.  Ray reads it when ``ray`` is first imported (docs/reliability.md).
+LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 
 
 def apply_ray_env() -> None:
@@ -76,9 +87,14 @@ class Dashboard:
 @contextmanager
 def embedded_ray(address: str | None = None, *, object_store_mb: int = 256,
                  num_cpus: int | None = None, logs: LogSettings | None = None,
-                 dashboard: Dashboard | None = None, metrics_port: int | None = None) -> Iterator[None]:
+                 dashboard: Dashboard | None = None, metrics_port: int | None = None,
+                 network: bool = False) -> Iterator[None]:
     """Join ``address``, or start a single-node Ray sized for a small machine, unless this
     process is already connected to a Ray (then nothing is started, nor stopped).
+
+    A Ray started here listens on loopback only (:data:`LOOPBACK_ENV`), unless ``network``:
+    then on the machine's address and all interfaces, as Ray does by default.  (Only if this
+    process had not imported ``ray`` yet; otherwise a warning says where it listens.)
 
     ``logs``: forward the logs of the job's workers (Serve's controller and replicas
     started from here, the session hosts) to this process's terminal, filtered and encoded
@@ -89,9 +105,13 @@ def embedded_ray(address: str | None = None, *, object_store_mb: int = 256,
     On exit, a Ray started here is shut down with Serve and every actor; from a joined
     cluster this process only disconnects (``ray.shutdown()`` of a driver that joined stops
     nothing of the cluster)."""
+    local = address is None and not network
+    added = {k: v for k, v in LOOPBACK_ENV.items() if k not in os.environ} if local else {}
+    os.environ.update(added)
     import ray
 
     if ray.is_initialized():
+        _restore(added)
         yield
         return
     kwargs: dict[str, Any] = {"log_to_driver": logs is not None}
@@ -108,11 +128,23 @@ def embedded_ray(address: str | None = None, *, object_store_mb: int = 256,
             kwargs.update(dashboard_host=dashboard.host, dashboard_port=dashboard.port)
         if metrics_port is not None:
             kwargs["_metrics_export_port"] = metrics_port
-    ray.init(**kwargs)
+        node_ip = ray.util.get_node_ip_address()  # the address ray.init is about to use
+        if local and not ipaddress.ip_address(node_ip).is_loopback:
+            log.warning("ray was imported before embedded_ray: the Ray started here listens on %s and all "
+                        "interfaces, not on loopback only", node_ip)
+    try:
+        ray.init(**kwargs)
+    finally:
+        _restore(added)  # Ray's processes have it; programs this process starts later do not
     try:
         yield
     finally:
         ray.shutdown()
+
+
+def _restore(added: dict[str, str]) -> None:
+    for key in added:
+        os.environ.pop(key, None)
 
 
 def metrics_urls() -> list[str]:
@@ -131,6 +163,26 @@ def serve_running() -> bool:
 
     return any(a["name"] == SERVE_CONTROLLER_NAME and a["namespace"] == SERVE_NAMESPACE
                for a in ray.util.list_named_actors(all_namespaces=True))
+
+
+class DeployFailed(RuntimeError):
+    """The app did not start: the error of the deployment that failed (e.g. the gateway's
+    :class:`serve.port_claim.PortTaken`), as Serve's status reports it."""
+
+    def __init__(self, name: str, error: str) -> None:
+        super().__init__(f"deploying {name} failed: {error}")
+        self.error = error
+
+
+def _failure(name: str) -> str:
+    """The last line (the exception) of the message of each deployment of ``name`` that failed."""
+    from ray import serve
+    from ray.serve.schema import DeploymentStatus
+
+    app = serve.status().applications.get(name)
+    messages = [d.message.strip() for d in app.deployments.values()
+                if d.status == DeploymentStatus.DEPLOY_FAILED and d.message.strip()] if app else []
+    return "; ".join(m.splitlines()[-1] for m in messages)
 
 
 def deploy(config: AppConfig, *, name: str = APP_NAME, logs: LogSettings | None = None) -> str:
@@ -153,8 +205,11 @@ def deploy(config: AppConfig, *, name: str = APP_NAME, logs: LogSettings | None 
         serve.start(proxy_location="Disabled", logging_config=serve_logging)
     if config.session.inference_app != name:
         config = config.model_copy(update={"session": config.session.model_copy(update={"inference_app": name})})
-    serve.run(build_application(config), name=name, route_prefix=None, blocking=False,
-              logging_config=serve_logging)
+    try:
+        serve.run(build_application(config), name=name, route_prefix=None, blocking=False,
+                  logging_config=serve_logging)
+    except RuntimeError as exc:  # Serve's "Deploying application … failed"
+        raise DeployFailed(name, _failure(name) or str(exc)) from exc
     host = "127.0.0.1" if config.server.host in ("0.0.0.0", "::") else config.server.host
     url = f"http://{host}:{config.server.port}"
     wait_ready(url)
@@ -165,16 +220,16 @@ def deploy(config: AppConfig, *, name: str = APP_NAME, logs: LogSettings | None 
 def embedded_server(config: AppConfig, *, name: str = APP_NAME, address: str | None = None,
                     object_store_mb: int = 256, num_cpus: int | None = None,
                     logs: LogSettings | None = None, dashboard: Dashboard | None = None,
-                    metrics_port: int | None = None) -> Iterator[str]:
+                    metrics_port: int | None = None, network: bool = False) -> Iterator[str]:
     """Ray (:func:`embedded_ray`) and the app deployed as ``name``; yields the base URL.
 
     On exit the app is deleted (its gateway drains and flushes the store), then Ray is
     stopped if it was started here.  Never ``serve.shutdown()``: on a cluster it joined,
     other applications and the Serve instance stay as they were."""
-    from ray import serve
-
     with embedded_ray(address, object_store_mb=object_store_mb, num_cpus=num_cpus, logs=logs,
-                      dashboard=dashboard, metrics_port=metrics_port):
+                      dashboard=dashboard, metrics_port=metrics_port, network=network):
+        from ray import serve  # imported here: embedded_ray decides the environment Ray starts with
+
         url = deploy(config, name=name, logs=logs)
         try:
             yield url

@@ -4,7 +4,9 @@ Each accepted connection's request head is *peeked* (``MSG_PEEK``, nothing consu
 WebSocket upgrade of ``/v1/responses`` is handed, still unread, to a session actor on this
 node (:mod:`actors.host.handoff`); so is every other HTTP connection except health checks and
 the model list, which uvicorn's HTTP protocol serves here with the gateway's ASGI app (as it
-does everything when no host is live).  No Ray here.
+does everything when no host is live).  A request head with an ``Origin`` outside
+``server.allowed_origins`` is refused here first, upgrade or HTTP (serve/origins.py).  No
+Ray here.
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ from http import HTTPStatus
 import uvicorn
 from uvicorn.server import ServerState
 
-from actors.errors import RequestHeadTooLarge
+from actors.errors import OriginNotAllowed, RequestHeadTooLarge
 from actors.host.handoff import RESPONSES_PATH
 from actors.protocol import http_error_body
+
+from .origins import OriginPolicy
 
 log = logging.getLogger(__name__)
 
@@ -146,8 +150,10 @@ class Front:
         http_config: uvicorn.Config,
         handoff: Callable[[socket.socket, bytes], Awaitable[None]],
         handoff_http: Callable[[socket.socket], Awaitable[bool]],
+        origins: OriginPolicy,
     ) -> None:
         self._listener = listener
+        self._origins = origins
         self._http = http_config
         self._http.load()
         self._state = ServerState()
@@ -171,6 +177,10 @@ class Front:
             head = await peek_head(sock)
             if len(head) >= MAX_HEAD and b"\r\n\r\n" not in head:
                 await refuse(sock, *http_error_body(RequestHeadTooLarge(MAX_HEAD)))
+                return
+            origin = request_headers(head).get("origin") if head else None
+            if not self._origins.allows(origin):  # a web page not allowed: upgrade or HTTP alike
+                await refuse(sock, *http_error_body(OriginNotAllowed(origin or "")))
                 return
             if head and is_responses_upgrade(head):
                 await self._handoff(sock, head)

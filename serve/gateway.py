@@ -2,8 +2,8 @@
 the composition root.
 
 A ``Gateway`` replica listens on the configured port itself (``SO_REUSEPORT``: replicas on
-one node share it) rather than behind Serve's HTTP proxy.  It only accepts, peeks, hands
-over and routes: WebSocket upgrades and HTTP-mode connections go to session hosts started
+one node share it, and no other server may: serve/port_claim.py) rather than behind
+Serve's HTTP proxy.  It only accepts, peeks, hands over and routes: WebSocket upgrades and HTTP-mode connections go to session hosts started
 on the same node (a file descriptor cannot cross nodes) over one handoff link per host, with
 no Ray call per connection; health checks and the model list are answered here.
 docs/architecture.md and docs/scaling.md have the measurements behind this design.
@@ -58,7 +58,9 @@ from .health import Probes, Readiness, add_readiness_route
 from .http_api import add_http_routes, host_app
 from .logs import replica_log_settings
 from .metrics import GatewayMetrics
+from .origins import OriginPolicy
 from .pool import ActorPool, Host, Lease, NoCapacity, policy_from
+from .port_claim import claim as claim_port
 
 log = logging.getLogger(__name__)
 
@@ -123,8 +125,11 @@ class Gateway:
                         observe=PhaseMetrics().observe)
         http = uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False,
                               timeout_keep_alive=30)
-        self._front = Front(bind_socket(cfg.server.host, cfg.server.port), http, self._handoff,
-                            self._handoff_http)
+        # One server per port: a process of another application on it fails this replica.
+        owner = f"{serve.get_replica_context().app_name}@{ray.get_runtime_context().gcs_address}"
+        listener, self._port_claim = claim_port(cfg.server.host, cfg.server.port, owner, bind_socket)
+        self._front = Front(listener, http, self._handoff, self._handoff_http,
+                            OriginPolicy(cfg.server.allowed_origins))
         loop = asyncio.get_running_loop()
         self._serving = loop.create_task(self._front.run())
         self._ticking = loop.create_task(self._tick())
@@ -310,6 +315,7 @@ class Gateway:
         the sockets with 1001, write everything pending to the store."""
         self._draining = True
         self._front.close()
+        self._port_claim.close()  # the port is free for another server while this one drains
         self._ticking.cancel()
         timeout = self._limits.drain_timeout_s
         log.info("draining: no new connections; up to %.0f s for work in flight", timeout)

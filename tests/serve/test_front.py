@@ -36,6 +36,7 @@ def test_a_closed_front_leaves_the_shared_port_to_the_other_listener(loop_kind):
     import uvicorn
 
     from serve.front import Front, bind_socket
+    from serve.origins import LOOPBACK_ORIGINS, OriginPolicy
 
     async def main():
         served = []
@@ -51,7 +52,8 @@ def test_a_closed_front_leaves_the_shared_port_to_the_other_listener(loop_kind):
             async def handoff_http(sock):
                 return False
 
-            return Front(listener, uvicorn.Config(lambda *a: None, lifespan="off"), handoff, handoff_http)
+            return Front(listener, uvicorn.Config(lambda *a: None, lifespan="off"), handoff, handoff_http,
+                         OriginPolicy(LOOPBACK_ORIGINS))
 
         old_listener = bind_socket("127.0.0.1", 0)
         port = old_listener.getsockname()[1]

@@ -78,10 +78,12 @@ class ServeProcess:
 
 
 @contextmanager
-def serve_process(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> Iterator[ServeProcess]:
-    """``responses-ws serve --port <free> ARGS`` started in ``cwd`` (this checkout on its
-    PYTHONPATH, no RAY_ADDRESS: it starts a Ray of its own unless ARGS say ``--address``)."""
-    port = free_port()
+def serve_process(args: list[str], cwd: Path, env: dict[str, str] | None = None,
+                  port: int | None = None) -> Iterator[ServeProcess]:
+    """``responses-ws serve --port <port, or a free one> ARGS`` started in ``cwd`` (this
+    checkout on its PYTHONPATH, no RAY_ADDRESS: it starts a Ray of its own unless ARGS say
+    ``--address``)."""
+    port = port or free_port()
     environ = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [environ.get("PYTHONPATH")])])
     environ.update(env or {})

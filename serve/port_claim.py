@@ -1,0 +1,169 @@
+"""One server per port: the gateway replicas of one application share their listening port
+(``SO_REUSEPORT``), and no other process may join them (docs/reliability.md).
+
+The kernel lets any socket of the same user join a ``SO_REUSEPORT`` group and splits new
+connections between them, so a second server on the port would silently take a share of
+the first one's clients.  Each replica therefore records its membership as a Unix socket
+bound in Linux's abstract namespace, ``@responses-ws-port/<port>/<owner>/<pid>/…``
+(``owner``: a digest of the application's name and its Ray cluster).  Such a name lives
+exactly as long as its socket: a process that crashes leaves nothing stale behind.  The
+abstract namespace belongs to the network namespace, as TCP ports do.  Joining checks the
+members and binds under a per-port lock (another abstract name), so two servers starting at
+once cannot both pass the check.  No Ray here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+PREFIX = "responses-ws-port"
+LOCK_WAIT_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """A process serving the port as a replica of the application ``owner`` (a digest)."""
+
+    owner: str
+    pid: int | None  # None: a name not of this module's making (still a member)
+
+
+class PortTaken(Exception):
+    """Another process serves the port: another responses-ws server (``responses_ws``) or
+    any other program; ``pid`` when this user can see it."""
+
+    def __init__(self, host: str, port: int, pid: int | None, *, responses_ws: bool) -> None:
+        self.host, self.port, self.pid, self.responses_ws = host, port, pid, responses_ws
+        holder = "another responses-ws server" if responses_ws else "another process"
+        who = f"pid {pid}: {command_line(pid)}" if pid is not None else "a process this user cannot see"
+        super().__init__(f"port {port} is already in use by {holder} ({who}); stop it or choose another "
+                         f"port (--port)")
+
+
+def owner_digest(owner: str) -> str:
+    return hashlib.sha256(owner.encode()).hexdigest()[:16]
+
+
+def members(port: int, proc_net_unix: Path = Path("/proc/net/unix")) -> list[Member]:
+    """The processes recorded as serving ``port`` (the bound abstract names, ``@``-prefixed
+    in ``/proc/net/unix``)."""
+    found = []
+    needle = f"@{PREFIX}/{port}/"
+    for line in proc_net_unix.read_text(errors="replace").splitlines()[1:]:
+        path = line.rsplit(" ", 1)[-1]
+        if path.startswith(needle):
+            owner, _, rest = path[len(needle):].partition("/")
+            pid = rest.partition("/")[0]
+            found.append(Member(owner, int(pid) if pid.isdigit() else None))
+    return found
+
+
+class PortClaim:
+    """This process's membership of the port's group; :meth:`close` it with the listener."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+def claim(host: str, port: int, owner: str, bind: Callable[[str, int], socket.socket]
+          ) -> tuple[socket.socket, PortClaim]:
+    """Bind the listener (``bind(host, port)``) as a replica of ``owner``, unless a process
+    of another application, or any other program, serves the port (:class:`PortTaken`)."""
+    digest = owner_digest(owner)
+    with _port_lock(port):
+        check(host, port, owner=digest)
+        listener = bind(host, port)
+        port = listener.getsockname()[1]  # the one the kernel picked for port 0
+        record = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            record.bind(f"\0{PREFIX}/{port}/{digest}/{os.getpid()}/{uuid.uuid4().hex[:8]}")
+        except BaseException:
+            record.close()
+            listener.close()
+            raise
+    return listener, PortClaim(record)
+
+
+def check(host: str, port: int, *, owner: str | None = None) -> None:
+    """:class:`PortTaken` unless ``port`` is free on ``host`` or served only by replicas of
+    ``owner`` (a digest; ``None``: of no application, e.g. before a Ray is started)."""
+    if port == 0:
+        return
+    current = members(port)
+    foreign = [m for m in current if m.owner != owner]
+    if foreign:
+        raise PortTaken(host, port, foreign[0].pid, responses_ws=True)
+    if current:
+        return  # our own application's replicas: join them
+    # Nobody of ours: is any other program listening?  A bind without SO_REUSEPORT fails
+    # while any socket listens on the port, even one that set SO_REUSEPORT.
+    probe = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind((host, port))
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        raise PortTaken(host, port, listener_pid(port), responses_ws=False) from None
+    finally:
+        probe.close()
+
+
+@contextlib.contextmanager
+def _port_lock(port: int) -> Iterator[None]:
+    """Held while one process checks and joins the port; freed by the kernel if it dies."""
+    lock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    deadline = time.monotonic() + LOCK_WAIT_S
+    try:
+        while True:
+            try:
+                lock.bind(f"\0{PREFIX}-lock/{port}")
+                break
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
+        yield
+    finally:
+        lock.close()
+
+
+def listener_pid(port: int) -> int | None:
+    """The pid of a process listening on TCP ``port``, if this user can see one."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                    inodes.add(f"socket:[{fields[9]}]")
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            for fd in (proc / "fd").iterdir():
+                with contextlib.suppress(OSError):
+                    if os.readlink(fd) in inodes:
+                        return int(proc.name)
+    return None
+
+
+def command_line(pid: int) -> str:
+    """What ``ps`` would show for ``pid`` (Ray names its workers, e.g.
+    ``ray::ServeReplica:responses-ws:Gateway``); ``?`` if it is gone."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()[:120]
+    except OSError:
+        return "?"
