@@ -454,7 +454,7 @@ async def _measure(url: str, args, meter: ServerMeter, on_held: Any = None) -> d
         raise SystemExit(f"unknown phases: {sorted(unknown)}")
     result: dict[str, Any] = {}
     if "micro" in phases:
-        result["micro"] = micro_phase()
+        result["micro"] = await asyncio.to_thread(micro_phase)  # it runs event loops of its own
     with Progress(transient=True) as bar:
         if "warm" in phases:
             result["warm"] = await warm_phase(url, args.warm_connects)
