@@ -3,9 +3,10 @@
 :class:`InferenceClient` is the whole contract — one streaming call per model call, yielding
 chunks of :mod:`inference.types` events (closing the stream cancels the call), and a warm-up
 that lists the models.  A backend implements it in a module of its own beside this one
-(:mod:`.ray_serve`: the emulator's Serve deployment); :class:`ModelCall` and
-:class:`BeforeCall` are the one hook a backend may run before each call (the opt-in what-if
-services, :mod:`actors.whatif`).  No Ray here: unit tests put a fake behind the protocol.
+(:mod:`.ray_serve`: the emulator's Serve deployment).  A backend's ``before_call`` is the one
+hook the connection awaits before each of its calls (:class:`BeforeCall`, given the
+:class:`ModelCall`; the opt-in what-if services, :mod:`actors.whatif`).  No Ray here: unit
+tests put a fake behind the protocol.
 """
 
 from __future__ import annotations

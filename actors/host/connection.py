@@ -2,9 +2,9 @@
 
 It feeds client input into the session, runs the model calls the session starts through an
 :class:`~actors.backend.InferenceClient` (its ``before_call`` hook first), answers the
-session's store loads, tokenises large inputs (on a
-worker thread while the host has other work in flight, :class:`RenderPool`), writes what the session asks
-to persist through a :class:`~store.writer.StoreWriter`, and queues server events for
+session's store loads, tokenises large inputs (on a worker thread while the host has other
+work in flight, :class:`RenderPool`), writes what the session asks to persist through a
+:class:`~store.writer.StoreWriter`, and queues server events for
 whoever holds the client (a WebSocket, an HTTP response), who drains them in batches.  No
 Ray here.
 
