@@ -5,8 +5,8 @@ Phases: ``parse_validate``, ``history_load``, ``render``, ``classify``,
 (inference, as the emulated model reports them); and the calls a hook makes before each
 model call (:meth:`PhaseTimer.service`, e.g. the what-if services' ``hop`` and
 ``safety_model``, docs/whatif.md), which count as API work.  ``api_overhead`` is the
-server's time on a response outside waiting for inference; ``other`` is the part of it no phase accounts
-for (event loop, encoding, socket writes).  A client asks for the numbers with
+server's time on a response outside waiting for inference; ``other`` is the part of it no
+phase accounts for (event loop, encoding, socket writes).  A client asks for the numbers with
 ``metadata={"responses_ws.timings": "1"}`` and reads them, as a JSON string, from the
 terminal response's ``metadata["responses_ws.timings"]``.
 """
