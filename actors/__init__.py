@@ -3,5 +3,6 @@ machine and what it is built from (context, rendering, safety, response building
 errors, timings).  No Ray, no asyncio, no sockets: unit tests drive it in microseconds.
 
 The I/O driver that runs sessions — the Ray actor, the asyncio connection driver, the
-WebSocket server, socket handoff and resume — is :mod:`actors.host`.
+WebSocket server, socket handoff and resume — is :mod:`actors.host`; the inference seam it
+calls models through, with its backends, is :mod:`actors.backend`.
 """

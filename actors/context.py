@@ -49,9 +49,9 @@ class ContextEntry:
     tool_results: int  # function_call_output items in the conversation
     store: bool
     scan: Classifier  # the safety classifier's state after the whole conversation
-    # Tokens at the end of the conversation no request has read yet: the latest output, or
-    # all of them when rebuilt from a record (what a carried what-if classifier reads next,
-    # actors.whatif).
+    # Tokens at the end of the conversation no model call has read yet: the latest output
+    # (in a rollout, with the tool results appended since), or all of them when rebuilt from
+    # a record (actors.backend.ModelCall).
     fresh_tokens: int = 0
 
 

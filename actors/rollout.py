@@ -60,9 +60,11 @@ def tool_results(rollout: Rollout, items: Sequence[InputItem]) -> list[ToolResul
 def answer(rollout: Rollout, results: Sequence[ToolResult], scan: Classifier) -> Rollout:
     """The rollout with the client's tool results appended (``scan`` has read them)."""
     ctx = rollout.context
-    context = extend(ctx, ctx.response_id, input_tokens=render_items(results), inputs=input_dicts(results),
+    tokens = render_items(results)
+    context = extend(ctx, ctx.response_id, input_tokens=tokens, inputs=input_dicts(results),
                      output=(), call_ids=ctx.call_ids, tool_results=ctx.tool_results + len(results),
                      store=ctx.store, scan=scan)
+    context.fresh_tokens = ctx.fresh_tokens + len(tokens)  # no model call has read them yet
     return Rollout(context, rollout.folded, rollout.open_calls - {r.call_id for r in results})
 
 

@@ -65,7 +65,6 @@ from .steering import (
 )
 from .timings import METADATA_KEY, PhaseTimer, as_metadata
 from .turn import Effects, Load, Render, Turn
-from .whatif import resume_charge, turn_charge
 
 __all__ = ["Effects", "Load", "Render", "Session", "Turn"]
 
@@ -225,10 +224,7 @@ class Session:
         except APIError as exc:
             return Effects(events=[error_event(exc, stream_id=turn.lane)])
         turn.rollout = rollout.answer(turn.rollout, results, scan)
-        before = len(turn.request.prompt_token_ids)
         turn.request = rollout.resume(turn.request, turn.prefix_len, turn.rollout)
-        turn.charge = resume_charge(self.config.whatif, before - turn.prefix_len,
-                                    len(turn.request.prompt_token_ids) - turn.prefix_len)
         turn.builder.resume()
         return Effects(start=[turn])
 
@@ -378,7 +374,6 @@ class Session:
             timings_requested=(create.metadata or {}).get(METADATA_KEY) == "1",
             create=create,
             prefix_len=len(prompt) - len(input_tokens) - (len(parent.tokens) if parent else 0),
-            charge=turn_charge(self.config.whatif, parent, len(input_tokens)),
         )
         self._requests.move(request, Stage.RUNNING)
         request.turn = turn

@@ -2,11 +2,11 @@
 
 Phases: ``parse_validate``, ``history_load``, ``render``, ``classify``,
 ``model_resolution``, ``post`` (API work), and ``queue``, ``prefill``, ``decode``
-(inference, as the emulated model reports them); with the opt-in what-if services on
-(docs/whatif.md) also ``hop`` and ``safety_model``, their calls before each model call,
-which count as API work.  ``api_overhead`` is the server's time on
-a response outside waiting for inference; ``other`` is the part of it no phase accounts
-for (event loop, encoding, socket writes).  A client asks for the numbers with
+(inference, as the emulated model reports them); and the calls a hook makes before each
+model call (:meth:`PhaseTimer.service`, e.g. the what-if services' ``hop`` and
+``safety_model``, docs/whatif.md), which count as API work.  ``api_overhead`` is the
+server's time on a response outside waiting for inference; ``other`` is the part of it no
+phase accounts for (event loop, encoding, socket writes).  A client asks for the numbers with
 ``metadata={"responses_ws.timings": "1"}`` and reads them, as a JSON string, from the
 terminal response's ``metadata["responses_ws.timings"]``.
 """
@@ -19,7 +19,6 @@ from contextlib import contextmanager
 
 METADATA_KEY = "responses_ws.timings"
 API_PHASES = ("parse_validate", "history_load", "render", "classify", "model_resolution", "post")
-SERVICE_PHASES = ("hop", "safety_model")  # reported only when a service was called
 INFERENCE_PHASES = ("queue", "prefill", "decode")
 
 
@@ -43,8 +42,9 @@ class PhaseTimer:
 
     @contextmanager
     def service(self, name: str) -> Iterator[None]:
-        """A what-if service's call, made while the response waits for inference: it is API
-        work, not inference time."""
+        """A call before the model call (:class:`~actors.backend.BeforeCall`), made while the
+        response waits for inference: it is API work, not inference time; reported only once
+        made."""
         t = self._perf()
         try:
             yield
@@ -72,7 +72,7 @@ class PhaseTimer:
         overhead = max(0.0, total - self.inference_wait_ms)
         out = {k: round(v, 3) for k, v in self.ms.items()}
         out["api_overhead"] = round(overhead, 3)
-        api = sum(self.ms[p] for p in API_PHASES) + sum(self.ms.get(p, 0.0) for p in SERVICE_PHASES)
+        api = sum(v for k, v in self.ms.items() if k not in INFERENCE_PHASES)  # services too
         out["other"] = round(max(0.0, overhead - api), 3)
         return out
 

@@ -14,7 +14,6 @@ from .protocol import InputItem, ResponseCreate, ServerEvent
 from .response_builder import ResponseBuilder
 from .safety import Classifier
 from .timings import PhaseTimer
-from .whatif import Charge
 
 
 @dataclass(slots=True)
@@ -37,7 +36,6 @@ class Turn:
     create: ResponseCreate  # what a steered response's successor inherits
     prefix_len: int = 0  # prompt tokens before the conversation (tools, instructions)
     rollout: Rollout | None = None  # append mode only (actors.rollout)
-    charge: Charge | None = None  # what-if services to call before the next model call (actors.whatif)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,21 +1,15 @@
-"""What the opt-in what-if services (``session.whatif``, docs/whatif.md) charge a model call.
+"""The opt-in what-if services (``session.whatif``, docs/whatif.md) as the one hook before each
+model call (:class:`~actors.backend.BeforeCall`): the request passes the hop, then the safety
+model reads it, each a timed phase of the response.
 
-Pure: the session decides per model call how many tokens each service processes, and the
-driver (:mod:`actors.host.connection`) makes the calls.  The rule is the keyword
-classifier's (:mod:`actors.safety`), so the services cost the same per processed token on
-every transport:
-
-* a conversation continued from a state the connection carries (a WebSocket lane's cached
-  response) reads only the tokens no request has read yet — the parent's output and the
-  new input — and the classifier reads up to ``window_tokens`` of what came before again,
-  as context;
-* a conversation rebuilt from a stored record (HTTP ``previous_response_id``, a WebSocket
-  cache miss) or resent whole (HTTP without ``previous_response_id``) carries nothing: every
-  token of it is read again.
-
-Like the keyword classifier, the services read the conversation's items, not the per-request
-instructions and tool definitions; the hop forwards what the classifier reads except the
-window.  The latest response's output is read by the next request that continues it.
+What a call is charged follows the keyword classifier's rule (:mod:`actors.safety`), so the
+services cost the same per processed token on every transport: a call reads the tokens of
+its conversation no earlier call read (:attr:`~actors.backend.ModelCall.unread_tokens` — a
+continued conversation's latest output and new input, a rebuilt or resent one all of it),
+and the classifier reads up to ``window_tokens`` of what came before again, as context.
+Like the keyword classifier, the services read the conversation's items, not the
+per-request instructions and tool definitions; the hop forwards what the classifier reads
+except the window.
 """
 
 from __future__ import annotations
@@ -25,7 +19,7 @@ from typing import Protocol
 
 from inference.whatif import WhatIfConfig
 
-from .context import ContextEntry
+from .backend import ModelCall
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,31 +30,38 @@ class Charge:
     safety_tokens: int | None
 
 
-def _charge(config: WhatIfConfig, new: int, before: int) -> Charge | None:
-    """``new`` tokens not read yet, after ``before`` tokens already read."""
+def charge(config: WhatIfConfig, call: ModelCall) -> Charge | None:
+    """What ``call`` costs each service; ``None`` when both are off."""
     if not config.enabled:
         return None
-    window = min(config.safety_model.window_tokens, before)
+    new = call.unread_tokens
+    window = min(config.safety_model.window_tokens, call.conversation_tokens - new)
     return Charge(hop_tokens=new if config.hop.enabled else None,
                   safety_tokens=new + window if config.safety_model.enabled else None)
 
 
-def turn_charge(config: WhatIfConfig, parent: ContextEntry | None, input_tokens: int) -> Charge | None:
-    """A response's first model call: its parent's unread tokens plus its input."""
-    if parent is None:
-        return _charge(config, input_tokens, 0)
-    return _charge(config, parent.fresh_tokens + input_tokens, len(parent.tokens) - parent.fresh_tokens)
-
-
-def resume_charge(config: WhatIfConfig, before: int, after: int) -> Charge | None:
-    """An append-mode response's next model call: the conversation grew from ``before`` to
-    ``after`` tokens (the paused call's output and the appended tool results)."""
-    return _charge(config, after - before, before)
-
-
-class WhatIfClient(Protocol):
-    """The services as the driver calls them (:class:`actors.host.actor.ServeInference`)."""
+class Services(Protocol):
+    """The services' calls (their Serve deployments: :class:`actors.backend.ray_serve.ServeServices`)."""
 
     async def forward(self, tokens: int) -> None: ...
 
     async def classify(self, tokens: int) -> None: ...
+
+
+class WhatIfServices:
+    """The hook: charge the call, then call each enabled service, hop first."""
+
+    def __init__(self, config: WhatIfConfig, services: Services) -> None:
+        self._config = config
+        self._services = services
+
+    async def __call__(self, call: ModelCall) -> None:
+        cost = charge(self._config, call)
+        if cost is None:
+            return
+        if cost.hop_tokens is not None:
+            with call.timer.service("hop"):
+                await self._services.forward(cost.hop_tokens)
+        if cost.safety_tokens is not None:
+            with call.timer.service("safety_model"):
+                await self._services.classify(cost.safety_tokens)

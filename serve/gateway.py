@@ -28,6 +28,7 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from actors.backend.ray_serve import ServeInference
 from actors.errors import (
     APIError,
     InvalidResumeToken,
@@ -35,7 +36,7 @@ from actors.errors import (
     ServerShuttingDown,
     TooManyConnections,
 )
-from actors.host.actor import PhaseMetrics, ServeInference, SessionHost
+from actors.host.actor import PhaseMetrics, SessionHost
 from actors.host.handoff import Ended, Gone, Handoff, Link, Outcome, SocketKind, handoff_path
 from actors.host.resume import RESUME_HEADER, parse_token
 from actors.logs import configure as configure_logs

@@ -18,9 +18,10 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
+from actors.backend import InferenceClient
 from actors.config import SessionConfig
 from actors.errors import APIError, InvalidRequest, ModelNotFound, NotFound, PreviousResponseNotFound
-from actors.host.connection import Connection, InferenceClient
+from actors.host.connection import Connection
 from actors.ids import new_id
 from actors.protocol import (
     SSE_DONE,

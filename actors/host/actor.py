@@ -1,12 +1,12 @@
-"""The session host actor: with its metrics (:mod:`.metrics`) the only module of ``actors/``
-that imports Ray.
+"""The session host actor: with its metrics (:mod:`.metrics`) and the Serve backend
+(:mod:`actors.backend.ray_serve`) the modules of ``actors/`` that import Ray.
 
 One ``SessionHost`` actor owns the state of the connections assigned to it — exactly one by
 default (``connections_per_actor``).  It terminates those WebSockets itself (the gateway
 hands the accepted socket over, see :mod:`actors.host.server`), so client frames reach the
-session core without a Ray hop; the one hop per turn is the streaming call to the inference
-deployment through a Serve ``DeploymentHandle`` (plus, with the opt-in what-if services on,
-one call to each of them: docs/whatif.md).
+session core without a Ray hop; the one hop per turn is the model call through the
+inference seam (:mod:`actors.backend`; plus, with the opt-in what-if services on, one call to
+each of them before it: docs/whatif.md).
 """
 
 from __future__ import annotations
@@ -16,18 +16,17 @@ import ctypes
 import logging
 import socket
 import time
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import Callable
+from typing import Protocol
 
 import ray
-from ray import serve
-from ray.serve.handle import DeploymentHandle
+from starlette.types import ASGIApp
 
 from inference import tokenizer
-from inference.types import InferenceEvent, InferenceRequest
-from inference.whatif import HopConfig, SafetyModelConfig
 from store import StoreConfig, StoreWriter, open_store
 
+from ..backend import InferenceClient
+from ..backend.ray_serve import ServeInference
 from ..cache_budget import CacheBudget
 from ..config import SessionConfig
 from ..logs import LogSettings
@@ -50,61 +49,15 @@ def release_free_heap() -> None:
         pass
 
 
-class ServeInference:
-    """:class:`~actors.host.connection.InferenceClient` over a Serve deployment handle, and
-    :class:`~actors.whatif.WhatIfClient` over the what-if deployments when they are on."""
-
-    def __init__(self, config: SessionConfig) -> None:
-        handle = serve.get_deployment_handle(config.inference_deployment, app_name=config.inference_app)
-        self._generate = handle.options(stream=True, method_name="generate")
-        self._handle = handle
-        whatif = config.whatif
-
-        def service(c: HopConfig | SafetyModelConfig) -> DeploymentHandle | None:
-            return serve.get_deployment_handle(c.deployment, app_name=config.inference_app) if c.enabled else None
-
-        self._hop, self._safety = service(whatif.hop), service(whatif.safety_model)
-
-    async def warm(self) -> list[str]:
-        """Pay the first-call costs of both handle paths (~100–300 ms) before any client
-        does, with a prefill-only request outside any session; returns the model ids."""
-        models = [m["id"] for m in await self._handle.models.remote()]
-        probe = InferenceRequest(request_id="warm-up", model=models[0], prompt_token_ids=[], generate=False)
-        async for _ in self.stream(probe):
-            pass
-        for service in (self._hop, self._safety):
-            if service is not None:
-                await service.stats.remote()
-        return models
-
-    async def forward(self, tokens: int) -> None:
-        assert self._hop is not None
-        await self._hop.forward.remote(tokens)
-
-    async def classify(self, tokens: int) -> None:
-        assert self._safety is not None
-        await self._safety.classify.remote(tokens)
-
-    async def stream(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
-        """One streaming call.  A request with a ``session_key`` carries it as Serve's
-        ``session_id``, which the inference deployment's router pins to one replica
-        (prefix-cache locality, ``inference.deployment.SessionAffinityRouter``)."""
-        generate = self._generate
-        if request.session_key:
-            generate = generate.options(session_id=request.session_key)  # shares the router
-        response = generate.remote(request)
-        try:
-            async for chunk in response:
-                yield chunk
-        finally:
-            response.cancel()  # no-op when finished; frees the batch slot when cut short
-
-
 log = logging.getLogger(__name__)
 
-# Builds the ASGI app of HTTP mode on a host from the host's own store writer, inference
-# client, model ids and metrics (the gateway passes it in: actors/ never imports serve/).
-HttpAppFactory = Callable[..., Any]
+
+class HttpAppFactory(Protocol):
+    """Builds the ASGI app of HTTP mode on a host from the host's own store writer, inference
+    client, model ids and metrics (the gateway passes it in: actors/ never imports serve/)."""
+
+    def __call__(self, *, store: StoreWriter, inference: InferenceClient, model_ids: Callable[[], list[str]],
+                 observe: Callable[[str, dict[str, float]], None] | None) -> ASGIApp: ...
 
 
 @ray.remote(num_cpus=0)
@@ -193,7 +146,7 @@ class SessionHost:
         self._websockets += delta
         self._host_metrics.connections(self._websockets)
 
-    async def stats(self) -> dict[str, Any]:
+    async def stats(self) -> dict[str, str | int | bool]:
         """What the Ray dashboard cannot show by itself (docs/operations.md)."""
         return {"name": self._name, "websockets": self._websockets, "idle": self._sockets.idle}
 

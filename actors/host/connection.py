@@ -1,9 +1,10 @@
 """The asyncio driver of one :class:`~actors.session.Session`.
 
 It feeds client input into the session, runs the model calls the session starts through an
-:class:`InferenceClient`, answers the session's store loads, tokenises large inputs (on a
-worker thread while the host has other work in flight, :class:`RenderPool`), writes what the session asks
-to persist through a :class:`~store.writer.StoreWriter`, and queues server events for
+:class:`~actors.backend.InferenceClient` (its ``before_call`` hook first), answers the
+session's store loads, tokenises large inputs (on a worker thread while the host has other
+work in flight, :class:`RenderPool`), writes what the session asks to persist through a
+:class:`~store.writer.StoreWriter`, and queues server events for
 whoever holds the client (a WebSocket, an HTTP response), who drains them in batches.  No
 Ray here.
 
@@ -24,14 +25,14 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Protocol
 
-from inference.types import Done, InferenceEvent, InferenceRequest
-from store import StoredResponse, UsageEntry
+from inference.types import Done
+from store import StoredResponse, StoreWriter
 
+from ..backend import InferenceClient, ModelCall
 from ..errors import ServerError
 from ..protocol import (
     ResponseCompleted,
@@ -46,7 +47,6 @@ from ..render import render_items
 from ..request import InvalidTransition
 from ..session import Effects, Load, Render, Session, Turn
 from ..timings import PhaseTimer
-from ..whatif import WhatIfClient
 
 log = logging.getLogger(__name__)
 
@@ -97,23 +97,6 @@ def tokens_of(job: Render) -> list[int] | None:
 RENDER_POOL = RenderPool()
 
 
-class InferenceClient(Protocol):
-    """The seam to inference: a streaming call returning chunks of events.  With the
-    what-if services on, the client is also an :class:`~actors.whatif.WhatIfClient`."""
-
-    def stream(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]: ...
-
-
-class ResponseStore(Protocol):
-    """The seam to the store (a :class:`~store.writer.StoreWriter`)."""
-
-    async def put(self, record: StoredResponse) -> None: ...
-
-    def submit_usage(self, entry: UsageEntry) -> None: ...
-
-    async def get(self, response_id: str, owner: str) -> StoredResponse | None: ...
-
-
 class State(enum.Enum):
     """Where a connection stands; each method checks it before it moves on."""
 
@@ -147,7 +130,7 @@ class Connection:
     """One client's connection to its session, open until the server ends it or the client
     goes (:class:`State`)."""
 
-    def __init__(self, session: Session, inference: InferenceClient, store: ResponseStore,
+    def __init__(self, session: Session, inference: InferenceClient, store: StoreWriter,
                  observe: Callable[[str, dict[str, float]], None] | None = None,
                  renderer: RenderPool = RENDER_POOL) -> None:
         self.session = session
@@ -283,7 +266,7 @@ class Connection:
         else:
             self._out.put_nowait(frame)
 
-    def _spawn(self, coro) -> asyncio.Task[None]:
+    def _spawn(self, coro: Coroutine[object, object, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -305,8 +288,8 @@ class Connection:
         request = turn.request
         finished = False
         try:
-            if turn.charge is not None:
-                await self._call_services(turn)
+            if self._inference.before_call is not None:
+                await self._inference.before_call(ModelCall.of(turn))
             async with contextlib.aclosing(self._inference.stream(request)) as stream:
                 async for chunk in stream:
                     finished = finished or any(isinstance(ev, Done) for ev in chunk)
@@ -324,19 +307,6 @@ class Connection:
         finally:
             if self._generations.get(turn.turn_id) is me:
                 del self._generations[turn.turn_id]
-
-    async def _call_services(self, turn: Turn) -> None:
-        """The opt-in what-if services (docs/whatif.md) before the model call: the request
-        passes the hop, then the safety model reads it; each is a timed phase."""
-        charge, turn.charge = turn.charge, None
-        services: WhatIfClient = self._inference  # type: ignore[assignment]  # only with whatif on
-        assert charge is not None
-        if charge.hop_tokens is not None:
-            with turn.timer.service("hop"):
-                await services.forward(charge.hop_tokens)
-        if charge.safety_tokens is not None:
-            with turn.timer.service("safety_model"):
-                await services.classify(charge.safety_tokens)
 
     # -- outbound
     async def events(self) -> AsyncIterator[list[ServerEvent | str]]:

@@ -13,11 +13,12 @@ import socket
 from typing import Any
 
 import uvicorn
+from starlette.types import ASGIApp
 from uvicorn.server import ServerState
 
 
 class HttpServer:
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self._config = uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False,
                                       timeout_keep_alive=30)
         self._config.load()

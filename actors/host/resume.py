@@ -18,9 +18,11 @@ import asyncio
 import hmac
 import secrets
 from dataclasses import dataclass, field
-from typing import Any
+
+from websockets.asyncio.server import ServerConnection
 
 from ..errors import InvalidResumeToken
+from ..session import Session
 
 RESUME_HEADER = "x-responses-ws-resume-token"
 _VERSION = "rws1"
@@ -50,9 +52,9 @@ class Held:
     conn_id: str
     owner: str
     secret: str
-    session: Any  # actors.session.Session
+    session: Session
     lifetime_deadline: float  # loop time: the lifetime limit counts from the first socket
-    socket: Any | None = None  # the WebSocket carrying it now, if any
+    socket: ServerConnection | None = None  # the WebSocket carrying it now, if any
     superseded: bool = False  # a resume took over the live socket
     detached: asyncio.Event = field(default_factory=asyncio.Event)  # the live socket let go
     expiry: asyncio.TimerHandle | None = None

@@ -15,7 +15,6 @@ import logging
 import socket
 from collections.abc import Callable, Iterator
 from http import HTTPStatus
-from typing import Any
 
 from websockets.asyncio.server import Server, ServerConnection
 from websockets.datastructures import Headers
@@ -26,7 +25,8 @@ from websockets.server import ServerProtocol
 
 from ..config import SessionConfig
 from ..errors import ConnectionLimitReached, InvalidResumeToken, ServerError
-from ..protocol import encode, error_event, http_error_body
+from ..protocol import ServerEvent, encode, error_event, http_error_body
+from ..session import Session
 from .connection import Connection
 from .handoff import RESPONSES_PATH, Handoff, Outcome
 from .resume import RESUME_HEADER, Held, ResumeRegistry, make_token, new_secret
@@ -68,8 +68,8 @@ class SocketServer:
     :mod:`actors.host.resume`)."""
 
     def __init__(self, config: SessionConfig, actor_name: str,
-                 new_session: Callable[[str, str, bool], Any],
-                 connect: Callable[[Any], Connection]) -> None:
+                 new_session: Callable[[str, str, bool], Session],
+                 connect: Callable[[Session], Connection]) -> None:
         self._config = config
         self._name = actor_name
         self._new_session = new_session
@@ -145,7 +145,7 @@ class SocketServer:
             await ws.close(1008, "resume token expired")  # between the upgrade and now
             return None
         self.registry.claim(held)
-        old: SessionSocket | None = held.socket
+        old = held.socket
         if old is not None:  # the old socket may be dead without the server knowing yet
             held.superseded = True
             with contextlib.suppress(TimeoutError, ConnectionClosed):
@@ -242,7 +242,7 @@ class SocketServer:
             await asyncio.wait(pending, timeout=5)
 
 
-def _encode_or_error(event: Any) -> str:
+def _encode_or_error(event: ServerEvent) -> str:
     """An event that cannot be encoded (a bug) is replaced by ``server_error`` rather than
     killing the sender and leaving the socket silent."""
     try:

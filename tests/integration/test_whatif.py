@@ -1,7 +1,7 @@
 """The opt-in what-if services on a real Serve app: a WebSocket turn charges the classifier
 the new tokens plus the carried window, an HTTP request (chained or resent whole) the whole
 history; the calls are timed phases of API work.  (Off by default, nothing is bound:
-tests/serve/test_config.py; no turn carries a charge: tests/actors/test_whatif.py.)"""
+tests/serve/test_config.py; no call is charged: tests/actors/test_whatif.py.)"""
 
 from __future__ import annotations
 

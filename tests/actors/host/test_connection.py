@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from actors.config import SessionConfig
-from actors.host.connection import Connection, RenderPool, ResponseStore, State
+from actors.host.connection import Connection, RenderPool, State
 from actors.protocol import ServerEvent
 from actors.session import Session
 from inference.types import Done, InferenceEvent, InferenceRequest, Prefilled, TextDelta
@@ -34,7 +34,7 @@ def test_an_unexpected_exception_becomes_server_error_without_its_text(tmp_path)
     async def main():
         session = BuggySession(SessionConfig(), [MODEL], session_key="s", clock=lambda: 0.0)
         store = StoreWriter(open_store(StoreConfig(data_dir=str(tmp_path))))
-        conn = Connection(session, inference=None, store=store)  # type: ignore[arg-type]
+        conn = Connection(session, ScriptedInference(), store)
         conn.feed("trigger")
         conn.feed("not json")  # the connection still answers the next frame
         events = [json.loads(e.model_dump_json()) for e in (await anext(conn.events()))]
@@ -52,15 +52,16 @@ def test_an_unexpected_exception_becomes_server_error_without_its_text(tmp_path)
 # --- out; only that lane waits ----------------------------------------------------------------
 
 
-class GatedStore(ResponseStore):
-    """A store whose puts wait for ``open()``; ``fail`` lists ids whose put then raises."""
+class GatedStore:
+    """A :class:`store.Store` whose puts wait for ``open()``; ``fail`` lists ids whose put then
+    raises.  Connections reach it through a real :class:`StoreWriter`."""
 
     def __init__(self, fail: frozenset[str] = frozenset()) -> None:
         self.gate = asyncio.Event()
         self.fail = fail
         self.started: list[str] = []
         self.records: dict[str, StoredResponse] = {}
-        self.usage: list[UsageEntry] = []
+        self.ledger: list[UsageEntry] = []
 
     async def put(self, record: StoredResponse) -> None:
         self.started.append(record.id)
@@ -69,19 +70,36 @@ class GatedStore(ResponseStore):
             raise ConnectionError("store unreachable")
         self.records[record.id] = record
 
-    def submit_usage(self, entry: UsageEntry) -> None:
-        self.usage.append(entry)
-
     async def get(self, response_id: str, owner: str) -> StoredResponse | None:
         record = self.records.get(response_id)
         return record if record is not None and record.owner == owner else None
+
+    async def delete(self, response_id: str, owner: str) -> bool:
+        return self.records.pop(response_id, None) is not None
+
+    async def add_usage(self, entry: UsageEntry) -> None:
+        self.ledger.append(entry)
+
+    async def usage(self, owner: str) -> list[UsageEntry]:
+        return [e for e in self.ledger if e.owner == owner]
+
+    async def probe(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
 
 
 class ScriptedInference:
     """Answers "Hi there"; a request with ``HOLD`` metadata pauses after its first delta."""
 
+    before_call = None
+
     def __init__(self) -> None:
         self.release = asyncio.Event()
+
+    async def warm(self) -> list[str]:
+        return [MODEL]
 
     async def stream(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
         yield [Prefilled(len(request.prompt_token_ids), 0, 0.0, 0.0), TextDelta("Hi", 1)]
@@ -134,13 +152,16 @@ def run(scenario: Callable[[Connection, GatedStore, ScriptedInference, Client], 
         gated = store or GatedStore()
         inference = ScriptedInference()
         session = Session(SessionConfig(), [MODEL], session_key="s", clock=lambda: 0.0)
-        conn = Connection(session, inference, gated,
+        writer = StoreWriter(gated)
+        conn = Connection(session, inference, writer,
                           observe=None if observed is None else lambda t, r: observed.append(r))
         client = Client(conn, gated)
         try:
             await scenario(conn, gated, inference, client)
         finally:
             await conn.close()
+            gated.gate.set()
+            await writer.close()
 
     asyncio.run(main())
 
@@ -154,7 +175,8 @@ def test_the_terminal_event_waits_for_the_record_while_other_lanes_flow():
         await client.until(lambda: len(store.started) == 2)
         assert "response.output_text.done" in client.types("b"), "lane b's events were not held"
         assert client.types("a")[-1] == "response.output_item.done", "a's terminal waits for its put"
-        assert [u.response_id for u in store.usage] == store.started, "the ledger does not wait"
+        await client.until(lambda: len(store.ledger) == 2)
+        assert [u.response_id for u in store.ledger] == store.started, "the ledger does not wait"
         store.gate.set()
         await client.until(lambda: len(client.stored_when_sent) == 2)
         assert client.types("a")[-1] == client.types("b")[-1] == "response.completed"
@@ -319,12 +341,14 @@ def render_scenario(pool: CountingPool, scenario) -> None:
         session = Session(SessionConfig(render_offload_chars=100), [MODEL], session_key="s", clock=lambda: 0.0)
         store = GatedStore()
         store.gate.set()
+        writer = StoreWriter(store)
         inference = ScriptedInference()
-        conn = Connection(session, inference, store, renderer=RenderPool(pool))
+        conn = Connection(session, inference, writer, renderer=RenderPool(pool))
         try:
             await scenario(conn, inference, Client(conn, store))
         finally:
             await conn.close()
+            await writer.close()
 
     try:
         asyncio.run(main())

@@ -1,0 +1,79 @@
+"""The inference seam over Ray Serve: the emulator's deployment (``inference.deployment``)
+and, when on, the what-if services' deployments (``inference.whatif_deployment``), reached
+through ``DeploymentHandle``s by name.  With :mod:`actors.host.actor` and its metrics, the
+modules of ``actors/`` that import Ray.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from ray import serve
+from ray.serve.handle import DeploymentHandle
+
+from inference.types import InferenceEvent, InferenceRequest
+from inference.whatif import HopConfig, SafetyModelConfig
+
+from ..config import SessionConfig
+from ..whatif import WhatIfServices
+from . import BeforeCall
+
+
+class ServeInference:
+    """:class:`~actors.backend.InferenceClient` over the inference deployment's handle; its
+    ``before_call`` is the what-if services when ``session.whatif`` turns any on."""
+
+    def __init__(self, config: SessionConfig) -> None:
+        handle = serve.get_deployment_handle(config.inference_deployment, app_name=config.inference_app)
+        self._generate = handle.options(stream=True, method_name="generate")
+        self._handle = handle
+        self._services = ServeServices(config)
+        self.before_call: BeforeCall | None = (WhatIfServices(config.whatif, self._services)
+                                               if config.whatif.enabled else None)
+
+    async def warm(self) -> list[str]:
+        """Pay the first-call costs of both handle paths (~100–300 ms) before any client
+        does, with a prefill-only request outside any session; returns the model ids."""
+        models = [m["id"] for m in await self._handle.models.remote()]
+        probe = InferenceRequest(request_id="warm-up", model=models[0], prompt_token_ids=[], generate=False)
+        async for _ in self.stream(probe):
+            pass
+        await self._services.warm()
+        return models
+
+    async def stream(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
+        """One streaming call.  A request with a ``session_key`` carries it as Serve's
+        ``session_id``, which the inference deployment's router pins to one replica
+        (prefix-cache locality, ``inference.deployment.SessionAffinityRouter``)."""
+        generate = self._generate
+        if request.session_key:
+            generate = generate.options(session_id=request.session_key)  # shares the router
+        response = generate.remote(request)
+        try:
+            async for chunk in response:
+                yield chunk
+        finally:
+            response.cancel()  # no-op when finished; frees the batch slot when cut short
+
+
+class ServeServices:
+    """:class:`~actors.whatif.Services` over the what-if deployments that are on."""
+
+    def __init__(self, config: SessionConfig) -> None:
+        def handle(c: HopConfig | SafetyModelConfig) -> DeploymentHandle | None:
+            return serve.get_deployment_handle(c.deployment, app_name=config.inference_app) if c.enabled else None
+
+        self._hop, self._safety = handle(config.whatif.hop), handle(config.whatif.safety_model)
+
+    async def warm(self) -> None:
+        for service in (self._hop, self._safety):
+            if service is not None:
+                await service.stats.remote()
+
+    async def forward(self, tokens: int) -> None:
+        assert self._hop is not None
+        await self._hop.forward.remote(tokens)
+
+    async def classify(self, tokens: int) -> None:
+        assert self._safety is not None
+        await self._safety.classify.remote(tokens)
