@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import model_serializer
+from pydantic import Field
 
 from ..errors import APIError, ServerError
 from .items import OutputItem, OutputText, _Out
@@ -83,18 +83,16 @@ class ResponseObject(_Out):
     safety_identifier: str | None = None
 
 
+def _absent(value: object) -> bool:
+    return value is None
+
+
 class _Event(_Out):
     """Base of server events: ``stream_id`` is present iff the create had one (docs/protocol.md §3.1)."""
 
-    stream_id: str | None = None
-
-    @model_serializer(mode="wrap")
-    def _drop_absent(self, handler: Any) -> dict[str, Any]:
-        data = handler(self)
-        for key in ("stream_id", "sequence_number"):
-            if key in data and data[key] is None:
-                del data[key]
-        return data
+    # Left out when absent, field by field: a wrapping serializer would build the whole
+    # event (tens of KB of echoed instructions and tools) as Python objects first.
+    stream_id: str | None = Field(None, exclude_if=_absent)
 
 
 class ResponseCreated(_Event):
@@ -228,7 +226,7 @@ class ErrorEvent(_Event):
     type: Literal["error"] = "error"
     status: int
     error: ErrorDetail
-    sequence_number: int | None = None
+    sequence_number: int | None = Field(None, exclude_if=_absent)
 
 
 class SteerFailedError(_Out):
