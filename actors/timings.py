@@ -5,8 +5,12 @@ Phases: ``parse_validate``, ``history_load``, ``render``, ``classify``,
 (inference, as the emulated model reports them); and the calls a hook makes before each
 model call (:meth:`PhaseTimer.service`, e.g. the what-if services' ``hop`` and
 ``safety_model``, docs/whatif.md), which count as API work.  ``api_overhead`` is the
-server's time on a response outside waiting for inference; ``other`` is the part of it no
-phase accounts for (event loop, encoding, socket writes).  A client asks for the numbers with
+response's time on the server (from its frame or request to its terminal event) less the
+model's own time (queue + prefill + decode): what a client waits for outside the model, as
+far as the server can see it — ``backend`` is the model call's own cost beyond the model's
+time (the hop to the inference replica and back), ``other`` what no phase accounts for
+(the event loop, encoding and writing the earlier frames).  The terminal frame's own
+encoding, compression and write come after the figures it carries (docs/performance.md).  A client asks for the numbers with
 ``metadata={"responses_ws.timings": "1"}`` and reads them, as a JSON string, from the
 terminal response's ``metadata["responses_ws.timings"]``.
 """
@@ -69,10 +73,13 @@ class PhaseTimer:
     def report(self, queue_ms: float, prefill_ms: float, decode_ms: float) -> dict[str, float]:
         self.ms.update(queue=queue_ms, prefill=prefill_ms, decode=decode_ms)
         total = (self._perf() - self.started) * 1000.0
-        overhead = max(0.0, total - self.inference_wait_ms)
+        model = queue_ms + prefill_ms + decode_ms
+        overhead = max(0.0, total - model)
+        backend = max(0.0, self.inference_wait_ms - model)
         out = {k: round(v, 3) for k, v in self.ms.items()}
+        out["backend"] = round(backend, 3)
         out["api_overhead"] = round(overhead, 3)
-        api = sum(v for k, v in self.ms.items() if k not in INFERENCE_PHASES)  # services too
+        api = sum(v for k, v in self.ms.items() if k not in INFERENCE_PHASES) + backend  # services too
         out["other"] = round(max(0.0, overhead - api), 3)
         return out
 

@@ -46,6 +46,7 @@ class Turn:
     total_ms: float
     model_ms: float | None = None  # server-reported queue + prefill + decode
     api_overhead_ms: float | None = None
+    backend_ms: float | None = None  # the server's model call beyond the model's time
 
 
 @dataclass
@@ -120,7 +121,7 @@ async def drive(url: str, mode: str, fixed: dict[str, Any], outputs: list[str]) 
             timings = server_timings(prev)
             model = model_seconds(timings)
             run.turns.append(Turn(create, frames, total_ms, None if model is None else model * 1000,
-                                  (timings or {}).get("api_overhead")))
+                                  (timings or {}).get("api_overhead"), (timings or {}).get("backend")))
     return run
 
 
@@ -180,7 +181,9 @@ def summarise(run: Run, reference: list[float], skip: int) -> dict[str, Any]:
     api = [t.api_overhead_ms for t in turns if t.api_overhead_ms is not None]
     out = {"turns": len(turns), "server_nonmodel_ms": median(ours), "reference_ms": median(ref),
            "ratio": round(statistics.median(ours) / statistics.median(ref), 2) if ours and ref else None,
-           "server_api_overhead_ms": median(api), "frames_per_turn": median([len(t.frames) for t in turns]),
+           "server_api_overhead_ms": median(api),
+           "server_backend_ms": median([t.backend_ms for t in turns if t.backend_ms is not None]),
+           "frames_per_turn": median([len(t.frames) for t in turns]),
            "bytes_per_turn": median([sum(len(f) for f in t.frames) for t in turns])}
     out["client_minus_server_ms"] = round(out["server_nonmodel_ms"] - out["server_api_overhead_ms"], 3)
     return out
@@ -224,7 +227,7 @@ def run(args: argparse.Namespace) -> int:
         for mode, s in result.items():
             print(f"round {r + 1} {mode:>7}: server {s['server_nonmodel_ms']:.2f} ms outside the model per turn, "
                   f"reference {s['reference_ms']:.2f} ms -> {s['ratio']}x; the server reports "
-                  f"api_overhead {s['server_api_overhead_ms']:.2f} ms "
+                  f"api_overhead {s['server_api_overhead_ms']:.2f} ms (backend {s['server_backend_ms']:.2f}) "
                   f"({s['frames_per_turn']:.0f} frames, {s['bytes_per_turn'] / 1000:.0f} KB a turn)")
     results.write(args.out, {"command": args.command, "rounds": rounds,
                              "workload": {k: getattr(args, k) for k in

@@ -15,7 +15,7 @@ from tests.support.wire import TOOLS, outputs_for, raw_collect
 MODEL = "emu-fast"
 TIMINGS = {"responses_ws.timings": "1"}
 PHASES = {"parse_validate", "history_load", "render", "classify", "model_resolution", "queue",
-          "prefill", "decode", "post", "api_overhead", "other"}
+          "prefill", "decode", "post", "backend", "api_overhead", "other"}
 AWS_KEY = "AKIA" + "QWERTYUIOPASDFGH"
 
 
