@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import itertools
 import logging
 import socket
 import time
 import uuid
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +42,7 @@ from actors.protocol import http_error_body
 from store import open_store
 from store.writer import StoreWriter
 
+from .admission import Admission
 from .app import build_app
 from .auth import KeyRing
 from .config import AppConfig
@@ -60,7 +59,8 @@ from .http_api import add_http_routes, host_app
 from .logs import replica_log_settings
 from .metrics import GatewayMetrics
 from .origins import OriginPolicy
-from .pool import ActorPool, Host, Lease, NoCapacity, policy_from
+from .pool import ActorPool, NoCapacity, policy_from
+from .port_claim import PortClaim
 from .port_claim import claim as claim_port
 
 log = logging.getLogger(__name__)
@@ -76,17 +76,6 @@ class HostHandle:
     reader: asyncio.Task[None] | None = None
 
 
-@dataclass(eq=False, slots=True)
-class OpenSocket:
-    """A WebSocket handed to a host: the gateway's copy of its descriptor (to close it with
-    1011 should the host die), whose it is, and the pool slot it holds (``None`` for a resume)."""
-
-    sock: socket.socket
-    owner: str
-    lease: Lease | None
-    link: Link
-
-
 @serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=16)
 class Gateway:
     async def __init__(self, config: dict, inference: DeploymentHandle, **services: DeploymentHandle) -> None:
@@ -100,40 +89,46 @@ class Gateway:
         self._metrics = GatewayMetrics()
         self._models: list[dict] = await inference.models.remote()
         self._keys = KeyRing(cfg.server.api_keys)
-        self._limits = cfg.server
-        self._open: Counter[str] = Counter()  # open WebSockets per owner
-        self._sockets: dict[str, OpenSocket] = {}  # by sock_id
-        self._parked: dict[str, Lease] = {}  # conn_id → the slot of a state parked for a resume
-        self._http: dict[str, Host] = {}  # sock_id → the host serving that HTTP connection
         self._foreign: dict[str, Link] = {}  # links to hosts of other gateways (resumes)
         self._store = StoreWriter(open_store(cfg.store), on_failure=self._metrics.store_write_failed)
         self._here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         self._http_app = functools.partial(host_app, session_config=cfg.session, keys=self._keys,
                                            models=self._models)
-        self._prefix = uuid.uuid4().hex[:12]
-        self._sock_ids = itertools.count()
+        prefix = uuid.uuid4().hex[:12]
         self._draining = False
         self._pool = ActorPool(self._start_host, self._stop_host, policy_from(cfg.session),
-                               prefix=f"rws-{self._prefix}", clock=time.monotonic)
+                               prefix=f"rws-{prefix}", clock=time.monotonic)
+        self._admission: Admission[socket.socket, Link] = Admission(
+            self._pool, max_connections=cfg.server.max_connections,
+            max_connections_per_key=cfg.server.max_connections_per_key, prefix=prefix)
         await self._pool.warm_up()
-        app = build_app(self._list_models)
         self._readiness = Readiness(Probes(listening=lambda: not self._serving.done(), draining=lambda: self._draining,
                                            inference=inference.models.remote, store=self._store.store.probe))
+        self._front, self._port_claim = self._listen(self._http_config())
+        loop = asyncio.get_running_loop()
+        self._serving = loop.create_task(self._front.run())
+        self._ticking = loop.create_task(self._tick())
+
+    def _http_config(self) -> uvicorn.Config:
+        """The routes served here: readiness, the model list, and HTTP mode for when no host
+        is live."""
+        cfg = self._cfg
+        app = build_app(self._list_models)
         add_readiness_route(app, self._readiness)
         add_http_routes(app, session_config=cfg.session, keys=self._keys, store=self._store,
                         inference=ServeInference(cfg.session),
                         model_ids=lambda: [m["id"] for m in self._models],
                         observe=PhaseMetrics().observe)
-        http = uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False,
-                              timeout_keep_alive=30)
-        # One server per port: a process of another application on it fails this replica.
+        return uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False, timeout_keep_alive=30)
+
+    def _listen(self, http: uvicorn.Config) -> tuple[Front, PortClaim]:
+        """The listener, once the port is ours: one server per port, so a process of another
+        application on it fails this replica."""
+        server = self._cfg.server
         owner = f"{serve.get_replica_context().app_name}@{ray.get_runtime_context().gcs_address}"
-        listener, self._port_claim = claim_port(cfg.server.host, cfg.server.port, owner, bind_socket)
-        self._front = Front(listener, http, self._handoff, self._handoff_http,
-                            OriginPolicy(cfg.server.allowed_origins))
-        loop = asyncio.get_running_loop()
-        self._serving = loop.create_task(self._front.run())
-        self._ticking = loop.create_task(self._tick())
+        listener, port_claim = claim_port(server.host, server.port, owner, bind_socket)
+        front = Front(listener, http, self._handoff, self._handoff_http, OriginPolicy(server.allowed_origins))
+        return front, port_claim
 
     async def _list_models(self) -> list[dict]:
         return self._models
@@ -161,7 +156,7 @@ class Gateway:
         while True:
             await asyncio.sleep(1.0)
             self._pool.tick()
-            self._metrics.sample(sum(self._open.values()), self._pool)
+            self._metrics.sample(self._admission.open_connections, self._pool)
 
     async def _read_link(self, link: Link, handle: HostHandle | None) -> None:
         """Notices from a host until its link ends; an end we did not cause means the host
@@ -172,62 +167,42 @@ class Gateway:
             if isinstance(message, Ended):
                 self._ended(message.sock_id, message.outcome)
             elif isinstance(message, Gone):
-                lease = self._parked.pop(message.conn_id, None)
-                if lease is not None:
-                    self._pool.release(lease)
+                self._admission.gone(message.conn_id)
         if self._draining:
             return
         log.warning("a session host died; closing its connections with 1011")
-        for sock_id, entry in list(self._sockets.items()):
-            if entry.link is link:
-                close_websocket(entry.sock, 1011, "session ended by a server fault")
-                self._ended(sock_id, Outcome.CLOSED)
         host = next((h for h in self._pool.hosts() if h.handle is handle), None)
-        for sock_id in [k for k, h in self._http.items() if h is host]:
-            del self._http[sock_id]
+        for sock in self._admission.host_died(link, host):
+            close_websocket(sock, 1011, "session ended by a server fault")
         if host is not None:
-            for conn_id, lease in list(self._parked.items()):
-                if lease.host is host:
-                    del self._parked[conn_id]
             self._pool.host_died(host)
 
     def _ended(self, sock_id: str, outcome: Outcome) -> None:
-        http_host = self._http.pop(sock_id, None)
-        if http_host is not None:
-            self._pool.release_http(http_host)
-            return
-        entry = self._sockets.pop(sock_id, None)
-        if entry is None:
-            return
-        entry.sock.close()
-        self._open[entry.owner] -= 1
-        if entry.lease is None:
-            return
-        if outcome.keeps_slot:  # the slot stays taken until the state is gone
-            self._parked[entry.lease.conn_id] = entry.lease
-        else:
-            self._pool.release(entry.lease)
+        sock = self._admission.ended(sock_id, outcome)
+        if sock is not None:
+            sock.close()
 
     # ------------------------------------------------------------------ admission
     async def _handoff(self, sock: socket.socket, head: bytes) -> None:
         headers = request_headers(head)
         token = headers.get(RESUME_HEADER)
-        lease: Lease | None = None
         try:
             owner = self._keys.owner(headers)
             if self._draining:
                 raise ServerShuttingDown()
             resume = parse_token(token) if token is not None else None
-            self._admit_connection(owner)
+            # We keep our copy of the socket while the host serves it: should the host die,
+            # the client still gets a clean close (1011) rather than a dead TCP connection.
+            entry = self._admission.admit(owner, sock)
             try:
                 if resume is None:
-                    lease = await self._pool.acquire()
-                    link, conn_id, secret = lease.host.handle.link, lease.conn_id, None
+                    entry.lease = await self._pool.acquire()
+                    link, conn_id, secret = entry.lease.host.handle.link, entry.lease.conn_id, None
                 else:
                     name, conn_id, secret = resume
                     link = self._link_to(name)
             except BaseException:
-                self._open[owner] -= 1
+                self._admission.failed(entry.sock_id)
                 raise
         except NoCapacity as exc:
             await self._refuse(sock, *http_error_body(TooManyConnections(
@@ -238,18 +213,12 @@ class Gateway:
             retry = exc.retry_after_s if isinstance(exc, TooManyConnections) else None
             await self._refuse(sock, *http_error_body(exc), retry_after_s=retry)
             return
-        sock_id = f"{self._prefix}-s{next(self._sock_ids)}"
-        # We keep our copy of the socket while the host serves it: should the host die, the
-        # client still gets a clean close (1011) rather than a dead TCP connection.
-        self._sockets[sock_id] = OpenSocket(sock, owner, lease, link)
+        entry.link = link
         try:
-            await link.send(Handoff(sock_id, SocketKind.WEBSOCKET, conn_id, owner, wants_append_mode(head, headers),
-                                    secret), sock.fileno())
+            await link.send(Handoff(entry.sock_id, SocketKind.WEBSOCKET, conn_id, owner,
+                                    wants_append_mode(head, headers), secret), sock.fileno())
         except OSError as exc:  # the host is gone
-            del self._sockets[sock_id]
-            self._open[owner] -= 1
-            if lease is not None:
-                self._pool.release(lease)
+            self._admission.failed(entry.sock_id)
             log.warning("handing a socket over failed: %r", exc)
             self._metrics.handoff_failed()
             await self._refuse(sock, *http_error_body(InvalidResumeToken() if resume else ServerError()))
@@ -264,13 +233,11 @@ class Gateway:
         host = None if self._draining else self._pool.acquire_http()
         if host is None:
             return False
-        sock_id = f"{self._prefix}-h{next(self._sock_ids)}"
-        self._http[sock_id] = host
+        sock_id = self._admission.http_opened(host)
         try:
             await host.handle.link.send(Handoff(sock_id, SocketKind.HTTP), sock.fileno())
         except OSError:
-            self._http.pop(sock_id, None)
-            self._pool.release_http(host)
+            self._admission.failed(sock_id)
             return False
         sock.close()  # the host has its own descriptor
         return True
@@ -290,20 +257,10 @@ class Gateway:
             asyncio.get_running_loop().create_task(self._read_link(link, None))
         return link
 
-    def _admit_connection(self, owner: str) -> None:
-        limits = self._limits
-        if sum(self._open.values()) >= limits.max_connections:
-            raise TooManyConnections("The server is at its connection limit; retry later.", per_key=False)
-        if self._open[owner] >= limits.max_connections_per_key:
-            raise TooManyConnections(
-                f"Too many open WebSocket connections for this API key ({limits.max_connections_per_key}).",
-                per_key=True)
-        self._open[owner] += 1
-
     async def stats(self) -> dict[str, Any]:
         """Open sockets and the session-host pool (no keys, no ids): for operators and
         the fault-injection tests."""
-        return {"open_connections": sum(self._open.values()), "draining": self._draining,
+        return {"open_connections": self._admission.open_connections, "draining": self._draining,
                 **self._pool.stats()}
 
     async def check_health(self) -> None:
@@ -318,13 +275,13 @@ class Gateway:
         self._front.close()
         self._port_claim.close()  # the port is free for another server while this one drains
         self._ticking.cancel()
-        timeout = self._limits.drain_timeout_s
+        timeout = self._cfg.server.drain_timeout_s
         log.info("draining: no new connections; up to %.0f s for work in flight", timeout)
         await asyncio.gather(self._front.drain_http(timeout),
                              *(host.handle.actor.drain.remote(timeout) for host in self._pool.hosts()),
                              return_exceptions=True)
         deadline = time.monotonic() + 5
-        while self._sockets and time.monotonic() < deadline:
+        while self._admission.open_connections and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         await self._store.close()  # pending stored responses and ledger lines are written
         self._pool.shutdown()
