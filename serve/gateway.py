@@ -5,7 +5,8 @@ A ``Gateway`` replica listens on the configured port itself (``SO_REUSEPORT``: r
 one node share it, and no other server may: serve/port_claim.py) rather than behind
 Serve's HTTP proxy.  It only accepts, peeks, hands over and routes: WebSocket upgrades and HTTP-mode connections go to session hosts started
 on the same node (a file descriptor cannot cross nodes) over one handoff link per host, with
-no Ray call per connection; health checks and the model list are answered here.
+no Ray call per connection; health checks and the model list are answered here.  What it
+holds per connection, and the limits, are serve/admission.py; this class wires them to Ray.
 docs/architecture.md and docs/scaling.md have the measurements behind this design.
 """
 
