@@ -1,13 +1,14 @@
-"""Ray Serve deployment of the gateway: the only module of ``serve/`` importing Ray besides
-the composition root.
+"""The gateway's Ray Serve deployment: it listens on the port, peeks at each request head and
+hands the socket to a session host on its node.
 
-A ``Gateway`` replica listens on the configured port itself (``SO_REUSEPORT``: replicas on
-one node share it, and no other server may: serve/port_claim.py) rather than behind
-Serve's HTTP proxy.  It only accepts, peeks, hands over and routes: WebSocket upgrades and HTTP-mode connections go to session hosts started
-on the same node (a file descriptor cannot cross nodes) over one handoff link per host, with
-no Ray call per connection; health checks and the model list are answered here.  What it
-holds per connection, and the limits, are serve/admission.py; this class wires them to Ray.
-docs/architecture.md and docs/scaling.md have the measurements behind this design.
+A ``Gateway`` replica listens itself (``SO_REUSEPORT``: replicas of one application on a
+node share the port, no other server may: serve/port_claim.py), not behind Serve's HTTP
+proxy.  WebSocket upgrades and HTTP-mode connections go to session hosts on the same node
+(a file descriptor cannot cross nodes) over one handoff link per host, with no Ray call per
+connection; health checks and the model list are answered here.  What it holds per
+connection, and the limits, are serve/admission.py; this class wires them to Ray.  Which
+modules import Ray is tests/test_layout.py's list; docs/architecture.md and
+docs/scaling.md have the measurements behind this design.
 """
 
 from __future__ import annotations
