@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -30,7 +33,20 @@ def gateway_stats(app: str) -> dict[str, Any]:
     """The gateway's ``stats()`` (open sockets, the session-host pool) of the app ``app``."""
     from ray import serve
 
-    return serve.get_deployment_handle("Gateway", app_name=app).stats.remote().result()
+    async def stats() -> dict[str, Any]:
+        return await serve.get_deployment_handle("Gateway", app_name=app).stats.remote()
+
+    # With Serve's throughput mode (the embedded Ray's) a handle's router runs in the event
+    # loop it was first used in, and a blocking ``.result()`` outside a loop raises "No event
+    # loop running": the calls share one loop on a thread of their own.
+    return asyncio.run_coroutine_threadsafe(stats(), _handle_loop()).result(timeout=60)
+
+
+@functools.cache
+def _handle_loop() -> asyncio.AbstractEventLoop:
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, name="serve-handles", daemon=True).start()
+    return loop
 
 
 def wait_for(predicate: Callable[[], Any], timeout_s: float = 20.0, what: str = "condition",
