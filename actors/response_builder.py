@@ -203,6 +203,8 @@ class ResponseBuilder:
         r = self.response
         r.status = "failed"
         r.error = ResponseErrorBody(code=code, message=message)
+        if self.prompt_tokens or self.output_tokens:  # inference ran: what it used so far
+            r.usage = self._usage(self._generated + self._pending_tokens())
         return [ResponseFailed(sequence_number=self._next(), response=self._snapshot(), stream_id=self.stream_id)]
 
     # -- items
@@ -283,14 +285,8 @@ class ResponseBuilder:
                                   item=item.model_copy(deep=True), stream_id=sid))
         return out
 
-    def _finish(self, reason: str, output_tokens: int) -> list[ServerEvent]:
-        cut = reason in ("max_output_tokens", "content_filter", "steered")
-        out = self._close_open("incomplete" if cut else "completed")
-        self.state = BuildState.FINISHING
-        self.finish_reason = reason
-        r = self.response
-        r.completed_at = int(self._clock())
-        r.usage = Usage(
+    def _usage(self, output_tokens: int) -> Usage:
+        return Usage(
             input_tokens=self.prompt_tokens,
             input_tokens_details=InputTokensDetails(
                 cached_tokens=self.cached_tokens,
@@ -301,6 +297,15 @@ class ResponseBuilder:
             output_tokens_details=OutputTokensDetails(reasoning_tokens=self.reasoning_tokens),
             total_tokens=self.prompt_tokens + output_tokens,
         )
+
+    def _finish(self, reason: str, output_tokens: int) -> list[ServerEvent]:
+        cut = reason in ("max_output_tokens", "content_filter", "steered")
+        out = self._close_open("incomplete" if cut else "completed")
+        self.state = BuildState.FINISHING
+        self.finish_reason = reason
+        r = self.response
+        r.completed_at = int(self._clock())
+        r.usage = self._usage(output_tokens)
         if cut:
             r.status = "incomplete"
             r.incomplete_details = IncompleteDetails(reason=reason)  # type: ignore[arg-type]

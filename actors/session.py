@@ -411,9 +411,10 @@ class Session:
         return fx
 
     def on_written(self, response_id: str, *, stored: bool) -> Effects:
-        """The write of ``response_id``'s record returned, and its terminal event is sent: the
-        response is no longer in flight.  If the record could not be written (``stored`` is
-        false), the client is told the response failed: no lane continues from it any more."""
+        """The write of ``response_id``'s record and ledger line (or its line alone) returned,
+        and its terminal event is sent: the response is no longer in flight.  If the write
+        failed (``stored`` is false), the client is told the response failed, unbilled: no
+        lane continues from it any more."""
         cached = None if stored else self._lanes.find(response_id)
         if cached is not None:
             self._lanes.evict(cached[0])  # and what it cached stops counting against the budget
@@ -442,14 +443,17 @@ class Session:
         return request.turn if request is not None else None
 
     def _finish(self, turn: Turn, *, failed: bool) -> Effects:
-        """The response is over: its terminal event, its record and ledger line; a stored
-        response stays in flight until its record is written (:meth:`on_written`)."""
+        """The response is over: its terminal event, its record and ledger line.  A response
+        whose terminal event reports usage (every one but a failure before inference ran)
+        stays in flight until its line is written, with its record if stored (:meth:`on_written`)."""
         request = self._requests.at(turn.turn_id, Stage.RUNNING)
         assert request is not None
         fx = Effects()
         if failed:
             if turn.same_lane_parent:
                 self._lanes.evict(turn.lane)
+            if turn.builder.response.usage is not None:  # inference ran: the tokens are billed
+                fx.usage.append(self._usage(turn))
         else:
             b, timer = turn.builder, turn.timer
             response = b.response
@@ -473,7 +477,7 @@ class Session:
                     id=response.id, owner=self.owner, created_at=self._clock(),
                     response=response.model_dump(mode="json"), input_items=turn.inputs,
                     context=entry.items))
-        if fx.persist:  # in flight until the record is written and the terminal event sent
+        if fx.usage:  # in flight until the line (and record) is written and the terminal event sent
             self._requests.move(request, Stage.FINISHING)
         else:
             self._requests.drop(request)

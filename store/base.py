@@ -10,6 +10,7 @@ keys.  ``store:false`` responses never reach a store.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -30,7 +31,8 @@ class StoredResponse:
 
 @dataclass(frozen=True, slots=True)
 class UsageEntry:
-    """One line of the usage (billing) ledger, written for every finished response."""
+    """One line of the usage (billing) ledger: the ``usage`` of a response's terminal event,
+    at most one line per response id (docs/reliability.md, usage is billed exactly once)."""
 
     response_id: str
     owner: str
@@ -43,7 +45,9 @@ class UsageEntry:
 
 
 class Store(Protocol):
-    async def put(self, record: StoredResponse) -> None: ...
+    async def put(self, record: StoredResponse, usage: UsageEntry | None = None) -> None:
+        """Insert or replace the record and, atomically with it, add ``usage``'s ledger line
+        unless its response already has one."""
 
     async def get(self, response_id: str, owner: str) -> StoredResponse | None:
         """The record, or ``None`` if missing, deleted, or owned by someone else."""
@@ -51,7 +55,8 @@ class Store(Protocol):
     async def delete(self, response_id: str, owner: str) -> bool:
         """``True`` if a record of ``owner`` was deleted."""
 
-    async def add_usage(self, entry: UsageEntry) -> None: ...
+    async def add_usage(self, entries: Sequence[UsageEntry]) -> None:
+        """Add the ledger lines atomically; a line whose response already has one is skipped."""
 
     async def usage(self, owner: str) -> list[UsageEntry]:
         """The ledger entries of ``owner``, oldest first."""

@@ -2,8 +2,11 @@
 
 A record lives under ``<prefix>resp:<id>`` as a hash ``{owner, created_at, body}`` (``body``
 as in :func:`store.encode_body`); the usage ledger of an owner is the list
-``<prefix>usage:<owner>`` of JSON entries, appended in order.  The owner check of a delete
-runs inside Redis (a Lua script), so check-and-delete is atomic.
+``<prefix>usage:<owner>`` of JSON entries, appended in order, beside the set
+``<prefix>billed:<owner>`` of the response ids it has lines for: a line is appended only if
+its id joins the set, so writing one again changes nothing.  The owner check of a delete, a
+record put with its line and a batch of lines each run inside Redis as one Lua script, so
+each is atomic.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Sequence
 
 import redis.asyncio as aioredis
 
@@ -22,6 +26,24 @@ if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] then
     return redis.call('DEL', KEYS[1])
 end
 return 0
+"""
+
+# Lines: KEYS = (ledger list, billed set) per line, ARGV = (response id, JSON) per line.  A
+# record put with its line: KEYS[1] = record key, then as above; ARGV[1..3] = owner,
+# created_at, body, then as above.  Appends each line whose id is not billed yet.
+ADD_LINES = """
+local function add_lines(k, a)
+    for i = 0, (#KEYS - k + 1) / 2 - 1 do
+        if redis.call('SADD', KEYS[k + 2 * i + 1], ARGV[a + 2 * i]) == 1 then
+            redis.call('RPUSH', KEYS[k + 2 * i], ARGV[a + 2 * i + 1])
+        end
+    end
+end
+"""
+ADD_USAGE = ADD_LINES + "add_lines(1, 1)\n"
+PUT_WITH_USAGE = ADD_LINES + """
+redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'created_at', ARGV[2], 'body', ARGV[3])
+add_lines(2, 4)
 """
 
 
@@ -37,6 +59,8 @@ class RedisStore:
         self.key_prefix = key_prefix
         self._redis = aioredis.Redis.from_url(url, decode_responses=True)
         self._delete_if_owner = self._redis.register_script(DELETE_IF_OWNER)
+        self._add_usage = self._redis.register_script(ADD_USAGE)
+        self._put_with_usage = self._redis.register_script(PUT_WITH_USAGE)
 
     def _record_key(self, response_id: str) -> str:
         return f"{self.key_prefix}resp:{response_id}"
@@ -44,11 +68,23 @@ class RedisStore:
     def _usage_key(self, owner: str) -> str:
         return f"{self.key_prefix}usage:{owner}"
 
-    async def put(self, record: StoredResponse) -> None:
-        """Insert or replace the record (one HSET: readers never see half of it)."""
-        await self._redis.hset(self._record_key(record.id), mapping={
-            "owner": record.owner, "created_at": repr(record.created_at), "body": encode_body(record),
-        })
+    def _lines(self, entries: Sequence[UsageEntry]) -> tuple[list[str], list[str]]:
+        keys: list[str] = []
+        args: list[str] = []
+        for e in entries:
+            keys += [self._usage_key(e.owner), f"{self.key_prefix}billed:{e.owner}"]
+            args += [e.response_id, json.dumps(dataclasses.asdict(e))]
+        return keys, args
+
+    async def put(self, record: StoredResponse, usage: UsageEntry | None = None) -> None:
+        """Insert or replace the record (one HSET: readers never see half of it) and, in the
+        same script, add ``usage``'s line unless its response already has one."""
+        fields = {"owner": record.owner, "created_at": repr(record.created_at), "body": encode_body(record)}
+        if usage is None:
+            await self._redis.hset(self._record_key(record.id), mapping=fields)
+            return
+        keys, args = self._lines([usage])
+        await self._put_with_usage(keys=[self._record_key(record.id), *keys], args=[*fields.values(), *args])
 
     async def get(self, response_id: str, owner: str) -> StoredResponse | None:
         """The record, or ``None`` if missing, deleted, or owned by someone else."""
@@ -63,8 +99,11 @@ class RedisStore:
         deleted = await self._delete_if_owner(keys=[self._record_key(response_id)], args=[owner])
         return int(deleted) > 0
 
-    async def add_usage(self, entry: UsageEntry) -> None:
-        await self._redis.rpush(self._usage_key(entry.owner), json.dumps(dataclasses.asdict(entry)))
+    async def add_usage(self, entries: Sequence[UsageEntry]) -> None:
+        """Add the lines in one script; a line whose response already has one is skipped."""
+        if entries:
+            keys, args = self._lines(entries)
+            await self._add_usage(keys=keys, args=args)
 
     async def usage(self, owner: str) -> list[UsageEntry]:
         """The ledger entries of ``owner``, oldest first."""

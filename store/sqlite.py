@@ -3,7 +3,10 @@
 Many processes write the same file at once (every connection actor and the HTTP gateway
 open their own ``SQLiteStore``), hence WAL mode, so readers never block the writer, and a
 5 s busy timeout, so concurrent writers queue instead of failing with "database is locked".
-Every statement is its own autocommit transaction: no read-to-write upgrade can dead-end.
+Every statement is its own autocommit transaction, and the writes of several statements (a
+record with its ledger line, a batch of lines) take the write lock up front (``BEGIN
+IMMEDIATE``): no read-to-write upgrade can dead-end.  A ledger line is unique by response id
+(``ON CONFLICT DO NOTHING``): writing one again changes nothing.
 
 ``sqlite3`` connections must not be used from two threads at once, so each store owns one
 single-thread executor that opens, uses and closes the connection; the async methods only
@@ -16,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
@@ -46,12 +49,33 @@ CREATE TABLE IF NOT EXISTS usage (
     created_at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS usage_owner ON usage (owner);
+CREATE UNIQUE INDEX IF NOT EXISTS usage_response ON usage (response_id);  -- one line per response
 CREATE TABLE IF NOT EXISTS health (
     id INTEGER PRIMARY KEY CHECK (id = 1),  -- one row, rewritten by every readiness probe
     checked_at REAL NOT NULL
 );
 """
 USAGE_COLUMNS = "response_id, owner, model, transport, input_tokens, cached_tokens, output_tokens, created_at"
+# Only a line for the same response is skipped (``OR IGNORE`` would drop a NOT NULL violation too).
+ADD_LINE = (f"INSERT INTO usage ({USAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (response_id) DO NOTHING")
+
+
+def usage_row(entry: UsageEntry) -> tuple:
+    return (entry.response_id, entry.owner, entry.model, entry.transport, entry.input_tokens,
+            entry.cached_tokens, entry.output_tokens, entry.created_at)
+
+
+def transaction(conn: sqlite3.Connection, write: Callable[[sqlite3.Connection], object]) -> None:
+    """Run ``write`` in one transaction holding the write lock from the start; all or nothing."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        write(conn)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
 
 
 class SQLiteStore:
@@ -89,11 +113,17 @@ class SQLiteStore:
         assert conn is not None
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, conn)
 
-    async def put(self, record: StoredResponse) -> None:
-        """Insert or replace the record (a re-put of the same id is idempotent)."""
+    async def put(self, record: StoredResponse, usage: UsageEntry | None = None) -> None:
+        """Insert or replace the record and, in the same transaction, add ``usage``'s line
+        unless its response already has one (a re-put of the same id is idempotent)."""
         row = (record.id, record.owner, record.created_at, encode_body(record))
-        await self._call(lambda c: c.execute(
-            "INSERT OR REPLACE INTO responses (id, owner, created_at, body) VALUES (?, ?, ?, ?)", row))
+
+        def write(c: sqlite3.Connection) -> None:
+            c.execute("INSERT OR REPLACE INTO responses (id, owner, created_at, body) VALUES (?, ?, ?, ?)", row)
+            if usage is not None:
+                c.execute(ADD_LINE, usage_row(usage))
+
+        await self._call(lambda c: transaction(c, write))
 
     async def get(self, response_id: str, owner: str) -> StoredResponse | None:
         """The record, or ``None`` if missing, deleted, or owned by someone else."""
@@ -108,11 +138,10 @@ class SQLiteStore:
             "DELETE FROM responses WHERE id = ? AND owner = ?", (response_id, owner)))
         return cursor.rowcount > 0
 
-    async def add_usage(self, entry: UsageEntry) -> None:
-        row = (entry.response_id, entry.owner, entry.model, entry.transport, entry.input_tokens,
-               entry.cached_tokens, entry.output_tokens, entry.created_at)
-        await self._call(lambda c: c.execute(
-            f"INSERT INTO usage ({USAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row))
+    async def add_usage(self, entries: Sequence[UsageEntry]) -> None:
+        """Add the lines in one transaction; a line whose response already has one is skipped."""
+        rows = [usage_row(e) for e in entries]
+        await self._call(lambda c: transaction(c, lambda t: t.executemany(ADD_LINE, rows)))
 
     async def usage(self, owner: str) -> list[UsageEntry]:
         """The ledger entries of ``owner``, oldest (first committed) first."""

@@ -1,11 +1,13 @@
-"""The store's writer: stored responses are written through, ledger lines behind.
+"""The store's writer: records and ledger lines are written through, before the terminal event.
 
-A ``store:true`` response's record is written *before* its terminal event goes out
-(:meth:`StoreWriter.put`, awaited by the connection driver), so a client told a response
-completed can read it at once from any process, and a crash cannot lose it after the fact.
-Usage (billing) lines are *submitted* and written later by one background task, in
-submission order, off the critical path: a ledger write overlaps the next turn.  A ledger
-write that fails is logged and skipped; the task carries on with the next one.
+A ``store:true`` response's record is written *before* its terminal event goes out, with its
+usage (billing) line in the same transaction (:meth:`StoreWriter.put`, awaited by the
+connection driver), so a client told a response completed can read it at once from any
+process, and a crash cannot lose it or its line after the fact.  A ``store:false``
+response's line is committed before its terminal event too (:meth:`StoreWriter.bill`): the
+lines of every connection of the process that wait at once share one commit (one task,
+in submission order).  Every write is idempotent (a line is unique by response id), so a
+failed write is retried once; one that fails again is logged and raised to its caller.
 """
 
 from __future__ import annotations
@@ -13,43 +15,46 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from .base import Store, StoredResponse, UsageEntry
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_PENDING = 10_000
 DEFAULT_MAX_WRITING = 32  # puts at once, well under a Redis client's connection pool (100)
+MAX_BATCH = 256  # ledger lines per commit
 
 
 class WriterClosed(RuntimeError):
     """A write after :meth:`StoreWriter.close`."""
 
 
-class WriterBacklogFull(RuntimeError):
-    """``max_pending`` ledger writes are already queued: the store is down or far too slow."""
+async def retried(write: Callable[[], Awaitable[None]]) -> None:
+    """``write``, and once more if it raised (writes are idempotent, so a write that landed
+    but whose answer was lost is not doubled); the second failure is raised."""
+    try:
+        await write()
+    except Exception:  # noqa: BLE001 - logged by the caller if the retry fails too
+        await write()
 
 
 class StoreWriter:
-    """Writes records through to ``store`` and queues ledger lines for one asyncio task.
+    """Writes records and ledger lines through to ``store``.
 
     Must be used on the event loop thread (the ledger task is started on the running loop
-    at the first submit).  At most ``max_writing`` puts run at once (more wait their turn).
-    At most ``max_pending`` ledger lines may wait at once; beyond that :meth:`submit_usage`
-    raises :class:`WriterBacklogFull` rather than grow without bound.  ``close()`` finishes
-    every write started or submitted before closing the store.  ``on_failure`` is called
-    once for every write that failed.
+    at the first line).  At most ``max_writing`` puts run at once (more wait their turn);
+    ledger lines are committed by one task, up to ``MAX_BATCH`` a commit.  ``close()``
+    finishes every write started before closing the store.  ``on_failure`` is called once
+    for every record or line that failed (after its retry).
     """
 
-    def __init__(self, store: Store, *, max_pending: int = DEFAULT_MAX_PENDING,
-                 max_writing: int = DEFAULT_MAX_WRITING, on_failure: Callable[[], None] | None = None) -> None:
+    def __init__(self, store: Store, *, max_writing: int = DEFAULT_MAX_WRITING,
+                 on_failure: Callable[[], None] | None = None) -> None:
         self.store = store
         self._on_failure = on_failure  # called once for every write that failed (a metric)
-        self.max_pending = max_pending
         self._writing = asyncio.Semaphore(max_writing)  # a burst of puts queues here
-        self._ops: deque[UsageEntry | asyncio.Future[None]] = deque()  # ledger lines and flush barriers
-        self._pending = 0  # ledger lines in _ops
+        self._lines: deque[tuple[UsageEntry, asyncio.Future[None]]] = deque()  # waiting for a commit
+        self._billing: set[asyncio.Future[None]] = set()  # lines not committed (or failed) yet
         self._puts: dict[str, asyncio.Task[None]] = {}  # the latest put of each id still writing
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -57,11 +62,12 @@ class StoreWriter:
 
     @property
     def pending(self) -> int:
-        """Ledger lines submitted and not yet finished (written or failed)."""
-        return self._pending
+        """Ledger lines submitted and not yet finished (committed or failed)."""
+        return len(self._billing)
 
-    async def put(self, record: StoredResponse) -> None:
-        """Write ``record`` now (not queued): once this returns, every process reads it.
+    async def put(self, record: StoredResponse, usage: UsageEntry | None = None) -> None:
+        """Write ``record``, with ``usage``'s ledger line in the same transaction, now (not
+        queued): once this returns, every process reads it.
 
         Raises what the store raises, after logging it.  The write runs on its own task:
         cancelling the caller does not cancel it, and :meth:`get`, :meth:`delete`,
@@ -69,16 +75,17 @@ class StoreWriter:
         """
         if self._closed:
             raise WriterClosed("the store writer is closed")
-        task = asyncio.get_running_loop().create_task(self._put(record, self._puts.get(record.id)))
+        task = asyncio.get_running_loop().create_task(self._put(record, usage, self._puts.get(record.id)))
         self._puts[record.id] = task
         task.add_done_callback(lambda t: self._put_done(record.id, t))
         await asyncio.shield(task)
 
-    async def _put(self, record: StoredResponse, previous: asyncio.Task[None] | None) -> None:
+    async def _put(self, record: StoredResponse, usage: UsageEntry | None,
+                   previous: asyncio.Task[None] | None) -> None:
         if previous is not None:
             await asyncio.wait([previous])
         async with self._writing:
-            await self.store.put(record)
+            await retried(lambda: self.store.put(record, usage))
 
     def _put_done(self, response_id: str, task: asyncio.Task[None]) -> None:
         if self._puts.get(response_id) is task:
@@ -88,17 +95,25 @@ class StoreWriter:
             if self._on_failure is not None:
                 self._on_failure()
 
-    def submit_usage(self, entry: UsageEntry) -> None:
-        """Queue ``entry`` for :meth:`Store.add_usage`; never waits."""
+    async def bill(self, entry: UsageEntry) -> None:
+        """Commit ``entry``'s ledger line; returns once it is committed, raises (after
+        logging) if it could not be.  Lines waiting at once share a commit.  Cancelling the
+        caller does not withdraw the line; :meth:`flush` and :meth:`close` wait for it."""
         if self._closed:
             raise WriterClosed("the store writer is closed")
-        if self._pending >= self.max_pending:
-            raise WriterBacklogFull(f"{self._pending} ledger writes are already queued")
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.add_done_callback(self._billed)
+        self._billing.add(done)
+        self._lines.append((entry, done))
         if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="store-writer")
-        self._ops.append(entry)
-        self._pending += 1
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="store-ledger")
         self._wakeup.set()
+        await asyncio.shield(done)
+
+    def _billed(self, done: asyncio.Future[None]) -> None:
+        self._billing.discard(done)
+        if not done.cancelled():
+            done.exception()  # retrieved here: a caller that went away never awaits it
 
     async def get(self, response_id: str, owner: str) -> StoredResponse | None:
         """As :meth:`Store.get`, after a put of the id still writing has finished."""
@@ -117,7 +132,7 @@ class StoreWriter:
             await asyncio.wait([writing])
 
     async def usage(self, owner: str) -> list[UsageEntry]:
-        """As :meth:`Store.usage`, after every ledger line submitted so far is written."""
+        """As :meth:`Store.usage`, after every write started so far has finished."""
         await self.flush()
         return await self.store.usage(owner)
 
@@ -130,14 +145,13 @@ class StoreWriter:
         """
         if self._puts:
             await asyncio.wait(list(self._puts.values()))
-        if not self._ops or self._task is None:
+        if not self._billing or self._task is None:
             return
-        barrier: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._ops.append(barrier)
-        self._wakeup.set()
-        await asyncio.wait([barrier, self._task], return_when=asyncio.FIRST_COMPLETED)
-        if not barrier.done():
-            raise RuntimeError(f"the store writer task stopped with {self.pending} writes queued")
+        waiting = list(self._billing)
+        await asyncio.wait([asyncio.gather(*waiting, return_exceptions=True), self._task],
+                           return_when=asyncio.FIRST_COMPLETED)
+        if not all(f.done() for f in waiting):
+            raise RuntimeError(f"the store writer task stopped with {self.pending} lines uncommitted")
 
     async def close(self) -> None:
         """Flush, stop the task, close the store. Idempotent; later writes raise."""
@@ -154,21 +168,23 @@ class StoreWriter:
 
     async def _run(self) -> None:
         while True:
-            if not self._ops:
+            if not self._lines:
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
-            op = self._ops[0]
-            if isinstance(op, asyncio.Future):
-                self._ops.popleft()
-                if not op.done():  # its flush() may have been cancelled
-                    op.set_result(None)
-                continue
+            batch = [self._lines.popleft() for _ in range(min(len(self._lines), MAX_BATCH))]
+            entries = [entry for entry, _ in batch]
             try:
-                await self.store.add_usage(op)
-            except Exception:
-                log.exception("store write failed, skipped: usage of %s", op.response_id)
-                if self._on_failure is not None:
-                    self._on_failure()
-            self._ops.popleft()
-            self._pending -= 1
+                await retried(lambda: self.store.add_usage(entries))
+            except Exception as exc:  # noqa: BLE001 - each caller learns its line failed
+                log.error("store write failed: usage of %s", ", ".join(e.response_id for e in entries),
+                          exc_info=exc)
+                for _, done in batch:
+                    if self._on_failure is not None:
+                        self._on_failure()
+                    if not done.done():
+                        done.set_exception(exc)
+            else:
+                for _, done in batch:
+                    if not done.done():
+                        done.set_result(None)

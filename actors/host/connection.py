@@ -12,8 +12,11 @@ Read-your-writes: a ``store:true`` response's record is written *before* its ter
 is queued.  Until the write returns, the terminal event — and every later event of the same
 lane, such as the next queued response's ``response.created`` — waits; other lanes' events
 keep flowing, and the session counts the response in flight until then (``on_written``).
-A write that fails turns the terminal event into ``response.failed`` (``server_error``).
-Ledger lines stay write-behind: billing overlaps the next turn.
+Usage exactly once: every terminal event that reports usage waits in its lane the same way
+until the response's ledger line is committed — in the record's transaction for
+``store:true``, in the process's next batched commit for ``store:false`` — so a client never
+sees a completion the ledger could lose.  A write that fails turns the terminal event into
+``response.failed`` (``server_error``) without usage: the response is not billed.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from inference.types import Done
-from store import StoredResponse, StoreWriter
+from store import StoredResponse, StoreWriter, UsageEntry
 
 from ..backend import InferenceClient, ModelCall
 from ..errors import ServerError
@@ -184,17 +187,16 @@ class Connection:
         for turn in fx.start:
             self._generations[turn.turn_id] = self._renderer.track(self._spawn(self._run(turn)))
         records = {record.id: record for record in fx.persist}
+        lines = {entry.response_id: entry for entry in fx.usage}
         for event in fx.events:
-            record = records.pop(event.response.id, None) if isinstance(event, _WITH_RECORD) else None
-            if record is None:
+            line = lines.pop(event.response.id, None) if isinstance(event, _TERMINAL) else None
+            if line is None:
                 self._send(event)
             else:
                 held = _Stored(event)
                 self._held.setdefault(event.stream_id, deque()).append(held)
-                self._spawn(self._persist(record, held))
-        assert not records, "a stored record comes with its terminal event"
-        for entry in fx.usage:
-            self._store.submit_usage(entry)
+                self._spawn(self._persist(line, records.pop(line.response_id, None), held))
+        assert not records and not lines, "a record and a ledger line come with their terminal event"
         if self._observe is not None and fx.timings:
             # Recording a dozen histograms is not the client's wait: it runs after the
             # sender has had its turn to write the terminal event queued above.
@@ -224,23 +226,27 @@ class Connection:
         else:
             held.append(event)
 
-    async def _persist(self, record: StoredResponse, held: _Stored) -> None:
-        """Write the record, then let its lane's events go (``response.failed`` instead of
-        the terminal event if the write failed); only then does the session count the
-        response as done, so what starts next is sent after it."""
+    async def _persist(self, line: UsageEntry, record: StoredResponse | None, held: _Stored) -> None:
+        """Write the ledger line (with the record, if stored), then let its lane's events go
+        (``response.failed`` without usage instead of the terminal event if the write
+        failed); only then does the session count the response as done, so what starts next
+        is sent after it."""
         started = time.perf_counter()
         stored = True
         try:
-            await self._store.put(record)
+            if record is None:
+                await self._store.bill(line)
+            else:
+                await self._store.put(record, line)
         except Exception:  # noqa: BLE001 - the writer logged it; the client learns the response failed
-            log.warning("response %s failed: its record could not be stored", record.id)
+            log.warning("response %s failed: its record or ledger line could not be written", line.response_id)
             held.event = failed_instead(held.event)
             stored = False
         held.written = True
         if self._observe is not None:
             self._observe(self.session.transport, {"store_write": (time.perf_counter() - started) * 1000.0})
         self._release(held.event.stream_id)
-        self._apply(self.session.on_written(record.id, stored=stored))
+        self._apply(self.session.on_written(line.response_id, stored=stored))
 
     def _release(self, lane: str | None) -> None:
         """Queue the lane's held events up to the first write still running."""
@@ -362,14 +368,16 @@ class Connection:
         self._out.put_nowait(None)
 
 
-_WITH_RECORD = (ResponseCompleted, ResponseIncomplete)  # the terminal events a stored record goes with
+_TERMINAL = (ResponseCompleted, ResponseIncomplete, ResponseFailed)  # the events a ledger line goes with
 
 
 def failed_instead(event: ServerEvent) -> ResponseFailed:
-    """``response.failed`` (``server_error``) in place of a terminal event whose response
-    could not be stored: same sequence number, the output as generated."""
-    assert isinstance(event, _WITH_RECORD)
+    """``response.failed`` without usage (not billed) in place of a terminal event whose
+    record or ledger line could not be written: same sequence number, the output as
+    generated; ``server_error`` unless the response had failed already."""
+    assert isinstance(event, _TERMINAL)
+    error = event.response.error if isinstance(event, ResponseFailed) else None
     response = event.response.model_copy(update={
-        "status": "failed", "completed_at": None, "incomplete_details": None,
-        "error": ResponseErrorBody(code=ServerError.code, message=ServerError().message)})
+        "status": "failed", "completed_at": None, "incomplete_details": None, "usage": None,
+        "error": error or ResponseErrorBody(code=ServerError.code, message=ServerError().message)})
     return ResponseFailed(sequence_number=event.sequence_number, response=response, stream_id=event.stream_id)

@@ -59,9 +59,10 @@ def answer_call(session: Session, fx: Effects, args: str = '{"path":"a.py"}') ->
 
 
 def stored(session: Session, fx: Effects) -> Effects:
-    """The driver's part once a response ends: its record is written and its terminal sent."""
-    for record in list(fx.persist):
-        fx += session.on_written(record.id, stored=True)
+    """The driver's part once a response ends: its ledger line (and record) is written and
+    its terminal sent."""
+    for line in list(fx.usage):
+        fx += session.on_written(line.response_id, stored=True)
     return fx
 
 
@@ -290,6 +291,31 @@ def test_store_true_responses_are_persisted_with_inputs_and_context_and_store_fa
     assert usage.response_id == record.id and usage.output_tokens == 6 and usage.transport == "websocket"
     quiet = answer_text(s, send(s, input="x", store=False))
     assert quiet.persist == [] and len(quiet.usage) == 1
+
+
+def test_a_store_false_response_is_in_flight_until_its_ledger_line_is_written():
+    s = new_session()
+    first = answer_text(s, send(s, input="x", store=False), written=False)
+    (line,) = first.usage
+    assert line.response_id == terminal(first)["id"] and first.persist == []
+    assert s.inflight == 1, "it counts against max_inflight while its line is written"
+    s.on_written(line.response_id, stored=True)
+    assert s.inflight == 0 and s.idle
+
+
+def test_a_failure_after_inference_ran_is_billed_for_what_it_used_and_one_before_is_not():
+    s = new_session()
+    (turn,) = send(s, input="x", store=False).start
+    s.on_inference(turn.turn_id, [Prefilled(len(turn.request.prompt_token_ids), 0, 0, 1), TextDelta("Hi", 1)])
+    fx = s.on_inference_error(turn.turn_id, RuntimeError("replica died"))
+    (line,) = fx.usage
+    usage = terminal(fx)["usage"]
+    assert (line.input_tokens, line.output_tokens) == (usage["input_tokens"], usage["output_tokens"]) == (
+        len(turn.request.prompt_token_ids), 1)
+    s.on_written(line.response_id, stored=True)
+    (early,) = send(s, input="x", store=False, stream_id="b").start
+    fx = s.on_inference_error(early.turn_id, RuntimeError("no replica"))
+    assert fx.usage == [] and terminal(fx)["usage"] is None, "no tokens used, nothing billed"
 
 
 def test_continuing_from_the_store_renders_the_same_prompt_as_the_cache():

@@ -2,8 +2,8 @@
 
 Every test of the contract is parametrized over both backends through ``open_store``; the
 SQLite-only tests pin what the embedded file promises (WAL, many processes writing it), the
-``StoreWriter`` tests its two paths in front of either: records written through, the usage
-ledger written behind.
+``StoreWriter`` tests its two paths in front of either: records (with their line) and usage
+ledger lines written through, batched and idempotent.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import pytest
 from store import Store, StoreConfig, StoredResponse, UsageEntry, open_store
 from store.redis import RedisStore
 from store.sqlite import SQLiteStore
-from store.writer import StoreWriter, WriterBacklogFull, WriterClosed
+from store.writer import StoreWriter, WriterClosed
 
 ROOT = Path(__file__).resolve().parents[2]
 ALICE, BOB = "key_alice", "key_bob"
@@ -148,7 +148,7 @@ def test_records_and_usage_outlive_the_store_instance(config: StoreConfig) -> No
     async def scenario() -> None:
         async with opened(config) as store:
             await store.put(record("resp_1"))
-            await store.add_usage(usage_entry("resp_1"))
+            await store.add_usage([usage_entry("resp_1")])
         async with opened(config) as reopened:
             assert await reopened.get("resp_1", ALICE) == record("resp_1")
             assert await reopened.usage(ALICE) == [usage_entry("resp_1")]
@@ -160,11 +160,38 @@ def test_the_usage_ledger_is_per_owner_oldest_first(config: StoreConfig) -> None
     async def scenario() -> None:
         async with opened(config) as store:
             for i in range(5):
-                await store.add_usage(usage_entry(f"resp_a{i}", ALICE, output_tokens=i))
-                await store.add_usage(usage_entry(f"resp_b{i}", BOB, output_tokens=100 + i))
+                await store.add_usage([usage_entry(f"resp_a{i}", ALICE, output_tokens=i)])
+                await store.add_usage([usage_entry(f"resp_b{i}", BOB, output_tokens=100 + i)])
             assert await store.usage(ALICE) == [usage_entry(f"resp_a{i}", ALICE, i) for i in range(5)]
             assert await store.usage(BOB) == [usage_entry(f"resp_b{i}", BOB, 100 + i) for i in range(5)]
             assert await store.usage("key_nobody") == []
+
+    asyncio.run(scenario())
+
+
+def test_a_ledger_line_is_written_once_per_response_however_often_it_is_added(config: StoreConfig) -> None:
+    """A retry, a flush on shutdown or a batch that repeats a line cannot bill twice."""
+    async def scenario() -> None:
+        async with opened(config) as store:
+            await store.add_usage([usage_entry("resp_1")])
+            await store.add_usage([usage_entry("resp_1")])
+            await store.add_usage([usage_entry("resp_2"), usage_entry("resp_1", output_tokens=9),
+                                   usage_entry("resp_2")])
+            await store.put(record("resp_2"), usage_entry("resp_2", output_tokens=9))
+            assert await store.usage(ALICE) == [usage_entry("resp_1"), usage_entry("resp_2")]
+
+    asyncio.run(scenario())
+
+
+def test_a_record_is_put_with_its_ledger_line_and_a_re_put_adds_none(config: StoreConfig) -> None:
+    async def scenario() -> None:
+        async with opened(config) as store:
+            await store.put(record("resp_1"), usage_entry("resp_1"))
+            await store.put(record("resp_1", text="again"), usage_entry("resp_1"))
+            await store.put(record("resp_2"))
+        async with opened(config) as reopened:
+            assert await reopened.get("resp_1", ALICE) == record("resp_1", text="again")
+            assert await reopened.usage(ALICE) == [usage_entry("resp_1")]
 
     asyncio.run(scenario())
 
@@ -175,7 +202,7 @@ def test_two_store_instances_writing_at_once_lose_nothing(config: StoreConfig) -
 
     async def write(store: Store, first: int) -> None:
         await asyncio.gather(*(store.put(record(f"resp_{i}", text=f"r{i}")) for i in range(first, n, 2)))
-        await asyncio.gather(*(store.add_usage(usage_entry(f"resp_{i}")) for i in range(first, n, 2)))
+        await asyncio.gather(*(store.add_usage([usage_entry(f"resp_{i}")]) for i in range(first, n, 2)))
 
     async def scenario() -> None:
         async with opened(config) as one, opened(config) as two:
@@ -199,7 +226,7 @@ async def main(data_dir, worker, n):
     for i in range(n):
         rid = f"resp_{worker}_{i}"
         await store.put(StoredResponse(rid, "key_alice", float(i), {"id": rid}, [], []))
-        await store.add_usage(UsageEntry(rid, "key_alice", "m", "http", 1, 0, 1, float(i)))
+        await store.add_usage([UsageEntry(rid, "key_alice", "m", "http", 1, 0, 1, float(i))])
     await store.close()
 
 asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
@@ -218,6 +245,21 @@ def test_sqlite_lives_in_one_wal_file_in_a_created_data_dir(tmp_path: Path) -> N
     with sqlite3.connect(data_dir / "responses.sqlite3") as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         assert conn.execute("SELECT id, owner FROM responses").fetchall() == [("resp_1", ALICE)]
+
+
+def test_sqlite_writes_a_record_and_its_line_in_one_transaction(tmp_path: Path) -> None:
+    """A line that cannot be inserted takes its record with it: none without the other."""
+    async def scenario() -> None:
+        store = SQLiteStore(tmp_path)
+        broken = UsageEntry("resp_1", ALICE, None, "websocket", 1, 0, 1, 1.5)  # type: ignore[arg-type]  # NOT NULL
+        with pytest.raises(sqlite3.IntegrityError):
+            await store.put(record("resp_1"), broken)
+        assert await store.get("resp_1", ALICE) is None and await store.usage(ALICE) == []
+        await store.put(record("resp_1"), usage_entry("resp_1"))  # the connection is usable
+        assert await store.usage(ALICE) == [usage_entry("resp_1")]
+        await store.close()
+
+    asyncio.run(scenario())
 
 
 def test_sqlite_writers_in_separate_processes_lose_nothing(tmp_path: Path) -> None:
@@ -289,9 +331,9 @@ class Interposed:
         self.inner = inner
         self.before_put = before_put
 
-    async def put(self, record: StoredResponse) -> None:
+    async def put(self, record: StoredResponse, usage: UsageEntry | None = None) -> None:
         await self.before_put(record)
-        await self.inner.put(record)
+        await self.inner.put(record, usage)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -383,15 +425,60 @@ def test_puts_of_one_id_land_in_call_order(config: StoreConfig) -> None:
     asyncio.run(scenario())
 
 
-def test_the_ledger_is_written_behind_in_submission_order(config: StoreConfig) -> None:
+class Counted(Interposed):
+    """A real store that records each ``add_usage`` call's response ids; its commits wait
+    for ``gate``, and ``lose_answer`` lists ids whose first commit lands but then raises
+    (an answer lost on the way back)."""
+
+    def __init__(self, inner: Store, lose_answer: frozenset[str] = frozenset()) -> None:
+        super().__init__(inner, lambda _: asyncio.sleep(0))
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.commits: list[list[str]] = []
+        self.lose_answer = set(lose_answer)
+
+    async def add_usage(self, entries) -> None:
+        self.commits.append([e.response_id for e in entries])
+        await self.gate.wait()
+        await self.inner.add_usage(entries)
+        lost = self.lose_answer & {e.response_id for e in entries}
+        if lost:
+            self.lose_answer -= lost
+            raise ConnectionError("connection reset after the write")
+
+
+def test_a_billed_line_is_committed_when_bill_returns_and_lines_waiting_at_once_share_a_commit(
+        config: StoreConfig) -> None:
     async def scenario() -> None:
-        writer = StoreWriter(open_store(config))
-        writer.submit_usage(usage_entry("resp_1", output_tokens=1))
-        writer.submit_usage(usage_entry("resp_2", output_tokens=2))
-        assert writer.pending == 2, "submitting never waits"
-        assert await writer.usage(ALICE) == [usage_entry("resp_1", output_tokens=1),
-                                             usage_entry("resp_2", output_tokens=2)]
+        store = Counted(open_store(config))
+        store.gate.clear()
+        writer = StoreWriter(store)
+        first = asyncio.create_task(writer.bill(usage_entry("resp_1", output_tokens=1)))
+        await asyncio.sleep(0.01)
+        assert store.commits == [["resp_1"]] and not first.done(), "the caller waits for the commit"
+        rest = [asyncio.create_task(writer.bill(usage_entry(f"resp_{i}", output_tokens=i))) for i in (2, 3)]
+        await asyncio.sleep(0.01)
+        assert writer.pending == 3
+        store.gate.set()
+        await asyncio.gather(first, *rest)
+        assert store.commits == [["resp_1"], ["resp_2", "resp_3"]], "one commit for the lines that waited"
+        async with opened(config) as other_process:
+            assert await other_process.usage(ALICE) == [usage_entry(f"resp_{i}", output_tokens=i) for i in (1, 2, 3)]
         assert writer.pending == 0
+        await writer.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_retried_write_whose_first_answer_was_lost_bills_once(config: StoreConfig) -> None:
+    """The commit landed but its answer did not: the retry changes nothing, the caller succeeds."""
+    async def scenario() -> None:
+        store = Counted(open_store(config), lose_answer=frozenset({"resp_1"}))
+        writer = StoreWriter(store)
+        await writer.bill(usage_entry("resp_1"))
+        await writer.bill(usage_entry("resp_1"))  # billed again (e.g. a flush on shutdown)
+        assert store.commits == [["resp_1"], ["resp_1"], ["resp_1"]]
+        assert await writer.usage(ALICE) == [usage_entry("resp_1")]
         await writer.close()
 
     asyncio.run(scenario())
@@ -403,34 +490,39 @@ def test_closing_the_writer_loses_no_write(config: StoreConfig) -> None:
     async def scenario() -> None:
         store, gate = held_back(open_store(config))
         writer = StoreWriter(store)
-        puts = [asyncio.create_task(writer.put(record(f"resp_{i}", text=f"r{i}"))) for i in range(n)]
-        for i in range(n):
-            writer.submit_usage(usage_entry(f"resp_{i}"))
+        puts = [asyncio.create_task(writer.put(record(f"resp_{i}", text=f"r{i}"), usage_entry(f"resp_{i}")))
+                for i in range(n)]
+        bills = [asyncio.create_task(writer.bill(usage_entry(f"resp_x{i}"))) for i in range(n)]
         await asyncio.sleep(0)
-        for put in puts:
-            put.cancel()  # the callers gave up; the writes did not
+        for task in puts + bills:
+            task.cancel()  # the callers gave up; the writes did not
         gate.set()
         await writer.close()
         async with opened(config) as reopened:
             for i in range(n):
                 assert await reopened.get(f"resp_{i}", ALICE) == record(f"resp_{i}", text=f"r{i}")
-            assert await reopened.usage(ALICE) == [usage_entry(f"resp_{i}") for i in range(n)]
+            billed = sorted(e.response_id for e in await reopened.usage(ALICE))
+            assert billed == sorted([f"resp_{i}" for i in range(n)] + [f"resp_x{i}" for i in range(n)])
 
     asyncio.run(scenario())
 
 
-def test_a_failed_ledger_write_is_logged_and_later_writes_still_land(
+def test_a_line_that_cannot_be_committed_is_logged_and_raised_and_later_lines_land(
         config: StoreConfig, caplog: pytest.LogCaptureFixture) -> None:
     class FailingLedger(Interposed):
-        async def add_usage(self, entry: UsageEntry) -> None:
-            if entry.response_id == "resp_bad":
+        async def add_usage(self, entries) -> None:
+            if any(e.response_id == "resp_bad" for e in entries):
                 raise ConnectionError("store unreachable")
-            await self.inner.add_usage(entry)
+            await self.inner.add_usage(entries)
+
+    failures: list[None] = []
 
     async def scenario() -> None:
-        writer = StoreWriter(FailingLedger(open_store(config), lambda _: asyncio.sleep(0)))
-        writer.submit_usage(usage_entry("resp_bad"))
-        writer.submit_usage(usage_entry("resp_good"))
+        writer = StoreWriter(FailingLedger(open_store(config), lambda _: asyncio.sleep(0)),
+                             on_failure=lambda: failures.append(None))
+        with pytest.raises(ConnectionError):
+            await writer.bill(usage_entry("resp_bad"))
+        await writer.bill(usage_entry("resp_good"))
         assert await writer.usage(ALICE) == [usage_entry("resp_good")]
         await writer.close()
 
@@ -439,18 +531,7 @@ def test_a_failed_ledger_write_is_logged_and_later_writes_still_land(
     [failure] = caplog.records
     assert "usage of resp_bad" in failure.getMessage()
     assert failure.exc_info is not None and failure.exc_info[0] is ConnectionError
-
-
-def test_the_ledger_backlog_is_bounded(config: StoreConfig) -> None:
-    async def scenario() -> None:
-        writer = StoreWriter(open_store(config), max_pending=2)
-        writer.submit_usage(usage_entry("resp_1"))
-        writer.submit_usage(usage_entry("resp_2"))
-        with pytest.raises(WriterBacklogFull):
-            writer.submit_usage(usage_entry("resp_3"))
-        await writer.close()
-
-    asyncio.run(scenario())
+    assert len(failures) == 1
 
 
 def test_the_writer_refuses_writes_after_close(config: StoreConfig) -> None:
@@ -459,7 +540,7 @@ def test_the_writer_refuses_writes_after_close(config: StoreConfig) -> None:
         await writer.close()
         await writer.close()  # idempotent
         with pytest.raises(WriterClosed):
-            writer.submit_usage(usage_entry("resp_1"))
+            await writer.bill(usage_entry("resp_1"))
         with pytest.raises(WriterClosed):
             await writer.put(record("resp_1"))
 

@@ -19,6 +19,7 @@ from store.writer import StoreWriter
 
 MODEL = "emu-fast"
 HOLD = "test.hold"  # metadata: the model call waits for ``ScriptedInference.release`` mid-answer
+CRASH = "test.crash"  # metadata: the model call fails mid-answer
 
 
 class BuggySession(Session):
@@ -53,22 +54,33 @@ def test_an_unexpected_exception_becomes_server_error_without_its_text(tmp_path)
 
 
 class GatedStore:
-    """A :class:`store.Store` whose puts wait for ``open()``; ``fail`` lists ids whose put then
-    raises.  Connections reach it through a real :class:`StoreWriter`."""
+    """A :class:`store.Store` whose writes (a record with its ledger line, a batch of lines)
+    wait for ``gate``; ``fail`` lists ids whose write then raises.  Connections reach it
+    through a real :class:`StoreWriter`."""
 
     def __init__(self, fail: frozenset[str] = frozenset()) -> None:
         self.gate = asyncio.Event()
         self.fail = fail
-        self.started: list[str] = []
+        self.started: list[str] = []  # ids whose write started, records and lines alike
         self.records: dict[str, StoredResponse] = {}
-        self.ledger: list[UsageEntry] = []
+        self.lines: dict[str, UsageEntry] = {}
 
-    async def put(self, record: StoredResponse) -> None:
-        self.started.append(record.id)
+    async def _write(self, *response_ids: str) -> None:
+        self.started += response_ids
         await self.gate.wait()
-        if record.id in self.fail:
+        if self.fail.intersection(response_ids):
             raise ConnectionError("store unreachable")
+
+    async def put(self, record: StoredResponse, usage: UsageEntry | None = None) -> None:
+        await self._write(record.id)
         self.records[record.id] = record
+        if usage is not None:
+            self.lines.setdefault(usage.response_id, usage)
+
+    async def add_usage(self, entries) -> None:
+        await self._write(*(e.response_id for e in entries))
+        for e in entries:
+            self.lines.setdefault(e.response_id, e)
 
     async def get(self, response_id: str, owner: str) -> StoredResponse | None:
         record = self.records.get(response_id)
@@ -77,11 +89,8 @@ class GatedStore:
     async def delete(self, response_id: str, owner: str) -> bool:
         return self.records.pop(response_id, None) is not None
 
-    async def add_usage(self, entry: UsageEntry) -> None:
-        self.ledger.append(entry)
-
     async def usage(self, owner: str) -> list[UsageEntry]:
-        return [e for e in self.ledger if e.owner == owner]
+        return [e for e in self.lines.values() if e.owner == owner]
 
     async def probe(self) -> None:
         pass
@@ -91,7 +100,8 @@ class GatedStore:
 
 
 class ScriptedInference:
-    """Answers "Hi there"; a request with ``HOLD`` metadata pauses after its first delta."""
+    """Answers "Hi there"; a request with ``HOLD`` metadata pauses after its first delta,
+    one with ``CRASH`` fails there."""
 
     before_call = None
 
@@ -105,6 +115,8 @@ class ScriptedInference:
         yield [Prefilled(len(request.prompt_token_ids), 0, 0.0, 0.0), TextDelta("Hi", 1)]
         if (HOLD, "1") in request.metadata:
             await self.release.wait()
+        if (CRASH, "1") in request.metadata:
+            raise ConnectionError("replica died")
         yield [TextDelta(" there", 1), Done("stop", 2, 1.0)]
 
 
@@ -115,6 +127,7 @@ class Client:
     def __init__(self, conn: Connection, store: GatedStore) -> None:
         self.events: list[dict] = []
         self.stored_when_sent: dict[str, bool] = {}
+        self.billed_when_sent: dict[str, UsageEntry | None] = {}
         self.ended = False
         self._store = store
         self._task = asyncio.get_running_loop().create_task(self._drain(conn))
@@ -128,7 +141,9 @@ class Client:
     def _receive(self, event: ServerEvent | str) -> None:
         data = json.loads(event if isinstance(event, str) else event.model_dump_json())
         if data["type"] in ("response.completed", "response.incomplete", "response.failed"):
-            self.stored_when_sent[data["response"]["id"]] = data["response"]["id"] in self._store.records
+            rid = data["response"]["id"]
+            self.stored_when_sent[rid] = rid in self._store.records
+            self.billed_when_sent[rid] = self._store.lines.get(rid)
         self.events.append(data)
 
     def types(self, lane: str | None = None) -> list[str]:
@@ -175,12 +190,11 @@ def test_the_terminal_event_waits_for_the_record_while_other_lanes_flow():
         await client.until(lambda: len(store.started) == 2)
         assert "response.output_text.done" in client.types("b"), "lane b's events were not held"
         assert client.types("a")[-1] == "response.output_item.done", "a's terminal waits for its put"
-        await client.until(lambda: len(store.ledger) == 2)
-        assert [u.response_id for u in store.ledger] == store.started, "the ledger does not wait"
         store.gate.set()
         await client.until(lambda: len(client.stored_when_sent) == 2)
         assert client.types("a")[-1] == client.types("b")[-1] == "response.completed"
         assert all(client.stored_when_sent.values()), "each record was stored before its terminal event"
+        assert all(client.billed_when_sent.values()), "and its ledger line with it"
 
     run(scenario)
 
@@ -221,7 +235,7 @@ def test_a_store_failure_is_response_failed_with_server_error_and_not_continued_
 
     with caplog.at_level(logging.WARNING, logger="actors.host.connection"):
         run(scenario)
-    assert any("could not be stored" in r.getMessage() for r in caplog.records)
+    assert any("could not be written" in r.getMessage() for r in caplog.records)
 
 
 def in_flight_peak(events: list[dict]) -> int:
@@ -311,13 +325,72 @@ def test_store_write_time_is_observed():
     assert [set(r) for r in observed if "store_write" in r] == [{"store_write"}]
 
 
-def test_a_response_not_stored_is_not_held():
+# --- usage exactly once: a terminal event with usage leaves once its ledger line is committed -----
+
+
+def test_a_response_not_stored_waits_for_its_ledger_line_alone():
     async def scenario(conn, store, inference, client):
         conn.feed(create(store=False))
+        await client.until(lambda: len(store.started) == 1)
+        assert client.types()[-1] == "response.output_item.done", "the terminal event waits for the line"
+        store.gate.set()
         await client.until(lambda: "response.completed" in client.types())
-        assert store.started == []
+        [(rid, line)] = client.billed_when_sent.items()
+        assert store.records == {} and line is not None and line.response_id == rid
+        done = client.events[-1]["response"]["usage"]
+        assert (line.input_tokens, line.output_tokens) == (done["input_tokens"], done["output_tokens"]) == (
+            line.input_tokens, 2)
 
     run(scenario)
+
+
+def test_a_response_failed_after_inference_started_reports_and_bills_what_it_used():
+    async def scenario(conn, store, inference, client):
+        store.gate.set()
+        conn.feed(create(store=False, metadata={CRASH: "1"}))
+        await client.until(lambda: "response.failed" in client.types())
+        failed = client.events[-1]["response"]
+        assert failed["error"]["code"] == "server_error"
+        assert failed["usage"]["output_tokens"] == 1 and failed["usage"]["input_tokens"] > 0
+        line = client.billed_when_sent[failed["id"]]
+        assert line is not None and (line.input_tokens, line.output_tokens) == (failed["usage"]["input_tokens"], 1)
+
+    run(scenario)
+
+
+async def writable(store: StoreWriter, yes: bool) -> None:
+    """Make the real SQLite store refuse every write, or take them again (a full or
+    read-only disk refuses them the same way)."""
+    await store.store._call(lambda c: c.execute(f"PRAGMA query_only = {int(not yes)}"))  # type: ignore[attr-defined]
+
+
+def test_a_response_whose_record_or_line_could_not_be_written_is_failed_and_not_billed(tmp_path, caplog):
+    """A real SQLite store that refuses writes: the client sees ``response.failed`` without
+    usage, for a stored response and a ``store:false`` one alike, and the ledger has no line."""
+    async def main() -> tuple[list[dict], list[UsageEntry]]:
+        store = StoreWriter(open_store(StoreConfig(data_dir=str(tmp_path))))
+        await writable(store, False)
+        session = Session(SessionConfig(), [MODEL], session_key="s", owner="k", clock=lambda: 0.0)
+        conn = Connection(session, ScriptedInference(), store)
+        received: list[dict] = []
+        conn.feed(create(store=True, stream_id="a"))
+        conn.feed(create(store=False, stream_id="b"))
+        async for batch in conn.events():
+            received += [json.loads(e.model_dump_json()) for e in batch]
+            if sum(e["type"] == "response.failed" for e in received) == 2:
+                break
+        await conn.close()
+        await writable(store, True)
+        ledger = await store.usage("k")
+        await store.close()
+        return received, ledger
+
+    with caplog.at_level(logging.ERROR, logger="store.writer"):
+        received, ledger = asyncio.run(main())
+    failed = [e["response"] for e in received if e["type"] == "response.failed"]
+    assert sorted((r["store"], r["usage"], r["error"]["code"]) for r in failed) == [
+        (False, None, "server_error"), (True, None, "server_error")]
+    assert ledger == [], "a response the client saw fail unbilled has no ledger line"
 
 
 # --- a large input is tokenised on a worker thread while the host has other work in flight ----
