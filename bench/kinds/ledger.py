@@ -134,12 +134,14 @@ def hosts_serving(port: int) -> list[psutil.Process]:
 
 async def killer(port: int, plan: Plan, kills: list[dict[str, Any]], stop: asyncio.Event,
                  rng: random.Random, t0: float) -> None:
+    wait = plan.kill_every_s
     while True:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), plan.kill_every_s)
+            await asyncio.wait_for(stop.wait(), wait)
         if stop.is_set():
             return
         hosts = await asyncio.to_thread(hosts_serving, port)
+        wait = plan.kill_every_s if hosts else 0.5  # none serving yet (clients reconnecting): soon again
         if hosts:
             victim = rng.choice(hosts)
             with contextlib.suppress(psutil.Error):
