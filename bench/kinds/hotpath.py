@@ -37,20 +37,23 @@ def bench_config(warm_actors: int = 1) -> AppConfig:
                            **{f"inference.{k}": v for k, v in inference.items()}})
 
 
-async def overhead(url: str, turns: int) -> tuple[list[float], list[float]]:
-    """Round trip of a one-token, store:false continuation turn on the zero-latency profile,
-    and the time until its ``response.created`` (the path without inference)."""
-    out, created = [], []
+async def overhead(url: str, turns: int, store: bool = False) -> tuple[list[float], list[float], list[float]]:
+    """Round trip of a one-token continuation turn (``store:false`` unless ``store``) on the
+    zero-latency profile, the time until its ``response.created`` (the path without
+    inference), and the gap between its last output event and its terminal event (the
+    terminal event waits there for the response's ledger line, and record if stored)."""
+    out, created, gaps = [], [], []
     async with connect(url, compression="deflate") as sock:
         prev = None
         for i in range(turns + 10):
-            answer = await sock.create(model="bench-zero", input="go", store=False, max_output_tokens=1,
+            answer = await sock.create(model="bench-zero", input="go", store=store, max_output_tokens=1,
                                        previous_response_id=prev)
             prev = answer.response["id"] if answer.response else None
             if i >= 10:  # warm-up turns excluded
                 out.append(answer.total_s * 1000)
                 created.append((answer.stamps[0] - answer.sent_at) * 1000)
-    return out, created
+                gaps.append((answer.stamps[-1] - answer.stamps[-2]) * 1000)
+    return out, created, gaps
 
 
 async def stream_rate(url: str, tokens: int) -> float:
@@ -61,13 +64,15 @@ async def stream_rate(url: str, tokens: int) -> float:
         return out_tokens / (stamps[-1] - stamps[0]) if len(stamps) > 1 else 0.0
 
 
-async def measure(url: str, turns: int, streams: int, tokens: int) -> dict:
-    laps, created = await overhead(url, turns)
+async def measure(url: str, turns: int, streams: int, tokens: int, store: bool = False) -> dict:
+    laps, created, gaps = await overhead(url, turns, store)
     rates = await asyncio.gather(*(stream_rate(url, tokens) for _ in range(streams))) or [0.0]
     return {
         "turn_ms": {"median": statistics.median(laps), "p90": statistics.quantiles(laps, n=10)[-1],
                     "min": min(laps), "n": len(laps)},
         "created_ms": {"median": statistics.median(created)},
+        "terminal_gap_ms": {"median": statistics.median(gaps), "p90": statistics.quantiles(gaps, n=10)[-1]},
+        "store": store,
         "streams": streams,
         "stream_tokens_per_s": {"each": [round(r, 1) for r in rates], "median": statistics.median(rates),
                                 "min": min(rates), "target": 1000.0},
@@ -78,12 +83,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--turns", type=int, default=200)
     p.add_argument("--streams", type=int, default=8)
     p.add_argument("--tokens", type=int, default=2000)
+    p.add_argument("--store", action="store_true", help="store:true overhead turns (default store:false)")
     p.add_argument("--out", type=Path, default=Path("results/hotpath.json"))
 
 
 def run(args: argparse.Namespace) -> int:
     with embedded_server(bench_config(warm_actors=args.streams + 1)) as url:
-        result = asyncio.run(measure(url, args.turns, args.streams, args.tokens))
+        result = asyncio.run(measure(url, args.turns, args.streams, args.tokens, args.store))
     result["command"] = args.command
     results.write(args.out, result, args.run)
     print(json.dumps(result, indent=2))
