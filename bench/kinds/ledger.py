@@ -41,6 +41,7 @@ from actors.protocol import TERMINAL_EVENT_TYPES
 from .. import results
 from ..client import ws_url
 from ..reconcile import Line, Seen, reconcile
+from ..report import pct
 
 APP = "responses-ws-ledger"
 MODEL = "emu-fast"
@@ -82,7 +83,7 @@ def observe(seen: Seen, event: dict[str, Any], transport: str) -> str | None:
 
 
 async def ws_client(url: str, plan: Plan, seen: Seen, stats: dict[str, int], stop: asyncio.Event,
-                    rng: random.Random) -> None:
+                    rng: random.Random, gaps: list[float]) -> None:
     previous: str | None = None  # continued on the next socket only if it was stored
     chain = 0
     while not stop.is_set():
@@ -92,8 +93,10 @@ async def ws_client(url: str, plan: Plan, seen: Seen, stats: dict[str, int], sto
                     body = turn_body(rng, plan, previous if chain < MAX_CHAIN else None)
                     chain = chain + 1 if "previous_response_id" in body else 1
                     await ws.send(json.dumps({"type": "response.create", **body}))
+                    last = time.perf_counter()
                     while (ended := observe(seen, json.loads(await ws.recv()), "websocket")) is None:
-                        pass
+                        last = time.perf_counter()
+                    gaps.append((time.perf_counter() - last) * 1000)  # the wait for the line (and record)
                     stats["turns"] += 1
                     r = seen.responses.get(ended)
                     previous = ended if r is not None and r.terminal == "response.completed" else None
@@ -178,7 +181,8 @@ async def faults(url: str, data_dir: str | Path, plan: Plan) -> dict[str, Any]:
     port = int(url.rsplit(":", 1)[1])
     seen, stats, kills = Seen(), {"turns": 0, "ws_dropped": 0, "http_dropped": 0}, []
     stop, rng, t0 = asyncio.Event(), random.Random(plan.seed), time.monotonic()
-    clients = [asyncio.create_task(ws_client(url, plan, seen, stats, stop, random.Random(rng.random())))
+    gaps: list[float] = []
+    clients = [asyncio.create_task(ws_client(url, plan, seen, stats, stop, random.Random(rng.random()), gaps))
                for _ in range(plan.ws)]
     clients += [asyncio.create_task(http_client(url, plan, seen, stats, stop, random.Random(rng.random())))
                 for _ in range(plan.http)]
@@ -194,8 +198,11 @@ async def faults(url: str, data_dir: str | Path, plan: Plan) -> dict[str, Any]:
     lines = read_ledger(data_dir)
     verdict = reconcile(seen, lines)
     verdict.update(await fetch_billed_unseen(url, seen, lines))
-    return {"plan": plan.__dict__, "wall_s": round(time.monotonic() - t0, 1), "kills": len(kills),
-            "kill_log": kills, **stats, "reconcile": verdict}
+    wall = time.monotonic() - t0
+    return {"plan": plan.__dict__, "wall_s": round(wall, 1), "kills": len(kills), "kill_log": kills, **stats,
+            "turns_per_s": round(stats["turns"] / plan.duration_s, 1),
+            "ws_terminal_gap_ms": {"p50": pct(gaps, 0.5), "p90": pct(gaps, 0.9)},
+            "reconcile": verdict}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
