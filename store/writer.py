@@ -13,6 +13,7 @@ failed write is retried once; one that fails again is logged and raised to its c
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -85,7 +86,7 @@ class StoreWriter:
         if previous is not None:
             await asyncio.wait([previous])
         async with self._writing:
-            await retried(lambda: self.store.put(record, usage))
+            await retried(functools.partial(self.store.put, record, usage))
 
     def _put_done(self, response_id: str, task: asyncio.Task[None]) -> None:
         if self._puts.get(response_id) is task:
@@ -175,8 +176,8 @@ class StoreWriter:
             batch = [self._lines.popleft() for _ in range(min(len(self._lines), MAX_BATCH))]
             entries = [entry for entry, _ in batch]
             try:
-                await retried(lambda: self.store.add_usage(entries))
-            except Exception as exc:  # noqa: BLE001 - each caller learns its line failed
+                await retried(functools.partial(self.store.add_usage, entries))
+            except Exception as exc:
                 log.error("store write failed: usage of %s", ", ".join(e.response_id for e in entries),
                           exc_info=exc)
                 for _, done in batch:
