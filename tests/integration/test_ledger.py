@@ -27,7 +27,6 @@ def test_killed_session_hosts_lose_no_ledger_line_and_none_is_billed_twice_or_un
     url, data_dir = ledger_app
     result = asyncio.run(faults(url, data_dir, Plan(ws=8, http=4, duration_s=15, kill_every_s=3, seed=26)))
     verdict = result["reconcile"]
-    print({k: v for k, v in result.items() if k != "kill_log"})
     assert result["kills"] >= 2, result["kill_log"]
     assert result["ws_dropped"] > 0, "the kills ended client sockets mid-run"
     assert verdict["seen_billed"] > 100, verdict
