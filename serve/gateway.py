@@ -41,8 +41,7 @@ from actors.host.handoff import Ended, Gone, Handoff, Link, Outcome, SocketKind,
 from actors.host.resume import RESUME_HEADER, parse_token
 from actors.logs import configure as configure_logs
 from actors.protocol import http_error_body
-from store import open_store
-from store.writer import StoreWriter
+from store import open_writer, replay
 
 from .admission import Admission
 from .app import build_app
@@ -92,11 +91,11 @@ class Gateway:
         self._models: list[dict] = await inference.models.remote()
         self._keys = KeyRing(cfg.server.api_keys)
         self._foreign: dict[str, Link] = {}  # links to hosts of other gateways (resumes)
-        self._store = StoreWriter(open_store(cfg.store), on_failure=self._metrics.store_write_failed)
+        prefix = uuid.uuid4().hex[:12]
+        self._store = await open_writer(cfg.store, f"gateway-{prefix}", on_failure=self._metrics.store_write_failed)
         self._here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         self._http_app = functools.partial(host_app, session_config=cfg.session, keys=self._keys,
                                            models=self._models)
-        prefix = uuid.uuid4().hex[:12]
         self._draining = False
         self._pool = ActorPool(self._start_host, self._stop_host, policy_from(cfg.session),
                                prefix=f"rws-{prefix}", clock=time.monotonic)
@@ -173,11 +172,23 @@ class Gateway:
         if self._draining:
             return
         log.warning("a session host died; closing its connections with 1011")
+        asyncio.get_running_loop().create_task(self._replay_journals())
         host = next((h for h in self._pool.hosts() if h.handle is handle), None)
         for sock in self._admission.host_died(link, host):
             close_websocket(sock, 1011, "session ended by a server fault")
         if host is not None:
             self._pool.host_died(host)
+
+    async def _replay_journals(self) -> None:
+        """Commit the ledger journal a dead host left (store/journal.py) once the process is
+        gone (reaped), so its clients' completed responses are billed without waiting for
+        the next host to start."""
+        for delay_s in (1.0, 5.0):
+            await asyncio.sleep(delay_s)
+            try:
+                await replay(self._cfg.store.journal_dir, self._store.store)
+            except Exception:
+                log.warning("replaying a dead host's ledger journal failed", exc_info=True)
 
     def _ended(self, sock_id: str, outcome: Outcome) -> None:
         sock = self._admission.ended(sock_id, outcome)

@@ -6,11 +6,14 @@ module per backend (:mod:`.sqlite`, :mod:`.redis`), the write-through :mod:`.wri
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from .base import Store, StoreConfig, StoredResponse, UsageEntry, decode_record, encode_body
+from .journal import Journal, replay
 from .writer import StoreWriter, WriterClosed
 
 __all__ = ["Store", "StoreConfig", "StoreWriter", "StoredResponse", "UsageEntry", "WriterClosed",
-           "decode_record", "encode_body", "open_store"]
+           "decode_record", "encode_body", "open_store", "open_writer"]
 
 
 def open_store(config: StoreConfig) -> Store:
@@ -22,3 +25,11 @@ def open_store(config: StoreConfig) -> Store:
     from .sqlite import SQLiteStore
 
     return SQLiteStore(config.data_dir)
+
+
+async def open_writer(config: StoreConfig, name: str, *, on_failure: Callable[[], None] | None = None) -> StoreWriter:
+    """The process's writer, journaling its ``store:false`` ledger lines under ``name``;
+    the journals of this node's dead processes are committed first (:func:`replay`)."""
+    store = open_store(config)
+    await replay(config.journal_dir, store)
+    return StoreWriter(store, on_failure=on_failure, journal=Journal(config.journal_dir, name))

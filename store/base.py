@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -75,6 +76,12 @@ class StoreConfig(BaseModel):
     data_dir: str = Field("data", description="sqlite: directory of responses.sqlite3 (created)")
     redis_url: str = Field("redis://127.0.0.1:6379/0", description="redis: server URL")
     key_prefix: str = Field("rws:", description="redis: prefix of every key")
+
+    @property
+    def journal_dir(self) -> Path:
+        """Where a node's processes keep their ledger journals (store/journal.py): local disk,
+        whichever the backend."""
+        return Path(self.data_dir) / "ledger-journal"
 
 
 def encode_body(record: StoredResponse) -> str:

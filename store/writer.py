@@ -4,10 +4,13 @@ A ``store:true`` response's record is written *before* its terminal event goes o
 usage (billing) line in the same transaction (:meth:`StoreWriter.put`, awaited by the
 connection driver), so a client told a response completed can read it at once from any
 process, and a crash cannot lose it or its line after the fact.  A ``store:false``
-response's line is committed before its terminal event too (:meth:`StoreWriter.bill`): the
-lines of every connection of the process that wait at once share one commit (one task,
-in submission order).  Every write is idempotent (a line is unique by response id), so a
-failed write is retried once; one that fails again is logged and raised to its caller.
+response's line is appended to the process's journal (store/journal.py) before its
+terminal event goes out, and committed write-behind (:meth:`StoreWriter.bill_behind`): the
+lines of every connection of the process that wait at once share one commit (one task, in
+submission order), and a process killed before its commit leaves the line in its journal
+for :func:`store.journal.replay`.  Every write is idempotent (a line is unique by response
+id), so a failed write is retried once; one that fails again is logged (and raised to the
+caller that awaits it).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 
 from .base import Store, StoredResponse, UsageEntry
+from .journal import Journal
 
 log = logging.getLogger(__name__)
 
@@ -50,11 +54,14 @@ class StoreWriter:
     """
 
     def __init__(self, store: Store, *, max_writing: int = DEFAULT_MAX_WRITING,
-                 on_failure: Callable[[], None] | None = None) -> None:
+                 on_failure: Callable[[], None] | None = None, journal: Journal | None = None) -> None:
         self.store = store
+        self._journal = journal
+        self._journaled = 0  # journal lines not committed yet
+        self._journal_failed = False  # a journaled line could not be committed: keep the journal
         self._on_failure = on_failure  # called once for every write that failed (a metric)
         self._writing = asyncio.Semaphore(max_writing)  # a burst of puts queues here
-        self._lines: deque[tuple[UsageEntry, asyncio.Future[None]]] = deque()  # waiting for a commit
+        self._lines: deque[tuple[UsageEntry, asyncio.Future[None], bool]] = deque()  # waiting for a commit
         self._billing: set[asyncio.Future[None]] = set()  # lines not committed (or failed) yet
         self._puts: dict[str, asyncio.Task[None]] = {}  # the latest put of each id still writing
         self._wakeup = asyncio.Event()
@@ -102,14 +109,28 @@ class StoreWriter:
         caller does not withdraw the line; :meth:`flush` and :meth:`close` wait for it."""
         if self._closed:
             raise WriterClosed("the store writer is closed")
+        await asyncio.shield(self._submit(entry))
+
+    def bill_behind(self, entry: UsageEntry) -> None:
+        """Journal ``entry``'s ledger line (once this returns, the line survives this process
+        being killed) and commit it write-behind.  Raises ``OSError`` if it could not be
+        journaled.  Without a journal the line is only committed write-behind."""
+        if self._closed:
+            raise WriterClosed("the store writer is closed")
+        if self._journal is not None:
+            self._journal.append(entry)
+            self._journaled += 1
+        self._submit(entry, journaled=self._journal is not None)
+
+    def _submit(self, entry: UsageEntry, *, journaled: bool = False) -> asyncio.Future[None]:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         done.add_done_callback(self._billed)
         self._billing.add(done)
-        self._lines.append((entry, done))
+        self._lines.append((entry, done, journaled))
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run(), name="store-ledger")
         self._wakeup.set()
-        await asyncio.shield(done)
+        return done
 
     def _billed(self, done: asyncio.Future[None]) -> None:
         self._billing.discard(done)
@@ -165,6 +186,8 @@ class StoreWriter:
             if self._task is not None:
                 self._task.cancel()
                 await asyncio.wait([self._task])
+            if self._journal is not None:
+                self._journal.close(committed=not self._journaled and not self._journal_failed)
             await self.store.close()
 
     async def _run(self) -> None:
@@ -174,18 +197,23 @@ class StoreWriter:
                 await self._wakeup.wait()
                 continue
             batch = [self._lines.popleft() for _ in range(min(len(self._lines), MAX_BATCH))]
-            entries = [entry for entry, _ in batch]
+            entries = [entry for entry, _, _ in batch]
+            journaled = sum(1 for _, _, j in batch if j)
             try:
                 await retried(functools.partial(self.store.add_usage, entries))
             except Exception as exc:
                 log.error("store write failed: usage of %s", ", ".join(e.response_id for e in entries),
                           exc_info=exc)
-                for _, done in batch:
+                self._journal_failed = self._journal_failed or journaled > 0  # replayed later
+                for _, done, _ in batch:
                     if self._on_failure is not None:
                         self._on_failure()
                     if not done.done():
                         done.set_exception(exc)
             else:
-                for _, done in batch:
+                for _, done, _ in batch:
                     if not done.done():
                         done.set_result(None)
+            self._journaled -= journaled
+            if self._journal is not None and not self._journaled and not self._journal_failed:
+                self._journal.clear()

@@ -23,7 +23,7 @@ import ray
 from starlette.types import ASGIApp
 
 from inference import tokenizer
-from store import StoreConfig, StoreWriter, open_store
+from store import StoreConfig, StoreWriter, open_writer
 
 from ..backend import InferenceClient
 from ..backend.ray_serve import ServeInference
@@ -94,7 +94,7 @@ class SessionHost:
         second (docs/architecture.md): they are paid here, not on a client's first turn."""
         self._models = await self._inference.warm()
         tokenizer.encode("warm up")
-        self._store = StoreWriter(open_store(self._store_config), on_failure=self._host_metrics.store_write_failed)
+        self._store = await open_writer(self._store_config, self._name, on_failure=self._host_metrics.store_write_failed)
         if self._http_app is not None:
             self._http = HttpServer(self._http_app(store=self._store, inference=self._inference,
                                                    model_ids=lambda: list(self._models),

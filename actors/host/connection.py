@@ -12,10 +12,11 @@ Read-your-writes: a ``store:true`` response's record is written *before* its ter
 is queued.  Until the write returns, the terminal event — and every later event of the same
 lane, such as the next queued response's ``response.created`` — waits; other lanes' events
 keep flowing, and the session counts the response in flight until then (``on_written``).
-Usage exactly once: every terminal event that reports usage waits in its lane the same way
-until the response's ledger line is committed — in the record's transaction for
-``store:true``, in the process's next batched commit for ``store:false`` — so a client never
-sees a completion the ledger could lose.  A write that fails turns the terminal event into
+Usage exactly once: a ``store:true`` response's ledger line is written in its record's
+transaction; a ``store:false`` response's line is appended to the process's ledger journal
+(store/journal.py) before its terminal event is queued, and committed write-behind — either
+way a client never sees a completion the ledger could lose, and a ``store:false`` turn does
+not wait for a commit.  A write that fails turns the terminal event into
 ``response.failed`` (``server_error``) without usage: the response is not billed.
 """
 
@@ -188,14 +189,20 @@ class Connection:
             self._generations[turn.turn_id] = self._renderer.track(self._spawn(self._run(turn)))
         records = {record.id: record for record in fx.persist}
         lines = {entry.response_id: entry for entry in fx.usage}
+        journaled: list[tuple[str, bool]] = []  # store:false responses billed: (id, line kept)
         for event in fx.events:
             line = lines.pop(event.response.id, None) if isinstance(event, _TERMINAL) else None
+            record = records.pop(line.response_id, None) if line is not None else None
             if line is None:
                 self._send(event)
+            elif record is None:
+                kept = self._journal(line)
+                self._send(event if kept else failed_instead(event))
+                journaled.append((line.response_id, kept))
             else:
                 held = _Stored(event)
                 self._held.setdefault(event.stream_id, deque()).append(held)
-                self._spawn(self._persist(line, records.pop(line.response_id, None), held))
+                self._spawn(self._persist(line, record, held))
         assert not records and not lines, "a record and a ledger line come with their terminal event"
         if self._observe is not None and fx.timings:
             # Recording a dozen histograms is not the client's wait: it runs after the
@@ -211,8 +218,21 @@ class Connection:
                 self._renderer.track(self._spawn(self._render(job)))
             else:
                 self._apply(self.session.on_rendered(job.render_id, tokens_of(job)))
+        for response_id, kept in journaled:
+            self._apply(self.session.on_written(response_id, stored=kept))
         if self.state is State.DRAINING and self.session.idle:
             self.end(1001)
+
+    def _journal(self, line: UsageEntry) -> bool:
+        """Journal a ``store:false`` response's line (committed write-behind); ``False`` if
+        it could not be kept, and the response is then failed, not billed."""
+        try:
+            self._store.bill_behind(line)
+        except Exception:
+            log.warning("response %s failed: its ledger line could not be journaled", line.response_id,
+                        exc_info=True)
+            return False
+        return True
 
     def _observe_all(self, reports: list[dict[str, float]]) -> None:
         assert self._observe is not None
@@ -226,18 +246,15 @@ class Connection:
         else:
             held.append(event)
 
-    async def _persist(self, line: UsageEntry, record: StoredResponse | None, held: _Stored) -> None:
-        """Write the ledger line (with the record, if stored), then let its lane's events go
+    async def _persist(self, line: UsageEntry, record: StoredResponse, held: _Stored) -> None:
+        """Write the record with its ledger line, then let its lane's events go
         (``response.failed`` without usage instead of the terminal event if the write
         failed); only then does the session count the response as done, so what starts next
         is sent after it."""
         started = time.perf_counter()
         stored = True
         try:
-            if record is None:
-                await self._store.bill(line)
-            else:
-                await self._store.put(record, line)
+            await self._store.put(record, line)
         except Exception:  # noqa: BLE001 - the writer logged it; the client learns the response failed
             log.warning("response %s failed: its record or ledger line could not be written", line.response_id)
             held.event = failed_instead(held.event)

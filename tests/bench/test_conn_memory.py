@@ -33,6 +33,7 @@ def test_the_client_model_of_the_cache_evicts_exactly_what_the_session_evicts():
         fx += session.on_inference(turn.turn_id, [Done("stop", 2, 1.0)])
         response = fx.events[-1].model_dump(mode="json")["response"]
         assert response["status"] == "completed"
+        session.on_written(response["id"], stored=True)  # the driver's part: its ledger line is kept
         context = response["usage"]["input_tokens"] + rendered_output_tokens(response)
         evictions += len(model.finished(lane, response["id"], context))
         cached = {name: lane_.latest for name, lane_ in session._lanes.items() if lane_.latest is not None}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import tempfile
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -15,6 +16,8 @@ from actors.protocol import ServerEvent
 from actors.session import Session
 from inference.types import Done, InferenceEvent, InferenceRequest, Prefilled, TextDelta
 from store import StoreConfig, StoredResponse, UsageEntry, open_store
+from store.journal import Journal, replay
+from store.journal import read as read_journal
 from store.writer import StoreWriter
 
 MODEL = "emu-fast"
@@ -122,14 +125,16 @@ class ScriptedInference:
 
 class Client:
     """Drains ``conn.events()`` in the background, as a socket's send loop does; records what
-    the store holds at the moment each terminal event reaches the client."""
+    the store holds, and the ledger journal, at the moment each terminal event reaches the client."""
 
-    def __init__(self, conn: Connection, store: GatedStore) -> None:
+    def __init__(self, conn: Connection, store: GatedStore, journal: Journal | None = None) -> None:
         self.events: list[dict] = []
         self.stored_when_sent: dict[str, bool] = {}
-        self.billed_when_sent: dict[str, UsageEntry | None] = {}
+        self.billed_when_sent: dict[str, UsageEntry | None] = {}  # committed to the store
+        self.journaled_when_sent: dict[str, UsageEntry | None] = {}  # in the journal on disk
         self.ended = False
         self._store = store
+        self._journal = journal
         self._task = asyncio.get_running_loop().create_task(self._drain(conn))
 
     async def _drain(self, conn: Connection) -> None:
@@ -144,6 +149,8 @@ class Client:
             rid = data["response"]["id"]
             self.stored_when_sent[rid] = rid in self._store.records
             self.billed_when_sent[rid] = self._store.lines.get(rid)
+            on_disk = read_journal(self._journal.path) if self._journal is not None else []
+            self.journaled_when_sent[rid] = next((e for e in on_disk if e.response_id == rid), None)
         self.events.append(data)
 
     def types(self, lane: str | None = None) -> list[str]:
@@ -163,14 +170,15 @@ def create(**body) -> str:
 
 def run(scenario: Callable[[Connection, GatedStore, ScriptedInference, Client], object],
         store: GatedStore | None = None, observed: list | None = None) -> None:
-    async def main() -> None:
+    async def main(journal_dir: str) -> None:
         gated = store or GatedStore()
         inference = ScriptedInference()
         session = Session(SessionConfig(), [MODEL], session_key="s", clock=lambda: 0.0)
-        writer = StoreWriter(gated)
+        journal = Journal(journal_dir, "host")
+        writer = StoreWriter(gated, journal=journal)
         conn = Connection(session, inference, writer,
                           observe=None if observed is None else lambda t, r: observed.append(r))
-        client = Client(conn, gated)
+        client = Client(conn, gated, journal)
         try:
             await scenario(conn, gated, inference, client)
         finally:
@@ -178,7 +186,8 @@ def run(scenario: Callable[[Connection, GatedStore, ScriptedInference, Client], 
             gated.gate.set()
             await writer.close()
 
-    asyncio.run(main())
+    with tempfile.TemporaryDirectory() as journal_dir:
+        asyncio.run(main(journal_dir))
 
 
 def test_the_terminal_event_waits_for_the_record_while_other_lanes_flow():
@@ -328,18 +337,18 @@ def test_store_write_time_is_observed():
 # --- usage exactly once: a terminal event with usage leaves once its ledger line is committed -----
 
 
-def test_a_response_not_stored_waits_for_its_ledger_line_alone():
+def test_a_response_not_stored_is_sent_once_its_line_is_journaled_and_committed_behind():
     async def scenario(conn, store, inference, client):
         conn.feed(create(store=False))
-        await client.until(lambda: len(store.started) == 1)
-        assert client.types()[-1] == "response.output_item.done", "the terminal event waits for the line"
-        store.gate.set()
-        await client.until(lambda: "response.completed" in client.types())
-        [(rid, line)] = client.billed_when_sent.items()
-        assert store.records == {} and line is not None and line.response_id == rid
+        await client.until(lambda: "response.completed" in client.types())  # the commit is still gated
+        [(rid, line)] = client.journaled_when_sent.items()
+        assert store.records == {} and rid not in store.lines and line is not None and line.response_id == rid
         done = client.events[-1]["response"]["usage"]
         assert (line.input_tokens, line.output_tokens) == (done["input_tokens"], done["output_tokens"]) == (
             line.input_tokens, 2)
+        store.gate.set()
+        await client.until(lambda: rid in store.lines)
+        assert store.lines[rid] == line
 
     run(scenario)
 
@@ -352,7 +361,7 @@ def test_a_response_failed_after_inference_started_reports_and_bills_what_it_use
         failed = client.events[-1]["response"]
         assert failed["error"]["code"] == "server_error"
         assert failed["usage"]["output_tokens"] == 1 and failed["usage"]["input_tokens"] > 0
-        line = client.billed_when_sent[failed["id"]]
+        line = client.journaled_when_sent[failed["id"]]
         assert line is not None and (line.input_tokens, line.output_tokens) == (failed["usage"]["input_tokens"], 1)
 
     run(scenario)
@@ -364,11 +373,14 @@ async def writable(store: StoreWriter, yes: bool) -> None:
     await store.store._call(lambda c: c.execute(f"PRAGMA query_only = {int(not yes)}"))  # type: ignore[attr-defined]
 
 
-def test_a_response_whose_record_or_line_could_not_be_written_is_failed_and_not_billed(tmp_path, caplog):
-    """A real SQLite store that refuses writes: the client sees ``response.failed`` without
-    usage, for a stored response and a ``store:false`` one alike, and the ledger has no line."""
-    async def main() -> tuple[list[dict], list[UsageEntry]]:
-        store = StoreWriter(open_store(StoreConfig(data_dir=str(tmp_path))))
+def test_a_store_outage_fails_stored_responses_unbilled_and_journals_the_others(tmp_path, caplog):
+    """A real SQLite store that refuses writes: a stored response is ``response.failed``
+    without usage and never billed; a ``store:false`` one completes, its line kept in the
+    journal, which the next process's writer commits (store/journal.py) — exactly once."""
+    config = StoreConfig(data_dir=str(tmp_path))
+
+    async def main() -> tuple[list[dict], list[UsageEntry], list[UsageEntry]]:
+        store = StoreWriter(open_store(config), journal=Journal(config.journal_dir, "host"))
         await writable(store, False)
         session = Session(SessionConfig(), [MODEL], session_key="s", owner="k", clock=lambda: 0.0)
         conn = Connection(session, ScriptedInference(), store)
@@ -377,20 +389,29 @@ def test_a_response_whose_record_or_line_could_not_be_written_is_failed_and_not_
         conn.feed(create(store=False, stream_id="b"))
         async for batch in conn.events():
             received += [json.loads(e.model_dump_json()) for e in batch]
-            if sum(e["type"] == "response.failed" for e in received) == 2:
+            if {e["type"] for e in received} >= {"response.failed", "response.completed"}:
                 break
         await conn.close()
+        await store.flush()  # the line's commit failed: it stays in the journal
         await writable(store, True)
-        ledger = await store.usage("k")
+        during = await store.usage("k")
         await store.close()
-        return received, ledger
+        later = open_store(config)
+        await replay(config.journal_dir, later)  # as the next host's writer does when it opens
+        await replay(config.journal_dir, later)
+        billed = await later.usage("k")
+        await later.close()
+        return received, during, billed
 
     with caplog.at_level(logging.ERROR, logger="store.writer"):
-        received, ledger = asyncio.run(main())
-    failed = [e["response"] for e in received if e["type"] == "response.failed"]
-    assert sorted((r["store"], r["usage"], r["error"]["code"]) for r in failed) == [
-        (False, None, "server_error"), (True, None, "server_error")]
-    assert ledger == [], "a response the client saw fail unbilled has no ledger line"
+        received, during, billed = asyncio.run(main())
+    terminal = {e["response"]["store"]: e for e in received if e["type"] in ("response.failed", "response.completed")}
+    assert terminal[True]["type"] == "response.failed" and terminal[True]["response"]["usage"] is None
+    assert terminal[True]["response"]["error"]["code"] == "server_error"
+    assert terminal[False]["type"] == "response.completed"
+    assert during == []
+    assert [e.response_id for e in billed] == [terminal[False]["response"]["id"]]
+    assert billed[0].output_tokens == terminal[False]["response"]["usage"]["output_tokens"]
 
 
 # --- a large input is tokenised on a worker thread while the host has other work in flight ----
