@@ -205,21 +205,28 @@ def interleaved_jobs(transports: Sequence[str], rollouts: int) -> list[tuple[str
 
 
 async def run_bench(url: str, w: wl.Workload, transports: Sequence[str], *, rollouts: int,
-                    concurrency: int = 1, warmup: bool = True, settle_s: float = 3.0, api_key: str = "sk-bench",
+                    concurrency: int = 1, warmup: bool = True, settle_s: float = 3.0,
+                    api_key: str = "sk-bench-{transport}",
                     on_turn: Callable[[str, TurnRecord], None] | None = None) -> list[RolloutRecord]:
+    """Run ``rollouts`` rollouts on each transport, interleaved.  ``api_key`` names each
+    transport's key: with ``{transport}`` in it (the default) every transport has its own
+    prefix-cache scope, so the same rollout run on one transport does not warm the cache for
+    the next (identical conversations render to identical prompts: docs/emulator.md)."""
     unknown = set(transports) - set(TRANSPORTS)
     if unknown:
         raise ValueError(f"unknown transports {sorted(unknown)}; known: {sorted(TRANSPORTS)}")
+    keys = {t: api_key.format(transport=t) for t in transports}
     model_time = emulator_model_time(w.model)
     if warmup:  # pay first-use costs (actor pool, handles, store, tokenizer) outside the numbers
         short = replace(w, tool_rounds=2, shape=None, resume_tokens=0)
         for t in transports:
-            await run_rollout(t, url, short, -1, api_key=api_key)
+            await run_rollout(t, url, short, -1, api_key=keys[t])
         # A dedicated session actor is killed when its socket closes and the gateway's pool
         # starts a replacement (~1.3 s on this machine): let it refill before measuring.
         await asyncio.sleep(settle_s)
     if w.resume_tokens:
-        await warm_resumed(url, w, range(rollouts), api_key)
+        for key in dict.fromkeys(keys.values()):
+            await warm_resumed(url, w, range(rollouts), key)
     jobs = asyncio.Queue()
     for job in interleaved_jobs(transports, rollouts):
         jobs.put_nowait(job)
@@ -228,7 +235,7 @@ async def run_bench(url: str, w: wl.Workload, transports: Sequence[str], *, roll
     async def worker() -> None:
         while not jobs.empty():
             transport, r = jobs.get_nowait()
-            results.append(await run_rollout(transport, url, w, r, api_key=api_key,
+            results.append(await run_rollout(transport, url, w, r, api_key=keys[transport],
                                              model_time=model_time, on_turn=on_turn))
 
     await asyncio.gather(*(worker() for _ in range(max(1, concurrency))))

@@ -31,7 +31,9 @@ from ..workload import PRESETS, Lognormal, Workload, rounds
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--url", default=None, help="server base URL (default: start an embedded server)")
     p.add_argument("--config", type=Path, default=None, help="server YAML for the embedded server")
-    p.add_argument("--api-key", default="sk-bench")
+    p.add_argument("--api-key", default="sk-bench-{transport}",
+                   help="the key of each transport's requests; with {transport} in it each transport has "
+                        "its own prefix-cache scope (a server with API keys needs one key per transport)")
     p.add_argument("--transports", default="ws,http-chained,http-full",
                    help=f"comma separated, of {sorted(TRANSPORTS)}")
     p.add_argument("--rollouts", type=int, default=6, help="rollouts per transport")
