@@ -19,6 +19,7 @@ import logging
 import socket
 import time
 import uuid
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,6 +98,7 @@ class Gateway:
         self._http_app = functools.partial(host_app, session_config=cfg.session, keys=self._keys,
                                            models=self._models)
         self._draining = False
+        self._background: set[asyncio.Task[None]] = set()  # referenced until done (asyncio keeps weak refs)
         self._pool = ActorPool(self._start_host, self._stop_host, policy_from(cfg.session),
                                prefix=f"rws-{prefix}", clock=time.monotonic)
         self._admission: Admission[socket.socket, Link] = Admission(
@@ -172,12 +174,17 @@ class Gateway:
         if self._draining:
             return
         log.warning("a session host died; closing its connections with 1011")
-        asyncio.get_running_loop().create_task(self._replay_journals())
+        self._spawn(self._replay_journals())
         host = next((h for h in self._pool.hosts() if h.handle is handle), None)
         for sock in self._admission.host_died(link, host):
             close_websocket(sock, 1011, "session ended by a server fault")
         if host is not None:
             self._pool.host_died(host)
+
+    def _spawn(self, coro: Coroutine[object, object, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _replay_journals(self) -> None:
         """Commit the ledger journal a dead host left (store/journal.py) once the process is
@@ -267,7 +274,7 @@ class Gateway:
                 link = self._foreign[name] = Link.connect(handoff_path(name))
             except OSError:
                 raise InvalidResumeToken() from None
-            asyncio.get_running_loop().create_task(self._read_link(link, None))
+            self._spawn(self._read_link(link, None))
         return link
 
     async def stats(self) -> dict[str, Any]:
