@@ -50,6 +50,9 @@ class SessionConfig(BaseModel):
     safety: SafetyConfig = SafetyConfig()
     # Opt-in emulated per-request services of a hosted API (docs/whatif.md); off by default.
     whatif: WhatIfConfig = WhatIfConfig()
+    direct_inference: bool = Field(True, description="a connection's model calls after its first go "
+                                   "over a direct channel to its pinned inference replica, not one Serve "
+                                   "call each (docs/performance.md)")
     inference_app: str = Field("responses-ws", description="Serve application of the inference deployment")
     inference_deployment: str = "InferenceDeployment"
 

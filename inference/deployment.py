@@ -37,17 +37,21 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import ray
 from ray import serve
 from ray.serve.config import RequestRouterConfig
 from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
 from ray.util import metrics
 
 from inference import policy
+from inference.channel import ChannelServer, Endpoint
 from inference.engine import Engine
 from inference.pacing import AsyncioSleeper, MonotonicClock
 from inference.profiles import InferenceConfig, RoutingConfig
 from inference.routing import PrefixRouting, SessionAffinity, prefix_key
 from inference.types import InferenceEvent, InferenceRequest
+
+CHANNEL_DRAIN_S = 15.0  # a stopping replica lets its channel's calls finish (Serve kills it at 20 s)
 
 
 class SessionAffinityRouter(RequestRouter):
@@ -135,6 +139,7 @@ class InferenceDeployment:
         self._engine = Engine(self._config, clock, AsyncioSleeper(clock), self._metrics, self._replica)
         self._created = int(time.time())
         self._rate_task: asyncio.Task[None] | None = None
+        self._channel = ChannelServer(self.generate, self._replica)
         # Load the tokenizer and the policy's corpus now (~0.2 s), not on the first request.
         policy.text_answer(1, random.Random(0))
 
@@ -147,6 +152,17 @@ class InferenceDeployment:
         async for chunk in self._engine.generate(request):
             yield chunk
 
+    async def channel(self) -> Endpoint:
+        """Where this replica's direct channel listens (started on first ask), on the node's
+        address: a session host streams its pinned connections' later calls over it
+        (``inference.channel``)."""
+        return await self._channel.start(ray.util.get_node_ip_address())
+
+    async def __del__(self) -> None:
+        """Shutdown (Serve awaits it after routing stops): calls already on the channel
+        finish; new ones are answered ``gone`` and their hosts go through Serve instead."""
+        await self._channel.drain(CHANNEL_DRAIN_S)
+
     async def models(self) -> list[dict[str, Any]]:
         """The served models as OpenAI ``GET /v1/models`` entries."""
         return [
@@ -156,7 +172,7 @@ class InferenceDeployment:
 
     async def stats(self) -> dict[str, Any]:
         """This replica's counters (requests, tokens, batches, prefix cache)."""
-        return {"replica": self._replica or None, **self._engine.stats()}
+        return {"replica": self._replica or None, "channel_calls": self._channel.calls, **self._engine.stats()}
 
     async def _report_rate(self, period_s: float = 1.0) -> None:
         """Delivered tokens/s over the last ``period_s``, per replica, as a gauge."""

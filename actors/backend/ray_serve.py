@@ -6,22 +6,27 @@ modules of ``actors/`` that import Ray.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
+from inference.channel import Endpoint
 from inference.types import InferenceEvent, InferenceRequest
 from inference.whatif import HopConfig, SafetyModelConfig
 
 from ..config import SessionConfig
 from ..whatif import WhatIfServices
 from . import BeforeCall
+from .direct import DirectCalls
 
 
 class ServeInference:
     """:class:`~actors.backend.InferenceClient` over the inference deployment's handle; its
-    ``before_call`` is the what-if services when ``session.whatif`` turns any on."""
+    ``before_call`` is the what-if services when ``session.whatif`` turns any on.  With
+    ``session.direct_inference`` (the default) a connection's calls after its first stream
+    over a direct channel to its pinned replica (:mod:`.direct`)."""
 
     def __init__(self, config: SessionConfig) -> None:
         handle = serve.get_deployment_handle(config.inference_deployment, app_name=config.inference_app)
@@ -30,6 +35,8 @@ class ServeInference:
         self._services = ServeServices(config)
         self.before_call: BeforeCall | None = (WhatIfServices(config.whatif, self._services)
                                                if config.whatif.enabled else None)
+        self._direct = (DirectCalls(self._via_serve, self._endpoint, time.monotonic)
+                        if config.direct_inference else None)
 
     async def warm(self) -> list[str]:
         """Pay the first-call costs of both handle paths (~100–300 ms) before any client
@@ -41,8 +48,25 @@ class ServeInference:
         await self._services.warm()
         return models
 
-    async def stream(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
-        """One streaming call.  A request with a ``session_key`` carries it as Serve's
+    def stream(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
+        return self._via_serve(request) if self._direct is None else self._direct.stream(request)
+
+    async def _endpoint(self, session_key: str) -> Endpoint:
+        """The channel endpoint of the replica ``session_key`` is pinned to (the router
+        sends the ask where the key's calls go)."""
+        return await self._handle.options(session_id=session_key).channel.remote()
+
+    @property
+    def direct_calls(self) -> int:
+        """Calls made over a direct channel so far."""
+        return 0 if self._direct is None else self._direct.direct_calls
+
+    def close(self) -> None:
+        if self._direct is not None:
+            self._direct.close()
+
+    async def _via_serve(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
+        """One streaming call through Serve.  A request with a ``session_key`` carries it as Serve's
         ``session_id``, which the inference deployment's router pins to one replica
         (prefix-cache locality, ``inference.deployment.SessionAffinityRouter``)."""
         generate = self._generate

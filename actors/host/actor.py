@@ -148,7 +148,8 @@ class SessionHost:
 
     async def stats(self) -> dict[str, str | int | bool]:
         """What the Ray dashboard cannot show by itself (docs/operations.md)."""
-        return {"name": self._name, "websockets": self._websockets, "idle": self._sockets.idle}
+        return {"name": self._name, "websockets": self._websockets, "idle": self._sockets.idle,
+                "direct_calls": self._inference.direct_calls}
 
     def __repr__(self) -> str:  # Ray's log prefix and the dashboard's actor "Repr"
         return f"SessionHost({self._name})"
@@ -159,5 +160,6 @@ class SessionHost:
         self._receiver.close()
         await asyncio.gather(self._sockets.drain(timeout_s),
                              *([self._http.drain(timeout_s)] if self._http is not None else []))
+        self._inference.close()
         if self._store is not None:
             await self._store.close()

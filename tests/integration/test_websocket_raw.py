@@ -126,6 +126,40 @@ def test_check_50_client_disconnect_mid_response_cancels_generation(ws_url):
     assert after["active"] == 0, "the batch slot was freed"
 
 
+def test_later_turns_go_over_the_direct_channel_and_a_disconnect_still_cancels_them(ws_url):
+    """A connection's first call goes through Serve; its next ones stream over the host's
+    direct channel to the pinned replica (inference.channel), and leaving mid-response
+    still stops the generation and frees its batch slot."""
+    handle = serve.get_deployment_handle("InferenceDeployment", app_name="responses-ws")
+    before = handle.stats.remote().result()
+
+    async def main():
+        async with websockets.connect(ws_url) as ws:
+            previous = None
+            for _ in range(3):
+                await ws.send(create(model="emu-fast", input="hi", max_output_tokens=8, store=False,
+                                     **({"previous_response_id": previous} if previous else {})))
+                while (event := validated(await ws.recv()))["type"] != "response.incomplete":
+                    pass  # 8 tokens: the answer stops at max_output_tokens
+                previous = event["response"]["id"]
+                await asyncio.sleep(0.1)  # the channel opens in the background after turn 1
+            await ws.send(create(model="emu-gpu", input="write an essay", max_output_tokens=4000,
+                                 store=False, previous_response_id=previous))
+            while validated(await ws.recv())["type"] != "response.output_text.delta":
+                pass
+
+    run(main())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        after = handle.stats.remote().result()
+        if after["cancelled"] > before["cancelled"] and after["active"] == 0:
+            break
+        time.sleep(0.1)
+    assert after["channel_calls"] >= before["channel_calls"] + 2, "turns 3 and 4 at least went direct"
+    assert after["cancelled"] == before["cancelled"] + 1
+    assert after["active"] == 0, "the batch slot was freed"
+
+
 def test_check_07_47_48_idle_connection_lives_until_the_lifetime_then_gets_the_limit_error(limits_url):
     async def main():
         async with websockets.connect(limits_url) as ws:

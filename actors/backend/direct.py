@@ -1,0 +1,119 @@
+"""A connection's later model calls go straight to its pinned replica (``inference.channel``).
+
+The first call of a session key goes the backend's usual way (through Serve, whose router
+pins the key to a replica); its ``Prefilled`` names the replica.  From then on, once the
+host holds a channel to that replica, the key's calls stream over it: one TCP connection
+per (host, replica), shared by the host's connections.  A call the channel could not start
+(the replica is stopping, or the channel is gone before any output) is made the usual way,
+which also re-pins the key if its replica died; a channel lost mid-call fails that call, as
+losing the replica would through Serve.  No Ray here: the usual way and the endpoint lookup
+are given (:mod:`.ray_serve` gives Serve's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from inference.channel import ChannelClient, ChannelUnavailable, Endpoint
+from inference.types import InferenceEvent, InferenceRequest, Prefilled
+
+log = logging.getLogger(__name__)
+
+Stream = Callable[[InferenceRequest], AsyncIterator[list[InferenceEvent]]]
+# The endpoint of the replica a session key is pinned to (asked through the key's route).
+FindEndpoint = Callable[[str], Awaitable[Endpoint]]
+
+MAX_PINS = 65536  # session keys remembered per host (LRU); a forgotten one is re-learnt
+RETRY_S = 30.0  # after a failed attempt to open a replica's channel
+
+
+class DirectCalls:
+    """Routes each call over its session's replica channel when there is one, else ``usual``."""
+
+    def __init__(self, usual: Stream, find: FindEndpoint, clock: Callable[[], float]) -> None:
+        self._usual = usual
+        self._find = find
+        self._clock = clock
+        self._pins: OrderedDict[str, str] = OrderedDict()  # session key -> replica tag
+        self._channels: dict[str, ChannelClient] = {}
+        self._opening: dict[str, asyncio.Task[None]] = {}
+        self._failed: dict[str, float] = {}  # replica tag -> when its channel failed to open
+        self.direct_calls = 0
+
+    def channel_for(self, key: str | None) -> ChannelClient | None:
+        if not key:
+            return None
+        replica = self._pins.get(key)
+        channel = self._channels.get(replica) if replica is not None else None
+        if channel is None or not channel.open:
+            return None
+        self._pins.move_to_end(key)
+        return channel
+
+    async def stream(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
+        channel = self.channel_for(request.session_key)
+        if channel is not None:
+            try:
+                async for chunk in channel.stream(request):
+                    yield chunk
+                self.direct_calls += 1
+                return
+            except ChannelUnavailable as exc:
+                log.info("direct call not taken (%s): through the usual route", exc)
+                self._forget(channel)
+        first = True
+        async for chunk in self._usual(request):
+            if first and request.session_key:
+                first = False
+                self._learn(request.session_key, chunk)
+            yield chunk
+
+    def _learn(self, key: str, chunk: list[InferenceEvent]) -> None:
+        replica = next((ev.replica for ev in chunk if isinstance(ev, Prefilled)), "")
+        if not replica:
+            return
+        self._pins[key] = replica
+        self._pins.move_to_end(key)
+        while len(self._pins) > MAX_PINS:
+            self._pins.popitem(last=False)
+        channel = self._channels.get(replica)
+        if channel is not None and not channel.open:
+            self._forget(channel)
+        if replica in self._channels or replica in self._opening:
+            return
+        failed = self._failed.get(replica)
+        if failed is not None and self._clock() - failed < RETRY_S:
+            return
+        task = asyncio.get_running_loop().create_task(self._open(key, replica))
+        self._opening[replica] = task  # referenced until done (the loop holds tasks weakly)
+
+    async def _open(self, key: str, replica: str) -> None:
+        try:
+            endpoint = await self._find(key)
+            if endpoint.replica != replica:  # the key moved meanwhile: learn again next call
+                return
+            channel = ChannelClient(endpoint)
+            await channel.connect()
+            self._channels[replica] = channel
+            self._failed.pop(replica, None)
+        except Exception as exc:  # noqa: BLE001 - calls keep the usual route
+            log.warning("could not open the channel to replica %s: %r", replica, exc)
+            self._failed[replica] = self._clock()
+        finally:
+            del self._opening[replica]
+
+    def _forget(self, channel: ChannelClient) -> None:
+        replica = channel.endpoint.replica
+        if self._channels.get(replica) is channel:
+            del self._channels[replica]
+        channel.close()
+
+    def close(self) -> None:
+        for task in list(self._opening.values()):
+            task.cancel()
+        for channel in list(self._channels.values()):
+            channel.close()
+        self._channels.clear()

@@ -1,0 +1,233 @@
+"""A direct channel from a session host to one inference replica: one long-lived TCP
+connection per (host process, replica), multiplexing that host's model calls.
+
+Serve's handle costs a router decision, a gRPC call and two thread hops per call (~4–8 ms a
+turn on the project's machine, docs/performance.md); a connection's later turns go where its
+first went (its pinned replica), so after the first call a host streams them over this
+channel instead.  No Ray here: the deployment serves a :class:`ChannelServer`, and the
+session's backend (``actors.backend.ray_serve``) learns its endpoint through Serve and keeps
+a :class:`ChannelClient` per replica.
+
+Wire: the client first sends the server's token (``TOKEN_BYTES`` raw bytes, compared before
+anything is decoded), then frames of a 4-byte big-endian length and a pickle (the endpoint
+and its token come through Ray, which pickles between the same processes anyway):
+
+- client → server: ``("go", rid, InferenceRequest)``, ``("stop", rid)``;
+- server → client: ``("chunk", rid, list[InferenceEvent])``, ``("end", rid)``,
+  ``("error", rid, exception)``, ``("gone", rid)`` — the replica is shutting down and did
+  not start the call: the caller makes it elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import pickle
+import secrets
+import struct
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .types import InferenceEvent, InferenceRequest
+
+log = logging.getLogger(__name__)
+
+TOKEN_BYTES = 32
+_LEN = struct.Struct(">I")
+MAX_FRAME = 256 * 1024 * 1024
+
+Generate = Callable[[InferenceRequest], AsyncIterator[list[InferenceEvent]]]
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """Where a replica's channel listens; ``replica`` is its Serve replica tag."""
+
+    replica: str
+    host: str
+    port: int
+    token: bytes
+
+
+class ChannelUnavailable(ConnectionError):
+    """The call was not started on this channel (the replica is going away, or the
+    connection is gone before any output): it can be made elsewhere with nothing lost."""
+
+
+class ChannelLost(ConnectionError):
+    """The connection to the replica ended while a call was streaming."""
+
+
+def _frame(msg: tuple[Any, ...]) -> bytes:
+    body = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
+    return _LEN.pack(len(body)) + body
+
+
+async def _read(reader: asyncio.StreamReader) -> tuple[Any, ...]:
+    (n,) = _LEN.unpack(await reader.readexactly(_LEN.size))
+    if n > MAX_FRAME:
+        raise ConnectionError(f"channel frame of {n} bytes")
+    return pickle.loads(await reader.readexactly(n))  # an authenticated peer (the token came through Ray)
+
+
+def _picklable(exc: BaseException) -> BaseException:
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:  # noqa: BLE001 - sent as a plain error, its type lost
+        return RuntimeError(f"{type(exc).__name__}: {exc}")
+
+
+class ChannelServer:
+    """The replica's side: runs ``generate`` for each ``go`` and streams its chunks back."""
+
+    def __init__(self, generate: Generate, replica: str) -> None:
+        self._generate = generate
+        self._replica = replica
+        self._token = secrets.token_bytes(TOKEN_BYTES)
+        self._server: asyncio.Server | None = None
+        self._calls: set[asyncio.Task[None]] = set()
+        self._draining = False
+        self.endpoint: Endpoint | None = None
+        self.calls = 0  # started over the channel
+
+    async def start(self, host: str) -> Endpoint:
+        if self.endpoint is None:
+            self._server = await asyncio.start_server(self._serve, host, 0)
+            port = self._server.sockets[0].getsockname()[1]
+            self.endpoint = Endpoint(self._replica, host, port, self._token)
+        return self.endpoint
+
+    async def drain(self, timeout_s: float) -> None:
+        """Start no more calls (each gets ``gone``); let the running ones finish."""
+        self._draining = True
+        if self._server is not None:
+            self._server.close()
+        if self._calls:
+            await asyncio.wait(list(self._calls), timeout=timeout_s)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        calls: dict[int, asyncio.Task[None]] = {}
+        try:
+            token = await asyncio.wait_for(reader.readexactly(TOKEN_BYTES), 10.0)
+            if not hmac.compare_digest(token, self._token):
+                log.warning("channel: refused a peer with a wrong token")
+                return
+            while True:
+                msg = await _read(reader)
+                if msg[0] == "go":
+                    rid, request = msg[1], msg[2]
+                    if self._draining:
+                        writer.write(_frame(("gone", rid)))
+                        continue
+                    self.calls += 1
+                    task = asyncio.get_running_loop().create_task(self._call(rid, request, writer))
+                    calls[rid] = task
+                    self._calls.add(task)
+                    task.add_done_callback(lambda t, rid=rid: (self._calls.discard(t), calls.pop(rid, None)))
+                elif msg[0] == "stop":
+                    task = calls.pop(msg[1], None)
+                    if task is not None:
+                        task.cancel()
+        except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
+            pass  # the host went away (or never authenticated)
+        finally:
+            for task in list(calls.values()):
+                task.cancel()  # frees the batch slots of a vanished host's calls
+            writer.close()
+
+    async def _call(self, rid: int, request: InferenceRequest, writer: asyncio.StreamWriter) -> None:
+        try:
+            async with contextlib.aclosing(self._generate(request)) as chunks:
+                async for chunk in chunks:
+                    writer.write(_frame(("chunk", rid, chunk)))
+                    await writer.drain()
+            writer.write(_frame(("end", rid)))
+        except asyncio.CancelledError:
+            raise
+        except ConnectionError:
+            pass
+        except Exception as exc:  # noqa: BLE001 - the caller raises it, as Serve would
+            writer.write(_frame(("error", rid, _picklable(exc))))
+
+
+class ChannelClient:
+    """The host's side of one replica's channel, shared by the host's connections."""
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.endpoint = endpoint
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader_task: asyncio.Task[None] | None = None
+        self._calls: dict[int, asyncio.Queue[tuple[Any, ...]]] = {}
+        self._next = 0
+        self.open = False
+
+    async def connect(self) -> None:
+        reader, writer = await asyncio.open_connection(self.endpoint.host, self.endpoint.port)
+        writer.write(self.endpoint.token)
+        self._writer, self.open = writer, True
+        self._reader_task = asyncio.get_running_loop().create_task(self._read(reader))
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while True:
+                msg = await _read(reader)
+                queue = self._calls.get(msg[1])
+                if queue is not None:
+                    queue.put_nowait(msg)
+        except (asyncio.IncompleteReadError, ConnectionError, OSError):
+            pass
+        finally:
+            self._lost()
+
+    def _lost(self) -> None:
+        self.open = False
+        for queue in self._calls.values():
+            queue.put_nowait(("lost",))
+        if self._writer is not None:
+            self._writer.close()
+
+    def close(self) -> None:
+        """Close the connection: calls still streaming end with :class:`ChannelLost`."""
+        if self._reader_task is not None:
+            self._reader_task.cancel()
+        else:
+            self._lost()
+
+    async def stream(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
+        """One model call, as ``InferenceClient.stream``.  Raises :class:`ChannelUnavailable`
+        before any chunk if the call can be made elsewhere, :class:`ChannelLost` after."""
+        if not self.open or self._writer is None:
+            raise ChannelUnavailable("channel closed")
+        rid = self._next = self._next + 1
+        queue: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
+        self._calls[rid] = queue
+        done = False
+        started = False
+        try:
+            self._writer.write(_frame(("go", rid, request)))
+            while True:
+                msg = await queue.get()
+                kind = msg[0]
+                if kind == "chunk":
+                    started = True
+                    yield msg[2]
+                elif kind == "end":
+                    done = True
+                    return
+                elif kind == "error":
+                    done = True
+                    raise msg[2]
+                elif kind == "gone" or not started:
+                    done = True
+                    raise ChannelUnavailable(f"replica {self.endpoint.replica} did not take the call")
+                else:
+                    done = True
+                    raise ChannelLost(f"lost the channel to replica {self.endpoint.replica}")
+        finally:
+            del self._calls[rid]
+            if not done and self.open and self._writer is not None:
+                self._writer.write(_frame(("stop", rid)))  # cut short: the replica cancels it

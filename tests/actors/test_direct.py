@@ -1,0 +1,92 @@
+"""Direct calls (actors.backend.direct) with a real channel server on loopback and a fake
+"usual route": a session's first call goes the usual way and names its replica, later calls
+go over the replica's channel, stateless calls never do, and a channel that cannot take a
+call sends it the usual way, nothing lost."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from actors.backend.direct import DirectCalls
+from inference.channel import ChannelServer, Endpoint
+from inference.types import Done, InferenceEvent, InferenceRequest, Prefilled, TextDelta
+
+
+async def answer(request: InferenceRequest, replica: str) -> AsyncIterator[list[InferenceEvent]]:
+    yield [Prefilled(3, 0, 0.0, 1.0, replica=replica), TextDelta("hi", 1)]
+    yield [Done("stop", 1, 1.0)]
+
+
+class Replica:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.server = ChannelServer(self.generate, "r1")
+
+    async def generate(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
+        self.calls.append(request.request_id)
+        async for chunk in answer(request, "r1"):
+            yield chunk
+
+
+def setup(replica: Replica) -> tuple[DirectCalls, list[str], list[str]]:
+    usual_calls: list[str] = []
+    asked: list[str] = []
+
+    async def usual(request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
+        usual_calls.append(request.request_id)
+        async for chunk in answer(request, "r1"):
+            yield chunk
+
+    async def find(key: str) -> Endpoint:
+        asked.append(key)
+        return await replica.server.start("127.0.0.1")
+
+    return DirectCalls(usual, find, lambda: 0.0), usual_calls, asked
+
+
+def req(rid: str, key: str | None = "conn-1") -> InferenceRequest:
+    return InferenceRequest(request_id=rid, model="emu-fast", prompt_token_ids=[1], session_key=key)
+
+
+async def run(direct: DirectCalls, request: InferenceRequest) -> list[InferenceEvent]:
+    return [ev async for chunk in direct.stream(request) for ev in chunk]
+
+
+async def settle(direct: DirectCalls) -> None:
+    for _ in range(100):
+        if direct.channel_for("conn-1") is not None:
+            return
+        await asyncio.sleep(0.01)
+
+
+def test_later_calls_of_a_session_go_over_its_replicas_channel() -> None:
+    async def main() -> None:
+        replica = Replica()
+        direct, usual, asked = setup(replica)
+        first = await run(direct, req("t1"))
+        await settle(direct)
+        second = await run(direct, req("t2"))
+        assert usual == ["t1"] and replica.calls == ["t2"] and asked == ["conn-1"]
+        assert [type(e) for e in first] == [type(e) for e in second] == [Prefilled, TextDelta, Done]
+        assert direct.direct_calls == 1
+        await run(direct, req("s1", key=None))  # stateless: the usual route, always
+        assert usual == ["t1", "s1"]
+        direct.close()
+
+    asyncio.run(main())
+
+
+def test_a_call_the_channel_cannot_take_goes_the_usual_way() -> None:
+    async def main() -> None:
+        replica = Replica()
+        direct, usual, _ = setup(replica)
+        await run(direct, req("t1"))
+        await settle(direct)
+        await replica.server.drain(0.1)  # the replica is stopping: new calls are answered "gone"
+        events = await run(direct, req("t2"))
+        assert [type(e) for e in events] == [Prefilled, TextDelta, Done]
+        assert usual == ["t1", "t2"] and replica.calls == []
+        direct.close()
+
+    asyncio.run(main())

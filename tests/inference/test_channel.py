@@ -1,0 +1,139 @@
+"""The direct channel (inference.channel) over real loopback sockets, with a small generator
+behind it: calls multiplex on one connection, stopping a call closes its generator, errors
+arrive typed, a wrong token is refused, a draining server sends callers elsewhere, and a
+lost connection says whether the call could be made elsewhere."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from inference.channel import ChannelClient, ChannelLost, ChannelServer, ChannelUnavailable, Endpoint
+from inference.profiles import ModelNotFound
+from inference.types import Done, InferenceEvent, InferenceRequest, Prefilled, TextDelta
+
+
+class Backend:
+    """``model`` picks the behaviour: "ok" answers two chunks, "hold" waits after its first,
+    "missing" raises ModelNotFound."""
+
+    def __init__(self) -> None:
+        self.closed: list[str] = []
+        self.held = asyncio.Event()
+
+    async def generate(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
+        try:
+            if request.model == "missing":
+                raise ModelNotFound("missing")
+            yield [Prefilled(3, 0, 0.0, 1.0, replica="r1"), TextDelta(request.request_id, 1)]
+            if request.model == "hold":
+                self.held.set()
+                await asyncio.Event().wait()
+            yield [TextDelta("!", 1), Done("stop", 2, 1.0)]
+        finally:
+            self.closed.append(request.request_id)
+
+
+def req(rid: str, model: str = "ok") -> InferenceRequest:
+    return InferenceRequest(request_id=rid, model=model, prompt_token_ids=[1, 2, 3])
+
+
+async def collect(client: ChannelClient, request: InferenceRequest) -> list[InferenceEvent]:
+    return [ev async for chunk in client.stream(request) for ev in chunk]
+
+
+async def started(backend: Backend) -> tuple[ChannelServer, ChannelClient]:
+    server = ChannelServer(backend.generate, "r1")
+    client = ChannelClient(await server.start("127.0.0.1"))
+    await client.connect()
+    return server, client
+
+
+def test_calls_multiplex_and_end_with_done() -> None:
+    async def main() -> None:
+        server, client = await started(Backend())
+        a, b = await asyncio.gather(collect(client, req("a")), collect(client, req("b")))
+        assert [type(e) for e in a] == [Prefilled, TextDelta, TextDelta, Done]
+        assert a[1] == TextDelta("a", 1) and b[1] == TextDelta("b", 1)
+        client.close()
+        await server.drain(1)
+
+    asyncio.run(main())
+
+
+def test_closing_a_call_early_stops_it_in_the_backend() -> None:
+    async def main() -> None:
+        backend = Backend()
+        _server, client = await started(backend)
+        stream = client.stream(req("h", "hold"))
+        first = await anext(stream)
+        assert isinstance(first[0], Prefilled)
+        await backend.held.wait()
+        await stream.aclose()
+        for _ in range(100):
+            if "h" in backend.closed:
+                break
+            await asyncio.sleep(0.01)
+        assert backend.closed == ["h"]
+        assert await collect(client, req("after"))  # the channel is still usable
+        client.close()
+
+    asyncio.run(main())
+
+
+def test_errors_arrive_with_their_type_and_code() -> None:
+    async def main() -> None:
+        _, client = await started(Backend())
+        with pytest.raises(ModelNotFound) as info:
+            await collect(client, req("m", "missing"))
+        assert info.value.code == "model_not_found"
+        client.close()
+
+    asyncio.run(main())
+
+
+def test_a_wrong_token_is_refused_before_anything_is_decoded() -> None:
+    async def main() -> None:
+        server = ChannelServer(Backend().generate, "r1")
+        real = await server.start("127.0.0.1")
+        client = ChannelClient(Endpoint(real.replica, real.host, real.port, b"x" * len(real.token)))
+        await client.connect()
+        with pytest.raises(ChannelUnavailable):
+            await collect(client, req("a"))
+
+    asyncio.run(main())
+
+
+def test_a_draining_server_sends_new_calls_elsewhere_and_finishes_running_ones() -> None:
+    async def main() -> None:
+        backend = Backend()
+        server, client = await started(backend)
+        running = client.stream(req("slow", "hold"))
+        await anext(running)
+        drained = asyncio.get_running_loop().create_task(server.drain(0.3))
+        await asyncio.sleep(0.05)
+        with pytest.raises(ChannelUnavailable):
+            await collect(client, req("new"))
+        await drained  # the held call did not finish within the timeout; it is still running
+        await running.aclose()
+
+    asyncio.run(main())
+
+
+def test_a_lost_connection_fails_running_calls_and_refuses_new_ones() -> None:
+    async def main() -> None:
+        backend = Backend()
+        _, client = await started(backend)
+        stream = client.stream(req("h", "hold"))
+        await anext(stream)
+        client.close()
+        with pytest.raises(ChannelLost):
+            await anext(stream)
+        await asyncio.sleep(0)
+        assert not client.open
+        with pytest.raises(ChannelUnavailable):
+            await collect(client, req("next"))
+
+    asyncio.run(main())
