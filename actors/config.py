@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from inference.whatif import WhatIfConfig
@@ -29,6 +31,10 @@ class SessionConfig(BaseModel):
     admission_wait_s: float = Field(5.0, ge=0, description="how long an upgrade may wait for a starting "
                                     "host when every host is at its hard cap; then 503 + Retry-After")
     max_frame_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="inbound frame cap; larger → close 1009")
+    deflate: Literal["auto", "always", "never"] = Field(
+        "auto", description="accept a client's permessage-deflate offer: always, never, or (auto) unless the "
+        "peer is on this machine's loopback, where compressing costs more than the bytes it saves "
+        "(docs/performance.md); set always behind a reverse proxy on the same machine")
     deflate_level: int = Field(1, ge=0, le=9, description="zlib level of permessage-deflate when a client "
                                "negotiates it (docs/performance.md: level 1 costs a tenth of the default's CPU "
                                "on the echoed instructions and tools, for frames ~25 % larger)")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import json
 import logging
 import socket
@@ -91,11 +92,12 @@ class SocketServer:
         ended = self._ended[sock_id] = loop.create_future()
         cfg = self._config
 
+        extensions = ([ServerPerMessageDeflateFactory(compress_settings={"level": cfg.deflate_level})]
+                      if accepts_deflate(cfg.deflate, sock) else [])
+
         def factory() -> SessionSocket:
             assert self._server is not None
-            deflate = ServerPerMessageDeflateFactory(compress_settings={"level": cfg.deflate_level})
-            protocol = ServerProtocol(extensions=[deflate],
-                                      max_size=cfg.max_frame_bytes)
+            protocol = ServerProtocol(extensions=extensions, max_size=cfg.max_frame_bytes)
             return SessionSocket(protocol, self._server, handoff, ping_interval=cfg.ping_interval_s,
                                  ping_timeout=cfg.ping_timeout_s)
 
@@ -250,6 +252,20 @@ def _encode_or_error(event: ServerEvent) -> str:
     except Exception:
         log.exception("could not encode a %s event", getattr(event, "type", "?"))
         return encode(error_event(ServerError()))
+
+
+def accepts_deflate(policy: str, sock: socket.socket) -> bool:
+    """Whether a client's permessage-deflate offer is accepted (``session.deflate``): with
+    ``auto``, not from a peer on the loopback, where inflating and deflating the echoed
+    instructions and tools costs more than sending them as they are (docs/performance.md)."""
+    if policy != "auto":
+        return policy == "always"
+    try:
+        peer = ipaddress.ip_address(sock.getpeername()[0])
+    except (OSError, ValueError, IndexError):  # not an IP socket, or already gone
+        return True
+    mapped = getattr(peer, "ipv4_mapped", None)  # ::ffff:127.0.0.1
+    return not (mapped or peer).is_loopback
 
 
 def _json_response(status: int, body: dict) -> Response:

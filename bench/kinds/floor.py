@@ -10,8 +10,10 @@ terminal event read) less the server's reported queue + prefill + decode.  Then 
 reference server (the same ``websockets`` library with its default permessage-deflate
 settings, in a process of its own) answers the very same creates with the very same frames: it parses each
 create and re-encodes and sends the recorded events of that turn, nothing else, so its turn
-time is the bare protocol's cost on this machine.  Both run with permessage-deflate
-negotiated and without; the ratio of the medians is the number to drive down
+time is the bare protocol's cost on this machine.  Both run with the client offering
+permessage-deflate and without (the reference always accepts the offer; this server, by its
+``session.deflate`` policy, declines it from a loopback peer unless set to ``always``, and the
+output says which); the ratio of the medians is the number to drive down
 (docs/performance.md).  The server's own ``api_overhead`` is printed beside the client's
 figure.
 """
@@ -53,6 +55,7 @@ class Turn:
 class Run:
     mode: str
     turns: list[Turn] = field(default_factory=list)
+    deflate: bool = False  # the server accepted the client's permessage-deflate offer
 
 
 def workload_tools(count: int, seed: int) -> list[dict[str, Any]]:
@@ -101,6 +104,7 @@ async def drive(url: str, mode: str, fixed: dict[str, Any], outputs: list[str]) 
     """Run the turns against this server, recording each create and what came back."""
     run = Run(mode)
     async with connect(url, compression=MODES[mode]) as sock:
+        run.deflate = bool(sock.ws.protocol.extensions)
         prev: dict[str, Any] | None = None
         for i, output in enumerate(outputs):
             body: dict[str, Any] = {"type": "response.create", **fixed}
@@ -184,7 +188,8 @@ def summarise(run: Run, reference: list[float], skip: int) -> dict[str, Any]:
            "server_api_overhead_ms": median(api),
            "server_backend_ms": median([t.backend_ms for t in turns if t.backend_ms is not None]),
            "frames_per_turn": median([len(t.frames) for t in turns]),
-           "bytes_per_turn": median([sum(len(f) for f in t.frames) for t in turns])}
+           "bytes_per_turn": median([sum(len(f) for f in t.frames) for t in turns]),
+           "server_deflate": run.deflate}
     out["client_minus_server_ms"] = round(out["server_nonmodel_ms"] - out["server_api_overhead_ms"], 3)
     return out
 
@@ -228,7 +233,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"round {r + 1} {mode:>7}: server {s['server_nonmodel_ms']:.2f} ms outside the model per turn, "
                   f"reference {s['reference_ms']:.2f} ms -> {s['ratio']}x; the server reports "
                   f"api_overhead {s['server_api_overhead_ms']:.2f} ms (backend {s['server_backend_ms']:.2f}) "
-                  f"({s['frames_per_turn']:.0f} frames, {s['bytes_per_turn'] / 1000:.0f} KB a turn)")
+                  f"({s['frames_per_turn']:.0f} frames, {s['bytes_per_turn'] / 1000:.0f} KB a turn"
+                  f"{'' if mode == 'plain' else '; deflate ' + ('accepted' if s['server_deflate'] else 'declined')})")
     results.write(args.out, {"command": args.command, "rounds": rounds,
                              "workload": {k: getattr(args, k) for k in
                                           ("turns", "model", "instruction_words", "tools",

@@ -31,9 +31,10 @@ def create(**body) -> str:
 
 @pytest.fixture(scope="module")
 def limits_url(ray_cluster):
-    """A second app with a 2 s connection lifetime and a 64 KiB frame cap."""
+    """A second app with a 2 s connection lifetime, a 64 KiB frame cap, and deflate
+    accepted from loopback peers too."""
     url = start_app(LIMITS_APP, **{"session.connection_lifetime_s": 2.0,
-                                   "session.max_frame_bytes": 64 * 1024})
+                                   "session.max_frame_bytes": 64 * 1024, "session.deflate": "always"})
     yield url.replace("http://", "ws://") + "/v1/responses"
     stop_app(LIMITS_APP)
 
@@ -73,14 +74,19 @@ def test_response_processed_is_ignored(ws_url):
     assert run(main())[0]["type"] == "response.created"
 
 
-def test_check_05_upgrade_with_or_without_permessage_deflate(ws_url):
-    async def main(compression):
-        async with websockets.connect(ws_url, compression=compression) as ws:
-            await ws.send(create(input="hi"))
-            return await raw_collect(ws)
+def test_check_05_upgrade_with_or_without_permessage_deflate(ws_url, limits_url):
+    """An offer of permessage-deflate is accepted (``session.deflate: always``, the limits
+    app) or, by default, declined from a loopback peer; either way the upgrade succeeds."""
+    async def main(url, compression):
+        async with websockets.connect(url, compression=compression) as ws:
+            await ws.send(create(input="hi", max_output_tokens=400))
+            return [e.name for e in ws.protocol.extensions], await raw_collect(ws)
 
-    assert run(main("deflate"))[-1]["type"] == "response.completed"
-    assert run(main(None))[-1]["type"] == "response.completed"
+    for url, offered, negotiated in ((ws_url, "deflate", []), (ws_url, None, []),
+                                     (limits_url, "deflate", ["permessage-deflate"]), (limits_url, None, [])):
+        extensions, events = run(main(url, offered))
+        assert extensions == negotiated, (url, offered)
+        assert events[-1]["type"] in ("response.completed", "response.incomplete"), events[-1]
 
 
 def test_check_04_api_key_header_is_accepted(ws_url):
