@@ -22,7 +22,7 @@ token, what the engine's prefix cache holds.
 Function tools: SmolLM2's template (the tested model) has no tool syntax, so tools are
 described in a system segment in the Hermes style that tool-tuned ChatML models (Qwen 2.5,
 Hermes) read — ``<tools>`` JSON, calls as ``<tool_call>{"name", "arguments"}</tool_call>`` —
-and :meth:`TemplateFormat.parse_calls` reads calls back; an output that opens a call but is
+and :func:`parse_calls` reads calls back; an output that opens a call but is
 not a valid one raises :class:`InvalidToolCall`.  A template's own ``tools`` rendering is not
 used (docs/backends.md).
 
@@ -181,34 +181,35 @@ class TemplateFormat:
             return ids + after[1:]
         return ids + after
 
-    def parse_calls(self, text: str, tools: Sequence[ToolSpec]) -> list[ParsedCall]:
-        """The function calls in ``text`` (none if it opens none); :class:`InvalidToolCall`
-        if it opens one that does not parse or names no tool of the request."""
-        if CALL_OPEN not in text:
-            return []
-        names = {t.name for t in tools}
-        calls = []
-        for body in _CALL.findall(text):
+
+def parse_calls(text: str, tools: Sequence[ToolSpec]) -> list[ParsedCall]:
+    """The function calls in ``text`` (none if it opens none); :class:`InvalidToolCall`
+    if it opens one that does not parse or names no tool of the request."""
+    if CALL_OPEN not in text:
+        return []
+    names = {t.name for t in tools}
+    calls = []
+    for body in _CALL.findall(text):
+        try:
+            data = json.loads(body)
+        except ValueError:
+            raise InvalidToolCall(f"{body.strip()[:200]!r} is not JSON") from None
+        if not isinstance(data, dict) or not isinstance(data.get("name"), str):
+            raise InvalidToolCall("a call is a JSON object with a 'name' and its 'arguments'")
+        if data["name"] not in names:
+            raise InvalidToolCall(f"no tool is named {data['name']!r}")
+        arguments = data.get("arguments", {})
+        if isinstance(arguments, str):
             try:
-                data = json.loads(body)
+                arguments = json.loads(arguments)
             except ValueError:
-                raise InvalidToolCall(f"{body.strip()[:200]!r} is not JSON") from None
-            if not isinstance(data, dict) or not isinstance(data.get("name"), str):
-                raise InvalidToolCall("a call is a JSON object with a 'name' and its 'arguments'")
-            if data["name"] not in names:
-                raise InvalidToolCall(f"no tool is named {data['name']!r}")
-            arguments = data.get("arguments", {})
-            if isinstance(arguments, str):
-                try:
-                    arguments = json.loads(arguments)
-                except ValueError:
-                    raise InvalidToolCall(f"the arguments of {data['name']!r} are not JSON") from None
-            if not isinstance(arguments, dict):
-                raise InvalidToolCall(f"the arguments of {data['name']!r} are not a JSON object")
-            calls.append(ParsedCall(data["name"], json.dumps(arguments, ensure_ascii=False)))
-        if not calls:
-            raise InvalidToolCall(f"{CALL_OPEN} is not closed by {CALL_CLOSE}")
-        return calls
+                raise InvalidToolCall(f"the arguments of {data['name']!r} are not JSON") from None
+        if not isinstance(arguments, dict):
+            raise InvalidToolCall(f"the arguments of {data['name']!r} are not a JSON object")
+        calls.append(ParsedCall(data["name"], json.dumps(arguments, ensure_ascii=False)))
+    if not calls:
+        raise InvalidToolCall(f"{CALL_OPEN} is not closed by {CALL_CLOSE}")
+    return calls
 
 
 def call_text(name: str, arguments: str) -> str:

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from inference.chat_template import CALL_OPEN, TemplateFormat
+from inference.chat_template import CALL_OPEN, TemplateFormat, parse_calls
 from inference.types import Done, FunctionCallDelta, InferenceEvent, InferenceRequest, Prefilled, TextDelta
 
 from ..config import ModelBackend
@@ -119,7 +119,7 @@ class CompletionStream:
         events: list[InferenceEvent] = []
         reason = FINISH.get(self._finish or "stop", "stop")
         if self._calling:
-            calls = self._fmt.parse_calls(self._held, self._request.tools)
+            calls = parse_calls(self._held, self._request.tools)
             for i, call in enumerate(calls):
                 events.append(FunctionCallDelta(i, call.name, call.arguments, self._held_tokens if i == 0 else 0))
             reason = "tool_calls"
