@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from inference.whatif import WhatIfConfig
 
@@ -14,44 +14,28 @@ from .safety import SafetyConfig
 class ModelBackend(BaseModel):
     """A model served by a real engine instead of the emulator (docs/backends.md).
 
-    ``openai``: any OpenAI-compatible server by ``url`` (vLLM, SGLang, llama.cpp) — its
-    ``/v1/completions`` fed the conversation's token ids.  ``ray_serve_llm``: a Ray Serve LLM
-    deployment (vLLM) of this application, reached through a Serve handle.  Either way the
-    session renders with the model's own tokenizer and chat template, read from the
-    ``tokenizer`` folder (a Hugging Face model folder)."""
+    ``openai`` (the one kind so far): any OpenAI-compatible server by ``url`` (vLLM, SGLang,
+    llama.cpp) — its ``/v1/completions`` fed the conversation's token ids.  The session
+    renders with the model's own tokenizer and chat template, read from the ``tokenizer``
+    folder (a Hugging Face model folder)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     id: str = Field(min_length=1, description="the model id clients ask for (listed by /v1/models)")
-    kind: Literal["openai", "ray_serve_llm"] = "openai"
+    kind: Literal["openai"] = "openai"
     tokenizer: str = Field(min_length=1, description="folder with the model's tokenizer and chat template")
-    url: str | None = Field(None, description="openai: the server's base URL, e.g. http://127.0.0.1:8000/v1")
+    url: str = Field(min_length=1, description="the engine's base URL, e.g. http://127.0.0.1:8000/v1")
     engine_model: str | None = Field(None, description="the model name the engine serves; default: id")
-    api_key_env: str | None = Field(None, description="openai: environment variable holding the engine's key")
-    deployment: str | None = Field(None, description="ray_serve_llm: the LLM deployment's name; default from id")
-    model_source: str | None = Field(None, description="ray_serve_llm: the weights' folder; default: tokenizer")
-    engine_kwargs: dict[str, object] = Field(default_factory=dict, description="ray_serve_llm: vLLM engine "
-                                             "arguments (max_model_len, enable_prefix_caching, dtype ...)")
-    accelerator: str = Field("cpu", description="ray_serve_llm: the accelerator kind (cpu, or a GPU type)")
+    api_key_env: str | None = Field(None, description="environment variable holding the engine's key (Bearer)")
     temperature: float = Field(0.0, ge=0, description="sampling temperature; 0 = greedy (deterministic)")
     max_output_tokens: int = Field(512, ge=1, description="output cap when a request gives none")
     cache_salt: bool = Field(True, description="scope the engine's prefix cache per API key (vLLM cache_salt)")
     timeout_s: float = Field(300.0, gt=0, description="one model call, at most")
     owned_by: str = "responses-ws"
 
-    @model_validator(mode="after")
-    def _kind_has_its_address(self) -> ModelBackend:
-        if self.kind == "openai" and not self.url:
-            raise ValueError(f"backend {self.id!r}: kind openai needs a url")
-        return self
-
     @property
     def served_name(self) -> str:
         return self.engine_model or self.id
-
-    @property
-    def deployment_name(self) -> str:
-        return self.deployment or f"LLM-{self.id}"
 
 
 class SessionConfig(BaseModel):

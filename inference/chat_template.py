@@ -104,6 +104,11 @@ class TemplateFormat:
         """The format of the tokenizer folder at ``path`` (loaded once per process)."""
         return _load(str(Path(path).expanduser().resolve()))
 
+    @property
+    def tokenizer(self) -> Any:
+        """The Hugging Face tokenizer (its ``apply_chat_template`` is the reference)."""
+        return self._tok
+
     # ------------------------------------------------------------------ tokens
     def encode(self, text: str) -> list[int]:
         """``text`` as plain text: special-token strings in it become ordinary tokens."""

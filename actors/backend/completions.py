@@ -1,8 +1,7 @@
 """A real engine's streamed ``/v1/completions`` as the inference seam's events.
 
-Shared by the OpenAI-compatible upstream (:mod:`.openai_upstream`, SSE over HTTP) and the
-Ray Serve LLM deployment (:mod:`.ray_serve_llm`, the same SSE lines through a Serve handle).
-Pure: :func:`completion_body` is the request, :class:`CompletionStream` turns the decoded
+Used by the OpenAI-compatible upstream (:mod:`.openai_upstream`, SSE over HTTP); a Ray Serve
+LLM deployment streams the same SSE lines through a Serve handle (docs/backends.md).  Pure: :func:`completion_body` is the request, :class:`CompletionStream` turns the decoded
 chunks into :mod:`inference.types` events.
 
 The prompt is the conversation's token ids (the session renders them with the model's

@@ -40,7 +40,6 @@ class UpstreamInference:
     before_call: BeforeCall | None = None
 
     def __init__(self, backend: ModelBackend, fmt: TemplateFormat) -> None:
-        assert backend.url is not None
         self.backend = backend
         self.fmt = fmt
         self._url = backend.url.rstrip("/")

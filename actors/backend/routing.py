@@ -26,11 +26,7 @@ def model_formats(config: SessionConfig) -> dict[str, ChatFormat]:
 
 
 def backend_client(backend: ModelBackend, fmt: TemplateFormat) -> InferenceClient:
-    if backend.kind == "ray_serve_llm":
-        from .ray_serve_llm import ServeLLMInference  # Ray Serve LLM: only where one is configured
-
-        return ServeLLMInference(backend, fmt)
-    from .openai_upstream import UpstreamInference
+    from .openai_upstream import UpstreamInference  # aiohttp: only where a real model is configured
 
     return UpstreamInference(backend, fmt)
 

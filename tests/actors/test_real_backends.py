@@ -149,9 +149,11 @@ def test_the_request_carries_token_ids_the_generation_prompt_and_the_key_scope()
     assert sse_data(b'data: {"a": 1}\n') == {"a": 1} and sse_data("data: [DONE]") is None and sse_data(": ping") is None
 
 
-def test_a_backend_of_kind_openai_needs_a_url():
-    with pytest.raises(ValueError, match="needs a url"):
+def test_a_backend_needs_its_engines_url_and_a_known_kind():
+    with pytest.raises(ValueError, match="url"):
         ModelBackend(id=REAL, tokenizer="/m")
+    with pytest.raises(ValueError, match="kind"):
+        ModelBackend(id=REAL, tokenizer="/m", url="http://x/v1", kind="ray_serve_llm")
 
 
 # ------------------------------------------------------------------ the session side
