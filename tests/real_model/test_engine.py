@@ -125,3 +125,26 @@ def test_the_openai_sdk_runs_an_agent_loop_with_stored_history(client):
                                         input="Thanks. Say goodbye.")
     assert follow_up.status in ("completed", "incomplete") and follow_up.output_text
     assert client.responses.retrieve(follow_up.id).previous_response_id == response.id
+
+
+def test_a_foreign_web_page_cannot_use_the_model(real_url):
+    """The default allow-list (loopback pages only, serve/origins.py): a page elsewhere that
+    opens a socket or POSTs to the server is refused before anything reaches the model."""
+    import urllib.error
+    import urllib.request
+
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    from bench.client import ws_url
+
+    foreign = {"Origin": "https://attacker.example"}
+    with pytest.raises(InvalidStatus) as refused:
+        connect(ws_url(real_url), additional_headers=foreign)
+    assert refused.value.response.status_code == 403
+    body = json.dumps({"model": MODEL, "input": "hi", "max_output_tokens": 4}).encode()
+    post = urllib.request.Request(f"{real_url}/v1/responses", data=body, method="POST",
+                                  headers={**foreign, "Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as http_refused:
+        urllib.request.urlopen(post, timeout=30)
+    assert http_refused.value.code == 403
