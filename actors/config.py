@@ -11,6 +11,33 @@ from inference.whatif import WhatIfConfig
 from .safety import SafetyConfig
 
 
+class ModelBackend(BaseModel):
+    """A model served by a real engine instead of the emulator (docs/backends.md).
+
+    ``openai`` (the one kind so far): any OpenAI-compatible server by ``url`` (vLLM, SGLang,
+    llama.cpp) — its ``/v1/completions`` fed the conversation's token ids.  The session
+    renders with the model's own tokenizer and chat template, read from the ``tokenizer``
+    folder (a Hugging Face model folder)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field(min_length=1, description="the model id clients ask for (listed by /v1/models)")
+    kind: Literal["openai"] = "openai"
+    tokenizer: str = Field(min_length=1, description="folder with the model's tokenizer and chat template")
+    url: str = Field(min_length=1, description="the engine's base URL, e.g. http://127.0.0.1:8000/v1")
+    engine_model: str | None = Field(None, description="the model name the engine serves; default: id")
+    api_key_env: str | None = Field(None, description="environment variable holding the engine's key (Bearer)")
+    temperature: float = Field(0.0, ge=0, description="sampling temperature; 0 = greedy (deterministic)")
+    max_output_tokens: int = Field(512, ge=1, description="output cap when a request gives none")
+    cache_salt: bool = Field(True, description="scope the engine's prefix cache per API key (vLLM cache_salt)")
+    timeout_s: float = Field(300.0, gt=0, description="one model call, at most")
+    owned_by: str = "responses-ws"
+
+    @property
+    def served_name(self) -> str:
+        return self.engine_model or self.id
+
+
 class SessionConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -59,6 +86,8 @@ class SessionConfig(BaseModel):
     direct_inference: bool = Field(True, description="a connection's model calls after its first go "
                                    "over a direct channel to its pinned inference replica, not one Serve "
                                    "call each (docs/performance.md)")
+    backends: tuple[ModelBackend, ...] = Field((), description="models served by a real engine "
+                                               "(docs/backends.md); the other models are the emulator's")
     inference_app: str = Field("responses-ws", description="Serve application of the inference deployment")
     inference_deployment: str = "InferenceDeployment"
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from inference.formats import CL100K, ChatFormat
 from store import StoredResponse
 
 from .ids import new_id
@@ -53,6 +54,7 @@ class ContextEntry:
     # (in a rollout, with the tool results appended since), or all of them when rebuilt from
     # a record (actors.backend.ModelCall).
     fresh_tokens: int = 0
+    fmt: str = CL100K.name  # the chat format ``tokens`` are in (inference.formats)
 
 
 def item_id(item: InputItem) -> str:
@@ -104,32 +106,48 @@ def extend(
     tool_results: int,
     store: bool,
     scan: Classifier,
+    fmt: ChatFormat = CL100K,
+    output_tokens: Sequence[int] | None = None,
 ) -> ContextEntry:
     """The parent's conversation plus one turn's input and output: only new items are
-    rendered; ``scan`` (which has read the input already) reads the output."""
+    rendered, in ``fmt``; ``scan`` (which has read the input already) reads the output.
+    ``output_tokens``: the output as the engine produced it (a real model's continuation,
+    ``inference.chat_template``), appended as it is instead of rendering ``output``."""
     tokens = array("I", parent.tokens) if parent else array("I")
     tokens.extend(input_tokens)
-    output_tokens = render_items(output)
+    if output_tokens is None:
+        output_tokens = render_items(output, fmt)
     tokens.extend(output_tokens)
     issued = set(call_ids)
     count_calls(output, issued)
     items = (parent.items if parent else []) + inputs + [output_as_input(o) for o in output]
     scan.feed_all(item_text(o) for o in output)
     return ContextEntry(response_id, tokens, items, frozenset(issued), tool_results, store, scan,
-                        fresh_tokens=len(output_tokens))
+                        fresh_tokens=len(output_tokens), fmt=fmt.name)
 
 
-def from_record(record: StoredResponse, new_scan: Callable[[], Classifier], timer: PhaseTimer) -> ContextEntry:
+def from_record(record: StoredResponse, new_scan: Callable[[], Classifier], timer: PhaseTimer,
+                fmt: ChatFormat = CL100K) -> ContextEntry:
     """Rebuild a conversation from the store the stateless way: parse and validate, re-render
-    and re-tokenise, and re-classify every item (each step timed)."""
+    (in ``fmt``) and re-tokenise, and re-classify every item (each step timed)."""
     with timer.phase("parse_validate"):
         items = parse_items(record.context)
         issued: set[str] = set()
         results = count_calls(items, issued)
     with timer.phase("render"):
-        tokens = array("I", render_items(items))
+        tokens = array("I", render_items(items, fmt))
     with timer.phase("classify"):
         scan = new_scan()
         scan.feed_all(item_text(item) for item in items)
     return ContextEntry(record.id, tokens, record.context, frozenset(issued), results, True, scan,
-                        fresh_tokens=len(tokens))
+                        fresh_tokens=len(tokens), fmt=fmt.name)
+
+
+def in_format(entry: ContextEntry, fmt: ChatFormat) -> ContextEntry:
+    """``entry`` with its tokens in ``fmt``: itself, or — continued by a model of another
+    format — its items re-rendered (the model's own ids of earlier output are then lost)."""
+    if entry.fmt == fmt.name:
+        return entry
+    tokens = array("I", render_items(parse_items(entry.items), fmt))
+    return ContextEntry(entry.response_id, tokens, entry.items, entry.call_ids, entry.tool_results, entry.store,
+                        entry.scan, fresh_tokens=len(tokens), fmt=fmt.name)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import re
 from array import array
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
-from inference import chat_format
+from inference.formats import CL100K, ChatFormat
 from inference.types import ToolSpec
 
 from .errors import APIError, InvalidRequest, ModelNotFound
@@ -34,12 +34,14 @@ class ContentFiltered(APIError):
 
 
 class Preparer:
-    def __init__(self, models: Collection[str], safety: SafetyConfig) -> None:
+    def __init__(self, models: Collection[str], safety: SafetyConfig,
+                 formats: Mapping[str, ChatFormat] | None = None) -> None:
         self._models = frozenset(models)
+        self._formats = dict(formats or {})  # a model's own chat format; else cl100k (the emulator's)
         self._resolved: dict[str, str] = {}
-        self._tools_seen: list[FunctionTool | CustomTool] | None = None
+        self._tools_seen: tuple[list[FunctionTool | CustomTool], str] | None = None
         self._tools: tuple[tuple[ToolSpec, ...], list[int]] = ((), [])
-        self._instructions: tuple[str | None, array] = (None, array("I"))
+        self._instructions: tuple[str | None, str, array] = (None, CL100K.name, array("I"))
         self._safety = safety
         self.matcher: Matcher = build_matcher(safety)
 
@@ -55,23 +57,28 @@ class Preparer:
         self._resolved[model] = model
         return model
 
-    def tools(self, tools: list[FunctionTool | CustomTool]) -> tuple[tuple[ToolSpec, ...], list[int]]:
-        """Validated specs and rendered tokens of the request's function and custom tools;
-        reused while the definitions are unchanged."""
-        if tools != self._tools_seen:
+    def format(self, model: str) -> ChatFormat:
+        """The chat format ``model`` renders with."""
+        return self._formats.get(model, CL100K)
+
+    def tools(self, tools: list[FunctionTool | CustomTool],
+              fmt: ChatFormat = CL100K) -> tuple[tuple[ToolSpec, ...], list[int]]:
+        """Validated specs and rendered tokens (in ``fmt``) of the request's function and
+        custom tools; reused while the definitions and the format are unchanged."""
+        if self._tools_seen is None or tools != self._tools_seen[0] or fmt.name != self._tools_seen[1]:
             validate_tools(tools)
             specs = tool_specs(tools)
-            self._tools = (specs, chat_format.render_tools(specs))
-            self._tools_seen = list(tools)
+            self._tools = (specs, fmt.render_tools(specs))
+            self._tools_seen = (list(tools), fmt.name)
         return self._tools
 
-    def instructions(self, text: str | None) -> array:
+    def instructions(self, text: str | None, fmt: ChatFormat = CL100K) -> array:
         """The rendered instructions (``array("I")``, 4 bytes a token); re-rendered only when
-        the text differs from the last request's (comparing the strings costs microseconds,
-        tokenising them milliseconds).  Only the latest text is kept."""
-        if text != self._instructions[0]:
-            self._instructions = (text, array("I", chat_format.render_instructions(text)))
-        return self._instructions[1]
+        the text (or the format) differs from the last request's (comparing the strings costs
+        microseconds, tokenising them milliseconds).  Only the latest text is kept."""
+        if text != self._instructions[0] or fmt.name != self._instructions[1]:
+            self._instructions = (text, fmt.name, array("I", fmt.render_instructions(text)))
+        return self._instructions[2]
 
     def new_scan(self) -> Classifier:
         return Classifier(self.matcher, self._safety.thresholds)

@@ -1,7 +1,7 @@
-"""Render conversation items to token ids with the model's chat format.
+"""Render conversation items to token ids with the model's chat format (``inference.formats``:
+the emulated models' cl100k format by default, a real model's own template).
 
-Rendering is segment-wise (``inference.chat_format`` guarantees render(a+b) == render(a) +
-render(b)), so a session appends the new items' tokens to the cached context instead of
+Rendering is segment-wise (every format guarantees render(a+b) == render(a) + render(b)), so a session appends the new items' tokens to the cached context instead of
 re-rendering the conversation.
 """
 
@@ -12,7 +12,7 @@ import json
 import zlib
 from collections.abc import Iterable, Sequence
 
-from inference import chat_format
+from inference.formats import CL100K, ChatFormat
 from inference.types import ToolSpec
 
 from .protocol import (
@@ -87,36 +87,36 @@ def item_text(item: InputItem | OutputItem) -> str:
     return ""
 
 
-def render_item(item: InputItem | OutputItem) -> list[int]:
-    """One item's segment (docs/protocol.md §2.2 lists what each kind renders as)."""
+def render_item(item: InputItem | OutputItem, fmt: ChatFormat = CL100K) -> list[int]:
+    """One item's segment in ``fmt`` (docs/protocol.md §2.2 lists what each kind renders as)."""
     if isinstance(item, MessageItem):
-        return chat_format.render_message(item.role, content_text(item.content))
+        return fmt.render_message(item.role, content_text(item.content))
     if isinstance(item, OutputMessage):
-        return chat_format.render_message("assistant", "".join(p.text for p in item.content))
+        return fmt.render_message("assistant", "".join(p.text for p in item.content))
     if isinstance(item, OutputFunctionCall):
-        return chat_format.render_function_call(item.name, item.arguments)
+        return fmt.render_function_call(item.name, item.arguments)
     if isinstance(item, FunctionCallItem):
-        return chat_format.render_function_call(qualified_name(item.name, item.namespace), item.arguments)
+        return fmt.render_function_call(qualified_name(item.name, item.namespace), item.arguments)
     if isinstance(item, FunctionCallOutputItem):
         if item.call_id is None:  # a tool output the client adds on its own: named, not paired
-            return chat_format.render_other(
+            return fmt.render_other(
                 "tool_output", qualified_name(item.name, item.namespace) + "\n" + content_text(item.output))
-        return chat_format.render_function_call_output(content_text(item.output))
+        return fmt.render_function_call_output(content_text(item.output))
     if isinstance(item, OutputCustomToolCall):
-        return chat_format.render_custom_tool_call(item.name, item.input)
+        return fmt.render_custom_tool_call(item.name, item.input)
     if isinstance(item, CustomToolCallItem):
-        return chat_format.render_custom_tool_call(qualified_name(item.name, item.namespace), item.input)
+        return fmt.render_custom_tool_call(qualified_name(item.name, item.namespace), item.input)
     if isinstance(item, CustomToolCallOutputItem):  # no call id: it would vary the scripted choices
-        return chat_format.render_other(
+        return fmt.render_other(
             "custom_tool_call_output", qualified_name(item.name, item.namespace) + "\n" + content_text(item.output))
     if isinstance(item, ReasoningItem):
-        return chat_format.render_other("reasoning", reasoning_text(item) + (item.encrypted_content or ""))
+        return fmt.render_other("reasoning", reasoning_text(item) + (item.encrypted_content or ""))
     if isinstance(item, ToolItem):
-        return chat_format.render_other(item.type, tool_item_text(item))
+        return fmt.render_other(item.type, tool_item_text(item))
     if isinstance(item, ItemReference):
-        return chat_format.render_other("item_reference", item.id)
+        return fmt.render_other("item_reference", item.id)
     if isinstance(item, CompactionItem):
-        return chat_format.render_other("compaction", compaction_text(item.encrypted_content))
+        return fmt.render_other("compaction", compaction_text(item.encrypted_content))
     raise TypeError(f"cannot render {type(item).__name__}")
 
 
@@ -136,10 +136,10 @@ def compaction_text(blob: str) -> str:
         return blob
 
 
-def render_items(items: Iterable[InputItem | OutputItem]) -> list[int]:
+def render_items(items: Iterable[InputItem | OutputItem], fmt: ChatFormat = CL100K) -> list[int]:
     out: list[int] = []
     for item in items:
-        out.extend(render_item(item))
+        out.extend(render_item(item, fmt))
     return out
 
 

@@ -89,6 +89,9 @@ class ResponseBuilder:
         self._generated = 0  # output tokens of every model call of this response
         self.queue_ms = self.prefill_ms = self.decode_ms = 0.0
         self.finish_reason: str | None = None
+        # A real model's output as the engine's token ids (Done.context_token_ids): the
+        # conversation continues with them, not with a re-rendering of the text.
+        self.context_tokens: list[int] | None = None
 
     # -- helpers
     def _next(self) -> int:
@@ -164,6 +167,8 @@ class ResponseBuilder:
             elif isinstance(ev, Done):
                 self.decode_ms += ev.decode_ms
                 self._generated += ev.output_tokens
+                if ev.context_token_ids is not None:
+                    self.context_tokens = list(ev.context_token_ids)
                 if self.pause_on_calls and ev.finish_reason == "tool_calls":
                     out += self._close_open()
                     self.state = BuildState.PAUSED

@@ -12,6 +12,7 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import replace
 
+from inference.formats import ChatFormat
 from inference.types import InferenceRequest
 
 from .context import extend, input_dicts
@@ -27,17 +28,17 @@ def begin(turn: Turn) -> Rollout:
     context = extend(turn.parent, turn.builder.response.id, input_tokens=turn.input_tokens,
                      inputs=turn.inputs, output=(), call_ids=turn.call_ids,
                      tool_results=turn.request.tool_results_in_context, store=turn.store,
-                     scan=turn.scan.copy())
+                     scan=turn.scan.copy(), fmt=turn.fmt)
     return Rollout(context)
 
 
-def fold(rollout: Rollout, output: Sequence[OutputItem]) -> Rollout:
+def fold(rollout: Rollout, output: Sequence[OutputItem], fmt: ChatFormat) -> Rollout:
     """The rollout once a model call stopped: the response's output items past ``folded``
-    join the conversation, and the calls among them wait for results."""
+    join the conversation (rendered in ``fmt``), and the calls among them wait for results."""
     new = output[rollout.folded:]
     ctx = rollout.context
     context = extend(ctx, ctx.response_id, input_tokens=(), inputs=[], output=new, call_ids=ctx.call_ids,
-                     tool_results=ctx.tool_results, store=ctx.store, scan=ctx.scan.copy())
+                     tool_results=ctx.tool_results, store=ctx.store, scan=ctx.scan.copy(), fmt=fmt)
     issued = {call_id for o in new if (call_id := issued_call_id(o)) is not None}
     return Rollout(context, len(output), rollout.open_calls | issued)
 
@@ -57,13 +58,13 @@ def tool_results(rollout: Rollout, items: Sequence[InputItem]) -> list[ToolResul
     return results
 
 
-def answer(rollout: Rollout, results: Sequence[ToolResult], scan: Classifier) -> Rollout:
+def answer(rollout: Rollout, results: Sequence[ToolResult], scan: Classifier, fmt: ChatFormat) -> Rollout:
     """The rollout with the client's tool results appended (``scan`` has read them)."""
     ctx = rollout.context
-    tokens = render_items(results)
+    tokens = render_items(results, fmt)
     context = extend(ctx, ctx.response_id, input_tokens=tokens, inputs=input_dicts(results),
                      output=(), call_ids=ctx.call_ids, tool_results=ctx.tool_results + len(results),
-                     store=ctx.store, scan=scan)
+                     store=ctx.store, scan=scan, fmt=fmt)
     context.fresh_tokens = ctx.fresh_tokens + len(tokens)  # no model call has read them yet
     return Rollout(context, rollout.folded, rollout.open_calls - {r.call_id for r in results})
 

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import time
 from array import array
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from inference import scenario as scripted
+from inference.formats import ChatFormat
 from inference.policy import InvalidMetadata, metadata_overrides
 from inference.types import Done, InferenceEvent, InferenceRequest
 from store import StoredResponse, UsageEntry
@@ -30,7 +31,7 @@ from store import StoredResponse, UsageEntry
 from . import rollout
 from .cache_budget import CacheBudget
 from .config import SessionConfig
-from .context import ContextEntry, count_calls, extend, from_record, input_dicts
+from .context import ContextEntry, count_calls, extend, from_record, in_format, input_dicts
 from .errors import (
     APIError,
     InvalidRequest,
@@ -82,9 +83,10 @@ class Session:
         clock: Callable[[], float],
         perf: Callable[[], float] = time.perf_counter,
         cache: CacheBudget | None = None,
+        formats: Mapping[str, ChatFormat] | None = None,
     ) -> None:
         self.config = config
-        self._prep = Preparer(models, config.safety)
+        self._prep = Preparer(models, config.safety, formats)  # a model without one: cl100k
         self._perf = perf
         self.session_key = session_key
         self.owner = owner
@@ -223,7 +225,7 @@ class Session:
             scan = self._prep.scan(turn.rollout.context.scan, results)
         except APIError as exc:
             return Effects(events=[error_event(exc, stream_id=turn.lane)])
-        turn.rollout = rollout.answer(turn.rollout, results, scan)
+        turn.rollout = rollout.answer(turn.rollout, results, scan, turn.fmt)
         turn.request = rollout.resume(turn.request, turn.prefix_len, turn.rollout)
         turn.builder.resume()
         return Effects(start=[turn])
@@ -262,7 +264,8 @@ class Session:
             fx = self._reject(request, PreviousResponseNotFound(request.create.previous_response_id or ""))
         else:
             try:
-                parent = from_record(record, self._prep.new_scan, timer)
+                parent = from_record(record, self._prep.new_scan, timer,
+                                     self._prep.format(request.create.model or ""))
             except Exception:  # noqa: BLE001 - a damaged record is a server fault, not the client's
                 fx = self._reject(request, ServerError())
             else:
@@ -281,6 +284,9 @@ class Session:
         lane_name, create, timer = request.lane, request.create, request.timer
         lane = self._lanes[lane_name]
         same_lane = parent is not None and lane.latest is parent
+        fmt = self._prep.format(create.model or "")
+        if parent is not None:
+            parent = in_format(parent, fmt)
         # Steer input queued for this continuation goes first (docs/protocol.md §2.3 (c)).
         items = self._steering.take(create.previous_response_id, lane_name) + create.items
         try:
@@ -293,9 +299,9 @@ class Session:
         if limit and sum(len(item_text(item)) for item in items) >= limit:
             self._requests.move(request, Stage.RENDERING)
             request.asked = self._perf()
-            return Effects(render=[Render(request.id, tuple(items))])
+            return Effects(render=[Render(request.id, tuple(items), fmt)])
         with timer.phase("render"):
-            input_tokens = render_items(items)
+            input_tokens = render_items(items, fmt)
         return self._prepare(request, input_tokens)
 
     def on_rendered(self, render_id: int, tokens: Sequence[int] | None) -> Effects:
@@ -319,11 +325,12 @@ class Session:
         assert begun is not None
         lane_name, create, timer = request.lane, request.create, request.timer
         parent, items = begun.parent, begun.items
+        fmt = self._prep.format(create.model or "")
         try:
             with timer.phase("render"):
-                specs, tool_tokens = self._prep.tools(create.callable_tools)
+                specs, tool_tokens = self._prep.tools(create.callable_tools, fmt)
                 prompt = array("I", tool_tokens)
-                prompt.extend(self._prep.instructions(create.instructions))
+                prompt.extend(self._prep.instructions(create.instructions, fmt))
                 if parent is not None:
                     prompt.extend(parent.tokens)
                 prompt.extend(input_tokens)
@@ -374,6 +381,7 @@ class Session:
             timings_requested=(create.metadata or {}).get(METADATA_KEY) == "1",
             create=create,
             prefix_len=len(prompt) - len(input_tokens) - (len(parent.tokens) if parent else 0),
+            fmt=fmt,
         )
         self._requests.move(request, Stage.RUNNING)
         request.turn = turn
@@ -402,7 +410,7 @@ class Session:
             return Effects()
         fx = Effects(events=turn.builder.feed(chunk))
         if turn.builder.paused:  # append mode: the call's output joins the rollout
-            turn.rollout = rollout.fold(turn.rollout or rollout.begin(turn), turn.builder.output)
+            turn.rollout = rollout.fold(turn.rollout or rollout.begin(turn), turn.builder.output, turn.fmt)
         elif turn.builder.finishing:
             turn.timer.inference_done()
             if not any(isinstance(ev, Done) for ev in chunk):
@@ -459,13 +467,13 @@ class Session:
             response = b.response
             with timer.phase("post"):
                 if turn.rollout is not None:  # an append-mode rollout: one response, many calls
-                    turn.rollout = rollout.fold(turn.rollout, response.output)
+                    turn.rollout = rollout.fold(turn.rollout, response.output, turn.fmt)
                     entry = turn.rollout.context
                 else:
                     entry = extend(turn.parent, response.id, input_tokens=turn.input_tokens, inputs=turn.inputs,
                                    output=response.output, call_ids=turn.call_ids,
                                    tool_results=turn.request.tool_results_in_context, store=turn.store,
-                                   scan=turn.scan)
+                                   scan=turn.scan, fmt=turn.fmt, output_tokens=b.context_tokens)
                 self._lanes.remember(turn.lane, entry)
                 fx.usage.append(self._usage(turn))
             report = timer.report(b.queue_ms, b.prefill_ms, b.decode_ms)

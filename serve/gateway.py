@@ -30,6 +30,7 @@ from ray.serve.handle import DeploymentHandle
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.backend.ray_serve import ServeInference
+from actors.backend.routing import ModelRouter, model_entries
 from actors.errors import (
     APIError,
     InvalidResumeToken,
@@ -89,7 +90,7 @@ class Gateway:
         if self._logs is not None:
             configure_logs(self._logs)
         self._metrics = GatewayMetrics()
-        self._models: list[dict] = await inference.models.remote()
+        self._models: list[dict] = await inference.models.remote() + model_entries(cfg.session)
         self._keys = KeyRing(cfg.server.api_keys)
         self._foreign: dict[str, Link] = {}  # links to hosts of other gateways (resumes)
         prefix = uuid.uuid4().hex[:12]
@@ -119,7 +120,7 @@ class Gateway:
         app = build_app(self._list_models)
         add_readiness_route(app, self._readiness)
         add_http_routes(app, session_config=cfg.session, keys=self._keys, store=self._store,
-                        inference=ServeInference(cfg.session),
+                        inference=ModelRouter.of(ServeInference(cfg.session), cfg.session),
                         model_ids=lambda: [m["id"] for m in self._models],
                         observe=PhaseMetrics().observe)
         return uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False, timeout_keep_alive=30)

@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
 from actors.backend import InferenceClient
+from actors.backend.routing import model_formats
 from actors.config import SessionConfig
 from actors.errors import APIError, InvalidRequest, ModelNotFound, NotFound, PreviousResponseNotFound
 from actors.host.connection import Connection
@@ -101,6 +102,8 @@ def add_http_routes(
     def owner(request: Request) -> str:
         return keys.owner(request.headers)
 
+    formats = model_formats(session_config)  # the real models' own templates (docs/backends.md)
+
     @app.post("/v1/responses")
     async def create_response(request: Request) -> Response:
         timer = PhaseTimer(time.perf_counter)
@@ -111,7 +114,7 @@ def add_http_routes(
         # Stateless: nothing survives from earlier requests (model resolution, tool
         # rendering and the classifier are all redone; history comes from the store).
         session = Session(session_config, model_ids(), session_key=None, owner=who,
-                          transport="http", clock=time.time)
+                          transport="http", clock=time.time, formats=formats)
         conn = Connection(session, inference, store, observe)
         conn.create(create, timer)
         events = conn.events()

@@ -11,13 +11,17 @@ import pytest
 # A test is `integration` when it lives in a tier of real deployments or asks for a fixture
 # that starts a real service (Ray and Serve, a redis-server); every other test is `unit`:
 # pure logic that runs in milliseconds (`make test-unit`, `pytest -m unit`).
-INTEGRATION_DIRS = ("integration", "operations", "cluster")
+INTEGRATION_DIRS = ("integration", "operations", "cluster", "real_model")
 SERVICE_FIXTURES = {"ray_cluster", "redis_server"}
+# The real-model tier (a real model on vLLM's CPU build, its own virtualenv: `make
+# test-real-model`) is `real_model` too, deselected by default (pyproject addopts).
+REAL_MODEL_DIR = "real_model"
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "unit: pure logic, no service started (the fast tier)")
     config.addinivalue_line("markers", "integration: real Ray/Serve, a real store server or real clients")
+    config.addinivalue_line("markers", "real_model: a real model on a real engine (make test-real-model)")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -25,6 +29,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         tier = item.path.relative_to(item.config.rootpath / "tests").parts[0]
         real = tier in INTEGRATION_DIRS or SERVICE_FIXTURES & set(getattr(item, "fixturenames", ()))
         item.add_marker(pytest.mark.integration if real else pytest.mark.unit)
+        if tier == REAL_MODEL_DIR:
+            item.add_marker(pytest.mark.real_model)
 
 
 @pytest.fixture(scope="session")

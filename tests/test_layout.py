@@ -179,6 +179,9 @@ SERVER_PACKAGES = ["inference", "store", "actors", "serve"]
 # Imported but not declared: pydantic pins its exact pydantic-core, so declaring it again
 # adds nothing.
 PROVIDED_BY = {"pydantic_core": "pydantic"}
+# Imported only where a real model is configured (docs/backends.md), from the real-model
+# extra: lazily, inside functions, and not installed by the default `make install`.
+REAL_MODEL_IMPORTS = {"transformers"}
 
 
 def _canonical(name: str) -> str:
@@ -209,8 +212,16 @@ def distributions(import_names: set[str]) -> set[str]:
 def test_the_server_declares_every_package_it_imports():
     """fastapi, uvicorn, starlette arrive with ray[serve] too, but the server imports them itself."""
     paths = [p for package in SERVER_PACKAGES for p in modules(package)]
-    missing = distributions(third_party_imports(paths)) - _declared(PYPROJECT["dependencies"])
+    missing = distributions(third_party_imports(paths) - REAL_MODEL_IMPORTS) - _declared(PYPROJECT["dependencies"])
     assert not missing, f"imported by the server but not in [project] dependencies: {sorted(missing)}"
+
+
+def test_the_real_model_extra_declares_its_lazy_imports():
+    assert _declared(PYPROJECT["optional-dependencies"]["real-model"]) >= REAL_MODEL_IMPORTS
+    for package in SERVER_PACKAGES:
+        for path in modules(package):
+            top = {n.split(".")[0] for n in imported(path, top_level_only=True)}
+            assert not top & REAL_MODEL_IMPORTS, f"{path.relative_to(ROOT)} imports {top & REAL_MODEL_IMPORTS} at import time"
 
 
 def test_each_extra_declares_what_its_commands_and_tests_import():

@@ -27,6 +27,7 @@ from store import StoreConfig, StoreWriter, open_writer
 
 from ..backend import InferenceClient
 from ..backend.ray_serve import ServeInference
+from ..backend.routing import ModelRouter, model_formats
 from ..cache_budget import CacheBudget
 from ..config import SessionConfig
 from ..logs import LogSettings
@@ -76,7 +77,9 @@ class SessionHost:
         self._config = config
         self._store_config = store
         self._store: StoreWriter | None = None
-        self._inference = ServeInference(config)
+        self._serve = ServeInference(config)
+        self._inference = ModelRouter.of(self._serve, config)  # the real models' engines too
+        self._formats = model_formats(config)
         self._models: list[str] = []
         self._sockets = SocketServer(config, name, self._new_session, self._connect)
         self._receiver = HandoffReceiver(handoff_path(name), self._on_socket)
@@ -105,7 +108,7 @@ class SessionHost:
 
     def _new_session(self, conn_id: str, owner: str, append_mode: bool) -> Session:
         return Session(self._config, self._models, session_key=conn_id, owner=owner,
-                       append_mode=append_mode, clock=time.time, cache=self._cache)
+                       append_mode=append_mode, clock=time.time, cache=self._cache, formats=self._formats)
 
     def _connect(self, session: Session) -> Connection:
         assert self._store is not None
@@ -149,7 +152,7 @@ class SessionHost:
     async def stats(self) -> dict[str, str | int | bool]:
         """What the Ray dashboard cannot show by itself (docs/operations.md)."""
         return {"name": self._name, "websockets": self._websockets, "idle": self._sockets.idle,
-                "direct_calls": self._inference.direct_calls}
+                "direct_calls": self._serve.direct_calls}
 
     def __repr__(self) -> str:  # Ray's log prefix and the dashboard's actor "Repr"
         return f"SessionHost({self._name})"
@@ -160,6 +163,6 @@ class SessionHost:
         self._receiver.close()
         await asyncio.gather(self._sockets.drain(timeout_s),
                              *([self._http.drain(timeout_s)] if self._http is not None else []))
-        self._inference.close()
+        self._serve.close()
         if self._store is not None:
             await self._store.close()

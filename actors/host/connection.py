@@ -92,7 +92,7 @@ class RenderPool:
 def tokens_of(job: Render) -> list[int] | None:
     """The token ids of a job's input; ``None`` (logged) if a bug the input hit raised."""
     try:
-        return render_items(job.items)
+        return render_items(job.items, job.fmt)
     except Exception:
         log.exception("rendering an input failed")
         return None

