@@ -291,8 +291,8 @@ def test_a_redeploy_under_load_resets_nothing_loses_no_terminal_event_and_no_sto
         start_app(name, **overrides, **{"server.port": port, "session.max_inflight": 15 - k})
 
     try:
-        plan = Plan(connections=60, redeploys=1, every_s=3.0, tail_s=4.0, turns=4, think_ms=200,
-                    min_tokens=60, max_tokens=180, seed=26)
+        plan = Plan(connections=60, redeploys=1, every_s=2.0, tail_s=3.0, turns=4, think_ms=200,
+                    min_tokens=40, max_tokens=120, seed=26)
         result = run(redeploys(url, tmp_path, plan, redeploy))
     finally:
         stop_app(name)
