@@ -19,7 +19,7 @@ without an HTTP answer (the client's ``InvalidMessage``), refused without a type
 ``Retry-After``, or not answered in 30 s; a connection refused at the port; a socket closed
 without a close frame or with another code than 1012; an ``error`` other than
 ``server_shutting_down``; a response that started (``response.created``) and got no
-terminal event; a stored response that completed and cannot be fetched afterwards; and any
+terminal event, or ended ``response.failed``; a stored response that completed and cannot be fetched afterwards; and any
 mismatch of the usage ledger against what the clients saw (bench/reconcile.py).  Exits 1
 on any.
 """
@@ -55,7 +55,7 @@ END_GRACE_S = 60.0  # for the turns running when the load stops
 TYPED_REFUSALS = frozenset({"server_shutting_down", "server_overloaded"})  # 503 codes that ask for a retry
 VIOLATIONS = ("upgrade_unanswered", "upgrade_reset", "upgrade_refused_untyped", "upgrade_timeout",
               "port_closed", "closed_abnormally", "closed_other_code", "error_other", "lost_terminal",
-              "stored_lost")
+              "response_failed", "stored_lost")
 
 
 @dataclass(frozen=True)
@@ -217,6 +217,8 @@ class Client:
                     response = event["response"]
                     self.seen.finished(kind, response)
                     self.tally.add(kind)
+                    if kind == "response.failed":  # the emulated model never fails on its own
+                        self.tally.add("response_failed", f"{response['id']}: {response.get('error')}")
                     self.started, self.pending = None, None
                     self.previous = response["id"] if kind == "response.completed" else None
                     return

