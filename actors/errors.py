@@ -13,6 +13,7 @@ class APIError(Exception):
     status: int = 400
     type: str = "invalid_request_error"
     code: str | None = None
+    retry_after_s: int | None = None  # sent as Retry-After when it refuses an HTTP request or an upgrade
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
@@ -118,7 +119,7 @@ class TooManyConnections(APIError):
 
     def __init__(self, message: str, *, per_key: bool, retry_after_s: int = 1) -> None:
         super().__init__(message)
-        self.retry_after_s = retry_after_s  # sent as Retry-After
+        self.retry_after_s = retry_after_s
         self.status = 429 if per_key else 503
         self.type = "rate_limit_exceeded" if per_key else "server_error"
         self.code = "rate_limit_exceeded" if per_key else "server_overloaded"
@@ -131,6 +132,7 @@ class ServerShuttingDown(APIError):
     status = 503
     type = "server_error"
     code = "server_shutting_down"
+    retry_after_s = 1  # another replica (a redeploy's new one) takes the retry
 
     def __init__(self) -> None:
         super().__init__("The server is shutting down; open a new connection and retry.")
@@ -155,6 +157,17 @@ class RequestHeadTooLarge(APIError):
 
     def __init__(self, limit: int) -> None:
         super().__init__(f"The request line and headers exceed {limit // 1024} KiB.")
+
+
+class RequestTimeout(APIError):
+    """A connection that sent no complete request head within the gateway's limit: answered,
+    not dropped, so a slow client learns why."""
+
+    status = 408
+    code = "request_timeout"
+
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__(f"No complete request arrived within {timeout_s:g} s.")
 
 
 class OriginNotAllowed(APIError):

@@ -20,7 +20,7 @@ Layout (docs/benchmark.md, "Layout"):
   :mod:`bench.sweeps`, :mod:`bench.results` (the one results writer), :mod:`bench.plotting`
   (the one matplotlib setup), :mod:`bench.processes` (memory and CPU of the server's Ray
   processes), :mod:`bench.cluster` (a simulated multi-node cluster); the soak's
-  :mod:`bench.chains`, :mod:`bench.invariants`, :mod:`bench.soak_report`; the ledger kind's :mod:`bench.reconcile`; the fuzzer's
+  :mod:`bench.chains`, :mod:`bench.invariants`, :mod:`bench.soak_report`; the ledger and drain kinds' :mod:`bench.reconcile`; the fuzzer's
   :mod:`bench.fuzz_cases` and :mod:`bench.fuzz_oracle`; the replay's :mod:`bench.replay`
   (recorded sessions read into shapes, re-synthesised and driven step by step).
 
@@ -54,6 +54,7 @@ KINDS: dict[str, Kind] = {kind.name: kind for kind in (
     Kind("burst", "first turns of resumed sessions all at once: how long each socket waits"),
     Kind("floor", "non-model time per turn against a minimal server sending the same frames"),
     Kind("ledger", "session hosts SIGKILLed under load, the usage ledger reconciled with the clients"),
+    Kind("drain", "redeploys under hundreds of sockets mid-turn: nothing reset, lost or unanswered"),
 )}
 DEFAULT_KIND = "agentloop"
 DEMO_MODULE = f"{__name__}.kinds.demo"

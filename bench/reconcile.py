@@ -12,8 +12,11 @@ lines are counted apart (``billed_unseen``), as is whether each stored one can b
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 
@@ -54,6 +57,13 @@ def usage_of(usage: dict[str, Any] | None) -> tuple[int, int, int] | None:
     if usage is None:
         return None
     return usage["input_tokens"], usage["input_tokens_details"]["cached_tokens"], usage["output_tokens"]
+
+
+def read_ledger(data_dir: str | Path) -> list[Line]:
+    """Every line of the SQLite ledger in ``data_dir`` (docs/operations.md, the usage ledger)."""
+    with contextlib.closing(sqlite3.connect(Path(data_dir) / "responses.sqlite3")) as conn:
+        rows = conn.execute("SELECT response_id, input_tokens, cached_tokens, output_tokens FROM usage").fetchall()
+    return [Line(*row) for row in rows]
 
 
 def reconcile(seen: Seen, lines: list[Line]) -> dict[str, Any]:

@@ -164,6 +164,7 @@ class ChannelClient:
         self._calls: dict[int, asyncio.Queue[tuple[Any, ...]]] = {}
         self._next = 0
         self.open = False
+        self._retired = False  # takes no more calls; closes once the running ones end
 
     async def connect(self) -> None:
         reader, writer = await asyncio.open_connection(self.endpoint.host, self.endpoint.port)
@@ -190,6 +191,13 @@ class ChannelClient:
         if self._writer is not None:
             self._writer.close()
 
+    def retire(self) -> None:
+        """Take no more calls, and close once the calls still streaming have ended (a
+        stopping replica finishes them: closing now would cut them short)."""
+        self._retired = True
+        if not self._calls:
+            self.close()
+
     def close(self) -> None:
         """Close the connection: calls still streaming end with :class:`ChannelLost`."""
         if self._reader_task is not None:
@@ -200,7 +208,7 @@ class ChannelClient:
     async def stream(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
         """One model call, as ``InferenceClient.stream``.  Raises :class:`ChannelUnavailable`
         before any chunk if the call can be made elsewhere, :class:`ChannelLost` after."""
-        if not self.open or self._writer is None:
+        if not self.open or self._retired or self._writer is None:
             raise ChannelUnavailable("channel closed")
         rid = self._next = self._next + 1
         queue: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
@@ -231,3 +239,5 @@ class ChannelClient:
             del self._calls[rid]
             if not done and self.open and self._writer is not None:
                 self._writer.write(_frame(("stop", rid)))  # cut short: the replica cancels it
+            if self._retired and not self._calls:
+                self.close()

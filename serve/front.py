@@ -22,7 +22,14 @@ from http import HTTPStatus
 import uvicorn
 from uvicorn.server import ServerState
 
-from actors.errors import OriginNotAllowed, RequestHeadTooLarge
+from actors.errors import (
+    APIError,
+    OriginNotAllowed,
+    RequestHeadTooLarge,
+    RequestTimeout,
+    ServerError,
+    ServerShuttingDown,
+)
 from actors.host.handoff import RESPONSES_PATH
 from actors.protocol import http_error_body
 
@@ -31,6 +38,7 @@ from .origins import OriginPolicy
 log = logging.getLogger(__name__)
 
 MAX_HEAD = 64 * 1024
+HEAD_TIMEOUT_S = 10.0  # for a connection's request head to arrive
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -126,7 +134,7 @@ def serves_locally(head: bytes) -> bool:
     return any(path == p or path.startswith(p + b"/") for p in LOCAL_PATHS)
 
 
-async def peek_head(sock: socket.socket, timeout: float = 10.0) -> bytes:
+async def peek_head(sock: socket.socket, timeout: float = HEAD_TIMEOUT_S) -> bytes:
     """The request head (up to the blank line) without consuming it; b"" if the peer closed."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -151,9 +159,15 @@ class Front:
         handoff: Callable[[socket.socket, bytes], Awaitable[None]],
         handoff_http: Callable[[socket.socket], Awaitable[bool]],
         origins: OriginPolicy,
+        *,
+        on_refused: Callable[[int], None] | None = None,  # the status of each refusal sent here
+        head_timeout_s: float = HEAD_TIMEOUT_S,
     ) -> None:
         self._listener = listener
         self._origins = origins
+        self._on_refused = on_refused
+        self._head_timeout_s = head_timeout_s
+        self._closed = False
         self._http = http_config
         self._http.load()
         self._state = ServerState()
@@ -167,20 +181,38 @@ class Front:
         loop = asyncio.get_running_loop()
         while True:
             sock, _ = await loop.sock_accept(self._listener)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            task = loop.create_task(self._dispatch(sock))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._dispatch_soon(sock)
+
+    def _dispatch_soon(self, sock: socket.socket) -> None:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        task = asyncio.get_running_loop().create_task(self._dispatch(sock))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _refuse(self, sock: socket.socket, exc: APIError) -> None:
+        status, body = http_error_body(exc)
+        if self._on_refused is not None:
+            self._on_refused(status)
+        await refuse(sock, status, body, retry_after_s=exc.retry_after_s)
 
     async def _dispatch(self, sock: socket.socket) -> None:
+        """Every connection gets an answer: served, handed over, or refused with a typed
+        HTTP error; closed without one only if the peer closed first."""
         try:
-            head = await peek_head(sock)
+            try:
+                head = await peek_head(sock, self._head_timeout_s)
+            except TimeoutError:
+                await self._refuse(sock, RequestTimeout(self._head_timeout_s))
+                return
             if len(head) >= MAX_HEAD and b"\r\n\r\n" not in head:
-                await refuse(sock, *http_error_body(RequestHeadTooLarge(MAX_HEAD)))
+                await self._refuse(sock, RequestHeadTooLarge(MAX_HEAD))
                 return
             origin = request_headers(head).get("origin") if head else None
             if not self._origins.allows(origin):  # a web page not allowed: upgrade or HTTP alike
-                await refuse(sock, *http_error_body(OriginNotAllowed(origin or "")))
+                await self._refuse(sock, OriginNotAllowed(origin or ""))
+                return
+            if head and self._closed:  # draining: the port's other listeners take the retry
+                await self._refuse(sock, ServerShuttingDown())
                 return
             if head and is_responses_upgrade(head):
                 await self._handoff(sock, head)
@@ -195,11 +227,14 @@ class Front:
             await asyncio.get_running_loop().connect_accepted_socket(lambda: protocol, sock)
         except Exception:
             log.exception("dispatching a connection failed")
-            with contextlib.suppress(OSError):
-                sock.close()
+            await refuse(sock, *http_error_body(ServerError()))
 
     def close(self) -> None:
-        """Stop accepting connections (those already accepted go on)."""
+        """Stop accepting connections.  Those already accepted go on, and the ones the
+        kernel had queued for this listener are taken too: each is answered (refused with
+        503 ``server_shutting_down`` and ``Retry-After``: the port's other listeners take
+        the retry), never reset."""
+        self._closed = True
         # The accept loop stops first: an event loop waiting on the listener holds it open
         # (uvloop, which Ray's actors run, counts a reference to the socket), so closing it
         # under a pending accept left it listening in the port's SO_REUSEPORT group, where it
@@ -209,12 +244,24 @@ class Front:
             self._accepting.cancel()
         with contextlib.suppress(ValueError, OSError):
             asyncio.get_running_loop().remove_reader(self._listener)
-        for task in self._tasks:
-            task.cancel()
+        # Closing a listener resets the connections in its accept queue (Linux moves them to
+        # another listener of the port only with net.ipv4.tcp_migrate_req=1), so they are
+        # accepted first.  Nothing awaits in between: what is left is the few microseconds
+        # between the last accept and the close.
+        while True:
+            try:
+                sock, _ = self._listener.accept()
+            except OSError:  # BlockingIOError: the queue is empty
+                break
+            sock.setblocking(False)
+            self._dispatch_soon(sock)
         self._listener.close()
 
     async def drain_http(self, timeout_s: float) -> None:
-        """Let HTTP requests in flight finish; keep-alive connections close after them."""
+        """Answer the connections still being dispatched, then let HTTP requests in flight
+        finish; keep-alive connections close after them."""
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=timeout_s)
         for protocol in list(self._state.connections):
             protocol.shutdown()
         if self._state.tasks:

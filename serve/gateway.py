@@ -131,7 +131,8 @@ class Gateway:
         server = self._cfg.server
         owner = f"{serve.get_replica_context().app_name}@{ray.get_runtime_context().gcs_address}"
         listener, port_claim = claim_port(server.host, server.port, owner, bind_socket)
-        front = Front(listener, http, self._handoff, self._handoff_http, OriginPolicy(server.allowed_origins))
+        front = Front(listener, http, self._handoff, self._handoff_http, OriginPolicy(server.allowed_origins),
+                      on_refused=self._metrics.refused)
         return front, port_claim
 
     async def _list_models(self) -> list[dict]:
@@ -218,6 +219,8 @@ class Gateway:
             try:
                 if resume is None:
                     entry.lease = await self._pool.acquire()
+                    if self._draining:  # the drain began while it waited for a host
+                        raise ServerShuttingDown()
                     link, conn_id, secret = entry.lease.host.handle.link, entry.lease.conn_id, None
                 else:
                     name, conn_id, secret = resume
@@ -231,8 +234,7 @@ class Gateway:
                 retry_after_s=exc.retry_after_s)
             return
         except APIError as exc:  # 400/401/429/503 on the upgrade: no socket opens
-            retry = exc.retry_after_s if isinstance(exc, TooManyConnections) else None
-            await self._refuse(sock, *http_error_body(exc), retry_after_s=retry)
+            await self._refuse(sock, *http_error_body(exc), retry_after_s=exc.retry_after_s)
             return
         entry.link = link
         try:
@@ -289,9 +291,10 @@ class Gateway:
 
     async def __del__(self) -> None:
         """Graceful shutdown (Serve calls this on delete, redeploy and scale-down): take no
-        new connections (other replicas on the node still do), let HTTP requests and
-        WebSocket responses in flight finish for up to ``server.drain_timeout_s``, close
-        the sockets with 1001, write everything pending to the store."""
+        new connections (other replicas on the node still do; those accepted already are
+        answered, typed: 503 with ``Retry-After``), let HTTP requests and WebSocket
+        responses in flight finish for up to ``server.drain_timeout_s``, close the sockets
+        with 1012 (service restart), write everything pending to the store."""
         self._draining = True
         self._front.close()
         self._port_claim.close()  # the port is free for another server while this one drains

@@ -15,9 +15,11 @@ from ray.util import metrics
 
 from actors.host.metrics import store_write_failures, zero
 
-# The statuses an upgrade is refused with (actors/errors.py): bad resume token, API key,
-# per-key limit, a failed handoff, no capacity or draining.  Counted from 0 so a dashboard's rate() has them.
-REFUSAL_STATUSES = ("400", "401", "429", "500", "503")
+# The statuses a connection is refused with before it is served (actors/errors.py): bad
+# resume token, API key, a web page's origin, no request head in time, per-key limit, a
+# head too large, a failed handoff, no capacity or draining.  Counted from 0 so a
+# dashboard's rate() has them.
+REFUSAL_STATUSES = ("400", "401", "403", "408", "429", "431", "500", "503")
 
 
 class GatewayMetrics:
@@ -25,7 +27,8 @@ class GatewayMetrics:
         self._open = metrics.Gauge("responses_ws_open_sockets",
                                    description="WebSockets open on a gateway replica (handed to session hosts)")
         self._refusals = metrics.Counter("responses_ws_refusals",
-                                         description="WebSocket upgrades refused, by HTTP status",
+                                         description="Upgrades and HTTP connections refused before they "
+                                                     "were served, by HTTP status",
                                          tag_keys=("status",))
         self._handoff_failures = metrics.Counter(
             "responses_ws_handoff_failures", description="Sockets that could not be handed to a session host")

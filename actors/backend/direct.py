@@ -106,10 +106,12 @@ class DirectCalls:
             del self._opening[replica]
 
     def _forget(self, channel: ChannelClient) -> None:
+        """No new call takes ``channel``; the calls still streaming on it finish (a stopping
+        replica answers new calls ``gone`` and lets the running ones end)."""
         replica = channel.endpoint.replica
         if self._channels.get(replica) is channel:
             del self._channels[replica]
-        channel.close()
+        channel.retire()
 
     def close(self) -> None:
         for task in list(self._opening.values()):

@@ -159,7 +159,7 @@ class SessionHost:
 
     async def drain(self, timeout_s: float) -> None:
         """Shutdown: take no more sockets, finish responses and HTTP requests in flight (up
-        to ``timeout_s``), close the WebSockets with 1001, write what is pending to the store."""
+        to ``timeout_s``), close the WebSockets with 1012, write what is pending to the store."""
         self._receiver.close()
         await asyncio.gather(self._sockets.drain(timeout_s),
                              *([self._http.drain(timeout_s)] if self._http is not None else []))

@@ -54,6 +54,10 @@ from ..timings import PhaseTimer
 
 log = logging.getLogger(__name__)
 
+# How a drain (shutdown, redeploy, scale-down) ends a connection once its responses have
+# finished: RFC 6455's 1012, which clients (the openai SDK among them) take as "reconnect".
+SERVICE_RESTART = (1012, "service restart")
+
 
 class RenderPool:
     """Where a connection tokenises a large input (a :class:`Render` effect).
@@ -149,6 +153,7 @@ class Connection:
         self._generations: dict[int, asyncio.Task[None]] = {}
         self.state = State.OPEN
         self.close_code: int | None = None  # of the close the server sends, once it ends the connection
+        self.close_reason = ""
 
     @property
     def server_ended(self) -> bool:
@@ -221,7 +226,7 @@ class Connection:
         for response_id, kept in journaled:
             self._apply(self.session.on_written(response_id, stored=kept))
         if self.state is State.DRAINING and self.session.idle:
-            self.end(1001)
+            self.end(*SERVICE_RESTART)
 
     def _journal(self, line: UsageEntry) -> bool:
         """Journal a ``store:false`` response's line (committed write-behind); ``False`` if
@@ -355,20 +360,22 @@ class Connection:
 
     def drain(self) -> None:
         """Shutdown: refuse new creates (``server_shutting_down``), let the responses in
-        flight finish, then end the connection with 1001 (clients reconnect elsewhere)."""
+        flight finish, then end the connection with :data:`SERVICE_RESTART` (clients
+        reconnect, to another replica, and resend what got no terminal event)."""
         if self.state is not State.OPEN:
             return
         self._move(State.DRAINING)
         self.session.draining = True
         if self.session.idle:
-            self.end(1001)
+            self.end(*SERVICE_RESTART)
 
-    def end(self, code: int) -> None:
+    def end(self, code: int, reason: str = "") -> None:
         """The server ends the connection: ``events`` ends after what is queued (and what
-        waits on a store write), and the socket closes with ``code``."""
+        waits on a store write), and the socket closes with ``code`` and ``reason``."""
         if self.state.accepting:
             self._move(State.ENDING)
             self.close_code = code
+            self.close_reason = reason
             self._queue_last(None)
 
     async def close(self) -> None:

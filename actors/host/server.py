@@ -25,10 +25,10 @@ from websockets.http11 import Request, Response
 from websockets.server import ServerProtocol
 
 from ..config import SessionConfig
-from ..errors import ConnectionLimitReached, InvalidResumeToken, ServerError
+from ..errors import ConnectionLimitReached, InvalidResumeToken, ServerError, ServerShuttingDown
 from ..protocol import ServerEvent, encode, error_event, http_error_body
 from ..session import Session
-from .connection import Connection
+from .connection import SERVICE_RESTART, Connection
 from .handoff import RESPONSES_PATH, Handoff, Outcome
 from .resume import RESUME_HEADER, Held, ResumeRegistry, make_token, new_secret
 
@@ -82,8 +82,11 @@ class SocketServer:
         self._draining = False
 
     def start(self) -> None:
+        # No opening-handshake timeout here: the gateway handed the socket over with a
+        # complete request head already received, so nothing is awaited from the client, and
+        # websockets' timeout would only close a socket unanswered on a host that was slow.
         self._server = _HandoffServer(self._handle, process_request=self._check_request,
-                                      process_response=self._add_token, open_timeout=10)
+                                      process_response=self._add_token, open_timeout=None)
 
     async def serve(self, sock: socket.socket, handoff: Handoff) -> Outcome:
         """Run the WebSocket on the handed-over socket ``sock`` until it closes."""
@@ -116,6 +119,9 @@ class SocketServer:
     def _check_request(self, ws: SessionSocket, request: Request) -> Response | None:
         if request.path.split("?", 1)[0].rstrip("/") != RESPONSES_PATH:
             return ws.respond(404, "Not Found\n")
+        if self._draining:  # handed over as the drain began: another replica takes the retry
+            shutting_down = ServerShuttingDown()
+            return _json_response(*http_error_body(shutting_down), retry_after_s=shutting_down.retry_after_s)
         handoff = ws.handoff
         if handoff.resume is not None:
             try:
@@ -214,8 +220,8 @@ class SocketServer:
                     for event in batch:
                         await ws.send(event if isinstance(event, str) else _encode_or_error(event))
             # events() ended without a client close: the server ends the connection
-            # (1000, or 1001 when draining for a shutdown).
-            await ws.close(conn.close_code or 1000)
+            # (1000, or 1012 when draining for a shutdown or a redeploy).
+            await ws.close(conn.close_code or 1000, conn.close_reason)
         except ConnectionClosed:
             pass
 
@@ -228,8 +234,9 @@ class SocketServer:
         await self.registry.wait_gone(conn_id)
 
     async def drain(self, timeout_s: float) -> None:
-        """Shutdown: take no more sockets, drop parked states, let responses in flight
-        finish for up to ``timeout_s``, then close every socket with 1001."""
+        """Shutdown: refuse sockets that still arrive (503, ``Retry-After``), drop parked
+        states, let responses in flight finish for up to ``timeout_s``, then close every
+        socket with 1012 (:data:`~actors.host.connection.SERVICE_RESTART`)."""
         self._draining = True
         self.registry.discard_parked()
         for conn in list(self._live.values()):
@@ -238,7 +245,7 @@ class SocketServer:
         if pending:
             await asyncio.wait(pending, timeout=timeout_s)
         for conn in list(self._live.values()):
-            conn.end(1001)
+            conn.end(*SERVICE_RESTART)
         pending = [f for f in self._ended.values() if not f.done()]
         if pending:
             await asyncio.wait(pending, timeout=5)
@@ -268,10 +275,12 @@ def accepts_deflate(policy: str, sock: socket.socket) -> bool:
     return not (mapped or peer).is_loopback
 
 
-def _json_response(status: int, body: dict) -> Response:
+def _json_response(status: int, body: dict, *, retry_after_s: int | None = None) -> Response:
     payload = json.dumps(body).encode()
     headers = Headers([("Content-Type", "application/json"), ("Content-Length", str(len(payload))),
                        ("Connection", "close")])
+    if retry_after_s is not None:
+        headers["Retry-After"] = str(retry_after_s)
     return Response(status, HTTPStatus(status).phrase, headers, payload)
 
 

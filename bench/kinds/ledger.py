@@ -24,7 +24,6 @@ import json
 import os
 import random
 import signal
-import sqlite3
 import tempfile
 import time
 from dataclasses import dataclass
@@ -40,7 +39,7 @@ from actors.protocol import TERMINAL_EVENT_TYPES
 
 from .. import results
 from ..client import ws_url
-from ..reconcile import Line, Seen, reconcile
+from ..reconcile import Line, Seen, read_ledger, reconcile
 from ..report import pct
 
 APP = "responses-ws-ledger"
@@ -150,13 +149,6 @@ async def killer(port: int, plan: Plan, kills: list[dict[str, Any]], stop: async
             with contextlib.suppress(psutil.Error):
                 victim.send_signal(signal.SIGKILL)
                 kills.append({"t_s": round(time.monotonic() - t0, 1), "pid": victim.pid, "hosts": len(hosts)})
-
-
-def read_ledger(data_dir: str | Path) -> list[Line]:
-    """Every line of the SQLite ledger (docs/operations.md, reading the usage ledger)."""
-    with contextlib.closing(sqlite3.connect(Path(data_dir) / "responses.sqlite3")) as conn:
-        rows = conn.execute("SELECT response_id, input_tokens, cached_tokens, output_tokens FROM usage").fetchall()
-    return [Line(*row) for row in rows]
 
 
 async def fetch_billed_unseen(url: str, seen: Seen, lines: list[Line]) -> dict[str, int]:

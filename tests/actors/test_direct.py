@@ -90,3 +90,38 @@ def test_a_call_the_channel_cannot_take_goes_the_usual_way() -> None:
         direct.close()
 
     asyncio.run(main())
+
+
+def test_calls_streaming_on_a_draining_replicas_channel_finish_when_a_new_call_is_turned_away() -> None:
+    """A stopping replica finishes the calls on its channel and answers new ones ``gone``:
+    the host sends the new ones the usual way and keeps the channel for the others until
+    they end (closing it at once cut them, ``ChannelLost``, mid-response)."""
+
+    async def main() -> None:
+        gate = asyncio.Event()
+        replica = Replica()
+
+        async def slow(request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
+            replica.calls.append(request.request_id)
+            yield [Prefilled(3, 0, 0.0, 1.0, replica="r1"), TextDelta("hi", 1)]
+            await gate.wait()
+            yield [Done("stop", 1, 1.0)]
+
+        replica.server = ChannelServer(slow, "r1")
+        direct, usual, _ = setup(replica)
+        await run(direct, req("t1"))
+        await settle(direct)
+        streaming = [asyncio.create_task(run(direct, req(rid))) for rid in ("t2", "t3")]
+        while len(replica.calls) < 2:
+            await asyncio.sleep(0.01)
+        draining = asyncio.create_task(replica.server.drain(10))
+        await asyncio.sleep(0.01)
+        turned_away = await run(direct, req("t4"))  # "gone": the usual way
+        gate.set()
+        finished = await asyncio.gather(*streaming)
+        await draining
+        assert [type(e) for e in turned_away] == [Prefilled, TextDelta, Done] and usual == ["t1", "t4"]
+        assert all([type(e) for e in events] == [Prefilled, TextDelta, Done] for events in finished)
+        direct.close()
+
+    asyncio.run(main())

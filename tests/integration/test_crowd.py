@@ -144,9 +144,9 @@ def record_failed_connects(monkeypatch) -> list[tuple[float, str]]:
     return failed
 
 
-def test_a_redeploy_closes_every_socket_1001_and_the_sdk_reconnects_them_all(ray_cluster, monkeypatch):
+def test_a_redeploy_closes_every_socket_1012_and_the_sdk_reconnects_them_all(ray_cluster, monkeypatch):
     """N openai-SDK connections (``on_reconnecting`` given: the SDK reconnects by itself)
-    each complete a turn; a redeploy drains the gateway, which closes every socket with 1001;
+    each complete a turn; a redeploy drains the gateway, which closes every socket with 1012;
     every client reconnects with the SDK's backoff to the new gateway and completes a turn
     there, sending its whole conversation (a new socket starts with an empty cache)."""
     from openai import AsyncOpenAI
@@ -181,7 +181,7 @@ def test_a_redeploy_closes_every_socket_1001_and_the_sdk_reconnects_them_all(ray
             events = conn.__aiter__()  # one iterator: its reconnect carries it to the new socket
             await conn.response.create(model=MODEL, input=first_input, store=False, metadata=SHORT)
             first = served[i]["first"] = assert_one_response(await read_turn(events))
-            # The next thing on this socket is the server's 1001: the iterator reconnects.
+            # The next thing on this socket is the server's 1012: the iterator reconnects.
             reader = asyncio.create_task(read_turn(events))
             await asyncio.wait([reader, asyncio.create_task(reconnecting.wait())],
                                return_when=asyncio.FIRST_COMPLETED)
@@ -213,7 +213,7 @@ def test_a_redeploy_closes_every_socket_1001_and_the_sdk_reconnects_them_all(ray
             measured["redeploy_at"] = time.monotonic()
             # A changed config for the same app on the same port: Serve starts a new gateway
             # replica (it binds the port too, SO_REUSEPORT), then stops the old one, which
-            # drains: it stops listening and closes its idle sockets with 1001 at once.
+            # drains: it stops listening and closes its idle sockets with 1012 at once.
             await asyncio.to_thread(start_app, STORM_APP, **{"server.port": port, "session.max_inflight": 8})
             measured["redeployed_s"] = time.monotonic() - measured["redeploy_at"]
             await until_all("served_at", agents, 120)
@@ -232,13 +232,13 @@ def test_a_redeploy_closes_every_socket_1001_and_the_sdk_reconnects_them_all(ray
         closed = sorted(s["closed_at"] - t0 for s in served)
         back = sorted(s["served_at"] - t0 for s in served)
         print(f"\nstorm: {STORM} SDK connections; the redeploy call took {measured['redeployed_s']:.2f}s; "
-              f"1001 seen {closed[0]:.2f}..{closed[-1]:.2f}s after it began; {sum(attempts)} reconnect attempts "
+              f"1012 seen {closed[0]:.2f}..{closed[-1]:.2f}s after it began; {sum(attempts)} reconnect attempts "
               f"(at most {max(attempts)} on one connection); served again by {back[len(back) // 2]:.2f}s (median), "
               f"{back[-1]:.2f}s (all); new gateway: {after}")
-        # Every client saw the server's 1001 and reconnected on its own.
+        # Every client saw the server's 1012 and reconnected on its own.
         codes = [[ev.close_code for ev in evs] for evs in reconnects]
         assert all(evs and evs[0].attempt == 1 for evs in reconnects), codes
-        assert {c for cs in codes for c in cs} == {1001}, codes
+        assert {c for cs in codes for c in cs} == {1012}, codes
         # ... on its first attempt (~0.5 s later): the new gateway was listening before the
         # old one closed its sockets, and the old one no longer was.  (Serve's default
         # rolling update stops first: the port was closed for the new replica's start-up,

@@ -256,7 +256,7 @@ def test_graceful_shutdown_finishes_responses_in_flight_refuses_new_work_and_flu
             with pytest.raises(ConnectionClosed) as closed:
                 while True:
                     events.append(validated(await ws.recv()))
-            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1012
             refused = [e for e in events if e["type"] == "error"]
             assert len(refused) == 1 and refused[0]["status"] == 503, ([e["type"] for e in events][-6:], closed.value)
             assert refused[0]["error"]["code"] == "server_shutting_down"
@@ -273,32 +273,33 @@ def test_graceful_shutdown_finishes_responses_in_flight_refuses_new_work_and_flu
     assert got.status_code == 200 and got.json()["output"] == response["output"]
 
 
-def test_a_redeploy_routes_new_connections_to_the_new_gateway_while_the_old_one_drains(ray_cluster):
-    from serve.config import load_app_config
-    from serve.embedded import deploy, free_port
+def test_a_redeploy_under_load_resets_nothing_loses_no_terminal_event_and_no_stored_response(ray_cluster, tmp_path):
+    """The short version of ``responses-ws bench drain``: clients mid-turn on a real server
+    with a real SQLite store while the app is redeployed (Serve starts a new gateway on the
+    same port, then the old one drains).  Every upgrade is answered, every response that
+    started ends, the old gateway's sockets close 1012 once their responses finished, the
+    clients' resent creates are served by the new gateway, and every stored response and
+    ledger line is there afterwards."""
+    from bench.kinds.drain import Plan, redeploys
 
-    name, port = "rws-redeploy", free_port()
-    url = deploy(load_app_config(None, **{"server.port": port}), name=name)
-    ws_url = url.replace("http", "ws", 1) + "/v1/responses"
+    name = "rws-redeploy"
+    overrides = {"store.data_dir": str(tmp_path), "session.connections_per_actor": 32}
+    url = start_app(name, **overrides)
+    port = int(url.rsplit(":", 1)[1])
+
+    def redeploy(k: int) -> None:  # a gateway-only change: Serve replaces the gateway replica
+        start_app(name, **overrides, **{"server.port": port, "session.max_inflight": 15 - k})
+
     try:
-        async def main():
-            async with websockets.connect(ws_url) as old:
-                await old.send(create(model="emu-gpu", metadata={**LONG, "emulator.text_tokens": "300"}))
-                created = await until(old, "response.created")
-                # A new config for the gateway only: Serve starts a new replica (it binds the
-                # same port, SO_REUSEPORT) and then stops the old one, which drains.
-                await asyncio.to_thread(deploy, load_app_config(None, **{"server.port": port,
-                                                                        "session.max_inflight": 8}), name=name)
-                events = []
-                with pytest.raises(ConnectionClosed) as closed:
-                    while True:
-                        events.append(validated(await old.recv()))
-                assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
-                assert events[-1]["type"] == "response.completed"
-                assert events[-1]["response"]["id"] == created["response"]["id"]
-                async with websockets.connect(ws_url) as new:  # served by the new replica
-                    assert (await one_turn(new))[-1]["type"] == "response.completed"
-
-        run(main())
+        plan = Plan(connections=60, redeploys=1, every_s=2.0, tail_s=3.0, turns=4, think_ms=200,
+                    min_tokens=40, max_tokens=120, seed=26)
+        result = run(redeploys(url, tmp_path, plan, redeploy))
     finally:
         stop_app(name)
+    counts, [drain] = result["counts"], result["redeploy_log"]
+    print(f"\ndrain: {drain}; {counts}")
+    assert result["violations"] == 0, (counts, result["examples"], result["ledger"]["examples"])
+    assert drain["mid_turn_when_done"] >= 20, "sockets were mid-turn when the old gateway began to drain"
+    assert drain["closed_1012"] >= 20, "the old gateway's sockets closed 1012 once their turns ended"
+    assert counts["resent"] >= 10 and result["completed_after_last_redeploy"] >= 30, "the new gateway served"
+    assert result["stored_fetched"] >= 50, result

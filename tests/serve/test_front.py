@@ -84,3 +84,100 @@ def test_a_closed_front_leaves_the_shared_port_to_the_other_listener(loop_kind):
     else:
         answers, served = asyncio.run(main())
     assert set(answers) == {b"new"} and set(served) == {"new"}, {a: answers.count(a) for a in set(answers)}
+
+
+def upgrade_head() -> bytes:
+    return head("GET /v1/responses HTTP/1.1", "Upgrade: websocket", "Connection: Upgrade")
+
+
+def idle_front(listener, refused: list[int], **options):
+    """A front whose handoffs fail the test: only its own answers are expected."""
+    import uvicorn
+
+    from serve.front import Front
+    from serve.origins import LOOPBACK_ORIGINS, OriginPolicy
+
+    async def handoff(sock, head):
+        raise AssertionError("handed over")
+
+    async def handoff_http(sock):
+        raise AssertionError("handed over")
+
+    return Front(listener, uvicorn.Config(lambda *a: None, lifespan="off"), handoff, handoff_http,
+                 OriginPolicy(LOOPBACK_ORIGINS), on_refused=refused.append, **options)
+
+
+async def answer_of(reader, writer, data: bytes | None = None) -> bytes:
+    """What the server sends until it closes; the error's repr if it resets."""
+    import asyncio
+
+    try:
+        if data is not None:
+            writer.write(data)
+        return await asyncio.wait_for(reader.read(), 5)
+    except OSError as exc:
+        return repr(exc).encode()
+    finally:
+        writer.close()
+
+
+@pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
+def test_a_closing_front_answers_every_connection_it_holds_503_with_retry_after(loop_kind):
+    """Connections the kernel queued for the listener (not yet accepted) and connections
+    accepted and still waiting for their request head are answered 503
+    ``server_shutting_down`` with ``Retry-After`` when the front closes for a drain; before,
+    the first were reset by the listener's close and the second by cancelling their dispatch."""
+    import asyncio
+
+    from serve.front import bind_socket
+
+    async def main():
+        refused: list[int] = []
+        listener = bind_socket("127.0.0.1", 0)
+        port = listener.getsockname()[1]
+        front = idle_front(listener, refused)
+        running = asyncio.create_task(front.run())
+        waiting = [await asyncio.open_connection("127.0.0.1", port) for _ in range(5)]
+        await asyncio.sleep(0.1)  # accepted, waiting for a head
+        running.cancel()  # nothing accepts from now on: these queue in the kernel
+        await asyncio.gather(running, return_exceptions=True)
+        queued = [await asyncio.open_connection("127.0.0.1", port) for _ in range(20)]
+        for _, writer in queued:
+            writer.write(upgrade_head())
+        await asyncio.sleep(0.1)
+        front.close()
+        answers = await asyncio.gather(*(answer_of(r, w, upgrade_head()) for r, w in waiting),
+                                       *(answer_of(r, w) for r, w in queued))
+        await front.drain_http(5)
+        return answers, refused
+
+    if loop_kind == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        answers, refused = uvloop.run(main())
+    else:
+        answers, refused = asyncio.run(main())
+    for answer in answers:
+        assert answer.startswith(b"HTTP/1.1 503 Service Unavailable\r\n"), answer
+        assert b"\r\nRetry-After: 1\r\n" in answer and b'"code": "server_shutting_down"' in answer, answer
+    assert refused == [503] * 25
+
+
+def test_a_connection_that_sends_no_request_head_is_answered_408_not_dropped():
+    import asyncio
+
+    from serve.front import bind_socket
+
+    async def main():
+        refused: list[int] = []
+        listener = bind_socket("127.0.0.1", 0)
+        front = idle_front(listener, refused, head_timeout_s=0.2)
+        running = asyncio.create_task(front.run())
+        reader, writer = await asyncio.open_connection("127.0.0.1", listener.getsockname()[1])
+        answer = await answer_of(reader, writer)
+        running.cancel()
+        front.close()
+        return answer, refused
+
+    answer, refused = asyncio.run(main())
+    assert answer.startswith(b"HTTP/1.1 408 Request Timeout\r\n") and b'"code": "request_timeout"' in answer, answer
+    assert refused == [408]

@@ -299,8 +299,9 @@ def test_the_connection_state_moves_one_way_and_says_who_ended_it():
         assert client.events[-1]["error"]["code"] == "server_shutting_down"
         inference.release.set()
         store.gate.set()
-        await client.until(lambda: client.ended)  # idle: the server ends it with 1001
-        assert conn.state is State.ENDING and conn.server_ended and conn.close_code == 1001
+        await client.until(lambda: client.ended)  # idle: the server ends it, "service restart"
+        assert conn.state is State.ENDING and conn.server_ended
+        assert (conn.close_code, conn.close_reason) == (1012, "service restart")
         conn.feed(create())  # ignored once ending
         conn.drain()
         assert conn.state is State.ENDING

@@ -1,0 +1,87 @@
+"""A draining session host answers every socket that still reaches it: sockets the gateway
+sent before its drain began arrive (the links are read on), and an upgrade on one is
+refused 503 with ``Retry-After`` rather than opened and closed at once."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import socket
+import uuid
+
+from actors.config import SessionConfig
+from actors.host.handoff import Handoff, HandoffReceiver, Link, Outcome, handoff_path
+from actors.host.server import SocketServer
+
+
+def upgrade_request() -> bytes:
+    key = base64.b64encode(os.urandom(16)).decode()
+    return (f"GET /v1/responses HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode()
+
+
+def tcp_pair() -> tuple[socket.socket, socket.socket]:
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        client = socket.create_connection(listener.getsockname())
+        server, _ = listener.accept()
+    server.setblocking(False)
+    return client, server
+
+
+def test_sockets_sent_before_the_drain_still_arrive_after_the_receiver_closes():
+    async def main() -> list[str]:
+        arrived: list[str] = []
+
+        async def on_socket(sock: socket.socket, handoff: Handoff, link: Link) -> None:
+            arrived.append(handoff.sock_id)
+            sock.close()
+
+        receiver = HandoffReceiver(handoff_path(f"test-{uuid.uuid4().hex}"), on_socket)
+        receiver.start()
+        link = Link.connect(receiver.path)
+        await asyncio.sleep(0.05)  # the host takes the link
+        receiver.close()  # the drain begins: no more links
+        pairs = [socket.socketpair() for _ in range(3)]
+        for i, (mine, _) in enumerate(pairs):
+            await link.send(Handoff(f"s{i}"), mine.fileno())
+        async with asyncio.timeout(5):
+            while len(arrived) < 3:
+                await asyncio.sleep(0.01)
+        try:
+            Link.connect(receiver.path)
+            raise AssertionError("a closed receiver took a new link")
+        except OSError:
+            pass
+        link.close()
+        for a, b in pairs:
+            a.close()
+            b.close()
+        return arrived
+
+    assert asyncio.run(main()) == ["s0", "s1", "s2"]
+
+
+def test_an_upgrade_that_reaches_a_draining_host_is_refused_503_with_retry_after():
+    def unused(*args: object) -> object:
+        raise AssertionError("a refused upgrade starts no session")
+
+    async def main() -> tuple[Outcome, bytes]:
+        server = SocketServer(SessionConfig(), "host", unused, unused)  # type: ignore[arg-type]
+        server.start()
+        await server.drain(1.0)  # nothing open: it returns at once, draining
+        client, sock = tcp_pair()
+        client.sendall(upgrade_request())
+        outcome = await asyncio.wait_for(server.serve(sock, Handoff("s1", conn_id="c1", owner="o")), 5)
+        sock.close()  # the gateway's copy closes on the host's Ended notice
+        client.settimeout(5)
+        answer = b""
+        while chunk := client.recv(65536):
+            answer += chunk
+        client.close()
+        return outcome, answer
+
+    outcome, answer = asyncio.run(main())
+    assert outcome is Outcome.REFUSED
+    assert answer.startswith(b"HTTP/1.1 503 Service Unavailable\r\n"), answer
+    assert b"\r\nRetry-After: 1\r\n" in answer and b'"code": "server_shutting_down"' in answer, answer
