@@ -24,7 +24,8 @@ ratio to idle (the target is ≤ 1.5×, docs/performance.md), its non-model time
 server-reported queue + prefill + decode), the neighbours' own numbers, and — with an embedded
 server — the CPU seconds each server process used in each phase.  ``--py-spy DIR`` records each
 session host with py-spy (``--threads --nonblocking``, raw collapsed stacks) during every
-loaded phase.
+loaded phase.  Every probe turn is saved too (``probe_turns``: seconds into the phase, total,
+model and ``api_overhead`` ms).
 """
 
 from __future__ import annotations
@@ -393,6 +394,9 @@ async def phase(name: str, args: argparse.Namespace, probe: Probe, neighbours: N
             "server_ms_median": {p: median([t["server"].get(p) for t in each]) for p in SERVER_PHASES}}
     wall = time.perf_counter() - t0
     out["probe"] = probe_summary(turns)
+    # Every turn: seconds into the phase, total, model (server-reported) and api_overhead ms.
+    out["probe_turns"] = [[round(t.started - t0, 3), round(t.total_ms, 2), t.model_ms and round(t.model_ms, 2),
+                           t.api_overhead_ms] for t in turns]
     out["cpu"] = ServerCpu.used(before, await asyncio.to_thread(cpu.sample), wall)
     out["wall_s"] = round(wall, 2)
     out["load_average"] = [round(x, 2) for x in os.getloadavg()]
