@@ -27,7 +27,7 @@ class SessionConfig(BaseModel):
     actor_idle_timeout_s: float = Field(30.0, ge=0, description="an idle host stops after this long, "
                                         "while the others keep enough free slots")
     http_actors: int = Field(1, ge=0, description="session hosts of HTTP mode alone, started at the first "
-                             "HTTP connection; WebSockets never share them, so a stateless rebuild of a long "
+                             "HTTP connection and kept; WebSockets never share them, so a stateless rebuild of a long "
                              "conversation never stalls an open socket's event loop; 0 = HTTP shares the "
                              "WebSocket hosts")
     admission_wait_s: float = Field(5.0, ge=0, description="how long an upgrade may wait for a starting "

@@ -18,7 +18,8 @@ When every live host is at its hard cap, an upgrade waits for a starting host fo
 it, or at once when no host can start (``max_actors``).
 
 HTTP mode (:meth:`ActorPool.acquire_http`) runs on hosts of its own, ``http_hosts`` of them,
-started at the first HTTP connection: a stateless rebuild of a long conversation then never
+started at the first HTTP connection and kept from then on (an idle stop would bring back
+the stand-in below after every lull): a stateless rebuild of a long conversation then never
 shares an event loop and a GIL with open WebSockets (docs/performance.md, "Neighbours").
 While none is live, a WebSocket host stands in, and that connection closes after its
 request (its next one is routed again).  With ``http_hosts`` 0 HTTP shares the WebSocket
@@ -53,7 +54,7 @@ class PoolPolicy:
     idle_timeout_s: float
     admission_wait_s: float
     startup_s: float = 2.0  # first guess of a host's start-up time; then measured
-    http_hosts: int = 0  # hosts for HTTP mode alone (started on demand); 0: HTTP shares the WebSocket hosts
+    http_hosts: int = 0  # hosts for HTTP mode alone (started on demand, then kept); 0: HTTP shares the WebSocket hosts
 
 
 class NoCapacity(Exception):
@@ -230,7 +231,7 @@ class ActorPool:
 
     def release_http(self, host: Host) -> None:
         host.http -= 1
-        if host.http == 0 and host.connections == 0:
+        if host.http == 0 and host.connections == 0 and not host.http_only:
             host.idle_since = self._clock()
 
     def host_died(self, host: Host) -> None:
@@ -281,7 +282,7 @@ class ActorPool:
         took = self._clock() - t0
         self._startup_s = 0.7 * self._startup_s + 0.3 * took if self.counters.started else took
         self.counters.started += 1
-        host = Host(name, handle, started_at=self._clock(), idle_since=self._clock(), http_only=http)
+        host = Host(name, handle, started_at=self._clock(), idle_since=None if http else self._clock(), http_only=http)
         (self._http_hosts if http else self._hosts).append(host)
         return host
 
@@ -295,15 +296,9 @@ class ActorPool:
     def tick(self) -> None:
         """Periodically: stop hosts idle for ``idle_timeout_s``, newest first, while the
         other live hosts keep twice the wanted free slots (and ``warm``), and never the last
-        live host; then start what is missing.  An HTTP host stops once idle that long
-        (the next HTTP connection starts it again)."""
+        live host; then start what is missing.  HTTP hosts are kept."""
         now = self._clock()
         p = self.policy
-        for host in [h for h in self._http_hosts if not h.http and h.idle_since is not None
-                     and now - h.idle_since >= p.idle_timeout_s]:
-            self._http_hosts.remove(host)
-            self.counters.stopped += 1
-            self._kill(host.handle)
         keep = max(2 * self.wanted_free(), p.warm)
         live_free = sum(max(0, p.soft - h.connections) for h in self._hosts)
         for host in reversed(list(self._hosts)):
