@@ -55,6 +55,10 @@ class SessionConfig(BaseModel):
     max_starting_actors: int = Field(2, ge=1, description="session hosts starting at once, at most")
     actor_idle_timeout_s: float = Field(30.0, ge=0, description="an idle host stops after this long, "
                                         "while the others keep enough free slots")
+    http_actors: int = Field(1, ge=0, description="session hosts of HTTP mode alone, started at the first "
+                             "HTTP connection and kept; WebSockets never share them, so a stateless rebuild of a long "
+                             "conversation never stalls an open socket's event loop; 0 = HTTP shares the "
+                             "WebSocket hosts")
     admission_wait_s: float = Field(5.0, ge=0, description="how long an upgrade may wait for a starting "
                                     "host when every host is at its hard cap; then 503 + Retry-After")
     max_frame_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="inbound frame cap; larger → close 1009")

@@ -253,12 +253,13 @@ class Gateway:
     async def _handoff_http(self, sock: socket.socket) -> bool:
         """Hand an HTTP connection to a host (:meth:`ActorPool.acquire_http`); ``False``:
         no host is live, serve it here."""
-        host = None if self._draining else self._pool.acquire_http()
-        if host is None:
+        lease = None if self._draining else self._pool.acquire_http()
+        if lease is None:
             return False
-        sock_id = self._admission.http_opened(host)
+        sock_id = self._admission.http_opened(lease.host)
         try:
-            await host.handle.link.send(Handoff(sock_id, SocketKind.HTTP), sock.fileno())
+            await lease.host.handle.link.send(Handoff(sock_id, SocketKind.HTTP, keep_alive=lease.keep_alive),
+                                              sock.fileno())
         except OSError:
             self._admission.failed(sock_id)
             return False

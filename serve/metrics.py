@@ -33,6 +33,8 @@ class GatewayMetrics:
         self._handoff_failures = metrics.Counter(
             "responses_ws_handoff_failures", description="Sockets that could not be handed to a session host")
         self._hosts = metrics.Gauge("responses_ws_pool_hosts", description="Live session hosts of a gateway replica")
+        self._http_hosts = metrics.Gauge("responses_ws_pool_http_hosts",
+                                         description="Live session hosts of HTTP mode alone (session.http_actors)")
         self._starting = metrics.Gauge("responses_ws_pool_starting", description="Session hosts starting")
         self._free = metrics.Gauge("responses_ws_pool_free_slots",
                                    description="Free connection slots on live hosts (below the soft target)")
@@ -63,6 +65,7 @@ class GatewayMetrics:
         self._open.set(open_sockets)
         stats = pool.stats()
         self._hosts.set(stats["actors"])
+        self._http_hosts.set(stats["http_actors"])
         self._starting.set(stats["starting"])
         self._free.set(stats["free_slots"])
         counters = pool.counters

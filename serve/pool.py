@@ -17,6 +17,14 @@ When every live host is at its hard cap, an upgrade waits for a starting host fo
 ``admission_wait_s``, and is refused (:class:`NoCapacity`, 503 with ``Retry-After``) past
 it, or at once when no host can start (``max_actors``).
 
+HTTP mode (:meth:`ActorPool.acquire_http`) runs on hosts of its own, ``http_hosts`` of them,
+started at the first HTTP connection and kept from then on (an idle stop would bring back
+the stand-in below after every lull): a stateless rebuild of a long conversation then never
+shares an event loop and a GIL with open WebSockets (docs/performance.md, "Neighbours").
+While none is live, a WebSocket host stands in, and that connection closes after its
+request (its next one is routed again).  With ``http_hosts`` 0 HTTP shares the WebSocket
+hosts: another than new WebSockets go to, and the pool keeps two hosts while HTTP runs.
+
 Pure policy: the clock, host creation and killing are injected (tests drive it with fakes).
 """
 
@@ -46,6 +54,7 @@ class PoolPolicy:
     idle_timeout_s: float
     admission_wait_s: float
     startup_s: float = 2.0  # first guess of a host's start-up time; then measured
+    http_hosts: int = 0  # hosts for HTTP mode alone (started on demand, then kept); 0: HTTP shares the WebSocket hosts
 
 
 class NoCapacity(Exception):
@@ -64,12 +73,22 @@ class Host:
     connections: int = 0
     http: int = 0  # HTTP connections it serves now
     idle_since: float | None = None
+    http_only: bool = False  # a host of HTTP mode: WebSockets never go to it
 
 
 @dataclass(frozen=True, slots=True)
 class Lease:
     host: Host
     conn_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class HttpLease:
+    """Where an HTTP connection goes; ``keep_alive`` ``False``: a WebSocket host stands in
+    for the HTTP hosts (none is live yet), and the connection closes after its request."""
+
+    host: Host
+    keep_alive: bool = True
 
 
 @dataclass
@@ -115,8 +134,10 @@ class ActorPool:
         self._prefix = prefix
         self._clock = clock
         self._ids = itertools.count()
-        self._hosts: list[Host] = []  # live hosts, oldest first
+        self._hosts: list[Host] = []  # live WebSocket hosts, oldest first
         self._starting: set[asyncio.Task[Host | None]] = set()
+        self._http_hosts: list[Host] = []  # live hosts of HTTP mode (policy.http_hosts)
+        self._http_starting: set[asyncio.Task[Host | None]] = set()
         self._arrivals = ArrivalRate()
         self._startup_s = policy.startup_s
         self._waiting = 0
@@ -180,31 +201,46 @@ class ActorPool:
         if host.connections == 0 and host.http == 0:
             host.idle_since = self._clock()
 
-    def acquire_http(self) -> Host | None:
-        """A live host for an HTTP connection (it takes no slot): the one with the least HTTP
-        work, preferring any host but the one new WebSockets go to, so a stateless rebuild
-        does not delay their handshakes.  While HTTP work runs the pool keeps two hosts."""
+    def acquire_http(self) -> HttpLease | None:
+        """A live host for an HTTP connection (it takes no slot), or ``None`` (no host at all).
+
+        With ``http_hosts``: the HTTP host with the least HTTP work, the missing ones started
+        now; while none is live, a WebSocket host stands in (``keep_alive`` ``False``).
+        Without: the WebSocket host with the least HTTP work, preferring any host but the one
+        new WebSockets go to, so a stateless rebuild does not delay their handshakes; while
+        HTTP work runs the pool then keeps two hosts."""
+        p = self.policy
+        if p.http_hosts:
+            while len(self._http_hosts) + len(self._http_starting) < p.http_hosts:
+                self._start_one(http=True)
+            if self._http_hosts:
+                return HttpLease(self._take_http(min(self._http_hosts, key=lambda h: h.http)))
         if not self._hosts:
             return None
         target = self._admission_target()
         others = [h for h in self._hosts if h is not target] or self._hosts
-        host = min(reversed(others), key=lambda h: (h.http, h.connections))
+        host = self._take_http(min(reversed(others), key=lambda h: (h.http, h.connections)))
+        if not p.http_hosts and len(self._hosts) + len(self._starting) < min(2, p.max_hosts):
+            self._start_one()
+        return HttpLease(host, keep_alive=not p.http_hosts)
+
+    def _take_http(self, host: Host) -> Host:
         host.http += 1
         host.idle_since = None
-        if len(self._hosts) + len(self._starting) < min(2, self.policy.max_hosts):
-            self._start_one()
         return host
 
     def release_http(self, host: Host) -> None:
         host.http -= 1
-        if host.http == 0 and host.connections == 0:
+        if host.http == 0 and host.connections == 0 and not host.http_only:
             host.idle_since = self._clock()
 
     def host_died(self, host: Host) -> None:
-        """The host is gone (its process died): forget it, start replacements as needed."""
-        if host in self._hosts:
-            self._hosts.remove(host)
-            self._kill(host.handle)
+        """The host is gone (its process died): forget it, start replacements as needed (an
+        HTTP host at the next HTTP connection)."""
+        for hosts in (self._hosts, self._http_hosts):
+            if host in hosts:
+                hosts.remove(host)
+                self._kill(host.handle)
         self._scale_out()
 
     # ------------------------------------------------------------------ sizing
@@ -229,13 +265,13 @@ class ActorPool:
                and len(self._hosts) + len(self._starting) < p.max_hosts):
             self._start_one()
 
-    def _start_one(self) -> None:
-        task = asyncio.get_running_loop().create_task(self._start())
-        self._starting.add(task)
+    def _start_one(self, *, http: bool = False) -> None:
+        task = asyncio.get_running_loop().create_task(self._start(http))
+        (self._http_starting if http else self._starting).add(task)
         task.add_done_callback(self._started)
 
-    async def _start(self) -> Host | None:
-        name = f"{self._prefix}-a{next(self._ids)}"
+    async def _start(self, http: bool = False) -> Host | None:
+        name = f"{self._prefix}-{'h' if http else 'a'}{next(self._ids)}"
         t0 = self._clock()
         try:
             handle = await self._create(name)
@@ -246,12 +282,13 @@ class ActorPool:
         took = self._clock() - t0
         self._startup_s = 0.7 * self._startup_s + 0.3 * took if self.counters.started else took
         self.counters.started += 1
-        host = Host(name, handle, started_at=self._clock(), idle_since=self._clock())
-        self._hosts.append(host)
+        host = Host(name, handle, started_at=self._clock(), idle_since=None if http else self._clock(), http_only=http)
+        (self._http_hosts if http else self._hosts).append(host)
         return host
 
     def _started(self, task: asyncio.Task[Host | None]) -> None:
         self._starting.discard(task)
+        self._http_starting.discard(task)
         self._changed.set()
         if not task.cancelled() and task.exception() is None and task.result() is not None:
             self._scale_out()  # demand may have grown while it started
@@ -259,7 +296,7 @@ class ActorPool:
     def tick(self) -> None:
         """Periodically: stop hosts idle for ``idle_timeout_s``, newest first, while the
         other live hosts keep twice the wanted free slots (and ``warm``), and never the last
-        live host; then start what is missing."""
+        live host; then start what is missing.  HTTP hosts are kept."""
         now = self._clock()
         p = self.policy
         keep = max(2 * self.wanted_free(), p.warm)
@@ -282,19 +319,24 @@ class ActorPool:
 
     # ------------------------------------------------------------------ views
     def hosts(self) -> list[Host]:
-        return list(self._hosts)
+        """Every live host: the WebSocket hosts, then the HTTP hosts."""
+        return [*self._hosts, *self._http_hosts]
 
     def stats(self) -> dict[str, int]:
+        """``actors``, ``free_slots``, ``starting`` and ``connections`` are the WebSocket
+        hosts'; ``http_actors`` the HTTP hosts (live)."""
         soft = self.policy.soft
         return {"actors": len(self._hosts), "free_slots": sum(max(0, soft - h.connections) for h in self._hosts),
-                "starting": len(self._starting), "connections": sum(h.connections for h in self._hosts)}
+                "starting": len(self._starting), "connections": sum(h.connections for h in self._hosts),
+                "http_actors": len(self._http_hosts)}
 
     def shutdown(self) -> None:
-        for task in self._starting:
+        for task in [*self._starting, *self._http_starting]:
             task.cancel()
-        for host in self._hosts:
+        for host in self.hosts():
             self._kill(host.handle)
         self._hosts.clear()
+        self._http_hosts.clear()
 
 
 def policy_from(config: Any) -> PoolPolicy:
@@ -303,7 +345,8 @@ def policy_from(config: Any) -> PoolPolicy:
     return PoolPolicy(
         soft=soft, hard=config.hard_connections_per_actor, warm=config.spare_slots,
         max_hosts=config.max_actors, max_starting=config.max_starting_actors,
-        idle_timeout_s=config.actor_idle_timeout_s, admission_wait_s=config.admission_wait_s)
+        idle_timeout_s=config.actor_idle_timeout_s, admission_wait_s=config.admission_wait_s,
+        http_hosts=config.http_actors)
 
 
-__all__ = ["ActorPool", "ArrivalRate", "Host", "Lease", "NoCapacity", "PoolPolicy", "policy_from"]
+__all__ = ["ActorPool", "ArrivalRate", "Host", "HttpLease", "Lease", "NoCapacity", "PoolPolicy", "policy_from"]

@@ -122,7 +122,7 @@ class SessionHost:
                 if self._http is None:
                     sock.close()
                 else:
-                    await self._http.serve(sock)
+                    await self._http.serve(sock, keep_alive=handoff.keep_alive)
             finally:
                 link.notify(Ended(handoff.sock_id, Outcome.CLOSED))
             return

@@ -55,7 +55,8 @@ class Outcome(enum.StrEnum):
 @dataclass(frozen=True, slots=True)
 class Handoff:
     """What the gateway sends along with a socket: which connection state it carries
-    (``resume``: the secret of a parked state to take back, else a new one)."""
+    (``resume``: the secret of a parked state to take back, else a new one); for HTTP,
+    whether the connection stays open after its first request (``keep_alive``)."""
 
     sock_id: str
     kind: SocketKind = SocketKind.WEBSOCKET
@@ -63,6 +64,7 @@ class Handoff:
     owner: str = ""
     append_mode: bool = False
     resume: str | None = None
+    keep_alive: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", SocketKind(self.kind))  # as decoded: a string

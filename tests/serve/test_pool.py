@@ -227,24 +227,62 @@ def test_the_arrival_rate_decays_exponentially():
     assert rate.now(4.9 + 5) < rate.now(4.9) / 2.5
 
 
-def test_http_work_goes_to_another_host_than_new_websockets_and_keeps_two_hosts():
+def test_http_work_goes_to_another_host_than_new_websockets_and_keeps_two_hosts():  # http_hosts=0
     async def main():
         hosts, clock = Hosts(instant=True), Clock()
         pool = pool_with(hosts, clock, warm=1)
         await pool.warm_up()
         assert len(pool.hosts()) == 1
         first = pool.acquire_http()
-        assert first is pool.hosts()[0], "with one host, HTTP shares it"
+        assert first.host is pool.hosts()[0] and first.keep_alive, "with one host, HTTP shares it"
         await settle()
         assert len(pool.hosts()) == 2, "HTTP work brings a second host"
         lease = await pool.acquire()
         second = pool.acquire_http()
-        assert second is not lease.host, "not the host new connections go to"
-        pool.release_http(first)
-        pool.release_http(second)
+        assert second.host is not lease.host, "not the host new connections go to"
+        pool.release_http(first.host)
+        pool.release_http(second.host)
         clock.t += 31
         pool.tick()
         assert len(pool.hosts()) == 1, "idle again: back to one"
+        pool.shutdown()
+
+    run(main())
+
+
+def test_with_http_hosts_http_gets_hosts_of_its_own_that_websockets_never_share():
+    async def main():
+        hosts, clock = Hosts(), Clock()
+        pool = pool_with(hosts, clock, warm=1, soft=2, hard=2, http_hosts=1)
+        warming = asyncio.ensure_future(pool.warm_up())
+        await hosts.finish()
+        await warming
+        websocket_host = (await pool.acquire()).host
+        stand_in = pool.acquire_http()
+        assert stand_in.host is websocket_host and not stand_in.keep_alive, \
+            "until the HTTP host is live a WebSocket host serves one request per connection"
+        assert pool.acquire_http().host is websocket_host
+        await settle()
+        assert [name[:3] for name in hosts.made] == ["t-a", "t-h"], "one HTTP host starts, once"
+        await hosts.finish()
+        lease = pool.acquire_http()
+        assert lease.host.http_only and lease.keep_alive and lease.host is not websocket_host
+        assert pool.stats()["http_actors"] == 1 and pool.stats()["actors"] == 1
+        # WebSockets fill their host, then wait for a WebSocket host: never the idle-looking HTTP host.
+        assert (await pool.acquire()).host is websocket_host
+        overflow = asyncio.ensure_future(pool.acquire())
+        await hosts.finish()
+        assert not (await overflow).host.http_only
+        assert lease.host in pool.hosts(), "drained and watched with the others"
+        for held in (stand_in, stand_in, lease):
+            pool.release_http(held.host)
+        clock.t += 31
+        pool.tick()
+        assert pool.stats()["http_actors"] == 1 and pool.acquire_http().host is lease.host, "kept when idle"
+        pool.host_died(lease.host)
+        again = pool.acquire_http()
+        await settle()
+        assert not again.keep_alive and hosts.made[-1].startswith("t-h"), "a dead one is replaced on demand"
         pool.shutdown()
 
     run(main())
