@@ -53,6 +53,7 @@ KINDS: dict[str, Kind] = {kind.name: kind for kind in (
     Kind("admission", "bursts, arrival ramps and held connections: admission at scale"),
     Kind("burst", "first turns of resumed sessions all at once: how long each socket waits"),
     Kind("floor", "non-model time per turn against a minimal server sending the same frames"),
+    Kind("streams", "many WebSocket streams at once on the ideal-hardware profile, rates as the clients see them"),
     Kind("ledger", "session hosts SIGKILLed under load, the usage ledger reconciled with the clients"),
 )}
 DEFAULT_KIND = "agentloop"
