@@ -196,6 +196,12 @@ class Engine:
                     if end < n and events:  # a chunk holding only part of a character waits
                         yield first + events
                         first = []
+            if events and self._windows[model].aligned:
+                # Under load the last tokens leave when they are due, before the end work
+                # (rendering and caching the output) that every stream ending on the same
+                # tick would otherwise queue in front of them; Done follows on its own.
+                yield first + events
+                first, events = [], []
             # The final item: the last chunk's events (if any) plus Done.  Store first, so a
             # consumer that stops right after Done still leaves the finished state cached.
             held = array("I", prompt)

@@ -1,7 +1,8 @@
 """Concurrent streams end to end: N WebSocket clients each read one long answer at once.
 
     responses-ws bench streams [--streams 64] [--tokens 2000] [--repeats 3]
-                               [--compression deflate|none] [--client-procs 2] [--out results/streams.json]
+                               [--compression deflate|none] [--client-procs 2] [--max-items-per-s N|none]
+                               [--out results/streams.json]
 
 Starts an embedded server whose inference config adds the bench profiles
 (:mod:`bench.profiles`); the streams use ``bench-flat``, the ideal hardware (1000 tok/s per
@@ -45,8 +46,11 @@ DELTA = "response.output_text.delta"
 REPLICA_CLASS = "InferenceDeployment"
 
 
-def server_config(streams: int) -> Any:
+def server_config(streams: int, max_items_per_s: str | None) -> Any:
     inference = profiles.bench_inference_config().model_dump()
+    if max_items_per_s is not None:  # the replica's item budget for the streams' profile
+        flat = next(p for p in inference["profiles"] if p["id"] == MODEL)
+        flat["max_items_per_s"] = None if max_items_per_s == "none" else float(max_items_per_s)
     return local_config(**{"session.warm_actors": streams + 1,
                            **{f"inference.{k}": v for k, v in inference.items()}})
 
@@ -103,12 +107,16 @@ def summarise(streams: list[dict[str, Any]], cpu: dict[str, float]) -> dict[str,
     rates = sorted((s["output_tokens"] - 1) / (s["last"] - s["first"]) for s in ok)
     wall = max(s["last"] for s in ok) - min(s["sent"] for s in streams)
     ttft = [(s["first"] - s["sent"]) * 1000 for s in ok]
+    t0 = min(s["sent"] for s in streams)
     total = sum(s["output_tokens"] for s in ok)
     return {
         "streams": len(streams), "errors": [s["error"] for s in streams if s["error"] is not None],
         "rate_tok_s": {"min": round(rates[0], 1), "p10": round(rates[len(rates) // 10], 1),
                        "median": round(statistics.median(rates), 1), "max": round(rates[-1], 1),
                        "each": [round(r, 1) for r in rates]},
+        # per stream, in start order: ms from the round's first create to its first and last delta
+        "streams_ms": [[round((s["first"] - t0) * 1000, 1), round((s["last"] - t0) * 1000, 1), s["deltas"]]
+                       for s in sorted(ok, key=lambda s: s["first"])],
         "at_95pct": sum(r >= 0.95 * TARGET_TOK_S for r in rates),
         "aggregate_tok_s": round(total / wall, 1), "wall_s": round(wall, 3),
         "ttft_ms": {"median": round(statistics.median(ttft), 1), "max": round(max(ttft), 1)},
@@ -171,17 +179,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeats", type=int, default=3, help="rounds, on the same sockets")
     p.add_argument("--compression", choices=("deflate", "none"), default="deflate")
     p.add_argument("--client-procs", type=int, default=2, help="client processes the streams are spread over")
+    p.add_argument("--max-items-per-s", default=None,
+                   help="the replica's item budget for bench-flat (a number, or none: no cap); default: the profile's")
     p.add_argument("--out", type=Path, default=Path("results/streams.json"))
 
 
 def run(args: argparse.Namespace) -> int:
-    with embedded_server(server_config(args.streams)) as url:
+    with embedded_server(server_config(args.streams, args.max_items_per_s)) as url:
         rounds = run_rounds(url, args)
     mins = [r["rate_tok_s"]["min"] for r in rounds]
     medians = [r["rate_tok_s"]["median"] for r in rounds]
     result = {"command": args.command, "model": MODEL, "target_tok_s_per_stream": TARGET_TOK_S,
               "streams": args.streams, "tokens": args.tokens, "compression": args.compression,
-              "client_procs": args.client_procs, "rounds": rounds,
+              "client_procs": args.client_procs, "max_items_per_s": args.max_items_per_s, "rounds": rounds,
               "summary": {"min_tok_s_median_of_rounds": statistics.median(mins),
                           "median_tok_s_median_of_rounds": statistics.median(medians),
                           "aggregate_tok_s_median_of_rounds": statistics.median(r["aggregate_tok_s"] for r in rounds),

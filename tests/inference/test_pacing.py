@@ -175,7 +175,7 @@ def test_under_load_items_leave_on_the_window_grid_and_never_early(make_profile,
     assert items[-1][0] == d[-1] and items[-1][2] == 300  # the last one when it is due
     middle = times[1:-1]
     assert all(t / 0.02 == pytest.approx(round(t / 0.02)) for t in middle)  # on the ticks
-    assert len(set(round(t / 0.02) for t in middle)) == len(middle)  # one item per tick at most
+    assert len({round(t / 0.02) for t in middle}) == len(middle)  # one item per tick at most
     assert all(t >= d[e - 1] for t, _, e in items)  # never before the tokens are due
     # held at most one window: each item's first token was due less than a tick before
     assert all(t - d[s] < 0.02 + 1e-12 for t, s, _ in items)
