@@ -117,7 +117,7 @@ class ModelProfile(BaseModel):
     prefill_overhead_ms: float = Field(ge=0)
     chunk_ms: float = Field(default=5.0, gt=0)
     min_chunk_tokens: int = Field(default=8, ge=1)
-    max_items_per_s: float | None = Field(default=3200.0, gt=0)
+    max_items_per_s: float | None = Field(default=1600.0, gt=0)
     batching: BatchingConfig = BatchingConfig()
     jitter: JitterConfig = JitterConfig()
     source: str = ""
