@@ -54,6 +54,7 @@ KINDS: dict[str, Kind] = {kind.name: kind for kind in (
     Kind("burst", "first turns of resumed sessions all at once: how long each socket waits"),
     Kind("floor", "non-model time per turn against a minimal server sending the same frames"),
     Kind("neighbours", "a turn on an open socket while HTTP clients and resumed sockets load the host"),
+    Kind("streams", "many WebSocket streams at once on the ideal-hardware profile, rates as the clients see them"),
     Kind("ledger", "session hosts SIGKILLed under load, the usage ledger reconciled with the clients"),
     Kind("drain", "redeploys under hundreds of sockets mid-turn: nothing reset, lost or unanswered"),
 )}

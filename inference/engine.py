@@ -13,7 +13,9 @@ One request's life (docs/emulator.md):
 2. once admitted, the prefix cache is consulted; prefill takes
    ``(overhead + uncached * cost) * request jitter``;
 3. its tokens are due on a ``DecodeSchedule`` whose step factor follows the batch size;
-   due tokens go out in chunks (``pacing.Chunker``);
+   due tokens go out in chunks (``pacing.Chunker``), whose window stretches when so many
+   streams run that the replica would send more than ``max_items_per_s`` items
+   (``pacing.ItemWindow``);
 4. the slot is freed when the last token is sent or the consumer goes away.
 
 The prompt's blocks enter the prefix cache when prefill completes; after the response
@@ -31,7 +33,7 @@ from typing import Any, Protocol
 from inference import chat_format
 from inference.batching import Batch, DecodeSchedule
 from inference.jitter import RequestJitter
-from inference.pacing import Chunker, Clock, Sleeper, decode_work, paced_chunks, ttft_ms
+from inference.pacing import Chunker, Clock, ItemWindow, Sleeper, decode_work, paced_chunks, ttft_ms
 from inference.policy import FunctionCallSegment, ReasoningSegment, Segment, plan, policy_for
 from inference.prefix_cache import PrefixCache, reported_cached_tokens
 from inference.profiles import InferenceConfig
@@ -98,6 +100,7 @@ class Engine:
         self._cache = PrefixCache(pc.capacity_blocks, pc.block_tokens)
         self._batches = {p.id: Batch(p.batching) for p in config.profiles}
         self._schedules: dict[str, dict[Hashable, DecodeSchedule]] = {p.id: {} for p in config.profiles}
+        self._windows = {p.id: ItemWindow.of(p) for p in config.profiles}
         self._admissions: dict[Hashable, asyncio.Future[float]] = {}
         self._roots = {p.id: _stable_root(p.id) for p in config.profiles}
         self._requests = 0
@@ -173,7 +176,7 @@ class Engine:
             schedule = DecodeSchedule(decode_work(profile, n, jitter.request, token_factors),
                                       t_first, batch.factor)
             self._schedules[model][seq] = schedule
-            chunker = Chunker(schedule, t_first, profile.chunk_ms, profile.min_chunk_tokens)
+            chunker = Chunker(schedule, t_first, self._windows[model])
             streams = _segment_streams(output.segments)
             first: list[InferenceEvent] = [prefilled]
             events: list[InferenceEvent] = []
@@ -193,6 +196,12 @@ class Engine:
                     if end < n and events:  # a chunk holding only part of a character waits
                         yield first + events
                         first = []
+            if events and self._windows[model].aligned:
+                # Under load the last tokens leave when they are due, before the end work
+                # (rendering and caching the output) that every stream ending on the same
+                # tick would otherwise queue in front of them; Done follows on its own.
+                yield first + events
+                first, events = [], []
             # The final item: the last chunk's events (if any) plus Done.  Store first, so a
             # consumer that stops right after Done still leaves the finished state cached.
             held = array("I", prompt)
@@ -238,6 +247,7 @@ class Engine:
         factor = batch.factor
         for schedule in self._schedules[model].values():
             schedule.set_factor(t, factor)
+        self._windows[model].follow(batch.running)
         self._observer.batch(model, batch.running, batch.waiting)
 
     def _release(self, model: str, seq: Hashable) -> None:

@@ -11,6 +11,7 @@ late wake-up does not push every later token back: the stream catches up by coal
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from bisect import bisect_right
 from collections.abc import AsyncIterator, Sequence
@@ -75,14 +76,15 @@ def decode_s(profile: ModelProfile, k: int) -> float:
 
 
 def decode_work(profile: ModelProfile, n: int, request_factor: float = 1.0,
-                token_factors: Sequence[float] | None = None) -> list[float]:
+                token_factors: Sequence[float] | None = None) -> Sequence[float]:
     """Cumulative single-stream decode time (s) up to and including each of ``n`` tokens.
 
     Token ``i`` alone takes ``decode_s(i + 1) - decode_s(i)`` (the burst schedule), times
     the request's jitter factor and its own.  Without token jitter the values are the
-    closed form ``request_factor * decode_s(i + 1)`` (no accumulated rounding)."""
+    closed form ``request_factor * decode_s(i + 1)`` (no accumulated rounding), computed
+    when asked for (``ClosedFormWork``): a response's start does not pay for its length."""
     if token_factors is None:
-        return [request_factor * decode_s(profile, i + 1) for i in range(n)]
+        return ClosedFormWork(profile, n, request_factor)
     work, total, prev = [], 0.0, 0.0
     for i in range(n):
         cur = decode_s(profile, i + 1)
@@ -90,6 +92,30 @@ def decode_work(profile: ModelProfile, n: int, request_factor: float = 1.0,
         prev = cur
         work.append(total)
     return work
+
+
+class ClosedFormWork(Sequence[float]):
+    """``decode_work`` without token jitter, as a sequence: item ``i`` is
+    ``request_factor * decode_s(profile, i + 1)``, computed on access."""
+
+    __slots__ = ("_factor", "_n", "_profile")
+
+    def __init__(self, profile: ModelProfile, n: int, request_factor: float) -> None:
+        self._profile = profile
+        self._n = n
+        self._factor = request_factor
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def] -- an int or a slice, as Sequence's
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(self._n))]
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError(i)
+        return self._factor * decode_s(self._profile, i + 1)
 
 
 def token_deadlines(profile: ModelProfile, t0: float, n: int) -> list[float]:
@@ -127,32 +153,62 @@ class FixedDeadlines:
         return bisect_right(self._deadlines, now, lo=lo)
 
 
+class ItemWindow:
+    """When a stream's due tokens make an item (sans-I/O; one per model on a replica, shared
+    by its streams' ``Chunker``s).
+
+    At light load: every ``chunk_ms`` after the last item, or as soon as
+    ``min_chunk_tokens`` are due.  ``max_items_per_s`` caps the items per second a replica
+    sends for the model in all — every item costs the same whatever it carries (a Ray
+    message; downstream a protocol event, a WebSocket frame, a client wake-up).  With ``b``
+    streams running and ``b * 1000 / chunk_ms`` above the cap, the window stretches to
+    ``b / max_items_per_s`` and is *aligned*: items leave on the ticks of a grid of that
+    period on the replica's clock, one per stream and tick at most, so the streams' items
+    leave together (one wake-up of the replica per tick, not one per stream) and the cap
+    holds whatever the streams' rates.  Tokens are only ever held, never sent before they
+    are due: at most one window; the first token of a response still goes out alone the
+    moment it is due, and the last when it is due (a response ends on time).
+    """
+
+    __slots__ = ("_base_s", "_max_items_per_s", "aligned", "chunk_s", "min_tokens")
+
+    def __init__(self, chunk_ms: float, min_chunk_tokens: int, max_items_per_s: float | None = None) -> None:
+        self._base_s = chunk_ms / 1000.0
+        self._max_items_per_s = max_items_per_s
+        self.chunk_s = self._base_s
+        self.min_tokens = max(1, min_chunk_tokens)
+        self.aligned = False
+
+    @classmethod
+    def of(cls, profile: ModelProfile) -> ItemWindow:
+        return cls(profile.chunk_ms, profile.min_chunk_tokens, profile.max_items_per_s)
+
+    def follow(self, running: int) -> None:
+        """``running`` streams share the item budget from now on."""
+        cap = self._max_items_per_s
+        self.aligned = cap is not None and running > cap * self._base_s
+        self.chunk_s = running / cap if self.aligned else self._base_s  # type: ignore[operator]
+
+
 class Chunker:
     """Groups due tokens into stream items (sans-I/O; the async driver is ``paced_chunks``).
 
     The first token goes out alone as soon as it is due (time to first token is not padded
-    by chunking).  After that an item is due when ``min_chunk_tokens`` pending tokens are
-    due, or when ``chunk_ms`` has passed since the last item and at least one token is due,
-    whichever comes first;
-    the last tokens go out when the final one is due.  ``take(now)`` hands out *every*
-    token due at ``now``, so a consumer that fell behind gets one larger item instead of a
-    backlog of small ones.
+    by chunking).  After that, at light load, an item is due when ``min_tokens`` pending
+    tokens are due, or when ``chunk_s`` has passed since the last item and at least one
+    token is due, whichever comes first; under load (``ItemWindow.aligned``), on the next
+    tick of the window's grid at which a token is due.  The last tokens go out when the
+    final one is due.  ``take(now)`` hands out *every* token due at ``now``, so a consumer
+    that fell behind gets one larger item instead of a backlog of small ones.
     """
 
-    def __init__(
-        self,
-        deadlines: Sequence[float] | Schedule,
-        start: float,
-        chunk_ms: float,
-        min_chunk_tokens: int,
-    ) -> None:
+    def __init__(self, deadlines: Sequence[float] | Schedule, start: float, window: ItemWindow) -> None:
         self._schedule: Schedule = (
             deadlines if hasattr(deadlines, "deadline") else FixedDeadlines(deadlines)  # type: ignore[arg-type]
         )
-        self._chunk_s = chunk_ms / 1000.0
-        self._min_tokens = max(1, min_chunk_tokens)
+        self._window = window
         self._sent = 0
-        self._last_emit = start - self._chunk_s  # so the first token is never held back
+        self._last_emit = start
 
     @property
     def sent(self) -> int:
@@ -170,8 +226,16 @@ class Chunker:
         """When the next item is due (only meaningful while not ``done``)."""
         sched = self._schedule
         first_due = sched.deadline(self._sent)
-        enough_due = sched.deadline(min(self._sent + self._min_tokens, len(sched)) - 1)
-        return max(first_due, min(enough_due, self._last_emit + self._chunk_s))
+        if self._sent == 0:  # the first token is never held back
+            return first_due
+        window = self._window
+        last_due = sched.deadline(len(sched) - 1)
+        if window.aligned:  # the first tick after the last item's at which a token is due
+            period = window.chunk_s
+            tick = max(math.ceil(first_due / period), math.floor(self._last_emit / period) + 1) * period
+            return max(first_due, min(tick, last_due))
+        enough_due = sched.deadline(min(self._sent + window.min_tokens, len(sched)) - 1)
+        return max(first_due, min(enough_due, self._last_emit + window.chunk_s))
 
     def take(self, now: float) -> tuple[int, int]:
         """The half-open token range ``[start, end)`` due at ``now`` and not yet sent; empty

@@ -100,6 +100,10 @@ class ModelProfile(BaseModel):
     ``chunk_ms`` and ``min_chunk_tokens`` shape the stream, not the model: the first token
     goes out alone when due; after it, due tokens are sent as one stream item when
     ``min_chunk_tokens`` are due or ``chunk_ms`` has passed since the last item (tokens cross Ray in ~5 ms / >= 8-token chunks).
+    ``max_items_per_s`` caps the items per second one replica sends for this model, summed
+    over its running streams: past ``max_items_per_s * chunk_ms / 1000`` streams, every
+    stream's window and minimum grow in proportion (``pacing.ItemWindow``; tokens are held,
+    never sent before they are due); ``None``: no cap.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -113,6 +117,7 @@ class ModelProfile(BaseModel):
     prefill_overhead_ms: float = Field(ge=0)
     chunk_ms: float = Field(default=5.0, gt=0)
     min_chunk_tokens: int = Field(default=8, ge=1)
+    max_items_per_s: float | None = Field(default=1600.0, gt=0)
     batching: BatchingConfig = BatchingConfig()
     jitter: JitterConfig = JitterConfig()
     source: str = ""

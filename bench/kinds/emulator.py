@@ -4,14 +4,9 @@
 
 Starts an embedded Ray with the real application (two inference replicas) and drives the
 ``InferenceDeployment`` through a streaming ``DeploymentHandle`` from this process — the
-same hop a session actor uses — timing every item on arrival.  Profiles used, next to the
-shipped ones (all with zero jitter):
-
-* ``bench-1k``: 1000 tok/s, no burst, the shipped emu-fast batching (knee 16, +0.5 %/seq);
-* ``bench-4k``: 4000 tok/s with no burst phase (a burst held for a whole response);
-* ``emu-fast`` as shipped: its first 256 tokens are the 4000 tok/s burst;
-* ``bench-flat``: like bench-1k but a batch that never slows (knee 64, no growth), so
-  32 × 1000 tok/s asks the *machine* for 32k tok/s.
+same hop a session actor uses — timing every item on arrival.  Profiles used: the
+bench profiles (:mod:`bench.profiles`: ``bench-1k``, ``bench-4k``, ``bench-flat``, zero
+jitter) and ``emu-fast`` as shipped (its first 256 tokens are the 4000 tok/s burst).
 
 Sections: one stream (delivered rate and TTFT against the model), a concurrency sweep
 (1, 8, 32 streams on one replica against ``steady_tokens_per_s``), and the prefix cache
@@ -33,12 +28,12 @@ from typing import Any
 from inference import chat_format as cf
 from inference.batching import steady_tokens_per_s
 from inference.pacing import decode_s, ttft_ms
-from inference.profiles import InferenceConfig, load_inference_config
+from inference.profiles import InferenceConfig
 from inference.tokenizer import encode
 from inference.types import Done, FunctionCallDelta, InferenceRequest, Prefilled, TextDelta, ToolSpec
 from serve.embedded import embedded_ray, embedded_server, local_config
 
-from .. import results
+from .. import profiles, results
 
 APP = "emu-bench"
 REPLICAS = 2
@@ -49,18 +44,7 @@ TOOL = ToolSpec("read_file", {
 
 
 def bench_inference_config() -> InferenceConfig:
-    base = load_inference_config().model_dump()
-    fast = next(p for p in base["profiles"] if p["id"] == "emu-fast")
-    common = {k: fast[k] for k in ("prefill_tokens_per_s", "prefill_overhead_ms", "chunk_ms", "min_chunk_tokens")}
-    base["profiles"] += [
-        {"id": "bench-zero", "decode_tokens_per_s": 1e9, "prefill_tokens_per_s": 1e12, "prefill_overhead_ms": 0},
-        {**common, "id": "bench-1k", "decode_tokens_per_s": 1000, "batching": fast["batching"]},
-        {**common, "id": "bench-4k", "decode_tokens_per_s": 4000, "batching": fast["batching"]},
-        {**common, "id": "bench-flat", "decode_tokens_per_s": 1000,
-         "batching": {**fast["batching"], "knee": 64, "itl_growth_per_seq": 0.0}},
-    ]
-    base["replicas"] = REPLICAS
-    return InferenceConfig.model_validate(base)
+    return profiles.bench_inference_config(REPLICAS)
 
 
 class Stream:

@@ -11,8 +11,8 @@ from inference import chat_format as cf
 from inference.batching import Batch, DecodeSchedule, EngineOverloaded, steady_tokens_per_s, step_factor
 from inference.engine import Engine
 from inference.pacing import decode_s, ttft_ms
-from inference.profiles import BatchingConfig
-from inference.types import Done, InferenceRequest, Prefilled
+from inference.profiles import BatchingConfig, PolicyConfig
+from inference.types import Done, InferenceRequest, Prefilled, TextDelta
 
 PROMPT = tuple(cf.render_message("user", "Fix the bug."))
 LONG = tuple(cf.render_message("user", "word " * 400))
@@ -215,3 +215,28 @@ def test_prefilled_reports_the_replica(make_config, clock):
     chunk = asyncio.run(first())
     assert isinstance(chunk[0], Prefilled) and chunk[0].replica == "r1"
     assert not any(isinstance(e, Done) for e in chunk)
+
+
+def test_many_streams_share_the_replicas_item_budget_and_keep_their_times(make_config, make_profile, sim):
+    # 64 streams at 1000 tok/s on a 3200 items/s budget: 20 ms items instead of 5 ms ones,
+    # and every stream's first and last tokens still leave exactly when they are due.
+    n, streams, cap = 500, 64, 3200
+    p = make_profile(batching={"max_running": 64, "knee": 64}, max_items_per_s=cap)
+    engine = Engine(make_config(p, policy=PolicyConfig(tool_rounds=0, text_tokens=n, seed=7)), sim, sim)
+    out: dict = {}
+    gather(sim, *(collect(engine, req(f"s{i}"), sim, out) for i in range(streams)))
+    first = ttft_ms(p, len(PROMPT), 0) / 1000
+    for items in out.values():
+        assert items[0][0] == pytest.approx(first + decode_s(p, 1), abs=1e-9)
+        assert items[-1][0] == pytest.approx(first + decode_s(p, n), abs=1e-9)
+        assert sum(e.tokens for _, chunk in items for e in chunk if isinstance(e, TextDelta)) == n
+    # While the batch is above the budget's 16 streams, a stream's last tokens leave on their
+    # own, ahead of the end work, and Done follows at the same moment; the last 16 to end
+    # find a light load and send them together.
+    split = [items for items in out.values() if [type(e) for e in items[-1][1]] == [Done]]
+    assert len(split) == streams - 16
+    assert all(items[-2][0] == items[-1][0] for items in split)
+    ends = 2 * len(split) + (streams - len(split))
+    between = sum(len(items) for items in out.values()) - streams - ends  # all but the first and last items
+    assert between <= cap * decode_s(p, n) + streams
+    assert between >= streams * (n / 20 - 2)  # ~one item per 20 ms tick per stream

@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from inference.pacing import Chunker, decode_s, paced_chunks, token_deadlines, ttft_ms
+from inference.pacing import Chunker, ItemWindow, decode_s, paced_chunks, token_deadlines, ttft_ms
 
 
 def approx(x):
@@ -68,7 +68,7 @@ def test_no_burst_rate_means_no_burst(make_profile):
 
 def test_the_first_token_goes_out_alone_as_soon_as_it_is_due():
     d = [(i + 1) / 1000 for i in range(20)]
-    chunker = Chunker(d, 0.0, chunk_ms=5, min_chunk_tokens=8)
+    chunker = Chunker(d, 0.0, ItemWindow(5, 8))
     assert chunker.next_emit_time() == d[0]  # not held for a window or for 8 tokens
     assert chunker.take(d[0]) == (0, 1)
     assert chunker.next_emit_time() == approx(d[0] + 0.005)  # then the window rule
@@ -79,7 +79,7 @@ def test_at_1000_tok_s_items_follow_the_5_ms_window_after_the_first_token(make_p
     # come due per window, so min 8 is never hit); the last 4 when token 19 is due at 20 ms.
     p = make_profile(decode_tokens_per_s=1000, min_chunk_tokens=8, chunk_ms=5)
     d = token_deadlines(p, 0.0, 20)
-    items = drain(Chunker(d, 0.0, p.chunk_ms, p.min_chunk_tokens), clock)
+    items = drain(Chunker(d, 0.0, ItemWindow.of(p)), clock)
     assert [(s, e) for _, s, e in items] == [(0, 1), (1, 6), (6, 11), (11, 16), (16, 20)]
     assert [t for t, _, _ in items] == [
         approx(x) for x in (0.001, 0.006, 0.011, 0.016, 0.020)
@@ -91,7 +91,7 @@ def test_a_chunk_goes_out_when_min_chunk_tokens_are_due(make_profile, clock):
     # before the 5 ms window; the last 3 go when the final token is due.
     p = make_profile(decode_tokens_per_s=4096, min_chunk_tokens=8, chunk_ms=5)
     d = token_deadlines(p, 0.0, 20)
-    items = drain(Chunker(d, 0.0, p.chunk_ms, p.min_chunk_tokens), clock)
+    items = drain(Chunker(d, 0.0, ItemWindow.of(p)), clock)
     assert [(s, e) for _, s, e in items] == [(0, 1), (1, 9), (9, 17), (17, 20)]
     assert [t for t, _, _ in items] == [d[0], d[8], d[16], d[19]]
 
@@ -101,7 +101,7 @@ def test_a_chunk_goes_out_when_the_window_passes(make_profile, clock):
     # per item (min 16 never hit), then the last 3 when the final token is due.
     p = make_profile(decode_tokens_per_s=1024, min_chunk_tokens=16, chunk_ms=7.8125)
     d = token_deadlines(p, 0.0, 20)
-    items = drain(Chunker(d, 0.0, p.chunk_ms, p.min_chunk_tokens), clock)
+    items = drain(Chunker(d, 0.0, ItemWindow.of(p)), clock)
     assert [(s, e) for _, s, e in items] == [(0, 1), (1, 9), (9, 17), (17, 20)]
     assert [t for t, _, _ in items] == [1 / 1024, 9 / 1024, 17 / 1024, 20 / 1024]
 
@@ -109,13 +109,13 @@ def test_a_chunk_goes_out_when_the_window_passes(make_profile, clock):
 def test_slow_decode_sends_each_token_when_it_is_due(make_profile, clock):
     p = make_profile(decode_tokens_per_s=65, min_chunk_tokens=8, chunk_ms=5)
     d = token_deadlines(p, 1.0, 4)
-    items = drain(Chunker(d, 1.0, p.chunk_ms, p.min_chunk_tokens), clock)
+    items = drain(Chunker(d, 1.0, ItemWindow.of(p)), clock)
     assert items == [(d[i], i, i + 1) for i in range(4)]
 
 
 def test_a_consumer_that_falls_behind_gets_one_coalesced_chunk():
     d = [(i + 1) / 1000 for i in range(100)]
-    chunker = Chunker(d, 0.0, chunk_ms=5, min_chunk_tokens=8)
+    chunker = Chunker(d, 0.0, ItemWindow(5, 8))
     assert chunker.take(0.0505) == (0, 50)  # 50 ms late: everything due so far, at once
     assert chunker.next_emit_time() == approx(0.0555)  # then the window restarts
     assert chunker.take(0.06) == (50, 60)
@@ -127,7 +127,7 @@ def test_a_late_stream_catches_up_instead_of_drifting(make_profile, clock):
     # (or right after the last slow hand-off), because deadlines are absolute.
     p = make_profile(decode_tokens_per_s=1000, min_chunk_tokens=8, chunk_ms=5)
     d = token_deadlines(p, 0.0, 100)
-    items = drain(Chunker(d, 0.0, 5, 8), clock, on_item=lambda: clock.advance(0.020))
+    items = drain(Chunker(d, 0.0, ItemWindow(5, 8)), clock, on_item=lambda: clock.advance(0.020))
     sizes = [e - s for _, s, e in items]
     assert sum(sizes) == 100 and items[-1][2] == 100
     assert max(sizes) >= 20  # coalesced
@@ -138,9 +138,44 @@ def test_a_late_stream_catches_up_instead_of_drifting(make_profile, clock):
 def test_every_token_is_sent_once_in_order(make_profile, clock):
     p = make_profile(decode_tokens_per_s=1000, burst_tokens_per_s=4000, burst_tokens=37)
     d = token_deadlines(p, 0.0, 333)
-    items = drain(Chunker(d, 0.0, p.chunk_ms, p.min_chunk_tokens), clock)
+    items = drain(Chunker(d, 0.0, ItemWindow.of(p)), clock)
     ranges = [(s, e) for _, s, e in items]
     assert ranges[0][0] == 0 and ranges[-1][1] == 333
     assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
     # no token leaves before its deadline
     assert all(t >= d[e - 1] for t, _, e in items)
+
+
+# --- the item budget under load ----------------------------------------------------------
+
+
+def test_the_window_stretches_only_past_the_replicas_item_budget():
+    window = ItemWindow(5, 8, max_items_per_s=3200)  # 5 ms items: 16 streams fill the budget
+    window.follow(16)
+    assert (window.chunk_s, window.min_tokens, window.aligned) == (0.005, 8, False)
+    window.follow(64)
+    assert window.aligned and window.chunk_s == approx(64 / 3200)  # 20 ms
+    window.follow(3)  # the batch shrank: back to the profile's window
+    assert (window.chunk_s, window.aligned) == (0.005, False)
+    uncapped = ItemWindow(5, 8)
+    uncapped.follow(10_000)
+    assert not uncapped.aligned
+
+
+def test_under_load_items_leave_on_the_window_grid_and_never_early(make_profile, clock):
+    # 64 streams on a 3200 items/s budget: a 20 ms grid.  Decode starts off the grid.
+    p = make_profile(decode_tokens_per_s=1000, burst_tokens_per_s=4000, burst_tokens=50, max_items_per_s=3200)
+    window = ItemWindow.of(p)
+    window.follow(64)
+    start = 0.0123
+    d = token_deadlines(p, start, 300)
+    items = drain(Chunker(d, start, window), clock)
+    times = [t for t, _, _ in items]
+    assert items[0] == (d[0], 0, 1)  # the first token alone, the moment it is due
+    assert items[-1][0] == d[-1] and items[-1][2] == 300  # the last one when it is due
+    middle = times[1:-1]
+    assert all(t / 0.02 == pytest.approx(round(t / 0.02)) for t in middle)  # on the ticks
+    assert len({round(t / 0.02) for t in middle}) == len(middle)  # one item per tick at most
+    assert all(t >= d[e - 1] for t, _, e in items)  # never before the tokens are due
+    # held at most one window: each item's first token was due less than a tick before
+    assert all(t - d[s] < 0.02 + 1e-12 for t, s, _ in items)

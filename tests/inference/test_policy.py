@@ -15,7 +15,7 @@ from inference import policy as pol
 from inference.chat_format import render_message
 from inference.profiles import PolicyConfig
 from inference.schema_values import value_for_schema
-from inference.tokenizer import decode
+from inference.tokenizer import decode, encode
 from inference.types import InferenceRequest, ToolSpec
 
 POLICY = PolicyConfig(tool_rounds=2, text_tokens=40, seed=3)
@@ -125,6 +125,29 @@ def test_text_answer_is_exactly_text_tokens_of_corpus_english():
 @pytest.mark.parametrize("n", [1, 7, 500])
 def test_text_answer_length_is_exact_for_any_size(n):
     assert len(pol.text_answer(n, random.Random(n))) == n
+
+
+def _text_answer_by_encoding_the_text(n_tokens: int, rng: random.Random) -> tuple[int, ...]:
+    """The definition ``text_answer`` is built to equal: the sampled sentences joined and
+    encoded as one text (the same draws from ``rng``)."""
+    parts, estimate = [], 0
+    while True:
+        while estimate < n_tokens:
+            sentence = pol.CORPUS[rng.randrange(len(pol.CORPUS))]
+            parts.append(sentence)
+            estimate += len(encode(sentence)) + 1
+        ids = encode(" ".join(parts))
+        if len(ids) >= n_tokens:
+            return tuple(ids[:n_tokens])
+        estimate = len(ids)
+
+
+@pytest.mark.parametrize("n", [1, 7, 100, 2000, 9000])
+def test_text_answer_is_the_encoding_of_the_joined_sentences(n):
+    for seed in range(5):
+        mine, reference = random.Random(seed), random.Random(seed)
+        assert pol.text_answer(n, mine) == _text_answer_by_encoding_the_text(n, reference)
+        assert mine.random() == reference.random()  # the same draws: later choices do not move
 
 
 def test_pydantic_style_schema_with_refs_and_optionals_is_honoured():
