@@ -253,7 +253,7 @@ class Gateway:
     async def _handoff_http(self, sock: socket.socket) -> bool:
         """Hand an HTTP connection to a host (:meth:`ActorPool.acquire_http`); ``False``:
         no host is live, serve it here."""
-        lease = None if self._draining else self._pool.acquire_http()
+        lease = None if self._draining else await self._pool.acquire_http()
         if lease is None:
             return False
         sock_id = self._admission.http_opened(lease.host)

@@ -21,8 +21,8 @@ HTTP mode (:meth:`ActorPool.acquire_http`) runs on hosts of its own, ``http_host
 started at the first HTTP connection and kept from then on (an idle stop would bring back
 the stand-in below after every lull): a stateless rebuild of a long conversation then never
 shares an event loop and a GIL with open WebSockets (docs/performance.md, "Neighbours").
-While none is live, a WebSocket host stands in, and that connection closes after its
-request (its next one is routed again).  With ``http_hosts`` 0 HTTP shares the WebSocket
+The first HTTP connections wait for it, up to ``admission_wait_s``; past that a WebSocket
+host stands in, and that connection closes after its request (its next one is routed again).  With ``http_hosts`` 0 HTTP shares the WebSocket
 hosts: another than new WebSockets go to, and the pool keeps two hosts while HTTP runs.
 
 Pure policy: the clock, host creation and killing are injected (tests drive it with fakes).
@@ -201,11 +201,12 @@ class ActorPool:
         if host.connections == 0 and host.http == 0:
             host.idle_since = self._clock()
 
-    def acquire_http(self) -> HttpLease | None:
+    async def acquire_http(self) -> HttpLease | None:
         """A live host for an HTTP connection (it takes no slot), or ``None`` (no host at all).
 
         With ``http_hosts``: the HTTP host with the least HTTP work, the missing ones started
-        now; while none is live, a WebSocket host stands in (``keep_alive`` ``False``).
+        now; while none is live, the connection waits for a start for up to
+        ``admission_wait_s``, then a WebSocket host stands in (``keep_alive`` ``False``).
         Without: the WebSocket host with the least HTTP work, preferring any host but the one
         new WebSockets go to, so a stateless rebuild does not delay their handshakes; while
         HTTP work runs the pool then keeps two hosts."""
@@ -213,6 +214,13 @@ class ActorPool:
         if p.http_hosts:
             while len(self._http_hosts) + len(self._http_starting) < p.http_hosts:
                 self._start_one(http=True)
+            try:
+                async with asyncio.timeout(p.admission_wait_s):
+                    while not self._http_hosts and self._http_starting:
+                        self._changed.clear()
+                        await self._changed.wait()
+            except TimeoutError:
+                pass
             if self._http_hosts:
                 return HttpLease(self._take_http(min(self._http_hosts, key=lambda h: h.http)))
         if not self._hosts:

@@ -233,12 +233,12 @@ def test_http_work_goes_to_another_host_than_new_websockets_and_keeps_two_hosts(
         pool = pool_with(hosts, clock, warm=1)
         await pool.warm_up()
         assert len(pool.hosts()) == 1
-        first = pool.acquire_http()
+        first = await pool.acquire_http()
         assert first.host is pool.hosts()[0] and first.keep_alive, "with one host, HTTP shares it"
         await settle()
         assert len(pool.hosts()) == 2, "HTTP work brings a second host"
         lease = await pool.acquire()
-        second = pool.acquire_http()
+        second = await pool.acquire_http()
         assert second.host is not lease.host, "not the host new connections go to"
         pool.release_http(first.host)
         pool.release_http(second.host)
@@ -253,20 +253,18 @@ def test_http_work_goes_to_another_host_than_new_websockets_and_keeps_two_hosts(
 def test_with_http_hosts_http_gets_hosts_of_its_own_that_websockets_never_share():
     async def main():
         hosts, clock = Hosts(), Clock()
-        pool = pool_with(hosts, clock, warm=1, soft=2, hard=2, http_hosts=1)
+        pool = pool_with(hosts, clock, warm=1, soft=2, hard=2, http_hosts=1, admission_wait_s=5.0)
         warming = asyncio.ensure_future(pool.warm_up())
         await hosts.finish()
         await warming
         websocket_host = (await pool.acquire()).host
-        stand_in = pool.acquire_http()
-        assert stand_in.host is websocket_host and not stand_in.keep_alive, \
-            "until the HTTP host is live a WebSocket host serves one request per connection"
-        assert pool.acquire_http().host is websocket_host
+        first, second = (asyncio.ensure_future(pool.acquire_http()) for _ in range(2))
         await settle()
-        assert [name[:3] for name in hosts.made] == ["t-a", "t-h"], "one HTTP host starts, once"
+        assert not first.done() and [name[:3] for name in hosts.made] == ["t-a", "t-h"], \
+            "the first HTTP connections wait for the one HTTP host starting"
         await hosts.finish()
-        lease = pool.acquire_http()
-        assert lease.host.http_only and lease.keep_alive and lease.host is not websocket_host
+        lease = await first
+        assert lease.host.http_only and lease.keep_alive and (await second).host is lease.host
         assert pool.stats()["http_actors"] == 1 and pool.stats()["actors"] == 1
         # WebSockets fill their host, then wait for a WebSocket host: never the idle-looking HTTP host.
         assert (await pool.acquire()).host is websocket_host
@@ -274,15 +272,31 @@ def test_with_http_hosts_http_gets_hosts_of_its_own_that_websockets_never_share(
         await hosts.finish()
         assert not (await overflow).host.http_only
         assert lease.host in pool.hosts(), "drained and watched with the others"
-        for held in (stand_in, stand_in, lease):
-            pool.release_http(held.host)
+        for _ in range(2):
+            pool.release_http(lease.host)
         clock.t += 31
         pool.tick()
-        assert pool.stats()["http_actors"] == 1 and pool.acquire_http().host is lease.host, "kept when idle"
+        assert pool.stats()["http_actors"] == 1 and (await pool.acquire_http()).host is lease.host, "kept when idle"
         pool.host_died(lease.host)
-        again = pool.acquire_http()
+        waiting = asyncio.ensure_future(pool.acquire_http())
         await settle()
-        assert not again.keep_alive and hosts.made[-1].startswith("t-h"), "a dead one is replaced on demand"
+        assert hosts.made[-1].startswith("t-h") and not waiting.done(), "a dead one is replaced on demand"
+        pool.shutdown()
+
+    run(main())
+
+
+def test_an_http_connection_waits_for_the_http_host_at_most_admission_wait_s_then_a_websocket_host_stands_in():
+    async def main():
+        hosts, clock = Hosts(), Clock()
+        pool = pool_with(hosts, clock, warm=1, http_hosts=1, admission_wait_s=0.01)
+        warming = asyncio.ensure_future(pool.warm_up())
+        await hosts.finish()
+        await warming
+        stand_in = await pool.acquire_http()  # the HTTP host is still starting
+        assert not stand_in.host.http_only and not stand_in.keep_alive, "one request, then routed again"
+        await hosts.finish()
+        assert (await pool.acquire_http()).host.http_only
         pool.shutdown()
 
     run(main())
