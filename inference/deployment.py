@@ -51,7 +51,11 @@ from inference.profiles import InferenceConfig, RoutingConfig
 from inference.routing import PrefixRouting, SessionAffinity, prefix_key
 from inference.types import InferenceEvent, InferenceRequest
 
-CHANNEL_DRAIN_S = 15.0  # a stopping replica lets its channel's calls finish (Serve kills it at 20 s)
+# A stopping replica (a redeploy replaces it too) lets the calls on its channel finish for up
+# to this long, as a draining gateway lets responses finish (server.drain_timeout_s): calls
+# of hundreds of streams on one saturated replica outlast Serve's default 20 s.
+CHANNEL_DRAIN_S = 30.0
+GRACEFUL_SHUTDOWN_S = CHANNEL_DRAIN_S + 10  # Serve kills a stopping replica this long after asking it to stop
 
 
 class SessionAffinityRouter(RequestRouter):
@@ -258,6 +262,7 @@ def deployment_options(config: InferenceConfig) -> dict[str, Any]:
     options: dict[str, Any] = {
         "ray_actor_options": actor,
         "max_ongoing_requests": scaling.max_ongoing_requests,
+        "graceful_shutdown_timeout_s": GRACEFUL_SHUTDOWN_S,
     }
     if scaling.autoscaling is not None:
         options["autoscaling_config"] = scaling.autoscaling.model_dump()

@@ -30,12 +30,18 @@ def test_replica_class_streams_lists_models_and_reports_stats():
 
 
 def test_deployment_options_fixed_replicas_cpu_free_and_session_affinity():
-    from inference.deployment import InferenceDeployment, SessionAffinityRouter, deployment_options
+    from inference.deployment import (
+        CHANNEL_DRAIN_S,
+        InferenceDeployment,
+        SessionAffinityRouter,
+        deployment_options,
+    )
 
     cfg = load_inference_config().model_copy(update={"replicas": 3})
     opts = deployment_options(cfg)
     assert opts["num_replicas"] == 3 and "autoscaling_config" not in opts
     assert opts["ray_actor_options"] == {"num_cpus": 0}
+    assert opts["graceful_shutdown_timeout_s"] > CHANNEL_DRAIN_S  # the channel's calls finish before the kill
     router = opts["request_router_config"]
     assert router.get_request_router_class() is SessionAffinityRouter
     assert router.request_router_kwargs == cfg.routing.model_dump()
