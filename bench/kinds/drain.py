@@ -81,10 +81,12 @@ class Tally:
     examples: list[str] = field(default_factory=list)
     in_turn: int = 0  # clients waiting for the answer to a create now
 
+    t0: float = field(default_factory=time.monotonic)
+
     def add(self, case: str, detail: str = "") -> None:
         self.counts[case] += 1
-        if case in VIOLATIONS and len(self.examples) < 20:
-            self.examples.append(f"{case}: {detail}"[:300])
+        if case in VIOLATIONS and len(self.examples) < 20:  # when: against the redeploy log's at_s
+            self.examples.append(f"{time.monotonic() - self.t0:.1f} s {case}: {detail}"[:300])
 
     @property
     def violations(self) -> int:
@@ -260,7 +262,7 @@ async def redeploys(url: str, data_dir: str | Path, plan: Plan, redeploy: Callab
     seen, tally, stop = Seen(), Tally(), asyncio.Event()
     rng = random.Random(plan.seed)
     clients = [Client(url, plan, seen, tally, random.Random(rng.random())) for _ in range(plan.connections)]
-    t0 = time.monotonic()
+    t0 = tally.t0
     tasks = []
     for client in clients:  # staggered over the first second
         tasks.append(asyncio.create_task(client.run(stop)))
