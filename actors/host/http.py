@@ -4,8 +4,9 @@ The gateway hands stateless HTTP connections to session hosts as it does WebSock
 heavy part of HTTP mode — loading, re-rendering and re-scanning a whole conversation per
 request — runs on hosts, which scale out, and never on the gateway's event loop, which only
 accepts, peeks and hands over (docs/scaling.md).  A host that stands in for the HTTP hosts
-(serve/pool.py: none started in time) serves one request per connection (``keep_alive=False``): the response says
-``Connection: close``, and the client's next request is routed again.  No Ray here.
+(serve/pool.py: none started in time) serves one request per connection
+(``keep_alive=False``): the response says ``Connection: close``, and the client's next
+request is routed again.  No Ray here.
 """
 
 from __future__ import annotations

@@ -24,8 +24,8 @@ ratio to idle (the target is ≤ 1.5×, docs/performance.md), its non-model time
 server-reported queue + prefill + decode), the neighbours' own numbers, and — with an embedded
 server — the CPU seconds each server process used in each phase.  ``--py-spy DIR`` records each
 session host with py-spy (``--threads --nonblocking``, raw collapsed stacks) during every
-loaded phase.  Every probe turn is saved too (``probe_turns``: seconds into the phase, total,
-model and ``api_overhead`` ms).
+loaded phase, and the inference replica with them.  Every probe turn is saved too
+(``probe_turns``: seconds into the phase, total, model, ``api_overhead`` and ``backend`` ms).
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ class ProbeTurn:
     total_ms: float
     model_ms: float | None  # server-reported queue + prefill + decode
     api_overhead_ms: float | None
+    backend_ms: float | None = None  # of api_overhead: the model call beyond the model's time (the Serve hop)
 
     @property
     def ended(self) -> float:
@@ -95,7 +96,7 @@ class Probe:
         timings = server_timings(response)
         model = model_seconds(timings)
         return ProbeTurn(answer.sent_at, answer.total_s * 1000.0, None if model is None else model * 1000.0,
-                         (timings or {}).get("api_overhead"))
+                         (timings or {}).get("api_overhead"), (timings or {}).get("backend"))
 
     async def run(self, turns: int | None = None, stop: asyncio.Event | None = None) -> list[ProbeTurn]:
         """``turns`` turns, or turns until ``stop`` is set."""
@@ -288,7 +289,8 @@ class ServerCpu:
 
 
 class PySpy:
-    """``py-spy record`` of every session host while a phase runs (``--py-spy DIR``)."""
+    """``py-spy record`` of every session host and the inference replica while a phase runs
+    (``--py-spy DIR``)."""
 
     def __init__(self, out: Path | None) -> None:
         self.out = out
@@ -301,13 +303,15 @@ class PySpy:
     def start(self, label: str) -> None:
         if self.out is None:
             return
-        from ..processes import session_host_pids
+        from ..processes import actor_pids, session_host_pids
 
         self.out.mkdir(parents=True, exist_ok=True)
-        for pid in session_host_pids():
+        targets = [(f"host{pid}", pid) for pid in session_host_pids()]
+        targets += [(f"inference{pid}", pid) for pid in actor_pids(f"ServeReplica:{APP_NAME}:InferenceDeployment")]
+        for name, pid in targets:
             self.procs.append(subprocess.Popen(
                 [str(self.exe), "record", "--pid", str(pid), "--rate", "200", "--threads", "--nonblocking",
-                 "--format", "raw", "--output", str(self.out / f"{label}-host{pid}.txt")],
+                 "--format", "raw", "--output", str(self.out / f"{label}-{name}.txt")],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
 
     def stop(self) -> None:
@@ -394,9 +398,9 @@ async def phase(name: str, args: argparse.Namespace, probe: Probe, neighbours: N
             "server_ms_median": {p: median([t["server"].get(p) for t in each]) for p in SERVER_PHASES}}
     wall = time.perf_counter() - t0
     out["probe"] = probe_summary(turns)
-    # Every turn: seconds into the phase, total, model (server-reported) and api_overhead ms.
+    # Every turn: seconds into the phase, total, model (server-reported), api_overhead and backend ms.
     out["probe_turns"] = [[round(t.started - t0, 3), round(t.total_ms, 2), t.model_ms and round(t.model_ms, 2),
-                           t.api_overhead_ms] for t in turns]
+                           t.api_overhead_ms, t.backend_ms] for t in turns]
     out["cpu"] = ServerCpu.used(before, await asyncio.to_thread(cpu.sample), wall)
     out["wall_s"] = round(wall, 2)
     out["load_average"] = [round(x, 2) for x in os.getloadavg()]
@@ -449,7 +453,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--neighbour-output-tokens", type=int, default=16)
     p.add_argument("--url", help="a running server (default: start an embedded one)")
     p.add_argument("--config", type=Path, help="server config file for the embedded server")
-    p.add_argument("--py-spy", type=Path, metavar="DIR", help="record each session host with py-spy in loaded phases")
+    p.add_argument("--py-spy", type=Path, metavar="DIR",
+                   help="record each session host and the inference replica with py-spy in loaded phases")
     p.add_argument("--out", type=Path, default=Path("results/neighbours.json"))
 
 
