@@ -109,6 +109,16 @@ def test_other_paths_are_not_upgraded(server_url):
     assert exc.value.response.status_code >= 400  # refused: no socket opens
 
 
+def stats_after_cancel(handle, before: dict) -> dict:
+    """The replica's stats once a generation was cancelled and its slot freed (or after 10 s)."""
+    deadline = time.monotonic() + 10
+    while True:
+        after = handle.stats.remote().result()
+        if (after["cancelled"] > before["cancelled"] and after["active"] == 0) or time.monotonic() > deadline:
+            return after
+        time.sleep(0.1)
+
+
 def test_check_50_client_disconnect_mid_response_cancels_generation(ws_url):
     handle = serve.get_deployment_handle("InferenceDeployment", app_name="responses-ws")
     before = handle.stats.remote().result()
@@ -122,12 +132,7 @@ def test_check_50_client_disconnect_mid_response_cancels_generation(ws_url):
         # the socket is closed here, mid-response
 
     run(main())
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        after = handle.stats.remote().result()
-        if after["cancelled"] > before["cancelled"] and after["active"] == 0:
-            break
-        time.sleep(0.1)
+    after = stats_after_cancel(handle, before)
     assert after["cancelled"] == before["cancelled"] + 1
     assert after["active"] == 0, "the batch slot was freed"
 
@@ -155,12 +160,7 @@ def test_later_turns_go_over_the_direct_channel_and_a_disconnect_still_cancels_t
                 pass
 
     run(main())
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        after = handle.stats.remote().result()
-        if after["cancelled"] > before["cancelled"] and after["active"] == 0:
-            break
-        time.sleep(0.1)
+    after = stats_after_cancel(handle, before)
     assert after["channel_calls"] >= before["channel_calls"] + 2, "turns 3 and 4 at least went direct"
     assert after["cancelled"] == before["cancelled"] + 1
     assert after["active"] == 0, "the batch slot was freed"
