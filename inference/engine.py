@@ -204,9 +204,9 @@ class Engine:
                 first, events = [], []
             # The final item: the last chunk's events (if any) plus Done.  Store first, so a
             # consumer that stops right after Done still leaves the finished state cached.
+            rendered = [t for stream in streams for t in stream.rendered()]
             held = array("I", prompt)
-            for stream in streams:
-                held.extend(stream.rendered())
+            held.extend(rendered)
             self._insert(held, found.keys, root)
             self._output_tokens_total += n
             reason: FinishReason
@@ -218,7 +218,10 @@ class Engine:
                 reason = "stop"
             decode_ms = (schedule.deadline(n - 1) - t_first) * 1000.0 if n else 0.0
             finished = True
-            yield first + [*events, Done(reason, n, decode_ms)]
+            # The output as the conversation continues with it: the session appends these ids
+            # instead of rendering the output items again (the same chat_format functions
+            # over the same text, so the same ids, and what the next prompt's cache hit is on).
+            yield first + [*events, Done(reason, n, decode_ms, tuple(rendered) if rendered else None)]
         except (GeneratorExit, asyncio.CancelledError):
             if not finished:
                 self._cancelled += 1

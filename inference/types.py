@@ -116,7 +116,10 @@ class Done:
     ``context_token_ids``: what the call adds to the conversation as the engine's own token
     ids (a real model's generation prompt, output ids and closing,
     ``inference.chat_template.TemplateFormat.continuation``); the session appends them as
-    they are.  ``None`` (the emulator): the session renders the output items itself."""
+    they are.  The emulator sends its rendering of the output (``chat_format``, what the
+    session would render from the same text; the prefix cache holds the same ids), so the
+    session does not tokenise the output again; ``None`` (no output): the session renders
+    the output items itself."""
 
     finish_reason: FinishReason
     output_tokens: int

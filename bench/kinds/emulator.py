@@ -66,6 +66,8 @@ class Stream:
         one that completed token ``upto`` (default: the last)."""
         seen, t_a, n_a, t_b, n_b = 0, None, 0, None, 0
         for t, n in self.stamps:
+            if not n:  # an item without tokens (under load, Done follows the last tokens alone)
+                continue
             seen += n
             if t_a is None and seen >= skip_tokens:
                 t_a, n_a = t, seen
@@ -289,7 +291,23 @@ async def main_async(args) -> dict:
             "prefix_cache": cfg.prefix_cache.model_dump(),
         }
         await sections(handle, cfg, args, result)
+    _stop_long_polls()
     return result
+
+
+def _stop_long_polls() -> None:
+    """Stop this process's Serve long-poll clients while their loop still runs.  Left
+    running, one answers the app's deletion after ``asyncio.run`` closed the loop, and its
+    "loop not running" notice to the controller (an actor call from a Ray callback thread)
+    re-initialises Ray while ``ray.shutdown`` holds Ray's lock: the benchmark never exited
+    (seen twice, py-spy: ``auto_init_ray`` waiting in ``LongPollClient._schedule_to_event_loop``
+    beside ``ray.shutdown``).  Ray 2.60 has no public way to stop them: found by type."""
+    import gc
+
+    from ray.serve._private.long_poll import LongPollClient
+
+    for client in (o for o in gc.get_objects() if isinstance(o, LongPollClient)):
+        client.stop()
 
 
 async def sections(handle, cfg: InferenceConfig, args, result: dict) -> None:
@@ -314,6 +332,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     with embedded_ray(num_cpus=2):
         result = asyncio.run(main_async(args))
-    results.write(args.out, result, args.run)
-    print(f"saved {args.out}")
+        results.write(args.out, result, args.run)  # before Ray stops
+        print(f"saved {args.out}")
     return 0

@@ -145,7 +145,9 @@ def test_max_output_tokens_cuts_the_answer(engine):
     events = events_of(run(engine, request(max_output_tokens=5)))
     deltas = [e for e in events if isinstance(e, TextDelta)]
     assert "".join(d.text for d in deltas) == decode(full[:5])
-    assert events[-1] == Done("max_output_tokens", 5, pytest.approx(5.0))
+    # Done carries the output as the session renders it: the cut text, not the plan
+    rendered = tuple(cf.render_message("assistant", decode(full[:5])))
+    assert events[-1] == Done("max_output_tokens", 5, pytest.approx(5.0), rendered)
 
 
 def test_max_output_tokens_equal_to_the_answer_is_not_a_cut(engine):
@@ -170,7 +172,8 @@ def test_an_answer_that_fits_in_one_chunk_is_a_single_item(engine, clock):
     assert chunk == [
         Prefilled(len(PROMPT), 0, 0.0, pytest.approx(prefill_ms)),
         TextDelta(decode(full[:1]), 1),
-        Done("max_output_tokens", 1, pytest.approx(decode_s(p, 1) * 1000)),
+        Done("max_output_tokens", 1, pytest.approx(decode_s(p, 1) * 1000),
+             tuple(cf.render_message("assistant", decode(full[:1])))),
     ]
     assert t == pytest.approx(100.0 + prefill_ms / 1000 + decode_s(p, 1), abs=1e-9)
 

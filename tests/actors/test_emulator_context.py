@@ -1,0 +1,63 @@
+"""The emulator hands the session its output as token ids (``Done.context_token_ids``), and
+the session continues the conversation with them instead of tokenising the output again:
+they must be exactly what the session would render from the output items it built — for
+text, function calls, custom tool calls, hidden reasoning and a cut answer."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from actors.config import SessionConfig
+from actors.render import render_items
+from actors.session import Session
+from inference.engine import Engine
+from inference.profiles import load_inference_config
+from inference.types import Done
+
+MODEL = "emu-fast"
+READ = {"type": "function", "name": "read_file", "description": "Read a file",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}
+PATCH = {"type": "custom", "name": "apply_patch", "description": "Apply a patch"}
+
+
+class Instant:
+    """Clock and sleeper: time jumps to whatever is awaited."""
+
+    t = 0.0
+
+    def now(self) -> float:
+        return self.t
+
+    async def sleep_until(self, t: float) -> None:
+        self.t = max(self.t, t)
+
+
+@pytest.mark.parametrize("body", [
+    {"metadata": {"emulator.text_tokens": "300"}},
+    {"tools": [READ], "metadata": {"emulator.tool_rounds": "1"}},
+    {"tools": [PATCH], "tool_choice": {"type": "custom", "name": "apply_patch"}},
+    {"metadata": {"emulator.text_tokens": "120", "emulator.reasoning_tokens": "40"}},
+    {"metadata": {"emulator.text_tokens": "300"}, "max_output_tokens": 77},
+], ids=["text", "function-call", "custom-call", "reasoning", "cut"])
+def test_the_engines_output_ids_are_what_the_session_would_render(body):
+    clock = Instant()
+    engine = Engine(load_inference_config(), clock, clock)
+    session = Session(SessionConfig(), [MODEL], session_key="c", clock=lambda: 1.0)
+    fx = session.on_frame(json.dumps({"type": "response.create", "model": MODEL, "input": "Fix the bug.",
+                                      "store": False, **body}))
+    (turn,) = fx.start
+
+    async def drive() -> Done:
+        done = None
+        async for chunk in engine.generate(turn.request):
+            session.on_inference(turn.turn_id, chunk)
+            done = next((e for e in chunk if isinstance(e, Done)), done)
+        return done
+
+    done = asyncio.run(drive())
+    output = turn.builder.response.output
+    assert output and done.context_token_ids is not None
+    assert list(done.context_token_ids) == render_items(output)
