@@ -143,6 +143,7 @@ class Engine:
         self._requests += 1
         self._active += 1
         finished = False
+        pending: Sequence[int] | None = None  # KV to cache once the chunk that made it is out
         try:
             if admitted:
                 t_admit = t_arrive
@@ -187,7 +188,7 @@ class Engine:
                 async for start, end in paced_chunks(chunker, self._clock, self._sleeper):
                     now = self._clock.now()
                     if start == 0:
-                        self._insert(prompt, found.keys, root)  # prefill is done: its KV exists
+                        pending = prompt  # prefill is done: its KV exists
                         self._observer.first_token(model, now - t_arrive)
                     else:
                         self._observer.tokens(model, end - start, (now - t_last) / (end - start))
@@ -196,18 +197,22 @@ class Engine:
                     if end < n and events:  # a chunk holding only part of a character waits
                         yield first + events
                         first = []
+                        if pending is not None:  # cached once the tokens it made are out
+                            self._insert(pending, found.keys, root)
+                            pending = None
             if events and self._windows[model].aligned:
                 # Under load the last tokens leave when they are due, before the end work
                 # (rendering and caching the output) that every stream ending on the same
                 # tick would otherwise queue in front of them; Done follows on its own.
                 yield first + events
                 first, events = [], []
-            # The final item: the last chunk's events (if any) plus Done.  Store first, so a
-            # consumer that stops right after Done still leaves the finished state cached.
+            # The final item: the last chunk's events (if any) plus Done.  The finished
+            # state is cached after it is out (also if the consumer stops right after Done:
+            # ``finally``), so caching a long conversation never delays a response's end.
             rendered = [t for stream in streams for t in stream.rendered()]
             held = array("I", prompt)
             held.extend(rendered)
-            self._insert(held, found.keys, root)
+            pending = held
             self._output_tokens_total += n
             reason: FinishReason
             if n < total:
@@ -227,6 +232,8 @@ class Engine:
                 self._cancelled += 1
             raise
         finally:
+            if pending is not None:
+                self._insert(pending, found.keys, root)
             self._active -= 1
             if finished:
                 self._completed += 1

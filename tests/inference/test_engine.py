@@ -358,6 +358,24 @@ def test_multibyte_text_split_across_chunks_is_reassembled_exactly(
         assert all(d.text for d in deltas)
 
 
+def test_a_consumer_that_stops_at_done_still_leaves_the_finished_state_cached(engine):
+    """The output's KV is cached after ``Done`` is out (so caching never delays a
+    response's end), and also when the consumer closes the stream right after it."""
+    async def stop_at_done():
+        stream = engine.generate(request())
+        done = None
+        while done is None:
+            chunk = await stream.__anext__()
+            done = next((e for e in chunk if isinstance(e, Done)), None)
+        await stream.aclose()
+        return done
+
+    done = asyncio.run(stop_at_done())
+    held = PROMPT + tuple(done.context_token_ids)
+    assert engine.prefix_cache.contains_prefix(held, engine_root(engine)) == floor_block(len(held))
+    assert engine.stats()["completed"] == 1
+
+
 def test_several_calls_in_one_plan_are_numbered_from_zero(engine, monkeypatch):
     calls = tuple(
         FunctionCallSegment(name, args, tuple(encode(args)))
