@@ -29,6 +29,7 @@ from actors.protocol import (
     TERMINAL_EVENT_TYPES,
     CompactedResponse,
     ErrorEvent,
+    EventEncoder,
     HttpBody,
     InputTokensDetails,
     ItemList,
@@ -195,13 +196,14 @@ def add_http_routes(
 async def _sse(conn: Connection, first: list, events: AsyncIterator[list]) -> AsyncIterator[bytes]:
     """``event: <type>`` / ``data: <json>`` per event until the terminal one, then
     ``data: [DONE]`` (docs/protocol.md §6.1)."""
+    encoder = EventEncoder()
     try:
         batch = first
         while True:
             chunk = []
             done = False
             for event in batch:
-                chunk.append(sse_frame(event))
+                chunk.append(sse_frame(event, encoder))
                 done = done or event.type in TERMINAL_EVENT_TYPES
             if done:
                 chunk.append(SSE_DONE)

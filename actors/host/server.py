@@ -26,7 +26,7 @@ from websockets.server import ServerProtocol
 
 from ..config import SessionConfig
 from ..errors import ConnectionLimitReached, InvalidResumeToken, ServerError, ServerShuttingDown
-from ..protocol import ServerEvent, encode, error_event, http_error_body
+from ..protocol import EventEncoder, ServerEvent, encode, error_event, http_error_body
 from ..session import Session
 from .connection import SERVICE_RESTART, Connection
 from .handoff import RESPONSES_PATH, Handoff, Outcome
@@ -212,13 +212,14 @@ class SocketServer:
 
     async def _send_loop(self, ws: SessionSocket, conn: Connection) -> None:
         sock = ws.transport.get_extra_info("socket")
+        encoder = EventEncoder()  # the echoed instructions and tools encoded once while unchanged
         try:
             async for batch in conn.events():
                 # Cork the socket so the frames of one batch leave in as few segments as
                 # possible (one client wake-up instead of one per event).
                 with _corked(sock, len(batch) > 1):
                     for event in batch:
-                        await ws.send(event if isinstance(event, str) else _encode_or_error(event))
+                        await ws.send(event if isinstance(event, str) else _encode_or_error(event, encoder))
             # events() ended without a client close: the server ends the connection
             # (1000, or 1012 when draining for a shutdown or a redeploy).
             await ws.close(conn.close_code or 1000, conn.close_reason)
@@ -251,11 +252,11 @@ class SocketServer:
             await asyncio.wait(pending, timeout=5)
 
 
-def _encode_or_error(event: ServerEvent) -> str:
+def _encode_or_error(event: ServerEvent, encoder: EventEncoder) -> str:
     """An event that cannot be encoded (a bug) is replaced by ``server_error`` rather than
     killing the sender and leaving the socket silent."""
     try:
-        return encode(event)
+        return encoder(event)
     except Exception:
         log.exception("could not encode a %s event", getattr(event, "type", "?"))
         return encode(error_event(ServerError()))

@@ -3,7 +3,7 @@
 - :mod:`.requests` — inbound client events and HTTP create bodies, and the one parse point
   (:func:`parse_client_event`, :func:`parse_http_create`);
 - :mod:`.events` — the Response object, every server event, and the one encode point
-  (:func:`encode`; errors become wire events only in :func:`error_event` / :func:`http_error_body`);
+  (:func:`encode`, and :class:`EventEncoder` for a connection's events; errors become wire events only in :func:`error_event` / :func:`http_error_body`);
 - :mod:`.items` — input and output items and their stored form.
 
 Nothing else in the project branches on ``"type"`` strings.
@@ -20,6 +20,7 @@ from .events import (  # noqa: F401
     CustomToolCallInputDone,
     ErrorDetail,
     ErrorEvent,
+    EventEncoder,
     FunctionCallArgumentsDelta,
     FunctionCallArgumentsDone,
     HttpBody,
