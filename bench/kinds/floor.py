@@ -6,7 +6,8 @@ One Codex-like socket (instructions of ``--instruction-words`` words and ``--too
 tools resent with every create, a ~``--tool-output-tokens`` tool output per turn,
 ``store=false``, each turn chained with ``previous_response_id``) runs ``--turns`` turns
 against this server; a turn's non-model time is what the client measured (create sent →
-terminal event read) less the server's reported queue + prefill + decode.  Then a minimal
+terminal event received, before the client parses it) less the server's reported queue +
+prefill + decode.  Then a minimal
 reference server (the same ``websockets`` library with its default permessage-deflate
 settings, in a process of its own) answers the very same creates with the very same frames: it parses each
 create and re-encodes and sends the recorded events of that turn, nothing else, so its turn
@@ -33,7 +34,7 @@ from typing import Any
 
 from serve.embedded import embedded_server, local_config
 
-from .. import results
+from .. import processes, results
 from .. import workload as wl
 from ..client import ResponsesSocket, connect, is_final
 from ..rollouts import TIMINGS_KEY, model_seconds, server_timings
@@ -49,6 +50,7 @@ class Turn:
     model_ms: float | None = None  # server-reported queue + prefill + decode
     api_overhead_ms: float | None = None
     backend_ms: float | None = None  # the server's model call beyond the model's time
+    phases: dict[str, float] = field(default_factory=dict)  # the server's timings, all of them
 
 
 @dataclass
@@ -56,6 +58,7 @@ class Run:
     mode: str
     turns: list[Turn] = field(default_factory=list)
     deflate: bool = False  # the server accepted the client's permessage-deflate offer
+    cpu_ms: float | None = None  # the server's processes' CPU over the run (embedded server only)
 
 
 def workload_tools(count: int, seed: int) -> list[dict[str, Any]]:
@@ -88,16 +91,19 @@ def creates_for(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
 
 async def exchange(sock: ResponsesSocket, create: str, frames: int | None = None) -> tuple[list[str], float]:
     """Send ``create`` and read its answer — ``frames`` frames, or up to the final event —
-    parsing each frame as any client does; the frames as received, and the turn's ms."""
+    parsing each frame as any client does; the frames as received, and the turn's ms: from
+    the create's send to the last frame's arrival (before the client parses it, which is the
+    client's own work)."""
     got: list[str] = []
     t0 = time.perf_counter()
     await sock.ws.send(create)
     while True:
         raw = await sock.ws.recv()
+        arrived = time.perf_counter()
         event = json.loads(raw)
         got.append(raw)
         if len(got) == frames or (frames is None and is_final(event)):
-            return got, (time.perf_counter() - t0) * 1000
+            return got, (arrived - t0) * 1000
 
 
 async def drive(url: str, mode: str, fixed: dict[str, Any], outputs: list[str]) -> Run:
@@ -125,7 +131,8 @@ async def drive(url: str, mode: str, fixed: dict[str, Any], outputs: list[str]) 
             timings = server_timings(prev)
             model = model_seconds(timings)
             run.turns.append(Turn(create, frames, total_ms, None if model is None else model * 1000,
-                                  (timings or {}).get("api_overhead"), (timings or {}).get("backend")))
+                                  (timings or {}).get("api_overhead"), (timings or {}).get("backend"),
+                                  dict(timings or {})))
     return run
 
 
@@ -159,7 +166,8 @@ async def drive_reference(url: str, run: Run) -> list[float]:
         return [(await exchange(sock, t.create, len(t.frames)))[1] for t in run.turns]
 
 
-def reference_laps(run: Run) -> list[float]:
+def reference_laps(run: Run) -> tuple[list[float], float]:
+    """Each turn's time against the reference, and the reference process's CPU ms."""
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe()
     proc = ctx.Process(target=_reference_main, args=([t.frames for t in run.turns], child), daemon=True)
@@ -168,7 +176,9 @@ def reference_laps(run: Run) -> list[float]:
         if not parent.poll(60):
             raise RuntimeError("the reference server did not start")
         port = parent.recv()
-        return asyncio.run(drive_reference(f"http://127.0.0.1:{port}", run))
+        cpu = processes.cpu_s([proc.pid])
+        laps = asyncio.run(drive_reference(f"http://127.0.0.1:{port}", run))
+        return laps, (processes.cpu_s([proc.pid]) - cpu) * 1000
     finally:
         proc.terminate()
         proc.join(10)
@@ -178,7 +188,7 @@ def median(xs: list[float]) -> float:
     return round(statistics.median(xs), 3) if xs else float("nan")
 
 
-def summarise(run: Run, reference: list[float], skip: int) -> dict[str, Any]:
+def summarise(run: Run, reference: list[float], reference_cpu_ms: float, skip: int) -> dict[str, Any]:
     turns = run.turns[skip:]
     ours = [t.total_ms - t.model_ms for t in turns if t.model_ms is not None]
     ref = reference[skip:]
@@ -189,8 +199,14 @@ def summarise(run: Run, reference: list[float], skip: int) -> dict[str, Any]:
            "server_backend_ms": median([t.backend_ms for t in turns if t.backend_ms is not None]),
            "frames_per_turn": median([len(t.frames) for t in turns]),
            "bytes_per_turn": median([sum(len(f) for f in t.frames) for t in turns]),
-           "server_deflate": run.deflate}
+           "server_deflate": run.deflate,
+           # CPU a turn (all turns, warm-up too; the kernel counts it in 10 ms ticks, so it
+           # needs ~100 turns), which the machine's load moves far less than time
+           "server_cpu_ms_per_turn": None if run.cpu_ms is None else round(run.cpu_ms / len(run.turns), 3),
+           "reference_cpu_ms_per_turn": round(reference_cpu_ms / len(run.turns), 3)}
     out["client_minus_server_ms"] = round(out["server_nonmodel_ms"] - out["server_api_overhead_ms"], 3)
+    names = sorted({k for t in turns for k in t.phases})
+    out["server_phases_ms"] = {k: median([t.phases[k] for t in turns if k in t.phases]) for k in names}
     return out
 
 
@@ -209,8 +225,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=Path("results/floor.json"))
 
 
-async def measure_server(url: str, modes: list[str], fixed: dict[str, Any], outputs: list[str]) -> list[Run]:
-    return [await drive(url, mode, fixed, outputs) for mode in modes]
+SERVER_PROCESSES = (processes.SESSION_ACTOR, "InferenceDeployment")  # a WebSocket turn's processes
+
+
+async def measure_server(url: str, modes: list[str], fixed: dict[str, Any], outputs: list[str],
+                         pids: list[int] | None = None) -> list[Run]:
+    """Each mode's run; with ``pids`` (the embedded server's session hosts and inference
+    replicas), also their CPU over the run."""
+    runs = []
+    for mode in modes:
+        cpu = processes.cpu_s(pids) if pids else 0.0
+        run = await drive(url, mode, fixed, outputs)
+        if pids:
+            run.cpu_ms = (processes.cpu_s(pids) - cpu) * 1000
+        runs.append(run)
+    return runs
 
 
 def run(args: argparse.Namespace) -> int:
@@ -226,15 +255,19 @@ def run(args: argparse.Namespace) -> int:
             runs = asyncio.run(measure_server(args.url, modes, fixed, outputs))
         else:
             with embedded_server(local_config(args.config)) as url:
-                runs = asyncio.run(measure_server(url, modes, fixed, outputs))
-        result = {run.mode: summarise(run, reference_laps(run), args.skip) for run in runs}
+                pids = [pid for name in SERVER_PROCESSES for pid in processes.actor_pids(name)]
+                runs = asyncio.run(measure_server(url, modes, fixed, outputs, pids))
+        result = {run.mode: summarise(run, *reference_laps(run), args.skip) for run in runs}
         rounds.append(result)
         for mode, s in result.items():
             print(f"round {r + 1} {mode:>7}: server {s['server_nonmodel_ms']:.2f} ms outside the model per turn, "
                   f"reference {s['reference_ms']:.2f} ms -> {s['ratio']}x; the server reports "
                   f"api_overhead {s['server_api_overhead_ms']:.2f} ms (backend {s['server_backend_ms']:.2f}) "
                   f"({s['frames_per_turn']:.0f} frames, {s['bytes_per_turn'] / 1000:.0f} KB a turn"
-                  f"{'' if mode == 'plain' else '; deflate ' + ('accepted' if s['server_deflate'] else 'declined')})")
+                  f"{'' if mode == 'plain' else '; deflate ' + ('accepted' if s['server_deflate'] else 'declined')})"
+                  + ("" if s["server_cpu_ms_per_turn"] is None else
+                     f"; CPU a turn: server {s['server_cpu_ms_per_turn']:.2f} ms, "
+                     f"reference {s['reference_cpu_ms_per_turn']:.2f} ms"))
     results.write(args.out, {"command": args.command, "rounds": rounds,
                              "workload": {k: getattr(args, k) for k in
                                           ("turns", "model", "instruction_words", "tools",
