@@ -11,7 +11,11 @@ late wake-up does not push every later token back: the stream catches up by coal
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import heapq
+import itertools
 import math
+import threading
 import time
 from bisect import bisect_right
 from collections.abc import AsyncIterator, Sequence
@@ -39,29 +43,69 @@ class MonotonicClock:
         return time.monotonic()
 
 
-SPIN_S = 0.0015
-"""The last stretch of a sleep that is waited for by yielding to the event loop rather than
-by a timer: the loop's timers wake up to ~1 ms late (its selector's timeout is in whole
-milliseconds, rounded up; ~0.9 ms late at the median on the project's machine), and a
-response's end is one such wake-up after its last token is due."""
-
-
 class AsyncioSleeper:
-    """The real sleeper: a timer for all but the last :data:`SPIN_S` before ``t``, then
-    yields to the event loop (other tasks run meanwhile) until ``t`` has come, so emulated
-    tokens leave when they are due rather than up to a millisecond later.  It loops because
-    the event loop may also wake a timer slightly early (it runs timers due within its
-    clock resolution)."""
+    """The real sleeper, on time to ~0.1 ms.  The event loop's own timers fire up to ~1 ms
+    late (its selector waits in whole milliseconds, rounded up: ~0.9 ms late at the median on
+    the project's machine), so a response would end about a millisecond after its emulated
+    time, which a client sees as API overhead.  Instead one thread per process (the
+    :class:`_Waker`) waits for the earliest deadline with a microsecond timeout and wakes the
+    loop of each sleep that is due; sleeps due together wake together.  ``clock`` must be
+    the monotonic clock the deadlines are on (``MonotonicClock``)."""
 
-    def __init__(self, clock: Clock, spin_s: float = SPIN_S) -> None:
+    def __init__(self, clock: Clock) -> None:
         self._clock = clock
-        self._spin_s = spin_s
 
     async def sleep_until(self, t: float) -> None:
-        while (delay := t - self._clock.now()) > self._spin_s:
-            await asyncio.sleep(delay - self._spin_s)
-        while self._clock.now() < t:
-            await asyncio.sleep(0)
+        while t > self._clock.now():  # the clock may also read a hair early: check again
+            loop = asyncio.get_running_loop()
+            woken = loop.create_future()
+            _Waker.of(self._clock).add(t, loop, woken)
+            await woken
+
+
+class _Waker:
+    """A daemon thread holding a heap of deadlines; at each, it resolves the futures due."""
+
+    _instance: _Waker | None = None
+    _guard = threading.Lock()
+
+    @classmethod
+    def of(cls, clock: Clock) -> _Waker:
+        with cls._guard:
+            if cls._instance is None:
+                cls._instance = cls(clock)
+            return cls._instance
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._due: list[tuple[float, int, asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self._order = itertools.count()
+        self._cond = threading.Condition()
+        threading.Thread(target=self._run, name="sleeper-waker", daemon=True).start()
+
+    def add(self, t: float, loop: asyncio.AbstractEventLoop, woken: asyncio.Future[None]) -> None:
+        with self._cond:
+            heapq.heappush(self._due, (t, next(self._order), loop, woken))
+            if self._due[0][3] is woken:  # a new earliest deadline
+                self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._due or (wait := self._due[0][0] - self._clock.now()) > 0:
+                    self._cond.wait(wait if self._due else None)
+                now = self._clock.now()
+                ready = []
+                while self._due and self._due[0][0] <= now:
+                    ready.append(heapq.heappop(self._due))
+            for _, _, loop, woken in ready:
+                with contextlib.suppress(RuntimeError):  # its loop has closed
+                    loop.call_soon_threadsafe(_wake, woken)
+
+
+def _wake(woken: asyncio.Future[None]) -> None:
+    if not woken.done():  # not cancelled meanwhile
+        woken.set_result(None)
 
 
 def ttft_ms(profile: ModelProfile, prompt_tokens: int, cached_tokens: int) -> float:

@@ -7,7 +7,16 @@ import itertools
 
 import pytest
 
-from inference.pacing import Chunker, ItemWindow, decode_s, paced_chunks, token_deadlines, ttft_ms
+from inference.pacing import (
+    AsyncioSleeper,
+    Chunker,
+    ItemWindow,
+    MonotonicClock,
+    decode_s,
+    paced_chunks,
+    token_deadlines,
+    ttft_ms,
+)
 
 
 def approx(x):
@@ -179,3 +188,32 @@ def test_under_load_items_leave_on_the_window_grid_and_never_early(make_profile,
     assert all(t >= d[e - 1] for t, _, e in items)  # never before the tokens are due
     # held at most one window: each item's first token was due less than a tick before
     assert all(t - d[s] < 0.02 + 1e-12 for t, s, _ in items)
+
+
+def test_the_real_sleeper_never_wakes_early_and_a_cancelled_sleep_does_not_disturb_the_others():
+    """Many sleeps at once, on the real clock: each returns at or after its deadline, in
+    deadline order, and one cancelled midway neither wakes nor holds back the rest."""
+    clock = MonotonicClock()
+    sleeper = AsyncioSleeper(clock)
+
+    async def main() -> tuple[list[tuple[float, float]], bool]:
+        woke: list[tuple[float, float]] = []
+
+        async def sleep(t: float) -> None:
+            await sleeper.sleep_until(t)
+            woke.append((t, clock.now()))
+
+        start = clock.now()
+        deadlines = [start + 0.02 + 0.001 * (i % 10) + 0.0001 * i for i in range(40)]
+        cancelled = asyncio.ensure_future(sleeper.sleep_until(start + 0.025))
+        tasks = [asyncio.ensure_future(sleep(t)) for t in deadlines]
+        await asyncio.sleep(0.001)
+        cancelled.cancel()
+        await asyncio.gather(*tasks)
+        await sleeper.sleep_until(clock.now() - 1.0)  # already due: returns at once
+        return woke, cancelled.cancelled()
+
+    woke, was_cancelled = asyncio.run(main())
+    assert len(woke) == 40 and was_cancelled
+    assert all(now >= t for t, now in woke)
+    assert [t for t, _ in woke] == sorted(t for t, _ in woke)
