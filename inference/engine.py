@@ -35,8 +35,9 @@ from inference.batching import Batch, DecodeSchedule
 from inference.jitter import RequestJitter
 from inference.pacing import Chunker, Clock, ItemWindow, Sleeper, decode_work, paced_chunks, ttft_ms
 from inference.policy import FunctionCallSegment, ReasoningSegment, Segment, plan, policy_for
-from inference.prefix_cache import PrefixCache, reported_cached_tokens
+from inference.prefix_cache import PrefixCache, as_bytes, block_keys, reported_cached_tokens
 from inference.profiles import InferenceConfig
+from inference.prompt_memo import Check, Digest, Known, PromptMemo, check, digest_of
 from inference.tokenizer import Detokenizer
 from inference.types import (
     Done,
@@ -98,6 +99,7 @@ class Engine:
         self._replica = replica
         pc = config.prefix_cache
         self._cache = PrefixCache(pc.capacity_blocks, pc.block_tokens)
+        self._memo = PromptMemo()  # each session's conversation as last cached: hash only what is new
         self._batches = {p.id: Batch(p.batching) for p in config.profiles}
         self._schedules: dict[str, dict[Hashable, DecodeSchedule]] = {p.id: {} for p in config.profiles}
         self._windows = {p.id: ItemWindow.of(p) for p in config.profiles}
@@ -134,7 +136,21 @@ class Engine:
         t_arrive = self._clock.now()  # the emulated time of this request starts now, so
         # the replica's own work (planning, hashing) overlaps the emulated prefill
         profile = self._config.profile(request.model)
-        output = plan(request, policy_for(request, self._config.policy)) if request.generate else None
+        prompt = request.prompt_token_ids
+        root = self._root(profile.id, request.cache_scope)
+        data = as_bytes(prompt)
+        known, prompt_check = self._memo.recall(request.session_key, root, data)
+        digest: Digest | None = None
+        output = None
+        if request.generate:
+            policy = policy_for(request, self._config.policy)
+
+            def prompt_seed() -> int:
+                nonlocal digest
+                value, digest = digest_of(data, policy.seed, known)
+                return int.from_bytes(value, "little")
+
+            output = plan(request, policy, prompt_seed)
         jitter = RequestJitter(profile.jitter, request.request_id)
         model = profile.id
         batch = self._batches[model]
@@ -143,7 +159,7 @@ class Engine:
         self._requests += 1
         self._active += 1
         finished = False
-        pending: Sequence[int] | None = None  # KV to cache once the chunk that made it is out
+        pending: tuple[Sequence[int], Check] | None = None  # KV to cache once the chunk that made it is out
         try:
             if admitted:
                 t_admit = t_arrive
@@ -153,9 +169,7 @@ class Engine:
                 self._observer.batch(model, batch.running, batch.waiting)
                 t_admit = await waiter
             self._rebatch(model, t_admit)
-            prompt = request.prompt_token_ids
-            root = self._root(model, request.cache_scope)
-            found = self._cache.lookup(prompt, root)
+            found = self._cache.lookup(prompt, root, known.keys if known is not None else ())
             self._observer.prefix(found.hit_blocks, found.miss_blocks, 0)
             reused = found.reused_tokens
             prefill_ms = ttft_ms(profile, len(prompt), reused) * jitter.request
@@ -166,7 +180,7 @@ class Engine:
                                   reused_tokens=reused, replica=self._replica)
             if output is None:
                 await self._sleeper.sleep_until(t_first)
-                self._insert(prompt, found.keys, root)
+                self._insert(request.session_key, prompt, prompt_check, found.keys, root, digest)
                 finished = True
                 yield [prefilled, Done("stop", 0, 0.0)]
                 return
@@ -188,7 +202,7 @@ class Engine:
                 async for start, end in paced_chunks(chunker, self._clock, self._sleeper):
                     now = self._clock.now()
                     if start == 0:
-                        pending = prompt  # prefill is done: its KV exists
+                        pending = (prompt, prompt_check)  # prefill is done: its KV exists
                         self._observer.first_token(model, now - t_arrive)
                     else:
                         self._observer.tokens(model, end - start, (now - t_last) / (end - start))
@@ -198,7 +212,7 @@ class Engine:
                         yield first + events
                         first = []
                         if pending is not None:  # cached once the tokens it made are out
-                            self._insert(pending, found.keys, root)
+                            self._insert(request.session_key, *pending, found.keys, root, digest)
                             pending = None
             if events and self._windows[model].aligned:
                 # Under load the last tokens leave when they are due, before the end work
@@ -212,7 +226,7 @@ class Engine:
             rendered = [t for stream in streams for t in stream.rendered()]
             held = array("I", prompt)
             held.extend(rendered)
-            pending = held
+            pending = (held, check(array("I", rendered).tobytes(), prompt_check))
             self._output_tokens_total += n
             reason: FinishReason
             if n < total:
@@ -233,7 +247,7 @@ class Engine:
             raise
         finally:
             if pending is not None:
-                self._insert(pending, found.keys, root)
+                self._insert(request.session_key, *pending, found.keys, root, digest)
             self._active -= 1
             if finished:
                 self._completed += 1
@@ -246,10 +260,15 @@ class Engine:
             return self._roots[model]
         return hash((self._roots[model], scope))
 
-    def _insert(self, tokens: Sequence[int], known: Sequence[int], root: int) -> None:
-        evicted = self._cache.insert(tokens, known, root)
+    def _insert(self, session: str | None, tokens: Sequence[int], tokens_check: Check, known: Sequence[int],
+                root: int, digest: Digest | None) -> None:
+        """Cache the KV of ``tokens`` (``known``: the block keys of a prefix of them), and
+        remember them as ``session``'s conversation (``inference.prompt_memo``)."""
+        keys = block_keys(tokens, self._cache.block_tokens, known, root)
+        evicted = self._cache.insert_keys(keys)
         if evicted:
             self._observer.prefix(0, 0, evicted)
+        self._memo.remember(session, Known(len(tokens), tokens_check, root, tuple(keys), digest))
 
     def _rebatch(self, model: str, t: float) -> None:
         """The batch changed at ``t``: every running sequence's step factor follows."""

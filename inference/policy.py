@@ -53,7 +53,7 @@ import math
 import random
 import sys
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from hashlib import blake2b
 from typing import Any
@@ -212,13 +212,15 @@ def policy_for(request: InferenceRequest, base: PolicyConfig) -> PolicyConfig:
 _MODES = ("auto", "none", "required")
 
 
-def plan(request: InferenceRequest, policy: PolicyConfig) -> OutputPlan:
+def plan(request: InferenceRequest, policy: PolicyConfig, prompt_seed: Callable[[], int] | None = None) -> OutputPlan:
     """The output of one response: hidden reasoning if asked for, then one function call or
-    one text answer (see module doc) — or what the scenario says."""
+    one text answer (see module doc) — or what the scenario says.  ``prompt_seed``: the
+    plan's seed (the digest of the prompt and ``policy.seed``) computed by the caller, who
+    may know most of it already (``inference.prompt_memo``)."""
     turn = scripted.turn_for(request, policy.scenario) if policy.scenario is not None else None
     if turn is not None:
         return scripted_plan(request, turn, policy.seed)
-    seed = _seed(request.prompt_token_ids, policy.seed)
+    seed = prompt_seed() if prompt_seed is not None else _seed(request.prompt_token_ids, policy.seed)
     rng = random.Random(seed)
     thinking: tuple[Segment, ...] = ()
     if policy.reasoning_tokens:  # its own generator: the visible output does not change with it

@@ -49,7 +49,8 @@ def reported_cached_tokens(reused_tokens: int) -> int:
     return stepped if stepped >= CACHING_MIN_TOKENS else 0
 
 
-def _as_bytes(tokens: Sequence[int]) -> bytes:
+def as_bytes(tokens: Sequence[int]) -> bytes:
+    """Token ids as 4-byte unsigned ints, as blocks are hashed."""
     if isinstance(tokens, array) and tokens.typecode == "I":
         return tokens.tobytes()
     return array("I", tokens).tobytes()
@@ -64,7 +65,7 @@ def block_keys(
     ``known`` may hold the keys of a prefix of those blocks already computed (e.g. by the
     lookup of the same prompt); only the blocks after it are hashed.
     """
-    data = _as_bytes(tokens)
+    data = as_bytes(tokens)
     step = block_tokens * 4
     n = len(data) // step
     keys = list(known[:n])
@@ -108,14 +109,15 @@ class PrefixCache:
         """Blocks held."""
         return len(self._blocks)
 
-    def lookup(self, prompt: Sequence[int], root: int = 0) -> Lookup:
-        """Reuse the longest cached block prefix of ``prompt`` (see module doc).
+    def lookup(self, prompt: Sequence[int], root: int = 0, known: Sequence[int] = ()) -> Lookup:
+        """Reuse the longest cached block prefix of ``prompt`` (see module doc); ``known``:
+        the block keys of a prefix of it, already computed.
 
         Hit blocks become the most recently used.  Blocks counted as misses are the full
         blocks of the matchable part (the first ``len(prompt) - 1`` tokens) after the first
         miss: the ones this request must prefill and will add."""
         matchable = max(0, len(prompt) - 1)
-        keys = block_keys(prompt[:matchable], self._block, root=root) if self._capacity else []
+        keys = block_keys(prompt[:matchable], self._block, known, root) if self._capacity else []
         hits = 0
         for key in keys:
             if key not in self._blocks:
@@ -136,7 +138,12 @@ class PrefixCache:
         for a prefix of them); returns the number of blocks evicted to make room."""
         if not self._capacity:
             return 0
-        keys = block_keys(tokens, self._block, known, root)
+        return self.insert_keys(block_keys(tokens, self._block, known, root))
+
+    def insert_keys(self, keys: Sequence[int]) -> int:
+        """:meth:`insert` of blocks by their keys (:func:`block_keys`)."""
+        if not self._capacity:
+            return 0
         blocks = self._blocks
         for key in reversed(keys):  # tail first: the chain's root ends most recent
             if key in blocks:

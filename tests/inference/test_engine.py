@@ -346,7 +346,7 @@ def test_multibyte_text_split_across_chunks_is_reassembled_exactly(
     # One token per chunk, so chunks often end inside a character.
     engine = Engine(make_config(make_profile(min_chunk_tokens=1)), clock, clock)
     ids = tuple(encode("naïve café 🙂🙂 日本語のテキスト " * 4))
-    monkeypatch.setattr(engine_module, "plan", lambda req, pol: OutputPlan((TextSegment(ids),)))
+    monkeypatch.setattr(engine_module, "plan", lambda req, pol, *_: OutputPlan((TextSegment(ids),)))
     for limit in (None, 7, 9):
         chunks = run(engine, request(max_output_tokens=limit))
         assert all(chunks)  # no empty stream items
@@ -381,7 +381,7 @@ def test_several_calls_in_one_plan_are_numbered_from_zero(engine, monkeypatch):
         FunctionCallSegment(name, args, tuple(encode(args)))
         for name, args in (("a", '{"x": 1}'), ("b", '{"y": "two"}'))
     )
-    monkeypatch.setattr(engine_module, "plan", lambda req, pol: OutputPlan(calls))
+    monkeypatch.setattr(engine_module, "plan", lambda req, pol, *_: OutputPlan(calls))
     events = events_of(run(engine, request()))
     per_call: dict[tuple[int, str], str] = {}
     for e in events:
