@@ -9,7 +9,6 @@ between the last ``feed`` and ``terminal`` is where the session does its post-pr
 
 from __future__ import annotations
 
-import copy
 import enum
 from collections.abc import Callable, Sequence
 from typing import TypeVar
@@ -109,11 +108,13 @@ class ResponseBuilder:
         return self._finish(reason, self._generated + self._pending_tokens())
 
     def _snapshot(self) -> ResponseObject:
-        """The response as it is now, for an event encoded later.  The echoed tool
-        definitions (often thousands of tokens) are shared, not copied: nothing changes
-        them after the response is created."""
-        tools = self.response.tools
-        return copy.deepcopy(self.response, {id(tools): tools})
+        """The response as it is now, for an event encoded later.  A shallow copy with the
+        output items copied: the builder changes the response only by assigning its fields
+        and by appending to and editing its output items, so everything else (the echoed
+        instructions and tools, often thousands of tokens, and the echoed settings) is
+        shared, not copied (a deep copy cost ~0.5 ms a snapshot on the project's machine)."""
+        r = self.response
+        return r.model_copy(update={"output": [item.model_copy(deep=True) for item in r.output]})
 
     @property
     def output(self) -> list[OutputItem]:
