@@ -5,9 +5,10 @@
 One Codex-like socket (instructions of ``--instruction-words`` words and ``--tools`` function
 tools resent with every create, a ~``--tool-output-tokens`` tool output per turn,
 ``store=false``, each turn chained with ``previous_response_id``) runs ``--turns`` turns
-against this server; a turn's non-model time is what the client measured (create sent →
-terminal event received, before the client parses it) less the server's reported queue +
-prefill + decode.  Then a minimal
+against this server; a turn's non-model time is what the client measured (from the create
+handed to the socket, after the client encoded and compressed it, to the terminal event's
+arrival, before the client parses it) less the server's reported queue + prefill + decode.
+Then a minimal
 reference server (the same ``websockets`` library with its default permessage-deflate
 settings, in a process of its own) answers the very same creates with the very same frames: it parses each
 create and re-encodes and sends the recorded events of that turn, nothing else, so its turn
@@ -92,11 +93,12 @@ def creates_for(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
 async def exchange(sock: ResponsesSocket, create: str, frames: int | None = None) -> tuple[list[str], float]:
     """Send ``create`` and read its answer — ``frames`` frames, or up to the final event —
     parsing each frame as any client does; the frames as received, and the turn's ms: from
-    the create's send to the last frame's arrival (before the client parses it, which is the
-    client's own work)."""
+    the create handed to the socket (encoded, and compressed if deflate was negotiated) to the
+    last frame's arrival (before the client parses it) — the client's own work on either side
+    is left out, the same for this server and the reference."""
     got: list[str] = []
-    t0 = time.perf_counter()
     await sock.ws.send(create)
+    t0 = time.perf_counter()
     while True:
         raw = await sock.ws.recv()
         arrived = time.perf_counter()
