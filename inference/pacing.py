@@ -47,20 +47,27 @@ class AsyncioSleeper:
     """The real sleeper, on time to ~0.1 ms.  The event loop's own timers fire up to ~1 ms
     late (its selector waits in whole milliseconds, rounded up: ~0.9 ms late at the median on
     the project's machine), so a response would end about a millisecond after its emulated
-    time, which a client sees as API overhead.  Instead one thread per process (the
-    :class:`_Waker`) waits for the earliest deadline with a microsecond timeout and wakes the
-    loop of each sleep that is due; sleeps due together wake together.  ``clock`` must be
+    time, which a client sees as API overhead.  So one thread per process (the
+    :class:`_Waker`) also waits for the earliest deadline, with a microsecond timeout, and
+    wakes the loop of each sleep that is due; sleeps due together wake together.  ``clock`` must be
     the monotonic clock the deadlines are on (``MonotonicClock``)."""
 
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
 
     async def sleep_until(self, t: float) -> None:
-        while t > self._clock.now():  # the clock may also read a hair early: check again
+        while (delay := t - self._clock.now()) > 0:  # the clock may read a hair early: check again
             loop = asyncio.get_running_loop()
             woken = loop.create_future()
             _Waker.of(self._clock).add(t, loop, woken)
-            await woken
+            # The loop's own timer too: on a busy loop the waker thread waits for the GIL
+            # (up to the interpreter's switch interval), while the loop sees a due timer at
+            # its next turn.  Whichever comes first wakes the sleep.
+            timer = loop.call_later(delay, _wake, woken)
+            try:
+                await woken
+            finally:
+                timer.cancel()
 
 
 class _Waker:
@@ -98,14 +105,22 @@ class _Waker:
                 ready = []
                 while self._due and self._due[0][0] <= now:
                     ready.append(heapq.heappop(self._due))
+            by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
             for _, _, loop, woken in ready:
+                by_loop.setdefault(loop, []).append(woken)
+            for loop, futures in by_loop.items():  # one wake-up per loop, in deadline order
                 with contextlib.suppress(RuntimeError):  # its loop has closed
-                    loop.call_soon_threadsafe(_wake, woken)
+                    loop.call_soon_threadsafe(_wake_all, futures)
 
 
 def _wake(woken: asyncio.Future[None]) -> None:
-    if not woken.done():  # not cancelled meanwhile
+    if not woken.done():  # not cancelled, nor woken by the other timer, meanwhile
         woken.set_result(None)
+
+
+def _wake_all(futures: list[asyncio.Future[None]]) -> None:
+    for woken in futures:
+        _wake(woken)
 
 
 def ttft_ms(profile: ModelProfile, prompt_tokens: int, cached_tokens: int) -> float:
