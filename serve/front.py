@@ -42,7 +42,8 @@ HEAD_TIMEOUT_S = 10.0  # for a connection's request head to arrive
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
-    """A listening socket several gateway replicas on one node can share (SO_REUSEPORT)."""
+    """The port's listening socket.  Replicas that join get it passed (serve/port_claim.py);
+    ``SO_REUSEPORT`` lets one bind beside another while none can pass it (one leaving)."""
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
@@ -244,10 +245,11 @@ class Front:
             self._accepting.cancel()
         with contextlib.suppress(ValueError, OSError):
             asyncio.get_running_loop().remove_reader(self._listener)
-        # Closing a listener resets the connections in its accept queue (Linux moves them to
-        # another listener of the port only with net.ipv4.tcp_migrate_req=1), so they are
-        # accepted first.  Nothing awaits in between: what is left is the few microseconds
-        # between the last accept and the close.
+        # The listener is usually shared with the replicas that go on (serve/port_claim.py):
+        # closing this descriptor leaves its queue to them.  Should this be the last one, the
+        # close resets the connections the kernel queued (Linux moves them to another listener
+        # of the port only with net.ipv4.tcp_migrate_req=1), so what is queued now is accepted
+        # and answered first.
         while True:
             try:
                 sock, _ = self._listener.accept()

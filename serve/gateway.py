@@ -1,8 +1,8 @@
 """The gateway's Ray Serve deployment: it listens on the port, peeks at each request head and
 hands the socket to a session host on its node.
 
-A ``Gateway`` replica listens itself (``SO_REUSEPORT``: replicas of one application on a
-node share the port, no other server may: serve/port_claim.py), not behind Serve's HTTP
+A ``Gateway`` replica listens itself (replicas of one application on a node share one
+listening socket, no other server may join: serve/port_claim.py), not behind Serve's HTTP
 proxy.  WebSocket upgrades and HTTP-mode connections go to session hosts on the same node
 (a file descriptor cannot cross nodes) over one handoff link per host, with no Ray call per
 connection; health checks and the model list are answered here.  What it holds per
@@ -297,8 +297,8 @@ class Gateway:
         responses in flight finish for up to ``server.drain_timeout_s``, close the sockets
         with 1012 (service restart), write everything pending to the store."""
         self._draining = True
-        self._front.close()
-        self._port_claim.close()  # the port is free for another server while this one drains
+        self._port_claim.close()  # first: no replica that starts now gets the listener from here
+        self._front.close()  # the replicas that share the listener go on accepting on it
         self._ticking.cancel()
         timeout = self._cfg.server.drain_timeout_s
         log.info("draining: no new connections; up to %.0f s for work in flight", timeout)

@@ -1,5 +1,5 @@
-"""One server per port: the gateway replicas of one application share their listening port
-(``SO_REUSEPORT``), and no other process may join them (docs/reliability.md).
+"""One server per port: the gateway replicas of one application on a node share one listening
+socket, and no other process may join them (docs/reliability.md).
 
 The kernel lets any socket of the same user join a ``SO_REUSEPORT`` group and splits new
 connections between them, so a second server on the port would silently take a share of
@@ -9,7 +9,16 @@ bound in Linux's abstract namespace, ``@responses-ws-port/<port>/<owner>/<pid>/â
 exactly as long as its socket: a process that crashes leaves nothing stale behind.  The
 abstract namespace belongs to the network namespace, as TCP ports do.  Joining checks the
 members and binds under a per-port lock (another abstract name), so two servers starting at
-once cannot both pass the check.  No Ray here.
+once cannot both pass the check.
+
+A replica that joins receives the listening socket itself from a member (its record listens
+and passes the descriptor, ``SCM_RIGHTS``) rather than binding a second socket into the
+port's ``SO_REUSEPORT`` group: with one socket there is one accept queue, and a replica that
+stops (a redeploy's old gateway) closes only its own descriptor.  Closing a listener of a
+group resets the connections the kernel queued on it and has not yet handed to ``accept``
+(Linux moves them to another listener only with ``net.ipv4.tcp_migrate_req=1``); with one
+socket, they stay queued for the replicas that go on.  Only when no member answers does a
+replica bind its own socket into the group (``SO_REUSEPORT``).  No Ray here.
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ import errno
 import hashlib
 import os
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -27,6 +37,7 @@ from pathlib import Path
 
 PREFIX = "responses-ws-port"
 LOCK_WAIT_S = 10.0
+SHARE_TIMEOUT_S = 2.0  # for a member to pass its listening socket
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +46,7 @@ class Member:
 
     owner: str
     pid: int | None  # None: a name not of this module's making (still a member)
+    name: str = ""  # the abstract name, without its leading NUL
 
 
 class PortTaken(Exception):
@@ -63,37 +75,91 @@ def members(port: int, proc_net_unix: Path = Path("/proc/net/unix")) -> list[Mem
         if path.startswith(needle):
             owner, _, rest = path[len(needle):].partition("/")
             pid = rest.partition("/")[0]
-            found.append(Member(owner, int(pid) if pid.isdigit() else None))
+            found.append(Member(owner, int(pid) if pid.isdigit() else None, path[1:]))
     return found
 
 
 class PortClaim:
-    """This process's membership of the port's group; :meth:`close` it with the listener."""
+    """This process's membership of the port: its record, which passes ``listener`` to the
+    replicas that join.  :meth:`close` it before the listener."""
 
-    def __init__(self, sock: socket.socket) -> None:
-        self._sock = sock
+    def __init__(self, record: socket.socket, listener: socket.socket) -> None:
+        self._record, self._listener = record, listener
+        self._lock = threading.Lock()
+        self._closed = False
+        self._passing = threading.Thread(target=self._pass_listener, name="port-claim", daemon=True)
+        self._passing.start()
+
+    def _pass_listener(self) -> None:
+        while True:
+            try:
+                conn, _ = self._record.accept()
+            except OSError:  # closed
+                return
+            with conn, self._lock:
+                if self._closed:
+                    return
+                with contextlib.suppress(OSError):
+                    socket.send_fds(conn, [b"L"], [self._listener.fileno()])
 
     def close(self) -> None:
-        self._sock.close()
+        """Leave the port: no replica gets the listener from here any more (those that have
+        it keep it)."""
+        with self._lock:
+            self._closed = True
+        with contextlib.suppress(OSError):
+            self._record.shutdown(socket.SHUT_RDWR)  # wakes the accept: its thread ends
+        self._passing.join(timeout=1.0)
+        self._record.close()
 
 
 def claim(host: str, port: int, owner: str, bind: Callable[[str, int], socket.socket]
           ) -> tuple[socket.socket, PortClaim]:
-    """Bind the listener (``bind(host, port)``) as a replica of ``owner``, unless a process
-    of another application, or any other program, serves the port (:class:`PortTaken`)."""
+    """The listener of ``owner``'s replicas on the port: the socket a member listens on
+    (:func:`shared_listener`), else ``bind(host, port)``; unless a process of another
+    application, or any other program, serves the port (:class:`PortTaken`)."""
     digest = owner_digest(owner)
     with _port_lock(port):
         check(host, port, owner=digest)
-        listener = bind(host, port)
+        listener = (shared_listener(host, port, [m for m in members(port) if m.owner == digest])
+                    if port else None) or bind(host, port)
         port = listener.getsockname()[1]  # the one the kernel picked for port 0
         record = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             record.bind(f"\0{PREFIX}/{port}/{digest}/{os.getpid()}/{uuid.uuid4().hex[:8]}")
+            record.listen(16)
         except BaseException:
             record.close()
             listener.close()
             raise
-    return listener, PortClaim(record)
+    return listener, PortClaim(record, listener)
+
+
+def shared_listener(host: str, port: int, replicas: list[Member]) -> socket.socket | None:
+    """The listening socket one of ``replicas`` passes (:class:`PortClaim`), if it listens
+    on ``host:port`` (a redeploy may change the host); ``None`` if none does."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    address = socket.getaddrinfo(host, port, family, socket.SOCK_STREAM)[0][4][:2]
+    for member in replicas:
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        conn.settimeout(SHARE_TIMEOUT_S)
+        try:
+            conn.connect(f"\0{member.name}")
+            _, fds, _, _ = socket.recv_fds(conn, 16, 1)
+        except OSError:  # gone, or leaving
+            continue
+        finally:
+            conn.close()
+        if not fds:
+            continue
+        sock = socket.socket(fileno=fds[0])
+        if (sock.family == family and sock.type == socket.SOCK_STREAM and sock.getsockname()[:2] == address
+                and sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)):
+            # Non-blocking already (a flag of the socket, shared); never set it blocking here.
+            sock.setblocking(False)
+            return sock
+        sock.close()
+    return None
 
 
 def check(host: str, port: int, *, owner: str | None = None) -> None:

@@ -55,6 +55,45 @@ def test_replicas_of_one_application_share_the_port_and_another_is_refused_with_
         first.wait()
 
 
+def test_a_replica_that_leaves_resets_none_of_the_connections_the_kernel_queued_on_the_port():
+    """Replicas share one listening socket (passed on, not bound twice): when one leaves —
+    a redeploy's old gateway, here killed — the connections queued on the port stay queued
+    for the replica that goes on.  Before, each replica bound its own socket into the port's
+    SO_REUSEPORT group, the kernel spread new connections over their queues, and the
+    leaving one's close reset its share (about half of these) unanswered."""
+    port = free_port()
+    first = hold_in_child(port, "responses-ws@10.0.0.1:6379")
+    listener, mine = claim("127.0.0.1", port, "responses-ws@10.0.0.1:6379", bind_socket)
+    try:
+        clients = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(20)]
+        for client in clients:  # accepted by nobody yet: queued in the kernel
+            client.sendall(b"ping")
+        first.kill()
+        first.wait()
+        while True:  # what is queued on the port now (the descriptor is non-blocking)
+            try:
+                conn, _ = listener.accept()
+            except BlockingIOError:
+                break
+            with conn:
+                conn.settimeout(5)
+                assert conn.recv(4) == b"ping"
+                conn.sendall(b"pong")
+        answers = []
+        for client in clients:
+            with client:
+                try:
+                    answers.append(client.recv(4))
+                except OSError as exc:
+                    answers.append(repr(exc).encode())
+        assert answers == [b"pong"] * 20
+    finally:
+        first.kill()
+        first.wait()
+        mine.close()
+        listener.close()
+
+
 def test_a_crashed_holder_leaves_nothing_behind():
     port = free_port()
     holder = hold_in_child(port, "responses-ws@10.0.0.1:6379")
