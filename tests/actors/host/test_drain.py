@@ -1,6 +1,7 @@
 """A draining session host answers every socket that still reaches it: sockets the gateway
 sent before its drain began arrive (the links are read on), and an upgrade on one is
-refused 503 with ``Retry-After`` rather than opened and closed at once."""
+refused 503 with ``Retry-After`` rather than opened and closed at once; a host that lags
+answers late rather than not at all."""
 
 from __future__ import annotations
 
@@ -85,3 +86,47 @@ def test_an_upgrade_that_reaches_a_draining_host_is_refused_503_with_retry_after
     assert outcome is Outcome.REFUSED
     assert answer.startswith(b"HTTP/1.1 503 Service Unavailable\r\n"), answer
     assert b"\r\nRetry-After: 1\r\n" in answer and b'"code": "server_shutting_down"' in answer, answer
+
+
+class LaggingLoop(asyncio.SelectorEventLoop):
+    """An event loop whose clock can be moved on, as a host's loop that lags behind sees it:
+    every timer due in the meantime fires at once."""
+
+    lag_s = 0.0
+
+    def time(self) -> float:
+        return super().time() + self.lag_s
+
+
+def test_a_host_that_lags_past_websockets_opening_timeout_still_answers_the_upgrade():
+    """The ramp's ``InvalidMessage`` (docs/scaling.md): a host whose loop lagged more than
+    websockets' 10 s opening-handshake timeout between taking a socket and reading its
+    request closed it unanswered.  The gateway hands a socket over with its complete head
+    received, so the host waits for nothing from the client and sets no such timeout."""
+    def unused(*args: object) -> object:
+        raise AssertionError("a refused upgrade starts no session")
+
+    async def main() -> bytes:
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, LaggingLoop)
+        server = SocketServer(SessionConfig(), "host", unused, unused)  # type: ignore[arg-type]
+        server.start()
+        await server.drain(1.0)  # its answer (503) needs no session
+        client, sock = tcp_pair()
+        serving = loop.create_task(server.serve(sock, Handoff("s1", conn_id="c1", owner="o")))
+        await asyncio.sleep(0.05)  # the socket is taken; its request is not read yet
+        loop.lag_s = 11.0
+        await asyncio.sleep(0.05)  # what fell due in those 11 s runs
+        client.sendall(upgrade_request())
+        await asyncio.wait_for(serving, 5)
+        sock.close()
+        client.settimeout(5)
+        answer = b""
+        while chunk := client.recv(65536):
+            answer += chunk
+        client.close()
+        return answer
+
+    with asyncio.Runner(loop_factory=LaggingLoop) as runner:
+        answer = runner.run(main())
+    assert answer.startswith(b"HTTP/1.1 503 Service Unavailable\r\n"), answer
