@@ -25,13 +25,17 @@ def test_only_websocket_upgrades_of_the_responses_path_are_handed_off(raw, upgra
     assert is_responses_upgrade(raw) is upgrade
 
 
+@pytest.mark.parametrize("sharing", ["one socket", "reuseport group"])
 @pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
-def test_a_closed_front_leaves_the_shared_port_to_the_other_listener(loop_kind):
-    """Two gateways share a port (SO_REUSEPORT), as in a redeploy; once the old front is
-    closed, every new connection reaches the new one.  (Under uvloop, which Ray's actors
-    run, closing the listener under a pending accept used to leave it listening: it took
-    a share of the connections and reset them.)"""
+def test_a_closed_front_leaves_the_shared_port_to_the_other_listener(loop_kind, sharing):
+    """Two gateways share a port, as in a redeploy: one listening socket passed on
+    (serve/port_claim.py), or two in the port's SO_REUSEPORT group (a replica that binds
+    while none can pass it); once the old front is closed, every new connection reaches the
+    new one.  (Under uvloop, which Ray's actors run, closing the listener under a pending
+    accept used to leave it listening: it took a share of the connections and reset them.)"""
     import asyncio
+    import os
+    import socket
 
     import uvicorn
 
@@ -57,7 +61,9 @@ def test_a_closed_front_leaves_the_shared_port_to_the_other_listener(loop_kind):
 
         old_listener = bind_socket("127.0.0.1", 0)
         port = old_listener.getsockname()[1]
-        old, new = front(old_listener, "old"), front(bind_socket("127.0.0.1", port), "new")
+        new_listener = (socket.socket(fileno=os.dup(old_listener.fileno())) if sharing == "one socket"
+                        else bind_socket("127.0.0.1", port))
+        old, new = front(old_listener, "old"), front(new_listener, "new")
         running = [asyncio.create_task(old.run()), asyncio.create_task(new.run())]
         await asyncio.sleep(0.05)
         old.close()
