@@ -45,9 +45,9 @@ def gateway_options(server: ServerConfig) -> dict[str, Any]:
     if server.gateway_max_replicas_per_node is not None:
         options["max_replicas_per_node"] = server.gateway_max_replicas_per_node
     elif not server.gateway_resources:
-        # A redeploy starts the new replica (same port, SO_REUSEPORT) before it stops the old
-        # one, whose sockets then close with 1012: the clients reconnect to a listener rather
-        # than a closed port.  (Serve's default stops first.)  Not with placement limits: a
+        # A redeploy starts the new replica (it shares the port's listening socket) before it
+        # stops the old one, whose sockets then close with 1012: the clients reconnect to a
+        # listener rather than a closed port.  (Serve's default stops first.)  Not with placement limits: a
         # replacement that cannot be placed next to the old replica would wait forever.
         options["max_surge_percent"] = 100
     return options

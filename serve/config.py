@@ -35,7 +35,7 @@ class ServerConfig(BaseModel):
 
     host: str = "127.0.0.1"
     port: int = Field(8765, ge=0, le=65535)
-    gateway_replicas: int = Field(1, ge=1, description="gateway replicas sharing the port (SO_REUSEPORT)")
+    gateway_replicas: int = Field(1, ge=1, description="gateway replicas sharing the port's listening socket")
     # A fleet of agents (RL rollouts, a reconnect storm) often shares one key: the per-key cap
     # is for fairness between keys, not a small number (docs/scaling.md sizes a node).
     max_connections: int = Field(16384, ge=1, description="open WebSockets per gateway replica; more → 503")

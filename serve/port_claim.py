@@ -28,6 +28,7 @@ import errno
 import hashlib
 import os
 import socket
+import struct
 import threading
 import time
 import uuid
@@ -99,8 +100,9 @@ class PortClaim:
             with conn, self._lock:
                 if self._closed:
                     return
-                with contextlib.suppress(OSError):
-                    socket.send_fds(conn, [b"L"], [self._listener.fileno()])
+                if same_user(conn):  # as the kernel's rule for joining the port's group
+                    with contextlib.suppress(OSError):
+                        socket.send_fds(conn, [b"L"], [self._listener.fileno()])
 
     def close(self) -> None:
         """Leave the port: no replica gets the listener from here any more (those that have
@@ -145,7 +147,7 @@ def shared_listener(host: str, port: int, replicas: list[Member]) -> socket.sock
         conn.settimeout(SHARE_TIMEOUT_S)
         try:
             conn.connect(f"\0{member.name}")
-            _, fds, _, _ = socket.recv_fds(conn, 16, 1)
+            _, fds, _, _ = socket.recv_fds(conn, 16, 1) if same_user(conn) else (b"", [], 0, None)
         except OSError:  # gone, or leaving
             continue
         finally:
@@ -185,6 +187,13 @@ def check(host: str, port: int, *, owner: str | None = None) -> None:
         raise PortTaken(host, port, listener_pid(port), responses_ws=False) from None
     finally:
         probe.close()
+
+
+def same_user(conn: socket.socket) -> bool:
+    """Is the process at the other end of ``conn`` (a Unix socket) this process's user?
+    Abstract names have no permissions: anyone on the machine may connect to a record."""
+    _, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    return uid == os.getuid()
 
 
 @contextlib.contextmanager

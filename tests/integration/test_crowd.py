@@ -212,7 +212,7 @@ def test_a_redeploy_closes_every_socket_1012_and_the_sdk_reconnects_them_all(ray
             measured["before"] = await asyncio.to_thread(gateway_stats, STORM_APP)
             measured["redeploy_at"] = time.monotonic()
             # A changed config for the same app on the same port: Serve starts a new gateway
-            # replica (it binds the port too, SO_REUSEPORT), then stops the old one, which
+            # replica (it shares the port's listening socket), then stops the old one, which
             # drains: it stops listening and closes its idle sockets with 1012 at once.
             await asyncio.to_thread(start_app, STORM_APP, **{"server.port": port, "session.max_inflight": 8})
             measured["redeployed_s"] = time.monotonic() - measured["redeploy_at"]

@@ -94,6 +94,31 @@ def test_a_replica_that_leaves_resets_none_of_the_connections_the_kernel_queued_
         listener.close()
 
 
+ASK_AS_OTHER_USER = textwrap.dedent("""
+    import socket, sys
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    conn.settimeout(5)
+    conn.connect("\\0" + sys.argv[1])
+    _, fds, _, _ = socket.recv_fds(conn, 16, 1)
+    print(len(fds))
+""")
+
+
+@pytest.mark.skipif(os.getuid() != 0 or not os.path.exists("/usr/bin/python3"), reason="needs root to run as nobody")
+def test_another_user_cannot_take_the_listener_from_a_claim():
+    """Abstract names have no permissions; a claim passes its listener only to its own
+    user's processes (the kernel's rule for joining a SO_REUSEPORT group)."""
+    listener, mine = claim("127.0.0.1", 0, "responses-ws@10.0.0.1:6379", bind_socket)
+    try:
+        [record] = members(listener.getsockname()[1])
+        asked = subprocess.run(["/usr/bin/python3", "-c", ASK_AS_OTHER_USER, record.name], user=65534,
+                               capture_output=True, text=True, timeout=30, cwd="/", check=True)
+        assert asked.stdout.strip() == "0", asked
+    finally:
+        mine.close()
+        listener.close()
+
+
 def test_a_crashed_holder_leaves_nothing_behind():
     port = free_port()
     holder = hold_in_child(port, "responses-ws@10.0.0.1:6379")
