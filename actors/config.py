@@ -2,40 +2,72 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from inference.whatif import WhatIfConfig
 
 from .safety import SafetyConfig
 
+# vLLM's engine arguments of a ``serve_llm`` backend unless it gives its own: the prefix
+# cache, the cached-token count in usage, the context the session's prompts fit in.
+SERVE_LLM_ENGINE_KWARGS: dict[str, Any] = {"max_model_len": 4096, "enable_prefix_caching": True,
+                                           "enable_prompt_tokens_details": True}
+
 
 class ModelBackend(BaseModel):
     """A model served by a real engine instead of the emulator (docs/backends.md).
 
-    ``openai`` (the one kind so far): any OpenAI-compatible server by ``url`` (vLLM, SGLang,
-    llama.cpp) — its ``/v1/completions`` fed the conversation's token ids.  The session
-    renders with the model's own tokenizer and chat template, read from the ``tokenizer``
-    folder (a Hugging Face model folder)."""
+    ``openai``: any OpenAI-compatible server by ``url`` (vLLM, SGLang, llama.cpp) — its
+    ``/v1/completions`` fed the conversation's token ids.  ``serve_llm``: a Ray Serve LLM
+    deployment (vLLM engine) of the same application, built from ``model_source`` by
+    ``serve.builder`` and called through its handle.  ``emulator``: the emulator's profile of
+    the same id, fed the model's own token ids (its cache and timing model over the real
+    model's token counts: docs/emulator.md, "Against a real engine").  Each renders with the
+    model's own tokenizer and chat template, read from the ``tokenizer`` folder (a Hugging
+    Face model folder)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     id: str = Field(min_length=1, description="the model id clients ask for (listed by /v1/models)")
-    kind: Literal["openai"] = "openai"
+    kind: Literal["openai", "serve_llm", "emulator"] = "openai"
     tokenizer: str = Field(min_length=1, description="folder with the model's tokenizer and chat template")
-    url: str = Field(min_length=1, description="the engine's base URL, e.g. http://127.0.0.1:8000/v1")
+    url: str | None = Field(None, min_length=1, description="openai: the engine's base URL, e.g. "
+                            "http://127.0.0.1:8000/v1")
     engine_model: str | None = Field(None, description="the model name the engine serves; default: id")
-    api_key_env: str | None = Field(None, description="environment variable holding the engine's key (Bearer)")
+    api_key_env: str | None = Field(None, description="openai: environment variable holding the engine's key (Bearer)")
+    # serve_llm: the deployment (ray.serve.llm's LLMConfig, serve/serve_llm.py).
+    model_source: str | None = Field(None, description="serve_llm: the weights (a folder or a Hugging Face id); "
+                                     "default: the tokenizer folder")
+    accelerator: Literal["cpu", "gpu"] = Field("gpu", description="serve_llm: what the engine runs on")
+    engine_kwargs: dict[str, Any] = Field(default_factory=lambda: dict(SERVE_LLM_ENGINE_KWARGS),
+                                          description="serve_llm: vLLM's engine arguments (replace the defaults)")
+    engine_env: dict[str, str] = Field(default_factory=dict, description="serve_llm: environment of the "
+                                       "engine's replica, e.g. VLLM_CPU_KVCACHE_SPACE")
+    replicas: int = Field(1, ge=1, description="serve_llm: engine replicas")
     temperature: float = Field(0.0, ge=0, description="sampling temperature; 0 = greedy (deterministic)")
     max_output_tokens: int = Field(512, ge=1, description="output cap when a request gives none")
     cache_salt: bool = Field(True, description="scope the engine's prefix cache per API key (vLLM cache_salt)")
     timeout_s: float = Field(300.0, gt=0, description="one model call, at most")
     owned_by: str = "responses-ws"
 
+    @model_validator(mode="after")
+    def _kind_has_what_it_needs(self) -> ModelBackend:
+        if self.kind == "openai" and not self.url:
+            raise ValueError(f"backend {self.id!r} (kind openai) needs the engine's url")
+        if self.kind != "openai" and (self.url or self.api_key_env):
+            raise ValueError(f"backend {self.id!r} (kind {self.kind}) is served in this application: no url")
+        return self
+
     @property
     def served_name(self) -> str:
         return self.engine_model or self.id
+
+    @property
+    def deployment(self) -> str:
+        """serve_llm: the deployment's name in the application."""
+        return f"LLMServer:{self.id}"
 
 
 class SessionConfig(BaseModel):

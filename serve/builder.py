@@ -30,6 +30,11 @@ def build_application(config: AppConfig) -> Application:
     if whatif.safety_model.enabled:
         services["safety_model"] = WhatIfSafetyModel.options(**whatif_options(whatif.safety_model)).bind(
             whatif.safety_model.model_dump())
+    # The Ray Serve LLM engines of `serve_llm` backends (docs/backends.md), reached by name too.
+    for i, backend in enumerate(b for b in config.session.backends if b.kind == "serve_llm"):
+        from .serve_llm import llm_deployment  # ray.serve.llm and vLLM: only for such a model
+
+        services[f"llm_{i}"] = llm_deployment(backend)
     return Gateway.options(**gateway_options(config.server)).bind(config.model_dump(), inference, **services)
 
 

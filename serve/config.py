@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from actors.config import SessionConfig
 from inference.profiles import InferenceConfig, load_inference_config
@@ -69,6 +69,14 @@ class AppConfig(BaseModel):
     session: SessionConfig = SessionConfig()
     store: StoreConfig = StoreConfig()
     inference: InferenceConfig = Field(default_factory=load_inference_config)
+
+    @model_validator(mode="after")
+    def _emulated_backends_have_profiles(self) -> AppConfig:
+        profiles = {p.id for p in self.inference.profiles}
+        for backend in self.session.backends:
+            if backend.kind == "emulator" and backend.id not in profiles:
+                raise ValueError(f"backend {backend.id!r} (kind emulator) needs an inference profile of that id")
+        return self
 
 
 ENV_PREFIX = "RESPONSES_WS_"

@@ -82,8 +82,9 @@ class HostHandle:
 @serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=16)
 class Gateway:
     async def __init__(self, config: dict, inference: DeploymentHandle, **services: DeploymentHandle) -> None:
-        # ``services``: the what-if deployments when on (serve/builder.py); session hosts
-        # reach them by name, so they are only held here.
+        # ``services``: the what-if deployments when on and the Ray Serve LLM engines of
+        # `serve_llm` models (serve/builder.py); session hosts reach them by name, so they
+        # are only held here.
         cfg = AppConfig.model_validate(config)
         self._cfg = cfg
         self._logs = replica_log_settings()  # Serve's logging_config, for this process and its hosts

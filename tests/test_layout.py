@@ -29,7 +29,8 @@ ALLOWED = {
 LAZY_BENCH = {"serve/cli.py"}  # may load bench inside a function, never at import time
 RAY_MODULES = {"inference/deployment.py", "inference/whatif_deployment.py", "actors/backend/ray_serve.py",
                "actors/host/actor.py", "actors/host/metrics.py", "serve/gateway.py",
-               "serve/builder.py", "serve/embedded.py", "serve/logs.py", "serve/metrics.py"}
+               "serve/builder.py", "serve/embedded.py", "serve/logs.py", "serve/metrics.py",
+               "actors/backend/serve_llm.py", "serve/serve_llm.py"}  # the last two: Ray Serve LLM
 FUZZ_BENCHMARK = {"bench.kinds.fuzz", "bench.fuzz_cases"}  # the only installed modules that import hypothesis
 
 

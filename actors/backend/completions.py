@@ -1,8 +1,9 @@
 """A real engine's streamed ``/v1/completions`` as the inference seam's events.
 
-Used by the OpenAI-compatible upstream (:mod:`.openai_upstream`, SSE over HTTP); a Ray Serve
-LLM deployment streams the same SSE lines through a Serve handle (docs/backends.md).  Pure: :func:`completion_body` is the request, :class:`CompletionStream` turns the decoded
-chunks into :mod:`inference.types` events.
+Used by both real backends: the OpenAI-compatible upstream (:mod:`.openai_upstream`, SSE
+over HTTP) and Ray Serve LLM (:mod:`.serve_llm`: the same SSE strings through a Serve
+handle).  Pure: :func:`completion_body` is the request, :func:`sse_data` reads one SSE line,
+:class:`CompletionStream` turns the decoded chunks into :mod:`inference.types` events.
 
 The prompt is the conversation's token ids (the session renders them with the model's
 template, :mod:`inference.chat_template`) plus the template's generation prompt; the engine
@@ -29,6 +30,12 @@ from inference.types import Done, FunctionCallDelta, InferenceEvent, InferenceRe
 from ..config import ModelBackend
 
 FINISH = {"length": "max_output_tokens", "stop": "stop", "abort": "stop"}
+
+
+class EngineError(Exception):
+    """The engine answered a model call with an error (→ ``server_error``)."""
+
+    code = "server_error"
 
 
 def completion_body(request: InferenceRequest, backend: ModelBackend, fmt: TemplateFormat) -> dict[str, Any]:
@@ -59,6 +66,17 @@ def sse_data(line: str | bytes) -> dict[str, Any] | None:
     return None if payload == "[DONE]" else json.loads(payload)
 
 
+def sse_batch(batch: Any) -> list[dict[str, Any]]:
+    """The chunks of one item of a Ray Serve LLM deployment's stream: a list of SSE strings
+    (``data: {…}\\n\\n`` each), or one; an ``ErrorResponse`` in it raises :class:`EngineError`."""
+    chunks = []
+    for item in batch if isinstance(batch, list) else [batch]:
+        if not isinstance(item, str):
+            raise EngineError(f"the engine answered: {getattr(item, 'error', item)}")
+        chunks += [data for line in item.splitlines() if (data := sse_data(line)) is not None]
+    return chunks
+
+
 class CompletionStream:
     """One model call's chunks → events (``feed`` per chunk, ``finish`` at the end)."""
 
@@ -78,6 +96,8 @@ class CompletionStream:
         self._calling = False  # the output opened a tool call: all of it is held
 
     def feed(self, chunk: dict[str, Any]) -> list[InferenceEvent]:
+        if chunk.get("error"):  # vLLM's error mid-stream: a data line with the error alone
+            raise EngineError(f"the engine failed the call: {chunk['error']}")
         if chunk.get("usage"):
             self._usage = chunk["usage"]
         events: list[InferenceEvent] = []

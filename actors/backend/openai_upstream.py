@@ -19,15 +19,13 @@ from inference.types import InferenceEvent, InferenceRequest
 
 from ..config import ModelBackend
 from . import BeforeCall
-from .completions import CompletionStream, completion_body, sse_data
+from .completions import CompletionStream, EngineError, completion_body, sse_data
 
 log = logging.getLogger(__name__)
 
 
-class UpstreamError(Exception):
+class UpstreamError(EngineError):
     """The engine answered a model call with an error status (→ ``server_error``)."""
-
-    code = "server_error"
 
     def __init__(self, status: int, body: str) -> None:
         super().__init__(f"the engine answered {status}: {body[:500]}")

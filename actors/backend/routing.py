@@ -1,5 +1,6 @@
 """Which backend serves which model: the emulator's deployment by default, a real engine for
-each model of ``session.backends`` (docs/backends.md).
+each model of ``session.backends`` (docs/backends.md): an OpenAI-compatible one by URL or a
+Ray Serve LLM deployment of the application.
 
 :class:`ModelRouter` is itself an :class:`~actors.backend.InferenceClient`: a session host
 holds one, and each model call goes to its model's backend.  :func:`model_formats` gives the
@@ -25,16 +26,24 @@ def model_formats(config: SessionConfig) -> dict[str, ChatFormat]:
     return {b.id: TemplateFormat.load(b.tokenizer) for b in config.backends}
 
 
-def backend_client(backend: ModelBackend, fmt: TemplateFormat) -> InferenceClient:
+def backend_client(backend: ModelBackend, fmt: TemplateFormat, app_name: str) -> InferenceClient:
+    """The client of one real model: by URL, or through the handle of its deployment in
+    the application ``app_name``."""
+    if backend.kind == "serve_llm":
+        from .serve_llm import ServeLLMInference  # Ray Serve: only where such a model is configured
+
+        return ServeLLMInference(backend, fmt, app_name)
     from .openai_upstream import UpstreamInference  # aiohttp: only where a real model is configured
 
     return UpstreamInference(backend, fmt)
 
 
 def model_entries(config: SessionConfig, created: int | None = None) -> list[dict]:
-    """The real models as ``GET /v1/models`` entries."""
+    """The real models as ``GET /v1/models`` entries (the emulator lists its own profiles,
+    ``kind: emulator`` ones too)."""
     created = int(time.time()) if created is None else created
-    return [{"id": b.id, "object": "model", "created": created, "owned_by": b.owned_by} for b in config.backends]
+    return [{"id": b.id, "object": "model", "created": created, "owned_by": b.owned_by}
+            for b in config.backends if b.kind != "emulator"]
 
 
 class ModelRouter:
@@ -47,11 +56,14 @@ class ModelRouter:
 
     @classmethod
     def of(cls, default: InferenceClient, config: SessionConfig) -> InferenceClient:
-        """``default`` alone when no real model is configured."""
-        if not config.backends:
+        """``default`` alone when no real model is configured (a ``kind: emulator`` model is
+        the emulator's, in its own format)."""
+        engines = [b for b in config.backends if b.kind != "emulator"]
+        if not engines:
             return default
         formats = model_formats(config)
-        return cls(default, {b.id: backend_client(b, formats[b.id]) for b in config.backends})  # type: ignore[arg-type]
+        return cls(default, {b.id: backend_client(b, formats[b.id], config.inference_app)  # type: ignore[arg-type]
+                             for b in engines})
 
     async def warm(self) -> list[str]:
         models = await self._default.warm()

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
-from actors.backend.completions import CompletionStream, completion_body, sse_data
+from actors.backend.completions import CompletionStream, EngineError, completion_body, sse_batch, sse_data
 from actors.backend.routing import ModelRouter, model_entries
 from actors.config import ModelBackend, SessionConfig
 from actors.protocol import parse_items
@@ -154,6 +154,48 @@ def test_a_backend_needs_its_engines_url_and_a_known_kind():
         ModelBackend(id=REAL, tokenizer="/m")
     with pytest.raises(ValueError, match="kind"):
         ModelBackend(id=REAL, tokenizer="/m", url="http://x/v1", kind="ray_serve_llm")
+
+
+def test_a_serve_llm_backend_is_a_deployment_of_the_app_with_the_engines_prefix_cache_on():
+    backend = ModelBackend(id=REAL, tokenizer="/m", kind="serve_llm")
+    assert backend.deployment == f"LLMServer:{REAL}" and backend.served_name == REAL
+    assert backend.engine_kwargs["enable_prefix_caching"] and backend.engine_kwargs["enable_prompt_tokens_details"]
+    with pytest.raises(ValueError, match="no url"):
+        ModelBackend(id=REAL, tokenizer="/m", kind="serve_llm", url="http://x/v1")
+
+
+def test_an_emulated_model_in_a_real_models_format_is_the_emulators():
+    """``kind: emulator``: rendered with its tokenizer, served by the emulator's profile of
+    its id (listed by the emulator, not twice)."""
+    from serve.config import AppConfig
+
+    emulated = ModelBackend(id="emu-fast", tokenizer="/m", kind="emulator")
+    config = SessionConfig(backends=(emulated,))
+    emulator = Answering("emu-fast")
+    assert ModelRouter.of(emulator, config) is emulator and model_entries(config) == []
+    assert AppConfig(session=config).session.backends == (emulated,)
+    with pytest.raises(ValueError, match="needs an inference profile"):
+        AppConfig(session=SessionConfig(backends=(emulated.model_copy(update={"id": "no-such-profile"}),)))
+
+
+def test_a_serve_llm_stream_item_is_a_list_of_sse_strings_or_an_error():
+    chunk = {"choices": [{"text": "Hi", "token_ids": [5]}]}
+    batch = [f"data: {json.dumps(chunk)}\n\n", "data: [DONE]\n\n"]
+    assert sse_batch(batch) == [chunk] and sse_batch(batch[0]) == [chunk]
+
+    class ErrorResponse:  # ray.serve.llm's, as the deployment yields it in the list
+        error = "model not found"
+
+    with pytest.raises(EngineError, match="model not found"):
+        sse_batch([batch[0], ErrorResponse()])
+
+
+def test_an_error_chunk_mid_stream_fails_the_call():
+    stream = CompletionStream(request(), ToyFormat())
+    assert stream.feed({"choices": [{"text": "a", "token_ids": [97]}]})
+    with pytest.raises(EngineError, match="out of memory") as err:
+        stream.feed({"error": {"message": "out of memory", "type": "InternalServerError"}})
+    assert err.value.code == "server_error"
 
 
 # ------------------------------------------------------------------ the session side

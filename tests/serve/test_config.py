@@ -141,3 +141,17 @@ def test_the_what_if_services_are_bound_only_when_on():
     assert services(whatif) == {"hop", "safety_model"}
     env = {"RESPONSES_WS_SESSION__WHATIF__HOP__ENABLED": "true"}
     assert services(load_app_config(None, environ=env)) == {"hop"}
+
+
+@pytest.mark.parametrize(("name", "kind"), [("real-model.yaml", "openai"), ("real-model-serve-llm.yaml", "serve_llm")])
+def test_the_real_model_configs_serve_smollm2_with_the_engines_prefix_cache(name, kind):
+    """Both ways of serving the small model (docs/backends.md) load; the Ray Serve LLM one
+    keeps vLLM's prefix cache and cached-token usage on, on CPU with a small KV cache."""
+    cfg = load_app_config(ROOT / "configs" / name, environ={})
+    (backend,) = cfg.session.backends
+    assert (backend.id, backend.kind, backend.temperature) == ("smollm2-135m", kind, 0.0)
+    assert Path(backend.tokenizer).expanduser().name == "smollm2-135m"
+    if kind == "serve_llm":
+        assert backend.accelerator == "cpu" and backend.engine_env == {"VLLM_CPU_KVCACHE_SPACE": "1"}
+        assert backend.engine_kwargs["enable_prefix_caching"] and backend.engine_kwargs["enable_prompt_tokens_details"]
+        assert backend.url is None

@@ -6,10 +6,12 @@ import asyncio
 import functools
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 from serve.embedded import deploy, local_config
+
+T = TypeVar("T")
 
 
 def start_app(name: str, **overrides: Any) -> str:
@@ -39,7 +41,13 @@ def gateway_stats(app: str) -> dict[str, Any]:
     # With Serve's throughput mode (the embedded Ray's) a handle's router runs in the event
     # loop it was first used in, and a blocking ``.result()`` outside a loop raises "No event
     # loop running": the calls share one loop on a thread of their own.
-    return asyncio.run_coroutine_threadsafe(stats(), _handle_loop()).result(timeout=60)
+    return on_handle_loop(stats(), timeout_s=60)
+
+
+def on_handle_loop(coro: Coroutine[Any, Any, T], timeout_s: float) -> T:
+    """Run ``coro`` — Serve handle calls from the test process — on the one loop the
+    handles' routers live in (see :func:`gateway_stats`)."""
+    return asyncio.run_coroutine_threadsafe(coro, _handle_loop()).result(timeout=timeout_s)
 
 
 @functools.cache
