@@ -58,6 +58,7 @@ KINDS: dict[str, Kind] = {kind.name: kind for kind in (
     Kind("ledger", "session hosts SIGKILLed under load, the usage ledger reconciled with the clients"),
     Kind("drain", "redeploys under hundreds of sockets mid-turn: nothing reset, lost or unanswered"),
     Kind("handover", "a listener leaving the port under a connection flood: a SO_REUSEPORT group against one shared socket"),
+    Kind("fidelity", "one conversation on a real engine and on its emulated twin: cached tokens and timing"),
 )}
 DEFAULT_KIND = "agentloop"
 DEMO_MODULE = f"{__name__}.kinds.demo"

@@ -138,3 +138,26 @@ def engine_running(engine_url: str) -> float:
     values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
               if line.startswith("vllm:num_requests_running")]
     return sum(values)
+
+
+def _ray_vllm_samples(name: str) -> float:
+    """The sum of Ray's ``ray_vllm_<name>`` samples: vLLM's metrics of the Ray Serve LLM
+    engines, exported through Ray's metrics endpoint (reported every few seconds)."""
+    from serve.embedded import metrics_urls
+
+    total = 0.0
+    for url in metrics_urls():
+        for line in _get(url, timeout=10).decode().splitlines():
+            if line.startswith((f"ray_vllm_{name}{{", f"ray_vllm_{name} ")):
+                total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def ray_engine_running() -> float:
+    """Requests the Ray Serve LLM engines are generating now."""
+    return _ray_vllm_samples("num_requests_running")
+
+
+def ray_engine_total(counter: str) -> float:
+    """A counter of the Ray Serve LLM engines, e.g. ``generation_tokens`` (tokens generated)."""
+    return _ray_vllm_samples(f"{counter}_total")
