@@ -2,14 +2,15 @@
 emulator's twin of it (a ``kind: emulator`` model rendered with the real model's tokenizer),
 turn by turn over one WebSocket each — input, cached and output tokens as usage reports
 them, and the client-seen time to the first token and decode rate (docs/emulator.md,
-"Against a real engine").
+"Against a real engine").  The twin answers each turn with as many tokens as the engine
+did on it, so both conversations grow alike.
 
     responses-ws bench fidelity --config configs/fidelity-smollm2.yaml \\
         [--real smollm2-135m] [--emulated smollm2-135m-emu] [--turns 6] [--repeats 3] [--url URL]
 
 Each run uses an API key of its own, so neither backend's prefix cache (scoped per key) holds
 anything of an earlier run.  From the real engine's turns it fits the emulator profile's
-timing (prefill overhead and rate, decode rate) and prints it.
+timing (prefill overhead and rate, decode rate; from each turn's fastest sample) and prints it.
 """
 
 from __future__ import annotations
@@ -35,16 +36,19 @@ def instructions(rules: int) -> str:
         f"Rule {i}: answer briefly, factually and politely, in one sentence." for i in range(rules))
 
 
-async def conversation(url: str, model: str, turns: int, rules: int, max_output: int) -> list[dict[str, Any]]:
-    """One socket, ``turns`` store=false turns each continuing the one before."""
+async def conversation(url: str, model: str, rules: int, max_output: int,
+                       lengths: list[int | None]) -> list[dict[str, Any]]:
+    """One socket, a store=false turn per entry of ``lengths``, each continuing the one
+    before; an emulated model answers turn ``i`` with ``lengths[i]`` tokens (the real
+    engine's on the same turn; None: ``max_output``)."""
     out: list[dict[str, Any]] = []
     async with connect(url, api_key=f"sk-fidelity-{uuid.uuid4().hex[:8]}") as sock:
         previous = None
-        for i in range(turns):
+        for i, length in enumerate(lengths):
             answer = await sock.create(model=model, instructions=instructions(rules), store=False,
                                        max_output_tokens=max_output, previous_response_id=previous,
                                        input=[{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}],
-                                       metadata={"emulator.text_tokens": str(max_output)})
+                                       metadata={"emulator.text_tokens": str(length or max_output)})
             response = answer.response
             if response is None or response.get("status") not in ("completed", "incomplete"):
                 raise RuntimeError(f"{model} turn {i + 1}: {answer.last}")
@@ -61,15 +65,18 @@ async def conversation(url: str, model: str, turns: int, rules: int, max_output:
     return out
 
 
-def fit_timing(turns: list[list[dict[str, Any]]]) -> dict[str, float]:
-    """Prefill overhead and rate, decode rate of the real engine's turns (medians over the
-    runs): TTFT = overhead + uncached / rate, fitted by least squares over every turn."""
-    xs = [t["input_tokens"] - t["cached_tokens"] for run in turns for t in run]
-    ys = [t["ttft_ms"] for run in turns for t in run]
+def fit_timing(runs: list[list[dict[str, Any]]]) -> dict[str, float]:
+    """Prefill overhead and rate, decode rate of the real engine, from each turn's least
+    loaded sample over the runs (on a shared machine the others measure its neighbours):
+    TTFT = overhead + uncached / rate, fitted by least squares over the turns' fastest
+    TTFT; decode, the median over the turns of each turn's fastest rate."""
+    turns = list(zip(*runs))
+    xs = [t[0]["input_tokens"] - t[0]["cached_tokens"] for t in turns]
+    ys = [min(s["ttft_ms"] for s in t) for t in turns]
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     sxx = sum((x - mx) ** 2 for x in xs)
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else 0.0
-    decode = [t["decode_tok_s"] for run in turns for t in run if t["decode_tok_s"]]
+    decode = [max(rates) for t in turns if (rates := [s["decode_tok_s"] for s in t if s["decode_tok_s"]])]
     return {"prefill_overhead_ms": round(max(0.0, my - slope * mx), 1),
             "prefill_tokens_per_s": round(1000.0 / slope, 0) if slope > 0 else float("inf"),
             "decode_tokens_per_s": round(statistics.median(decode), 1) if decode else float("nan")}
@@ -98,8 +105,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 async def measure(url: str, args: argparse.Namespace) -> dict[str, list[list[dict[str, Any]]]]:
     runs: dict[str, list[list[dict[str, Any]]]] = {args.real: [], args.emulated: []}
     for r in range(args.repeats):
+        lengths: list[int | None] = [None] * args.turns
         for model in runs:  # alternating: both see the same machine load
-            turns = await conversation(url, model, args.turns, args.rules, args.max_output_tokens)
+            turns = await conversation(url, model, args.rules, args.max_output_tokens, lengths)
+            lengths = [t["output_tokens"] for t in turns]  # the twin answers as long as the engine did
             runs[model].append(turns)
             print(f"run {r + 1} {model}: " + "; ".join(
                 f"{t['input_tokens']}/{t['cached_tokens']} cached, {t['output_tokens']} out, "
@@ -116,7 +125,10 @@ def run(args: argparse.Namespace) -> int:
     fitted = fit_timing(runs[args.real])
     report = {model: summary(model_runs) for model, model_runs in runs.items()}
     print(f"the real engine's timing, fitted: {fitted}")
+    profiles = {p.id: p for p in local_config(args.config).inference.profiles} if args.config else {}
+    emulated = profiles[args.emulated].model_dump(mode="json") if args.emulated in profiles else None
     results.write(args.out, {"command": args.command, "fitted_real_timing": fitted, "summary": report,
+                             "emulated_profile": emulated,
                              "runs": runs, "workload": {k: getattr(args, k) for k in
                                                         ("real", "emulated", "turns", "repeats", "rules",
                                                          "max_output_tokens")}}, args.run)
