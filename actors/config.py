@@ -17,7 +17,7 @@ SERVE_LLM_ENGINE_KWARGS: dict[str, Any] = {"max_model_len": 4096, "enable_prefix
 
 
 class ModelBackend(BaseModel):
-    """A model served by a real engine instead of the emulator (docs/backends.md).
+    """A model rendered with its own tokenizer and template, and what serves it (docs/backends.md).
 
     ``openai``: any OpenAI-compatible server by ``url`` (vLLM, SGLang, llama.cpp) — its
     ``/v1/completions`` fed the conversation's token ids.  ``serve_llm``: a Ray Serve LLM
