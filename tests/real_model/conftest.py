@@ -113,21 +113,15 @@ def llm_backend(model_dir: Path):
 @pytest.fixture(scope="session")
 def llm_url(ray_cluster, llm_backend) -> Iterator[str]:
     """The app with smollm2-135m as a Ray Serve LLM deployment of it (vLLM's CPU build in a
-    Serve replica), once that deployment serves; deleted (the engine with it) at the end."""
+    Serve replica); deleted (the engine with it) at the end."""
     from ray import serve
-    from ray.serve.schema import ApplicationStatus
 
     from tests.support.server import start_app
 
-    url = start_app(LLM_APP, **{"session.backends": [llm_backend.model_dump()]})
     try:
-        deadline = time.monotonic() + ENGINE_START_S
-        while (app := serve.status().applications[LLM_APP]).status != ApplicationStatus.RUNNING:
-            if app.status == ApplicationStatus.DEPLOY_FAILED or time.monotonic() > deadline:
-                details = {name: f"{d.status}: {d.message[-1500:]}" for name, d in app.deployments.items()}
-                pytest.fail(f"the Ray Serve LLM app is {app.status}: {details}", pytrace=False)
-            time.sleep(2.0)
-        yield url
+        # serve.run returns once every deployment of the app, the engine's too, is up (or
+        # raises DeployFailed with the deployment's message).
+        yield start_app(LLM_APP, **{"session.backends": [llm_backend.model_dump()]})
     finally:
         serve.delete(LLM_APP)  # blocking: the engine's replica is gone before anything else starts
 
