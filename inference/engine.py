@@ -179,7 +179,7 @@ class Engine:
             prefilled = Prefilled(len(prompt), reported_cached_tokens(reused), queue_ms, prefill_ms,
                                   reused_tokens=reused, replica=self._replica)
             if output is None:
-                await self._sleeper.sleep_until(t_first)
+                await self._sleeper.sleep_until(t_first, precise=True)
                 self._insert(request.session_key, prompt, prompt_check, found.keys, root, digest)
                 finished = True
                 yield [prefilled, Done("stop", 0, 0.0)]
@@ -196,7 +196,7 @@ class Engine:
             first: list[InferenceEvent] = [prefilled]
             events: list[InferenceEvent] = []
             if n == 0:
-                await self._sleeper.sleep_until(t_first)  # nothing to decode, prefill still costs
+                await self._sleeper.sleep_until(t_first, precise=True)  # nothing to decode, prefill still costs
             else:
                 t_last = t_arrive
                 async for start, end in paced_chunks(chunker, self._clock, self._sleeper):

@@ -31,8 +31,10 @@ class Clock(Protocol):
 
 
 class Sleeper(Protocol):
-    async def sleep_until(self, t: float) -> None:
-        """Return once the clock reads at least ``t`` (immediately if it already does)."""
+    async def sleep_until(self, t: float, precise: bool = False) -> None:
+        """Return once the clock reads at least ``t`` (immediately if it already does);
+        ``precise``: as soon after ``t`` as the machine allows (a response's first and last
+        tokens), at some CPU cost, rather than when the event loop's timer gets to it."""
         ...
 
 
@@ -44,19 +46,24 @@ class MonotonicClock:
 
 
 class AsyncioSleeper:
-    """The real sleeper, on time to ~0.1 ms.  The event loop's own timers fire up to ~1 ms
-    late (its selector waits in whole milliseconds, rounded up: ~0.9 ms late at the median on
-    the project's machine), so a response would end about a millisecond after its emulated
-    time, which a client sees as API overhead.  So one thread per process (the
-    :class:`_Waker`) also waits for the earliest deadline, with a microsecond timeout, and
-    wakes the loop of each sleep that is due; sleeps due together wake together.  ``clock`` must be
-    the monotonic clock the deadlines are on (``MonotonicClock``)."""
+    """The real sleeper.  The event loop's timers fire up to ~1 ms late (its selector waits
+    in whole milliseconds, rounded up: ~0.9 ms late at the median on the project's machine),
+    so a response would end about a millisecond after its emulated time, which a client
+    sees as API overhead.  A ``precise`` sleep (a response's first and last tokens) is also
+    handed to one thread per process (the :class:`_Waker`), which waits for the earliest
+    deadline with a microsecond timeout and wakes the loop of each sleep then due; sleeps due
+    together wake together.  It costs tens of microseconds of CPU a sleep (thread wake-ups,
+    the GIL), so the items between the first and the last keep the loop's timer alone.
+    ``clock`` must be the monotonic clock the deadlines are on (``MonotonicClock``)."""
 
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
 
-    async def sleep_until(self, t: float) -> None:
+    async def sleep_until(self, t: float, precise: bool = False) -> None:
         while (delay := t - self._clock.now()) > 0:  # the clock may read a hair early: check again
+            if not precise:
+                await asyncio.sleep(delay)
+                continue
             loop = asyncio.get_running_loop()
             woken = loop.create_future()
             _Waker.of(self._clock).add(t, loop, woken)
@@ -294,6 +301,12 @@ class Chunker:
     def last_emit(self) -> float:
         return self._last_emit
 
+    @property
+    def next_is_first_or_last(self) -> bool:
+        """The next item holds the first token, or the last (only meaningful while not ``done``)."""
+        sched = self._schedule
+        return self._sent == 0 or self.next_emit_time() >= sched.deadline(len(sched) - 1)
+
     def next_emit_time(self) -> float:
         """When the next item is due (only meaningful while not ``done``)."""
         sched = self._schedule
@@ -325,7 +338,7 @@ async def paced_chunks(
 ) -> AsyncIterator[tuple[int, int]]:
     """Yield token ranges ``(start, end)`` as they come due, until every token is sent."""
     while not chunker.done:
-        await sleeper.sleep_until(chunker.next_emit_time())
+        await sleeper.sleep_until(chunker.next_emit_time(), precise=chunker.next_is_first_or_last)
         start, end = chunker.take(clock.now())
         if end > start:
             yield start, end

@@ -31,7 +31,7 @@ class Instant:
     def now(self) -> float:
         return self.t
 
-    async def sleep_until(self, t: float) -> None:
+    async def sleep_until(self, t: float, precise: bool = False) -> None:
         self.t = max(self.t, t)
 
 

@@ -21,7 +21,7 @@ class FakeClock:
     def now(self) -> float:
         return self.t
 
-    async def sleep_until(self, t: float) -> None:
+    async def sleep_until(self, t: float, precise: bool = False) -> None:
         self.sleeps.append(t)
         self.t = max(self.t, t)
 
@@ -85,7 +85,7 @@ class SimClock:
     def now(self) -> float:
         return self.t
 
-    async def sleep_until(self, t: float) -> None:
+    async def sleep_until(self, t: float, precise: bool = False) -> None:
         import asyncio
 
         if t <= self.t:

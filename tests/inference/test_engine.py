@@ -319,7 +319,7 @@ def test_a_task_cancelled_while_waiting_propagates_cancellation(make_config):
         def now(self):
             return 0.0
 
-        async def sleep_until(self, t):
+        async def sleep_until(self, t, precise=False):
             await asyncio.Event().wait()
 
     eng = Engine(make_config(), NeverWakes(), NeverWakes())

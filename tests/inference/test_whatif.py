@@ -42,7 +42,7 @@ class StoppedClock:
     def now(self) -> float:
         return 0.0
 
-    async def sleep_until(self, t: float) -> None:
+    async def sleep_until(self, t: float, precise: bool = False) -> None:
         self.sleeps.append(t)
 
 
