@@ -3,7 +3,8 @@
 (so no other ``ray.init()`` on this machine finds and joins it).
 
 Every process of the cluster carries a marker in its environment; :meth:`LocalCluster.stop`
-ends exactly those processes, by pid (first SIGTERM, then SIGKILL)."""
+ends exactly those processes, by pid (SIGTERM to ``ray start``, which stops its node, then
+SIGKILL to any left)."""
 
 from __future__ import annotations
 
@@ -66,19 +67,29 @@ class LocalCluster:
         assert result.returncode == 0, f"driver failed:\n{result.stderr[-4000:]}"
         return result.stdout
 
+    def exited(self) -> bool:
+        return self._proc.poll() is not None
+
+    def ray_up(self) -> bool:
+        """The head node runs, or ``ray start`` has exited (tests/support/children.py)."""
+        return self.exited() or "Ray runtime started" in self.log.read_text()
+
     def wait_up(self, timeout_s: float = 120) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
+            if self.exited():
                 raise AssertionError(f"ray start exited:\n{self.log.read_text()[-4000:]}")
-            if "Ray runtime started" in self.log.read_text():
+            if self.ray_up():
                 return
-            time.sleep(0.5)
+            time.sleep(0.2)
         raise AssertionError(f"ray start: no cluster after {timeout_s:.0f}s:\n{self.log.read_text()[-4000:]}")
 
     def stop(self) -> None:
+        # ``ray start --block`` stops its node's processes on SIGTERM (~4 s here).  Sent to
+        # every process at once, SIGTERM left the GCS and ``ray start`` running for more than
+        # 10 s (measured): the GCS is left to ``ray start``.
         for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
-            pids = marked_pids(self.marker)
+            pids = marked_pids(self.marker) if sig == signal.SIGKILL else []
             if self._proc.poll() is None:
                 pids.append(self._proc.pid)
             for pid in set(pids):
