@@ -27,9 +27,11 @@ SERVICE_FIXTURES = {"ray_cluster", "redis_server"}
 # The real-model tier (a real model on vLLM's CPU build, its own virtualenv: `make
 # test-real-model`) is `real_model` too, deselected by default (pyproject addopts).
 REAL_MODEL_DIR = "real_model"
-# The tiers of child processes with a Ray of their own run last, together (the `children`
-# fixture starts their processes at the first one's use, so the starts overlap).
+# The tiers of child processes with a Ray of their own run last: their processes (the
+# fixtures CHILDREN, started by the `children` fixture at the operations tier's first test)
+# start in the background while the tests that need none of them run first.
 LAST_TIERS = ("operations", "cluster")
+CHILDREN = ("operator_server", "json_logs_server", "shared_ray_cluster", "cluster_scenario")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -47,7 +49,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         item.add_marker(pytest.mark.integration if real else pytest.mark.unit)
         if tier(item) == REAL_MODEL_DIR:
             item.add_marker(pytest.mark.real_model)
-    items.sort(key=lambda item: LAST_TIERS.index(tier(item)) + 1 if tier(item) in LAST_TIERS else 0)
+
+    def order(item: pytest.Item) -> tuple[int, bool]:
+        if tier(item) not in LAST_TIERS:
+            return (0, False)
+        return (1 + LAST_TIERS.index(tier(item)), bool(set(CHILDREN) & set(getattr(item, "fixturenames", ()))))
+
+    items.sort(key=order)
 
 
 @pytest.fixture(scope="session")
@@ -132,6 +140,7 @@ def children(request, tmp_path_factory) -> Iterator[Launcher]:
         return ScenarioProcess(redis_url, directory)
 
     makers = {f.__name__: f for f in (operator_server, json_logs_server, shared_ray_cluster, cluster_scenario)}
+    assert set(makers) == set(CHILDREN)
     used = [name for item in request.session.items for name in item.fixturenames]
     wanted = list(dict.fromkeys(name for name in used if name in makers))
     if "ray_cluster" in used:  # the suite's own Ray starts first, not beside a child's
