@@ -28,10 +28,11 @@ SERVICE_FIXTURES = {"ray_cluster", "redis_server"}
 # test-real-model`) is `real_model` too, deselected by default (pyproject addopts).
 REAL_MODEL_DIR = "real_model"
 # The tiers of child processes with a Ray of their own run last: their processes (the
-# fixtures CHILDREN, started by the `children` fixture at the operations tier's first test)
-# start in the background while the tests that need none of them run first.
+# fixtures CHILDREN, started by the `children` fixture at the operations tier's first test,
+# in this order: the longest first) start in the background while the tests that need none
+# of them run first.
 LAST_TIERS = ("operations", "cluster")
-CHILDREN = ("operator_server", "json_logs_server", "shared_ray_cluster", "cluster_scenario")
+CHILDREN = ("cluster_scenario", "operator_server", "json_logs_server", "shared_ray_cluster")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -120,7 +121,7 @@ def redis_server() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def children(request, tmp_path_factory) -> Iterator[Launcher]:
     """The child processes of the fixtures below that the selected tests use, started
-    together in the order the tests first need them (tests/support/children.py)."""
+    together in the order of CHILDREN (tests/support/children.py)."""
     from serve.embedded import free_port
     from tests.support.children import Launcher, busy_server
     from tests.support.cluster_scenario import ScenarioProcess
@@ -141,8 +142,8 @@ def children(request, tmp_path_factory) -> Iterator[Launcher]:
 
     makers = {f.__name__: f for f in (operator_server, json_logs_server, shared_ray_cluster, cluster_scenario)}
     assert set(makers) == set(CHILDREN)
-    used = [name for item in request.session.items for name in item.fixturenames]
-    wanted = list(dict.fromkeys(name for name in used if name in makers))
+    used = {name for item in request.session.items for name in item.fixturenames}
+    wanted = [name for name in CHILDREN if name in used]
     if "ray_cluster" in used:  # the suite's own Ray starts first, not beside a child's
         request.getfixturevalue("ray_cluster")
     if "cluster_scenario" in wanted:

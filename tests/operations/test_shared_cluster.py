@@ -34,8 +34,7 @@ def hello(request):
 serve.run(hello.bind(), name="other", route_prefix="/other")
 """
 
-# Serve's applications and proxies as one JSON line, from a driver of the cluster (after
-# SETUP, in the same driver).
+# Serve's applications and proxies as one JSON line, from a driver of the cluster.
 STATE = """
 import json
 import ray
@@ -49,8 +48,8 @@ print(json.dumps({"apps": {name: app.status for name, app in status.applications
 """
 
 
-def state(cluster: LocalCluster, before: str = "") -> dict:
-    return json.loads(cluster.run(before + STATE).strip().splitlines()[-1])
+def state(output: str) -> dict:
+    return json.loads(output.strip().splitlines()[-1])
 
 
 def get_text(url: str) -> str:
@@ -68,21 +67,22 @@ async def one_turn(url: str) -> str:
 def test_joining_a_shared_cluster_leaves_it_as_it_was(shared_ray_cluster: LocalCluster, tmp_path):
     cluster = shared_ray_cluster
     proxy_port = free_port()
-    before = state(cluster, SETUP.format(proxy_port=proxy_port))
     other = f"http://127.0.0.1:{proxy_port}/other"
-    assert get_text(other) == "hello from another app"
-    assert before["apps"] == {"other": "RUNNING"} and before["proxies"] == 1
-
-    with serve_process(["--address", cluster.address], cwd=tmp_path, env=cluster.env) as server:
-        server.wait_ready()
-        assert get_json(f"{server.url}/readyz")[0] == 200
-        assert asyncio.run(one_turn(server.url)) == "response.completed"
-        during = state(cluster)
-        assert during["apps"] == {"other": "RUNNING", "responses-ws": "RUNNING"}
-        assert during["proxies"] == 1  # its HTTP proxy kept (we would have started Serve without one)
+    with cluster.driver() as driver:  # another user's, connected throughout
+        before = state(driver.run(SETUP.format(proxy_port=proxy_port) + STATE))
         assert get_text(other) == "hello from another app"
-        assert server.stop() == 0
+        assert before["apps"] == {"other": "RUNNING"} and before["proxies"] == 1
 
-    after = state(cluster)  # the cluster is up: a new driver joins it
+        with serve_process(["--address", cluster.address], cwd=tmp_path, env=cluster.env) as server:
+            server.wait_ready()
+            assert get_json(f"{server.url}/readyz")[0] == 200
+            assert asyncio.run(one_turn(server.url)) == "response.completed"
+            during = state(driver.run(STATE))
+            assert during["apps"] == {"other": "RUNNING", "responses-ws": "RUNNING"}
+            assert during["proxies"] == 1  # its HTTP proxy kept (we would have started Serve without one)
+            assert get_text(other) == "hello from another app"
+            assert server.stop() == 0
+
+    after = state(cluster.run(STATE))  # the cluster is up: a new driver joins it
     assert after == before  # only our app is gone; Serve and the other app are untouched
     assert get_text(other) == "hello from another app"

@@ -7,6 +7,7 @@ ends exactly those processes, by pid (SIGTERM, then SIGKILL to any left)."""
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -14,7 +15,10 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from serve.embedded import RAY_ENV, free_port
@@ -73,6 +77,16 @@ class LocalCluster:
         assert result.returncode == 0, f"driver failed:\n{result.stderr[-4000:]}"
         return result.stdout
 
+    @contextmanager
+    def driver(self) -> Iterator[Driver]:
+        """A driver of this cluster that stays connected: :meth:`Driver.run` runs code in it
+        without a new process's start (importing Ray and joining take seconds)."""
+        driver = Driver(self)
+        try:
+            yield driver
+        finally:
+            driver.close()
+
     def exited(self) -> bool:
         return self._proc.poll() is not None
 
@@ -109,3 +123,56 @@ class LocalCluster:
                 time.sleep(0.2)
         self._proc.wait(timeout=5)
         shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+class Driver:
+    """A Python process that runs each block of code sent to it in one namespace
+    (``ADDRESS`` is defined), and says when it is done with it."""
+
+    DONE, FAILED = "--driver: done--", "--driver: failed--"
+    LOOP = """
+import json, sys, traceback
+namespace = {"ADDRESS": ADDRESS}
+for line in sys.stdin:
+    try:
+        exec(json.loads(line), namespace)
+        print(DONE, flush=True)
+    except Exception:
+        traceback.print_exc()
+        print(FAILED, flush=True)
+"""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.log = cluster.temp_dir / f"driver-{secrets.token_hex(4)}.log"
+        code = f"ADDRESS, DONE, FAILED = {cluster.address!r}, {self.DONE!r}, {self.FAILED!r}\n{self.LOOP}"
+        with open(self.log, "w") as err:
+            self.proc = subprocess.Popen([sys.executable, "-c", code], env=cluster.env, stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=err, text=True)
+
+    def run(self, code: str, timeout_s: float = 180) -> str:
+        """Run ``code``; what it printed."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(code) + "\n")
+        self.proc.stdin.flush()
+        watchdog = threading.Timer(timeout_s, self.proc.kill)
+        watchdog.start()
+        lines, status = [], None
+        try:
+            for line in self.proc.stdout:
+                if line.rstrip("\n") in (self.DONE, self.FAILED):
+                    status = line.rstrip("\n")
+                    break
+                lines.append(line)
+        finally:
+            watchdog.cancel()
+        assert status == self.DONE, f"driver failed:\n{self.log.read_text()[-4000:]}"
+        return "".join(lines)
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
