@@ -90,6 +90,15 @@ def two_replicas_url(ray_cluster) -> str:
 
 
 @pytest.fixture(scope="session")
+def keyed_url(ray_cluster) -> str:
+    """A server that accepts only the API keys ``ALICE`` and ``BOB`` (tests/support/server.py),
+    shared by the modules on keys and on isolation between them."""
+    from tests.support.server import ALICE, BOB, start_app
+
+    return start_app("rws-keys", **{"server.api_keys": [ALICE, BOB]})
+
+
+@pytest.fixture(scope="session")
 def ws_url(server_url) -> str:
     from bench.client import ws_url
 

@@ -11,6 +11,9 @@ from typing import Any
 
 from serve.embedded import deploy, local_config
 
+# The only API keys the ``keyed_url`` app accepts (tests/conftest.py).
+ALICE, BOB = "sk-iso-alice-4b1d7e", "sk-iso-bob-c09a52"
+
 
 def start_app(name: str, **overrides: Any) -> str:
     """Deploy the app as ``name`` on a free port, with ``section.key`` overrides of the
