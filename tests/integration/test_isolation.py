@@ -25,7 +25,7 @@ from openai import OpenAI
 
 from serve.auth import fingerprint
 from serve.embedded import free_port
-from tests.support.server import ALICE, BOB, start_app, stop_app
+from tests.support.server import ALICE, BOB, busy_profiles, start_app, stop_app
 from tests.support.wire import raw_collect, validated
 
 MODEL = "emu-fast"
@@ -424,12 +424,7 @@ def read_http_response(sock: socket.socket) -> tuple[bytes, bytes]:
 @pytest.fixture(scope="module")
 def busy_url(ray_cluster):
     """An app whose inference replica runs one sequence and queues none (overload is reachable)."""
-    from inference.profiles import load_inference_config
-
-    inference = load_inference_config().model_dump()
-    for profile in inference["profiles"]:
-        profile["batching"].update(max_running=1, max_waiting=0, knee=1)
-    url = start_app("rws-iso-busy", **{f"inference.{k}": v for k, v in inference.items()})
+    url = start_app("rws-iso-busy", **{"inference.profiles": busy_profiles()})
     yield url
     stop_app("rws-iso-busy")
 

@@ -2,7 +2,7 @@
 session host's warning when the (overloaded) inference backend refuses a response, as
 text by default and as JSON lines with ``--log-format json``.  The servers run in child
 processes of their own (their own Ray), started from a directory outside the checkout
-with a config of one sequence per inference replica (tests/support/children.py): the
+with a config of one sequence per inference replica (tests/support/server.py): the
 ``operator_server`` (text) and ``json_logs_server`` fixtures of tests/conftest.py."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 import websockets
 
 from bench.client import ws_url
-from tests.support.children import busy_profiles
 from tests.support.serve_process import ServeProcess
+from tests.support.server import busy_profiles
 
 WARNING_TEXT = "inference failed for resp_"
 

@@ -22,9 +22,8 @@ from typing import Protocol
 
 import yaml
 
-from inference.profiles import load_inference_config
-
 from .serve_process import ServeProcess, start_serve
+from .server import busy_profiles
 
 
 class Child(Protocol):
@@ -90,14 +89,6 @@ class Launcher:
 
 
 # ---------------------------------------------------------------- the suite's serve processes
-
-
-def busy_profiles() -> list[dict]:
-    """One sequence per replica and no queue: a second response at once is refused."""
-    profiles = load_inference_config().model_dump()["profiles"]
-    for profile in profiles:
-        profile["batching"].update(max_running=1, max_waiting=0, knee=1)
-    return profiles
 
 
 def busy_server(directory: Path, args: list[str], env: dict[str, str] | None = None) -> ServeProcess:
