@@ -1,12 +1,23 @@
-"""Session-scoped fixtures: the embedded Ray, the main test server, a throw-away redis-server.
-Helpers the tests share are in tests/support/."""
+"""Session-scoped fixtures: the embedded Ray, the main test server, a throw-away redis-server,
+and the child processes with a Ray of their own (``responses-ws serve``, a ``ray start``
+cluster, the multi-node scenario).  Helpers the tests share are in tests/support/."""
 
 from __future__ import annotations
 
+import functools
+import secrets
 import shutil
 from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.support.children import Launcher
+    from tests.support.cluster_scenario import ScenarioProcess
+    from tests.support.ray_cluster import LocalCluster
+    from tests.support.serve_process import ServeProcess
 
 # A test is `integration` when it lives in a tier of real deployments or asks for a fixture
 # that starts a real service (Ray and Serve, a redis-server); every other test is `unit`:
@@ -16,6 +27,12 @@ SERVICE_FIXTURES = {"ray_cluster", "redis_server"}
 # The real-model tier (a real model on vLLM's CPU build, its own virtualenv: `make
 # test-real-model`) is `real_model` too, deselected by default (pyproject addopts).
 REAL_MODEL_DIR = "real_model"
+# The tiers of child processes with a Ray of their own run last: their processes (the
+# fixtures CHILDREN, started by the `children` fixture at the operations tier's first test,
+# in this order: the longest first) start in the background while the tests that need none
+# of them run first.
+LAST_TIERS = ("operations", "cluster")
+CHILDREN = ("cluster_scenario", "operator_server", "json_logs_server", "shared_ray_cluster")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -25,12 +42,21 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def tier(item: pytest.Item) -> str:
+        return item.path.relative_to(item.config.rootpath / "tests").parts[0]
+
     for item in items:
-        tier = item.path.relative_to(item.config.rootpath / "tests").parts[0]
-        real = tier in INTEGRATION_DIRS or SERVICE_FIXTURES & set(getattr(item, "fixturenames", ()))
+        real = tier(item) in INTEGRATION_DIRS or SERVICE_FIXTURES & set(getattr(item, "fixturenames", ()))
         item.add_marker(pytest.mark.integration if real else pytest.mark.unit)
-        if tier == REAL_MODEL_DIR:
+        if tier(item) == REAL_MODEL_DIR:
             item.add_marker(pytest.mark.real_model)
+
+    def order(item: pytest.Item) -> tuple[int, bool]:
+        if tier(item) not in LAST_TIERS:
+            return (0, False)
+        return (1 + LAST_TIERS.index(tier(item)), bool(set(CHILDREN) & set(getattr(item, "fixturenames", ()))))
+
+    items.sort(key=order)
 
 
 @pytest.fixture(scope="session")
@@ -64,6 +90,15 @@ def two_replicas_url(ray_cluster) -> str:
 
 
 @pytest.fixture(scope="session")
+def keyed_url(ray_cluster) -> str:
+    """A server that accepts only the API keys ``ALICE`` and ``BOB`` (tests/support/server.py),
+    shared by the modules on keys and on isolation between them."""
+    from tests.support.server import ALICE, BOB, start_app
+
+    return start_app("rws-keys", **{"server.api_keys": [ALICE, BOB]})
+
+
+@pytest.fixture(scope="session")
 def ws_url(server_url) -> str:
     from bench.client import ws_url
 
@@ -87,3 +122,87 @@ def redis_server() -> Iterator[str]:
         yield url
     finally:
         redis.stop(proc)
+
+
+# ------------------------------------------------------------------ children with a Ray of their own
+
+
+@pytest.fixture(scope="session")
+def children(request, tmp_path_factory) -> Iterator[Launcher]:
+    """The child processes of the fixtures below that the selected tests use, started
+    together in the order of CHILDREN (tests/support/children.py)."""
+    from serve.embedded import free_port
+    from tests.support.children import Launcher, busy_server
+    from tests.support.cluster_scenario import ScenarioProcess
+    from tests.support.ray_cluster import LocalCluster
+
+    def operator_server(directory: Path) -> ServeProcess:
+        return busy_server(directory, ["--dashboard", "--dashboard-port", str(free_port())],
+                           env={"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)})
+
+    def json_logs_server(directory: Path) -> ServeProcess:
+        return busy_server(directory, ["--log-format", "json"])
+
+    def shared_ray_cluster(directory: Path) -> LocalCluster:
+        return LocalCluster()  # in a temp directory of its own, removed when it stops
+
+    def cluster_scenario(directory: Path) -> ScenarioProcess:
+        return ScenarioProcess(redis_url, directory)
+
+    makers = {f.__name__: f for f in (operator_server, json_logs_server, shared_ray_cluster, cluster_scenario)}
+    assert set(makers) == set(CHILDREN)
+    used = {name for item in request.session.items for name in item.fixturenames}
+    wanted = [name for name in CHILDREN if name in used]
+    if "ray_cluster" in used:  # the suite's own Ray starts first, not beside a child's
+        request.getfixturevalue("ray_cluster")
+    if "cluster_scenario" in wanted:
+        redis_url = request.getfixturevalue("redis_server")
+    # Directories made here: tmp_path_factory is not for the launcher's thread.
+    starts = {name: functools.partial(makers[name], tmp_path_factory.mktemp(name)) for name in wanted}
+    launcher = Launcher(starts)
+    try:
+        yield launcher
+    finally:
+        launcher.close()
+
+
+@pytest.fixture
+def operator_server(children) -> ServeProcess:
+    """``responses-ws serve --config busy.yaml --dashboard`` (token authentication) from a
+    directory outside the checkout, with text logs at the default level: an operator's
+    server, shared by the tests that need no other (tests/operations: the dashboard, a
+    local server's interfaces and port, the logs).  A test may stop it; the next test that
+    asks for it gets a new one."""
+    server = children.running("operator_server")
+    server.wait_ready()
+    return server
+
+
+@pytest.fixture
+def json_logs_server(children) -> ServeProcess:
+    """``responses-ws serve --config busy.yaml --log-format json``."""
+    server = children.running("json_logs_server")
+    server.wait_ready()
+    return server
+
+
+@pytest.fixture
+def shared_ray_cluster(children) -> Iterator[LocalCluster]:
+    """A ``ray start --head`` cluster of the test's own (tests/support/ray_cluster.py),
+    stopped at the test's end."""
+    cluster = children.get("shared_ray_cluster")
+    try:
+        cluster.wait_up()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def cluster_scenario(children) -> Iterator[ScenarioProcess]:
+    """The multi-node scenario's child process (tests/support/cluster_scenario.py)."""
+    scenario = children.get("cluster_scenario")
+    try:
+        yield scenario
+    finally:
+        scenario.stop()

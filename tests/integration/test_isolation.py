@@ -25,12 +25,10 @@ from openai import OpenAI
 
 from serve.auth import fingerprint
 from serve.embedded import free_port
-from tests.support.server import start_app, stop_app
+from tests.support.server import ALICE, BOB, busy_profiles, start_app, stop_app
 from tests.support.wire import raw_collect, validated
 
 MODEL = "emu-fast"
-ISO_APP = "rws-isolation"
-ALICE, BOB = "sk-iso-alice-4b1d7e", "sk-iso-bob-c09a52"
 TEXT = {"emulator.tool_rounds": "0", "emulator.text_tokens": "8"}  # a short text answer
 GENERIC_500 = "The server had an error while processing your request."
 
@@ -39,13 +37,6 @@ MARKERS: set[str] = set()  # user text sent by this module, likewise
 
 
 # ----------------------------------------------------------------------------- helpers
-
-
-@pytest.fixture(scope="module")
-def keyed_url(ray_cluster):
-    url = start_app(ISO_APP, **{"server.api_keys": [ALICE, BOB]})
-    yield url
-    stop_app(ISO_APP)
 
 
 def marker(label: str) -> str:
@@ -433,12 +424,7 @@ def read_http_response(sock: socket.socket) -> tuple[bytes, bytes]:
 @pytest.fixture(scope="module")
 def busy_url(ray_cluster):
     """An app whose inference replica runs one sequence and queues none (overload is reachable)."""
-    from inference.profiles import load_inference_config
-
-    inference = load_inference_config().model_dump()
-    for profile in inference["profiles"]:
-        profile["batching"].update(max_running=1, max_waiting=0, knee=1)
-    url = start_app("rws-iso-busy", **{f"inference.{k}": v for k, v in inference.items()})
+    url = start_app("rws-iso-busy", **{"inference.profiles": busy_profiles()})
     yield url
     stop_app("rws-iso-busy")
 

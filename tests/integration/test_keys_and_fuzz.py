@@ -13,18 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from openai import OpenAI
 
-from tests.support.server import start_app, stop_app
+from tests.support.server import ALICE, BOB, start_app, stop_app
 from tests.support.wire import raw_collect
 
 MODEL = "emu-fast"
-KEYS_APP = "rws-keys"
-
-
-@pytest.fixture(scope="module")
-def keyed_url(ray_cluster):
-    url = start_app(KEYS_APP, **{"server.api_keys": ["key-alice", "key-bob"]})
-    yield url
-    stop_app(KEYS_APP)
 
 
 def sdk(url: str, key: str) -> OpenAI:
@@ -51,11 +43,11 @@ def test_check_03_wrong_or_missing_key_is_refused_on_http_and_on_the_upgrade(key
 
 
 def test_check_04_configured_key_works_as_bearer_and_as_api_key_header(keyed_url):
-    assert sdk(keyed_url, "key-alice").responses.create(model=MODEL, input="x").status == "completed"
+    assert sdk(keyed_url, ALICE).responses.create(model=MODEL, input="x").status == "completed"
 
     async def main():
         async with websockets.connect(keyed_url.replace("http", "ws", 1) + "/v1/responses",
-                                      additional_headers={"api-key": "key-bob"}) as ws:
+                                      additional_headers={"api-key": BOB}) as ws:
             await ws.send(json.dumps({"type": "response.create", "model": MODEL, "input": "x"}))
             return (await raw_collect(ws))[-1]
 
@@ -63,7 +55,7 @@ def test_check_04_configured_key_works_as_bearer_and_as_api_key_header(keyed_url
 
 
 def test_a_stored_response_is_invisible_to_other_keys(keyed_url):
-    alice, bob = sdk(keyed_url, "key-alice"), sdk(keyed_url, "key-bob")
+    alice, bob = sdk(keyed_url, ALICE), sdk(keyed_url, BOB)
     resp = alice.responses.create(model=MODEL, input="alice's secret")
     for call in (lambda: bob.responses.retrieve(resp.id), lambda: bob.responses.delete(resp.id),
                  lambda: bob.responses.input_items.list(resp.id)):

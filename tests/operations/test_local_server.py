@@ -1,6 +1,7 @@
 """``responses-ws serve`` on one machine, as a user runs it: the embedded Ray listens on
-loopback only, and a second server started on the same port fails at once, naming the port
-and the process that holds it, while the first goes on serving every request itself
+loopback only (its dashboard too: the ``operator_server`` fixture, tests/conftest.py, runs
+``--dashboard``), and a second server started on the same port fails at once, naming the
+port and the process that holds it, while the first goes on serving every request itself
 (docs/reliability.md, "One server per port" and "A local server is local")."""
 
 from __future__ import annotations
@@ -11,16 +12,8 @@ import time
 import urllib.request
 
 import psutil
-import pytest
 
 from tests.support.serve_process import ServeProcess, get_json, serve_process
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with serve_process([], cwd=tmp_path_factory.mktemp("first")) as first:
-        first.wait_ready()
-        yield first
 
 
 def listening_sockets(pid: int) -> list[tuple[str, str, int]]:
@@ -43,7 +36,8 @@ def is_loopback(address: str) -> bool:
     return ip.is_loopback or bool(getattr(ip, "ipv4_mapped", None) and ip.ipv4_mapped.is_loopback)
 
 
-def test_the_embedded_ray_listens_on_loopback_only(server: ServeProcess):
+def test_the_embedded_ray_listens_on_loopback_only(operator_server: ServeProcess):
+    server = operator_server
     sockets = listening_sockets(server.proc.pid)
     assert len(sockets) > 10  # the GCS, raylet, agents, workers, the gateway: all were seen
     elsewhere = [s for s in sockets if not is_loopback(s[1])]
@@ -62,7 +56,8 @@ def create_stored(url: str, i: int) -> str:
         return json.loads(resp.read())["id"]
 
 
-def test_a_second_server_on_the_port_fails_at_once_and_the_first_serves_on(server: ServeProcess, tmp_path):
+def test_a_second_server_on_the_port_fails_at_once_and_the_first_serves_on(operator_server: ServeProcess, tmp_path):
+    server = operator_server
     port = int(server.url.rsplit(":", 1)[1])
     started = time.monotonic()
     with serve_process([], cwd=tmp_path, port=port) as second:

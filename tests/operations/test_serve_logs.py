@@ -1,7 +1,9 @@
 """``responses-ws serve`` shows warnings from inside the app in its own terminal: here a
 session host's warning when the (overloaded) inference backend refuses a response, as
-text by default and as JSON lines with ``--log-format json``.  The server runs in a child
-process of its own (its own Ray), started from a directory outside the checkout."""
+text by default and as JSON lines with ``--log-format json``.  The servers run in child
+processes of their own (their own Ray), started from a directory outside the checkout
+with a config of one sequence per inference replica (tests/support/server.py): the
+``operator_server`` (text) and ``json_logs_server`` fixtures of tests/conftest.py."""
 
 from __future__ import annotations
 
@@ -10,23 +12,13 @@ import json
 import time
 from pathlib import Path
 
-import pytest
 import websockets
-import yaml
 
 from bench.client import ws_url
-from inference.profiles import load_inference_config
-from tests.support.serve_process import serve_process
+from tests.support.serve_process import ServeProcess
+from tests.support.server import busy_profiles
 
 WARNING_TEXT = "inference failed for resp_"
-
-
-def busy_profiles() -> list[dict]:
-    """One sequence per replica and no queue: a second response at once is refused."""
-    profiles = load_inference_config().model_dump()["profiles"]
-    for profile in profiles:
-        profile["batching"].update(max_running=1, max_waiting=0, knee=1)
-    return profiles
 
 
 async def overload(url: str) -> str:
@@ -45,25 +37,28 @@ async def overload(url: str) -> str:
                 return event["type"]
 
 
-@pytest.mark.parametrize("fmt", ["text", "json"])
-def test_a_session_host_warning_reaches_the_serve_terminal(tmp_path, fmt):
-    (tmp_path / "busy.yaml").write_text(yaml.safe_dump({"inference": {"profiles": busy_profiles()}}))
-    args = ["--config", "busy.yaml"] + (["--log-format", "json"] if fmt == "json" else [])
-    with serve_process(args, cwd=tmp_path) as server:
-        server.wait_ready()
-        assert asyncio.run(overload(server.url)) == "response.failed"
-        line = server.wait_for_line(WARNING_TEXT)
-        assert server.stop() == 0
-    if fmt == "json":
-        entry = json.loads(line)
-        assert entry["levelname"] == "WARNING" and entry["message"].startswith(WARNING_TEXT)
-        assert entry["actor_name"].startswith("rws-")  # a session host (Ray adds the actor's name)
-    else:
-        assert "WARNING" in line and "connection.py" in line and "actor_name=rws-" in line
+def warning_reaches_the_terminal(server: ServeProcess) -> str:
+    """Overload it, wait for the session host's warning in its output, stop it (Ctrl-C);
+    the warning's line."""
+    assert asyncio.run(overload(server.url)) == "response.failed"
+    line = server.wait_for_line(WARNING_TEXT)
+    assert server.stop() == 0
     out = server.output()
     assert "responses-ws serving on" in out and "shutting down" in out
     assert "INFO" not in out.split("responses-ws serving on")[1]  # the default level: warnings and errors
-    assert (tmp_path / "data" / "responses.sqlite3").is_file()  # the store lives in the working directory
+    assert (server.cwd / "data" / "responses.sqlite3").is_file()  # the store lives in the working directory
+    return line
+
+
+def test_a_session_host_warning_reaches_the_serve_terminal_as_text(operator_server: ServeProcess):
+    line = warning_reaches_the_terminal(operator_server)
+    assert "WARNING" in line and "connection.py" in line and "actor_name=rws-" in line
+
+
+def test_a_session_host_warning_reaches_the_serve_terminal_as_json(json_logs_server: ServeProcess):
+    entry = json.loads(warning_reaches_the_terminal(json_logs_server))
+    assert entry["levelname"] == "WARNING" and entry["message"].startswith(WARNING_TEXT)
+    assert entry["actor_name"].startswith("rws-")  # a session host (Ray adds the actor's name)
 
 
 def test_a_serve_application_logging_config_reaches_the_session_hosts(ray_cluster, tmp_path):

@@ -2,7 +2,9 @@
 (token authentication) where Serve already runs, with its HTTP proxy and another
 application.  Starting joins that Serve instance without changing its settings; stopping
 deletes only this application: the cluster, Serve, its proxy and the other application
-stay.  The cluster's processes are ended by pid at the end (tests/support/ray_cluster.py)."""
+stay.  The cluster (the ``shared_ray_cluster`` fixture, tests/conftest.py) starts with the
+suite's other children that run a Ray of their own; its processes are ended by pid at the
+test's end (tests/support/ray_cluster.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,6 @@ import asyncio
 import json
 import urllib.request
 
-import pytest
 import websockets
 
 from bench.client import ws_url
@@ -33,30 +34,22 @@ def hello(request):
 serve.run(hello.bind(), name="other", route_prefix="/other")
 """
 
+# Serve's applications and proxies as one JSON line, from a driver of the cluster.
 STATE = """
 import json
 import ray
 from ray import serve
 
-ray.init(address=ADDRESS)
+if not ray.is_initialized():
+    ray.init(address=ADDRESS)
 status = serve.status()
 print(json.dumps({"apps": {name: app.status for name, app in status.applications.items()},
                   "proxies": len(status.proxies)}))
 """
 
 
-@pytest.fixture
-def cluster():
-    cluster = LocalCluster()
-    try:
-        cluster.wait_up()
-        yield cluster
-    finally:
-        cluster.stop()
-
-
-def state(cluster: LocalCluster) -> dict:
-    return json.loads(cluster.run(STATE).strip().splitlines()[-1])
+def state(output: str) -> dict:
+    return json.loads(output.strip().splitlines()[-1])
 
 
 def get_text(url: str) -> str:
@@ -71,24 +64,25 @@ async def one_turn(url: str) -> str:
         return (await raw_collect(ws))[-1]["type"]
 
 
-def test_joining_a_shared_cluster_leaves_it_as_it_was(cluster, tmp_path):
+def test_joining_a_shared_cluster_leaves_it_as_it_was(shared_ray_cluster: LocalCluster, tmp_path):
+    cluster = shared_ray_cluster
     proxy_port = free_port()
-    cluster.run(SETUP.format(proxy_port=proxy_port))
     other = f"http://127.0.0.1:{proxy_port}/other"
-    assert get_text(other) == "hello from another app"
-    before = state(cluster)
-    assert before["apps"] == {"other": "RUNNING"} and before["proxies"] == 1
-
-    with serve_process(["--address", cluster.address], cwd=tmp_path, env=cluster.env) as server:
-        server.wait_ready()
-        assert get_json(f"{server.url}/readyz")[0] == 200
-        assert asyncio.run(one_turn(server.url)) == "response.completed"
-        during = state(cluster)
-        assert during["apps"] == {"other": "RUNNING", "responses-ws": "RUNNING"}
-        assert during["proxies"] == 1  # its HTTP proxy kept (we would have started Serve without one)
+    with cluster.driver() as driver:  # another user's, connected throughout
+        before = state(driver.run(SETUP.format(proxy_port=proxy_port) + STATE))
         assert get_text(other) == "hello from another app"
-        assert server.stop() == 0
+        assert before["apps"] == {"other": "RUNNING"} and before["proxies"] == 1
 
-    after = state(cluster)  # the cluster is up: a new driver joins it
+        with serve_process(["--address", cluster.address], cwd=tmp_path, env=cluster.env) as server:
+            server.wait_ready()
+            assert get_json(f"{server.url}/readyz")[0] == 200
+            assert asyncio.run(one_turn(server.url)) == "response.completed"
+            during = state(driver.run(STATE))
+            assert during["apps"] == {"other": "RUNNING", "responses-ws": "RUNNING"}
+            assert during["proxies"] == 1  # its HTTP proxy kept (we would have started Serve without one)
+            assert get_text(other) == "hello from another app"
+            assert server.stop() == 0
+
+    after = state(cluster.run(STATE))  # the cluster is up: a new driver joins it
     assert after == before  # only our app is gone; Serve and the other app are untouched
     assert get_text(other) == "hello from another app"

@@ -5,5 +5,8 @@
 - :mod:`.wire` — strict validation of received frames, collecting a response's events;
 - :mod:`.event_order` — event-sequence assertions read as the protocol page's tables;
 - :mod:`.fuzz` — the hypothesis settings of the fuzz tests;
-- :mod:`.cluster_scenario` — the multi-node scenario run in a child process.
+- :mod:`.cluster_scenario` — the multi-node scenario run in a child process;
+- :mod:`.serve_process`, :mod:`.ray_cluster` — ``responses-ws serve`` as a child process, a
+  ``ray start`` cluster of a test's own;
+- :mod:`.children` — starting those children together, one Ray start after another.
 """

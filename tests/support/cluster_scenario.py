@@ -1,24 +1,32 @@
-"""Run in its own process by test_cluster_deploy.py (a Ray cluster cannot share a process
+"""Run in its own process for test_cluster_deploy.py (a Ray cluster cannot share a process
 with the suite's session-scoped embedded Ray): simulated cluster → configs/serve-cluster.yaml
-→ WebSocket agent loops through it → one JSON line on stdout."""
+→ WebSocket agent loops through it → one JSON line on stdout.  :class:`ScenarioProcess`
+runs it (``python -m tests.support.cluster_scenario PORT REDIS_URL``)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 from bench.cluster import SimulatedCluster, deploy_serve_config
 from bench.rollouts import run_rollout
 from bench.workload import Workload
-from serve.embedded import wait_ready
+from serve.embedded import free_port, wait_ready
 
-CONFIG = Path(__file__).resolve().parents[2] / "configs" / "serve-cluster.yaml"
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = ROOT / "configs" / "serve-cluster.yaml"
+NODES_UP = "NODES UP"  # printed once every node of the cluster has started
 
 
 def main(port: int, redis_url: str) -> dict:
     cluster = SimulatedCluster(session_nodes=2, accelerator_nodes=1, accelerators_per_node=2)
+    print(NODES_UP, flush=True)
     try:
         def edit(args: dict) -> None:
             args["server"]["port"] = port
@@ -45,6 +53,45 @@ def main(port: int, redis_url: str) -> dict:
         }
     finally:
         cluster.shutdown()
+
+
+class ScenarioProcess:
+    """The scenario in a child process and process group of its own, its output in files
+    under ``directory``; :meth:`result` waits for its end, and kills the group (no raylet
+    outlives it) if it overruns."""
+
+    def __init__(self, redis_url: str, directory: Path, timeout_s: float = 240) -> None:
+        self.out, self.err = directory / "scenario.out", directory / "scenario.err"
+        self.deadline = time.monotonic() + timeout_s
+        self.timeout_s = timeout_s
+        with open(self.out, "w") as out, open(self.err, "w") as err:
+            self.proc = subprocess.Popen([sys.executable, "-m", "tests.support.cluster_scenario", str(free_port()),
+                                          redis_url], cwd=ROOT, stdout=out, stderr=err, start_new_session=True)
+
+    def exited(self) -> bool:
+        return self.proc.poll() is not None
+
+    def ray_up(self) -> bool:
+        """Every node has started, or it has exited (tests/support/children.py)."""
+        return self.exited() or NODES_UP in self.out.read_text()
+
+    def result(self) -> dict:
+        """Its JSON result; AssertionError if it failed or overran its time."""
+        try:
+            self.proc.wait(timeout=max(0.0, self.deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.stop()
+            raise AssertionError(f"cluster scenario overran {self.timeout_s:.0f}s:\n"
+                                 f"{self.err.read_text()[-3000:]}") from None
+        lines = [line for line in self.out.read_text().splitlines() if line.startswith("RESULT ")]
+        assert self.proc.returncode == 0 and lines, \
+            f"scenario failed ({self.proc.returncode}):\n{self.err.read_text()[-3000:]}"
+        return json.loads(lines[-1][len("RESULT "):])
+
+    def stop(self) -> None:
+        if not self.exited():
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
 
 
 if __name__ == "__main__":

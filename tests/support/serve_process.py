@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import psutil
+
 from serve.embedded import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,14 +31,43 @@ def get_json(url: str, timeout_s: float = 30) -> tuple[int, dict]:
         return exc.code, json.loads(exc.read() or b"{}")
 
 
+# The processes a Ray node starts before its raylet has registered (its agents); any other
+# ``ray::`` process is a worker, which the raylet starts only once it is up.
+RAY_AGENTS = ("ray::DashboardAgent", "ray::RuntimeEnvAgent")
+
+
 class ServeProcess:
-    def __init__(self, proc: subprocess.Popen, url: str, log: Path) -> None:
+    def __init__(self, proc: subprocess.Popen, url: str, log: Path, args: list[str], env: dict[str, str]) -> None:
         self.proc = proc
         self.url = url
         self.log = log
+        self.cwd = log.parent
+        self.args = args  # after --port
+        self.env = env  # what was set in its environment besides this process's
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
+
+    def exited(self) -> bool:
+        return self.proc.poll() is not None
+
+    def ray_up(self) -> bool:
+        """Its Ray has started (a worker runs below it), or it has exited: either way its
+        Ray no longer competes with another Ray's start (tests/support/children.py)."""
+        if self.exited():
+            return True
+        try:
+            below = psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.Error:
+            return True
+        for proc in below:
+            try:
+                name = proc.cmdline()[:1]
+            except psutil.Error:
+                continue
+            if name and name[0].startswith("ray::") and not name[0].startswith(RAY_AGENTS):
+                return True
+        return False
 
     def wait_ready(self, timeout_s: float = 180) -> None:
         """Until it says it serves (Ctrl-C then stops it in order) and ``/readyz`` is 200."""
@@ -49,7 +80,7 @@ class ServeProcess:
                     return
             except OSError:
                 pass
-            time.sleep(0.5)
+            time.sleep(0.2)
         raise AssertionError(f"not ready after {timeout_s:.0f}s:\n{self.output()[-4000:]}")
 
     def wait_for_line(self, needle: str, timeout_s: float = 30) -> str:
@@ -62,7 +93,7 @@ class ServeProcess:
                     return line
             if time.monotonic() > deadline:
                 raise AssertionError(f"{needle!r} never reached the terminal:\n{self.output()[-4000:]}")
-            time.sleep(0.5)
+            time.sleep(0.2)
 
     def stop(self, timeout_s: float = 120) -> int:
         """Ctrl-C, then wait for the exit; a process that hangs is killed with its group."""
@@ -77,12 +108,11 @@ class ServeProcess:
         return self.proc.returncode
 
 
-@contextmanager
-def serve_process(args: list[str], cwd: Path, env: dict[str, str] | None = None,
-                  port: int | None = None) -> Iterator[ServeProcess]:
+def start_serve(args: list[str], cwd: Path, env: dict[str, str] | None = None,
+                port: int | None = None) -> ServeProcess:
     """``responses-ws serve --port <port, or a free one> ARGS`` started in ``cwd`` (this
     checkout on its PYTHONPATH, no RAY_ADDRESS: it starts a Ray of its own unless ARGS say
-    ``--address``)."""
+    ``--address``); the caller stops it (:meth:`ServeProcess.stop`)."""
     port = port or free_port()
     environ = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [environ.get("PYTHONPATH")])])
@@ -91,12 +121,24 @@ def serve_process(args: list[str], cwd: Path, env: dict[str, str] | None = None,
     with open(log, "w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "serve.cli", "serve", "--port", str(port), *args],
                                 cwd=cwd, env=environ, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    process = ServeProcess(proc, f"http://127.0.0.1:{port}", log)
+    return ServeProcess(proc, f"http://127.0.0.1:{port}", log, list(args), dict(env or {}))
+
+
+@contextmanager
+def serve_process(args: list[str], cwd: Path, env: dict[str, str] | None = None,
+                  port: int | None = None) -> Iterator[ServeProcess]:
+    """:func:`start_serve`, stopped on the way out if it still runs."""
+    process = start_serve(args, cwd, env, port)
     try:
         yield process
     finally:
-        if proc.poll() is None:
-            try:
-                process.stop()
-            except AssertionError:
-                pass
+        stop_quietly(process)
+
+
+def stop_quietly(process: ServeProcess) -> None:
+    """Stop it if it still runs (a fixture's end: a hang is killed, not reported)."""
+    if not process.exited():
+        try:
+            process.stop()
+        except AssertionError:
+            pass

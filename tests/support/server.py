@@ -9,9 +9,22 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+from inference.profiles import load_inference_config
 from serve.embedded import deploy, local_config
 
 T = TypeVar("T")
+
+# The only API keys the ``keyed_url`` app accepts (tests/conftest.py).
+ALICE, BOB = "sk-iso-alice-4b1d7e", "sk-iso-bob-c09a52"
+
+
+def busy_profiles() -> list[dict]:
+    """The model profiles with one sequence per inference replica and no queue: a second
+    response at once is refused (overload is reachable)."""
+    profiles = load_inference_config().model_dump()["profiles"]
+    for profile in profiles:
+        profile["batching"].update(max_running=1, max_waiting=0, knee=1)
+    return profiles
 
 
 def start_app(name: str, **overrides: Any) -> str:
