@@ -112,7 +112,7 @@ class ResponseBuilder:
         output items copied: the builder changes the response only by assigning its fields
         and by appending to and editing its output items, so everything else (the echoed
         instructions and tools, often thousands of tokens, and the echoed settings) is
-        shared, not copied (a deep copy cost ~0.5 ms a snapshot on the project's machine)."""
+        shared, not copied."""
         r = self.response
         return r.model_copy(update={"output": [item.model_copy(deep=True) for item in r.output]})
 

@@ -47,12 +47,12 @@ class MonotonicClock:
 
 class AsyncioSleeper:
     """The real sleeper.  The event loop's timers fire up to ~1 ms late (its selector waits
-    in whole milliseconds, rounded up: ~0.9 ms late at the median on the project's machine),
+    in whole milliseconds, rounded up),
     so a response would end about a millisecond after its emulated time, which a client
     sees as API overhead.  A ``precise`` sleep (a response's first and last tokens) is also
     handed to one thread per process (the :class:`_Waker`), which waits for the earliest
     deadline with a microsecond timeout and wakes the loop of each sleep then due; sleeps due
-    together wake together.  It costs tens of microseconds of CPU a sleep (thread wake-ups,
+    together wake together.  It costs CPU at every sleep (thread wake-ups,
     the GIL), so the items between the first and the last keep the loop's timer alone.
     ``clock`` must be the monotonic clock the deadlines are on (``MonotonicClock``)."""
 

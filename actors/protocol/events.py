@@ -337,8 +337,8 @@ class EventEncoder:
     the same tens of KB of them with every create, and three events of every response echo
     them (``response.created``, ``response.in_progress`` and the terminal one).  The Response
     is encoded with a placeholder for each, which is then replaced with the JSON kept from the
-    last time the value was the same (comparing costs microseconds, encoding ~0.4 ms an event
-    on the project's machine, docs/performance.md).  The placeholder is random per encoder, so
+    last time the value was the same (comparing them is far cheaper than encoding them,
+    docs/performance.md).  The placeholder is random per encoder, so
     no client text can spell it."""
 
     def __init__(self) -> None:
