@@ -93,6 +93,7 @@ class Requests:
 
     def add(self, lane: str | None, create: ResponseCreate, timer: PhaseTimer, *, first: bool = False) -> Request:
         request = Request(next(self._ids), lane, create, timer)
+        timer.queued()
         self._all[request.id] = request
         if first:
             self._queue.appendleft(request)

@@ -190,7 +190,7 @@ class ResponseBuilder:
             return []
         return self._finish("content_filter", self._generated + self._pending_tokens())
 
-    def terminal(self, metadata: dict[str, str] | None = None) -> ServerEvent:
+    def terminal(self, metadata: dict[str, str] | None = None) -> ResponseCompleted | ResponseIncomplete:
         """The terminal event, once ``finishing``; ``metadata`` is added to the response's."""
         assert self.state is BuildState.FINISHING
         self.state = BuildState.DONE

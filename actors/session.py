@@ -64,7 +64,7 @@ from .steering import (
     steer_items,
     successor,
 )
-from .timings import METADATA_KEY, PhaseTimer, as_metadata
+from .timings import METADATA_KEY, PhaseTimer, Report, as_metadata
 from .turn import Effects, Load, Render, Turn
 
 __all__ = ["Effects", "Load", "Render", "Session", "Turn"]
@@ -120,9 +120,10 @@ class Session:
         against the host's budget."""
         self._lanes.release()
 
-    def on_frame(self, data: str | bytes) -> Effects:
-        """One client frame.  Errors become ``error`` events; the session stays usable."""
-        timer = PhaseTimer(self._perf)
+    def on_frame(self, data: str | bytes, received: float | None = None) -> Effects:
+        """One client frame (its first bytes ``received`` at that time on the session's
+        ``perf`` clock, if known).  Errors become ``error`` events; the session stays usable."""
+        timer = PhaseTimer(self._perf, received)
         try:
             with timer.phase("parse_validate"):
                 event = parse_client_event(data)
@@ -476,9 +477,11 @@ class Session:
                                    scan=turn.scan, fmt=turn.fmt, output_tokens=b.context_tokens)
                 self._lanes.remember(turn.lane, entry)
                 fx.usage.append(self._usage(turn))
-            report = timer.report(b.queue_ms, b.prefill_ms, b.decode_ms)
+            report = Report.taken(response.id, timer, (b.queue_ms, b.prefill_ms, b.decode_ms), final=turn.store)
             fx.timings.append(report)
-            terminal = b.terminal(as_metadata(report) if turn.timings_requested else None)
+            terminal = b.terminal(as_metadata(report.ms) if turn.timings_requested else None)
+            if turn.timings_requested:  # taken again as the sender encodes it (actors.timings)
+                report.into = terminal.response.metadata
             fx.events.append(terminal)
             if turn.store:  # the record is the response as sent, terminal metadata included
                 fx.persist.append(StoredResponse(

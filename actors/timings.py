@@ -5,12 +5,17 @@ Phases: ``parse_validate``, ``history_load``, ``render``, ``classify``,
 (inference, as the emulated model reports them); and the calls a hook makes before each
 model call (:meth:`PhaseTimer.service`, e.g. the what-if services' ``hop`` and
 ``safety_model``, docs/whatif.md), which count as API work.  ``api_overhead`` is the
-response's time on the server (from its frame or request to its terminal event) less the
-model's own time (queue + prefill + decode): what a client waits for outside the model, as
-far as the server can see it — ``backend`` is the model call's own cost beyond the model's
-time (the hop to the inference replica and back), ``other`` what no phase accounts for
-(the event loop, encoding and writing the earlier frames).  The terminal frame's own
-encoding, compression and write come after the figures it carries (docs/performance.md).  A client asks for the numbers with
+response's time on the server less the model's own time (queue + prefill + decode): what a
+client waits for outside the model, as far as the server can see it.  It runs from the
+first bytes of the create's frame reaching the session host (or the HTTP request's arrival)
+to the moment its terminal event is about to be encoded (:meth:`Report.restamp`), so it
+holds reading the create, building and queueing the terminal event and encoding and
+writing the frames before it; only the terminal frame's own encoding, compression and write
+come after the figures it carries (docs/performance.md).  ``backend`` is the model call's
+own cost beyond the model's time (the hop to the inference replica and back), ``other``
+what no phase accounts for (the event loop, encoding and writing the earlier frames).  A
+stored response's figures are taken when it finishes, before its record is written: the
+record holds the response as it was sent.  A client asks for the numbers with
 ``metadata={"responses_ws.timings": "1"}`` and reads them, as a JSON string, from the
 terminal response's ``metadata["responses_ws.timings"]``.
 """
@@ -20,6 +25,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 METADATA_KEY = "responses_ws.timings"
 API_PHASES = ("parse_validate", "history_load", "render", "classify", "model_resolution", "post")
@@ -27,13 +33,15 @@ INFERENCE_PHASES = ("queue", "prefill", "decode")
 
 
 class PhaseTimer:
-    __slots__ = ("_perf", "_waiting_since", "inference_wait_ms", "ms", "started")
+    __slots__ = ("_perf", "_queued_at", "_waiting_since", "inference_wait_ms", "ms", "started")
 
-    def __init__(self, perf: Callable[[], float]) -> None:
+    def __init__(self, perf: Callable[[], float], started: float | None = None) -> None:
+        """``started``: when the request reached the server, on ``perf``'s clock (now if not given)."""
         self._perf = perf
         self.ms: dict[str, float] = dict.fromkeys(API_PHASES + INFERENCE_PHASES, 0.0)
-        self.started = perf()
+        self.started = perf() if started is None else started
         self._waiting_since: float | None = None
+        self._queued_at: float | None = None
         self.inference_wait_ms = 0.0
 
     @contextmanager
@@ -57,10 +65,14 @@ class PhaseTimer:
             self.ms[name] = self.ms.get(name, 0.0) + ms
             self.inference_wait_ms -= ms
 
+    def queued(self) -> None:
+        self._queued_at = self._perf()
+
     def restart(self) -> None:
-        """A queued request starts now: time spent queued behind its lane is not overhead."""
-        spent = sum(self.ms[p] for p in API_PHASES)
-        self.started = self._perf() - spent / 1000.0
+        """A queued request starts now: the time it spent queued behind its lane is not overhead."""
+        if self._queued_at is not None:
+            self.started += self._perf() - self._queued_at
+            self._queued_at = None
 
     def wait_inference(self) -> None:
         self._waiting_since = self._perf()
@@ -82,6 +94,36 @@ class PhaseTimer:
         api = sum(v for k, v in self.ms.items() if k not in INFERENCE_PHASES) + backend  # services too
         out["other"] = round(max(0.0, overhead - api), 3)
         return out
+
+
+@dataclass(slots=True)
+class Report:
+    """A finished response's figures (``ms``), taken when it finished and once more by
+    :meth:`restamp`, just before its terminal event is encoded.  ``into`` is the terminal
+    response's metadata when the client asked for the figures there; ``final`` once they may
+    not change (a stored response's record holds them as sent)."""
+
+    response_id: str
+    ms: dict[str, float]
+    timer: PhaseTimer
+    model_ms: tuple[float, float, float]  # queue, prefill, decode
+    into: dict[str, str] | None
+    final: bool
+
+    @classmethod
+    def taken(cls, response_id: str, timer: PhaseTimer, model_ms: tuple[float, float, float], *,
+              final: bool) -> Report:
+        return cls(response_id, timer.report(*model_ms), timer, model_ms, None, final)
+
+    def restamp(self) -> dict[str, float]:
+        """The figures taken again now (unless final): the terminal event is about to be
+        encoded, so they include building and queueing it and writing the frames before it."""
+        if not self.final:
+            self.final = True
+            self.ms = self.timer.report(*self.model_ms)
+            if self.into is not None:
+                self.into.update(as_metadata(self.ms))
+        return self.ms
 
 
 def as_metadata(report: dict[str, float]) -> dict[str, str]:

@@ -14,7 +14,7 @@ from .context import ContextEntry
 from .protocol import InputItem, ResponseCreate, ServerEvent
 from .response_builder import ResponseBuilder
 from .safety import Classifier
-from .timings import PhaseTimer
+from .timings import PhaseTimer, Report
 
 
 @dataclass(slots=True)
@@ -86,7 +86,7 @@ class Effects:
     persist: list[StoredResponse] = field(default_factory=list)
     usage: list[UsageEntry] = field(default_factory=list)
     cancel: list[int] = field(default_factory=list)  # turns whose model call must stop
-    timings: list[dict[str, float]] = field(default_factory=list)  # per finished response
+    timings: list[Report] = field(default_factory=list)  # per finished response
 
     def __iadd__(self, other: Effects) -> Effects:
         self.events += other.events

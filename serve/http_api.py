@@ -131,7 +131,7 @@ def add_http_routes(
             while True:
                 for event in batch:
                     if event.type in TERMINAL_EVENT_TYPES:
-                        return json_body(event.response)
+                        return json_body(conn.outgoing(event).response)
                 batch = await anext(events)
         finally:
             await conn.close()
@@ -203,7 +203,7 @@ async def _sse(conn: Connection, first: list, events: AsyncIterator[list]) -> As
             chunk = []
             done = False
             for event in batch:
-                chunk.append(sse_frame(event, encoder))
+                chunk.append(sse_frame(conn.outgoing(event), encoder))
                 done = done or event.type in TERMINAL_EVENT_TYPES
             if done:
                 chunk.append(SSE_DONE)

@@ -50,7 +50,7 @@ from ..protocol import (
 from ..render import render_items
 from ..request import InvalidTransition
 from ..session import Effects, Load, Render, Session, Turn
-from ..timings import PhaseTimer
+from ..timings import PhaseTimer, Report
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +149,7 @@ class Connection:
         self._out: asyncio.Queue[ServerEvent | str | None] = asyncio.Queue()
         self._held: dict[str | None, deque[ServerEvent | _Stored]] = {}  # lanes waiting on a write
         self._last: list[str | None] = []  # queued once no lane is held: a final frame, the end
+        self._reports: dict[str, Report] = {}  # by response id, until its terminal event is sent
         self._tasks: set[asyncio.Task[None]] = set()
         self._generations: dict[int, asyncio.Task[None]] = {}
         self.state = State.OPEN
@@ -166,12 +167,13 @@ class Connection:
         self.state = state
 
     # -- inbound
-    def feed(self, data: str | bytes) -> None:
-        """One client frame.  Never raises: bad input becomes an error event, and a bug
-        the input hit becomes ``server_error`` (logged, its text not sent)."""
+    def feed(self, data: str | bytes, received: float | None = None) -> None:
+        """One client frame, its first bytes ``received`` at that ``time.perf_counter()``
+        if known.  Never raises: bad input becomes an error event, and a bug the input hit
+        becomes ``server_error`` (logged, its text not sent)."""
         if self.state.accepting:
             try:
-                fx = self.session.on_frame(data)
+                fx = self.session.on_frame(data, received)
             except Exception:
                 log.exception("unexpected error handling a client frame")
                 fx = Effects(events=[error_event(ServerError())])
@@ -209,13 +211,8 @@ class Connection:
                 self._held.setdefault(event.stream_id, deque()).append(held)
                 self._spawn(self._persist(line, record, held))
         assert not records and not lines, "a record and a ledger line come with their terminal event"
-        if self._observe is not None and fx.timings:
-            # Recording a dozen histograms is not the client's wait: it runs after the
-            # sender has had its turn to write the terminal event queued above.
-            try:
-                asyncio.get_running_loop().call_soon(self._observe_all, fx.timings)
-            except RuntimeError:  # no loop (a synchronous caller)
-                self._observe_all(fx.timings)
+        for report in fx.timings:  # taken again, and recorded, as the sender encodes the event
+            self._reports[report.response_id] = report
         for load in fx.load:
             self._spawn(self._load(load))
         for job in fx.render:
@@ -239,10 +236,18 @@ class Connection:
             return False
         return True
 
-    def _observe_all(self, reports: list[dict[str, float]]) -> None:
-        assert self._observe is not None
-        for report in reports:
-            self._observe(self.session.transport, report)
+    def outgoing(self, event: ServerEvent) -> ServerEvent:
+        """``event``, about to be encoded and written by the sender: a terminal event's
+        figures are taken again now (:meth:`actors.timings.Report.restamp`), so the
+        server's ``api_overhead`` holds everything before this frame, and recorded once the
+        sender has written it (a dozen histograms are not the client's wait)."""
+        if isinstance(event, _TERMINAL):
+            report = self._reports.pop(event.response.id, None)
+            if report is not None:
+                ms = report.restamp()
+                if self._observe is not None:
+                    asyncio.get_running_loop().call_soon(self._observe, self.session.transport, ms)
+        return event
 
     def _send(self, event: ServerEvent) -> None:
         held = self._held.get(event.stream_id)

@@ -14,6 +14,8 @@ import ipaddress
 import json
 import logging
 import socket
+import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from http import HTTPStatus
 
@@ -21,7 +23,9 @@ from websockets.asyncio.server import Server, ServerConnection
 from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.extensions.permessage_deflate import ServerPerMessageDeflateFactory
+from websockets.frames import Frame, Opcode
 from websockets.http11 import Request, Response
+from websockets.protocol import Event
 from websockets.server import ServerProtocol
 
 from ..config import SessionConfig
@@ -59,6 +63,25 @@ class SessionSocket(ServerConnection):
         self.handoff = handoff
         self.secret = handoff.resume or new_secret()
         self.accepted = False
+        # When each data message not yet read began to arrive (time.perf_counter()): a
+        # response's server time starts at its create's first bytes, not once the library
+        # has read and assembled them (actors.timings).
+        self.arrivals: deque[float] = deque()
+        self._frame_since: float | None = None  # the first bytes of a frame still being read
+        self._read_at = 0.0
+
+    def data_received(self, data: bytes) -> None:
+        self._read_at = time.perf_counter()
+        if self._frame_since is None:
+            self._frame_since = self._read_at
+        super().data_received(data)  # calls process_event for each whole frame in it
+        self._frame_since = self._read_at if self.protocol.reader.buffer else None
+
+    def process_event(self, event: Event) -> None:
+        if isinstance(event, Frame) and event.opcode in (Opcode.TEXT, Opcode.BINARY):  # a message begins
+            self.arrivals.append(self._frame_since or self._read_at)
+            self._frame_since = None  # a frame after it in the same read arrived with that read
+        super().process_event(event)
 
 
 class SocketServer:
@@ -178,7 +201,7 @@ class SocketServer:
             conn.drain()
         try:
             async for message in ws:
-                conn.feed(message)
+                conn.feed(message, ws.arrivals.popleft() if ws.arrivals else None)
         except ConnectionClosed:
             pass
         finally:
@@ -219,7 +242,8 @@ class SocketServer:
                 # possible (one client wake-up instead of one per event).
                 with _corked(sock, len(batch) > 1):
                     for event in batch:
-                        await ws.send(event if isinstance(event, str) else _encode_or_error(event, encoder))
+                        frame = event if isinstance(event, str) else _encode_or_error(conn.outgoing(event), encoder)
+                        await ws.send(frame)
             # events() ended without a client close: the server ends the connection
             # (1000, or 1012 when draining for a shutdown or a redeploy).
             await ws.close(conn.close_code or 1000, conn.close_reason)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from actors.timings import PhaseTimer
+import json
+
+from actors.timings import METADATA_KEY, PhaseTimer, Report
 
 
 def test_the_model_calls_own_cost_counts_as_overhead_not_as_the_model():
@@ -28,3 +30,40 @@ def test_a_model_faster_than_its_reported_time_leaves_no_negative_backend():
     timer.inference_done()
     report = timer.report(queue_ms=0.0, prefill_ms=5.0, decode_ms=5.0)
     assert report["backend"] == 0.0 and report["api_overhead"] == 0.0 and report["other"] == 0.0
+
+
+def test_a_timer_started_when_the_frame_arrived_counts_the_time_before_it_was_read():
+    now = [10.0]
+    timer = PhaseTimer(lambda: now[0], started=9.998)  # its first bytes came 2 ms ago
+    now[0] += 0.005
+    assert timer.report(queue_ms=0.0, prefill_ms=1.0, decode_ms=2.0)["api_overhead"] == 4.0
+
+
+def test_a_report_is_taken_again_as_its_terminal_event_is_encoded_unless_final():
+    now = [0.0]
+    timer = PhaseTimer(lambda: now[0])
+    now[0] += 0.010
+    metadata: dict[str, str] = {}
+    report = Report.taken("resp_1", timer, (1.0, 2.0, 3.0), final=False)
+    report.into = metadata
+    assert report.ms["api_overhead"] == 4.0
+    now[0] += 0.002  # the terminal event is built, queued, and the frames before it written
+    assert report.restamp()["api_overhead"] == 6.0
+    assert json.loads(metadata[METADATA_KEY])["api_overhead"] == 6.0
+    now[0] += 0.002
+    assert report.restamp()["api_overhead"] == 6.0, "taken once: the frame carries one set of figures"
+
+    stored = Report.taken("resp_2", PhaseTimer(lambda: now[0]), (0.0, 0.0, 0.0), final=True)
+    now[0] += 0.003
+    assert stored.restamp()["api_overhead"] == 0.0, "a stored response keeps what its record holds"
+
+
+def test_the_time_a_request_waited_behind_its_lane_is_not_overhead_the_time_before_is():
+    now = [0.0]
+    timer = PhaseTimer(lambda: now[0], started=-0.001)  # its frame arrived 1 ms before it was read
+    now[0] += 0.002  # parsed and admitted
+    timer.queued()
+    now[0] += 0.050  # behind the lane's running response
+    timer.restart()
+    now[0] += 0.001
+    assert timer.report(queue_ms=0.0, prefill_ms=0.0, decode_ms=0.0)["api_overhead"] == 4.0

@@ -28,10 +28,10 @@ CRASH = "test.crash"  # metadata: the model call fails mid-answer
 class BuggySession(Session):
     """A session whose frame handler has a bug for one input."""
 
-    def on_frame(self, data):
+    def on_frame(self, data, received=None):
         if data == "trigger":
             raise KeyError("internal detail /srv/secret.py")
-        return super().on_frame(data)
+        return super().on_frame(data, received)
 
 
 def test_an_unexpected_exception_becomes_server_error_without_its_text(tmp_path):
@@ -140,7 +140,7 @@ class Client:
     async def _drain(self, conn: Connection) -> None:
         async for batch in conn.events():
             for event in batch:
-                self._receive(event)
+                self._receive(event if isinstance(event, str) else conn.outgoing(event))
         self.ended = True
 
     def _receive(self, event: ServerEvent | str) -> None:
@@ -496,3 +496,46 @@ def test_a_render_that_fails_is_server_error_and_the_socket_stays_usable(monkeyp
     with caplog.at_level(logging.ERROR, logger="actors.host.connection"):
         render_scenario(CountingPool(), scenario)
     assert caplog.text.count("rendering an input failed") == 2
+
+
+# --- the server's figures: from the create's first bytes to its terminal event's encoding --
+
+
+def test_a_terminal_events_figures_count_its_wait_to_be_encoded_and_a_stored_one_keeps_its_records():
+    async def main() -> dict[str, tuple[float, float, dict]]:
+        now = [100.0]
+        session = Session(SessionConfig(), [MODEL], session_key="s", clock=lambda: 0.0, perf=lambda: now[0])
+        gated = GatedStore()
+        gated.gate.set()
+        writer = StoreWriter(gated)
+        observed: list[dict] = []
+        conn = Connection(session, ScriptedInference(), writer, observe=lambda t, r: observed.append(r))
+        out = {}
+        try:
+            for store in (False, True):
+                # the create's first bytes reached the host 3 ms before the library handed it over
+                conn.feed(create(store=store, metadata={"responses_ws.timings": "1"}), received=now[0] - 0.003)
+                events = conn.events()
+                terminal = None
+                while terminal is None:
+                    terminal = next((e for e in await anext(events) if e.type == "response.completed"), None)
+                early = json.loads(terminal.response.metadata["responses_ws.timings"])["api_overhead"]
+                now[0] += 0.005  # the event waited 5 ms for the sender
+                sent = json.loads(conn.outgoing(terminal).model_dump_json())["response"]
+                await asyncio.sleep(0)  # recorded once the sender has written it
+                late = json.loads(sent["metadata"]["responses_ws.timings"])
+                assert observed.pop()["api_overhead"] == late["api_overhead"]
+                record = gated.records.get(sent["id"])
+                out[f"store={store}"] = early, late["api_overhead"], sent, record
+        finally:
+            await conn.close()
+            await writer.close()
+        return out
+
+    got = asyncio.run(main())
+    early, late, _, _ = got["store=False"]
+    assert early == 2.0, "the 3 ms before the frame was read count (less the model's 1 ms)"
+    assert late == round(early + 5.0, 3), "and so does the terminal event's wait for the sender"
+    early, late, sent, record = got["store=True"]
+    assert late == early, "a stored response's figures are what its record holds"
+    assert record.response["metadata"] == sent["metadata"]
