@@ -29,10 +29,10 @@ SERVICE_FIXTURES = {"ray_cluster", "redis_server"}
 REAL_MODEL_DIR = "real_model"
 # The tiers of child processes with a Ray of their own run last: their processes (the
 # fixtures CHILDREN, started by the `children` fixture at the operations tier's first test,
-# in this order: the longest first) start in the background while the tests that need none
+# in the order the tests need them) start in the background while the tests that need none
 # of them run first.
 LAST_TIERS = ("operations", "cluster")
-CHILDREN = ("cluster_scenario", "operator_server", "json_logs_server", "shared_ray_cluster")
+CHILDREN = ("operator_server", "json_logs_server", "shared_ray_cluster", "cluster_scenario")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -74,7 +74,9 @@ def test_another_application_on_the_port_fails_to_deploy_and_the_first_serves_on
     port = int(server_url.rsplit(":", 1)[1])
     try:
         with pytest.raises(DeployFailed) as failed:
-            deploy(local_config(**{"server.port": port}), name="rws-intruder")
+            # No warm session hosts: each of Serve's three gateway attempts would start one
+            # before it reaches the port (~2 s each), and none would serve.
+            deploy(local_config(**{"server.port": port, "session.warm_actors": 0}), name="rws-intruder")
     finally:
         serve.delete("rws-intruder")
     assert f"port {port} is already in use by another responses-ws server (pid " in str(failed.value)
