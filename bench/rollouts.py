@@ -137,9 +137,9 @@ def first_input(w: wl.Workload, rollout: int) -> list[dict[str, Any]]:
 
 
 async def warm_resumed(url: str, w: wl.Workload, rollouts: Sequence[int], api_key: str) -> None:
-    """Put each resumed history in the prefix cache before any transport runs it, as a
-    session resumed within the provider's cache retention finds it (its first turn then hits
-    on every transport alike instead of on whichever ran rollout ``r`` second).  One
+    """Put each resumed history in the prefix cache before a transport runs it, as a session
+    resumed within the provider's cache retention finds it (its first turn then hits on
+    every transport alike instead of on whichever ran rollout ``r`` second).  One
     ``generate:false`` create per rollout (docs/protocol.md §4.11) over one socket."""
     from .client import connect
 
@@ -224,9 +224,6 @@ async def run_bench(url: str, w: wl.Workload, transports: Sequence[str], *, roll
         # A dedicated session actor is killed when its socket closes and the gateway's pool
         # starts a replacement (~1.3 s on this machine): let it refill before measuring.
         await asyncio.sleep(settle_s)
-    if w.resume_tokens:
-        for key in dict.fromkeys(keys.values()):
-            await warm_resumed(url, w, range(rollouts), key)
     jobs = asyncio.Queue()
     for job in interleaved_jobs(transports, rollouts):
         jobs.put_nowait(job)
@@ -235,6 +232,10 @@ async def run_bench(url: str, w: wl.Workload, transports: Sequence[str], *, roll
     async def worker() -> None:
         while not jobs.empty():
             transport, r = jobs.get_nowait()
+            if w.resume_tokens:  # just before it runs: warming every rollout of every key up front
+                # could evict the first ones' histories again (18 of ~66k tokens fill a replica's
+                # 1M-token cache), and then their first turns missed on whichever transport ran first
+                await warm_resumed(url, w, [r], keys[transport])
             results.append(await run_rollout(transport, url, w, r, api_key=keys[transport],
                                              model_time=model_time, on_turn=on_turn))
 
