@@ -238,16 +238,32 @@ class Connection:
 
     def outgoing(self, event: ServerEvent) -> ServerEvent:
         """``event``, about to be encoded and written by the sender: a terminal event's
-        figures are taken again now (:meth:`actors.timings.Report.restamp`), so the
-        server's ``api_overhead`` holds everything before this frame, and recorded once the
-        sender has written it (a dozen histograms are not the client's wait)."""
-        if isinstance(event, _TERMINAL):
-            report = self._reports.pop(event.response.id, None)
-            if report is not None:
-                ms = report.restamp()
-                if self._observe is not None:
-                    asyncio.get_running_loop().call_soon(self._observe, self.session.transport, ms)
+        figures are taken again now (:meth:`taken`), so the server's ``api_overhead`` holds
+        everything before this frame."""
+        report = self.deferred(event, always=True)
+        if report is not None:
+            self.taken(report)
         return event
+
+    def deferred(self, event: ServerEvent, *, always: bool = False) -> Report | None:
+        """The figures of a terminal event about to be sent, if its frame carries figures
+        that may still change (or, ``always``, any it has): the sender takes them
+        (:meth:`taken`) once it has encoded and written the rest of the frame."""
+        if not isinstance(event, _TERMINAL):
+            return None
+        report = self._reports.get(event.response.id)
+        if report is None or not (always or (report.into is not None and not report.final)):
+            return None
+        return self._reports.pop(event.response.id)
+
+    def taken(self, report: Report) -> dict[str, float]:
+        """The response's figures taken again now (:meth:`actors.timings.Report.restamp`),
+        and recorded once the sender has written its frame (a dozen histograms are not
+        the client's wait)."""
+        ms = report.restamp()
+        if self._observe is not None:
+            asyncio.get_running_loop().call_soon(self._observe, self.session.transport, ms)
+        return ms
 
     def _send(self, event: ServerEvent) -> None:
         held = self._held.get(event.stream_id)

@@ -13,6 +13,7 @@ import contextlib
 import ipaddress
 import json
 import logging
+import secrets
 import socket
 import time
 from collections import deque
@@ -32,6 +33,7 @@ from ..config import SessionConfig
 from ..errors import ConnectionLimitReached, InvalidResumeToken, ServerError, ServerShuttingDown
 from ..protocol import EventEncoder, ServerEvent, encode, error_event, http_error_body
 from ..session import Session
+from ..timings import METADATA_KEY, Report
 from .connection import SERVICE_RESTART, Connection
 from .handoff import RESPONSES_PATH, Handoff, Outcome
 from .resume import RESUME_HEADER, Held, ResumeRegistry, make_token, new_secret
@@ -236,14 +238,19 @@ class SocketServer:
     async def _send_loop(self, ws: SessionSocket, conn: Connection) -> None:
         sock = ws.transport.get_extra_info("socket")
         encoder = EventEncoder()  # the echoed instructions and tools encoded once while unchanged
+        mark = secrets.token_hex(16)  # where a terminal frame's figures go (no client text spells it)
         try:
             async for batch in conn.events():
                 # Cork the socket so the frames of one batch leave in as few segments as
                 # possible (one client wake-up instead of one per event).
                 with _corked(sock, len(batch) > 1):
                     for event in batch:
-                        frame = event if isinstance(event, str) else _encode_or_error(conn.outgoing(event), encoder)
-                        await ws.send(frame)
+                        if isinstance(event, str):
+                            await ws.send(event)
+                        elif (report := conn.deferred(event)) is not None:
+                            await ws.send(_figures_last(event, report, conn, encoder, mark))
+                        else:
+                            await ws.send(_encode_or_error(conn.outgoing(event), encoder))
             # events() ended without a client close: the server ends the connection
             # (1000, or 1012 when draining for a shutdown or a redeploy).
             await ws.close(conn.close_code or 1000, conn.close_reason)
@@ -284,6 +291,27 @@ def _encode_or_error(event: ServerEvent, encoder: EventEncoder) -> str:
     except Exception:
         log.exception("could not encode a %s event", getattr(event, "type", "?"))
         return encode(error_event(ServerError()))
+
+
+def _figures_last(event: ServerEvent, report: Report, conn: Connection, encoder: EventEncoder,
+                  mark: str) -> Iterator[str]:
+    """A terminal event whose client asked for the server's figures, as the fragments of one
+    message (RFC 6455 §5.4): the text up to the figures, then — taken once that part has
+    been encoded, compressed and written — the figures and the few bytes after them (the
+    response's metadata comes after its output and its echoed instructions and tools).  So
+    the figures hold the terminal frame's own work but its last bytes (docs/performance.md)."""
+    assert report.into is not None
+    report.into[METADATA_KEY] = mark
+    text = _encode_or_error(event, encoder)
+    quoted = json.dumps(mark)
+    at = text.find(quoted)
+    if at < 0:  # not encoded (a server_error in its place): the figures now, in one frame
+        conn.taken(report)
+        yield _encode_or_error(event, encoder)
+        return
+    yield text[:at]
+    conn.taken(report)  # writes the figures into the metadata
+    yield json.dumps(report.into[METADATA_KEY], ensure_ascii=False) + text[at + len(quoted):]
 
 
 def accepts_deflate(policy: str, sock: socket.socket) -> bool:

@@ -539,3 +539,40 @@ def test_a_terminal_events_figures_count_its_wait_to_be_encoded_and_a_stored_one
     early, late, sent, record = got["store=True"]
     assert late == early, "a stored response's figures are what its record holds"
     assert record.response["metadata"] == sent["metadata"]
+
+
+def test_a_terminal_frame_with_figures_goes_in_fragments_whose_figures_count_writing_the_first():
+    from actors.host.server import _figures_last
+    from actors.protocol import EventEncoder, encode
+
+    async def main() -> tuple[float, dict, str, str, dict]:
+        now = [100.0]
+        session = Session(SessionConfig(), [MODEL], session_key="s", clock=lambda: 0.0, perf=lambda: now[0])
+        gated = GatedStore()
+        gated.gate.set()
+        writer = StoreWriter(gated)
+        conn = Connection(session, ScriptedInference(), writer)
+        try:
+            conn.feed(create(store=False, instructions="Be brief. " * 500, metadata={"responses_ws.timings": "1"}),
+                      received=now[0] - 0.003)
+            events = conn.events()
+            terminal = None
+            while terminal is None:
+                terminal = next((e for e in await anext(events) if e.type == "response.completed"), None)
+            early = json.loads(terminal.response.metadata["responses_ws.timings"])["api_overhead"]
+            report = conn.deferred(terminal)
+            assert report is not None and conn.deferred(terminal) is None  # handed out once
+            parts = _figures_last(terminal, report, conn, EventEncoder(), "f" * 32)
+            head = next(parts)
+            now[0] += 0.004  # encoding, compressing and writing the head took 4 ms
+            tail = "".join(parts)
+            return early, json.loads(head + tail), head, tail, json.loads(encode(terminal))
+        finally:
+            await conn.close()
+            await writer.close()
+
+    early, sent, head, tail, whole = asyncio.run(main())
+    assert "Be brief." in head and '"output"' in head and len(tail) < 400, "the bulk goes first"
+    figures = json.loads(sent["response"]["metadata"]["responses_ws.timings"])
+    assert figures["api_overhead"] == round(early + 4.0, 3)
+    assert sent == whole, "the fragments make the very event that was encoded"
