@@ -47,7 +47,7 @@ PHASES = ("micro", "warm", "burst", "ramp", "idle", "http_load")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--url", default=None, help="a running server (default: start an embedded one)")
+    p.add_argument("--url", default=None, help="a running server's base URL, http://host:port (default: start an embedded one)")
     p.add_argument("--config", type=Path, default=None, help="server config file for the embedded server")
     p.add_argument("--phases", default="micro,warm,ramp,burst,http_load",
                    help=f"comma-separated, from {','.join(PHASES)} (idle is heavy: opt in)")

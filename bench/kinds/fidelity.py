@@ -97,7 +97,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeats", type=int, default=3, help="runs of the conversation per model, alternating")
     p.add_argument("--rules", type=int, default=70, help="sentences of instructions (70: ~1190 SmolLM2 tokens)")
     p.add_argument("--max-output-tokens", type=int, default=24)
-    p.add_argument("--url", help="a running server with both models (default: start an embedded one)")
+    p.add_argument("--url", help="the base URL, http://host:port, of a running server with both models (default: start an embedded one)")
     p.add_argument("--config", type=Path, help="server config file for the embedded server")
     p.add_argument("--out", type=Path, default=Path("results/fidelity.json"))
 

@@ -222,7 +222,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tools", type=int, default=20)
     p.add_argument("--tool-output-tokens", type=int, default=350)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--url", help="a running server (default: start an embedded one)")
+    p.add_argument("--url", help="a running server's base URL, http://host:port (default: start an embedded one)")
     p.add_argument("--config", type=Path, help="server config file for the embedded server")
     p.add_argument("--out", type=Path, default=Path("results/floor.json"))
 

@@ -451,7 +451,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sockets", type=int, default=32, help="resumed first turns per burst")
     p.add_argument("--bursts", type=int, default=4, help="bursts per round")
     p.add_argument("--neighbour-output-tokens", type=int, default=16)
-    p.add_argument("--url", help="a running server (default: start an embedded one)")
+    p.add_argument("--url", help="a running server's base URL, http://host:port (default: start an embedded one)")
     p.add_argument("--config", type=Path, help="server config file for the embedded server")
     p.add_argument("--py-spy", type=Path, metavar="DIR",
                    help="record each session host and the inference replica with py-spy in loaded phases")

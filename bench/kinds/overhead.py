@@ -151,7 +151,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sizes", default="1k,2k,4k,8k,16k,32k,64k,128k")
     p.add_argument("--turns", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--url", default=None, help="a running server (default: start an embedded one)")
+    p.add_argument("--url", default=None, help="a running server's base URL, http://host:port (default: start an embedded one)")
     p.add_argument("--out", type=Path, default=Path("results/overhead.json"))
 
 
