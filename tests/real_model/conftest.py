@@ -9,6 +9,7 @@ the Ray Serve LLM engine.  Needs the real-model virtualenv (`make real-model`)."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -17,7 +18,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -155,3 +156,41 @@ def ray_engine_running() -> float:
 def ray_engine_total(counter: str) -> float:
     """A counter of the Ray Serve LLM engines, e.g. ``generation_tokens`` (tokens generated)."""
     return _ray_vllm_samples(f"{counter}_total")
+
+
+def chained_turns(client, questions: Iterable[str], instructions: str, max_output_tokens: int = 16) -> tuple[list, list[str]]:
+    """``questions`` over one socket of the openai SDK, each a ``store:false`` create
+    continuing the previous response (``previous_response_id``): each response's usage and
+    text.  Every response must complete (or end incomplete at the token limit)."""
+    usages, texts = [], []
+    with client.responses.connect() as conn:
+        previous = None
+        for question in questions:
+            conn.response.create(model=MODEL, instructions=instructions, store=False,
+                                 max_output_tokens=max_output_tokens, previous_response_id=previous,
+                                 input=[{"role": "user", "content": question}])
+            for event in conn:
+                if event.type in ("response.completed", "response.incomplete", "response.failed", "error"):
+                    break
+            assert event.type in ("response.completed", "response.incomplete"), event
+            usages.append(event.response.usage)
+            texts.append(event.response.output_text)
+            previous = event.response.id
+    return usages, texts
+
+
+@contextlib.contextmanager
+def generating(url: str, api_key: str) -> Iterator[object]:
+    """A raw WebSocket to the server at ``url`` whose long response (~2000 tokens, minutes
+    here) is streaming: its first text delta has arrived.  Closed on exit."""
+    from websockets.sync.client import connect
+
+    from bench.client import ws_url
+
+    create = {"type": "response.create", "model": MODEL, "store": False, "max_output_tokens": 2000,
+              "input": "Write a very long story about a lighthouse keeper, chapter by chapter."}
+    with connect(ws_url(url), additional_headers={"Authorization": f"Bearer {api_key}"}) as ws:
+        ws.send(json.dumps(create))
+        while json.loads(ws.recv(timeout=120))["type"] != "response.output_text.delta":
+            pass
+        yield ws

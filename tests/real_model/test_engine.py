@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from tests.real_model.conftest import MODEL, engine_running
+from tests.real_model.conftest import MODEL, chained_turns, engine_running, generating
 from tests.support.server import wait_for
 
 # Long enough instructions that the prompt spans full KV blocks (vLLM's CPU build caches
@@ -69,20 +69,7 @@ def test_streamed_token_ids_decode_to_the_streamed_text(backend):
 
 
 def test_a_store_false_websocket_continuation_hits_the_engines_prefix_cache(client):
-    usages, texts = [], []
-    with client.responses.connect() as conn:
-        previous = None
-        for question in ("What is the capital of France?", "And of Germany?"):
-            conn.response.create(model=MODEL, instructions=INSTRUCTIONS, store=False, max_output_tokens=16,
-                                 previous_response_id=previous,
-                                 input=[{"role": "user", "content": question}])
-            for event in conn:
-                if event.type in ("response.completed", "response.incomplete", "response.failed", "error"):
-                    break
-            assert event.type in ("response.completed", "response.incomplete"), event
-            usages.append(event.response.usage)
-            texts.append(event.response.output_text)
-            previous = event.response.id
+    usages, texts = chained_turns(client, ("What is the capital of France?", "And of Germany?"), INSTRUCTIONS)
     assert all(texts)
     assert usages[1].input_tokens > usages[0].input_tokens + usages[0].output_tokens
     # The second prompt extends the first token for token: the engine reused at least the
@@ -91,16 +78,7 @@ def test_a_store_false_websocket_continuation_hits_the_engines_prefix_cache(clie
 
 
 def test_a_client_that_goes_away_stops_the_generation(real_url, engine_url):
-    from websockets.sync.client import connect
-
-    from bench.client import ws_url
-
-    create = {"type": "response.create", "model": MODEL, "store": False, "max_output_tokens": 2000,
-              "input": "Write a very long story about a lighthouse keeper, chapter by chapter."}
-    with connect(ws_url(real_url), additional_headers={"Authorization": "Bearer sk-real-model"}) as ws:
-        ws.send(json.dumps(create))
-        while json.loads(ws.recv(timeout=120))["type"] != "response.output_text.delta":
-            pass
+    with generating(real_url, "sk-real-model"):
         assert engine_running(engine_url) >= 1  # generating, with ~2000 tokens to go
     # Closed: the session host cancels the call, the HTTP stream to the engine closes, and
     # vLLM aborts the request (2000 tokens would take minutes here).

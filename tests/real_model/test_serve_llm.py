@@ -8,9 +8,8 @@ engine's cached_tokens; a client that goes away stops the engine's generation.""
 from __future__ import annotations
 
 import itertools
-import json
 
-from tests.real_model.conftest import LLM_APP, MODEL, ray_engine_running
+from tests.real_model.conftest import LLM_APP, MODEL, chained_turns, generating, ray_engine_running
 from tests.real_model.test_engine import INSTRUCTIONS
 from tests.support.server import on_handle_loop, wait_for
 
@@ -68,19 +67,8 @@ def test_a_store_false_websocket_continuation_reports_the_engines_cached_tokens(
     from openai import OpenAI
 
     client = OpenAI(base_url=f"{llm_url}/v1", api_key="sk-serve-llm-ws", max_retries=0)
-    usages, texts = [], []
-    with client.responses.connect() as conn:
-        previous = None
-        for question in ("What is the capital of France?", "And of Germany?", "And of Italy?"):
-            conn.response.create(model=MODEL, instructions=INSTRUCTIONS, store=False, max_output_tokens=16,
-                                 previous_response_id=previous, input=[{"role": "user", "content": question}])
-            for event in conn:
-                if event.type in ("response.completed", "response.incomplete", "response.failed", "error"):
-                    break
-            assert event.type in ("response.completed", "response.incomplete"), event
-            usages.append(event.response.usage)
-            texts.append(event.response.output_text)
-            previous = event.response.id
+    usages, texts = chained_turns(client, ("What is the capital of France?", "And of Germany?", "And of Italy?"),
+                                  INSTRUCTIONS)
     assert all(texts)
     for before, after in itertools.pairwise(usages):
         assert after.input_tokens > before.input_tokens + before.output_tokens
@@ -90,16 +78,7 @@ def test_a_store_false_websocket_continuation_reports_the_engines_cached_tokens(
 
 
 def test_a_client_that_goes_away_stops_the_engines_generation(llm_url):
-    from websockets.sync.client import connect
-
-    from bench.client import ws_url
-
-    create = {"type": "response.create", "model": MODEL, "store": False, "max_output_tokens": 2000,
-              "input": "Write a very long story about a lighthouse keeper, chapter by chapter."}
-    with connect(ws_url(llm_url), additional_headers={"Authorization": "Bearer sk-serve-llm"}) as ws:
-        ws.send(json.dumps(create))
-        while json.loads(ws.recv(timeout=120))["type"] != "response.output_text.delta":
-            pass
+    with generating(llm_url, "sk-serve-llm"):
         # Generating, with ~2000 tokens to go (minutes here); the engine's gauge reaches
         # Ray's metrics endpoint within its report interval.
         wait_for(lambda: ray_engine_running() >= 1, timeout_s=60, what="the engine's running request")
