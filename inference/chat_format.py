@@ -37,11 +37,15 @@ def separator_id() -> int:
     return special_token(SEPARATOR_TEXT)
 
 
-def _segment(header: str, *pieces: str) -> list[int]:
+def _segment(header: str, *pieces: str, encoded: Sequence[int] | None = None) -> list[int]:
+    """``encoded``: the last piece's encoding, when the caller has it (``encode(pieces[-1])``
+    exactly): it is not encoded again."""
     tokens = [separator_id()]
     tokens += encode(header + "\n")
-    for piece in pieces:
+    for piece in pieces if encoded is None else pieces[:-1]:
         tokens += encode(piece)
+    if encoded is not None:
+        tokens += encoded
     return tokens
 
 
@@ -64,15 +68,16 @@ def render_instructions(text: str | None) -> list[int]:
     return _segment("system", text)
 
 
-def render_message(role: str, text: str) -> list[int]:
-    """A message (``user``, ``assistant``, ``developer``, ...) with its text content."""
-    return _segment(role, text)
+def render_message(role: str, text: str, *, encoded: Sequence[int] | None = None) -> list[int]:
+    """A message (``user``, ``assistant``, ``developer``, ...) with its text content
+    (``encoded``: the text's encoding, if known; the emulator's own output has it)."""
+    return _segment(role, text, encoded=encoded)
 
 
-def render_function_call(name: str, arguments: str) -> list[int]:
+def render_function_call(name: str, arguments: str, *, encoded: Sequence[int] | None = None) -> list[int]:
     """A function call the model made.  The arguments are encoded on their own, so their
-    tokens are exactly the argument tokens the model generated."""
-    return _segment("function_call", name + "\n", arguments)
+    tokens are exactly the argument tokens the model generated (``encoded``, if known)."""
+    return _segment("function_call", name + "\n", arguments, encoded=encoded)
 
 
 def render_function_call_output(output: str) -> list[int]:
@@ -83,9 +88,9 @@ def render_function_call_output(output: str) -> list[int]:
     return _segment("function_call_output", output)
 
 
-def render_custom_tool_call(name: str, tool_input: str) -> list[int]:
-    """A call of a custom (freeform) tool: its name and its free-text input."""
-    return _segment("custom_tool_call", name + "\n", tool_input)
+def render_custom_tool_call(name: str, tool_input: str, *, encoded: Sequence[int] | None = None) -> list[int]:
+    """A call of a custom (freeform) tool: its name and its free-text input (``encoded``, if known)."""
+    return _segment("custom_tool_call", name + "\n", tool_input, encoded=encoded)
 
 
 def render_other(kind: str, text: str) -> list[int]:

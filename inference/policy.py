@@ -63,7 +63,7 @@ from pydantic import ValidationError
 from inference import scenario as scripted
 from inference.profiles import PolicyConfig
 from inference.schema_values import Unsatisfiable, changes_files, scratch_path, value_for_schema
-from inference.tokenizer import encode
+from inference.tokenizer import decode, encode
 from inference.types import InferenceRequest, ToolSpec
 
 # Plain English about everyday coding-agent work; sampled to make final answers.
@@ -103,9 +103,12 @@ CORPUS: tuple[str, ...] = (
 
 @dataclass(frozen=True, slots=True)
 class TextSegment:
-    """Assistant message text, as the token ids the model emits."""
+    """Assistant message text, as the token ids the model emits.  ``canonical``: the ids
+    are their own text's encoding (``encode(decode(token_ids)) == token_ids``), so the
+    message, once sent whole, renders with them instead of encoding its text again."""
 
     token_ids: tuple[int, ...]
+    canonical: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,7 +242,7 @@ def plan(request: InferenceRequest, policy: PolicyConfig, prompt_seed: Callable[
     n = policy.text_tokens
     if request.max_output_tokens is not None:
         n = min(n, request.max_output_tokens + 1)
-    return OutputPlan((*thinking, TextSegment(text_answer(n, rng))))
+    return OutputPlan((*thinking, text_segment(n, rng)))
 
 
 def scripted_plan(request: InferenceRequest, turn: scripted.Turn, seed: int) -> OutputPlan:
@@ -253,10 +256,10 @@ def scripted_plan(request: InferenceRequest, turn: scripted.Turn, seed: int) -> 
     if turn.reasoning_tokens:
         segments.append(ReasoningSegment(text_answer(turn.reasoning_tokens, rng)))
     if turn.text is not None:
-        segments.append(TextSegment(tuple(encode(turn.text))))
+        segments.append(TextSegment(tuple(encode(turn.text)), canonical=True))
     elif turn.text_tokens is not None:
         n = turn.text_tokens if request.max_output_tokens is None else min(turn.text_tokens, request.max_output_tokens + 1)
-        segments.append(TextSegment(text_answer(n, rng)))
+        segments.append(text_segment(n, rng))
     custom = {t.name for t in request.tools if t.custom}
     for call in turn.calls:  # a call of a custom tool is its call, ``arguments`` its input
         arguments = call.argument_text()
@@ -345,6 +348,21 @@ def text_answer(n_tokens: int, rng: random.Random) -> tuple[int, ...]:
     crosses the space between two corpus sentences, so the pieces add up to the whole
     (``tests/inference/test_policy.py`` checks it against encoding the text), at a fraction
     of the cost of encoding thousands of tokens per response."""
+    return _answer(n_tokens, rng)[0]
+
+
+def text_segment(n_tokens: int, rng: random.Random) -> TextSegment:
+    """:func:`text_answer` as a segment, ``canonical`` if the cut text encodes back to its
+    ids.  The whole sentences before the cut do (the pieces add up, and a space before a
+    sentence is where the encoder splits the text anyway), so only the last sentence's
+    part is encoded again to know."""
+    ids, last = _answer(n_tokens, rng)
+    tail = ids[last:]
+    return TextSegment(ids, canonical=tuple(encode(decode(tail))) == tail)
+
+
+def _answer(n_tokens: int, rng: random.Random) -> tuple[tuple[int, ...], int]:
+    """:func:`text_answer`'s ids, and where the sentence the cut falls in begins among them."""
     alone, after_space = _corpus_ids()
     parts: list[int] = []  # corpus indices, in order
     ids: list[int] = []  # the encoding of the first ``joined`` parts
@@ -355,10 +373,13 @@ def text_answer(n_tokens: int, rng: random.Random) -> tuple[int, ...]:
             parts.append(i)
             estimate += len(alone[i]) + 1
         for k in range(joined, len(parts)):
+            last = len(ids)
             ids += after_space[parts[k]] if k else alone[parts[k]]
+            if len(ids) >= n_tokens:
+                return tuple(ids[:n_tokens]), last
+        if not n_tokens:
+            return (), 0
         joined = len(parts)
-        if len(ids) >= n_tokens:
-            return tuple(ids[:n_tokens])
         estimate = len(ids)
 
 

@@ -358,6 +358,18 @@ def test_multibyte_text_split_across_chunks_is_reassembled_exactly(
         assert all(d.text for d in deltas)
 
 
+@pytest.mark.parametrize("canonical", [True, False])
+def test_done_carries_the_answer_as_the_session_renders_it(engine, monkeypatch, canonical):
+    """A long answer sent whole renders with its own ids when they are its text's encoding;
+    ids that are not (here "hel" + "lo", which "hello" does not encode to) render from the text."""
+    ids = tuple(encode("The test passes now. " * 300)) if canonical else tuple(encode("hel") + encode("lo"))
+    assert (tuple(encode(decode(ids))) == ids) is canonical
+    monkeypatch.setattr(engine_module, "plan",
+                        lambda req, pol, *_: OutputPlan((TextSegment(ids, canonical=canonical),)))
+    done = events_of(run(engine, request()))[-1]
+    assert done.context_token_ids == tuple(cf.render_message("assistant", decode(ids)))
+
+
 def test_a_consumer_that_stops_at_done_still_leaves_the_finished_state_cached(engine):
     """The output's KV is cached after ``Done`` is out (so caching never delays a
     response's end), and also when the consumer closes the stream right after it."""
