@@ -10,9 +10,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from inference import channel
 from inference.channel import ChannelClient, ChannelLost, ChannelServer, ChannelUnavailable, Endpoint
 from inference.profiles import ModelNotFound
-from inference.types import Done, InferenceEvent, InferenceRequest, Prefilled, TextDelta
+from inference.types import Done, InferenceEvent, InferenceRequest, Prefilled, TextDelta, ToolSpec
 
 
 class Backend:
@@ -22,8 +23,10 @@ class Backend:
     def __init__(self) -> None:
         self.closed: list[str] = []
         self.held = asyncio.Event()
+        self.tools: dict[str, tuple[ToolSpec, ...]] = {}  # what each call's request held
 
     async def generate(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
+        self.tools[request.request_id] = request.tools
         try:
             if request.model == "missing":
                 raise ModelNotFound("missing")
@@ -135,5 +138,30 @@ def test_a_lost_connection_fails_running_calls_and_refuses_new_ones() -> None:
         assert not client.open
         with pytest.raises(ChannelUnavailable):
             await collect(client, req("next"))
+
+    asyncio.run(main())
+
+
+def test_tools_are_sent_once_per_tuple_and_every_call_gets_its_own(monkeypatch) -> None:
+    """A connection's unchanged tools tuple goes over once; calls naming it get it back,
+    also after other tuples pushed it out of the channel's memory (sent again then)."""
+    monkeypatch.setattr(channel, "TOOL_SETS", 2)
+
+    def tools(name: str) -> tuple[ToolSpec, ...]:
+        return (ToolSpec(name, {"type": "object", "properties": {"path": {"type": "string"}}}),)
+
+    async def main() -> None:
+        backend = Backend()
+        server, client = await started(backend)
+        a, b, c = tools("tool_a"), tools("tool_b"), tools("tool_c")
+        plan = [("1", a), ("2", a), ("3", b), ("4", ()), ("5", c), ("6", a), ("7", a), ("8", b)]
+        for rid, ts in plan:
+            call = InferenceRequest(request_id=rid, model="ok", prompt_token_ids=[1, 2, 3], tools=ts)
+            assert [type(e) for e in await collect(client, call)][-1] is Done
+        assert backend.tools == dict(plan)
+        repeat = InferenceRequest(request_id="9", model="ok", prompt_token_ids=[1], tools=a)
+        assert b"tool_a" not in client._go(99, repeat)  # a's tuple is known: the go names it
+        client.close()
+        await server.drain(1.0)
 
     asyncio.run(main())
