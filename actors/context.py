@@ -121,7 +121,7 @@ def extend(
     issued = set(call_ids)
     count_calls(output, issued)
     items = (parent.items if parent else []) + inputs + [output_as_input(o) for o in output]
-    scan.feed_all(item_text(o) for o in output)
+    scan.read_later(item_text(o) for o in output)
     return ContextEntry(response_id, tokens, items, frozenset(issued), tool_results, store, scan,
                         fresh_tokens=len(output_tokens), fmt=fmt.name)
 

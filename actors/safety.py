@@ -241,7 +241,7 @@ class _Reader:
 class Classifier:
     """Incremental state over one text stream (a conversation, or one response's output)."""
 
-    __slots__ = ("_folded", "_provisional", "_raw", "_thresholds", "_verdict", "chars", "scores")
+    __slots__ = ("_folded", "_later", "_provisional", "_raw", "_thresholds", "_verdict", "chars", "scores")
 
     def __init__(self, matcher: Matcher, thresholds: dict[str, float]) -> None:
         self._thresholds = thresholds
@@ -250,16 +250,22 @@ class Classifier:
         self.scores: dict[str, float] = {}  # of the final matches
         self._provisional: dict[str, float] = {}  # of the matches near the end
         self._verdict: Verdict | None = None
+        self._later: list[str] = []  # text to read before the state is next used (read_later)
         self.chars = 0
 
     def copy(self) -> Classifier:
+        self._read_now()  # once here, not once in every copy
         other = Classifier.__new__(Classifier)
         other._thresholds, other._raw, other._folded = self._thresholds, self._raw.copy(), self._folded.copy()
         other.scores, other._provisional = dict(self.scores), dict(self._provisional)
-        other._verdict, other.chars = self._verdict, self.chars
+        other._verdict, other.chars, other._later = self._verdict, self.chars, []
         return other
 
     def feed(self, text: str) -> None:
+        self._read_now()
+        self._read(text)
+
+    def _read(self, text: str) -> None:
         provisional: dict[str, float] = {}
         scored = self._raw.read(text, self.scores, provisional)
         scored = self._folded.read(text.lower(), self.scores, provisional) or scored
@@ -275,9 +281,25 @@ class Classifier:
         if items:
             self.feed("\n".join(items) + "\n")
 
+    def read_later(self, texts: Iterable[str]) -> None:
+        """:meth:`feed_all`, read when the state is next used (fed, copied, judged): a
+        conversation's latest output is read with its next input, not as the response ends
+        (the output classifier has judged it already; reading 2000 tokens costs ~0.2 ms)."""
+        items = list(texts)
+        if items:
+            self._later.append("\n".join(items) + "\n")
+            self._verdict = None
+
+    def _read_now(self) -> None:
+        if self._later:
+            later, self._later = self._later, []
+            for text in later:
+                self._read(text)
+
     @property
     def verdict(self) -> Verdict:
         """The verdict on the text so far, as if it ended here (the state is unchanged)."""
+        self._read_now()
         if self._verdict is None:
             scores = dict(self.scores)
             for category, score in self._provisional.items():

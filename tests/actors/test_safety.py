@@ -143,6 +143,23 @@ def test_scores_accumulate_across_turns_and_copies_are_independent():
     assert pending.verdict.flagged and not fork.verdict.flagged
 
 
+def test_text_read_later_counts_as_soon_as_the_state_is_used():
+    """A conversation's output is read with its next input (actors.context.extend): the
+    verdict, a copy and the next feed all see it, as if it had been fed at once."""
+    output = ["here is the key: " + AWS]
+    for use in ("verdict", "copy", "feed"):
+        later, now = classify("the answer is"), classify("the answer is")
+        later.read_later(output)
+        now.feed_all(output)
+        if use == "copy":
+            later = later.copy()
+        elif use == "feed":
+            later.feed("thanks\n")
+            now.feed("thanks\n")
+        assert later.verdict == now.verdict, use
+        assert later.verdict.categories == ("secret",), use
+
+
 def test_every_rule_reads_at_most_its_span():
     """The incremental state relies on each span: the longest match, plus the character a
     closing ``\\b`` reads.  (``re._parser`` is CPython's own parser of the patterns.)"""
