@@ -198,9 +198,10 @@ class ResponseBuilder:
         if metadata:
             r.metadata = {**r.metadata, **metadata}
         seq, sid = self._next(), self.stream_id
+        # The response itself, not a snapshot: nothing changes it after its terminal event.
         if r.status == "incomplete":
-            return ResponseIncomplete(sequence_number=seq, response=self._snapshot(), stream_id=sid)
-        return ResponseCompleted(sequence_number=seq, response=self._snapshot(), stream_id=sid)
+            return ResponseIncomplete(sequence_number=seq, response=r, stream_id=sid)
+        return ResponseCompleted(sequence_number=seq, response=r, stream_id=sid)
 
     def fail(self, code: str = "server_error",
              message: str = "The server had an error while processing your request.") -> list[ServerEvent]:
@@ -287,8 +288,8 @@ class ResponseBuilder:
                                                  output_index=idx, name=item.name,
                                                  arguments=item.arguments, stream_id=sid))
         item.status = status  # type: ignore[assignment]
-        out.append(OutputItemDone(sequence_number=self._next(), output_index=idx,
-                                  item=item.model_copy(deep=True), stream_id=sid))
+        # The item itself: once done it never changes (the terminal event carries it too).
+        out.append(OutputItemDone(sequence_number=self._next(), output_index=idx, item=item, stream_id=sid))
         return out
 
     def _usage(self, output_tokens: int) -> Usage:
