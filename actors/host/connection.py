@@ -341,7 +341,12 @@ class Connection:
                 await self._inference.before_call(ModelCall.of(turn))
             async with contextlib.aclosing(self._inference.stream(request)) as stream:
                 async for chunk in stream:
-                    finished = finished or any(isinstance(ev, Done) for ev in chunk)
+                    if any(isinstance(ev, Done) for ev in chunk):
+                        finished = True
+                        if self._renderer.in_flight > 1:
+                            # Other responses of this process stream: their tokens due now
+                            # go out before this one's end (its terminal event, its record).
+                            await asyncio.sleep(0)
                     self._apply(self.session.on_inference(turn.turn_id, chunk))
                     if self._generations.get(turn.turn_id) is not me:
                         return  # cut short (e.g. the output classifier): closing cancels the call
