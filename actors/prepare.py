@@ -19,6 +19,7 @@ from inference.types import ToolSpec
 from .errors import APIError, InvalidRequest, ModelNotFound
 from .protocol import CustomTool, FunctionTool, InputItem
 from .render import item_text, tool_specs
+from .response_builder import echo_tools
 from .safety import Classifier, Matcher, SafetyConfig, build_matcher
 
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -41,6 +42,7 @@ class Preparer:
         self._resolved: dict[str, str] = {}
         self._tools_seen: tuple[list[FunctionTool | CustomTool], str] | None = None
         self._tools: tuple[tuple[ToolSpec, ...], list[int]] = ((), [])
+        self._echoed: tuple[list[object], list[dict]] = ([], [])
         self._instructions: tuple[str | None, str, array] = (None, CL100K.name, array("I"))
         self._safety = safety
         self.matcher: Matcher = build_matcher(safety)
@@ -71,6 +73,14 @@ class Preparer:
             self._tools = (specs, fmt.render_tools(specs))
             self._tools_seen = (list(tools), fmt.name)
         return self._tools
+
+    def echoed_tools(self, tools: Sequence[object]) -> list[dict]:
+        """Every tool of the request as a Response echoes it; the same list, not to be
+        changed, while the definitions are unchanged (the encoder then reuses their JSON
+        without comparing them, actors.protocol.EventEncoder)."""
+        if tools != self._echoed[0]:
+            self._echoed = (list(tools), echo_tools(tools))
+        return self._echoed[1]
 
     def instructions(self, text: str | None, fmt: ChatFormat = CL100K) -> array:
         """The rendered instructions (``array("I")``, 4 bytes a token); re-rendered only when

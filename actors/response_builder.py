@@ -321,9 +321,12 @@ class ResponseBuilder:
         return out
 
 
-def new_response(create: ResponseCreate, store: bool, clock: Callable[[], float]) -> ResponseObject:
-    """The Response object of a create, in progress (docs/protocol.md §3.4: every key present)."""
-    return ResponseObject(
+def new_response(create: ResponseCreate, store: bool, clock: Callable[[], float],
+                 tools: list[dict] | None = None) -> ResponseObject:
+    """The Response object of a create, in progress (docs/protocol.md §3.4: every key present).
+    ``tools``: the create's tools as echoed (:func:`echo_tools`), if the caller keeps them;
+    that very list is the response's (never changed), so an encoder can tell it by identity."""
+    response = ResponseObject(
         id=new_id("resp"),
         created_at=int(clock()),
         status="in_progress",
@@ -342,7 +345,7 @@ def new_response(create: ResponseCreate, store: bool, clock: Callable[[], float]
         top_logprobs=_or(create.top_logprobs, 0),
         text=echo_text(create.text),
         tool_choice=_or(create.tool_choice, "auto"),
-        tools=[echo_tool(t) for t in create.tools or ()],
+        tools=[] if tools is not None else echo_tools(create.tools or ()),
         truncation=create.truncation or "disabled",
         user=create.user,
         metadata=create.metadata or {},
@@ -351,6 +354,9 @@ def new_response(create: ResponseCreate, store: bool, clock: Callable[[], float]
         prompt_cache_key=create.prompt_cache_key,
         safety_identifier=create.safety_identifier,
     )
+    if tools is not None:
+        response.tools = tools  # an assignment is not validated: the list itself
+    return response
 
 
 def _or(value: T | None, default: T) -> T:
@@ -371,6 +377,10 @@ def echo_text(text: TextConfig | None) -> TextConfig:
     key absent or one of ``low``/``medium``/``high``)."""
     text = text or TextConfig()
     return text if text.verbosity else text.model_copy(update={"verbosity": "medium"})
+
+
+def echo_tools(tools: Sequence[object]) -> list[dict]:
+    return [echo_tool(t) for t in tools]
 
 
 def echo_tool(tool: object) -> dict:

@@ -346,7 +346,7 @@ class Session:
 
         store = True if create.store is None else create.store
         generate = create.generate is not False and not (create.prompt_cache_options or {}).get("prewarm")
-        response = new_response(create, store, self._clock)
+        response = new_response(create, store, self._clock, self._prep.echoed_tools(create.tools or ()))
         turn = Turn(
             turn_id=request.id,
             lane=lane_name,

@@ -343,12 +343,17 @@ class EventEncoder:
 
     def __init__(self) -> None:
         self._marker = secrets.token_hex(16)
-        self._kept: dict[str, tuple[Any, str]] = {}  # field → (its value, the value's JSON)
+        # field → (the value encoded, a copy of it, its JSON): the same object again (a
+        # response's three echoing events share one; a connection keeps its tools' echo,
+        # actors.prepare) is not compared at all; values are never changed once sent.
+        self._kept: dict[str, tuple[Any, Any, str]] = {}
 
     def placeholder(self, field: str, value: Any) -> str:
         kept = self._kept.get(field)
-        if kept is None or not (kept[0] is value or kept[0] == value):
-            self._kept[field] = (copy.deepcopy(value), to_json(value).decode())
+        if kept is None or not (kept[0] is value or kept[1] == value):
+            self._kept[field] = (value, copy.deepcopy(value), to_json(value).decode())
+        elif kept[0] is not value:
+            self._kept[field] = (value, kept[1], kept[2])  # equal: the next one may be this one
         return f"{self._marker}:{field}"
 
     def __call__(self, obj: ServerEvent | HttpBody) -> str:
@@ -360,7 +365,7 @@ class EventEncoder:
             return encode(obj)
         parts, pos = [], 0
         for at, field in cuts:  # both placeholders are in the response, once each
-            parts += (text[pos:at], self._kept[field][1])
+            parts += (text[pos:at], self._kept[field][2])
             pos = at + len(self._marker) + len(field) + 3
         parts.append(text[pos:])
         return "".join(parts)

@@ -55,3 +55,17 @@ def test_a_client_text_that_looks_like_a_placeholder_is_left_as_it_is():
     events = answer(s, create(s, input=lookalike, instructions=lookalike, metadata={"x": lookalike})).events
     for event in events:
         assert encoder(event) == encode(event)
+
+
+def test_a_connection_echoes_unchanged_tools_as_one_list_and_changed_ones_afresh():
+    """The encoder tells the echoed tools by identity (no compare): a connection's
+    responses share one echo while the definitions are unchanged, never across a change."""
+    s, encoder = session(), EventEncoder()
+    _, answer = SCENARIOS["function call"]
+    echoes = []
+    for tools in ([TOOL], [TOOL], [TOOL, WIDE], [TOOL, WIDE]):
+        events = answer(s, create(s, store=False, input="go", tools=tools)).events
+        echoes.append(events[0].response.tools)
+        assert all(encoder(e) == encode(e) for e in events)
+    assert echoes[0] is echoes[1] and echoes[2] is echoes[3] and echoes[1] is not echoes[2]
+    assert [len(e) for e in echoes] == [1, 1, 2, 2]
