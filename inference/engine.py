@@ -159,7 +159,8 @@ class Engine:
         self._requests += 1
         self._active += 1
         finished = False
-        pending: tuple[Sequence[int], Check] | None = None  # KV to cache once the chunk that made it is out
+        # KV to cache once the chunk that made it is out: the prompt (its check), and the output after it
+        pending: tuple[Sequence[int], Check, Sequence[int]] | None = None
         try:
             if admitted:
                 t_admit = t_arrive
@@ -180,7 +181,7 @@ class Engine:
                                   reused_tokens=reused, replica=self._replica)
             if output is None:
                 await self._sleeper.sleep_until(t_first, precise=True)
-                self._insert(request.session_key, prompt, prompt_check, found.keys, root, digest)
+                self._insert(request.session_key, prompt, prompt_check, (), found.keys, root, digest)
                 finished = True
                 yield [prefilled, Done("stop", 0, 0.0)]
                 return
@@ -202,7 +203,7 @@ class Engine:
                 async for start, end in paced_chunks(chunker, self._clock, self._sleeper):
                     now = self._clock.now()
                     if start == 0:
-                        pending = (prompt, prompt_check)  # prefill is done: its KV exists
+                        pending = (prompt, prompt_check, ())  # prefill is done: its KV exists
                         self._observer.first_token(model, now - t_arrive)
                     else:
                         self._observer.tokens(model, end - start, (now - t_last) / (end - start))
@@ -224,9 +225,7 @@ class Engine:
             # state is cached after it is out (also if the consumer stops right after Done:
             # ``finally``), so caching a long conversation never delays a response's end.
             rendered = [t for stream in streams for t in stream.rendered()]
-            held = array("I", prompt)
-            held.extend(rendered)
-            pending = (held, check(array("I", rendered).tobytes(), prompt_check))
+            pending = (prompt, prompt_check, rendered)
             self._output_tokens_total += n
             reason: FinishReason
             if n < total:
@@ -260,10 +259,16 @@ class Engine:
             return self._roots[model]
         return hash((self._roots[model], scope))
 
-    def _insert(self, session: str | None, tokens: Sequence[int], tokens_check: Check, known: Sequence[int],
-                root: int, digest: Digest | None) -> None:
-        """Cache the KV of ``tokens`` (``known``: the block keys of a prefix of them), and
-        remember them as ``session``'s conversation (``inference.prompt_memo``)."""
+    def _insert(self, session: str | None, prompt: Sequence[int], prompt_check: Check, output: Sequence[int],
+                known: Sequence[int], root: int, digest: Digest | None) -> None:
+        """Cache the KV of ``prompt`` followed by ``output`` (``known``: the block keys of a
+        prefix of them), and remember them as ``session``'s conversation
+        (``inference.prompt_memo``)."""
+        tokens, tokens_check = prompt, prompt_check
+        if output:
+            tokens = array("I", prompt)
+            tokens.extend(output)
+            tokens_check = check(array("I", output).tobytes(), prompt_check)
         keys = block_keys(tokens, self._cache.block_tokens, known, root)
         evicted = self._cache.insert_keys(keys)
         if evicted:
