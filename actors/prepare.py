@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from array import array
 from collections.abc import Collection, Mapping, Sequence
+from typing import NamedTuple
 
 from inference.formats import CL100K, ChatFormat
 from inference.types import ToolSpec
@@ -34,15 +35,25 @@ class ContentFiltered(APIError):
             f"The input was flagged by the safety classifier ({', '.join(categories)}).", param="input")
 
 
+class Tools(NamedTuple):
+    """A request's tools, prepared: the function and custom tools' validated ``specs`` and
+    their ``tokens`` (rendered), and ``echoed``, every tool as a Response echoes it — one list,
+    never changed, that the connection's responses share while the definitions are unchanged
+    (the encoder reuses its JSON without comparing it, actors.protocol.EventEncoder)."""
+
+    specs: tuple[ToolSpec, ...]
+    tokens: list[int]
+    echoed: list[dict]
+
+
 class Preparer:
     def __init__(self, models: Collection[str], safety: SafetyConfig,
                  formats: Mapping[str, ChatFormat] | None = None) -> None:
         self._models = frozenset(models)
         self._formats = dict(formats or {})  # a model's own chat format; else cl100k (the emulator's)
         self._resolved: dict[str, str] = {}
-        self._tools_seen: tuple[list[FunctionTool | CustomTool], str] | None = None
-        self._tools: tuple[tuple[ToolSpec, ...], list[int]] = ((), [])
-        self._echoed: tuple[list[object], list[dict]] = ([], [])
+        self._tools_seen: tuple[list[object], str] | None = None
+        self._tools = Tools((), [], [])
         self._instructions: tuple[str | None, str, array] = (None, CL100K.name, array("I"))
         self._safety = safety
         self.matcher: Matcher = build_matcher(safety)
@@ -63,24 +74,16 @@ class Preparer:
         """The chat format ``model`` renders with."""
         return self._formats.get(model, CL100K)
 
-    def tools(self, tools: list[FunctionTool | CustomTool],
-              fmt: ChatFormat = CL100K) -> tuple[tuple[ToolSpec, ...], list[int]]:
-        """Validated specs and rendered tokens (in ``fmt``) of the request's function and
-        custom tools; reused while the definitions and the format are unchanged."""
+    def tools(self, tools: Sequence[object], fmt: ChatFormat = CL100K) -> Tools:
+        """The request's tools (``create.tools``) prepared (:class:`Tools`); reused while the
+        definitions and the format are unchanged."""
         if self._tools_seen is None or tools != self._tools_seen[0] or fmt.name != self._tools_seen[1]:
-            validate_tools(tools)
-            specs = tool_specs(tools)
-            self._tools = (specs, fmt.render_tools(specs))
+            callable_tools = [t for t in tools if isinstance(t, (FunctionTool, CustomTool))]
+            validate_tools(callable_tools)
+            specs = tool_specs(callable_tools)
+            self._tools = Tools(specs, fmt.render_tools(specs), echo_tools(tools))
             self._tools_seen = (list(tools), fmt.name)
         return self._tools
-
-    def echoed_tools(self, tools: Sequence[object]) -> list[dict]:
-        """Every tool of the request as a Response echoes it; the same list, not to be
-        changed, while the definitions are unchanged (the encoder then reuses their JSON
-        without comparing them, actors.protocol.EventEncoder)."""
-        if tools != self._echoed[0]:
-            self._echoed = (list(tools), echo_tools(tools))
-        return self._echoed[1]
 
     def instructions(self, text: str | None, fmt: ChatFormat = CL100K) -> array:
         """The rendered instructions (``array("I")``, 4 bytes a token); re-rendered only when

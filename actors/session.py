@@ -329,8 +329,8 @@ class Session:
         fmt = self._prep.format(create.model or "")
         try:
             with timer.phase("render"):
-                specs, tool_tokens = self._prep.tools(create.callable_tools, fmt)
-                prompt = array("I", tool_tokens)
+                tools = self._prep.tools(create.tools or (), fmt)
+                prompt = array("I", tools.tokens)
                 prompt.extend(self._prep.instructions(create.instructions, fmt))
                 if parent is not None:
                     prompt.extend(parent.tokens)
@@ -346,7 +346,7 @@ class Session:
 
         store = True if create.store is None else create.store
         generate = create.generate is not False and not (create.prompt_cache_options or {}).get("prewarm")
-        response = new_response(create, store, self._clock, self._prep.echoed_tools(create.tools or ()))
+        response = new_response(create, store, self._clock, tools.echoed)
         turn = Turn(
             turn_id=request.id,
             lane=lane_name,
@@ -354,7 +354,7 @@ class Session:
                 request_id=response.id,
                 model=response.model,
                 prompt_token_ids=prompt,
-                tools=specs,
+                tools=tools.specs,
                 tool_choice=tool_choice_name(create.tool_choice),
                 parallel_tool_calls=response.parallel_tool_calls,
                 tool_results_in_context=begun.tool_results,

@@ -183,11 +183,6 @@ class ResponseCreate(BaseModel):
     def function_tools(self) -> list[FunctionTool]:
         return [t for t in self.tools or () if isinstance(t, FunctionTool)]
 
-    @property
-    def callable_tools(self) -> list[FunctionTool | CustomTool]:
-        """The tools the model may call, in request order: function and custom tools."""
-        return [t for t in self.tools or () if isinstance(t, (FunctionTool, CustomTool))]
-
 
 class ResponseSteer(_Open):
     type: Literal["response.steer"]
