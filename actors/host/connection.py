@@ -72,6 +72,7 @@ class RenderPool:
     def __init__(self, executor: Executor | None = None) -> None:
         self._executor = executor
         self.in_flight = 0  # model calls and renders of this process's connections
+        self.streaming = 0  # of those model calls, the ones whose output has begun and not ended
 
     @property
     def crowded(self) -> bool:
@@ -335,17 +336,22 @@ class Connection:
     async def _run(self, turn: Turn) -> None:
         me = asyncio.current_task()
         request = turn.request
-        finished = False
+        finished = streaming = False
         try:
             if self._inference.before_call is not None:
                 await self._inference.before_call(ModelCall.of(turn))
             async with contextlib.aclosing(self._inference.stream(request)) as stream:
                 async for chunk in stream:
+                    if not streaming:
+                        streaming = True
+                        self._renderer.streaming += 1
                     if any(isinstance(ev, Done) for ev in chunk):
                         finished = True
-                        if self._renderer.in_flight > 1:
-                            # Other responses of this process stream: their tokens due now
-                            # go out before this one's end (its terminal event, its record).
+                        if self._renderer.streaming > 1:
+                            # Other responses of this process are streaming: their tokens
+                            # due now go out before this one's end (its terminal event,
+                            # its record); a lone response, or one whose neighbours are
+                            # still in prefill or rendering, does not wait.
                             await asyncio.sleep(0)
                     self._apply(self.session.on_inference(turn.turn_id, chunk))
                     if self._generations.get(turn.turn_id) is not me:
@@ -359,6 +365,8 @@ class Connection:
             if not finished:  # a stream that ended without Done is a backend fault
                 self._apply(self.session.on_inference_error(turn.turn_id, RuntimeError("stream ended early")))
         finally:
+            if streaming:
+                self._renderer.streaming -= 1
             if self._generations.get(turn.turn_id) is me:
                 del self._generations[turn.turn_id]
 

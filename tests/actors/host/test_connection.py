@@ -576,3 +576,57 @@ def test_a_terminal_frame_with_figures_goes_in_fragments_whose_figures_count_wri
     figures = json.loads(sent["response"]["metadata"]["responses_ws.timings"])
     assert figures["api_overhead"] == round(early + 4.0, 3)
     assert sent == whole, "the fragments make the very event that was encoded"
+
+
+class EndingTogether:
+    """Every call streams its first token, waits for ``release``, then its last token and
+    ``Done`` as two chunks ready at once (as a replica under load sends them)."""
+
+    before_call = None
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.started = 0
+
+    async def stream(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
+        yield [Prefilled(len(request.prompt_token_ids), 0, 0.0, 0.0), TextDelta("first", 1)]
+        self.started += 1
+        await self.release.wait()
+        yield [TextDelta(f" last of {request.request_id}", 1)]
+        yield [Done("stop", 2, 1.0)]
+
+
+def test_streams_ending_together_send_every_last_token_before_any_terminal_event():
+    """A response whose output ends while others of the process stream yields before its
+    end work, so their last tokens due now are not queued behind its terminal event."""
+    async def main() -> list[tuple[int, str]]:
+        store = GatedStore()
+        store.gate.set()
+        writer = StoreWriter(store)
+        inference, pool, sent = EndingTogether(), RenderPool(), []
+        conns = [Connection(Session(SessionConfig(), [MODEL], session_key=f"s{i}", clock=lambda: 0.0),
+                            inference, writer, renderer=pool) for i in range(3)]
+
+        async def drain(i: int, conn: Connection) -> None:
+            async for batch in conn.events():
+                sent.extend((i, e.type) for e in batch if not isinstance(e, str))
+
+        drains = [asyncio.get_running_loop().create_task(drain(i, c)) for i, c in enumerate(conns)]
+        for conn in conns:
+            conn.feed(create(store=False))
+        while inference.started < len(conns):
+            await asyncio.sleep(0.001)
+        inference.release.set()
+        while sum(t == "response.completed" for _, t in sent) < len(conns):
+            await asyncio.sleep(0.001)
+        for conn in conns:
+            await conn.close()
+        await asyncio.gather(*drains, return_exceptions=True)
+        await writer.close()
+        return sent
+
+    sent = asyncio.run(main())
+    deltas = [k for k, (_, t) in enumerate(sent) if t == "response.output_text.delta"]
+    terminals = [k for k, (_, t) in enumerate(sent) if t == "response.completed"]
+    assert len(deltas) == 6 and len(terminals) == 3
+    assert max(deltas) < min(terminals), sent
