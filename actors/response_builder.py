@@ -322,10 +322,10 @@ class ResponseBuilder:
 
 
 def new_response(create: ResponseCreate, store: bool, clock: Callable[[], float],
-                 tools: list[dict] | None = None) -> ResponseObject:
+                 tools: list[dict]) -> ResponseObject:
     """The Response object of a create, in progress (docs/protocol.md §3.4: every key present).
-    ``tools``: the create's tools as echoed (:func:`echo_tools`), if the caller keeps them;
-    that very list is the response's (never changed), so an encoder can tell it by identity."""
+    ``tools``: the create's tools as echoed (:func:`echo_tools`, kept by the connection while
+    unchanged); that very list is the response's, so an encoder can tell it by identity."""
     response = ResponseObject(
         id=new_id("resp"),
         created_at=int(clock()),
@@ -345,7 +345,7 @@ def new_response(create: ResponseCreate, store: bool, clock: Callable[[], float]
         top_logprobs=_or(create.top_logprobs, 0),
         text=echo_text(create.text),
         tool_choice=_or(create.tool_choice, "auto"),
-        tools=[] if tools is not None else echo_tools(create.tools or ()),
+        tools=[],
         truncation=create.truncation or "disabled",
         user=create.user,
         metadata=create.metadata or {},
@@ -354,8 +354,7 @@ def new_response(create: ResponseCreate, store: bool, clock: Callable[[], float]
         prompt_cache_key=create.prompt_cache_key,
         safety_identifier=create.safety_identifier,
     )
-    if tools is not None:
-        response.tools = tools  # an assignment is not validated: the list itself
+    response.tools = tools  # an assignment is not validated: the list itself, not a copy
     return response
 
 
