@@ -305,9 +305,9 @@ def _figures_last(event: ServerEvent, report: Report, conn: Connection, encoder:
     text = _encode_or_error(event, encoder)
     quoted = json.dumps(mark)
     at = text.find(quoted)
-    if at < 0:  # not encoded (a server_error in its place): the figures now, in one frame
+    if at < 0:  # not encoded (the server_error frame in its place): that frame, as it is
         conn.taken(report)
-        yield _encode_or_error(event, encoder)
+        yield text
         return
     yield text[:at]
     conn.taken(report)  # writes the figures into the metadata
