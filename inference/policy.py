@@ -363,6 +363,8 @@ def text_segment(n_tokens: int, rng: random.Random) -> TextSegment:
 
 def _answer(n_tokens: int, rng: random.Random) -> tuple[tuple[int, ...], int]:
     """:func:`text_answer`'s ids, and where the sentence the cut falls in begins among them."""
+    if not n_tokens:
+        return (), 0
     alone, after_space = _corpus_ids()
     parts: list[int] = []  # corpus indices, in order
     ids: list[int] = []  # the encoding of the first ``joined`` parts
@@ -377,8 +379,6 @@ def _answer(n_tokens: int, rng: random.Random) -> tuple[tuple[int, ...], int]:
             ids += after_space[parts[k]] if k else alone[parts[k]]
             if len(ids) >= n_tokens:
                 return tuple(ids[:n_tokens]), last
-        if not n_tokens:
-            return (), 0
         joined = len(parts)
         estimate = len(ids)
 
