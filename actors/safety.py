@@ -284,7 +284,7 @@ class Classifier:
     def read_later(self, texts: Iterable[str]) -> None:
         """:meth:`feed_all`, read when the state is next used (fed, copied, judged): a
         conversation's latest output is read with its next input, not as the response ends
-        (the output classifier has judged it already; reading 2000 tokens costs ~0.2 ms)."""
+        (the output classifier has judged it already)."""
         items = list(texts)
         if items:
             self._later.append("\n".join(items) + "\n")

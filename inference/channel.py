@@ -19,8 +19,8 @@ and its token come through Ray, which pickles between the same processes anyway)
   not start the call: the caller makes it elsewhere.
 
 A connection's tool definitions are the same object from turn to turn while unchanged
-(``actors.prepare.Preparer``), and pickling them is most of a request's cost (~20 tools:
-~0.1 ms each way, against ~10 µs for 20k prompt ids): the client sends a tools tuple once
+(``actors.prepare.Preparer``), and pickling them is most of a request's cost (~20 tools
+weigh more than 20k prompt ids): the client sends a tools tuple once
 (``"tools"``), and a ``go`` naming its ``tools_key`` carries the request without them; the
 server holds the last ``TOOL_SETS`` the client named, which ``"forget"`` keeps in step.
 """

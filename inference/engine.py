@@ -361,8 +361,8 @@ class _SegmentStream:
     def rendered(self) -> list[int]:
         """The output item as the session will render it (empty if nothing was emitted;
         reasoning is not kept in the context).  A segment sent whole whose ids are its
-        text's encoding (a call's arguments always are) renders with them: encoding a long
-        answer again would cost ~0.5 ms per 1000 tokens as the response ends."""
+        text's encoding (a call's arguments always are) renders with them, instead of
+        encoding a long answer again as the response ends."""
         seg = self._segment
         if not self._started or isinstance(seg, ReasoningSegment):
             return []
