@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from functools import lru_cache
 
 from inference.tokenizer import encode, special_token
 from inference.types import ToolSpec
@@ -32,16 +33,28 @@ from inference.types import ToolSpec
 SEPARATOR_TEXT = "<|endofprompt|>"
 
 
+@lru_cache(maxsize=1)
 def separator_id() -> int:
     """The separator's token id (100276 in cl100k)."""
     return special_token(SEPARATOR_TEXT)
 
 
-def _segment(header: str, *pieces: str, encoded: Sequence[int] | None = None) -> list[int]:
+@lru_cache(maxsize=4096)
+def _label(text: str) -> tuple[int, ...]:
+    """The ids of a segment's header or a call's name line: a handful of strings, met on
+    every turn, so they are encoded once (tiktoken's first call after the process has been
+    idle costs ~0.1 ms on the project's machine, however short the text)."""
+    return tuple(encode(text))
+
+
+def _segment(header: str, *pieces: str, encoded: Sequence[int] | None = None, label: str | None = None) -> list[int]:
     """``encoded``: the last piece's encoding, when the caller has it (``encode(pieces[-1])``
-    exactly): it is not encoded again."""
+    exactly): it is not encoded again.  ``label``: a first piece from a small set (a tool's
+    name line), encoded once per process."""
     tokens = [separator_id()]
-    tokens += encode(header + "\n")
+    tokens += _label(header + "\n")
+    if label is not None:
+        tokens += _label(label)
     for piece in pieces if encoded is None else pieces[:-1]:
         tokens += encode(piece)
     if encoded is not None:
@@ -77,7 +90,7 @@ def render_message(role: str, text: str, *, encoded: Sequence[int] | None = None
 def render_function_call(name: str, arguments: str, *, encoded: Sequence[int] | None = None) -> list[int]:
     """A function call the model made.  The arguments are encoded on their own, so their
     tokens are exactly the argument tokens the model generated (``encoded``, if known)."""
-    return _segment("function_call", name + "\n", arguments, encoded=encoded)
+    return _segment("function_call", arguments, encoded=encoded, label=name + "\n")
 
 
 def render_function_call_output(output: str) -> list[int]:
@@ -90,7 +103,7 @@ def render_function_call_output(output: str) -> list[int]:
 
 def render_custom_tool_call(name: str, tool_input: str, *, encoded: Sequence[int] | None = None) -> list[int]:
     """A call of a custom (freeform) tool: its name and its free-text input (``encoded``, if known)."""
-    return _segment("custom_tool_call", name + "\n", tool_input, encoded=encoded)
+    return _segment("custom_tool_call", tool_input, encoded=encoded, label=name + "\n")
 
 
 def render_other(kind: str, text: str) -> list[int]:

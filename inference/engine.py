@@ -34,11 +34,11 @@ from inference import chat_format
 from inference.batching import Batch, DecodeSchedule
 from inference.jitter import RequestJitter
 from inference.pacing import Chunker, Clock, ItemWindow, Sleeper, decode_work, paced_chunks, ttft_ms
-from inference.policy import FunctionCallSegment, ReasoningSegment, Segment, plan, policy_for
+from inference.policy import FunctionCallSegment, ReasoningSegment, Segment, TextSegment, plan, policy_for
 from inference.prefix_cache import PrefixCache, as_bytes, block_keys, reported_cached_tokens
 from inference.profiles import InferenceConfig
 from inference.prompt_memo import Check, Digest, Known, PromptMemo, check, digest_of
-from inference.tokenizer import Detokenizer
+from inference.tokenizer import Detokenizer, decode
 from inference.types import (
     Done,
     FinishReason,
@@ -194,6 +194,9 @@ class Engine:
             self._schedules[model][seq] = schedule
             chunker = Chunker(schedule, t_first, self._windows[model])
             streams = _segment_streams(output.segments)
+            # The output as the conversation continues with it, rendered now if it will be
+            # sent whole: this replica has nothing else to do for this call until prefill ends.
+            whole = [t for stream in streams for t in stream.whole()] if n == total else None
             first: list[InferenceEvent] = [prefilled]
             events: list[InferenceEvent] = []
             if n == 0:
@@ -224,7 +227,7 @@ class Engine:
             # The final item: the last chunk's events (if any) plus Done.  The finished
             # state is cached after it is out (also if the consumer stops right after Done:
             # ``finally``), so caching a long conversation never delays a response's end.
-            rendered = [t for stream in streams for t in stream.rendered()]
+            rendered = whole if whole is not None else [t for stream in streams for t in stream.rendered()]
             pending = (prompt, prompt_check, rendered)
             self._output_tokens_total += n
             reason: FinishReason
@@ -360,20 +363,33 @@ class _SegmentStream:
 
     def rendered(self) -> list[int]:
         """The output item as the session will render it (empty if nothing was emitted;
-        reasoning is not kept in the context).  A segment sent whole whose ids are its
-        text's encoding (a call's arguments always are) renders with them, instead of
-        encoding a long answer again as the response ends."""
+        reasoning is not kept in the context)."""
         seg = self._segment
         if not self._started or isinstance(seg, ReasoningSegment):
             return []
-        text = "".join(self._parts)
-        whole = self._taken == len(seg.token_ids)
+        if self._taken == len(seg.token_ids):
+            return self.whole()
+        return _render(seg, "".join(self._parts), None)
+
+    def whole(self) -> list[int]:
+        """:meth:`rendered` once the segment is sent whole, known before any of it is: the
+        engine takes it while the prompt is in prefill, not as the response ends.  A segment
+        whose ids are its text's encoding (a call's arguments always are) renders with them,
+        instead of encoding a long answer again."""
+        seg = self._segment
+        if not seg.token_ids or isinstance(seg, ReasoningSegment):
+            return []
         if isinstance(seg, FunctionCallSegment):
-            encoded = seg.token_ids if whole else None
-            if seg.custom:
-                return chat_format.render_custom_tool_call(seg.name, text, encoded=encoded)
-            return chat_format.render_function_call(seg.name, text, encoded=encoded)
-        return chat_format.render_message("assistant", text, encoded=seg.token_ids if whole and seg.canonical else None)
+            return _render(seg, seg.arguments, seg.token_ids)
+        return _render(seg, decode(seg.token_ids), seg.token_ids if seg.canonical else None)
+
+
+def _render(seg: TextSegment | FunctionCallSegment, text: str, encoded: Sequence[int] | None) -> list[int]:
+    if isinstance(seg, FunctionCallSegment):
+        if seg.custom:
+            return chat_format.render_custom_tool_call(seg.name, text, encoded=encoded)
+        return chat_format.render_function_call(seg.name, text, encoded=encoded)
+    return chat_format.render_message("assistant", text, encoded=encoded)
 
 
 def _segment_streams(segments: Sequence[Segment]) -> list[_SegmentStream]:
