@@ -43,7 +43,7 @@ def separator_id() -> int:
 def _label(text: str) -> tuple[int, ...]:
     """The ids of a segment's header or a call's name line: a handful of strings, met on
     every turn, so they are encoded once (tiktoken's first call after the process has been
-    idle costs ~0.1 ms on the project's machine, however short the text)."""
+    idle is slow, however short the text)."""
     return tuple(encode(text))
 
 
