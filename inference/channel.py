@@ -244,39 +244,71 @@ class ChannelClient:
                 out += _frame(("forget", self._tool_sets.popitem(last=False)[1][0]))
         return out + _frame(("go", rid, dataclasses.replace(request, tools=()), key))
 
-    async def stream(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
-        """One model call, as ``InferenceClient.stream``.  Raises :class:`ChannelUnavailable`
-        before any chunk if the call can be made elsewhere, :class:`ChannelLost` after."""
+    def stream(self, request: InferenceRequest) -> ChannelCall:
+        """One model call, as ``InferenceClient.stream``, started now: its ``go`` is written
+        before this returns.  Raises :class:`ChannelUnavailable` (now, or from the call before
+        any chunk) if the call can be made elsewhere, :class:`ChannelLost` after."""
         if not self.open or self._retired or self._writer is None:
             raise ChannelUnavailable("channel closed")
         rid = self._next = self._next + 1
         queue: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
         self._calls[rid] = queue
-        done = False
-        started = False
+        self._writer.write(self._go(rid, request))
+        return ChannelCall(self, rid, queue)
+
+    def _ended(self, rid: int, *, stop: bool) -> None:
+        del self._calls[rid]
+        if stop and self.open and self._writer is not None:
+            self._writer.write(_frame(("stop", rid)))  # cut short: the replica cancels it
+        if self._retired and not self._calls:
+            self.close()
+
+
+class ChannelCall:
+    """A call streaming on a :class:`ChannelClient`: an async iterator of its chunks.  It was
+    started when made, so closing it (``aclose`` or ``close``) before its end stops it on the
+    replica, also if it was never iterated."""
+
+    def __init__(self, channel: ChannelClient, rid: int, queue: asyncio.Queue[tuple[Any, ...]]) -> None:
+        self._channel = channel
+        self._rid = rid
+        self._queue = queue
+        self._started = False  # a chunk arrived
+        self._done = False
+
+    def __aiter__(self) -> ChannelCall:
+        return self
+
+    async def __anext__(self) -> list[InferenceEvent]:
+        if self._done:
+            raise StopAsyncIteration
         try:
-            self._writer.write(self._go(rid, request))
-            while True:
-                msg = await queue.get()
-                kind = msg[0]
-                if kind == "chunk":
-                    started = True
-                    yield msg[2]
-                elif kind == "end":
-                    done = True
-                    return
-                elif kind == "error":
-                    done = True
-                    raise msg[2]
-                elif kind == "gone" or not started:
-                    done = True
-                    raise ChannelUnavailable(f"replica {self.endpoint.replica} did not take the call")
-                else:
-                    done = True
-                    raise ChannelLost(f"lost the channel to replica {self.endpoint.replica}")
-        finally:
-            del self._calls[rid]
-            if not done and self.open and self._writer is not None:
-                self._writer.write(_frame(("stop", rid)))  # cut short: the replica cancels it
-            if self._retired and not self._calls:
-                self.close()
+            msg = await self._queue.get()
+        except BaseException:
+            self.close()
+            raise
+        kind = msg[0]
+        if kind == "chunk":
+            self._started = True
+            return msg[2]
+        self._finish(stop=False)
+        replica = self._channel.endpoint.replica
+        if kind == "end":
+            raise StopAsyncIteration
+        if kind == "error":
+            raise msg[2]
+        if kind == "gone" or not self._started:
+            raise ChannelUnavailable(f"replica {replica} did not take the call")
+        raise ChannelLost(f"lost the channel to replica {replica}")
+
+    async def aclose(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the call if it has not ended (idempotent)."""
+        self._finish(stop=True)
+
+    def _finish(self, *, stop: bool) -> None:
+        if not self._done:
+            self._done = True
+            self._channel._ended(self._rid, stop=stop)

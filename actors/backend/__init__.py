@@ -61,5 +61,8 @@ class InferenceClient(Protocol):
 
     def stream(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
         """One model call, as chunks of events ending with ``Done``.  Closing the iterator
-        early cancels the call and frees what it holds in the backend."""
+        early cancels the call and frees what it holds in the backend.  A backend may start
+        the call when this is called, before the iterator is read (a direct channel writes
+        its request then, :mod:`.direct`): the caller closes the iterator even if it never
+        reads it."""
         ...

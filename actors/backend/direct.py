@@ -17,7 +17,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from inference.channel import ChannelClient, ChannelUnavailable, Endpoint
+from inference.channel import ChannelCall, ChannelClient, ChannelUnavailable, Endpoint
 from inference.types import InferenceEvent, InferenceRequest, Prefilled
 
 log = logging.getLogger(__name__)
@@ -53,23 +53,29 @@ class DirectCalls:
         self._pins.move_to_end(key)
         return channel
 
-    async def stream(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
+    def stream(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
+        """``InferenceClient.stream``.  A call over a channel starts now (its request is on
+        its way when this returns), so the iterator must be closed even if it is never
+        iterated; a call the channel cannot take goes the usual way, nothing lost."""
         channel = self.channel_for(request.session_key)
         if channel is not None:
             try:
-                async for chunk in channel.stream(request):
-                    yield chunk
-                self.direct_calls += 1
-                return
+                return _Direct(self, channel, channel.stream(request), request)
             except ChannelUnavailable as exc:
-                log.info("direct call not taken (%s): through the usual route", exc)
-                self._forget(channel)
+                self._not_taken(channel, exc)
+        return self._usual_route(request)
+
+    async def _usual_route(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
         first = True
         async for chunk in self._usual(request):
             if first and request.session_key:
                 first = False
                 self._learn(request.session_key, chunk)
             yield chunk
+
+    def _not_taken(self, channel: ChannelClient, exc: ChannelUnavailable) -> None:
+        log.info("direct call not taken (%s): through the usual route", exc)
+        self._forget(channel)
 
     def _learn(self, key: str, chunk: list[InferenceEvent]) -> None:
         replica = next((ev.replica for ev in chunk if isinstance(ev, Prefilled)), "")
@@ -119,3 +125,40 @@ class DirectCalls:
         for channel in list(self._channels.values()):
             channel.close()
         self._channels.clear()
+
+
+class _Direct:
+    """A call started on a channel; if the channel does not take it (before any output), the
+    call goes the usual way instead."""
+
+    def __init__(self, calls: DirectCalls, channel: ChannelClient, call: ChannelCall,
+                 request: InferenceRequest) -> None:
+        self._calls = calls
+        self._channel = channel
+        self._call = call
+        self._request = request
+        self._usual: AsyncIterator[list[InferenceEvent]] | None = None
+        self._counted = False
+
+    def __aiter__(self) -> _Direct:
+        return self
+
+    async def __anext__(self) -> list[InferenceEvent]:
+        if self._usual is not None:
+            return await anext(self._usual)
+        try:
+            return await anext(self._call)
+        except ChannelUnavailable as exc:
+            self._calls._not_taken(self._channel, exc)
+            self._usual = self._calls._usual_route(self._request)
+            return await anext(self._usual)
+        except StopAsyncIteration:
+            if not self._counted:
+                self._counted = True
+                self._calls.direct_calls += 1
+            raise
+
+    async def aclose(self) -> None:
+        self._call.close()
+        if self._usual is not None:
+            await self._usual.aclose()

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import logging
 import os
 import time
@@ -33,7 +34,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from inference.types import Done
+from inference.types import Done, InferenceEvent
 from store import StoredResponse, StoreWriter, UsageEntry
 
 from ..backend import InferenceClient, ModelCall
@@ -190,11 +191,16 @@ class Connection:
             task = self._generations.pop(turn_id, None)
             if task is not None and task is not asyncio.current_task():
                 task.cancel()
-        # Model calls first: their tasks then run (and the request leaves for inference)
-        # before the sender encodes and writes this batch's events, such as response.created
-        # with its echoed instructions and tools.  The events' order is unchanged.
+        # Model calls first, before the sender encodes and writes this batch's events (such
+        # as response.created with its echoed instructions and tools).  A call starts here,
+        # not when its task first runs, unless a hook runs before it: over a direct channel
+        # its request has left before this returns.  The events' order is unchanged.
         for turn in fx.start:
-            self._generations[turn.turn_id] = self._renderer.track(self._spawn(self._run(turn)))
+            stream = self._started(turn) if self._inference.before_call is None else None
+            task = self._renderer.track(self._spawn(self._run(turn, stream)))
+            self._generations[turn.turn_id] = task
+            if stream is not None:
+                task.add_done_callback(functools.partial(self._unread, stream))
         records = {record.id: record for record in fx.persist}
         lines = {entry.response_id: entry for entry in fx.usage}
         journaled: list[tuple[str, bool]] = []  # store:false responses billed: (id, line kept)
@@ -333,14 +339,27 @@ class Connection:
     async def _render(self, job: Render) -> None:
         self._apply(self.session.on_rendered(job.render_id, await self._renderer.render(job)))
 
-    async def _run(self, turn: Turn) -> None:
+    def _started(self, turn: Turn) -> AsyncIterator[list[InferenceEvent]] | None:
+        try:
+            return self._inference.stream(turn.request)
+        except Exception:  # noqa: BLE001 - not started: the task makes the call, and reports what it raises
+            return None
+
+    def _unread(self, stream: AsyncIterator[list[InferenceEvent]], task: asyncio.Task[None]) -> None:
+        """A call started for a task cancelled before it ran (which would have closed it) is
+        closed here; closing a call twice is harmless."""
+        if task.cancelled():
+            self._spawn(_close(stream))
+
+    async def _run(self, turn: Turn, started: AsyncIterator[list[InferenceEvent]] | None = None) -> None:
         me = asyncio.current_task()
         request = turn.request
         finished = streaming = False
         try:
-            if self._inference.before_call is not None:
+            if self._inference.before_call is not None:  # then nothing started the call yet
                 await self._inference.before_call(ModelCall.of(turn))
-            async with contextlib.aclosing(self._inference.stream(request)) as stream:
+            call = started if started is not None else self._inference.stream(request)
+            async with contextlib.aclosing(call) as stream:
                 async for chunk in stream:
                     if not streaming:
                         streaming = True
@@ -427,6 +446,10 @@ class Connection:
 
 
 _TERMINAL = (ResponseCompleted, ResponseIncomplete, ResponseFailed)  # the events a ledger line goes with
+
+
+async def _close(stream: AsyncIterator[list[InferenceEvent]]) -> None:
+    await stream.aclose()  # type: ignore[attr-defined]
 
 
 def failed_instead(event: ServerEvent) -> ResponseFailed:

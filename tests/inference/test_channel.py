@@ -1,5 +1,6 @@
 """The direct channel (inference.channel) over real loopback sockets, with a small generator
-behind it: calls multiplex on one connection, stopping a call closes its generator, errors
+behind it: calls multiplex on one connection and start when made, stopping a call (read or
+not) closes its generator, errors
 arrive typed, a wrong token is refused, a draining server sends callers elsewhere, and a
 lost connection says whether the call could be made elsewhere."""
 
@@ -81,6 +82,26 @@ def test_closing_a_call_early_stops_it_in_the_backend() -> None:
             await asyncio.sleep(0.01)
         assert backend.closed == ["h"]
         assert await collect(client, req("after"))  # the channel is still usable
+        client.close()
+
+    asyncio.run(main())
+
+
+def test_a_call_starts_when_made_and_closing_it_unread_stops_it_in_the_backend() -> None:
+    async def main() -> None:
+        backend = Backend()
+        _server, client = await started(backend)
+        call = client.stream(req("h", "hold"))  # its request is written before this returns
+        await backend.held.wait()  # the replica runs it, though nothing read from the call
+        call.close()
+        for _ in range(100):
+            if "h" in backend.closed:
+                break
+            await asyncio.sleep(0.01)
+        assert backend.closed == ["h"]
+        with pytest.raises(StopAsyncIteration):
+            await anext(call)
+        assert await collect(client, req("after"))
         client.close()
 
     asyncio.run(main())

@@ -630,3 +630,70 @@ def test_streams_ending_together_send_every_last_token_before_any_terminal_event
     terminals = [k for k, (_, t) in enumerate(sent) if t == "response.completed"]
     assert len(deltas) == 6 and len(terminals) == 3
     assert max(deltas) < min(terminals), sent
+
+
+class StartsAtOnce:
+    """A backend whose call starts when ``stream`` is called, as a direct channel's does (its
+    request is written before ``stream`` returns); records what was started and closed."""
+
+    before_call = None
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.closed: list[str] = []
+
+    def stream(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
+        self.started.append(request.request_id)
+        return StartedCall(self, request)
+
+
+class StartedCall:
+    def __init__(self, backend: StartsAtOnce, request: InferenceRequest) -> None:
+        self._backend, self._request = backend, request
+        self._chunks = [[Prefilled(len(request.prompt_token_ids), 0, 0.0, 0.0), TextDelta("Hi", 1)],
+                        [Done("stop", 1, 1.0)]]
+
+    def __aiter__(self) -> StartedCall:
+        return self
+
+    async def __anext__(self) -> list[InferenceEvent]:
+        await asyncio.sleep(0)
+        if not self._chunks:
+            raise StopAsyncIteration
+        return self._chunks.pop(0)
+
+    async def aclose(self) -> None:
+        self._backend.closed.append(self._request.request_id)
+
+
+def test_a_call_starts_as_its_create_is_fed_and_one_whose_task_never_ran_is_closed():
+    """The model call leaves while the create's frame is handled, not a loop iteration later
+    when its task first runs; if that task is cancelled before it ran (the client went
+    away at once), the started call is closed all the same."""
+    async def main() -> tuple[list[str], list[str], list[str], list[str]]:
+        store = GatedStore()
+        store.gate.set()
+        writer = StoreWriter(store)
+        inference = StartsAtOnce()
+        conn = Connection(Session(SessionConfig(), [MODEL], session_key="s", clock=lambda: 0.0), inference, writer)
+        conn.feed(create(store=False))
+        started_in_feed = list(inference.started)  # nothing awaited since the frame
+        types: list[str] = []
+        while "response.completed" not in types:
+            types += [e.type for e in await anext(conn.events()) if not isinstance(e, str)]
+        for _ in range(10):
+            await asyncio.sleep(0)
+        answered = list(inference.closed)  # closed by the task that read it to the end
+
+        gone = Connection(Session(SessionConfig(), [MODEL], session_key="t", clock=lambda: 0.0), inference, writer)
+        gone.feed(create(store=False))
+        await gone.close()  # before the call's task ever ran
+        for _ in range(10):
+            await asyncio.sleep(0)
+        await conn.close()
+        await writer.close()
+        return started_in_feed, answered, inference.started, inference.closed
+
+    started_in_feed, answered, started, closed = asyncio.run(main())
+    assert len(started_in_feed) == 1 and answered == started_in_feed
+    assert len(started) == 2 and closed == started
