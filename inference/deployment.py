@@ -43,7 +43,7 @@ from ray.serve.config import RequestRouterConfig
 from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
 from ray.util import metrics
 
-from inference import policy
+from inference import allocator, policy
 from inference.channel import ChannelServer, Endpoint
 from inference.engine import Engine
 from inference.pacing import AsyncioSleeper, MonotonicClock
@@ -133,6 +133,7 @@ class InferenceDeployment:
     """Emulated inference replica: ``generate`` (streaming), ``models`` and ``stats``."""
 
     def __init__(self, config: InferenceConfig | dict[str, Any]) -> None:
+        allocator.tune()  # a prompt's ids arrive in buffers of hundreds of KB every turn
         self._config = (
             config if isinstance(config, InferenceConfig) else InferenceConfig.model_validate(config)
         )

@@ -12,7 +12,6 @@ each of them before it: docs/whatif.md).
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import logging
 import socket
 import time
@@ -22,7 +21,7 @@ from typing import Protocol
 import ray
 from starlette.types import ASGIApp
 
-from inference import tokenizer
+from inference import allocator, tokenizer
 from store import StoreConfig, StoreWriter, open_writer
 
 from ..backend import InferenceClient
@@ -38,17 +37,6 @@ from .handoff import Ended, Gone, Handoff, HandoffReceiver, Link, Outcome, Socke
 from .http import HttpServer
 from .metrics import HostMetrics, PhaseMetrics
 from .server import SocketServer
-
-
-def release_free_heap() -> None:
-    """Give the heap a finished connection freed back to the OS.  glibc keeps freed memory
-    in its arenas, so an actor reused for connection after connection otherwise grows by
-    1–2 MiB per heavy connection (docs/reliability.md, memory per connection)."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: nothing to do
-        pass
-
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +61,7 @@ class SessionHost:
                  http_app: HttpAppFactory | None = None, logs: LogSettings | None = None) -> None:
         if logs is not None:  # the gateway's (actors/logs.py)
             configure_logs(logs)
+        allocator.tune()  # each turn's prompt ids and echoing frames: buffers of hundreds of KB
         self._name = name
         self._config = config
         self._store_config = store
@@ -140,7 +129,7 @@ class SessionHost:
             assert self._store is not None
             await self._store.flush()
             if self._sockets.idle:
-                release_free_heap()
+                allocator.release()  # what its connections freed goes back to the OS
         if handoff.resume is None and outcome.keeps_slot:
             await self._sockets.wait_gone(handoff.conn_id)
             link.notify(Gone(handoff.conn_id))
