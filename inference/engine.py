@@ -38,7 +38,7 @@ from inference.policy import FunctionCallSegment, ReasoningSegment, Segment, Tex
 from inference.prefix_cache import PrefixCache, as_bytes, block_keys, reported_cached_tokens
 from inference.profiles import InferenceConfig
 from inference.prompt_memo import Check, Digest, Known, PromptMemo, check, digest_of
-from inference.tokenizer import Detokenizer, decode
+from inference.tokenizer import Detokenizer, decode, token_bytes
 from inference.types import (
     Done,
     FinishReason,
@@ -330,6 +330,9 @@ class _SegmentStream:
         self._offset = offset
         self._call_index = call_index
         self._detokenizer = Detokenizer()
+        # Each token's bytes, taken now (the stream is made while its prompt is in prefill),
+        # so sending a chunk joins bytes instead of calling the tokenizer as tokens fall due.
+        self._bytes = [] if isinstance(segment, ReasoningSegment) else token_bytes(segment.token_ids)
         self._parts: list[str] = []
         self._carried = 0
         self._taken = 0  # of the segment's tokens
@@ -346,13 +349,12 @@ class _SegmentStream:
                 return None
             tokens, self._carried = self._carried, 0
             return ReasoningDone(tokens)
-        ids = self._segment.token_ids[lo - self._offset : hi - self._offset]
-        text = self._detokenizer.feed(ids)
+        text = self._detokenizer.feed_bytes(b"".join(self._bytes[lo - self._offset : hi - self._offset]))
         if hi == seg_end:
             text += self._detokenizer.finish()
         self._started = True
-        self._carried += len(ids)
-        self._taken += len(ids)
+        self._carried += hi - lo
+        self._taken += hi - lo
         if not text:
             return None
         self._parts.append(text)

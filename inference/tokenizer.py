@@ -38,6 +38,11 @@ def decode_bytes(ids: Iterable[int]) -> bytes:
     return get_encoding().decode_bytes(list(ids))
 
 
+def token_bytes(ids: Iterable[int]) -> list[bytes]:
+    """Each token's own bytes (their concatenation is :func:`decode_bytes` of ``ids``)."""
+    return get_encoding().decode_tokens_bytes(list(ids))
+
+
 def special_token(text: str) -> int:
     """The id of a special token such as ``"<|endofprompt|>"``."""
     return get_encoding().encode_single_token(text)
@@ -58,7 +63,11 @@ class Detokenizer:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def feed(self, ids: Iterable[int]) -> str:
-        return self._decoder.decode(decode_bytes(ids))
+        return self.feed_bytes(decode_bytes(ids))
+
+    def feed_bytes(self, data: bytes) -> str:
+        """:meth:`feed` of tokens whose bytes (:func:`token_bytes`) are ``data``."""
+        return self._decoder.decode(data)
 
     def finish(self) -> str:
         return self._decoder.decode(b"", final=True)

@@ -8,8 +8,6 @@ import sys
 
 import pytest
 
-from inference import allocator
-
 pytestmark = pytest.mark.unit
 
 
@@ -32,5 +30,5 @@ given_back = rss_kib() - before
 print(kept, given_back)
 assert kept > 10_000 and given_back < kept / 2, (kept, given_back)
 """
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr

@@ -7,7 +7,15 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inference.tokenizer import Detokenizer, decode, encode, get_encoding, special_token
+from inference.tokenizer import (
+    Detokenizer,
+    decode,
+    decode_bytes,
+    encode,
+    get_encoding,
+    special_token,
+    token_bytes,
+)
 
 ENDOFPROMPT = 100276
 
@@ -59,3 +67,8 @@ def test_detokenizer_fed_in_pieces_equals_decoding_whole(ids, cuts):
     detok = Detokenizer()
     text = "".join(detok.feed(ids[a:b]) for a, b in itertools.pairwise(bounds)) + detok.finish()
     assert text == decode(ids)
+    # the same pieces fed as the bytes of their tokens, taken up front (the emulator's way)
+    pieces, by_bytes = token_bytes(ids), Detokenizer()
+    assert b"".join(pieces) == decode_bytes(ids)
+    text = "".join(by_bytes.feed_bytes(b"".join(pieces[a:b])) for a, b in itertools.pairwise(bounds))
+    assert text + by_bytes.finish() == decode(ids)
