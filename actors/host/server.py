@@ -17,7 +17,7 @@ import secrets
 import socket
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from http import HTTPStatus
 
 from websockets.asyncio.server import Server, ServerConnection
@@ -78,6 +78,14 @@ class SessionSocket(ServerConnection):
             self._frame_since = self._read_at
         super().data_received(data)  # calls process_event for each whole frame in it
         self._frame_since = self._read_at if self.protocol.reader.buffer else None
+
+    def send_data(self) -> None:
+        """As websockets' own, but the frames queued since the last write leave in one: a
+        batch of events is one write and, mostly, one wake-up of the client."""
+        writes = self.protocol.writes
+        if len(writes) > 1 and all(writes):  # no end-of-stream marker among them
+            self.protocol.writes = [b"".join(writes)]
+        super().send_data()
 
     def process_event(self, event: Event) -> None:
         if isinstance(event, Frame) and event.opcode in (Opcode.TEXT, Opcode.BINARY):  # a message begins
@@ -236,21 +244,15 @@ class SocketServer:
         conn.finish_with(encode(error_event(ConnectionLimitReached(minutes))))
 
     async def _send_loop(self, ws: SessionSocket, conn: Connection) -> None:
-        sock = ws.transport.get_extra_info("socket")
         encoder = EventEncoder()  # the echoed instructions and tools encoded once while unchanged
         mark = secrets.token_hex(16)  # where a terminal frame's figures go (no client text spells it)
         try:
             async for batch in conn.events():
-                # Cork the socket so the frames of one batch leave in as few segments as
-                # possible (one client wake-up instead of one per event).
-                with _corked(sock, len(batch) > 1):
-                    for event in batch:
-                        if isinstance(event, str):
-                            await ws.send(event)
-                        elif (report := conn.deferred(event)) is not None:
-                            await ws.send(_figures_last(event, report, conn, encoder, mark))
-                        else:
-                            await ws.send(_encode_or_error(conn.outgoing(event), encoder))
+                rest: list[ServerEvent | str | Tail] = list(batch)
+                while rest:
+                    # The frames queued in one context leave in one write as it exits.
+                    async with ws.send_context():
+                        rest = _queue(ws, rest, conn, encoder, mark)
             # events() ended without a client close: the server ends the connection
             # (1000, or 1012 when draining for a shutdown or a redeploy).
             await ws.close(conn.close_code or 1000, conn.close_reason)
@@ -293,25 +295,63 @@ def _encode_or_error(event: ServerEvent, encoder: EventEncoder) -> str:
         return encode(error_event(ServerError()))
 
 
+Tail = Callable[[], str]  # the rest of a terminal frame whose first part is out (:func:`_figures_last`)
+
+
+def _queue(ws: SessionSocket, batch: list[ServerEvent | str | Tail], conn: Connection,
+           encoder: EventEncoder, mark: str) -> list[ServerEvent | str | Tail]:
+    """Queue the batch's frames on ``ws``'s protocol, up to and including the first part of a
+    terminal frame that carries figures (:func:`_figures_last`); what is left to queue once
+    that has been written, the rest of that frame first.  Its two parts are the fragments of
+    one message, marked in progress as ``ws.send`` marks its own (a close between them fails
+    the connection rather than cut the message short)."""
+    protocol = ws.protocol
+    for i, item in enumerate(batch):
+        if isinstance(item, str):
+            protocol.send_text(item.encode())
+        elif callable(item):
+            try:
+                protocol.send_continuation(item().encode(), fin=True)
+            finally:
+                if ws.send_in_progress is not None:
+                    ws.send_in_progress.set_result(None)
+                    ws.send_in_progress = None
+        elif (report := conn.deferred(item)) is not None:
+            head, tail = _figures_last(item, report, conn, encoder, mark)
+            if tail is None:
+                protocol.send_text(head.encode())
+                continue
+            protocol.send_text(head.encode(), fin=False)
+            ws.send_in_progress = ws.loop.create_future()
+            return [tail, *batch[i + 1:]]
+        else:
+            protocol.send_text(_encode_or_error(conn.outgoing(item), encoder).encode())
+    return []
+
+
 def _figures_last(event: ServerEvent, report: Report, conn: Connection, encoder: EventEncoder,
-                  mark: str) -> Iterator[str]:
+                  mark: str) -> tuple[str, Tail | None]:
     """A terminal event whose client asked for the server's figures, as the fragments of one
-    message (RFC 6455 §5.4): the text up to the figures, then — taken once that part has
-    been encoded, compressed and written — the figures and the few bytes after them (the
-    response's metadata comes after its output and its echoed instructions and tools).  So
-    the figures hold the terminal frame's own work but its last bytes (docs/performance.md)."""
+    message (RFC 6455 §5.4): the text up to the figures, and what makes the rest — called once
+    that part has been encoded, compressed and written, it takes the figures, which go with
+    the few bytes after them (the response's metadata comes after its output and its echoed
+    instructions and tools).  So the figures hold the terminal frame's own work but its last
+    bytes (docs/performance.md).  No rest (``None``): the text is the whole frame (the event
+    could not be encoded; the server_error frame in its place)."""
     assert report.into is not None
     report.into[METADATA_KEY] = mark
     text = _encode_or_error(event, encoder)
     quoted = json.dumps(mark)
     at = text.find(quoted)
-    if at < 0:  # not encoded (the server_error frame in its place): that frame, as it is
+    if at < 0:
         conn.taken(report)
-        yield text
-        return
-    yield text[:at]
-    conn.taken(report)  # writes the figures into the metadata
-    yield json.dumps(report.into[METADATA_KEY], ensure_ascii=False) + text[at + len(quoted):]
+        return text, None
+
+    def rest() -> str:
+        conn.taken(report)  # writes the figures into the metadata
+        return json.dumps(report.into[METADATA_KEY], ensure_ascii=False) + text[at + len(quoted):]
+
+    return text[:at], rest
 
 
 def accepts_deflate(policy: str, sock: socket.socket) -> bool:
@@ -335,20 +375,3 @@ def _json_response(status: int, body: dict, *, retry_after_s: int | None = None)
     if retry_after_s is not None:
         headers["Retry-After"] = str(retry_after_s)
     return Response(status, HTTPStatus(status).phrase, headers, payload)
-
-
-@contextlib.contextmanager
-def _corked(sock: socket.socket | None, enabled: bool) -> Iterator[None]:
-    if not enabled or sock is None:
-        yield
-        return
-    try:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
-    except OSError:
-        yield
-        return
-    try:
-        yield
-    finally:
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)

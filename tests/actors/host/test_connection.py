@@ -562,10 +562,10 @@ def test_a_terminal_frame_with_figures_goes_in_fragments_whose_figures_count_wri
             early = json.loads(terminal.response.metadata["responses_ws.timings"])["api_overhead"]
             report = conn.deferred(terminal)
             assert report is not None and conn.deferred(terminal) is None  # handed out once
-            parts = _figures_last(terminal, report, conn, EventEncoder(), "f" * 32)
-            head = next(parts)
+            head, rest = _figures_last(terminal, report, conn, EventEncoder(), "f" * 32)
+            assert rest is not None
             now[0] += 0.004  # encoding, compressing and writing the head took 4 ms
-            tail = "".join(parts)
+            tail = rest()
             return early, json.loads(head + tail), head, tail, json.loads(encode(terminal))
         finally:
             await conn.close()
