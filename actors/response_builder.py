@@ -322,19 +322,20 @@ class ResponseBuilder:
 
 
 def new_response(create: ResponseCreate, store: bool, clock: Callable[[], float],
-                 tools: list[dict]) -> ResponseObject:
+                 tools: list[dict], response_id: str | None = None) -> ResponseObject:
     """The Response object of a create, in progress (docs/protocol.md §3.4: every key present).
     ``tools``: the create's tools as echoed (:func:`echo_tools`, kept by the connection while
-    unchanged); that very list is the response's, so an encoder can tell it by identity."""
+    unchanged); that very list is the response's, so an encoder can tell it by identity.
+    ``response_id``: its id, if its model call already has one (a new one otherwise)."""
     response = ResponseObject(
-        id=new_id("resp"),
+        id=response_id or new_id("resp"),
         created_at=int(clock()),
         status="in_progress",
         model=create.model or "",
         instructions=create.instructions,
         max_output_tokens=create.max_output_tokens,
         max_tool_calls=create.max_tool_calls,
-        parallel_tool_calls=_or(create.parallel_tool_calls, True),
+        parallel_tool_calls=parallel_tool_calls(create),
         previous_response_id=create.previous_response_id,
         reasoning=create.reasoning,
         store=store,
@@ -356,6 +357,10 @@ def new_response(create: ResponseCreate, store: bool, clock: Callable[[], float]
     )
     response.tools = tools  # an assignment is not validated: the list itself, not a copy
     return response
+
+
+def parallel_tool_calls(create: ResponseCreate) -> bool:
+    return _or(create.parallel_tool_calls, True)
 
 
 def _or(value: T | None, default: T) -> T:

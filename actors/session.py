@@ -40,6 +40,7 @@ from .errors import (
     ServerShuttingDown,
     UnknownEventType,
 )
+from .ids import new_id
 from .lanes import Lanes
 from .prepare import Preparer
 from .protocol import (
@@ -54,7 +55,7 @@ from .protocol import (
 )
 from .render import item_text, render_items
 from .request import Checked, Request, Requests, Stage
-from .response_builder import ResponseBuilder, new_response, tool_choice_name
+from .response_builder import ResponseBuilder, new_response, parallel_tool_calls, tool_choice_name
 from .steering import (
     SteerError,
     Steering,
@@ -98,6 +99,10 @@ class Session:
         self._steering = Steering()
         self.append_mode = append_mode
         self.draining = False  # shutting down: no new responses
+        # Set by a driver that starts a model call as soon as its request is ready, before
+        # the response and its first events are built (they are built while it runs); the
+        # turn is in ``Effects.start`` all the same, its call already started.
+        self.start_call: Callable[[InferenceRequest], None] | None = None
 
     # ------------------------------------------------------------------ client side
     @property
@@ -346,27 +351,31 @@ class Session:
 
         store = True if create.store is None else create.store
         generate = create.generate is not False and not (create.prompt_cache_options or {}).get("prewarm")
-        response = new_response(create, store, self._clock, tools.echoed)
+        call = InferenceRequest(
+            request_id=new_id("resp"),  # the response's id
+            model=create.model or "",
+            prompt_token_ids=prompt,
+            tools=tools.specs,
+            tool_choice=tool_choice_name(create.tool_choice),
+            parallel_tool_calls=parallel_tool_calls(create),
+            tool_results_in_context=begun.tool_results,
+            max_output_tokens=create.max_output_tokens,
+            generate=generate,
+            session_key=self.session_key,
+            # One prefix-cache scope per API key, shared by its sockets and HTTP requests
+            # and never by another key's (docs/protocol.md check 27).
+            cache_scope=f"key:{self.owner}",
+            prompt_cache_key=create.prompt_cache_key,
+            metadata=tuple(sorted((create.metadata or {}).items())),
+        )
+        timer.wait_inference()
+        if self.start_call is not None:
+            self.start_call(call)
+        response = new_response(create, store, self._clock, tools.echoed, call.request_id)
         turn = Turn(
             turn_id=request.id,
             lane=lane_name,
-            request=InferenceRequest(
-                request_id=response.id,
-                model=response.model,
-                prompt_token_ids=prompt,
-                tools=tools.specs,
-                tool_choice=tool_choice_name(create.tool_choice),
-                parallel_tool_calls=response.parallel_tool_calls,
-                tool_results_in_context=begun.tool_results,
-                max_output_tokens=create.max_output_tokens,
-                generate=generate,
-                session_key=self.session_key,
-                # One prefix-cache scope per API key, shared by its sockets and HTTP requests
-                # and never by another key's (docs/protocol.md check 27).
-                cache_scope=f"key:{self.owner}",
-                prompt_cache_key=create.prompt_cache_key,
-                metadata=tuple(sorted((create.metadata or {}).items())),
-            ),
+            request=call,
             builder=ResponseBuilder(
                 response, stream_id=lane_name, clock=self._clock,
                 output_scan=self._prep.new_scan() if self.config.safety.enabled else None,
@@ -386,7 +395,6 @@ class Session:
         )
         self._requests.move(request, Stage.RUNNING)
         request.turn = turn
-        timer.wait_inference()
         return Effects(events=turn.builder.start(), start=[turn])
 
     def _check_calls(self, parent: ContextEntry | None, items: Sequence[InputItem]) -> tuple[frozenset[str], int]:

@@ -693,3 +693,19 @@ def test_tokens_arriving_after_a_disconnect_are_dropped():
     assert s.idle
     fx = s.on_rendered(job.render_id, render_items(job.items))
     assert not (fx.events or fx.start)
+
+
+def test_a_driver_that_starts_calls_early_gets_the_request_before_the_response_is_built():
+    """``start_call``: the model call's request goes out as soon as it is ready; the
+    response (whose ``created_at`` reads the clock) is built after it, with the same id, and
+    the turn still comes out in the effects."""
+    reads: list[str] = []
+    session = Session(SessionConfig(), [MODEL], session_key="conn-1",
+                      clock=lambda: reads.append("clock") or 1_700_000_000.0)
+    session.start_call = lambda request: reads.append(request.request_id)
+    fx = send(session, input="hello")
+    (turn,) = fx.start
+    created = fx.events[0].response
+    assert reads.index(turn.request.request_id) < reads.index("clock")
+    assert created.id == turn.request.request_id and created.model == turn.request.model
+    assert created.parallel_tool_calls is turn.request.parallel_tool_calls
