@@ -161,6 +161,7 @@ class Engine:
         finished = False
         # KV to cache once the chunk that made it is out: the prompt (its check), and the output after it
         pending: tuple[Sequence[int], Check, Sequence[int]] | None = None
+        seen: tuple[int, int, float] | None = None  # the last chunk's metrics, recorded once it is out
         try:
             if admitted:
                 t_admit = t_arrive
@@ -207,17 +208,19 @@ class Engine:
                     now = self._clock.now()
                     if start == 0:
                         pending = (prompt, prompt_check, ())  # prefill is done: its KV exists
-                        self._observer.first_token(model, now - t_arrive)
-                    else:
-                        self._observer.tokens(model, end - start, (now - t_last) / (end - start))
-                    t_last = now
                     events = [e for s in streams if (e := s.take(start, end, n)) is not None]
-                    if end < n and events:  # a chunk holding only part of a character waits
-                        yield first + events
-                        first = []
-                        if pending is not None:  # cached once the tokens it made are out
-                            self._insert(request.session_key, *pending, found.keys, root, digest)
-                            pending = None
+                    # A chunk's metrics are recorded once it is out, the last one's once Done is.
+                    seen = (start, end, now - t_last)
+                    t_last = now
+                    if end < n:
+                        if events:  # a chunk holding only part of a character waits
+                            yield first + events
+                            first = []
+                            if pending is not None:  # cached once the tokens it made are out
+                                self._insert(request.session_key, *pending, found.keys, root, digest)
+                                pending = None
+                        self._seen(model, *seen)
+                        seen = None
             if events and self._windows[model].aligned:
                 # Under load the last tokens leave when they are due, before the end work
                 # (rendering and caching the output) that every stream ending on the same
@@ -248,12 +251,22 @@ class Engine:
                 self._cancelled += 1
             raise
         finally:
+            if seen is not None:
+                self._seen(model, *seen)
             if pending is not None:
                 self._insert(request.session_key, *pending, found.keys, root, digest)
             self._active -= 1
             if finished:
                 self._completed += 1
             self._release(model, seq)
+
+    def _seen(self, model: str, start: int, end: int, waited_s: float) -> None:
+        """A chunk of tokens ``[start, end)`` went out ``waited_s`` after the one before it
+        (the first token: after the request arrived)."""
+        if start == 0:
+            self._observer.first_token(model, waited_s)
+        else:
+            self._observer.tokens(model, end - start, waited_s / (end - start))
 
     def _root(self, model: str, scope: str | None) -> int:
         """Where this request's block chains start: per model and per cache scope (the API

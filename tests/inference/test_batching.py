@@ -4,6 +4,7 @@ and the engine under load with a simulated clock (exact times, any machine)."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import pytest
 
@@ -203,6 +204,35 @@ def test_metrics_observer_sees_ttft_tokens_batch_and_cache(make_config, make_pro
     assert rec.batches[0] == (1, 0) and rec.batches[-1] == (0, 0)
     hit, miss, evicted = rec.blocks
     assert hit == 0 and miss == (len(PROMPT) - 1) // 4 and evicted > 0  # 2-block cache overflows
+
+
+def test_a_chunks_metrics_are_recorded_once_it_is_out(make_config, clock):
+    """Recording a chunk's metrics is not in front of its tokens: the consumer has each chunk
+    (the last, with Done, too) before the observer hears of it."""
+    log: list[str] = []
+
+    class Recorder:
+        def first_token(self, model, ttft_s):
+            log.append("seen")
+
+        def tokens(self, model, n, itl_s):
+            log.append("seen")
+
+        def batch(self, model, running, waiting):
+            pass
+
+        def prefix(self, hit, miss, evicted):
+            pass
+
+    engine = Engine(make_config(), clock, clock, Recorder())
+
+    async def run():
+        async for _ in engine.generate(req("a")):
+            log.append("got")
+
+    asyncio.run(run())
+    assert log.count("got") >= 2 and log[0] == "got"
+    assert all(a == "got" for a, b in itertools.pairwise(log) if b == "seen"), log
 
 
 def test_prefilled_reports_the_replica(make_config, clock):
