@@ -33,6 +33,16 @@ def test_special_token_text_in_user_content_is_plain_text():
     assert decode(ids) == "before <|endofprompt|> after"
 
 
+_SPECIALS = st.sampled_from(["<|endofprompt|>", "<|endoftext|>", "<|fim_prefix|>", "<|im_start|>"])
+
+
+@settings(max_examples=100, deadline=None)
+@given(parts=st.lists(st.one_of(st.text(max_size=30), _SPECIALS), max_size=6))
+def test_plain_text_encoding_is_encoding_with_no_special_token_allowed(parts):
+    text = "".join(parts)
+    assert encode(text) == get_encoding().encode(text, allowed_special=set(), disallowed_special=())
+
+
 def test_special_token_id_is_available_by_name():
     assert special_token("<|endofprompt|>") == ENDOFPROMPT
 
