@@ -249,10 +249,13 @@ class SocketServer:
         try:
             async for batch in conn.events():
                 rest: list[ServerEvent | str | Tail] = list(batch)
-                while rest:
-                    # The frames queued in one context leave in one write as it exits.
-                    async with ws.send_context():
-                        rest = _queue(ws, rest, conn, encoder, mark)
+                try:
+                    while rest:
+                        # The frames queued in one context leave in one write as it exits.
+                        async with ws.send_context():
+                            rest = _queue(ws, rest, conn, encoder, mark)
+                finally:
+                    _message_sent(ws)  # also if the socket closed between a message's fragments
             # events() ended without a client close: the server ends the connection
             # (1000, or 1012 when draining for a shutdown or a redeploy).
             await ws.close(conn.close_code or 1000, conn.close_reason)
@@ -313,9 +316,7 @@ def _queue(ws: SessionSocket, batch: list[ServerEvent | str | Tail], conn: Conne
             try:
                 protocol.send_continuation(item().encode(), fin=True)
             finally:
-                if ws.send_in_progress is not None:
-                    ws.send_in_progress.set_result(None)
-                    ws.send_in_progress = None
+                _message_sent(ws)
         elif (report := conn.deferred(item)) is not None:
             head, tail = _figures_last(item, report, conn, encoder, mark)
             if tail is None:
@@ -327,6 +328,13 @@ def _queue(ws: SessionSocket, batch: list[ServerEvent | str | Tail], conn: Conne
         else:
             protocol.send_text(_encode_or_error(conn.outgoing(item), encoder).encode())
     return []
+
+
+def _message_sent(ws: SessionSocket) -> None:
+    """The fragmented message in progress, if any, is over (sent whole, or the socket is gone)."""
+    if ws.send_in_progress is not None:
+        ws.send_in_progress.set_result(None)
+        ws.send_in_progress = None
 
 
 def _figures_last(event: ServerEvent, report: Report, conn: Connection, encoder: EventEncoder,
