@@ -322,13 +322,13 @@ class ResponseBuilder:
 
 
 def new_response(create: ResponseCreate, store: bool, clock: Callable[[], float],
-                 tools: list[dict], response_id: str | None = None) -> ResponseObject:
+                 tools: list[dict], response_id: str) -> ResponseObject:
     """The Response object of a create, in progress (docs/protocol.md §3.4: every key present).
     ``tools``: the create's tools as echoed (:func:`echo_tools`, kept by the connection while
     unchanged); that very list is the response's, so an encoder can tell it by identity.
-    ``response_id``: its id, if its model call already has one (a new one otherwise)."""
+    ``response_id``: its id, which its model call has already."""
     response = ResponseObject(
-        id=response_id or new_id("resp"),
+        id=response_id,
         created_at=int(clock()),
         status="in_progress",
         model=create.model or "",
