@@ -12,8 +12,11 @@ from .safety import SafetyConfig
 
 # vLLM's engine arguments of a ``serve_llm`` backend unless it gives its own: the prefix
 # cache, the cached-token count in usage, the context the session's prompts fit in.
-SERVE_LLM_ENGINE_KWARGS: dict[str, Any] = {"max_model_len": 4096, "enable_prefix_caching": True,
-                                           "enable_prompt_tokens_details": True}
+SERVE_LLM_ENGINE_KWARGS: dict[str, Any] = {
+    "max_model_len": 4096,
+    "enable_prefix_caching": True,
+    "enable_prompt_tokens_details": True,
+}
 
 
 class ModelBackend(BaseModel):
@@ -33,22 +36,33 @@ class ModelBackend(BaseModel):
     id: str = Field(min_length=1, description="the model id clients ask for (listed by /v1/models)")
     kind: Literal["openai", "serve_llm", "emulator"] = "openai"
     tokenizer: str = Field(min_length=1, description="folder with the model's tokenizer and chat template")
-    url: str | None = Field(None, min_length=1, description="openai: the engine's base URL, e.g. "
-                            "http://127.0.0.1:8000/v1")
+    url: str | None = Field(
+        None, min_length=1, description="openai: the engine's base URL, e.g. http://127.0.0.1:8000/v1"
+    )
     engine_model: str | None = Field(None, description="the model name the engine serves; default: id")
-    api_key_env: str | None = Field(None, description="openai: environment variable holding the engine's key (Bearer)")
+    api_key_env: str | None = Field(
+        None, description="openai: environment variable holding the engine's key (Bearer)"
+    )
     # serve_llm: the deployment (ray.serve.llm's LLMConfig, serve/serve_llm.py).
-    model_source: str | None = Field(None, description="serve_llm: the weights (a folder or a Hugging Face id); "
-                                     "default: the tokenizer folder")
+    model_source: str | None = Field(
+        None,
+        description="serve_llm: the weights (a folder or a Hugging Face id); default: the tokenizer folder",
+    )
     accelerator: Literal["cpu", "gpu"] = Field("gpu", description="serve_llm: what the engine runs on")
-    engine_kwargs: dict[str, Any] = Field(default_factory=lambda: dict(SERVE_LLM_ENGINE_KWARGS),
-                                          description="serve_llm: vLLM's engine arguments (replace the defaults)")
-    engine_env: dict[str, str] = Field(default_factory=dict, description="serve_llm: environment of the "
-                                       "engine's replica, e.g. VLLM_CPU_KVCACHE_SPACE")
+    engine_kwargs: dict[str, Any] = Field(
+        default_factory=lambda: dict(SERVE_LLM_ENGINE_KWARGS),
+        description="serve_llm: vLLM's engine arguments (replace the defaults)",
+    )
+    engine_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="serve_llm: environment of the engine's replica, e.g. VLLM_CPU_KVCACHE_SPACE",
+    )
     replicas: int = Field(1, ge=1, description="serve_llm: engine replicas")
     temperature: float = Field(0.0, ge=0, description="sampling temperature; 0 = greedy (deterministic)")
     max_output_tokens: int = Field(512, ge=1, description="output cap when a request gives none")
-    cache_salt: bool = Field(True, description="scope the engine's prefix cache per API key (vLLM cache_salt)")
+    cache_salt: bool = Field(
+        True, description="scope the engine's prefix cache per API key (vLLM cache_salt)"
+    )
     timeout_s: float = Field(300.0, gt=0, description="one model call, at most")
     owned_by: str = "responses-ws"
 
@@ -73,57 +87,112 @@ class ModelBackend(BaseModel):
 class SessionConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    max_inflight: int = Field(16, ge=1, description="responses in flight per connection (docs/protocol.md §1.4)")
+    max_inflight: int = Field(
+        16, ge=1, description="responses in flight per connection (docs/protocol.md §1.4)"
+    )
     max_named_lanes: int = Field(32, ge=1, description="distinct stream_ids per connection")
     strict_params: bool = Field(False, description="reject unknown top-level create fields")
     # The session-host pool of each gateway replica (serve/pool.py, docs/scaling.md).
-    connections_per_actor: int = Field(1024, ge=1, description="connections a session host takes before the "
-                                       "pool prefers another (soft target); 1 = a dedicated actor per connection")
-    max_connections_per_actor: int | None = Field(None, ge=1, description="connections a host takes at most "
-                                                  "(hard cap); default 4 x connections_per_actor, 1 when that is 1")
-    warm_actors: int | None = Field(None, ge=0, description="free connection slots kept ready ahead of demand "
-                                    "(more as arrivals grow); default min(64, connections_per_actor)")
+    connections_per_actor: int = Field(
+        1024,
+        ge=1,
+        description="connections a session host takes before the "
+        "pool prefers another (soft target); 1 = a dedicated actor per connection",
+    )
+    max_connections_per_actor: int | None = Field(
+        None,
+        ge=1,
+        description="connections a host takes at most "
+        "(hard cap); default 4 x connections_per_actor, 1 when that is 1",
+    )
+    warm_actors: int | None = Field(
+        None,
+        ge=0,
+        description="free connection slots kept ready ahead of demand "
+        "(more as arrivals grow); default min(64, connections_per_actor)",
+    )
     max_actors: int = Field(32, ge=1, description="session hosts per gateway replica, at most")
     max_starting_actors: int = Field(2, ge=1, description="session hosts starting at once, at most")
-    actor_idle_timeout_s: float = Field(30.0, ge=0, description="an idle host stops after this long, "
-                                        "while the others keep enough free slots")
-    http_actors: int = Field(1, ge=0, description="session hosts of HTTP mode alone, started at the first "
-                             "HTTP connection and kept; WebSockets never share them, so a stateless rebuild of a long "
-                             "conversation never stalls an open socket's event loop; 0 = HTTP shares the "
-                             "WebSocket hosts")
-    admission_wait_s: float = Field(5.0, ge=0, description="how long an upgrade may wait for a starting "
-                                    "host when every host is at its hard cap; then 503 + Retry-After")
-    max_frame_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="inbound frame cap; larger → close 1009")
+    actor_idle_timeout_s: float = Field(
+        30.0, ge=0, description="an idle host stops after this long, while the others keep enough free slots"
+    )
+    http_actors: int = Field(
+        1,
+        ge=0,
+        description="session hosts of HTTP mode alone, started at the first "
+        "HTTP connection and kept; WebSockets never share them, so a stateless rebuild of a long "
+        "conversation never stalls an open socket's event loop; 0 = HTTP shares the "
+        "WebSocket hosts",
+    )
+    admission_wait_s: float = Field(
+        5.0,
+        ge=0,
+        description="how long an upgrade may wait for a starting "
+        "host when every host is at its hard cap; then 503 + Retry-After",
+    )
+    max_frame_bytes: int = Field(
+        32 * 1024 * 1024, ge=1024, description="inbound frame cap; larger → close 1009"
+    )
     deflate: Literal["auto", "always", "never"] = Field(
-        "auto", description="accept a client's permessage-deflate offer: always, never, or (auto) unless the "
+        "auto",
+        description="accept a client's permessage-deflate offer: always, never, or (auto) unless the "
         "peer is on this machine's loopback, where compressing costs more than the bytes it saves "
-        "(docs/performance.md); set always behind a reverse proxy on the same machine")
-    deflate_level: int = Field(1, ge=0, le=9, description="zlib level of permessage-deflate when a client "
-                               "negotiates it (docs/performance.md: level 1 costs a tenth of the default's CPU "
-                               "on the echoed instructions and tools, for frames ~25 % larger)")
+        "(docs/performance.md); set always behind a reverse proxy on the same machine",
+    )
+    deflate_level: int = Field(
+        1,
+        ge=0,
+        le=9,
+        description="zlib level of permessage-deflate when a client "
+        "negotiates it (docs/performance.md: level 1 costs a tenth of the default's CPU "
+        "on the echoed instructions and tools, for frames ~25 % larger)",
+    )
     connection_lifetime_s: float = Field(3600.0, gt=0, description="then websocket_connection_limit_reached")
-    ping_interval_s: float | None = Field(20.0, description="keepalive pings to detect dead peers; None disables")
+    ping_interval_s: float | None = Field(
+        20.0, description="keepalive pings to detect dead peers; None disables"
+    )
     ping_timeout_s: float | None = 20.0
-    resume_grace_s: float = Field(0.0, ge=0, description="opt-in resumable connections: keep a dropped "
-                                  "connection's state this long for its resume token; 0 = off")
-    render_offload_chars: int = Field(32_768, ge=0, description="an input with at least this many characters "
-                                      "of text is tokenised on a worker thread while the host has other work in "
-                                      "flight, so its event loop keeps serving the other connections; 0 = always "
-                                      "on the loop")
+    resume_grace_s: float = Field(
+        0.0,
+        ge=0,
+        description="opt-in resumable connections: keep a dropped "
+        "connection's state this long for its resume token; 0 = off",
+    )
+    render_offload_chars: int = Field(
+        32_768,
+        ge=0,
+        description="an input with at least this many characters "
+        "of text is tokenised on a worker thread while the host has other work in "
+        "flight, so its event loop keeps serving the other connections; 0 = always "
+        "on the loop",
+    )
     max_input_tokens: int = Field(400_000, ge=1, description="prompt tokens per request; more → 400")
-    max_cached_tokens: int = Field(2_000_000, ge=1, description="tokens a connection caches over all "
-                                   "lanes; beyond it the least recently used lanes are evicted")
-    host_max_cached_tokens: int = Field(32_000_000, ge=1, description="tokens one session host caches over "
-                                        "all its connections (~13-15 bytes each); beyond it the least recently "
-                                        "used lanes of any of its connections are evicted")
+    max_cached_tokens: int = Field(
+        2_000_000,
+        ge=1,
+        description="tokens a connection caches over all "
+        "lanes; beyond it the least recently used lanes are evicted",
+    )
+    host_max_cached_tokens: int = Field(
+        32_000_000,
+        ge=1,
+        description="tokens one session host caches over "
+        "all its connections (~13-15 bytes each); beyond it the least recently "
+        "used lanes of any of its connections are evicted",
+    )
     safety: SafetyConfig = SafetyConfig()
     # Opt-in emulated per-request services of a hosted API (docs/whatif.md); off by default.
     whatif: WhatIfConfig = WhatIfConfig()
-    direct_inference: bool = Field(True, description="a connection's model calls after its first go "
-                                   "over a direct channel to its pinned inference replica, not one Serve "
-                                   "call each (docs/performance.md)")
-    backends: tuple[ModelBackend, ...] = Field((), description="models served by a real engine "
-                                               "(docs/backends.md); the other models are the emulator's")
+    direct_inference: bool = Field(
+        True,
+        description="a connection's model calls after its first go "
+        "over a direct channel to its pinned inference replica, not one Serve "
+        "call each (docs/performance.md)",
+    )
+    backends: tuple[ModelBackend, ...] = Field(
+        (),
+        description="models served by a real engine (docs/backends.md); the other models are the emulator's",
+    )
     inference_app: str = Field("responses-ws", description="Serve application of the inference deployment")
     inference_deployment: str = "InferenceDeployment"
 

@@ -122,12 +122,22 @@ def extend(
     count_calls(output, issued)
     items = (parent.items if parent else []) + inputs + [output_as_input(o) for o in output]
     scan.read_later(item_text(o) for o in output)
-    return ContextEntry(response_id, tokens, items, frozenset(issued), tool_results, store, scan,
-                        fresh_tokens=len(output_tokens), fmt=fmt.name)
+    return ContextEntry(
+        response_id,
+        tokens,
+        items,
+        frozenset(issued),
+        tool_results,
+        store,
+        scan,
+        fresh_tokens=len(output_tokens),
+        fmt=fmt.name,
+    )
 
 
-def from_record(record: StoredResponse, new_scan: Callable[[], Classifier], timer: PhaseTimer,
-                fmt: ChatFormat = CL100K) -> ContextEntry:
+def from_record(
+    record: StoredResponse, new_scan: Callable[[], Classifier], timer: PhaseTimer, fmt: ChatFormat = CL100K
+) -> ContextEntry:
     """Rebuild a conversation from the store the stateless way: parse and validate, re-render
     (in ``fmt``) and re-tokenise, and re-classify every item (each step timed)."""
     with timer.phase("parse_validate"):
@@ -139,8 +149,17 @@ def from_record(record: StoredResponse, new_scan: Callable[[], Classifier], time
     with timer.phase("classify"):
         scan = new_scan()
         scan.feed_all(item_text(item) for item in items)
-    return ContextEntry(record.id, tokens, record.context, frozenset(issued), results, True, scan,
-                        fresh_tokens=len(tokens), fmt=fmt.name)
+    return ContextEntry(
+        record.id,
+        tokens,
+        record.context,
+        frozenset(issued),
+        results,
+        True,
+        scan,
+        fresh_tokens=len(tokens),
+        fmt=fmt.name,
+    )
 
 
 def in_format(entry: ContextEntry, fmt: ChatFormat) -> ContextEntry:
@@ -149,5 +168,14 @@ def in_format(entry: ContextEntry, fmt: ChatFormat) -> ContextEntry:
     if entry.fmt == fmt.name:
         return entry
     tokens = array("I", render_items(parse_items(entry.items), fmt))
-    return ContextEntry(entry.response_id, tokens, entry.items, entry.call_ids, entry.tool_results, entry.store,
-                        entry.scan, fresh_tokens=len(tokens), fmt=fmt.name)
+    return ContextEntry(
+        entry.response_id,
+        tokens,
+        entry.items,
+        entry.call_ids,
+        entry.tool_results,
+        entry.store,
+        entry.scan,
+        fresh_tokens=len(tokens),
+        fmt=fmt.name,
+    )

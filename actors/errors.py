@@ -103,7 +103,9 @@ class InvalidAPIKey(APIError):
     code = "invalid_api_key"
 
     def __init__(self) -> None:
-        super().__init__("Incorrect API key provided. You can find your API key in your server's configuration.")
+        super().__init__(
+            "Incorrect API key provided. You can find your API key in your server's configuration."
+        )
 
 
 class NotFound(APIError):
@@ -145,8 +147,10 @@ class InvalidResumeToken(APIError):
     code = "invalid_resume_token"
 
     def __init__(self) -> None:
-        super().__init__("The resume token is unknown or expired. Open a new connection without it; "
-                         "it starts with an empty connection state.")
+        super().__init__(
+            "The resume token is unknown or expired. Open a new connection without it; "
+            "it starts with an empty connection state."
+        )
 
 
 class RequestHeadTooLarge(APIError):
@@ -178,5 +182,7 @@ class OriginNotAllowed(APIError):
     code = "origin_not_allowed"
 
     def __init__(self, origin: str) -> None:
-        super().__init__(f"Requests from the web origin '{origin[:200]}' are not allowed by this server "
-                         "(server.allowed_origins).")
+        super().__init__(
+            f"Requests from the web origin '{origin[:200]}' are not allowed by this server "
+            "(server.allowed_origins)."
+        )

@@ -49,8 +49,11 @@ class LogSettings:
         ``None`` when there is none."""
         if logging_config is None:
             return None
-        get = logging_config.get if isinstance(logging_config, Mapping) else \
-            lambda key, default: getattr(logging_config, key, default)
+        get = (
+            logging_config.get
+            if isinstance(logging_config, Mapping)
+            else lambda key, default: getattr(logging_config, key, default)
+        )
         level = get("log_level", "INFO")
         encoding = get("encoding", "TEXT")
         if isinstance(level, int):
@@ -62,9 +65,15 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per record, with the keys of Ray's JSON log encoding."""
 
     def format(self, record: logging.LogRecord) -> str:
-        entry = {"asctime": self.formatTime(record), "levelname": record.levelname, "name": record.name,
-                 "message": record.getMessage(), "filename": record.filename, "lineno": record.lineno,
-                 "process": record.process}
+        entry = {
+            "asctime": self.formatTime(record),
+            "levelname": record.levelname,
+            "name": record.name,
+            "message": record.getMessage(),
+            "filename": record.filename,
+            "lineno": record.lineno,
+            "process": record.process,
+        }
         if record.exc_info:
             entry["exc_text"] = self.formatException(record.exc_info)
         return json.dumps(entry)
@@ -81,7 +90,9 @@ def configure(settings: LogSettings) -> None:
         # The process's own stderr: a Serve replica in throughput mode redirects sys.stderr
         # into Serve's log file.
         handler = _Handler(sys.__stderr__)
-        handler.setFormatter(JsonFormatter() if settings.encoding == "JSON" else logging.Formatter(TEXT_FORMAT))
+        handler.setFormatter(
+            JsonFormatter() if settings.encoding == "JSON" else logging.Formatter(TEXT_FORMAT)
+        )
     # Serve's logger: a session host imports ray.serve, which logs at INFO to stderr by
     # default (a Serve replica's is set from the same logging_config by Serve already).
     logging.getLogger("ray.serve").setLevel(settings.level)

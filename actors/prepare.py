@@ -32,7 +32,8 @@ class ContentFiltered(APIError):
 
     def __init__(self, categories: Sequence[str]) -> None:
         super().__init__(
-            f"The input was flagged by the safety classifier ({', '.join(categories)}).", param="input")
+            f"The input was flagged by the safety classifier ({', '.join(categories)}).", param="input"
+        )
 
 
 class Tools(NamedTuple):
@@ -47,8 +48,9 @@ class Tools(NamedTuple):
 
 
 class Preparer:
-    def __init__(self, models: Collection[str], safety: SafetyConfig,
-                 formats: Mapping[str, ChatFormat] | None = None) -> None:
+    def __init__(
+        self, models: Collection[str], safety: SafetyConfig, formats: Mapping[str, ChatFormat] | None = None
+    ) -> None:
         self._models = frozenset(models)
         self._formats = dict(formats or {})  # a model's own chat format; else cl100k (the emulator's)
         self._resolved: dict[str, str] = {}
@@ -61,8 +63,9 @@ class Preparer:
     def resolve_model(self, model: str | None) -> str:
         """Model id → served profile (resolved once per connection)."""
         if model is None:
-            raise InvalidRequest("Missing required parameter: 'model'.", param="model",
-                                 code="missing_required_parameter")
+            raise InvalidRequest(
+                "Missing required parameter: 'model'.", param="model", code="missing_required_parameter"
+            )
         if model in self._resolved:
             return self._resolved[model]
         if model not in self._models:
@@ -120,5 +123,6 @@ def validate_tools(tools: Sequence[FunctionTool | CustomTool]) -> None:
         seen.add(tool.name)
         params = tool.parameters if isinstance(tool, FunctionTool) else None
         if params is not None and params.get("type", "object") != "object":
-            raise InvalidRequest("Function parameters must be a JSON schema of type 'object'.",
-                                 param=f"tools[{i}].parameters")
+            raise InvalidRequest(
+                "Function parameters must be a JSON schema of type 'object'.", param=f"tools[{i}].parameters"
+            )

@@ -100,7 +100,8 @@ def render_item(item: InputItem | OutputItem, fmt: ChatFormat = CL100K) -> list[
     if isinstance(item, FunctionCallOutputItem):
         if item.call_id is None:  # a tool output the client adds on its own: named, not paired
             return fmt.render_other(
-                "tool_output", qualified_name(item.name, item.namespace) + "\n" + content_text(item.output))
+                "tool_output", qualified_name(item.name, item.namespace) + "\n" + content_text(item.output)
+            )
         return fmt.render_function_call_output(content_text(item.output))
     if isinstance(item, OutputCustomToolCall):
         return fmt.render_custom_tool_call(item.name, item.input)
@@ -108,7 +109,9 @@ def render_item(item: InputItem | OutputItem, fmt: ChatFormat = CL100K) -> list[
         return fmt.render_custom_tool_call(qualified_name(item.name, item.namespace), item.input)
     if isinstance(item, CustomToolCallOutputItem):  # no call id: it would vary the scripted choices
         return fmt.render_other(
-            "custom_tool_call_output", qualified_name(item.name, item.namespace) + "\n" + content_text(item.output))
+            "custom_tool_call_output",
+            qualified_name(item.name, item.namespace) + "\n" + content_text(item.output),
+        )
     if isinstance(item, ReasoningItem):
         return fmt.render_other("reasoning", reasoning_text(item) + (item.encrypted_content or ""))
     if isinstance(item, ToolItem):
@@ -144,5 +147,9 @@ def render_items(items: Iterable[InputItem | OutputItem], fmt: ChatFormat = CL10
 
 
 def tool_specs(tools: Iterable[FunctionTool | CustomTool]) -> tuple[ToolSpec, ...]:
-    return tuple(ToolSpec(name=t.name, parameters=t.parameters or {}) if isinstance(t, FunctionTool)
-                 else ToolSpec(name=t.name, custom=True) for t in tools)
+    return tuple(
+        ToolSpec(name=t.name, parameters=t.parameters or {})
+        if isinstance(t, FunctionTool)
+        else ToolSpec(name=t.name, custom=True)
+        for t in tools
+    )

@@ -91,7 +91,9 @@ class Requests:
     def in_flight(self) -> int:
         return len(self._all) - len(self._queue)
 
-    def add(self, lane: str | None, create: ResponseCreate, timer: PhaseTimer, *, first: bool = False) -> Request:
+    def add(
+        self, lane: str | None, create: ResponseCreate, timer: PhaseTimer, *, first: bool = False
+    ) -> Request:
         request = Request(next(self._ids), lane, create, timer)
         timer.queued()
         self._all[request.id] = request
@@ -131,5 +133,11 @@ class Requests:
 
     def responding(self, response_id: object, stage: Stage) -> Request | None:
         """The request at ``stage`` whose response is ``response_id``."""
-        return next((r for r in self._all.values()
-                     if r.stage is stage and r.turn is not None and r.turn.builder.response.id == response_id), None)
+        return next(
+            (
+                r
+                for r in self._all.values()
+                if r.stage is stage and r.turn is not None and r.turn.builder.response.id == response_id
+            ),
+            None,
+        )

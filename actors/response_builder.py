@@ -69,8 +69,15 @@ class BuildState(enum.Enum):
 
 
 class ResponseBuilder:
-    def __init__(self, response: ResponseObject, *, stream_id: str | None, clock: Callable[[], float],
-                 output_scan: Classifier | None = None, pause_on_calls: bool = False):
+    def __init__(
+        self,
+        response: ResponseObject,
+        *,
+        stream_id: str | None,
+        clock: Callable[[], float],
+        output_scan: Classifier | None = None,
+        pause_on_calls: bool = False,
+    ):
         self.response = response
         self.pause_on_calls = pause_on_calls
         self.output_scan = output_scan
@@ -203,8 +210,11 @@ class ResponseBuilder:
             return ResponseIncomplete(sequence_number=seq, response=r, stream_id=sid)
         return ResponseCompleted(sequence_number=seq, response=r, stream_id=sid)
 
-    def fail(self, code: str = "server_error",
-             message: str = "The server had an error while processing your request.") -> list[ServerEvent]:
+    def fail(
+        self,
+        code: str = "server_error",
+        message: str = "The server had an error while processing your request.",
+    ) -> list[ServerEvent]:
         """Terminal ``response.failed`` after ``response.created`` (docs/protocol.md §5.3)."""
         self.state = BuildState.DONE
         r = self.response
@@ -212,7 +222,9 @@ class ResponseBuilder:
         r.error = ResponseErrorBody(code=code, message=message)
         if self.prompt_tokens or self.output_tokens:  # inference ran: what it used so far
             r.usage = self._usage(self._generated + self._pending_tokens())
-        return [ResponseFailed(sequence_number=self._next(), response=self._snapshot(), stream_id=self.stream_id)]
+        return [
+            ResponseFailed(sequence_number=self._next(), response=self._snapshot(), stream_id=self.stream_id)
+        ]
 
     # -- items
     def _text(self, delta: str) -> list[ServerEvent]:
@@ -222,15 +234,29 @@ class ResponseBuilder:
             item = OutputMessage(id=new_id("msg"))
             out += self._add(item)
             item.content.append(OutputText())
-            out.append(ContentPartAdded(
-                sequence_number=self._next(), item_id=item.id, output_index=self._index,
-                content_index=0, part=OutputText(), stream_id=self.stream_id))
+            out.append(
+                ContentPartAdded(
+                    sequence_number=self._next(),
+                    item_id=item.id,
+                    output_index=self._index,
+                    content_index=0,
+                    part=OutputText(),
+                    stream_id=self.stream_id,
+                )
+            )
         msg = self._open
         assert isinstance(msg, OutputMessage)
         msg.content[0].text += delta
-        out.append(OutputTextDelta(
-            sequence_number=self._next(), item_id=msg.id, output_index=self._index, content_index=0,
-            delta=delta, stream_id=self.stream_id))
+        out.append(
+            OutputTextDelta(
+                sequence_number=self._next(),
+                item_id=msg.id,
+                output_index=self._index,
+                content_index=0,
+                delta=delta,
+                stream_id=self.stream_id,
+            )
+        )
         return out
 
     def _call(self, ev: FunctionCallDelta) -> list[ServerEvent]:
@@ -246,16 +272,28 @@ class ResponseBuilder:
         if isinstance(call, OutputCustomToolCall):
             call.input += ev.arguments_delta
             if ev.arguments_delta:
-                out.append(CustomToolCallInputDelta(
-                    sequence_number=self._next(), item_id=call.id, output_index=self._index,
-                    delta=ev.arguments_delta, stream_id=self.stream_id))
+                out.append(
+                    CustomToolCallInputDelta(
+                        sequence_number=self._next(),
+                        item_id=call.id,
+                        output_index=self._index,
+                        delta=ev.arguments_delta,
+                        stream_id=self.stream_id,
+                    )
+                )
             return out
         assert isinstance(call, OutputFunctionCall)
         call.arguments += ev.arguments_delta
         if ev.arguments_delta:
-            out.append(FunctionCallArgumentsDelta(
-                sequence_number=self._next(), item_id=call.id, output_index=self._index,
-                delta=ev.arguments_delta, stream_id=self.stream_id))
+            out.append(
+                FunctionCallArgumentsDelta(
+                    sequence_number=self._next(),
+                    item_id=call.id,
+                    output_index=self._index,
+                    delta=ev.arguments_delta,
+                    stream_id=self.stream_id,
+                )
+            )
         return out
 
     @property
@@ -265,8 +303,14 @@ class ResponseBuilder:
     def _add(self, item: OutputItem) -> list[ServerEvent]:
         self.response.output.append(item)
         self._open = item
-        return [OutputItemAdded(sequence_number=self._next(), output_index=self._index,
-                                item=item.model_copy(deep=True), stream_id=self.stream_id)]
+        return [
+            OutputItemAdded(
+                sequence_number=self._next(),
+                output_index=self._index,
+                item=item.model_copy(deep=True),
+                stream_id=self.stream_id,
+            )
+        ]
 
     def _close_open(self, status: str = "completed") -> list[ServerEvent]:
         item, self._open, self._open_call_index = self._open, None, None
@@ -276,17 +320,47 @@ class ResponseBuilder:
         idx, sid = self.response.output.index(item), self.stream_id
         if isinstance(item, OutputMessage):
             part = item.content[0]
-            out.append(OutputTextDone(sequence_number=self._next(), item_id=item.id, output_index=idx,
-                                      content_index=0, text=part.text, stream_id=sid))
-            out.append(ContentPartDone(sequence_number=self._next(), item_id=item.id, output_index=idx,
-                                       content_index=0, part=part.model_copy(), stream_id=sid))
+            out.append(
+                OutputTextDone(
+                    sequence_number=self._next(),
+                    item_id=item.id,
+                    output_index=idx,
+                    content_index=0,
+                    text=part.text,
+                    stream_id=sid,
+                )
+            )
+            out.append(
+                ContentPartDone(
+                    sequence_number=self._next(),
+                    item_id=item.id,
+                    output_index=idx,
+                    content_index=0,
+                    part=part.model_copy(),
+                    stream_id=sid,
+                )
+            )
         elif isinstance(item, OutputCustomToolCall):
-            out.append(CustomToolCallInputDone(sequence_number=self._next(), item_id=item.id,
-                                               output_index=idx, input=item.input, stream_id=sid))
+            out.append(
+                CustomToolCallInputDone(
+                    sequence_number=self._next(),
+                    item_id=item.id,
+                    output_index=idx,
+                    input=item.input,
+                    stream_id=sid,
+                )
+            )
         else:
-            out.append(FunctionCallArgumentsDone(sequence_number=self._next(), item_id=item.id,
-                                                 output_index=idx, name=item.name,
-                                                 arguments=item.arguments, stream_id=sid))
+            out.append(
+                FunctionCallArgumentsDone(
+                    sequence_number=self._next(),
+                    item_id=item.id,
+                    output_index=idx,
+                    name=item.name,
+                    arguments=item.arguments,
+                    stream_id=sid,
+                )
+            )
         item.status = status  # type: ignore[assignment]
         # The item itself: once done it never changes (the terminal event carries it too).
         out.append(OutputItemDone(sequence_number=self._next(), output_index=idx, item=item, stream_id=sid))
@@ -321,8 +395,9 @@ class ResponseBuilder:
         return out
 
 
-def new_response(create: ResponseCreate, store: bool, clock: Callable[[], float],
-                 tools: list[dict], response_id: str) -> ResponseObject:
+def new_response(
+    create: ResponseCreate, store: bool, clock: Callable[[], float], tools: list[dict], response_id: str
+) -> ResponseObject:
     """The Response object of a create, in progress (docs/protocol.md §3.4: every key present).
     ``tools``: the create's tools as echoed (:func:`echo_tools`, kept by the connection while
     unchanged); that very list is the response's, so an encoder can tell it by identity.

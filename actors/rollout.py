@@ -25,20 +25,38 @@ from .turn import Rollout, Turn
 
 def begin(turn: Turn) -> Rollout:
     """The rollout before the turn's first model call: its parent's conversation and input."""
-    context = extend(turn.parent, turn.builder.response.id, input_tokens=turn.input_tokens,
-                     inputs=turn.inputs, output=(), call_ids=turn.call_ids,
-                     tool_results=turn.request.tool_results_in_context, store=turn.store,
-                     scan=turn.scan.copy(), fmt=turn.fmt)
+    context = extend(
+        turn.parent,
+        turn.builder.response.id,
+        input_tokens=turn.input_tokens,
+        inputs=turn.inputs,
+        output=(),
+        call_ids=turn.call_ids,
+        tool_results=turn.request.tool_results_in_context,
+        store=turn.store,
+        scan=turn.scan.copy(),
+        fmt=turn.fmt,
+    )
     return Rollout(context)
 
 
 def fold(rollout: Rollout, output: Sequence[OutputItem], fmt: ChatFormat) -> Rollout:
     """The rollout once a model call stopped: the response's output items past ``folded``
     join the conversation (rendered in ``fmt``), and the calls among them wait for results."""
-    new = output[rollout.folded:]
+    new = output[rollout.folded :]
     ctx = rollout.context
-    context = extend(ctx, ctx.response_id, input_tokens=(), inputs=[], output=new, call_ids=ctx.call_ids,
-                     tool_results=ctx.tool_results, store=ctx.store, scan=ctx.scan.copy(), fmt=fmt)
+    context = extend(
+        ctx,
+        ctx.response_id,
+        input_tokens=(),
+        inputs=[],
+        output=new,
+        call_ids=ctx.call_ids,
+        tool_results=ctx.tool_results,
+        store=ctx.store,
+        scan=ctx.scan.copy(),
+        fmt=fmt,
+    )
     issued = {call_id for o in new if (call_id := issued_call_id(o)) is not None}
     return Rollout(context, len(output), rollout.open_calls | issued)
 
@@ -52,8 +70,11 @@ def tool_results(rollout: Rollout, items: Sequence[InputItem]) -> list[ToolResul
     results = []
     for i, item in enumerate(items):
         if not isinstance(item, ToolResult) or item.call_id not in rollout.open_calls:
-            raise InvalidRequest("response.append takes function_call_output (or custom_tool_call_output) "
-                                 "items for the response's open calls.", param=f"input[{i}]")
+            raise InvalidRequest(
+                "response.append takes function_call_output (or custom_tool_call_output) "
+                "items for the response's open calls.",
+                param=f"input[{i}]",
+            )
         results.append(item)
     return results
 
@@ -62,9 +83,18 @@ def answer(rollout: Rollout, results: Sequence[ToolResult], scan: Classifier, fm
     """The rollout with the client's tool results appended (``scan`` has read them)."""
     ctx = rollout.context
     tokens = render_items(results, fmt)
-    context = extend(ctx, ctx.response_id, input_tokens=tokens, inputs=input_dicts(results),
-                     output=(), call_ids=ctx.call_ids, tool_results=ctx.tool_results + len(results),
-                     store=ctx.store, scan=scan, fmt=fmt)
+    context = extend(
+        ctx,
+        ctx.response_id,
+        input_tokens=tokens,
+        inputs=input_dicts(results),
+        output=(),
+        call_ids=ctx.call_ids,
+        tool_results=ctx.tool_results + len(results),
+        store=ctx.store,
+        scan=scan,
+        fmt=fmt,
+    )
     context.fresh_tokens = ctx.fresh_tokens + len(tokens)  # no model call has read them yet
     return Rollout(context, rollout.folded, rollout.open_calls - {r.call_id for r in results})
 

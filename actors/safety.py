@@ -59,14 +59,23 @@ class Rule:
     span: int  # the most characters a match attempt reads from its start
 
 
-def _rule(name: str, category: str, weight: float, keywords: tuple[str, ...], rest: str, span: int,
-          *, boundary: bool = False, flags: int = 0) -> Rule:
+def _rule(
+    name: str,
+    category: str,
+    weight: float,
+    keywords: tuple[str, ...],
+    rest: str,
+    span: int,
+    *,
+    boundary: bool = False,
+    flags: int = 0,
+) -> Rule:
     """A rule whose matches start with one of ``keywords`` (by construction) and go on with
     the pattern ``rest``.  The pattern opens with the keywords' common literal, so ``re`` finds
     candidates with its fast literal search.  ``boundary``: the match must not continue a word
     (a one-character look-behind; the classifier carries that character between feeds)."""
     lead = os.path.commonprefix(keywords)  # noqa: RUF071 -- the shared leading characters, on purpose
-    tails = "|".join(re.escape(k[len(lead):]) for k in keywords)
+    tails = "|".join(re.escape(k[len(lead) :]) for k in keywords)
     before = f"(?<![0-9A-Za-z_]{re.escape(lead)})" if boundary else ""
     rest = f"(?:{tails}){rest}" if tails else rest
     return Rule(name, category, weight, keywords, re.compile(f"{re.escape(lead)}{before}{rest}", flags), span)
@@ -80,23 +89,44 @@ def _secret(name: str, keywords: tuple[str, ...], rest: str, longest: int) -> Ru
 
 _KEY = "[A-Za-z0-9_-]"  # OpenAI project key characters
 SECRET_RULES = (
-    _secret("aws-access-key-id", ("AKIA", "ASIA", "ABIA", "ACCA"), r"(?![A-Z0-9]{9}EXAMPLE\b)[A-Z0-9]{16}\b", 20),
+    _secret(
+        "aws-access-key-id", ("AKIA", "ASIA", "ABIA", "ACCA"), r"(?![A-Z0-9]{9}EXAMPLE\b)[A-Z0-9]{16}\b", 20
+    ),
     _secret("github-token", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), r"[0-9A-Za-z]{36}\b", 40),
     _secret("github-fine-grained-pat", ("github_pat_",), r"[0-9A-Za-z_]{82}\b", 93),
-    _secret("slack-token", ("xoxb-", "xoxa-", "xoxp-", "xoxr-", "xoxs-"),
-            r"(?:[0-9]{1,14}-){1,4}[0-9A-Za-z]{10,48}\b", 113),
-    _secret("openai-api-key", ("sk-",),
-            rf"(?:(?:proj|svcacct|admin)-(?:{_KEY}{{74}}|{_KEY}{{58}})T3BlbkFJ(?:{_KEY}{{74}}|{_KEY}{{58}})"
-            r"|[A-Za-z0-9]{20}T3BlbkFJ[A-Za-z0-9]{20})\b", 167),
+    _secret(
+        "slack-token",
+        ("xoxb-", "xoxa-", "xoxp-", "xoxr-", "xoxs-"),
+        r"(?:[0-9]{1,14}-){1,4}[0-9A-Za-z]{10,48}\b",
+        113,
+    ),
+    _secret(
+        "openai-api-key",
+        ("sk-",),
+        rf"(?:(?:proj|svcacct|admin)-(?:{_KEY}{{74}}|{_KEY}{{58}})T3BlbkFJ(?:{_KEY}{{74}}|{_KEY}{{58}})"
+        r"|[A-Za-z0-9]{20}T3BlbkFJ[A-Za-z0-9]{20})\b",
+        167,
+    ),
     # A PEM header reads "-----BEGIN <label>-----"; only private-key labels are secrets.  No
     # closing boundary: the span is the longest match.
-    _rule("private-key", "secret", 1.0, ("-----BEGIN",), r"[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----",
-          132, flags=re.ASCII),
+    _rule(
+        "private-key",
+        "secret",
+        1.0,
+        ("-----BEGIN",),
+        r"[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----",
+        132,
+        flags=re.ASCII,
+    ),
 )
 
 INJECTION_MARKERS = (
-    "ignore all previous instructions", "ignore previous instructions", "disregard the system prompt",
-    "you are now in developer mode", "reveal your system prompt", "<|im_start|>system",
+    "ignore all previous instructions",
+    "ignore previous instructions",
+    "disregard the system prompt",
+    "you are now in developer mode",
+    "reveal your system prompt",
+    "<|im_start|>system",
 )
 DEFAULT_LEXICON = ("synthesize sarin", "build a pipe bomb", "credit card dump")
 
@@ -120,8 +150,11 @@ class SafetyConfig(BaseModel):
 
     @property
     def thresholds(self) -> dict[str, float]:
-        return {"secret": self.secret_threshold, "injection": self.injection_threshold,
-                "disallowed": self.disallowed_threshold}
+        return {
+            "secret": self.secret_threshold,
+            "injection": self.injection_threshold,
+            "disallowed": self.disallowed_threshold,
+        }
 
 
 def _phrase(category: str, weight: float, phrase: str) -> Rule:
@@ -196,7 +229,13 @@ class _Reader:
     def copy(self) -> _Reader:
         other = _Reader.__new__(_Reader)
         other.rules, other.tail, other.base, other.resume, other.floor, other.mark = (
-            self.rules, self.tail, self.base, list(self.resume), self.floor, self.mark)
+            self.rules,
+            self.tail,
+            self.base,
+            list(self.resume),
+            self.floor,
+            self.mark,
+        )
         return other
 
     def read(self, chunk: str, final: dict[str, float], provisional: dict[str, float]) -> bool:

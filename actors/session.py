@@ -93,8 +93,9 @@ class Session:
         self.owner = owner
         self.transport = transport
         self._clock = clock
-        self._lanes = Lanes(max_named=config.max_named_lanes, max_cached_tokens=config.max_cached_tokens,
-                            budget=cache)
+        self._lanes = Lanes(
+            max_named=config.max_named_lanes, max_cached_tokens=config.max_cached_tokens, budget=cache
+        )
         self._requests = Requests()
         self._steering = Steering()
         self.append_mode = append_mode
@@ -170,10 +171,15 @@ class Session:
         try:
             metadata_overrides((create.metadata or {}).items())
         except InvalidMetadata as exc:
-            expected = ("a scenario as JSON (docs/replay.md)" if exc.key in scripted.METADATA_KEYS
-                        else "a whole number within the policy's bounds")
-            raise InvalidRequest(f"Invalid value for metadata key '{exc.key}': expected {expected}.",
-                                 param=f"metadata.{exc.key}") from None
+            expected = (
+                "a scenario as JSON (docs/replay.md)"
+                if exc.key in scripted.METADATA_KEYS
+                else "a whole number within the policy's bounds"
+            )
+            raise InvalidRequest(
+                f"Invalid value for metadata key '{exc.key}': expected {expected}.",
+                param=f"metadata.{exc.key}",
+            ) from None
         # tool_choice naming an unknown function is refused by the parser (ResponseCreate).
         self._lanes.admit(create.stream_id)
 
@@ -193,7 +199,9 @@ class Session:
                 return Effects(events=events)
             done = self._lanes.find(target)
             if done is not None:
-                raise SteerError("response_already_completed", "The response already completed.", stream_id=done[0])
+                raise SteerError(
+                    "response_already_completed", "The response already completed.", stream_id=done[0]
+                )
             raise SteerError("response_not_found", f"No response with id '{target}' on this connection.")
         except SteerError as exc:
             return Effects(events=[steer_failed(event, exc)])
@@ -220,12 +228,23 @@ class Session:
     def _on_append(self, event: ResponseAppend) -> Effects:
         """``response.append``: tool results for a paused response; sampling resumes in it."""
         if not self.append_mode:
-            return Effects(events=[error_event(UnknownEventType(
-                "Unsupported event type 'response.append'.", param="type"))])
+            return Effects(
+                events=[
+                    error_event(UnknownEventType("Unsupported event type 'response.append'.", param="type"))
+                ]
+            )
         turn = self._turn_of(event.response_id)
         if turn is None or turn.rollout is None or not turn.builder.paused:
-            return Effects(events=[error_event(InvalidRequest(
-                f"No response '{event.response_id}' is waiting for tool results.", param="response_id"))])
+            return Effects(
+                events=[
+                    error_event(
+                        InvalidRequest(
+                            f"No response '{event.response_id}' is waiting for tool results.",
+                            param="response_id",
+                        )
+                    )
+                ]
+            )
         try:
             results = rollout.tool_results(turn.rollout, event.input)
             scan = self._prep.scan(turn.rollout.context.scan, results)
@@ -270,8 +289,9 @@ class Session:
             fx = self._reject(request, PreviousResponseNotFound(request.create.previous_response_id or ""))
         else:
             try:
-                parent = from_record(record, self._prep.new_scan, timer,
-                                     self._prep.format(request.create.model or ""))
+                parent = from_record(
+                    record, self._prep.new_scan, timer, self._prep.format(request.create.model or "")
+                )
             except Exception:  # noqa: BLE001 - a damaged record is a server fault, not the client's
                 fx = self._reject(request, ServerError())
             else:
@@ -343,7 +363,9 @@ class Session:
             if len(prompt) > self.config.max_input_tokens:
                 raise InvalidRequest(
                     f"The input has {len(prompt)} tokens; the limit is {self.config.max_input_tokens}.",
-                    param="input", code="context_length_exceeded")
+                    param="input",
+                    code="context_length_exceeded",
+                )
             with timer.phase("classify"):
                 scan = self._prep.scan(parent.scan if parent is not None else None, items)
         except APIError as exc:
@@ -377,9 +399,12 @@ class Session:
             lane=lane_name,
             request=call,
             builder=ResponseBuilder(
-                response, stream_id=lane_name, clock=self._clock,
+                response,
+                stream_id=lane_name,
+                clock=self._clock,
                 output_scan=self._prep.new_scan() if self.config.safety.enabled else None,
-                pause_on_calls=self.append_mode),
+                pause_on_calls=self.append_mode,
+            ),
             parent=parent,
             same_lane_parent=begun.same_lane,
             inputs=input_dicts(items),
@@ -397,7 +422,9 @@ class Session:
         request.turn = turn
         return Effects(events=turn.builder.start(), start=[turn])
 
-    def _check_calls(self, parent: ContextEntry | None, items: Sequence[InputItem]) -> tuple[frozenset[str], int]:
+    def _check_calls(
+        self, parent: ContextEntry | None, items: Sequence[InputItem]
+    ) -> tuple[frozenset[str], int]:
         """Every function or custom tool output with a ``call_id`` must answer a call the
         conversation issued (``protocol.answered_call_id``)."""
         call_ids = set(parent.call_ids) if parent else set()
@@ -408,7 +435,8 @@ class Session:
             if answered is not None and answered not in call_ids:
                 raise InvalidRequest(
                     f"No tool call found for {item.type.replace('_', ' ')} with call_id {answered}.",
-                    param=f"input[{i}].call_id")
+                    param=f"input[{i}].call_id",
+                )
         return frozenset(call_ids), results
 
     # ------------------------------------------------------------------ inference side
@@ -479,23 +507,40 @@ class Session:
                     turn.rollout = rollout.fold(turn.rollout, response.output, turn.fmt)
                     entry = turn.rollout.context
                 else:
-                    entry = extend(turn.parent, response.id, input_tokens=turn.input_tokens, inputs=turn.inputs,
-                                   output=response.output, call_ids=turn.call_ids,
-                                   tool_results=turn.request.tool_results_in_context, store=turn.store,
-                                   scan=turn.scan, fmt=turn.fmt, output_tokens=b.context_tokens)
+                    entry = extend(
+                        turn.parent,
+                        response.id,
+                        input_tokens=turn.input_tokens,
+                        inputs=turn.inputs,
+                        output=response.output,
+                        call_ids=turn.call_ids,
+                        tool_results=turn.request.tool_results_in_context,
+                        store=turn.store,
+                        scan=turn.scan,
+                        fmt=turn.fmt,
+                        output_tokens=b.context_tokens,
+                    )
                 self._lanes.remember(turn.lane, entry)
                 fx.usage.append(self._usage(turn))
-            report = Report.taken(response.id, timer, (b.queue_ms, b.prefill_ms, b.decode_ms), final=turn.store)
+            report = Report.taken(
+                response.id, timer, (b.queue_ms, b.prefill_ms, b.decode_ms), final=turn.store
+            )
             fx.timings.append(report)
             terminal = b.terminal(as_metadata(report.ms) if turn.timings_requested else None)
             if turn.timings_requested:  # taken again as the sender encodes it (actors.timings)
                 report.into = terminal.response.metadata
             fx.events.append(terminal)
             if turn.store:  # the record is the response as sent, terminal metadata included
-                fx.persist.append(StoredResponse(
-                    id=response.id, owner=self.owner, created_at=self._clock(),
-                    response=response.model_dump(mode="json"), input_items=turn.inputs,
-                    context=entry.items))
+                fx.persist.append(
+                    StoredResponse(
+                        id=response.id,
+                        owner=self.owner,
+                        created_at=self._clock(),
+                        response=response.model_dump(mode="json"),
+                        input_items=turn.inputs,
+                        context=entry.items,
+                    )
+                )
         if fx.usage:  # in flight until the line (and record) is written and the terminal event sent
             self._requests.move(request, Stage.FINISHING)
         else:
@@ -503,8 +548,12 @@ class Session:
         events, steer_input = self._steering.settle(turn.lane, turn.builder, required_input(turn))
         fx.events += events
         if steer_input:  # an automatic successor, first on the lane (docs/protocol.md §2.3 (a), (b))
-            self._requests.add(turn.lane, successor(turn.create, turn.builder.response.id, steer_input),
-                               PhaseTimer(self._perf), first=True)
+            self._requests.add(
+                turn.lane,
+                successor(turn.create, turn.builder.response.id, steer_input),
+                PhaseTimer(self._perf),
+                first=True,
+            )
         fx += self._schedule()
         return fx
 
@@ -512,7 +561,12 @@ class Session:
         r = turn.builder.response
         assert r.usage is not None
         return UsageEntry(
-            response_id=r.id, owner=self.owner, model=r.model, transport=self.transport,  # type: ignore[arg-type]
-            input_tokens=r.usage.input_tokens, cached_tokens=r.usage.input_tokens_details.cached_tokens,
-            output_tokens=r.usage.output_tokens, created_at=self._clock())
-
+            response_id=r.id,
+            owner=self.owner,
+            model=r.model,
+            transport=self.transport,  # type: ignore[arg-type]
+            input_tokens=r.usage.input_tokens,
+            cached_tokens=r.usage.input_tokens_details.cached_tokens,
+            output_tokens=r.usage.output_tokens,
+            created_at=self._clock(),
+        )

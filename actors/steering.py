@@ -57,7 +57,9 @@ def steer_items(event: ResponseSteer) -> list[InputItem]:
     if isinstance(raw, str) and raw:
         return [MessageItem(role="user", content=raw)]
     if not isinstance(raw, list) or not raw:
-        raise SteerError("invalid_input", "The steer input must be a string or a non-empty list of user messages.")
+        raise SteerError(
+            "invalid_input", "The steer input must be a string or a non-empty list of user messages."
+        )
     try:
         items = ITEM_ADAPTER.validate_python(raw)
     except ValidationError:
@@ -69,16 +71,19 @@ def steer_items(event: ResponseSteer) -> list[InputItem]:
 
 def steer_failed(event: ResponseSteer, exc: SteerError) -> SteerFailed:
     """The failure event of a steer that was never accepted: it returns the original input."""
-    return SteerFailed(error=SteerFailedError(code=exc.code or "invalid_input", message=exc.message),
-                       stream_id=exc.stream_id,
-                       steer={"input": event.input, "previous_response_id": str(event.previous_response_id)})
+    return SteerFailed(
+        error=SteerFailedError(code=exc.code or "invalid_input", message=exc.message),
+        stream_id=exc.stream_id,
+        steer={"input": event.input, "previous_response_id": str(event.previous_response_id)},
+    )
 
 
 def successor(create: ResponseCreate, steered_id: str, items: list[InputItem]) -> ResponseCreate:
     """The automatic successor of a steered response: the steered response's settings, its
     id as ``previous_response_id``, the steer input as input."""
-    return create.model_copy(update={"previous_response_id": steered_id, "input": list(items),
-                                     "generate": None})
+    return create.model_copy(
+        update={"previous_response_id": steered_id, "input": list(items), "generate": None}
+    )
 
 
 def calls_started(builder: ResponseBuilder) -> bool:
@@ -94,9 +99,12 @@ def required_input(turn: Turn) -> list[RequiredInput]:
     if response.status != "completed":
         return []
     open_calls = turn.rollout.open_calls if turn.rollout is not None else None
-    return [RequiredInput(call_id=o.call_id, name=o.name) for o in response.output
-            if isinstance(o, (OutputFunctionCall, OutputCustomToolCall))
-            and (open_calls is None or o.call_id in open_calls)]
+    return [
+        RequiredInput(call_id=o.call_id, name=o.name)
+        for o in response.output
+        if isinstance(o, (OutputFunctionCall, OutputCustomToolCall))
+        and (open_calls is None or o.call_id in open_calls)
+    ]
 
 
 @dataclass(slots=True)
@@ -120,7 +128,9 @@ class _Queued:
 
     def add(self, items: list[InputItem]) -> SteerRef:
         if len(self.items) + len(items) > MAX_PENDING_STEERS:
-            raise SteerError("too_many_pending_steers", "Too much steering input is pending.", stream_id=self.lane)
+            raise SteerError(
+                "too_many_pending_steers", "Too much steering input is pending.", stream_id=self.lane
+            )
         self.items += items
         return SteerRef(id=new_id("steer"), previous_response_id=self.builder.response.id)
 
@@ -128,15 +138,24 @@ class _Queued:
         return SteerAccepted(sequence_number=self.builder.next_seq(), steer=ref, stream_id=self.lane)
 
     def pending(self, ref: SteerRef) -> SteerPending:
-        return SteerPending(sequence_number=self.builder.next_seq(), required_input=self.calls, steer=ref,
-                            stream_id=self.lane)
+        return SteerPending(
+            sequence_number=self.builder.next_seq(), required_input=self.calls, steer=ref, stream_id=self.lane
+        )
 
     def failed(self, sub: _Submission) -> SteerFailed:
         return SteerFailed(
-            sequence_number=self.builder.next_seq(), stream_id=self.lane,
-            error=SteerFailedError(code="response_not_active",
-                                   message="The response failed before the steer input could be used."),
-            steer={"input": sub.raw_input, "previous_response_id": sub.ref.previous_response_id, "id": sub.ref.id})
+            sequence_number=self.builder.next_seq(),
+            stream_id=self.lane,
+            error=SteerFailedError(
+                code="response_not_active",
+                message="The response failed before the steer input could be used.",
+            ),
+            steer={
+                "input": sub.raw_input,
+                "previous_response_id": sub.ref.previous_response_id,
+                "id": sub.ref.id,
+            },
+        )
 
 
 class Steering:
@@ -158,8 +177,9 @@ class Steering:
         self._running: dict[str, _Queued] = {}
         self._stopped: dict[str, _Queued] = {}
 
-    def hold(self, lane: str | None, builder: ResponseBuilder, items: list[InputItem],
-             raw_input: Any) -> list[ServerEvent]:
+    def hold(
+        self, lane: str | None, builder: ResponseBuilder, items: list[InputItem], raw_input: Any
+    ) -> list[ServerEvent]:
         """Accept steer input for the running response of ``builder``."""
         rid = builder.response.id
         queued = self._running.get(rid) or _Queued(lane, builder)
@@ -177,8 +197,9 @@ class Steering:
         ref = queued.add(items)
         return [queued.accepted(ref), queued.pending(ref)]
 
-    def settle(self, lane: str | None, builder: ResponseBuilder,
-               calls: list[RequiredInput]) -> tuple[list[ServerEvent], list[InputItem]]:
+    def settle(
+        self, lane: str | None, builder: ResponseBuilder, calls: list[RequiredInput]
+    ) -> tuple[list[ServerEvent], list[InputItem]]:
         """``builder``'s response ended and its terminal event is out; ``calls`` is the tool
         output it waits for (see :func:`required_input`).  Returns the events that follow
         the terminal event, and the steer input an automatic successor must take (input held

@@ -111,8 +111,9 @@ class Report:
     final: bool
 
     @classmethod
-    def taken(cls, response_id: str, timer: PhaseTimer, model_ms: tuple[float, float, float], *,
-              final: bool) -> Report:
+    def taken(
+        cls, response_id: str, timer: PhaseTimer, model_ms: tuple[float, float, float], *, final: bool
+    ) -> Report:
         return cls(response_id, timer.report(*model_ms), timer, model_ms, None, final)
 
     def restamp(self) -> dict[str, float]:

@@ -36,8 +36,10 @@ def charge(config: WhatIfConfig, call: ModelCall) -> Charge | None:
         return None
     new = call.unread_tokens
     window = min(config.safety_model.window_tokens, call.conversation_tokens - new)
-    return Charge(hop_tokens=new if config.hop.enabled else None,
-                  safety_tokens=new + window if config.safety_model.enabled else None)
+    return Charge(
+        hop_tokens=new if config.hop.enabled else None,
+        safety_tokens=new + window if config.safety_model.enabled else None,
+    )
 
 
 class Services(Protocol):

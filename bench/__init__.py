@@ -41,25 +41,36 @@ class Kind(NamedTuple):
         return f"{__name__}.kinds.{self.name}"
 
 
-KINDS: dict[str, Kind] = {kind.name: kind for kind in (
-    Kind("agentloop", "agent loops over ws / http-chained / http-full, side by side (default)"),
-    Kind("hotpath", "per-turn server overhead and sustained streaming rate"),
-    Kind("overhead", "per-turn API overhead against conversation length, WebSocket vs HTTP"),
-    Kind("emulator", "fidelity of the emulated inference deployment to its model"),
-    Kind("scaling", "load and idle connections on a simulated multi-node cluster"),
-    Kind("soak", "hundreds of checked WebSocket agent chains at once, memory over time"),
-    Kind("fuzz", "hostile WebSocket frames and HTTP requests, every answer judged"),
-    Kind("memory", "one connection's memory as its cache grows past the cap"),
-    Kind("admission", "bursts, arrival ramps and held connections: admission at scale"),
-    Kind("burst", "first turns of resumed sessions all at once: how long each socket waits"),
-    Kind("floor", "non-model time per turn against a minimal server sending the same frames"),
-    Kind("neighbours", "a turn on an open socket while HTTP clients and resumed sockets load the host"),
-    Kind("streams", "many WebSocket streams at once on the ideal-hardware profile, rates as the clients see them"),
-    Kind("ledger", "session hosts SIGKILLed under load, the usage ledger reconciled with the clients"),
-    Kind("drain", "redeploys under hundreds of sockets mid-turn: nothing reset, lost or unanswered"),
-    Kind("handover", "a listener leaving the port under a connection flood: a SO_REUSEPORT group against one shared socket"),
-    Kind("fidelity", "one conversation on a real engine and on its emulated twin: cached tokens and timing"),
-)}
+KINDS: dict[str, Kind] = {
+    kind.name: kind
+    for kind in (
+        Kind("agentloop", "agent loops over ws / http-chained / http-full, side by side (default)"),
+        Kind("hotpath", "per-turn server overhead and sustained streaming rate"),
+        Kind("overhead", "per-turn API overhead against conversation length, WebSocket vs HTTP"),
+        Kind("emulator", "fidelity of the emulated inference deployment to its model"),
+        Kind("scaling", "load and idle connections on a simulated multi-node cluster"),
+        Kind("soak", "hundreds of checked WebSocket agent chains at once, memory over time"),
+        Kind("fuzz", "hostile WebSocket frames and HTTP requests, every answer judged"),
+        Kind("memory", "one connection's memory as its cache grows past the cap"),
+        Kind("admission", "bursts, arrival ramps and held connections: admission at scale"),
+        Kind("burst", "first turns of resumed sessions all at once: how long each socket waits"),
+        Kind("floor", "non-model time per turn against a minimal server sending the same frames"),
+        Kind("neighbours", "a turn on an open socket while HTTP clients and resumed sockets load the host"),
+        Kind(
+            "streams",
+            "many WebSocket streams at once on the ideal-hardware profile, rates as the clients see them",
+        ),
+        Kind("ledger", "session hosts SIGKILLed under load, the usage ledger reconciled with the clients"),
+        Kind("drain", "redeploys under hundreds of sockets mid-turn: nothing reset, lost or unanswered"),
+        Kind(
+            "handover",
+            "a listener leaving the port under a connection flood: a SO_REUSEPORT group against one shared socket",
+        ),
+        Kind(
+            "fidelity", "one conversation on a real engine and on its emulated twin: cached tokens and timing"
+        ),
+    )
+}
 DEFAULT_KIND = "agentloop"
 DEMO_MODULE = f"{__name__}.kinds.demo"
 REPLAY_MODULE = f"{__name__}.kinds.replay"  # its library: bench.replay

@@ -71,8 +71,13 @@ def rollout_split(r: RolloutRecord) -> Split | None:
     tool = sum(s.tool for s in turns)
     prefill = sum(s.prefill for s in turns)
     decode = sum(s.decode for s in turns)
-    return Split(tool, prefill, decode, max(0.0, r.e2e_s * 1000 - tool - prefill - decode),
-                 max(s.context for s in turns))
+    return Split(
+        tool,
+        prefill,
+        decode,
+        max(0.0, r.e2e_s * 1000 - tool - prefill - decode),
+        max(s.context for s in turns),
+    )
 
 
 def paired(records: Sequence[RolloutRecord], transports: Sequence[str]) -> dict[str, list[Split]]:
@@ -80,8 +85,9 @@ def paired(records: Sequence[RolloutRecord], transports: Sequence[str]) -> dict[
     A transport without per-turn timings (``append``) is left out."""
     by = {(r.transport, r.rollout): rollout_split(r) for r in records}
     transports = [t for t in transports if any(by.get((t, r.rollout)) for r in records)]
-    common = sorted(i for i in {r.rollout for r in records}
-                    if all(by.get((t, i)) is not None for t in transports))
+    common = sorted(
+        i for i in {r.rollout for r in records} if all(by.get((t, i)) is not None for t in transports)
+    )
     return {t: [by[(t, i)] for i in common] for t in transports}
 
 
@@ -97,7 +103,9 @@ def compare(records: Sequence[RolloutRecord], transports: Sequence[str]) -> dict
         floor = tot["tool"] + tot["prefill"] + tot["decode"]
         turns = [x for r in records if r.transport == name for t in r.turns if (x := turn_split(t))]
         out["transports"][name] = {
-            "total_ms": tot, "e2e_s": e2e / 1000, "e2e_minus_tools_s": (e2e - tot["tool"]) / 1000,
+            "total_ms": tot,
+            "e2e_s": e2e / 1000,
+            "e2e_minus_tools_s": (e2e - tot["tool"]) / 1000,
             "api_share": tot["api"] / e2e if e2e else None,
             "above_floor": tot["api"] / floor if floor else None,
             "e2e_s_per_rollout": [s.total / 1000 for s in ss],
@@ -109,12 +117,16 @@ def compare(records: Sequence[RolloutRecord], transports: Sequence[str]) -> dict
     base = out["transports"].get(first)
     for name, s in out["transports"].items():
         if name != first and base and s["e2e_s"]:
-            s["gain_of_" + first] = {"e2e": 1 - base["e2e_s"] / s["e2e_s"],
-                                     "without_tools": 1 - base["e2e_minus_tools_s"] / s["e2e_minus_tools_s"]}
+            s["gain_of_" + first] = {
+                "e2e": 1 - base["e2e_s"] / s["e2e_s"],
+                "without_tools": 1 - base["e2e_minus_tools_s"] / s["e2e_minus_tools_s"],
+            }
     return out
 
 
-def turn_rows(records: Sequence[RolloutRecord], rollout: int, transports: Sequence[str]) -> list[dict[str, Any]]:
+def turn_rows(
+    records: Sequence[RolloutRecord], rollout: int, transports: Sequence[str]
+) -> list[dict[str, Any]]:
     """Rollout ``rollout`` turn by turn: the turn's parts per transport."""
     by = {r.transport: r for r in records if r.rollout == rollout}
     rows = []
@@ -130,6 +142,7 @@ def turn_rows(records: Sequence[RolloutRecord], rollout: int, transports: Sequen
 
 # ------------------------------------------------------------------------------ text
 
+
 def _ms(x: float | None, width: int) -> str:
     return f"{'–' if x is None else f'{x:.0f}' if x >= 10 else f'{x:.1f}':>{width}}"
 
@@ -141,27 +154,37 @@ def _k(tokens: float | None) -> str:
 def render_summary(cmp: dict[str, Any]) -> list[str]:
     """The per-turn medians and the per-rollout comparison, at most 80 columns."""
     names = list(cmp["transports"])
-    lines = ["where a turn's time goes, median per turn (ms):",
-             f"  {'transport':<11}{'turns':>6}{'tool':>7}{'prefill':>9}{'decode':>8}{'API overhead':>14}"
-             f"{'context':>9}"]
+    lines = [
+        "where a turn's time goes, median per turn (ms):",
+        f"  {'transport':<11}{'turns':>6}{'tool':>7}{'prefill':>9}{'decode':>8}{'API overhead':>14}"
+        f"{'context':>9}",
+    ]
     for n in names:
         s = cmp["transports"][n]
         m = s["turn_median_ms"]
-        lines.append(f"  {n:<11}{s['turns']:>6}{_ms(m['tool'], 7)}{_ms(m['prefill'], 9)}{_ms(m['decode'], 8)}"
-                     f"{_ms(m['api'], 14)}{_k(s['context_tokens_median']):>9}")
+        lines.append(
+            f"  {n:<11}{s['turns']:>6}{_ms(m['tool'], 7)}{_ms(m['prefill'], 9)}{_ms(m['decode'], 8)}"
+            f"{_ms(m['api'], 14)}{_k(s['context_tokens_median']):>9}"
+        )
     first = names[0]
     lines.append("")
     lines.append(f"the same {cmp['rollouts']} rollouts on each transport, summed:")
-    lines.append(f"  {'transport':<11}{'end to end':>11}{'w/o tools':>11}{'API overhead':>14}{'above floor':>13}")
+    lines.append(
+        f"  {'transport':<11}{'end to end':>11}{'w/o tools':>11}{'API overhead':>14}{'above floor':>13}"
+    )
     for n in names:
         s = cmp["transports"][n]
-        lines.append(f"  {n:<11}{s['e2e_s']:>9.2f} s{s['e2e_minus_tools_s']:>9.2f} s"
-                     f"{s['api_share']:>14.1%}{s['above_floor']:>13.1%}")
+        lines.append(
+            f"  {n:<11}{s['e2e_s']:>9.2f} s{s['e2e_minus_tools_s']:>9.2f} s"
+            f"{s['api_share']:>14.1%}{s['above_floor']:>13.1%}"
+        )
     for n in names[1:]:
         g = cmp["transports"][n].get("gain_of_" + first)
         if g:
-            lines.append(f"  → {first} faster than {n} by {g['e2e']:.1%} end to end, "
-                         f"{g['without_tools']:.1%} without tool time")
+            lines.append(
+                f"  → {first} faster than {n} by {g['e2e']:.1%} end to end, "
+                f"{g['without_tools']:.1%} without tool time"
+            )
     return lines
 
 
@@ -178,12 +201,15 @@ def render_turns(rows: list[dict[str, Any]], transports: Sequence[str], rollout:
         line = f"{row['turn']:>4}{_k(first and first['context']):>9}{_ms(first and first['tool'], 6)}"
         for t in transports:
             s = row[t]
-            line += "  │ " + (f"{_ms(s['prefill'], 7)}{_ms(s['decode'], 7)}{_ms(s['api'], 6)}" if s else f"{'–':>20}")
+            line += "  │ " + (
+                f"{_ms(s['prefill'], 7)}{_ms(s['decode'], 7)}{_ms(s['api'], 6)}" if s else f"{'–':>20}"
+            )
         lines.append(line)
     return lines
 
 
 # ----------------------------------------------------------------------------- chart
+
 
 def plot(path: Path, cmp: dict[str, Any], rows: list[dict[str, Any]], rollout: int, title: str) -> Path:
     """Stacked bars: rollout ``rollout`` turn by turn (one bar per transport per turn) and
@@ -197,8 +223,16 @@ def plot(path: Path, cmp: dict[str, Any], rows: list[dict[str, Any]], rollout: i
         bottom = [0.0] * len(rows)
         for part in PARTS:
             vals = [(row[name] or {}).get(part, 0.0) for row in rows]
-            ax1.bar(xs, vals, width * 0.95, bottom=bottom, color=COLOURS[part],
-                    label=LABELS[part] if j == 0 else None, edgecolor="white", linewidth=0.3)
+            ax1.bar(
+                xs,
+                vals,
+                width * 0.95,
+                bottom=bottom,
+                color=COLOURS[part],
+                label=LABELS[part] if j == 0 else None,
+                edgecolor="white",
+                linewidth=0.3,
+            )
             bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
     ax1.set_xlabel(f"turn of rollout {rollout} (bars: {', '.join(names)} left to right)")
     ax1.set_ylabel("ms")

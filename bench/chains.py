@@ -28,24 +28,31 @@ from .transports import TurnOutcome, WebSocketTransport
 @dataclass(frozen=True)
 class SoakPlan:
     connections: int = 200
-    turns: int = 30                  # per chain (one connection)
+    turns: int = 30  # per chain (one connection)
     duration_s: float | None = None  # reconnect with fresh chains until this much time passed
-    ramp_s: float = 20.0             # connections open evenly spread over this
-    think_ms: float = 5000.0         # client tool time between turns, mean (uniform ±50 %)
+    ramp_s: float = 20.0  # connections open evenly spread over this
+    think_ms: float = 5000.0  # client tool time between turns, mean (uniform ±50 %)
     system_tokens: int = 300
     tool_def_tokens: int = 600
     tool_output_tokens: int = 150
     text_tokens: int = 24
     model: str = "emu-fast"
     seed: int = 0
-    sample_s: float | None = 3.0     # memory sampling period; None: no sampling
-    drain_s: float = 0.05            # after a chain's last turn, wait this long for stray events
+    sample_s: float | None = 3.0  # memory sampling period; None: no sampling
+    drain_s: float = 0.05  # after a chain's last turn, wait this long for stray events
 
     def workload(self) -> wl.Workload:
-        return wl.Workload(model=self.model, tool_rounds=self.turns - 1, system_tokens=self.system_tokens,
-                           tool_def_tokens=self.tool_def_tokens, task_tokens=40,
-                           tool_output_tokens=self.tool_output_tokens, text_tokens=self.text_tokens,
-                           tool_time_ms=self.think_ms, seed=self.seed)
+        return wl.Workload(
+            model=self.model,
+            tool_rounds=self.turns - 1,
+            system_tokens=self.system_tokens,
+            tool_def_tokens=self.tool_def_tokens,
+            task_tokens=40,
+            tool_output_tokens=self.tool_output_tokens,
+            text_tokens=self.text_tokens,
+            tool_time_ms=self.think_ms,
+            seed=self.seed,
+        )
 
 
 @dataclass
@@ -136,8 +143,17 @@ def chain_turns(plan: SoakPlan, slot: int, chain: int) -> int:
     return 1 + (slot * plan.turns) // max(1, plan.connections)
 
 
-async def run_slot(slot: int, url: str, plan: SoakPlan, check: RunCheck, load: Load,
-                   t_end: float | None, profile: Any, *, run: int = 0) -> None:
+async def run_slot(
+    slot: int,
+    url: str,
+    plan: SoakPlan,
+    check: RunCheck,
+    load: Load,
+    t_end: float | None,
+    profile: Any,
+    *,
+    run: int = 0,
+) -> None:
     """One connection slot: chains, one connection each, until ``t_end`` (then the running
     chain stops at its next turn boundary), or one chain without ``t_end``.
     ``run`` numbers repeated runs of the plan (their prompts and names differ)."""
@@ -151,8 +167,12 @@ async def run_slot(slot: int, url: str, plan: SoakPlan, check: RunCheck, load: L
         rollout = (run * plan.connections + slot) * 10_000 + chain
         conn = check.connection(f"r{run}.c{slot}.{chain}")
         ws = CheckedWebSocket(url, conn)
-        base = {"model": w.model, "instructions": instructions, "tools": tools,
-                "metadata": {**wl.metadata(cw, rollout), TIMINGS_KEY: "1"}}
+        base = {
+            "model": w.model,
+            "instructions": instructions,
+            "tools": tools,
+            "metadata": {**wl.metadata(cw, rollout), TIMINGS_KEY: "1"},
+        }
         items: list[dict[str, Any]] = [{"role": "user", "content": wl.task(w, rollout)}]
         t0 = time.perf_counter()
         try:
@@ -171,9 +191,14 @@ async def run_slot(slot: int, url: str, plan: SoakPlan, check: RunCheck, load: L
                     break  # the duration is over: the chain ends at this turn boundary
                 await asyncio.sleep(wl.tool_time_s(w, rollout, turn))
                 calls = [o for o in out.response["output"] if o.get("type") == "function_call"]
-                items = ([{"type": "function_call_output", "call_id": c["call_id"],
-                           "output": wl.tool_output(w, rollout, turn, i, c["name"])} for i, c in enumerate(calls)]
-                         or [{"role": "user", "content": "Go on."}])
+                items = [
+                    {
+                        "type": "function_call_output",
+                        "call_id": c["call_id"],
+                        "output": wl.tool_output(w, rollout, turn, i, c["name"]),
+                    }
+                    for i, c in enumerate(calls)
+                ] or [{"role": "user", "content": "Go on."}]
             await ws.drain(plan.drain_s)
         except Exception as exc:  # noqa: BLE001 - e.g. the server closed the socket mid-chain
             check.violate("connection", conn.name, None, f"{type(exc).__name__}: {exc}"[:300])

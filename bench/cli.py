@@ -44,8 +44,11 @@ def main(argv: list[str]) -> int:
 
 def overview() -> str:
     width = max(map(len, KINDS))
-    lines = ["usage: responses-ws bench [KIND] [options]", "",
-             f"kinds (without one: {DEFAULT_KIND}; responses-ws bench KIND --help for its options):"]
+    lines = [
+        "usage: responses-ws bench [KIND] [options]",
+        "",
+        f"kinds (without one: {DEFAULT_KIND}; responses-ws bench KIND --help for its options):",
+    ]
     lines += [f"  {name:<{width}}  {kind.summary}" for name, kind in KINDS.items()]
     return "\n".join(lines)
 
@@ -53,12 +56,15 @@ def overview() -> str:
 def run_module(module: str, prog: str, argv: list[str]) -> int:
     missing = sorted(name for name in EXTRA_MODULES if importlib.util.find_spec(name) is None)
     if missing:
-        print(f"{prog} needs the bench extra ({', '.join(missing)} not installed): {INSTALL_HINT}",
-              file=sys.stderr)
+        print(
+            f"{prog} needs the bench extra ({', '.join(missing)} not installed): {INSTALL_HINT}",
+            file=sys.stderr,
+        )
         return 1
     mod = importlib.import_module(module)
-    parser = argparse.ArgumentParser(prog=prog, description=mod.__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog=prog, description=mod.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     mod.add_arguments(parser)
     args = parser.parse_args(argv)
     args.command = " ".join([prog, *map(shlex.quote, argv)])

@@ -78,12 +78,20 @@ class Answer:
     @property
     def ttft_s(self) -> float | None:
         """Request sent → its first output delta."""
-        return next((t - self.sent_at for e, t in zip(self.events, self.stamps)
-                     if e.get("type") in FIRST_TOKEN_TYPES), None)
+        return next(
+            (
+                t - self.sent_at
+                for e, t in zip(self.events, self.stamps)
+                if e.get("type") in FIRST_TOKEN_TYPES
+            ),
+            None,
+        )
 
 
 class ResponsesSocket:
-    def __init__(self, ws: websockets.ClientConnection, on_event: Callable[[Event], None] | None = None) -> None:
+    def __init__(
+        self, ws: websockets.ClientConnection, on_event: Callable[[Event], None] | None = None
+    ) -> None:
         self.ws = ws
         self.on_event = on_event
 
@@ -136,12 +144,23 @@ class connect:
     is the upgrade URL's (``?mode=append``); ``compression="deflate"`` negotiates
     permessage-deflate (off by default)."""
 
-    def __init__(self, base_url: str, *, api_key: str | None = None, query: str = "",
-                 compression: str | None = None, open_timeout: float = 10.0,
-                 on_event: Callable[[Event], None] | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        query: str = "",
+        compression: str | None = None,
+        open_timeout: float = 10.0,
+        on_event: Callable[[Event], None] | None = None,
+    ) -> None:
         self._url = ws_url(base_url, query)
-        self._options = {"max_size": None, "compression": compression, "open_timeout": open_timeout,
-                         "additional_headers": {"Authorization": f"Bearer {api_key}"} if api_key else None}
+        self._options = {
+            "max_size": None,
+            "compression": compression,
+            "open_timeout": open_timeout,
+            "additional_headers": {"Authorization": f"Bearer {api_key}"} if api_key else None,
+        }
         self._on_event = on_event
         self._socket: ResponsesSocket | None = None
 

@@ -24,8 +24,15 @@ SERVE_CLUSTER_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "serve-
 
 
 class SimulatedCluster:
-    def __init__(self, *, session_nodes: int = 2, accelerator_nodes: int = 1, accelerators_per_node: int = 2,
-                 object_store_mb: int = 80, session_node_cpus: int = 1) -> None:
+    def __init__(
+        self,
+        *,
+        session_nodes: int = 2,
+        accelerator_nodes: int = 1,
+        accelerators_per_node: int = 2,
+        object_store_mb: int = 80,
+        session_node_cpus: int = 1,
+    ) -> None:
         apply_ray_env()  # inherited by every raylet and worker started below
         import ray
         import ray._private.utils as ray_utils
@@ -37,17 +44,27 @@ class SimulatedCluster:
         # embedded servers — join this cluster.  We connect by explicit address instead.
         write_address, ray_utils.write_ray_address = ray_utils.write_ray_address, lambda *a, **k: None
         try:
-            self.cluster = Cluster(initialize_head=True, head_node_args={
-                "num_cpus": 1, "resources": {"head": 1}, "object_store_memory": object_store_mb * mb,
-                "include_dashboard": False})
+            self.cluster = Cluster(
+                initialize_head=True,
+                head_node_args={
+                    "num_cpus": 1,
+                    "resources": {"head": 1},
+                    "object_store_memory": object_store_mb * mb,
+                    "include_dashboard": False,
+                },
+            )
         finally:
             ray_utils.write_ray_address = write_address
         for _ in range(session_nodes):
-            self.cluster.add_node(num_cpus=session_node_cpus, resources={"session": 1},
-                                  object_store_memory=object_store_mb * mb)
+            self.cluster.add_node(
+                num_cpus=session_node_cpus, resources={"session": 1}, object_store_memory=object_store_mb * mb
+            )
         for _ in range(accelerator_nodes):
-            self.cluster.add_node(num_cpus=1, resources={"accelerator": accelerators_per_node},
-                                  object_store_memory=object_store_mb * mb)
+            self.cluster.add_node(
+                num_cpus=1,
+                resources={"accelerator": accelerators_per_node},
+                object_store_memory=object_store_mb * mb,
+            )
         self.cluster.wait_for_nodes()
         ray.init(address=self.cluster.address, log_to_driver=False)
 
@@ -87,8 +104,9 @@ class SimulatedCluster:
             self.cluster.shutdown()
 
 
-def deploy_serve_config(path: Path, edit: Callable[[dict[str, Any]], None] | None = None,
-                        timeout_s: float = 120.0) -> dict[str, Any]:
+def deploy_serve_config(
+    path: Path, edit: Callable[[dict[str, Any]], None] | None = None, timeout_s: float = 120.0
+) -> dict[str, Any]:
     """What ``serve run <config.yaml>`` does (``serve deploy`` needs the dashboard): start
     Serve with the file's options and deploy its applications; returns the (edited) config.
     ``edit`` may adjust each application's ``args`` (ports, Redis URL) in place."""
@@ -104,9 +122,11 @@ def deploy_serve_config(path: Path, edit: Callable[[dict[str, Any]], None] | Non
         if edit is not None:
             edit(app.setdefault("args", {}))
     config = ServeDeploySchema.model_validate(raw)
-    client = serve_api.serve_start(http_options=config.http_options.model_dump(),
-                                   proxy_location=config.proxy_location,
-                                   grpc_options=gRPCOptions(**config.grpc_options.model_dump()))
+    client = serve_api.serve_start(
+        http_options=config.http_options.model_dump(),
+        proxy_location=config.proxy_location,
+        grpc_options=gRPCOptions(**config.grpc_options.model_dump()),
+    )
     client.deploy_apps(config, _blocking=False)
     deadline = time.monotonic() + timeout_s
     names = [a.name for a in config.applications]

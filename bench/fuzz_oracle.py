@@ -62,16 +62,27 @@ def server_overrides() -> dict[str, object]:
     """``section.key`` settings of the server the fuzz runs against: a small frame cap (so
     frames over it are cheap), short scripted answers (one tool round, 8 text tokens) and
     warm session actors for the reconnects after the closes."""
-    return {"session.max_frame_bytes": FRAME_CAP, "session.warm_actors": 2,
-            "inference.policy": {"tool_rounds": 1, "text_tokens": 8, "seed": 0}}
+    return {
+        "session.max_frame_bytes": FRAME_CAP,
+        "session.warm_actors": 2,
+        "inference.policy": {"tool_rounds": 1, "text_tokens": 8, "seed": 0},
+    }
 
 
-STEER_CODES = {"response_not_found", "invalid_input", "steering_not_supported", "too_many_pending_steers",
-               "response_already_completed", "response_not_active", "successor_creation_failed"}
+STEER_CODES = {
+    "response_not_found",
+    "invalid_input",
+    "steering_not_supported",
+    "too_many_pending_steers",
+    "response_already_completed",
+    "response_not_active",
+    "successor_creation_failed",
+}
 LEAK = re.compile(
     r"Traceback|File \"|site-packages|\.py\b|line \d+, in |object at 0x|<class |<module|"
     r"\b[A-Z]\w*(Error|Exception)\b|validation errors? for |pydantic|errors\.pydantic\.dev|"
-    r"\b(actors|serve|inference|bench)\.[a-z_]+")
+    r"\b(actors|serve|inference|bench)\.[a-z_]+"
+)
 ERROR_KEYS = {"type", "code", "message", "param"}
 REPLY_TIMEOUT_S = 30.0
 
@@ -195,7 +206,10 @@ class WsFuzzer:
             if event is None:
                 continue
             kind = event.get("type")
-            if kind == "response.steer.failed" and event.get("steer", {}).get("previous_response_id") == marker:
+            if (
+                kind == "response.steer.failed"
+                and event.get("steer", {}).get("previous_response_id") == marker
+            ):
                 seen_barrier = True
                 continue
             self._judge(event, case, out)
@@ -205,11 +219,27 @@ class WsFuzzer:
                 open_responses.add(event["response"]["id"])
             elif kind in TERMINAL_EVENT_TYPES:
                 open_responses.discard(event["response"]["id"])
-            elif kind == "response.output_item.done" and case.append_mode and \
-                    event["item"].get("type") == "function_call" and open_responses:
-                ws.send(json.dumps({"type": "response.append", "response_id": next(iter(open_responses)),
-                                    "input": [{"type": "function_call_output", "call_id": event["item"]["call_id"],
-                                               "output": "ok"}]}))
+            elif (
+                kind == "response.output_item.done"
+                and case.append_mode
+                and event["item"].get("type") == "function_call"
+                and open_responses
+            ):
+                ws.send(
+                    json.dumps(
+                        {
+                            "type": "response.append",
+                            "response_id": next(iter(open_responses)),
+                            "input": [
+                                {
+                                    "type": "function_call_output",
+                                    "call_id": event["item"]["call_id"],
+                                    "output": "ok",
+                                }
+                            ],
+                        }
+                    )
+                )
 
     @staticmethod
     def _event(raw: str | bytes, out: Outcome) -> dict[str, Any] | None:
@@ -260,15 +290,20 @@ class WsFuzzer:
         """A valid create completes on both fuzzed sockets and on a new connection."""
         problems = []
         for append_mode in (False, True):
-            problems += [f"{'append' if append_mode else 'standard'} socket: {p}"
-                         for p in self._valid_turn(self._socket(append_mode), append_mode)]
+            problems += [
+                f"{'append' if append_mode else 'standard'} socket: {p}"
+                for p in self._valid_turn(self._socket(append_mode), append_mode)
+            ]
         with connect(self.url, max_size=None, compression=None, open_timeout=30) as fresh:
             problems += [f"new connection: {p}" for p in self._valid_turn(fresh, False)]
         return problems
 
     def _valid_turn(self, ws: ClientConnection, append_mode: bool) -> list[str]:
-        case = WsCase("valid", json.dumps({"type": "response.create", "model": MODEL, "input": "hello",
-                                           "store": False}), append_mode)
+        case = WsCase(
+            "valid",
+            json.dumps({"type": "response.create", "model": MODEL, "input": "hello", "store": False}),
+            append_mode,
+        )
         out = Outcome("valid")
         try:
             ws.send(case.frame)
@@ -301,8 +336,9 @@ class HttpFuzzer:
     stored response that ``{stored}`` in a case's path stands for."""
 
     def __init__(self, base_url: str, stored: str | None = None) -> None:
-        self.http = httpx.Client(base_url=base_url, timeout=REPLY_TIMEOUT_S,
-                                 headers={"Authorization": "Bearer sk-fuzz"})
+        self.http = httpx.Client(
+            base_url=base_url, timeout=REPLY_TIMEOUT_S, headers={"Authorization": "Bearer sk-fuzz"}
+        )
         self.stored = stored or self._store_one()
         self.kinds: Counter[str] = Counter()
         self.statuses: Counter[str] = Counter()
@@ -328,8 +364,11 @@ class HttpFuzzer:
         sent = sent_strings(case.body or b"") | set(re.split(r"[/?&=]", unquote(path)))
         if r.status_code >= 400:
             error = self._json(body, out)
-            code = error.get("error", {}).get("code") if isinstance(error, dict) and \
-                isinstance(error.get("error"), dict) else None
+            code = (
+                error.get("error", {}).get("code")
+                if isinstance(error, dict) and isinstance(error.get("error"), dict)
+                else None
+            )
             out.replies.append(f"{r.status_code} {code}")
             if r.status_code >= 500:
                 out.problems.append(f"status {r.status_code}")

@@ -108,8 +108,12 @@ class RunCheck:
         return not self.violations
 
     def summary(self) -> dict[str, Any]:
-        return {"ok": self.ok, "counts": dict(self.counts), "violations": dict(self.violations),
-                "examples": [vars(v) for v in self.examples]}
+        return {
+            "ok": self.ok,
+            "counts": dict(self.counts),
+            "violations": dict(self.violations),
+            "examples": [vars(v) for v in self.examples],
+        }
 
 
 @dataclass
@@ -118,7 +122,7 @@ class _Item:
     type: str
     index: int
     parts: list[str] = field(default_factory=list)  # finished text of each content part
-    text: str = ""                                  # the open part's deltas / the arguments
+    text: str = ""  # the open part's deltas / the arguments
     call_id: str | None = None
 
 
@@ -152,7 +156,9 @@ class ConnectionCheck:
         kind = ev.get("type")
         self.run.counts["events"] += 1
         if not self._pending:
-            self._violate("stray_event", f"{kind} (seq {ev.get('sequence_number')}) with no create outstanding")
+            self._violate(
+                "stray_event", f"{kind} (seq {ev.get('sequence_number')}) with no create outstanding"
+            )
             return
         if "stream_id" in ev:
             self._violate("stream_id", f"{kind} carries stream_id {ev['stream_id']!r} on the default lane")
@@ -162,8 +168,11 @@ class ConnectionCheck:
             self._end()
             return
         if ev.get("sequence_number") != (0 if self._phase is Phase.CREATED else self._seq + 1):
-            self._violate("sequence", f"{kind}: sequence_number {ev.get('sequence_number')}, expected "
-                          f"{0 if self._phase is Phase.CREATED else self._seq + 1}")
+            self._violate(
+                "sequence",
+                f"{kind}: sequence_number {ev.get('sequence_number')}, expected "
+                f"{0 if self._phase is Phase.CREATED else self._seq + 1}",
+            )
         if isinstance(ev.get("sequence_number"), int):
             self._seq = ev["sequence_number"]
         key = (self._phase, kind)
@@ -193,8 +202,11 @@ class ConnectionCheck:
         self._same("created output", r.get("output"), [])
         self._same("created usage", r.get("usage"), None)
         if r.get("previous_response_id") != self._pending[0]:
-            self._violate("chain", f"previous_response_id {r.get('previous_response_id')!r}, "
-                          f"the create sent {self._pending[0]!r}")
+            self._violate(
+                "chain",
+                f"previous_response_id {r.get('previous_response_id')!r}, "
+                f"the create sent {self._pending[0]!r}",
+            )
 
     def _on_in_progress(self, ev: dict[str, Any]) -> None:
         self._same("in_progress id", (ev.get("response") or {}).get("id"), self._rid)
@@ -267,12 +279,17 @@ class ConnectionCheck:
         self.run.counts["terminals"] += 1
         self._same("terminal response id", r.get("id"), self._rid)
         self._same("terminal status", r.get("status"), TERMINAL_STATUS[ev["type"]])
-        self._same("terminal output ids", [o.get("id") for o in r.get("output") or []], [i.id for i in self._items])
+        self._same(
+            "terminal output ids", [o.get("id") for o in r.get("output") or []], [i.id for i in self._items]
+        )
         usage = r.get("usage") or {}
         if ev["type"] == "response.completed":
             self.run.counts["completed"] += 1
-            self._same("usage total_tokens", usage.get("total_tokens"),
-                       (usage.get("input_tokens") or 0) + (usage.get("output_tokens") or 0))
+            self._same(
+                "usage total_tokens",
+                usage.get("total_tokens"),
+                (usage.get("input_tokens") or 0) + (usage.get("output_tokens") or 0),
+            )
         else:
             self._violate("not_completed", f"{ev['type']}: {r.get('error') or r.get('incomplete_details')}")
         self._end()

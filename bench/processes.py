@@ -17,8 +17,11 @@ def actor_pids(class_suffix: str) -> list[int]:
     are named ``ServeReplica:<app>:<deployment>``)."""
     from ray._private import state
 
-    return [a["Pid"] for a in state.actors().values()
-            if a.get("State") == "ALIVE" and a.get("ActorClassName", "").endswith(class_suffix) and a.get("Pid")]
+    return [
+        a["Pid"]
+        for a in state.actors().values()
+        if a.get("State") == "ALIVE" and a.get("ActorClassName", "").endswith(class_suffix) and a.get("Pid")
+    ]
 
 
 def session_host_pids() -> list[int]:
@@ -80,7 +83,9 @@ class CpuMeter:
         return sum(self._last[p] - self._first[p] for p in self._last)
 
 
-def flatness(values: list[float], *, min_band_mb: float = 8.0, rel_band: float = 0.02) -> dict[str, float | bool | None]:
+def flatness(
+    values: list[float], *, min_band_mb: float = 8.0, rel_band: float = 0.02
+) -> dict[str, float | bool | None]:
     """Is a memory series flat?  The last third's mean against the middle third's (the
     first third is warm-up), and a least-squares slope per sample over the last two thirds.
 
@@ -94,9 +99,15 @@ def flatness(values: list[float], *, min_band_mb: float = 8.0, rel_band: float =
 
     n = len(values)
     if n < 6:
-        return {"flat": None, "middle_mb": None, "last_mb": None, "change_mb": None, "band_mb": None,
-                "slope_mb_per_sample": None}
-    middle, last, tail = values[n // 3: 2 * n // 3], values[2 * n // 3:], values[n // 3:]
+        return {
+            "flat": None,
+            "middle_mb": None,
+            "last_mb": None,
+            "change_mb": None,
+            "band_mb": None,
+            "slope_mb_per_sample": None,
+        }
+    middle, last, tail = values[n // 3 : 2 * n // 3], values[2 * n // 3 :], values[n // 3 :]
     m_mean, l_mean = statistics.fmean(middle), statistics.fmean(last)
     noise = statistics.pstdev([b - a for a, b in itertools.pairwise(tail)]) / math.sqrt(2)
     band = max(3 * noise, rel_band * m_mean, min_band_mb)
@@ -104,5 +115,11 @@ def flatness(values: list[float], *, min_band_mb: float = 8.0, rel_band: float =
     x_mean, y_mean = statistics.fmean(xs), statistics.fmean(tail)
     sxx = sum((x - x_mean) ** 2 for x in xs)
     slope = sum((x - x_mean) * (y - y_mean) for x, y in zip(xs, tail)) / sxx if sxx else 0.0
-    return {"flat": abs(l_mean - m_mean) <= band, "middle_mb": m_mean, "last_mb": l_mean,
-            "change_mb": l_mean - m_mean, "band_mb": band, "slope_mb_per_sample": slope}
+    return {
+        "flat": abs(l_mean - m_mean) <= band,
+        "middle_mb": m_mean,
+        "last_mb": l_mean,
+        "change_mb": l_mean - m_mean,
+        "band_mb": band,
+        "slope_mb_per_sample": slope,
+    }

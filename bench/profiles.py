@@ -17,13 +17,24 @@ def bench_inference_config(replicas: int | None = None) -> InferenceConfig:
     """The shipped inference config plus the bench profiles (``replicas`` if given)."""
     base = load_inference_config().model_dump()
     fast = next(p for p in base["profiles"] if p["id"] == "emu-fast")
-    common = {k: fast[k] for k in ("prefill_tokens_per_s", "prefill_overhead_ms", "chunk_ms", "min_chunk_tokens")}
+    common = {
+        k: fast[k] for k in ("prefill_tokens_per_s", "prefill_overhead_ms", "chunk_ms", "min_chunk_tokens")
+    }
     base["profiles"] += [
-        {"id": "bench-zero", "decode_tokens_per_s": 1e9, "prefill_tokens_per_s": 1e12, "prefill_overhead_ms": 0},
+        {
+            "id": "bench-zero",
+            "decode_tokens_per_s": 1e9,
+            "prefill_tokens_per_s": 1e12,
+            "prefill_overhead_ms": 0,
+        },
         {**common, "id": "bench-1k", "decode_tokens_per_s": 1000, "batching": fast["batching"]},
         {**common, "id": "bench-4k", "decode_tokens_per_s": 4000, "batching": fast["batching"]},
-        {**common, "id": "bench-flat", "decode_tokens_per_s": 1000,
-         "batching": {**fast["batching"], "knee": 64, "itl_growth_per_seq": 0.0}},
+        {
+            **common,
+            "id": "bench-flat",
+            "decode_tokens_per_s": 1000,
+            "batching": {**fast["batching"], "knee": 64, "itl_growth_per_seq": 0.0},
+        },
     ]
     if replicas is not None:
         base["replicas"] = replicas

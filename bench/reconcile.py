@@ -62,7 +62,9 @@ def usage_of(usage: dict[str, Any] | None) -> tuple[int, int, int] | None:
 def read_ledger(data_dir: str | Path) -> list[Line]:
     """Every line of the SQLite ledger in ``data_dir`` (docs/operations.md, the usage ledger)."""
     with contextlib.closing(sqlite3.connect(Path(data_dir) / "responses.sqlite3")) as conn:
-        rows = conn.execute("SELECT response_id, input_tokens, cached_tokens, output_tokens FROM usage").fetchall()
+        rows = conn.execute(
+            "SELECT response_id, input_tokens, cached_tokens, output_tokens FROM usage"
+        ).fetchall()
     return [Line(*row) for row in rows]
 
 
@@ -97,8 +99,18 @@ def reconcile(seen: Seen, lines: list[Line]) -> dict[str, Any]:
                 bad("usage_mismatches", rid)
     for rid in by_id.keys() - seen.responses.keys():
         bad("lines_never_seen", rid)
-    forbidden = ("duplicate_lines", "billed_but_seen_unbilled", "lost_lines", "usage_mismatches", "lines_never_seen")
-    return {"responses_seen": len(seen.responses), "ledger_lines": len(lines),
-            **{case: out[case] for case in ("seen_billed", "seen_unbilled", "billed_unseen", "cut_unbilled")},
-            **{case: out[case] for case in forbidden},
-            "mismatches": sum(out[case] for case in forbidden), "examples": examples}
+    forbidden = (
+        "duplicate_lines",
+        "billed_but_seen_unbilled",
+        "lost_lines",
+        "usage_mismatches",
+        "lines_never_seen",
+    )
+    return {
+        "responses_seen": len(seen.responses),
+        "ledger_lines": len(lines),
+        **{case: out[case] for case in ("seen_billed", "seen_unbilled", "billed_unseen", "cut_unbilled")},
+        **{case: out[case] for case in forbidden},
+        "mismatches": sum(out[case] for case in forbidden),
+        "examples": examples,
+    }

@@ -25,7 +25,12 @@ def pct(values: Sequence[float], q: float) -> float | None:
 
 def _dist(values: Iterable[float]) -> dict[str, float | None]:
     v = list(values)
-    return {"median": pct(v, 0.5), "p90": pct(v, 0.9), "mean": statistics.fmean(v) if v else None, "n": len(v)}
+    return {
+        "median": pct(v, 0.5),
+        "p90": pct(v, 0.9),
+        "mean": statistics.fmean(v) if v else None,
+        "n": len(v),
+    }
 
 
 def overhead_ms(turn) -> float | None:
@@ -63,7 +68,8 @@ def summarise(records: Sequence[RolloutRecord]) -> dict[str, Any]:
         floored = [(r, r.model_s + r.tool_s) for r in ok if r.model_s is not None]
         outp = sum(t.output_tokens for t in turns)
         s: dict[str, Any] = {
-            "rollouts": len(rs), "failed_rollouts": len(rs) - len(ok),
+            "rollouts": len(rs),
+            "failed_rollouts": len(rs) - len(ok),
             "errors": [r.error for r in rs if r.error][:5],
             "turns": len(turns),
             "e2e_s": _dist(r.e2e_s for r in ok),
@@ -74,8 +80,9 @@ def summarise(records: Sequence[RolloutRecord]) -> dict[str, Any]:
             "ttft_ms": _dist(t.ttft_ms for t in turns if t.ttft_ms is not None),
             "nonmodel_ms_est": _dist(x for t in turns if (x := nonmodel_ms(t)) is not None),
             "api_overhead_ms": _dist(x for t in turns if (x := overhead_ms(t)) is not None),
-            "phases_mean_ms": ({p: statistics.fmean(sv.get(p, 0.0) for sv in server) for p in PHASES}
-                               if server else None),
+            "phases_mean_ms": (
+                {p: statistics.fmean(sv.get(p, 0.0) for sv in server) for p in PHASES} if server else None
+            ),
             "request_kb": _dist(t.request_bytes / 1024 for t in turns),
             "input_tokens_last_turn": _dist(r.turns[-1].input_tokens for r in ok if r.turns),
             "cached_share": (sum(t.cached_tokens for t in turns) / inp) if inp else None,
@@ -85,7 +92,9 @@ def summarise(records: Sequence[RolloutRecord]) -> dict[str, Any]:
             # rollout plus its tool time; e2e above it is everything that is not the model.
             "floor_s": _dist(f for _, f in floored),
             "above_floor": _dist(r.e2e_s / f - 1 for r, f in floored),
-            "above_floor_ms_per_turn": _dist((r.e2e_s - f) * 1000 / len(r.turns) for r, f in floored if r.turns),
+            "above_floor_ms_per_turn": _dist(
+                (r.e2e_s - f) * 1000 / len(r.turns) for r, f in floored if r.turns
+            ),
         }
         out[name] = s
     base = out.get("ws")
@@ -95,8 +104,10 @@ def summarise(records: Sequence[RolloutRecord]) -> dict[str, Any]:
                 s["ws_gain"] = {
                     "e2e_median": 1 - base["e2e_s"]["median"] / s["e2e_s"]["median"],
                     "e2e_p90": 1 - base["e2e_s"]["p90"] / s["e2e_s"]["p90"],
-                    "e2e_minus_tools_median": 1 - base["e2e_minus_tools_s"]["median"] / s["e2e_minus_tools_s"]["median"],
-                    "e2e_minus_connect_median": 1 - base["e2e_minus_connect_s"]["median"] / s["e2e_minus_connect_s"]["median"],
+                    "e2e_minus_tools_median": 1
+                    - base["e2e_minus_tools_s"]["median"] / s["e2e_minus_tools_s"]["median"],
+                    "e2e_minus_connect_median": 1
+                    - base["e2e_minus_connect_s"]["median"] / s["e2e_minus_connect_s"]["median"],
                     "speedup_e2e_median": s["e2e_s"]["median"] / base["e2e_s"]["median"],
                 }
     return out
@@ -115,6 +126,7 @@ def per_turn_series(records: Sequence[RolloutRecord], metric) -> dict[str, list[
 
 # ------------------------------------------------------------------------ terminal table
 
+
 def console():
     """A rich console; 200 columns wide when the output is not a terminal (tables stay whole)."""
     from rich.console import Console
@@ -131,15 +143,28 @@ def render_table(summary: dict[str, Any], title: str):
     from rich.table import Table
 
     t = Table(title=title, title_justify="left")
-    cols = ["transport", "rollouts (failed)", "e2e s med / p90", "e2e − tools s", "connect ms", "turn ms med",
-            "TTFT ms med / p90", "API overhead ms med / p90", "non-model ms est. med",
-            "cached share", "req KB med", "out tok/s", "ws faster by"]
+    cols = [
+        "transport",
+        "rollouts (failed)",
+        "e2e s med / p90",
+        "e2e − tools s",
+        "connect ms",
+        "turn ms med",
+        "TTFT ms med / p90",
+        "API overhead ms med / p90",
+        "non-model ms est. med",
+        "cached share",
+        "req KB med",
+        "out tok/s",
+        "ws faster by",
+    ]
     for c in cols:
         t.add_column(c, justify="right" if c != "transport" else "left")
     for name, s in summary.items():
         gain = s.get("ws_gain")
         t.add_row(
-            name, f"{s['rollouts']} ({s['failed_rollouts']})",
+            name,
+            f"{s['rollouts']} ({s['failed_rollouts']})",
             f"{_f(s['e2e_s']['median'], '{:.2f}')} / {_f(s['e2e_s']['p90'], '{:.2f}')}",
             _f(s["e2e_minus_tools_s"]["median"], "{:.2f}"),
             _f(s["connect_ms"]["median"]),
@@ -167,14 +192,18 @@ def render_phases(summary: dict[str, Any]):
     for name, s in summary.items():
         ph = s["phases_mean_ms"]
         if ph:
-            t.add_row(name, *(_f(ph[p], "{:.2f}") for p in PHASES), _f(s["api_overhead_ms"]["mean"], "{:.2f}"))
+            t.add_row(
+                name, *(_f(ph[p], "{:.2f}") for p in PHASES), _f(s["api_overhead_ms"]["mean"], "{:.2f}")
+            )
     return t
 
 
 # ------------------------------------------------------------------------------- plots
 
-def plot_all(out_dir: Path, records: Sequence[RolloutRecord], sweep: list[dict[str, Any]] | None,
-             label: str) -> list[Path]:
+
+def plot_all(
+    out_dir: Path, records: Sequence[RolloutRecord], sweep: list[dict[str, Any]] | None, label: str
+) -> list[Path]:
     plt = plotting.pyplot()
     written = []
     timings = any(t.server for r in records for t in r.turns)
@@ -205,8 +234,11 @@ def plot_all(out_dir: Path, records: Sequence[RolloutRecord], sweep: list[dict[s
         for n in names:
             pts = [(s["tool_rounds"], s["summary"][n]["e2e_s"]["median"]) for s in sweep if n in s["summary"]]
             ax1.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=n)
-            gains = [(s["tool_rounds"], s["summary"][n]["ws_gain"]["e2e_median"] * 100)
-                     for s in sweep if n in s["summary"] and "ws_gain" in s["summary"][n]]
+            gains = [
+                (s["tool_rounds"], s["summary"][n]["ws_gain"]["e2e_median"] * 100)
+                for s in sweep
+                if n in s["summary"] and "ws_gain" in s["summary"][n]
+            ]
             if gains:
                 ax2.plot([g[0] for g in gains], [g[1] for g in gains], marker="o", label=f"ws vs {n}")
         ax1.set_xlabel("tool rounds per rollout")

@@ -36,8 +36,13 @@ def machine() -> dict[str, Any]:
     :class:`Run`'s: it is taken when the run starts)."""
     import psutil
 
-    return {"cores": os.cpu_count(), "memory_bytes": psutil.virtual_memory().total,
-            "platform": platform.platform(), "python": platform.python_version(), "ray": version("ray")}
+    return {
+        "cores": os.cpu_count(),
+        "memory_bytes": psutil.virtual_memory().total,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "ray": version("ray"),
+    }
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,17 @@ from . import workload as wl
 from .transports import TRANSPORTS, TurnOutcome
 
 TIMINGS_KEY = "responses_ws.timings"
-PHASES = ("parse_validate", "history_load", "render", "classify", "model_resolution",
-          "queue", "prefill", "decode", "post")
+PHASES = (
+    "parse_validate",
+    "history_load",
+    "render",
+    "classify",
+    "model_resolution",
+    "queue",
+    "prefill",
+    "decode",
+    "post",
+)
 INFERENCE_PHASES = ("queue", "prefill", "decode")
 
 
@@ -35,8 +44,8 @@ class TurnRecord:
     output_tokens: int = 0
     calls: int = 0
     server: dict[str, float] | None = None  # server-side phase timings (ms), when reported
-    model_ms_est: float | None = None       # the emulator's own time for this turn, modelled
-    tool_ms: float = 0.0                    # the client's tool run after this turn
+    model_ms_est: float | None = None  # the emulator's own time for this turn, modelled
+    tool_ms: float = 0.0  # the client's tool run after this turn
     error: str | None = None
 
 
@@ -111,8 +120,13 @@ def emulator_model_time(model: str) -> ModelTime | None:
 
 
 def _record(turn: int, out: TurnOutcome, model_time: ModelTime | None) -> TurnRecord:
-    rec = TurnRecord(turn, None if out.ttft_s is None else out.ttft_s * 1000, out.total_s * 1000,
-                     out.request_bytes, error=out.error)
+    rec = TurnRecord(
+        turn,
+        None if out.ttft_s is None else out.ttft_s * 1000,
+        out.total_s * 1000,
+        out.request_bytes,
+        error=out.error,
+    )
     resp = out.response
     if resp:
         usage = resp.get("usage") or {}
@@ -153,9 +167,16 @@ async def warm_resumed(url: str, w: wl.Workload, rollouts: Sequence[int], api_ke
         await socket.close()
 
 
-async def run_rollout(transport: str, url: str, w: wl.Workload, rollout: int, *,
-                      api_key: str = "sk-bench", model_time: ModelTime | None = None,
-                      on_turn: Callable[[str, TurnRecord], None] | None = None) -> RolloutRecord:
+async def run_rollout(
+    transport: str,
+    url: str,
+    w: wl.Workload,
+    rollout: int,
+    *,
+    api_key: str = "sk-bench",
+    model_time: ModelTime | None = None,
+    on_turn: Callable[[str, TurnRecord], None] | None = None,
+) -> RolloutRecord:
     """One agent rollout; its end-to-end time includes connecting and the tool time."""
     rec = RolloutRecord(transport, rollout, wl.rounds(w, rollout))
     t = TRANSPORTS[transport](url, api_key)
@@ -182,8 +203,14 @@ async def run_rollout(transport: str, url: str, w: wl.Workload, rollout: int, *,
             # time is what the client actually spent, a late wake-up included.
             pause = wl.tool_time_s(w, rollout, turn)
             started = time.perf_counter()
-            new_items = [{"type": "function_call_output", "call_id": c["call_id"],
-                          "output": wl.tool_output(w, rollout, turn, i, c["name"])} for i, c in enumerate(calls)]
+            new_items = [
+                {
+                    "type": "function_call_output",
+                    "call_id": c["call_id"],
+                    "output": wl.tool_output(w, rollout, turn, i, c["name"]),
+                }
+                for i, c in enumerate(calls)
+            ]
             await asyncio.sleep(max(0.0, pause - (time.perf_counter() - started)))
             turn_rec.tool_ms = (time.perf_counter() - started) * 1000
             rec.tool_s += turn_rec.tool_ms / 1000
@@ -204,10 +231,18 @@ def interleaved_jobs(transports: Sequence[str], rollouts: int) -> list[tuple[str
     return [(t, r) for r in range(rollouts) for t in transports]
 
 
-async def run_bench(url: str, w: wl.Workload, transports: Sequence[str], *, rollouts: int,
-                    concurrency: int = 1, warmup: bool = True, settle_s: float = 3.0,
-                    api_key: str = "sk-bench-{transport}",
-                    on_turn: Callable[[str, TurnRecord], None] | None = None) -> list[RolloutRecord]:
+async def run_bench(
+    url: str,
+    w: wl.Workload,
+    transports: Sequence[str],
+    *,
+    rollouts: int,
+    concurrency: int = 1,
+    warmup: bool = True,
+    settle_s: float = 3.0,
+    api_key: str = "sk-bench-{transport}",
+    on_turn: Callable[[str, TurnRecord], None] | None = None,
+) -> list[RolloutRecord]:
     """Run ``rollouts`` rollouts on each transport, interleaved.  ``api_key`` names each
     transport's key: with ``{transport}`` in it (the default) every transport has its own
     prefix-cache scope, so the same rollout run on one transport does not warm the cache for
@@ -236,8 +271,11 @@ async def run_bench(url: str, w: wl.Workload, transports: Sequence[str], *, roll
                 # could evict the first ones' histories again (18 of ~66k tokens fill a replica's
                 # 1M-token cache), and then their first turns missed on whichever transport ran first
                 await warm_resumed(url, w, [r], keys[transport])
-            results.append(await run_rollout(transport, url, w, r, api_key=keys[transport],
-                                             model_time=model_time, on_turn=on_turn))
+            results.append(
+                await run_rollout(
+                    transport, url, w, r, api_key=keys[transport], model_time=model_time, on_turn=on_turn
+                )
+            )
 
     await asyncio.gather(*(worker() for _ in range(max(1, concurrency))))
     return results

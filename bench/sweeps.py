@@ -29,12 +29,15 @@ def speed_model(speed: int) -> str:
 def speed_profile(base: ModelProfile, speed: int) -> ModelProfile:
     """``base`` running at ``speed`` decode tokens/s, every rate scaled alike."""
     f = speed / base.decode_tokens_per_s
-    return base.model_copy(update={
-        "id": speed_model(speed), "description": f"{base.id} scaled to {speed} tok/s decode",
-        "decode_tokens_per_s": base.decode_tokens_per_s * f,
-        "burst_tokens_per_s": None if base.burst_tokens_per_s is None else base.burst_tokens_per_s * f,
-        "prefill_tokens_per_s": base.prefill_tokens_per_s * f,
-    })
+    return base.model_copy(
+        update={
+            "id": speed_model(speed),
+            "description": f"{base.id} scaled to {speed} tok/s decode",
+            "decode_tokens_per_s": base.decode_tokens_per_s * f,
+            "burst_tokens_per_s": None if base.burst_tokens_per_s is None else base.burst_tokens_per_s * f,
+            "prefill_tokens_per_s": base.prefill_tokens_per_s * f,
+        }
+    )
 
 
 def with_speeds(config: InferenceConfig, model: str, speeds: Sequence[int]) -> InferenceConfig:
@@ -44,16 +47,25 @@ def with_speeds(config: InferenceConfig, model: str, speeds: Sequence[int]) -> I
     return config.model_copy(update={"profiles": [*config.profiles, *extra]})
 
 
-def run_points(points: Sequence[tuple[float, Workload]], transports: Sequence[str],
-               run: Callable[[Workload, str], list[RolloutRecord]]) -> list[dict[str, Any]]:
+def run_points(
+    points: Sequence[tuple[float, Workload]],
+    transports: Sequence[str],
+    run: Callable[[Workload, str], list[RolloutRecord]],
+) -> list[dict[str, Any]]:
     """Every transport at each ``(x, workload)`` point — ``run(workload, label)`` runs one
     (all transports, interleaved) — and per point the comparison
     (:func:`breakdown.compare`) and the rollouts."""
     out = []
     for x, w in points:
         records = run(w, f"{x:g}")
-        out.append({"x": x, "workload": w.as_dict(), "comparison": breakdown.compare(records, transports),
-                    "rollouts": [r.as_dict() for r in records]})
+        out.append(
+            {
+                "x": x,
+                "workload": w.as_dict(),
+                "comparison": breakdown.compare(records, transports),
+                "rollouts": [r.as_dict() for r in records],
+            }
+        )
     return out
 
 
@@ -72,8 +84,11 @@ def lines(points: list[dict[str, Any]], what: str) -> list[str]:
         ts = p["comparison"]["transports"]
         names = list(ts)
         share = ", ".join(f"{n} {ts[n]['api_share']:.1%}" for n in names if ts[n]["api_share"] is not None)
-        gains = ", ".join(f"vs {n} {g['e2e']:.1%} ({g['without_tools']:.1%} w/o tools)" for n in names[1:]
-                          if (g := ts[n].get("gain_of_" + names[0])))
+        gains = ", ".join(
+            f"vs {n} {g['e2e']:.1%} ({g['without_tools']:.1%} w/o tools)"
+            for n in names[1:]
+            if (g := ts[n].get("gain_of_" + names[0]))
+        )
         out.append(f"{what} {p['x']:>8g}: API overhead share {share}; {names[0]} faster {gains}")
     return out
 
@@ -84,14 +99,26 @@ def plot(path: Path, points: list[dict[str, Any]], xlabel: str, title: str, log_
     fig, (ax1, ax2) = plotting.pyplot().subplots(1, 2, figsize=(11, 4))
     names = list(points[0]["comparison"]["transports"]) if points else []
     for n in names:
-        pts = [(p["x"], 100 * s) for p in points if (s := p["comparison"]["transports"][n]["api_share"]) is not None]
+        pts = [
+            (p["x"], 100 * s)
+            for p in points
+            if (s := p["comparison"]["transports"][n]["api_share"]) is not None
+        ]
         ax1.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=n)
-        gains = [(p["x"], 100 * g["e2e"], 100 * g["without_tools"]) for p in points
-                 if (g := p["comparison"]["transports"][n].get("gain_of_" + names[0]))]
+        gains = [
+            (p["x"], 100 * g["e2e"], 100 * g["without_tools"])
+            for p in points
+            if (g := p["comparison"]["transports"][n].get("gain_of_" + names[0]))
+        ]
         if gains:
             ax2.plot([g[0] for g in gains], [g[1] for g in gains], marker="o", label=f"vs {n}, end to end")
-            ax2.plot([g[0] for g in gains], [g[2] for g in gains], marker="s", ls="--",
-                     label=f"vs {n}, without tool time")
+            ax2.plot(
+                [g[0] for g in gains],
+                [g[2] for g in gains],
+                marker="s",
+                ls="--",
+                label=f"vs {n}, without tool time",
+            )
     for ax in (ax1, ax2):
         ax.set_xlabel(xlabel)
         if log_x:

@@ -37,8 +37,8 @@ def register(cls: type[Transport]) -> type[Transport]:
 @dataclass
 class TurnOutcome:
     response: dict[str, Any] | None  # the terminal Response object (None on a transport error)
-    ttft_s: float | None             # send → first output delta
-    total_s: float                   # send → terminal event
+    ttft_s: float | None  # send → first output delta
+    total_s: float  # send → terminal event
     request_bytes: int
     error: str | None = None
 
@@ -88,8 +88,14 @@ def output_as_input(output: list[dict[str, Any]]) -> list[dict[str, Any]]:
     items = []
     for o in output:
         if o.get("type") == "function_call":
-            items.append({"type": "function_call", "call_id": o["call_id"], "name": o["name"],
-                          "arguments": o["arguments"]})
+            items.append(
+                {
+                    "type": "function_call",
+                    "call_id": o["call_id"],
+                    "name": o["name"],
+                    "arguments": o["arguments"],
+                }
+            )
         elif o.get("type") == "message":
             text = "".join(c.get("text", "") for c in o.get("content", []))
             items.append({"role": "assistant", "content": [{"type": "output_text", "text": text}]})
@@ -103,8 +109,9 @@ class WebSocketTransport(Transport):
     on_event: Callable[[Event], None] | None = None  # sees every event received
 
     async def open(self) -> None:
-        self.socket: ResponsesSocket = await connect(self.base_url, api_key=self.api_key, query=self.query,
-                                                     on_event=self.on_event)
+        self.socket: ResponsesSocket = await connect(
+            self.base_url, api_key=self.api_key, query=self.query, on_event=self.on_event
+        )
         self._prev: str | None = None
 
     async def close(self) -> None:
@@ -124,8 +131,9 @@ class WebSocketTransport(Transport):
 
 class _HttpTransport(Transport):
     async def open(self) -> None:
-        self._client = httpx.AsyncClient(base_url=self.base_url, timeout=120.0,
-                                         headers={"Authorization": f"Bearer {self.api_key}"})
+        self._client = httpx.AsyncClient(
+            base_url=self.base_url, timeout=120.0, headers={"Authorization": f"Bearer {self.api_key}"}
+        )
 
     async def close(self) -> None:
         await self._client.aclose()
@@ -133,12 +141,18 @@ class _HttpTransport(Transport):
     async def _post(self, body: dict) -> TurnOutcome:
         data = json.dumps({**body, "stream": True}).encode()
         answer = Answer(time.perf_counter(), len(data))
-        async with self._client.stream("POST", "/v1/responses", content=data,
-                                       headers={"Content-Type": "application/json"}) as r:
+        async with self._client.stream(
+            "POST", "/v1/responses", content=data, headers={"Content-Type": "application/json"}
+        ) as r:
             if r.status_code != 200:
                 text = (await r.aread()).decode(errors="replace")
-                return TurnOutcome(None, None, time.perf_counter() - answer.sent_at, len(data),
-                                   error=f"{r.status_code} {text[:300]}")
+                return TurnOutcome(
+                    None,
+                    None,
+                    time.perf_counter() - answer.sent_at,
+                    len(data),
+                    error=f"{r.status_code} {text[:300]}",
+                )
             async for line in r.aiter_lines():
                 if line.startswith("data:"):
                     answer.add(json.loads(line[5:]))
@@ -209,8 +223,9 @@ class AppendTransport(WebSocketTransport):
         else:
             event = {"type": "response.append", "response_id": self._response_id, "input": new_items}
         answer = await self.socket.request(event, until=_paused_or_final)
-        self._response_id = next((e["response"]["id"] for e in answer.events if e["type"] == "response.created"),
-                                 self._response_id)
+        self._response_id = next(
+            (e["response"]["id"] for e in answer.events if e["type"] == "response.created"), self._response_id
+        )
         segment = [e["item"] for e in answer.events if e["type"] == "response.output_item.done"]
         if not is_final(answer.last):  # paused on a function call until our response.append
             return TurnOutcome({"output": segment}, answer.ttft_s, answer.total_s, answer.request_bytes)
@@ -222,5 +237,6 @@ class AppendTransport(WebSocketTransport):
 
 
 def _paused_or_final(event: Event) -> bool:
-    return is_final(event) or (event["type"] == "response.output_item.done"
-                               and event["item"].get("type") == "function_call")
+    return is_final(event) or (
+        event["type"] == "response.output_item.done" and event["item"].get("type") == "function_call"
+    )

@@ -27,23 +27,204 @@ from inference.tokenizer import decode, encode
 
 # Words that cl100k encodes as one token each (with a leading space), so text sizes are
 # close to their target in tokens; the measured sizes are reported in the results anyway.
-WORDS = ["the", "a", "to", "of", "and", "in", "is", "that", "for", "it", "with", "as", "on", "be", "this", "are", "by", "or", "from", "at", "an", "not", "you", "your", "use", "code", "file", "test", "tests", "function", "class", "method", "value", "values", "return", "error", "errors", "call", "calls", "change", "changes", "before", "after", "when", "if", "then", "else", "each", "every", "only", "must", "should", "never", "always", "run", "command", "output", "input", "read", "write", "path", "line", "lines", "module", "package", "import", "type", "types", "check", "result", "results", "new", "old", "first", "last", "next", "make", "sure", "keep", "what", "which", "where", "why", "how", "user", "agent", "tool", "tools", "patch", "diff", "repository", "branch", "commit", "build", "fix", "bug", "issue", "data", "list", "string", "number", "object", "field", "name", "names", "state", "config", "server", "client", "request", "response", "time", "small", "large", "short", "long", "simple", "clear", "exact", "same", "other", "more", "less", "most", "all", "any", "some", "no", "one", "two", "three", "work", "works", "working", "need", "needs", "do", "does", "done", "can", "will", "may", "also", "just", "now", "here", "there"]
+WORDS = [
+    "the",
+    "a",
+    "to",
+    "of",
+    "and",
+    "in",
+    "is",
+    "that",
+    "for",
+    "it",
+    "with",
+    "as",
+    "on",
+    "be",
+    "this",
+    "are",
+    "by",
+    "or",
+    "from",
+    "at",
+    "an",
+    "not",
+    "you",
+    "your",
+    "use",
+    "code",
+    "file",
+    "test",
+    "tests",
+    "function",
+    "class",
+    "method",
+    "value",
+    "values",
+    "return",
+    "error",
+    "errors",
+    "call",
+    "calls",
+    "change",
+    "changes",
+    "before",
+    "after",
+    "when",
+    "if",
+    "then",
+    "else",
+    "each",
+    "every",
+    "only",
+    "must",
+    "should",
+    "never",
+    "always",
+    "run",
+    "command",
+    "output",
+    "input",
+    "read",
+    "write",
+    "path",
+    "line",
+    "lines",
+    "module",
+    "package",
+    "import",
+    "type",
+    "types",
+    "check",
+    "result",
+    "results",
+    "new",
+    "old",
+    "first",
+    "last",
+    "next",
+    "make",
+    "sure",
+    "keep",
+    "what",
+    "which",
+    "where",
+    "why",
+    "how",
+    "user",
+    "agent",
+    "tool",
+    "tools",
+    "patch",
+    "diff",
+    "repository",
+    "branch",
+    "commit",
+    "build",
+    "fix",
+    "bug",
+    "issue",
+    "data",
+    "list",
+    "string",
+    "number",
+    "object",
+    "field",
+    "name",
+    "names",
+    "state",
+    "config",
+    "server",
+    "client",
+    "request",
+    "response",
+    "time",
+    "small",
+    "large",
+    "short",
+    "long",
+    "simple",
+    "clear",
+    "exact",
+    "same",
+    "other",
+    "more",
+    "less",
+    "most",
+    "all",
+    "any",
+    "some",
+    "no",
+    "one",
+    "two",
+    "three",
+    "work",
+    "works",
+    "working",
+    "need",
+    "needs",
+    "do",
+    "does",
+    "done",
+    "can",
+    "will",
+    "may",
+    "also",
+    "just",
+    "now",
+    "here",
+    "there",
+]
 
 CODE_LINES = (
-    "def {n}(self, {a}, {b}=None):", "    if {a} is None:", "        return {b}",
-    "    result = self._{n}({a})", "    for item in {a}:", "        total += item.{b}",
-    "    raise ValueError(f\"bad {a}: {{{a}!r}}\")", "class {N}({N}Base):",
-    "    \"\"\"{doc}\"\"\"", "import {a}", "from .{a} import {n}", "    return {a}.{n}({b})",
-    "    assert {a} == {b}, {a}", "    self.{a} = {b}", "",
+    "def {n}(self, {a}, {b}=None):",
+    "    if {a} is None:",
+    "        return {b}",
+    "    result = self._{n}({a})",
+    "    for item in {a}:",
+    "        total += item.{b}",
+    '    raise ValueError(f"bad {a}: {{{a}!r}}")',
+    "class {N}({N}Base):",
+    '    """{doc}"""',
+    "import {a}",
+    "from .{a} import {n}",
+    "    return {a}.{n}({b})",
+    "    assert {a} == {b}, {a}",
+    "    self.{a} = {b}",
+    "",
 )
 LOG_LINES = (
-    "tests/test_{a}.py::test_{n}_{b} PASSED", "tests/test_{a}.py::test_{n} FAILED",
-    "E       AssertionError: assert {a} == {b}", "E       +  where {a} = {n}({b})",
-    "{a}.py:{num}: in {n}", "    {a} = {n}({b})", "---------- captured log call ----------",
-    "WARNING  {a}:{n}.py:{num} {doc}", "===== {num} passed, 1 failed in 0.{num}s =====",
+    "tests/test_{a}.py::test_{n}_{b} PASSED",
+    "tests/test_{a}.py::test_{n} FAILED",
+    "E       AssertionError: assert {a} == {b}",
+    "E       +  where {a} = {n}({b})",
+    "{a}.py:{num}: in {n}",
+    "    {a} = {n}({b})",
+    "---------- captured log call ----------",
+    "WARNING  {a}:{n}.py:{num} {doc}",
+    "===== {num} passed, 1 failed in 0.{num}s =====",
 )
-IDENT = ("config", "session", "store", "parser", "render", "token", "cache", "lane", "value",
-         "item", "path", "state", "event", "frame", "buffer", "handle", "limit", "count")
+IDENT = (
+    "config",
+    "session",
+    "store",
+    "parser",
+    "render",
+    "token",
+    "cache",
+    "lane",
+    "value",
+    "item",
+    "path",
+    "state",
+    "event",
+    "frame",
+    "buffer",
+    "handle",
+    "limit",
+    "count",
+)
 
 
 @dataclass(frozen=True)
@@ -68,11 +249,11 @@ class Lognormal:
 class Shape:
     """Per-rollout and per-turn sizes drawn from distributions instead of fixed means."""
 
-    tool_rounds: Lognormal        # tool calls per rollout (one user request)
+    tool_rounds: Lognormal  # tool calls per rollout (one user request)
     tool_output_tokens: Lognormal  # new input per step: one tool output
     step_output_tokens: Lognormal  # model output per step, reasoning included
-    tool_time_ms: Lognormal        # one tool execution on the client
-    call_tokens: int = 40          # the visible part of a step that calls a tool (its arguments)
+    tool_time_ms: Lognormal  # one tool execution on the client
+    call_tokens: int = 40  # the visible part of a step that calls a tool (its arguments)
 
 
 # Codex CLI steps in the TraceLab dataset (docs/benchmark.md has the sources of each figure).
@@ -91,15 +272,15 @@ class Workload:
     ``tool_rounds``, ``tool_output_tokens``, ``tool_time_ms`` and ``text_tokens``."""
 
     model: str = "emu-fast"
-    tool_rounds: int = 20          # tool calls before the model answers in text
-    system_tokens: int = 3000      # instructions
-    tool_def_tokens: int = 1500    # all tool definitions together
-    task_tokens: int = 120         # the user's task message
+    tool_rounds: int = 20  # tool calls before the model answers in text
+    system_tokens: int = 3000  # instructions
+    tool_def_tokens: int = 1500  # all tool definitions together
+    task_tokens: int = 120  # the user's task message
     tool_output_tokens: int = 800  # mean size of one tool output (uniform in ±50 %)
-    text_tokens: int = 150         # the final answer
-    tool_time_ms: float = 20.0     # simulated client-side tool execution, mean (uniform ±50 %)
+    text_tokens: int = 150  # the final answer
+    tool_time_ms: float = 20.0  # simulated client-side tool execution, mean (uniform ±50 %)
     seed: int = 0
-    resume_tokens: int = 0         # an earlier session's history before the task (~tokens)
+    resume_tokens: int = 0  # an earlier session's history before the task (~tokens)
     shape: Shape | None = None
     extra_metadata: dict[str, str] = field(default_factory=dict)
 
@@ -111,8 +292,9 @@ PRESETS: dict[str, Workload] = {
     "uniform": Workload(),
     # Codex's prompt files are ~2-7k tokens; resumed session of ~60k tokens (published
     # cached prefixes: p50 116k, p90 202k; the context sweep covers 10k-200k).
-    "codex": Workload(system_tokens=5000, tool_def_tokens=2000, task_tokens=150, resume_tokens=60_000,
-                      shape=CODEX),
+    "codex": Workload(
+        system_tokens=5000, tool_def_tokens=2000, task_tokens=150, resume_tokens=60_000, shape=CODEX
+    ),
 }
 
 
@@ -140,9 +322,16 @@ def _fill(rng: random.Random, templates: tuple[str, ...], tokens: int) -> str:
     ids: list[int] = []
     while len(ids) < tokens:
         for _ in range(max(1, (tokens - len(ids)) // 7)):  # ~7 tokens a line: about enough
-            lines.append(rng.choice(templates).format(
-                n=rng.choice(IDENT), a=rng.choice(IDENT), b=rng.choice(IDENT), N=rng.choice(IDENT).title(),
-                num=rng.randint(10, 999), doc=" ".join(rng.choice(WORDS) for _ in range(5))))
+            lines.append(
+                rng.choice(templates).format(
+                    n=rng.choice(IDENT),
+                    a=rng.choice(IDENT),
+                    b=rng.choice(IDENT),
+                    N=rng.choice(IDENT).title(),
+                    num=rng.randint(10, 999),
+                    doc=" ".join(rng.choice(WORDS) for _ in range(5)),
+                )
+            )
         ids = encode("\n".join(lines))
     return decode(ids[:tokens])
 
@@ -150,25 +339,54 @@ def _fill(rng: random.Random, templates: tuple[str, ...], tokens: int) -> str:
 @lru_cache(maxsize=16)
 def instructions(system_tokens: int, seed: int) -> str:
     rng = random.Random(f"instructions/{seed}")
-    head = ("You are a coding agent running in a terminal. You read files, run commands and "
-            "apply patches to complete the user's task. ")
+    head = (
+        "You are a coding agent running in a terminal. You read files, run commands and "
+        "apply patches to complete the user's task. "
+    )
     return head + _prose(rng, system_tokens - 30)
 
 
 _TOOL_SHAPES: tuple[tuple[str, dict], ...] = (
-    ("shell", {"command": {"type": "array", "items": {"type": "string"}},
-               "workdir": {"type": "string"}, "timeout_ms": {"type": "integer", "minimum": 1, "maximum": 600000}}),
+    (
+        "shell",
+        {
+            "command": {"type": "array", "items": {"type": "string"}},
+            "workdir": {"type": "string"},
+            "timeout_ms": {"type": "integer", "minimum": 1, "maximum": 600000},
+        },
+    ),
     ("apply_patch", {"input": {"type": "string"}}),
-    ("read_file", {"path": {"type": "string"}, "offset": {"type": "integer", "minimum": 0},
-                   "limit": {"type": "integer", "minimum": 1, "maximum": 2000}}),
+    (
+        "read_file",
+        {
+            "path": {"type": "string"},
+            "offset": {"type": "integer", "minimum": 0},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 2000},
+        },
+    ),
     ("list_dir", {"path": {"type": "string"}, "depth": {"type": "integer", "minimum": 1, "maximum": 5}}),
-    ("grep_files", {"pattern": {"type": "string"}, "path": {"type": "string"},
-                    "include": {"type": "string"}}),
-    ("update_plan", {"explanation": {"type": "string"},
-                     "plan": {"type": "array", "items": {"type": "object", "properties": {
-                         "step": {"type": "string"},
-                         "status": {"type": "string", "enum": ["pending", "in_progress", "completed"]}},
-                         "required": ["step", "status"], "additionalProperties": False}}}),
+    (
+        "grep_files",
+        {"pattern": {"type": "string"}, "path": {"type": "string"}, "include": {"type": "string"}},
+    ),
+    (
+        "update_plan",
+        {
+            "explanation": {"type": "string"},
+            "plan": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "step": {"type": "string"},
+                        "status": {"type": "string", "enum": ["pending", "in_progress", "completed"]},
+                    },
+                    "required": ["step", "status"],
+                    "additionalProperties": False,
+                },
+            },
+        },
+    ),
     ("run_tests", {"selector": {"type": "string"}, "verbose": {"type": "boolean"}}),
     ("view_image", {"path": {"type": "string"}}),
 )
@@ -186,15 +404,28 @@ def tools(w: Workload) -> list[dict]:
     out = []
     for name, description, props in _tools(w.tool_def_tokens, w.seed):
         properties = dict(props)
-        out.append({"type": "function", "name": name, "description": description, "strict": False,
-                    "parameters": {"type": "object", "properties": properties,
-                                   "required": list(properties)[:1], "additionalProperties": False}})
+        out.append(
+            {
+                "type": "function",
+                "name": name,
+                "description": description,
+                "strict": False,
+                "parameters": {
+                    "type": "object",
+                    "properties": properties,
+                    "required": list(properties)[:1],
+                    "additionalProperties": False,
+                },
+            }
+        )
     return out
 
 
 def task(w: Workload, rollout: int) -> str:
     rng = random.Random(f"task/{w.seed}/{rollout}")
-    return "The test suite fails after the last change. Find the cause and fix it. " + _prose(rng, w.task_tokens)
+    return "The test suite fails after the last change. Find the cause and fix it. " + _prose(
+        rng, w.task_tokens
+    )
 
 
 def tool_output(w: Workload, rollout: int, turn: int, call: int, tool_name: str) -> str:
@@ -223,8 +454,11 @@ def metadata(w: Workload, rollout: int) -> dict[str, str]:
     n = rounds(w, rollout)
     # the model calls tools while the context holds fewer tool results than this
     in_context = n + sum(1 for item in history(w, rollout) if item.get("type") == "function_call_output")
-    out = {"emulator.tool_rounds": str(in_context), "emulator.text_tokens": str(w.text_tokens),
-           "emulator.seed": str(w.seed * 100003 + rollout)}
+    out = {
+        "emulator.tool_rounds": str(in_context),
+        "emulator.text_tokens": str(w.text_tokens),
+        "emulator.seed": str(w.seed * 100003 + rollout),
+    }
     if w.shape is not None:
         step = w.shape.step_output_tokens
         out["emulator.reasoning_tokens"] = str(max(1, round(step.median) - w.shape.call_tokens))
@@ -242,25 +476,43 @@ def history(w: Workload, rollout: int) -> list[dict[str, Any]]:
 
 
 @lru_cache(maxsize=64)
-def _history(seed: int, rollout: int, resume_tokens: int, task_tokens: int, tool_output_tokens: int,
-             shape: Shape | None) -> tuple[dict[str, Any], ...]:
-    w = Workload(seed=seed, resume_tokens=resume_tokens, task_tokens=task_tokens,
-                 tool_output_tokens=tool_output_tokens, shape=shape)
+def _history(
+    seed: int,
+    rollout: int,
+    resume_tokens: int,
+    task_tokens: int,
+    tool_output_tokens: int,
+    shape: Shape | None,
+) -> tuple[dict[str, Any], ...]:
+    w = Workload(
+        seed=seed,
+        resume_tokens=resume_tokens,
+        task_tokens=task_tokens,
+        tool_output_tokens=tool_output_tokens,
+        shape=shape,
+    )
     rng = random.Random(f"history/{w.seed}/{rollout}")
     items: list[dict[str, Any]] = []
     budget = w.resume_tokens
     past = 0
     while budget > 0:
-        items.append({"role": "user", "content": [{"type": "input_text", "text": _prose(rng, w.task_tokens)}]})
+        items.append(
+            {"role": "user", "content": [{"type": "input_text", "text": _prose(rng, w.task_tokens)}]}
+        )
         budget -= w.task_tokens
         for step in range(rounds(w, 10_000 + rollout * 100 + past)):
             name = _TOOL_SHAPES[rng.randrange(4)][0]  # shell, apply_patch, read_file, list_dir
             call_id = f"call_resumed_{rollout}_{past}_{step}"
-            args = f'{{"command": ["bash", "-lc", "{rng.choice(IDENT)}"]}}' if name == "shell" \
+            args = (
+                f'{{"command": ["bash", "-lc", "{rng.choice(IDENT)}"]}}'
+                if name == "shell"
                 else f'{{"path": "src/{rng.choice(IDENT)}.py"}}'
+            )
             output = tool_output(replace(w, seed=w.seed + 7919 * (past + 1)), rollout, step, 0, name)
-            items += [{"type": "function_call", "call_id": call_id, "name": name, "arguments": args},
-                      {"type": "function_call_output", "call_id": call_id, "output": output}]
+            items += [
+                {"type": "function_call", "call_id": call_id, "name": name, "arguments": args},
+                {"type": "function_call_output", "call_id": call_id, "output": output},
+            ]
             budget -= 20 + len(output) // 4
             if budget <= 0:
                 break

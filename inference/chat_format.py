@@ -47,7 +47,9 @@ def _label(text: str) -> tuple[int, ...]:
     return tuple(encode(text))
 
 
-def _segment(header: str, *pieces: str, encoded: Sequence[int] | None = None, label: str | None = None) -> list[int]:
+def _segment(
+    header: str, *pieces: str, encoded: Sequence[int] | None = None, label: str | None = None
+) -> list[int]:
     """``encoded``: the last piece's encoding, when the caller has it (``encode(pieces[-1])``
     exactly): it is not encoded again.  ``label``: a first piece from a small set (a tool's
     name line), encoded once per process."""

@@ -88,7 +88,7 @@ class TemplateFormat:
         generation = self._text([{"role": "system", "content": ANCHOR}], generation_prompt=True)
         if not generation.startswith(base):
             raise TemplateNotSegmentwise("the generation prompt does not extend the conversation")
-        self.generation_prompt = self._special(generation[len(base):])
+        self.generation_prompt = self._special(generation[len(base) :])
         # What the template puts before a conversation that brings no system message (a
         # default system prompt, a BOS token): the prompt starts with it when no
         # instructions are given, as the template would render it.
@@ -122,13 +122,15 @@ class TemplateFormat:
         return list(self._tok.encode(text, add_special_tokens=False)) if text else []
 
     def _text(self, messages: list[dict[str, str]], *, generation_prompt: bool = False) -> str:
-        return self._tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
+        return self._tok.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=generation_prompt
+        )
 
     def _segment_text(self, role: str) -> tuple[str, str]:
         full = self._text([{"role": "system", "content": ANCHOR}, {"role": role, "content": SENTINEL}])
         if not full.startswith(self._base) or full.count(SENTINEL) != 1:
             raise TemplateNotSegmentwise(f"a {role!r} message does not extend the conversation before it")
-        before, after = full[len(self._base):].split(SENTINEL)
+        before, after = full[len(self._base) :].split(SENTINEL)
         return before, after
 
     def _segment(self, role: str) -> _Segment:
@@ -142,8 +144,13 @@ class TemplateFormat:
     def _check_concatenative(self) -> None:
         """Two messages render as the first's text plus the second's."""
         u, a = self._segment_text("user"), self._segment_text("assistant")
-        both = self._text([{"role": "system", "content": ANCHOR}, {"role": "user", "content": "x"},
-                           {"role": "assistant", "content": "y"}])
+        both = self._text(
+            [
+                {"role": "system", "content": ANCHOR},
+                {"role": "user", "content": "x"},
+                {"role": "assistant", "content": "y"},
+            ]
+        )
         if both != self._base + u[0] + "x" + u[1] + a[0] + "y" + a[1]:
             raise TemplateNotSegmentwise("two messages do not render as the concatenation of each")
 
@@ -227,16 +234,37 @@ def call_text(name: str, arguments: str) -> str:
 
 def tools_prompt(tools: Sequence[ToolSpec]) -> str:
     """The Hermes-style tool description (what Qwen 2.5's template writes for ``tools``)."""
-    lines = [json.dumps({"type": "function", "function": {"name": t.name, "parameters": t.parameters}},
-                        sort_keys=True, ensure_ascii=False) for t in tools if not t.custom]
-    lines += [json.dumps({"type": "function", "function": {
-        "name": t.name, "parameters": {"type": "object", "properties": {"input": {"type": "string"}}}}},
-        sort_keys=True) for t in tools if t.custom]
-    return ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-            "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
-            + "\n".join(lines) + "\n</tools>\n\nFor each function call, return a json object with function "
-            "name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
-            '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>')
+    lines = [
+        json.dumps(
+            {"type": "function", "function": {"name": t.name, "parameters": t.parameters}},
+            sort_keys=True,
+            ensure_ascii=False,
+        )
+        for t in tools
+        if not t.custom
+    ]
+    lines += [
+        json.dumps(
+            {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "parameters": {"type": "object", "properties": {"input": {"type": "string"}}},
+                },
+            },
+            sort_keys=True,
+        )
+        for t in tools
+        if t.custom
+    ]
+    return (
+        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+        "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+        + "\n".join(lines)
+        + "\n</tools>\n\nFor each function call, return a json object with function "
+        "name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+        '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
+    )
 
 
 @lru_cache(maxsize=8)

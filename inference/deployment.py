@@ -79,8 +79,9 @@ class SessionAffinityRouter(RequestRouter):
     def _setup(self, config: RoutingConfig) -> None:
         self._config = config
         self._affinity = SessionAffinity(config.max_pinned_sessions)
-        self._prefix = PrefixRouting(config.prefix_requests_per_min, time.monotonic,
-                                     capacity=config.max_routed_prefixes)
+        self._prefix = PrefixRouting(
+            config.prefix_requests_per_min, time.monotonic, capacity=config.max_routed_prefixes
+        )
 
     async def choose_replicas(
         self,
@@ -108,8 +109,12 @@ class SessionAffinityRouter(RequestRouter):
         decision is kept on the pending request, which Serve reuses for its retries)."""
         order = [r for r in getattr(pending, _DECIDED, ()) if r in live]
         if not order:
-            key = prefix_key(request.prompt_token_ids, request.cache_scope, request.prompt_cache_key,
-                             self._config.prefix_tokens)
+            key = prefix_key(
+                request.prompt_token_ids,
+                request.cache_scope,
+                request.prompt_cache_key,
+                self._config.prefix_tokens,
+            )
             order = self._prefix.choose(key, live)
             setattr(pending, _DECIDED, order)
         return order
@@ -177,7 +182,11 @@ class InferenceDeployment:
 
     async def stats(self) -> dict[str, Any]:
         """This replica's counters (requests, tokens, batches, prefix cache)."""
-        return {"replica": self._replica or None, "channel_calls": self._channel.calls, **self._engine.stats()}
+        return {
+            "replica": self._replica or None,
+            "channel_calls": self._channel.calls,
+            **self._engine.stats(),
+        }
 
     async def _report_rate(self, period_s: float = 1.0) -> None:
         """Delivered tokens/s over the last ``period_s``, per replica, as a gauge."""
@@ -198,29 +207,57 @@ class RayMetrics:
         tags = {"replica": replica}
         self.tokens_sent = 0
         self._ttft = metrics.Histogram(
-            "responses_ws_inference_ttft_seconds", "Time to first token (queue + prefill + first decode step)",
+            "responses_ws_inference_ttft_seconds",
+            "Time to first token (queue + prefill + first decode step)",
             boundaries=[0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10],
-            tag_keys=("replica", "model"))
+            tag_keys=("replica", "model"),
+        )
         self._itl = metrics.Histogram(
-            "responses_ws_inference_itl_seconds", "Inter-token latency (mean over each sent chunk)",
+            "responses_ws_inference_itl_seconds",
+            "Inter-token latency (mean over each sent chunk)",
             boundaries=[0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128],
-            tag_keys=("replica", "model"))
-        self._tokens = metrics.Counter("responses_ws_inference_output_tokens", "Output tokens sent",
-                                       tag_keys=("replica", "model"))
-        self.tokens_per_s = metrics.Gauge("responses_ws_inference_tokens_per_second",
-                                          "Output tokens/s sent by the replica (1 s window)", tag_keys=("replica",))
-        self._running = metrics.Gauge("responses_ws_inference_running_seqs", "Sequences in the batch",
-                                      tag_keys=("replica", "model"))
-        self._waiting = metrics.Gauge("responses_ws_inference_waiting_seqs", "Sequences waiting for a slot",
-                                      tag_keys=("replica", "model"))
-        self._hits = metrics.Counter("responses_ws_inference_prefix_hit_blocks", "Prefix-cache blocks reused",
-                                     tag_keys=("replica",))
-        self._misses = metrics.Counter("responses_ws_inference_prefix_miss_blocks", "Prefix-cache blocks prefilled",
-                                       tag_keys=("replica",))
-        self._evictions = metrics.Counter("responses_ws_inference_prefix_evicted_blocks",
-                                          "Prefix-cache blocks evicted", tag_keys=("replica",))
-        for m in (self._ttft, self._itl, self._tokens, self.tokens_per_s, self._running, self._waiting,
-                  self._hits, self._misses, self._evictions):
+            tag_keys=("replica", "model"),
+        )
+        self._tokens = metrics.Counter(
+            "responses_ws_inference_output_tokens", "Output tokens sent", tag_keys=("replica", "model")
+        )
+        self.tokens_per_s = metrics.Gauge(
+            "responses_ws_inference_tokens_per_second",
+            "Output tokens/s sent by the replica (1 s window)",
+            tag_keys=("replica",),
+        )
+        self._running = metrics.Gauge(
+            "responses_ws_inference_running_seqs", "Sequences in the batch", tag_keys=("replica", "model")
+        )
+        self._waiting = metrics.Gauge(
+            "responses_ws_inference_waiting_seqs",
+            "Sequences waiting for a slot",
+            tag_keys=("replica", "model"),
+        )
+        self._hits = metrics.Counter(
+            "responses_ws_inference_prefix_hit_blocks", "Prefix-cache blocks reused", tag_keys=("replica",)
+        )
+        self._misses = metrics.Counter(
+            "responses_ws_inference_prefix_miss_blocks",
+            "Prefix-cache blocks prefilled",
+            tag_keys=("replica",),
+        )
+        self._evictions = metrics.Counter(
+            "responses_ws_inference_prefix_evicted_blocks",
+            "Prefix-cache blocks evicted",
+            tag_keys=("replica",),
+        )
+        for m in (
+            self._ttft,
+            self._itl,
+            self._tokens,
+            self.tokens_per_s,
+            self._running,
+            self._waiting,
+            self._hits,
+            self._misses,
+            self._evictions,
+        ):
             m.set_default_tags(tags)
 
     def first_token(self, model: str, ttft_s: float) -> None:
@@ -271,7 +308,8 @@ def deployment_options(config: InferenceConfig) -> dict[str, Any]:
         options["num_replicas"] = config.replicas
     if scaling.session_affinity:
         options["request_router_config"] = RequestRouterConfig(
-            request_router_class=SessionAffinityRouter, request_router_kwargs=config.routing.model_dump())
+            request_router_class=SessionAffinityRouter, request_router_kwargs=config.routing.model_dump()
+        )
     else:
         options["request_router_config"] = RequestRouterConfig()
     return options

@@ -178,8 +178,14 @@ class Engine:
             queue_ms = (t_admit - t_arrive) * 1000.0
             self._queue_ms_total += queue_ms
             t_first = t_admit + prefill_ms / 1000.0
-            prefilled = Prefilled(len(prompt), reported_cached_tokens(reused), queue_ms, prefill_ms,
-                                  reused_tokens=reused, replica=self._replica)
+            prefilled = Prefilled(
+                len(prompt),
+                reported_cached_tokens(reused),
+                queue_ms,
+                prefill_ms,
+                reused_tokens=reused,
+                replica=self._replica,
+            )
             if output is None:
                 await self._sleeper.sleep_until(t_first, precise=True)
                 self._insert(request.session_key, prompt, prompt_check, (), found.keys, root, digest)
@@ -190,8 +196,9 @@ class Engine:
             limit = request.max_output_tokens
             n = total if limit is None else max(0, min(total, limit))
             token_factors = jitter.tokens(n) if profile.jitter.token_sigma else None
-            schedule = DecodeSchedule(decode_work(profile, n, jitter.request, token_factors),
-                                      t_first, batch.factor)
+            schedule = DecodeSchedule(
+                decode_work(profile, n, jitter.request, token_factors), t_first, batch.factor
+            )
             self._schedules[model][seq] = schedule
             chunker = Chunker(schedule, t_first, self._windows[model])
             streams = _segment_streams(output.segments)
@@ -201,7 +208,9 @@ class Engine:
             first: list[InferenceEvent] = [prefilled]
             events: list[InferenceEvent] = []
             if n == 0:
-                await self._sleeper.sleep_until(t_first, precise=True)  # nothing to decode, prefill still costs
+                await self._sleeper.sleep_until(
+                    t_first, precise=True
+                )  # nothing to decode, prefill still costs
             else:
                 t_last = t_arrive
                 async for start, end in paced_chunks(chunker, self._clock, self._sleeper):
@@ -275,8 +284,16 @@ class Engine:
             return self._roots[model]
         return hash((self._roots[model], scope))
 
-    def _insert(self, session: str | None, prompt: Sequence[int], prompt_check: Check, output: Sequence[int],
-                known: Sequence[int], root: int, digest: Digest | None) -> None:
+    def _insert(
+        self,
+        session: str | None,
+        prompt: Sequence[int],
+        prompt_check: Check,
+        output: Sequence[int],
+        known: Sequence[int],
+        root: int,
+        digest: Digest | None,
+    ) -> None:
         """Cache the KV of ``prompt`` followed by ``output`` (``known``: the block keys of a
         prefix of them), and remember them as ``session``'s conversation
         (``inference.prompt_memo``)."""
@@ -373,7 +390,9 @@ class _SegmentStream:
         self._parts.append(text)
         tokens, self._carried = self._carried, 0
         if isinstance(self._segment, FunctionCallSegment):
-            return FunctionCallDelta(self._call_index, self._segment.name, text, tokens, custom=self._segment.custom)
+            return FunctionCallDelta(
+                self._call_index, self._segment.name, text, tokens, custom=self._segment.custom
+            )
         return TextDelta(text, tokens)
 
     def rendered(self) -> list[int]:
@@ -417,4 +436,3 @@ def _segment_streams(segments: Sequence[Segment]) -> list[_SegmentStream]:
         if isinstance(segment, FunctionCallSegment):
             calls += 1
     return streams
-

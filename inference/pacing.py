@@ -165,8 +165,9 @@ def decode_s(profile: ModelProfile, k: int) -> float:
     return burst / rate + (k - burst) / profile.decode_tokens_per_s
 
 
-def decode_work(profile: ModelProfile, n: int, request_factor: float = 1.0,
-                token_factors: Sequence[float] | None = None) -> Sequence[float]:
+def decode_work(
+    profile: ModelProfile, n: int, request_factor: float = 1.0, token_factors: Sequence[float] | None = None
+) -> Sequence[float]:
     """Cumulative single-stream decode time (s) up to and including each of ``n`` tokens.
 
     Token ``i`` alone takes ``decode_s(i + 1) - decode_s(i)`` (the burst schedule), times
@@ -344,9 +345,7 @@ class Chunker:
         return start, end
 
 
-async def paced_chunks(
-    chunker: Chunker, clock: Clock, sleeper: Sleeper
-) -> AsyncIterator[tuple[int, int]]:
+async def paced_chunks(chunker: Chunker, clock: Clock, sleeper: Sleeper) -> AsyncIterator[tuple[int, int]]:
     """Yield token ranges ``(start, end)`` as they come due, until every token is sent."""
     while not chunker.done:
         await sleeper.sleep_until(chunker.next_emit_time(), precise=chunker.next_is_first_or_last)

@@ -200,7 +200,8 @@ def metadata_overrides(metadata: Iterable[tuple[str, object]]) -> dict[str, Any]
         try:
             updates[field] = int(str(value).strip())
             PolicyConfig.__pydantic_validator__.validate_assignment(
-                PolicyConfig.model_construct(), field, updates[field])
+                PolicyConfig.model_construct(), field, updates[field]
+            )
         except (ValueError, ValidationError):
             raise InvalidMetadata(key, str(value)) from None
     return updates
@@ -215,7 +216,9 @@ def policy_for(request: InferenceRequest, base: PolicyConfig) -> PolicyConfig:
 _MODES = ("auto", "none", "required")
 
 
-def plan(request: InferenceRequest, policy: PolicyConfig, prompt_seed: Callable[[], int] | None = None) -> OutputPlan:
+def plan(
+    request: InferenceRequest, policy: PolicyConfig, prompt_seed: Callable[[], int] | None = None
+) -> OutputPlan:
     """The output of one response: hidden reasoning if asked for, then one function call or
     one text answer (see module doc) — or what the scenario says.  ``prompt_seed``: the
     plan's seed (the digest of the prompt and ``policy.seed``) computed by the caller, who
@@ -258,13 +261,18 @@ def scripted_plan(request: InferenceRequest, turn: scripted.Turn, seed: int) -> 
     if turn.text is not None:
         segments.append(TextSegment(tuple(encode(turn.text)), canonical=True))
     elif turn.text_tokens is not None:
-        n = turn.text_tokens if request.max_output_tokens is None else min(turn.text_tokens, request.max_output_tokens + 1)
+        n = (
+            turn.text_tokens
+            if request.max_output_tokens is None
+            else min(turn.text_tokens, request.max_output_tokens + 1)
+        )
         segments.append(text_segment(n, rng))
     custom = {t.name for t in request.tools if t.custom}
     for call in turn.calls:  # a call of a custom tool is its call, ``arguments`` its input
         arguments = call.argument_text()
-        segments.append(FunctionCallSegment(call.name, arguments, tuple(encode(arguments)),
-                                            custom=call.name in custom))
+        segments.append(
+            FunctionCallSegment(call.name, arguments, tuple(encode(arguments)), custom=call.name in custom)
+        )
     return OutputPlan(tuple(segments))
 
 
@@ -281,9 +289,7 @@ def reasoning_length(policy: PolicyConfig, rng: random.Random) -> int:
     return max(1, min(65_536, round(median * math.exp(sigma * rng.gauss(0.0, 1.0)))))
 
 
-def _tool_to_call(
-    request: InferenceRequest, policy: PolicyConfig, rng: random.Random
-) -> ToolSpec | None:
+def _tool_to_call(request: InferenceRequest, policy: PolicyConfig, rng: random.Random) -> ToolSpec | None:
     tools = request.tools
     if not tools or request.tool_choice == "none":
         return None
@@ -332,12 +338,14 @@ def custom_input(tool_name: str, rng: random.Random) -> str:
     changes nothing.  Any other custom tool gets a corpus sentence."""
     if "patch" in tool_name.lower():
         path = scratch_path(rng)
-        return ("*** Begin Patch\n"
-                f"*** Update File: {path}\n"
-                "@@\n"
-                f"-{CORPUS[rng.randrange(len(CORPUS))]}\n"
-                f"+{CORPUS[rng.randrange(len(CORPUS))]}\n"
-                "*** End Patch")
+        return (
+            "*** Begin Patch\n"
+            f"*** Update File: {path}\n"
+            "@@\n"
+            f"-{CORPUS[rng.randrange(len(CORPUS))]}\n"
+            f"+{CORPUS[rng.randrange(len(CORPUS))]}\n"
+            "*** End Patch"
+        )
     return CORPUS[rng.randrange(len(CORPUS))]
 
 

@@ -175,9 +175,11 @@ class PrefixCacheConfig(BaseModel):
     @classmethod
     def _no_cross_key_sharing(cls, data: object) -> object:
         if isinstance(data, dict) and "share_across_sessions" in data:
-            raise ValueError("prefix_cache.share_across_sessions was removed: the prefix cache is "
-                             "scoped per API key, shared by its connections and HTTP requests "
-                             "(docs/emulator.md)")
+            raise ValueError(
+                "prefix_cache.share_across_sessions was removed: the prefix cache is "
+                "scoped per API key, shared by its connections and HTTP requests "
+                "(docs/emulator.md)"
+            )
         return data
 
     @model_validator(mode="after")
@@ -285,5 +287,7 @@ class InferenceConfig(BaseModel):
 
 def load_inference_config(path: Path | None = None) -> InferenceConfig:
     """Read and validate the YAML config; ``path`` defaults to the packaged ``inference/models.yaml``."""
-    text = path.read_text(encoding="utf-8") if path is not None else DEFAULT_CONFIG.read_text(encoding="utf-8")
+    text = (
+        path.read_text(encoding="utf-8") if path is not None else DEFAULT_CONFIG.read_text(encoding="utf-8")
+    )
     return InferenceConfig.model_validate(yaml.safe_load(text))

@@ -99,7 +99,7 @@ def digest_of(data: bytes, seed: int, known: Known | None) -> tuple[bytes, Diges
         return prompt_digest(ids, seed), Digest(seed, 0, blake2b(digest_size=16))  # never continued here
     if remembered is not None and remembered.seed == seed and remembered.tokens * 4 <= len(data):
         state = remembered.state.copy()
-        state.update(memoryview(data)[remembered.tokens * 4:])
+        state.update(memoryview(data)[remembered.tokens * 4 :])
     else:
         state = blake2b(digest_size=16)
         state.update(seed.to_bytes(16, "little", signed=True))

@@ -135,7 +135,9 @@ def from_metadata(key: str, value: str) -> Scenario:
 
 @lru_cache(maxsize=1)
 def _output_heads() -> tuple[tuple[int, ...], ...]:
-    return tuple(tuple(encode(f"{kind}\n")) for kind in ("assistant", "function_call", "custom_tool_call", "reasoning"))
+    return tuple(
+        tuple(encode(f"{kind}\n")) for kind in ("assistant", "function_call", "custom_tool_call", "reasoning")
+    )
 
 
 def responses_in_context(tokens: Sequence[int]) -> int:
@@ -146,7 +148,7 @@ def responses_in_context(tokens: Sequence[int]) -> int:
     for i, token in enumerate(tokens):
         if token != sep:
             continue
-        is_output = any(tuple(tokens[i + 1:i + 1 + len(h)]) == h for h in heads)
+        is_output = any(tuple(tokens[i + 1 : i + 1 + len(h)]) == h for h in heads)
         if is_output and not inside:
             runs += 1
         inside = is_output

@@ -34,29 +34,83 @@ _MAX_SIZE = 1000
 _GIVE_UP_DEPTH = 24  # a schema that keeps requiring itself is unsatisfiable in practice
 
 WORDS = (
-    "alpha", "build", "cache", "config", "delta", "docs", "engine", "fixture", "handler",
-    "index", "loader", "main", "parser", "report", "server", "session", "tests", "utils",
+    "alpha",
+    "build",
+    "cache",
+    "config",
+    "delta",
+    "docs",
+    "engine",
+    "fixture",
+    "handler",
+    "index",
+    "loader",
+    "main",
+    "parser",
+    "report",
+    "server",
+    "session",
+    "tests",
+    "utils",
 )
 PATHS = (
-    "src/main.py", "src/utils/io.py", "tests/test_parser.py", "README.md", "docs/guide.md",
-    "configs/models.yaml", "pyproject.toml", "src/server/app.py", "scripts/build.sh",
+    "src/main.py",
+    "src/utils/io.py",
+    "tests/test_parser.py",
+    "README.md",
+    "docs/guide.md",
+    "configs/models.yaml",
+    "pyproject.toml",
+    "src/server/app.py",
+    "scripts/build.sh",
 )
 # Read-only: an agent pointed at the emulator runs these in a developer's checkout.  No
 # test runs or builds (they write caches and artefacts), no plain ``git status`` (it may
 # rewrite the index).
 COMMANDS = (
-    "ls -la", "pwd", "cat README.md", "git log --oneline -5", "git --no-optional-locks status --short",
+    "ls -la",
+    "pwd",
+    "cat README.md",
+    "git log --oneline -5",
+    "git --no-optional-locks status --short",
     "git diff --stat",
 )
 # Paths given to a tool that changes files (``changes_files``) are in a directory of this
 # prefix and 8 random hex digits, which no checkout has: such a call cannot overwrite or
 # delete anything that exists.
 SCRATCH_DIR = "emulator-scratch-"
-_CHANGES_FILES = frozenset((
-    "write", "delete", "remove", "rm", "rmdir", "unlink", "patch", "edit", "move", "mv", "rename",
-    "create", "save", "overwrite", "replace", "append", "insert", "mkdir", "touch", "copy", "cp",
-    "truncate", "put", "upload", "update", "apply", "modify", "set",
-))
+_CHANGES_FILES = frozenset(
+    (
+        "write",
+        "delete",
+        "remove",
+        "rm",
+        "rmdir",
+        "unlink",
+        "patch",
+        "edit",
+        "move",
+        "mv",
+        "rename",
+        "create",
+        "save",
+        "overwrite",
+        "replace",
+        "append",
+        "insert",
+        "mkdir",
+        "touch",
+        "copy",
+        "cp",
+        "truncate",
+        "put",
+        "upload",
+        "update",
+        "apply",
+        "modify",
+        "set",
+    )
+)
 
 
 def scratch_path(rng: random.Random) -> str:

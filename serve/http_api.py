@@ -59,9 +59,16 @@ def error_response(exc: BaseException) -> JSONResponse:
     return JSONResponse(body, status_code=status)
 
 
-def host_app(*, store: StoreWriter, inference: InferenceClient, model_ids: Callable[[], list[str]],
-             observe: Callable[[str, dict[str, float]], None] | None, session_config: SessionConfig,
-             keys: KeyRing, models: list[dict]) -> FastAPI:
+def host_app(
+    *,
+    store: StoreWriter,
+    inference: InferenceClient,
+    model_ids: Callable[[], list[str]],
+    observe: Callable[[str, dict[str, float]], None] | None,
+    session_config: SessionConfig,
+    keys: KeyRing,
+    models: list[dict],
+) -> FastAPI:
     """The whole HTTP app as a session host serves it (the gateway hands HTTP connections to
     hosts, actors.host.http): the host brings its store writer, inference client and metrics."""
 
@@ -69,8 +76,15 @@ def host_app(*, store: StoreWriter, inference: InferenceClient, model_ids: Calla
         return models
 
     app = build_app(list_models)
-    add_http_routes(app, session_config=session_config, keys=keys, store=store, inference=inference,
-                    model_ids=model_ids, observe=observe)
+    add_http_routes(
+        app,
+        session_config=session_config,
+        keys=keys,
+        store=store,
+        inference=inference,
+        model_ids=model_ids,
+        observe=observe,
+    )
     return app
 
 
@@ -114,8 +128,15 @@ def add_http_routes(
             create = parse_http_create(body)
         # Stateless: nothing survives from earlier requests (model resolution, tool
         # rendering and the classifier are all redone; history comes from the store).
-        session = Session(session_config, model_ids(), session_key=None, owner=who,
-                          transport="http", clock=time.time, formats=formats)
+        session = Session(
+            session_config,
+            model_ids(),
+            session_key=None,
+            owner=who,
+            transport="http",
+            clock=time.time,
+            formats=formats,
+        )
         conn = Connection(session, inference, store, observe)
         conn.create(create, timer)
         events = conn.events()
@@ -124,8 +145,11 @@ def add_http_routes(
             await conn.close()
             return JSONResponse({"error": first[0].error.model_dump()}, status_code=first[0].status)
         if create.stream:
-            return StreamingResponse(_sse(conn, first, events), media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache"})
+            return StreamingResponse(
+                _sse(conn, first, events),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache"},
+            )
         try:
             batch = first
             while True:
@@ -166,10 +190,16 @@ def add_http_routes(
             ids = [i["id"] for i in items]
             if after not in ids:
                 raise InvalidRequest(f"No item with id '{after}' in this response's input.", param="after")
-            items = items[ids.index(after) + 1:]
+            items = items[ids.index(after) + 1 :]
         page = items[:limit]
-        return json_body(ItemList(data=page, first_id=page[0]["id"] if page else None,
-                                  last_id=page[-1]["id"] if page else None, has_more=len(items) > limit))
+        return json_body(
+            ItemList(
+                data=page,
+                first_id=page[0]["id"] if page else None,
+                last_id=page[-1]["id"] if page else None,
+                has_more=len(items) > limit,
+            )
+        )
 
     @app.post("/v1/responses/compact")
     async def compact_conversation(request: Request) -> Response:
@@ -187,10 +217,15 @@ def add_http_routes(
         output, summary = compact(items)
         used = len(chat_format.render_instructions(req.instructions)) + len(render_items(items))
         produced = len(chat_format.render_other("compaction", summary))
-        usage = Usage(input_tokens=used, input_tokens_details=InputTokensDetails(),
-                      output_tokens=produced, total_tokens=used + produced)
-        return json_body(CompactedResponse(id=new_id("resp"), created_at=int(time.time()),
-                                           output=output, usage=usage))
+        usage = Usage(
+            input_tokens=used,
+            input_tokens_details=InputTokensDetails(),
+            output_tokens=produced,
+            total_tokens=used + produced,
+        )
+        return json_body(
+            CompactedResponse(id=new_id("resp"), created_at=int(time.time()), output=output, usage=usage)
+        )
 
 
 async def _sse(conn: Connection, first: list, events: AsyncIterator[list]) -> AsyncIterator[bytes]:
@@ -219,7 +254,9 @@ class RoutingError(APIError):
     """A request no route takes (worded as OpenAI words it)."""
 
     def __init__(self, status: int, method: str, path: str) -> None:
-        super().__init__(f"Invalid URL ({method} {path})" if status == 404 else f"Method {method} is not allowed.")
+        super().__init__(
+            f"Invalid URL ({method} {path})" if status == 404 else f"Method {method} is not allowed."
+        )
         self.status = status if 400 <= status < 500 else 404
 
 
@@ -231,7 +268,9 @@ def _int_param(raw: str, name: str, lo: int, hi: int) -> int:
     try:
         value = int(raw)
     except ValueError:
-        raise InvalidRequest(f"Invalid '{name}': expected an integer.", param=name, code="invalid_type") from None
+        raise InvalidRequest(
+            f"Invalid '{name}': expected an integer.", param=name, code="invalid_type"
+        ) from None
     if not lo <= value <= hi:
         raise InvalidRequest(f"Invalid '{name}': must be between {lo} and {hi}.", param=name)
     return value

@@ -24,24 +24,38 @@ REFUSAL_STATUSES = ("400", "401", "403", "408", "429", "431", "500", "503")
 
 class GatewayMetrics:
     def __init__(self) -> None:
-        self._open = metrics.Gauge("responses_ws_open_sockets",
-                                   description="WebSockets open on a gateway replica (handed to session hosts)")
-        self._refusals = metrics.Counter("responses_ws_refusals",
-                                         description="Upgrades and HTTP connections refused before they "
-                                                     "were served, by HTTP status",
-                                         tag_keys=("status",))
+        self._open = metrics.Gauge(
+            "responses_ws_open_sockets",
+            description="WebSockets open on a gateway replica (handed to session hosts)",
+        )
+        self._refusals = metrics.Counter(
+            "responses_ws_refusals",
+            description="Upgrades and HTTP connections refused before they were served, by HTTP status",
+            tag_keys=("status",),
+        )
         self._handoff_failures = metrics.Counter(
-            "responses_ws_handoff_failures", description="Sockets that could not be handed to a session host")
-        self._hosts = metrics.Gauge("responses_ws_pool_hosts", description="Live session hosts of a gateway replica")
-        self._http_hosts = metrics.Gauge("responses_ws_pool_http_hosts",
-                                         description="Live session hosts of HTTP mode alone (session.http_actors)")
+            "responses_ws_handoff_failures", description="Sockets that could not be handed to a session host"
+        )
+        self._hosts = metrics.Gauge(
+            "responses_ws_pool_hosts", description="Live session hosts of a gateway replica"
+        )
+        self._http_hosts = metrics.Gauge(
+            "responses_ws_pool_http_hosts",
+            description="Live session hosts of HTTP mode alone (session.http_actors)",
+        )
         self._starting = metrics.Gauge("responses_ws_pool_starting", description="Session hosts starting")
-        self._free = metrics.Gauge("responses_ws_pool_free_slots",
-                                   description="Free connection slots on live hosts (below the soft target)")
-        self._starts = metrics.Counter("responses_ws_pool_host_starts",
-                                       description="Session host starts, by outcome (started, failed)",
-                                       tag_keys=("outcome",))
-        self._stops = metrics.Counter("responses_ws_pool_host_stops", description="Idle session hosts stopped")
+        self._free = metrics.Gauge(
+            "responses_ws_pool_free_slots",
+            description="Free connection slots on live hosts (below the soft target)",
+        )
+        self._starts = metrics.Counter(
+            "responses_ws_pool_host_starts",
+            description="Session host starts, by outcome (started, failed)",
+            tag_keys=("outcome",),
+        )
+        self._stops = metrics.Counter(
+            "responses_ws_pool_host_stops", description="Idle session hosts stopped"
+        )
         self._store_failures = store_write_failures()
         for status in REFUSAL_STATUSES:
             zero(self._refusals, {"status": status})

@@ -16,8 +16,9 @@ from urllib.parse import urlsplit
 
 ANY = "*"
 DEFAULT_PORTS = {"http": 80, "https": 443}
-LOOPBACK_ORIGINS = tuple(f"{scheme}://{host}:*" for scheme in ("http", "https")
-                         for host in ("localhost", "127.0.0.1", "[::1]"))
+LOOPBACK_ORIGINS = tuple(
+    f"{scheme}://{host}:*" for scheme in ("http", "https") for host in ("localhost", "127.0.0.1", "[::1]")
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,8 +35,14 @@ def parse_origin(text: str, *, any_port: bool = False) -> Origin:
     ``ValueError`` for anything that is not ``scheme://host[:port]``."""
     wildcard = any_port and text.endswith(":*")
     parts = urlsplit(text[:-2] if wildcard else text)
-    if parts.scheme not in DEFAULT_PORTS or not parts.hostname or parts.path or parts.query or parts.fragment \
-            or parts.username is not None:
+    if (
+        parts.scheme not in DEFAULT_PORTS
+        or not parts.hostname
+        or parts.path
+        or parts.query
+        or parts.fragment
+        or parts.username is not None
+    ):
         raise ValueError(f"{text!r} is not an origin (scheme://host[:port], scheme http or https)")
     port = None if wildcard else (parts.port or DEFAULT_PORTS[parts.scheme])  # .port: ValueError if bad
     return Origin(parts.scheme, parts.hostname.lower(), port)
@@ -55,5 +62,7 @@ class OriginPolicy:
             asked = parse_origin(origin)
         except ValueError:  # "null" (a file or a sandboxed frame), or garbage
             return False
-        return any(a.scheme == asked.scheme and a.host == asked.host and a.port in (None, asked.port)
-                   for a in self._allowed)
+        return any(
+            a.scheme == asked.scheme and a.host == asked.host and a.port in (None, asked.port)
+            for a in self._allowed
+        )

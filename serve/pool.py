@@ -54,7 +54,9 @@ class PoolPolicy:
     idle_timeout_s: float
     admission_wait_s: float
     startup_s: float = 2.0  # first guess of a host's start-up time; then measured
-    http_hosts: int = 0  # hosts for HTTP mode alone (started on demand, then kept); 0: HTTP shares the WebSocket hosts
+    http_hosts: int = (
+        0  # hosts for HTTP mode alone (started on demand, then kept); 0: HTTP shares the WebSocket hosts
+    )
 
 
 class NoCapacity(Exception):
@@ -153,7 +155,9 @@ class ActorPool:
         below_soft = [h for h in self._hosts if h.connections < p.soft]
         if below_soft:
             return max(below_soft, key=lambda h: h.connections)
-        return min((h for h in self._hosts if h.connections < p.hard), key=lambda h: h.connections, default=None)
+        return min(
+            (h for h in self._hosts if h.connections < p.hard), key=lambda h: h.connections, default=None
+        )
 
     def try_acquire(self) -> Lease | None:
         """A slot on a live host (:meth:`_admission_target`), or ``None``."""
@@ -269,8 +273,11 @@ class ActorPool:
     def _scale_out(self) -> None:
         p = self.policy
         need = self.wanted_free() + self._waiting
-        while (self.free_slots() < need and len(self._starting) < p.max_starting
-               and len(self._hosts) + len(self._starting) < p.max_hosts):
+        while (
+            self.free_slots() < need
+            and len(self._starting) < p.max_starting
+            and len(self._hosts) + len(self._starting) < p.max_hosts
+        ):
             self._start_one()
 
     def _start_one(self, *, http: bool = False) -> None:
@@ -290,7 +297,9 @@ class ActorPool:
         took = self._clock() - t0
         self._startup_s = 0.7 * self._startup_s + 0.3 * took if self.counters.started else took
         self.counters.started += 1
-        host = Host(name, handle, started_at=self._clock(), idle_since=None if http else self._clock(), http_only=http)
+        host = Host(
+            name, handle, started_at=self._clock(), idle_since=None if http else self._clock(), http_only=http
+        )
         (self._http_hosts if http else self._hosts).append(host)
         return host
 
@@ -312,7 +321,12 @@ class ActorPool:
         for host in reversed(list(self._hosts)):
             if len(self._hosts) == 1 or live_free - p.soft < keep:
                 break
-            if host.connections or host.http or host.idle_since is None or now - host.idle_since < p.idle_timeout_s:
+            if (
+                host.connections
+                or host.http
+                or host.idle_since is None
+                or now - host.idle_since < p.idle_timeout_s
+            ):
                 continue
             self._hosts.remove(host)
             live_free -= p.soft
@@ -334,9 +348,13 @@ class ActorPool:
         """``actors``, ``free_slots``, ``starting`` and ``connections`` are the WebSocket
         hosts'; ``http_actors`` the HTTP hosts (live)."""
         soft = self.policy.soft
-        return {"actors": len(self._hosts), "free_slots": sum(max(0, soft - h.connections) for h in self._hosts),
-                "starting": len(self._starting), "connections": sum(h.connections for h in self._hosts),
-                "http_actors": len(self._http_hosts)}
+        return {
+            "actors": len(self._hosts),
+            "free_slots": sum(max(0, soft - h.connections) for h in self._hosts),
+            "starting": len(self._starting),
+            "connections": sum(h.connections for h in self._hosts),
+            "http_actors": len(self._http_hosts),
+        }
 
     def shutdown(self) -> None:
         for task in [*self._starting, *self._http_starting]:
@@ -351,10 +369,24 @@ def policy_from(config: Any) -> PoolPolicy:
     """The pool's policy from :class:`actors.config.SessionConfig`."""
     soft = config.connections_per_actor
     return PoolPolicy(
-        soft=soft, hard=config.hard_connections_per_actor, warm=config.spare_slots,
-        max_hosts=config.max_actors, max_starting=config.max_starting_actors,
-        idle_timeout_s=config.actor_idle_timeout_s, admission_wait_s=config.admission_wait_s,
-        http_hosts=config.http_actors)
+        soft=soft,
+        hard=config.hard_connections_per_actor,
+        warm=config.spare_slots,
+        max_hosts=config.max_actors,
+        max_starting=config.max_starting_actors,
+        idle_timeout_s=config.actor_idle_timeout_s,
+        admission_wait_s=config.admission_wait_s,
+        http_hosts=config.http_actors,
+    )
 
 
-__all__ = ["ActorPool", "ArrivalRate", "Host", "HttpLease", "Lease", "NoCapacity", "PoolPolicy", "policy_from"]
+__all__ = [
+    "ActorPool",
+    "ArrivalRate",
+    "Host",
+    "HttpLease",
+    "Lease",
+    "NoCapacity",
+    "PoolPolicy",
+    "policy_from",
+]

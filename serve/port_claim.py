@@ -58,8 +58,9 @@ class PortTaken(Exception):
         self.host, self.port, self.pid, self.responses_ws = host, port, pid, responses_ws
         holder = "another responses-ws server" if responses_ws else "another process"
         who = f"pid {pid}: {command_line(pid)}" if pid is not None else "a process this user cannot see"
-        super().__init__(f"port {port} is already in use by {holder} ({who}); stop it or choose another "
-                         f"port (--port)")
+        super().__init__(
+            f"port {port} is already in use by {holder} ({who}); stop it or choose another port (--port)"
+        )
 
 
 def owner_digest(owner: str) -> str:
@@ -74,7 +75,7 @@ def members(port: int, proc_net_unix: Path = Path("/proc/net/unix")) -> list[Mem
     for line in proc_net_unix.read_text(errors="replace").splitlines()[1:]:
         path = line.rsplit(" ", 1)[-1]
         if path.startswith(needle):
-            owner, _, rest = path[len(needle):].partition("/")
+            owner, _, rest = path[len(needle) :].partition("/")
             pid = rest.partition("/")[0]
             found.append(Member(owner, int(pid) if pid.isdigit() else None, path[1:]))
     return found
@@ -115,16 +116,18 @@ class PortClaim:
         self._record.close()
 
 
-def claim(host: str, port: int, owner: str, bind: Callable[[str, int], socket.socket]
-          ) -> tuple[socket.socket, PortClaim]:
+def claim(
+    host: str, port: int, owner: str, bind: Callable[[str, int], socket.socket]
+) -> tuple[socket.socket, PortClaim]:
     """The listener of ``owner``'s replicas on the port: the socket a member listens on
     (:func:`shared_listener`), else ``bind(host, port)``; unless a process of another
     application, or any other program, serves the port (:class:`PortTaken`)."""
     digest = owner_digest(owner)
     with _port_lock(port):
         check(host, port, owner=digest)
-        listener = (shared_listener(host, port, [m for m in members(port) if m.owner == digest])
-                    if port else None) or bind(host, port)
+        listener = (
+            shared_listener(host, port, [m for m in members(port) if m.owner == digest]) if port else None
+        ) or bind(host, port)
         port = listener.getsockname()[1]  # the one the kernel picked for port 0
         record = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
@@ -155,8 +158,12 @@ def shared_listener(host: str, port: int, replicas: list[Member]) -> socket.sock
         if not fds:
             continue
         sock = socket.socket(fileno=fds[0])
-        if (sock.family == family and sock.type == socket.SOCK_STREAM and sock.getsockname()[:2] == address
-                and sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)):
+        if (
+            sock.family == family
+            and sock.type == socket.SOCK_STREAM
+            and sock.getsockname()[:2] == address
+            and sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+        ):
             # Non-blocking already (a flag of the socket, shared); never set it blocking here.
             sock.setblocking(False)
             return sock
@@ -192,7 +199,9 @@ def check(host: str, port: int, *, owner: str | None = None) -> None:
 def same_user(conn: socket.socket) -> bool:
     """Is the process at the other end of ``conn`` (a Unix socket) this process's user?
     Abstract names have no permissions: anyone on the machine may connect to a record."""
-    _, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    _, uid, _ = struct.unpack(
+        "3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    )
     return uid == os.getuid()
 
 
@@ -239,6 +248,12 @@ def command_line(pid: int) -> str:
     """What ``ps`` would show for ``pid`` (Ray names its workers, e.g.
     ``ray::ServeReplica:responses-ws:Gateway``); ``?`` if it is gone."""
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()[:120]
+        return (
+            Path(f"/proc/{pid}/cmdline")
+            .read_bytes()
+            .replace(b"\0", b" ")
+            .decode(errors="replace")
+            .strip()[:120]
+        )
     except OSError:
         return "?"

@@ -14,7 +14,9 @@ import os
 from pathlib import Path
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-DEFAULT_DIR = Path(os.environ.get("RESPONSES_WS_MODEL_DIR", "~/.cache/responses-ws/smollm2-135m")).expanduser()
+DEFAULT_DIR = Path(
+    os.environ.get("RESPONSES_WS_MODEL_DIR", "~/.cache/responses-ws/smollm2-135m")
+).expanduser()
 
 
 def gguf_path() -> Path:

@@ -12,8 +12,18 @@ from .base import Store, StoreConfig, StoredResponse, UsageEntry, decode_record,
 from .journal import Journal, replay
 from .writer import StoreWriter, WriterClosed
 
-__all__ = ["Store", "StoreConfig", "StoreWriter", "StoredResponse", "UsageEntry", "WriterClosed",
-           "decode_record", "encode_body", "open_store", "open_writer"]
+__all__ = [
+    "Store",
+    "StoreConfig",
+    "StoreWriter",
+    "StoredResponse",
+    "UsageEntry",
+    "WriterClosed",
+    "decode_record",
+    "encode_body",
+    "open_store",
+    "open_writer",
+]
 
 
 def open_store(config: StoreConfig) -> Store:
@@ -27,7 +37,9 @@ def open_store(config: StoreConfig) -> Store:
     return SQLiteStore(config.data_dir)
 
 
-async def open_writer(config: StoreConfig, name: str, *, on_failure: Callable[[], None] | None = None) -> StoreWriter:
+async def open_writer(
+    config: StoreConfig, name: str, *, on_failure: Callable[[], None] | None = None
+) -> StoreWriter:
     """The process's writer, journaling its ``store:false`` ledger lines under ``name``;
     the journals of this node's dead processes are committed first (:func:`replay`)."""
     store = open_store(config)

@@ -100,6 +100,10 @@ def decode_record(response_id: str, owner: str, created_at: float, body: str) ->
     """The inverse of :func:`encode_body`, given the columns kept beside the body."""
     data = json.loads(body)
     return StoredResponse(
-        id=response_id, owner=owner, created_at=created_at,
-        response=data["response"], input_items=data["input_items"], context=data["context"],
+        id=response_id,
+        owner=owner,
+        created_at=created_at,
+        response=data["response"],
+        input_items=data["input_items"],
+        context=data["context"],
     )

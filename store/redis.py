@@ -41,10 +41,13 @@ local function add_lines(k, a)
 end
 """
 ADD_USAGE = ADD_LINES + "add_lines(1, 1)\n"
-PUT_WITH_USAGE = ADD_LINES + """
+PUT_WITH_USAGE = (
+    ADD_LINES
+    + """
 redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'created_at', ARGV[2], 'body', ARGV[3])
 add_lines(2, 4)
 """
+)
 
 
 class RedisStore:
@@ -89,7 +92,8 @@ class RedisStore:
     async def get(self, response_id: str, owner: str) -> StoredResponse | None:
         """The record, or ``None`` if missing, deleted, or owned by someone else."""
         stored_owner, created_at, body = await self._redis.hmget(
-            self._record_key(response_id), ["owner", "created_at", "body"])
+            self._record_key(response_id), ["owner", "created_at", "body"]
+        )
         if stored_owner != owner or body is None:
             return None
         return decode_record(response_id, owner, float(created_at), body)

@@ -57,13 +57,23 @@ CREATE TABLE IF NOT EXISTS health (
 """
 USAGE_COLUMNS = "response_id, owner, model, transport, input_tokens, cached_tokens, output_tokens, created_at"
 # Only a line for the same response is skipped (``OR IGNORE`` would drop a NOT NULL violation too).
-ADD_LINE = (f"INSERT INTO usage ({USAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT (response_id) DO NOTHING")
+ADD_LINE = (
+    f"INSERT INTO usage ({USAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (response_id) DO NOTHING"
+)
 
 
 def usage_row(entry: UsageEntry) -> tuple:
-    return (entry.response_id, entry.owner, entry.model, entry.transport, entry.input_tokens,
-            entry.cached_tokens, entry.output_tokens, entry.created_at)
+    return (
+        entry.response_id,
+        entry.owner,
+        entry.model,
+        entry.transport,
+        entry.input_tokens,
+        entry.cached_tokens,
+        entry.output_tokens,
+        entry.created_at,
+    )
 
 
 def transaction(conn: sqlite3.Connection, write: Callable[[sqlite3.Connection], object]) -> None:
@@ -119,7 +129,9 @@ class SQLiteStore:
         row = (record.id, record.owner, record.created_at, encode_body(record))
 
         def write(c: sqlite3.Connection) -> None:
-            c.execute("INSERT OR REPLACE INTO responses (id, owner, created_at, body) VALUES (?, ?, ?, ?)", row)
+            c.execute(
+                "INSERT OR REPLACE INTO responses (id, owner, created_at, body) VALUES (?, ?, ?, ?)", row
+            )
             if usage is not None:
                 c.execute(ADD_LINE, usage_row(usage))
 
@@ -127,15 +139,18 @@ class SQLiteStore:
 
     async def get(self, response_id: str, owner: str) -> StoredResponse | None:
         """The record, or ``None`` if missing, deleted, or owned by someone else."""
-        row = await self._call(lambda c: c.execute(
-            "SELECT created_at, body FROM responses WHERE id = ? AND owner = ?",
-            (response_id, owner)).fetchone())
+        row = await self._call(
+            lambda c: c.execute(
+                "SELECT created_at, body FROM responses WHERE id = ? AND owner = ?", (response_id, owner)
+            ).fetchone()
+        )
         return None if row is None else decode_record(response_id, owner, row[0], row[1])
 
     async def delete(self, response_id: str, owner: str) -> bool:
         """``True`` if a record of ``owner`` was deleted."""
-        cursor = await self._call(lambda c: c.execute(
-            "DELETE FROM responses WHERE id = ? AND owner = ?", (response_id, owner)))
+        cursor = await self._call(
+            lambda c: c.execute("DELETE FROM responses WHERE id = ? AND owner = ?", (response_id, owner))
+        )
         return cursor.rowcount > 0
 
     async def add_usage(self, entries: Sequence[UsageEntry]) -> None:
@@ -145,14 +160,19 @@ class SQLiteStore:
 
     async def usage(self, owner: str) -> list[UsageEntry]:
         """The ledger entries of ``owner``, oldest (first committed) first."""
-        rows = await self._call(lambda c: c.execute(
-            f"SELECT {USAGE_COLUMNS} FROM usage WHERE owner = ? ORDER BY id", (owner,)).fetchall())
+        rows = await self._call(
+            lambda c: c.execute(
+                f"SELECT {USAGE_COLUMNS} FROM usage WHERE owner = ? ORDER BY id", (owner,)
+            ).fetchall()
+        )
         return [UsageEntry(*row) for row in rows]
 
     async def probe(self) -> None:
         """Rewrite the one row of ``health`` (a committed write, as a stored response is)."""
         now = time.time()
-        await self._call(lambda c: c.execute("INSERT OR REPLACE INTO health (id, checked_at) VALUES (1, ?)", (now,)))
+        await self._call(
+            lambda c: c.execute("INSERT OR REPLACE INTO health (id, checked_at) VALUES (1, ?)", (now,))
+        )
 
     async def close(self) -> None:
         """Finish the calls already handed to the worker, then close the file. Idempotent."""

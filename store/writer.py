@@ -53,8 +53,14 @@ class StoreWriter:
     for every record or line that failed (after its retry).
     """
 
-    def __init__(self, store: Store, *, max_writing: int = DEFAULT_MAX_WRITING,
-                 on_failure: Callable[[], None] | None = None, journal: Journal | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        max_writing: int = DEFAULT_MAX_WRITING,
+        on_failure: Callable[[], None] | None = None,
+        journal: Journal | None = None,
+    ) -> None:
         self.store = store
         self._journal = journal
         self._journaled = 0  # journal lines not committed yet
@@ -88,8 +94,9 @@ class StoreWriter:
         task.add_done_callback(lambda t: self._put_done(record.id, t))
         await asyncio.shield(task)
 
-    async def _put(self, record: StoredResponse, usage: UsageEntry | None,
-                   previous: asyncio.Task[None] | None) -> None:
+    async def _put(
+        self, record: StoredResponse, usage: UsageEntry | None, previous: asyncio.Task[None] | None
+    ) -> None:
         if previous is not None:
             await asyncio.wait([previous])
         async with self._writing:
@@ -170,8 +177,10 @@ class StoreWriter:
         if not self._billing or self._task is None:
             return
         waiting = list(self._billing)
-        await asyncio.wait([asyncio.gather(*waiting, return_exceptions=True), self._task],
-                           return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(
+            [asyncio.gather(*waiting, return_exceptions=True), self._task],
+            return_when=asyncio.FIRST_COMPLETED,
+        )
         if not all(f.done() for f in waiting):
             raise RuntimeError(f"the store writer task stopped with {self.pending} lines uncommitted")
 
@@ -202,8 +211,9 @@ class StoreWriter:
             try:
                 await retried(functools.partial(self.store.add_usage, entries))
             except Exception as exc:
-                log.error("store write failed: usage of %s", ", ".join(e.response_id for e in entries),
-                          exc_info=exc)
+                log.error(
+                    "store write failed: usage of %s", ", ".join(e.response_id for e in entries), exc_info=exc
+                )
                 self._journal_failed = self._journal_failed or journaled > 0  # replayed later
                 for _, done, _ in batch:
                     if self._on_failure is not None:

@@ -54,7 +54,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     def order(item: pytest.Item) -> tuple[int, bool]:
         if tier(item) not in LAST_TIERS:
             return (0, False)
-        return (1 + LAST_TIERS.index(tier(item)), bool(set(CHILDREN) & set(getattr(item, "fixturenames", ()))))
+        return (
+            1 + LAST_TIERS.index(tier(item)),
+            bool(set(CHILDREN) & set(getattr(item, "fixturenames", ()))),
+        )
 
     items.sort(key=order)
 
@@ -112,8 +115,11 @@ def redis_server() -> Iterator[str]:
 
     binary = shutil.which("redis-server")
     if binary is None:
-        pytest.fail("redis-server is not on PATH: install it (`apt-get install -y redis-server`; "
-                    ".ci/run does this) to run the Redis store tests", pytrace=False)
+        pytest.fail(
+            "redis-server is not on PATH: install it (`apt-get install -y redis-server`; "
+            ".ci/run does this) to run the Redis store tests",
+            pytrace=False,
+        )
     started = redis.start(binary)
     if started is None:
         pytest.fail("redis-server did not start (3 attempts)", pytrace=False)
@@ -137,8 +143,11 @@ def children(request, tmp_path_factory) -> Iterator[Launcher]:
     from tests.support.ray_cluster import LocalCluster
 
     def operator_server(directory: Path) -> ServeProcess:
-        return busy_server(directory, ["--dashboard", "--dashboard-port", str(free_port())],
-                           env={"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)})
+        return busy_server(
+            directory,
+            ["--dashboard", "--dashboard-port", str(free_port())],
+            env={"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)},
+        )
 
     def json_logs_server(directory: Path) -> ServeProcess:
         return busy_server(directory, ["--log-format", "json"])
@@ -149,7 +158,9 @@ def children(request, tmp_path_factory) -> Iterator[Launcher]:
     def cluster_scenario(directory: Path) -> ScenarioProcess:
         return ScenarioProcess(redis_url, directory)
 
-    makers = {f.__name__: f for f in (operator_server, json_logs_server, shared_ray_cluster, cluster_scenario)}
+    makers = {
+        f.__name__: f for f in (operator_server, json_logs_server, shared_ray_cluster, cluster_scenario)
+    }
     assert set(makers) == set(CHILDREN)
     used = {name for item in request.session.items for name in item.fixturenames}
     wanted = [name for name in CHILDREN if name in used]

@@ -27,10 +27,20 @@ ALLOWED = {
     "bench": {"serve", "actors", "inference", "store"},
 }
 LAZY_BENCH = {"serve/cli.py"}  # may load bench inside a function, never at import time
-RAY_MODULES = {"inference/deployment.py", "inference/whatif_deployment.py", "actors/backend/ray_serve.py",
-               "actors/host/actor.py", "actors/host/metrics.py", "serve/gateway.py",
-               "serve/builder.py", "serve/embedded.py", "serve/logs.py", "serve/metrics.py",
-               "actors/backend/serve_llm.py", "serve/serve_llm.py"}  # the last two: Ray Serve LLM
+RAY_MODULES = {
+    "inference/deployment.py",
+    "inference/whatif_deployment.py",
+    "actors/backend/ray_serve.py",
+    "actors/host/actor.py",
+    "actors/host/metrics.py",
+    "serve/gateway.py",
+    "serve/builder.py",
+    "serve/embedded.py",
+    "serve/logs.py",
+    "serve/metrics.py",
+    "actors/backend/serve_llm.py",
+    "serve/serve_llm.py",
+}  # the last two: Ray Serve LLM
 FUZZ_BENCHMARK = {"bench.kinds.fuzz", "bench.fuzz_cases"}  # the only installed modules that import hypothesis
 
 
@@ -51,8 +61,12 @@ def imported(path: Path, *, top_level_only: bool = False) -> set[str]:
         here = here[:-1]
     nodes = tree.body if top_level_only else list(ast.walk(tree))
     if top_level_only:  # also imports under a top-level if/try (not inside functions)
-        nodes = [n for stmt in tree.body for n in ast.walk(stmt)
-                 if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+        nodes = [
+            n
+            for stmt in tree.body
+            for n in ast.walk(stmt)
+            if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        ]
     names: set[str] = set()
     for node in nodes:
         if isinstance(node, ast.Import):
@@ -97,8 +111,10 @@ def test_only_the_fuzz_benchmark_imports_hypothesis():
 
 
 def test_importing_the_cli_loads_neither_bench_nor_hypothesis():
-    code = ("import sys, serve.cli; "
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'bench', 'hypothesis', 'rich', 'httpx'}))")
+    code = (
+        "import sys, serve.cli; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'bench', 'hypothesis', 'rich', 'httpx'}))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -114,8 +130,10 @@ def test_the_bench_extra_is_what_the_bench_command_checks_for():
 def test_no_import_cycles():
     """Module-level imports between the project's modules form no cycle."""
     paths = {module_name(p): p for package in PACKAGES for p in modules(package)}
-    graph = {name: {m for m in imported(p, top_level_only=True) if m in paths and m != name}
-             for name, p in paths.items()}
+    graph = {
+        name: {m for m in imported(p, top_level_only=True) if m in paths and m != name}
+        for name, p in paths.items()
+    }
     # A package imports its own submodules through its __init__: that is not a cycle.
     for name in graph:
         graph[name] = {m for m in graph[name] if not m.startswith(name + ".")}
@@ -125,7 +143,7 @@ def test_no_import_cycles():
         state[node] = 1
         for nxt in graph[node]:
             if state.get(nxt) == 1:
-                cycle = stack[stack.index(nxt):] + [nxt] if nxt in stack else [node, nxt]
+                cycle = stack[stack.index(nxt) :] + [nxt] if nxt in stack else [node, nxt]
                 raise AssertionError(f"import cycle: {' -> '.join(cycle)}")
             if nxt not in state:
                 visit(nxt, stack + [nxt])
@@ -213,7 +231,9 @@ def distributions(import_names: set[str]) -> set[str]:
 def test_the_server_declares_every_package_it_imports():
     """fastapi, uvicorn, starlette arrive with ray[serve] too, but the server imports them itself."""
     paths = [p for package in SERVER_PACKAGES for p in modules(package)]
-    missing = distributions(third_party_imports(paths) - REAL_MODEL_IMPORTS) - _declared(PYPROJECT["dependencies"])
+    missing = distributions(third_party_imports(paths) - REAL_MODEL_IMPORTS) - _declared(
+        PYPROJECT["dependencies"]
+    )
     assert not missing, f"imported by the server but not in [project] dependencies: {sorted(missing)}"
 
 
@@ -222,7 +242,9 @@ def test_the_real_model_extra_declares_its_lazy_imports():
     for package in SERVER_PACKAGES:
         for path in modules(package):
             top = {n.split(".")[0] for n in imported(path, top_level_only=True)}
-            assert not top & REAL_MODEL_IMPORTS, f"{path.relative_to(ROOT)} imports {top & REAL_MODEL_IMPORTS} at import time"
+            assert not top & REAL_MODEL_IMPORTS, (
+                f"{path.relative_to(ROOT)} imports {top & REAL_MODEL_IMPORTS} at import time"
+            )
 
 
 def test_each_extra_declares_what_its_commands_and_tests_import():
@@ -249,18 +271,27 @@ def test_the_default_model_profiles_are_package_data():
 
 
 def test_the_package_metadata_is_complete():
-    assert PYPROJECT["license"] == "Apache-2.0" and (ROOT / "LICENSE").read_text().count("Apache License") >= 1
+    assert (
+        PYPROJECT["license"] == "Apache-2.0" and (ROOT / "LICENSE").read_text().count("Apache License") >= 1
+    )
     assert "Version 2.0, January 2004" in (ROOT / "LICENSE").read_text()
     assert PYPROJECT["requires-python"] == ">=3.11"
     assert PYPROJECT["authors"] and PYPROJECT["keywords"]
-    versions = {c.rsplit(" ", 1)[-1] for c in PYPROJECT["classifiers"] if c.startswith("Programming Language :: Python :: 3.")}
+    versions = {
+        c.rsplit(" ", 1)[-1]
+        for c in PYPROJECT["classifiers"]
+        if c.startswith("Programming Language :: Python :: 3.")
+    }
     assert versions == {"3.11", "3.12", "3.13"}
 
 
 def test_no_tracked_file_is_over_one_mebibyte():
     """Source only: no wheel, archive or build output; measurement data stays small."""
     tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
-    sizes = {name: (ROOT / name).stat().st_size for name in tracked.decode().split("\0")
-             if name and (ROOT / name).is_file()}
+    sizes = {
+        name: (ROOT / name).stat().st_size
+        for name in tracked.decode().split("\0")
+        if name and (ROOT / name).is_file()
+    }
     assert sizes, "git ls-files listed nothing"
     assert not {n: s for n, s in sizes.items() if s > 1 << 20}

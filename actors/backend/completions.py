@@ -80,8 +80,9 @@ def sse_batch(batch: Any) -> list[dict[str, Any]]:
 class CompletionStream:
     """One model call's chunks → events (``feed`` per chunk, ``finish`` at the end)."""
 
-    def __init__(self, request: InferenceRequest, fmt: TemplateFormat,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self, request: InferenceRequest, fmt: TemplateFormat, clock: Callable[[], float] = time.perf_counter
+    ) -> None:
         self._request = request
         self._fmt = fmt
         self._clock = clock
@@ -140,19 +141,34 @@ class CompletionStream:
         if self._calling:
             calls = parse_calls(self._held, self._request.tools)
             for i, call in enumerate(calls):
-                events.append(FunctionCallDelta(i, call.name, call.arguments, self._held_tokens if i == 0 else 0))
+                events.append(
+                    FunctionCallDelta(i, call.name, call.arguments, self._held_tokens if i == 0 else 0)
+                )
             reason = "tool_calls"
         elif self._held or self._held_tokens:
             events.append(TextDelta(self._held, self._held_tokens))
         usage = self._usage
         prompt = int(usage.get("prompt_tokens", len(self._request.prompt_token_ids)))
         cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
-        events.append(Prefilled(prompt_tokens=prompt, cached_tokens=cached, queue_ms=0.0,
-                                prefill_ms=(first - self._started) * 1000.0, reused_tokens=cached))
+        events.append(
+            Prefilled(
+                prompt_tokens=prompt,
+                cached_tokens=cached,
+                queue_ms=0.0,
+                prefill_ms=(first - self._started) * 1000.0,
+                reused_tokens=cached,
+            )
+        )
         if not self._request.generate:
             events.append(Done("stop", 0, 0.0))
             return events
         output = int(usage.get("completion_tokens", len(self._ids)))
-        events.append(Done(reason, output, (now - first) * 1000.0,  # type: ignore[arg-type]
-                           context_token_ids=tuple(self._fmt.continuation(self._ids))))
+        events.append(
+            Done(
+                reason,
+                output,
+                (now - first) * 1000.0,  # type: ignore[arg-type]
+                context_token_ids=tuple(self._fmt.continuation(self._ids)),
+            )
+        )
         return events

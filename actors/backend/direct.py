@@ -131,8 +131,9 @@ class _Direct:
     """A call started on a channel; if the channel does not take it (before any output), the
     call goes the usual way instead."""
 
-    def __init__(self, calls: DirectCalls, channel: ChannelClient, call: ChannelCall,
-                 request: InferenceRequest) -> None:
+    def __init__(
+        self, calls: DirectCalls, channel: ChannelClient, call: ChannelCall, request: InferenceRequest
+    ) -> None:
         self._calls = calls
         self._channel = channel
         self._call = call

@@ -47,15 +47,18 @@ class UpstreamInference:
 
     def _session(self) -> aiohttp.ClientSession:
         if self._http is None or self._http.closed:
-            self._http = aiohttp.ClientSession(headers=self._headers,
-                                               timeout=aiohttp.ClientTimeout(total=self.backend.timeout_s))
+            self._http = aiohttp.ClientSession(
+                headers=self._headers, timeout=aiohttp.ClientTimeout(total=self.backend.timeout_s)
+            )
         return self._http
 
     async def warm(self) -> list[str]:
         """Open the connection pool; an engine not up yet is logged, not fatal (its calls
         fail with ``server_error`` until it is)."""
         try:
-            async with self._session().get(f"{self._url}/models", timeout=aiohttp.ClientTimeout(total=5)) as r:
+            async with self._session().get(
+                f"{self._url}/models", timeout=aiohttp.ClientTimeout(total=5)
+            ) as r:
                 r.raise_for_status()
         except (TimeoutError, aiohttp.ClientError) as exc:
             log.warning("engine of model %s at %s is not reachable: %s", self.backend.id, self._url, exc)

@@ -33,10 +33,12 @@ class ServeInference:
         self._generate = handle.options(stream=True, method_name="generate")
         self._handle = handle
         self._services = ServeServices(config)
-        self.before_call: BeforeCall | None = (WhatIfServices(config.whatif, self._services)
-                                               if config.whatif.enabled else None)
-        self._direct = (DirectCalls(self._via_serve, self._endpoint, time.monotonic)
-                        if config.direct_inference else None)
+        self.before_call: BeforeCall | None = (
+            WhatIfServices(config.whatif, self._services) if config.whatif.enabled else None
+        )
+        self._direct = (
+            DirectCalls(self._via_serve, self._endpoint, time.monotonic) if config.direct_inference else None
+        )
 
     async def warm(self) -> list[str]:
         """Pay the first-call costs of both handle paths (~100–300 ms) before any client
@@ -85,7 +87,11 @@ class ServeServices:
 
     def __init__(self, config: SessionConfig) -> None:
         def handle(c: HopConfig | SafetyModelConfig) -> DeploymentHandle | None:
-            return serve.get_deployment_handle(c.deployment, app_name=config.inference_app) if c.enabled else None
+            return (
+                serve.get_deployment_handle(c.deployment, app_name=config.inference_app)
+                if c.enabled
+                else None
+            )
 
         self._hop, self._safety = handle(config.whatif.hop), handle(config.whatif.safety_model)
 

@@ -42,8 +42,11 @@ def model_entries(config: SessionConfig, created: int | None = None) -> list[dic
     """The real models as ``GET /v1/models`` entries (the emulator lists its own profiles,
     ``kind: emulator`` ones too)."""
     created = int(time.time()) if created is None else created
-    return [{"id": b.id, "object": "model", "created": created, "owned_by": b.owned_by}
-            for b in config.backends if b.kind != "emulator"]
+    return [
+        {"id": b.id, "object": "model", "created": created, "owned_by": b.owned_by}
+        for b in config.backends
+        if b.kind != "emulator"
+    ]
 
 
 class ModelRouter:
@@ -62,8 +65,13 @@ class ModelRouter:
         if not engines:
             return default
         formats = model_formats(config)
-        return cls(default, {b.id: backend_client(b, formats[b.id], config.inference_app)  # type: ignore[arg-type]
-                             for b in engines})
+        return cls(
+            default,
+            {
+                b.id: backend_client(b, formats[b.id], config.inference_app)  # type: ignore[arg-type]
+                for b in engines
+            },
+        )
 
     async def warm(self) -> list[str]:
         models = await self._default.warm()

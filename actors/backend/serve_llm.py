@@ -49,7 +49,9 @@ class ServeLLMInference:
         try:
             await asyncio.wait_for(self._handle.check_health.remote(), WARM_S)
         except TimeoutError:
-            log.warning("the engine of model %s (%s) is not serving yet", self.backend.id, self.backend.deployment)
+            log.warning(
+                "the engine of model %s (%s) is not serving yet", self.backend.id, self.backend.deployment
+            )
         return [self.backend.id]
 
     def _request(self, request: InferenceRequest) -> Any:

@@ -45,8 +45,14 @@ class HttpAppFactory(Protocol):
     """Builds the ASGI app of HTTP mode on a host from the host's own store writer, inference
     client, model ids and metrics (the gateway passes it in: actors/ never imports serve/)."""
 
-    def __call__(self, *, store: StoreWriter, inference: InferenceClient, model_ids: Callable[[], list[str]],
-                 observe: Callable[[str, dict[str, float]], None] | None) -> ASGIApp: ...
+    def __call__(
+        self,
+        *,
+        store: StoreWriter,
+        inference: InferenceClient,
+        model_ids: Callable[[], list[str]],
+        observe: Callable[[str, dict[str, float]], None] | None,
+    ) -> ASGIApp: ...
 
 
 @ray.remote(num_cpus=0)
@@ -57,8 +63,14 @@ class SessionHost:
     alike; the host reports each socket's end on the link it came by.  No Ray call per
     connection: the gateway calls the actor only to start, warm and drain it."""
 
-    def __init__(self, config: SessionConfig, store: StoreConfig, name: str,
-                 http_app: HttpAppFactory | None = None, logs: LogSettings | None = None) -> None:
+    def __init__(
+        self,
+        config: SessionConfig,
+        store: StoreConfig,
+        name: str,
+        http_app: HttpAppFactory | None = None,
+        logs: LogSettings | None = None,
+    ) -> None:
         if logs is not None:  # the gateway's (actors/logs.py)
             configure_logs(logs)
         allocator.tune()  # each turn's prompt ids and echoing frames: buffers of hundreds of KB
@@ -86,18 +98,33 @@ class SessionHost:
         second (docs/architecture.md): they are paid here, not on a client's first turn."""
         self._models = await self._inference.warm()
         tokenizer.encode("warm up")
-        self._store = await open_writer(self._store_config, self._name, on_failure=self._host_metrics.store_write_failed)
+        self._store = await open_writer(
+            self._store_config, self._name, on_failure=self._host_metrics.store_write_failed
+        )
         if self._http_app is not None:
-            self._http = HttpServer(self._http_app(store=self._store, inference=self._inference,
-                                                   model_ids=lambda: list(self._models),
-                                                   observe=self._metrics.observe))
+            self._http = HttpServer(
+                self._http_app(
+                    store=self._store,
+                    inference=self._inference,
+                    model_ids=lambda: list(self._models),
+                    observe=self._metrics.observe,
+                )
+            )
         self._sockets.start()
         self._receiver.start()
         return self._receiver.path
 
     def _new_session(self, conn_id: str, owner: str, append_mode: bool) -> Session:
-        return Session(self._config, self._models, session_key=conn_id, owner=owner,
-                       append_mode=append_mode, clock=time.time, cache=self._cache, formats=self._formats)
+        return Session(
+            self._config,
+            self._models,
+            session_key=conn_id,
+            owner=owner,
+            append_mode=append_mode,
+            clock=time.time,
+            cache=self._cache,
+            formats=self._formats,
+        )
 
     def _connect(self, session: Session) -> Connection:
         assert self._store is not None
@@ -140,8 +167,12 @@ class SessionHost:
 
     async def stats(self) -> dict[str, str | int | bool]:
         """What the Ray dashboard cannot show by itself (docs/operations.md)."""
-        return {"name": self._name, "websockets": self._websockets, "idle": self._sockets.idle,
-                "direct_calls": self._serve.direct_calls}
+        return {
+            "name": self._name,
+            "websockets": self._websockets,
+            "idle": self._sockets.idle,
+            "direct_calls": self._serve.direct_calls,
+        }
 
     def __repr__(self) -> str:  # Ray's log prefix and the dashboard's actor "Repr"
         return f"SessionHost({self._name})"
@@ -150,8 +181,9 @@ class SessionHost:
         """Shutdown: take no more sockets, finish responses and HTTP requests in flight (up
         to ``timeout_s``), close the WebSockets with 1012, write what is pending to the store."""
         self._receiver.close()
-        await asyncio.gather(self._sockets.drain(timeout_s),
-                             *([self._http.drain(timeout_s)] if self._http is not None else []))
+        await asyncio.gather(
+            self._sockets.drain(timeout_s), *([self._http.drain(timeout_s)] if self._http is not None else [])
+        )
         self._serve.close()
         if self._store is not None:
             await self._store.close()

@@ -140,9 +140,14 @@ class Connection:
     """One client's connection to its session, open until the server ends it or the client
     goes (:class:`State`)."""
 
-    def __init__(self, session: Session, inference: InferenceClient, store: StoreWriter,
-                 observe: Callable[[str, dict[str, float]], None] | None = None,
-                 renderer: RenderPool = RENDER_POOL) -> None:
+    def __init__(
+        self,
+        session: Session,
+        inference: InferenceClient,
+        store: StoreWriter,
+        observe: Callable[[str, dict[str, float]], None] | None = None,
+        renderer: RenderPool = RENDER_POOL,
+    ) -> None:
         self.session = session
         self._renderer = renderer
         self._inference = inference
@@ -249,8 +254,9 @@ class Connection:
         try:
             self._store.bill_behind(line)
         except Exception:
-            log.warning("response %s failed: its ledger line could not be journaled", line.response_id,
-                        exc_info=True)
+            log.warning(
+                "response %s failed: its ledger line could not be journaled", line.response_id, exc_info=True
+            )
             return False
         return True
 
@@ -300,7 +306,9 @@ class Connection:
         try:
             await self._store.put(record, line)
         except Exception:  # noqa: BLE001 - the writer logged it; the client learns the response failed
-            log.warning("response %s failed: its record or ledger line could not be written", line.response_id)
+            log.warning(
+                "response %s failed: its record or ledger line could not be written", line.response_id
+            )
             held.event = failed_instead(held.event)
             stored = False
         held.written = True
@@ -474,7 +482,13 @@ def failed_instead(event: ServerEvent) -> ResponseFailed:
     generated; ``server_error`` unless the response had failed already."""
     assert isinstance(event, _TERMINAL)
     error = event.response.error if isinstance(event, ResponseFailed) else None
-    response = event.response.model_copy(update={
-        "status": "failed", "completed_at": None, "incomplete_details": None, "usage": None,
-        "error": error or ResponseErrorBody(code=ServerError.code, message=ServerError().message)})
+    response = event.response.model_copy(
+        update={
+            "status": "failed",
+            "completed_at": None,
+            "incomplete_details": None,
+            "usage": None,
+            "error": error or ResponseErrorBody(code=ServerError.code, message=ServerError().message),
+        }
+    )
     return ResponseFailed(sequence_number=event.sequence_number, response=response, stream_id=event.stream_id)

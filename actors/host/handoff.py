@@ -88,7 +88,11 @@ class Gone:
     conn_id: str
 
 
-_MESSAGES: dict[str, type[Handoff] | type[Ended] | type[Gone]] = {"handoff": Handoff, "ended": Ended, "gone": Gone}
+_MESSAGES: dict[str, type[Handoff] | type[Ended] | type[Gone]] = {
+    "handoff": Handoff,
+    "ended": Ended,
+    "gone": Gone,
+}
 
 
 def _encode(message: Handoff | Ended | Gone) -> bytes:
@@ -196,7 +200,9 @@ class HandoffReceiver:
     """Host side: takes links at ``path`` and calls ``on_socket(sock, handoff, link)`` for
     every socket that arrives (the link is where its :class:`Ended` notice goes)."""
 
-    def __init__(self, path: str, on_socket: Callable[[socket.socket, Handoff, Link], Awaitable[None]]) -> None:
+    def __init__(
+        self, path: str, on_socket: Callable[[socket.socket, Handoff, Link], Awaitable[None]]
+    ) -> None:
         self.path = path
         self._on_socket = on_socket
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)

@@ -37,8 +37,9 @@ def closing(app: ASGIApp) -> ASGIApp:
 
 class HttpServer:
     def __init__(self, app: ASGIApp) -> None:
-        self._config = uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False,
-                                      timeout_keep_alive=30)
+        self._config = uvicorn.Config(
+            app, lifespan="off", log_level="warning", access_log=False, timeout_keep_alive=30
+        )
         self._config.load()
         self._state = ServerState()
         base: Any = self._config.http_protocol_class
@@ -46,7 +47,9 @@ class HttpServer:
         class Tracked(base):  # type: ignore[misc, valid-type]
             """uvicorn's protocol, telling us when its connection is over."""
 
-            def __init__(self, *args: Any, closed: asyncio.Future[None], keep_alive: bool, **kwargs: Any) -> None:
+            def __init__(
+                self, *args: Any, closed: asyncio.Future[None], keep_alive: bool, **kwargs: Any
+            ) -> None:
                 super().__init__(*args, **kwargs)
                 self._closed = closed
                 if not keep_alive:
@@ -64,8 +67,9 @@ class HttpServer:
         its first response unless ``keep_alive``."""
         loop = asyncio.get_running_loop()
         closed: asyncio.Future[None] = loop.create_future()
-        protocol = self._protocol(config=self._config, server_state=self._state, app_state={}, closed=closed,
-                                  keep_alive=keep_alive)
+        protocol = self._protocol(
+            config=self._config, server_state=self._state, app_state={}, closed=closed, keep_alive=keep_alive
+        )
         await loop.connect_accepted_socket(lambda: protocol, sock)
         await closed
 

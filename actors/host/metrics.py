@@ -19,8 +19,10 @@ def zero(counter: metrics.Counter, tags: dict[str, str] | None = None) -> None:
 
 def store_write_failures() -> metrics.Counter:
     """Failed writes of stored responses and usage lines (every process with a store writer)."""
-    counter = metrics.Counter("responses_ws_store_write_failures",
-                              description="Store writes (stored responses, usage lines) that failed")
+    counter = metrics.Counter(
+        "responses_ws_store_write_failures",
+        description="Store writes (stored responses, usage lines) that failed",
+    )
     zero(counter)
     return counter
 
@@ -32,8 +34,11 @@ class PhaseMetrics:
 
     def __init__(self) -> None:
         self._hist = metrics.Histogram(
-            "responses_ws_phase_seconds", description="Server time per response by phase (seconds)",
-            boundaries=self.BOUNDARIES, tag_keys=("transport", "phase"))
+            "responses_ws_phase_seconds",
+            description="Server time per response by phase (seconds)",
+            boundaries=self.BOUNDARIES,
+            tag_keys=("transport", "phase"),
+        )
 
     def observe(self, transport: str, report: dict[str, float]) -> None:
         """``report``: milliseconds by phase (actors.timings.PhaseTimer)."""
@@ -46,8 +51,10 @@ class HostMetrics:
 
     def __init__(self, host: str) -> None:
         self._connections = metrics.Gauge(
-            "responses_ws_host_connections", description="WebSocket connections a session host serves",
-            tag_keys=("host",))
+            "responses_ws_host_connections",
+            description="WebSocket connections a session host serves",
+            tag_keys=("host",),
+        )
         self._connections.set_default_tags({"host": host})
         self._connections.set(0)
         self.store_write_failures = store_write_failures()

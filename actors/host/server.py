@@ -58,10 +58,23 @@ class SessionSocket(ServerConnection):
     """A WebSocket connection that arrived by handoff: it knows which connection state it
     carries, the secret of that state's resume token, and whether its upgrade succeeded."""
 
-    def __init__(self, protocol: ServerProtocol, server: Server, handoff: Handoff, *,
-                 ping_interval: float, ping_timeout: float) -> None:
-        super().__init__(protocol, server, ping_interval=ping_interval, ping_timeout=ping_timeout,
-                         close_timeout=CLOSE_TIMEOUT_S, max_queue=64)
+    def __init__(
+        self,
+        protocol: ServerProtocol,
+        server: Server,
+        handoff: Handoff,
+        *,
+        ping_interval: float,
+        ping_timeout: float,
+    ) -> None:
+        super().__init__(
+            protocol,
+            server,
+            ping_interval=ping_interval,
+            ping_timeout=ping_timeout,
+            close_timeout=CLOSE_TIMEOUT_S,
+            max_queue=64,
+        )
         self.handoff = handoff
         self.secret = handoff.resume or new_secret()
         self.accepted = False
@@ -101,9 +114,13 @@ class SocketServer:
     (an :class:`~actors.host.handoff.Outcome`; a parked state waits for a resume, see
     :mod:`actors.host.resume`)."""
 
-    def __init__(self, config: SessionConfig, actor_name: str,
-                 new_session: Callable[[str, str, bool], Session],
-                 connect: Callable[[Session], Connection]) -> None:
+    def __init__(
+        self,
+        config: SessionConfig,
+        actor_name: str,
+        new_session: Callable[[str, str, bool], Session],
+        connect: Callable[[Session], Connection],
+    ) -> None:
         self._config = config
         self._name = actor_name
         self._new_session = new_session
@@ -118,8 +135,12 @@ class SocketServer:
         # No opening-handshake timeout here: the gateway handed the socket over with a
         # complete request head already received, so nothing is awaited from the client, and
         # websockets' timeout would only close a socket unanswered on a host that was slow.
-        self._server = _HandoffServer(self._handle, process_request=self._check_request,
-                                      process_response=self._add_token, open_timeout=None)
+        self._server = _HandoffServer(
+            self._handle,
+            process_request=self._check_request,
+            process_response=self._add_token,
+            open_timeout=None,
+        )
 
     async def serve(self, sock: socket.socket, handoff: Handoff) -> Outcome:
         """Run the WebSocket on the handed-over socket ``sock`` until it closes."""
@@ -128,14 +149,22 @@ class SocketServer:
         ended = self._ended[sock_id] = loop.create_future()
         cfg = self._config
 
-        extensions = ([ServerPerMessageDeflateFactory(compress_settings={"level": cfg.deflate_level})]
-                      if accepts_deflate(cfg.deflate, sock) else [])
+        extensions = (
+            [ServerPerMessageDeflateFactory(compress_settings={"level": cfg.deflate_level})]
+            if accepts_deflate(cfg.deflate, sock)
+            else []
+        )
 
         def factory() -> SessionSocket:
             assert self._server is not None
             protocol = ServerProtocol(extensions=extensions, max_size=cfg.max_frame_bytes)
-            return SessionSocket(protocol, self._server, handoff, ping_interval=cfg.ping_interval_s,
-                                 ping_timeout=cfg.ping_timeout_s)
+            return SessionSocket(
+                protocol,
+                self._server,
+                handoff,
+                ping_interval=cfg.ping_interval_s,
+                ping_timeout=cfg.ping_timeout_s,
+            )
 
         try:
             _, ws = await loop.connect_accepted_socket(factory, sock)
@@ -301,8 +330,13 @@ def _encode_or_error(event: ServerEvent, encoder: EventEncoder) -> str:
 Tail = Callable[[], str]  # the rest of a terminal frame whose first part is out (:func:`_figures_last`)
 
 
-def _queue(ws: SessionSocket, batch: list[ServerEvent | str | Tail], conn: Connection,
-           encoder: EventEncoder, mark: str) -> list[ServerEvent | str | Tail]:
+def _queue(
+    ws: SessionSocket,
+    batch: list[ServerEvent | str | Tail],
+    conn: Connection,
+    encoder: EventEncoder,
+    mark: str,
+) -> list[ServerEvent | str | Tail]:
     """Queue the batch's frames on ``ws``'s protocol, up to and including the first part of a
     terminal frame that carries figures (:func:`_figures_last`); what is left to queue once
     that has been written, the rest of that frame first.  Its two parts are the fragments of
@@ -324,7 +358,7 @@ def _queue(ws: SessionSocket, batch: list[ServerEvent | str | Tail], conn: Conne
                 continue
             protocol.send_text(head.encode(), fin=False)
             ws.send_in_progress = ws.loop.create_future()
-            return [tail, *batch[i + 1:]]
+            return [tail, *batch[i + 1 :]]
         else:
             protocol.send_text(_encode_or_error(conn.outgoing(item), encoder).encode())
     return []
@@ -337,8 +371,9 @@ def _message_sent(ws: SessionSocket) -> None:
         ws.send_in_progress = None
 
 
-def _figures_last(event: ServerEvent, report: Report, conn: Connection, encoder: EventEncoder,
-                  mark: str) -> tuple[str, Tail | None]:
+def _figures_last(
+    event: ServerEvent, report: Report, conn: Connection, encoder: EventEncoder, mark: str
+) -> tuple[str, Tail | None]:
     """A terminal event whose client asked for the server's figures, as the fragments of one
     message (RFC 6455 §5.4): the text up to the figures, and what makes the rest — called once
     that part has been encoded, compressed and written, it takes the figures, which go with
@@ -357,7 +392,7 @@ def _figures_last(event: ServerEvent, report: Report, conn: Connection, encoder:
 
     def rest() -> str:
         conn.taken(report)  # writes the figures into the metadata
-        return json.dumps(report.into[METADATA_KEY], ensure_ascii=False) + text[at + len(quoted):]
+        return json.dumps(report.into[METADATA_KEY], ensure_ascii=False) + text[at + len(quoted) :]
 
     return text[:at], rest
 
@@ -378,8 +413,9 @@ def accepts_deflate(policy: str, sock: socket.socket) -> bool:
 
 def _json_response(status: int, body: dict, *, retry_after_s: int | None = None) -> Response:
     payload = json.dumps(body).encode()
-    headers = Headers([("Content-Type", "application/json"), ("Content-Length", str(len(payload))),
-                       ("Connection", "close")])
+    headers = Headers(
+        [("Content-Type", "application/json"), ("Content-Length", str(len(payload))), ("Connection", "close")]
+    )
     if retry_after_s is not None:
         headers["Retry-After"] = str(retry_after_s)
     return Response(status, HTTPStatus(status).phrase, headers, payload)

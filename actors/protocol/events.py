@@ -34,7 +34,9 @@ class Usage(_Out):
 
 
 # ``response.error.code`` values the SDK accepts (docs/protocol.md §5.3); anything else is server_error.
-RESPONSE_ERROR_CODES = frozenset({"server_error", "rate_limit_exceeded", "invalid_prompt", "vector_store_timeout"})
+RESPONSE_ERROR_CODES = frozenset(
+    {"server_error", "rate_limit_exceeded", "invalid_prompt", "vector_store_timeout"}
+)
 
 
 class ResponseErrorBody(_Out):
@@ -137,8 +139,9 @@ class ResponseFailed(_Event):
 
 
 # The types of the events that end a response; an ``error`` event instead means it never started.
-TERMINAL_EVENT_TYPES = frozenset(event.model_fields["type"].default
-                                 for event in (ResponseCompleted, ResponseIncomplete, ResponseFailed))
+TERMINAL_EVENT_TYPES = frozenset(
+    event.model_fields["type"].default for event in (ResponseCompleted, ResponseIncomplete, ResponseFailed)
+)
 
 
 class OutputItemAdded(_Event):
@@ -279,10 +282,25 @@ class SteerPending(_Event):
 
 
 ServerEvent = (
-    ResponseCreated | ResponseInProgress | ResponseCompleted | ResponseIncomplete | ResponseFailed
-    | OutputItemAdded | OutputItemDone | ContentPartAdded | ContentPartDone | OutputTextDelta
-    | OutputTextDone | FunctionCallArgumentsDelta | FunctionCallArgumentsDone | CustomToolCallInputDelta
-    | CustomToolCallInputDone | ErrorEvent | SteerFailed | SteerAccepted | SteerPending
+    ResponseCreated
+    | ResponseInProgress
+    | ResponseCompleted
+    | ResponseIncomplete
+    | ResponseFailed
+    | OutputItemAdded
+    | OutputItemDone
+    | ContentPartAdded
+    | ContentPartDone
+    | OutputTextDelta
+    | OutputTextDone
+    | FunctionCallArgumentsDelta
+    | FunctionCallArgumentsDone
+    | CustomToolCallInputDelta
+    | CustomToolCallInputDone
+    | ErrorEvent
+    | SteerFailed
+    | SteerAccepted
+    | SteerPending
 )
 
 

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapt
 
 # --------------------------------------------------------------------------- input items
 
+
 class _In(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid")
 
@@ -154,11 +155,30 @@ class CompactionItem(_Open):
 # Tool calls and outputs of tools the emulated model never calls itself (hosted tools,
 # Codex's local shell, tool search…), and context items of those tools: kept and rendered
 # as sent (docs/protocol.md §2.2).  Calls issue their ``call_id``; outputs answer one.
-CALL_TYPES = ("local_shell_call", "shell_call", "apply_patch_call", "computer_call", "tool_search_call",
-              "web_search_call", "file_search_call", "code_interpreter_call", "image_generation_call",
-              "mcp_call", "mcp_list_tools", "mcp_approval_request", "program")
-OUTPUT_TYPES = ("local_shell_call_output", "shell_call_output", "apply_patch_call_output",
-                "computer_call_output", "tool_search_output", "mcp_approval_response", "program_output")
+CALL_TYPES = (
+    "local_shell_call",
+    "shell_call",
+    "apply_patch_call",
+    "computer_call",
+    "tool_search_call",
+    "web_search_call",
+    "file_search_call",
+    "code_interpreter_call",
+    "image_generation_call",
+    "mcp_call",
+    "mcp_list_tools",
+    "mcp_approval_request",
+    "program",
+)
+OUTPUT_TYPES = (
+    "local_shell_call_output",
+    "shell_call_output",
+    "apply_patch_call_output",
+    "computer_call_output",
+    "tool_search_output",
+    "mcp_approval_response",
+    "program_output",
+)
 CONTEXT_TYPES = ("additional_tools", "configuration_update", "compaction_trigger")
 
 
@@ -184,8 +204,17 @@ def _item_tag(value: Any) -> str:
 
 
 _TOOL_ITEM_TYPES = frozenset(CALL_TYPES + OUTPUT_TYPES + CONTEXT_TYPES)
-_ITEM_TAGS = {"message", "function_call", "function_call_output", "custom_tool_call", "custom_tool_call_output",
-              "reasoning", "item_reference", "compaction", "tool_item"}
+_ITEM_TAGS = {
+    "message",
+    "function_call",
+    "function_call_output",
+    "custom_tool_call",
+    "custom_tool_call_output",
+    "reasoning",
+    "item_reference",
+    "compaction",
+    "tool_item",
+}
 
 InputItem = Annotated[
     Annotated[MessageItem, Tag("message")]
@@ -197,8 +226,9 @@ InputItem = Annotated[
     | Annotated[ItemReference, Tag("item_reference")]
     | Annotated[CompactionItem, Tag("compaction")]
     | Annotated[ToolItem, Tag("tool_item")],
-    Discriminator(_item_tag, custom_error_type="invalid_value",
-                  custom_error_message="Unsupported input item type."),
+    Discriminator(
+        _item_tag, custom_error_type="invalid_value", custom_error_message="Unsupported input item type."
+    ),
 ]
 
 
@@ -270,7 +300,9 @@ def item_dict(item: InputItem, item_id: str) -> dict[str, Any]:
     if isinstance(item, MessageItem):
         data["type"] = "message"
         data["content"] = [part.model_dump() for part in item.parts]
-    elif isinstance(item, (FunctionCallOutputItem, CustomToolCallOutputItem)) and not isinstance(item.output, str):
+    elif isinstance(item, (FunctionCallOutputItem, CustomToolCallOutputItem)) and not isinstance(
+        item.output, str
+    ):
         data["output"] = [part.model_dump() for part in item.output]
     return data
 
@@ -303,15 +335,25 @@ def is_tool_result(item: InputItem | OutputItem) -> bool:
 def output_as_input(item: OutputItem) -> dict[str, Any]:
     """An output item in the form a later request may send it back as input."""
     if isinstance(item, OutputMessage):
-        return {"type": "message", "id": item.id, "role": "assistant", "status": item.status,
-                "content": [{"type": "output_text", "text": p.text, "annotations": []} for p in item.content]}
+        return {
+            "type": "message",
+            "id": item.id,
+            "role": "assistant",
+            "status": item.status,
+            "content": [{"type": "output_text", "text": p.text, "annotations": []} for p in item.content],
+        }
     if isinstance(item, OutputCustomToolCall):
         return item.model_dump()
-    return {"type": "function_call", "id": item.id, "call_id": item.call_id, "name": item.name,
-            "arguments": item.arguments, "status": item.status}
+    return {
+        "type": "function_call",
+        "id": item.id,
+        "call_id": item.call_id,
+        "name": item.name,
+        "arguments": item.arguments,
+        "status": item.status,
+    }
 
 
 def parse_items(data: list[dict[str, Any]]) -> list[InputItem]:
     """Stored item dicts back to input-item models (strict: the store holds what we wrote)."""
     return ITEM_ADAPTER.validate_python(data)
-

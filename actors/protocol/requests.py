@@ -53,7 +53,8 @@ def _tool_tag(value: Any) -> str:
 
 
 Tool = Annotated[
-    Annotated[FunctionTool, Tag("function")] | Annotated[CustomTool, Tag("custom")]
+    Annotated[FunctionTool, Tag("function")]
+    | Annotated[CustomTool, Tag("custom")]
     | Annotated[OtherTool, Tag("other")],
     Discriminator(_tool_tag),
 ]
@@ -63,8 +64,9 @@ _STREAM_ID = re.compile(r"[A-Za-z0-9_.\-]{1,256}")
 # Bounds OpenAI documents for these fields; they also keep every echoed value encodable.
 Temperature = Annotated[float, Field(ge=0, le=2, allow_inf_nan=False)]
 TopP = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
-Metadata = Annotated[dict[Annotated[str, Field(max_length=64)], Annotated[str, Field(max_length=512)]],
-                     Field(max_length=16)]
+Metadata = Annotated[
+    dict[Annotated[str, Field(max_length=64)], Annotated[str, Field(max_length=512)]], Field(max_length=16)
+]
 TOOL_CHOICE_MODES = ("none", "auto", "required")
 Penalty = Annotated[float, Field(ge=-2, le=2, allow_inf_nan=False)]
 ServiceTier = Literal["auto", "default", "flex", "scale", "priority", "fast", "ultrafast"]
@@ -90,8 +92,9 @@ class TextFormatJsonSchema(_Open):
     strict: bool = False
 
 
-TextFormat = Annotated[TextFormatText | TextFormatJsonObject | TextFormatJsonSchema,
-                       Field(discriminator="type")]
+TextFormat = Annotated[
+    TextFormatText | TextFormatJsonObject | TextFormatJsonSchema, Field(discriminator="type")
+]
 
 
 class TextConfig(_Open):
@@ -167,9 +170,13 @@ class ResponseCreate(BaseModel):
             raise PydanticCustomError("invalid_value", "'mode' must be 'none', 'auto' or 'required'")
         name = choice.get("name")
         if name is not None or choice["type"] == "function":
-            functions = {t.name for t in info.data.get("tools") or () if isinstance(t, (FunctionTool, CustomTool))}
+            functions = {
+                t.name for t in info.data.get("tools") or () if isinstance(t, (FunctionTool, CustomTool))
+            }
             if not isinstance(name, str) or name not in functions:
-                raise PydanticCustomError("invalid_value", "tool_choice names a function that is not among the tools")
+                raise PydanticCustomError(
+                    "invalid_value", "tool_choice names a function that is not among the tools"
+                )
         return choice
 
     @property
@@ -206,9 +213,7 @@ class ResponseAppend(_In):
 
 
 ClientEvent = ResponseCreate | ResponseSteer | ResponseProcessed | ResponseAppend
-_CLIENT_EVENT: TypeAdapter[ClientEvent] = TypeAdapter(
-    Annotated[ClientEvent, Field(discriminator="type")]
-)
+_CLIENT_EVENT: TypeAdapter[ClientEvent] = TypeAdapter(Annotated[ClientEvent, Field(discriminator="type")])
 
 
 def load_json_object(data: str | bytes) -> dict[str, Any]:
@@ -221,7 +226,9 @@ def load_json_object(data: str | bytes) -> dict[str, Any]:
         raw = from_json(data, allow_inf_nan=False)
     except ValueError as exc:
         deep = "recursion limit" in str(exc)
-        raise InvalidJSON("The message is nested too deeply." if deep else "The message is not valid JSON.") from None
+        raise InvalidJSON(
+            "The message is nested too deeply." if deep else "The message is not valid JSON."
+        ) from None
     if not isinstance(raw, dict):
         raise InvalidRequest("The message must be a JSON object.", code="invalid_type")
     return raw
@@ -242,9 +249,12 @@ def parse_client_event(data: str | bytes) -> ClientEvent:
         if first["type"] in ("union_tag_invalid", "union_tag_not_found"):
             raise UnknownEventType(f"Unsupported event type {raw.get('type')!r}.", param="type") from None
         raise _validation_error(exc) from None
-    if isinstance(event, ResponseCreate) and event.stream_id is not None and (
-            not isinstance(event.stream_id, str) or not _STREAM_ID.fullmatch(event.stream_id)):
-            raise InvalidStreamId()
+    if (
+        isinstance(event, ResponseCreate)
+        and event.stream_id is not None
+        and (not isinstance(event.stream_id, str) or not _STREAM_ID.fullmatch(event.stream_id))
+    ):
+        raise InvalidStreamId()
     return event
 
 
@@ -304,13 +314,13 @@ def _validation_error(exc: ValidationError, *, tagged: bool = True) -> APIError:
     param = _param_path(err["loc"][1:] if tagged else err["loc"])
     kind = err["type"]
     if kind == "missing":
-        return InvalidRequest(f"Missing required parameter: '{param}'.", param=param,
-                              code="missing_required_parameter")
+        return InvalidRequest(
+            f"Missing required parameter: '{param}'.", param=param, code="missing_required_parameter"
+        )
     if kind == "extra_forbidden":
         return InvalidRequest(f"Unknown parameter: '{param}'.", param=param, code="unknown_parameter")
     if kind.endswith("_type"):
-        return InvalidRequest(f"Invalid type for '{param}': {err['msg']}.", param=param,
-                              code="invalid_type")
+        return InvalidRequest(f"Invalid type for '{param}': {err['msg']}.", param=param, code="invalid_type")
     return InvalidRequest(f"Invalid value for '{param}': {err['msg']}.", param=param)
 
 
@@ -328,5 +338,14 @@ def _param_path(loc: tuple[Any, ...]) -> str:
     return out
 
 
-_UNION_LABELS = _ITEM_TAGS | {"json_object", "json_schema", "str", "function", "other", "dict[str,any]",
-                              "bool", "int", "float"}
+_UNION_LABELS = _ITEM_TAGS | {
+    "json_object",
+    "json_schema",
+    "str",
+    "function",
+    "other",
+    "dict[str,any]",
+    "bool",
+    "int",
+    "float",
+}

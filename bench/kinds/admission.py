@@ -47,10 +47,17 @@ PHASES = ("micro", "warm", "burst", "ramp", "idle", "http_load")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--url", default=None, help="a running server's base URL, http://host:port (default: start an embedded one)")
+    p.add_argument(
+        "--url",
+        default=None,
+        help="a running server's base URL, http://host:port (default: start an embedded one)",
+    )
     p.add_argument("--config", type=Path, default=None, help="server config file for the embedded server")
-    p.add_argument("--phases", default="micro,warm,ramp,burst,http_load",
-                   help=f"comma-separated, from {','.join(PHASES)} (idle is heavy: opt in)")
+    p.add_argument(
+        "--phases",
+        default="micro,warm,ramp,burst,http_load",
+        help=f"comma-separated, from {','.join(PHASES)} (idle is heavy: opt in)",
+    )
     p.add_argument("--burst", type=int, default=1000, help="connections opened at once")
     p.add_argument("--burst-turns", type=int, default=5, help="turns on each burst connection")
     p.add_argument("--open-timeout", type=float, default=10.0, help="client open timeout in the burst (s)")
@@ -61,9 +68,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warm-connects", type=int, default=50, help="sequential connects in the warm phase")
     p.add_argument("--http-clients", type=int, default=4, help="concurrent HTTP clients in http_load")
     p.add_argument("--http-tokens", type=int, default=75_000, help="approximate tokens per HTTP request")
-    p.add_argument("--cluster", action="store_true",
-                   help="run against a simulated cluster on this machine (head + 2 session nodes + an "
-                        "accelerator node, configs/serve-cluster.yaml): the storm spreads over both gateways")
+    p.add_argument(
+        "--cluster",
+        action="store_true",
+        help="run against a simulated cluster on this machine (head + 2 session nodes + an "
+        "accelerator node, configs/serve-cluster.yaml): the storm spreads over both gateways",
+    )
     p.add_argument("--port", type=int, default=8799, help="--cluster: the port both gateways share")
     p.add_argument("--out", type=Path, default=Path("results/admission.json"))
 
@@ -83,27 +93,39 @@ class ServerMeter:
             return {}
         hosts, gateways = session_host_pids(), actor_pids(":Gateway")
         host_cpu, gateway_cpu = cpu_by_pid(hosts), cpu_by_pid(gateways)
-        return {"hosts": len(hosts), "hosts_uss_mb": uss_mb(hosts), "gateway_uss_mb": uss_mb(gateways),
-                "host_cpu": host_cpu, "hosts_cpu_s": sum(host_cpu.values()),
-                "gateway_cpu_s": sum(gateway_cpu.values()), "t": time.perf_counter()}
+        return {
+            "hosts": len(hosts),
+            "hosts_uss_mb": uss_mb(hosts),
+            "gateway_uss_mb": uss_mb(gateways),
+            "host_cpu": host_cpu,
+            "hosts_cpu_s": sum(host_cpu.values()),
+            "gateway_cpu_s": sum(gateway_cpu.values()),
+            "t": time.perf_counter(),
+        }
 
 
 def delta(after: dict, before: dict, n: int) -> dict[str, Any]:
     if not after or not before or n <= 0:
         return {}
-    mem = (after["hosts_uss_mb"] + after["gateway_uss_mb"]) - (before["hosts_uss_mb"] + before["gateway_uss_mb"])
+    mem = (after["hosts_uss_mb"] + after["gateway_uss_mb"]) - (
+        before["hosts_uss_mb"] + before["gateway_uss_mb"]
+    )
     # CPU of hosts live at both samples is admission work; hosts that appeared in between
     # count separately (their start-up and warm-up: scaling out, not admitting).
     old = {pid: cpu for pid, cpu in after["host_cpu"].items() if pid in before["host_cpu"]}
     new = {pid: cpu for pid, cpu in after["host_cpu"].items() if pid not in before["host_cpu"]}
-    return {"connections": n, "hosts_before": before["hosts"], "hosts_after": after["hosts"],
-            "existing_hosts_cpu_ms_per_conn": sum(old[p] - before["host_cpu"][p] for p in old) * 1000 / n,
-            "new_hosts_cpu_s": sum(new.values()),
-            "server_mib_per_conn": mem / n,
-            "hosts_mib_per_conn": (after["hosts_uss_mb"] - before["hosts_uss_mb"]) / n,
-            "gateway_mib_per_conn": (after["gateway_uss_mb"] - before["gateway_uss_mb"]) / n,
-            "gateway_cpu_ms_per_conn": (after["gateway_cpu_s"] - before["gateway_cpu_s"]) * 1000 / n,
-            "hosts_cpu_ms_per_conn": (after["hosts_cpu_s"] - before["hosts_cpu_s"]) * 1000 / n}
+    return {
+        "connections": n,
+        "hosts_before": before["hosts"],
+        "hosts_after": after["hosts"],
+        "existing_hosts_cpu_ms_per_conn": sum(old[p] - before["host_cpu"][p] for p in old) * 1000 / n,
+        "new_hosts_cpu_s": sum(new.values()),
+        "server_mib_per_conn": mem / n,
+        "hosts_mib_per_conn": (after["hosts_uss_mb"] - before["hosts_uss_mb"]) / n,
+        "gateway_mib_per_conn": (after["gateway_uss_mb"] - before["gateway_uss_mb"]) / n,
+        "gateway_cpu_ms_per_conn": (after["gateway_cpu_s"] - before["gateway_cpu_s"]) * 1000 / n,
+        "hosts_cpu_ms_per_conn": (after["hosts_cpu_s"] - before["hosts_cpu_s"]) * 1000 / n,
+    }
 
 
 @dataclass
@@ -123,8 +145,16 @@ class Opened:
 
     def summary(self) -> dict[str, Any]:
         ms = sorted(s * 1000 for s in self.connect_s)
-        return {"opened": len(self.sockets), "failures": self.failures,
-                "connect_ms": {"p50": pct(ms, 0.5), "p90": pct(ms, 0.9), "p99": pct(ms, 0.99), "max": ms[-1] if ms else None}}
+        return {
+            "opened": len(self.sockets),
+            "failures": self.failures,
+            "connect_ms": {
+                "p50": pct(ms, 0.5),
+                "p90": pct(ms, 0.9),
+                "p99": pct(ms, 0.99),
+                "max": ms[-1] if ms else None,
+            },
+        }
 
 
 async def open_one(url: str, opened: Opened, open_timeout: float) -> None:
@@ -145,12 +175,15 @@ async def _memory_curve(meter: ServerMeter, before: dict, opened: Opened, curve:
     while True:
         await asyncio.sleep(1.0)
         now = await asyncio.to_thread(meter.sample)
-        added = (now["hosts_uss_mb"] + now["gateway_uss_mb"]) - (before["hosts_uss_mb"] + before["gateway_uss_mb"])
+        added = (now["hosts_uss_mb"] + now["gateway_uss_mb"]) - (
+            before["hosts_uss_mb"] + before["gateway_uss_mb"]
+        )
         curve.append((len(opened.sockets), added))
 
 
-async def open_many(url: str, n: int, *, rate: float | None, open_timeout: float, progress=None,
-                    into: Opened | None = None) -> Opened:
+async def open_many(
+    url: str, n: int, *, rate: float | None, open_timeout: float, progress=None, into: Opened | None = None
+) -> Opened:
     """``n`` connections, all at once (``rate`` None) or arriving at ``rate`` per second."""
     opened = into if into is not None else Opened()
     tasks = []
@@ -190,9 +223,13 @@ async def turns_on_all(sockets: list[ResponsesSocket], turns: int) -> dict[str, 
     chains = await asyncio.gather(*(chain(s) for s in sockets))
     wall = time.perf_counter() - t0
     ms = sorted(t * 1000 for _, ts in chains for t in ts)
-    return {"turns_completed": sum(d for d, _ in chains), "turns_wanted": turns * len(sockets),
-            "wall_s": wall, "turns_per_s": sum(d for d, _ in chains) / wall if wall else None,
-            "turn_ms": {"p50": pct(ms, 0.5), "p99": pct(ms, 0.99)}}
+    return {
+        "turns_completed": sum(d for d, _ in chains),
+        "turns_wanted": turns * len(sockets),
+        "wall_s": wall,
+        "turns_per_s": sum(d for d, _ in chains) / wall if wall else None,
+        "turn_ms": {"p50": pct(ms, 0.5), "p99": pct(ms, 0.99)},
+    }
 
 
 async def close_all(sockets: list[ResponsesSocket]) -> None:
@@ -216,13 +253,19 @@ async def burst_phase(url: str, args, meter: ServerMeter, progress) -> dict[str,
     before = meter.sample()
     opened = await open_many(url, args.burst, rate=None, open_timeout=args.open_timeout, progress=progress)
     after_open = meter.sample()
-    out = {"connections": args.burst, **opened.summary(), "admission": delta(after_open, before, len(opened.sockets))}
+    out = {
+        "connections": args.burst,
+        **opened.summary(),
+        "admission": delta(after_open, before, len(opened.sockets)),
+    }
     out["turns"] = await turns_on_all(opened.sockets, args.burst_turns)
     await close_all(opened.sockets)
     return out
 
 
-async def ramp_phase(url: str, rate: float, args, meter: ServerMeter, progress, on_held: Any = None) -> dict[str, Any]:
+async def ramp_phase(
+    url: str, rate: float, args, meter: ServerMeter, progress, on_held: Any = None
+) -> dict[str, Any]:
     await asyncio.sleep(2.0)  # let the previous phase's connections finish closing
     before = meter.sample()
     curve: list[tuple[int, float]] = []
@@ -232,8 +275,13 @@ async def ramp_phase(url: str, rate: float, args, meter: ServerMeter, progress, 
     await asyncio.sleep(1.0)
     sampling.cancel()
     held = meter.sample()
-    out = {"rate": rate, "connections": args.ramp, **opened.summary(),
-           "held": delta(held, before, len(opened.sockets)), "memory_curve": curve}
+    out = {
+        "rate": rate,
+        "connections": args.ramp,
+        **opened.summary(),
+        "held": delta(held, before, len(opened.sockets)),
+        "memory_curve": curve,
+    }
     if on_held is not None:  # where the hosts holding them run (simulated cluster: per node role)
         out["placement"] = on_held()
     out["one_turn_on_all"] = await turns_on_all(opened.sockets, 1)
@@ -241,7 +289,13 @@ async def ramp_phase(url: str, rate: float, args, meter: ServerMeter, progress, 
     if held and after_turn:
         n = max(out["one_turn_on_all"]["turns_completed"], 1)
         out["one_turn_on_all"]["server_cpu_ms_per_turn"] = (
-            (after_turn["hosts_cpu_s"] + after_turn["gateway_cpu_s"]) - (held["hosts_cpu_s"] + held["gateway_cpu_s"])) * 1000 / n
+            (
+                (after_turn["hosts_cpu_s"] + after_turn["gateway_cpu_s"])
+                - (held["hosts_cpu_s"] + held["gateway_cpu_s"])
+            )
+            * 1000
+            / n
+        )
     await close_all(opened.sockets)
     return out
 
@@ -275,8 +329,12 @@ async def http_load_phase(url: str, args) -> dict[str, Any]:
     import httpx
 
     words = " ".join(f"word{i % 997}" for i in range(int(args.http_tokens / 2.2)))
-    body = {"model": "emu-fast", "input": [{"role": "user", "content": words}], "store": False,
-            "metadata": SHORT}
+    body = {
+        "model": "emu-fast",
+        "input": [{"role": "user", "content": words}],
+        "store": False,
+        "metadata": SHORT,
+    }
 
     async def probe(n: int) -> dict[str, Any]:
         connects, health = [], []
@@ -288,7 +346,10 @@ async def http_load_phase(url: str, args) -> dict[str, Any]:
             health.append(await asyncio.to_thread(_get, f"{url}/healthz"))
             await asyncio.sleep(0.05)
         c, h = sorted(s * 1000 for s in connects), sorted(s * 1000 for s in health)
-        return {"connect_ms": {"p50": pct(c, 0.5), "p90": pct(c, 0.9)}, "healthz_ms": {"p50": pct(h, 0.5), "p90": pct(h, 0.9)}}
+        return {
+            "connect_ms": {"p50": pct(c, 0.5), "p90": pct(c, 0.9)},
+            "healthz_ms": {"p50": pct(h, 0.5), "p90": pct(h, 0.9)},
+        }
 
     idle = await probe(20)
     stop = asyncio.Event()
@@ -307,8 +368,13 @@ async def http_load_phase(url: str, args) -> dict[str, Any]:
     loaded = await probe(20)
     stop.set()
     await asyncio.gather(*clients, return_exceptions=True)
-    return {"http_clients": args.http_clients, "http_tokens": args.http_tokens, "http_requests": requests,
-            "idle": idle, "under_http_load": loaded}
+    return {
+        "http_clients": args.http_clients,
+        "http_tokens": args.http_tokens,
+        "http_requests": requests,
+        "idle": idle,
+        "under_http_load": loaded,
+    }
 
 
 def micro_phase(n: int = 2000) -> dict[str, float]:
@@ -328,9 +394,11 @@ def micro_phase(n: int = 2000) -> dict[str, float]:
 
     def head(i: int) -> bytes:
         key = base64.b64encode(os.urandom(16)).decode()
-        return (f"GET /v1/responses HTTP/1.1\r\nHost: 127.0.0.1:8765\r\nUpgrade: websocket\r\n"
-                f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
-                f"Authorization: Bearer sk-test-{i % 7}\r\nUser-Agent: OpenAI/Python 3.57.0\r\n\r\n").encode()
+        return (
+            f"GET /v1/responses HTTP/1.1\r\nHost: 127.0.0.1:8765\r\nUpgrade: websocket\r\n"
+            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+            f"Authorization: Bearer sk-test-{i % 7}\r\nUser-Agent: OpenAI/Python 3.57.0\r\n\r\n"
+        ).encode()
 
     heads = [head(i) for i in range(n)]
     keys = KeyRing(())
@@ -342,8 +410,13 @@ def micro_phase(n: int = 2000) -> dict[str, float]:
         return (time.process_time() - t0) * 1e6 / n
 
     out: dict[str, float] = {}
-    out["gateway_parse_head_us"] = per_conn(lambda h: (is_responses_upgrade(h), wants_append_mode(h, request_headers(h)),
-                                                       keys.owner(request_headers(h))))
+    out["gateway_parse_head_us"] = per_conn(
+        lambda h: (
+            is_responses_upgrade(h),
+            wants_append_mode(h, request_headers(h)),
+            keys.owner(request_headers(h)),
+        )
+    )
 
     async def handoffs() -> float:
         a, b = socketlib.socketpair(socketlib.AF_UNIX, socketlib.SOCK_SEQPACKET)
@@ -376,8 +449,9 @@ def micro_phase(n: int = 2000) -> dict[str, float]:
 
     out["host_websocket_handshake_us"] = per_conn(handshake)
     config = SessionConfig()
-    out["host_session_setup_us"] = per_conn(lambda h: Session(config, ["emu-fast"], session_key="c", owner="o",
-                                                              clock=time.time))
+    out["host_session_setup_us"] = per_conn(
+        lambda h: Session(config, ["emu-fast"], session_key="c", owner="o", clock=time.time)
+    )
     return out
 
 
@@ -412,37 +486,56 @@ def _print_summary(result: dict) -> None:
 
     c = Console(width=110)
     if "micro" in result:
-        c.print("admission CPU per connection, step by step (µs): "
-                + ", ".join(f"{k.removesuffix('_us')} {v:.0f}" for k, v in result["micro"].items()))
+        c.print(
+            "admission CPU per connection, step by step (µs): "
+            + ", ".join(f"{k.removesuffix('_us')} {v:.0f}" for k, v in result["micro"].items())
+        )
     if "warm" in result:
-        c.print(f"warm, idle server: connect p50 {result['warm']['connect_ms']['p50']:.1f} ms "
-                f"(p90 {result['warm']['connect_ms']['p90']:.1f})")
+        c.print(
+            f"warm, idle server: connect p50 {result['warm']['connect_ms']['p50']:.1f} ms "
+            f"(p90 {result['warm']['connect_ms']['p90']:.1f})"
+        )
     if "burst" in result:
         b = result["burst"]
         t = b["turns"]
-        c.print(f"burst {b['connections']}: opened {b['opened']}, failures {b['failures'] or 'none'}, connect p50 "
-                f"{b['connect_ms']['p50']:.0f} / p99 {b['connect_ms']['p99']:.0f} ms; turns {t['turns_completed']}/"
-                f"{t['turns_wanted']} in {t['wall_s']:.1f} s")
+        c.print(
+            f"burst {b['connections']}: opened {b['opened']}, failures {b['failures'] or 'none'}, connect p50 "
+            f"{b['connect_ms']['p50']:.0f} / p99 {b['connect_ms']['p99']:.0f} ms; turns {t['turns_completed']}/"
+            f"{t['turns_wanted']} in {t['wall_s']:.1f} s"
+        )
     for r in result.get("ramp", []):
         h, t = r.get("held", {}), r["one_turn_on_all"]
-        c.print(f"ramp {r['connections']} at {r['rate']:.0f}/s: opened {r['opened']}, failures {r['failures'] or 'none'}, "
-                f"connect p50 {r['connect_ms']['p50']:.1f} / p99 {r['connect_ms']['p99']:.1f} ms; "
-                + (f"{h['server_mib_per_conn']:.2f} MiB/conn held ({h['hosts_before']}→{h['hosts_after']} hosts), "
-                   f"CPU per conn: gateway {h['gateway_cpu_ms_per_conn']:.2f} + hosts {h['existing_hosts_cpu_ms_per_conn']:.2f} ms "
-                   f"(+ {h['new_hosts_cpu_s']:.1f} s starting hosts); "
-                   if h else "")
-                + f"one turn on all: {t['turns_completed']}/{t['turns_wanted']} in {t['wall_s']:.1f} s")
+        c.print(
+            f"ramp {r['connections']} at {r['rate']:.0f}/s: opened {r['opened']}, failures {r['failures'] or 'none'}, "
+            f"connect p50 {r['connect_ms']['p50']:.1f} / p99 {r['connect_ms']['p99']:.1f} ms; "
+            + (
+                f"{h['server_mib_per_conn']:.2f} MiB/conn held ({h['hosts_before']}→{h['hosts_after']} hosts), "
+                f"CPU per conn: gateway {h['gateway_cpu_ms_per_conn']:.2f} + hosts {h['existing_hosts_cpu_ms_per_conn']:.2f} ms "
+                f"(+ {h['new_hosts_cpu_s']:.1f} s starting hosts); "
+                if h
+                else ""
+            )
+            + f"one turn on all: {t['turns_completed']}/{t['turns_wanted']} in {t['wall_s']:.1f} s"
+        )
     if "idle" in result:
         i = result["idle"]
         h = i.get("held", {})
-        c.print(f"idle {i['connections']}: opened {i['opened']}, failures {i['failures'] or 'none'}; "
-                + (f"{h['server_mib_per_conn']:.2f} MiB/conn, idle CPU {i.get('idle_cpu_pct_of_a_core', 0):.1f}% of a core "
-                   f"({i.get('idle_cpu_us_per_conn_per_s', 0):.1f} µs/conn/s)" if h else ""))
+        c.print(
+            f"idle {i['connections']}: opened {i['opened']}, failures {i['failures'] or 'none'}; "
+            + (
+                f"{h['server_mib_per_conn']:.2f} MiB/conn, idle CPU {i.get('idle_cpu_pct_of_a_core', 0):.1f}% of a core "
+                f"({i.get('idle_cpu_us_per_conn_per_s', 0):.1f} µs/conn/s)"
+                if h
+                else ""
+            )
+        )
     if "http_load" in result:
         hl = result["http_load"]
-        c.print(f"under {hl['http_clients']} HTTP clients (~{hl['http_tokens'] // 1000}k tokens, {hl['http_requests']} requests): "
-                f"connect p50 {hl['idle']['connect_ms']['p50']:.1f} → {hl['under_http_load']['connect_ms']['p50']:.1f} ms, "
-                f"/healthz p50 {hl['idle']['healthz_ms']['p50']:.1f} → {hl['under_http_load']['healthz_ms']['p50']:.1f} ms")
+        c.print(
+            f"under {hl['http_clients']} HTTP clients (~{hl['http_tokens'] // 1000}k tokens, {hl['http_requests']} requests): "
+            f"connect p50 {hl['idle']['connect_ms']['p50']:.1f} → {hl['under_http_load']['connect_ms']['p50']:.1f} ms, "
+            f"/healthz p50 {hl['idle']['healthz_ms']['p50']:.1f} → {hl['under_http_load']['healthz_ms']['p50']:.1f} ms"
+        )
 
 
 async def _measure(url: str, args, meter: ServerMeter, on_held: Any = None) -> dict[str, Any]:
@@ -462,7 +555,9 @@ async def _measure(url: str, args, meter: ServerMeter, on_held: Any = None) -> d
             result["ramp"] = []
             for rate in [float(r) for r in args.rates.split(",")]:
                 task = bar.add_task(f"ramp {args.ramp} at {rate:.0f}/s", total=args.ramp)
-                result["ramp"].append(await ramp_phase(url, rate, args, meter, lambda task=task: bar.advance(task), on_held))
+                result["ramp"].append(
+                    await ramp_phase(url, rate, args, meter, lambda task=task: bar.advance(task), on_held)
+                )
         if "burst" in phases:
             task = bar.add_task(f"burst of {args.burst}", total=args.burst)
             result["burst"] = await burst_phase(url, args, meter, lambda: bar.advance(task))
@@ -509,14 +604,27 @@ def run(args: argparse.Namespace) -> int:
         with simulated_cluster(args.port) as (url, cluster):
             result = asyncio.run(_measure(url, args, ServerMeter(enabled=True), on_held=cluster.placement))
     else:
-        with (nullcontext(args.url) if args.url else embedded_server(config, name="admission")) as url:
+        with nullcontext(args.url) if args.url else embedded_server(config, name="admission") as url:
             result = asyncio.run(_measure(url, args, ServerMeter(enabled=args.url is None)))
-    payload = {"command": args.command, "fd_limit": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
-               "cluster": "head + 2 session nodes + 1 accelerator node on one machine" if args.cluster else None,
-               "server": None if config is None else config.session.model_dump(include={
-                   "connections_per_actor", "max_connections_per_actor", "warm_actors", "max_actors",
-                   "max_starting_actors", "admission_wait_s"}),
-               "wall_s": time.perf_counter() - started, **result}
+    payload = {
+        "command": args.command,
+        "fd_limit": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+        "cluster": "head + 2 session nodes + 1 accelerator node on one machine" if args.cluster else None,
+        "server": None
+        if config is None
+        else config.session.model_dump(
+            include={
+                "connections_per_actor",
+                "max_connections_per_actor",
+                "warm_actors",
+                "max_actors",
+                "max_starting_actors",
+                "admission_wait_s",
+            }
+        ),
+        "wall_s": time.perf_counter() - started,
+        **result,
+    }
     results.write(args.out, payload, args.run)
     png = args.out.with_suffix(".png")
     _plot(result, png)
@@ -524,4 +632,3 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {args.out} and {png}")
     failed = any(p.get("failures") for p in [result.get("burst", {}), *result.get("ramp", [])])
     return 1 if failed else 0
-

@@ -31,18 +31,30 @@ from ..workload import PRESETS, Lognormal, Workload, rounds
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--url", default=None, help="server base URL (default: start an embedded server)")
     p.add_argument("--config", type=Path, default=None, help="server YAML for the embedded server")
-    p.add_argument("--api-key", default="sk-bench-{transport}",
-                   help="the key of each transport's requests; with {transport} in it each transport has "
-                        "its own prefix-cache scope (a server with API keys needs one key per transport)")
-    p.add_argument("--transports", default="ws,http-chained,http-full",
-                   help=f"comma separated, of {sorted(TRANSPORTS)}")
+    p.add_argument(
+        "--api-key",
+        default="sk-bench-{transport}",
+        help="the key of each transport's requests; with {transport} in it each transport has "
+        "its own prefix-cache scope (a server with API keys needs one key per transport)",
+    )
+    p.add_argument(
+        "--transports", default="ws,http-chained,http-full", help=f"comma separated, of {sorted(TRANSPORTS)}"
+    )
     p.add_argument("--rollouts", type=int, default=6, help="rollouts per transport")
     p.add_argument("--concurrency", type=int, default=1, help="rollouts in flight at once (M)")
-    p.add_argument("--preset", default="codex", choices=sorted(PRESETS),
-                   help="workload sizes (docs/benchmark.md); the options below override them")
+    p.add_argument(
+        "--preset",
+        default="codex",
+        choices=sorted(PRESETS),
+        help="workload sizes (docs/benchmark.md); the options below override them",
+    )
     p.add_argument("--model", default="emu-fast")
-    p.add_argument("--rounds", type=int, default=None,
-                   help="tool rounds per rollout (codex: the median of their distribution)")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="tool rounds per rollout (codex: the median of their distribution)",
+    )
     p.add_argument("--system-tokens", type=int, default=None)
     p.add_argument("--tool-def-tokens", type=int, default=None)
     p.add_argument("--tool-output-tokens", type=int, default=None, help="(codex: the median)")
@@ -51,10 +63,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume-tokens", type=int, default=None, help="resumed session's history, tokens")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--sweep", default=None, help="also run these tool-round counts, e.g. 5,10,20,35,50")
-    p.add_argument("--sweep-speed", default=None,
-                   help="also run at these decode speeds (tokens/s, prefill scaled alike), e.g. 65,250,1000,4000")
-    p.add_argument("--sweep-context", default=None,
-                   help="also run resuming sessions of these sizes (tokens), e.g. 10000,50000,100000,200000")
+    p.add_argument(
+        "--sweep-speed",
+        default=None,
+        help="also run at these decode speeds (tokens/s, prefill scaled alike), e.g. 65,250,1000,4000",
+    )
+    p.add_argument(
+        "--sweep-context",
+        default=None,
+        help="also run resuming sessions of these sizes (tokens), e.g. 10000,50000,100000,200000",
+    )
     p.add_argument("--sweep-rollouts", type=int, default=2, help="rollouts per transport per sweep point")
     p.add_argument("--out", type=Path, default=Path("results/agentloop"))
     p.add_argument("--no-plots", action="store_true")
@@ -65,14 +83,25 @@ def workload_from(args: argparse.Namespace, tool_rounds: int | None = None) -> W
     """The preset with the options given on the command line; with a shaped preset
     (codex) a size option moves its distribution's median, the spread kept."""
     w = replace(PRESETS[args.preset], model=args.model, seed=args.seed)
-    given = {field: value for field, value in (
-        ("tool_rounds", args.rounds if tool_rounds is None else tool_rounds), ("system_tokens", args.system_tokens),
-        ("tool_def_tokens", args.tool_def_tokens), ("tool_output_tokens", args.tool_output_tokens),
-        ("text_tokens", args.text_tokens), ("tool_time_ms", args.tool_time_ms),
-        ("resume_tokens", args.resume_tokens)) if value is not None}
+    given = {
+        field: value
+        for field, value in (
+            ("tool_rounds", args.rounds if tool_rounds is None else tool_rounds),
+            ("system_tokens", args.system_tokens),
+            ("tool_def_tokens", args.tool_def_tokens),
+            ("tool_output_tokens", args.tool_output_tokens),
+            ("text_tokens", args.text_tokens),
+            ("tool_time_ms", args.tool_time_ms),
+            ("resume_tokens", args.resume_tokens),
+        )
+        if value is not None
+    }
     if w.shape is not None:
-        moved = {f: _moved(getattr(w.shape, f), given[f]) for f in ("tool_rounds", "tool_output_tokens", "tool_time_ms")
-                 if f in given}
+        moved = {
+            f: _moved(getattr(w.shape, f), given[f])
+            for f in ("tool_rounds", "tool_output_tokens", "tool_time_ms")
+            if f in given
+        }
         w = replace(w, shape=replace(w.shape, **moved))
     return replace(w, **given)
 
@@ -82,22 +111,39 @@ def _moved(d: Lognormal, median: float) -> Lognormal:
     return Lognormal(median, d.p90 * f, max(d.cap, d.p90 * f), d.low)
 
 
-async def _run_with_progress(url: str, w: Workload, transports: list[str], rollouts: int,
-                             concurrency: int, api_key: str, quiet: bool, label: str) -> list[RolloutRecord]:
+async def _run_with_progress(
+    url: str,
+    w: Workload,
+    transports: list[str],
+    rollouts: int,
+    concurrency: int,
+    api_key: str,
+    quiet: bool,
+    label: str,
+) -> list[RolloutRecord]:
     if quiet:
-        return await run_bench(url, w, transports, rollouts=rollouts, concurrency=concurrency, api_key=api_key)
+        return await run_bench(
+            url, w, transports, rollouts=rollouts, concurrency=concurrency, api_key=api_key
+        )
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    with Progress(TextColumn("{task.description:<22}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("turns"), TimeElapsedColumn(), transient=True) as progress:
+    with Progress(
+        TextColumn("{task.description:<22}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("turns"),
+        TimeElapsedColumn(),
+        transient=True,
+    ) as progress:
         total = sum(rounds(w, r) + 1 for r in range(rollouts))
         tasks = {t: progress.add_task(f"{label} {t}", total=total) for t in transports}
 
         def on_turn(transport: str, _turn) -> None:
             progress.advance(tasks[transport])
 
-        return await run_bench(url, w, transports, rollouts=rollouts, concurrency=concurrency,
-                               api_key=api_key, on_turn=on_turn)
+        return await run_bench(
+            url, w, transports, rollouts=rollouts, concurrency=concurrency, api_key=api_key, on_turn=on_turn
+        )
 
 
 def floor_line(summary: dict[str, Any]) -> str | None:
@@ -120,8 +166,11 @@ def run(args: argparse.Namespace) -> int:
         console.print("starting an embedded Ray and the responses-ws app …")
         config = local_config(args.config)
         if args.sweep_speed:
-            config = config.model_copy(update={"inference": sweeps.with_speeds(
-                config.inference, args.model, _ints(args.sweep_speed))})
+            config = config.model_copy(
+                update={
+                    "inference": sweeps.with_speeds(config.inference, args.model, _ints(args.sweep_speed))
+                }
+            )
         with embedded_server(config) as url:
             payload = measure(args, url, console)
     return 1 if report.failed(payload["summary"]) else 0
@@ -134,16 +183,21 @@ def measure(args: argparse.Namespace, url: str, console: Any) -> dict[str, Any]:
     shape = f"{args.preset} preset" + (f", resumed {w.resume_tokens // 1000}k" if w.resume_tokens else "")
     label = f"{w.model}, {shape}, M={args.concurrency}"
     t0 = time.time()
-    records = asyncio.run(_run_with_progress(url, w, transports, args.rollouts, args.concurrency,
-                                             args.api_key, args.quiet, "main"))
+    records = asyncio.run(
+        _run_with_progress(
+            url, w, transports, args.rollouts, args.concurrency, args.api_key, args.quiet, "main"
+        )
+    )
     summary = report.summarise(records)
     console.print(report.render_table(summary, f"Agent loops: {label}"))
     phases = report.render_phases(summary)
     if phases is not None:
         console.print(phases)
     else:
-        console.print("[dim]the server reported no phase timings (metadata responses_ws.timings); "
-                      "'non-model ms est.' = turn time − the emulator's modelled time[/dim]")
+        console.print(
+            "[dim]the server reported no phase timings (metadata responses_ws.timings); "
+            "'non-model ms est.' = turn time − the emulator's modelled time[/dim]"
+        )
     floor = floor_line(summary)
     if floor is not None:
         console.print(floor)
@@ -153,45 +207,87 @@ def measure(args: argparse.Namespace, url: str, console: Any) -> dict[str, Any]:
     sweep = []
     for n_rounds in _ints(args.sweep):
         sw = workload_from(args, n_rounds)
-        recs = asyncio.run(_run_with_progress(url, sw, transports, args.sweep_rollouts, args.concurrency,
-                                              args.api_key, args.quiet, f"sweep {n_rounds}"))
+        recs = asyncio.run(
+            _run_with_progress(
+                url,
+                sw,
+                transports,
+                args.sweep_rollouts,
+                args.concurrency,
+                args.api_key,
+                args.quiet,
+                f"sweep {n_rounds}",
+            )
+        )
         s = report.summarise(recs)
         sweep.append({"tool_rounds": n_rounds, "summary": s, "rollouts": [r.as_dict() for r in recs]})
         gains = ", ".join(f"vs {n}: {v['ws_gain']['e2e_median']:.1%}" for n, v in s.items() if "ws_gain" in v)
-        console.print(f"sweep {n_rounds:>3} rounds: ws e2e median "
-                      f"{s.get('ws', {}).get('e2e_s', {}).get('median') or float('nan'):.2f} s; ws faster {gains}")
+        console.print(
+            f"sweep {n_rounds:>3} rounds: ws e2e median "
+            f"{s.get('ws', {}).get('e2e_s', {}).get('median') or float('nan'):.2f} s; ws faster {gains}"
+        )
 
     def point(pw: Workload, name: str) -> list[RolloutRecord]:
-        return asyncio.run(_run_with_progress(url, pw, transports, args.sweep_rollouts, args.concurrency,
-                                              args.api_key, args.quiet, name))
+        return asyncio.run(
+            _run_with_progress(
+                url, pw, transports, args.sweep_rollouts, args.concurrency, args.api_key, args.quiet, name
+            )
+        )
 
-    by_speed = sweeps.run_points(sweeps.speed_points(w, _ints(args.sweep_speed)), transports,
-                                 lambda pw, x: point(pw, f"{x} tok/s"))
+    by_speed = sweeps.run_points(
+        sweeps.speed_points(w, _ints(args.sweep_speed)), transports, lambda pw, x: point(pw, f"{x} tok/s")
+    )
     for line in sweeps.lines(by_speed, "tok/s"):
         console.print(line)
-    by_context = sweeps.run_points(sweeps.context_points(w, _ints(args.sweep_context)), transports,
-                                   lambda pw, x: point(pw, f"ctx {x}"))
+    by_context = sweeps.run_points(
+        sweeps.context_points(w, _ints(args.sweep_context)), transports, lambda pw, x: point(pw, f"ctx {x}")
+    )
     for line in sweeps.lines(by_context, "context"):
         console.print(line)
     payload = {
         "command": args.command,
-        "url": args.url or "embedded", "started_at": t0, "duration_s": time.time() - t0,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
-        "workload": w.as_dict(), "transports": transports, "rollouts_per_transport": args.rollouts,
-        "concurrency": args.concurrency, "summary": summary,
-        "comparison": comparison, "rollouts": [r.as_dict() for r in records], "sweep": sweep,
-        "sweep_speed": by_speed, "sweep_context": by_context,
+        "url": args.url or "embedded",
+        "started_at": t0,
+        "duration_s": time.time() - t0,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
+        "workload": w.as_dict(),
+        "transports": transports,
+        "rollouts_per_transport": args.rollouts,
+        "concurrency": args.concurrency,
+        "summary": summary,
+        "comparison": comparison,
+        "rollouts": [r.as_dict() for r in records],
+        "sweep": sweep,
+        "sweep_speed": by_speed,
+        "sweep_context": by_context,
     }
     written = [results.write(args.out / "agentloop.json", payload, args.run)]
     if not args.no_plots:
         written += report.plot_all(args.out, records, sweep, label)
         if by_speed:
-            written.append(sweeps.plot(args.out / "sweep_speed.png", by_speed, "decode tokens/s (prefill scaled alike)",
-                                       f"API overhead and ws gain against model speed ({shape})", log_x=True))
+            written.append(
+                sweeps.plot(
+                    args.out / "sweep_speed.png",
+                    by_speed,
+                    "decode tokens/s (prefill scaled alike)",
+                    f"API overhead and ws gain against model speed ({shape})",
+                    log_x=True,
+                )
+            )
         if by_context:
-            written.append(sweeps.plot(args.out / "sweep_context.png", by_context, "resumed context, tokens",
-                                       f"API overhead and ws gain against context ({w.model}, {args.preset} preset)",
-                                       log_x=False))
+            written.append(
+                sweeps.plot(
+                    args.out / "sweep_context.png",
+                    by_context,
+                    "resumed context, tokens",
+                    f"API overhead and ws gain against context ({w.model}, {args.preset} preset)",
+                    log_x=False,
+                )
+            )
     console.print("wrote " + ", ".join(str(p) for p in written))
     return payload
 

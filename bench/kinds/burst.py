@@ -71,9 +71,14 @@ async def first_turn(url: str, w: wl.Workload, rollout: int, go: asyncio.Event) 
     server = json.loads(answer.response["metadata"][TIMINGS_KEY])
     total = (answer.stamps[-1] - t0) * 1000.0
     model = sum(server[p] for p in MODEL_PHASES)
-    return {"rollout": rollout, "created_ms": round((answer.stamps[types.index("response.created")] - t0) * 1000.0, 1),
-            "total_ms": round(total, 1), "model_ms": round(model, 1), "nonmodel_ms": round(total - model, 1),
-            "server": server}
+    return {
+        "rollout": rollout,
+        "created_ms": round((answer.stamps[types.index("response.created")] - t0) * 1000.0, 1),
+        "total_ms": round(total, 1),
+        "model_ms": round(model, 1),
+        "nonmodel_ms": round(total - model, 1),
+        "server": server,
+    }
 
 
 async def measure(url: str, w: wl.Workload, sockets: int) -> list[dict[str, Any]]:
@@ -90,11 +95,16 @@ def summary(turns: list[dict[str, Any]]) -> dict[str, Any]:
         return round(statistics.median(values), 1)
 
     return {
-        "created_ms": {"min": min(t["created_ms"] for t in turns), "median": med([t["created_ms"] for t in turns]),
-                       "max": max(t["created_ms"] for t in turns)},
+        "created_ms": {
+            "min": min(t["created_ms"] for t in turns),
+            "median": med([t["created_ms"] for t in turns]),
+            "max": max(t["created_ms"] for t in turns),
+        },
         "nonmodel_ms_median": med([t["nonmodel_ms"] for t in turns]),
-        "server_ms_median": {p: med([t["server"][p] for t in turns])
-                             for p in ("parse_validate", "render", "classify", "api_overhead")},
+        "server_ms_median": {
+            p: med([t["server"][p] for t in turns])
+            for p in ("parse_validate", "render", "classify", "api_overhead")
+        },
     }
 
 
@@ -107,16 +117,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     w = wl.PRESETS["codex"]
     where = tokenise_where(w)
-    print(f"tokenising one first input (~{w.resume_tokens // 1000}k tokens): main thread "
-          f"{where['main_thread_ms']} ms, worker thread {where['worker_thread_ms']} ms (medians)")
+    print(
+        f"tokenising one first input (~{w.resume_tokens // 1000}k tokens): main thread "
+        f"{where['main_thread_ms']} ms, worker thread {where['worker_thread_ms']} ms (medians)"
+    )
     with embedded_server(local_config(args.config)) as url:
         turns = asyncio.run(measure(url, w, args.sockets))
     s = summary(turns)
-    print(f"{args.sockets} first turns at once: response.created after {s['created_ms']['min']} ms (first) / "
-          f"{s['created_ms']['median']} ms (median) / {s['created_ms']['max']} ms (last); "
-          f"non-model time per socket, median {s['nonmodel_ms_median']} ms")
+    print(
+        f"{args.sockets} first turns at once: response.created after {s['created_ms']['min']} ms (first) / "
+        f"{s['created_ms']['median']} ms (median) / {s['created_ms']['max']} ms (last); "
+        f"non-model time per socket, median {s['nonmodel_ms_median']} ms"
+    )
     print("server phases, medians (ms): " + ", ".join(f"{k} {v}" for k, v in s["server_ms_median"].items()))
-    results.write(args.out, {"command": args.command, "sockets": args.sockets, "tokenise": where,
-                             "summary": s, "turns": turns}, args.run)
+    results.write(
+        args.out,
+        {"command": args.command, "sockets": args.sockets, "tokenise": where, "summary": s, "turns": turns},
+        args.run,
+    )
     print(f"wrote {args.out}")
     return 0

@@ -32,8 +32,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", default="codex", choices=sorted(PRESETS))
     p.add_argument("--model", default="emu-fast")
     p.add_argument("--rollouts", type=int, default=4, help="rollouts per transport (the same ones on each)")
-    p.add_argument("--resume-tokens", type=int, default=None,
-                   help="size of the resumed session's history (default: the preset's)")
+    p.add_argument(
+        "--resume-tokens",
+        type=int,
+        default=None,
+        help="size of the resumed session's history (default: the preset's)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=Path("results/demo"))
 
@@ -43,8 +47,10 @@ def run(args: argparse.Namespace) -> int:
     if args.resume_tokens is not None:
         w = replace(w, resume_tokens=args.resume_tokens)
     turns = sum(rounds(w, r) + 1 for r in range(args.rollouts))
-    print(f"{args.preset} preset on {w.model}, resuming a ~{w.resume_tokens // 1000}k-token session; "
-          f"{args.rollouts} rollouts ({turns} turns) on each of {' and '.join(TRANSPORTS)}")
+    print(
+        f"{args.preset} preset on {w.model}, resuming a ~{w.resume_tokens // 1000}k-token session; "
+        f"{args.rollouts} rollouts ({turns} turns) on each of {' and '.join(TRANSPORTS)}"
+    )
     print("starting an embedded Ray and the responses-ws app …", flush=True)
     t0 = time.time()
     with embedded_server(local_config()) as url:
@@ -60,12 +66,23 @@ def run(args: argparse.Namespace) -> int:
         print(line)
     for r in failed:
         print(f"  rollout {r.rollout} on {r.transport} failed: {r.error}")
-    payload = {"command": args.command, "duration_s": time.time() - t0, "workload": w.as_dict(),
-               "transports": TRANSPORTS, "comparison": cmp, "turns_of_rollout": {"rollout": shown, "rows": rows},
-               "summary": report.summarise(records), "rollouts": [r.as_dict() for r in records]}
+    payload = {
+        "command": args.command,
+        "duration_s": time.time() - t0,
+        "workload": w.as_dict(),
+        "transports": TRANSPORTS,
+        "comparison": cmp,
+        "turns_of_rollout": {"rollout": shown, "rows": rows},
+        "summary": report.summarise(records),
+        "rollouts": [r.as_dict() for r in records],
+    }
     out_json = results.write(args.out / "demo.json", payload, args.run)
-    png = breakdown.plot(args.out / "demo.png", cmp, rows, shown,
-                         f"{args.preset} preset, {w.model}, resumed ~{w.resume_tokens // 1000}k tokens: "
-                         "where the time goes")
+    png = breakdown.plot(
+        args.out / "demo.png",
+        cmp,
+        rows,
+        shown,
+        f"{args.preset} preset, {w.model}, resumed ~{w.resume_tokens // 1000}k tokens: where the time goes",
+    )
     print(f"\nsaved {out_json} and {png}")
     return 1 if failed or not cmp["rollouts"] else 0

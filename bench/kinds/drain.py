@@ -53,9 +53,19 @@ APP = "responses-ws-drain"
 OPEN_TIMEOUT_S = 30.0
 END_GRACE_S = 60.0  # for the turns running when the load stops
 TYPED_REFUSALS = frozenset({"server_shutting_down", "server_overloaded"})  # 503 codes that ask for a retry
-VIOLATIONS = ("upgrade_unanswered", "upgrade_reset", "upgrade_refused_untyped", "upgrade_timeout",
-              "port_closed", "closed_abnormally", "closed_other_code", "error_other", "lost_terminal",
-              "response_failed", "stored_lost")
+VIOLATIONS = (
+    "upgrade_unanswered",
+    "upgrade_reset",
+    "upgrade_refused_untyped",
+    "upgrade_timeout",
+    "port_closed",
+    "closed_abnormally",
+    "closed_other_code",
+    "error_other",
+    "lost_terminal",
+    "response_failed",
+    "stored_lost",
+)
 
 
 @dataclass(frozen=True)
@@ -98,9 +108,15 @@ class Refused(Exception):
 
 
 def turn_body(rng: random.Random, plan: Plan, previous: str | None) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": plan.model, "input": "go", "store": rng.random() < plan.store_share,
-                            "metadata": {"emulator.tool_rounds": "0", "emulator.text_tokens":
-                                         str(rng.randint(plan.min_tokens, plan.max_tokens))}}
+    body: dict[str, Any] = {
+        "model": plan.model,
+        "input": "go",
+        "store": rng.random() < plan.store_share,
+        "metadata": {
+            "emulator.tool_rounds": "0",
+            "emulator.text_tokens": str(rng.randint(plan.min_tokens, plan.max_tokens)),
+        },
+    }
     if previous is not None:
         body["previous_response_id"] = previous
     return body
@@ -115,8 +131,10 @@ def classify_refusal(exc: InvalidStatus) -> tuple[str, str]:
     except (ValueError, KeyError, TypeError):
         code = None
     typed = response.status_code == 503 and "Retry-After" in response.headers and code in TYPED_REFUSALS
-    return ("upgrade_refused_typed" if typed else "upgrade_refused_untyped",
-            f"{response.status_code} {code} {bytes(response.body or b'')[:80]!r}")
+    return (
+        "upgrade_refused_typed" if typed else "upgrade_refused_untyped",
+        f"{response.status_code} {code} {bytes(response.body or b'')[:80]!r}",
+    )
 
 
 class Client:
@@ -255,7 +273,9 @@ async def fetch_stored(url: str, seen: Seen, tally: Tally) -> int:
     return len(ids)
 
 
-async def redeploys(url: str, data_dir: str | Path, plan: Plan, redeploy: Callable[[int], object]) -> dict[str, Any]:
+async def redeploys(
+    url: str, data_dir: str | Path, plan: Plan, redeploy: Callable[[int], object]
+) -> dict[str, Any]:
     """Run the clients against the server at ``url`` (its SQLite store in ``data_dir``) and
     call ``redeploy(k)`` (blocking: it returns once the new gateway serves) ``plan.redeploys``
     times; the verdict."""
@@ -272,9 +292,15 @@ async def redeploys(url: str, data_dir: str | Path, plan: Plan, redeploy: Callab
         await asyncio.sleep(plan.every_s)
         began, mid_turn, closed = time.monotonic(), tally.in_turn, tally.counts["closed_1012"]
         await asyncio.to_thread(redeploy, k)
-        log.append({"at_s": round(began - t0, 1), "took_s": round(time.monotonic() - began, 1),
-                    "mid_turn_at_start": mid_turn, "mid_turn_when_done": tally.in_turn,
-                    "closed_1012_before": closed})
+        log.append(
+            {
+                "at_s": round(began - t0, 1),
+                "took_s": round(time.monotonic() - began, 1),
+                "mid_turn_at_start": mid_turn,
+                "mid_turn_when_done": tally.in_turn,
+                "closed_1012_before": closed,
+            }
+        )
     completed = tally.counts["response.completed"]
     await asyncio.sleep(plan.tail_s)
     stop.set()
@@ -289,11 +315,18 @@ async def redeploys(url: str, data_dir: str | Path, plan: Plan, redeploy: Callab
     stored = await fetch_stored(url, seen, tally)
     ledger = reconcile(seen, read_ledger(data_dir))
     counts = dict(sorted(tally.counts.items()))
-    return {"plan": asdict(plan), "wall_s": round(wall, 1), "redeploy_log": log,
-            "responses_seen": len(seen.responses), "stored_fetched": stored, "counts": counts,
-            "completed_after_last_redeploy": tally.counts["response.completed"] - completed,
-            "violations": tally.violations + ledger["mismatches"], "examples": tally.examples,
-            "ledger": ledger}
+    return {
+        "plan": asdict(plan),
+        "wall_s": round(wall, 1),
+        "redeploy_log": log,
+        "responses_seen": len(seen.responses),
+        "stored_fetched": stored,
+        "counts": counts,
+        "completed_after_last_redeploy": tally.counts["response.completed"] - completed,
+        "violations": tally.violations + ledger["mismatches"],
+        "examples": tally.examples,
+        "ledger": ledger,
+    }
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -314,14 +347,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from serve.embedded import deploy, embedded_server, local_config
 
-    plan = Plan(connections=args.connections, redeploys=args.redeploys, every_s=args.every, tail_s=args.tail,
-                turns=args.turns, think_ms=args.think_ms, min_tokens=args.min_tokens,
-                max_tokens=args.max_tokens, store_share=args.store_share, seed=args.seed)
+    plan = Plan(
+        connections=args.connections,
+        redeploys=args.redeploys,
+        every_s=args.every,
+        tail_s=args.tail,
+        turns=args.turns,
+        think_ms=args.think_ms,
+        min_tokens=args.min_tokens,
+        max_tokens=args.max_tokens,
+        store_share=args.store_share,
+        seed=args.seed,
+    )
     with tempfile.TemporaryDirectory(prefix="drain-store-", ignore_cleanup_errors=True) as store_dir:
         config = local_config(**{"store.data_dir": store_dir})
 
         def redeploy(k: int) -> None:  # a gateway-only change: Serve replaces the gateway replica
-            session = config.session.model_copy(update={"max_inflight": config.session.max_inflight - 1 + k % 2})
+            session = config.session.model_copy(
+                update={"max_inflight": config.session.max_inflight - 1 + k % 2}
+            )
             deploy(config.model_copy(update={"session": session}), name=APP)
 
         with embedded_server(config, name=APP, object_store_mb=200) as url:
@@ -329,13 +373,17 @@ def run(args: argparse.Namespace) -> int:
             result = asyncio.run(redeploys(url, store_dir, plan, redeploy))
     result["load_avg_at_end"] = os.getloadavg()
     c, v = result["counts"], result["ledger"]
-    print(f"{plan.redeploys} redeploys under {plan.connections} connections in {result['wall_s']} s: "
-          f"{c.get('opened', 0)} connections opened, {result['responses_seen']} responses "
-          f"({c.get('response.completed', 0)} completed, {result['stored_fetched']} stored ones fetched)")
+    print(
+        f"{plan.redeploys} redeploys under {plan.connections} connections in {result['wall_s']} s: "
+        f"{c.get('opened', 0)} connections opened, {result['responses_seen']} responses "
+        f"({c.get('response.completed', 0)} completed, {result['stored_fetched']} stored ones fetched)"
+    )
     for entry in result["redeploy_log"]:
-        print(f"  redeploy at {entry['at_s']} s (took {entry['took_s']} s): {entry['mid_turn_at_start']} sockets "
-              f"mid-turn when it began, {entry['mid_turn_when_done']} when the new gateway served; "
-              f"{entry['closed_1012']} sockets then closed 1012")
+        print(
+            f"  redeploy at {entry['at_s']} s (took {entry['took_s']} s): {entry['mid_turn_at_start']} sockets "
+            f"mid-turn when it began, {entry['mid_turn_when_done']} when the new gateway served; "
+            f"{entry['closed_1012']} sockets then closed 1012"
+        )
     print("  what the clients saw: " + ", ".join(f"{k} {n}" for k, n in c.items()))
     print(f"  ledger: {v['seen_billed']} billed lines as seen, {v['mismatches']} mismatches")
     print(f"violations: {result['violations']}")

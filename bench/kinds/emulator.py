@@ -37,10 +37,18 @@ from .. import profiles, results
 
 APP = "emu-bench"
 REPLICAS = 2
-TOOL = ToolSpec("read_file", {
-    "type": "object", "additionalProperties": False, "required": ["path"],
-    "properties": {"path": {"type": "string"}, "max_lines": {"type": "integer", "minimum": 1, "maximum": 500}},
-})
+TOOL = ToolSpec(
+    "read_file",
+    {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["path"],
+        "properties": {
+            "path": {"type": "string"},
+            "max_lines": {"type": "integer", "minimum": 1, "maximum": 500},
+        },
+    },
+)
 
 
 def bench_inference_config() -> InferenceConfig:
@@ -109,7 +117,9 @@ async def run_stream(handle, request: InferenceRequest, session: str | None) -> 
 
 
 def req(rid: str, model: str, prompt, tokens: int, **kw) -> InferenceRequest:
-    return InferenceRequest(rid, model, tuple(prompt), metadata=(("emulator.text_tokens", str(tokens)),), **kw)
+    return InferenceRequest(
+        rid, model, tuple(prompt), metadata=(("emulator.text_tokens", str(tokens)),), **kw
+    )
 
 
 # --- sections -----------------------------------------------------------------------------
@@ -121,11 +131,19 @@ async def hop(handle, repeats: int) -> dict:
     prompt = cf.render_message("user", "Explain the change. " * 50)
     ttfts = []
     for i in range(max(20, repeats * 10)):
-        s = await run_stream(handle, req(f"hop-{i}-{time.time_ns()}", "bench-zero", prompt, 1), "bench-single")
+        s = await run_stream(
+            handle, req(f"hop-{i}-{time.time_ns()}", "bench-zero", prompt, 1), "bench-single"
+        )
         ttfts.append(s.ttft_ms)
-    out = {"median_ms": round(statistics.median(ttfts), 3), "min_ms": round(min(ttfts), 3),
-           "p90_ms": round(sorted(ttfts)[int(len(ttfts) * 0.9)], 3), "n": len(ttfts)}
-    print(f"  hop (zero-latency profile, first item): median {out['median_ms']:.2f} ms, min {out['min_ms']:.2f}")
+    out = {
+        "median_ms": round(statistics.median(ttfts), 3),
+        "min_ms": round(min(ttfts), 3),
+        "p90_ms": round(sorted(ttfts)[int(len(ttfts) * 0.9)], 3),
+        "n": len(ttfts),
+    }
+    print(
+        f"  hop (zero-latency profile, first item): median {out['median_ms']:.2f} ms, min {out['min_ms']:.2f}"
+    )
     return out
 
 
@@ -141,25 +159,44 @@ async def single_stream(handle, cfg: InferenceConfig, repeats: int, hop_ms: floa
         p = cfg.profile(model)
         runs = []
         for i in range(repeats):
-            s = await run_stream(handle, req(f"single-{model}-{skip}-{i}-{time.time_ns()}", model, prompt, tokens),
-                                 session="bench-single")
+            s = await run_stream(
+                handle,
+                req(f"single-{model}-{skip}-{i}-{time.time_ns()}", model, prompt, tokens),
+                session="bench-single",
+            )
             model_ttft = ttft_ms(p, len(prompt), s.prefilled.reused_tokens) + decode_s(p, 1) * 1000
             rate = s.rate(skip, upto)
-            runs.append({"delivered_tok_s": round(rate, 1), "error_pct": round((rate / target - 1) * 100, 2),
-                         "ttft_ms": round(s.ttft_ms, 3), "model_ttft_ms": round(model_ttft, 3),
-                         "ttft_minus_model_ms": round(s.ttft_ms - model_ttft, 3),
-                         "ttft_minus_model_minus_hop_ms": round(s.ttft_ms - model_ttft - hop_ms, 3),
-                         "reused_tokens": s.prefilled.reused_tokens, "items": len(s.stamps)})
+            runs.append(
+                {
+                    "delivered_tok_s": round(rate, 1),
+                    "error_pct": round((rate / target - 1) * 100, 2),
+                    "ttft_ms": round(s.ttft_ms, 3),
+                    "model_ttft_ms": round(model_ttft, 3),
+                    "ttft_minus_model_ms": round(s.ttft_ms - model_ttft, 3),
+                    "ttft_minus_model_minus_hop_ms": round(s.ttft_ms - model_ttft - hop_ms, 3),
+                    "reused_tokens": s.prefilled.reused_tokens,
+                    "items": len(s.stamps),
+                }
+            )
         key = f"{model}" + ("" if model != "emu-fast" else ("-burst" if upto else "-after-burst"))
-        out[key] = {"target_tok_s": target, "tokens": tokens, "runs": runs,
-                    "median_error_pct": statistics.median(r["error_pct"] for r in runs),
-                    "median_ttft_minus_model_ms": statistics.median(r["ttft_minus_model_ms"] for r in runs),
-                    "median_ttft_minus_model_minus_hop_ms": statistics.median(
-                        r["ttft_minus_model_minus_hop_ms"] for r in runs)}
-        print(f"  {key:<22} target {target:>6.0f}  delivered " +
-              ", ".join(f"{r['delivered_tok_s']:.0f}" for r in runs) +
-              "  TTFT-model ms " + ", ".join(f"{r['ttft_minus_model_ms']:+.2f}" for r in runs) +
-              "  minus hop " + ", ".join(f"{r['ttft_minus_model_minus_hop_ms']:+.2f}" for r in runs))
+        out[key] = {
+            "target_tok_s": target,
+            "tokens": tokens,
+            "runs": runs,
+            "median_error_pct": statistics.median(r["error_pct"] for r in runs),
+            "median_ttft_minus_model_ms": statistics.median(r["ttft_minus_model_ms"] for r in runs),
+            "median_ttft_minus_model_minus_hop_ms": statistics.median(
+                r["ttft_minus_model_minus_hop_ms"] for r in runs
+            ),
+        }
+        print(
+            f"  {key:<22} target {target:>6.0f}  delivered "
+            + ", ".join(f"{r['delivered_tok_s']:.0f}" for r in runs)
+            + "  TTFT-model ms "
+            + ", ".join(f"{r['ttft_minus_model_ms']:+.2f}" for r in runs)
+            + "  minus hop "
+            + ", ".join(f"{r['ttft_minus_model_minus_hop_ms']:+.2f}" for r in runs)
+        )
     return out
 
 
@@ -169,28 +206,42 @@ async def sweep(handle, cfg: InferenceConfig, model: str, counts: tuple[int, ...
     out = {}
     for b in counts:
         # one session id for all: every stream lands on the same replica, so the batch is b
-        streams = await asyncio.gather(*(
-            run_stream(handle, req(f"sweep-{model}-{b}-{i}-{time.time_ns()}", model, prompt, tokens), "bench-sweep")
-            for i in range(b)))
+        streams = await asyncio.gather(
+            *(
+                run_stream(
+                    handle,
+                    req(f"sweep-{model}-{b}-{i}-{time.time_ns()}", model, prompt, tokens),
+                    "bench-sweep",
+                )
+                for i in range(b)
+            )
+        )
         rates = [s.rate(1) for s in streams]
         ttfts = [s.ttft_ms for s in streams]
-        model_ttfts = [s.prefilled.queue_ms + s.prefilled.prefill_ms + decode_s(p, 1) * 1000 * 1 for s in streams]
+        model_ttfts = [
+            s.prefilled.queue_ms + s.prefilled.prefill_ms + decode_s(p, 1) * 1000 * 1 for s in streams
+        ]
         predicted = steady_tokens_per_s(p.decode_tokens_per_s, b, p.batching)
         wall = max(s.stamps[-1][0] for s in streams) - min(s.t_send for s in streams)
         out[str(b)] = {
             "predicted_tok_s_per_stream": round(predicted, 1),
-            "delivered_tok_s_per_stream": {"median": round(statistics.median(rates), 1),
-                                           "min": round(min(rates), 1), "max": round(max(rates), 1)},
+            "delivered_tok_s_per_stream": {
+                "median": round(statistics.median(rates), 1),
+                "min": round(min(rates), 1),
+                "max": round(max(rates), 1),
+            },
             "median_error_pct": round((statistics.median(rates) / predicted - 1) * 100, 2),
             "aggregate_tok_s": round(sum(s.done.output_tokens for s in streams) / wall, 1),
             "ttft_ms": {"median": round(statistics.median(ttfts), 2), "max": round(max(ttfts), 2)},
             "model_ttft_ms_median": round(statistics.median(model_ttfts), 2),
         }
         r = out[str(b)]
-        print(f"  {model:<10} {b:>2} streams: predicted {predicted:7.1f}  delivered median "
-              f"{r['delivered_tok_s_per_stream']['median']:7.1f} (min {r['delivered_tok_s_per_stream']['min']:.1f})"
-              f"  aggregate {r['aggregate_tok_s']:8.1f} tok/s  TTFT median {r['ttft_ms']['median']:.1f} ms"
-              f" (model {r['model_ttft_ms_median']:.1f})")
+        print(
+            f"  {model:<10} {b:>2} streams: predicted {predicted:7.1f}  delivered median "
+            f"{r['delivered_tok_s_per_stream']['median']:7.1f} (min {r['delivered_tok_s_per_stream']['min']:.1f})"
+            f"  aggregate {r['aggregate_tok_s']:8.1f} tok/s  TTFT median {r['ttft_ms']['median']:.1f} ms"
+            f" (model {r['model_ttft_ms_median']:.1f})"
+        )
     return out
 
 
@@ -199,19 +250,35 @@ async def agent_session(handle, cfg: InferenceConfig, session: str | None, turns
     result, as the session actor builds it."""
     block = cfg.prefix_cache.block_tokens
     tag = f"{session or 'unpinned'}-{time.time_ns()}"
-    prompt = (cf.render_tools((TOOL,)) + cf.render_instructions(f"[{tag}] You are a coding agent. " * 120)
-              + cf.render_message("user", "Fix the failing test."))
+    prompt = (
+        cf.render_tools((TOOL,))
+        + cf.render_instructions(f"[{tag}] You are a coding agent. " * 120)
+        + cf.render_message("user", "Fix the failing test.")
+    )
     rows = []
     inherited = 0
     for turn in range(turns):
-        request = InferenceRequest(f"{tag}-{turn}", "emu-fast", tuple(prompt), tools=(TOOL,),
-                                   tool_results_in_context=turn,
-                                   metadata=(("emulator.tool_rounds", str(turns)),))
+        request = InferenceRequest(
+            f"{tag}-{turn}",
+            "emu-fast",
+            tuple(prompt),
+            tools=(TOOL,),
+            tool_results_in_context=turn,
+            metadata=(("emulator.tool_rounds", str(turns)),),
+        )
         s = await run_stream(handle, request, session)
         pf = s.prefilled
-        rows.append({"turn": turn + 1, "prompt_tokens": pf.prompt_tokens, "inherited_tokens": inherited,
-                     "reused_tokens": pf.reused_tokens, "cached_tokens": pf.cached_tokens,
-                     "replica": pf.replica, "block_tokens": block})
+        rows.append(
+            {
+                "turn": turn + 1,
+                "prompt_tokens": pf.prompt_tokens,
+                "inherited_tokens": inherited,
+                "reused_tokens": pf.reused_tokens,
+                "cached_tokens": pf.cached_tokens,
+                "replica": pf.replica,
+                "block_tokens": block,
+            }
+        )
         inherited = len(prompt) + len(s.rendered)
         prompt = prompt + s.rendered + cf.render_function_call_output("x = 1\n" * 60)
     return rows
@@ -246,26 +313,38 @@ async def prefix_cache(handle, cfg: InferenceConfig, sessions: int, turns: int) 
             prefilled = sum(r["prompt_tokens"] - r["reused_tokens"] for r in rows)
             reused = sum(min(r["reused_tokens"], r["inherited_tokens"]) for r in rows[1:])
             expected, implied = expected_unpinned_reuse(rows, REPLICAS)
-            runs.append({
-                "hit_rate_of_inherited": round(reused / inherited, 4),
-                "expected_hit_rate_uniform_routing": round(expected / inherited, 4),
-                "hit_rate_implied_by_observed_routing": round(implied / inherited, 4),
-                "replicas_used": len({r["replica"] for r in rows}),
-                "prefilled_tokens_total": prefilled,
-                "prompt_tokens_total": sum(r["prompt_tokens"] for r in rows),
-                "final_prompt_tokens": rows[-1]["prompt_tokens"],
-                "turns": rows,
-            })
+            runs.append(
+                {
+                    "hit_rate_of_inherited": round(reused / inherited, 4),
+                    "expected_hit_rate_uniform_routing": round(expected / inherited, 4),
+                    "hit_rate_implied_by_observed_routing": round(implied / inherited, 4),
+                    "replicas_used": len({r["replica"] for r in rows}),
+                    "prefilled_tokens_total": prefilled,
+                    "prompt_tokens_total": sum(r["prompt_tokens"] for r in rows),
+                    "final_prompt_tokens": rows[-1]["prompt_tokens"],
+                    "turns": rows,
+                }
+            )
         rates = [r["hit_rate_of_inherited"] for r in runs]
-        out[mode] = {"sessions": runs, "hit_rate_median": statistics.median(rates),
-                     "prefilled_tokens_median": statistics.median(r["prefilled_tokens_total"] for r in runs),
-                     "hit_rate_min": min(rates), "miss_rate_median": round(1 - statistics.median(rates), 4)}
+        out[mode] = {
+            "sessions": runs,
+            "hit_rate_median": statistics.median(rates),
+            "prefilled_tokens_median": statistics.median(r["prefilled_tokens_total"] for r in runs),
+            "hit_rate_min": min(rates),
+            "miss_rate_median": round(1 - statistics.median(rates), 4),
+        }
         exp = statistics.median(r["expected_hit_rate_uniform_routing"] for r in runs)
-        print(f"  {mode:<9} prefilled tokens per session (median) {out[mode]['prefilled_tokens_median']:.0f};"
-              f" hit rate of inherited tokens per session: {', '.join(f'{x:.3f}' for x in rates)}"
-              + (f"  (uniform-routing expectation {exp:.3f}; implied by observed routing "
-                 + ", ".join(f"{r['hit_rate_implied_by_observed_routing']:.3f}" for r in runs) + ")"
-                 if mode == "unpinned" else ""))
+        print(
+            f"  {mode:<9} prefilled tokens per session (median) {out[mode]['prefilled_tokens_median']:.0f};"
+            f" hit rate of inherited tokens per session: {', '.join(f'{x:.3f}' for x in rates)}"
+            + (
+                f"  (uniform-routing expectation {exp:.3f}; implied by observed routing "
+                + ", ".join(f"{r['hit_rate_implied_by_observed_routing']:.3f}" for r in runs)
+                + ")"
+                if mode == "unpinned"
+                else ""
+            )
+        )
     return out
 
 
@@ -277,7 +356,9 @@ async def main_async(args) -> dict:
 
     cfg = bench_inference_config()
     # The app is deleted on this loop: the handle's router lives here in throughput mode.
-    with embedded_server(local_config(**{f"inference.{k}": v for k, v in cfg.model_dump().items()}), name=APP):
+    with embedded_server(
+        local_config(**{f"inference.{k}": v for k, v in cfg.model_dump().items()}), name=APP
+    ):
         handle = serve.get_deployment_handle("InferenceDeployment", app_name=APP)
         # warm both replicas and the handle paths
         for i in range(8):

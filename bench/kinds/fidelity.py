@@ -26,18 +26,27 @@ from bench import results
 from bench.client import connect
 from serve.embedded import embedded_server, local_config
 
-QUESTIONS = ("What is the capital of France?", "And of Germany?", "Name a river in Spain.",
-             "What colour is the sky?", "How many legs has a spider?", "Name a planet.",
-             "What is two plus two?", "Say goodbye.")
+QUESTIONS = (
+    "What is the capital of France?",
+    "And of Germany?",
+    "Name a river in Spain.",
+    "What colour is the sky?",
+    "How many legs has a spider?",
+    "Name a planet.",
+    "What is two plus two?",
+    "Say goodbye.",
+)
 
 
 def instructions(rules: int) -> str:
     return "You are a concise assistant. " + " ".join(
-        f"Rule {i}: answer briefly, factually and politely, in one sentence." for i in range(rules))
+        f"Rule {i}: answer briefly, factually and politely, in one sentence." for i in range(rules)
+    )
 
 
-async def conversation(url: str, model: str, rules: int, max_output: int,
-                       lengths: list[int | None]) -> list[dict[str, Any]]:
+async def conversation(
+    url: str, model: str, rules: int, max_output: int, lengths: list[int | None]
+) -> list[dict[str, Any]]:
     """One socket, a store=false turn per entry of ``lengths``, each continuing the one
     before; an emulated model answers turn ``i`` with ``lengths[i]`` tokens (the real
     engine's on the same turn; None: ``max_output``)."""
@@ -45,10 +54,15 @@ async def conversation(url: str, model: str, rules: int, max_output: int,
     async with connect(url, api_key=f"sk-fidelity-{uuid.uuid4().hex[:8]}") as sock:
         previous = None
         for i, length in enumerate(lengths):
-            answer = await sock.create(model=model, instructions=instructions(rules), store=False,
-                                       max_output_tokens=max_output, previous_response_id=previous,
-                                       input=[{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}],
-                                       metadata={"emulator.text_tokens": str(length or max_output)})
+            answer = await sock.create(
+                model=model,
+                instructions=instructions(rules),
+                store=False,
+                max_output_tokens=max_output,
+                previous_response_id=previous,
+                input=[{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}],
+                metadata={"emulator.text_tokens": str(length or max_output)},
+            )
             response = answer.response
             if response is None or response.get("status") not in ("completed", "incomplete"):
                 raise RuntimeError(f"{model} turn {i + 1}: {answer.last}")
@@ -56,11 +70,19 @@ async def conversation(url: str, model: str, rules: int, max_output: int,
             ttft = answer.ttft_s or answer.total_s
             output = usage["output_tokens"]
             decode_s = answer.total_s - ttft
-            out.append({"turn": i + 1, "input_tokens": usage["input_tokens"],
-                        "cached_tokens": usage["input_tokens_details"]["cached_tokens"],
-                        "output_tokens": output, "ttft_ms": round(ttft * 1000, 1),
-                        "total_ms": round(answer.total_s * 1000, 1),
-                        "decode_tok_s": round((output - 1) / decode_s, 1) if output > 1 and decode_s > 0 else None})
+            out.append(
+                {
+                    "turn": i + 1,
+                    "input_tokens": usage["input_tokens"],
+                    "cached_tokens": usage["input_tokens_details"]["cached_tokens"],
+                    "output_tokens": output,
+                    "ttft_ms": round(ttft * 1000, 1),
+                    "total_ms": round(answer.total_s * 1000, 1),
+                    "decode_tok_s": round((output - 1) / decode_s, 1)
+                    if output > 1 and decode_s > 0
+                    else None,
+                }
+            )
             previous = response["id"]
     return out
 
@@ -77,17 +99,23 @@ def fit_timing(runs: list[list[dict[str, Any]]]) -> dict[str, float]:
     sxx = sum((x - mx) ** 2 for x in xs)
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else 0.0
     decode = [max(rates) for t in turns if (rates := [s["decode_tok_s"] for s in t if s["decode_tok_s"]])]
-    return {"prefill_overhead_ms": round(max(0.0, my - slope * mx), 1),
-            "prefill_tokens_per_s": round(1000.0 / slope, 0) if slope > 0 else float("inf"),
-            "decode_tokens_per_s": round(statistics.median(decode), 1) if decode else float("nan")}
+    return {
+        "prefill_overhead_ms": round(max(0.0, my - slope * mx), 1),
+        "prefill_tokens_per_s": round(1000.0 / slope, 0) if slope > 0 else float("inf"),
+        "decode_tokens_per_s": round(statistics.median(decode), 1) if decode else float("nan"),
+    }
 
 
 def summary(runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """Per turn: the tokens (the same in every run) and the median times."""
-    return [{**{k: run_turns[0][k] for k in ("turn", "input_tokens", "cached_tokens", "output_tokens")},
-             "cached_tokens_runs": sorted({t["cached_tokens"] for t in run_turns}),
-             **{k: statistics.median(t[k] for t in run_turns) for k in ("ttft_ms", "total_ms")}}
-            for run_turns in zip(*runs)]
+    return [
+        {
+            **{k: run_turns[0][k] for k in ("turn", "input_tokens", "cached_tokens", "output_tokens")},
+            "cached_tokens_runs": sorted({t["cached_tokens"] for t in run_turns}),
+            **{k: statistics.median(t[k] for t in run_turns) for k in ("ttft_ms", "total_ms")},
+        }
+        for run_turns in zip(*runs)
+    ]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -95,9 +123,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--emulated", default="smollm2-135m-emu", help="its emulated twin's id (kind: emulator)")
     p.add_argument("--turns", type=int, default=6)
     p.add_argument("--repeats", type=int, default=3, help="runs of the conversation per model, alternating")
-    p.add_argument("--rules", type=int, default=70, help="sentences of instructions (70: ~1190 SmolLM2 tokens)")
+    p.add_argument(
+        "--rules", type=int, default=70, help="sentences of instructions (70: ~1190 SmolLM2 tokens)"
+    )
     p.add_argument("--max-output-tokens", type=int, default=24)
-    p.add_argument("--url", help="the base URL, http://host:port, of a running server with both models (default: start an embedded one)")
+    p.add_argument(
+        "--url",
+        help="the base URL, http://host:port, of a running server with both models (default: start an embedded one)",
+    )
     p.add_argument("--config", type=Path, help="server config file for the embedded server")
     p.add_argument("--out", type=Path, default=Path("results/fidelity.json"))
 
@@ -110,9 +143,14 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, list[list[dic
             turns = await conversation(url, model, args.rules, args.max_output_tokens, lengths)
             lengths = [t["output_tokens"] for t in turns]  # the twin answers as long as the engine did
             runs[model].append(turns)
-            print(f"run {r + 1} {model}: " + "; ".join(
-                f"{t['input_tokens']}/{t['cached_tokens']} cached, {t['output_tokens']} out, "
-                f"ttft {t['ttft_ms']:.0f} ms" for t in turns))
+            print(
+                f"run {r + 1} {model}: "
+                + "; ".join(
+                    f"{t['input_tokens']}/{t['cached_tokens']} cached, {t['output_tokens']} out, "
+                    f"ttft {t['ttft_ms']:.0f} ms"
+                    for t in turns
+                )
+            )
     return runs
 
 
@@ -127,10 +165,20 @@ def run(args: argparse.Namespace) -> int:
     print(f"the real engine's timing, fitted: {fitted}")
     profiles = {p.id: p for p in local_config(args.config).inference.profiles} if args.config else {}
     emulated = profiles[args.emulated].model_dump(mode="json") if args.emulated in profiles else None
-    results.write(args.out, {"command": args.command, "fitted_real_timing": fitted, "summary": report,
-                             "emulated_profile": emulated,
-                             "runs": runs, "workload": {k: getattr(args, k) for k in
-                                                        ("real", "emulated", "turns", "repeats", "rules",
-                                                         "max_output_tokens")}}, args.run)
+    results.write(
+        args.out,
+        {
+            "command": args.command,
+            "fitted_real_timing": fitted,
+            "summary": report,
+            "emulated_profile": emulated,
+            "runs": runs,
+            "workload": {
+                k: getattr(args, k)
+                for k in ("real", "emulated", "turns", "repeats", "rules", "max_output_tokens")
+            },
+        },
+        args.run,
+    )
     print(f"wrote {args.out}")
     return 0

@@ -45,8 +45,8 @@ MODES = {"deflate": "deflate", "plain": None}  # name → the client's `compress
 
 @dataclass
 class Turn:
-    create: str                    # the create as sent (replayed to the reference verbatim)
-    frames: list[str]              # the server's answer, as received
+    create: str  # the create as sent (replayed to the reference verbatim)
+    frames: list[str]  # the server's answer, as received
     total_ms: float
     model_ms: float | None = None  # server-reported queue + prefill + decode
     api_overhead_ms: float | None = None
@@ -83,9 +83,13 @@ def instructions(words: int, seed: int) -> str:
 def creates_for(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     """The fixed part of every create, and the tool output of each turn."""
     w = wl.Workload(tool_output_tokens=args.tool_output_tokens, seed=args.seed)
-    fixed = {"model": args.model, "store": False, "instructions": instructions(args.instruction_words, args.seed),
-             "tools": workload_tools(args.tools, args.seed),
-             "metadata": {TIMINGS_KEY: "1", "emulator.tool_rounds": "10000"}}
+    fixed = {
+        "model": args.model,
+        "store": False,
+        "instructions": instructions(args.instruction_words, args.seed),
+        "tools": workload_tools(args.tools, args.seed),
+        "metadata": {TIMINGS_KEY: "1", "emulator.tool_rounds": "10000"},
+    }
     outputs = [wl.tool_output(w, 0, turn, 0, "shell") for turn in range(args.turns)]
     return fixed, outputs
 
@@ -122,7 +126,9 @@ async def drive(url: str, mode: str, fixed: dict[str, Any], outputs: list[str]) 
                 call = next((o for o in prev["output"] if o["type"] == "function_call"), None)
                 if call is None:
                     raise RuntimeError(f"turn {i}: the model answered without a tool call")
-                body["input"] = [{"type": "function_call_output", "call_id": call["call_id"], "output": output}]
+                body["input"] = [
+                    {"type": "function_call_output", "call_id": call["call_id"], "output": output}
+                ]
                 body["previous_response_id"] = prev["id"]
             create = json.dumps(body)
             frames, total_ms = await exchange(sock, create)
@@ -132,9 +138,17 @@ async def drive(url: str, mode: str, fixed: dict[str, Any], outputs: list[str]) 
             prev = last["response"]
             timings = server_timings(prev)
             model = model_seconds(timings)
-            run.turns.append(Turn(create, frames, total_ms, None if model is None else model * 1000,
-                                  (timings or {}).get("api_overhead"), (timings or {}).get("backend"),
-                                  dict(timings or {})))
+            run.turns.append(
+                Turn(
+                    create,
+                    frames,
+                    total_ms,
+                    None if model is None else model * 1000,
+                    (timings or {}).get("api_overhead"),
+                    (timings or {}).get("backend"),
+                    dict(timings or {}),
+                )
+            )
     return run
 
 
@@ -195,17 +209,21 @@ def summarise(run: Run, reference: list[float], reference_cpu_ms: float, skip: i
     ours = [t.total_ms - t.model_ms for t in turns if t.model_ms is not None]
     ref = reference[skip:]
     api = [t.api_overhead_ms for t in turns if t.api_overhead_ms is not None]
-    out = {"turns": len(turns), "server_nonmodel_ms": median(ours), "reference_ms": median(ref),
-           "ratio": round(statistics.median(ours) / statistics.median(ref), 2) if ours and ref else None,
-           "server_api_overhead_ms": median(api),
-           "server_backend_ms": median([t.backend_ms for t in turns if t.backend_ms is not None]),
-           "frames_per_turn": median([len(t.frames) for t in turns]),
-           "bytes_per_turn": median([sum(len(f) for f in t.frames) for t in turns]),
-           "server_deflate": run.deflate,
-           # CPU a turn (all turns, warm-up too; the kernel counts it in 10 ms ticks, so it
-           # needs ~100 turns), which the machine's load moves far less than time
-           "server_cpu_ms_per_turn": None if run.cpu_ms is None else round(run.cpu_ms / len(run.turns), 3),
-           "reference_cpu_ms_per_turn": round(reference_cpu_ms / len(run.turns), 3)}
+    out = {
+        "turns": len(turns),
+        "server_nonmodel_ms": median(ours),
+        "reference_ms": median(ref),
+        "ratio": round(statistics.median(ours) / statistics.median(ref), 2) if ours and ref else None,
+        "server_api_overhead_ms": median(api),
+        "server_backend_ms": median([t.backend_ms for t in turns if t.backend_ms is not None]),
+        "frames_per_turn": median([len(t.frames) for t in turns]),
+        "bytes_per_turn": median([sum(len(f) for f in t.frames) for t in turns]),
+        "server_deflate": run.deflate,
+        # CPU a turn (all turns, warm-up too; the kernel counts it in 10 ms ticks, so it
+        # needs ~100 turns), which the machine's load moves far less than time
+        "server_cpu_ms_per_turn": None if run.cpu_ms is None else round(run.cpu_ms / len(run.turns), 3),
+        "reference_cpu_ms_per_turn": round(reference_cpu_ms / len(run.turns), 3),
+    }
     out["client_minus_server_ms"] = round(out["server_nonmodel_ms"] - out["server_api_overhead_ms"], 3)
     names = sorted({k for t in turns for k in t.phases})
     out["server_phases_ms"] = {k: median([t.phases[k] for t in turns if k in t.phases]) for k in names}
@@ -222,7 +240,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tools", type=int, default=20)
     p.add_argument("--tool-output-tokens", type=int, default=350)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--url", help="a running server's base URL, http://host:port (default: start an embedded one)")
+    p.add_argument(
+        "--url", help="a running server's base URL, http://host:port (default: start an embedded one)"
+    )
     p.add_argument("--config", type=Path, help="server config file for the embedded server")
     p.add_argument("--out", type=Path, default=Path("results/floor.json"))
 
@@ -230,8 +250,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 SERVER_PROCESSES = (processes.SESSION_ACTOR, "InferenceDeployment")  # a WebSocket turn's processes
 
 
-async def measure_server(url: str, modes: list[str], fixed: dict[str, Any], outputs: list[str],
-                         pids: list[int] | None = None) -> list[Run]:
+async def measure_server(
+    url: str, modes: list[str], fixed: dict[str, Any], outputs: list[str], pids: list[int] | None = None
+) -> list[Run]:
     """Each mode's run; with ``pids`` (the embedded server's session hosts and inference
     replicas), also their CPU over the run."""
     runs = []
@@ -262,17 +283,30 @@ def run(args: argparse.Namespace) -> int:
         result = {run.mode: summarise(run, *reference_laps(run), args.skip) for run in runs}
         rounds.append(result)
         for mode, s in result.items():
-            print(f"round {r + 1} {mode:>7}: server {s['server_nonmodel_ms']:.2f} ms outside the model per turn, "
-                  f"reference {s['reference_ms']:.2f} ms -> {s['ratio']}x; the server reports "
-                  f"api_overhead {s['server_api_overhead_ms']:.2f} ms (backend {s['server_backend_ms']:.2f}) "
-                  f"({s['frames_per_turn']:.0f} frames, {s['bytes_per_turn'] / 1000:.0f} KB a turn"
-                  f"{'' if mode == 'plain' else '; deflate ' + ('accepted' if s['server_deflate'] else 'declined')})"
-                  + ("" if s["server_cpu_ms_per_turn"] is None else
-                     f"; CPU a turn: server {s['server_cpu_ms_per_turn']:.2f} ms, "
-                     f"reference {s['reference_cpu_ms_per_turn']:.2f} ms"))
-    results.write(args.out, {"command": args.command, "rounds": rounds,
-                             "workload": {k: getattr(args, k) for k in
-                                          ("turns", "model", "instruction_words", "tools",
-                                           "tool_output_tokens", "seed")}}, args.run)
+            print(
+                f"round {r + 1} {mode:>7}: server {s['server_nonmodel_ms']:.2f} ms outside the model per turn, "
+                f"reference {s['reference_ms']:.2f} ms -> {s['ratio']}x; the server reports "
+                f"api_overhead {s['server_api_overhead_ms']:.2f} ms (backend {s['server_backend_ms']:.2f}) "
+                f"({s['frames_per_turn']:.0f} frames, {s['bytes_per_turn'] / 1000:.0f} KB a turn"
+                f"{'' if mode == 'plain' else '; deflate ' + ('accepted' if s['server_deflate'] else 'declined')})"
+                + (
+                    ""
+                    if s["server_cpu_ms_per_turn"] is None
+                    else f"; CPU a turn: server {s['server_cpu_ms_per_turn']:.2f} ms, "
+                    f"reference {s['reference_cpu_ms_per_turn']:.2f} ms"
+                )
+            )
+    results.write(
+        args.out,
+        {
+            "command": args.command,
+            "rounds": rounds,
+            "workload": {
+                k: getattr(args, k)
+                for k in ("turns", "model", "instruction_words", "tools", "tool_output_tokens", "seed")
+            },
+        },
+        args.run,
+    )
     print(f"wrote {args.out}")
     return 0

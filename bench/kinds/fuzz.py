@@ -37,16 +37,26 @@ ALIVE_EVERY = 500  # cases between checks that the fuzzed sockets and a new one 
 KEPT = 20  # bad answers kept in the JSON
 
 
-def drive(strategy: st.SearchStrategy[Any], n: int, seed_: int, run: Callable[[Any], Outcome],
-          every: Callable[[int], list[str]] | None = None) -> tuple[list[dict[str, Any]], list[str], float]:
+def drive(
+    strategy: st.SearchStrategy[Any],
+    n: int,
+    seed_: int,
+    run: Callable[[Any], Outcome],
+    every: Callable[[int], list[str]] | None = None,
+) -> tuple[list[dict[str, Any]], list[str], float]:
     """Draw ``n`` cases and run each; returns (bad answers, failed alive checks, seconds)."""
     bad: list[dict[str, Any]] = []
     alive: list[str] = []
     count = 0
 
     @seed(seed_)
-    @settings(max_examples=n, database=None, deadline=None, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=n,
+        database=None,
+        deadline=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
     @given(strategy)
     def one(case: Any) -> None:
         nonlocal count
@@ -69,8 +79,9 @@ def fuzz(url: str, cases: int, seed_: int) -> dict[str, Any]:
     n_ws = cases // 2
     ws = WsFuzzer(ws_url(url))
     try:
-        ws_bad, ws_alive, ws_s = drive(ws_cases(), n_ws, seed_, ws.run,
-                                       lambda i: [f"after {i}: {p}" for p in ws.check_alive()])
+        ws_bad, ws_alive, ws_s = drive(
+            ws_cases(), n_ws, seed_, ws.run, lambda i: [f"after {i}: {p}" for p in ws.check_alive()]
+        )
         ws_alive += [f"at the end: {p}" for p in ws.check_alive()]
     finally:
         ws.close()
@@ -83,31 +94,52 @@ def fuzz(url: str, cases: int, seed_: int) -> dict[str, Any]:
     http_5xx = sum(n for s, n in http.statuses.items() if s.startswith("5"))
     return {
         "wall_s": round(time.perf_counter() - t0, 1),
-        "websocket": {"cases": sum(ws.kinds.values()), "wall_s": round(ws_s, 1), "kinds": dict(ws.kinds),
-                      "answers": dict(ws.replies.most_common()), "closes": {str(k): v for k, v in ws.closes.items()},
-                      "bad_cases": ws.problems, "alive_check_failures": ws_alive, "first_bad": ws_bad,
-                      "server_errors": ws_5xx},
-        "http": {"cases": sum(http.kinds.values()), "wall_s": round(http_s, 1), "kinds": dict(http.kinds),
-                 "statuses": dict(http.statuses.most_common()), "bad_cases": http.problems,
-                 "first_bad": http_bad, "server_errors": http_5xx},
+        "websocket": {
+            "cases": sum(ws.kinds.values()),
+            "wall_s": round(ws_s, 1),
+            "kinds": dict(ws.kinds),
+            "answers": dict(ws.replies.most_common()),
+            "closes": {str(k): v for k, v in ws.closes.items()},
+            "bad_cases": ws.problems,
+            "alive_check_failures": ws_alive,
+            "first_bad": ws_bad,
+            "server_errors": ws_5xx,
+        },
+        "http": {
+            "cases": sum(http.kinds.values()),
+            "wall_s": round(http_s, 1),
+            "kinds": dict(http.kinds),
+            "statuses": dict(http.statuses.most_common()),
+            "bad_cases": http.problems,
+            "first_bad": http_bad,
+            "server_errors": http_5xx,
+        },
     }
 
 
 def render(result: dict[str, Any]) -> str:
     ws, http = result["websocket"], result["http"]
-    head = (f"fuzz: {ws['cases'] + http['cases']} cases in {result['wall_s']:.1f} s "
-            f"(seed {result['seed']}, {result['url']})")
+    head = (
+        f"fuzz: {ws['cases'] + http['cases']} cases in {result['wall_s']:.1f} s "
+        f"(seed {result['seed']}, {result['url']})"
+    )
     lines = [head, ""]
     for title, part, answers in (("WebSocket frames", ws, "answers"), ("HTTP requests", http, "statuses")):
-        lines.append(f"{title}: {part['cases']} cases in {part['wall_s']:.1f} s, "
-                     f"{part['bad_cases']} with a bad answer, {part['server_errors']} 5xx/server_error")
+        lines.append(
+            f"{title}: {part['cases']} cases in {part['wall_s']:.1f} s, "
+            f"{part['bad_cases']} with a bad answer, {part['server_errors']} 5xx/server_error"
+        )
         lines += [f"  {kind:<22}{n:>7}" for kind, n in sorted(part["kinds"].items(), key=lambda kv: -kv[1])]
         lines.append("  answers seen:")
         lines += [f"    {answer:<40}{n:>7}" for answer, n in part[answers].items()]
         lines.append("")
-    lines.append("WebSocket closes: " + (", ".join(f"{code} × {n}" for code, n in ws["closes"].items()) or "none"))
-    lines.append("alive checks: " + ("all passed" if not ws["alive_check_failures"]
-                                     else f"{len(ws['alive_check_failures'])} failed"))
+    lines.append(
+        "WebSocket closes: " + (", ".join(f"{code} × {n}" for code, n in ws["closes"].items()) or "none")
+    )
+    lines.append(
+        "alive checks: "
+        + ("all passed" if not ws["alive_check_failures"] else f"{len(ws['alive_check_failures'])} failed")
+    )
     for part in (ws, http):
         for bad in part["first_bad"]:
             lines.append(f"BAD {bad['case'][:160]} → {bad['problems']}")
@@ -115,10 +147,16 @@ def render(result: dict[str, Any]) -> str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--cases", type=int, default=10_000, help="total cases, split evenly between WebSocket and HTTP")
+    p.add_argument(
+        "--cases", type=int, default=10_000, help="total cases, split evenly between WebSocket and HTTP"
+    )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--url", default=None, help="a running server started with bench.fuzz_oracle.server_overrides() "
-                                               "(default: start an embedded one)")
+    p.add_argument(
+        "--url",
+        default=None,
+        help="a running server started with bench.fuzz_oracle.server_overrides() "
+        "(default: start an embedded one)",
+    )
     p.add_argument("--out", type=Path, default=Path("docs/measurements/fuzz.json"))
 
 
@@ -126,11 +164,18 @@ def run(args: argparse.Namespace) -> int:
     if args.url:
         result = fuzz(args.url, args.cases, args.seed)
     else:
-        with tempfile.TemporaryDirectory(prefix="fuzz-store-", ignore_cleanup_errors=True) as data_dir, \
-                embedded_server(local_config(**{"store.data_dir": data_dir, **server_overrides()})) as url:
+        with (
+            tempfile.TemporaryDirectory(prefix="fuzz-store-", ignore_cleanup_errors=True) as data_dir,
+            embedded_server(local_config(**{"store.data_dir": data_dir, **server_overrides()})) as url,
+        ):
             result = fuzz(url, args.cases, args.seed)
-    result = {"command": args.command, "url": args.url or "embedded", "seed": args.seed,
-              "machine": {"cpus": os.cpu_count(), "python": platform.python_version()}, **result}
+    result = {
+        "command": args.command,
+        "url": args.url or "embedded",
+        "seed": args.seed,
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        **result,
+    }
     print(render(result))
     results.write(args.out, result, args.run)
     print(f"wrote {args.out}")

@@ -103,6 +103,7 @@ def one(mode: str, pause_ms: float, cycles: int, clients: int, period_ms: float)
                     counts["final_accepts"] += 1
             time.sleep(pause_ms / 1000)
             listener.close()
+
         return leave
 
     old, old_claim = join(0)
@@ -111,7 +112,9 @@ def one(mode: str, pause_ms: float, cycles: int, clients: int, period_ms: float)
     never = threading.Event()
     threading.Thread(target=_serve, args=(stays, never, leave_with(stays_claim), counts), daemon=True).start()
     stop = threading.Event()
-    threads = [threading.Thread(target=_client, args=(port, stop, counts, lock), daemon=True) for _ in range(clients)]
+    threads = [
+        threading.Thread(target=_client, args=(port, stop, counts, lock), daemon=True) for _ in range(clients)
+    ]
     for t in threads:
         t.start()
     for _ in range(cycles):
@@ -130,13 +133,19 @@ def one(mode: str, pause_ms: float, cycles: int, clients: int, period_ms: float)
     if stays_claim is not None:
         stays_claim.close()
     stays.close()
-    return {"mode": mode, "pause_ms": pause_ms, "counts": dict(sorted(counts.items())),
-            "unanswered": sum(n for k, n in counts.items() if k not in ("answered", "final_accepts"))}
+    return {
+        "mode": mode,
+        "pause_ms": pause_ms,
+        "counts": dict(sorted(counts.items())),
+        "unanswered": sum(n for k, n in counts.items() if k not in ("answered", "final_accepts")),
+    }
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, from {', '.join(MODES)}")
-    p.add_argument("--pauses", default="0,5", help="ms between the last accept and the close, comma-separated")
+    p.add_argument(
+        "--pauses", default="0,5", help="ms between the last accept and the close, comma-separated"
+    )
     p.add_argument("--cycles", type=int, default=40, help="times the old replica leaves, per mode and pause")
     p.add_argument("--clients", type=int, default=8, help="client threads connecting in a loop")
     p.add_argument("--period-ms", type=float, default=100.0, help="how long each old replica serves")
@@ -149,9 +158,14 @@ def run(args: argparse.Namespace) -> int:
         for pause in (float(p) for p in args.pauses.split(",")):
             row = one(mode, pause, args.cycles, args.clients, args.period_ms)
             rows.append(row)
-            print(f"{mode:9} pause {pause:4.0f} ms: {row['unanswered']} unanswered of "
-                  f"{sum(n for k, n in row['counts'].items() if k != 'final_accepts')}  {row['counts']}")
-    results.write(args.out, {"cycles": args.cycles, "clients": args.clients, "period_ms": args.period_ms,
-                             "rows": rows}, args.run)
+            print(
+                f"{mode:9} pause {pause:4.0f} ms: {row['unanswered']} unanswered of "
+                f"{sum(n for k, n in row['counts'].items() if k != 'final_accepts')}  {row['counts']}"
+            )
+    results.write(
+        args.out,
+        {"cycles": args.cycles, "clients": args.clients, "period_ms": args.period_ms, "rows": rows},
+        args.run,
+    )
     print(f"wrote {args.out}")
     return 0

@@ -28,13 +28,24 @@ from ..client import connect
 def bench_config(warm_actors: int = 1) -> AppConfig:
     inference = load_inference_config().model_dump()
     inference["profiles"] += [
-        {"id": "bench-zero", "decode_tokens_per_s": 1e9, "prefill_tokens_per_s": 1e12, "prefill_overhead_ms": 0},
-        {"id": "bench-1k", "decode_tokens_per_s": 1000, "prefill_tokens_per_s": 1e9, "prefill_overhead_ms": 0},
+        {
+            "id": "bench-zero",
+            "decode_tokens_per_s": 1e9,
+            "prefill_tokens_per_s": 1e12,
+            "prefill_overhead_ms": 0,
+        },
+        {
+            "id": "bench-1k",
+            "decode_tokens_per_s": 1000,
+            "prefill_tokens_per_s": 1e9,
+            "prefill_overhead_ms": 0,
+        },
     ]
     inference["policy"]["text_tokens"] = 2000
     # The parallel streams measure streaming, not actor start-up: they start on warm actors.
-    return local_config(**{"session.warm_actors": warm_actors,
-                           **{f"inference.{k}": v for k, v in inference.items()}})
+    return local_config(
+        **{"session.warm_actors": warm_actors, **{f"inference.{k}": v for k, v in inference.items()}}
+    )
 
 
 async def overhead(url: str, turns: int, store: bool = False) -> tuple[list[float], list[float], list[float]]:
@@ -46,8 +57,9 @@ async def overhead(url: str, turns: int, store: bool = False) -> tuple[list[floa
     async with connect(url, compression="deflate") as sock:
         prev = None
         for i in range(turns + 10):
-            answer = await sock.create(model="bench-zero", input="go", store=store, max_output_tokens=1,
-                                       previous_response_id=prev)
+            answer = await sock.create(
+                model="bench-zero", input="go", store=store, max_output_tokens=1, previous_response_id=prev
+            )
             prev = answer.response["id"] if answer.response else None
             if i >= 10:  # warm-up turns excluded
                 out.append(answer.total_s * 1000)
@@ -59,7 +71,9 @@ async def overhead(url: str, turns: int, store: bool = False) -> tuple[list[floa
 async def stream_rate(url: str, tokens: int) -> float:
     async with connect(url, compression="deflate") as sock:
         answer = await sock.create(model="bench-1k", input="write", store=False, max_output_tokens=tokens)
-        stamps = [t for e, t in zip(answer.events, answer.stamps) if e["type"] == "response.output_text.delta"]
+        stamps = [
+            t for e, t in zip(answer.events, answer.stamps) if e["type"] == "response.output_text.delta"
+        ]
         out_tokens = answer.response["usage"]["output_tokens"]
         return out_tokens / (stamps[-1] - stamps[0]) if len(stamps) > 1 else 0.0
 
@@ -68,14 +82,22 @@ async def measure(url: str, turns: int, streams: int, tokens: int, store: bool =
     laps, created, gaps = await overhead(url, turns, store)
     rates = await asyncio.gather(*(stream_rate(url, tokens) for _ in range(streams))) or [0.0]
     return {
-        "turn_ms": {"median": statistics.median(laps), "p90": statistics.quantiles(laps, n=10)[-1],
-                    "min": min(laps), "n": len(laps)},
+        "turn_ms": {
+            "median": statistics.median(laps),
+            "p90": statistics.quantiles(laps, n=10)[-1],
+            "min": min(laps),
+            "n": len(laps),
+        },
         "created_ms": {"median": statistics.median(created)},
         "terminal_gap_ms": {"median": statistics.median(gaps), "p90": statistics.quantiles(gaps, n=10)[-1]},
         "store": store,
         "streams": streams,
-        "stream_tokens_per_s": {"each": [round(r, 1) for r in rates], "median": statistics.median(rates),
-                                "min": min(rates), "target": 1000.0},
+        "stream_tokens_per_s": {
+            "each": [round(r, 1) for r in rates],
+            "median": statistics.median(rates),
+            "min": min(rates),
+            "target": 1000.0,
+        },
     }
 
 

@@ -60,9 +60,15 @@ class Plan:
 
 
 def turn_body(rng: random.Random, plan: Plan, previous: str | None) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": MODEL, "input": "go", "store": rng.random() < plan.store_share,
-                            "metadata": {"emulator.tool_rounds": "0",
-                                         "emulator.text_tokens": str(rng.randint(1, plan.max_text_tokens))}}
+    body: dict[str, Any] = {
+        "model": MODEL,
+        "input": "go",
+        "store": rng.random() < plan.store_share,
+        "metadata": {
+            "emulator.tool_rounds": "0",
+            "emulator.text_tokens": str(rng.randint(1, plan.max_text_tokens)),
+        },
+    }
     if previous is not None:
         body["previous_response_id"] = previous
     return body
@@ -81,8 +87,15 @@ def observe(seen: Seen, event: dict[str, Any], transport: str) -> str | None:
     return None
 
 
-async def ws_client(url: str, plan: Plan, seen: Seen, stats: dict[str, int], stop: asyncio.Event,
-                    rng: random.Random, gaps: list[float]) -> None:
+async def ws_client(
+    url: str,
+    plan: Plan,
+    seen: Seen,
+    stats: dict[str, int],
+    stop: asyncio.Event,
+    rng: random.Random,
+    gaps: list[float],
+) -> None:
     previous: str | None = None  # continued on the next socket only if it was stored
     chain = 0
     while not stop.is_set():
@@ -106,12 +119,15 @@ async def ws_client(url: str, plan: Plan, seen: Seen, stats: dict[str, int], sto
             await asyncio.sleep(0.2)
 
 
-async def http_client(url: str, plan: Plan, seen: Seen, stats: dict[str, int], stop: asyncio.Event,
-                      rng: random.Random) -> None:
+async def http_client(
+    url: str, plan: Plan, seen: Seen, stats: dict[str, int], stop: asyncio.Event, rng: random.Random
+) -> None:
     async with httpx.AsyncClient(base_url=url, timeout=60) as http:
         while not stop.is_set():
             try:
-                async with http.stream("POST", "/v1/responses", json={**turn_body(rng, plan, None), "stream": True}) as r:
+                async with http.stream(
+                    "POST", "/v1/responses", json={**turn_body(rng, plan, None), "stream": True}
+                ) as r:
                     async for line in r.aiter_lines():
                         if line.startswith("data: {"):
                             observe(seen, json.loads(line[6:]), "http")
@@ -134,8 +150,9 @@ def hosts_serving(port: int) -> list[psutil.Process]:
     return found
 
 
-async def killer(port: int, plan: Plan, kills: list[dict[str, Any]], stop: asyncio.Event,
-                 rng: random.Random, t0: float) -> None:
+async def killer(
+    port: int, plan: Plan, kills: list[dict[str, Any]], stop: asyncio.Event, rng: random.Random, t0: float
+) -> None:
     wait = plan.kill_every_s
     while True:
         with contextlib.suppress(TimeoutError):
@@ -162,8 +179,11 @@ async def fetch_billed_unseen(url: str, seen: Seen, lines: list[Line]) -> dict[s
             got = await http.get(f"/v1/responses/{rid}")
             if got.status_code == 200:
                 u, line = got.json()["usage"], by_id[rid]
-                same += (u["input_tokens"], u["input_tokens_details"]["cached_tokens"], u["output_tokens"]) == (
-                    line.input_tokens, line.cached_tokens, line.output_tokens)
+                same += (
+                    u["input_tokens"],
+                    u["input_tokens_details"]["cached_tokens"],
+                    u["output_tokens"],
+                ) == (line.input_tokens, line.cached_tokens, line.output_tokens)
     return {"billed_unseen_stored": len(ids), "billed_unseen_stored_fetched": same}
 
 
@@ -174,10 +194,14 @@ async def faults(url: str, data_dir: str | Path, plan: Plan) -> dict[str, Any]:
     seen, stats, kills = Seen(), {"turns": 0, "ws_dropped": 0, "http_dropped": 0}, []
     stop, rng, t0 = asyncio.Event(), random.Random(plan.seed), time.monotonic()
     gaps: list[float] = []
-    clients = [asyncio.create_task(ws_client(url, plan, seen, stats, stop, random.Random(rng.random()), gaps))
-               for _ in range(plan.ws)]
-    clients += [asyncio.create_task(http_client(url, plan, seen, stats, stop, random.Random(rng.random())))
-                for _ in range(plan.http)]
+    clients = [
+        asyncio.create_task(ws_client(url, plan, seen, stats, stop, random.Random(rng.random()), gaps))
+        for _ in range(plan.ws)
+    ]
+    clients += [
+        asyncio.create_task(http_client(url, plan, seen, stats, stop, random.Random(rng.random())))
+        for _ in range(plan.http)
+    ]
     killing = asyncio.create_task(killer(port, plan, kills, stop, rng, t0))
     await asyncio.sleep(plan.duration_s)
     stop.set()
@@ -191,10 +215,16 @@ async def faults(url: str, data_dir: str | Path, plan: Plan) -> dict[str, Any]:
     verdict = reconcile(seen, lines)
     verdict.update(await fetch_billed_unseen(url, seen, lines))
     wall = time.monotonic() - t0
-    return {"plan": plan.__dict__, "wall_s": round(wall, 1), "kills": len(kills), "kill_log": kills, **stats,
-            "turns_per_s": round(stats["turns"] / plan.duration_s, 1),
-            "ws_terminal_gap_ms": {"p50": pct(gaps, 0.5), "p90": pct(gaps, 0.9)},
-            "reconcile": verdict}
+    return {
+        "plan": plan.__dict__,
+        "wall_s": round(wall, 1),
+        "kills": len(kills),
+        "kill_log": kills,
+        **stats,
+        "turns_per_s": round(stats["turns"] / plan.duration_s, 1),
+        "ws_terminal_gap_ms": {"p50": pct(gaps, 0.5), "p90": pct(gaps, 0.9)},
+        "reconcile": verdict,
+    }
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -214,11 +244,22 @@ def run(args: argparse.Namespace) -> int:
 
     from serve.embedded import embedded_server, local_config
 
-    plan = Plan(ws=args.ws, http=args.http, duration_s=args.duration, kill_every_s=args.kill_every,
-                store_share=args.store_share, seed=args.seed)
+    plan = Plan(
+        ws=args.ws,
+        http=args.http,
+        duration_s=args.duration,
+        kill_every_s=args.kill_every,
+        store_share=args.store_share,
+        seed=args.seed,
+    )
     with tempfile.TemporaryDirectory(prefix="ledger-store-", ignore_cleanup_errors=True) as store_dir:
-        config = local_config(**{"session.connections_per_actor": args.per_actor, "session.warm_actors": 2,
-                                 "store.data_dir": store_dir})
+        config = local_config(
+            **{
+                "session.connections_per_actor": args.per_actor,
+                "session.warm_actors": 2,
+                "store.data_dir": store_dir,
+            }
+        )
         with embedded_server(config, name=APP, object_store_mb=200) as url:
             time.sleep(2.0)  # the warm pool fills
             result = asyncio.run(faults(url, store_dir, plan))
@@ -233,7 +274,8 @@ def run(args: argparse.Namespace) -> int:
         f"ones fetched), {v['cut_unbilled']} unbilled\n"
         f"mismatches {v['mismatches']}: lost {v['lost_lines']}, duplicates {v['duplicate_lines']}, "
         f"usage {v['usage_mismatches']}, billed though seen unbilled {v['billed_but_seen_unbilled']}, "
-        f"never seen {v['lines_never_seen']}")
+        f"never seen {v['lines_never_seen']}"
+    )
     for example in v["examples"]:
         print("mismatch:", example)
     results.write(args.out, result, args.run)

@@ -48,8 +48,32 @@ TEXT = {"emulator.tool_rounds": "0", "emulator.text_tokens": "16"}
 MODEL = "emu-fast"
 SETTLE_S = 3.0  # after a close: the actor drops the connection's objects
 
-SYLLABLES = ["ka", "lo", "mi", "ran", "tes", "vo", "pel", "dun", "shi", "gar", "nop", "ul", "ber",
-             "cos", "fi", "ja", "quen", "ro", "sta", "wel", "zi", "mor", "tak", "ep"]
+SYLLABLES = [
+    "ka",
+    "lo",
+    "mi",
+    "ran",
+    "tes",
+    "vo",
+    "pel",
+    "dun",
+    "shi",
+    "gar",
+    "nop",
+    "ul",
+    "ber",
+    "cos",
+    "fi",
+    "ja",
+    "quen",
+    "ro",
+    "sta",
+    "wel",
+    "zi",
+    "mor",
+    "tak",
+    "ep",
+]
 
 
 def fresh_text(rng: random.Random, tokens: int) -> str:
@@ -74,8 +98,13 @@ def rendered_output_tokens(response: dict[str, Any]) -> int:
     items = []
     for out in response["output"]:
         if out["type"] == "message":
-            items.append({"type": "message", "role": "assistant",
-                          "content": [{"type": "output_text", "text": p["text"]} for p in out["content"]]})
+            items.append(
+                {
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": p["text"]} for p in out["content"]],
+                }
+            )
         else:
             items.append({k: out[k] for k in ("type", "call_id", "name", "arguments")})
     return len(render_items(parse_items(items)))
@@ -149,8 +178,16 @@ class CacheModel:
         return self._budget.total
 
 
-async def grow(url: str, *, lanes: int, turns: int, input_tokens: int, cap: int, seed: int,
-               pid_box: list[int] | None = None) -> dict[str, Any]:
+async def grow(
+    url: str,
+    *,
+    lanes: int,
+    turns: int,
+    input_tokens: int,
+    cap: int,
+    seed: int,
+    pid_box: list[int] | None = None,
+) -> dict[str, Any]:
     """One connection, ``turns`` turns round-robin over ``lanes`` lanes; USS after each."""
     rng = random.Random(seed)
     model = CacheModel(cap)
@@ -167,29 +204,50 @@ async def grow(url: str, *, lanes: int, turns: int, input_tokens: int, cap: int,
             if lane in gone:  # the model says it was evicted: the server must agree
                 evicted_id = gone.pop(lane)
                 ev, _ = await create(ws, stream_id=lane, input="continue", previous_response_id=evicted_id)
-                checks.append({"turn": i, "lane": lane, "id": evicted_id, "type": ev["type"],
-                               "code": ev.get("error", {}).get("code"), "ok": ev.get("error", {}).get("code")
-                               == "previous_response_not_found"})
+                checks.append(
+                    {
+                        "turn": i,
+                        "lane": lane,
+                        "id": evicted_id,
+                        "type": ev["type"],
+                        "code": ev.get("error", {}).get("code"),
+                        "ok": ev.get("error", {}).get("code") == "previous_response_not_found",
+                    }
+                )
             prev = model.ids.get(lane) if lane in model.tokens else None
             ev, ms = await create(ws, stream_id=lane, input=text, previous_response_id=prev)
             if ev["type"] != "response.completed":
                 raise RuntimeError(f"turn {i} on {lane}: {ev}")
             r = ev["response"]
-            expected_prompt = (model.tokens[lane] if prev else 0)
+            expected_prompt = model.tokens[lane] if prev else 0
             prompt = r["usage"]["input_tokens"]
             new_tokens = prompt - expected_prompt
             if prev is not None and not (0 < new_tokens <= 2 * input_tokens):
-                mismatches.append({"turn": i, "lane": lane, "input_tokens": prompt, "model_tokens": expected_prompt})
+                mismatches.append(
+                    {"turn": i, "lane": lane, "input_tokens": prompt, "model_tokens": expected_prompt}
+                )
             evicted = model.finished(lane, r["id"], prompt + rendered_output_tokens(r))
             for lane_out, rid in evicted:
                 gone[lane_out] = rid
             mem = await uss(pid)
-            samples.append({"turn": i, "lane": lane, "continued": prev is not None, "input_tokens": prompt,
-                            "cached_tokens_reported": r["usage"]["input_tokens_details"]["cached_tokens"],
-                            "connection_cached_tokens": model.total, "evicted": [x for x, _ in evicted],
-                            "uss_mb": mem, "turn_ms": ms})
-            print(f"  turn {i:3d} {lane:6s} context {model.total / 1000:6.1f}k tokens  USS {mem:7.1f} MiB"
-                  f"{'  evicted ' + ','.join(x for x, _ in evicted) if evicted else ''}", flush=True)
+            samples.append(
+                {
+                    "turn": i,
+                    "lane": lane,
+                    "continued": prev is not None,
+                    "input_tokens": prompt,
+                    "cached_tokens_reported": r["usage"]["input_tokens_details"]["cached_tokens"],
+                    "connection_cached_tokens": model.total,
+                    "evicted": [x for x, _ in evicted],
+                    "uss_mb": mem,
+                    "turn_ms": ms,
+                }
+            )
+            print(
+                f"  turn {i:3d} {lane:6s} context {model.total / 1000:6.1f}k tokens  USS {mem:7.1f} MiB"
+                f"{'  evicted ' + ','.join(x for x, _ in evicted) if evicted else ''}",
+                flush=True,
+            )
         # The ids the model still holds must continue (the model is right both ways); a
         # continuation may evict another lane, checked like the others.
         kept = []
@@ -200,14 +258,29 @@ async def grow(url: str, *, lanes: int, turns: int, input_tokens: int, cap: int,
             kept.append({"lane": lane, "type": ev["type"]})
             if ev["type"] == "response.completed":
                 r = ev["response"]
-                gone.update(model.finished(lane, r["id"], r["usage"]["input_tokens"] + rendered_output_tokens(r)))
+                gone.update(
+                    model.finished(lane, r["id"], r["usage"]["input_tokens"] + rendered_output_tokens(r))
+                )
         for lane, evicted_id in gone.items():  # evicted by the last turns: no later turn checked them
             ev, _ = await create(ws, stream_id=lane, input="continue", previous_response_id=evicted_id)
-            checks.append({"turn": turns, "lane": lane, "id": evicted_id, "type": ev["type"],
-                           "code": ev.get("error", {}).get("code"),
-                           "ok": ev.get("error", {}).get("code") == "previous_response_not_found"})
-    return {"pid": pid, "uss_mb_at_open": base, "samples": samples, "eviction_checks": checks,
-            "kept_checks": kept, "model_mismatches": mismatches}
+            checks.append(
+                {
+                    "turn": turns,
+                    "lane": lane,
+                    "id": evicted_id,
+                    "type": ev["type"],
+                    "code": ev.get("error", {}).get("code"),
+                    "ok": ev.get("error", {}).get("code") == "previous_response_not_found",
+                }
+            )
+    return {
+        "pid": pid,
+        "uss_mb_at_open": base,
+        "samples": samples,
+        "eviction_checks": checks,
+        "kept_checks": kept,
+        "model_mismatches": mismatches,
+    }
 
 
 def analyse(run: dict[str, Any], cap: int) -> dict[str, Any]:
@@ -235,7 +308,8 @@ def analyse(run: dict[str, Any], cap: int) -> dict[str, Any]:
         "fit_r2": r2,
         "uss_mb_before_first_eviction": growth[-1]["uss_mb"] if growth else None,
         "plateau_uss_mb": {"mean": statistics.fmean(uss_after), "max": max(uss_after), "min": min(uss_after)}
-        if uss_after else None,
+        if uss_after
+        else None,
         "plateau_flatness": flatness(uss_after) if len(uss_after) >= 6 else None,
         "predicted_uss_mb_at_cap": (intercept + slope * cap) / 2**20 if slope is not None else None,
         "peak_connection_cached_tokens": max(s["connection_cached_tokens"] for s in samples),
@@ -248,8 +322,13 @@ def analyse(run: dict[str, Any], cap: int) -> dict[str, Any]:
 
 
 def app_config(cap: int, per_actor: int) -> AppConfig:
-    return local_config(**{"session.max_cached_tokens": cap, "session.connections_per_actor": per_actor,
-                           "session.warm_actors": 1})
+    return local_config(
+        **{
+            "session.max_cached_tokens": cap,
+            "session.connections_per_actor": per_actor,
+            "session.warm_actors": 1,
+        }
+    )
 
 
 async def wait_alive(pid: int) -> bool:
@@ -261,17 +340,29 @@ async def default_pool_phase(url: str, args: argparse.Namespace) -> dict[str, An
     """Default config (one connection per actor): the growth run, then is the actor kept?"""
     pid_box: list[int] = []
     idle_before = {pid: await uss(pid) for pid in session_host_pids()}
-    run = await grow(url, lanes=args.lanes, turns=args.turns, input_tokens=args.input_tokens,
-                     cap=args.max_cached_tokens, seed=1, pid_box=pid_box)
+    run = await grow(
+        url,
+        lanes=args.lanes,
+        turns=args.turns,
+        input_tokens=args.input_tokens,
+        cap=args.max_cached_tokens,
+        seed=1,
+        pid_box=pid_box,
+    )
     pid = pid_box[0]
     alive = await wait_alive(pid)
     after = await uss(pid) if alive else None
     async with connection(url) as ws:
         next_pid = actor_of(ws)
         await create(ws, input="hello")
-    return {"run": run, "summary": analyse(run, args.max_cached_tokens), "idle_actors_uss_mb_before": idle_before,
-            "actor_alive_after_close": alive, "uss_mb_after_close": after,
-            "next_connection_same_actor": next_pid == pid}
+    return {
+        "run": run,
+        "summary": analyse(run, args.max_cached_tokens),
+        "idle_actors_uss_mb_before": idle_before,
+        "actor_alive_after_close": alive,
+        "uss_mb_after_close": after,
+        "next_connection_same_actor": next_pid == pid,
+    }
 
 
 async def reuse_phase(url: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -284,14 +375,30 @@ async def reuse_phase(url: str, args: argparse.Namespace) -> dict[str, Any]:
     rounds = []
     for k in range(args.rounds):
         box: list[int] = []
-        run = await grow(url, lanes=args.lanes, turns=args.turns, input_tokens=args.input_tokens,
-                         cap=args.max_cached_tokens, seed=100 + k, pid_box=box)
+        run = await grow(
+            url,
+            lanes=args.lanes,
+            turns=args.turns,
+            input_tokens=args.input_tokens,
+            cap=args.max_cached_tokens,
+            seed=100 + k,
+            pid_box=box,
+        )
         await asyncio.sleep(SETTLE_S)
         closed = await uss(pid)
-        rounds.append({"same_actor": box[0] == pid, "peak_uss_mb": max(s["uss_mb"] for s in run["samples"]),
-                       "uss_mb_after_close": closed, "summary": analyse(run, args.max_cached_tokens)})
-        print(f"  round {k}: same actor {box[0] == pid}, peak {rounds[-1]['peak_uss_mb']:.1f} MiB, "
-              f"after close {closed:.1f} MiB (idle baseline {idle:.1f})", flush=True)
+        rounds.append(
+            {
+                "same_actor": box[0] == pid,
+                "peak_uss_mb": max(s["uss_mb"] for s in run["samples"]),
+                "uss_mb_after_close": closed,
+                "summary": analyse(run, args.max_cached_tokens),
+            }
+        )
+        print(
+            f"  round {k}: same actor {box[0] == pid}, peak {rounds[-1]['peak_uss_mb']:.1f} MiB, "
+            f"after close {closed:.1f} MiB (idle baseline {idle:.1f})",
+            flush=True,
+        )
     return {"pid": pid, "idle_uss_mb": idle, "rounds": rounds}
 
 
@@ -305,8 +412,12 @@ async def single_lane_phase(url: str, args: argparse.Namespace) -> dict[str, Any
         prev, base = None, await uss(pid)
         limit_error = None
         for i in range(args.single_lane_turns):
-            ev, _ = await create(ws, stream_id="only", input=fresh_text(rng, args.single_lane_input_tokens),
-                                 previous_response_id=prev)
+            ev, _ = await create(
+                ws,
+                stream_id="only",
+                input=fresh_text(rng, args.single_lane_input_tokens),
+                previous_response_id=prev,
+            )
             if ev["type"] != "response.completed":
                 limit_error = {"turn": i, "type": ev["type"], "code": ev.get("error", {}).get("code")}
                 break
@@ -314,17 +425,25 @@ async def single_lane_phase(url: str, args: argparse.Namespace) -> dict[str, Any
             prev = r["id"]
             context = r["usage"]["input_tokens"] + rendered_output_tokens(r)
             samples.append({"turn": i, "context_tokens": context, "uss_mb": await uss(pid)})
-            print(f"  single lane turn {i:3d} context {context / 1000:6.1f}k tokens  USS {samples[-1]['uss_mb']:7.1f} MiB",
-                  flush=True)
+            print(
+                f"  single lane turn {i:3d} context {context / 1000:6.1f}k tokens  USS {samples[-1]['uss_mb']:7.1f} MiB",
+                flush=True,
+            )
         still = None
         if prev is not None:
-            ev, _ = await create(ws, stream_id="only", input="still there?", previous_response_id=prev,
-                                 max_output_tokens=16)
+            ev, _ = await create(
+                ws, stream_id="only", input="still there?", previous_response_id=prev, max_output_tokens=16
+            )
             still = ev["type"]
-    return {"pid": pid, "uss_mb_at_open": base, "samples": samples, "stopped_by": limit_error,
-            "largest_context_tokens": max((s["context_tokens"] for s in samples), default=0),
-            "peak_uss_mb": max((s["uss_mb"] for s in samples), default=None),
-            "latest_id_still_continues": still}
+    return {
+        "pid": pid,
+        "uss_mb_at_open": base,
+        "samples": samples,
+        "stopped_by": limit_error,
+        "largest_context_tokens": max((s["context_tokens"] for s in samples), default=0),
+        "peak_uss_mb": max((s["uss_mb"] for s in samples), default=None),
+        "latest_id_still_continues": still,
+    }
 
 
 def print_table(result: dict[str, Any]) -> None:
@@ -332,8 +451,10 @@ def print_table(result: dict[str, Any]) -> None:
     from rich.table import Table
 
     cfg = result["config"]
-    t = Table(title=f"Memory per connection (max_cached_tokens={cfg['max_cached_tokens']}, {cfg['lanes']} lanes, "
-                    f"{cfg['input_tokens']} input tokens per turn)")
+    t = Table(
+        title=f"Memory per connection (max_cached_tokens={cfg['max_cached_tokens']}, {cfg['lanes']} lanes, "
+        f"{cfg['input_tokens']} input tokens per turn)"
+    )
     t.add_column("what")
     t.add_column("value", justify="right")
 
@@ -345,18 +466,28 @@ def print_table(result: dict[str, Any]) -> None:
         t.add_row("USS at open (idle actor + empty connection)", mb(d["uss_mb_at_open"]))
         t.add_row("first eviction at turn", str(d["first_eviction_turn"]))
         t.add_row("USS just before the first eviction", mb(d["uss_mb_before_first_eviction"]))
-        t.add_row("bytes per cached token (fit before eviction)", "-" if d["bytes_per_cached_token"] is None
-                  else f"{d['bytes_per_cached_token']:.1f} (r² {d['fit_r2']:.3f})")
+        t.add_row(
+            "bytes per cached token (fit before eviction)",
+            "-"
+            if d["bytes_per_cached_token"] is None
+            else f"{d['bytes_per_cached_token']:.1f} (r² {d['fit_r2']:.3f})",
+        )
         t.add_row("predicted USS at the cap", mb(d["predicted_uss_mb_at_cap"]))
         if d["plateau_uss_mb"]:
             p, f = d["plateau_uss_mb"], d["plateau_flatness"]
-            t.add_row("USS after eviction starts (mean / min / max)",
-                      f"{p['mean']:.1f} / {p['min']:.1f} / {p['max']:.1f} MiB")
+            t.add_row(
+                "USS after eviction starts (mean / min / max)",
+                f"{p['mean']:.1f} / {p['min']:.1f} / {p['max']:.1f} MiB",
+            )
             if f:
-                t.add_row("plateau flat (last third vs middle third)",
-                          f"{f['flat']} (change {f['change_mb']:+.1f} MiB, band {f['band_mb']:.1f})")
+                t.add_row(
+                    "plateau flat (last third vs middle third)",
+                    f"{f['flat']} (change {f['change_mb']:+.1f} MiB, band {f['band_mb']:.1f})",
+                )
         t.add_row("peak cached tokens on the connection", f"{d['peak_connection_cached_tokens']:,}")
-        t.add_row("evicted ids → previous_response_not_found", f"{d['eviction_checks_ok']} / {d['eviction_checks']}")
+        t.add_row(
+            "evicted ids → previous_response_not_found", f"{d['eviction_checks_ok']} / {d['eviction_checks']}"
+        )
         t.add_row("ids still cached continue", str(d["kept_lanes_continue"]))
         t.add_row("default pool: actor alive after close", str(pool["actor_alive_after_close"]))
         t.add_row("default pool: USS after close", mb(pool["uss_mb_after_close"]))
@@ -365,12 +496,16 @@ def print_table(result: dict[str, Any]) -> None:
         r = result["reuse"]
         t.add_row("reuse (2 per actor): idle baseline", mb(r["idle_uss_mb"]))
         for k, rnd in enumerate(r["rounds"]):
-            t.add_row(f"  round {k}: same actor / peak / after close",
-                      f"{rnd['same_actor']} / {rnd['peak_uss_mb']:.1f} / {rnd['uss_mb_after_close']:.1f} MiB")
+            t.add_row(
+                f"  round {k}: same actor / peak / after close",
+                f"{rnd['same_actor']} / {rnd['peak_uss_mb']:.1f} / {rnd['uss_mb_after_close']:.1f} MiB",
+            )
     if "single_lane" in result:
         s = result["single_lane"]
         t.add_row("single lane: largest context", f"{s['largest_context_tokens']:,} tokens")
-        t.add_row("single lane: USS at open → peak", f"{s['uss_mb_at_open']:.1f} → {s['peak_uss_mb'] or 0:.1f} MiB")
+        t.add_row(
+            "single lane: USS at open → peak", f"{s['uss_mb_at_open']:.1f} → {s['peak_uss_mb'] or 0:.1f} MiB"
+        )
         t.add_row("single lane: stopped by", json.dumps(s["stopped_by"]))
     Console().print(t)
 
@@ -388,10 +523,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    result: dict[str, Any] = {"command": args.command,
-                              "config": {"max_cached_tokens": args.max_cached_tokens, "lanes": args.lanes,
-                                         "turns": args.turns, "input_tokens": args.input_tokens,
-                                         "rounds": args.rounds, "model": MODEL, "metadata": TEXT}}
+    result: dict[str, Any] = {
+        "command": args.command,
+        "config": {
+            "max_cached_tokens": args.max_cached_tokens,
+            "lanes": args.lanes,
+            "turns": args.turns,
+            "input_tokens": args.input_tokens,
+            "rounds": args.rounds,
+            "model": MODEL,
+            "metadata": TEXT,
+        },
+    }
     phases = set(args.phases.split(","))
     with embedded_ray(num_cpus=2):
         if phases & {"default", "single"}:

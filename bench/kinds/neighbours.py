@@ -82,9 +82,17 @@ class Probe:
 
     def __init__(self, sock: ResponsesSocket, model: str, output_tokens: int) -> None:
         self.sock = sock
-        self.body = {"model": model, "input": "ping", "store": False, "max_output_tokens": output_tokens,
-                     "metadata": {TIMINGS_KEY: "1", "emulator.tool_rounds": "0",
-                                  "emulator.text_tokens": str(output_tokens)}}
+        self.body = {
+            "model": model,
+            "input": "ping",
+            "store": False,
+            "max_output_tokens": output_tokens,
+            "metadata": {
+                TIMINGS_KEY: "1",
+                "emulator.tool_rounds": "0",
+                "emulator.text_tokens": str(output_tokens),
+            },
+        }
         self.prev: str | None = None
 
     async def turn(self) -> ProbeTurn:
@@ -95,8 +103,13 @@ class Probe:
         self.prev = response["id"]
         timings = server_timings(response)
         model = model_seconds(timings)
-        return ProbeTurn(answer.sent_at, answer.total_s * 1000.0, None if model is None else model * 1000.0,
-                         (timings or {}).get("api_overhead"), (timings or {}).get("backend"))
+        return ProbeTurn(
+            answer.sent_at,
+            answer.total_s * 1000.0,
+            None if model is None else model * 1000.0,
+            (timings or {}).get("api_overhead"),
+            (timings or {}).get("backend"),
+        )
 
     async def run(self, turns: int | None = None, stop: asyncio.Event | None = None) -> list[ProbeTurn]:
         """``turns`` turns, or turns until ``stop`` is set."""
@@ -110,10 +123,19 @@ class Probe:
 def http_body(tokens: int, output_tokens: int) -> bytes:
     """A stateless request of ~``tokens`` tokens (a user message of numbered words)."""
     words = " ".join(f"word{i % 997}" for i in range(int(tokens / 2.2)))
-    return json.dumps({"model": "emu-fast", "input": [{"role": "user", "content": words}], "store": False,
-                       "max_output_tokens": output_tokens,
-                       "metadata": {TIMINGS_KEY: "1", "emulator.tool_rounds": "0",
-                                    "emulator.text_tokens": str(output_tokens)}}).encode()
+    return json.dumps(
+        {
+            "model": "emu-fast",
+            "input": [{"role": "user", "content": words}],
+            "store": False,
+            "max_output_tokens": output_tokens,
+            "metadata": {
+                TIMINGS_KEY: "1",
+                "emulator.tool_rounds": "0",
+                "emulator.text_tokens": str(output_tokens),
+            },
+        }
+    ).encode()
 
 
 class HttpLoad:
@@ -145,19 +167,28 @@ class HttpLoad:
                     await asyncio.sleep(0.1)
                     continue
                 response = r.json()
-                self.done.append({"started": t0, "ms": (time.perf_counter() - t0) * 1000.0,
-                                  "input_tokens": (response.get("usage") or {}).get("input_tokens", 0),
-                                  "server": server_timings(response) or {}})
+                self.done.append(
+                    {
+                        "started": t0,
+                        "ms": (time.perf_counter() - t0) * 1000.0,
+                        "input_tokens": (response.get("usage") or {}).get("input_tokens", 0),
+                        "server": server_timings(response) or {},
+                    }
+                )
 
     async def finish(self, since: float) -> dict[str, Any]:
         self.stop.set()
         await asyncio.gather(*self.tasks, return_exceptions=True)
         counted = [d for d in self.done if d["started"] >= since]
-        return {"requests": len(self.done), "requests_measured": len(counted), "errors": self.errors[:5],
-                "error_count": len(self.errors),
-                "input_tokens": median([d["input_tokens"] for d in self.done]),
-                "ms": quantiles([d["ms"] for d in counted]),
-                "server_ms_median": {p: median([d["server"].get(p) for d in counted]) for p in SERVER_PHASES}}
+        return {
+            "requests": len(self.done),
+            "requests_measured": len(counted),
+            "errors": self.errors[:5],
+            "error_count": len(self.errors),
+            "input_tokens": median([d["input_tokens"] for d in self.done]),
+            "ms": quantiles([d["ms"] for d in counted]),
+            "server_ms_median": {p: median([d["server"].get(p) for d in counted]) for p in SERVER_PHASES},
+        }
 
 
 async def store_histories(url: str, w: wl.Workload, count: int) -> list[str]:
@@ -176,19 +207,29 @@ async def store_histories(url: str, w: wl.Workload, count: int) -> list[str]:
     return ids
 
 
-async def resumed_first_turn(sock: ResponsesSocket, w: wl.Workload, rollout: int, previous: str,
-                             output_tokens: int) -> dict[str, Any]:
+async def resumed_first_turn(
+    sock: ResponsesSocket, w: wl.Workload, rollout: int, previous: str, output_tokens: int
+) -> dict[str, Any]:
     task = {"role": "user", "content": [{"type": "input_text", "text": wl.task(w, rollout)}]}
     metadata = {TIMINGS_KEY: "1", "emulator.tool_rounds": "0", "emulator.text_tokens": str(output_tokens)}
-    answer = await sock.create(**_base(w), input=[task], previous_response_id=previous, store=False,
-                               max_output_tokens=output_tokens, metadata=metadata)
+    answer = await sock.create(
+        **_base(w),
+        input=[task],
+        previous_response_id=previous,
+        store=False,
+        max_output_tokens=output_tokens,
+        metadata=metadata,
+    )
     if answer.response is None:
         raise RuntimeError(f"rollout {rollout}'s resumed first turn failed: {answer.last}")
     types = [e.get("type") for e in answer.events]
-    return {"created_ms": (answer.stamps[types.index("response.created")] - answer.sent_at) * 1000.0,
-            "total_ms": answer.total_s * 1000.0, "ended": answer.stamps[-1],
-            "input_tokens": (answer.response.get("usage") or {}).get("input_tokens", 0),
-            "server": server_timings(answer.response) or {}}
+    return {
+        "created_ms": (answer.stamps[types.index("response.created")] - answer.sent_at) * 1000.0,
+        "total_ms": answer.total_s * 1000.0,
+        "ended": answer.stamps[-1],
+        "input_tokens": (answer.response.get("usage") or {}).get("input_tokens", 0),
+        "server": server_timings(answer.response) or {},
+    }
 
 
 async def _neighbours(url: str, conn: Any) -> None:
@@ -216,8 +257,12 @@ async def _neighbours(url: str, conn: Any) -> None:
             await loop.run_in_executor(None, conn.recv)  # go
             go = time.perf_counter()
             try:
-                turns = await asyncio.gather(*(resumed_first_turn(s, w, r, prev, arg)
-                                               for r, (s, prev) in enumerate(zip(socks, stored))))
+                turns = await asyncio.gather(
+                    *(
+                        resumed_first_turn(s, w, r, prev, arg)
+                        for r, (s, prev) in enumerate(zip(socks, stored))
+                    )
+                )
             finally:
                 await asyncio.gather(*(s.close() for s in socks), return_exceptions=True)
             conn.send({"go": go, "end": max(t["ended"] for t in turns), "turns": turns})
@@ -284,8 +329,14 @@ class ServerCpu:
     @staticmethod
     def used(before: dict[str, float], after: dict[str, float], wall_s: float) -> dict[str, Any]:
         """Per process: CPU seconds between the samples and that as % of one core."""
-        return {k: {"cpu_s": round(v - before.get(k, 0.0), 3), "core_pct": round(100 * (v - before.get(k, 0.0)) / wall_s, 1)}
-                for k, v in after.items() if wall_s > 0}
+        return {
+            k: {
+                "cpu_s": round(v - before.get(k, 0.0), 3),
+                "core_pct": round(100 * (v - before.get(k, 0.0)) / wall_s, 1),
+            }
+            for k, v in after.items()
+            if wall_s > 0
+        }
 
 
 class PySpy:
@@ -307,12 +358,30 @@ class PySpy:
 
         self.out.mkdir(parents=True, exist_ok=True)
         targets = [(f"host{pid}", pid) for pid in session_host_pids()]
-        targets += [(f"inference{pid}", pid) for pid in actor_pids(f"ServeReplica:{APP_NAME}:InferenceDeployment")]
+        targets += [
+            (f"inference{pid}", pid) for pid in actor_pids(f"ServeReplica:{APP_NAME}:InferenceDeployment")
+        ]
         for name, pid in targets:
-            self.procs.append(subprocess.Popen(
-                [str(self.exe), "record", "--pid", str(pid), "--rate", "200", "--threads", "--nonblocking",
-                 "--format", "raw", "--output", str(self.out / f"{label}-{name}.txt")],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            self.procs.append(
+                subprocess.Popen(
+                    [
+                        str(self.exe),
+                        "record",
+                        "--pid",
+                        str(pid),
+                        "--rate",
+                        "200",
+                        "--threads",
+                        "--nonblocking",
+                        "--format",
+                        "raw",
+                        "--output",
+                        str(self.out / f"{label}-{name}.txt"),
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
 
     def stop(self) -> None:
         for proc in self.procs:
@@ -337,32 +406,57 @@ def quantiles(values: list[float]) -> dict[str, float | int | None]:
     xs = sorted(values)
     if not xs:
         return {"p50": None, "p90": None, "mean": None, "max": None, "n": 0}
-    return {"p50": round(statistics.median(xs), 2), "p90": round(xs[min(len(xs) - 1, int(0.9 * len(xs)))], 2),
-            "mean": round(statistics.fmean(xs), 2), "max": round(xs[-1], 2), "n": len(xs)}
+    return {
+        "p50": round(statistics.median(xs), 2),
+        "p90": round(xs[min(len(xs) - 1, int(0.9 * len(xs)))], 2),
+        "mean": round(statistics.fmean(xs), 2),
+        "max": round(xs[-1], 2),
+        "n": len(xs),
+    }
 
 
 def probe_summary(turns: list[ProbeTurn]) -> dict[str, Any]:
-    return {"turn_ms": quantiles([t.total_ms for t in turns]),
-            "nonmodel_ms": quantiles([t.nonmodel_ms for t in turns if t.nonmodel_ms is not None]),
-            "api_overhead_ms": median([t.api_overhead_ms for t in turns])}
+    return {
+        "turn_ms": quantiles([t.total_ms for t in turns]),
+        "nonmodel_ms": quantiles([t.nonmodel_ms for t in turns if t.nonmodel_ms is not None]),
+        "api_overhead_ms": median([t.api_overhead_ms for t in turns]),
+    }
 
 
 def ratios(phases: dict[str, dict[str, Any]]) -> dict[str, float | None]:
     """Each loaded phase's probe p50 over the idle phase's."""
     idle = phases.get("idle", {}).get("probe", {}).get("turn_ms", {}).get("p50")
-    return {name: (round(p["probe"]["turn_ms"]["p50"] / idle, 2) if idle and p["probe"]["turn_ms"]["p50"] else None)
-            for name, p in phases.items() if name != "idle"}
+    return {
+        name: (
+            round(p["probe"]["turn_ms"]["p50"] / idle, 2) if idle and p["probe"]["turn_ms"]["p50"] else None
+        )
+        for name, p in phases.items()
+        if name != "idle"
+    }
 
 
-async def phase(name: str, args: argparse.Namespace, probe: Probe, neighbours: Neighbours, cpu: ServerCpu,
-                spy: PySpy, label: str) -> tuple[dict[str, Any], list[ProbeTurn]]:
+async def phase(
+    name: str,
+    args: argparse.Namespace,
+    probe: Probe,
+    neighbours: Neighbours,
+    cpu: ServerCpu,
+    spy: PySpy,
+    label: str,
+) -> tuple[dict[str, Any], list[ProbeTurn]]:
     before, t0 = await asyncio.to_thread(cpu.sample), time.perf_counter()
     out: dict[str, Any] = {}
     if name == "idle":
         turns = await probe.run(args.probe_turns)
     elif name == "http":
-        await neighbours.ask("http", {"clients": args.http_clients, "tokens": args.http_tokens,
-                                      "output_tokens": args.neighbour_output_tokens})
+        await neighbours.ask(
+            "http",
+            {
+                "clients": args.http_clients,
+                "tokens": args.http_tokens,
+                "output_tokens": args.neighbour_output_tokens,
+            },
+        )
         await asyncio.sleep(args.http_warmup_s)
         since = time.perf_counter()
         spy.start(label)
@@ -390,17 +484,27 @@ async def phase(name: str, args: argparse.Namespace, probe: Probe, neighbours: N
             spy.stop()
         each = [t for b in bursts for t in b["turns"]]
         out["neighbours"] = {
-            "bursts": len(bursts), "sockets": len(each) // max(1, len(bursts)),
+            "bursts": len(bursts),
+            "sockets": len(each) // max(1, len(bursts)),
             "window_ms": quantiles([(b["end"] - b["go"]) * 1000.0 for b in bursts]),
             "input_tokens": median([t["input_tokens"] for t in each]),
             "created_ms": quantiles([t["created_ms"] for t in each]),
             "total_ms": quantiles([t["total_ms"] for t in each]),
-            "server_ms_median": {p: median([t["server"].get(p) for t in each]) for p in SERVER_PHASES}}
+            "server_ms_median": {p: median([t["server"].get(p) for t in each]) for p in SERVER_PHASES},
+        }
     wall = time.perf_counter() - t0
     out["probe"] = probe_summary(turns)
     # Every turn: seconds into the phase, total, model (server-reported), api_overhead and backend ms.
-    out["probe_turns"] = [[round(t.started - t0, 3), round(t.total_ms, 2), t.model_ms and round(t.model_ms, 2),
-                           t.api_overhead_ms, t.backend_ms] for t in turns]
+    out["probe_turns"] = [
+        [
+            round(t.started - t0, 3),
+            round(t.total_ms, 2),
+            t.model_ms and round(t.model_ms, 2),
+            t.api_overhead_ms,
+            t.backend_ms,
+        ]
+        for t in turns
+    ]
     out["cpu"] = ServerCpu.used(before, await asyncio.to_thread(cpu.sample), wall)
     out["wall_s"] = round(wall, 2)
     out["load_average"] = [round(x, 2) for x in os.getloadavg()]
@@ -423,38 +527,64 @@ async def measure(url: str, args: argparse.Namespace, embedded: bool) -> dict[st
             for r in range(args.rounds):
                 result: dict[str, Any] = {}
                 for name in phases:
-                    result[name], turns = await phase(name, args, probe, neighbours, cpu, spy, f"round{r + 1}-{name}")
+                    result[name], turns = await phase(
+                        name, args, probe, neighbours, cpu, spy, f"round{r + 1}-{name}"
+                    )
                     pooled[name] += turns
                 result["ratio_to_idle"] = ratios(result)
                 rounds.append(result)
-                print(f"round {r + 1}: " + "; ".join(
-                    f"{name} p50 {result[name]['probe']['turn_ms']['p50']} ms" for name in phases)
-                      + "; ratio to idle " + ", ".join(f"{k} {v}x" for k, v in result["ratio_to_idle"].items()))
+                print(
+                    f"round {r + 1}: "
+                    + "; ".join(f"{name} p50 {result[name]['probe']['turn_ms']['p50']} ms" for name in phases)
+                    + "; ratio to idle "
+                    + ", ".join(f"{k} {v}x" for k, v in result["ratio_to_idle"].items())
+                )
     finally:
         neighbours.close()
     overall = {name: probe_summary(turns) for name, turns in pooled.items()}
-    per_round = {name: median([rd["ratio_to_idle"].get(name) for rd in rounds]) for name in phases if name != "idle"}
-    return {"rounds": rounds, "overall": {"probe": overall, "ratio_to_idle": ratios({k: {"probe": v} for k, v in overall.items()}),
-                                          "ratio_to_idle_median_of_rounds": per_round, "target": TARGET}}
+    per_round = {
+        name: median([rd["ratio_to_idle"].get(name) for rd in rounds]) for name in phases if name != "idle"
+    }
+    return {
+        "rounds": rounds,
+        "overall": {
+            "probe": overall,
+            "ratio_to_idle": ratios({k: {"probe": v} for k, v in overall.items()}),
+            "ratio_to_idle_median_of_rounds": per_round,
+            "target": TARGET,
+        },
+    }
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--rounds", type=int, default=3, help="idle, http and burst phases, this many times in turn")
-    p.add_argument("--phases", default=",".join(PHASES), help="comma-separated: idle, http, burst (idle first)")
+    p.add_argument(
+        "--rounds", type=int, default=3, help="idle, http and burst phases, this many times in turn"
+    )
+    p.add_argument(
+        "--phases", default=",".join(PHASES), help="comma-separated: idle, http, burst (idle first)"
+    )
     p.add_argument("--probe-turns", type=int, default=100, help="probe turns in the idle and http phases")
     p.add_argument("--warmup-turns", type=int, default=20)
     p.add_argument("--probe-model", default="emu-fast")
     p.add_argument("--probe-output-tokens", type=int, default=8)
     p.add_argument("--http-clients", type=int, default=4)
     p.add_argument("--http-tokens", type=int, default=75_000, help="approximate tokens per HTTP request")
-    p.add_argument("--http-warmup-s", type=float, default=3.0, help="HTTP load before the probe's turns count")
+    p.add_argument(
+        "--http-warmup-s", type=float, default=3.0, help="HTTP load before the probe's turns count"
+    )
     p.add_argument("--sockets", type=int, default=32, help="resumed first turns per burst")
     p.add_argument("--bursts", type=int, default=4, help="bursts per round")
     p.add_argument("--neighbour-output-tokens", type=int, default=16)
-    p.add_argument("--url", help="a running server's base URL, http://host:port (default: start an embedded one)")
+    p.add_argument(
+        "--url", help="a running server's base URL, http://host:port (default: start an embedded one)"
+    )
     p.add_argument("--config", type=Path, help="server config file for the embedded server")
-    p.add_argument("--py-spy", type=Path, metavar="DIR",
-                   help="record each session host and the inference replica with py-spy in loaded phases")
+    p.add_argument(
+        "--py-spy",
+        type=Path,
+        metavar="DIR",
+        help="record each session host and the inference replica with py-spy in loaded phases",
+    )
     p.add_argument("--out", type=Path, default=Path("results/neighbours.json"))
 
 
@@ -469,14 +599,37 @@ def run(args: argparse.Namespace) -> int:
         with embedded_server(local_config(args.config)) as url:
             result = asyncio.run(measure(url, args, embedded=True))
     overall = result["overall"]
-    print("all rounds: " + "; ".join(f"{name} p50 {s['turn_ms']['p50']} ms (non-model {s['nonmodel_ms']['p50']})"
-                                     for name, s in overall["probe"].items())
-          + "; ratio to idle " + ", ".join(f"{k} {v}x" for k, v in overall["ratio_to_idle"].items())
-          + f" (target <= {TARGET}x)")
-    results.write(args.out, {"command": args.command, **result,
-                             "workload": {k: getattr(args, k) for k in (
-                                 "rounds", "probe_turns", "probe_model", "probe_output_tokens", "http_clients",
-                                 "http_tokens", "sockets", "bursts", "neighbour_output_tokens")}}, args.run)
+    print(
+        "all rounds: "
+        + "; ".join(
+            f"{name} p50 {s['turn_ms']['p50']} ms (non-model {s['nonmodel_ms']['p50']})"
+            for name, s in overall["probe"].items()
+        )
+        + "; ratio to idle "
+        + ", ".join(f"{k} {v}x" for k, v in overall["ratio_to_idle"].items())
+        + f" (target <= {TARGET}x)"
+    )
+    results.write(
+        args.out,
+        {
+            "command": args.command,
+            **result,
+            "workload": {
+                k: getattr(args, k)
+                for k in (
+                    "rounds",
+                    "probe_turns",
+                    "probe_model",
+                    "probe_output_tokens",
+                    "http_clients",
+                    "http_tokens",
+                    "sockets",
+                    "bursts",
+                    "neighbour_output_tokens",
+                )
+            },
+        },
+        args.run,
+    )
     print(f"wrote {args.out}")
     return 0
-

@@ -31,10 +31,41 @@ from ..client import ResponsesSocket, connect
 
 MODEL = "emu-fast"
 API_KEY = "sk-bench"
-TOOL = {"type": "function", "name": "read_file", "description": "Read a file from the repository.",
-        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}
+TOOL = {
+    "type": "function",
+    "name": "read_file",
+    "description": "Read a file from the repository.",
+    "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+}
 META = {"responses_ws.timings": "1", "emulator.tool_rounds": "10000", "emulator.text_tokens": "8"}
-WORDS = ["alpha", "beta", "gamma", "delta", "parser", "module", "function", "returns", "value", "config", "build", "test", "error", "line", "import", "class", "method", "cache", "token", "stream", "socket", "request", "response", "handler", "server", "client"]
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "parser",
+    "module",
+    "function",
+    "returns",
+    "value",
+    "config",
+    "build",
+    "test",
+    "error",
+    "line",
+    "import",
+    "class",
+    "method",
+    "cache",
+    "token",
+    "stream",
+    "socket",
+    "request",
+    "response",
+    "handler",
+    "server",
+    "client",
+]
 PHASES = ("parse_validate", "history_load", "render", "classify", "model_resolution", "post", "other")
 
 
@@ -69,10 +100,17 @@ class Chain:
             await self.ws.close()
 
     async def turn(self, http: httpx.AsyncClient, text: str) -> dict[str, float]:
-        new = ([{"type": "function_call_output", "call_id": self.calls[0], "output": text}] if self.calls
-               else [{"role": "user", "content": text}])
-        body: dict[str, Any] = {"model": MODEL, "tools": [TOOL], "metadata": META,
-                                "instructions": "You are a coding agent. Use the tools."}
+        new = (
+            [{"type": "function_call_output", "call_id": self.calls[0], "output": text}]
+            if self.calls
+            else [{"role": "user", "content": text}]
+        )
+        body: dict[str, Any] = {
+            "model": MODEL,
+            "tools": [TOOL],
+            "metadata": META,
+            "instructions": "You are a coding agent. Use the tools.",
+        }
         if self.name == "http-full":
             body.update(input=self.history + new, store=False)
         else:
@@ -83,8 +121,12 @@ class Chain:
                 raise RuntimeError(answer.error)
             response = answer.response
         else:
-            r = await http.post(self.base + "/v1/responses", json=body, timeout=300,
-                                headers={"Authorization": f"Bearer {API_KEY}"})
+            r = await http.post(
+                self.base + "/v1/responses",
+                json=body,
+                timeout=300,
+                headers={"Authorization": f"Bearer {API_KEY}"},
+            )
             r.raise_for_status()
             response = r.json()
         self.prev = response["id"]
@@ -115,13 +157,20 @@ async def measure(base: str, sizes: list[int], turns: int, seed: int) -> dict[st
                         samples[chain.name].append(await chain.turn(http, text))
                 for chain in chains:
                     t = samples[chain.name]
-                    row = {"size": size, "transport": chain.name, "prompt_tokens": chain.prompt_tokens,
-                           "api_overhead_ms": statistics.median(x["api_overhead"] for x in t)}
+                    row = {
+                        "size": size,
+                        "transport": chain.name,
+                        "prompt_tokens": chain.prompt_tokens,
+                        "api_overhead_ms": statistics.median(x["api_overhead"] for x in t),
+                    }
                     row.update({p: statistics.median(x[p] for x in t) for p in PHASES})
                     rows.append(row)
-                    print(f"{size:>7} {chain.name:<13} prompt {chain.prompt_tokens:>7}  "
-                          f"overhead {row['api_overhead_ms']:8.2f} ms  "
-                          + " ".join(f"{p}={row[p]:.2f}" for p in PHASES), flush=True)
+                    print(
+                        f"{size:>7} {chain.name:<13} prompt {chain.prompt_tokens:>7}  "
+                        f"overhead {row['api_overhead_ms']:8.2f} ms  "
+                        + " ".join(f"{p}={row[p]:.2f}" for p in PHASES),
+                        flush=True,
+                    )
         finally:
             for chain in chains:
                 await chain.close()
@@ -132,7 +181,9 @@ def plot(result: dict[str, Any], path: Path) -> None:
     fig, ax = plotting.pyplot().subplots(figsize=(7, 4.5))
     for name in ("ws", "http-chained", "http-full"):
         rows = [r for r in result["rows"] if r["transport"] == name]
-        ax.plot([r["prompt_tokens"] for r in rows], [r["api_overhead_ms"] for r in rows], marker="o", label=name)
+        ax.plot(
+            [r["prompt_tokens"] for r in rows], [r["api_overhead_ms"] for r in rows], marker="o", label=name
+        )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("conversation length (prompt tokens)")
@@ -151,7 +202,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sizes", default="1k,2k,4k,8k,16k,32k,64k,128k")
     p.add_argument("--turns", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--url", default=None, help="a running server's base URL, http://host:port (default: start an embedded one)")
+    p.add_argument(
+        "--url",
+        default=None,
+        help="a running server's base URL, http://host:port (default: start an embedded one)",
+    )
     p.add_argument("--out", type=Path, default=Path("results/overhead.json"))
 
 

@@ -40,12 +40,25 @@ async def load_step(url: str, m: int, w: Workload) -> dict:
     over = [report.overhead_ms(t) for t in turns if report.overhead_ms(t) is not None]
     ttft = [t.ttft_ms for t in turns if t.ttft_ms is not None]
     return {
-        "rollouts": m, "errors": [r.error for r in recs if r.error], "wall_s": wall,
-        "e2e_s": {"p50": report.pct([r.e2e_s for r in recs], 0.5), "p90": report.pct([r.e2e_s for r in recs], 0.9)},
+        "rollouts": m,
+        "errors": [r.error for r in recs if r.error],
+        "wall_s": wall,
+        "e2e_s": {
+            "p50": report.pct([r.e2e_s for r in recs], 0.5),
+            "p90": report.pct([r.e2e_s for r in recs], 0.9),
+        },
         "connect_ms_p50": report.pct([r.connect_ms for r in recs], 0.5),
         "connect_ms_max": max(r.connect_ms for r in recs),
-        "ttft_ms": {"p50": report.pct(ttft, 0.5), "p90": report.pct(ttft, 0.9), "p99": report.pct(ttft, 0.99)},
-        "api_overhead_ms": {"p50": report.pct(over, 0.5), "p90": report.pct(over, 0.9), "p99": report.pct(over, 0.99)},
+        "ttft_ms": {
+            "p50": report.pct(ttft, 0.5),
+            "p90": report.pct(ttft, 0.9),
+            "p99": report.pct(ttft, 0.99),
+        },
+        "api_overhead_ms": {
+            "p50": report.pct(over, 0.5),
+            "p90": report.pct(over, 0.9),
+            "p99": report.pct(over, 0.99),
+        },
         "delivered_tokens_per_s": sum(t.output_tokens for t in turns) / wall,
         "turns_per_s": len(turns) / wall,
     }
@@ -75,10 +88,18 @@ async def hold_idle(url: str, n: int, quiet_s: float) -> dict:
         c0 = cpu_s(pids)
         await asyncio.sleep(quiet_s)
         cpu = (cpu_s(pids) - c0) / quiet_s
-        return {"connections": len(conns), "failure": failure, "open_s": open_s, "actors": len(pids), "actors_before": len(base_pids),
-                "session_actors_uss_mb": mem, "uss_mb_before": base_mem,
-                "uss_mb_per_connection": (mem - base_mem) / n,
-                "idle_cpu_cores": cpu, "idle_cpu_pct_core_per_connection": 100 * cpu / n}
+        return {
+            "connections": len(conns),
+            "failure": failure,
+            "open_s": open_s,
+            "actors": len(pids),
+            "actors_before": len(base_pids),
+            "session_actors_uss_mb": mem,
+            "uss_mb_before": base_mem,
+            "uss_mb_per_connection": (mem - base_mem) / n,
+            "idle_cpu_cores": cpu,
+            "idle_cpu_pct_core_per_connection": 100 * cpu / n,
+        }
     finally:
         await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
 
@@ -86,53 +107,84 @@ async def hold_idle(url: str, n: int, quiet_s: float) -> dict:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--modes", default="1,16,64", help="connections_per_actor values")
     p.add_argument("--steps", default="1,4,8", help="concurrent rollouts, rising")
-    p.add_argument("--idle", default="24,64,128", help="idle connections held, per mode (same order as --modes)")
+    p.add_argument(
+        "--idle", default="24,64,128", help="idle connections held, per mode (same order as --modes)"
+    )
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--quiet-s", type=float, default=5.0)
     p.add_argument("--port", type=int, default=18765)
     p.add_argument("--out", type=Path, default=Path("results/scaling"))
-    p.add_argument("--config", type=Path, default=CONFIG, help="the Serve config deployed on the simulated cluster")
+    p.add_argument(
+        "--config", type=Path, default=CONFIG, help="the Serve config deployed on the simulated cluster"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     if not args.config.is_file():  # an installed wheel has no configs/ directory
-        print(f"responses-ws bench scaling: no Serve config at {args.config}; run it from a source checkout "
-              "or pass --config configs/serve-cluster.yaml", file=sys.stderr)
+        print(
+            f"responses-ws bench scaling: no Serve config at {args.config}; run it from a source checkout "
+            "or pass --config configs/serve-cluster.yaml",
+            file=sys.stderr,
+        )
         return 2
     modes = [int(x) for x in args.modes.split(",")]
     idle = [int(x) for x in args.idle.split(",")]
     steps = [int(x) for x in args.steps.split(",")]
-    w = Workload(tool_rounds=args.rounds, system_tokens=2000, tool_def_tokens=1000, tool_output_tokens=400,
-                 text_tokens=100, tool_time_ms=20)
+    w = Workload(
+        tool_rounds=args.rounds,
+        system_tokens=2000,
+        tool_def_tokens=1000,
+        tool_output_tokens=400,
+        text_tokens=100,
+        tool_time_ms=20,
+    )
     url = f"http://127.0.0.1:{args.port}"
     cluster = SimulatedCluster(session_nodes=2, accelerator_nodes=1, accelerators_per_node=4)
-    result = {"command": args.command, "workload": w.as_dict(),
-               "cluster": "head + 2 session nodes + 1 accelerator node (4 slots), one machine (2 cores, 24 GiB)",
-               "modes": []}
+    result = {
+        "command": args.command,
+        "workload": w.as_dict(),
+        "cluster": "head + 2 session nodes + 1 accelerator node (4 slots), one machine (2 cores, 24 GiB)",
+        "modes": [],
+    }
     try:
         for mode, n_idle in zip(modes, idle, strict=True):
+
             def edit(a: dict, mode: int = mode) -> None:
                 a["server"]["port"] = args.port
                 a["store"] = {"backend": "sqlite", "data_dir": "/tmp/responses-ws-scaling"}
                 a["session"]["connections_per_actor"] = mode
                 a["session"]["warm_actors"] = 8 if mode == 1 else mode
                 a["inference"]["scaling"]["autoscaling"].update(
-                    {"min_replicas": 1, "max_replicas": 4, "target_ongoing_requests": 2, "upscale_delay_s": 1.0})
+                    {
+                        "min_replicas": 1,
+                        "max_replicas": 4,
+                        "target_ongoing_requests": 2,
+                        "upscale_delay_s": 1.0,
+                    }
+                )
 
             t0 = time.perf_counter()
             deploy_serve_config(args.config, edit)
             wait_ready(url, timeout_s=120)
             time.sleep(3)  # the pools fill
-            entry = {"connections_per_actor": mode, "deploy_s": time.perf_counter() - t0, "load": [], "idle": None}
+            entry = {
+                "connections_per_actor": mode,
+                "deploy_s": time.perf_counter() - t0,
+                "load": [],
+                "idle": None,
+            }
             for m in steps:
                 step = asyncio.run(load_step(url, m, w))
                 step["placement"] = cluster.placement()
                 entry["load"].append(step)
-                print(f"mode {mode:>3} M={m:>2}: e2e p50 {step['e2e_s']['p50']:.2f}s  TTFT p50/p90 "
-                      f"{step['ttft_ms']['p50']:.1f}/{step['ttft_ms']['p90']:.1f} ms  overhead p50/p90 "
-                      f"{step['api_overhead_ms']['p50'] or 0:.1f}/{step['api_overhead_ms']['p90'] or 0:.1f} ms  "
-                      f"{step['delivered_tokens_per_s']:.0f} tok/s  errors {len(step['errors'])}  "
-                      f"replicas {step['placement'].get('ServeReplica:responses-ws:InferenceDeployment')}", flush=True)
+                print(
+                    f"mode {mode:>3} M={m:>2}: e2e p50 {step['e2e_s']['p50']:.2f}s  TTFT p50/p90 "
+                    f"{step['ttft_ms']['p50']:.1f}/{step['ttft_ms']['p90']:.1f} ms  overhead p50/p90 "
+                    f"{step['api_overhead_ms']['p50'] or 0:.1f}/{step['api_overhead_ms']['p90'] or 0:.1f} ms  "
+                    f"{step['delivered_tokens_per_s']:.0f} tok/s  errors {len(step['errors'])}  "
+                    f"replicas {step['placement'].get('ServeReplica:responses-ws:InferenceDeployment')}",
+                    flush=True,
+                )
                 time.sleep(2)
             entry["idle"] = asyncio.run(hold_idle(url, n_idle, args.quiet_s))
             print(f"mode {mode:>3} idle: {json.dumps(entry['idle'])}", flush=True)
@@ -154,7 +206,9 @@ def plot(result: dict, out: Path) -> None:
         axes[0].plot(ms, [s["delivered_tokens_per_s"] for s in e["load"]], marker="o", label=lab)
         axes[1].plot(ms, [s["ttft_ms"]["p90"] for s in e["load"]], marker="o", label=lab)
         axes[2].plot(ms, [s["api_overhead_ms"]["p90"] or 0 for s in e["load"]], marker="o", label=lab)
-    for ax, t in zip(axes, ["delivered tokens/s (all rollouts)", "TTFT p90, ms", "server API overhead p90, ms"]):
+    for ax, t in zip(
+        axes, ["delivered tokens/s (all rollouts)", "TTFT p90, ms", "server API overhead p90, ms"]
+    ):
         ax.set_xlabel("concurrent rollouts")
         ax.set_title(t)
         ax.grid(alpha=0.3)

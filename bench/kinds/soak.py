@@ -51,12 +51,22 @@ SETTLE_S = 3.0  # after a run, before sampling idle memory: closes and flushes f
 
 
 def process_groups(app: str) -> dict[str, str]:
-    return {"session_actors": "SessionHost", "gateway": f"ServeReplica:{app}:Gateway",
-            "inference": f"ServeReplica:{app}:InferenceDeployment"}
+    return {
+        "session_actors": "SessionHost",
+        "gateway": f"ServeReplica:{app}:Gateway",
+        "inference": f"ServeReplica:{app}:InferenceDeployment",
+    }
 
 
-async def _sample(groups: dict[str, str], load: Load, t0: float, every: float, stop: asyncio.Event,
-                  timeline: list[dict[str, Any]], cpu: CpuMeter) -> None:
+async def _sample(
+    groups: dict[str, str],
+    load: Load,
+    t0: float,
+    every: float,
+    stop: asyncio.Event,
+    timeline: list[dict[str, Any]],
+    cpu: CpuMeter,
+) -> None:
     """Every ``every`` seconds until ``stop`` (and once more then): memory, CPU, load."""
     seen = 0
     while True:
@@ -64,10 +74,17 @@ async def _sample(groups: dict[str, str], load: Load, t0: float, every: float, s
         recent, seen = load.overhead_ms[seen:], len(load.overhead_ms)
         for v in snap.values():
             cpu.add(v["cpu_s"])
-        timeline.append({"t_s": round(time.monotonic() - t0, 2), "open": load.open, "turns": load.turns,
-                         "load_avg_1m": os.getloadavg()[0], "ttft_overhead_p50_ms": pct(recent, 0.5),
-                         **{f"{g}_uss_mb": round(v["uss_mb"], 1) for g, v in snap.items()},
-                         **{f"{g}_processes": v["processes"] for g, v in snap.items()}})
+        timeline.append(
+            {
+                "t_s": round(time.monotonic() - t0, 2),
+                "open": load.open,
+                "turns": load.turns,
+                "load_avg_1m": os.getloadavg()[0],
+                "ttft_overhead_p50_ms": pct(recent, 0.5),
+                **{f"{g}_uss_mb": round(v["uss_mb"], 1) for g, v in snap.items()},
+                **{f"{g}_processes": v["processes"] for g, v in snap.items()},
+            }
+        )
         if stop.is_set():
             return
         with contextlib.suppress(TimeoutError):
@@ -90,28 +107,37 @@ async def soak(url: str, plan: SoakPlan, *, app: str = APP, runs: int = 1) -> di
     me0 = me.cpu_times()
     stop = asyncio.Event()
     t0 = time.monotonic()
-    sampler = (asyncio.create_task(_sample(groups, load, t0, plan.sample_s, stop, timeline, meter))
-               if sampling else None)
+    sampler = (
+        asyncio.create_task(_sample(groups, load, t0, plan.sample_s, stop, timeline, meter))
+        if sampling
+        else None
+    )
     for run in range(runs):
         start, turns = time.monotonic(), load.turns
         t_end = start + plan.duration_s if plan.duration_s else None
-        await asyncio.gather(*(run_slot(s, url, plan, check, load, t_end, profile, run=run)
-                               for s in range(plan.connections)))
+        await asyncio.gather(
+            *(run_slot(s, url, plan, check, load, t_end, profile, run=run) for s in range(plan.connections))
+        )
         entry: dict[str, Any] = {"run": run, "wall_s": time.monotonic() - start, "turns": load.turns - turns}
         if sampling and runs > 1:
             await asyncio.sleep(SETTLE_S)
             idle = await asyncio.to_thread(sample_uss, groups)
             entry["idle_mb"] = {g: round(v["uss_mb"], 1) for g, v in idle.items()}
-            print(f"run {run + 1}/{runs}: {entry['turns']} turns in {entry['wall_s']:.0f} s, idle USS "
-                  f"{entry['idle_mb']}, violations so far {dict(check.violations)}", flush=True)
+            print(
+                f"run {run + 1}/{runs}: {entry['turns']} turns in {entry['wall_s']:.0f} s, idle USS "
+                f"{entry['idle_mb']}, violations so far {dict(check.violations)}",
+                flush=True,
+            )
         per_run.append(entry)
     wall = time.monotonic() - t0
     stop.set()
     if sampler is not None:
         await sampler
     me1 = me.cpu_times()
-    cpu = {"server_cores": meter.used_s() / wall if sampling else None,
-           "client_process_cores": (me1.user + me1.system - me0.user - me0.system) / wall}
+    cpu = {
+        "server_cores": meter.used_s() / wall if sampling else None,
+        "client_process_cores": (me1.user + me1.system - me0.user - me0.system) / wall,
+    }
     return summarise(plan, check, load, timeline, baseline, per_run, cpu)
 
 
@@ -119,29 +145,48 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     d = SoakPlan()
     p.add_argument("--connections", type=int, default=d.connections)
     p.add_argument("--turns", type=int, default=d.turns, help="turns per chain (one connection)")
-    p.add_argument("--duration", type=float, default=None, help="seconds; finished chains reconnect until then")
-    p.add_argument("--runs", type=int, default=1, help="repeat the whole plan; idle memory is sampled after each")
+    p.add_argument(
+        "--duration", type=float, default=None, help="seconds; finished chains reconnect until then"
+    )
+    p.add_argument(
+        "--runs", type=int, default=1, help="repeat the whole plan; idle memory is sampled after each"
+    )
     # 128: at 200 connections x 10 turns on this machine (2 shared cores, other suites
     # running), 64 per actor gave the worst tails, 256 (one busy actor) the least memory
     # (0.9 vs 1.5 MiB per connection) but worse p99 when that one process was descheduled.
-    p.add_argument("--per-actor", type=int, default=128, help="session.connections_per_actor of the embedded server")
-    p.add_argument("--warm", type=int, default=None,
-                   help="session.warm_actors, free connection slots kept ready (default: --per-actor / 8)")
+    p.add_argument(
+        "--per-actor", type=int, default=128, help="session.connections_per_actor of the embedded server"
+    )
+    p.add_argument(
+        "--warm",
+        type=int,
+        default=None,
+        help="session.warm_actors, free connection slots kept ready (default: --per-actor / 8)",
+    )
     p.add_argument("--ramp-s", type=float, default=d.ramp_s)
     p.add_argument("--think-ms", type=float, default=d.think_ms)
     p.add_argument("--tool-output-tokens", type=int, default=d.tool_output_tokens)
     p.add_argument("--sample-s", type=float, default=d.sample_s)
     p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--url", default=None,
-                   help="a running server (default: start an embedded one); no memory sampling then")
+    p.add_argument(
+        "--url",
+        default=None,
+        help="a running server (default: start an embedded one); no memory sampling then",
+    )
     p.add_argument("--out", type=Path, default=Path("docs/measurements/soak.json"))
 
 
 def run(args: argparse.Namespace) -> int:
-    plan = SoakPlan(connections=args.connections, turns=args.turns, duration_s=args.duration, ramp_s=args.ramp_s,
-                    think_ms=args.think_ms, tool_output_tokens=args.tool_output_tokens,
-                    sample_s=None if args.url else args.sample_s,
-                    seed=args.seed)
+    plan = SoakPlan(
+        connections=args.connections,
+        turns=args.turns,
+        duration_s=args.duration,
+        ramp_s=args.ramp_s,
+        think_ms=args.think_ms,
+        tool_output_tokens=args.tool_output_tokens,
+        sample_s=None if args.url else args.sample_s,
+        seed=args.seed,
+    )
     server: dict[str, Any] = {"url": args.url or "embedded"}
     if args.url:
         result = asyncio.run(soak(args.url, plan, runs=args.runs))
@@ -149,15 +194,23 @@ def run(args: argparse.Namespace) -> int:
         warm = args.warm if args.warm is not None else max(1, args.per_actor // 8)
         server.update(connections_per_actor=args.per_actor, warm_actors=warm)
         with tempfile.TemporaryDirectory(prefix="soak-store-", ignore_cleanup_errors=True) as store_dir:
-            config = local_config(**{"session.connections_per_actor": args.per_actor, "session.warm_actors": warm,
-                                     "store.data_dir": store_dir})
+            config = local_config(
+                **{
+                    "session.connections_per_actor": args.per_actor,
+                    "session.warm_actors": warm,
+                    "store.data_dir": store_dir,
+                }
+            )
             with embedded_server(config, name=APP, object_store_mb=200) as url:
                 time.sleep(2.0)  # the warm pool fills
                 result = asyncio.run(soak(url, plan, runs=args.runs))
     result["server"] = server
     result["command"] = args.command
-    result["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version(),
-                         "load_avg_at_end": os.getloadavg()}
+    result["machine"] = {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "load_avg_at_end": os.getloadavg(),
+    }
     from rich.console import Console
 
     Console(width=140).print(render_table(result))

@@ -51,8 +51,9 @@ def server_config(streams: int, max_items_per_s: str | None) -> Any:
     if max_items_per_s is not None:  # the replica's item budget for the streams' profile
         flat = next(p for p in inference["profiles"] if p["id"] == MODEL)
         flat["max_items_per_s"] = None if max_items_per_s == "none" else float(max_items_per_s)
-    return local_config(**{"session.warm_actors": streams + 1,
-                           **{f"inference.{k}": v for k, v in inference.items()}})
+    return local_config(
+        **{"session.warm_actors": streams + 1, **{f"inference.{k}": v for k, v in inference.items()}}
+    )
 
 
 # --- the clients (in processes of their own) ------------------------------------------------
@@ -63,9 +64,18 @@ async def one_stream(sock, tokens: int, start_at: float) -> dict[str, Any]:
     send the create and stamp the deltas on arrival."""
     await asyncio.sleep(max(0.0, start_at - time.monotonic()))
     sent = time.monotonic()
-    await sock.ws.send(json.dumps({"type": "response.create", "model": MODEL, "input": "write", "store": False,
-                                   "max_output_tokens": tokens,
-                                   "metadata": {"emulator.text_tokens": str(tokens)}}))
+    await sock.ws.send(
+        json.dumps(
+            {
+                "type": "response.create",
+                "model": MODEL,
+                "input": "write",
+                "store": False,
+                "max_output_tokens": tokens,
+                "metadata": {"emulator.text_tokens": str(tokens)},
+            }
+        )
+    )
     first = last = None
     deltas = 0
     while True:
@@ -79,9 +89,14 @@ async def one_stream(sock, tokens: int, start_at: float) -> dict[str, Any]:
                 first = now
         elif kind in ("response.completed", "response.incomplete", "response.failed", "error"):
             usage = (event.get("response") or {}).get("usage") or {}
-            return {"sent": sent, "first": first, "last": last, "deltas": deltas,
-                    "output_tokens": usage.get("output_tokens", 0),
-                    "error": None if kind in ("response.completed", "response.incomplete") else kind}
+            return {
+                "sent": sent,
+                "first": first,
+                "last": last,
+                "deltas": deltas,
+                "output_tokens": usage.get("output_tokens", 0),
+                "error": None if kind in ("response.completed", "response.incomplete") else kind,
+            }
 
 
 async def client_main(url: str, count: int, tokens: int, compression: str | None, pipe: Connection) -> None:
@@ -110,15 +125,23 @@ def summarise(streams: list[dict[str, Any]], cpu: dict[str, float]) -> dict[str,
     t0 = min(s["sent"] for s in streams)
     total = sum(s["output_tokens"] for s in ok)
     return {
-        "streams": len(streams), "errors": [s["error"] for s in streams if s["error"] is not None],
-        "rate_tok_s": {"min": round(rates[0], 1), "p10": round(rates[len(rates) // 10], 1),
-                       "median": round(statistics.median(rates), 1), "max": round(rates[-1], 1),
-                       "each": [round(r, 1) for r in rates]},
+        "streams": len(streams),
+        "errors": [s["error"] for s in streams if s["error"] is not None],
+        "rate_tok_s": {
+            "min": round(rates[0], 1),
+            "p10": round(rates[len(rates) // 10], 1),
+            "median": round(statistics.median(rates), 1),
+            "max": round(rates[-1], 1),
+            "each": [round(r, 1) for r in rates],
+        },
         # per stream, in start order: ms from the round's first create to its first and last delta
-        "streams_ms": [[round((s["first"] - t0) * 1000, 1), round((s["last"] - t0) * 1000, 1), s["deltas"]]
-                       for s in sorted(ok, key=lambda s: s["first"])],
+        "streams_ms": [
+            [round((s["first"] - t0) * 1000, 1), round((s["last"] - t0) * 1000, 1), s["deltas"]]
+            for s in sorted(ok, key=lambda s: s["first"])
+        ],
         "at_95pct": sum(r >= 0.95 * TARGET_TOK_S for r in rates),
-        "aggregate_tok_s": round(total / wall, 1), "wall_s": round(wall, 3),
+        "aggregate_tok_s": round(total / wall, 1),
+        "wall_s": round(wall, 3),
         "ttft_ms": {"median": round(statistics.median(ttft), 1), "max": round(max(ttft), 1)},
         "deltas_per_stream_median": statistics.median(s["deltas"] for s in ok),
         "tokens_per_delta": round(total / sum(s["deltas"] for s in ok), 2),
@@ -135,14 +158,20 @@ def run_rounds(url: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     pipes, workers = [], []
     for share in shares:
         here, there = ctx.Pipe()
-        p = ctx.Process(target=client_process, args=(url, share, args.tokens, compression, there), daemon=True)
+        p = ctx.Process(
+            target=client_process, args=(url, share, args.tokens, compression, there), daemon=True
+        )
         p.start()
         pipes.append(here)
         workers.append(p)
     try:
         for pipe in pipes:
             assert pipe.recv() == "ready"
-        groups = {"host": session_host_pids(), "replica": actor_pids(REPLICA_CLASS), "clients": [p.pid for p in workers]}
+        groups = {
+            "host": session_host_pids(),
+            "replica": actor_pids(REPLICA_CLASS),
+            "clients": [p.pid for p in workers],
+        }
         print("pids: " + ", ".join(f"{k} {v}" for k, v in groups.items()), flush=True)
         rounds = []
         for i in range(args.repeats):
@@ -156,12 +185,15 @@ def run_rounds(url: str, args: argparse.Namespace) -> list[dict[str, Any]]:
             r = summarise(streams, cpu)
             rounds.append(r)
             rate = r["rate_tok_s"]
-            print(f"round {i + 1}: {args.streams} streams  per-stream tok/s min {rate['min']:.0f}  p10 "
-                  f"{rate['p10']:.0f}  median {rate['median']:.0f}  ({r['at_95pct']} at >= 95 %)  aggregate "
-                  f"{r['aggregate_tok_s']:.0f} tok/s  TTFT median/max {r['ttft_ms']['median']:.0f}/"
-                  f"{r['ttft_ms']['max']:.0f} ms  {r['tokens_per_delta']:.1f} tokens/delta  cores "
-                  + ", ".join(f"{k} {v:.2f}" for k, v in r["cpu_cores"].items())
-                  + (f"  errors {r['errors']}" if r["errors"] else ""), flush=True)
+            print(
+                f"round {i + 1}: {args.streams} streams  per-stream tok/s min {rate['min']:.0f}  p10 "
+                f"{rate['p10']:.0f}  median {rate['median']:.0f}  ({r['at_95pct']} at >= 95 %)  aggregate "
+                f"{r['aggregate_tok_s']:.0f} tok/s  TTFT median/max {r['ttft_ms']['median']:.0f}/"
+                f"{r['ttft_ms']['max']:.0f} ms  {r['tokens_per_delta']:.1f} tokens/delta  cores "
+                + ", ".join(f"{k} {v:.2f}" for k, v in r["cpu_cores"].items())
+                + (f"  errors {r['errors']}" if r["errors"] else ""),
+                flush=True,
+            )
             time.sleep(1.0)
         for pipe in pipes:
             pipe.send("stop")
@@ -179,8 +211,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeats", type=int, default=3, help="rounds, on the same sockets")
     p.add_argument("--compression", choices=("deflate", "none"), default="deflate")
     p.add_argument("--client-procs", type=int, default=2, help="client processes the streams are spread over")
-    p.add_argument("--max-items-per-s", default=None,
-                   help="the replica's item budget for bench-flat (a number, or none: no cap); default: the profile's")
+    p.add_argument(
+        "--max-items-per-s",
+        default=None,
+        help="the replica's item budget for bench-flat (a number, or none: no cap); default: the profile's",
+    )
     p.add_argument("--out", type=Path, default=Path("results/streams.json"))
 
 
@@ -189,16 +224,28 @@ def run(args: argparse.Namespace) -> int:
         rounds = run_rounds(url, args)
     mins = [r["rate_tok_s"]["min"] for r in rounds]
     medians = [r["rate_tok_s"]["median"] for r in rounds]
-    result = {"command": args.command, "model": MODEL, "target_tok_s_per_stream": TARGET_TOK_S,
-              "streams": args.streams, "tokens": args.tokens, "compression": args.compression,
-              "client_procs": args.client_procs, "max_items_per_s": args.max_items_per_s, "rounds": rounds,
-              "summary": {"min_tok_s_median_of_rounds": statistics.median(mins),
-                          "median_tok_s_median_of_rounds": statistics.median(medians),
-                          "aggregate_tok_s_median_of_rounds": statistics.median(r["aggregate_tok_s"] for r in rounds),
-                          "all_at_95pct_rounds": sum(r["at_95pct"] == args.streams for r in rounds)}}
+    result = {
+        "command": args.command,
+        "model": MODEL,
+        "target_tok_s_per_stream": TARGET_TOK_S,
+        "streams": args.streams,
+        "tokens": args.tokens,
+        "compression": args.compression,
+        "client_procs": args.client_procs,
+        "max_items_per_s": args.max_items_per_s,
+        "rounds": rounds,
+        "summary": {
+            "min_tok_s_median_of_rounds": statistics.median(mins),
+            "median_tok_s_median_of_rounds": statistics.median(medians),
+            "aggregate_tok_s_median_of_rounds": statistics.median(r["aggregate_tok_s"] for r in rounds),
+            "all_at_95pct_rounds": sum(r["at_95pct"] == args.streams for r in rounds),
+        },
+    }
     results.write(args.out, result, args.run)
     s = result["summary"]
-    print(f"median of {len(rounds)} rounds: slowest stream {s['min_tok_s_median_of_rounds']:.0f} tok/s, median stream "
-          f"{s['median_tok_s_median_of_rounds']:.0f} tok/s, aggregate {s['aggregate_tok_s_median_of_rounds']:.0f} tok/s;"
-          f" rounds with every stream >= 95 %: {s['all_at_95pct_rounds']}/{len(rounds)}  (saved {args.out})")
+    print(
+        f"median of {len(rounds)} rounds: slowest stream {s['min_tok_s_median_of_rounds']:.0f} tok/s, median stream "
+        f"{s['median_tok_s_median_of_rounds']:.0f} tok/s, aggregate {s['aggregate_tok_s_median_of_rounds']:.0f} tok/s;"
+        f" rounds with every stream >= 95 %: {s['all_at_95pct_rounds']}/{len(rounds)}  (saved {args.out})"
+    )
     return 0

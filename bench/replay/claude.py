@@ -29,14 +29,16 @@ from typing import Any
 from .codex import content_text, timestamp
 from .shape import Call, Compaction, Input, Reasoning, Record, Skip, Text, ToolOutput, Usage, tokens
 
-LINE_TYPES = frozenset({"user", "assistant", "system", "summary", "file-history-snapshot",
-                        "queue-operation", "progress"})
+LINE_TYPES = frozenset(
+    {"user", "assistant", "system", "summary", "file-history-snapshot", "queue-operation", "progress"}
+)
 _METADATA = LINE_TYPES - {"user", "assistant", "system"}
 
 
 def looks_like(obj: dict[str, Any]) -> bool:
-    return obj.get("type") in LINE_TYPES and ("sessionId" in obj or "uuid" in obj or "leafUuid" in obj
-                                              or "messageId" in obj)
+    return obj.get("type") in LINE_TYPES and (
+        "sessionId" in obj or "uuid" in obj or "leafUuid" in obj or "messageId" in obj
+    )
 
 
 class ClaudeReader:
@@ -98,8 +100,15 @@ class ClaudeReader:
                 call_id = str(block.get("id"))
                 if t is not None:
                     self._call_times[call_id] = t
-                yield Call(line, call_id, str(block.get("name")), "function",
-                           tokens(json.dumps(block.get("input", {}))), rid, t)
+                yield Call(
+                    line,
+                    call_id,
+                    str(block.get("name")),
+                    "function",
+                    tokens(json.dumps(block.get("input", {}))),
+                    rid,
+                    t,
+                )
             else:
                 yield Skip(line, f"assistant.{kind}", "content block not replayed")
         usage = message.get("usage")
@@ -108,7 +117,9 @@ class ClaudeReader:
             prompt = int(usage.get("input_tokens") or 0) + int(usage.get("cache_creation_input_tokens") or 0)
             yield Usage(line, prompt + cached, cached, int(usage.get("output_tokens") or 0), None, rid)
 
-    def _user(self, line: int, obj: dict[str, Any], message: dict[str, Any], t: float | None) -> Iterator[Record]:
+    def _user(
+        self, line: int, obj: dict[str, Any], message: dict[str, Any], t: float | None
+    ) -> Iterator[Record]:
         content = message.get("content")
         kind = "compaction_summary" if obj.get("isCompactSummary") else "user"
         if isinstance(content, str):
@@ -127,7 +138,9 @@ class ClaudeReader:
                     duration, source = max(0.0, t - self._call_times[call_id]), "timestamps"
                 else:
                     duration, source = None, None
-                yield ToolOutput(line, call_id, tokens(content_text(block.get("content"))), duration, source, t)
+                yield ToolOutput(
+                    line, call_id, tokens(content_text(block.get("content"))), duration, source, t
+                )
             elif block.get("type") == "text":
                 yield Input(line, kind, tokens(str(block.get("text", ""))), t)
             else:

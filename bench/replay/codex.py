@@ -130,14 +130,32 @@ class CodexReader:
         elif kind == "reasoning":
             yield Reasoning(line, None, t=t)
         elif kind == "function_call":
-            yield Call(line, str(item.get("call_id")), str(item.get("name")), "function",
-                       tokens(str(item.get("arguments", ""))), t=t)
+            yield Call(
+                line,
+                str(item.get("call_id")),
+                str(item.get("name")),
+                "function",
+                tokens(str(item.get("arguments", ""))),
+                t=t,
+            )
         elif kind == "custom_tool_call":
-            yield Call(line, str(item.get("call_id")), str(item.get("name")), "custom",
-                       tokens(str(item.get("input", ""))), t=t)
+            yield Call(
+                line,
+                str(item.get("call_id")),
+                str(item.get("name")),
+                "custom",
+                tokens(str(item.get("input", ""))),
+                t=t,
+            )
         elif kind == "local_shell_call":
-            yield Call(line, str(item.get("call_id") or item.get("id")), "local_shell", "function",
-                       tokens(json.dumps(item.get("action", {}))), t=t)
+            yield Call(
+                line,
+                str(item.get("call_id") or item.get("id")),
+                "local_shell",
+                "function",
+                tokens(json.dumps(item.get("action", {}))),
+                t=t,
+            )
         elif kind in _OUTPUTS:
             text, duration, source = output_text_and_duration(item.get("output"))
             yield ToolOutput(line, str(item.get("call_id")), tokens(text), duration, source, t)
@@ -153,5 +171,10 @@ class CodexReader:
             return
         self._last_total = total
         u = info["last_token_usage"]
-        yield Usage(line, int(u.get("input_tokens", 0)), int(u.get("cached_input_tokens", 0)),
-                    int(u.get("output_tokens", 0)), int(u.get("reasoning_output_tokens", 0)))
+        yield Usage(
+            line,
+            int(u.get("input_tokens", 0)),
+            int(u.get("cached_input_tokens", 0)),
+            int(u.get("output_tokens", 0)),
+            int(u.get("reasoning_output_tokens", 0)),
+        )

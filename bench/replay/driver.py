@@ -78,8 +78,16 @@ class SessionRun:
         return asdict(self)
 
 
-async def replay(session: SessionShape, transport: str, url: str, *, model: str, api_key: str,
-                 tool_time: ToolTime = ToolTime(), human_gaps: bool = False) -> SessionRun:
+async def replay(
+    session: SessionShape,
+    transport: str,
+    url: str,
+    *,
+    model: str,
+    api_key: str,
+    tool_time: ToolTime = ToolTime(),
+    human_gaps: bool = False,
+) -> SessionRun:
     """One session over ``transport``; its end-to-end time includes connecting, tool time
     and (with ``human_gaps``) the recorded gaps."""
     run = SessionRun(transport)
@@ -109,8 +117,9 @@ async def replay(session: SessionShape, transport: str, url: str, *, model: str,
             turn, dropped = synth.turn_script(step)
             if dropped:
                 skip("calls past the metadata value's 512 characters", dropped)
-            out = await t.turn({**base, "metadata": synth.metadata(turn, TIMINGS_KEY)},
-                               [i for i in items if i is not None])
+            out = await t.turn(
+                {**base, "metadata": synth.metadata(turn, TIMINGS_KEY)}, [i for i in items if i is not None]
+            )
             rec.total_ms, rec.request_bytes, rec.error = out.total_s * 1000, out.request_bytes, out.error
             rec.ttft_ms = None if out.ttft_s is None else out.ttft_s * 1000
             if out.error or out.response is None:

@@ -84,8 +84,12 @@ def detect(path: Path) -> codex.CodexReader | claude.ClaudeReader | LogError:
         return LogError(path, 0, f"cannot read: {exc.strerror or exc}")
     if first is None:
         return LogError(path, 0, "empty file")
-    return LogError(path, first[0], "not a Codex rollout nor a Claude Code log "
-                                    "(no {timestamp, type, payload} record, no Claude Code message line)")
+    return LogError(
+        path,
+        first[0],
+        "not a Codex rollout nor a Claude Code log "
+        "(no {timestamp, type, payload} record, no Claude Code message line)",
+    )
 
 
 def read_session(path: Path) -> tuple[SessionShape | None, list[LogError]]:
@@ -108,8 +112,14 @@ def read_session(path: Path) -> tuple[SessionShape | None, list[LogError]]:
     if not steps:
         errors.append(LogError(path, 0, f"a {reader.format} log with no model responses: nothing to replay"))
         return None, errors
-    session = SessionShape(label=path.name, format=reader.format, model=reader.model, steps=steps, skipped=skipped,
-                           tools=sorted({c.name for s in steps for c in s.calls}))
+    session = SessionShape(
+        label=path.name,
+        format=reader.format,
+        model=reader.model,
+        steps=steps,
+        skipped=skipped,
+        tools=sorted({c.name for s in steps for c in s.calls}),
+    )
     # What the first prompt holds beyond its items is the instructions and the tool
     # definitions (neither format records the definitions).
     first = steps[0].recorded

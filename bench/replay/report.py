@@ -17,8 +17,19 @@ from typing import Any
 from .driver import SessionRun
 from .shape import SessionShape
 
-SUMMED = ("steps", "e2e_s", "tool_s", "model_s", "gap_s", "api_overhead_s", "bytes_sent",
-          "prefill_tokens", "cached_tokens", "output_tokens", "reasoning_tokens")
+SUMMED = (
+    "steps",
+    "e2e_s",
+    "tool_s",
+    "model_s",
+    "gap_s",
+    "api_overhead_s",
+    "bytes_sent",
+    "prefill_tokens",
+    "cached_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+)
 
 
 def summarise(run: SessionRun) -> dict[str, Any]:
@@ -58,13 +69,20 @@ def savings(transports: dict[str, dict[str, Any]]) -> dict[str, dict[str, float 
         if name == "ws":
             continue
         e2e = other["e2e_s"] - ws["e2e_s"]
-        api = (other["api_overhead_s"] - ws["api_overhead_s"]
-               if other["api_overhead_s"] is not None and ws["api_overhead_s"] is not None else None)
-        out[name] = {"e2e_s": e2e, "e2e_share": e2e / other["e2e_s"] if other["e2e_s"] else None,
-                     "api_overhead_s": api,
-                     "api_overhead_share": api / other["api_overhead_s"] if api is not None and other["api_overhead_s"]
-                     else None,
-                     "bytes_sent": other["bytes_sent"] - ws["bytes_sent"]}
+        api = (
+            other["api_overhead_s"] - ws["api_overhead_s"]
+            if other["api_overhead_s"] is not None and ws["api_overhead_s"] is not None
+            else None
+        )
+        out[name] = {
+            "e2e_s": e2e,
+            "e2e_share": e2e / other["e2e_s"] if other["e2e_s"] else None,
+            "api_overhead_s": api,
+            "api_overhead_share": api / other["api_overhead_s"]
+            if api is not None and other["api_overhead_s"]
+            else None,
+            "bytes_sent": other["bytes_sent"] - ws["bytes_sent"],
+        }
     return out
 
 
@@ -74,30 +92,53 @@ def fidelity(session: SessionShape, runs: dict[str, SessionRun]) -> list[dict[st
     rows = []
     for step in session.steps:
         row: dict[str, Any] = {
-            "step": step.index, "new_chain": step.new_chain,
+            "step": step.index,
+            "new_chain": step.new_chain,
             "recorded_output_tokens": step.recorded.output_tokens if step.recorded else None,
             "recorded_input_tokens": step.recorded.input_tokens if step.recorded else None,
-            "planned": {"reasoning": step.reasoning_tokens, "text": step.text_tokens,
-                        "arguments": sum(c.argument_tokens for c in step.calls), "total": step.output_tokens,
-                        "calls": len(step.calls), "reasoning_source": step.reasoning_source},
-            "recorded_tool_s": step.tool_s, "replayed": {}}
+            "planned": {
+                "reasoning": step.reasoning_tokens,
+                "text": step.text_tokens,
+                "arguments": sum(c.argument_tokens for c in step.calls),
+                "total": step.output_tokens,
+                "calls": len(step.calls),
+                "reasoning_source": step.reasoning_source,
+            },
+            "recorded_tool_s": step.tool_s,
+            "replayed": {},
+        }
         for name, run in runs.items():
             rec = next((s for s in run.steps if s.step == step.index), None)
-            row["replayed"][name] = None if rec is None or rec.error else {
-                "output_tokens": rec.output_tokens, "reasoning_tokens": rec.reasoning_tokens, "calls": rec.calls,
-                "tool_s": rec.tool_ms / 1000, "input_tokens": rec.input_tokens}
+            row["replayed"][name] = (
+                None
+                if rec is None or rec.error
+                else {
+                    "output_tokens": rec.output_tokens,
+                    "reasoning_tokens": rec.reasoning_tokens,
+                    "calls": rec.calls,
+                    "tool_s": rec.tool_ms / 1000,
+                    "input_tokens": rec.input_tokens,
+                }
+            )
         rows.append(row)
     return rows
 
 
 def session_payload(session: SessionShape, runs: dict[str, SessionRun]) -> dict[str, Any]:
     transports = {name: summarise(run) for name, run in runs.items()}
-    return {"label": session.label, "format": session.format, "model": session.model,
-            "recorded_steps": len(session.steps), "chains": 1 + sum(s.new_chain for s in session.steps),
-            "instructions_tokens": session.instructions_tokens, "instructions_source": session.instructions_source,
-            "transports": transports, "websocket_saves": savings(transports),
-            "fidelity": fidelity(session, runs),
-            "skipped": [s.model_dump() for s in session.skipped]}
+    return {
+        "label": session.label,
+        "format": session.format,
+        "model": session.model,
+        "recorded_steps": len(session.steps),
+        "chains": 1 + sum(s.new_chain for s in session.steps),
+        "instructions_tokens": session.instructions_tokens,
+        "instructions_source": session.instructions_source,
+        "transports": transports,
+        "websocket_saves": savings(transports),
+        "fidelity": fidelity(session, runs),
+        "skipped": [s.model_dump() for s in session.skipped],
+    }
 
 
 def total(sessions: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -120,24 +161,39 @@ def _s(x: float | None) -> str:
 def render(payload: dict[str, Any]) -> list[str]:
     lines: list[str] = []
     for s in payload["sessions"]:
-        lines += [f"session {s['label']} ({s['format']}, recorded model {s['model']}): {s['recorded_steps']} steps, "
-                  f"{s['chains']} chain(s), instructions {s['instructions_tokens']} tokens "
-                  f"({s['instructions_source']})", *_table(s["transports"]), *_saves(s["websocket_saves"]),
-                  *_per_step(s["transports"]),
-                  *_fidelity(s["fidelity"], list(s["transports"])), *_skipped(s), ""]
+        lines += [
+            f"session {s['label']} ({s['format']}, recorded model {s['model']}): {s['recorded_steps']} steps, "
+            f"{s['chains']} chain(s), instructions {s['instructions_tokens']} tokens "
+            f"({s['instructions_source']})",
+            *_table(s["transports"]),
+            *_saves(s["websocket_saves"]),
+            *_per_step(s["transports"]),
+            *_fidelity(s["fidelity"], list(s["transports"])),
+            *_skipped(s),
+            "",
+        ]
     if len(payload["sessions"]) > 1:
-        lines += ["all sessions", *_table(payload["total"]["transports"]), *_saves(payload["total"]["websocket_saves"])]
+        lines += [
+            "all sessions",
+            *_table(payload["total"]["transports"]),
+            *_saves(payload["total"]["websocket_saves"]),
+        ]
     return lines
 
 
 def _table(transports: dict[str, dict[str, Any]]) -> list[str]:
-    head = (f"  {'transport':<13}{'steps':>6}{'e2e s':>9}{'tool s':>9}{'model s':>9}{'API s':>8}"
-            f"{'sent KB':>10}{'prefill':>9}{'cached':>9}{'output':>8}")
+    head = (
+        f"  {'transport':<13}{'steps':>6}{'e2e s':>9}{'tool s':>9}{'model s':>9}{'API s':>8}"
+        f"{'sent KB':>10}{'prefill':>9}{'cached':>9}{'output':>8}"
+    )
     rows = [head]
     for name, t in transports.items():
-        rows.append(f"  {name:<13}{t['steps']:>6}{_s(t['e2e_s']):>9}{_s(t['tool_s']):>9}{_s(t['model_s']):>9}"
-                    f"{_s(t['api_overhead_s']):>8}{t['bytes_sent'] / 1000:>10.1f}{t['prefill_tokens']:>9}"
-                    f"{t['cached_tokens']:>9}{t['output_tokens']:>8}" + (f"  ERROR {t['error']}" if t.get("error") else ""))
+        rows.append(
+            f"  {name:<13}{t['steps']:>6}{_s(t['e2e_s']):>9}{_s(t['tool_s']):>9}{_s(t['model_s']):>9}"
+            f"{_s(t['api_overhead_s']):>8}{t['bytes_sent'] / 1000:>10.1f}{t['prefill_tokens']:>9}"
+            f"{t['cached_tokens']:>9}{t['output_tokens']:>8}"
+            + (f"  ERROR {t['error']}" if t.get("error") else "")
+        )
     return rows
 
 
@@ -145,18 +201,27 @@ def _saves(saves: dict[str, dict[str, float | None]]) -> list[str]:
     out = []
     for name, v in saves.items():
         share = "" if v["e2e_share"] is None else f" ({v['e2e_share']:.1%})"
-        api = "" if v["api_overhead_s"] is None else (
-            f", API overhead {v['api_overhead_s']:.2f} s" + ("" if v["api_overhead_share"] is None
-                                                            else f" ({v['api_overhead_share']:.1%})"))
-        out.append(f"  WebSocket saves vs {name}: {v['e2e_s']:.2f} s end to end{share}{api}, "
-                   f"{v['bytes_sent'] / 1000:.1f} KB uploaded")
+        api = (
+            ""
+            if v["api_overhead_s"] is None
+            else (
+                f", API overhead {v['api_overhead_s']:.2f} s"
+                + ("" if v["api_overhead_share"] is None else f" ({v['api_overhead_share']:.1%})")
+            )
+        )
+        out.append(
+            f"  WebSocket saves vs {name}: {v['e2e_s']:.2f} s end to end{share}{api}, "
+            f"{v['bytes_sent'] / 1000:.1f} KB uploaded"
+        )
     return out
 
 
 def _per_step(transports: dict[str, dict[str, Any]]) -> list[str]:
     out = []
-    for label, key, scale, fmt in (("ms per step", "total_ms", 1, "{:.0f}"), ("KB sent per step", "request_bytes", 1000,
-                                                                           "{:.1f}")):
+    for label, key, scale, fmt in (
+        ("ms per step", "total_ms", 1, "{:.0f}"),
+        ("KB sent per step", "request_bytes", 1000, "{:.1f}"),
+    ):
         out.append(f"  {label}")
         for name, t in transports.items():
             values = " ".join(fmt.format(p[key] / scale) for p in t["per_step"] if p["error"] is None)
@@ -165,19 +230,25 @@ def _per_step(transports: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def _fidelity(rows: list[dict[str, Any]], transports: list[str]) -> list[str]:
-    out = ["  fidelity per step (output tokens: recorded by the provider | planned reasoning/text/arguments "
-           "in cl100k | replayed per transport; calls; tool s recorded/replayed)"]
+    out = [
+        "  fidelity per step (output tokens: recorded by the provider | planned reasoning/text/arguments "
+        "in cl100k | replayed per transport; calls; tool s recorded/replayed)"
+    ]
     for r in rows:
         p = r["planned"]
-        replayed = " ".join("-" if r["replayed"].get(t) is None else str(r["replayed"][t]["output_tokens"])
-                            for t in transports)
+        replayed = " ".join(
+            "-" if r["replayed"].get(t) is None else str(r["replayed"][t]["output_tokens"])
+            for t in transports
+        )
         first = r["replayed"].get(transports[0]) if transports else None
         calls = f"{p['calls']}/{'-' if first is None else first['calls']}"
         tool = f"{r['recorded_tool_s']:.2f}/{'-' if first is None else format(first['tool_s'], '.2f')}"
         chain = "*" if r["new_chain"] else " "
-        out.append(f"  {chain}{r['step']:>3}  rec {_n(r['recorded_output_tokens']):>5} | plan "
-                   f"{p['reasoning']:>4}/{p['text']:>4}/{p['arguments']:>4} = {p['total']:>5} | {replayed:<18}"
-                   f" calls {calls:<5} tool {tool}")
+        out.append(
+            f"  {chain}{r['step']:>3}  rec {_n(r['recorded_output_tokens']):>5} | plan "
+            f"{p['reasoning']:>4}/{p['text']:>4}/{p['arguments']:>4} = {p['total']:>5} | {replayed:<18}"
+            f" calls {calls:<5} tool {tool}"
+        )
     out.append("  (* a new chain after a compaction)")
     return out
 
@@ -187,8 +258,10 @@ def _n(x: int | None) -> str:
 
 
 def _skipped(s: dict[str, Any]) -> list[str]:
-    out = [f"  skipped in the log: {k['count']}x {k['kind']} (first at line {k['first_line']}): {k['reason']}"
-           for k in s["skipped"]]
+    out = [
+        f"  skipped in the log: {k['count']}x {k['kind']} (first at line {k['first_line']}): {k['reason']}"
+        for k in s["skipped"]
+    ]
     for name, t in s["transports"].items():
         out += [f"  skipped by the replay on {name}: {n}x {reason}" for reason, n in t["skipped"].items()]
     return out
@@ -211,8 +284,12 @@ def plot(path: Path, payload: dict[str, Any]) -> Path:
             steps = [p for p in s["transports"][name]["per_step"] if p["error"] is None]
             xs = [p["step"] + (k - (len(names) - 1) / 2) * width for p in steps]
             row[0].bar(xs, [p["total_ms"] for p in steps], width, label=name)
-            row[1].plot([p["step"] for p in steps], [p["request_bytes"] / 1000 for p in steps], marker="o", label=name)
-        row[0].set(title=f"{s['label'][:40]}: time per step", xlabel="step", ylabel="request → terminal event (ms)")
+            row[1].plot(
+                [p["step"] for p in steps], [p["request_bytes"] / 1000 for p in steps], marker="o", label=name
+            )
+        row[0].set(
+            title=f"{s['label'][:40]}: time per step", xlabel="step", ylabel="request → terminal event (ms)"
+        )
         row[1].set(title="bytes uploaded per step", xlabel="step", ylabel="KB")
         row[0].legend(fontsize=8)
         row[1].legend(fontsize=8)

@@ -205,8 +205,13 @@ class _Builder:
         if isinstance(rec, Skip):
             self.skip(rec.line, rec.kind, rec.reason)
         elif isinstance(rec, Input):
-            if (rec.kind == "user" and rec.t is not None and self.last_t is not None and self.steps
-                    and self.pending_gap is None):
+            if (
+                rec.kind == "user"
+                and rec.t is not None
+                and self.last_t is not None
+                and self.steps
+                and self.pending_gap is None
+            ):
                 self.pending_gap = max(0.0, rec.t - self.last_t)
             self.pending.append(InputShape(kind=rec.kind, tokens=rec.tokens))
             self.open = False
@@ -227,8 +232,15 @@ class _Builder:
         if answers is None:
             self.skip(rec.line, "tool_output", "answers no call recorded before it")
             return
-        self.pending.append(InputShape(kind="tool_output", tokens=rec.tokens, answers=answers,
-                                       tool_s=rec.duration_s, tool_s_source=rec.source))
+        self.pending.append(
+            InputShape(
+                kind="tool_output",
+                tokens=rec.tokens,
+                answers=answers,
+                tool_s=rec.duration_s,
+                tool_s_source=rec.source,
+            )
+        )
         if rec.duration_s is not None:
             step = self.steps[answers[0]]
             step.tool_s = max(step.tool_s, rec.duration_s)
@@ -236,8 +248,14 @@ class _Builder:
 
     def _output(self, rec: Output) -> None:
         if not self.open or (rec.response_id is not None and rec.response_id != self.step_ids[-1]):
-            self.steps.append(StepShape(index=len(self.steps), new_chain=self.new_chain and bool(self.steps),
-                                        gap_s=self.pending_gap, inputs=self.pending))
+            self.steps.append(
+                StepShape(
+                    index=len(self.steps),
+                    new_chain=self.new_chain and bool(self.steps),
+                    gap_s=self.pending_gap,
+                    inputs=self.pending,
+                )
+            )
             self.pending, self.pending_gap, self.new_chain = [], None, False
             self.open = True
             self.step_ids.append(rec.response_id)
@@ -260,8 +278,12 @@ class _Builder:
         step = self.steps[-1]
         if rec.response_id is not None and rec.response_id != self.step_ids[-1]:
             return
-        usage = UsageShape(input_tokens=rec.input_tokens, cached_tokens=rec.cached_tokens,
-                           output_tokens=rec.output_tokens, reasoning_tokens=rec.reasoning_tokens)
+        usage = UsageShape(
+            input_tokens=rec.input_tokens,
+            cached_tokens=rec.cached_tokens,
+            output_tokens=rec.output_tokens,
+            reasoning_tokens=rec.reasoning_tokens,
+        )
         if step.recorded is None or rec.response_id is not None:  # a log line per block: the latest wins
             step.recorded = usage
         if rec.response_id is None:  # Codex: one token count after each response
@@ -274,7 +296,10 @@ class _Builder:
                 step.reasoning_tokens, step.reasoning_source = usage.reasoning_tokens, "usage"
             elif step.index in self.residual and usage is not None and step.reasoning_source == "none":
                 visible = step.text_tokens + sum(c.argument_tokens for c in step.calls)
-                step.reasoning_tokens, step.reasoning_source = max(0, usage.output_tokens - visible), "residual"
+                step.reasoning_tokens, step.reasoning_source = (
+                    max(0, usage.output_tokens - visible),
+                    "residual",
+                )
         return self.steps, list(self.skips.values())
 
 

@@ -34,9 +34,15 @@ def tools(session: SessionShape) -> list[dict[str, Any]]:
     if not session.tools:
         return []
     each = session.tool_definition_tokens // len(session.tools)
-    return [{"type": "function", "name": name, "description": text(each, session.label, "tool", name),
-             "parameters": {"type": "object", "properties": {"input": {"type": "string"}}}}
-            for name in session.tools]
+    return [
+        {
+            "type": "function",
+            "name": name,
+            "description": text(each, session.label, "tool", name),
+            "parameters": {"type": "object", "properties": {"input": {"type": "string"}}},
+        }
+        for name in session.tools
+    ]
 
 
 def base(session: SessionShape, model: str) -> dict[str, Any]:
@@ -47,8 +53,9 @@ def base(session: SessionShape, model: str) -> dict[str, Any]:
     return body
 
 
-def input_item(session: SessionShape, step: StepShape, i: int, item: InputShape,
-               call_ids: dict[tuple[int, int], str]) -> dict[str, Any] | None:
+def input_item(
+    session: SessionShape, step: StepShape, i: int, item: InputShape, call_ids: dict[tuple[int, int], str]
+) -> dict[str, Any] | None:
     """The request item for a recorded input; ``None`` for a tool output whose call the
     replay did not make."""
     body = text(item.tokens, session.label, step.index, i)

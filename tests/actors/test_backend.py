@@ -52,8 +52,9 @@ def create(**body) -> str:
     return json.dumps({"type": "response.create", "model": MODEL, "input": "hello", "store": False, **body})
 
 
-def run(backend: InferenceClient, scenario: Callable[[Connection, list[dict]], Awaitable[None]],
-        tmp_path) -> list[dict]:
+def run(
+    backend: InferenceClient, scenario: Callable[[Connection, list[dict]], Awaitable[None]], tmp_path
+) -> list[dict]:
     """Run ``scenario`` on a connection to ``backend``; the events the client received."""
     events: list[dict] = []
 
@@ -122,8 +123,11 @@ def test_closing_the_connection_closes_the_backends_stream(tmp_path):
 
     run(backend, scenario, tmp_path)
     (call,) = backend.calls
-    assert backend.log == [("hook", call.request.request_id), ("stream", call.request.request_id),
-                           ("closed", call.request.request_id)]
+    assert backend.log == [
+        ("hook", call.request.request_id),
+        ("stream", call.request.request_id),
+        ("closed", call.request.request_id),
+    ]
 
 
 def test_a_failing_hook_fails_its_response_before_the_model_call_and_the_connection_goes_on(tmp_path):

@@ -18,8 +18,12 @@ from inference.profiles import load_inference_config
 from inference.types import Done
 
 MODEL = "emu-fast"
-READ = {"type": "function", "name": "read_file", "description": "Read a file",
-        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}
+READ = {
+    "type": "function",
+    "name": "read_file",
+    "description": "Read a file",
+    "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+}
 PATCH = {"type": "custom", "name": "apply_patch", "description": "Apply a patch"}
 
 
@@ -35,19 +39,26 @@ class Instant:
         self.t = max(self.t, t)
 
 
-@pytest.mark.parametrize("body", [
-    {"metadata": {"emulator.text_tokens": "300"}},
-    {"tools": [READ], "metadata": {"emulator.tool_rounds": "1"}},
-    {"tools": [PATCH], "tool_choice": {"type": "custom", "name": "apply_patch"}},
-    {"metadata": {"emulator.text_tokens": "120", "emulator.reasoning_tokens": "40"}},
-    {"metadata": {"emulator.text_tokens": "300"}, "max_output_tokens": 77},
-], ids=["text", "function-call", "custom-call", "reasoning", "cut"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"metadata": {"emulator.text_tokens": "300"}},
+        {"tools": [READ], "metadata": {"emulator.tool_rounds": "1"}},
+        {"tools": [PATCH], "tool_choice": {"type": "custom", "name": "apply_patch"}},
+        {"metadata": {"emulator.text_tokens": "120", "emulator.reasoning_tokens": "40"}},
+        {"metadata": {"emulator.text_tokens": "300"}, "max_output_tokens": 77},
+    ],
+    ids=["text", "function-call", "custom-call", "reasoning", "cut"],
+)
 def test_the_engines_output_ids_are_what_the_session_would_render(body):
     clock = Instant()
     engine = Engine(load_inference_config(), clock, clock)
     session = Session(SessionConfig(), [MODEL], session_key="c", clock=lambda: 1.0)
-    fx = session.on_frame(json.dumps({"type": "response.create", "model": MODEL, "input": "Fix the bug.",
-                                      "store": False, **body}))
+    fx = session.on_frame(
+        json.dumps(
+            {"type": "response.create", "model": MODEL, "input": "Fix the bug.", "store": False, **body}
+        )
+    )
     (turn,) = fx.start
 
     async def drive() -> Done:

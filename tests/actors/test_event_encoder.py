@@ -12,9 +12,18 @@ import pytest
 from actors.protocol import EventEncoder, encode
 from tests.actors.test_protocol_schema import SCENARIOS, TOOL, create, session
 
-WIDE = {"type": "function", "name": "grep", "description": "Sök «mönster» — 検索 \u2028 \"quoted\" \\ \x07",
-        "parameters": {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0.5, "maximum": 1e21},
-                                                         "flag": {"type": "boolean", "default": None}}}}
+WIDE = {
+    "type": "function",
+    "name": "grep",
+    "description": 'Sök «mönster» — 検索 \u2028 "quoted" \\ \x07',
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "n": {"type": "integer", "minimum": 0.5, "maximum": 1e21},
+            "flag": {"type": "boolean", "default": None},
+        },
+    },
+}
 
 
 def encoded_both_ways(bodies: list[dict], answer) -> list[tuple[str, str]]:
@@ -35,10 +44,12 @@ def test_every_event_of_every_response_is_encoded_as_encode_does(name):
 
 def test_changed_instructions_and_tools_are_encoded_afresh():
     _, answer = SCENARIOS["function call"]
-    bodies = [dict(input="a", instructions="first", tools=[TOOL]),
-              dict(input="b", instructions="ändrad — 変更", tools=[TOOL, WIDE]),
-              dict(input="c", tools=[WIDE]),  # no instructions: null
-              dict(input="d", instructions="first", tools=[TOOL])]
+    bodies = [
+        dict(input="a", instructions="first", tools=[TOOL]),
+        dict(input="b", instructions="ändrad — 変更", tools=[TOOL, WIDE]),
+        dict(input="c", tools=[WIDE]),  # no instructions: null
+        dict(input="d", instructions="first", tools=[TOOL]),
+    ]
     pairs = encoded_both_ways(bodies, answer)
     for mine, reference in pairs:
         assert mine == reference

@@ -68,9 +68,13 @@ class ToyFormat:
         return [*self.generation_prompt, *output_ids] + ([] if output_ids[-1:] == [2] else [2])
 
 
-def chunk(text: str = "", ids: Sequence[int] = (), finish: str | None = None, usage: dict | None = None) -> dict:
-    return {"choices": [{"index": 0, "text": text, "token_ids": list(ids), "finish_reason": finish}],
-            **({"usage": usage} if usage else {})}
+def chunk(
+    text: str = "", ids: Sequence[int] = (), finish: str | None = None, usage: dict | None = None
+) -> dict:
+    return {
+        "choices": [{"index": 0, "text": text, "token_ids": list(ids), "finish_reason": finish}],
+        **({"usage": usage} if usage else {}),
+    }
 
 
 def request(**kw) -> InferenceRequest:
@@ -88,11 +92,16 @@ USAGE = {"prompt_tokens": 300, "completion_tokens": 3, "prompt_tokens_details": 
 
 
 def test_text_streams_as_it_comes_and_usage_is_the_engines():
-    events = run(CompletionStream(request(), ToyFormat()),
-                 [chunk("Hel", [10]), chunk("lo", [11]), chunk("", [2], "stop"), {"choices": [], "usage": USAGE}])
+    events = run(
+        CompletionStream(request(), ToyFormat()),
+        [chunk("Hel", [10]), chunk("lo", [11]), chunk("", [2], "stop"), {"choices": [], "usage": USAGE}],
+    )
     assert events[:2] == [TextDelta("Hel", 1), TextDelta("lo", 1)]
     prefilled, done = events[-2:]
-    assert isinstance(prefilled, Prefilled) and (prefilled.prompt_tokens, prefilled.cached_tokens) == (300, 256)
+    assert isinstance(prefilled, Prefilled) and (prefilled.prompt_tokens, prefilled.cached_tokens) == (
+        300,
+        256,
+    )
     assert isinstance(done, Done) and (done.finish_reason, done.output_tokens) == ("stop", 3)
     assert done.context_token_ids == (1, ord("A"), 10, 11, 2)  # the engine's ids, closed once
 
@@ -121,12 +130,15 @@ def test_text_that_only_starts_like_a_call_is_released_as_text():
     assert stream.feed(chunk(" sun", [3])) == [TextDelta(" sun", 1)]
 
 
-@pytest.mark.parametrize("text, detail", [
-    ("<tool_call>{not json}</tool_call>", "is not JSON"),
-    ('<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>', "no tool is named 'rm_rf'"),
-    ('<tool_call>{"name": "get_weather", "arguments": [1]}</tool_call>', "not a JSON object"),
-    ('<tool_call>{"name": "get_weather"', "is not closed"),
-])
+@pytest.mark.parametrize(
+    "text, detail",
+    [
+        ("<tool_call>{not json}</tool_call>", "is not JSON"),
+        ('<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>', "no tool is named 'rm_rf'"),
+        ('<tool_call>{"name": "get_weather", "arguments": [1]}</tool_call>', "not a JSON object"),
+        ('<tool_call>{"name": "get_weather"', "is not closed"),
+    ],
+)
 def test_an_invalid_call_is_a_typed_error_with_a_public_message(text, detail):
     with pytest.raises(InvalidToolCall) as err:
         parse_calls(text, TOOLS)
@@ -134,8 +146,10 @@ def test_an_invalid_call_is_a_typed_error_with_a_public_message(text, detail):
 
 
 def test_calls_parse_with_arguments_as_an_object_or_a_json_string():
-    text = ('<tool_call>{"name": "get_weather", "arguments": "{\\"city\\": \\"Oslo\\"}"}</tool_call>'
-            '<tool_call>{"name": "get_weather", "arguments": {"city": "Rome"}}</tool_call>')
+    text = (
+        '<tool_call>{"name": "get_weather", "arguments": "{\\"city\\": \\"Oslo\\"}"}</tool_call>'
+        '<tool_call>{"name": "get_weather", "arguments": {"city": "Rome"}}</tool_call>'
+    )
     assert [c.arguments for c in parse_calls(text, TOOLS)] == ['{"city": "Oslo"}', '{"city": "Rome"}']
     assert parse_calls("no call here", TOOLS) == []
 
@@ -146,7 +160,11 @@ def test_the_request_carries_token_ids_the_generation_prompt_and_the_key_scope()
     assert body["prompt"] == [5, 6, 7, 1, ord("A")] and body["model"] == "engine-name"
     assert body["max_tokens"] == 9 and body["return_token_ids"] and body["cache_salt"] == "key:abc"
     assert completion_body(request(generate=False), backend, ToyFormat())["max_tokens"] == 1
-    assert sse_data(b'data: {"a": 1}\n') == {"a": 1} and sse_data("data: [DONE]") is None and sse_data(": ping") is None
+    assert (
+        sse_data(b'data: {"a": 1}\n') == {"a": 1}
+        and sse_data("data: [DONE]") is None
+        and sse_data(": ping") is None
+    )
 
 
 def test_a_backend_needs_its_engines_url_and_a_known_kind():
@@ -159,7 +177,10 @@ def test_a_backend_needs_its_engines_url_and_a_known_kind():
 def test_a_serve_llm_backend_is_a_deployment_of_the_app_with_the_engines_prefix_cache_on():
     backend = ModelBackend(id=REAL, tokenizer="/m", kind="serve_llm")
     assert backend.deployment == f"LLMServer:{REAL}" and backend.served_name == REAL
-    assert backend.engine_kwargs["enable_prefix_caching"] and backend.engine_kwargs["enable_prompt_tokens_details"]
+    assert (
+        backend.engine_kwargs["enable_prefix_caching"]
+        and backend.engine_kwargs["enable_prompt_tokens_details"]
+    )
     with pytest.raises(ValueError, match="no url"):
         ModelBackend(id=REAL, tokenizer="/m", kind="serve_llm", url="http://x/v1")
 
@@ -202,16 +223,23 @@ def test_an_error_chunk_mid_stream_fails_the_call():
 
 
 def session() -> Session:
-    return Session(SessionConfig(), ["emu-fast", REAL], session_key="c", clock=lambda: 1.0,
-                   formats={REAL: ToyFormat()})
+    return Session(
+        SessionConfig(), ["emu-fast", REAL], session_key="c", clock=lambda: 1.0, formats={REAL: ToyFormat()}
+    )
 
 
 def turn(s: Session, output_ids: list[int] | None, **body):
     fx = s.on_frame(json.dumps({"type": "response.create", "model": REAL, "store": False, **body}))
     (t,) = fx.start
-    done = Done("stop", 1, 1.0, context_token_ids=None if output_ids is None
-                else tuple(ToyFormat().continuation(output_ids)))
-    fx = s.on_inference(t.turn_id, [TextDelta("Hi", 1), Prefilled(len(t.request.prompt_token_ids), 0, 0, 0), done])
+    done = Done(
+        "stop",
+        1,
+        1.0,
+        context_token_ids=None if output_ids is None else tuple(ToyFormat().continuation(output_ids)),
+    )
+    fx = s.on_inference(
+        t.turn_id, [TextDelta("Hi", 1), Prefilled(len(t.request.prompt_token_ids), 0, 0, 0), done]
+    )
     for line in fx.usage:  # the driver wrote the ledger line
         s.on_written(line.response_id, stored=True)
     return t
@@ -220,24 +248,50 @@ def turn(s: Session, output_ids: list[int] | None, **body):
 def test_a_real_model_renders_in_its_own_format_and_continues_with_the_engines_ids():
     s = session()
     first = turn(s, [70, 71, 2], input="hello", instructions="be brief")
-    assert list(first.request.prompt_token_ids) == ToyFormat().render_instructions("be brief") + \
-        ToyFormat().render_message("user", "hello")
-    second = turn(s, [72, 2], input="again", instructions="be brief",
-                  previous_response_id=first.builder.response.id)
-    expected = [*first.request.prompt_token_ids, 1, ord("A"), 70, 71, 2, *ToyFormat().render_message("user", "again")]
-    assert list(second.request.prompt_token_ids) == expected  # an exact extension: the engine's ids as they are
+    assert list(first.request.prompt_token_ids) == ToyFormat().render_instructions(
+        "be brief"
+    ) + ToyFormat().render_message("user", "hello")
+    second = turn(
+        s, [72, 2], input="again", instructions="be brief", previous_response_id=first.builder.response.id
+    )
+    expected = [
+        *first.request.prompt_token_ids,
+        1,
+        ord("A"),
+        70,
+        71,
+        2,
+        *ToyFormat().render_message("user", "again"),
+    ]
+    assert (
+        list(second.request.prompt_token_ids) == expected
+    )  # an exact extension: the engine's ids as they are
 
 
 def test_a_conversation_continued_by_a_model_of_another_format_is_re_rendered():
     s = session()
     first = turn(s, [70, 2], input="hello")
-    fx = s.on_frame(json.dumps({"type": "response.create", "model": "emu-fast", "store": False, "input": "more",
-                                "previous_response_id": first.builder.response.id}))
+    fx = s.on_frame(
+        json.dumps(
+            {
+                "type": "response.create",
+                "model": "emu-fast",
+                "store": False,
+                "input": "more",
+                "previous_response_id": first.builder.response.id,
+            }
+        )
+    )
     (t,) = fx.start
-    cl100k = render_items(parse_items([{"type": "message", "role": "user", "content": "hello"},
-                                       {"type": "message", "role": "assistant",
-                                        "content": [{"type": "output_text", "text": "Hi"}]},
-                                       {"type": "message", "role": "user", "content": "more"}]))
+    cl100k = render_items(
+        parse_items(
+            [
+                {"type": "message", "role": "user", "content": "hello"},
+                {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Hi"}]},
+                {"type": "message", "role": "user", "content": "more"},
+            ]
+        )
+    )
     assert list(t.request.prompt_token_ids) == cl100k
 
 
@@ -267,6 +321,10 @@ def test_the_router_sends_each_model_to_its_backend_and_lists_them_all():
 
     assert asyncio.run(main()) == ["emu-fast", REAL]
     assert (emulator.seen, real.seen) == (["emu-fast", "emu-gpu"], [REAL])
-    config = SessionConfig(backends=(ModelBackend(id=REAL, tokenizer="/m", url="http://x/v1", owned_by="me"),))
-    assert model_entries(config, created=5) == [{"id": REAL, "object": "model", "created": 5, "owned_by": "me"}]
+    config = SessionConfig(
+        backends=(ModelBackend(id=REAL, tokenizer="/m", url="http://x/v1", owned_by="me"),)
+    )
+    assert model_entries(config, created=5) == [
+        {"id": REAL, "object": "model", "created": 5, "owned_by": "me"}
+    ]
     assert ModelRouter.of(emulator, SessionConfig()) is emulator

@@ -11,8 +11,12 @@ from actors.timings import PhaseTimer
 
 
 def add(requests: Requests, lane: str | None, *, first: bool = False):
-    return requests.add(lane, ResponseCreate(model="emu-fast", input="x", stream_id=lane), PhaseTimer(lambda: 0.0),
-                        first=first)
+    return requests.add(
+        lane,
+        ResponseCreate(model="emu-fast", input="x", stream_id=lane),
+        PhaseTimer(lambda: 0.0),
+        first=first,
+    )
 
 
 def test_stages_follow_the_lifecycle_and_any_other_move_is_refused():

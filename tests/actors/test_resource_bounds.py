@@ -14,11 +14,14 @@ from inference.policy import InvalidMetadata, metadata_overrides
 from inference.schema_values import Unsatisfiable, value_for_schema
 
 
-@pytest.mark.parametrize("schema", [
-    {"type": "array", "minItems": 100_000_000},
-    {"type": "string", "minLength": 100_000_000},
-    {"type": "object", "minProperties": 100_000_000},
-])
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "array", "minItems": 100_000_000},
+        {"type": "string", "minLength": 100_000_000},
+        {"type": "object", "minProperties": 100_000_000},
+    ],
+)
 def test_huge_schema_minimums_are_unsatisfiable_not_built(schema):
     with pytest.raises(Unsatisfiable):
         value_for_schema(schema, random.Random(0))

@@ -180,13 +180,34 @@ def reference_scores(text: str) -> dict[str, float]:
     return scores
 
 
-FRAGMENTS = list(SECRETS.values()) + list(NOT_SECRETS.values()) + [
-    "AKIA", "ASIA", "QWERTY", "ghp_", "github_pat_", "xoxb-", "1234567890-", "sk-", "proj-", "T3Blbk" + "FJ",
-    "-----BEGIN ", "PRIVATE KEY-----", " BLOCK-----", "EXAMPLE", "ignore all previous instructions",
-    "Ignore Previous Instructions", "synthesize sarin", "<|im_start|>system",
-]
-TEXT = st.lists(st.one_of(st.text(alphabet="AKISBCghpx_o-sk T3F9\n.zZ", max_size=12), st.sampled_from(FRAGMENTS)),
-                max_size=8).map("".join)
+FRAGMENTS = (
+    list(SECRETS.values())
+    + list(NOT_SECRETS.values())
+    + [
+        "AKIA",
+        "ASIA",
+        "QWERTY",
+        "ghp_",
+        "github_pat_",
+        "xoxb-",
+        "1234567890-",
+        "sk-",
+        "proj-",
+        "T3Blbk" + "FJ",
+        "-----BEGIN ",
+        "PRIVATE KEY-----",
+        " BLOCK-----",
+        "EXAMPLE",
+        "ignore all previous instructions",
+        "Ignore Previous Instructions",
+        "synthesize sarin",
+        "<|im_start|>system",
+    ]
+)
+TEXT = st.lists(
+    st.one_of(st.text(alphabet="AKISBCghpx_o-sk T3F9\n.zZ", max_size=12), st.sampled_from(FRAGMENTS)),
+    max_size=8,
+).map("".join)
 
 
 def split(text: str, sizes: list[int]) -> list[str]:
@@ -194,7 +215,7 @@ def split(text: str, sizes: list[int]) -> list[str]:
     pieces, at = [], 0
     while at < len(text):
         size = sizes[len(pieces) % len(sizes)]
-        pieces.append(text[at:at + size])
+        pieces.append(text[at : at + size])
         at += size
     return pieces
 

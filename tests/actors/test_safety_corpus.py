@@ -40,13 +40,15 @@ def log_lines(rng: random.Random, size: int) -> str:
     levels = ("DEBUG", "INFO", "WARNING", "ERROR")
     out, n = [], 0
     while n < size:
-        line = (f"2024-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}T{rng.randint(0, 23):02d}:"
-                f"{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}.{rng.randint(0, 999999):06d}Z "
-                f"{rng.choice(levels)} [{rng.choice(('api', 'worker', 'auth', 'db'))}-{rng.randint(0, 99)}] "
-                f"request_id={rng.getrandbits(128):032x} user=u{rng.randint(0, 10**6)} "
-                f"path=/v1/{rng.choice(('responses', 'models', 'files'))}/{rng.getrandbits(64):016X} "
-                f"status={rng.choice((200, 201, 400, 404, 500))} took_ms={rng.random() * 1000:.3f} "
-                f"task-{rng.getrandbits(40):010x} desk-{rng.randint(0, 999)} ua=\"{words(rng, string.ascii_letters, 30, 8).strip()}\"\n")
+        line = (
+            f"2024-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}T{rng.randint(0, 23):02d}:"
+            f"{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}.{rng.randint(0, 999999):06d}Z "
+            f"{rng.choice(levels)} [{rng.choice(('api', 'worker', 'auth', 'db'))}-{rng.randint(0, 99)}] "
+            f"request_id={rng.getrandbits(128):032x} user=u{rng.randint(0, 10**6)} "
+            f"path=/v1/{rng.choice(('responses', 'models', 'files'))}/{rng.getrandbits(64):016X} "
+            f"status={rng.choice((200, 201, 400, 404, 500))} took_ms={rng.random() * 1000:.3f} "
+            f'task-{rng.getrandbits(40):010x} desk-{rng.randint(0, 999)} ua="{words(rng, string.ascii_letters, 30, 8).strip()}"\n'
+        )
         out.append(line)
         n += len(line)
     return "".join(out)
@@ -56,8 +58,8 @@ def hex_dump(rng: random.Random, size: int, upper: bool) -> str:
     data = rng.randbytes(size // 4)
     lines = []
     for offset in range(0, len(data), 16):
-        row = data[offset:offset + 16]
-        hexed = " ".join(row[i:i + 2].hex() for i in range(0, len(row), 2))
+        row = data[offset : offset + 16]
+        hexed = " ".join(row[i : i + 2].hex() for i in range(0, len(row), 2))
         text = "".join(chr(b) if 32 <= b < 127 else "." for b in row)
         lines.append(f"{offset:08x}: {hexed.upper() if upper else hexed}  {text}")
     return "\n".join(lines) + "\n" + data.hex().upper()

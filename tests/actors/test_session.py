@@ -17,8 +17,12 @@ from inference.types import Done, FunctionCallDelta, Prefilled, ReasoningDone, T
 from tests.support.event_order import FUNCTION_CALL_ANSWER, TEXT_ANSWER, assert_event_types
 
 MODEL = "emu-fast"
-TOOL = {"type": "function", "name": "read_file", "description": "Read a file",
-        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}
+TOOL = {
+    "type": "function",
+    "name": "read_file",
+    "description": "Read a file",
+    "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+}
 
 
 def new_session(**cfg) -> Session:
@@ -51,10 +55,16 @@ def answer_text(session: Session, fx: Effects, text: str = "Hi there", *, writte
 def answer_call(session: Session, fx: Effects, args: str = '{"path":"a.py"}') -> Effects:
     (turn,) = fx.start
     out = Effects(events=list(fx.events))
-    out += session.on_inference(turn.turn_id, [Prefilled(len(turn.request.prompt_token_ids), 0, 0, 1),
-                                               FunctionCallDelta(0, "read_file", args[:5], 2)])
-    out += session.on_inference(turn.turn_id, [FunctionCallDelta(0, "read_file", args[5:], 4),
-                                               Done("tool_calls", 6, 6.0)])
+    out += session.on_inference(
+        turn.turn_id,
+        [
+            Prefilled(len(turn.request.prompt_token_ids), 0, 0, 1),
+            FunctionCallDelta(0, "read_file", args[:5], 2),
+        ],
+    )
+    out += session.on_inference(
+        turn.turn_id, [FunctionCallDelta(0, "read_file", args[5:], 4), Done("tool_calls", 6, 6.0)]
+    )
     return stored(session, out)
 
 
@@ -79,7 +89,9 @@ def test_text_answer_follows_spec_order_with_sequence_numbers_from_zero():
     deltas = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
     done = events[-1]["response"]
     assert deltas == "Hi there" == done["output"][0]["content"][0]["text"]
-    assert done["status"] == "completed" and done["usage"]["total_tokens"] == done["usage"]["input_tokens"] + 3
+    assert (
+        done["status"] == "completed" and done["usage"]["total_tokens"] == done["usage"]["input_tokens"] + 3
+    )
     assert events[0]["response"]["usage"] is None and events[0]["response"]["output"] == []
 
 
@@ -101,13 +113,20 @@ def test_continuation_sends_only_new_items_and_prompt_extends_the_cached_context
     first = send(s, input="read it", tools=[TOOL], store=False)
     resp = terminal(answer_call(s, first))
     call_id = resp["output"][0]["call_id"]
-    fx = send(s, previous_response_id=resp["id"], store=False, tools=[TOOL],
-              input=[{"type": "function_call_output", "call_id": call_id, "output": "print(1)"}])
+    fx = send(
+        s,
+        previous_response_id=resp["id"],
+        store=False,
+        tools=[TOOL],
+        input=[{"type": "function_call_output", "call_id": call_id, "output": "print(1)"}],
+    )
     (turn,) = fx.start
     prompt = list(turn.request.prompt_token_ids)
     assert turn.request.tool_results_in_context == 1
     assert len(prompt) > len(first.start[0].request.prompt_token_ids)
-    assert prompt[: len(first.start[0].request.prompt_token_ids)] == list(first.start[0].request.prompt_token_ids)
+    assert prompt[: len(first.start[0].request.prompt_token_ids)] == list(
+        first.start[0].request.prompt_token_ids
+    )
     created = dumped(fx)[0]["response"]
     assert created["previous_response_id"] == resp["id"]
 
@@ -149,7 +168,11 @@ def test_second_create_on_a_lane_is_queued_fifo_not_rejected():
     assert second.events == [] and second.start == []
     after = answer_text(s, first)
     assert after.start
-    assert [e.type for e in after.events[-3:]] == ["response.completed", "response.created", "response.in_progress"]
+    assert [e.type for e in after.events[-3:]] == [
+        "response.completed",
+        "response.created",
+        "response.in_progress",
+    ]
 
 
 def test_inflight_responses_are_capped_per_connection():
@@ -178,18 +201,28 @@ def test_queued_creates_refused_when_they_start_each_get_their_error_and_leave_t
     queued = [send(s, input=unanswered, stream_id=lane) for lane in ("b", "c")]
     assert [fx.events for fx in queued] == [[], []]
     errors = [e for e in dumped(answer_text(s, first)) if e["type"] == "error"]
-    assert [(e["stream_id"], e["error"]["param"]) for e in errors] == [("b", "input[0].call_id"), ("c", "input[0].call_id")]
+    assert [(e["stream_id"], e["error"]["param"]) for e in errors] == [
+        ("b", "input[0].call_id"),
+        ("c", "input[0].call_id"),
+    ]
     assert s.idle
 
 
-@pytest.mark.parametrize("frame, code, param", [
-    ("{not json", "invalid_json", None),
-    ('{"type":"response.cancel"}', "unknown_event_type", "type"),
-    ('{"type":"response.create","model":"emu-fast","background":true}', "invalid_value", "background"),
-    ('{"type":"response.create","model":"gpt-nope","input":"x"}', "model_not_found", "model"),
-    ('{"type":"response.create","model":"emu-fast","input":[{"role":"robot","content":"x"}]}', "invalid_value", "input[0].role"),
-    ('{"type":"response.create","model":"emu-fast","stream_id":""}', "invalid_stream_id", "stream_id"),
-])
+@pytest.mark.parametrize(
+    "frame, code, param",
+    [
+        ("{not json", "invalid_json", None),
+        ('{"type":"response.cancel"}', "unknown_event_type", "type"),
+        ('{"type":"response.create","model":"emu-fast","background":true}', "invalid_value", "background"),
+        ('{"type":"response.create","model":"gpt-nope","input":"x"}', "model_not_found", "model"),
+        (
+            '{"type":"response.create","model":"emu-fast","input":[{"role":"robot","content":"x"}]}',
+            "invalid_value",
+            "input[0].role",
+        ),
+        ('{"type":"response.create","model":"emu-fast","stream_id":""}', "invalid_stream_id", "stream_id"),
+    ],
+)
 def test_bad_frames_get_typed_errors_and_the_session_stays_usable(frame, code, param):
     s = new_session()
     (err,) = dumped(s.on_frame(frame))
@@ -200,10 +233,16 @@ def test_bad_frames_get_typed_errors_and_the_session_stays_usable(frame, code, p
 
 
 def test_lenient_by_default_and_strict_mode_rejects_unknown_fields():
-    body = dict(input="x", stream=True, stream_options={"include_obfuscation": False},
-                client_metadata={"a": 1}, include=["reasoning.encrypted_content"],
-                prompt_cache_key="k", some_future_field=1,
-                tools=[{"type": "web_search"}, {"type": "namespace", "name": "ns", "tools": []}, TOOL])
+    body = dict(
+        input="x",
+        stream=True,
+        stream_options={"include_obfuscation": False},
+        client_metadata={"a": 1},
+        include=["reasoning.encrypted_content"],
+        prompt_cache_key="k",
+        some_future_field=1,
+        tools=[{"type": "web_search"}, {"type": "namespace", "name": "ns", "tools": []}, TOOL],
+    )
     assert send(new_session(), **body).start
     (err,) = dumped(send(new_session(strict_params=True), **body))
     assert err["error"]["code"] == "unknown_parameter" and err["error"]["param"] == "some_future_field"
@@ -226,7 +265,9 @@ def test_max_output_tokens_ends_incomplete():
     s = new_session()
     fx = send(s, input="long", max_output_tokens=2)
     (turn,) = fx.start
-    out = s.on_inference(turn.turn_id, [Prefilled(5, 0, 0, 1), TextDelta("ab", 2), Done("max_output_tokens", 2, 2.0)])
+    out = s.on_inference(
+        turn.turn_id, [Prefilled(5, 0, 0, 1), TextDelta("ab", 2), Done("max_output_tokens", 2, 2.0)]
+    )
     resp = dumped(out)[-1]
     assert resp["type"] == "response.incomplete"
     assert resp["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
@@ -273,11 +314,36 @@ def test_33rd_named_lane_is_refused_and_known_lanes_keep_working():
 
 def test_response_object_has_every_key():
     keys = set(ResponseObject.model_fields)
-    assert {"id", "object", "created_at", "status", "completed_at", "error", "incomplete_details",
-            "instructions", "max_output_tokens", "metadata", "previous_response_id", "reasoning",
-            "store", "temperature", "top_p", "text", "truncation", "usage", "user", "background",
-            "service_tier", "prompt_cache_key", "safety_identifier", "tools", "tool_choice",
-            "parallel_tool_calls", "output", "model"} <= keys
+    assert {
+        "id",
+        "object",
+        "created_at",
+        "status",
+        "completed_at",
+        "error",
+        "incomplete_details",
+        "instructions",
+        "max_output_tokens",
+        "metadata",
+        "previous_response_id",
+        "reasoning",
+        "store",
+        "temperature",
+        "top_p",
+        "text",
+        "truncation",
+        "usage",
+        "user",
+        "background",
+        "service_tier",
+        "prompt_cache_key",
+        "safety_identifier",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "output",
+        "model",
+    } <= keys
 
 
 def test_store_true_responses_are_persisted_with_inputs_and_context_and_store_false_never():
@@ -285,7 +351,9 @@ def test_store_true_responses_are_persisted_with_inputs_and_context_and_store_fa
     fx = answer_call(s, send(s, input="read it", tools=[TOOL]))
     (record,) = fx.persist
     assert record.id == terminal(fx)["id"] and record.response["status"] == "completed"
-    assert [i["type"] for i in record.input_items] == ["message"] and record.input_items[0]["id"].startswith("msg_")
+    assert [i["type"] for i in record.input_items] == ["message"] and record.input_items[0]["id"].startswith(
+        "msg_"
+    )
     assert [i["type"] for i in record.context] == ["message", "function_call"]
     (usage,) = fx.usage
     assert usage.response_id == record.id and usage.output_tokens == 6 and usage.transport == "websocket"
@@ -310,8 +378,11 @@ def test_a_failure_after_inference_ran_is_billed_for_what_it_used_and_one_before
     fx = s.on_inference_error(turn.turn_id, RuntimeError("replica died"))
     (line,) = fx.usage
     usage = terminal(fx)["usage"]
-    assert (line.input_tokens, line.output_tokens) == (usage["input_tokens"], usage["output_tokens"]) == (
-        len(turn.request.prompt_token_ids), 1)
+    assert (
+        (line.input_tokens, line.output_tokens)
+        == (usage["input_tokens"], usage["output_tokens"])
+        == (len(turn.request.prompt_token_ids), 1)
+    )
     s.on_written(line.response_id, stored=True)
     (early,) = send(s, input="x", store=False, stream_id="b").start
     fx = s.on_inference_error(early.turn_id, RuntimeError("no replica"))
@@ -326,7 +397,9 @@ def test_continuing_from_the_store_renders_the_same_prompt_as_the_cache():
     outputs = [{"type": "function_call_output", "call_id": record.context[-1]["call_id"], "output": "data"}]
     cached = send(s, previous_response_id=record.id, tools=[TOOL], input=outputs)
     other = new_session()  # e.g. another socket, or an HTTP request
-    loaded = send(other, records={record.id: record}, previous_response_id=record.id, tools=[TOOL], input=outputs)
+    loaded = send(
+        other, records={record.id: record}, previous_response_id=record.id, tools=[TOOL], input=outputs
+    )
     assert list(loaded.start[0].request.prompt_token_ids) == list(cached.start[0].request.prompt_token_ids)
     assert loaded.start[0].request.tool_results_in_context == 1
 
@@ -339,10 +412,13 @@ def test_a_stored_response_of_another_owner_is_not_found():
     assert err["error"]["code"] == "previous_response_not_found"
 
 
-@pytest.mark.parametrize("body, param", [
-    ({"metadata": {"emulator.tool_rounds": "lots"}}, "metadata.emulator.tool_rounds"),
-    ({"tools": [TOOL], "tool_choice": {"type": "function", "name": "nope"}}, "tool_choice"),
-])
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        ({"metadata": {"emulator.tool_rounds": "lots"}}, "metadata.emulator.tool_rounds"),
+        ({"tools": [TOOL], "tool_choice": {"type": "function", "name": "nope"}}, "tool_choice"),
+    ],
+)
 def test_inference_knobs_are_validated_before_a_response_starts(body, param):
     s = new_session()
     (err,) = dumped(send(s, input="x", **body))
@@ -360,11 +436,15 @@ def test_failures_with_codes_outside_the_sdk_enum_are_server_error():
 
 
 TEXT = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40)
-TURN = st.lists(st.one_of(
-    st.builds(lambda t: {"role": "user", "content": t}, TEXT),
-    st.builds(lambda t: {"role": "developer", "content": [{"type": "input_text", "text": t}]}, TEXT),
-    st.just("tool_output"),
-), min_size=1, max_size=3)
+TURN = st.lists(
+    st.one_of(
+        st.builds(lambda t: {"role": "user", "content": t}, TEXT),
+        st.builds(lambda t: {"role": "developer", "content": [{"type": "input_text", "text": t}]}, TEXT),
+        st.just("tool_output"),
+    ),
+    min_size=1,
+    max_size=3,
+)
 
 
 @settings(max_examples=60, deadline=None)
@@ -381,12 +461,20 @@ def test_incremental_rendering_equals_rendering_the_whole_conversation(turns):
     s = new_session(safety={"enabled": False})
     prev, pending_calls = None, []
     for items, call, text in turns:
-        inputs = [{"type": "function_call_output", "call_id": c, "output": text} if i == "tool_output" else i
-                  for i in items for c in (pending_calls[:1] or [None]) if i != "tool_output" or c]
+        inputs = [
+            {"type": "function_call_output", "call_id": c, "output": text} if i == "tool_output" else i
+            for i in items
+            for c in (pending_calls[:1] or [None])
+            if i != "tool_output" or c
+        ]
         fx = send(s, input=inputs or "go", previous_response_id=prev, tools=[TOOL])
         (turn,) = fx.start
         events = [Prefilled(len(turn.request.prompt_token_ids), 0, 0, 1)]
-        events += [FunctionCallDelta(0, "read_file", f'{{"path":"{len(text)}"}}', 3)] if call else [TextDelta(text or ".", 2)]
+        events += (
+            [FunctionCallDelta(0, "read_file", f'{{"path":"{len(text)}"}}', 3)]
+            if call
+            else [TextDelta(text or ".", 2)]
+        )
         out = s.on_inference(turn.turn_id, events + [Done("tool_calls" if call else "stop", 3, 3.0)])
         response = terminal(out)
         prev = response["id"]
@@ -399,8 +487,11 @@ def test_incremental_rendering_equals_rendering_the_whole_conversation(turns):
 
 
 def steer(session: Session, previous_response_id, input="Actually, do X instead", **extra) -> list[dict]:
-    fx = session.on_frame(json.dumps({"type": "response.steer", "previous_response_id": previous_response_id,
-                                      "input": input, **extra}))
+    fx = session.on_frame(
+        json.dumps(
+            {"type": "response.steer", "previous_response_id": previous_response_id, "input": input, **extra}
+        )
+    )
     return dumped(fx), fx
 
 
@@ -435,11 +526,17 @@ def test_check_54_steering_after_function_calls_is_pending_and_prepended_to_the_
     assert [e["type"] for e in events] == ["response.steer.accepted", "response.steer.pending"]
     pending = events[1]
     assert pending["reason"] == "waiting_for_required_input"
-    assert pending["required_input"] == [{"type": "function_call_output", "call_id": resp["output"][0]["call_id"],
-                                          "name": "read_file"}]
+    assert pending["required_input"] == [
+        {"type": "function_call_output", "call_id": resp["output"][0]["call_id"], "name": "read_file"}
+    ]
     assert pending["sequence_number"] == done.events[-1].sequence_number + 2
-    nxt = send(s, previous_response_id=resp["id"], tools=[TOOL], store=False,
-               input=[{"type": "function_call_output", "call_id": resp["output"][0]["call_id"], "output": "x"}])
+    nxt = send(
+        s,
+        previous_response_id=resp["id"],
+        tools=[TOOL],
+        store=False,
+        input=[{"type": "function_call_output", "call_id": resp["output"][0]["call_id"], "output": "x"}],
+    )
     (turn,) = nxt.start
     assert [i["type"] for i in turn.inputs] == ["message", "function_call_output"]
     assert turn.inputs[0]["content"][0]["text"] == "also check tests"
@@ -452,30 +549,51 @@ def test_steering_during_a_function_call_completes_the_call_then_one_pending_and
     fx = send(s, input="go", tools=[TOOL], store=False, stream_id="main")
     (turn,) = fx.start
     rid = turn.builder.response.id
-    first = s.on_inference(turn.turn_id, [Prefilled(len(turn.request.prompt_token_ids), 0, 0, 1),
-                                          FunctionCallDelta(0, "read_file", '{"pa', 2)])
+    first = s.on_inference(
+        turn.turn_id,
+        [
+            Prefilled(len(turn.request.prompt_token_ids), 0, 0, 1),
+            FunctionCallDelta(0, "read_file", '{"pa', 2),
+        ],
+    )
     assert [e.type for e in first.events][-1] == "response.function_call_arguments.delta"
     events, steered = steer(s, rid, input="also check tests")
     assert [e["type"] for e in events] == ["response.steer.accepted"]
     assert not (steered.cancel or steered.start), "the call is not cut"
-    rest = s.on_inference(turn.turn_id, [FunctionCallDelta(0, "read_file", 'th":"a.py"}', 4),
-                                         FunctionCallDelta(1, "read_file", '{"path":"b.py"}', 5),
-                                         Done("tool_calls", 11, 11.0)])
+    rest = s.on_inference(
+        turn.turn_id,
+        [
+            FunctionCallDelta(0, "read_file", 'th":"a.py"}', 4),
+            FunctionCallDelta(1, "read_file", '{"path":"b.py"}', 5),
+            Done("tool_calls", 11, 11.0),
+        ],
+    )
     after = dumped(rest)
-    assert [e["type"] for e in after][-3:] == ["response.output_item.done", "response.completed",
-                                                "response.steer.pending"]
+    assert [e["type"] for e in after][-3:] == [
+        "response.output_item.done",
+        "response.completed",
+        "response.steer.pending",
+    ]
     assert not rest.start, "no automatic successor: the calls wait for the client"
     done, pending = after[-2]["response"], after[-1]
     assert done["status"] == "completed" and [o["status"] for o in done["output"]] == ["completed"] * 2
     assert pending["reason"] == "waiting_for_required_input" and pending["stream_id"] == "main"
     assert pending["steer"] == events[0]["steer"]
     assert pending["required_input"] == [
-        {"type": "function_call_output", "call_id": o["call_id"], "name": "read_file"} for o in done["output"]]
+        {"type": "function_call_output", "call_id": o["call_id"], "name": "read_file"} for o in done["output"]
+    ]
     all_events = dumped(fx) + dumped(first) + events + after
     assert [e["sequence_number"] for e in all_events] == list(range(len(all_events)))
-    nxt = send(s, previous_response_id=rid, tools=[TOOL], store=False, stream_id="main",
-               input=[{"type": "function_call_output", "call_id": o["call_id"], "output": "x"}
-                      for o in done["output"]])
+    nxt = send(
+        s,
+        previous_response_id=rid,
+        tools=[TOOL],
+        store=False,
+        stream_id="main",
+        input=[
+            {"type": "function_call_output", "call_id": o["call_id"], "output": "x"} for o in done["output"]
+        ],
+    )
     (turn2,) = nxt.start
     assert [i["type"] for i in turn2.inputs] == ["message", "function_call_output", "function_call_output"]
     assert turn2.inputs[0]["content"][0]["text"] == "also check tests"
@@ -486,7 +604,9 @@ def test_steer_held_during_a_call_that_ends_incomplete_goes_to_an_automatic_succ
     (turn,) = send(s, input="go", tools=[TOOL], store=False, max_output_tokens=3).start
     s.on_inference(turn.turn_id, [Prefilled(9, 0, 0, 1), FunctionCallDelta(0, "read_file", '{"pa', 2)])
     steer(s, turn.builder.response.id, input="summarise instead")
-    out = s.on_inference(turn.turn_id, [FunctionCallDelta(0, "read_file", "th", 1), Done("max_output_tokens", 3, 3.0)])
+    out = s.on_inference(
+        turn.turn_id, [FunctionCallDelta(0, "read_file", "th", 1), Done("max_output_tokens", 3, 3.0)]
+    )
     types = [e["type"] for e in dumped(out)]
     assert types[-3:] == ["response.incomplete", "response.created", "response.in_progress"]
     assert "response.steer.pending" not in types
@@ -506,13 +626,16 @@ def test_steer_held_during_a_call_of_a_failed_response_is_returned_by_steer_fail
     assert steer_failed["steer"] == {**accepted["steer"], "input": "and b.py"}
 
 
-@pytest.mark.parametrize("extra, input, code", [
-    ({}, "x", "response_not_found"),
-    ({"stream_id": "main"}, "x", "invalid_input"),
-    ({}, [{"role": "assistant", "content": "x"}], "invalid_input"),
-    ({}, [{"type": "function_call_output", "call_id": "c", "output": "x"}], "invalid_input"),
-    ({}, [], "invalid_input"),
-])
+@pytest.mark.parametrize(
+    "extra, input, code",
+    [
+        ({}, "x", "response_not_found"),
+        ({"stream_id": "main"}, "x", "invalid_input"),
+        ({}, [{"role": "assistant", "content": "x"}], "invalid_input"),
+        ({}, [{"type": "function_call_output", "call_id": "c", "output": "x"}], "invalid_input"),
+        ({}, [], "invalid_input"),
+    ],
+)
 def test_check_55_56_steer_failures_return_the_original_input(extra, input, code):
     s = new_session()
     events, _ = steer(s, "resp_unknown", input=input, **extra)
@@ -537,18 +660,38 @@ def test_append_mode_runs_a_whole_rollout_in_one_response():
     fx = send(s, input="fix it", tools=[TOOL], store=False)
     (turn,) = fx.start
     first_prompt = len(turn.request.prompt_token_ids)
-    paused = s.on_inference(turn.turn_id, [Prefilled(first_prompt, 0, 0, 1),
-                                          FunctionCallDelta(0, "read_file", '{"path":"a.py"}', 5),
-                                          Done("tool_calls", 5, 5.0)])
+    paused = s.on_inference(
+        turn.turn_id,
+        [
+            Prefilled(first_prompt, 0, 0, 1),
+            FunctionCallDelta(0, "read_file", '{"path":"a.py"}', 5),
+            Done("tool_calls", 5, 5.0),
+        ],
+    )
     types = [e.type for e in paused.events]
-    assert types[-1] == "response.output_item.done" and not any(t.startswith("response.completed") for t in types)
+    assert types[-1] == "response.output_item.done" and not any(
+        t.startswith("response.completed") for t in types
+    )
     call_id = paused.events[-1].item.call_id
-    resumed = s.on_frame(json.dumps({"type": "response.append", "response_id": turn.builder.response.id,
-                                     "input": [{"type": "function_call_output", "call_id": call_id, "output": "x=1"}]}))
+    resumed = s.on_frame(
+        json.dumps(
+            {
+                "type": "response.append",
+                "response_id": turn.builder.response.id,
+                "input": [{"type": "function_call_output", "call_id": call_id, "output": "x=1"}],
+            }
+        )
+    )
     assert resumed.events == [] and resumed.start == [turn], "no new response, same turn resumes"
     assert len(turn.request.prompt_token_ids) > first_prompt and turn.request.tool_results_in_context == 1
-    done = s.on_inference(turn.turn_id, [Prefilled(len(turn.request.prompt_token_ids), first_prompt, 0, 1),
-                                        TextDelta("Fixed.", 2), Done("stop", 2, 2.0)])
+    done = s.on_inference(
+        turn.turn_id,
+        [
+            Prefilled(len(turn.request.prompt_token_ids), first_prompt, 0, 1),
+            TextDelta("Fixed.", 2),
+            Done("stop", 2, 2.0),
+        ],
+    )
     events = dumped(fx) + dumped(paused) + dumped(done)
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     final = events[-1]["response"]
@@ -577,7 +720,9 @@ def test_cache_memory_per_connection_is_bounded_oldest_lanes_first():
     s = new_session(max_cached_tokens=60)
     ids = []
     for lane in ("a", "b", "c"):
-        ids.append(terminal(answer_text(s, send(s, input="some words " * 6, stream_id=lane, store=False)))["id"])
+        ids.append(
+            terminal(answer_text(s, send(s, input="some words " * 6, stream_id=lane, store=False)))["id"]
+        )
     cached = [lane for lane in ("a", "b", "c") if s._lanes[lane].latest is not None]
     assert cached[-1] == "c" and "a" not in cached
     assert sum(len(s._lanes[x].latest.tokens) for x in cached) <= 60 or cached == ["c"]
@@ -590,8 +735,10 @@ def test_packed_connections_share_the_hosts_cache_budget_least_recently_used_con
     connection that continued last keeps its context, the other's is evicted; a closed
     connection stops counting."""
     host = CacheBudget(max_tokens=60)
-    one, two = (Session(SessionConfig(), [MODEL], session_key=k, clock=lambda: 1_700_000_000.0, cache=host)
-                for k in ("conn-1", "conn-2"))
+    one, two = (
+        Session(SessionConfig(), [MODEL], session_key=k, clock=lambda: 1_700_000_000.0, cache=host)
+        for k in ("conn-1", "conn-2")
+    )
     first = terminal(answer_text(one, send(one, input="some words " * 15, store=False)))["id"]
     terminal(answer_text(two, send(two, input="other words " * 15, store=False)))
     assert host.total <= 60 and host.evictions == 1
@@ -626,8 +773,13 @@ def test_instructions_and_tools_resent_every_turn_are_reused_and_a_change_is_ren
     other = {**TOOL, "name": "list_dir"}
     s = new_session()
     prev = None
-    steps = [("Be brief.", [TOOL]), ("Be brief.", [TOOL]), ("Be thorough.", [TOOL]),
-             ("Be thorough.", [TOOL, other]), ("Be brief.", [TOOL])]
+    steps = [
+        ("Be brief.", [TOOL]),
+        ("Be brief.", [TOOL]),
+        ("Be thorough.", [TOOL]),
+        ("Be thorough.", [TOOL, other]),
+        ("Be brief.", [TOOL]),
+    ]
     for instructions, tools in steps:
         body = {"instructions": instructions, "tools": tools, "store": False, "input": "go on"}
         if prev is not None:
@@ -643,7 +795,9 @@ def test_instructions_and_tools_resent_every_turn_are_reused_and_a_change_is_ren
     (err,) = dumped(send(s, previous_response_id=prev, store=False, tools=[TOOL, TOOL], input="again"))
     assert err["type"] == "error" and err["error"]["param"] == "tools[1].name"
     fx = send(s, store=False, tools=[TOOL], instructions="Be brief.", input="fresh")
-    assert list(fx.start[0].request.prompt_token_ids[: len(prefix([TOOL], "Be brief."))]) == prefix([TOOL], "Be brief.")
+    assert list(fx.start[0].request.prompt_token_ids[: len(prefix([TOOL], "Be brief."))]) == prefix(
+        [TOOL], "Be brief."
+    )
 
 
 def test_event_snapshots_keep_their_moment_while_sharing_the_echoed_tools():
@@ -700,8 +854,9 @@ def test_a_driver_that_starts_calls_early_gets_the_request_before_the_response_i
     response (whose ``created_at`` reads the clock) is built after it, with the same id, and
     the turn still comes out in the effects."""
     reads: list[str] = []
-    session = Session(SessionConfig(), [MODEL], session_key="conn-1",
-                      clock=lambda: reads.append("clock") or 1_700_000_000.0)
+    session = Session(
+        SessionConfig(), [MODEL], session_key="conn-1", clock=lambda: reads.append("clock") or 1_700_000_000.0
+    )
     session.start_call = lambda request: reads.append(request.request_id)
     fx = send(session, input="hello")
     (turn,) = fx.start

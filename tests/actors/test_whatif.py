@@ -20,8 +20,11 @@ WINDOW = 8
 
 
 def whatif(**sections) -> WhatIfConfig:
-    return WhatIfConfig(safety_model=SafetyModelConfig(enabled=True, window_tokens=WINDOW),
-                        hop=HopConfig(enabled=True), **sections)
+    return WhatIfConfig(
+        safety_model=SafetyModelConfig(enabled=True, window_tokens=WINDOW),
+        hop=HopConfig(enabled=True),
+        **sections,
+    )
 
 
 def session(transport: str = "websocket", config: WhatIfConfig | None = None) -> Session:
@@ -66,7 +69,9 @@ def test_a_carried_continuation_is_charged_the_new_tokens_plus_the_window():
 
 def test_a_continuation_rebuilt_from_the_store_and_a_full_resend_are_charged_everything():
     ws = session()
-    first = answer_text(ws, send(ws, input="a first message that is long enough to pass the window", store=True))
+    first = answer_text(
+        ws, send(ws, input="a first message that is long enough to pass the window", store=True)
+    )
     (record,) = first.persist
     http = session("http")
     fx = send(http, {record.id: record}, input="next", previous_response_id=record.id)
@@ -99,8 +104,14 @@ def test_a_service_call_is_api_work_not_inference_wait():
 
 
 def test_a_stored_record_round_trip_keeps_the_whole_history_unread():
-    record = StoredResponse(id="resp_x", owner="", created_at=0.0, response={}, input_items=[],
-                            context=[{"type": "message", "role": "user", "content": "hi", "id": "msg_1"}])
+    record = StoredResponse(
+        id="resp_x",
+        owner="",
+        created_at=0.0,
+        response={},
+        input_items=[],
+        context=[{"type": "message", "role": "user", "content": "hi", "id": "msg_1"}],
+    )
     from actors.context import from_record
 
     entry = from_record(record, lambda: session()._prep.new_scan(), PhaseTimer(lambda: 0.0))
@@ -117,12 +128,24 @@ def test_an_append_mode_resume_is_charged_what_the_conversation_gained_plus_the_
     fx = send(s, input="fix it", tools=[TOOL], store=False)
     (turn,) = fx.start
     first = len(turn.request.prompt_token_ids)
-    paused = s.on_inference(turn.turn_id, [Prefilled(first, 0, 0, 1),
-                                          FunctionCallDelta(0, "read_file", '{"path":"a.py"}', 5),
-                                          Done("tool_calls", 5, 5.0)])
+    paused = s.on_inference(
+        turn.turn_id,
+        [
+            Prefilled(first, 0, 0, 1),
+            FunctionCallDelta(0, "read_file", '{"path":"a.py"}', 5),
+            Done("tool_calls", 5, 5.0),
+        ],
+    )
     call_id = paused.events[-1].item.call_id
-    s.on_frame(json.dumps({"type": "response.append", "response_id": turn.builder.response.id,
-                           "input": [{"type": "function_call_output", "call_id": call_id, "output": "x=1"}]}))
+    s.on_frame(
+        json.dumps(
+            {
+                "type": "response.append",
+                "response_id": turn.builder.response.id,
+                "input": [{"type": "function_call_output", "call_id": call_id, "output": "x=1"}],
+            }
+        )
+    )
     gained = len(turn.request.prompt_token_ids) - first  # the call and its result
     window = min(WINDOW, first - turn.prefix_len)  # a short conversation: all of it is the window
     assert charged(turn) == Charge(hop_tokens=gained, safety_tokens=gained + window)
@@ -146,7 +169,11 @@ class Services:
 
 def test_the_hook_calls_the_hop_then_the_classifier_each_a_phase_of_the_response():
     s = session()
-    rid = answer_text(s, send(s, input="a first message that is long enough to pass the window")).events[-1].response.id
+    rid = (
+        answer_text(s, send(s, input="a first message that is long enough to pass the window"))
+        .events[-1]
+        .response.id
+    )
     (turn,) = send(s, input="next", previous_response_id=rid).start
     now = [0.0]
     timer = PhaseTimer(lambda: now[0])

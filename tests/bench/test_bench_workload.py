@@ -43,12 +43,21 @@ def test_transports_are_registered_and_jobs_interleave():
 
 
 def test_output_items_become_input_items_for_a_full_resend():
-    out = [{"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "shell", "arguments": "{}",
-            "status": "completed"},
-           {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]}]
+    out = [
+        {
+            "type": "function_call",
+            "id": "fc_1",
+            "call_id": "call_1",
+            "name": "shell",
+            "arguments": "{}",
+            "status": "completed",
+        },
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]},
+    ]
     assert output_as_input(out) == [
         {"type": "function_call", "call_id": "call_1", "name": "shell", "arguments": "{}"},
-        {"role": "assistant", "content": [{"type": "output_text", "text": "done"}]}]
+        {"role": "assistant", "content": [{"type": "output_text", "text": "done"}]},
+    ]
 
 
 def test_server_timings_are_read_from_metadata_and_absent_ones_degrade_to_none():
@@ -60,13 +69,26 @@ def test_server_timings_are_read_from_metadata_and_absent_ones_degrade_to_none()
 
 
 def _rollout(transport: str, e2e: float, overhead: float) -> RolloutRecord:
-    turns = [TurnRecord(i, 10.0, 20.0, 100, input_tokens=1000, cached_tokens=500, output_tokens=10,
-                        server={"api_overhead": overhead}) for i in range(1, 4)]
+    turns = [
+        TurnRecord(
+            i,
+            10.0,
+            20.0,
+            100,
+            input_tokens=1000,
+            cached_tokens=500,
+            output_tokens=10,
+            server={"api_overhead": overhead},
+        )
+        for i in range(1, 4)
+    ]
     return RolloutRecord(transport, 0, 2, e2e_s=e2e, turns=turns)
 
 
 def test_summary_reports_gain_of_ws_over_each_other_transport():
-    s = summarise([_rollout("ws", 1.0, 2.0), _rollout("http-full", 2.0, 9.0), _rollout("http-chained", 1.25, 5.0)])
+    s = summarise(
+        [_rollout("ws", 1.0, 2.0), _rollout("http-full", 2.0, 9.0), _rollout("http-chained", 1.25, 5.0)]
+    )
     assert s["http-full"]["ws_gain"]["e2e_median"] == 0.5
     assert abs(s["http-chained"]["ws_gain"]["e2e_median"] - 0.2) < 1e-12
     assert "ws_gain" not in s["ws"]
@@ -103,8 +125,10 @@ def test_the_burst_summary_reads_each_socket_s_wait_and_the_server_s_phases():
     from bench.kinds.burst import summary
 
     phases = {"parse_validate": 1.0, "render": 20.0, "classify": 3.0, "api_overhead": 25.0}
-    turns = [{"created_ms": c, "nonmodel_ms": n, "server": {**phases, "render": r}}
-             for c, n, r in [(50.0, 100.0, 10.0), (500.0, 600.0, 20.0), (900.0, 1000.0, 30.0)]]
+    turns = [
+        {"created_ms": c, "nonmodel_ms": n, "server": {**phases, "render": r}}
+        for c, n, r in [(50.0, 100.0, 10.0), (500.0, 600.0, 20.0), (900.0, 1000.0, 30.0)]
+    ]
     s = summary(turns)
     assert s["created_ms"] == {"min": 50.0, "median": 500.0, "max": 900.0}
     assert s["nonmodel_ms_median"] == 600.0

@@ -22,8 +22,10 @@ def quantiles(draws: list[float]) -> tuple[float, float]:
     return s[len(s) // 2], s[int(len(s) * 0.9)]
 
 
-@pytest.mark.parametrize("dist", [wl.CODEX.tool_output_tokens, wl.CODEX.step_output_tokens,
-                                  wl.CODEX.tool_time_ms, wl.CODEX.tool_rounds])
+@pytest.mark.parametrize(
+    "dist",
+    [wl.CODEX.tool_output_tokens, wl.CODEX.step_output_tokens, wl.CODEX.tool_time_ms, wl.CODEX.tool_rounds],
+)
 def test_lognormal_draws_have_the_published_median_and_p90(dist):
     rng = random.Random(1)
     median, p90 = quantiles([dist.draw(rng) for _ in range(20_000)])
@@ -33,7 +35,9 @@ def test_lognormal_draws_have_the_published_median_and_p90(dist):
 
 
 def test_tool_outputs_follow_the_distribution_and_stop_at_codexs_truncation():
-    sizes = [len(tokenizer.encode(wl.tool_output(CODEX, r, t, 0, "shell"))) for r in range(6) for t in range(20)]
+    sizes = [
+        len(tokenizer.encode(wl.tool_output(CODEX, r, t, 0, "shell"))) for r in range(6) for t in range(20)
+    ]
     median, _ = quantiles(sizes)
     assert 0.6 * 886 <= median <= 1.5 * 886
     assert max(sizes) <= 1.15 * 10_000  # the 10k cap, in tokens (the filler is ~7 tokens a line)
@@ -66,8 +70,15 @@ def test_the_resumed_history_has_about_the_asked_size_and_counts_in_tool_rounds(
 
 
 def turn(i: int, total: float, prefill: float, decode: float, tool: float, context: int = 1000) -> TurnRecord:
-    return TurnRecord(i, 1.0, total, 100, input_tokens=context, tool_ms=tool,
-                      server={"queue": 1.0, "prefill": prefill - 1.0, "decode": decode, "api_overhead": 3.0})
+    return TurnRecord(
+        i,
+        1.0,
+        total,
+        100,
+        input_tokens=context,
+        tool_ms=tool,
+        server={"queue": 1.0, "prefill": prefill - 1.0, "decode": decode, "api_overhead": 3.0},
+    )
 
 
 def rollout(transport: str, r: int, api: float) -> RolloutRecord:
@@ -94,8 +105,11 @@ def test_a_rollouts_parts_add_up_to_its_end_to_end_time_and_transports_compare_o
 
 
 def test_a_transport_without_per_turn_timings_is_left_out_not_the_rollouts():
-    records = [rollout("ws", 0, 2.0), rollout("http-full", 0, 20.0),
-               RolloutRecord("append", 0, 1, e2e_s=0.3, turns=[TurnRecord(1, 1.0, 50.0, 10)])]
+    records = [
+        rollout("ws", 0, 2.0),
+        rollout("http-full", 0, 20.0),
+        RolloutRecord("append", 0, 1, e2e_s=0.3, turns=[TurnRecord(1, 1.0, 50.0, 10)]),
+    ]
     cmp = breakdown.compare(records, ["ws", "append", "http-full"])
     assert cmp["rollouts"] == 1 and list(cmp["transports"]) == ["ws", "http-full"]
 

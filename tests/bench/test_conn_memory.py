@@ -24,12 +24,22 @@ def test_the_client_model_of_the_cache_evicts_exactly_what_the_session_evicts():
     for _ in range(60):
         lane = rng.choice("abcd")
         prev = model.ids[lane] if lane in model.tokens else None
-        fx = session.on_frame(json.dumps({
-            "type": "response.create", "model": MODEL, "store": False, "stream_id": lane,
-            "input": "word " * rng.randint(5, 60), "previous_response_id": prev}))
+        fx = session.on_frame(
+            json.dumps(
+                {
+                    "type": "response.create",
+                    "model": MODEL,
+                    "store": False,
+                    "stream_id": lane,
+                    "input": "word " * rng.randint(5, 60),
+                    "previous_response_id": prev,
+                }
+            )
+        )
         (turn,) = fx.start
-        fx += session.on_inference(turn.turn_id, [Prefilled(len(turn.request.prompt_token_ids), 0, 0, 1),
-                                                  TextDelta("Hi there", 2)])
+        fx += session.on_inference(
+            turn.turn_id, [Prefilled(len(turn.request.prompt_token_ids), 0, 0, 1), TextDelta("Hi there", 2)]
+        )
         fx += session.on_inference(turn.turn_id, [Done("stop", 2, 1.0)])
         response = fx.events[-1].model_dump(mode="json")["response"]
         assert response["status"] == "completed"

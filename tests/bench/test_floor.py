@@ -27,16 +27,25 @@ def test_the_workload_resends_instructions_and_twenty_distinct_tools():
 
 
 def test_the_reference_answers_each_create_with_that_turns_frames():
-    frames = [[json.dumps({"type": "response.created", "n": i}), json.dumps({"type": "response.completed", "n": i})]
-              for i in range(3)]
-    run = floor.Run("deflate", [floor.Turn(json.dumps({"type": "response.create", "i": i}), f, 1.0, 0.5)
-                                for i, f in enumerate(frames)])
+    frames = [
+        [json.dumps({"type": "response.created", "n": i}), json.dumps({"type": "response.completed", "n": i})]
+        for i in range(3)
+    ]
+    run = floor.Run(
+        "deflate",
+        [
+            floor.Turn(json.dumps({"type": "response.create", "i": i}), f, 1.0, 0.5)
+            for i, f in enumerate(frames)
+        ],
+    )
     laps, _ = floor.reference_laps(run)
     assert len(laps) == 3 and all(lap > 0 for lap in laps)
 
 
 def test_the_summary_subtracts_the_model_and_divides_by_the_reference():
-    turns = [floor.Turn("{}", ["a", "bb"], total_ms=10.0 + i, model_ms=6.0, api_overhead_ms=1.0) for i in range(5)]
+    turns = [
+        floor.Turn("{}", ["a", "bb"], total_ms=10.0 + i, model_ms=6.0, api_overhead_ms=1.0) for i in range(5)
+    ]
     s = floor.summarise(floor.Run("plain", turns, cpu_ms=50.0), [2.0] * 5, 20.0, skip=1)
     assert s["turns"] == 4
     assert s["server_nonmodel_ms"] == 6.5  # median of 5, 6, 7, 8 after the skipped turn

@@ -12,12 +12,22 @@ from bench.invariants import RunCheck
 
 def _response(rid: str, status: str, output: list, prev: str | None = None) -> dict:
     usage = None if status == "in_progress" else {"input_tokens": 10, "output_tokens": 3, "total_tokens": 13}
-    return {"id": rid, "object": "response", "status": status, "output": output, "usage": usage,
-            "previous_response_id": prev}
+    return {
+        "id": rid,
+        "object": "response",
+        "status": status,
+        "output": output,
+        "usage": usage,
+        "previous_response_id": prev,
+    }
 
 
-def text_answer(rid: str = "resp_1", mid: str = "msg_1", prev: str | None = None,
-                deltas: tuple[str, ...] = ("Hi", " there")) -> list[dict]:
+def text_answer(
+    rid: str = "resp_1",
+    mid: str = "msg_1",
+    prev: str | None = None,
+    deltas: tuple[str, ...] = ("Hi", " there"),
+) -> list[dict]:
     """docs/protocol.md §3.2, exactly."""
     text = "".join(deltas)
     part = {"type": "output_text", "annotations": [], "logprobs": [], "text": text}
@@ -25,34 +35,91 @@ def text_answer(rid: str = "resp_1", mid: str = "msg_1", prev: str | None = None
     evs = [
         {"type": "response.created", "response": _response(rid, "in_progress", [], prev)},
         {"type": "response.in_progress", "response": _response(rid, "in_progress", [], prev)},
-        {"type": "response.output_item.added", "output_index": 0,
-         "item": {"id": mid, "type": "message", "status": "in_progress", "role": "assistant", "content": []}},
-        {"type": "response.content_part.added", "item_id": mid, "output_index": 0, "content_index": 0,
-         "part": {**part, "text": ""}},
-        *({"type": "response.output_text.delta", "item_id": mid, "output_index": 0, "content_index": 0,
-           "delta": d, "logprobs": []} for d in deltas),
-        {"type": "response.output_text.done", "item_id": mid, "output_index": 0, "content_index": 0,
-         "text": text, "logprobs": []},
-        {"type": "response.content_part.done", "item_id": mid, "output_index": 0, "content_index": 0, "part": part},
+        {
+            "type": "response.output_item.added",
+            "output_index": 0,
+            "item": {
+                "id": mid,
+                "type": "message",
+                "status": "in_progress",
+                "role": "assistant",
+                "content": [],
+            },
+        },
+        {
+            "type": "response.content_part.added",
+            "item_id": mid,
+            "output_index": 0,
+            "content_index": 0,
+            "part": {**part, "text": ""},
+        },
+        *(
+            {
+                "type": "response.output_text.delta",
+                "item_id": mid,
+                "output_index": 0,
+                "content_index": 0,
+                "delta": d,
+                "logprobs": [],
+            }
+            for d in deltas
+        ),
+        {
+            "type": "response.output_text.done",
+            "item_id": mid,
+            "output_index": 0,
+            "content_index": 0,
+            "text": text,
+            "logprobs": [],
+        },
+        {
+            "type": "response.content_part.done",
+            "item_id": mid,
+            "output_index": 0,
+            "content_index": 0,
+            "part": part,
+        },
         {"type": "response.output_item.done", "output_index": 0, "item": done_item},
         {"type": "response.completed", "response": _response(rid, "completed", [done_item], prev)},
     ]
     return [{**e, "sequence_number": i} for i, e in enumerate(evs)]
 
 
-def call_answer(rid: str = "resp_2", fid: str = "fc_1", call_id: str = "call_1", prev: str | None = None) -> list[dict]:
+def call_answer(
+    rid: str = "resp_2", fid: str = "fc_1", call_id: str = "call_1", prev: str | None = None
+) -> list[dict]:
     """docs/protocol.md §3.3, exactly."""
-    item = {"id": fid, "type": "function_call", "status": "in_progress", "call_id": call_id,
-            "name": "get_weather", "arguments": ""}
+    item = {
+        "id": fid,
+        "type": "function_call",
+        "status": "in_progress",
+        "call_id": call_id,
+        "name": "get_weather",
+        "arguments": "",
+    }
     done_item = {**item, "status": "completed", "arguments": '{"city":"Paris"}'}
     evs = [
         {"type": "response.created", "response": _response(rid, "in_progress", [], prev)},
         {"type": "response.in_progress", "response": _response(rid, "in_progress", [], prev)},
         {"type": "response.output_item.added", "output_index": 0, "item": item},
-        {"type": "response.function_call_arguments.delta", "item_id": fid, "output_index": 0, "delta": '{"city":'},
-        {"type": "response.function_call_arguments.delta", "item_id": fid, "output_index": 0, "delta": '"Paris"}'},
-        {"type": "response.function_call_arguments.done", "item_id": fid, "output_index": 0,
-         "arguments": '{"city":"Paris"}'},
+        {
+            "type": "response.function_call_arguments.delta",
+            "item_id": fid,
+            "output_index": 0,
+            "delta": '{"city":',
+        },
+        {
+            "type": "response.function_call_arguments.delta",
+            "item_id": fid,
+            "output_index": 0,
+            "delta": '"Paris"}',
+        },
+        {
+            "type": "response.function_call_arguments.done",
+            "item_id": fid,
+            "output_index": 0,
+            "arguments": '{"city":"Paris"}',
+        },
         {"type": "response.output_item.done", "output_index": 0, "item": done_item},
         {"type": "response.completed", "response": _response(rid, "completed", [done_item], prev)},
     ]
@@ -73,8 +140,11 @@ def run(*turns: tuple[str | None, list[dict]], close: bool = True, run: RunCheck
 
 
 def test_a_chain_of_spec_shaped_responses_passes():
-    check = run((None, call_answer("resp_1")), ("resp_1", call_answer("resp_2", "fc_2", "call_2", prev="resp_1")),
-                ("resp_2", text_answer("resp_3", prev="resp_2")))
+    check = run(
+        (None, call_answer("resp_1")),
+        ("resp_1", call_answer("resp_2", "fc_2", "call_2", prev="resp_1")),
+        ("resp_2", text_answer("resp_3", prev="resp_2")),
+    )
     assert check.ok, check.summary()
     assert check.counts["creates"] == check.counts["created"] == check.counts["completed"] == 3
 
@@ -93,6 +163,7 @@ def _renumbered(edit):
     def apply(e: list[dict]) -> None:
         edit(e)
         e[:] = _renumber(e)
+
     return apply
 
 
@@ -107,7 +178,10 @@ def _fail(e: list[dict]) -> None:
 
 # name -> (edit of a valid §3.2 stream, the violation kind it must raise)
 VIOLATIONS = {
-    "sequence starts at 1": (lambda e: [x.update(sequence_number=x["sequence_number"] + 1) for x in e], "sequence"),
+    "sequence starts at 1": (
+        lambda e: [x.update(sequence_number=x["sequence_number"] + 1) for x in e],
+        "sequence",
+    ),
     "sequence gap": (lambda e: e[4].update(sequence_number=9), "sequence"),
     "duplicate event": (lambda e: e.insert(4, dict(e[4])), "sequence"),
     "two response.created": (_renumbered(lambda e: e.insert(1, dict(e[0]))), "order"),
@@ -135,7 +209,7 @@ def test_each_broken_stream_is_flagged(name: str):
 def test_a_create_without_its_response_is_lost():
     check = run((None, text_answer()[:-1]))  # no terminal event
     assert check.violations["lost"] == 1
-    check = run((None, []))                  # nothing at all
+    check = run((None, []))  # nothing at all
     assert check.violations["lost"] == 1
 
 
@@ -148,17 +222,24 @@ def test_events_with_no_create_outstanding_are_stray():
 
 def test_ids_must_be_unique_across_the_whole_run():
     check = run((None, text_answer("resp_1", "msg_1")))
-    run((None, text_answer("resp_1", "msg_2")), run=check)   # same response id, another connection
-    run((None, text_answer("resp_9", "msg_1")), run=check)   # same item id
-    run((None, call_answer("resp_7", "fc_7", "call_1")), (None, call_answer("resp_8", "fc_8", "call_1")), run=check)
+    run((None, text_answer("resp_1", "msg_2")), run=check)  # same response id, another connection
+    run((None, text_answer("resp_9", "msg_1")), run=check)  # same item id
+    run(
+        (None, call_answer("resp_7", "fc_7", "call_1")),
+        (None, call_answer("resp_8", "fc_8", "call_1")),
+        run=check,
+    )
     assert check.violations["duplicate_id"] == 3
 
 
 def test_the_chain_must_hold_previous_response_id_echoed_and_no_error():
     check = run((None, call_answer("resp_1")), ("resp_1", text_answer("resp_2", prev=None)))
     assert check.violations["chain"] == 1
-    error = {"type": "error", "status": 400, "error": {"type": "invalid_request_error",
-                                                       "code": "previous_response_not_found"}}
+    error = {
+        "type": "error",
+        "status": 400,
+        "error": {"type": "invalid_request_error", "code": "previous_response_not_found"},
+    }
     check = run((None, call_answer("resp_1")), ("resp_1", [error]))
     assert check.violations["error_event"] == 1 and check.violations["lost"] == 0
 

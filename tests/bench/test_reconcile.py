@@ -19,21 +19,48 @@ def seen_with(*responses: tuple[str, str | None, dict | None]) -> Seen:
 
 
 def test_a_ledger_that_matches_what_the_clients_saw_has_no_mismatch():
-    seen = seen_with(("a", "response.completed", usage(10, 2, 3)), ("b", "response.failed", None),
-                     ("c", None, None), ("d", None, None))
+    seen = seen_with(
+        ("a", "response.completed", usage(10, 2, 3)),
+        ("b", "response.failed", None),
+        ("c", None, None),
+        ("d", None, None),
+    )
     verdict = reconcile(seen, [Line("a", 10, 2, 3), Line("c", 5, 0, 1)])
     assert verdict["mismatches"] == 0
-    assert (verdict["seen_billed"], verdict["seen_unbilled"], verdict["billed_unseen"], verdict["cut_unbilled"]) == (
-        1, 1, 1, 1)
+    assert (
+        verdict["seen_billed"],
+        verdict["seen_unbilled"],
+        verdict["billed_unseen"],
+        verdict["cut_unbilled"],
+    ) == (1, 1, 1, 1)
 
 
 def test_every_forbidden_case_is_counted():
-    seen = seen_with(("lost", "response.completed", usage(1, 0, 1)), ("twice", "response.completed", usage(1, 0, 1)),
-                     ("differs", "response.incomplete", usage(1, 0, 1)), ("unbilled", "response.failed", None))
-    lines = [Line("twice", 1, 0, 1), Line("twice", 1, 0, 1), Line("differs", 1, 0, 2), Line("unbilled", 1, 0, 1),
-             Line("stranger", 1, 0, 1)]
+    seen = seen_with(
+        ("lost", "response.completed", usage(1, 0, 1)),
+        ("twice", "response.completed", usage(1, 0, 1)),
+        ("differs", "response.incomplete", usage(1, 0, 1)),
+        ("unbilled", "response.failed", None),
+    )
+    lines = [
+        Line("twice", 1, 0, 1),
+        Line("twice", 1, 0, 1),
+        Line("differs", 1, 0, 2),
+        Line("unbilled", 1, 0, 1),
+        Line("stranger", 1, 0, 1),
+    ]
     verdict = reconcile(seen, lines)
-    assert {k: verdict[k] for k in ("lost_lines", "duplicate_lines", "usage_mismatches", "billed_but_seen_unbilled",
-                                    "lines_never_seen")} == dict.fromkeys(
-        ("lost_lines", "duplicate_lines", "usage_mismatches", "billed_but_seen_unbilled", "lines_never_seen"), 1)
+    assert {
+        k: verdict[k]
+        for k in (
+            "lost_lines",
+            "duplicate_lines",
+            "usage_mismatches",
+            "billed_but_seen_unbilled",
+            "lines_never_seen",
+        )
+    } == dict.fromkeys(
+        ("lost_lines", "duplicate_lines", "usage_mismatches", "billed_but_seen_unbilled", "lines_never_seen"),
+        1,
+    )
     assert verdict["mismatches"] == 5 and len(verdict["examples"]) == 5

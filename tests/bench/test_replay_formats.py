@@ -35,7 +35,9 @@ def claude():
 def test_a_codex_rollout_becomes_its_steps(codex):
     s, errors = codex
     assert s.format == "codex" and s.model == "gpt-5-codex"  # turn_context
-    assert s.instructions_source == "recorded" and s.instructions_tokens > 900  # session_meta.base_instructions
+    assert (
+        s.instructions_source == "recorded" and s.instructions_tokens > 900
+    )  # session_meta.base_instructions
     assert [len(st.calls) for st in s.steps] == [1, 2, 1, 1, 0, 1, 1, 0]
     # event_msg token_count: usage per step; a repeated count (same totals) is no new step
     assert [st.recorded.output_tokens for st in s.steps] == [79, 231, 415, 54, 118, 53, 31, 97]
@@ -47,8 +49,11 @@ def test_a_codex_rollout_becomes_its_steps(codex):
     assert s.steps[5].calls[0].name == "shell"
     # first prompt beyond its items: the definitions the rollout does not record
     assert s.tool_definition_tokens == 2350 - s.instructions_tokens - sum(i.tokens for i in s.steps[0].inputs)
-    assert not errors[1:] and "malformed line" in str(errors[0]) and str(errors[0]).endswith(
-        f"{CODEX}:28: malformed line (not a JSON object): skipped")
+    assert (
+        not errors[1:]
+        and "malformed line" in str(errors[0])
+        and str(errors[0]).endswith(f"{CODEX}:28: malformed line (not a JSON object): skipped")
+    )
 
 
 def test_codex_tool_durations_come_from_the_outputs_and_parallel_calls_wait_for_the_slowest(codex):
@@ -56,8 +61,14 @@ def test_codex_tool_durations_come_from_the_outputs_and_parallel_calls_wait_for_
     assert [st.tool_s for st in s.steps] == [0.4, 1.2, 0.2, 2.5, 0.0, 0.1, 0.5, 0.0]
     outputs = [i for st in s.steps for i in st.inputs if i.kind == "tool_output"]
     # the shell call's output (metadata.duration_seconds too) went into the compaction's summary
-    assert [i.tool_s_source for i in outputs] == ["wall_time", "wall_time", "wall_time", "metadata.duration_seconds",
-                                                  "wall_time", "wall_time"]
+    assert [i.tool_s_source for i in outputs] == [
+        "wall_time",
+        "wall_time",
+        "wall_time",
+        "metadata.duration_seconds",
+        "wall_time",
+        "wall_time",
+    ]
     assert [i.answers for i in s.steps[2].inputs] == [(1, 0), (1, 1)]  # joined on call_id
 
 
@@ -98,7 +109,9 @@ def test_claude_tool_time_is_durationMs_or_the_time_to_the_result_line(claude):
     outputs = {i.answers: i for st in s.steps for i in st.inputs if i.kind == "tool_output"}
     assert outputs[(2, 1)].tool_s_source == "durationMs" and outputs[(2, 1)].tool_s == 0.045
     # its tool_use line came 0.2 s before the message's last line, the result 3.1 s after it
-    assert outputs[(2, 0)].tool_s_source == "timestamps" and outputs[(2, 0)].tool_s == pytest.approx(3.3, abs=0.01)
+    assert outputs[(2, 0)].tool_s_source == "timestamps" and outputs[(2, 0)].tool_s == pytest.approx(
+        3.3, abs=0.01
+    )
     assert s.steps[2].tool_s == outputs[(2, 0)].tool_s  # the slowest of the parallel calls
 
 
@@ -142,8 +155,10 @@ def test_each_step_becomes_a_turn_the_scenario_format_accepts(codex):
 
 
 def test_calls_past_the_metadata_limit_are_left_out_and_counted():
-    step = StepShape(index=0, calls=[{"name": f"tool_number_{i}", "kind": "function", "argument_tokens": 10}
-                                     for i in range(20)])
+    step = StepShape(
+        index=0,
+        calls=[{"name": f"tool_number_{i}", "kind": "function", "argument_tokens": 10} for i in range(20)],
+    )
     turn, dropped = synth.turn_script(step)
     assert dropped > 0 and len(turn["calls"]) == 20 - dropped
     assert len(synth.encode_turn(turn)) <= synth.METADATA_VALUE_LIMIT
@@ -155,8 +170,10 @@ def test_synthetic_text_is_the_recorded_size():
     assert synth.text(40, "a") == synth.text(40, "a") != synth.text(40, "b")
 
 
-@pytest.mark.parametrize("text,recorded,expected", [("recorded", 2.0, 2.0), ("none", 2.0, 0.0),
-                                                    ("x0.25", 2.0, 0.5), ("1.5", 9.0, 1.5)])
+@pytest.mark.parametrize(
+    "text,recorded,expected",
+    [("recorded", 2.0, 2.0), ("none", 2.0, 0.0), ("x0.25", 2.0, 0.5), ("1.5", 9.0, 1.5)],
+)
 def test_tool_time_options(text, recorded, expected):
     assert ToolTime.parse(text).seconds(recorded, calls=1) == expected
     assert ToolTime.parse(text).seconds(recorded, calls=0) == 0.0

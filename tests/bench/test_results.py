@@ -80,8 +80,13 @@ def test_every_kind_writes_its_results_through_the_writer(module):
     run block), its plots through bench.plotting."""
     path = KINDS_DIR / (module.rsplit(".", 1)[-1] + ".py")
     tree = ast.parse(path.read_text())
-    calls = {(n.func.value.id, n.func.attr) for n in ast.walk(tree)
-             if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)}
+    calls = {
+        (n.func.value.id, n.func.attr)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and isinstance(n.func.value, ast.Name)
+    }
     attrs = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
     assert ("results", "write") in calls, module
     assert not attrs & {"write_text", "write_bytes", "savefig", "dump"}, module

@@ -27,7 +27,7 @@ def test_cpu_of_processes_that_come_and_go_is_counted_once():
     meter = CpuMeter()
     meter.add({1: 10.0})
     meter.add({1: 12.0, 2: 1.5})  # pid 2 started meanwhile: all its CPU counts
-    meter.add({2: 2.0})           # pid 1 ended: counted up to its last sample
+    meter.add({2: 2.0})  # pid 1 ended: counted up to its last sample
     assert meter.used_s() == 2.0 + 2.0
 
 

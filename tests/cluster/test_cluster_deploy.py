@@ -18,6 +18,6 @@ def test_cluster_serve_config_runs_websocket_agent_loops_on_a_multi_node_cluster
         assert r["turns"] == 4 and r["calls"] == 3 and r["last_output"] > 0  # 3 tool rounds, then text
     placement = result["placement"]
     assert placement["ServeController"] == {"head": 1}
-    assert placement["ServeReplica:responses-ws:Gateway"] == {"session": 2}          # one per session node
+    assert placement["ServeReplica:responses-ws:Gateway"] == {"session": 2}  # one per session node
     assert set(placement["ServeReplica:responses-ws:InferenceDeployment"]) == {"accelerator"}
-    assert set(placement["SessionHost"]) == {"session"}                              # next to their gateway
+    assert set(placement["SessionHost"]) == {"session"}  # next to their gateway

@@ -36,7 +36,7 @@ def test_there_are_cluster_and_serve_configs():
 def test_ray_up_yaml_matches_the_autoscaler_schema(path):
     config = load(path)
     jsonschema.validate(config, json.loads(RAY_SCHEMA.read_text()))  # as written
-    validate_config(prepare_config(config))                        # as `ray up` fills it out
+    validate_config(prepare_config(config))  # as `ray up` fills it out
 
 
 @pytest.mark.parametrize("path", CLUSTER_YAMLS, ids=lambda p: p.name)
@@ -82,7 +82,9 @@ def test_single_node_serve_config_needs_no_custom_resources():
     (app,) = load(CONFIGS / "serve-single-node.yaml")["applications"]
     config = app_config_from_dict(app["args"], environ={})
     assert gateway_options(config.server)["ray_actor_options"] == {"num_cpus": 0}
-    assert gateway_options(config.server)["max_surge_percent"] == 100  # a redeploy starts the new gateway first
+    assert (
+        gateway_options(config.server)["max_surge_percent"] == 100
+    )  # a redeploy starts the new gateway first
     assert "resources" not in deployment_options(config.inference)["ray_actor_options"]
 
 
@@ -94,5 +96,8 @@ def test_gpu_cluster_config_serves_a_real_model_from_its_gpu_nodes():
     gpu = load(CONFIGS / "cluster-aws-gpu.yaml")["available_node_types"]["gpu"]
     assert gpu["node_config"]["InstanceType"].startswith("g5")
     started = " ".join(gpu["worker_setup_commands"])
-    assert "vllm.entrypoints.openai.api_server" in started and f"--served-model-name {backend.served_name}" in started
+    assert (
+        "vllm.entrypoints.openai.api_server" in started
+        and f"--served-model-name {backend.served_name}" in started
+    )
     assert "--enable-prefix-caching" in started and "--enable-prompt-tokens-details" in started

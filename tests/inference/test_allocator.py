@@ -30,5 +30,7 @@ given_back = rss_kib() - before
 print(kept, given_back)
 assert kept > 10_000 and given_back < kept / 2, (kept, given_back)
 """
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
     assert done.returncode == 0, done.stderr

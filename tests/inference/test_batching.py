@@ -106,8 +106,11 @@ def test_inter_token_latency_grows_while_the_batch_is_larger(make_config, make_p
     p = make_profile(batching={"max_running": 4, "knee": 1})
     engine = Engine(make_config(p), sim, sim)
     out: dict = {}
-    gather(sim, collect(engine, req("a"), sim, out),
-           collect(engine, req("b", prompt_token_ids=LONG, generate=False), sim, out))
+    gather(
+        sim,
+        collect(engine, req("a"), sim, out),
+        collect(engine, req("b", prompt_token_ids=LONG, generate=False), sim, out),
+    )
     a_first = ttft_ms(p, len(PROMPT), 0) / 1000
     b_end = ttft_ms(p, len(LONG), 0) / 1000
     n = engine.config.policy.text_tokens

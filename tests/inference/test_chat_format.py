@@ -96,4 +96,3 @@ def test_segments_are_self_delimiting(items):
 
 
 # --- the conversation without its call ids (what the scripted policy is seeded from) ---
-

@@ -55,9 +55,16 @@ def test_deployment_options_autoscaling_and_accelerator_placement():
     from inference.deployment import InferenceDeployment, deployment_options
     from inference.profiles import AutoscalingConfig, ScalingConfig
 
-    cfg = load_inference_config().model_copy(update={"scaling": ScalingConfig(
-        autoscaling=AutoscalingConfig(min_replicas=1, max_replicas=4, target_ongoing_requests=8),
-        accelerator_resource="accelerator", accelerator_per_replica=1, session_affinity=False)})
+    cfg = load_inference_config().model_copy(
+        update={
+            "scaling": ScalingConfig(
+                autoscaling=AutoscalingConfig(min_replicas=1, max_replicas=4, target_ongoing_requests=8),
+                accelerator_resource="accelerator",
+                accelerator_per_replica=1,
+                session_affinity=False,
+            )
+        }
+    )
     opts = deployment_options(cfg)
     assert "num_replicas" not in opts
     assert opts["autoscaling_config"]["max_replicas"] == 4
@@ -120,10 +127,13 @@ def test_a_new_socket_is_pinned_where_its_keys_http_requests_go_and_stays():
     router, replicas = _router(), _replicas("x", "y", "z")
     http = _choose(router, replicas, _pending(_req()))[0]
     assert _choose(router, replicas, _pending(_req("w1"), session="conn-1")) == [http]
-    other = InferenceRequest("w2", "emu-fast", tuple(cf.render_message("user", "elsewhere")) * 50,
-                             cache_scope="key:a")
+    other = InferenceRequest(
+        "w2", "emu-fast", tuple(cf.render_message("user", "elsewhere")) * 50, cache_scope="key:a"
+    )
     assert _choose(router, replicas, _pending(other, session="conn-1")) == [http]  # pinned for life
     # another key's socket with the same prompt has its own route (and its own cache scope)
-    routes = {tuple(_choose(router, replicas, _pending(_req(f"k{i}", scope=f"key:{i}"), session=f"c{i}"))[0])
-              for i in range(30)}
+    routes = {
+        tuple(_choose(router, replicas, _pending(_req(f"k{i}", scope=f"key:{i}"), session=f"c{i}"))[0])
+        for i in range(30)
+    }
     assert len(routes) > 1

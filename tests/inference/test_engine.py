@@ -33,8 +33,13 @@ PROMPT = tuple(cf.render_instructions("Be brief.") + cf.render_message("user", "
 
 
 def request(**kw) -> InferenceRequest:
-    fields = {"request_id": "r1", "model": "emu-test", "prompt_token_ids": PROMPT,
-              "session_key": "sess", "cache_scope": "key:a"}
+    fields = {
+        "request_id": "r1",
+        "model": "emu-test",
+        "prompt_token_ids": PROMPT,
+        "session_key": "sess",
+        "cache_scope": "key:a",
+    }
     fields.update(kw)
     return InferenceRequest(**fields)
 
@@ -92,9 +97,7 @@ def test_text_deltas_concatenate_to_the_planned_tokens(engine):
     assert events[-1].finish_reason == "stop"
 
 
-def test_prefilled_arrives_with_the_first_token_and_done_when_the_last_token_is_due(
-    engine, clock
-):
+def test_prefilled_arrives_with_the_first_token_and_done_when_the_last_token_is_due(engine, clock):
     clock.t = 100.0
     timed = run(engine, request(), clock)
     p = engine.config.profile("emu-test")
@@ -117,9 +120,7 @@ def test_chunks_follow_the_pacing_schedule(engine, clock):
     # token 0 alone at 1 ms, then every 5 ms (only 5 tokens per window, min 8 never hit),
     # and the last 4 tokens with Done when token 39 is due at 40 ms
     expected_ms = (1, 6, 11, 16, 21, 26, 31, 36, 40)
-    assert [t for t, _ in timed] == [
-        pytest.approx(t_first + ms / 1000, abs=1e-9) for ms in expected_ms
-    ]
+    assert [t for t, _ in timed] == [pytest.approx(t_first + ms / 1000, abs=1e-9) for ms in expected_ms]
     sent = 0
     for t, chunk in timed:
         sent += sum(e.tokens for e in chunk if isinstance(e, TextDelta))
@@ -172,8 +173,12 @@ def test_an_answer_that_fits_in_one_chunk_is_a_single_item(engine, clock):
     assert chunk == [
         Prefilled(len(PROMPT), 0, 0.0, pytest.approx(prefill_ms)),
         TextDelta(decode(full[:1]), 1),
-        Done("max_output_tokens", 1, pytest.approx(decode_s(p, 1) * 1000),
-             tuple(cf.render_message("assistant", decode(full[:1])))),
+        Done(
+            "max_output_tokens",
+            1,
+            pytest.approx(decode_s(p, 1) * 1000),
+            tuple(cf.render_message("assistant", decode(full[:1]))),
+        ),
     ]
     assert t == pytest.approx(100.0 + prefill_ms / 1000 + decode_s(p, 1), abs=1e-9)
 
@@ -271,7 +276,8 @@ def test_cached_prompt_shortens_time_to_first_token(engine):
     prefilled = run(engine, request())[0][0]
     uncached = len(PROMPT) - floor_block(len(PROMPT) - 1)
     assert prefilled.prefill_ms == pytest.approx(
-        p.prefill_overhead_ms + uncached * 1000 / p.prefill_tokens_per_s)
+        p.prefill_overhead_ms + uncached * 1000 / p.prefill_tokens_per_s
+    )
 
 
 def test_the_cache_scope_is_the_api_key_not_the_connection(engine):
@@ -292,8 +298,9 @@ def test_sharing_across_keys_is_no_longer_an_option(make_config):
 
 
 def test_models_do_not_share_kv_blocks(make_config, make_profile, clock):
-    eng = Engine(make_config(make_profile(), make_profile(id="emu-b"), prefix_cache={"block_tokens": 4}),
-                 clock, clock)
+    eng = Engine(
+        make_config(make_profile(), make_profile(id="emu-b"), prefix_cache={"block_tokens": 4}), clock, clock
+    )
     run(eng, request(generate=False))
     assert run(eng, request(model="emu-b"))[0][0].reused_tokens == 0
 
@@ -364,8 +371,9 @@ def test_done_carries_the_answer_as_the_session_renders_it(engine, monkeypatch, 
     ids that are not (here "hel" + "lo", which "hello" does not encode to) render from the text."""
     ids = tuple(encode("The test passes now. " * 300)) if canonical else tuple(encode("hel") + encode("lo"))
     assert (tuple(encode(decode(ids))) == ids) is canonical
-    monkeypatch.setattr(engine_module, "plan",
-                        lambda req, pol, *_: OutputPlan((TextSegment(ids, canonical=canonical),)))
+    monkeypatch.setattr(
+        engine_module, "plan", lambda req, pol, *_: OutputPlan((TextSegment(ids, canonical=canonical),))
+    )
     done = events_of(run(engine, request()))[-1]
     assert done.context_token_ids == tuple(cf.render_message("assistant", decode(ids)))
 
@@ -373,6 +381,7 @@ def test_done_carries_the_answer_as_the_session_renders_it(engine, monkeypatch, 
 def test_a_consumer_that_stops_at_done_still_leaves_the_finished_state_cached(engine):
     """The output's KV is cached after ``Done`` is out (so caching never delays a
     response's end), and also when the consumer closes the stream right after it."""
+
     async def stop_at_done():
         stream = engine.generate(request())
         done = None
@@ -400,8 +409,10 @@ def test_several_calls_in_one_plan_are_numbered_from_zero(engine, monkeypatch):
         if isinstance(e, FunctionCallDelta):
             per_call[(e.index, e.name)] = per_call.get((e.index, e.name), "") + e.arguments_delta
     assert per_call == {(0, "a"): '{"x": 1}', (1, "b"): '{"y": "two"}'}
-    expected = PROMPT + tuple(cf.render_function_call("a", '{"x": 1}')) + tuple(
-        cf.render_function_call("b", '{"y": "two"}')
+    expected = (
+        PROMPT
+        + tuple(cf.render_function_call("a", '{"x": 1}'))
+        + tuple(cf.render_function_call("b", '{"y": "two"}'))
     )
     assert engine.prefix_cache.contains_prefix(expected, engine_root(engine)) == len(expected) // 4 * 4
 
@@ -429,7 +440,8 @@ def test_reasoning_is_decoded_and_counted_but_never_sent(engine, clock):
     assert [r.tokens for r in reasoning] == [300]  # one count, when the reasoning ends
     # the visible call is the one the same request plans without reasoning
     assert "".join(c.arguments_delta for c in calls) == "".join(
-        e.arguments_delta for e in plain if isinstance(e, FunctionCallDelta))
+        e.arguments_delta for e in plain if isinstance(e, FunctionCallDelta)
+    )
     done = events[-1]
     assert done.output_tokens == 300 + sum(c.tokens for c in calls)
     # the first visible token waits for the 300 reasoning tokens to be decoded

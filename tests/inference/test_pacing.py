@@ -90,9 +90,7 @@ def test_at_1000_tok_s_items_follow_the_5_ms_window_after_the_first_token(make_p
     d = token_deadlines(p, 0.0, 20)
     items = drain(Chunker(d, 0.0, ItemWindow.of(p)), clock)
     assert [(s, e) for _, s, e in items] == [(0, 1), (1, 6), (6, 11), (11, 16), (16, 20)]
-    assert [t for t, _, _ in items] == [
-        approx(x) for x in (0.001, 0.006, 0.011, 0.016, 0.020)
-    ]
+    assert [t for t, _, _ in items] == [approx(x) for x in (0.001, 0.006, 0.011, 0.016, 0.020)]
 
 
 def test_a_chunk_goes_out_when_min_chunk_tokens_are_due(make_profile, clock):

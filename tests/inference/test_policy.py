@@ -89,8 +89,9 @@ def test_tool_choice_required_calls_even_after_the_rounds():
 
 def test_tool_choice_naming_a_tool_calls_that_tool():
     for i in range(5):
-        r = request(prompt_token_ids=[i], tools=(READ, LS), tool_choice="list_dir",
-                    tool_results_in_context=99)
+        r = request(
+            prompt_token_ids=[i], tools=(READ, LS), tool_choice="list_dir", tool_results_in_context=99
+        )
         assert only_segment(pol.plan(r, POLICY)).name == "list_dir"
 
 
@@ -177,8 +178,13 @@ def test_pydantic_style_schema_with_refs_and_optionals_is_honoured():
 
 
 def test_draft4_boolean_exclusive_bounds_are_honoured():
-    schema = {"type": "integer", "minimum": 3, "maximum": 5, "exclusiveMinimum": True,
-              "exclusiveMaximum": True}
+    schema = {
+        "type": "integer",
+        "minimum": 3,
+        "maximum": 5,
+        "exclusiveMinimum": True,
+        "exclusiveMaximum": True,
+    }
     assert {value_for_schema(schema, random.Random(s)) for s in range(20)} == {4}
 
 
@@ -191,7 +197,10 @@ def test_strings_look_like_what_the_property_names():
 # --- schema validity property ---------------------------------------------------------
 
 _json_scalar = st.one_of(
-    st.none(), st.booleans(), st.integers(-50, 50), st.text(max_size=6),
+    st.none(),
+    st.booleans(),
+    st.integers(-50, 50),
+    st.text(max_size=6),
     st.floats(-10, 10, allow_nan=False).map(lambda x: round(x, 1) + 0.5),
 )
 
@@ -240,7 +249,9 @@ _leaf = st.one_of(
 # oneOf branches must be disjoint for any generator to be valid: distinct, non-overlapping types.
 _disjoint_union = st.lists(
     st.sampled_from(["string", "integer", "boolean", "null", "object", "array"]),
-    min_size=1, max_size=3, unique=True,
+    min_size=1,
+    max_size=3,
+    unique=True,
 ).map(lambda ts: [{"type": t} for t in ts])
 
 _names = st.sampled_from(["path", "command", "query", "limit", "name", "flag", "items", "url"])
@@ -261,20 +272,23 @@ def _extend(children):
         st.integers(0, 2),
     )
     arr = st.builds(
-        lambda items, lo, extra: {"type": "array", "items": items, "minItems": lo,
-                                  "maxItems": lo + extra},
-        children, st.integers(0, 2), st.integers(0, 2),
+        lambda items, lo, extra: {"type": "array", "items": items, "minItems": lo, "maxItems": lo + extra},
+        children,
+        st.integers(0, 2),
+        st.integers(0, 2),
     )
-    unique = st.just({"type": "array", "items": {"type": "integer"}, "uniqueItems": True,
-                      "minItems": 3})
+    unique = st.just({"type": "array", "items": {"type": "integer"}, "uniqueItems": True, "minItems": 3})
     any_of = st.lists(children, min_size=1, max_size=3).map(lambda bs: {"anyOf": bs})
     one_of = _disjoint_union.map(lambda bs: {"oneOf": bs})
     all_of = st.builds(
-        lambda a, b: {"allOf": [
-            {"type": "object", "properties": {"a": a}, "required": ["a"]},
-            {"properties": {"b": b}, "required": ["b"]},
-        ]},
-        children, children,
+        lambda a, b: {
+            "allOf": [
+                {"type": "object", "properties": {"a": a}, "required": ["a"]},
+                {"properties": {"b": b}, "required": ["b"]},
+            ]
+        },
+        children,
+        children,
     )
     return st.one_of(obj, arr, unique, any_of, one_of, all_of)
 
@@ -287,10 +301,13 @@ def _tool_schema(draw):
     """An object schema, sometimes routing a property through ``$defs``."""
     body = draw(_schemas)
     if draw(st.booleans()):
-        return {"type": "object", "$defs": {"Thing": body},
-                "properties": {"thing": {"$ref": "#/$defs/Thing"}}, "required": ["thing"]}
-    return {"type": "object", "properties": {"x": body}, "required": ["x"],
-            "additionalProperties": False}
+        return {
+            "type": "object",
+            "$defs": {"Thing": body},
+            "properties": {"thing": {"$ref": "#/$defs/Thing"}},
+            "required": ["thing"],
+        }
+    return {"type": "object", "properties": {"x": body}, "required": ["x"], "additionalProperties": False}
 
 
 @settings(max_examples=300, deadline=None)
@@ -310,9 +327,7 @@ def test_generated_arguments_validate_against_the_tool_schema(schema, seed):
 @settings(max_examples=50, deadline=None)
 @given(schema=_tool_schema(), seed=st.integers(0, 2**16))
 def test_generated_arguments_are_deterministic(schema, seed):
-    assert pol.arguments_for(schema, random.Random(seed)) == pol.arguments_for(
-        schema, random.Random(seed)
-    )
+    assert pol.arguments_for(schema, random.Random(seed)) == pol.arguments_for(schema, random.Random(seed))
 
 
 # --- per-request knobs through metadata -------------------------------------------------
@@ -322,8 +337,17 @@ def test_metadata_overrides_tool_rounds_text_length_and_seed():
     from inference.policy import policy_for
 
     base = PolicyConfig(tool_rounds=3, text_tokens=48, seed=0)
-    req = InferenceRequest("r", "m", [1, 2], metadata=(("emulator.text_tokens", "7"), ("emulator.tool_rounds", "0"),
-                                                      ("emulator.seed", "9"), ("user_tag", "x")))
+    req = InferenceRequest(
+        "r",
+        "m",
+        [1, 2],
+        metadata=(
+            ("emulator.text_tokens", "7"),
+            ("emulator.tool_rounds", "0"),
+            ("emulator.seed", "9"),
+            ("user_tag", "x"),
+        ),
+    )
     assert policy_for(req, base) == PolicyConfig(tool_rounds=0, text_tokens=7, seed=9)
     assert policy_for(InferenceRequest("r", "m", [1]), base) is base
 
@@ -332,14 +356,27 @@ def test_a_text_length_knob_shapes_the_answer_and_tool_rounds_end_the_loop():
     from inference.policy import policy_for
 
     tool = ToolSpec("t", {"type": "object", "properties": {}})
-    req = InferenceRequest("r", "m", [1, 2], tools=(tool,), tool_results_in_context=1,
-                           metadata=(("emulator.tool_rounds", "1"), ("emulator.text_tokens", "5")))
+    req = InferenceRequest(
+        "r",
+        "m",
+        [1, 2],
+        tools=(tool,),
+        tool_results_in_context=1,
+        metadata=(("emulator.tool_rounds", "1"), ("emulator.text_tokens", "5")),
+    )
     out = pol.plan(req, policy_for(req, PolicyConfig(tool_rounds=3)))
     assert isinstance(out.segments[0], pol.TextSegment) and out.total_tokens == 5
 
 
-@pytest.mark.parametrize(("key", "value"), [("emulator.text_tokens", "0"), ("emulator.tool_rounds", "-1"),
-                                            ("emulator.seed", "abc"), ("emulator.text_tokens", "1.5")])
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("emulator.text_tokens", "0"),
+        ("emulator.tool_rounds", "-1"),
+        ("emulator.seed", "abc"),
+        ("emulator.text_tokens", "1.5"),
+    ],
+)
 def test_an_invalid_knob_value_is_a_typed_error(key, value):
     from inference.policy import InvalidMetadata, policy_for
 
@@ -352,8 +389,11 @@ def test_the_plan_follows_the_tool_outputs():
     from inference.chat_format import render_function_call, render_function_call_output
 
     def planned(output: str) -> pol.OutputPlan:
-        prompt = (render_message("user", "fix the test") + render_function_call("read_file", '{"path": "a.py"}')
-                  + render_function_call_output(output))
+        prompt = (
+            render_message("user", "fix the test")
+            + render_function_call("read_file", '{"path": "a.py"}')
+            + render_function_call_output(output)
+        )
         return pol.plan(request(prompt_token_ids=prompt, tools=(READ, LS), tool_results_in_context=1), POLICY)
 
     assert planned("print(1)") == planned("print(1)")
@@ -380,6 +420,7 @@ def test_reasoning_length_is_drawn_per_response_from_its_lognormal():
 
 # --- safe in a real checkout ------------------------------------------------------------
 
+
 def test_shell_commands_are_read_only():
     from inference.schema_values import COMMANDS
 
@@ -392,8 +433,11 @@ def test_shell_commands_are_read_only():
         assert command == "git --no-optional-locks status --short" or " status" not in command
 
 
-WRITE = {"type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
-         "required": ["path", "content"]}
+WRITE = {
+    "type": "object",
+    "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+    "required": ["path", "content"],
+}
 
 
 @pytest.mark.parametrize("name", ["write_file", "apply_patch", "deleteFile", "remove-dir", "fs.move"])
@@ -406,7 +450,7 @@ def test_a_tool_that_changes_files_gets_paths_that_exist_nowhere(name):
         path = json.loads(seg.arguments)["path"]
         directory, _, rest = path.partition("/")
         assert directory.startswith(SCRATCH_DIR) and len(directory) == len(SCRATCH_DIR) + 8
-        int(directory[len(SCRATCH_DIR):], 16)
+        int(directory[len(SCRATCH_DIR) :], 16)
         assert rest in PATHS
 
 
@@ -418,9 +462,14 @@ def test_a_tool_that_reads_gets_ordinary_paths():
 
 
 def test_numbers_are_whole_when_the_bounds_allow_it():
-    schema = {"type": "object", "properties": {"yield_time_ms": {"type": "number"},
-                                               "ratio": {"type": "number", "minimum": 0.1, "maximum": 0.9}},
-              "required": ["yield_time_ms", "ratio"]}
+    schema = {
+        "type": "object",
+        "properties": {
+            "yield_time_ms": {"type": "number"},
+            "ratio": {"type": "number", "minimum": 0.1, "maximum": 0.9},
+        },
+        "required": ["yield_time_ms", "ratio"],
+    }
     for i in range(20):
         args = json.loads(pol.arguments_for(schema, random.Random(i)))
         assert isinstance(args["yield_time_ms"], int) and isinstance(args["ratio"], float)

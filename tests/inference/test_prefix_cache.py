@@ -23,8 +23,17 @@ def toks(n: int, start: int = 0) -> list[int]:
 
 @pytest.mark.parametrize(
     ("reused", "reported"),
-    [(0, 0), (127, 0), (1023, 0), (1024, 1024), (1100, 1024), (1151, 1024), (1152, 1152),
-     (5000, 4992), (128_000, 128_000)],
+    [
+        (0, 0),
+        (127, 0),
+        (1023, 0),
+        (1024, 1024),
+        (1100, 1024),
+        (1151, 1024),
+        (1152, 1152),
+        (5000, 4992),
+        (128_000, 128_000),
+    ],
 )
 def test_reported_cached_tokens_follow_openai_rules(reused, reported):
     # From 1024 tokens, in 128-token steps, rounded down: never more than was reused.
@@ -115,7 +124,9 @@ def test_zero_capacity_disables_the_cache():
     assert cache.lookup(toks(20)).reused_tokens == 0 and len(cache) == 0
 
 
-@given(st.lists(st.lists(st.integers(0, 3), max_size=40), max_size=6), st.lists(st.integers(0, 3), max_size=40))
+@given(
+    st.lists(st.lists(st.integers(0, 3), max_size=40), max_size=6), st.lists(st.integers(0, 3), max_size=40)
+)
 def test_reuse_is_the_longest_inserted_full_block_prefix(inserted, prompt):
     cache = PrefixCache(capacity_blocks=10_000, block_tokens=B)
     for seq in inserted:
@@ -137,7 +148,14 @@ def test_stats_count_lookups_blocks_and_tokens():
     cache.lookup(toks(13))  # 2 hits, 1 miss
     cache.insert(toks(13))  # a third block: one eviction
     assert cache.stats() == {
-        "block_tokens": B, "blocks": 2, "capacity_blocks": 2, "lookups": 2,
-        "hit_blocks": 2, "miss_blocks": 3, "evicted_blocks": 1,
-        "reused_tokens_total": 8, "prompt_tokens_total": 22, "block_hit_rate": 0.4,
+        "block_tokens": B,
+        "blocks": 2,
+        "capacity_blocks": 2,
+        "lookups": 2,
+        "hit_blocks": 2,
+        "miss_blocks": 3,
+        "evicted_blocks": 1,
+        "reused_tokens_total": 8,
+        "prompt_tokens_total": 22,
+        "block_hit_rate": 0.4,
     }

@@ -28,8 +28,12 @@ def ids(n: int, seed: int) -> array:
 
 def known_of(tokens: array, root: int, memo: PromptMemo, session: str, seed: int = 0) -> None:
     _, digest = digest_of(as_bytes(tokens), seed, None)
-    memo.remember(session, Known(len(tokens), check(as_bytes(tokens)), root,
-                                 tuple(block_keys(tokens, BLOCK, root=root)), digest))
+    memo.remember(
+        session,
+        Known(
+            len(tokens), check(as_bytes(tokens)), root, tuple(block_keys(tokens, BLOCK, root=root)), digest
+        ),
+    )
 
 
 def test_a_prompt_that_extends_the_conversation_is_recalled_with_its_checksums():
@@ -90,8 +94,13 @@ def conversation(engine: Engine, edit_at: int | None) -> list[list]:
             prompt.extend(cf.render_message("user", f"Step {turn}: fix the next bug in module {turn}."))
             if turn == edit_at:
                 prompt[3] += 1
-            request = InferenceRequest(request_id=f"r{turn}", model="emu-test", prompt_token_ids=array("I", prompt),
-                                       session_key="sess", cache_scope="key:a")
+            request = InferenceRequest(
+                request_id=f"r{turn}",
+                model="emu-test",
+                prompt_token_ids=array("I", prompt),
+                session_key="sess",
+                cache_scope="key:a",
+            )
             chunks = [chunk async for chunk in engine.generate(request)]
             done = next(e for chunk in chunks for e in chunk if isinstance(e, Done))
             prompt.extend(done.context_token_ids)

@@ -43,7 +43,9 @@ def test_the_documented_example_parses_and_turn_i_answers_the_ith_request():
     assert [type(s).__name__ for s in first] == ["ReasoningSegment", "TextSegment", "FunctionCallSegment"]
     assert len(first[0].token_ids) == 30
     assert decode(first[1].token_ids) == "Let me look at the files."
-    assert json.loads(first[2].arguments) == {"cmd": "ls"} and first[2].token_ids == tuple(encode(first[2].arguments))
+    assert json.loads(first[2].arguments) == {"cmd": "ls"} and first[2].token_ids == tuple(
+        encode(first[2].arguments)
+    )
     second = pol.plan(request(conversation(1)), policy).segments
     assert [s.name for s in second] == ["exec_command", "apply_patch"]
     assert second[0].arguments == '{"cmd": "cat README.md"}'
@@ -64,7 +66,9 @@ def test_past_the_last_turn_the_policy_decides_or_the_last_turn_repeats():
 
 
 def test_text_tokens_reasoning_and_argument_sizes_are_exact_and_the_same_on_every_prompt():
-    turn = sc.Turn(reasoning_tokens=120, text_tokens=45, calls=[sc.ScriptedCall(name="f", arguments_tokens=300)])
+    turn = sc.Turn(
+        reasoning_tokens=120, text_tokens=45, calls=[sc.ScriptedCall(name="f", arguments_tokens=300)]
+    )
     scenario = sc.Scenario(turns=[turn], after_last="repeat_last")
     a = pol.plan(request(conversation(0)), PolicyConfig(scenario=scenario)).segments
     b = pol.plan(request(conversation(3)), PolicyConfig(scenario=scenario)).segments
@@ -82,20 +86,25 @@ def test_arguments_of_a_size_are_json_of_that_many_tokens(n):
 
 def test_max_output_tokens_still_cuts_a_scripted_text():
     scenario = sc.Scenario(turns=[sc.Turn(text_tokens=500)])
-    segments = pol.plan(request(conversation(0), max_output_tokens=20), PolicyConfig(scenario=scenario)).segments
+    segments = pol.plan(
+        request(conversation(0), max_output_tokens=20), PolicyConfig(scenario=scenario)
+    ).segments
     assert len(segments[0].token_ids) == 21  # one past the limit: the engine sees the cut
 
 
-@pytest.mark.parametrize("bad", [
-    {"turns": []},
-    {"turns": [{}]},
-    {"turns": [{"text": "a", "text_tokens": 3}]},
-    {"turns": [{"calls": [{"name": "f"}]}]},
-    {"turns": [{"calls": [{"name": "f", "arguments": "{}", "arguments_tokens": 3}]}]},
-    {"turns": [{"text": "a", "error": {"code": "server_error"}}]},
-    {"turns": [{"error": {"code": "no_such_code"}}]},
-    {"turns": [{"text": "a", "unknown": 1}]},
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"turns": []},
+        {"turns": [{}]},
+        {"turns": [{"text": "a", "text_tokens": 3}]},
+        {"turns": [{"calls": [{"name": "f"}]}]},
+        {"turns": [{"calls": [{"name": "f", "arguments": "{}", "arguments_tokens": 3}]}]},
+        {"turns": [{"text": "a", "error": {"code": "server_error"}}]},
+        {"turns": [{"error": {"code": "no_such_code"}}]},
+        {"turns": [{"text": "a", "unknown": 1}]},
+    ],
+)
 def test_a_malformed_scenario_is_refused(bad):
     with pytest.raises(ValidationError):
         sc.Scenario.model_validate(bad)
@@ -120,8 +129,14 @@ def test_metadata_carries_a_scenario_or_one_turn_and_a_turn_wins():
     assert only.after_last == "policy" and only.turns[0].text == "from the scenario"
 
 
-@pytest.mark.parametrize("key,value", [("emulator.turn", "not json"), ("emulator.turn", '{"text": 3}'),
-                                       ("emulator.scenario", '{"turns": [{}]}')])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("emulator.turn", "not json"),
+        ("emulator.turn", '{"text": 3}'),
+        ("emulator.scenario", '{"turns": [{}]}'),
+    ],
+)
 def test_a_bad_scenario_in_metadata_is_invalid_metadata(key, value):
     with pytest.raises(pol.InvalidMetadata) as caught:
         pol.metadata_overrides([(key, value)])
@@ -130,11 +145,16 @@ def test_a_bad_scenario_in_metadata_is_invalid_metadata(key, value):
 
 def test_responses_in_context_counts_runs_of_output_segments():
     assert sc.responses_in_context(render_message("user", "hi")) == 0
-    tokens = (render_message("user", "hi") + render_message("assistant", "hello") + render_message("user", "more")
-              + render_function_call("f", "{}") + render_function_call("g", "{}")
-              + render_function_call_output("x") + render_function_call_output("y"))
+    tokens = (
+        render_message("user", "hi")
+        + render_message("assistant", "hello")
+        + render_message("user", "more")
+        + render_function_call("f", "{}")
+        + render_function_call("g", "{}")
+        + render_function_call_output("x")
+        + render_function_call_output("y")
+    )
     assert sc.responses_in_context(tokens) == 2
-
 
 
 def test_a_scripted_call_of_a_custom_tool_is_a_custom_call_and_counts_as_a_response():
@@ -142,13 +162,19 @@ def test_a_scripted_call_of_a_custom_tool_is_a_custom_call_and_counts_as_a_respo
     from inference.types import ToolSpec
 
     patch = "*** Begin Patch\n*** Delete File: README.md\n*** End Patch"  # a scenario may name real paths
-    scenario = sc.Scenario(turns=[sc.Turn(calls=[sc.ScriptedCall(name="apply_patch", arguments=patch)]),
-                                  sc.Turn(text="done")])
+    scenario = sc.Scenario(
+        turns=[sc.Turn(calls=[sc.ScriptedCall(name="apply_patch", arguments=patch)]), sc.Turn(text="done")]
+    )
     tools = (ToolSpec("apply_patch", custom=True), ToolSpec("exec_command"))
-    (seg,) = pol.plan(request(render_message("user", "go"), tools=tools), PolicyConfig(scenario=scenario)).segments
+    (seg,) = pol.plan(
+        request(render_message("user", "go"), tools=tools), PolicyConfig(scenario=scenario)
+    ).segments
     assert seg.custom and seg.name == "apply_patch" and seg.arguments == patch
-    after = render_message("user", "go") + render_custom_tool_call("apply_patch", patch) \
+    after = (
+        render_message("user", "go")
+        + render_custom_tool_call("apply_patch", patch)
         + render_message("user", "applied")
+    )
     assert sc.responses_in_context(after) == 1
     (text,) = pol.plan(request(after, tools=tools), PolicyConfig(scenario=scenario)).segments
     assert decode(text.token_ids) == "done"

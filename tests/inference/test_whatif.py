@@ -85,11 +85,24 @@ def test_a_hop_costs_its_latency_plus_its_bytes():
 def test_every_cost_parameter_has_a_source_or_is_marked_an_assumption():
     config = WhatIfConfig(safety_model=SafetyModelConfig(enabled=True), hop=HopConfig(enabled=True))
     rows = {r["parameter"]: r for r in parameters(config)}
-    assert set(rows) == {"safety_model.tokens_per_s", "safety_model.overhead_ms", "safety_model.window_tokens",
-                         "hop.latency_ms", "hop.per_kb_us", "hop.bytes_per_token"}
+    assert set(rows) == {
+        "safety_model.tokens_per_s",
+        "safety_model.overhead_ms",
+        "safety_model.window_tokens",
+        "hop.latency_ms",
+        "hop.per_kb_us",
+        "hop.bytes_per_token",
+    }
     assert rows["safety_model.tokens_per_s"]["source"] == "assumption"
     assert rows["hop.latency_ms"]["source"] != "assumption"
     for section in (SafetyModelConfig, HopConfig):
         for name, info in section.model_fields.items():
-            if name in ("tokens_per_s", "overhead_ms", "window_tokens", "latency_ms", "per_kb_us", "bytes_per_token"):
+            if name in (
+                "tokens_per_s",
+                "overhead_ms",
+                "window_tokens",
+                "latency_ms",
+                "per_kb_us",
+                "bytes_per_token",
+            ):
                 assert "[source: " in info.description or "[assumption]" in info.description, name

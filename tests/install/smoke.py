@@ -60,8 +60,11 @@ def wait_started(proc: subprocess.Popen, log: Path) -> None:
 
 async def one_turn(base: str) -> str:
     async with websockets.connect(base.replace("http", "ws", 1) + "/v1/responses") as ws:
-        await ws.send(json.dumps({"type": "response.create", "model": "emu-fast", "store": False,
-                                  "input": "Say hello."}))
+        await ws.send(
+            json.dumps(
+                {"type": "response.create", "model": "emu-fast", "store": False, "input": "Say hello."}
+            )
+        )
         text = []
         async with asyncio.timeout(60):
             while True:
@@ -83,8 +86,13 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="rws-smoke-") as work:
         log = Path(work) / "serve.log"
         with open(log, "w") as out:
-            proc = subprocess.Popen([exe, "serve", "--port", str(port)], cwd=work, stdout=out,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(
+                [exe, "serve", "--port", str(port)],
+                cwd=work,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         try:
             wait_started(proc, log)
             if get(f"{base}/healthz") != (200, {"status": "ok"}):
@@ -105,8 +113,10 @@ def main() -> int:
             raise SystemExit(f"responses-ws serve exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
         if not (Path(work) / "data").is_dir():
             raise SystemExit("the store's data directory was not created in the working directory")
-    print(f"smoke OK: Python {platform.python_version()}, {version}, from {work}: /healthz, /readyz, "
-          f"one WebSocket turn ({len(text)} chars of text), clean stop")
+    print(
+        f"smoke OK: Python {platform.python_version()}, {version}, from {work}: /healthz, /readyz, "
+        f"one WebSocket turn ({len(text)} chars of text), clean stop"
+    )
     return 0
 
 

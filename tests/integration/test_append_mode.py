@@ -16,18 +16,39 @@ MODEL = "emu-fast"
 async def rollout(url: str, rounds: int) -> list[dict]:
     events = []
     async with websockets.connect(url) as ws:
-        await ws.send(json.dumps({"type": "response.create", "model": MODEL, "input": "Fix the bug",
-                                  "tools": TOOLS, "store": False,
-                                  "metadata": {"emulator.tool_rounds": str(rounds)}}))
+        await ws.send(
+            json.dumps(
+                {
+                    "type": "response.create",
+                    "model": MODEL,
+                    "input": "Fix the bug",
+                    "tools": TOOLS,
+                    "store": False,
+                    "metadata": {"emulator.tool_rounds": str(rounds)},
+                }
+            )
+        )
         while True:
             ev = validated(await ws.recv())
             events.append(ev)
             if ev["type"] in FINAL_EVENT_TYPES:
                 return events
             if ev["type"] == "response.output_item.done" and ev["item"]["type"] == "function_call":
-                await ws.send(json.dumps({"type": "response.append", "response_id": events[0]["response"]["id"],
-                                          "input": [{"type": "function_call_output", "call_id": ev["item"]["call_id"],
-                                                     "output": "print('hello')"}]}))
+                await ws.send(
+                    json.dumps(
+                        {
+                            "type": "response.append",
+                            "response_id": events[0]["response"]["id"],
+                            "input": [
+                                {
+                                    "type": "function_call_output",
+                                    "call_id": ev["item"]["call_id"],
+                                    "output": "print('hello')",
+                                }
+                            ],
+                        }
+                    )
+                )
 
 
 def test_a_rollout_is_one_response_paused_on_each_tool_call(ws_url):
@@ -43,13 +64,19 @@ def test_a_rollout_is_one_response_paused_on_each_tool_call(ws_url):
 def test_the_header_opts_in_too_and_standard_connections_are_unaffected(ws_url):
     async def standard():
         async with websockets.connect(ws_url) as ws:
-            await ws.send(json.dumps({"type": "response.create", "model": MODEL, "input": "x", "tools": TOOLS,
-                                      "store": False}))
+            await ws.send(
+                json.dumps(
+                    {"type": "response.create", "model": MODEL, "input": "x", "tools": TOOLS, "store": False}
+                )
+            )
             first = []
             while not first or first[-1]["type"] not in FINAL_EVENT_TYPES:
                 first.append(validated(await ws.recv()))
-            await ws.send(json.dumps({"type": "response.append", "response_id": first[0]["response"]["id"],
-                                      "input": []}))
+            await ws.send(
+                json.dumps(
+                    {"type": "response.append", "response_id": first[0]["response"]["id"], "input": []}
+                )
+            )
             return first, validated(await ws.recv())
 
     first, err = asyncio.run(standard())
@@ -58,8 +85,11 @@ def test_the_header_opts_in_too_and_standard_connections_are_unaffected(ws_url):
 
     async def with_header():
         async with websockets.connect(ws_url, additional_headers={"X-Responses-WS-Mode": "append"}) as ws:
-            await ws.send(json.dumps({"type": "response.create", "model": MODEL, "input": "x", "tools": TOOLS,
-                                      "store": False}))
+            await ws.send(
+                json.dumps(
+                    {"type": "response.create", "model": MODEL, "input": "x", "tools": TOOLS, "store": False}
+                )
+            )
             while True:
                 ev = validated(await ws.recv())
                 if ev["type"] == "response.output_item.done":

@@ -13,10 +13,24 @@ from bench.workload import Workload
 
 
 def test_every_transport_completes_the_same_agent_loop(server_url):
-    w = Workload(tool_rounds=3, system_tokens=600, tool_def_tokens=400, tool_output_tokens=150,
-                 text_tokens=12, tool_time_ms=1)
-    records = asyncio.run(run_bench(server_url, w, ["ws", "append", "http-chained", "http-full"], rollouts=1,
-                                    concurrency=4, warmup=False))
+    w = Workload(
+        tool_rounds=3,
+        system_tokens=600,
+        tool_def_tokens=400,
+        tool_output_tokens=150,
+        text_tokens=12,
+        tool_time_ms=1,
+    )
+    records = asyncio.run(
+        run_bench(
+            server_url,
+            w,
+            ["ws", "append", "http-chained", "http-full"],
+            rollouts=1,
+            concurrency=4,
+            warmup=False,
+        )
+    )
     assert sorted(r.transport for r in records) == ["append", "http-chained", "http-full", "ws"]
     for r in records:
         assert r.error is None, r.error

@@ -27,8 +27,10 @@ TEXT = {"emulator.tool_rounds": "0", "emulator.text_tokens": "8"}  # a short tex
 def long_prompt() -> str:
     """~3000 tokens, unique to the call (the emulator reports cached tokens from 1024 on)."""
     tag = secrets.token_hex(6)
-    return "\n".join(f"Record {i} of batch {tag}: the parcel in bay {i * 7 % 13} weighs {i % 11} kilos."
-                     for i in range(160))
+    return "\n".join(
+        f"Record {i} of batch {tag}: the parcel in bay {i * 7 % 13} weighs {i % 11} kilos."
+        for i in range(160)
+    )
 
 
 def cached(response: dict[str, Any]) -> int:
@@ -47,7 +49,9 @@ async def over_socket(url: str, key: str, body: dict[str, Any]) -> dict[str, Any
 
 
 async def over_http(url: str, key: str, body: dict[str, Any]) -> dict[str, Any]:
-    async with httpx.AsyncClient(base_url=url, timeout=60, headers={"Authorization": f"Bearer {key}"}) as http:
+    async with httpx.AsyncClient(
+        base_url=url, timeout=60, headers={"Authorization": f"Bearer {key}"}
+    ) as http:
         r = await http.post("/v1/responses", json=body)
     assert r.status_code == 200, r.text
     return r.json()
@@ -73,8 +77,12 @@ def test_one_cache_scope_per_api_key_across_transports_and_replicas(two_replicas
 
     got = asyncio.run(main())
     assert got["alice http first"] == 0 and got["alice socket first"] == 0
-    for same_key in ("alice socket, same prompt", "alice http again", "alice http after her socket",
-                     "alice new socket after it"):
+    for same_key in (
+        "alice socket, same prompt",
+        "alice http again",
+        "alice http after her socket",
+        "alice new socket after it",
+    ):
         assert got[same_key] >= 1024, (same_key, got)  # shared by the key's transports, on one replica
     assert got["bob socket, same prompt"] == 0 and got["bob http, same prompt"] == 0, got  # never across keys
 
@@ -83,16 +91,27 @@ def test_a_rollout_gives_the_same_output_on_every_transport(server_url):
     """The same 6-turn tool loop (5 tool rounds, then text) over a WebSocket, chained HTTP
     and HTTP with the whole history resent, each in its own cache scope (API key): identical
     output items, prompt sizes and prefix-cache hits, turn by turn — the same model time."""
-    w = wl.Workload(tool_rounds=5, system_tokens=1500, tool_def_tokens=400, tool_output_tokens=120,
-                    text_tokens=24, tool_time_ms=0)
+    w = wl.Workload(
+        tool_rounds=5,
+        system_tokens=1500,
+        tool_def_tokens=400,
+        tool_output_tokens=120,
+        text_tokens=24,
+        tool_time_ms=0,
+    )
     rollout = 3
 
     async def drive(transport: str) -> list[list[tuple[str, ...]]]:
         t = TRANSPORTS[transport](server_url, f"sk-rollout-{transport}")
-        base = {"model": w.model, "instructions": wl.instructions(w.system_tokens, w.seed), "tools": wl.tools(w),
-                "metadata": wl.metadata(w, rollout)}
-        new_items: list[dict[str, Any]] = [{"role": "user", "content": [
-            {"type": "input_text", "text": wl.task(w, rollout)}]}]
+        base = {
+            "model": w.model,
+            "instructions": wl.instructions(w.system_tokens, w.seed),
+            "tools": wl.tools(w),
+            "metadata": wl.metadata(w, rollout),
+        }
+        new_items: list[dict[str, Any]] = [
+            {"role": "user", "content": [{"type": "input_text", "text": wl.task(w, rollout)}]}
+        ]
         turns = []
         await t.open()
         try:
@@ -100,16 +119,26 @@ def test_a_rollout_gives_the_same_output_on_every_transport(server_url):
                 out = await t.turn(base, new_items)
                 assert out.error is None and out.response is not None, (transport, turn, out.error)
                 output, usage = out.response["output"], out.response["usage"]
-                turns.append([(usage["input_tokens"], usage["input_tokens_details"]["cached_tokens"])] + [
-                    ("function_call", o["name"], o["arguments"]) if o["type"] == "function_call"
-                    else (o["type"], "".join(c.get("text", "") for c in o.get("content", [])))
-                    for o in output])
+                turns.append(
+                    [(usage["input_tokens"], usage["input_tokens_details"]["cached_tokens"])]
+                    + [
+                        ("function_call", o["name"], o["arguments"])
+                        if o["type"] == "function_call"
+                        else (o["type"], "".join(c.get("text", "") for c in o.get("content", [])))
+                        for o in output
+                    ]
+                )
                 calls = [o for o in output if o["type"] == "function_call"]
                 if not calls:
                     break
-                new_items = [{"type": "function_call_output", "call_id": c["call_id"],
-                              "output": wl.tool_output(w, rollout, turn, i, c["name"])}
-                             for i, c in enumerate(calls)]
+                new_items = [
+                    {
+                        "type": "function_call_output",
+                        "call_id": c["call_id"],
+                        "output": wl.tool_output(w, rollout, turn, i, c["name"]),
+                    }
+                    for i, c in enumerate(calls)
+                ]
         finally:
             await t.close()
         return turns

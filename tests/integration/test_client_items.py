@@ -18,12 +18,27 @@ MODEL = "emu-fast"
 HISTORY = [
     {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "fix the parser"}]},
     {"type": "reasoning", "summary": [{"type": "summary_text", "text": "plan"}], "encrypted_content": "gAAA"},
-    {"type": "message", "role": "assistant", "phase": "commentary",
-     "content": [{"type": "output_text", "text": "Looking."}]},
-    {"type": "function_call", "call_id": "call_f", "name": "spawn", "namespace": "multi_agent_v1", "arguments": "{}"},
+    {
+        "type": "message",
+        "role": "assistant",
+        "phase": "commentary",
+        "content": [{"type": "output_text", "text": "Looking."}],
+    },
+    {
+        "type": "function_call",
+        "call_id": "call_f",
+        "name": "spawn",
+        "namespace": "multi_agent_v1",
+        "arguments": "{}",
+    },
     {"type": "function_call_output", "call_id": "call_f", "output": "spawned"},
     GOAL,
-    {"type": "custom_tool_call", "call_id": "call_p", "name": "apply_patch", "input": "*** Begin Patch\n*** End Patch"},
+    {
+        "type": "custom_tool_call",
+        "call_id": "call_p",
+        "name": "apply_patch",
+        "input": "*** Begin Patch\n*** End Patch",
+    },
     {"type": "custom_tool_call_output", "call_id": "call_p", "output": "apply_patch verification failed"},
     *TOOL_ITEMS,
     {"id": "msg_unknown"},  # an item reference without its type
@@ -39,7 +54,9 @@ def test_a_full_history_of_every_shape_is_answered_over_http_and_listed_as_sent(
         assert r.status_code == 200, r.text
         response = r.json()
         assert response["status"] == "completed" and response["output"][0]["type"] == "message"
-        listed = http.get(f"/v1/responses/{response['id']}/input_items", params={"order": "asc", "limit": 100})
+        listed = http.get(
+            f"/v1/responses/{response['id']}/input_items", params={"order": "asc", "limit": 100}
+        )
     items = listed.json()["data"]
     assert len(items) == len(HISTORY)
     for sent, stored, parsed in zip(HISTORY, items, parse_items(HISTORY)):
@@ -49,20 +66,46 @@ def test_a_full_history_of_every_shape_is_answered_over_http_and_listed_as_sent(
 def test_on_a_socket_the_history_is_accepted_and_a_custom_call_is_answered_by_its_output(ws_url):
     async def main():
         async with websockets.connect(ws_url, additional_headers={"Authorization": "Bearer sk-items"}) as ws:
-            await ws.send(json.dumps({"type": "response.create", "model": MODEL, "store": False,
-                                      "input": HISTORY, "tools": [PATCH_TOOL], "tool_choice": "required"}))
+            await ws.send(
+                json.dumps(
+                    {
+                        "type": "response.create",
+                        "model": MODEL,
+                        "store": False,
+                        "input": HISTORY,
+                        "tools": [PATCH_TOOL],
+                        "tool_choice": "required",
+                    }
+                )
+            )
             first = await raw_collect(ws)  # every frame validated strictly as an SDK event
             call = first[-1]["response"]["output"][0]
-            await ws.send(json.dumps({"type": "response.create", "model": MODEL, "store": False,
-                                      "previous_response_id": first[-1]["response"]["id"],
-                                      "tools": [PATCH_TOOL], "tool_choice": "none",
-                                      "input": [{"type": "custom_tool_call_output", "call_id": call["call_id"],
-                                                 "output": "verification failed"}]}))
+            await ws.send(
+                json.dumps(
+                    {
+                        "type": "response.create",
+                        "model": MODEL,
+                        "store": False,
+                        "previous_response_id": first[-1]["response"]["id"],
+                        "tools": [PATCH_TOOL],
+                        "tool_choice": "none",
+                        "input": [
+                            {
+                                "type": "custom_tool_call_output",
+                                "call_id": call["call_id"],
+                                "output": "verification failed",
+                            }
+                        ],
+                    }
+                )
+            )
             return first, call, await raw_collect(ws)
 
     first, call, second = asyncio.run(main())
     kinds = [e["type"] for e in first]
-    assert "response.custom_tool_call_input.delta" in kinds and "response.custom_tool_call_input.done" in kinds
+    assert (
+        "response.custom_tool_call_input.delta" in kinds and "response.custom_tool_call_input.done" in kinds
+    )
     assert call["type"] == "custom_tool_call" and call["name"] == "apply_patch"
     assert call["input"].startswith("*** Begin Patch\n*** Update File: emulator-scratch-")
     assert second[-1]["type"] == "response.completed", second[-1]

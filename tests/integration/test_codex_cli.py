@@ -40,7 +40,7 @@ PROMPTS = (
 # A small checkout with the files the scripted model's paths name (inference/schema_values.py).
 CHECKOUT = {
     "README.md": "# demo\n\nA checkout Codex works in during the test.\n",
-    "pyproject.toml": "[project]\nname = \"demo\"\nversion = \"0.1.0\"\n",
+    "pyproject.toml": '[project]\nname = "demo"\nversion = "0.1.0"\n',
     "src/main.py": "print('hello')\n",
     "src/utils/io.py": "def helper():\n    return 1\n",
     "tests/test_parser.py": "def test_parser():\n    assert True\n",
@@ -94,8 +94,11 @@ def test_codex_exec_completes_its_turns_over_each_transport(transport, codex_ser
         assert not [i for i in items if i["type"] == "error"], items
         assert items[-1]["type"] == "agent_message" and items[-1]["text"]
     records = rollout_records(home)
-    calls = Counter(r["payload"]["name"] for r in records if r["type"] == "response_item"
-                    and r["payload"].get("type") in ("function_call", "custom_tool_call"))
+    calls = Counter(
+        r["payload"]["name"]
+        for r in records
+        if r["type"] == "response_item" and r["payload"].get("type") in ("function_call", "custom_tool_call")
+    )
     print(f"codex exec over {transport}: {times} s for {len(PROMPTS)} prompts; calls {dict(calls)}")
     assert calls["exec_command"] >= 1, calls  # Codex's shell tool
     assert calls["apply_patch"] >= 1, calls  # its patch tool (freeform: a custom tool call)
@@ -105,8 +108,11 @@ def test_codex_exec_completes_its_turns_over_each_transport(transport, codex_ser
     # Every response Codex used is in the server's ledger under the transport asked for.
     used = {r["payload"]["response_id"] for r in records if r["type"] == "token_usage_record"}
     assert len(used) >= len(PROMPTS) * (ROUNDS + 1)
-    seen = wait_for(lambda: (lambda got: got if len(got) == len(used) else None)(ledger(store, used)),
-                    timeout_s=20, what="the ledger lines of Codex's responses")
+    seen = wait_for(
+        lambda: (lambda got: got if len(got) == len(used) else None)(ledger(store, used)),
+        timeout_s=20,
+        what="the ledger lines of Codex's responses",
+    )
     assert set(seen.values()) == {transport}, Counter(seen.values())
 
     assert snapshot(workdir) == before  # nothing overwritten, deleted or added

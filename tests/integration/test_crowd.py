@@ -40,7 +40,11 @@ def create(**body: Any) -> str:
 def settled(app: str) -> dict | None:
     """The gateway's stats once no socket is open and no pool slot is taken."""
     stats = gateway_stats(app)
-    return stats if stats["open_connections"] == 0 and stats["connections"] == 0 and stats["starting"] == 0 else None
+    return (
+        stats
+        if stats["open_connections"] == 0 and stats["connections"] == 0 and stats["starting"] == 0
+        else None
+    )
 
 
 def assert_one_response(events: list[dict]) -> dict:
@@ -55,8 +59,13 @@ def assert_one_response(events: list[dict]) -> dict:
 
 
 def output_text(response: dict) -> str:
-    return "".join(part["text"] for item in response["output"] if item["type"] == "message"
-                   for part in item["content"] if part["type"] == "output_text")
+    return "".join(
+        part["text"]
+        for item in response["output"]
+        if item["type"] == "message"
+        for part in item["content"]
+        if part["type"] == "output_text"
+    )
 
 
 # ------------------------------------------------------------------ a burst on the default config
@@ -86,8 +95,10 @@ def test_a_burst_of_100_connections_on_the_default_config_is_packed_on_a_few_hos
 
     async def main():
         t0 = time.monotonic()
-        opened = await asyncio.gather(*(websockets.connect(ws_url, open_timeout=OPEN_TIMEOUT_S)
-                                        for _ in range(BURST)), return_exceptions=True)
+        opened = await asyncio.gather(
+            *(websockets.connect(ws_url, open_timeout=OPEN_TIMEOUT_S) for _ in range(BURST)),
+            return_exceptions=True,
+        )
         measured["open_s"] = time.monotonic() - t0
         sockets = [ws for ws in opened if not isinstance(ws, BaseException)]
         try:
@@ -114,10 +125,12 @@ def test_a_burst_of_100_connections_on_the_default_config_is_packed_on_a_few_hos
         assert stats["actors"] + stats["starting"] <= MAX_HOSTS, (when, stats)
     t2 = time.monotonic()
     after = wait_for(lambda: settled(BURST_APP), 30.0, "every slot to be given back")
-    print(f"\nburst: {BURST} opened in {measured['open_s']:.2f}s, {len(responses)} turns in "
-          f"{measured['turns_s']:.2f}s; hosts before {before['actors']}, while open "
-          f"{measured['while_open']['actors']}(+{measured['while_open']['starting']} starting), after turns "
-          f"{measured['after_turns']['actors']}; settled in {time.monotonic() - t2:.2f}s: {after}")
+    print(
+        f"\nburst: {BURST} opened in {measured['open_s']:.2f}s, {len(responses)} turns in "
+        f"{measured['turns_s']:.2f}s; hosts before {before['actors']}, while open "
+        f"{measured['while_open']['actors']}(+{measured['while_open']['starting']} starting), after turns "
+        f"{measured['after_turns']['actors']}; settled in {time.monotonic() - t2:.2f}s: {after}"
+    )
     assert after["actors"] <= MAX_HOSTS
 
 
@@ -183,16 +196,24 @@ def test_a_redeploy_closes_every_socket_1012_and_the_sdk_reconnects_them_all(ray
             first = served[i]["first"] = assert_one_response(await read_turn(events))
             # The next thing on this socket is the server's 1012: the iterator reconnects.
             reader = asyncio.create_task(read_turn(events))
-            await asyncio.wait([reader, asyncio.create_task(reconnecting.wait())],
-                               return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(
+                [reader, asyncio.create_task(reconnecting.wait())], return_when=asyncio.FIRST_COMPLETED
+            )
             if not reconnecting.is_set():  # the iterator ended (or raised) without a reconnect
                 raise AssertionError(f"agent {i}: no reconnect; the socket gave {reader.result()}")
             served[i]["closed_at"] = time.monotonic()
             # Sent while the SDK reconnects: it queues the frame and flushes it on the new
             # socket.  Full input: the new socket has no cache to continue from.
-            await conn.response.create(model=MODEL, store=False, metadata=SHORT, input=[
-                *first_input, {"role": "assistant", "content": output_text(first)},
-                {"role": "user", "content": f"agent {i}: after the redeploy"}])
+            await conn.response.create(
+                model=MODEL,
+                store=False,
+                metadata=SHORT,
+                input=[
+                    *first_input,
+                    {"role": "assistant", "content": output_text(first)},
+                    {"role": "user", "content": f"agent {i}: after the redeploy"},
+                ],
+            )
             served[i]["second"] = assert_one_response(await reader)
             served[i]["served_at"] = time.monotonic()
             await release.wait()  # the test reads the new gateway's stats with every socket open
@@ -231,10 +252,12 @@ def test_a_redeploy_closes_every_socket_1012_and_the_sdk_reconnects_them_all(ray
         t0 = measured["redeploy_at"]
         closed = sorted(s["closed_at"] - t0 for s in served)
         back = sorted(s["served_at"] - t0 for s in served)
-        print(f"\nstorm: {STORM} SDK connections; the redeploy call took {measured['redeployed_s']:.2f}s; "
-              f"1012 seen {closed[0]:.2f}..{closed[-1]:.2f}s after it began; {sum(attempts)} reconnect attempts "
-              f"(at most {max(attempts)} on one connection); served again by {back[len(back) // 2]:.2f}s (median), "
-              f"{back[-1]:.2f}s (all); new gateway: {after}")
+        print(
+            f"\nstorm: {STORM} SDK connections; the redeploy call took {measured['redeployed_s']:.2f}s; "
+            f"1012 seen {closed[0]:.2f}..{closed[-1]:.2f}s after it began; {sum(attempts)} reconnect attempts "
+            f"(at most {max(attempts)} on one connection); served again by {back[len(back) // 2]:.2f}s (median), "
+            f"{back[-1]:.2f}s (all); new gateway: {after}"
+        )
         # Every client saw the server's 1012 and reconnected on its own.
         codes = [[ev.close_code for ev in evs] for evs in reconnects]
         assert all(evs and evs[0].attempt == 1 for evs in reconnects), codes
@@ -244,8 +267,12 @@ def test_a_redeploy_closes_every_socket_1012_and_the_sdk_reconnects_them_all(ray
         # rolling update stops first: the port was closed for the new replica's start-up,
         # which cost every client 3-4 of the SDK's 5 backoff rounds; and a listener closed
         # under a pending accept kept taking a share of the connections, to reset them.)
-        assert max(attempts) == 1, ("reconnect attempts per client", sorted(attempts), "failed connects",
-                                    [(round(at - t0, 2), why) for at, why in failed_connects])
+        assert max(attempts) == 1, (
+            "reconnect attempts per client",
+            sorted(attempts),
+            "failed connects",
+            [(round(at - t0, 2), why) for at, why in failed_connects],
+        )
         # Every one was served on both sides of the redeploy.
         ids = {s[k]["id"] for s in served for k in ("first", "second")}
         assert len(ids) == 2 * STORM
@@ -253,7 +280,9 @@ def test_a_redeploy_closes_every_socket_1012_and_the_sdk_reconnects_them_all(ray
         # The old gateway had all of them, the new one has all of them now, packed.
         assert before["open_connections"] == STORM and after["open_connections"] == STORM, (before, after)
         assert after["actors"] + after["starting"] <= MAX_HOSTS, after
-        settled_after = wait_for(lambda: settled(STORM_APP), 30.0, "every slot of the new gateway to be given back")
+        settled_after = wait_for(
+            lambda: settled(STORM_APP), 30.0, "every slot of the new gateway to be given back"
+        )
         assert settled_after["actors"] <= MAX_HOSTS
     finally:
         stop_app(STORM_APP)

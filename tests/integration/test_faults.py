@@ -57,8 +57,9 @@ def server_process_of(client_port: int, server_port: int, name: str) -> psutil.P
             conns = proc.net_connections(kind="tcp")
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        if any(c.laddr and c.raddr and c.laddr.port == server_port and c.raddr.port == client_port
-               for c in conns):
+        if any(
+            c.laddr and c.raddr and c.laddr.port == server_port and c.raddr.port == client_port for c in conns
+        ):
             return proc
     raise AssertionError(f"no ray::{name} process holds the socket of client port {client_port}")
 
@@ -104,8 +105,15 @@ def test_session_host_killed_mid_response_closes_all_its_connections_1011_and_no
 
     pid = run(main())
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    after = wait_for(lambda: (s := gateway_stats(APP))["open_connections"] == 0 and s["connections"] == 0
-                     and s["starting"] == 0 and s, what="the pool to settle")
+    after = wait_for(
+        lambda: (
+            (s := gateway_stats(APP))["open_connections"] == 0
+            and s["connections"] == 0
+            and s["starting"] == 0
+            and s
+        ),
+        what="the pool to settle",
+    )
     assert after["actors"] == before["actors"], "no leaked or missing session hosts"
 
 
@@ -138,16 +146,25 @@ def test_dedicated_actor_killed_mid_response_closes_1011_and_other_connections_a
 
     pid = run(main())
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    wait_for(lambda: (s := gateway_stats(APP + "-dedicated"))["open_connections"] == 0
-             and s["connections"] == 0 and s["starting"] == 0, what="the pool to settle")
+    wait_for(
+        lambda: (
+            (s := gateway_stats(APP + "-dedicated"))["open_connections"] == 0
+            and s["connections"] == 0
+            and s["starting"] == 0
+        ),
+        what="the pool to settle",
+    )
 
 
 # ------------------------------------------------------------------ an inference replica dies
 
 
 def inference_replicas(app: str) -> list[str]:
-    return [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
-            if a["name"].startswith(f"SERVE_REPLICA::{app}#InferenceDeployment#")]
+    return [
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a["name"].startswith(f"SERVE_REPLICA::{app}#InferenceDeployment#")
+    ]
 
 
 def test_inference_replica_killed_mid_stream_fails_cleanly_and_later_turns_succeed(faults_url):
@@ -158,8 +175,9 @@ def test_inference_replica_killed_mid_stream_fails_cleanly_and_later_turns_succe
         async with websockets.connect(ws_url) as ws:
             first = await one_turn(ws, store=True)
             assert first[-1]["type"] == "response.completed"
-            await ws.send(create(model="emu-gpu", metadata=LONG,
-                                 previous_response_id=first[-1]["response"]["id"]))
+            await ws.send(
+                create(model="emu-gpu", metadata=LONG, previous_response_id=first[-1]["response"]["id"])
+            )
             await until(ws, "response.output_text.delta")
             ray.kill(ray.get_actor(replica, namespace="serve"), no_restart=True)
             events = await raw_collect(ws)
@@ -187,8 +205,12 @@ def raw_upgrade(port: int) -> socket.socket:
     (so it never answers a ping) — a peer that vanished without a FIN."""
     sock = socket.create_connection(("127.0.0.1", port))
     key = base64.b64encode(os.urandom(16)).decode()
-    sock.sendall((f"GET /v1/responses HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
-                  f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+    sock.sendall(
+        (
+            f"GET /v1/responses HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        ).encode()
+    )
     head = b""
     while b"\r\n\r\n" not in head:
         head += sock.recv(4096)
@@ -199,7 +221,11 @@ def raw_upgrade(port: int) -> socket.socket:
 def masked_text_frame(text: str) -> bytes:
     payload, mask = text.encode(), os.urandom(4)
     assert len(payload) < 65536
-    length = bytes([0x80 | len(payload)]) if len(payload) < 126 else bytes([0x80 | 126]) + len(payload).to_bytes(2, "big")
+    length = (
+        bytes([0x80 | len(payload)])
+        if len(payload) < 126
+        else bytes([0x80 | 126]) + len(payload).to_bytes(2, "big")
+    )
     return bytes([0x81]) + length + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
 
 
@@ -211,16 +237,31 @@ def test_silent_peer_is_detected_by_keepalive_pings_and_its_generation_cancelled
     sock = raw_upgrade(port)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        sock.sendall(masked_text_frame(json.dumps({"type": "response.create", "model": "emu-gpu", "input": "x",
-                                                   "metadata": {**LONG, "emulator.text_tokens": "1000"}})))
+        sock.sendall(
+            masked_text_frame(
+                json.dumps(
+                    {
+                        "type": "response.create",
+                        "model": "emu-gpu",
+                        "input": "x",
+                        "metadata": {**LONG, "emulator.text_tokens": "1000"},
+                    }
+                )
+            )
+        )
         wait_for(lambda: inference.stats.remote().result()["active"] >= 1, 10, "the generation to start")
         t0 = time.monotonic()
         # Pings every 0.5 s, 0.5 s to answer, then 2 s for a closing handshake that cannot
         # happen: the server gives up on us in about 3 s (the answer would take ~15 s).
-        wait_for(lambda: gateway_stats(APP)["open_connections"] == base_open, 15, "the dead peer to be dropped")
+        wait_for(
+            lambda: gateway_stats(APP)["open_connections"] == base_open, 15, "the dead peer to be dropped"
+        )
         detected = time.monotonic() - t0
-        stats = wait_for(lambda: (s := inference.stats.remote().result())["active"] == 0 and s, 10,
-                         "the batch slot to be freed")
+        stats = wait_for(
+            lambda: (s := inference.stats.remote().result())["active"] == 0 and s,
+            10,
+            "the batch slot to be freed",
+        )
         assert stats["cancelled"] == cancelled + 1, "the generation was cancelled, not run to its end"
         assert detected < 10
     finally:
@@ -245,8 +286,13 @@ def test_graceful_shutdown_finishes_responses_in_flight_refuses_new_work_and_flu
     async def main():
         async with websockets.connect(ws_url) as ws:
             # ~600 tokens at ~65 tok/s: still streaming when the drain starts (within seconds).
-            await ws.send(create(model="emu-gpu", store=True,
-                                 metadata={"emulator.tool_rounds": "0", "emulator.text_tokens": "600"}))
+            await ws.send(
+                create(
+                    model="emu-gpu",
+                    store=True,
+                    metadata={"emulator.tool_rounds": "0", "emulator.text_tokens": "600"},
+                )
+            )
             created = await until(ws, "response.created")
             deleting = threading.Thread(target=serve.delete, args=(DRAIN_APP,), daemon=True)
             deleting.start()
@@ -258,10 +304,15 @@ def test_graceful_shutdown_finishes_responses_in_flight_refuses_new_work_and_flu
                     events.append(validated(await ws.recv()))
             assert closed.value.rcvd is not None and closed.value.rcvd.code == 1012
             refused = [e for e in events if e["type"] == "error"]
-            assert len(refused) == 1 and refused[0]["status"] == 503, ([e["type"] for e in events][-6:], closed.value)
+            assert len(refused) == 1 and refused[0]["status"] == 503, (
+                [e["type"] for e in events][-6:],
+                closed.value,
+            )
             assert refused[0]["error"]["code"] == "server_shutting_down"
             done = [e for e in events if e["type"] == "response.completed"]
-            assert len(done) == 1 and done[0]["response"]["id"] == created["response"]["id"], [e["type"] for e in events][-5:]
+            assert len(done) == 1 and done[0]["response"]["id"] == created["response"]["id"], [
+                e["type"] for e in events
+            ][-5:]
             await asyncio.to_thread(deleting.join, 60)
             assert not deleting.is_alive()
             return done[0]["response"]
@@ -273,7 +324,9 @@ def test_graceful_shutdown_finishes_responses_in_flight_refuses_new_work_and_flu
     assert got.status_code == 200 and got.json()["output"] == response["output"]
 
 
-def test_a_redeploy_under_load_resets_nothing_loses_no_terminal_event_and_no_stored_response(ray_cluster, tmp_path):
+def test_a_redeploy_under_load_resets_nothing_loses_no_terminal_event_and_no_stored_response(
+    ray_cluster, tmp_path
+):
     """The short version of ``responses-ws bench drain``: clients mid-turn on a real server
     with a real SQLite store while the app is redeployed (Serve starts a new gateway on the
     same port, then the old one drains).  Every upgrade is answered, every response that
@@ -291,8 +344,17 @@ def test_a_redeploy_under_load_resets_nothing_loses_no_terminal_event_and_no_sto
         start_app(name, **overrides, **{"server.port": port, "session.max_inflight": 15 - k})
 
     try:
-        plan = Plan(connections=60, redeploys=1, every_s=2.0, tail_s=3.0, turns=4, think_ms=200,
-                    min_tokens=40, max_tokens=120, seed=26)
+        plan = Plan(
+            connections=60,
+            redeploys=1,
+            every_s=2.0,
+            tail_s=3.0,
+            turns=4,
+            think_ms=200,
+            min_tokens=40,
+            max_tokens=120,
+            seed=26,
+        )
         result = run(redeploys(url, tmp_path, plan, redeploy))
     finally:
         stop_app(name)

@@ -28,6 +28,7 @@ FUZZ = fuzz_settings(EXAMPLES)
 # Long strings make long reprs; hypothesis warns about each.
 pytestmark = pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisWarning")
 
+
 @pytest.fixture(scope="module")
 def fuzz_url(ray_cluster):
     """A server with a 64 KiB frame cap and 8-token answers (``server_overrides``)."""
@@ -78,16 +79,27 @@ REGRESSIONS = [
     (create(temperature=float("nan")), "invalid_json", None),
     (create(metadata={"k": "\ud800"}), "invalid_json", None),  # echo: lone surrogate
     (create(model="\ud800"), "invalid_json", None),  # echoed in model_not_found
-    (json.dumps({"type": "response.steer", "previous_response_id": "x", "input": "\udfff"}), "invalid_json", None),
-    (create(tools=[{"type": "function", "name": "f", "parameters": json.loads(nested(300))}]),
-     "invalid_json", None),  # echo: serialization depth
+    (
+        json.dumps({"type": "response.steer", "previous_response_id": "x", "input": "\udfff"}),
+        "invalid_json",
+        None,
+    ),
+    (
+        create(tools=[{"type": "function", "name": "f", "parameters": json.loads(nested(300))}]),
+        "invalid_json",
+        None,
+    ),  # echo: serialization depth
     ("[" * 10_000 + "]" * 10_000, "invalid_json", None),  # RecursionError in the parser
     (nested(5000), "invalid_json", None),
     (create(input=[{"type": [1], "content": "x"}]), "invalid_value", "input[0]"),  # unhashable tag
     (create(tools=[TOOL], tool_choice={"type": "function", "name": ["f"]}), "invalid_value", "tool_choice"),
     (create(tool_choice="bogus"), "invalid_value", "tool_choice"),  # server_error after created
     (create(tools=[TOOL], tool_choice={"type": "custom", "name": "x"}), "invalid_value", "tool_choice"),
-    (create(tools=[TOOL], tool_choice={"type": "allowed_tools", "mode": "x"}), "invalid_value", "tool_choice"),
+    (
+        create(tools=[TOOL], tool_choice={"type": "allowed_tools", "mode": "x"}),
+        "invalid_value",
+        "tool_choice",
+    ),
     (create(max_output_tokens=-5), "invalid_value", "max_output_tokens"),
     (create(metadata={str(i): "v" for i in range(17)}), "invalid_value", "metadata"),
 ]
@@ -109,17 +121,38 @@ def test_a_frame_over_the_cap_closes_with_1009_and_a_new_socket_works(fuzzer):
 
 
 # Faults outside the wire layer the fuzz found, fixed in actors/session.py and inference/.
-@pytest.mark.parametrize("frame, answer", [
-    # malformed schema keywords crashed argument generation (TypeError → server_error)
-    (create(tools=[{"type": "function", "name": "f", "parameters": {"allOf": 5}}], tool_choice="required"),
-     "response.completed"),
-    (create(tools=[{"type": "function", "name": "f", "parameters": {
-        "type": "object", "properties": {"a": {"type": "string", "minLength": "x"}}, "required": ["a"]}}],
-        tool_choice="required"), "response.completed"),
-    # "²" passed str.isdigit() and failed int() in the model call; "0" is below the policy's bound
-    (create(metadata={"emulator.seed": "²"}), "error 400 invalid_value"),
-    (create(metadata={"emulator.text_tokens": "0"}), "error 400 invalid_value"),
-])
+@pytest.mark.parametrize(
+    "frame, answer",
+    [
+        # malformed schema keywords crashed argument generation (TypeError → server_error)
+        (
+            create(
+                tools=[{"type": "function", "name": "f", "parameters": {"allOf": 5}}], tool_choice="required"
+            ),
+            "response.completed",
+        ),
+        (
+            create(
+                tools=[
+                    {
+                        "type": "function",
+                        "name": "f",
+                        "parameters": {
+                            "type": "object",
+                            "properties": {"a": {"type": "string", "minLength": "x"}},
+                            "required": ["a"],
+                        },
+                    }
+                ],
+                tool_choice="required",
+            ),
+            "response.completed",
+        ),
+        # "²" passed str.isdigit() and failed int() in the model call; "0" is below the policy's bound
+        (create(metadata={"emulator.seed": "²"}), "error 400 invalid_value"),
+        (create(metadata={"emulator.text_tokens": "0"}), "error 400 invalid_value"),
+    ],
+)
 def test_regression_frames_once_answered_with_server_error(fuzzer, frame, answer):
     outcome = fuzzer.run(WsCase("regression", frame))
     assert outcome.problems == [] and outcome.replies == [answer]

@@ -22,6 +22,7 @@ FUZZ = fuzz_settings(EXAMPLES)
 # Long strings make long reprs; hypothesis warns about each.
 pytestmark = pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisWarning")
 
+
 @pytest.fixture(scope="module")
 def fuzzer(server_url):
     f = HttpFuzzer(server_url)
@@ -41,7 +42,9 @@ def test_hostile_requests_get_4xx_openai_errors_never_5xx(fuzzer):
     assert set(fuzzer.kinds) == set(HTTP_KINDS), "every kind of hostile request was tried"
     codes = {s.split()[0] for s in fuzzer.statuses}
     assert {"400", "404", "405", "200"} <= codes and not any(c.startswith("5") for c in codes)
-    assert fuzzer.http.get(f"/v1/responses/{fuzzer.stored}").status_code == 200, "the stored response survived"
+    assert fuzzer.http.get(f"/v1/responses/{fuzzer.stored}").status_code == 200, (
+        "the stored response survived"
+    )
 
 
 def body(**fields) -> bytes:
@@ -55,8 +58,16 @@ REGRESSIONS = [
     (HttpCase("r", "POST", "/v1/responses", b"[" * 10_000 + b"]" * 10_000), 400, "invalid_json"),
     (HttpCase("r", "POST", "/v1/responses", body(input=json.loads(nested(300)))), 400, "invalid_json"),
     (HttpCase("r", "POST", "/v1/responses", body(tool_choice="bogus")), 400, "invalid_value"),
-    (HttpCase("r", "POST", "/v1/responses/compact", json.dumps({"model": MODEL, "input": [{"type": [1]}]})
-              .encode()), 400, "invalid_value"),
+    (
+        HttpCase(
+            "r",
+            "POST",
+            "/v1/responses/compact",
+            json.dumps({"model": MODEL, "input": [{"type": [1]}]}).encode(),
+        ),
+        400,
+        "invalid_value",
+    ),
     (HttpCase("r", "GET", "/v1/nothing", None, None), 404, None),
     (HttpCase("r", "GET", "/v1/responses/", None, None), 404, None),
     (HttpCase("r", "PUT", "/v1/responses", b"{}"), 405, None),

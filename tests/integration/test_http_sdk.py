@@ -49,8 +49,12 @@ def test_check_58_sse_stream_in_spec_order_with_the_strict_helper(client):
 
 
 def test_sse_frames_name_their_event_carry_no_stream_id_and_end_with_done(server_url):
-    with httpx.stream("POST", server_url + "/v1/responses", json={"model": MODEL, "input": "x", "stream": True},
-                      headers={"Authorization": "Bearer sk-test"}) as r:
+    with httpx.stream(
+        "POST",
+        server_url + "/v1/responses",
+        json={"model": MODEL, "input": "x", "stream": True},
+        headers={"Authorization": "Bearer sk-test"},
+    ) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
         blocks = r.read().decode().strip().split("\n\n")
     assert blocks.pop() == "data: [DONE]", "Open Responses ends the stream with [DONE]"
@@ -62,8 +66,9 @@ def test_sse_frames_name_their_event_carry_no_stream_id_and_end_with_done(server
 
 def test_check_59_60_33_chain_retrieve_delete_and_store_false(client):
     first = client.responses.create(model=MODEL, input="Read the file", tools=TOOLS)
-    second = client.responses.create(model=MODEL, previous_response_id=first.id, tools=TOOLS,
-                                     input=outputs_for(first.model_dump()))
+    second = client.responses.create(
+        model=MODEL, previous_response_id=first.id, tools=TOOLS, input=outputs_for(first.model_dump())
+    )
     assert second.previous_response_id == first.id and second.usage.input_tokens > first.usage.input_tokens
     assert client.responses.retrieve(first.id).id == first.id
     client.responses.delete(first.id)
@@ -83,6 +88,7 @@ def test_check_61_input_items_newest_first_with_pagination(client):
     items = [{"role": "user", "content": f"message {i}"} for i in range(5)]
     resp = client.responses.create(model=MODEL, input=items)
     page = client.responses.input_items.list(resp.id, limit=2)
+
     def texts(page):
         return [item.content[0].text for item in page.data]
 
@@ -98,12 +104,15 @@ def test_input_items_of_a_response_whose_input_held_an_assistant_message(client)
     """The SDK reads a listed assistant message as its ``ResponseOutputMessage``, whose
     ``output_text`` parts need ``annotations``: a string or a part without them is listed
     complete (regression: it used to list ``{"type": "output_text", "text": …}`` only)."""
-    resp = client.responses.create(model=MODEL, input=[
-        {"role": "user", "content": "My name is Alice."},
-        {"role": "assistant", "content": "Hello Alice!"},
-        {"role": "assistant", "content": [{"type": "output_text", "text": "How can I help?"}]},
-        {"role": "user", "content": "What is my name?"},
-    ])
+    resp = client.responses.create(
+        model=MODEL,
+        input=[
+            {"role": "user", "content": "My name is Alice."},
+            {"role": "assistant", "content": "Hello Alice!"},
+            {"role": "assistant", "content": [{"type": "output_text", "text": "How can I help?"}]},
+            {"role": "user", "content": "What is my name?"},
+        ],
+    )
     raw = client.responses.input_items.with_raw_response.list(resp.id, order="asc")
     ResponseItemList.model_validate_json(raw.http_response.text, strict=True)
     page = raw.parse()
@@ -124,7 +133,9 @@ def test_http_errors_are_typed(client, server_url):
     with pytest.raises(openai.NotFoundError) as err:
         client.responses.create(model="gpt-nope", input="x")
     assert err.value.code == "model_not_found"
-    r = httpx.post(server_url + "/v1/responses", content=b"{nope", headers={"Content-Type": "application/json"})
+    r = httpx.post(
+        server_url + "/v1/responses", content=b"{nope", headers={"Content-Type": "application/json"}
+    )
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
     r = httpx.post(server_url + "/v1/responses", json={"model": MODEL, "input": 5})
     assert r.status_code == 400 and r.json()["error"]["param"] == "input"
@@ -134,8 +145,12 @@ def test_http_errors_are_typed(client, server_url):
 
 def test_compact_output_starts_a_new_chain(client):
     first = client.responses.create(model=MODEL, input="Fix the bug in app.py", tools=TOOLS)
-    second = client.responses.create(model=MODEL, previous_response_id=first.id, tools=TOOLS,
-                                     input=outputs_for(first.model_dump(), "def f(): return 1\n" * 50))
+    second = client.responses.create(
+        model=MODEL,
+        previous_response_id=first.id,
+        tools=TOOLS,
+        input=outputs_for(first.model_dump(), "def f(): return 1\n" * 50),
+    )
     compacted = client.responses.compact(model=MODEL, previous_response_id=second.id)
     assert compacted.object == "response.compaction"
     window = [item.model_dump(exclude_none=True) for item in compacted.output]
@@ -150,8 +165,9 @@ def test_check_30_32_cross_transport_chain_http_ws_http(client, ws_url):
     w2 = ws_turn(ws_url, previous_response_id=h1.id, tools=TOOLS, input=outputs_for(h1.model_dump()))
     assert w2["type"] == "response.completed" and w2["response"]["previous_response_id"] == h1.id
     w2r = w2["response"]
-    h3 = client.responses.create(model=MODEL, previous_response_id=w2r["id"], tools=TOOLS,
-                                 input=outputs_for(w2r))
+    h3 = client.responses.create(
+        model=MODEL, previous_response_id=w2r["id"], tools=TOOLS, input=outputs_for(w2r)
+    )
     assert h3.status == "completed" and h3.usage.input_tokens > w2r["usage"]["input_tokens"]
     # A stored non-latest id still continues (from the store), on a new socket too.
     again = ws_turn(ws_url, previous_response_id=h1.id, tools=TOOLS, input=outputs_for(h1.model_dump()))

@@ -66,8 +66,9 @@ def auth(key: str) -> dict[str, str]:
 
 @asynccontextmanager
 async def connect(url: str, key: str) -> AsyncIterator[Any]:
-    async with websockets.connect(ws_url(url), additional_headers=auth(key), max_size=None,
-                                  open_timeout=120) as ws:  # may start a session actor
+    async with websockets.connect(
+        ws_url(url), additional_headers=auth(key), max_size=None, open_timeout=120
+    ) as ws:  # may start a session actor
         yield ws
 
 
@@ -88,6 +89,7 @@ def only_error(events: list[dict[str, Any]]) -> dict[str, Any]:
 
 async def next_of(ws: Any, prefix: str, timeout_s: float = 60.0) -> dict[str, Any]:
     """The next frame whose type starts with ``prefix`` (frames before it are skipped)."""
+
     async def read() -> dict[str, Any]:
         while True:
             ev = validated(await ws.recv())
@@ -113,22 +115,38 @@ async def wait_stored(http: httpx.AsyncClient, response_id: str, key: str, timeo
 
 def test_a_store_false_id_is_unknown_to_every_other_connection_and_to_http(keyed_url):
     async def main():
-        async with connect(keyed_url, ALICE) as a, connect(keyed_url, ALICE) as a2, \
-                connect(keyed_url, BOB) as b, httpx.AsyncClient(base_url=keyed_url, timeout=60) as http:
+        async with (
+            connect(keyed_url, ALICE) as a,
+            connect(keyed_url, ALICE) as a2,
+            connect(keyed_url, BOB) as b,
+            httpx.AsyncClient(base_url=keyed_url, timeout=60) as http,
+        ):
             done = (await turn(a, input=marker("alice-private"), store=False, metadata=TEXT))[-1]
             rid, other = done["response"]["id"], unknown_id()
             out: dict[str, Any] = {}
             for name, ws in (("same key", a2), ("other key", b)):
-                out[name] = [only_error(await turn(ws, input="x", store=False, previous_response_id=pid,
-                                                   metadata=TEXT)) for pid in (rid, other)]
-                out[name + ", stored continuation"] = [only_error(await turn(
-                    ws, input="x", store=True, previous_response_id=pid, metadata=TEXT)) for pid in (rid, other)]
+                out[name] = [
+                    only_error(
+                        await turn(ws, input="x", store=False, previous_response_id=pid, metadata=TEXT)
+                    )
+                    for pid in (rid, other)
+                ]
+                out[name + ", stored continuation"] = [
+                    only_error(await turn(ws, input="x", store=True, previous_response_id=pid, metadata=TEXT))
+                    for pid in (rid, other)
+                ]
             for key in (ALICE, BOB):
-                out[f"http get {key}"] = [await http.get(f"/v1/responses/{pid}", headers=auth(key))
-                                          for pid in (rid, other)]
-                out[f"http continue {key}"] = [await http.post("/v1/responses", headers=auth(key), json={
-                    "model": MODEL, "input": "x", "previous_response_id": pid, "metadata": TEXT})
-                    for pid in (rid, other)]
+                out[f"http get {key}"] = [
+                    await http.get(f"/v1/responses/{pid}", headers=auth(key)) for pid in (rid, other)
+                ]
+                out[f"http continue {key}"] = [
+                    await http.post(
+                        "/v1/responses",
+                        headers=auth(key),
+                        json={"model": MODEL, "input": "x", "previous_response_id": pid, "metadata": TEXT},
+                    )
+                    for pid in (rid, other)
+                ]
             # The socket that made it still continues from it: nothing above disturbed its cache.
             again = await turn(a, input="go on", store=False, previous_response_id=rid, metadata=TEXT)
             return rid, other, out, again
@@ -172,10 +190,16 @@ def test_a_stored_response_is_invisible_to_another_key_and_survives_its_attempts
                     http.get(f"/v1/responses/{pid}", headers=auth(BOB)),
                     http.get(f"/v1/responses/{pid}/input_items", headers=auth(BOB)),
                     http.get(f"/v1/responses/{pid}/input_items?order=asc&limit=1", headers=auth(BOB)),
-                    http.post("/v1/responses", headers=auth(BOB), json={
-                        "model": MODEL, "input": "x", "previous_response_id": pid, "metadata": TEXT}),
-                    http.post("/v1/responses/compact", headers=auth(BOB), json={
-                        "model": MODEL, "previous_response_id": pid}),
+                    http.post(
+                        "/v1/responses",
+                        headers=auth(BOB),
+                        json={"model": MODEL, "input": "x", "previous_response_id": pid, "metadata": TEXT},
+                    ),
+                    http.post(
+                        "/v1/responses/compact",
+                        headers=auth(BOB),
+                        json={"model": MODEL, "previous_response_id": pid},
+                    ),
                     http.delete(f"/v1/responses/{pid}", headers=auth(BOB)),
                 ]
 
@@ -186,12 +210,23 @@ def test_a_stored_response_is_invisible_to_another_key_and_survives_its_attempts
                 ws_unknown = only_error(await turn(b, input="x", previous_response_id=other, metadata=TEXT))
             after = (await http.get(f"/v1/responses/{rid}", headers=auth(ALICE))).json()
             items_after = (await http.get(f"/v1/responses/{rid}/input_items", headers=auth(ALICE))).json()
-            http_next = await http.post("/v1/responses", headers=auth(ALICE), json={
-                "model": MODEL, "input": "and then?", "previous_response_id": rid, "metadata": TEXT})
+            http_next = await http.post(
+                "/v1/responses",
+                headers=auth(ALICE),
+                json={"model": MODEL, "input": "and then?", "previous_response_id": rid, "metadata": TEXT},
+            )
             async with connect(app_url, ALICE) as a2:  # a new socket: loaded from the store
                 ws_next = await turn(a2, input="and then?", previous_response_id=rid, metadata=TEXT)
-            return rid, other, theirs, unknown, (ws_theirs, ws_unknown), \
-                (before, after, items_before, items_after), http_next, ws_next
+            return (
+                rid,
+                other,
+                theirs,
+                unknown,
+                (ws_theirs, ws_unknown),
+                (before, after, items_before, items_after),
+                http_next,
+                ws_next,
+            )
 
     rid, other, theirs, unknown, ws_pair, kept, http_next, ws_next = asyncio.run(main())
     assert [r.status_code for r in theirs] == [404, 404, 404, 400, 400, 404]
@@ -216,10 +251,23 @@ def test_steer_or_cancel_of_another_connections_response_is_refused_and_changes_
     long_text = {"emulator.tool_rounds": "0", "emulator.text_tokens": "4000"}  # ~4 s on emu-fast
 
     async def main():
-        async with connect(keyed_url, ALICE) as a, connect(keyed_url, ALICE) as a2, \
-                connect(keyed_url, BOB) as b, httpx.AsyncClient(base_url=keyed_url, timeout=60) as http:
-            await a.send(json.dumps({"type": "response.create", "model": MODEL, "store": True,
-                                     "input": marker("long-answer"), "metadata": long_text}))
+        async with (
+            connect(keyed_url, ALICE) as a,
+            connect(keyed_url, ALICE) as a2,
+            connect(keyed_url, BOB) as b,
+            httpx.AsyncClient(base_url=keyed_url, timeout=60) as http,
+        ):
+            await a.send(
+                json.dumps(
+                    {
+                        "type": "response.create",
+                        "model": MODEL,
+                        "store": True,
+                        "input": marker("long-answer"),
+                        "metadata": long_text,
+                    }
+                )
+            )
             created = await next_of(a, "response.created")
             rid, other = created["response"]["id"], unknown_id()
             SEEN_IDS.add(rid)
@@ -228,8 +276,15 @@ def test_steer_or_cancel_of_another_connections_response_is_refused_and_changes_
             for name, ws in (("same key", a2), ("other key", b)):
                 pair = []
                 for pid in (rid, other):
-                    await ws.send(json.dumps({"type": "response.steer", "previous_response_id": pid,
-                                              "input": "stop and say something else"}))
+                    await ws.send(
+                        json.dumps(
+                            {
+                                "type": "response.steer",
+                                "previous_response_id": pid,
+                                "input": "stop and say something else",
+                            }
+                        )
+                    )
                     pair.append(await next_of(ws, "response.steer"))
                 refusals["steer, " + name] = pair
                 pair = []
@@ -239,7 +294,8 @@ def test_steer_or_cancel_of_another_connections_response_is_refused_and_changes_
                 refusals["cancel event, " + name] = pair
             for key in (ALICE, BOB):
                 refusals["http cancel, " + key] = [
-                    await http.post(f"/v1/responses/{pid}/cancel", headers=auth(key)) for pid in (rid, other)]
+                    await http.post(f"/v1/responses/{pid}/cancel", headers=auth(key)) for pid in (rid, other)
+                ]
             in_flight = not a_events.done()
             a_done = await a_events
             # Completed now: another socket still cannot tell it exists, its own socket can.
@@ -272,8 +328,11 @@ def test_steer_or_cancel_of_another_connections_response_is_refused_and_changes_
 def test_unserved_routes_answer_with_a_typed_error_body(keyed_url):
     """No cancel route exists (docs/protocol.md §6.7 makes it optional): a typed 404, whoever asks."""
     rid = unknown_id()
-    for method, path in (("POST", f"/v1/responses/{rid}/cancel"), ("GET", "/v1/nothing-here"),
-                         ("PUT", f"/v1/responses/{rid}")):
+    for method, path in (
+        ("POST", f"/v1/responses/{rid}/cancel"),
+        ("GET", "/v1/nothing-here"),
+        ("PUT", f"/v1/responses/{rid}"),
+    ):
         r = httpx.request(method, keyed_url + path, headers=auth(ALICE))
         assert r.status_code in (404, 405), (method, path, r.status_code)
         assert set(r.json().get("error", {})) == {"message", "type", "param", "code"}, (method, path, r.text)
@@ -284,8 +343,10 @@ def test_unserved_routes_answer_with_a_typed_error_body(keyed_url):
 
 def long_prompt(tag: str) -> str:
     """~3000 tokens of plain text (the emulator reports cached tokens from 1024 on)."""
-    lines = [f"Record {i} of batch {tag}: the parcel in bay {i * 7 % 13} weighs {i % 11} kilos."
-             for i in range(160)]
+    lines = [
+        f"Record {i} of batch {tag}: the parcel in bay {i * 7 % 13} weighs {i % 11} kilos."
+        for i in range(160)
+    ]
     return "\n".join(lines)
 
 
@@ -334,14 +395,17 @@ def test_the_prefix_cache_is_not_shared_between_keys_over_http(keyed_url):
 @pytest.fixture(scope="module")
 def dead_store_url(ray_cluster):
     """An app whose Redis store is unreachable (nothing listens on the port)."""
-    url = start_app("rws-iso-deadstore", **{"store.backend": "redis",
-                                            "store.redis_url": f"redis://127.0.0.1:{free_port()}/0"})
+    url = start_app(
+        "rws-iso-deadstore",
+        **{"store.backend": "redis", "store.redis_url": f"redis://127.0.0.1:{free_port()}/0"},
+    )
     yield url
     stop_app("rws-iso-deadstore")
 
 
-LEAK_HINTS = re.compile(r"redis|error \d|errno|refused|traceback|exception|127\.0\.0\.1|\.py|/|<|>|\\n",
-                        re.IGNORECASE)
+LEAK_HINTS = re.compile(
+    r"redis|error \d|errno|refused|traceback|exception|127\.0\.0\.1|\.py|/|<|>|\\n", re.IGNORECASE
+)
 
 
 def assert_clean(message: str) -> None:
@@ -350,8 +414,10 @@ def assert_clean(message: str) -> None:
 
 def test_an_unreachable_store_gives_typed_errors_without_internals(dead_store_url):
     async def main():
-        async with connect(dead_store_url, "sk-iso") as ws, \
-                httpx.AsyncClient(base_url=dead_store_url, headers=auth("sk-iso"), timeout=60) as http:  # one keep-alive connection
+        async with (
+            connect(dead_store_url, "sk-iso") as ws,
+            httpx.AsyncClient(base_url=dead_store_url, headers=auth("sk-iso"), timeout=60) as http,
+        ):  # one keep-alive connection
             stored = await turn(ws, input=marker("store-down"), store=True, metadata=TEXT)
             rid = stored[-1]["response"]["id"]
             from_other_socket = []
@@ -361,20 +427,32 @@ def test_an_unreachable_store_gives_typed_errors_without_internals(dead_store_ur
                 "get": await http.get(f"/v1/responses/{rid}"),
                 "input_items": await http.get(f"/v1/responses/{rid}/input_items"),
                 "delete": await http.delete(f"/v1/responses/{rid}"),
-                "compact": await http.post("/v1/responses/compact", json={"model": MODEL, "previous_response_id": rid}),
-                "continue": await http.post("/v1/responses", json={
-                    "model": MODEL, "input": "x", "previous_response_id": rid, "metadata": TEXT}),
+                "compact": await http.post(
+                    "/v1/responses/compact", json={"model": MODEL, "previous_response_id": rid}
+                ),
+                "continue": await http.post(
+                    "/v1/responses",
+                    json={"model": MODEL, "input": "x", "previous_response_id": rid, "metadata": TEXT},
+                ),
             }
-            usable = (await http.get("/v1/models")).status_code, \
-                (await http.post("/v1/responses", json={"model": MODEL, "input": "hi", "store": False,
-                                                        "metadata": TEXT})).status_code
+            usable = (
+                (await http.get("/v1/models")).status_code,
+                (
+                    await http.post(
+                        "/v1/responses",
+                        json={"model": MODEL, "input": "hi", "store": False, "metadata": TEXT},
+                    )
+                ).status_code,
+            )
             still_streaming = await turn(ws, input="are you there?", store=False, metadata=TEXT)
             return rid, stored, from_other_socket, calls, usable, still_streaming
 
     rid, stored, from_other_socket, calls, usable, still_streaming = asyncio.run(main())
     # The record is written before the terminal event (read-your-writes): a store that cannot
     # take it fails that response with a typed server_error, never a silent loss.
-    assert stored[-1]["type"] == "response.failed", "a stored response the store could not take is not completed"
+    assert stored[-1]["type"] == "response.failed", (
+        "a stored response the store could not take is not completed"
+    )
     assert stored[-1]["response"]["error"]["code"] == "server_error"
     assert_clean(stored[-1]["response"]["error"]["message"])
     err = only_error(from_other_socket)
@@ -383,8 +461,9 @@ def test_an_unreachable_store_gives_typed_errors_without_internals(dead_store_ur
     for name in ("get", "input_items", "delete", "compact"):
         r = calls[name]
         assert r.status_code == 500, (name, r.status_code, r.text)
-        assert r.json() == {"error": {"message": GENERIC_500, "type": "server_error", "param": None,
-                                      "code": "server_error"}}, (name, r.text)
+        assert r.json() == {
+            "error": {"message": GENERIC_500, "type": "server_error", "param": None, "code": "server_error"}
+        }, (name, r.text)
     cont = calls["continue"]
     assert cont.status_code == 400 and cont.json()["error"]["code"] == "previous_response_not_found"
     assert_clean(cont.json()["error"]["message"].replace(f"'{rid}'", ""))
@@ -397,8 +476,10 @@ def test_an_unreachable_store_gives_typed_errors_without_internals(dead_store_ur
 def test_a_500_keeps_the_http_connection_open(dead_store_url):
     host, port = dead_store_url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.sendall(f"DELETE /v1/responses/{unknown_id()} HTTP/1.1\r\nHost: x\r\n"
-                     "Authorization: Bearer sk-iso\r\n\r\n".encode())
+        sock.sendall(
+            f"DELETE /v1/responses/{unknown_id()} HTTP/1.1\r\nHost: x\r\n"
+            "Authorization: Bearer sk-iso\r\n\r\n".encode()
+        )
         head, body = read_http_response(sock)
         assert head.startswith(b"HTTP/1.1 500") and json.loads(body)["error"]["type"] == "server_error"
         assert b"connection: close" not in head.lower(), "a keep-alive response"
@@ -436,21 +517,35 @@ def test_an_overloaded_backend_fails_the_response_without_internals(busy_url):
 
     async def main():
         async with connect(busy_url, "sk-iso") as ws:
-            await ws.send(json.dumps({"type": "response.create", "model": MODEL, "store": False,
-                                      "stream_id": "long", "input": "x", "metadata": long_text}))
+            await ws.send(
+                json.dumps(
+                    {
+                        "type": "response.create",
+                        "model": MODEL,
+                        "store": False,
+                        "stream_id": "long",
+                        "input": "x",
+                        "metadata": long_text,
+                    }
+                )
+            )
             await next_of(ws, "response.output_text.delta")  # it holds the only batch slot now
             refused = await turn(ws, input="y", store=False, stream_id="other", metadata=TEXT)
             long_done = await raw_collect(ws)
             after = await turn(ws, input="z", store=False, stream_id="other", metadata=TEXT)
         slow_body = {"model": MODEL, "input": "x", "store": False, "stream": True, "metadata": long_text}
-        async with httpx.AsyncClient(base_url=busy_url, headers=auth("sk-iso"), timeout=60) as http, \
-                http.stream("POST", "/v1/responses", json=slow_body) as slow:
+        async with (
+            httpx.AsyncClient(base_url=busy_url, headers=auth("sk-iso"), timeout=60) as http,
+            http.stream("POST", "/v1/responses", json=slow_body) as slow,
+        ):
             lines = slow.aiter_lines()
             async for line in lines:
                 if line == "event: response.output_text.delta":
                     break
-            http_refused = await http.post("/v1/responses", json={
-                "model": MODEL, "input": "y", "store": False, "metadata": TEXT, "stream": True})
+            http_refused = await http.post(
+                "/v1/responses",
+                json={"model": MODEL, "input": "y", "store": False, "metadata": TEXT, "stream": True},
+            )
             async for _ in lines:
                 pass
         return refused, long_done, after, http_refused
@@ -462,7 +557,9 @@ def test_an_overloaded_backend_fails_the_response_without_internals(busy_url):
     assert long_done[-1]["type"] == "response.completed", "the other lane is unaffected"
     assert after[-1]["type"] == "response.completed", "the socket stays usable"
     assert http_refused.status_code == 200
-    sse_failed = [json.loads(line[6:]) for line in http_refused.text.splitlines() if line.startswith("data: {")][-1]
+    sse_failed = [
+        json.loads(line[6:]) for line in http_refused.text.splitlines() if line.startswith("data: {")
+    ][-1]
     assert sse_failed["type"] == "response.failed"
     assert sse_failed["response"]["error"] == {"code": "server_error", "message": GENERIC_500}
 
@@ -472,15 +569,21 @@ def test_an_overloaded_backend_fails_the_response_without_internals(busy_url):
 
 def scrape(ray: Any) -> str:
     node = next(n for n in ray.nodes() if n["Alive"])
-    return httpx.get(f"http://{node['NodeManagerAddress']}:{node['MetricsExportPort']}/metrics", timeout=10).text
+    return httpx.get(
+        f"http://{node['NodeManagerAddress']}:{node['MetricsExportPort']}/metrics", timeout=10
+    ).text
 
 
 def phase_count(text: str) -> float:
     """Responses recorded by the phase histogram (one observation per phase per response)."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    return sum(s.value for fam in text_string_to_metric_families(text) for s in fam.samples
-               if s.name == "ray_responses_ws_phase_seconds_count")
+    return sum(
+        s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+        if s.name == "ray_responses_ws_phase_seconds_count"
+    )
 
 
 def test_metric_labels_carry_no_ids_keys_or_user_text(ray_cluster, keyed_url):
@@ -493,8 +596,13 @@ def test_metric_labels_carry_no_ids_keys_or_user_text(ray_cluster, keyed_url):
     async def ws_traffic():
         async with connect(keyed_url, BOB) as b:
             for lane in ("lane-" + marker("lane"), None):
-                await turn(b, input=marker("metrics-ws"), store=False, metadata=TEXT,
-                           **({"stream_id": lane} if lane else {}))
+                await turn(
+                    b,
+                    input=marker("metrics-ws"),
+                    store=False,
+                    metadata=TEXT,
+                    **({"stream_id": lane} if lane else {}),
+                )
 
     asyncio.run(ws_traffic())
     deadline = time.monotonic() + 60  # Ray reports metrics every ~10 s
@@ -509,7 +617,11 @@ def test_metric_labels_carry_no_ids_keys_or_user_text(ray_cluster, keyed_url):
     assert len(SEEN_IDS) > 3 and len(MARKERS) > 3
     leaked = sorted(s for s in secrets_ if s in text)
     assert not leaked, leaked
-    ids = re.compile(r"\b(resp|msg|fc|fco|call|steer)_[0-9a-f]{8,}|^[0-9a-f]{12}-\d+$")  # conn ids: <12 hex>-<n>
-    values = {v for fam in text_string_to_metric_families(text) for s in fam.samples for v in s.labels.values()}
+    ids = re.compile(
+        r"\b(resp|msg|fc|fco|call|steer)_[0-9a-f]{8,}|^[0-9a-f]{12}-\d+$"
+    )  # conn ids: <12 hex>-<n>
+    values = {
+        v for fam in text_string_to_metric_families(text) for s in fam.samples for v in s.labels.values()
+    }
     assert "websocket" in values and "http" in values, "the phase histogram's labels are there"
     assert not sorted(v for v in values if ids.search(v)), "ids in metric labels"

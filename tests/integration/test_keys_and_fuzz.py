@@ -30,8 +30,9 @@ def test_check_03_wrong_or_missing_key_is_refused_on_http_and_on_the_upgrade(key
     assert httpx.post(keyed_url + "/v1/responses", json={"model": MODEL, "input": "x"}).status_code == 401
 
     async def upgrade(headers):
-        async with websockets.connect(keyed_url.replace("http", "ws", 1) + "/v1/responses",
-                                      additional_headers=headers):
+        async with websockets.connect(
+            keyed_url.replace("http", "ws", 1) + "/v1/responses", additional_headers=headers
+        ):
             pass
 
     for headers in ({}, {"Authorization": "Bearer key-mallory"}):
@@ -46,8 +47,9 @@ def test_check_04_configured_key_works_as_bearer_and_as_api_key_header(keyed_url
     assert sdk(keyed_url, ALICE).responses.create(model=MODEL, input="x").status == "completed"
 
     async def main():
-        async with websockets.connect(keyed_url.replace("http", "ws", 1) + "/v1/responses",
-                                      additional_headers={"api-key": BOB}) as ws:
+        async with websockets.connect(
+            keyed_url.replace("http", "ws", 1) + "/v1/responses", additional_headers={"api-key": BOB}
+        ) as ws:
             await ws.send(json.dumps({"type": "response.create", "model": MODEL, "input": "x"}))
             return (await raw_collect(ws))[-1]
 
@@ -57,8 +59,11 @@ def test_check_04_configured_key_works_as_bearer_and_as_api_key_header(keyed_url
 def test_a_stored_response_is_invisible_to_other_keys(keyed_url):
     alice, bob = sdk(keyed_url, ALICE), sdk(keyed_url, BOB)
     resp = alice.responses.create(model=MODEL, input="alice's secret")
-    for call in (lambda: bob.responses.retrieve(resp.id), lambda: bob.responses.delete(resp.id),
-                 lambda: bob.responses.input_items.list(resp.id)):
+    for call in (
+        lambda: bob.responses.retrieve(resp.id),
+        lambda: bob.responses.delete(resp.id),
+        lambda: bob.responses.input_items.list(resp.id),
+    ):
         with pytest.raises(openai.NotFoundError):
             call()
     with pytest.raises(openai.BadRequestError) as err:
@@ -72,8 +77,21 @@ JSONISH = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
     max_leaves=12,
 )
-FIELDS = st.sampled_from(["model", "input", "tools", "previous_response_id", "store", "stream",
-                          "max_output_tokens", "instructions", "tool_choice", "metadata", "text"])
+FIELDS = st.sampled_from(
+    [
+        "model",
+        "input",
+        "tools",
+        "previous_response_id",
+        "store",
+        "stream",
+        "max_output_tokens",
+        "instructions",
+        "tool_choice",
+        "metadata",
+        "text",
+    ]
+)
 BODIES = st.one_of(
     st.binary(max_size=64),
     JSONISH.map(lambda v: json.dumps(v).encode()),
@@ -85,8 +103,11 @@ BODIES = st.one_of(
 def junk_client(server_url):
     """One client for every example: ``httpx.post`` builds a client (and its TLS context)
     and a connection per call, which was most of the test's time."""
-    with httpx.Client(base_url=server_url, timeout=30,
-                      headers={"Content-Type": "application/json", "Authorization": "Bearer sk-fuzz"}) as client:
+    with httpx.Client(
+        base_url=server_url,
+        timeout=30,
+        headers={"Content-Type": "application/json", "Authorization": "Bearer sk-fuzz"},
+    ) as client:
         yield client
 
 
@@ -102,7 +123,10 @@ def test_junk_bodies_get_4xx_never_5xx(junk_client, body, path):
 
 
 def test_connections_past_the_per_key_limit_are_refused_with_429(ray_cluster):
-    url = start_app("rws-limited", **{"server.max_connections_per_key": 1}).replace("http", "ws", 1) + "/v1/responses"
+    url = (
+        start_app("rws-limited", **{"server.max_connections_per_key": 1}).replace("http", "ws", 1)
+        + "/v1/responses"
+    )
 
     async def main():
         async with websockets.connect(url, additional_headers={"Authorization": "Bearer k1"}) as first:

@@ -51,11 +51,25 @@ def test_check_41_never_more_than_sixteen_in_flight_as_the_client_reads_the_sock
     """The limit as the wire shows it: between a response's ``response.created`` and its
     terminal event, in the order a raw client reads the frames.  A stored response's terminal
     event waits for its record's write; the response counts as in flight until it is sent."""
+
     async def main() -> tuple[int, list[str]]:
         async with websockets.connect(ws_url, max_size=None) as ws:
-            await asyncio.gather(*(ws.send(json.dumps({
-                "type": "response.create", "model": MODEL, "input": "hello", "stream_id": f"lane{i}",
-                "store": store})) for i in range(17)))
+            await asyncio.gather(
+                *(
+                    ws.send(
+                        json.dumps(
+                            {
+                                "type": "response.create",
+                                "model": MODEL,
+                                "input": "hello",
+                                "stream_id": f"lane{i}",
+                                "store": store,
+                            }
+                        )
+                    )
+                    for i in range(17)
+                )
+            )
             running, peak, ends = set(), 0, []
             while len(ends) < 17:
                 ev = validated(await asyncio.wait_for(ws.recv(), 60))
@@ -77,10 +91,22 @@ def test_check_44_46_a_fork_runs_with_the_parent_context_next_to_its_source_lane
     with client.responses.connect() as conn:
         conn.response.create(model=MODEL, input="Read the code", tools=TOOLS, stream_id="main", store=False)
         parent = drain(conn, 1)[-1]["response"]
-        conn.response.create(model=MODEL, stream_id="fork", store=False, previous_response_id=parent["id"],
-                             tools=TOOLS, input=outputs_for(parent, "fork view"))
-        conn.response.create(model=MODEL, stream_id="main", store=False, previous_response_id=parent["id"],
-                             tools=TOOLS, input=outputs_for(parent, "main view"))
+        conn.response.create(
+            model=MODEL,
+            stream_id="fork",
+            store=False,
+            previous_response_id=parent["id"],
+            tools=TOOLS,
+            input=outputs_for(parent, "fork view"),
+        )
+        conn.response.create(
+            model=MODEL,
+            stream_id="main",
+            store=False,
+            previous_response_id=parent["id"],
+            tools=TOOLS,
+            input=outputs_for(parent, "main view"),
+        )
         conn.response.create(model="gpt-unknown", stream_id="broken", input="x")
         events = drain(conn, 3)
     by_lane = {e["stream_id"]: e for e in events if e["type"] in FINAL_EVENT_TYPES}
@@ -96,8 +122,9 @@ def test_check_52_53_steer_an_active_response(client):
         # emu-gpu at ~65 tok/s: ~3 s of text, still streaming when the steer arrives (sent at
         # its first delta).  The successor inherits the metadata and streams as long: 400
         # tokens cost this test ~6 s.
-        conn.response.create(model="emu-gpu", input="Write at length", store=False,
-                             metadata={"emulator.text_tokens": "200"})
+        conn.response.create(
+            model="emu-gpu", input="Write at length", store=False, metadata={"emulator.text_tokens": "200"}
+        )
         first = validated(conn.recv_bytes().decode())
         target = first["response"]["id"]
         while validated(conn.recv_bytes().decode())["type"] != "response.output_text.delta":
@@ -109,7 +136,9 @@ def test_check_52_53_steer_an_active_response(client):
         successor = drain(conn, 1)[-1]
     types = [e["type"] for e in events]
     accepted = events[types.index("response.steer.accepted")]
-    assert accepted["steer"]["previous_response_id"] == target and accepted["steer"]["id"].startswith("steer_")
+    assert accepted["steer"]["previous_response_id"] == target and accepted["steer"]["id"].startswith(
+        "steer_"
+    )
     steered = events[types.index("response.incomplete")]["response"]
     assert steered["id"] == target and steered["incomplete_details"] == {"reason": "steered"}
     assert steered["usage"]["output_tokens"] < 200
@@ -125,8 +154,9 @@ def test_check_54_55_steer_pending_after_function_calls_and_unknown_target(clien
         accepted, pending = (validated(conn.recv_bytes().decode()) for _ in range(2))
         conn.response.steer(previous_response_id="resp_nope", input="x")
         failed = validated(conn.recv_bytes().decode())
-        conn.response.create(model=MODEL, tools=TOOLS, store=False, previous_response_id=resp["id"],
-                             input=outputs_for(resp))
+        conn.response.create(
+            model=MODEL, tools=TOOLS, store=False, previous_response_id=resp["id"], input=outputs_for(resp)
+        )
         after = drain(conn, 1)[-1]["response"]
     assert accepted["type"] == "response.steer.accepted" and pending["type"] == "response.steer.pending"
     assert [r["call_id"] for r in pending["required_input"]] == [resp["output"][0]["call_id"]]
@@ -137,35 +167,69 @@ def test_check_54_55_steer_pending_after_function_calls_and_unknown_target(clien
 
 # A call whose arguments take emu-gpu (~65 tok/s) a few seconds to stream: a steer sent on
 # its response.output_item.added reaches the server while the call is still open.
-LONG_CALL_TOOL = {"type": "function", "name": "write_note", "parameters": {
-    "type": "object", "properties": {"text": {"type": "string", "minLength": 600}},
-    "required": ["text"], "additionalProperties": False}}
+LONG_CALL_TOOL = {
+    "type": "function",
+    "name": "write_note",
+    "parameters": {
+        "type": "object",
+        "properties": {"text": {"type": "string", "minLength": 600}},
+        "required": ["text"],
+        "additionalProperties": False,
+    },
+}
 STEER = "Also mention the failing test"
 
 
-def test_check_54_steering_during_a_function_call_completes_it_then_pending_and_the_next_create_gets_the_input(ws_url):
+def test_check_54_steering_during_a_function_call_completes_it_then_pending_and_the_next_create_gets_the_input(
+    ws_url,
+):
     async def main():
         async with websockets.connect(ws_url) as ws:
+
             async def recv() -> dict:
                 return validated(await asyncio.wait_for(ws.recv(), 60))
 
-            create = {"type": "response.create", "model": "emu-gpu", "input": "Write the note", "store": False,
-                      "stream_id": "main", "tools": [LONG_CALL_TOOL], "tool_choice": "required"}
+            create = {
+                "type": "response.create",
+                "model": "emu-gpu",
+                "input": "Write the note",
+                "store": False,
+                "stream_id": "main",
+                "tools": [LONG_CALL_TOOL],
+                "tool_choice": "required",
+            }
             await ws.send(json.dumps(create))
             events = [await recv()]
-            while not (events[-1]["type"] == "response.output_item.added"
-                       and events[-1]["item"]["type"] == "function_call"):
+            while not (
+                events[-1]["type"] == "response.output_item.added"
+                and events[-1]["item"]["type"] == "function_call"
+            ):
                 events.append(await recv())
             target = events[0]["response"]["id"]
-            await ws.send(json.dumps({"type": "response.steer", "previous_response_id": target, "input": STEER}))
+            await ws.send(
+                json.dumps({"type": "response.steer", "previous_response_id": target, "input": STEER})
+            )
             while events[-1]["type"] not in ("response.steer.pending", "response.incomplete", "error"):
                 events.append(await recv())
             if events[-1]["type"] != "response.steer.pending":
                 return events, []
-            await ws.send(json.dumps({**create, "previous_response_id": target, "tool_choice": "auto",
-                                      "input": outputs_for(events[-2]["response"])}))
+            await ws.send(
+                json.dumps(
+                    {
+                        **create,
+                        "previous_response_id": target,
+                        "tool_choice": "auto",
+                        "input": outputs_for(events[-2]["response"]),
+                    }
+                )
+            )
             nxt = [await recv()]
-            while nxt[-1]["type"] not in ("response.completed", "response.incomplete", "response.failed", "error"):
+            while nxt[-1]["type"] not in (
+                "response.completed",
+                "response.incomplete",
+                "response.failed",
+                "error",
+            ):
                 nxt.append(await recv())
             return events, nxt
 
@@ -175,14 +239,20 @@ def test_check_54_steering_during_a_function_call_completes_it_then_pending_and_
     types = [e["type"] for e in events]
     assert types.count("response.created") == 1, "no automatic successor"
     assert types[-2:] == ["response.completed", "response.steer.pending"]
-    assert types.index("response.steer.accepted") < types.index("response.function_call_arguments.done"), \
+    assert types.index("response.steer.accepted") < types.index("response.function_call_arguments.done"), (
         "the steer arrived while the call was streaming"
-    accepted, first, pending = events[types.index("response.steer.accepted")], events[-2]["response"], events[-1]
+    )
+    accepted, first, pending = (
+        events[types.index("response.steer.accepted")],
+        events[-2]["response"],
+        events[-1],
+    )
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     assert first["status"] == "completed" and first["output"][0]["status"] == "completed"
     assert pending["stream_id"] == "main" and pending["steer"] == accepted["steer"]
-    assert pending["required_input"] == [{"type": "function_call_output", "call_id": o["call_id"], "name": o["name"]}
-                                         for o in first["output"]]
+    assert pending["required_input"] == [
+        {"type": "function_call_output", "call_id": o["call_id"], "name": o["name"]} for o in first["output"]
+    ]
     # The continuation on the same lane sees the steer input in front of the tool results.
     created, done = nxt[0]["response"], nxt[-1]["response"]
     assert created["previous_response_id"] == first["id"] and nxt[0]["stream_id"] == "main"
@@ -202,8 +272,13 @@ def test_check_38_39_45_the_sdk_lane_helper_runs_two_conversations_on_one_socket
     async def main():
         client = AsyncOpenAI(base_url=server_url + "/v1", api_key="sk-test", max_retries=0)
         async with client.responses.connect() as connection:
-            limits = ResponsesWebSocketLimits(max_lanes=4, max_events_per_lane=256, max_events=1024,
-                                              max_bytes_per_lane=8 << 20, max_bytes=16 << 20)
+            limits = ResponsesWebSocketLimits(
+                max_lanes=4,
+                max_events_per_lane=256,
+                max_events=1024,
+                max_bytes_per_lane=8 << 20,
+                max_bytes=16 << 20,
+            )
             async with AsyncResponsesWebSocketSession(connection, limits=limits) as session:
                 a, b = session.lane("a"), session.lane("b")
                 await a.send({"type": "response.create", "model": MODEL, "input": "one", "store": False})
@@ -212,8 +287,15 @@ def test_check_38_39_45_the_sdk_lane_helper_runs_two_conversations_on_one_socket
                 # Reusing a lane without previous_response_id starts a fresh conversation.
                 await a.send({"type": "response.create", "model": MODEL, "input": "three", "store": False})
                 ra2 = await a.get_final_response()
-                await a.send({"type": "response.create", "model": MODEL, "input": "four", "store": False,
-                              "previous_response_id": ra2.id})
+                await a.send(
+                    {
+                        "type": "response.create",
+                        "model": MODEL,
+                        "input": "four",
+                        "store": False,
+                        "previous_response_id": ra2.id,
+                    }
+                )
                 ra3 = await a.get_final_response()
                 return ra, rb, ra2, ra3
 

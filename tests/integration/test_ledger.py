@@ -17,8 +17,9 @@ APP = "rws-ledger"
 @pytest.fixture(scope="module")
 def ledger_app(ray_cluster, tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("ledger-store")
-    url = start_app(APP, **{"session.connections_per_actor": 2, "session.warm_actors": 2,
-                            "store.data_dir": str(data_dir)})
+    url = start_app(
+        APP, **{"session.connections_per_actor": 2, "session.warm_actors": 2, "store.data_dir": str(data_dir)}
+    )
     yield url, data_dir
     stop_app(APP)
 
@@ -31,5 +32,6 @@ def test_killed_session_hosts_lose_no_ledger_line_and_none_is_billed_twice_or_un
     assert result["ws_dropped"] > 0, "the kills ended client sockets mid-run"
     assert verdict["seen_billed"] > 100, verdict
     assert verdict["mismatches"] == 0, verdict
-    assert verdict["billed_unseen_stored_fetched"] == verdict["billed_unseen_stored"], \
+    assert verdict["billed_unseen_stored_fetched"] == verdict["billed_unseen_stored"], (
         "a stored response billed before its host died can be fetched, with the billed usage"
+    )

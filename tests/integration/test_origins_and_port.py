@@ -18,8 +18,12 @@ from bench.client import ws_url
 from serve.embedded import DeployFailed, deploy, local_config
 from tests.support.wire import raw_collect
 
-CREATE = {"model": "emu-fast", "input": "Hi", "store": False,
-          "metadata": {"emulator.tool_rounds": "0", "emulator.text_tokens": "3"}}
+CREATE = {
+    "model": "emu-fast",
+    "input": "Hi",
+    "store": False,
+    "metadata": {"emulator.tool_rounds": "0", "emulator.text_tokens": "3"},
+}
 
 
 async def one_turn(url: str, origin: str | None) -> str:
@@ -29,8 +33,11 @@ async def one_turn(url: str, origin: str | None) -> str:
 
 
 def post(url: str, headers: dict[str, str]) -> tuple[int, dict]:
-    request = urllib.request.Request(f"{url}/v1/responses", data=json.dumps(CREATE).encode(),
-                                     headers={"Content-Type": "application/json", **headers})
+    request = urllib.request.Request(
+        f"{url}/v1/responses",
+        data=json.dumps(CREATE).encode(),
+        headers={"Content-Type": "application/json", **headers},
+    )
     try:
         with urllib.request.urlopen(request, timeout=30) as resp:
             return resp.status, json.loads(resp.read())

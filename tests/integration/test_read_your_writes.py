@@ -37,11 +37,15 @@ async def completed(ws: websockets.ClientConnection, **body) -> dict:
     return events[-1]["response"]
 
 
-def test_40_stored_responses_over_a_websocket_are_each_found_by_a_get_right_after_completed(server_url, ws_url):
+def test_40_stored_responses_over_a_websocket_are_each_found_by_a_get_right_after_completed(
+    server_url, ws_url
+):
     async def main() -> list[int]:
         statuses = []
-        async with httpx.AsyncClient(base_url=server_url, headers=KEY, timeout=30) as http, \
-                websockets.connect(ws_url, additional_headers=KEY) as ws:
+        async with (
+            httpx.AsyncClient(base_url=server_url, headers=KEY, timeout=30) as http,
+            websockets.connect(ws_url, additional_headers=KEY) as ws,
+        ):
             for i in range(N):
                 response = await completed(ws, input=f"turn {i}")
                 got = await http.get(f"/v1/responses/{response['id']}")
@@ -56,10 +60,13 @@ def test_40_stored_responses_over_a_websocket_are_each_found_by_a_get_right_afte
 def test_40_stored_responses_are_each_continued_on_another_socket_right_after_completed(ws_url):
     """Two sockets (two session actors) take turns continuing one conversation: every turn
     loads its parent, written by the other socket a moment before, from the store."""
+
     async def main() -> list[str]:
         outcomes = []
-        async with websockets.connect(ws_url, additional_headers=KEY) as one, \
-                websockets.connect(ws_url, additional_headers=KEY) as other:
+        async with (
+            websockets.connect(ws_url, additional_headers=KEY) as one,
+            websockets.connect(ws_url, additional_headers=KEY) as other,
+        ):
             previous = None
             for i in range(N):
                 ws = (one, other)[i % 2]
@@ -72,16 +79,24 @@ def test_40_stored_responses_are_each_continued_on_another_socket_right_after_co
     assert asyncio.run(main()) == ["response.completed"] * N
 
 
-def test_40_stored_http_responses_are_each_continued_over_a_websocket_right_after_they_return(server_url, ws_url):
+def test_40_stored_http_responses_are_each_continued_over_a_websocket_right_after_they_return(
+    server_url, ws_url
+):
     async def main() -> list[str]:
         outcomes = []
-        async with httpx.AsyncClient(base_url=server_url, headers=KEY, timeout=30) as http, \
-                websockets.connect(ws_url, additional_headers=KEY) as ws:
+        async with (
+            httpx.AsyncClient(base_url=server_url, headers=KEY, timeout=30) as http,
+            websockets.connect(ws_url, additional_headers=KEY) as ws,
+        ):
             for i in range(N):
-                posted = await http.post("/v1/responses", json={"model": MODEL, "input": f"turn {i}",
-                                                                "store": True, "metadata": SHORT})
+                posted = await http.post(
+                    "/v1/responses",
+                    json={"model": MODEL, "input": f"turn {i}", "store": True, "metadata": SHORT},
+                )
                 assert posted.status_code == 200, posted.text
-                await ws.send(create(input="and then?", previous_response_id=posted.json()["id"], store=False))
+                await ws.send(
+                    create(input="and then?", previous_response_id=posted.json()["id"], store=False)
+                )
                 last = (await raw_collect(ws))[-1]
                 outcomes.append(last["type"] if last["type"] != "error" else last["error"]["code"])
         return outcomes

@@ -27,7 +27,9 @@ def run(coro):
 
 
 def create(**body) -> str:
-    return json.dumps({"type": "response.create", "model": "emu-fast", "store": False, "metadata": SHORT, **body})
+    return json.dumps(
+        {"type": "response.create", "model": "emu-fast", "store": False, "metadata": SHORT, **body}
+    )
 
 
 @pytest.fixture(scope="module")
@@ -70,8 +72,9 @@ def test_the_token_brings_back_a_dropped_connections_store_false_chain(resume_ur
             assert second["response"]["usage"]["input_tokens_details"]["cached_tokens"] > 0
             again.transport.abort()
         async with connect(resume_url, token=token) as third:  # resumable again
-            assert (await turn(third, input="x", previous_response_id=second["response"]["id"]))["type"] \
-                == "response.completed"
+            assert (await turn(third, input="x", previous_response_id=second["response"]["id"]))[
+                "type"
+            ] == "response.completed"
 
     run(main())
 
@@ -95,8 +98,12 @@ def test_a_token_does_not_work_for_another_key_after_the_grace_window_or_when_fo
         ws.transport.abort()
         forged = token.rsplit(".", 1)[0] + ".AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
         answers = []
-        for key, presented in ((KEY_B, token), (KEY_A, forged), (KEY_A, "garbage"),
-                               (KEY_A, "rws1.no-such-actor.c.s")):
+        for key, presented in (
+            (KEY_B, token),
+            (KEY_A, forged),
+            (KEY_A, "garbage"),
+            (KEY_A, "rws1.no-such-actor.c.s"),
+        ):
             with pytest.raises(InvalidStatus) as refused:
                 async with connect(resume_url, key=key, token=presented):
                     pass
@@ -107,8 +114,9 @@ def test_a_token_does_not_work_for_another_key_after_the_grace_window_or_when_fo
         assert len({json.dumps(b) for _, b in answers}) == 1, "one answer for every reason: nothing leaks"
         # The owner can still resume (the failed attempts changed nothing) ...
         async with connect(resume_url, token=token) as ws2:
-            assert (await turn(ws2, input="x", previous_response_id=first["response"]["id"]))["type"] \
-                == "response.completed"
+            assert (await turn(ws2, input="x", previous_response_id=first["response"]["id"]))[
+                "type"
+            ] == "response.completed"
         # ... until the grace window has passed since the socket ended.
         await asyncio.sleep(GRACE_S + 1)
         with pytest.raises(InvalidStatus) as late:
@@ -120,8 +128,11 @@ def test_a_token_does_not_work_for_another_key_after_the_grace_window_or_when_fo
     # Expired states free their host slots: no connection holds one any more.
     gateway = serve.get_deployment_handle("Gateway", app_name=APP)
     deadline = time.monotonic() + 15
-    while not ((stats := gateway.stats.remote().result())["open_connections"] == 0
-               and stats["connections"] == 0 and stats["starting"] == 0):
+    while not (
+        (stats := gateway.stats.remote().result())["open_connections"] == 0
+        and stats["connections"] == 0
+        and stats["starting"] == 0
+    ):
         assert time.monotonic() < deadline, stats
         time.sleep(0.2)
 
@@ -135,8 +146,9 @@ def test_a_resume_takes_over_a_socket_the_server_still_thinks_is_alive(resume_ur
             with pytest.raises(ConnectionClosed) as closed:
                 await old.recv()
             assert closed.value.rcvd is not None and closed.value.rcvd.code == 1000
-            assert (await turn(new, input="x", previous_response_id=first["response"]["id"]))["type"] \
-                == "response.completed"
+            assert (await turn(new, input="x", previous_response_id=first["response"]["id"]))[
+                "type"
+            ] == "response.completed"
 
     run(main())
 
@@ -146,8 +158,14 @@ def test_a_response_in_flight_when_the_socket_drops_is_cancelled_and_the_chain_r
         ws = await connect(resume_url)
         token = ws.response.headers[HEADER]
         first = await turn(ws, input="hi")
-        await ws.send(create(model="emu-gpu", input="long", previous_response_id=first["response"]["id"],
-                             metadata={"emulator.tool_rounds": "0", "emulator.text_tokens": "2000"}))
+        await ws.send(
+            create(
+                model="emu-gpu",
+                input="long",
+                previous_response_id=first["response"]["id"],
+                metadata={"emulator.tool_rounds": "0", "emulator.text_tokens": "2000"},
+            )
+        )
         while (created := validated(await ws.recv()))["type"] != "response.created":
             pass
         ws.transport.abort()
@@ -178,8 +196,9 @@ def test_the_openai_sdk_reconnects_with_the_token_from_on_reconnecting(resume_ur
 
     from openai import OpenAI
 
-    client = OpenAI(base_url=resume_url.replace("ws", "http", 1).removesuffix("/responses"),
-                    api_key=KEY_A, max_retries=0)
+    client = OpenAI(
+        base_url=resume_url.replace("ws", "http", 1).removesuffix("/responses"), api_key=KEY_A, max_retries=0
+    )
     token: dict[str, str] = {}
     reconnects = []
     first_id: list[str] = []
@@ -188,9 +207,12 @@ def test_the_openai_sdk_reconnects_with_the_token_from_on_reconnecting(resume_ur
         reconnects.append(event.close_code)
         # The agent loop's next turn, sent while (or right after) the SDK reconnects:
         # queued sends are flushed on the new socket.
-        threading.Timer(0.3, lambda: conn.response.create(
-            model="emu-fast", input="again", store=False, metadata=SHORT,
-            previous_response_id=first_id[0])).start()
+        threading.Timer(
+            0.3,
+            lambda: conn.response.create(
+                model="emu-fast", input="again", store=False, metadata=SHORT, previous_response_id=first_id[0]
+            ),
+        ).start()
         return {"extra_headers": token}
 
     with client.responses.connect(on_reconnecting=on_reconnecting) as conn:

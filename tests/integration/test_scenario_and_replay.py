@@ -15,12 +15,21 @@ from serve.cli import main as cli
 DATA = Path(__file__).parents[1] / "bench" / "data" / "replay"
 EXAMPLE = Path(__file__).parents[2] / "configs" / "scenario.example.yaml"
 TRANSPORT_NAMES = ["ws", "http-chained", "http-full"]
-EXEC = {"type": "function", "name": "exec_command",
-        "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}}
-SCENARIO = {"turns": [
-    {"reasoning_tokens": 16, "text": "Listing the files.", "calls": [{"name": "exec_command", "arguments": {"cmd": "ls"}}]},
-    {"text": "done"},
-]}
+EXEC = {
+    "type": "function",
+    "name": "exec_command",
+    "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]},
+}
+SCENARIO = {
+    "turns": [
+        {
+            "reasoning_tokens": 16,
+            "text": "Listing the files.",
+            "calls": [{"name": "exec_command", "arguments": {"cmd": "ls"}}],
+        },
+        {"text": "done"},
+    ]
+}
 USER = [{"role": "user", "content": [{"type": "input_text", "text": "What is in this folder?"}]}]
 
 
@@ -40,7 +49,9 @@ async def _two_turns(url: str, transport: str, metadata: dict[str, str] | None):
         first = await t.turn(base, USER)
         assert first.error is None, first.error
         call_id = next(o["call_id"] for o in first.response["output"] if o["type"] == "function_call")
-        second = await t.turn(base, [{"type": "function_call_output", "call_id": call_id, "output": "README.md"}])
+        second = await t.turn(
+            base, [{"type": "function_call_output", "call_id": call_id, "output": "README.md"}]
+        )
         assert second.error is None, second.error
         return first.response, second.response
     finally:
@@ -49,7 +60,9 @@ async def _two_turns(url: str, transport: str, metadata: dict[str, str] | None):
 
 @pytest.mark.parametrize("transport", TRANSPORT_NAMES)
 def test_a_scenario_in_metadata_is_followed_on_every_transport(server_url, transport):
-    first, second = asyncio.run(_two_turns(server_url, transport, {"emulator.scenario": json.dumps(SCENARIO)}))
+    first, second = asyncio.run(
+        _two_turns(server_url, transport, {"emulator.scenario": json.dumps(SCENARIO)})
+    )
     assert _text(first) == "Listing the files."
     assert _calls(first) == [("exec_command", '{"cmd": "ls"}')]
     assert first["usage"]["output_tokens_details"]["reasoning_tokens"] == 16
@@ -79,14 +92,19 @@ def test_the_example_scenario_configured_scripts_every_conversation(scenario_url
                 out = await t.turn({"model": "emu-fast", "tools": [EXEC]}, items)
                 assert out.error is None, out.error
                 responses.append(out.response)
-                items = [{"type": "function_call_output", "call_id": o["call_id"], "output": "ok"}
-                         for o in out.response["output"] if o["type"] == "function_call"]
+                items = [
+                    {"type": "function_call_output", "call_id": o["call_id"], "output": "ok"}
+                    for o in out.response["output"]
+                    if o["type"] == "function_call"
+                ]
             return responses
         finally:
             await t.close()
 
     first, second, third = asyncio.run(go())
-    assert _text(first) == "Let me look at the files." and _calls(first) == [("exec_command", '{"cmd": "ls"}')]
+    assert _text(first) == "Let me look at the files." and _calls(first) == [
+        ("exec_command", '{"cmd": "ls"}')
+    ]
     assert first["usage"]["output_tokens_details"]["reasoning_tokens"] == 30
     assert [name for name, _ in _calls(second)] == ["exec_command", "apply_patch"]
     assert _calls(second)[0][1] == '{"cmd": "cat README.md"}'
@@ -121,19 +139,36 @@ def test_a_malformed_scenario_is_a_400_naming_the_key(server_url, transport):
         t = TRANSPORTS[transport](server_url, "sk-scenario")
         await t.open()
         try:
-            return await t.turn({"model": "emu-fast", "metadata": {"emulator.turn": '{"calls": [{"name": "f"}]}'}},
-                                USER)
+            return await t.turn(
+                {"model": "emu-fast", "metadata": {"emulator.turn": '{"calls": [{"name": "f"}]}'}}, USER
+            )
         finally:
             await t.close()
 
     out = asyncio.run(go())
-    assert out.response is None and "metadata.emulator.turn" in out.error and "a scenario as JSON" in out.error
+    assert (
+        out.response is None and "metadata.emulator.turn" in out.error and "a scenario as JSON" in out.error
+    )
 
 
 def test_replay_reproduces_every_recorded_step_on_every_transport(server_url, tmp_path, capsys):
     out, shape = tmp_path / "replay.json", tmp_path / "shape.json"
-    rc = cli(["replay", str(DATA), "--url", server_url, "--tool-time", "x0.05", "--no-warmup", "--quiet",
-              "--json", str(out), "--export-shape", str(shape)])
+    rc = cli(
+        [
+            "replay",
+            str(DATA),
+            "--url",
+            server_url,
+            "--tool-time",
+            "x0.05",
+            "--no-warmup",
+            "--quiet",
+            "--json",
+            str(out),
+            "--export-shape",
+            str(shape),
+        ]
+    )
     assert rc == 0
     assert "notes.jsonl:1: not a Codex rollout nor a Claude Code log" in capsys.readouterr().err
     payload = json.loads(out.read_text())
@@ -166,8 +201,11 @@ def test_an_injected_error_in_a_plain_json_response(server_url):
     import httpx
 
     turn = json.dumps({"error": {"code": "rate_limit_exceeded", "message": "Scripted."}})
-    r = httpx.post(f"{server_url}/v1/responses", timeout=60,
-                   json={"model": "emu-fast", "input": "hi", "metadata": {"emulator.turn": turn}})
+    r = httpx.post(
+        f"{server_url}/v1/responses",
+        timeout=60,
+        json={"model": "emu-fast", "input": "hi", "metadata": {"emulator.turn": turn}},
+    )
     body = r.json()
     assert body["status"] == "failed", (r.status_code, body)
     assert body["error"] == {"code": "rate_limit_exceeded", "message": "Scripted."}

@@ -18,8 +18,10 @@ MODEL = "emu-fast"
 
 def ws_continue(url: str, **body) -> dict:
     async def main():
-        async with websockets.connect(url.replace("http", "ws", 1) + "/v1/responses",
-                                      additional_headers={"Authorization": "Bearer sk-store"}) as ws:
+        async with websockets.connect(
+            url.replace("http", "ws", 1) + "/v1/responses",
+            additional_headers={"Authorization": "Bearer sk-store"},
+        ) as ws:
             await ws.send(json.dumps({"type": "response.create", "model": MODEL, **body}))
             return (await raw_collect(ws))[-1]
 
@@ -28,8 +30,9 @@ def ws_continue(url: str, **body) -> dict:
 
 @pytest.fixture(scope="module")
 def redis_app(ray_cluster, redis_server):
-    url = start_app("rws-redis", **{"store.backend": "redis", "store.redis_url": redis_server,
-                                    "store.key_prefix": "it:"})
+    url = start_app(
+        "rws-redis", **{"store.backend": "redis", "store.redis_url": redis_server, "store.key_prefix": "it:"}
+    )
     yield url
     stop_app("rws-redis")
 
@@ -37,10 +40,13 @@ def redis_app(ray_cluster, redis_server):
 def test_redis_backend_serves_an_http_ws_http_chain(redis_app, redis_server):
     client = OpenAI(base_url=redis_app + "/v1", api_key="sk-store", max_retries=0)
     first = client.responses.create(model=MODEL, input="Read the config", tools=TOOLS)
-    ws = ws_continue(redis_app, previous_response_id=first.id, tools=TOOLS, input=outputs_for(first.model_dump()))
+    ws = ws_continue(
+        redis_app, previous_response_id=first.id, tools=TOOLS, input=outputs_for(first.model_dump())
+    )
     assert ws["type"] == "response.completed"
-    third = client.responses.create(model=MODEL, previous_response_id=ws["response"]["id"], tools=TOOLS,
-                                    input=outputs_for(ws["response"]))
+    third = client.responses.create(
+        model=MODEL, previous_response_id=ws["response"]["id"], tools=TOOLS, input=outputs_for(ws["response"])
+    )
     assert third.previous_response_id == ws["response"]["id"]
     assert client.responses.retrieve(ws["response"]["id"]).id == ws["response"]["id"]
 

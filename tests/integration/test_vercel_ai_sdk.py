@@ -32,10 +32,13 @@ def run_script(name: str, server_url: str) -> dict[str, Any]:
     """Run one script against the server; what it printed (one JSON line)."""
     node = shutil.which("node")
     if node is None or not (CLIENTS / "node_modules" / "ai").is_dir():
-        pytest.fail("the JS clients are not installed: run `make clients` (needs node and npm)", pytrace=False)
+        pytest.fail(
+            "the JS clients are not installed: run `make clients` (needs node and npm)", pytrace=False
+        )
     env = {**os.environ, "RESPONSES_WS_BASE_URL": server_url + "/v1", "OPENAI_API_KEY": API_KEY}
-    proc = subprocess.run([node, str(SCRIPTS / name)], env=env, capture_output=True, text=True, timeout=120,
-                          check=False)
+    proc = subprocess.run(
+        [node, str(SCRIPTS / name)], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
     assert proc.returncode == 0, f"{name} failed:\n{proc.stderr}"
     assert "AI SDK Warning" not in proc.stderr, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -33,22 +33,35 @@ def create(**body) -> str:
 def limits_url(ray_cluster):
     """A second app with a 2 s connection lifetime, a 64 KiB frame cap, and deflate
     accepted from loopback peers too."""
-    url = start_app(LIMITS_APP, **{"session.connection_lifetime_s": 2.0,
-                                   "session.max_frame_bytes": 64 * 1024, "session.deflate": "always"})
+    url = start_app(
+        LIMITS_APP,
+        **{
+            "session.connection_lifetime_s": 2.0,
+            "session.max_frame_bytes": 64 * 1024,
+            "session.deflate": "always",
+        },
+    )
     yield url.replace("http://", "ws://") + "/v1/responses"
     stop_app(LIMITS_APP)
 
 
-@pytest.mark.parametrize("frame, code, param", [
-    ("{oops", "invalid_json", None),
-    (json.dumps({"type": "response.cancel"}), "unknown_event_type", "type"),
-    (create(input="x", background=True), "invalid_value", "background"),
-    (create(input="x", stream_id=""), "invalid_stream_id", "stream_id"),
-    (create(input="x", stream_id="x" * 257), "invalid_stream_id", "stream_id"),
-    (create(input="x", stream_id="a b"), "invalid_stream_id", "stream_id"),
-    (create(input="x", stream_id=7), "invalid_stream_id", "stream_id"),
-    (create(input=[{"type": "message", "role": "user", "content": 5}]), "invalid_type", "input[0].content"),
-])
+@pytest.mark.parametrize(
+    "frame, code, param",
+    [
+        ("{oops", "invalid_json", None),
+        (json.dumps({"type": "response.cancel"}), "unknown_event_type", "type"),
+        (create(input="x", background=True), "invalid_value", "background"),
+        (create(input="x", stream_id=""), "invalid_stream_id", "stream_id"),
+        (create(input="x", stream_id="x" * 257), "invalid_stream_id", "stream_id"),
+        (create(input="x", stream_id="a b"), "invalid_stream_id", "stream_id"),
+        (create(input="x", stream_id=7), "invalid_stream_id", "stream_id"),
+        (
+            create(input=[{"type": "message", "role": "user", "content": 5}]),
+            "invalid_type",
+            "input[0].content",
+        ),
+    ],
+)
 def test_check_10_11_12_43_bad_frames_get_400_and_the_socket_stays_usable(ws_url, frame, code, param):
     async def main():
         async with websockets.connect(ws_url) as ws:
@@ -77,13 +90,18 @@ def test_response_processed_is_ignored(ws_url):
 def test_check_05_upgrade_with_or_without_permessage_deflate(ws_url, limits_url):
     """An offer of permessage-deflate is accepted (``session.deflate: always``, the limits
     app) or, by default, declined from a loopback peer; either way the upgrade succeeds."""
+
     async def main(url, compression):
         async with websockets.connect(url, compression=compression) as ws:
             await ws.send(create(input="hi", max_output_tokens=400))
             return [e.name for e in ws.protocol.extensions], await raw_collect(ws)
 
-    for url, offered, negotiated in ((ws_url, "deflate", []), (ws_url, None, []),
-                                     (limits_url, "deflate", ["permessage-deflate"]), (limits_url, None, [])):
+    for url, offered, negotiated in (
+        (ws_url, "deflate", []),
+        (ws_url, None, []),
+        (limits_url, "deflate", ["permessage-deflate"]),
+        (limits_url, None, []),
+    ):
         extensions, events = run(main(url, offered))
         assert extensions == negotiated, (url, offered)
         assert events[-1]["type"] in ("response.completed", "response.incomplete"), events[-1]
@@ -148,14 +166,28 @@ def test_later_turns_go_over_the_direct_channel_and_a_disconnect_still_cancels_t
         async with websockets.connect(ws_url) as ws:
             previous = None
             for _ in range(3):
-                await ws.send(create(model="emu-fast", input="hi", max_output_tokens=8, store=False,
-                                     **({"previous_response_id": previous} if previous else {})))
+                await ws.send(
+                    create(
+                        model="emu-fast",
+                        input="hi",
+                        max_output_tokens=8,
+                        store=False,
+                        **({"previous_response_id": previous} if previous else {}),
+                    )
+                )
                 while (event := validated(await ws.recv()))["type"] != "response.incomplete":
                     pass  # 8 tokens: the answer stops at max_output_tokens
                 previous = event["response"]["id"]
                 await asyncio.sleep(0.1)  # the channel opens in the background after turn 1
-            await ws.send(create(model="emu-gpu", input="write an essay", max_output_tokens=4000,
-                                 store=False, previous_response_id=previous))
+            await ws.send(
+                create(
+                    model="emu-gpu",
+                    input="write an essay",
+                    max_output_tokens=4000,
+                    store=False,
+                    previous_response_id=previous,
+                )
+            )
             while validated(await ws.recv())["type"] != "response.output_text.delta":
                 pass
 
@@ -178,10 +210,17 @@ def test_check_07_47_48_idle_connection_lives_until_the_lifetime_then_gets_the_l
 
     waited, err, closed = run(main())
     assert 1.5 < waited < 5
-    assert err == {"type": "error", "status": 400, "error": {
-        "type": "invalid_request_error", "code": "websocket_connection_limit_reached",
-        "message": f"Responses websocket connection limit reached ({2 / 60:g} minutes). "
-                   "Create a new websocket connection to continue.", "param": None}}
+    assert err == {
+        "type": "error",
+        "status": 400,
+        "error": {
+            "type": "invalid_request_error",
+            "code": "websocket_connection_limit_reached",
+            "message": f"Responses websocket connection limit reached ({2 / 60:g} minutes). "
+            "Create a new websocket connection to continue.",
+            "param": None,
+        },
+    }
     assert closed.rcvd.code == 1000
 
 

@@ -78,8 +78,13 @@ def test_20_turn_tool_loop_sends_only_new_items_and_cached_tokens_grow(client):
     """The agent loop of the issue: store:false, previous_response_id, only tool outputs."""
     cached, expected, calls, prev = [], [], 0, None
     with client.responses.connect() as conn:
-        conn.response.create(model=MODEL, input="Fix the failing test", tools=TOOLS, store=False,
-                             instructions=LONG_INSTRUCTIONS)
+        conn.response.create(
+            model=MODEL,
+            input="Fix the failing test",
+            tools=TOOLS,
+            store=False,
+            instructions=LONG_INSTRUCTIONS,
+        )
         while True:
             events = collect(conn)
             resp = events[-1]["response"]
@@ -92,10 +97,20 @@ def test_20_turn_tool_loop_sends_only_new_items_and_cached_tokens_grow(client):
             calls += 1
             prev = resp["id"]
             (call,) = resp["output"]
-            expected.append(reported(resp["usage"]["input_tokens"] + len(
-                chat_format.render_function_call(call["name"], call["arguments"]))))
-            conn.response.create(model=MODEL, input=new_items, tools=TOOLS, store=False,
-                                 previous_response_id=prev, instructions=LONG_INSTRUCTIONS)
+            expected.append(
+                reported(
+                    resp["usage"]["input_tokens"]
+                    + len(chat_format.render_function_call(call["name"], call["arguments"]))
+                )
+            )
+            conn.response.create(
+                model=MODEL,
+                input=new_items,
+                tools=TOOLS,
+                store=False,
+                previous_response_id=prev,
+                instructions=LONG_INSTRUCTIONS,
+            )
     assert calls == 20, "the server's policy answers in text after 20 tool results"
     assert cached[0] == 0
     assert cached[1:] == expected  # each turn reuses everything it inherited, in 128-token steps
@@ -103,22 +118,29 @@ def test_20_turn_tool_loop_sends_only_new_items_and_cached_tokens_grow(client):
     assert cached[-1] > cached[1] >= 1024
 
 
-def test_check_27_cached_tokens_equal_the_inherited_prefix_and_another_keys_socket_reports_zero(client, server_url):
+def test_check_27_cached_tokens_equal_the_inherited_prefix_and_another_keys_socket_reports_zero(
+    client, server_url
+):
     with client.responses.connect() as conn:
         conn.response.create(model=MODEL, input=LONG_INPUT, tools=TOOLS, store=False)
         first = collect(conn)[-1]["response"]
         (call,) = first["output"]
-        conn.response.create(model=MODEL, input=outputs_for(first), tools=TOOLS, store=False,
-                             previous_response_id=first["id"])
+        conn.response.create(
+            model=MODEL, input=outputs_for(first), tools=TOOLS, store=False, previous_response_id=first["id"]
+        )
         second = collect(conn)[-1]["response"]
     inherited = first["usage"]["input_tokens"] + len(
-        chat_format.render_function_call(call["name"], call["arguments"]))
+        chat_format.render_function_call(call["name"], call["arguments"])
+    )
     assert inherited > 1024
     assert second["usage"]["input_tokens_details"]["cached_tokens"] == reported(inherited)
     # The same conversation resent in full on a new socket under another API key finds
     # nothing cached; under the same key it may (one cache scope per key).
-    full = [{"role": "user", "content": LONG_INPUT}, {k: call[k] for k in ("type", "call_id", "name", "arguments")},
-            *outputs_for(first)]
+    full = [
+        {"role": "user", "content": LONG_INPUT},
+        {k: call[k] for k in ("type", "call_id", "name", "arguments")},
+        *outputs_for(first),
+    ]
     other = OpenAI(base_url=server_url + "/v1", api_key="sk-test-another-key", max_retries=0)
     with other.responses.connect() as conn:
         conn.response.create(model=MODEL, input=full, tools=TOOLS, store=False)
@@ -133,17 +155,19 @@ def test_check_27_cached_tokens_equal_the_inherited_prefix_and_another_keys_sock
 
 def test_check_13_14_generate_false_warm_up_then_continue_with_cache(client):
     with client.responses.connect() as conn:
-        conn.response.create(model=MODEL, input=LONG_INPUT, generate=False, store=False,
-                             tools=TOOLS)
+        conn.response.create(model=MODEL, input=LONG_INPUT, generate=False, store=False, tools=TOOLS)
         warm = collect(conn)
         assert [e["type"] for e in warm] == ["response.created", "response.in_progress", "response.completed"]
         resp = warm[-1]["response"]
         assert resp["output"] == [] and resp["usage"]["output_tokens"] == 0
-        conn.response.create(model=MODEL, input="Go", tools=TOOLS, store=False,
-                             previous_response_id=resp["id"])
+        conn.response.create(
+            model=MODEL, input="Go", tools=TOOLS, store=False, previous_response_id=resp["id"]
+        )
         after = collect(conn)[-1]["response"]
     # the warm-up's prompt is reused whole (its full KV blocks), reported in 128-token steps
-    assert after["usage"]["input_tokens_details"]["cached_tokens"] == reported(resp["usage"]["input_tokens"]) > 0
+    assert (
+        after["usage"]["input_tokens_details"]["cached_tokens"] == reported(resp["usage"]["input_tokens"]) > 0
+    )
 
 
 def test_check_26_28_29_continuation_echoes_parent_and_drops_old_instructions(client):
@@ -166,18 +190,31 @@ def test_check_31_34_36_37_errors_and_recovery_on_one_socket(client):
         with client.responses.connect() as b:
             b.response.create(model=MODEL, input="x", store=False, previous_response_id=r1["id"])
             (err,) = collect(b)
-        assert err == {"type": "error", "status": 400, "error": {
-            "type": "invalid_request_error", "code": "previous_response_not_found",
-            "message": f"Previous response with id '{r1['id']}' not found.", "param": "previous_response_id"}}
-        a.response.create(model=MODEL, store=False, previous_response_id=r1["id"], tools=TOOLS,
-                          input=[{"type": "function_call_output", "call_id": "call_bogus", "output": "x"}])
+        assert err == {
+            "type": "error",
+            "status": 400,
+            "error": {
+                "type": "invalid_request_error",
+                "code": "previous_response_not_found",
+                "message": f"Previous response with id '{r1['id']}' not found.",
+                "param": "previous_response_id",
+            },
+        }
+        a.response.create(
+            model=MODEL,
+            store=False,
+            previous_response_id=r1["id"],
+            tools=TOOLS,
+            input=[{"type": "function_call_output", "call_id": "call_bogus", "output": "x"}],
+        )
         (bad,) = collect(a)
         assert bad["status"] == 400
         a.response.create(model=MODEL, input="retry", store=False, previous_response_id=r1["id"])
         (gone,) = collect(a)
         assert gone["error"]["code"] == "previous_response_not_found"
-        a.response.create(model=MODEL, input="start over with full context", store=False,
-                          previous_response_id=None)
+        a.response.create(
+            model=MODEL, input="start over with full context", store=False, previous_response_id=None
+        )
         assert collect(a)[-1]["type"] == "response.completed"
 
 
@@ -217,15 +254,35 @@ def test_check_39_40_second_create_is_queued_fifo(client):
 
 def test_tolerated_fields_hosted_tools_roles_and_item_ids(client):
     with client.responses.connect() as conn:
-        conn.send({"type": "response.create", "model": MODEL, "store": False, "stream": True,
-                   "stream_options": {"include_obfuscation": False}, "client_metadata": {"x": "y"},
-                   "include": ["reasoning.encrypted_content"], "prompt_cache_key": "k",
-                   "totally_unknown_field": 1,
-                   "tools": [{"type": "web_search"}, {"type": "namespace", "name": "ns", "description": "d", "tools": []},
-                             *TOOLS],
-                   "input": [{"role": "developer", "content": "rules"}, {"role": "system", "content": "sys"},
-                             {"type": "message", "role": "user", "id": "msg_1", "status": "completed",
-                              "content": [{"type": "input_text", "text": "hello"}]}]})
+        conn.send(
+            {
+                "type": "response.create",
+                "model": MODEL,
+                "store": False,
+                "stream": True,
+                "stream_options": {"include_obfuscation": False},
+                "client_metadata": {"x": "y"},
+                "include": ["reasoning.encrypted_content"],
+                "prompt_cache_key": "k",
+                "totally_unknown_field": 1,
+                "tools": [
+                    {"type": "web_search"},
+                    {"type": "namespace", "name": "ns", "description": "d", "tools": []},
+                    *TOOLS,
+                ],
+                "input": [
+                    {"role": "developer", "content": "rules"},
+                    {"role": "system", "content": "sys"},
+                    {
+                        "type": "message",
+                        "role": "user",
+                        "id": "msg_1",
+                        "status": "completed",
+                        "content": [{"type": "input_text", "text": "hello"}],
+                    },
+                ],
+            }
+        )
         events = collect(conn)
     assert events[-1]["type"] == "response.completed"
     calls = [o for o in events[-1]["response"]["output"] if o["type"] == "function_call"]
@@ -236,7 +293,11 @@ def test_unknown_model_is_model_not_found(client):
     with client.responses.connect() as conn:
         conn.response.create(model="gpt-nonexistent", input="x")
         (err,) = collect(conn)
-    assert err["status"] == 404 and err["error"]["code"] == "model_not_found" and err["error"]["param"] == "model"
+    assert (
+        err["status"] == 404
+        and err["error"]["code"] == "model_not_found"
+        and err["error"]["param"] == "model"
+    )
 
 
 def test_async_sdk_connection_runs_a_tool_turn(server_url):
@@ -245,8 +306,13 @@ def test_async_sdk_connection_runs_a_tool_turn(server_url):
         async with client.responses.connect() as conn:
             await conn.response.create(model=MODEL, input=LONG_INPUT, tools=TOOLS, store=False)
             first = (await acollect(conn))[-1]["response"]
-            await conn.response.create(model=MODEL, input=outputs_for(first), tools=TOOLS, store=False,
-                                       previous_response_id=first["id"])
+            await conn.response.create(
+                model=MODEL,
+                input=outputs_for(first),
+                tools=TOOLS,
+                store=False,
+                previous_response_id=first["id"],
+            )
             return first, (await acollect(conn))[-1]["response"]
 
     first, second = asyncio.run(main())

@@ -25,8 +25,15 @@ LONG = "a first message long enough to be more than the classifier's carried win
 
 @pytest.fixture(scope="module")
 def whatif_url(ray_cluster):
-    url = start_app(APP, **{"session.whatif": {"safety_model": {"enabled": True, "window_tokens": WINDOW},
-                                               "hop": {"enabled": True}}})
+    url = start_app(
+        APP,
+        **{
+            "session.whatif": {
+                "safety_model": {"enabled": True, "window_tokens": WINDOW},
+                "hop": {"enabled": True},
+            }
+        },
+    )
     yield url
     serve.delete(APP)
 
@@ -45,14 +52,17 @@ class Charges:
         out = []
         for name in ("WhatIfSafetyModel", "WhatIfHop"):
             recent = self._recent(name)
-            out.append(recent[self.seen[name]:])
+            out.append(recent[self.seen[name] :])
             self.seen[name] = len(recent)
         return out[0], out[1]
 
 
 def post(url: str, body: dict) -> dict:
-    req = urllib.request.Request(url + "/v1/responses", json.dumps({"model": MODEL, **body}).encode(),
-                                 {"Content-Type": "application/json", "Authorization": "Bearer sk-test"})
+    req = urllib.request.Request(
+        url + "/v1/responses",
+        json.dumps({"model": MODEL, **body}).encode(),
+        {"Content-Type": "application/json", "Authorization": "Bearer sk-test"},
+    )
     with urllib.request.urlopen(req, timeout=30) as resp:
         return json.loads(resp.read())
 
@@ -62,10 +72,22 @@ def test_a_websocket_turn_charges_the_new_tokens_plus_the_window(whatif_url):
 
     async def two_turns():
         async with websockets.connect(whatif_url.replace("http://", "ws://") + "/v1/responses") as ws:
-            await ws.send(json.dumps({"type": "response.create", "model": MODEL, "store": False, "input": LONG}))
+            await ws.send(
+                json.dumps({"type": "response.create", "model": MODEL, "store": False, "input": LONG})
+            )
             r1 = (await raw_collect(ws))[-1]["response"]
-            await ws.send(json.dumps({"type": "response.create", "model": MODEL, "store": False, "input": "next",
-                                      "previous_response_id": r1["id"], "metadata": TIMINGS}))
+            await ws.send(
+                json.dumps(
+                    {
+                        "type": "response.create",
+                        "model": MODEL,
+                        "store": False,
+                        "input": "next",
+                        "previous_response_id": r1["id"],
+                        "metadata": TIMINGS,
+                    }
+                )
+            )
             return r1, (await raw_collect(ws))[-1]["response"]
 
     r1, r2 = asyncio.run(two_turns())

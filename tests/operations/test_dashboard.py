@@ -14,8 +14,9 @@ from tests.support.serve_process import ServeProcess
 
 def session_hosts(port: int, token: str) -> list[dict]:
     query = "filter_keys=class_name&filter_predicates=%3D&filter_values=SessionHost&detail=true"
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/api/v0/actors?{query}",
-                                     headers={"Authorization": f"Bearer {token}"})
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/api/v0/actors?{query}", headers={"Authorization": f"Bearer {token}"}
+    )
     with urllib.request.urlopen(request, timeout=30) as resp:
         return json.loads(resp.read())["data"]["result"]["result"]
 

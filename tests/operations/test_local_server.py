@@ -24,8 +24,11 @@ def listening_sockets(pid: int) -> list[tuple[str, str, int]]:
     for proc in [root, *root.children(recursive=True)]:
         try:
             name = proc.name() if not proc.cmdline() else proc.cmdline()[0]
-            found += [(name, c.laddr.ip, c.laddr.port) for c in proc.net_connections(kind="inet")
-                      if c.status == psutil.CONN_LISTEN]
+            found += [
+                (name, c.laddr.ip, c.laddr.port)
+                for c in proc.net_connections(kind="inet")
+                if c.status == psutil.CONN_LISTEN
+            ]
         except psutil.Error:  # a worker that has just exited
             pass
     return found
@@ -49,14 +52,24 @@ def test_the_embedded_ray_listens_on_loopback_only(operator_server: ServeProcess
 
 
 def create_stored(url: str, i: int) -> str:
-    body = json.dumps({"model": "emu-fast", "input": f"note {i}", "store": True,
-                       "metadata": {"emulator.tool_rounds": "0", "emulator.text_tokens": "3"}}).encode()
-    request = urllib.request.Request(f"{url}/v1/responses", data=body, headers={"Content-Type": "application/json"})
+    body = json.dumps(
+        {
+            "model": "emu-fast",
+            "input": f"note {i}",
+            "store": True,
+            "metadata": {"emulator.tool_rounds": "0", "emulator.text_tokens": "3"},
+        }
+    ).encode()
+    request = urllib.request.Request(
+        f"{url}/v1/responses", data=body, headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(request, timeout=30) as resp:
         return json.loads(resp.read())["id"]
 
 
-def test_a_second_server_on_the_port_fails_at_once_and_the_first_serves_on(operator_server: ServeProcess, tmp_path):
+def test_a_second_server_on_the_port_fails_at_once_and_the_first_serves_on(
+    operator_server: ServeProcess, tmp_path
+):
     server = operator_server
     port = int(server.url.rsplit(":", 1)[1])
     started = time.monotonic()

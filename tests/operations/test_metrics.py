@@ -62,17 +62,28 @@ async def traffic(url: str) -> None:
     async with websockets.connect(ws_url(url)) as ws:
         previous = None
         for text in (long_input, "And now the tests?"):
-            create = {"type": "response.create", "model": "emu-fast", "store": False, "input": text,
-                      "metadata": TEXT, **({"previous_response_id": previous} if previous else {})}
+            create = {
+                "type": "response.create",
+                "model": "emu-fast",
+                "store": False,
+                "input": text,
+                "metadata": TEXT,
+                **({"previous_response_id": previous} if previous else {}),
+            }
             await ws.send(json.dumps(create))
             event = (await raw_collect(ws))[-1]
             assert event["type"] == "response.completed", event
             previous = event["response"]["id"]
     async with httpx.AsyncClient(base_url=url, timeout=30) as http:
-        assert (await http.post("/v1/responses", json={"model": "emu-fast", "input": "Hi", "store": False,
-                                                       "metadata": TEXT})).status_code == 200
+        assert (
+            await http.post(
+                "/v1/responses", json={"model": "emu-fast", "input": "Hi", "store": False, "metadata": TEXT}
+            )
+        ).status_code == 200
     try:
-        async with websockets.connect(ws_url(url), additional_headers={"x-responses-ws-resume-token": "not-a-token"}):
+        async with websockets.connect(
+            ws_url(url), additional_headers={"x-responses-ws-resume-token": "not-a-token"}
+        ):
             raise AssertionError("the upgrade was accepted")
     except websockets.InvalidStatus as exc:
         assert exc.response.status_code == 400
@@ -86,7 +97,9 @@ def test_every_metric_the_dashboard_charts_is_exported(ray_cluster, server_url):
     while (gone := missing(wanted, samples := scrape())) and time.monotonic() < deadline:
         time.sleep(1)
     assert not gone, f"charted but not exported: {gone}"
-    refused_400 = [lab for n, lab in samples if n == "ray_responses_ws_refusals_total" and lab.get("status") == "400"]
+    refused_400 = [
+        lab for n, lab in samples if n == "ray_responses_ws_refusals_total" and lab.get("status") == "400"
+    ]
     assert refused_400
     hosts = {lab["host"] for n, lab in samples if n == "ray_responses_ws_host_connections"}
     assert hosts and all(h.startswith("rws-") for h in hosts)  # the session hosts' actor names
@@ -106,8 +119,13 @@ def test_metric_names_are_prefixed_and_durations_are_in_seconds():
     names = []
     for path in [*ROOT.glob("actors/**/*.py"), *ROOT.glob("serve/*.py"), *ROOT.glob("inference/*.py")]:
         for node in ast.walk(ast.parse(path.read_text())):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                    and node.func.attr in METRIC_CLASSES and node.args and isinstance(node.args[0], ast.Constant)):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in METRIC_CLASSES
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
                 names.append(node.args[0].value)
     assert len(names) >= 20
     assert all(n.startswith("responses_ws_") for n in names), names

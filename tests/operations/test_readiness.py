@@ -19,15 +19,23 @@ def test_a_running_app_is_alive_and_ready(server_url):
     # Each check is bounded (2 s): on a machine this loaded a store write can wait longer
     # for SQLite's lock, so the test allows a few rounds.
     assert wait_for_status(server_url, 200) == {
-        "status": "ready", "failed": [],
-        "checks": {"listener": "ok", "draining": "ok", "inference": "ok", "store": "ok"}}
+        "status": "ready",
+        "failed": [],
+        "checks": {"listener": "ok", "draining": "ok", "inference": "ok", "store": "ok"},
+    }
 
 
 @pytest.fixture
 def redis_app(ray_cluster, redis_server):
-    url = start_app("rws-ready", **{"store.backend": "redis", "store.redis_url": redis_server,
-                                    "store.key_prefix": f"ready-{uuid.uuid4().hex[:8]}:",
-                                    "session.warm_actors": 1})
+    url = start_app(
+        "rws-ready",
+        **{
+            "store.backend": "redis",
+            "store.redis_url": redis_server,
+            "store.key_prefix": f"ready-{uuid.uuid4().hex[:8]}:",
+            "session.warm_actors": 1,
+        },
+    )
     yield url
     stop_app("rws-ready")
 

@@ -24,16 +24,37 @@ WARNING_TEXT = "inference failed for resp_"
 async def overload(url: str) -> str:
     """A long response holds the only slot; a second one on another lane is refused."""
     async with websockets.connect(ws_url(url)) as ws:
-        await ws.send(json.dumps({"type": "response.create", "model": "emu-fast", "store": False, "stream_id": "long",
-                                  "input": "x", "metadata": {"emulator.tool_rounds": "0",
-                                                             "emulator.text_tokens": "3000"}}))
+        await ws.send(
+            json.dumps(
+                {
+                    "type": "response.create",
+                    "model": "emu-fast",
+                    "store": False,
+                    "stream_id": "long",
+                    "input": "x",
+                    "metadata": {"emulator.tool_rounds": "0", "emulator.text_tokens": "3000"},
+                }
+            )
+        )
         while json.loads(await ws.recv())["type"] != "response.output_text.delta":
             pass
-        await ws.send(json.dumps({"type": "response.create", "model": "emu-fast", "store": False,
-                                  "stream_id": "other", "input": "y"}))
+        await ws.send(
+            json.dumps(
+                {
+                    "type": "response.create",
+                    "model": "emu-fast",
+                    "store": False,
+                    "stream_id": "other",
+                    "input": "y",
+                }
+            )
+        )
         while True:
             event = json.loads(await ws.recv())
-            if event.get("stream_id") == "other" and event["type"] in ("response.failed", "response.completed"):
+            if event.get("stream_id") == "other" and event["type"] in (
+                "response.failed",
+                "response.completed",
+            ):
                 return event["type"]
 
 
@@ -69,8 +90,11 @@ def test_a_serve_application_logging_config_reaches_the_session_hosts(ray_cluste
     from serve.embedded import deploy, local_config
     from tests.support.server import stop_app
 
-    url = deploy(local_config(**{"inference.profiles": busy_profiles(), "session.warm_actors": 1}), name="rws-json-logs",
-                 logs=LogSettings("WARNING", "JSON"))
+    url = deploy(
+        local_config(**{"inference.profiles": busy_profiles(), "session.warm_actors": 1}),
+        name="rws-json-logs",
+        logs=LogSettings("WARNING", "JSON"),
+    )
     try:
         assert asyncio.run(overload(url)) == "response.failed"
         logs_dir = Path(ray_cluster._private.worker._global_node.get_logs_dir_path())
@@ -78,8 +102,11 @@ def test_a_serve_application_logging_config_reaches_the_session_hosts(ray_cluste
         found = []
         while not found and time.monotonic() < deadline:
             for path in logs_dir.glob("worker-*.err"):
-                found += [line for line in path.read_text(errors="replace").splitlines()
-                          if WARNING_TEXT in line and line.startswith("{")]
+                found += [
+                    line
+                    for line in path.read_text(errors="replace").splitlines()
+                    if WARNING_TEXT in line and line.startswith("{")
+                ]
             time.sleep(0.5)
         assert found, "no JSON warning in the workers' logs"
         entry = json.loads(found[-1])

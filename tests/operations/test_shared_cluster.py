@@ -59,8 +59,17 @@ def get_text(url: str) -> str:
 
 async def one_turn(url: str) -> str:
     async with websockets.connect(ws_url(url)) as ws:
-        await ws.send(json.dumps({"type": "response.create", "model": "emu-fast", "store": False, "input": "Hi",
-                                  "metadata": {"emulator.tool_rounds": "0", "emulator.text_tokens": "5"}}))
+        await ws.send(
+            json.dumps(
+                {
+                    "type": "response.create",
+                    "model": "emu-fast",
+                    "store": False,
+                    "input": "Hi",
+                    "metadata": {"emulator.tool_rounds": "0", "emulator.text_tokens": "5"},
+                }
+            )
+        )
         return (await raw_collect(ws))[-1]["type"]
 
 

@@ -24,7 +24,9 @@ from pathlib import Path
 import pytest
 
 MODEL = "smollm2-135m"
-ENGINE_START_S = float(os.environ.get("RESPONSES_WS_ENGINE_START_S", "900"))  # a loaded 2-core machine is slow
+ENGINE_START_S = float(
+    os.environ.get("RESPONSES_WS_ENGINE_START_S", "900")
+)  # a loaded 2-core machine is slow
 
 
 @pytest.fixture(scope="session")
@@ -50,10 +52,25 @@ def engine_url(model_dir: Path, tmp_path_factory) -> Iterator[str]:
 
     port = free_port()
     log = tmp_path_factory.mktemp("vllm") / "vllm.log"
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
-           "--served-model-name", MODEL, "--host", "127.0.0.1", "--port", str(port),
-           "--enable-prefix-caching", "--enable-prompt-tokens-details", "--max-model-len", "4096",
-           "--dtype", "bfloat16"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model_dir),
+        "--served-model-name",
+        MODEL,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--enable-prefix-caching",
+        "--enable-prompt-tokens-details",
+        "--max-model-len",
+        "4096",
+        "--dtype",
+        "bfloat16",
+    ]
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -69,8 +86,10 @@ def engine_url(model_dir: Path, tmp_path_factory) -> Iterator[str]:
             except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError):
                 pass
             if time.monotonic() > deadline:
-                pytest.fail(f"vLLM did not serve within {ENGINE_START_S:.0f} s:\n{log.read_text()[-3000:]}",
-                            pytrace=False)
+                pytest.fail(
+                    f"vLLM did not serve within {ENGINE_START_S:.0f} s:\n{log.read_text()[-3000:]}",
+                    pytrace=False,
+                )
             time.sleep(1.0)
         yield url
     finally:
@@ -84,8 +103,15 @@ def engine_url(model_dir: Path, tmp_path_factory) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def backend(engine_url: str, model_dir: Path) -> dict:
-    return {"id": MODEL, "kind": "openai", "url": engine_url, "engine_model": MODEL, "tokenizer": str(model_dir),
-            "temperature": 0.0, "max_output_tokens": 64}
+    return {
+        "id": MODEL,
+        "kind": "openai",
+        "url": engine_url,
+        "engine_model": MODEL,
+        "tokenizer": str(model_dir),
+        "temperature": 0.0,
+        "max_output_tokens": 64,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -107,8 +133,9 @@ def llm_backend(model_dir: Path):
     from serve.config import load_app_config
 
     (backend,) = load_app_config(LLM_CONFIG, environ={}).session.backends
-    return backend.model_copy(update={"tokenizer": str(model_dir), "model_source": str(model_dir),
-                                      "max_output_tokens": 64})
+    return backend.model_copy(
+        update={"tokenizer": str(model_dir), "model_source": str(model_dir), "max_output_tokens": 64}
+    )
 
 
 @pytest.fixture(scope="session")
@@ -130,8 +157,11 @@ def llm_url(ray_cluster, llm_backend) -> Iterator[str]:
 def engine_running(engine_url: str) -> float:
     """vLLM's ``num_requests_running`` gauge (requests being generated now)."""
     text = _get(engine_url.removesuffix("/v1") + "/metrics").decode()
-    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-              if line.startswith("vllm:num_requests_running")]
+    values = [
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("vllm:num_requests_running")
+    ]
     return sum(values)
 
 
@@ -158,7 +188,9 @@ def ray_engine_total(counter: str) -> float:
     return _ray_vllm_samples(f"{counter}_total")
 
 
-def chained_turns(client, questions: Iterable[str], instructions: str, max_output_tokens: int = 16) -> tuple[list, list[str]]:
+def chained_turns(
+    client, questions: Iterable[str], instructions: str, max_output_tokens: int = 16
+) -> tuple[list, list[str]]:
     """``questions`` over one socket of the openai SDK, each a ``store:false`` create
     continuing the previous response (``previous_response_id``): each response's usage and
     text.  Every response must complete (or end incomplete at the token limit)."""
@@ -166,9 +198,14 @@ def chained_turns(client, questions: Iterable[str], instructions: str, max_outpu
     with client.responses.connect() as conn:
         previous = None
         for question in questions:
-            conn.response.create(model=MODEL, instructions=instructions, store=False,
-                                 max_output_tokens=max_output_tokens, previous_response_id=previous,
-                                 input=[{"role": "user", "content": question}])
+            conn.response.create(
+                model=MODEL,
+                instructions=instructions,
+                store=False,
+                max_output_tokens=max_output_tokens,
+                previous_response_id=previous,
+                input=[{"role": "user", "content": question}],
+            )
             for event in conn:
                 if event.type in ("response.completed", "response.incomplete", "response.failed", "error"):
                     break
@@ -187,8 +224,13 @@ def generating(url: str, api_key: str) -> Iterator[object]:
 
     from bench.client import ws_url
 
-    create = {"type": "response.create", "model": MODEL, "store": False, "max_output_tokens": 2000,
-              "input": "Write a very long story about a lighthouse keeper, chapter by chapter."}
+    create = {
+        "type": "response.create",
+        "model": MODEL,
+        "store": False,
+        "max_output_tokens": 2000,
+        "input": "Write a very long story about a lighthouse keeper, chapter by chapter.",
+    }
     with connect(ws_url(url), additional_headers={"Authorization": f"Bearer {api_key}"}) as ws:
         ws.send(json.dumps(create))
         while json.loads(ws.recv(timeout=120))["type"] != "response.output_text.delta":

@@ -17,7 +17,8 @@ from tests.support.server import wait_for
 # Long enough instructions that the prompt spans full KV blocks (vLLM's CPU build caches
 # and reports whole 128-token blocks).
 INSTRUCTIONS = "You are a concise assistant. " + " ".join(
-    f"Rule {i}: answer briefly and factually." for i in range(40))
+    f"Rule {i}: answer briefly and factually." for i in range(40)
+)
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +33,10 @@ def test_the_model_is_listed_beside_the_emulated_ones(client):
 
 
 def test_greedy_output_is_deterministic(client):
-    runs = [client.responses.create(model=MODEL, input="Name three colours.", store=False, max_output_tokens=24)
-            for _ in range(2)]
+    runs = [
+        client.responses.create(model=MODEL, input="Name three colours.", store=False, max_output_tokens=24)
+        for _ in range(2)
+    ]
     assert runs[0].output_text and runs[0].output_text == runs[1].output_text
     assert runs[0].usage.output_tokens == runs[1].usage.output_tokens > 0
 
@@ -51,8 +54,11 @@ def test_streamed_token_ids_decode_to_the_streamed_text(backend):
 
     async def call() -> list:
         try:
-            return [e async for chunk in engine.stream(InferenceRequest("t", MODEL, prompt, max_output_tokens=40))
-                    for e in chunk]
+            return [
+                e
+                async for chunk in engine.stream(InferenceRequest("t", MODEL, prompt, max_output_tokens=40))
+                for e in chunk
+            ]
         finally:
             await engine.close()
 
@@ -61,9 +67,11 @@ def test_streamed_token_ids_decode_to_the_streamed_text(backend):
     done = events[-1]
     assert isinstance(done, Done) and done.context_token_ids is not None and len(deltas) > 1
     context = list(done.context_token_ids)
-    closing = fmt.render_message("assistant", "")[len(fmt.generation_prompt):]  # <|im_end|> "\n"
-    assert context[:len(fmt.generation_prompt)] == fmt.generation_prompt and context[-len(closing):] == closing
-    output_ids = context[len(fmt.generation_prompt):-len(closing)]  # the engine's ids (less its end token)
+    closing = fmt.render_message("assistant", "")[len(fmt.generation_prompt) :]  # <|im_end|> "\n"
+    assert (
+        context[: len(fmt.generation_prompt)] == fmt.generation_prompt and context[-len(closing) :] == closing
+    )
+    output_ids = context[len(fmt.generation_prompt) : -len(closing)]  # the engine's ids (less its end token)
     assert fmt.decode(output_ids) == "".join(d.text for d in deltas)
     assert sum(d.tokens for d in deltas) == done.output_tokens
 
@@ -86,21 +94,39 @@ def test_a_client_that_goes_away_stops_the_generation(real_url, engine_url):
 
 
 def test_the_openai_sdk_runs_an_agent_loop_with_stored_history(client):
-    tools = [{"type": "function", "name": "get_weather", "description": "The weather in a city",
-              "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
-    response = client.responses.create(model=MODEL, input="What is the weather in Paris?", tools=tools,
-                                       max_output_tokens=48)
+    tools = [
+        {
+            "type": "function",
+            "name": "get_weather",
+            "description": "The weather in a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        }
+    ]
+    response = client.responses.create(
+        model=MODEL, input="What is the weather in Paris?", tools=tools, max_output_tokens=48
+    )
     for _ in range(3):  # the loop: answer each call, continue from the stored response
         calls = [o for o in response.output if o.type == "function_call"]
         assert response.status in ("completed", "incomplete")
         if not calls:
             break
         response = client.responses.create(
-            model=MODEL, previous_response_id=response.id, tools=tools, max_output_tokens=48,
-            input=[{"type": "function_call_output", "call_id": c.call_id, "output": '{"sky": "clear", "c": 21}'}
-                   for c in calls])
-    follow_up = client.responses.create(model=MODEL, previous_response_id=response.id, max_output_tokens=24,
-                                        input="Thanks. Say goodbye.")
+            model=MODEL,
+            previous_response_id=response.id,
+            tools=tools,
+            max_output_tokens=48,
+            input=[
+                {"type": "function_call_output", "call_id": c.call_id, "output": '{"sky": "clear", "c": 21}'}
+                for c in calls
+            ],
+        )
+    follow_up = client.responses.create(
+        model=MODEL, previous_response_id=response.id, max_output_tokens=24, input="Thanks. Say goodbye."
+    )
     assert follow_up.status in ("completed", "incomplete") and follow_up.output_text
     assert client.responses.retrieve(follow_up.id).previous_response_id == response.id
 
@@ -121,8 +147,12 @@ def test_a_foreign_web_page_cannot_use_the_model(real_url):
         connect(ws_url(real_url), additional_headers=foreign)
     assert refused.value.response.status_code == 403
     body = json.dumps({"model": MODEL, "input": "hi", "max_output_tokens": 4}).encode()
-    post = urllib.request.Request(f"{real_url}/v1/responses", data=body, method="POST",
-                                  headers={**foreign, "Content-Type": "application/json"})
+    post = urllib.request.Request(
+        f"{real_url}/v1/responses",
+        data=body,
+        method="POST",
+        headers={**foreign, "Content-Type": "application/json"},
+    )
     with pytest.raises(urllib.error.HTTPError) as http_refused:
         urllib.request.urlopen(post, timeout=30)
     assert http_refused.value.code == 403

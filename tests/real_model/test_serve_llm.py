@@ -37,8 +37,11 @@ def test_the_handles_token_ids_decode_to_the_text_and_continue_the_conversation(
     async def call() -> list:
         engine = ServeLLMInference(llm_backend, fmt, LLM_APP)
         assert await engine.warm() == [MODEL]
-        return [e async for chunk in engine.stream(InferenceRequest("t", MODEL, prompt, max_output_tokens=40))
-                for e in chunk]
+        return [
+            e
+            async for chunk in engine.stream(InferenceRequest("t", MODEL, prompt, max_output_tokens=40))
+            for e in chunk
+        ]
 
     events = on_handle_loop(call(), timeout_s=300)
     deltas = [e for e in events if isinstance(e, TextDelta)]
@@ -47,9 +50,11 @@ def test_the_handles_token_ids_decode_to_the_text_and_continue_the_conversation(
     assert isinstance(done, Done) and done.context_token_ids is not None and len(deltas) > 1
     assert prefilled.prompt_tokens == len(prompt) + len(fmt.generation_prompt)  # the engine's count
     context = list(done.context_token_ids)
-    closing = fmt.render_message("assistant", "")[len(fmt.generation_prompt):]
-    assert context[:len(fmt.generation_prompt)] == fmt.generation_prompt and context[-len(closing):] == closing
-    assert fmt.decode(context[len(fmt.generation_prompt):-len(closing)]) == "".join(d.text for d in deltas)
+    closing = fmt.render_message("assistant", "")[len(fmt.generation_prompt) :]
+    assert (
+        context[: len(fmt.generation_prompt)] == fmt.generation_prompt and context[-len(closing) :] == closing
+    )
+    assert fmt.decode(context[len(fmt.generation_prompt) : -len(closing)]) == "".join(d.text for d in deltas)
     assert sum(d.tokens for d in deltas) == done.output_tokens > 0
 
 
@@ -57,8 +62,10 @@ def test_greedy_output_is_deterministic(llm_url):
     from openai import OpenAI
 
     client = OpenAI(base_url=f"{llm_url}/v1", api_key="sk-serve-llm", max_retries=0)
-    runs = [client.responses.create(model=MODEL, input="Name three colours.", store=False, max_output_tokens=24)
-            for _ in range(2)]
+    runs = [
+        client.responses.create(model=MODEL, input="Name three colours.", store=False, max_output_tokens=24)
+        for _ in range(2)
+    ]
     assert runs[0].output_text and runs[0].output_text == runs[1].output_text
     assert runs[0].usage.output_tokens == runs[1].usage.output_tokens > 0
 
@@ -67,8 +74,9 @@ def test_a_store_false_websocket_continuation_reports_the_engines_cached_tokens(
     from openai import OpenAI
 
     client = OpenAI(base_url=f"{llm_url}/v1", api_key="sk-serve-llm-ws", max_retries=0)
-    usages, texts = chained_turns(client, ("What is the capital of France?", "And of Germany?", "And of Italy?"),
-                                  INSTRUCTIONS)
+    usages, texts = chained_turns(
+        client, ("What is the capital of France?", "And of Germany?", "And of Italy?"), INSTRUCTIONS
+    )
     assert all(texts)
     for before, after in itertools.pairwise(usages):
         assert after.input_tokens > before.input_tokens + before.output_tokens

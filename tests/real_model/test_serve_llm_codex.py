@@ -24,9 +24,13 @@ PROMPT = "Say hello in one short sentence. Do not run any command."
 
 def catalog_for(path: Path, context_window: int) -> Path:
     """Codex's model catalog (tests/clients/codex/models.json) with the real model in it."""
-    entry = {**json.loads(CATALOG.read_text())["models"][0], "slug": MODEL, "display_name": MODEL,
-             "description": "SmolLM2-135M-Instruct on vLLM's CPU build (docs/backends.md)",
-             "context_window": context_window}
+    entry = {
+        **json.loads(CATALOG.read_text())["models"][0],
+        "slug": MODEL,
+        "display_name": MODEL,
+        "description": "SmolLM2-135M-Instruct on vLLM's CPU build (docs/backends.md)",
+        "context_window": context_window,
+    }
     path.write_text(json.dumps({"models": [entry]}))
     return path
 
@@ -37,8 +41,12 @@ def test_codex_exec_runs_its_loop_against_the_real_model_over_a_websocket(llm_ur
     workdir = tmp_path / "checkout"
     workdir.mkdir()
     write_checkout(workdir, {"README.md": "# demo\n"})
-    home = codex_home(tmp_path, llm_url, websockets=True,
-                      catalog=catalog_for(tmp_path / "models.json", llm_backend.engine_kwargs["max_model_len"]))
+    home = codex_home(
+        tmp_path,
+        llm_url,
+        websockets=True,
+        catalog=catalog_for(tmp_path / "models.json", llm_backend.engine_kwargs["max_model_len"]),
+    )
     generated = ray_engine_total("generation_tokens")
     egress = Egress()
     try:
@@ -55,11 +63,16 @@ def test_codex_exec_runs_its_loop_against_the_real_model_over_a_websocket(llm_ur
     used = {r["payload"]["response_id"] for r in records if r["type"] == "token_usage_record"}
     usage = run.events[-1]["usage"]  # turn.completed's: the turn's responses
     billed = usage["output_tokens"]
-    print(f"codex exec against {MODEL}: {run.took_s:.1f} s, {len(used)} responses, {usage}; "
-          f"answer {items[-1]['text'][:200]!r}")
+    print(
+        f"codex exec against {MODEL}: {run.took_s:.1f} s, {len(used)} responses, {usage}; "
+        f"answer {items[-1]['text'][:200]!r}"
+    )
     assert used and billed > 0
     # The answer came from the engine: it generated at least what Codex was billed for
     # (its counter reaches Ray's metrics endpoint within the report interval).
-    wait_for(lambda: ray_engine_total("generation_tokens") - generated >= billed, timeout_s=60,
-             what="the engine's generated tokens to count Codex's output")
+    wait_for(
+        lambda: ray_engine_total("generation_tokens") - generated >= billed,
+        timeout_s=60,
+        what="the engine's generated tokens to count Codex's output",
+    )
     assert egress.seen == []  # Codex reached nothing but the server

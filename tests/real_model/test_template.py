@@ -24,13 +24,19 @@ def template_ids(fmt, messages) -> list[int]:
 
 @pytest.mark.parametrize("instructions", [None, "You answer in one sentence."])
 def test_segment_wise_rendering_equals_the_templates_tokens(fmt, instructions):
-    items = [{"type": "message", "role": "user", "content": "What is the capital of France?"},
-             {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Paris."}]},
-             {"type": "message", "role": "user", "content": "And of Germany?"}]
-    ours = fmt.render_instructions(instructions) + render_items(parse_items(items), fmt) + fmt.generation_prompt
+    items = [
+        {"type": "message", "role": "user", "content": "What is the capital of France?"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Paris."}]},
+        {"type": "message", "role": "user", "content": "And of Germany?"},
+    ]
+    ours = (
+        fmt.render_instructions(instructions) + render_items(parse_items(items), fmt) + fmt.generation_prompt
+    )
     messages = ([{"role": "system", "content": instructions}] if instructions else []) + [
         {"role": "user", "content": "What is the capital of France?"},
-        {"role": "assistant", "content": "Paris."}, {"role": "user", "content": "And of Germany?"}]
+        {"role": "assistant", "content": "Paris."},
+        {"role": "user", "content": "And of Germany?"},
+    ]
     assert ours == template_ids(fmt, messages)
 
 

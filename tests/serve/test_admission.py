@@ -168,7 +168,9 @@ def test_http_connections_hold_the_hosts_http_count_until_their_end_or_failure()
 
 def test_socket_ids_are_unique_across_kinds():
     adm = admission(Pool())
-    ids = {adm.admit("k", Sock(str(i))).sock_id for i in range(3)} | {adm.http_opened(host()) for _ in range(3)}
+    ids = {adm.admit("k", Sock(str(i))).sock_id for i in range(3)} | {
+        adm.http_opened(host()) for _ in range(3)
+    }
     assert len(ids) == 6
 
 

@@ -32,8 +32,11 @@ def test_dotted_overrides_and_partial_inference_section():
 def test_api_keys_come_from_the_file_the_list_and_the_environment(tmp_path):
     keys = tmp_path / "keys.txt"
     keys.write_text("from-file\n\n  spaced  \n")
-    cfg = load_app_config(None, environ={API_KEYS_ENV: "env-1, env-2,"},
-                          **{"server.api_keys": ["listed"], "server.api_keys_file": str(keys)})
+    cfg = load_app_config(
+        None,
+        environ={API_KEYS_ENV: "env-1, env-2,"},
+        **{"server.api_keys": ["listed"], "server.api_keys_file": str(keys)},
+    )
     assert set(cfg.server.api_keys) == {"listed", "env-1", "env-2", "from-file", "spaced"}
 
 
@@ -44,28 +47,38 @@ def test_partial_sections_merge_at_every_depth(tmp_path):
     """A file, the environment and flags each set a few nested keys; everything else keeps
     its default (a partial inference section keeps the packaged profiles)."""
     path = tmp_path / "c.yaml"
-    path.write_text("session:\n  safety:\n    lexicon: [forbidden words]\n"
-                    "inference:\n  prefix_cache:\n    block_tokens: 64\n")
-    cfg = load_app_config(path, environ={"RESPONSES_WS_SESSION__SAFETY__INJECTION_WEIGHT": "0.25"},
-                          sets=["inference.policy.seed=7"])
+    path.write_text(
+        "session:\n  safety:\n    lexicon: [forbidden words]\n"
+        "inference:\n  prefix_cache:\n    block_tokens: 64\n"
+    )
+    cfg = load_app_config(
+        path,
+        environ={"RESPONSES_WS_SESSION__SAFETY__INJECTION_WEIGHT": "0.25"},
+        sets=["inference.policy.seed=7"],
+    )
     defaults = AppConfig()
     assert cfg.session.safety.lexicon == ("forbidden words",)
     assert cfg.session.safety.injection_weight == 0.25
     assert cfg.session.safety.enabled == defaults.session.safety.enabled
     assert cfg.inference.prefix_cache.block_tokens == 64
     assert cfg.inference.prefix_cache.capacity_tokens == defaults.inference.prefix_cache.capacity_tokens
-    assert cfg.inference.policy.seed == 7 and cfg.inference.policy.tool_rounds == defaults.inference.policy.tool_rounds
+    assert (
+        cfg.inference.policy.seed == 7
+        and cfg.inference.policy.tool_rounds == defaults.inference.policy.tool_rounds
+    )
     assert cfg.inference.profiles == defaults.inference.profiles
 
 
 def test_every_key_has_an_environment_variable_with_a_yaml_value():
-    env = {"RESPONSES_WS_SESSION__CONNECTIONS_PER_ACTOR": "64",
-           "RESPONSES_WS_SERVER__API_KEYS": "[k1, k2]",
-           "RESPONSES_WS_SESSION__PING_INTERVAL_S": "null",
-           "RESPONSES_WS_STORE__BACKEND": "redis",
-           "RESPONSES_WS_INFERENCE__SCALING__SESSION_AFFINITY": "false",
-           "RESPONSES_WS_API_KEYS": "k3",  # not a key: the accepted-keys list (no "__")
-           "OTHER__VARIABLE": "ignored"}
+    env = {
+        "RESPONSES_WS_SESSION__CONNECTIONS_PER_ACTOR": "64",
+        "RESPONSES_WS_SERVER__API_KEYS": "[k1, k2]",
+        "RESPONSES_WS_SESSION__PING_INTERVAL_S": "null",
+        "RESPONSES_WS_STORE__BACKEND": "redis",
+        "RESPONSES_WS_INFERENCE__SCALING__SESSION_AFFINITY": "false",
+        "RESPONSES_WS_API_KEYS": "k3",  # not a key: the accepted-keys list (no "__")
+        "OTHER__VARIABLE": "ignored",
+    }
     cfg = load_app_config(None, environ=env)
     assert cfg.session.connections_per_actor == 64
     assert cfg.server.api_keys == ("k1", "k2", "k3")
@@ -86,18 +99,25 @@ def test_precedence_flag_over_environment_over_file_over_defaults(tmp_path):
     path.write_text("session:\n  max_inflight: 2\n  max_named_lanes: 2\n  max_actors: 2\n")
     env = {"RESPONSES_WS_SESSION__MAX_NAMED_LANES": "3", "RESPONSES_WS_SESSION__MAX_ACTORS": "3"}
     cfg = load_app_config(path, environ=env, sets=["session.max_actors=4"])
-    assert cfg.session.max_inflight == 2          # file over the default (16)
-    assert cfg.session.max_named_lanes == 3       # environment over the file
-    assert cfg.session.max_actors == 4            # --set over the environment
+    assert cfg.session.max_inflight == 2  # file over the default (16)
+    assert cfg.session.max_named_lanes == 3  # environment over the file
+    assert cfg.session.max_actors == 4  # --set over the environment
     assert cfg.session.max_starting_actors == AppConfig().session.max_starting_actors  # the default
     # --port (a keyword override) over --set
     assert load_app_config(None, environ={}, sets=["server.port=1"], **{"server.port": 2}).server.port == 2
 
 
 def test_set_values_are_yaml():
-    cfg = load_app_config(None, environ={}, sets=["server.gateway_resources={session: 1}",
-                                                  "session.strict_params=true", "server.host=0.0.0.0",
-                                                  "server.api_keys=[a, b]"])
+    cfg = load_app_config(
+        None,
+        environ={},
+        sets=[
+            "server.gateway_resources={session: 1}",
+            "session.strict_params=true",
+            "server.host=0.0.0.0",
+            "server.api_keys=[a, b]",
+        ],
+    )
     assert cfg.server.gateway_resources == {"session": 1.0}
     assert cfg.session.strict_params is True
     assert cfg.server.host == "0.0.0.0"
@@ -111,8 +131,9 @@ def test_a_malformed_set_is_an_error(bad):
 
 
 def test_a_serve_config_args_mapping_takes_the_environment_too():
-    cfg = app_config_from_dict({"session": {"max_inflight": 2}},
-                               environ={"RESPONSES_WS_SESSION__MAX_INFLIGHT": "5"})
+    cfg = app_config_from_dict(
+        {"session": {"max_inflight": 2}}, environ={"RESPONSES_WS_SESSION__MAX_INFLIGHT": "5"}
+    )
     assert cfg.session.max_inflight == 5
 
 
@@ -143,7 +164,9 @@ def test_the_what_if_services_are_bound_only_when_on():
     assert services(load_app_config(None, environ=env)) == {"hop"}
 
 
-@pytest.mark.parametrize(("name", "kind"), [("real-model.yaml", "openai"), ("real-model-serve-llm.yaml", "serve_llm")])
+@pytest.mark.parametrize(
+    ("name", "kind"), [("real-model.yaml", "openai"), ("real-model-serve-llm.yaml", "serve_llm")]
+)
 def test_the_real_model_configs_serve_smollm2_with_the_engines_prefix_cache(name, kind):
     """Both ways of serving the small model (docs/backends.md) load; the Ray Serve LLM one
     keeps vLLM's prefix cache and cached-token usage on, on CPU with a small KV cache."""
@@ -153,5 +176,8 @@ def test_the_real_model_configs_serve_smollm2_with_the_engines_prefix_cache(name
     assert Path(backend.tokenizer).expanduser().name == "smollm2-135m"
     if kind == "serve_llm":
         assert backend.accelerator == "cpu" and backend.engine_env == {"VLLM_CPU_KVCACHE_SPACE": "1"}
-        assert backend.engine_kwargs["enable_prefix_caching"] and backend.engine_kwargs["enable_prompt_tokens_details"]
+        assert (
+            backend.engine_kwargs["enable_prefix_caching"]
+            and backend.engine_kwargs["enable_prompt_tokens_details"]
+        )
         assert backend.url is None

@@ -11,16 +11,19 @@ def head(request_line: str, *headers: str) -> bytes:
     return "\r\n".join([request_line, "Host: x", *headers, "", ""]).encode()
 
 
-@pytest.mark.parametrize("raw, upgrade", [
-    (head("GET /v1/responses HTTP/1.1", "Upgrade: websocket", "Connection: Upgrade"), True),
-    (head("GET /v1/responses/ HTTP/1.1", "upgrade: WebSocket"), True),
-    (head("GET /v1/responses?api-version=1 HTTP/1.1", "Upgrade: websocket"), True),
-    (head("GET /v1/responses HTTP/1.1"), False),  # plain GET: HTTP app
-    (head("POST /v1/responses HTTP/1.1", "Upgrade: websocket"), False),
-    (head("GET /v1/other HTTP/1.1", "Upgrade: websocket"), False),
-    (head("GET /v1/responses/resp_1 HTTP/1.1", "Upgrade: websocket"), False),
-    (b"garbage", False),
-])
+@pytest.mark.parametrize(
+    "raw, upgrade",
+    [
+        (head("GET /v1/responses HTTP/1.1", "Upgrade: websocket", "Connection: Upgrade"), True),
+        (head("GET /v1/responses/ HTTP/1.1", "upgrade: WebSocket"), True),
+        (head("GET /v1/responses?api-version=1 HTTP/1.1", "Upgrade: websocket"), True),
+        (head("GET /v1/responses HTTP/1.1"), False),  # plain GET: HTTP app
+        (head("POST /v1/responses HTTP/1.1", "Upgrade: websocket"), False),
+        (head("GET /v1/other HTTP/1.1", "Upgrade: websocket"), False),
+        (head("GET /v1/responses/resp_1 HTTP/1.1", "Upgrade: websocket"), False),
+        (b"garbage", False),
+    ],
+)
 def test_only_websocket_upgrades_of_the_responses_path_are_handed_off(raw, upgrade):
     assert is_responses_upgrade(raw) is upgrade
 
@@ -56,13 +59,21 @@ def test_a_closed_front_leaves_the_shared_port_to_the_other_listener(loop_kind, 
             async def handoff_http(sock):
                 return False
 
-            return Front(listener, uvicorn.Config(lambda *a: None, lifespan="off"), handoff, handoff_http,
-                         OriginPolicy(LOOPBACK_ORIGINS))
+            return Front(
+                listener,
+                uvicorn.Config(lambda *a: None, lifespan="off"),
+                handoff,
+                handoff_http,
+                OriginPolicy(LOOPBACK_ORIGINS),
+            )
 
         old_listener = bind_socket("127.0.0.1", 0)
         port = old_listener.getsockname()[1]
-        new_listener = (socket.socket(fileno=os.dup(old_listener.fileno())) if sharing == "one socket"
-                        else bind_socket("127.0.0.1", port))
+        new_listener = (
+            socket.socket(fileno=os.dup(old_listener.fileno()))
+            if sharing == "one socket"
+            else bind_socket("127.0.0.1", port)
+        )
         old, new = front(old_listener, "old"), front(new_listener, "new")
         running = [asyncio.create_task(old.run()), asyncio.create_task(new.run())]
         await asyncio.sleep(0.05)
@@ -109,8 +120,15 @@ def idle_front(listener, refused: list[int], **options):
     async def handoff_http(sock):
         raise AssertionError("handed over")
 
-    return Front(listener, uvicorn.Config(lambda *a: None, lifespan="off"), handoff, handoff_http,
-                 OriginPolicy(LOOPBACK_ORIGINS), on_refused=refused.append, **options)
+    return Front(
+        listener,
+        uvicorn.Config(lambda *a: None, lifespan="off"),
+        handoff,
+        handoff_http,
+        OriginPolicy(LOOPBACK_ORIGINS),
+        on_refused=refused.append,
+        **options,
+    )
 
 
 async def answer_of(reader, writer, data: bytes | None = None) -> bytes:
@@ -152,8 +170,9 @@ def test_a_closing_front_answers_every_connection_it_holds_503_with_retry_after(
             writer.write(upgrade_head())
         await asyncio.sleep(0.1)
         front.close()
-        answers = await asyncio.gather(*(answer_of(r, w, upgrade_head()) for r, w in waiting),
-                                       *(answer_of(r, w) for r, w in queued))
+        answers = await asyncio.gather(
+            *(answer_of(r, w, upgrade_head()) for r, w in waiting), *(answer_of(r, w) for r, w in queued)
+        )
         await front.drain_http(5)
         return answers, refused
 
@@ -185,5 +204,7 @@ def test_a_connection_that_sends_no_request_head_is_answered_408_not_dropped():
         return answer, refused
 
     answer, refused = asyncio.run(main())
-    assert answer.startswith(b"HTTP/1.1 408 Request Timeout\r\n") and b'"code": "request_timeout"' in answer, answer
+    assert (
+        answer.startswith(b"HTTP/1.1 408 Request Timeout\r\n") and b'"code": "request_timeout"' in answer
+    ), answer
     assert refused == [408]

@@ -34,8 +34,11 @@ def check(p: Probes, **kwargs) -> dict:
 
 
 def test_ready_when_every_check_passes():
-    assert check(probes()) == {"status": "ready", "failed": [],
-                               "checks": {"listener": "ok", "draining": "ok", "inference": "ok", "store": "ok"}}
+    assert check(probes()) == {
+        "status": "ready",
+        "failed": [],
+        "checks": {"listener": "ok", "draining": "ok", "inference": "ok", "store": "ok"},
+    }
 
 
 def test_not_ready_while_draining():
@@ -69,7 +72,8 @@ def test_serve_health_check_runs_the_same_checks_but_fails_only_what_a_restart_c
         asyncio.run(Readiness(probes(inference=never_answers), timeout_s=0.2).raise_unless_healthy())
     assert [r.getMessage() for r in caplog.records] == [
         "not ready: store: OperationalError: attempt to write a readonly database",
-        "not ready: inference: no answer within 0.2 s"]
+        "not ready: inference: no answer within 0.2 s",
+    ]
 
 
 def test_a_failure_is_logged_when_it_starts_not_on_every_probe(caplog):
@@ -82,7 +86,8 @@ def test_a_failure_is_logged_when_it_starts_not_on_every_probe(caplog):
     with caplog.at_level("WARNING", logger="serve.health"):
         asyncio.run(three_rounds())
     assert [r.getMessage() for r in caplog.records] == [
-        "not ready: store: OperationalError: attempt to write a readonly database"]
+        "not ready: store: OperationalError: attempt to write a readonly database"
+    ]
 
 
 @pytest.mark.parametrize(("store", "status"), [(answers, 200), (read_only_database, 503)])

@@ -19,8 +19,10 @@ NAMES = ("", "ray.serve", *PACKAGES)
 def clean_loggers():
     """The loggers configure() touches, restored afterwards (pytest's own root handlers
     included: a test removes them to stand for a process Ray has not configured)."""
-    saved = {n: (logging.getLogger(n).level, list(logging.getLogger(n).handlers), logging.getLogger(n).propagate)
-             for n in NAMES}
+    saved = {
+        n: (logging.getLogger(n).level, list(logging.getLogger(n).handlers), logging.getLogger(n).propagate)
+        for n in NAMES
+    }
     yield
     for n, (level, handlers, propagate) in saved.items():
         logger = logging.getLogger(n)
@@ -32,9 +34,13 @@ def clean_loggers():
 def test_settings_come_from_serve_logging_config_as_a_mapping_or_a_model():
     assert LogSettings.from_serve(None) is None
     assert LogSettings.from_serve({"log_level": "ERROR", "encoding": "JSON"}) == LogSettings("ERROR", "JSON")
-    assert LogSettings.from_serve(ServeLoggingConfig(log_level="DEBUG", encoding="JSON")) == LogSettings("DEBUG", "JSON")
+    assert LogSettings.from_serve(ServeLoggingConfig(log_level="DEBUG", encoding="JSON")) == LogSettings(
+        "DEBUG", "JSON"
+    )
     assert LogSettings.from_serve({"log_level": logging.INFO}) == LogSettings("INFO", "TEXT")
-    assert LogSettings.from_serve(serve_logging_config(LogSettings("ERROR", "JSON"))) == LogSettings("ERROR", "JSON")
+    assert LogSettings.from_serve(serve_logging_config(LogSettings("ERROR", "JSON"))) == LogSettings(
+        "ERROR", "JSON"
+    )
 
 
 def test_bad_settings_are_refused():

@@ -15,28 +15,33 @@ from serve.origins import LOOPBACK_ORIGINS, OriginPolicy
 DEFAULT = OriginPolicy(LOOPBACK_ORIGINS)
 
 
-@pytest.mark.parametrize("origin, allowed", [
-    (None, True),  # no Origin: an SDK, a CLI, curl
-    ("http://localhost:5173", True),
-    ("http://127.0.0.1:8765", True),
-    ("https://localhost", True),
-    ("http://[::1]:3000", True),
-    ("HTTP://LOCALHOST:3000", True),
-    ("https://evil.example", False),
-    ("http://localhost.evil.example", False),
-    ("http://127.0.0.1.evil.example:8765", False),
-    ("http://evil.example:8765", False),  # DNS rebinding to 127.0.0.1 keeps the page's own origin
-    ("null", False),  # a file:// page or a sandboxed frame
-    ("chrome-extension://abcdef", False),
-    ("", False),
-    ("http://localhost:99999", False),
-])
+@pytest.mark.parametrize(
+    "origin, allowed",
+    [
+        (None, True),  # no Origin: an SDK, a CLI, curl
+        ("http://localhost:5173", True),
+        ("http://127.0.0.1:8765", True),
+        ("https://localhost", True),
+        ("http://[::1]:3000", True),
+        ("HTTP://LOCALHOST:3000", True),
+        ("https://evil.example", False),
+        ("http://localhost.evil.example", False),
+        ("http://127.0.0.1.evil.example:8765", False),
+        ("http://evil.example:8765", False),  # DNS rebinding to 127.0.0.1 keeps the page's own origin
+        ("null", False),  # a file:// page or a sandboxed frame
+        ("chrome-extension://abcdef", False),
+        ("", False),
+        ("http://localhost:99999", False),
+    ],
+)
 def test_the_default_admits_pages_of_this_machine_only(origin, allowed):
     assert DEFAULT.allows(origin) is allowed
 
 
 def test_entries_are_origins_with_a_port_any_port_or_star():
-    policy = OriginPolicy(["https://app.example.com", "http://dev.example.com:3000", "http://tools.example.com:*"])
+    policy = OriginPolicy(
+        ["https://app.example.com", "http://dev.example.com:3000", "http://tools.example.com:*"]
+    )
     assert policy.allows("https://app.example.com") and policy.allows("https://app.example.com:443")
     assert not policy.allows("http://app.example.com") and not policy.allows("https://app.example.com:8443")
     assert policy.allows("http://dev.example.com:3000") and not policy.allows("http://dev.example.com:3001")
@@ -59,8 +64,12 @@ def request(path: str, *headers: str, method: str = "GET") -> bytes:
     return "\r\n".join([f"{method} {path} HTTP/1.1", "Host: 127.0.0.1", *headers, "", ""]).encode()
 
 
-UPGRADE = ("Upgrade: websocket", "Connection: Upgrade", "Sec-WebSocket-Version: 13",
-           "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==")
+UPGRADE = (
+    "Upgrade: websocket",
+    "Connection: Upgrade",
+    "Sec-WebSocket-Version: 13",
+    "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
+)
 
 
 def test_the_front_refuses_a_page_outside_the_list_and_hands_the_others_over():
@@ -88,8 +97,13 @@ def test_the_front_refuses_a_page_outside_the_list_and_hands_the_others_over():
 
         listener = bind_socket("127.0.0.1", 0)
         port = listener.getsockname()[1]
-        front = Front(listener, uvicorn.Config(lambda *a: None, lifespan="off"), handoff, handoff_http,
-                      OriginPolicy(["https://app.example.com"]))
+        front = Front(
+            listener,
+            uvicorn.Config(lambda *a: None, lifespan="off"),
+            handoff,
+            handoff_http,
+            OriginPolicy(["https://app.example.com"]),
+        )
         running = asyncio.create_task(front.run())
 
         async def send(raw: bytes) -> bytes:
@@ -100,13 +114,16 @@ def test_the_front_refuses_a_page_outside_the_list_and_hands_the_others_over():
             finally:
                 writer.close()
 
-        answers = [await send(raw) for raw in (
-            request("/v1/responses", *UPGRADE, "Origin: http://localhost:3000"),
-            request("/v1/responses", *UPGRADE, "Origin: https://app.example.com"),
-            request("/v1/responses", *UPGRADE),
-            request("/v1/responses", "Origin: https://evil.example", "Content-Length: 0", method="POST"),
-            request("/v1/responses", "Content-Length: 0", method="POST"),
-        )]
+        answers = [
+            await send(raw)
+            for raw in (
+                request("/v1/responses", *UPGRADE, "Origin: http://localhost:3000"),
+                request("/v1/responses", *UPGRADE, "Origin: https://app.example.com"),
+                request("/v1/responses", *UPGRADE),
+                request("/v1/responses", "Origin: https://evil.example", "Content-Length: 0", method="POST"),
+                request("/v1/responses", "Content-Length: 0", method="POST"),
+            )
+        ]
         front.close()
         running.cancel()
         await asyncio.gather(running, return_exceptions=True)
@@ -114,8 +131,12 @@ def test_the_front_refuses_a_page_outside_the_list_and_hands_the_others_over():
 
     answers, handed = asyncio.run(main())
     assert [a.split(b"\r\n", 1)[0] for a in answers] == [
-        b"HTTP/1.1 403 Forbidden", b"HTTP/1.1 101 Switching Protocols", b"HTTP/1.1 101 Switching Protocols",
-        b"HTTP/1.1 403 Forbidden", b"HTTP/1.1 200 OK"]
+        b"HTTP/1.1 403 Forbidden",
+        b"HTTP/1.1 101 Switching Protocols",
+        b"HTTP/1.1 101 Switching Protocols",
+        b"HTTP/1.1 403 Forbidden",
+        b"HTTP/1.1 200 OK",
+    ]
     assert handed == ["websocket", "websocket", "http"]
     error = json.loads(answers[0].split(b"\r\n\r\n", 1)[1])["error"]
     assert error["code"] == "origin_not_allowed" and error["type"] == "invalid_request_error"
@@ -128,7 +149,12 @@ def test_the_snippets_of_docs_operations_md_mean_what_it_says(tmp_path):
     path.write_text('server:\n  allowed_origins: ["https://app.example.com", "http://localhost:*"]\n')
     wanted = ("https://app.example.com", "http://localhost:*")
     assert load_app_config(path, environ={}).server.allowed_origins == wanted
-    assert load_app_config(None, environ={}, sets=[
-        'server.allowed_origins=[https://app.example.com, "http://localhost:*"]']).server.allowed_origins == wanted
-    assert load_app_config(None, environ={"RESPONSES_WS_SERVER__ALLOWED_ORIGINS": '["*"]'}).server.allowed_origins \
-        == ("*",)
+    assert (
+        load_app_config(
+            None, environ={}, sets=['server.allowed_origins=[https://app.example.com, "http://localhost:*"]']
+        ).server.allowed_origins
+        == wanted
+    )
+    assert load_app_config(
+        None, environ={"RESPONSES_WS_SERVER__ALLOWED_ORIGINS": '["*"]'}
+    ).server.allowed_origins == ("*",)

@@ -60,7 +60,9 @@ class Hosts:
 
 
 def policy(**kw) -> PoolPolicy:
-    base = dict(soft=4, hard=8, warm=2, max_hosts=10, max_starting=2, idle_timeout_s=30.0, admission_wait_s=1.0)
+    base = dict(
+        soft=4, hard=8, warm=2, max_hosts=10, max_starting=2, idle_timeout_s=30.0, admission_wait_s=1.0
+    )
     return PoolPolicy(**{**base, **kw})
 
 
@@ -198,7 +200,9 @@ def test_idle_hosts_stop_after_the_timeout_with_hysteresis_newest_first():
         live = pool.hosts()
         assert hosts.killed and hosts.killed[0] == f"t-a{max(int(h[3:]) for h in hosts.made)}", "newest first"
         assert len(live) >= 1 and pool.stats()["free_slots"] >= 2 * pool.wanted_free()
-        assert pool.stats()["free_slots"] - 4 < max(2 * pool.wanted_free(), 2), "stops only while twice the wanted slots stay"
+        assert pool.stats()["free_slots"] - 4 < max(2 * pool.wanted_free(), 2), (
+            "stops only while twice the wanted slots stay"
+        )
         pool.shutdown()
 
     run(main())
@@ -260,8 +264,9 @@ def test_with_http_hosts_http_gets_hosts_of_its_own_that_websockets_never_share(
         websocket_host = (await pool.acquire()).host
         first, second = (asyncio.ensure_future(pool.acquire_http()) for _ in range(2))
         await settle()
-        assert not first.done() and [name[:3] for name in hosts.made] == ["t-a", "t-h"], \
+        assert not first.done() and [name[:3] for name in hosts.made] == ["t-a", "t-h"], (
             "the first HTTP connections wait for the one HTTP host starting"
+        )
         await hosts.finish()
         lease = await first
         assert lease.host.http_only and lease.keep_alive and (await second).host is lease.host
@@ -276,7 +281,9 @@ def test_with_http_hosts_http_gets_hosts_of_its_own_that_websockets_never_share(
             pool.release_http(lease.host)
         clock.t += 31
         pool.tick()
-        assert pool.stats()["http_actors"] == 1 and (await pool.acquire_http()).host is lease.host, "kept when idle"
+        assert pool.stats()["http_actors"] == 1 and (await pool.acquire_http()).host is lease.host, (
+            "kept when idle"
+        )
         pool.host_died(lease.host)
         waiting = asyncio.ensure_future(pool.acquire_http())
         await settle()

@@ -37,14 +37,18 @@ def test_replicas_of_one_application_share_the_port_and_another_is_refused_with_
     port = free_port()
     first = hold_in_child(port, "responses-ws@10.0.0.1:6379")
     try:
-        listener, mine = claim("127.0.0.1", port, "responses-ws@10.0.0.1:6379", bind_socket)  # a second replica
+        listener, mine = claim(
+            "127.0.0.1", port, "responses-ws@10.0.0.1:6379", bind_socket
+        )  # a second replica
         assert {m.pid for m in members(port)} == {first.pid, os.getpid()}
         with pytest.raises(PortTaken) as refused:
             claim("127.0.0.1", port, "responses-ws@127.0.0.1:41000", bind_socket)  # another Ray's server
         assert refused.value.pid in {first.pid, os.getpid()}
         assert refused.value.responses_ws
-        assert f"port {port} is already in use by another responses-ws server (pid {refused.value.pid}" in str(
-            refused.value)
+        assert (
+            f"port {port} is already in use by another responses-ws server (pid {refused.value.pid}"
+            in str(refused.value)
+        )
         with pytest.raises(PortTaken):
             check("127.0.0.1", port)  # before a Ray is started: every member is foreign
         check("127.0.0.1", port, owner=owner_digest("responses-ws@10.0.0.1:6379"))  # its own: fine
@@ -104,15 +108,24 @@ ASK_AS_OTHER_USER = textwrap.dedent("""
 """)
 
 
-@pytest.mark.skipif(os.getuid() != 0 or not os.path.exists("/usr/bin/python3"), reason="needs root to run as nobody")
+@pytest.mark.skipif(
+    os.getuid() != 0 or not os.path.exists("/usr/bin/python3"), reason="needs root to run as nobody"
+)
 def test_another_user_cannot_take_the_listener_from_a_claim():
     """Abstract names have no permissions; a claim passes its listener only to its own
     user's processes (the kernel's rule for joining a SO_REUSEPORT group)."""
     listener, mine = claim("127.0.0.1", 0, "responses-ws@10.0.0.1:6379", bind_socket)
     try:
         [record] = members(listener.getsockname()[1])
-        asked = subprocess.run(["/usr/bin/python3", "-c", ASK_AS_OTHER_USER, record.name], user=65534,
-                               capture_output=True, text=True, timeout=30, cwd="/", check=True)
+        asked = subprocess.run(
+            ["/usr/bin/python3", "-c", ASK_AS_OTHER_USER, record.name],
+            user=65534,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            cwd="/",
+            check=True,
+        )
         assert asked.stdout.strip() == "0", asked
     finally:
         mine.close()

@@ -14,8 +14,12 @@ def test_a_scenario_file_configures_the_server(tmp_path):
     path = tmp_path / "scenario.yaml"
     path.write_text("- text: hello\n- {error: {code: server_error, message: scripted}}\n")
     config = load_app_config(None, **{"inference.policy.scenario": scenario_file(path)})
-    assert config.inference.policy.scenario == sc.Scenario(turns=[sc.Turn(text="hello"), sc.Turn(
-        error=sc.ScriptedError(code="server_error", message="scripted"))])
+    assert config.inference.policy.scenario == sc.Scenario(
+        turns=[
+            sc.Turn(text="hello"),
+            sc.Turn(error=sc.ScriptedError(code="server_error", message="scripted")),
+        ]
+    )
     path.write_text("- {text: a, text_tokens: 3}\n")
     with pytest.raises(ValueError):
         load_app_config(None, **{"inference.policy.scenario": scenario_file(path)})

@@ -28,14 +28,17 @@ def test_a_line_is_on_disk_when_append_returns_and_clear_empties_the_journal(tmp
 def test_a_dead_or_closed_uncommitted_journal_is_an_orphan_a_live_one_is_not(tmp_path):
     live = Journal(tmp_path, "live")
     live.append(line(1))
-    dead_pid = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                              text=True, check=True).stdout.strip()
+    dead_pid = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     dead = tmp_path / f"dead.{dead_pid}.jsonl"
     dead.write_text(live.path.read_text() + '{"torn": ')  # died mid-write
     closed = Journal(tmp_path, "closed")
     closed.append(line(2))
     closed.close(committed=False)
-    assert [p.name for p in orphans(tmp_path)] == sorted([dead.name, f"closed.{closed.path.name.split('.')[1]}.closed.jsonl"])
+    assert [p.name for p in orphans(tmp_path)] == sorted(
+        [dead.name, f"closed.{closed.path.name.split('.')[1]}.closed.jsonl"]
+    )
     assert read(dead) == [line(1)]  # the torn line is skipped
     live.close(committed=True)
 

@@ -28,7 +28,7 @@ from store.writer import StoreWriter, WriterClosed
 
 ROOT = Path(__file__).resolve().parents[2]
 ALICE, BOB = "key_alice", "key_bob"
-TRICKY_TEXT = "héllo 世界 🚀 «quotes» \"escaped\" \\ back\nslash \u0000 nul \ud800 lone surrogate"
+TRICKY_TEXT = 'héllo 世界 🚀 «quotes» "escaped" \\ back\nslash \u0000 nul \ud800 lone surrogate'
 
 
 @pytest.fixture(params=["sqlite", "redis"])
@@ -51,28 +51,69 @@ async def opened(config: StoreConfig) -> AsyncIterator[Store]:
 
 def record(response_id: str = "resp_1", owner: str = ALICE, text: str = TRICKY_TEXT) -> StoredResponse:
     """A realistic record: a message and a tool call, nested usage, unicode, nulls, floats."""
-    message = {"id": f"msg_{response_id}", "type": "message", "role": "assistant", "status": "completed",
-               "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}
-    call = {"id": f"fc_{response_id}", "type": "function_call", "call_id": f"call_{response_id}",
-            "name": "get_weather", "arguments": '{"city": "Zürich", "units": ["c", null]}',
-            "status": "completed"}
-    user = {"id": f"msg_in_{response_id}", "type": "message", "role": "user",
-            "content": [{"type": "input_text", "text": text}]}
-    response = {
-        "id": response_id, "object": "response", "created_at": 1_700_000_000, "status": "completed",
-        "model": "emu-fast", "output": [message, call], "previous_response_id": None,
-        "temperature": 0.7, "top_p": 1.0, "parallel_tool_calls": True, "store": True,
-        "metadata": {"tag": "ünïcødé", "nested": {"deep": [1, 2.5, {"x": None}], "big": 2**53}},
-        "usage": {"input_tokens": 12, "input_tokens_details": {"cached_tokens": 4},
-                  "output_tokens": 34, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 46},
+    message = {
+        "id": f"msg_{response_id}",
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}],
     }
-    return StoredResponse(id=response_id, owner=owner, created_at=1_700_000_000.123456,
-                          response=response, input_items=[user], context=[user, message, call])
+    call = {
+        "id": f"fc_{response_id}",
+        "type": "function_call",
+        "call_id": f"call_{response_id}",
+        "name": "get_weather",
+        "arguments": '{"city": "Zürich", "units": ["c", null]}',
+        "status": "completed",
+    }
+    user = {
+        "id": f"msg_in_{response_id}",
+        "type": "message",
+        "role": "user",
+        "content": [{"type": "input_text", "text": text}],
+    }
+    response = {
+        "id": response_id,
+        "object": "response",
+        "created_at": 1_700_000_000,
+        "status": "completed",
+        "model": "emu-fast",
+        "output": [message, call],
+        "previous_response_id": None,
+        "temperature": 0.7,
+        "top_p": 1.0,
+        "parallel_tool_calls": True,
+        "store": True,
+        "metadata": {"tag": "ünïcødé", "nested": {"deep": [1, 2.5, {"x": None}], "big": 2**53}},
+        "usage": {
+            "input_tokens": 12,
+            "input_tokens_details": {"cached_tokens": 4},
+            "output_tokens": 34,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": 46,
+        },
+    }
+    return StoredResponse(
+        id=response_id,
+        owner=owner,
+        created_at=1_700_000_000.123456,
+        response=response,
+        input_items=[user],
+        context=[user, message, call],
+    )
 
 
 def usage_entry(response_id: str, owner: str = ALICE, output_tokens: int = 1) -> UsageEntry:
-    return UsageEntry(response_id=response_id, owner=owner, model="emu-fast", transport="websocket",
-                      input_tokens=10, cached_tokens=2, output_tokens=output_tokens, created_at=1.5)
+    return UsageEntry(
+        response_id=response_id,
+        owner=owner,
+        model="emu-fast",
+        transport="websocket",
+        input_tokens=10,
+        cached_tokens=2,
+        output_tokens=output_tokens,
+        created_at=1.5,
+    )
 
 
 # --- the store contract, both backends -------------------------------------------------------
@@ -171,12 +212,14 @@ def test_the_usage_ledger_is_per_owner_oldest_first(config: StoreConfig) -> None
 
 def test_a_ledger_line_is_written_once_per_response_however_often_it_is_added(config: StoreConfig) -> None:
     """A retry, a flush on shutdown or a batch that repeats a line cannot bill twice."""
+
     async def scenario() -> None:
         async with opened(config) as store:
             await store.add_usage([usage_entry("resp_1")])
             await store.add_usage([usage_entry("resp_1")])
-            await store.add_usage([usage_entry("resp_2"), usage_entry("resp_1", output_tokens=9),
-                                   usage_entry("resp_2")])
+            await store.add_usage(
+                [usage_entry("resp_2"), usage_entry("resp_1", output_tokens=9), usage_entry("resp_2")]
+            )
             await store.put(record("resp_2"), usage_entry("resp_2", output_tokens=9))
             assert await store.usage(ALICE) == [usage_entry("resp_1"), usage_entry("resp_2")]
 
@@ -209,7 +252,9 @@ def test_two_store_instances_writing_at_once_lose_nothing(config: StoreConfig) -
             await asyncio.gather(write(one, 0), write(two, 1))
             for i in range(n):
                 assert await one.get(f"resp_{i}", ALICE) == record(f"resp_{i}", text=f"r{i}")
-            assert sorted(e.response_id for e in await two.usage(ALICE)) == sorted(f"resp_{i}" for i in range(n))
+            assert sorted(e.response_id for e in await two.usage(ALICE)) == sorted(
+                f"resp_{i}" for i in range(n)
+            )
 
     asyncio.run(scenario())
 
@@ -249,6 +294,7 @@ def test_sqlite_lives_in_one_wal_file_in_a_created_data_dir(tmp_path: Path) -> N
 
 def test_sqlite_writes_a_record_and_its_line_in_one_transaction(tmp_path: Path) -> None:
     """A line that cannot be inserted takes its record with it: none without the other."""
+
     async def scenario() -> None:
         store = SQLiteStore(tmp_path)
         broken = UsageEntry("resp_1", ALICE, None, "websocket", 1, 0, 1, 1.5)  # type: ignore[arg-type]  # NOT NULL
@@ -265,8 +311,14 @@ def test_sqlite_writes_a_record_and_its_line_in_one_transaction(tmp_path: Path) 
 def test_sqlite_writers_in_separate_processes_lose_nothing(tmp_path: Path) -> None:
     """The deployment's shape: one process per connection actor, plus the gateway."""
     workers, n = 3, 200
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER_PROCESS, str(tmp_path), str(w), str(n)],
-                              cwd=ROOT, stderr=subprocess.PIPE) for w in range(workers)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER_PROCESS, str(tmp_path), str(w), str(n)],
+            cwd=ROOT,
+            stderr=subprocess.PIPE,
+        )
+        for w in range(workers)
+    ]
     for proc in procs:
         _, stderr = proc.communicate(timeout=120)
         assert proc.returncode == 0, stderr.decode()
@@ -299,6 +351,7 @@ def test_a_writable_store_passes_the_readiness_probe_again_and_again(config: Sto
 def test_the_probe_of_a_read_only_sqlite_database_fails(tmp_path: Path) -> None:
     """As a read-only data directory would (file permissions do not stop root, so the test
     makes the connection read-only instead)."""
+
     async def scenario() -> None:
         store = SQLiteStore(tmp_path)
         await store.probe()
@@ -366,7 +419,8 @@ def test_a_put_is_in_the_store_when_it_returns(config: StoreConfig) -> None:
 
 
 def test_a_failed_put_is_logged_and_raised_to_the_caller(
-        config: StoreConfig, caplog: pytest.LogCaptureFixture) -> None:
+    config: StoreConfig, caplog: pytest.LogCaptureFixture
+) -> None:
     async def fail_resp_bad(rec: StoredResponse) -> None:
         if rec.id == "resp_bad":
             raise ConnectionError("store unreachable")
@@ -374,7 +428,9 @@ def test_a_failed_put_is_logged_and_raised_to_the_caller(
     failures: list[None] = []
 
     async def scenario() -> None:
-        writer = StoreWriter(Interposed(open_store(config), fail_resp_bad), on_failure=lambda: failures.append(None))
+        writer = StoreWriter(
+            Interposed(open_store(config), fail_resp_bad), on_failure=lambda: failures.append(None)
+        )
         with pytest.raises(ConnectionError):
             await writer.put(record("resp_bad"))
         await writer.put(record("resp_good"))
@@ -448,7 +504,8 @@ class Counted(Interposed):
 
 
 def test_a_billed_line_is_committed_when_bill_returns_and_lines_waiting_at_once_share_a_commit(
-        config: StoreConfig) -> None:
+    config: StoreConfig,
+) -> None:
     async def scenario() -> None:
         store = Counted(open_store(config))
         store.gate.clear()
@@ -463,7 +520,9 @@ def test_a_billed_line_is_committed_when_bill_returns_and_lines_waiting_at_once_
         await asyncio.gather(first, *rest)
         assert store.commits == [["resp_1"], ["resp_2", "resp_3"]], "one commit for the lines that waited"
         async with opened(config) as other_process:
-            assert await other_process.usage(ALICE) == [usage_entry(f"resp_{i}", output_tokens=i) for i in (1, 2, 3)]
+            assert await other_process.usage(ALICE) == [
+                usage_entry(f"resp_{i}", output_tokens=i) for i in (1, 2, 3)
+            ]
         assert writer.pending == 0
         await writer.close()
 
@@ -472,6 +531,7 @@ def test_a_billed_line_is_committed_when_bill_returns_and_lines_waiting_at_once_
 
 def test_a_retried_write_whose_first_answer_was_lost_bills_once(config: StoreConfig) -> None:
     """The commit landed but its answer did not: the retry changes nothing, the caller succeeds."""
+
     async def scenario() -> None:
         store = Counted(open_store(config), lose_answer=frozenset({"resp_1"}))
         writer = StoreWriter(store)
@@ -490,8 +550,10 @@ def test_closing_the_writer_loses_no_write(config: StoreConfig) -> None:
     async def scenario() -> None:
         store, gate = held_back(open_store(config))
         writer = StoreWriter(store)
-        puts = [asyncio.create_task(writer.put(record(f"resp_{i}", text=f"r{i}"), usage_entry(f"resp_{i}")))
-                for i in range(n)]
+        puts = [
+            asyncio.create_task(writer.put(record(f"resp_{i}", text=f"r{i}"), usage_entry(f"resp_{i}")))
+            for i in range(n)
+        ]
         bills = [asyncio.create_task(writer.bill(usage_entry(f"resp_x{i}"))) for i in range(n)]
         await asyncio.sleep(0)
         for task in puts + bills:
@@ -508,7 +570,8 @@ def test_closing_the_writer_loses_no_write(config: StoreConfig) -> None:
 
 
 def test_a_line_that_cannot_be_committed_is_logged_and_raised_and_later_lines_land(
-        config: StoreConfig, caplog: pytest.LogCaptureFixture) -> None:
+    config: StoreConfig, caplog: pytest.LogCaptureFixture
+) -> None:
     class FailingLedger(Interposed):
         async def add_usage(self, entries) -> None:
             if any(e.response_id == "resp_bad" for e in entries):
@@ -518,8 +581,10 @@ def test_a_line_that_cannot_be_committed_is_logged_and_raised_and_later_lines_la
     failures: list[None] = []
 
     async def scenario() -> None:
-        writer = StoreWriter(FailingLedger(open_store(config), lambda _: asyncio.sleep(0)),
-                             on_failure=lambda: failures.append(None))
+        writer = StoreWriter(
+            FailingLedger(open_store(config), lambda _: asyncio.sleep(0)),
+            on_failure=lambda: failures.append(None),
+        )
         with pytest.raises(ConnectionError):
             await writer.bill(usage_entry("resp_bad"))
         await writer.bill(usage_entry("resp_good"))

@@ -28,26 +28,39 @@ def main(port: int, redis_url: str) -> dict:
     cluster = SimulatedCluster(session_nodes=2, accelerator_nodes=1, accelerators_per_node=2)
     print(NODES_UP, flush=True)
     try:
+
         def edit(args: dict) -> None:
             args["server"]["port"] = port
             args["store"]["redis_url"] = redis_url
-            args["session"]["warm_actors"] = 2   # keep the machine's memory for the test
+            args["session"]["warm_actors"] = 2  # keep the machine's memory for the test
             args["inference"]["scaling"]["autoscaling"]["max_replicas"] = 2
 
         deploy_serve_config(CONFIG, edit)
         url = f"http://127.0.0.1:{port}"
         wait_ready(url, timeout_s=60)
-        w = Workload(tool_rounds=3, system_tokens=800, tool_def_tokens=400, tool_output_tokens=200,
-                     text_tokens=20, tool_time_ms=5)
+        w = Workload(
+            tool_rounds=3,
+            system_tokens=800,
+            tool_def_tokens=400,
+            tool_output_tokens=200,
+            text_tokens=20,
+            tool_time_ms=5,
+        )
 
         async def loops():
             return await asyncio.gather(*(run_rollout("ws", url, w, r) for r in range(4)))
 
         records = asyncio.run(loops())
         return {
-            "rollouts": [{"error": r.error, "turns": len(r.turns),
-                          "calls": sum(t.calls for t in r.turns),
-                          "last_output": r.turns[-1].output_tokens if r.turns else 0} for r in records],
+            "rollouts": [
+                {
+                    "error": r.error,
+                    "turns": len(r.turns),
+                    "calls": sum(t.calls for t in r.turns),
+                    "last_output": r.turns[-1].output_tokens if r.turns else 0,
+                }
+                for r in records
+            ],
             "placement": cluster.placement(),
             "roles": sorted(cluster.node_roles().values()),
         }
@@ -65,8 +78,13 @@ class ScenarioProcess:
         self.deadline = time.monotonic() + timeout_s
         self.timeout_s = timeout_s
         with open(self.out, "w") as out, open(self.err, "w") as err:
-            self.proc = subprocess.Popen([sys.executable, "-m", "tests.support.cluster_scenario", str(free_port()),
-                                          redis_url], cwd=ROOT, stdout=out, stderr=err, start_new_session=True)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tests.support.cluster_scenario", str(free_port()), redis_url],
+                cwd=ROOT,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+            )
 
     def exited(self) -> bool:
         return self.proc.poll() is not None
@@ -81,12 +99,14 @@ class ScenarioProcess:
             self.proc.wait(timeout=max(0.0, self.deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             self.stop()
-            raise AssertionError(f"cluster scenario overran {self.timeout_s:.0f}s:\n"
-                                 f"{self.err.read_text()[-3000:]}") from None
+            raise AssertionError(
+                f"cluster scenario overran {self.timeout_s:.0f}s:\n{self.err.read_text()[-3000:]}"
+            ) from None
         lines = [line for line in self.out.read_text().splitlines() if line.startswith("RESULT ")]
-        assert self.proc.returncode == 0 and lines, \
+        assert self.proc.returncode == 0 and lines, (
             f"scenario failed ({self.proc.returncode}):\n{self.err.read_text()[-3000:]}"
-        return json.loads(lines[-1][len("RESULT "):])
+        )
+        return json.loads(lines[-1][len("RESULT ") :])
 
     def stop(self) -> None:
         if not self.exited():

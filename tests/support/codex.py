@@ -66,15 +66,19 @@ def write_checkout(path: Path, files: dict[str, str]) -> None:
 
 def snapshot(path: Path) -> dict[str, str]:
     """Every file under ``path`` but Git's own (``.git/``), with its SHA-256."""
-    return {str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(path.rglob("*")) if p.is_file() and ".git" not in p.relative_to(path).parts}
+    return {
+        str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(path.rglob("*"))
+        if p.is_file() and ".git" not in p.relative_to(path).parts
+    }
 
 
 def codex_home(path: Path, base_url: str, websockets: bool, catalog: Path = CATALOG) -> Path:
     home = path / "codex-home"
     home.mkdir()
     config = string.Template(CONFIG.read_text()).substitute(
-        base_url=f"{base_url}/v1", websockets="true" if websockets else "false", catalog=str(catalog))
+        base_url=f"{base_url}/v1", websockets="true" if websockets else "false", catalog=str(catalog)
+    )
     (home / "config.toml").write_text(config)
     return home
 
@@ -87,19 +91,53 @@ class CodexRun:
     stderr: str
 
 
-def run_codex(home: Path, workdir: Path, prompt: str, egress: Egress, key: str, *, timeout_s: float = 60.0,
-              model: str | None = None) -> CodexRun:
+def run_codex(
+    home: Path,
+    workdir: Path,
+    prompt: str,
+    egress: Egress,
+    key: str,
+    *,
+    timeout_s: float = 60.0,
+    model: str | None = None,
+) -> CodexRun:
     """``codex exec --json`` of one prompt (with ``model`` instead of the config's).  Codex
     runs without a sandbox, so only the model's choices keep the checkout intact."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "CODEX_"))}
-    env.update(CODEX_HOME=str(home), HOME=str(home), RESPONSES_WS_API_KEY=key,
-               HTTPS_PROXY=egress.url, HTTP_PROXY=egress.url, ALL_PROXY=egress.url,
-               NO_PROXY="127.0.0.1,localhost", NO_COLOR="1")
-    cmd = [str(CODEX), "exec", "--json", "--strict-config", "--sandbox", "danger-full-access",
-           "-c", 'approval_policy="never"', "-C", str(workdir), *(["-m", model] if model else []), prompt]
+    env.update(
+        CODEX_HOME=str(home),
+        HOME=str(home),
+        RESPONSES_WS_API_KEY=key,
+        HTTPS_PROXY=egress.url,
+        HTTP_PROXY=egress.url,
+        ALL_PROXY=egress.url,
+        NO_PROXY="127.0.0.1,localhost",
+        NO_COLOR="1",
+    )
+    cmd = [
+        str(CODEX),
+        "exec",
+        "--json",
+        "--strict-config",
+        "--sandbox",
+        "danger-full-access",
+        "-c",
+        'approval_policy="never"',
+        "-C",
+        str(workdir),
+        *(["-m", model] if model else []),
+        prompt,
+    ]
     start = time.monotonic()
-    proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -112,5 +150,9 @@ def run_codex(home: Path, workdir: Path, prompt: str, egress: Egress, key: str, 
 
 def rollout_records(home: Path) -> list[dict]:
     """What Codex recorded of its session(s) (``$CODEX_HOME/sessions/…/rollout-*.jsonl``)."""
-    return [json.loads(line) for f in sorted((home / "sessions").rglob("*.jsonl"))
-            for line in f.read_text().splitlines() if line.strip()]
+    return [
+        json.loads(line)
+        for f in sorted((home / "sessions").rglob("*.jsonl"))
+        for line in f.read_text().splitlines()
+        if line.strip()
+    ]

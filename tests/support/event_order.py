@@ -6,14 +6,24 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 TEXT_ANSWER = [
-    "response.created", "response.in_progress", "response.output_item.added",
-    "response.content_part.added", "response.output_text.delta*", "response.output_text.done",
-    "response.content_part.done", "response.output_item.done", "response.completed",
+    "response.created",
+    "response.in_progress",
+    "response.output_item.added",
+    "response.content_part.added",
+    "response.output_text.delta*",
+    "response.output_text.done",
+    "response.content_part.done",
+    "response.output_item.done",
+    "response.completed",
 ]
 FUNCTION_CALL_ANSWER = [
-    "response.created", "response.in_progress", "response.output_item.added",
-    "response.function_call_arguments.delta*", "response.function_call_arguments.done",
-    "response.output_item.done", "response.completed",
+    "response.created",
+    "response.in_progress",
+    "response.output_item.added",
+    "response.function_call_arguments.delta*",
+    "response.function_call_arguments.done",
+    "response.output_item.done",
+    "response.completed",
 ]
 
 
@@ -28,7 +38,9 @@ def assert_event_types(events: Iterable[Any], expected: Sequence[str]) -> None:
     for want in expected:
         repeat = want.endswith("*")
         name = want.rstrip("*")
-        assert i < len(types) and types[i] == name, f"expected {name} at {i}, got {types[i:i+3]} in {types}"
+        assert i < len(types) and types[i] == name, (
+            f"expected {name} at {i}, got {types[i : i + 3]} in {types}"
+        )
         i += 1
         while repeat and i < len(types) and types[i] == name:
             i += 1

@@ -96,15 +96,19 @@ def websocket_error_schema() -> str:
 @cache
 def response_schema() -> str:
     """The component of ``POST /responses``'s JSON answer (``ResponseResource``)."""
-    return _ref_name(document()["paths"]["/responses"]["post"]["responses"]["200"]["content"]
-                     ["application/json"]["schema"])
+    return _ref_name(
+        document()["paths"]["/responses"]["post"]["responses"]["200"]["content"]["application/json"]["schema"]
+    )
 
 
 @cache
 def compact_schema() -> str:
     """The component of ``POST /responses/compact``'s answer (``CompactResource``)."""
-    return _ref_name(document()["paths"]["/responses/compact"]["post"]["responses"]["200"]["content"]
-                     ["application/json"]["schema"])
+    return _ref_name(
+        document()["paths"]["/responses/compact"]["post"]["responses"]["200"]["content"]["application/json"][
+            "schema"
+        ]
+    )
 
 
 def _not_meant(error: Any) -> bool:

@@ -62,18 +62,40 @@ class LocalCluster:
         self.log = self.temp_dir / "ray-start.log"
         with open(self.log, "w") as out:
             self._proc = subprocess.Popen(
-                [str(ray), "start", "--head", "--block", f"--port={self.port}", "--num-cpus=2",
-                 "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={self.temp_dir}",
-                 f"--node-manager-port={free_port()}", f"--object-manager-port={free_port()}",
-                 f"--ray-client-server-port={free_port()}", f"--metrics-export-port={free_port()}",
-                 f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
-                 f"--runtime-env-agent-port={free_port()}"],
-                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                [
+                    str(ray),
+                    "start",
+                    "--head",
+                    "--block",
+                    f"--port={self.port}",
+                    "--num-cpus=2",
+                    "--include-dashboard=false",
+                    "--disable-usage-stats",
+                    f"--temp-dir={self.temp_dir}",
+                    f"--node-manager-port={free_port()}",
+                    f"--object-manager-port={free_port()}",
+                    f"--ray-client-server-port={free_port()}",
+                    f"--metrics-export-port={free_port()}",
+                    f"--dashboard-agent-listen-port={free_port()}",
+                    f"--dashboard-agent-grpc-port={free_port()}",
+                    f"--runtime-env-agent-port={free_port()}",
+                ],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     def run(self, code: str, timeout_s: float = 180) -> str:
         """Run ``code`` as a driver of this cluster (``ADDRESS`` is defined); its stdout."""
-        result = subprocess.run([sys.executable, "-c", f"ADDRESS = {self.address!r}\n{code}"], env=self.env, check=False,
-                                capture_output=True, text=True, timeout=timeout_s)
+        result = subprocess.run(
+            [sys.executable, "-c", f"ADDRESS = {self.address!r}\n{code}"],
+            env=self.env,
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
         assert result.returncode == 0, f"driver failed:\n{result.stderr[-4000:]}"
         return result.stdout
 
@@ -146,8 +168,14 @@ for line in sys.stdin:
         self.log = cluster.temp_dir / f"driver-{secrets.token_hex(4)}.log"
         code = f"ADDRESS, DONE, FAILED = {cluster.address!r}, {self.DONE!r}, {self.FAILED!r}\n{self.LOOP}"
         with open(self.log, "w") as err:
-            self.proc = subprocess.Popen([sys.executable, "-c", code], env=cluster.env, stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=err, text=True)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", code],
+                env=cluster.env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+            )
 
     def run(self, code: str, timeout_s: float = 180) -> str:
         """Run ``code``; what it printed."""

@@ -63,16 +63,30 @@ EXTRA_KEYS: list[tuple[str, str, str]] = [
     ("response.*", "stream_id", "named lanes, a WebSocket extension (docs/protocol.md §3.1)"),
     ("error", "stream_id", "named lanes, a WebSocket extension (docs/protocol.md §3.1)"),
     ("response", "user", "echoed from the create as the hosted API does; the SDK's Response has it"),
-    ("response", "usage.input_tokens_details.cache_write_tokens",
-     "the SDK's InputTokensDetails requires it (docs/protocol.md §3.4)"),
+    (
+        "response",
+        "usage.input_tokens_details.cache_write_tokens",
+        "the SDK's InputTokensDetails requires it (docs/protocol.md §3.4)",
+    ),
     ("response.compaction", "usage.input_tokens_details.cache_write_tokens", "the same usage object"),
-    ("response.function_call_arguments.done", "name",
-     "the called function's name, as other servers send it (docs/protocol.md §3.3)"),
-    ("input_image", "file_id", "a reference to an uploaded file (Open Responses has no files API): "
-                               "listed as sent, null when the image came by URL, as the SDK types it"),
+    (
+        "response.function_call_arguments.done",
+        "name",
+        "the called function's name, as other servers send it (docs/protocol.md §3.3)",
+    ),
+    (
+        "input_image",
+        "file_id",
+        "a reference to an uploaded file (Open Responses has no files API): "
+        "listed as sent, null when the image came by URL, as the SDK types it",
+    ),
     ("input_file", "file_id", "the same, for a file"),
-    ("reasoning", "status", "every stored input item lists with a status (docs/protocol.md §2.2, "
-                            "§6.6), as the SDK's reasoning item has it"),
+    (
+        "reasoning",
+        "status",
+        "every stored input item lists with a status (docs/protocol.md §2.2, "
+        "§6.6), as the SDK's reasoning item has it",
+    ),
     ("compaction", "status", "the same listing rule (the SDK's compaction item does not type it either)"),
 ]
 
@@ -212,8 +226,10 @@ class Checker:
 
     def summary(self) -> str:
         lines = [f"{schema:>15}  {kind:<56} {n:>5}" for (schema, kind), n in sorted(self.counts.items())]
-        lines += [f"{'extension':>15}  {kind:<56} {n:>5}  (see tests/support/schemas.py)"
-                  for kind, n in sorted(self.extensions.items())]
+        lines += [
+            f"{'extension':>15}  {kind:<56} {n:>5}  (see tests/support/schemas.py)"
+            for kind, n in sorted(self.extensions.items())
+        ]
         return "\n".join(lines)
 
     def total(self, schema: str) -> int:

@@ -37,7 +37,9 @@ RAY_AGENTS = ("ray::DashboardAgent", "ray::RuntimeEnvAgent")
 
 
 class ServeProcess:
-    def __init__(self, proc: subprocess.Popen, url: str, log: Path, args: list[str], env: dict[str, str]) -> None:
+    def __init__(
+        self, proc: subprocess.Popen, url: str, log: Path, args: list[str], env: dict[str, str]
+    ) -> None:
         self.proc = proc
         self.url = url
         self.log = log
@@ -74,7 +76,9 @@ class ServeProcess:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise AssertionError(f"responses-ws serve exited with {self.proc.returncode}:\n{self.output()[-4000:]}")
+                raise AssertionError(
+                    f"responses-ws serve exited with {self.proc.returncode}:\n{self.output()[-4000:]}"
+                )
             try:
                 if "responses-ws serving on" in self.output() and get_json(f"{self.url}/readyz")[0] == 200:
                     return
@@ -104,12 +108,15 @@ class ServeProcess:
             except subprocess.TimeoutExpired as exc:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
-                raise AssertionError(f"responses-ws serve did not stop in {timeout_s:.0f}s:\n{self.output()[-4000:]}") from exc
+                raise AssertionError(
+                    f"responses-ws serve did not stop in {timeout_s:.0f}s:\n{self.output()[-4000:]}"
+                ) from exc
         return self.proc.returncode
 
 
-def start_serve(args: list[str], cwd: Path, env: dict[str, str] | None = None,
-                port: int | None = None) -> ServeProcess:
+def start_serve(
+    args: list[str], cwd: Path, env: dict[str, str] | None = None, port: int | None = None
+) -> ServeProcess:
     """``responses-ws serve --port <port, or a free one> ARGS`` started in ``cwd`` (this
     checkout on its PYTHONPATH, no RAY_ADDRESS: it starts a Ray of its own unless ARGS say
     ``--address``); the caller stops it (:meth:`ServeProcess.stop`)."""
@@ -119,14 +126,21 @@ def start_serve(args: list[str], cwd: Path, env: dict[str, str] | None = None,
     environ.update(env or {})
     log = cwd / f"serve-{port}.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "serve.cli", "serve", "--port", str(port), *args],
-                                cwd=cwd, env=environ, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "serve.cli", "serve", "--port", str(port), *args],
+            cwd=cwd,
+            env=environ,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     return ServeProcess(proc, f"http://127.0.0.1:{port}", log, list(args), dict(env or {}))
 
 
 @contextmanager
-def serve_process(args: list[str], cwd: Path, env: dict[str, str] | None = None,
-                  port: int | None = None) -> Iterator[ServeProcess]:
+def serve_process(
+    args: list[str], cwd: Path, env: dict[str, str] | None = None, port: int | None = None
+) -> Iterator[ServeProcess]:
     """:func:`start_serve`, stopped on the way out if it still runs."""
     process = start_serve(args, cwd, env, port)
     try:

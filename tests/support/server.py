@@ -70,8 +70,9 @@ def _handle_loop() -> asyncio.AbstractEventLoop:
     return loop
 
 
-def wait_for(predicate: Callable[[], Any], timeout_s: float = 20.0, what: str = "condition",
-             every_s: float = 0.1) -> Any:
+def wait_for(
+    predicate: Callable[[], Any], timeout_s: float = 20.0, what: str = "condition", every_s: float = 0.1
+) -> Any:
     """Poll ``predicate`` until it returns something true (returned); AssertionError after
     ``timeout_s``."""
     deadline = time.monotonic() + timeout_s

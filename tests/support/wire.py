@@ -13,14 +13,23 @@ from bench.client import FINAL_EVENT_TYPES
 
 SERVER_EVENT: TypeAdapter[Any] = TypeAdapter(ResponsesServerEvent)
 
-TOOLS = [{
-    "type": "function", "name": "read_file", "description": "Read a file from the repository",
-    "parameters": {"type": "object", "properties": {
-        "path": {"type": "string", "minLength": 1},
-        "max_lines": {"type": "integer", "minimum": 1, "maximum": 500},
-    }, "required": ["path", "max_lines"], "additionalProperties": False},
-    "strict": True,
-}]
+TOOLS = [
+    {
+        "type": "function",
+        "name": "read_file",
+        "description": "Read a file from the repository",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "minLength": 1},
+                "max_lines": {"type": "integer", "minimum": 1, "maximum": 500},
+            },
+            "required": ["path", "max_lines"],
+            "additionalProperties": False,
+        },
+        "strict": True,
+    }
+]
 
 
 def validated(raw: str | bytes) -> dict[str, Any]:
@@ -62,5 +71,8 @@ async def raw_collect(ws: Any) -> list[dict[str, Any]]:
 
 def outputs_for(response: dict[str, Any], text: str = "ok") -> list[dict[str, Any]]:
     """The client's tool results for every function call of ``response``."""
-    return [{"type": "function_call_output", "call_id": item["call_id"], "output": text}
-            for item in response["output"] if item["type"] == "function_call"]
+    return [
+        {"type": "function_call_output", "call_id": item["call_id"], "output": text}
+        for item in response["output"]
+        if item["type"] == "function_call"
+    ]

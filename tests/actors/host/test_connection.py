@@ -168,16 +168,20 @@ def create(**body) -> str:
     return json.dumps({"type": "response.create", "model": MODEL, "input": "hello", **body})
 
 
-def run(scenario: Callable[[Connection, GatedStore, ScriptedInference, Client], object],
-        store: GatedStore | None = None, observed: list | None = None) -> None:
+def run(
+    scenario: Callable[[Connection, GatedStore, ScriptedInference, Client], object],
+    store: GatedStore | None = None,
+    observed: list | None = None,
+) -> None:
     async def main(journal_dir: str) -> None:
         gated = store or GatedStore()
         inference = ScriptedInference()
         session = Session(SessionConfig(), [MODEL], session_key="s", clock=lambda: 0.0)
         journal = Journal(journal_dir, "host")
         writer = StoreWriter(gated, journal=journal)
-        conn = Connection(session, inference, writer,
-                          observe=None if observed is None else lambda t, r: observed.append(r))
+        conn = Connection(
+            session, inference, writer, observe=None if observed is None else lambda t, r: observed.append(r)
+        )
         client = Client(conn, gated, journal)
         try:
             await scenario(conn, gated, inference, client)
@@ -219,7 +223,9 @@ def test_the_next_response_of_the_lane_waits_behind_the_held_terminal():
         types = client.types()
         first_end = types.index("response.completed")
         assert types.index("response.created", 1) == first_end + 1
-        assert [e["sequence_number"] for e in client.events[first_end + 1:]] == list(range(len(types) - first_end - 1))
+        assert [e["sequence_number"] for e in client.events[first_end + 1 :]] == list(
+            range(len(types) - first_end - 1)
+        )
 
     run(scenario)
 
@@ -234,8 +240,10 @@ def test_a_store_failure_is_response_failed_with_server_error_and_not_continued_
         failed = client.events[-1]
         assert failed["type"] == "response.failed" and failed["stream_id"] == "a"
         assert failed["response"]["status"] == "failed"
-        assert failed["response"]["error"] == {"code": "server_error",
-                                               "message": "The server had an error while processing your request."}
+        assert failed["response"]["error"] == {
+            "code": "server_error",
+            "message": "The server had an error while processing your request.",
+        }
         assert failed["response"]["output"][0]["content"][0]["text"] == "Hi there"
         assert failed["sequence_number"] == client.events[-2]["sequence_number"] + 1
         conn.feed(create(stream_id="a", previous_response_id=failed["response"]["id"]))
@@ -345,8 +353,11 @@ def test_a_response_not_stored_is_sent_once_its_line_is_journaled_and_committed_
         [(rid, line)] = client.journaled_when_sent.items()
         assert store.records == {} and rid not in store.lines and line is not None and line.response_id == rid
         done = client.events[-1]["response"]["usage"]
-        assert (line.input_tokens, line.output_tokens) == (done["input_tokens"], done["output_tokens"]) == (
-            line.input_tokens, 2)
+        assert (
+            (line.input_tokens, line.output_tokens)
+            == (done["input_tokens"], done["output_tokens"])
+            == (line.input_tokens, 2)
+        )
         store.gate.set()
         await client.until(lambda: rid in store.lines)
         assert store.lines[rid] == line
@@ -363,7 +374,10 @@ def test_a_response_failed_after_inference_started_reports_and_bills_what_it_use
         assert failed["error"]["code"] == "server_error"
         assert failed["usage"]["output_tokens"] == 1 and failed["usage"]["input_tokens"] > 0
         line = client.journaled_when_sent[failed["id"]]
-        assert line is not None and (line.input_tokens, line.output_tokens) == (failed["usage"]["input_tokens"], 1)
+        assert line is not None and (line.input_tokens, line.output_tokens) == (
+            failed["usage"]["input_tokens"],
+            1,
+        )
 
     run(scenario)
 
@@ -406,7 +420,9 @@ def test_a_store_outage_fails_stored_responses_unbilled_and_journals_the_others(
 
     with caplog.at_level(logging.ERROR, logger="store.writer"):
         received, during, billed = asyncio.run(main())
-    terminal = {e["response"]["store"]: e for e in received if e["type"] in ("response.failed", "response.completed")}
+    terminal = {
+        e["response"]["store"]: e for e in received if e["type"] in ("response.failed", "response.completed")
+    }
     assert terminal[True]["type"] == "response.failed" and terminal[True]["response"]["usage"] is None
     assert terminal[True]["response"]["error"]["code"] == "server_error"
     assert terminal[False]["type"] == "response.completed"
@@ -433,7 +449,9 @@ BIG = "a long line of a tool's output\n" * 10  # over render_offload_chars=100
 
 def render_scenario(pool: CountingPool, scenario) -> None:
     async def main() -> None:
-        session = Session(SessionConfig(render_offload_chars=100), [MODEL], session_key="s", clock=lambda: 0.0)
+        session = Session(
+            SessionConfig(render_offload_chars=100), [MODEL], session_key="s", clock=lambda: 0.0
+        )
         store = GatedStore()
         store.gate.set()
         writer = StoreWriter(store)
@@ -452,7 +470,11 @@ def render_scenario(pool: CountingPool, scenario) -> None:
 
 
 def completed(client: Client, lane: str | None = None) -> list[dict]:
-    return [e["response"] for e in client.events if e["type"] == "response.completed" and e.get("stream_id") == lane]
+    return [
+        e["response"]
+        for e in client.events
+        if e["type"] == "response.completed" and e.get("stream_id") == lane
+    ]
 
 
 def test_a_lone_large_input_is_tokenised_inline_and_one_beside_a_running_response_on_a_thread():
@@ -514,7 +536,9 @@ def test_a_terminal_events_figures_count_its_wait_to_be_encoded_and_a_stored_one
         try:
             for store in (False, True):
                 # the create's first bytes reached the host 3 ms before the library handed it over
-                conn.feed(create(store=store, metadata={"responses_ws.timings": "1"}), received=now[0] - 0.003)
+                conn.feed(
+                    create(store=store, metadata={"responses_ws.timings": "1"}), received=now[0] - 0.003
+                )
                 events = conn.events()
                 terminal = None
                 while terminal is None:
@@ -553,8 +577,10 @@ def test_a_terminal_frame_with_figures_goes_in_fragments_whose_figures_count_wri
         writer = StoreWriter(gated)
         conn = Connection(session, ScriptedInference(), writer)
         try:
-            conn.feed(create(store=False, instructions="Be brief. " * 500, metadata={"responses_ws.timings": "1"}),
-                      received=now[0] - 0.003)
+            conn.feed(
+                create(store=False, instructions="Be brief. " * 500, metadata={"responses_ws.timings": "1"}),
+                received=now[0] - 0.003,
+            )
             events = conn.events()
             terminal = None
             while terminal is None:
@@ -599,13 +625,21 @@ class EndingTogether:
 def test_streams_ending_together_send_every_last_token_before_any_terminal_event():
     """A response whose output ends while others of the process stream yields before its
     end work, so their last tokens due now are not queued behind its terminal event."""
+
     async def main() -> list[tuple[int, str]]:
         store = GatedStore()
         store.gate.set()
         writer = StoreWriter(store)
         inference, pool, sent = EndingTogether(), RenderPool(), []
-        conns = [Connection(Session(SessionConfig(), [MODEL], session_key=f"s{i}", clock=lambda: 0.0),
-                            inference, writer, renderer=pool) for i in range(3)]
+        conns = [
+            Connection(
+                Session(SessionConfig(), [MODEL], session_key=f"s{i}", clock=lambda: 0.0),
+                inference,
+                writer,
+                renderer=pool,
+            )
+            for i in range(3)
+        ]
 
         async def drain(i: int, conn: Connection) -> None:
             async for batch in conn.events():
@@ -650,8 +684,10 @@ class StartsAtOnce:
 class StartedCall:
     def __init__(self, backend: StartsAtOnce, request: InferenceRequest) -> None:
         self._backend, self._request = backend, request
-        self._chunks = [[Prefilled(len(request.prompt_token_ids), 0, 0.0, 0.0), TextDelta("Hi", 1)],
-                        [Done("stop", 1, 1.0)]]
+        self._chunks = [
+            [Prefilled(len(request.prompt_token_ids), 0, 0.0, 0.0), TextDelta("Hi", 1)],
+            [Done("stop", 1, 1.0)],
+        ]
 
     def __aiter__(self) -> StartedCall:
         return self
@@ -670,12 +706,15 @@ def test_a_call_starts_as_its_create_is_fed_and_one_whose_task_never_ran_is_clos
     """The model call leaves while the create's frame is handled, not a loop iteration later
     when its task first runs; if that task is cancelled before it ran (the client went
     away at once), the started call is closed all the same."""
+
     async def main() -> tuple[list[str], list[str], list[str], list[str]]:
         store = GatedStore()
         store.gate.set()
         writer = StoreWriter(store)
         inference = StartsAtOnce()
-        conn = Connection(Session(SessionConfig(), [MODEL], session_key="s", clock=lambda: 0.0), inference, writer)
+        conn = Connection(
+            Session(SessionConfig(), [MODEL], session_key="s", clock=lambda: 0.0), inference, writer
+        )
         conn.feed(create(store=False))
         started_in_feed = list(inference.started)  # nothing awaited since the frame
         types: list[str] = []
@@ -685,7 +724,9 @@ def test_a_call_starts_as_its_create_is_fed_and_one_whose_task_never_ran_is_clos
             await asyncio.sleep(0)
         answered = list(inference.closed)  # closed by the task that read it to the end
 
-        gone = Connection(Session(SessionConfig(), [MODEL], session_key="t", clock=lambda: 0.0), inference, writer)
+        gone = Connection(
+            Session(SessionConfig(), [MODEL], session_key="t", clock=lambda: 0.0), inference, writer
+        )
         gone.feed(create(store=False))
         await gone.close()  # before the call's task ever ran
         for _ in range(10):
@@ -714,8 +755,9 @@ def test_a_call_started_for_a_turn_that_never_came_is_closed(caplog):
         store.gate.set()
         writer = StoreWriter(store)
         inference = StartsAtOnce()
-        conn = Connection(StartsThenBreaks(SessionConfig(), [MODEL], session_key="s", clock=lambda: 0.0),
-                          inference, writer)
+        conn = Connection(
+            StartsThenBreaks(SessionConfig(), [MODEL], session_key="s", clock=lambda: 0.0), inference, writer
+        )
         with caplog.at_level(logging.ERROR):
             conn.feed(create())
         events = [json.loads(e.model_dump_json()) for e in await anext(conn.events())]

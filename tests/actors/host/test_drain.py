@@ -18,8 +18,10 @@ from actors.host.server import SocketServer
 
 def upgrade_request() -> bytes:
     key = base64.b64encode(os.urandom(16)).decode()
-    return (f"GET /v1/responses HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode()
+    return (
+        f"GET /v1/responses HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    ).encode()
 
 
 def tcp_pair() -> tuple[socket.socket, socket.socket]:
@@ -103,6 +105,7 @@ def test_a_host_that_lags_past_websockets_opening_timeout_still_answers_the_upgr
     websockets' 10 s opening-handshake timeout between taking a socket and reading its
     request closed it unanswered.  The gateway hands a socket over with its complete head
     received, so the host waits for nothing from the client and sets no such timeout."""
+
     def unused(*args: object) -> object:
         raise AssertionError("a refused upgrade starts no session")
 

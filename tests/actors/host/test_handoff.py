@@ -16,8 +16,10 @@ def test_many_concurrent_handoffs_all_arrive_with_their_descriptors_while_the_pe
         a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         gateway, host = Link(a), Link(b)
         clients = [socket.socketpair() for _ in range(300)]
-        senders = [asyncio.create_task(gateway.send(Handoff(f"s{i}", conn_id=f"c{i}"), mine.fileno()))
-                   for i, (mine, _) in enumerate(clients)]
+        senders = [
+            asyncio.create_task(gateway.send(Handoff(f"s{i}", conn_id=f"c{i}"), mine.fileno()))
+            for i, (mine, _) in enumerate(clients)
+        ]
         await asyncio.sleep(0.05)  # the host is busy: the queue fills, senders wait
         got = []
         async with asyncio.timeout(10):

@@ -19,6 +19,7 @@ class StubSession:
     def release(self) -> None:
         self.released = True
 
+
 def test_a_token_round_trips_and_anything_else_is_refused():
     secret = new_secret()
     assert parse_token(make_token("rws-abc-a1", "rws-abc-7", secret)) == ("rws-abc-a1", "rws-abc-7", secret)
@@ -33,7 +34,11 @@ def test_check_needs_the_right_secret_and_owner_and_a_parked_state_expires():
         held = Held("c1", "owner-a", "s3cret", session=StubSession(), lifetime_deadline=0.0)
         registry.add(held)
         assert registry.check("c1", "s3cret", "owner-a") is held
-        for conn, secret, owner in (("c1", "wrong", "owner-a"), ("c1", "s3cret", "owner-b"), ("c2", "s3cret", "owner-a")):
+        for conn, secret, owner in (
+            ("c1", "wrong", "owner-a"),
+            ("c1", "s3cret", "owner-b"),
+            ("c2", "s3cret", "owner-a"),
+        ):
             with pytest.raises(InvalidResumeToken):
                 registry.check(conn, secret, owner)
         registry.park(held)

@@ -27,12 +27,17 @@ def test_a_message_arrives_with_its_first_bytes_and_a_ping_before_it_does_not_co
         host_side, client_side = socket.socketpair()
         loop = asyncio.get_running_loop()
         await loop.connect_accepted_socket(
-            lambda: SessionSocket(ServerProtocol(), server, Handoff("s1"), ping_interval=None, ping_timeout=None),
-            host_side)
+            lambda: SessionSocket(
+                ServerProtocol(), server, Handoff("s1"), ping_interval=None, ping_timeout=None
+            ),
+            host_side,
+        )
         async with connect("ws://host/v1/responses", sock=client_side, compression=None) as ws:
             await ws.ping()  # a control frame alone: no message begins
             await asyncio.sleep(0.03)
-            frame = Frame(Opcode.TEXT, b'{"type":"response.create"}' * 4000).serialize(mask=True, extensions=[])
+            frame = Frame(Opcode.TEXT, b'{"type":"response.create"}' * 4000).serialize(
+                mask=True, extensions=[]
+            )
             sent_at = time.perf_counter()
             ws.transport.write(frame[:1000])
             await asyncio.sleep(0.03)  # the rest of the frame comes 30 ms later

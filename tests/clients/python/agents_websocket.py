@@ -23,8 +23,9 @@ agent = Agent(name="coder", instructions="Fix the bug.", model="emu-fast", tools
 
 async def main() -> None:
     async with responses_websocket_session(
-            api_key=os.environ.get("OPENAI_API_KEY", "local"),
-            base_url=os.environ.get("RESPONSES_WS_BASE_URL", "http://127.0.0.1:8765/v1")) as ws:
+        api_key=os.environ.get("OPENAI_API_KEY", "local"),
+        base_url=os.environ.get("RESPONSES_WS_BASE_URL", "http://127.0.0.1:8765/v1"),
+    ) as ws:
         first = await ws.run(agent, "Find the bug in main.py", max_turns=30)
         second = await ws.run(agent, "Now summarise the fix", max_turns=30)  # the same socket
     print(json.dumps({"tool_calls": calls, "answer": first.final_output, "second": second.final_output}))
