@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from . import plotting
-from .report import pct
+from .agentloop_report import pct
 from .rollouts import RolloutRecord, TurnRecord
 
 PARTS = ("tool", "prefill", "decode", "api")

@@ -38,9 +38,9 @@ from typing import Any
 import websockets
 
 from .. import plotting, results
+from ..agentloop_report import pct
 from ..client import ResponsesSocket, connect
 from ..processes import actor_pids, cpu_by_pid, session_host_pids, uss_mb
-from ..report import pct
 
 SHORT = {"emulator.tool_rounds": "0", "emulator.text_tokens": "8"}
 PHASES = ("micro", "warm", "burst", "ramp", "idle", "http_load")
@@ -387,8 +387,8 @@ def micro_phase(n: int = 2000) -> dict[str, float]:
     from websockets.server import ServerProtocol
 
     from actors.config import SessionConfig
+    from actors.core.session import Session
     from actors.host.handoff import Handoff, Link
-    from actors.session import Session
     from serve.auth import KeyRing
     from serve.front import is_responses_upgrade, request_headers, wants_append_mode
 

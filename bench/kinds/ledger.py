@@ -38,9 +38,9 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 from actors.protocol import TERMINAL_EVENT_TYPES
 
 from .. import results
+from ..agentloop_report import pct
 from ..client import ws_url
 from ..reconcile import Line, Seen, read_ledger, reconcile
-from ..report import pct
 
 APP = "responses-ws-ledger"
 MODEL = "emu-fast"

@@ -40,10 +40,10 @@ import psutil
 from serve.embedded import embedded_server, local_config
 
 from .. import results
+from ..agentloop_report import pct
 from ..chains import Load, SoakPlan, run_slot
 from ..invariants import RunCheck
 from ..processes import CpuMeter, sample_uss
-from ..report import pct
 from ..soak_report import render_table, summarise
 
 APP = "responses-ws-soak"
