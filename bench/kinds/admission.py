@@ -40,7 +40,7 @@ import websockets
 from .. import plotting, results
 from ..client import ResponsesSocket, connect
 from ..processes import actor_pids, cpu_by_pid, session_host_pids, uss_mb
-from ..report import pct
+from ..stats import pct
 
 SHORT = {"emulator.tool_rounds": "0", "emulator.text_tokens": "8"}
 PHASES = ("micro", "warm", "burst", "ramp", "idle", "http_load")
