@@ -69,3 +69,23 @@ def test_every_relative_link_in_the_pages_exists():
         if "://" not in target and not target.startswith("mailto:") and not (page.parent / target).exists()
     ]
     assert broken == []
+
+
+# A path of the project named in `code` in a page: it exists (a module moved or renamed is
+# renamed in the docs too).  Examples of a client's files are not the project's.
+PROJECT_PATH = re.compile(
+    r"`((?:actors|serve|inference|store|bench|investigations|tests|configs|docs)/[\w/.-]*\w)"
+)
+NOT_PROJECT_PATHS = {
+    "tests/test_parser.py"
+}  # docs/emulator.md: paths the scripted model reads in a client's checkout
+
+
+def test_every_project_path_named_in_the_pages_exists():
+    missing = [
+        f"{page.relative_to(ROOT)}: {path}"
+        for page in PAGES
+        for path in PROJECT_PATH.findall(page.read_text())
+        if path not in NOT_PROJECT_PATHS and "KIND" not in path and not (ROOT / path).exists()
+    ]
+    assert missing == []
