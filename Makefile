@@ -46,6 +46,7 @@ test-unit: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 serve: $(STAMP)
 	$(BIN)/responses-ws serve

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from inference.whatif import WhatIfConfig
 
-from .safety import SafetyConfig
+from .core.safety import SafetyConfig
 
 # vLLM's engine arguments of a ``serve_llm`` backend unless it gives its own: the prefix
 # cache, the cached-token count in usage, the context the session's prompts fit in.

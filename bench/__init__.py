@@ -10,12 +10,12 @@ Layout (docs/benchmark.md, "Layout"):
   A kind module has a docstring (its ``--help`` text),
   ``add_arguments(parser)`` (its options) and ``run(args) -> int`` (the exit code);
   ``args.command`` is the command line as typed and ``args.run`` the :class:`bench.results.Run`
-  its results file records.  A kind is imported only when it runs, after :mod:`bench.cli` made
+  its results file records.  A kind is imported only when it runs, after :mod:`bench.commands` made
   sure the ``bench`` extra (rich, matplotlib, psutil, hypothesis, httpx) is installed.
 - the library the kinds share, one concept a module: :mod:`bench.client` (the WebSocket
   client), :mod:`bench.transports` (one agent turn over ws / http-chained / http-full /
   append), :mod:`bench.workload` (the agent-loop workload and its presets),
-  :mod:`bench.rollouts` (running rollouts and recording every turn), :mod:`bench.report`
+  :mod:`bench.rollouts` (running rollouts and recording every turn), :mod:`bench.agentloop_report`
   and :mod:`bench.breakdown` (summaries, tables, where a turn's time goes),
   :mod:`bench.sweeps`, :mod:`bench.results` (the one results writer), :mod:`bench.plotting`
   (the one matplotlib setup), :mod:`bench.processes` (memory and CPU of the server's Ray

@@ -19,7 +19,7 @@ and its token come through Ray, which pickles between the same processes anyway)
   not start the call: the caller makes it elsewhere.
 
 A connection's tool definitions are the same object from turn to turn while unchanged
-(``actors.prepare.Preparer``), and pickling them is most of a request's cost (~20 tools
+(``actors.core.prepare.Preparer``), and pickling them is most of a request's cost (~20 tools
 weigh more than 20k prompt ids): the client sends a tools tuple once
 (``"tools"``), and a ``go`` naming its ``tools_key`` carries the request without them; the
 server holds the last ``TOOL_SETS`` the client named, which ``"forget"`` keeps in step.

@@ -18,6 +18,6 @@ import sys
 
 def main(module: str) -> int:
     """Run ``module`` as ``responses-ws bench`` runs a kind: parse its options, record the run."""
-    from bench.cli import run_module
+    from bench.commands import run_module
 
     return run_module(module, f"python -m {module}", sys.argv[1:])

@@ -5,7 +5,7 @@ The emulated compaction keeps every user message verbatim and replaces everythin
 (assistant text, tool calls and their outputs, reasoning) by one ``compaction`` item whose
 ``encrypted_content`` carries an extractive summary — one short line per replaced item —
 compressed and base64-encoded.  Sending the output back as ``input`` starts a new chain;
-the renderer decodes the summary, so the model sees it (``actors.render.compaction_text``).
+the renderer decodes the summary, so the model sees it (``actors.core.render.compaction_text``).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import base64
 import zlib
 from typing import Any
 
+from actors.core.render import content_text, qualified_name
 from actors.ids import new_id
 from actors.protocol import (
     CompactionItem,
@@ -23,7 +24,6 @@ from actors.protocol import (
     MessageItem,
     item_dict,
 )
-from actors.render import content_text, qualified_name
 
 EXCERPT = 160  # characters kept of each replaced item
 

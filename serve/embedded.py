@@ -33,7 +33,7 @@ from typing import Any
 from actors.logs import LogSettings
 
 from .config import AppConfig, load_app_config
-from .logs import ray_logging_config, serve_logging_config
+from .log_settings import ray_logging_config, serve_logging_config
 
 log = logging.getLogger(__name__)
 

@@ -29,8 +29,8 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from actors.backend.model_router import ModelRouter, model_entries
 from actors.backend.ray_serve import ServeInference
-from actors.backend.routing import ModelRouter, model_entries
 from actors.errors import (
     APIError,
     InvalidResumeToken,
@@ -57,10 +57,10 @@ from .front import (
     request_headers,
     wants_append_mode,
 )
+from .gateway_metrics import GatewayMetrics
 from .health import Probes, Readiness, add_readiness_route
 from .http_api import add_http_routes, host_app
-from .logs import replica_log_settings
-from .metrics import GatewayMetrics
+from .log_settings import replica_log_settings
 from .origins import OriginPolicy
 from .pool import ActorPool, NoCapacity, policy_from
 from .port_claim import PortClaim

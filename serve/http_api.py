@@ -19,8 +19,11 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
 from actors.backend import InferenceClient
-from actors.backend.routing import model_formats
+from actors.backend.model_router import model_formats
 from actors.config import SessionConfig
+from actors.core.render import render_items
+from actors.core.session import Session
+from actors.core.timings import PhaseTimer
 from actors.errors import APIError, InvalidRequest, ModelNotFound, NotFound, PreviousResponseNotFound
 from actors.host.connection import Connection
 from actors.ids import new_id
@@ -43,9 +46,6 @@ from actors.protocol import (
     parse_items,
     sse_frame,
 )
-from actors.render import render_items
-from actors.session import Session
-from actors.timings import PhaseTimer
 from inference import chat_format
 from store.writer import StoreWriter
 

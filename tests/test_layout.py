@@ -40,13 +40,13 @@ RAY_MODULES = {
     "inference/whatif_deployment.py",
     "actors/backend/ray_serve.py",
     "actors/host/actor.py",
-    "actors/host/metrics.py",
+    "actors/host/host_metrics.py",
     "serve/gateway.py",
     "serve/builder.py",
     "serve/embedded.py",
-    "serve/logs.py",
-    "serve/metrics.py",
-    "actors/backend/serve_llm.py",
+    "serve/log_settings.py",
+    "serve/gateway_metrics.py",
+    "actors/backend/serve_llm_client.py",
     "serve/serve_llm.py",
 }  # the last two: Ray Serve LLM
 FUZZ_BENCHMARK = {"bench.kinds.fuzz", "bench.fuzz_cases"}  # the only installed modules that import hypothesis
@@ -128,7 +128,7 @@ def test_importing_the_cli_loads_neither_bench_nor_hypothesis():
 
 
 def test_the_bench_extra_is_what_the_bench_command_checks_for():
-    from bench.cli import EXTRA_MODULES
+    from bench.commands import EXTRA_MODULES
 
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     names = {re.match(r"[\w.-]+", requirement).group() for requirement in extras["bench"]}

@@ -17,9 +17,9 @@ from inference.types import InferenceEvent, InferenceRequest
 from inference.whatif import HopConfig, SafetyModelConfig
 
 from ..config import SessionConfig
-from ..whatif import WhatIfServices
 from . import BeforeCall
 from .direct import DirectCalls
+from .whatif_hook import WhatIfServices
 
 
 class ServeInference:
@@ -83,7 +83,7 @@ class ServeInference:
 
 
 class ServeServices:
-    """:class:`~actors.whatif.Services` over the what-if deployments that are on."""
+    """:class:`~actors.backend.whatif_hook.Services` over the what-if deployments that are on."""
 
     def __init__(self, config: SessionConfig) -> None:
         def handle(c: HopConfig | SafetyModelConfig) -> DeploymentHandle | None:

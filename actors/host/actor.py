@@ -25,17 +25,17 @@ from inference import allocator, tokenizer
 from store import StoreConfig, StoreWriter, open_writer
 
 from ..backend import InferenceClient
+from ..backend.model_router import ModelRouter, model_formats
 from ..backend.ray_serve import ServeInference
-from ..backend.routing import ModelRouter, model_formats
-from ..cache_budget import CacheBudget
 from ..config import SessionConfig
+from ..core.cache_budget import CacheBudget
+from ..core.session import Session
 from ..logs import LogSettings
 from ..logs import configure as configure_logs
-from ..session import Session
 from .connection import Connection
 from .handoff import Ended, Gone, Handoff, HandoffReceiver, Link, Outcome, SocketKind, handoff_path
+from .host_metrics import HostMetrics, PhaseMetrics
 from .http import HttpServer
-from .metrics import HostMetrics, PhaseMetrics
 from .server import SocketServer
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""The asyncio driver of one :class:`~actors.session.Session`.
+"""The asyncio driver of one :class:`~actors.core.session.Session`.
 
 It feeds client input into the session, runs the model calls the session starts through an
 :class:`~actors.backend.InferenceClient` (its ``before_call`` hook first), answers the
@@ -38,6 +38,10 @@ from inference.types import Done, InferenceEvent, InferenceRequest
 from store import StoredResponse, StoreWriter, UsageEntry
 
 from ..backend import InferenceClient, ModelCall
+from ..core.render import render_items
+from ..core.request_queue import InvalidTransition
+from ..core.session import Effects, Load, Render, Session, Turn
+from ..core.timings import PhaseTimer, Report
 from ..errors import ServerError
 from ..protocol import (
     ResponseCompleted,
@@ -48,10 +52,6 @@ from ..protocol import (
     ServerEvent,
     error_event,
 )
-from ..render import render_items
-from ..request import InvalidTransition
-from ..session import Effects, Load, Render, Session, Turn
-from ..timings import PhaseTimer, Report
 
 log = logging.getLogger(__name__)
 
@@ -281,7 +281,7 @@ class Connection:
         return self._reports.pop(event.response.id)
 
     def taken(self, report: Report) -> dict[str, float]:
-        """The response's figures taken again now (:meth:`actors.timings.Report.restamp`),
+        """The response's figures taken again now (:meth:`actors.core.timings.Report.restamp`),
         and recorded once the sender has written its frame (a dozen histograms are not
         the client's wait)."""
         ms = report.restamp()

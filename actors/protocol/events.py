@@ -363,7 +363,7 @@ class EventEncoder:
         self._marker = secrets.token_hex(16)
         # field → (the value encoded, a copy of it, its JSON): the same object again (a
         # response's three echoing events share one; a connection keeps its tools' echo,
-        # actors.prepare) is not compared at all; values are never changed once sent.
+        # actors.core.prepare) is not compared at all; values are never changed once sent.
         self._kept: dict[str, tuple[Any, Any, str]] = {}
 
     def placeholder(self, field: str, value: Any) -> str:

@@ -387,8 +387,8 @@ def micro_phase(n: int = 2000) -> dict[str, float]:
     from websockets.server import ServerProtocol
 
     from actors.config import SessionConfig
+    from actors.core.session import Session
     from actors.host.handoff import Handoff, Link
-    from actors.session import Session
     from serve.auth import KeyRing
     from serve.front import is_responses_upgrade, request_headers, wants_append_mode
 

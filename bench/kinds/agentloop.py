@@ -22,7 +22,8 @@ from typing import Any
 
 from serve.embedded import embedded_server, local_config
 
-from .. import breakdown, report, results, sweeps
+from .. import agentloop_report as report
+from .. import breakdown, results, sweeps
 from ..rollouts import RolloutRecord, run_bench
 from ..transports import TRANSPORTS
 from ..workload import PRESETS, Lognormal, Workload, rounds

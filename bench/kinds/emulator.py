@@ -5,7 +5,7 @@
 Starts an embedded Ray with the real application (two inference replicas) and drives the
 ``InferenceDeployment`` through a streaming ``DeploymentHandle`` from this process — the
 same hop a session actor uses — timing every item on arrival.  Profiles used: the
-bench profiles (:mod:`bench.profiles`: ``bench-1k``, ``bench-4k``, ``bench-flat``, zero
+bench profiles (:mod:`bench.bench_profiles`: ``bench-1k``, ``bench-4k``, ``bench-flat``, zero
 jitter) and ``emu-fast`` as shipped (its first 256 tokens are the 4000 tok/s burst).
 
 Sections: one stream (delivered rate and TTFT against the model), a concurrency sweep
@@ -33,7 +33,8 @@ from inference.tokenizer import encode
 from inference.types import Done, FunctionCallDelta, InferenceRequest, Prefilled, TextDelta, ToolSpec
 from serve.embedded import embedded_ray, embedded_server, local_config
 
-from .. import profiles, results
+from .. import bench_profiles as profiles
+from .. import results
 
 APP = "emu-bench"
 REPLICAS = 2

@@ -10,7 +10,7 @@ connection's cached context grows by about that much per turn.  The session acto
 (the connection's actor is found by the TCP socket it holds) is sampled after every turn.
 
 The client feeds the turns it saw to the server's own cache rule
-(:class:`actors.cache_budget.CacheBudget`: after a turn the other lanes are evicted, least
+(:class:`actors.core.cache_budget.CacheBudget`: after a turn the other lanes are evicted, least
 recently updated first, while the connection holds more than ``max_cached_tokens``), so it
 knows which lane ids must now be gone; it continues an evicted lane from its old id anyway,
 requires ``previous_response_not_found``, and restarts the lane.  Reported: bytes per cached token (least squares over the turns before the first
@@ -36,7 +36,7 @@ from typing import Any
 
 import psutil
 
-from actors.cache_budget import CacheBudget
+from actors.core.cache_budget import CacheBudget
 from serve.config import AppConfig
 from serve.embedded import embedded_ray, embedded_server, local_config
 
@@ -91,9 +91,9 @@ def fresh_text(rng: random.Random, tokens: int) -> str:
 
 def rendered_output_tokens(response: dict[str, Any]) -> int:
     """Tokens the response's output adds to its lane's cached context (the session renders
-    it with the model's chat format, actors.context.extend)."""
+    it with the model's chat format, actors.core.context.extend)."""
+    from actors.core.render import render_items
     from actors.protocol import parse_items
-    from actors.render import render_items
 
     items = []
     for out in response["output"]:
@@ -146,7 +146,7 @@ class _CachedLane:
 @dataclass
 class CacheModel:
     """What the server caches on one connection, by the server's own rule: the turns the
-    client saw go through a :class:`~actors.cache_budget.CacheBudget` of ``cap`` tokens, as
+    client saw go through a :class:`~actors.core.cache_budget.CacheBudget` of ``cap`` tokens, as
     the session's lanes do (``session.max_cached_tokens``)."""
 
     cap: int

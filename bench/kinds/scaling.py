@@ -23,7 +23,8 @@ from pathlib import Path
 
 from serve.embedded import wait_ready
 
-from .. import plotting, report, results
+from .. import agentloop_report as report
+from .. import plotting, results
 from ..client import connect
 from ..cluster import SERVE_CLUSTER_CONFIG as CONFIG
 from ..cluster import SimulatedCluster, deploy_serve_config

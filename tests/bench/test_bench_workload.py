@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from bench import workload as wl
-from bench.report import summarise
+from bench.agentloop_report import summarise
 from bench.rollouts import RolloutRecord, TurnRecord, interleaved_jobs, rollout_model_s, server_timings
 from bench.stats import pct
 from bench.transports import TRANSPORTS, output_as_input

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.replay import formats, synth
+from bench.replay import log_formats as formats
+from bench.replay import synth
 from bench.replay.driver import ToolTime
 from bench.replay.shape import ShapeFile, StepShape
 from inference import scenario as sc

@@ -22,8 +22,8 @@ from inference.types import (
     TextDelta,
 )
 
-from .ids import new_id
-from .protocol import (
+from ..ids import new_id
+from ..protocol import (
     ContentPartAdded,
     ContentPartDone,
     CustomToolCallInputDelta,

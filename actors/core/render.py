@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from inference.formats import CL100K, ChatFormat
 from inference.types import ToolSpec
 
-from .protocol import (
+from ..protocol import (
     CompactionItem,
     CustomTool,
     CustomToolCallItem,

@@ -41,7 +41,7 @@ class PhaseMetrics:
         )
 
     def observe(self, transport: str, report: dict[str, float]) -> None:
-        """``report``: milliseconds by phase (actors.timings.PhaseTimer)."""
+        """``report``: milliseconds by phase (actors.core.timings.PhaseTimer)."""
         for phase, ms in report.items():
             self._hist.observe(ms / 1000.0, tags={"transport": transport, "phase": phase})
 

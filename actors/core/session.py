@@ -4,10 +4,10 @@ Events in (client frames, inference chunks), events out (server events to send, 
 calls to start).  No Ray, no asyncio: the actor pumps bytes and calls.
 
 The session dispatches and schedules; what a concern keeps lives with it: each request and
-its stage in :class:`~actors.request.Requests`, the lanes and the conversations they cache in
-:class:`~actors.lanes.Lanes`, the steer input not delivered yet in
-:class:`~actors.steering.Steering`, an append-mode rollout in the turn's
-:class:`~actors.turn.Rollout` (pure functions in :mod:`actors.rollout`).
+its stage in :class:`~actors.core.request_queue.Requests`, the lanes and the conversations they cache in
+:class:`~actors.core.lanes.Lanes`, the steer input not delivered yet in
+:class:`~actors.core.steering.Steering`, an append-mode rollout in the turn's
+:class:`~actors.core.turn.Rollout` (pure functions in :mod:`actors.core.rollout`).
 
 Semantics (docs/protocol.md §4): lanes keyed by ``stream_id`` (``None`` = default lane) run
 FIFO within a lane and concurrently across lanes, at most ``max_inflight`` responses at once;
@@ -28,11 +28,8 @@ from inference.policy import InvalidMetadata, metadata_overrides
 from inference.types import Done, InferenceEvent, InferenceRequest
 from store import StoredResponse, UsageEntry
 
-from . import rollout
-from .cache_budget import CacheBudget
-from .config import SessionConfig
-from .context import ContextEntry, count_calls, extend, from_record, in_format, input_dicts
-from .errors import (
+from ..config import SessionConfig
+from ..errors import (
     APIError,
     InvalidRequest,
     PreviousResponseNotFound,
@@ -40,10 +37,8 @@ from .errors import (
     ServerShuttingDown,
     UnknownEventType,
 )
-from .ids import new_id
-from .lanes import Lanes
-from .prepare import Preparer
-from .protocol import (
+from ..ids import new_id
+from ..protocol import (
     RESPONSE_ERROR_CODES,
     InputItem,
     ResponseAppend,
@@ -53,8 +48,13 @@ from .protocol import (
     error_event,
     parse_client_event,
 )
+from . import rollout
+from .cache_budget import CacheBudget
+from .context import ContextEntry, count_calls, extend, from_record, in_format, input_dicts
+from .lanes import Lanes
+from .prepare import Preparer
 from .render import item_text, render_items
-from .request import Checked, Request, Requests, Stage
+from .request_queue import Checked, Request, Requests, Stage
 from .response_builder import ResponseBuilder, new_response, parallel_tool_calls, tool_choice_name
 from .steering import (
     SteerError,
@@ -527,7 +527,7 @@ class Session:
             )
             fx.timings.append(report)
             terminal = b.terminal(as_metadata(report.ms) if turn.timings_requested else None)
-            if turn.timings_requested:  # taken again as the sender encodes it (actors.timings)
+            if turn.timings_requested:  # taken again as the sender encodes it (actors.core.timings)
                 report.into = terminal.response.metadata
             fx.events.append(terminal)
             if turn.store:  # the record is the response as sent, terminal metadata included

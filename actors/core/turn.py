@@ -10,8 +10,8 @@ from inference.formats import CL100K, ChatFormat
 from inference.types import InferenceRequest
 from store import StoredResponse, UsageEntry
 
+from ..protocol import InputItem, ResponseCreate, ServerEvent
 from .context import ContextEntry
-from .protocol import InputItem, ResponseCreate, ServerEvent
 from .response_builder import ResponseBuilder
 from .safety import Classifier
 from .timings import PhaseTimer, Report
@@ -36,7 +36,7 @@ class Turn:
     timings_requested: bool
     create: ResponseCreate  # what a steered response's successor inherits
     prefix_len: int = 0  # prompt tokens before the conversation (tools, instructions)
-    rollout: Rollout | None = None  # append mode only (actors.rollout)
+    rollout: Rollout | None = None  # append mode only (actors.core.rollout)
     fmt: ChatFormat = CL100K  # the model's chat format (inference.formats)
 
 

@@ -1,16 +1,16 @@
 """A connection's lanes (docs/protocol.md §4): responses on one lane run one at a time (a
-lane is busy while one of its requests is, :mod:`actors.request`), and each lane caches its
+lane is busy while one of its requests is, :mod:`actors.core.request_queue`), and each lane caches its
 latest response's conversation — within a bound on the tokens all the lanes cache together,
-and within the host's budget over all its connections (:class:`~actors.cache_budget.CacheBudget`)."""
+and within the host's budget over all its connections (:class:`~actors.core.cache_budget.CacheBudget`)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+from ..errors import StreamLimitReached
 from .cache_budget import CacheBudget
 from .context import ContextEntry
-from .errors import StreamLimitReached
 
 
 @dataclass(slots=True, eq=False)

@@ -15,8 +15,8 @@ import itertools
 from collections import deque
 from dataclasses import dataclass
 
+from ..protocol import InputItem, ResponseCreate
 from .context import ContextEntry
-from .protocol import InputItem, ResponseCreate
 from .timings import PhaseTimer
 from .turn import Turn
 

@@ -2,7 +2,7 @@
 model call (:class:`~actors.backend.BeforeCall`): the request passes the hop, then the safety
 model reads it, each a timed phase of the response.
 
-What a call is charged follows the keyword classifier's rule (:mod:`actors.safety`), so the
+What a call is charged follows the keyword classifier's rule (:mod:`actors.core.safety`), so the
 services cost the same per processed token on every transport: a call reads the tokens of
 its conversation no earlier call read (:attr:`~actors.backend.ModelCall.unread_tokens` — a
 continued conversation's latest output and new input, a rebuilt or resent one all of it),
@@ -19,7 +19,7 @@ from typing import Protocol
 
 from inference.whatif import WhatIfConfig
 
-from .backend import ModelCall
+from . import ModelCall
 
 
 @dataclass(frozen=True, slots=True)

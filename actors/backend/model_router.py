@@ -30,7 +30,7 @@ def backend_client(backend: ModelBackend, fmt: TemplateFormat, app_name: str) ->
     """The client of one real model: by URL, or through the handle of its deployment in
     the application ``app_name``."""
     if backend.kind == "serve_llm":
-        from .serve_llm import ServeLLMInference  # Ray Serve: only where such a model is configured
+        from .serve_llm_client import ServeLLMInference  # Ray Serve: only where such a model is configured
 
         return ServeLLMInference(backend, fmt, app_name)
     from .openai_upstream import UpstreamInference  # aiohttp: only where a real model is configured

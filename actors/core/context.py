@@ -15,8 +15,8 @@ from typing import Any
 from inference.formats import CL100K, ChatFormat
 from store import StoredResponse
 
-from .ids import new_id
-from .protocol import (
+from ..ids import new_id
+from ..protocol import (
     CompactionItem,
     CustomToolCallItem,
     CustomToolCallOutputItem,

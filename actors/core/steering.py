@@ -13,9 +13,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .errors import APIError
-from .ids import new_id
-from .protocol import (
+from ..errors import APIError
+from ..ids import new_id
+from ..protocol import (
     ITEM_ADAPTER,
     InputItem,
     MessageItem,

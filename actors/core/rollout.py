@@ -2,7 +2,7 @@
 rollout, paused on each tool call, resumed with the client's tool results in the same
 response.
 
-Pure functions over the :class:`~actors.turn.Rollout` record a turn keeps: each returns the
+Pure functions over the :class:`~actors.core.turn.Rollout` record a turn keeps: each returns the
 next record and changes nothing it is given.  The session decides when they apply.
 """
 
@@ -15,9 +15,9 @@ from dataclasses import replace
 from inference.formats import ChatFormat
 from inference.types import InferenceRequest
 
+from ..errors import InvalidRequest
+from ..protocol import CustomToolCallOutputItem, FunctionCallOutputItem, InputItem, OutputItem, issued_call_id
 from .context import extend, input_dicts
-from .errors import InvalidRequest
-from .protocol import CustomToolCallOutputItem, FunctionCallOutputItem, InputItem, OutputItem, issued_call_id
 from .render import render_items
 from .safety import Classifier
 from .turn import Rollout, Turn

@@ -17,8 +17,8 @@ from typing import NamedTuple
 from inference.formats import CL100K, ChatFormat
 from inference.types import ToolSpec
 
-from .errors import APIError, InvalidRequest, ModelNotFound
-from .protocol import CustomTool, FunctionTool, InputItem
+from ..errors import APIError, InvalidRequest, ModelNotFound
+from ..protocol import CustomTool, FunctionTool, InputItem
 from .render import item_text, tool_specs
 from .response_builder import echo_tools
 from .safety import Classifier, Matcher, SafetyConfig, build_matcher

@@ -13,7 +13,7 @@ from typing import Any
 
 from ray.util import metrics
 
-from actors.host.metrics import store_write_failures, zero
+from actors.host.host_metrics import store_write_failures, zero
 
 # The statuses a connection is refused with before it is served (actors/errors.py): bad
 # resume token, API key, a web page's origin, no request head in time, per-key limit, a
