@@ -10,17 +10,7 @@ from typing import Any
 
 from . import plotting
 from .rollouts import PHASES, RolloutRecord
-
-
-def pct(values: Sequence[float], q: float) -> float | None:
-    """The ``q``-quantile (0..1) by linear interpolation; ``None`` for no values."""
-    v = sorted(values)
-    if not v:
-        return None
-    pos = (len(v) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(v) - 1)
-    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+from .stats import pct
 
 
 def _dist(values: Iterable[float]) -> dict[str, float | None]:

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from . import plotting
-from .agentloop_report import pct
 from .rollouts import RolloutRecord, TurnRecord
+from .stats import pct
 
 PARTS = ("tool", "prefill", "decode", "api")
 COLOURS = {"tool": "#b0b0b0", "prefill": "#4c72b0", "decode": "#55a868", "api": "#c44e52"}

@@ -7,10 +7,10 @@ import statistics
 from dataclasses import asdict
 from typing import Any
 
-from .agentloop_report import pct
 from .chains import Load, SoakPlan
 from .invariants import RunCheck
 from .processes import flatness
+from .stats import pct
 
 HELD_SHARE = 0.9  # a memory sample counts as "all connections held" from this share open
 

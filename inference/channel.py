@@ -1,10 +1,9 @@
 """A direct channel from a session host to one inference replica: one long-lived TCP
 connection per (host process, replica), multiplexing that host's model calls.
 
-Serve's handle costs a router decision, a gRPC call and two thread hops per call (~4–8 ms a
-turn on the project's machine, docs/performance.md); a connection's later turns go where its
-first went (its pinned replica), so after the first call a host streams them over this
-channel instead.  No Ray here: the deployment serves a :class:`ChannelServer`, and the
+A connection's later turns go where its first went (its pinned replica), so after the
+first call through Serve's handle (a router decision, a gRPC call and two thread hops) a
+host streams them over this channel instead.  No Ray here: the deployment serves a :class:`ChannelServer`, and the
 session's backend (``actors.backend.ray_serve``) learns its endpoint through Serve and keeps
 a :class:`ChannelClient` per replica.
 
@@ -19,8 +18,8 @@ and its token come through Ray, which pickles between the same processes anyway)
   not start the call: the caller makes it elsewhere.
 
 A connection's tool definitions are the same object from turn to turn while unchanged
-(``actors.core.prepare.Preparer``), and pickling them is most of a request's cost (~20 tools
-weigh more than 20k prompt ids): the client sends a tools tuple once
+(``actors.core.prepare.Preparer``), and pickling them is most of a request's cost: the
+client sends a tools tuple once
 (``"tools"``), and a ``go`` naming its ``tools_key`` carries the request without them; the
 server holds the last ``TOOL_SETS`` the client named, which ``"forget"`` keeps in step.
 """

@@ -1,32 +1,11 @@
-"""The Ray Serve deployment wrapping ``Engine`` — the only module of ``inference`` that
-imports Ray.
+"""The Ray Serve deployment wrapping ``Engine`` (one per replica, with its own batches and
+prefix cache and Ray metrics) — the only module of ``inference`` that imports Ray.
 
-Each replica holds one engine (its own batches and prefix cache), using the real monotonic
-clock, and reports its measurements as Ray metrics (``RayMetrics``).  Callers stream a
-response with::
-
-    handle.options(stream=True, method_name="generate", session_id=session_key).remote(request)
-
-and receive ``list[InferenceEvent]`` items (a few ms of tokens each).
-
-Routing uses Serve's own machinery: the handle's ``session_id`` option (Serve's
-per-request session key, ``RequestMetadata.session_id``) carries a connection's session
-key, and the deployment's request router is ``SessionAffinityRouter``, a custom
-``RequestRouter`` that applies ``inference.routing``: a request with a session id goes to
-the replica that key is pinned to (a new key is pinned where its first request's prefix
-route goes); a request without one (stateless HTTP) goes where its prefix route goes —
-the API key's scope, ``prompt_cache_key`` and first 256 prompt tokens, spilling to the
-next-ranked replica past a per-minute rate.  (Alternatives in Ray 2.60 and why not:
-model multiplexing only learns where a "model" lives after the replica reports it to the
-controller, falls back to other replicas while it is busy or unknown, and bounds the
-models per replica; the experimental ``ConsistentHashRouter`` moves ~1/n of the sessions
-whenever a replica is added; ``ray.serve.llm``'s ``PrefixCacheAffinityRouter`` matches
-prompt text against a tree of what each replica served, with no notion of API-key scope.
-docs/emulator.md.)
-
-The app builder in ``serve/`` binds this deployment (this module never calls ``.bind()``)
-with ``deployment_options(config)``: replicas or autoscaling, placement on a custom
-accelerator resource, ``num_cpus=0``.
+Callers stream ``list[InferenceEvent]`` items with
+``handle.options(stream=True, method_name="generate", session_id=session_key).remote(request)``;
+``SessionAffinityRouter`` routes them by ``inference.routing`` (a session's pinned replica,
+else the prefix route; docs/emulator.md, "Routing").  The app builder binds the deployment
+with ``deployment_options(config)``.
 """
 
 from __future__ import annotations

@@ -46,22 +46,17 @@ class MonotonicClock:
 
 
 SPIN_S = 0.0003
-"""A precise sleep's waker fires this long before the deadline and the loop spins the rest:
-waking the loop from the waker thread takes about that long (two thread wake-ups on a busy
-machine, ~0.3-0.5 ms here), so a response's last token waited for the wake-up after it was
-due.  It costs up to this much CPU per precise sleep, two a response."""
+"""A precise sleep's waker fires this long before the deadline and the loop spins the rest
+(about what waking the loop from the waker thread takes); up to this much CPU per precise
+sleep, two a response."""
 
 
 class AsyncioSleeper:
-    """The real sleeper.  The event loop's timers fire up to ~1 ms late (its selector waits
-    in whole milliseconds, rounded up),
-    so a response would end about a millisecond after its emulated time, which a client
-    sees as API overhead.  A ``precise`` sleep (a response's first and last tokens) is also
-    handed to one thread per process (the :class:`_Waker`), which waits for the earliest
-    deadline (less :data:`SPIN_S`, which the loop then spins) with a microsecond timeout and
-    wakes the loop of each sleep then due; sleeps due together wake together.  It costs CPU at every sleep (thread wake-ups,
-    the GIL), so the items between the first and the last keep the loop's timer alone.
-    ``clock`` must be the monotonic clock the deadlines are on (``MonotonicClock``)."""
+    """The real sleeper.  The event loop's timers fire up to a millisecond late (its selector
+    waits in whole milliseconds, rounded up), so a ``precise`` sleep (a response's first and
+    last tokens) is also handed to one thread per process (:class:`_Waker`), which waits for
+    the earliest deadline less :data:`SPIN_S` with a microsecond timeout and wakes the loops
+    of the sleeps then due.  ``clock`` must be the monotonic clock the deadlines are on."""
 
     def __init__(self, clock: Clock) -> None:
         self._clock = clock

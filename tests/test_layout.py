@@ -4,6 +4,7 @@
 neither; ``bench`` is a client of the server: nothing in the server imports it except the
 CLI's ``bench`` and ``demo`` subcommands, lazily (inside a function).  Of the installed
 modules only the fuzz benchmark imports hypothesis (a test and ``bench`` extra dependency).
+``investigations`` (run from a checkout, never in the wheel) may import all of them.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from importlib import metadata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ["inference", "store", "actors", "serve", "bench"]
+PACKAGES = ["inference", "store", "actors", "serve", "bench", "investigations"]
 # package → the project packages it may import
 ALLOWED = {
     "inference": set(),
@@ -25,6 +26,13 @@ ALLOWED = {
     "actors": {"inference", "store"},
     "serve": {"actors", "inference", "store"},
     "bench": {"serve", "actors", "inference", "store"},
+    "investigations": {
+        "bench",
+        "serve",
+        "actors",
+        "inference",
+        "store",
+    },  # run from a checkout, not in the wheel
 }
 LAZY_BENCH = {"serve/cli.py"}  # may load bench inside a function, never at import time
 RAY_MODULES = {
@@ -155,7 +163,7 @@ def test_no_import_cycles():
 
 
 def test_only_designated_modules_import_ray():
-    for package in PACKAGES[:-1]:
+    for package in SERVER_PACKAGES:
         for path in modules(package):
             rel = path.relative_to(ROOT).as_posix()
             if any(n == "ray" or n.startswith("ray.") for n in imported(path)):
@@ -295,3 +303,10 @@ def test_no_tracked_file_is_over_one_mebibyte():
     }
     assert sizes, "git ls-files listed nothing"
     assert not {n: s for n, s in sizes.items() if s > 1 << 20}
+
+
+def test_the_investigations_stay_out_of_the_wheel():
+    from fnmatch import fnmatch
+
+    include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    assert not any(fnmatch("investigations", pattern) for pattern in include["include"])

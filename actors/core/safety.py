@@ -21,9 +21,7 @@ and the pattern opens with their common literal, so CPython's ``re`` skips to ca
 with its fast literal search and runs the rest of the rule only there.  Secret rules read
 the text as it is; markers and terms read it lower-cased.  Each rule's matches are its
 leftmost non-overlapping ones; scores accumulate per category, and a category at or above
-its threshold flags.  (One alternation of all the rules is about twice as slow under
-CPython's ``re``, which can then skip ahead only on a single first character:
-docs/performance.md.)
+its threshold flags (docs/performance.md, "The safety classifier").
 
 Incremental: a rule's *span* is the most characters a match attempt reads from where it
 starts — the longest match, plus the character after it for a closing boundary.  A feed

@@ -1,23 +1,11 @@
 """Per-response server-side time by phase (milliseconds), with an injected clock.
 
-Phases: ``parse_validate``, ``history_load``, ``render``, ``classify``,
-``model_resolution``, ``post`` (API work), and ``queue``, ``prefill``, ``decode``
-(inference, as the emulated model reports them); and the calls a hook makes before each
-model call (:meth:`PhaseTimer.service`, e.g. the what-if services' ``hop`` and
-``safety_model``, docs/whatif.md), which count as API work.  ``api_overhead`` is the
-response's time on the server less the model's own time (queue + prefill + decode): what a
-client waits for outside the model, as far as the server can see it.  It runs from the
-first bytes of the create's frame reaching the session host (or the HTTP request's arrival)
-to the moment its terminal event is about to be encoded (:meth:`Report.restamp`), so it
-holds reading the create, building and queueing the terminal event and encoding and
-writing the frames before it; only the terminal frame's own encoding, compression and write
-come after the figures it carries (docs/performance.md).  ``backend`` is the model call's
-own cost beyond the model's time (the hop to the inference replica and back), ``other``
-what no phase accounts for (the event loop, encoding and writing the earlier frames).  A
-stored response's figures are taken when it finishes, before its record is written: the
-record holds the response as it was sent.  A client asks for the numbers with
-``metadata={"responses_ws.timings": "1"}`` and reads them, as a JSON string, from the
-terminal response's ``metadata["responses_ws.timings"]``.
+API phases (``parse_validate``, ``history_load``, ``render``, ``classify``,
+``model_resolution``, ``post``, and a hook's calls before each model call,
+:meth:`PhaseTimer.service`), the model's (``queue``, ``prefill``, ``decode``), and
+``api_overhead`` (the response's time on the server less the model's), ``backend`` and
+``other``: what each covers, where the clock starts and stops (:meth:`Report.restamp`), and
+how a client asks for them is docs/performance.md, "Timings users can see".
 """
 
 from __future__ import annotations

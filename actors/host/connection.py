@@ -61,14 +61,11 @@ SERVICE_RESTART = (1012, "service restart")
 
 
 class RenderPool:
-    """Where a connection tokenises a large input (a :class:`Render` effect).
-
-    On a worker thread while this process's connections have other work in flight (model
-    calls streaming, other inputs being tokenised): the loop then keeps serving them instead
-    of stalling behind ~26 ms per 60k tokens (tiktoken releases the GIL).  Inline when
-    nothing else runs: tiktoken is slower off the main thread (``bench burst``, docs/performance.md),
-    so a lone request is not made to pay for the hop.  One per process, shared by its
-    connections; the threads (one per core, at most four) are made on first use."""
+    """Where a connection tokenises a large input (a :class:`Render` effect): on a worker
+    thread while this process's connections have other work in flight, so the loop keeps
+    serving them (tiktoken releases the GIL); inline when nothing else runs, as tiktoken is
+    slower off the main thread (docs/performance.md).  One per process; its threads (one per
+    core, at most four) are made on first use."""
 
     def __init__(self, executor: Executor | None = None) -> None:
         self._executor = executor

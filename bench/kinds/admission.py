@@ -38,9 +38,9 @@ from typing import Any
 import websockets
 
 from .. import plotting, results
-from ..agentloop_report import pct
 from ..client import ResponsesSocket, connect
 from ..processes import actor_pids, cpu_by_pid, session_host_pids, uss_mb
+from ..stats import pct
 
 SHORT = {"emulator.tool_rounds": "0", "emulator.text_tokens": "8"}
 PHASES = ("micro", "warm", "burst", "ramp", "idle", "http_load")

@@ -341,7 +341,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tokens", type=int, default=d.max_tokens)
     p.add_argument("--store-share", type=float, default=d.store_share, help="share of store:true turns")
     p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--out", type=Path, default=Path("docs/measurements/drain.json"))
+    p.add_argument("--out", type=Path, default=Path("results/drain.json"))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -157,7 +157,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="a running server started with bench.fuzz_oracle.server_overrides() "
         "(default: start an embedded one)",
     )
-    p.add_argument("--out", type=Path, default=Path("docs/measurements/fuzz.json"))
+    p.add_argument("--out", type=Path, default=Path("results/fuzz.json"))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -38,9 +38,9 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 from actors.protocol import TERMINAL_EVENT_TYPES
 
 from .. import results
-from ..agentloop_report import pct
 from ..client import ws_url
 from ..reconcile import Line, Seen, read_ledger, reconcile
+from ..stats import pct
 
 APP = "responses-ws-ledger"
 MODEL = "emu-fast"
@@ -236,7 +236,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store-share", type=float, default=d.store_share, help="share of store:true turns")
     p.add_argument("--per-actor", type=int, default=16, help="session.connections_per_actor")
     p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--out", type=Path, default=Path("docs/measurements/ledger.json"))
+    p.add_argument("--out", type=Path, default=Path("results/ledger.json"))
 
 
 def run(args: argparse.Namespace) -> int:

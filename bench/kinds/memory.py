@@ -2,7 +2,7 @@
 and its session actor's memory levels off (docs/reliability.md, "Memory per connection").
 
     responses-ws bench memory [--max-cached-tokens 200000] [--lanes 4] [--turns 60]
-                              [--input-tokens 6000] [--rounds 3] [--out docs/measurements/conn_memory.json]
+                              [--input-tokens 6000] [--rounds 3] [--out results/conn_memory.json]
 
 One WebSocket connection runs ``--turns`` ``store:false`` turns round-robin over ``--lanes``
 lanes, each turn continuing its lane with ``--input-tokens`` tokens of fresh text, so the
@@ -519,7 +519,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--single-lane-turns", type=int, default=30)
     p.add_argument("--single-lane-input-tokens", type=int, default=20_000)
     p.add_argument("--phases", default="default,single,reuse", help="comma-separated subset to run")
-    p.add_argument("--out", type=Path, default=Path("docs/measurements/conn_memory.json"))
+    p.add_argument("--out", type=Path, default=Path("results/conn_memory.json"))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -30,6 +30,7 @@ from ..cluster import SERVE_CLUSTER_CONFIG as CONFIG
 from ..cluster import SimulatedCluster, deploy_serve_config
 from ..processes import cpu_s, session_host_pids, uss_mb
 from ..rollouts import run_rollout
+from ..stats import pct
 from ..workload import Workload
 
 
@@ -45,20 +46,20 @@ async def load_step(url: str, m: int, w: Workload) -> dict:
         "errors": [r.error for r in recs if r.error],
         "wall_s": wall,
         "e2e_s": {
-            "p50": report.pct([r.e2e_s for r in recs], 0.5),
-            "p90": report.pct([r.e2e_s for r in recs], 0.9),
+            "p50": pct([r.e2e_s for r in recs], 0.5),
+            "p90": pct([r.e2e_s for r in recs], 0.9),
         },
-        "connect_ms_p50": report.pct([r.connect_ms for r in recs], 0.5),
+        "connect_ms_p50": pct([r.connect_ms for r in recs], 0.5),
         "connect_ms_max": max(r.connect_ms for r in recs),
         "ttft_ms": {
-            "p50": report.pct(ttft, 0.5),
-            "p90": report.pct(ttft, 0.9),
-            "p99": report.pct(ttft, 0.99),
+            "p50": pct(ttft, 0.5),
+            "p90": pct(ttft, 0.9),
+            "p99": pct(ttft, 0.99),
         },
         "api_overhead_ms": {
-            "p50": report.pct(over, 0.5),
-            "p90": report.pct(over, 0.9),
-            "p99": report.pct(over, 0.99),
+            "p50": pct(over, 0.5),
+            "p90": pct(over, 0.9),
+            "p99": pct(over, 0.99),
         },
         "delivered_tokens_per_s": sum(t.output_tokens for t in turns) / wall,
         "turns_per_s": len(turns) / wall,

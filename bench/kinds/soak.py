@@ -40,11 +40,11 @@ import psutil
 from serve.embedded import embedded_server, local_config
 
 from .. import results
-from ..agentloop_report import pct
 from ..chains import Load, SoakPlan, run_slot
 from ..invariants import RunCheck
 from ..processes import CpuMeter, sample_uss
 from ..soak_report import render_table, summarise
+from ..stats import pct
 
 APP = "responses-ws-soak"
 SETTLE_S = 3.0  # after a run, before sampling idle memory: closes and flushes finish
@@ -173,7 +173,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="a running server (default: start an embedded one); no memory sampling then",
     )
-    p.add_argument("--out", type=Path, default=Path("docs/measurements/soak.json"))
+    p.add_argument("--out", type=Path, default=Path("results/soak.json"))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,6 +1,6 @@
 """A listener that leaves the port under a flood of connections: how many are reset.
 
-    responses-ws bench handover [--cycles 40] [--clients 8] [--pauses 0,5]
+    python -m investigations.handover [--cycles 40] [--clients 8] [--pauses 0,5]
 
 No server and no Ray: two threads of this process play two gateway replicas on one port,
 ``--clients`` threads connect in a loop (send a request, read the answer).  Every
@@ -30,7 +30,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from .. import results
+from bench import results
 
 MODES = ("group", "shared", "shutdown")
 HOST = "127.0.0.1"
@@ -149,7 +149,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cycles", type=int, default=40, help="times the old replica leaves, per mode and pause")
     p.add_argument("--clients", type=int, default=8, help="client threads connecting in a loop")
     p.add_argument("--period-ms", type=float, default=100.0, help="how long each old replica serves")
-    p.add_argument("--out", type=Path, default=Path("docs/measurements/handover.json"))
+    p.add_argument("--out", type=Path, default=Path("results/handover.json"))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -169,3 +169,9 @@ def run(args: argparse.Namespace) -> int:
     )
     print(f"wrote {args.out}")
     return 0
+
+
+if __name__ == "__main__":
+    from investigations import main
+
+    raise SystemExit(main("investigations.handover"))

@@ -1,6 +1,6 @@
 """First turns of resumed sessions, all at once: how long each socket waits.
 
-    responses-ws bench burst [--sockets 32] [--config FILE] [--out results/burst.json]
+    python -m investigations.burst [--sockets 32] [--config FILE] [--out results/burst.json]
 
 ``--sockets`` WebSockets open; each rollout's resumed history (the ``codex`` preset, ~60k
 tokens) is put in the prefix cache first (``generate:false``, as ``bench agentloop`` does);
@@ -23,12 +23,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import results
+from bench import workload as wl
+from bench.client import connect
+from bench.rollouts import TIMINGS_KEY, _base, first_input, warm_resumed
 from serve.embedded import embedded_server, local_config
-
-from .. import results
-from .. import workload as wl
-from ..client import connect
-from ..rollouts import TIMINGS_KEY, _base, first_input, warm_resumed
 
 API_KEY = "sk-bench"
 MODEL_PHASES = ("queue", "prefill", "decode")
@@ -137,3 +136,9 @@ def run(args: argparse.Namespace) -> int:
     )
     print(f"wrote {args.out}")
     return 0
+
+
+if __name__ == "__main__":
+    from investigations import main
+
+    raise SystemExit(main("investigations.burst"))
