@@ -148,7 +148,9 @@ def test_items_are_found_by_id_for_their_owner_only(config: StoreConfig) -> None
             await store.put(first)
             later = record("resp_2")
             resent = {**first.context[1], "status": "incomplete"}  # the same id, resent as input
-            await store.put(dataclasses.replace(later, input_items=[resent], context=[resent, *later.context]))
+            await store.put(
+                dataclasses.replace(later, input_items=[resent], context=[resent, *later.context])
+            )
             wanted = ["msg_resp_1", "fc_resp_1", "msg_in_resp_1", "msg_nope", "msg_resp_1"]
             found = await store.find_items(wanted, ALICE)
             assert found == {
