@@ -40,6 +40,7 @@ async function turn(messages, rounds) {
     messages,
     tools: { weather },
     stopWhen: isStepCount(5),
+    include: { requestBody: true }, // each step's request body, to report what was sent
     // The emulated model calls a tool until the conversation holds `rounds` tool results.
     providerOptions: { openai: { metadata: { 'emulator.tool_rounds': String(rounds) } } },
   });
