@@ -100,7 +100,11 @@ class Gateway:
         )
         self._here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         self._http_app = functools.partial(
-            host_app, session_config=cfg.session, keys=self._keys, models=self._models
+            host_app,
+            session_config=cfg.session,
+            keys=self._keys,
+            models=self._models,
+            allowed_origins=list(cfg.server.allowed_origins),
         )
         self._draining = False
         self._background: set[asyncio.Task[None]] = set()  # referenced until done (asyncio keeps weak refs)
@@ -135,7 +139,11 @@ class Gateway:
         """The routes served here: readiness, the model list, and HTTP mode for when no host
         is live."""
         cfg = self._cfg
-        app = build_app(self._list_models)
+        app = build_app(
+            self._list_models,
+            origins=OriginPolicy(cfg.server.allowed_origins),
+            on_refused=self._metrics.refused,
+        )
         add_readiness_route(app, self._readiness)
         add_http_routes(
             app,

@@ -13,13 +13,7 @@ from typing import Any
 
 from ray.util import metrics
 
-from actors.host.host_metrics import store_write_failures, zero
-
-# The statuses a connection is refused with before it is served (actors/errors.py): bad
-# resume token, API key, a web page's origin, no request head in time, per-key limit, a
-# head too large, a failed handoff, no capacity or draining.  Counted from 0 so a
-# dashboard's rate() has them.
-REFUSAL_STATUSES = ("400", "401", "403", "408", "429", "431", "500", "503")
+from actors.host.host_metrics import REFUSAL_STATUSES, refusals, store_write_failures, zero
 
 
 class GatewayMetrics:
@@ -28,11 +22,7 @@ class GatewayMetrics:
             "responses_ws_open_sockets",
             description="WebSockets open on a gateway replica (handed to session hosts)",
         )
-        self._refusals = metrics.Counter(
-            "responses_ws_refusals",
-            description="Upgrades and HTTP connections refused before they were served, by HTTP status",
-            tag_keys=("status",),
-        )
+        self._refusals = refusals()  # counted from 0 for every status, so a dashboard's rate() has them
         self._handoff_failures = metrics.Counter(
             "responses_ws_handoff_failures", description="Sockets that could not be handed to a session host"
         )

@@ -52,6 +52,7 @@ from store.writer import StoreWriter
 from .app import build_app
 from .auth import KeyRing
 from .compaction import compact
+from .origins import OriginPolicy
 
 
 def error_response(exc: BaseException) -> JSONResponse:
@@ -68,14 +69,17 @@ def host_app(
     session_config: SessionConfig,
     keys: KeyRing,
     models: list[dict],
+    allowed_origins: list[str],
+    on_refused: Callable[[int], None] | None = None,
 ) -> FastAPI:
     """The whole HTTP app as a session host serves it (the gateway hands HTTP connections to
-    hosts, actors.host.http): the host brings its store writer, inference client and metrics."""
+    hosts, actors.host.http): the host brings its store writer, inference client and metrics
+    (``on_refused``: its count of requests refused for their ``Origin``)."""
 
     async def list_models() -> list[dict]:
         return models
 
-    app = build_app(list_models)
+    app = build_app(list_models, origins=OriginPolicy(allowed_origins), on_refused=on_refused)
     add_http_routes(
         app,
         session_config=session_config,

@@ -72,6 +72,9 @@ class Request:
     stage: Stage = Stage.QUEUED
     asked: float = 0.0  # when the wait of this stage (a load, a render) began
     checked: Checked | None = None  # from rendering on
+    # While its input's item references are looked up in the store (loading): the parent,
+    # whether it is the lane's latest, the steer input that goes first, the items found so far.
+    resolving: tuple[ContextEntry | None, bool, list[InputItem], dict[str, dict]] | None = None
     turn: Turn | None = None  # from running on
 
 

@@ -48,7 +48,7 @@ from ..protocol import (
     error_event,
     parse_client_event,
 )
-from . import rollout
+from . import references, rollout
 from .cache_budget import CacheBudget
 from .context import ContextEntry, count_calls, extend, from_record, in_format, input_dicts
 from .lanes import Lanes
@@ -307,14 +307,61 @@ class Session:
         return Effects(events=[error_event(exc, stream_id=request.lane)])
 
     def _begin(self, request: Request, parent: ContextEntry | None) -> Effects:
-        lane_name, create, timer = request.lane, request.create, request.timer
-        lane = self._lanes[lane_name]
-        same_lane = parent is not None and lane.latest is parent
-        fmt = self._prep.format(create.model or "")
+        lane_name, create = request.lane, request.create
+        same_lane = parent is not None and self._lanes[lane_name].latest is parent
         if parent is not None:
-            parent = in_format(parent, fmt)
+            parent = in_format(parent, self._prep.format(create.model or ""))
         # Steer input queued for this continuation goes first (docs/protocol.md §2.3 (c)).
-        items = self._steering.take(create.previous_response_id, lane_name) + create.items
+        steered = self._steering.take(create.previous_response_id, lane_name)
+        wanted = references.referenced(create.items)
+        if not wanted:
+            return self._begin_with(request, parent, same_lane, steered + create.items)
+        # item_reference: from the conversations this connection holds, else from the store.
+        held = [parent.items] if parent is not None else []
+        held += [lane.latest.items for lane in self._lanes.values() if lane.latest is not None]
+        found = references.find(wanted, held)
+        if len(found) < len(set(wanted)):
+            request.resolving = (parent, same_lane, steered, found)
+            if request.stage is not Stage.LOADING:
+                self._requests.move(request, Stage.LOADING)
+            request.asked = self._perf()
+            missing = tuple(i for i in dict.fromkeys(wanted) if i not in found)
+            return Effects(load=[Load(request.id, "", self.owner, item_ids=missing)])
+        return self._resolved(request, parent, same_lane, steered, found)
+
+    def on_items_loaded(self, load_id: int, found: Mapping[str, dict]) -> Effects:
+        """The store's answer to a :class:`Load` of ``item_ids``: the items it has."""
+        request = self._requests.at(load_id, Stage.LOADING)
+        if request is None or request.resolving is None:  # the socket went away meanwhile
+            return Effects()
+        request.timer.ms["history_load"] += (self._perf() - request.asked) * 1000.0
+        parent, same_lane, steered, held = request.resolving
+        request.resolving = None
+        fx = self._resolved(request, parent, same_lane, steered, {**found, **held})
+        fx += self._schedule()
+        return fx
+
+    def _resolved(
+        self,
+        request: Request,
+        parent: ContextEntry | None,
+        same_lane: bool,
+        steered: list[InputItem],
+        found: Mapping[str, dict],
+    ) -> Effects:
+        try:
+            with request.timer.phase("parse_validate"):
+                items = steered + references.resolve(request.create.items, found)
+        except APIError as exc:
+            return self._reject(request, exc, evict=same_lane)
+        return self._begin_with(request, parent, same_lane, items)
+
+    def _begin_with(
+        self, request: Request, parent: ContextEntry | None, same_lane: bool, items: list[InputItem]
+    ) -> Effects:
+        """The start of a request whose history is known and whose input is resolved."""
+        create, timer = request.create, request.timer
+        fmt = self._prep.format(create.model or "")
         try:
             with timer.phase("parse_validate"):
                 checked = self._check_calls(parent, items)

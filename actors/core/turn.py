@@ -56,11 +56,14 @@ class Rollout:
 
 @dataclass(frozen=True, slots=True)
 class Load:
-    """Fetch a stored response the connection's cache does not hold (docs/protocol.md §4)."""
+    """Fetch a stored response the connection's cache does not hold (docs/protocol.md §4),
+    answered with ``Session.on_loaded``; or, with ``item_ids``, the stored items an input's
+    ``item_reference`` items name (``response_id`` unused), answered with ``Session.on_items_loaded``."""
 
     load_id: int
     response_id: str
     owner: str
+    item_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

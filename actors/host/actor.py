@@ -52,6 +52,7 @@ class HttpAppFactory(Protocol):
         inference: InferenceClient,
         model_ids: Callable[[], list[str]],
         observe: Callable[[str, dict[str, float]], None] | None,
+        on_refused: Callable[[int], None] | None,
     ) -> ASGIApp: ...
 
 
@@ -108,6 +109,7 @@ class SessionHost:
                     inference=self._inference,
                     model_ids=lambda: list(self._models),
                     observe=self._metrics.observe,
+                    on_refused=self._host_metrics.refused,
                 )
             )
         self._sockets.start()

@@ -345,6 +345,14 @@ class Connection:
         return task
 
     async def _load(self, load: Load) -> None:
+        if load.item_ids:  # the items an input's item_reference names
+            try:
+                found = await self._store.find_items(load.item_ids, load.owner)
+            except Exception:
+                log.exception("looking up referenced items in the store failed")
+                found = {}
+            self._apply(self.session.on_items_loaded(load.load_id, found))
+            return
         try:
             record = await self._store.get(load.response_id, load.owner)
         except Exception:

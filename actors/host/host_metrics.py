@@ -27,6 +27,22 @@ def store_write_failures() -> metrics.Counter:
     return counter
 
 
+# The statuses a connection or request is refused with before it is served (actors/errors.py):
+# bad resume token, API key, a web page's origin, no request head in time, per-key limit, a
+# head too large, a failed handoff, no capacity or draining.
+REFUSAL_STATUSES = ("400", "401", "403", "408", "429", "431", "500", "503")
+
+
+def refusals() -> metrics.Counter:
+    """Refusals by HTTP status: the gateway's (upgrades and first requests) and, for a
+    keep-alive connection's later requests from a page not allowed, the hosts' (403)."""
+    return metrics.Counter(
+        "responses_ws_refusals",
+        description="Upgrades and HTTP requests refused before they were served, by HTTP status",
+        tag_keys=("status",),
+    )
+
+
 class PhaseMetrics:
     """Server time per response, by transport and phase (one histogram)."""
 
@@ -58,9 +74,15 @@ class HostMetrics:
         self._connections.set_default_tags({"host": host})
         self._connections.set(0)
         self.store_write_failures = store_write_failures()
+        self._refusals = refusals()
+        zero(self._refusals, {"status": "403"})
 
     def connections(self, n: int) -> None:
         self._connections.set(n)
 
     def store_write_failed(self) -> None:
         self.store_write_failures.inc()
+
+    def refused(self, status: int) -> None:
+        """A request of a handed-over HTTP connection refused (403: its ``Origin``)."""
+        self._refusals.inc(tags={"status": str(status)})

@@ -37,6 +37,7 @@ from ..protocol import EventEncoder, ServerEvent, encode, error_event, http_erro
 from .connection import SERVICE_RESTART, Connection
 from .handoff import RESPONSES_PATH, Handoff, Outcome
 from .resume import RESUME_HEADER, Held, ResumeRegistry, make_token, new_secret
+from .subprotocols import select_subprotocol
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +158,9 @@ class SocketServer:
 
         def factory() -> SessionSocket:
             assert self._server is not None
-            protocol = ServerProtocol(extensions=extensions, max_size=cfg.max_frame_bytes)
+            protocol = ServerProtocol(
+                extensions=extensions, select_subprotocol=select_subprotocol, max_size=cfg.max_frame_bytes
+            )
             return SessionSocket(
                 protocol,
                 self._server,
