@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -82,6 +83,7 @@ class SessionAffinityRouter(RequestRouter):
         self._prefix = PrefixRouting(
             config.prefix_requests_per_min, time.monotonic, capacity=config.max_routed_prefixes
         )
+        self._decided = _Decisions()
 
     async def choose_replicas(
         self,
@@ -94,7 +96,9 @@ class SessionAffinityRouter(RequestRouter):
             self._setup(RoutingConfig())
         by_id = {r.replica_id.unique_id: r for r in candidate_replicas}
         live = sorted(by_id)
-        session = pending_request.metadata.session_id if pending_request is not None else ""
+        if pending_request is None:
+            return [random.sample(candidate_replicas, min(2, len(candidate_replicas)))]
+        session = pending_request.metadata.session_id
         request = _inference_request(pending_request)
         if session:  # pinned for life; a new key is pinned where its first request's route goes
             first = (lambda: self._route(pending_request, request, live)[0]) if request is not None else None
@@ -105,9 +109,9 @@ class SessionAffinityRouter(RequestRouter):
         return [random.sample(candidate_replicas, min(2, len(candidate_replicas)))]
 
     def _route(self, pending: PendingRequest, request: InferenceRequest, live: list[str]) -> list[str]:
-        """The request's prefix route among ``live`` replicas, decided once per request (the
-        decision is kept on the pending request, which Serve reuses for its retries)."""
-        order = [r for r in getattr(pending, _DECIDED, ()) if r in live]
+        """The request's prefix route among ``live`` replicas, decided once per request (Serve
+        reuses the pending request for its retries)."""
+        order = [r for r in self._decided.get(pending) if r in live]
         if not order:
             key = prefix_key(
                 request.prompt_token_ids,
@@ -116,15 +120,30 @@ class SessionAffinityRouter(RequestRouter):
                 self._config.prefix_tokens,
             )
             order = self._prefix.choose(key, live)
-            setattr(pending, _DECIDED, order)
+            self._decided.put(pending, order)
         return order
 
 
-_DECIDED = "_responses_ws_route"  # attribute of a PendingRequest: its prefix route, once decided
+class _Decisions:
+    """Each pending request's prefix route, by the request's identity, dropped when Serve drops
+    the request.  (A ``PendingRequest`` is an unhashable dataclass, and Serve's classes are not
+    for storing our state on.)"""
+
+    def __init__(self) -> None:
+        self._routes: dict[int, list[str]] = {}
+
+    def get(self, pending: PendingRequest) -> list[str]:
+        return self._routes.get(id(pending), [])
+
+    def put(self, pending: PendingRequest, order: list[str]) -> None:
+        key = id(pending)  # unique while the request lives; the finalizer drops it before reuse
+        if key not in self._routes:
+            weakref.finalize(pending, self._routes.pop, key, None)
+        self._routes[key] = order
 
 
-def _inference_request(pending: PendingRequest | None) -> InferenceRequest | None:
-    if pending is None or not pending.args or not isinstance(pending.args[0], InferenceRequest):
+def _inference_request(pending: PendingRequest) -> InferenceRequest | None:
+    if not pending.args or not isinstance(pending.args[0], InferenceRequest):
         return None
     return pending.args[0]
 
