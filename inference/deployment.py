@@ -35,7 +35,7 @@ import asyncio
 import random
 import time
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import ray
@@ -172,7 +172,7 @@ class InferenceDeployment:
         # Load the tokenizer and the policy's corpus now (~0.2 s), not on the first request.
         policy.text_answer(1, random.Random(0))
 
-    async def generate(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
+    async def generate(self, request: InferenceRequest) -> AsyncGenerator[list[InferenceEvent], None]:
         """Stream one response; see ``Engine.generate``.  Errors (``ModelNotFound``,
         ``UnknownToolChoice``, ``InvalidMetadata``, ``EngineOverloaded``) are raised, never
         yielded.  If the caller goes away, the generator is closed and the batch slot freed."""

@@ -20,6 +20,7 @@ import functools
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from .base import Store, StoredResponse, UsageEntry
 from .journal import Journal
@@ -177,8 +178,9 @@ class StoreWriter:
         if not self._billing or self._task is None:
             return
         waiting = list(self._billing)
+        gathered: asyncio.Future[Any] = asyncio.gather(*waiting, return_exceptions=True)
         await asyncio.wait(
-            [asyncio.gather(*waiting, return_exceptions=True), self._task],
+            [gathered, self._task],
             return_when=asyncio.FIRST_COMPLETED,
         )
         if not all(f.done() for f in waiting):

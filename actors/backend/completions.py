@@ -25,11 +25,19 @@ from collections.abc import Callable
 from typing import Any
 
 from inference.chat_template import CALL_OPEN, TemplateFormat, parse_calls
-from inference.types import Done, FunctionCallDelta, InferenceEvent, InferenceRequest, Prefilled, TextDelta
+from inference.types import (
+    Done,
+    FinishReason,
+    FunctionCallDelta,
+    InferenceEvent,
+    InferenceRequest,
+    Prefilled,
+    TextDelta,
+)
 
 from ..config import ModelBackend
 
-FINISH = {"length": "max_output_tokens", "stop": "stop", "abort": "stop"}
+FINISH: dict[str, FinishReason] = {"length": "max_output_tokens", "stop": "stop", "abort": "stop"}
 
 
 class EngineError(Exception):
@@ -127,7 +135,7 @@ class CompletionStream:
         if CALL_OPEN.startswith(head):
             return []  # could still be the start of a call
         self._calls_possible = False
-        out = [TextDelta(self._held, self._held_tokens)]
+        out: list[InferenceEvent] = [TextDelta(self._held, self._held_tokens)]
         self._held, self._held_tokens = "", 0
         return out
 
@@ -167,7 +175,7 @@ class CompletionStream:
             Done(
                 reason,
                 output,
-                (now - first) * 1000.0,  # type: ignore[arg-type]
+                (now - first) * 1000.0,
                 context_token_ids=tuple(self._fmt.continuation(self._ids)),
             )
         )

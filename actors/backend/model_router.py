@@ -11,14 +11,14 @@ models keep cl100k.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 
 from inference.chat_template import TemplateFormat
 from inference.formats import ChatFormat
-from inference.types import InferenceEvent, InferenceRequest
+from inference.types import InferenceRequest
 
 from ..config import ModelBackend, SessionConfig
-from . import InferenceClient
+from . import EventStream, InferenceClient
 
 
 def model_formats(config: SessionConfig) -> dict[str, ChatFormat]:
@@ -79,5 +79,5 @@ class ModelRouter:
             models += [m for m in await client.warm() if m not in models]
         return models
 
-    def stream(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
+    def stream(self, request: InferenceRequest) -> EventStream:
         return self._clients.get(request.model, self._default).stream(request)

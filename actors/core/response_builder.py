@@ -389,7 +389,7 @@ class ResponseBuilder:
         r.usage = self._usage(output_tokens)
         if cut:
             r.status = "incomplete"
-            r.incomplete_details = IncompleteDetails(reason=reason)  # type: ignore[arg-type]
+            r.incomplete_details = IncompleteDetails.model_validate({"reason": reason})
         else:
             r.status = "completed"
         return out

@@ -44,7 +44,7 @@ class HttpServer:
         self._state = ServerState()
         base: Any = self._config.http_protocol_class
 
-        class Tracked(base):  # type: ignore[misc, valid-type]
+        class Tracked(base):
             """uvicorn's protocol, telling us when its connection is over."""
 
             def __init__(

@@ -381,7 +381,8 @@ class EventEncoder:
         cuts = sorted((text.find(f'"{self._marker}:{field}"'), field) for field in self._kept)
         if cuts and cuts[0][0] < 0:  # not serialised through the placeholders
             return encode(obj)
-        parts, pos = [], 0
+        parts: list[str] = []
+        pos = 0
         for at, field in cuts:  # both placeholders are in the response, once each
             parts += (text[pos:at], self._kept[field][2])
             pos = at + len(self._marker) + len(field) + 3

@@ -68,7 +68,7 @@ class MessageItem(_In):
     phase: Literal["commentary", "final_answer"] | None = None
 
     @property
-    def parts(self) -> list[InputText | OutputTextIn | Refusal | InputImage | InputFile]:
+    def parts(self) -> list[ContentPart]:
         """``content`` as parts: a string is one ``output_text`` part on an assistant
         message (what the model wrote) and one ``input_text`` part otherwise."""
         if not isinstance(self.content, str):
