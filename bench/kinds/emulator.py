@@ -34,7 +34,7 @@ from inference.types import Done, FunctionCallDelta, InferenceRequest, Prefilled
 from serve.embedded import embedded_ray, embedded_server, local_config
 
 from .. import bench_profiles as profiles
-from .. import results
+from .. import ray_internals, results
 
 APP = "emu-bench"
 REPLICAS = 2
@@ -373,23 +373,8 @@ async def main_async(args) -> dict:
             "prefix_cache": cfg.prefix_cache.model_dump(),
         }
         await sections(handle, cfg, args, result)
-    _stop_long_polls()
+    ray_internals.stop_long_poll_clients()
     return result
-
-
-def _stop_long_polls() -> None:
-    """Stop this process's Serve long-poll clients while their loop still runs.  Left
-    running, one answers the app's deletion after ``asyncio.run`` closed the loop, and its
-    "loop not running" notice to the controller (an actor call from a Ray callback thread)
-    re-initialises Ray while ``ray.shutdown`` holds Ray's lock: the benchmark never exited
-    (seen twice, py-spy: ``auto_init_ray`` waiting in ``LongPollClient._schedule_to_event_loop``
-    beside ``ray.shutdown``).  Ray 2.60 has no public way to stop them: found by type."""
-    import gc
-
-    from ray.serve._private.long_poll import LongPollClient
-
-    for client in (o for o in gc.get_objects() if isinstance(o, LongPollClient)):
-        client.stop()
 
 
 async def sections(handle, cfg: InferenceConfig, args, result: dict) -> None:
