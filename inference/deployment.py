@@ -151,7 +151,8 @@ def _inference_request(pending: PendingRequest) -> InferenceRequest | None:
 @serve.deployment(
     ray_actor_options={"num_cpus": 0},
     max_ongoing_requests=2048,
-    request_router_config=RequestRouterConfig(request_router_class=SessionAffinityRouter),
+    # Ray annotates RequestRouterConfig's **kwargs as dicts (ray/serve/config.py); it takes a class.
+    request_router_config=RequestRouterConfig(request_router_class=SessionAffinityRouter),  # type: ignore[arg-type]
 )
 class InferenceDeployment:
     """Emulated inference replica: ``generate`` (streaming), ``models`` and ``stats``."""
@@ -327,7 +328,8 @@ def deployment_options(config: InferenceConfig) -> dict[str, Any]:
         options["num_replicas"] = config.replicas
     if scaling.session_affinity:
         options["request_router_config"] = RequestRouterConfig(
-            request_router_class=SessionAffinityRouter, request_router_kwargs=config.routing.model_dump()
+            request_router_class=SessionAffinityRouter,  # type: ignore[arg-type]  # Ray's **kwargs: dict
+            request_router_kwargs=config.routing.model_dump(),
         )
     else:
         options["request_router_config"] = RequestRouterConfig()

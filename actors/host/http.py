@@ -47,6 +47,8 @@ class HttpServer:
         class Tracked(base):
             """uvicorn's protocol, telling us when its connection is over."""
 
+            app: ASGIApp  # uvicorn's attribute, wrapped below
+
             def __init__(
                 self, *args: Any, closed: asyncio.Future[None], keep_alive: bool, **kwargs: Any
             ) -> None:

@@ -8,7 +8,7 @@ import secrets
 from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import Field, SerializationInfo, SerializerFunctionWrapHandler, field_serializer
+from pydantic import Field, FieldSerializationInfo, SerializerFunctionWrapHandler, field_serializer
 from pydantic_core import to_json
 
 from ..errors import APIError, ServerError
@@ -89,7 +89,9 @@ class ResponseObject(_Out):
     safety_identifier: str | None = None
 
     @field_serializer("instructions", "tools", mode="wrap")
-    def _echoed(self, value: Any, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+    def _echoed(
+        self, value: Any, handler: SerializerFunctionWrapHandler, info: FieldSerializationInfo
+    ) -> Any:
         encoder = info.context.get(_ENCODER) if isinstance(info.context, dict) else None
         if isinstance(encoder, EventEncoder) and info.mode_is_json():
             return encoder.placeholder(info.field_name, value)
