@@ -14,14 +14,13 @@ import time
 from collections.abc import Mapping
 
 from inference.chat_template import TemplateFormat
-from inference.formats import ChatFormat
 from inference.types import InferenceRequest
 
 from ..config import ModelBackend, SessionConfig
 from . import EventStream, InferenceClient
 
 
-def model_formats(config: SessionConfig) -> dict[str, ChatFormat]:
+def model_formats(config: SessionConfig) -> dict[str, TemplateFormat]:
     """Each real model's chat format, loaded once per process."""
     return {b.id: TemplateFormat.load(b.tokenizer) for b in config.backends}
 
@@ -67,10 +66,7 @@ class ModelRouter:
         formats = model_formats(config)
         return cls(
             default,
-            {
-                b.id: backend_client(b, formats[b.id], config.inference_app)  # type: ignore[arg-type]
-                for b in engines
-            },
+            {b.id: backend_client(b, formats[b.id], config.inference_app) for b in engines},
         )
 
     async def warm(self) -> list[str]:

@@ -186,7 +186,7 @@ class ToolItem(_Open):
     """One of :data:`CALL_TYPES`, :data:`OUTPUT_TYPES` or :data:`CONTEXT_TYPES`: every key
     kept and echoed; ``call_id`` (and the type) must be strings where given."""
 
-    type: Literal[CALL_TYPES + OUTPUT_TYPES + CONTEXT_TYPES]  # type: ignore[valid-type]
+    type: Literal[CALL_TYPES + OUTPUT_TYPES + CONTEXT_TYPES]  # type: ignore[valid-type]  # built from the tuples above; mypy needs literal strings
     id: str | None = None
     call_id: str | None = None
     status: str | None = None
