@@ -259,7 +259,7 @@ async def run_bench(
         # A dedicated session actor is killed when its socket closes and the gateway's pool
         # starts a replacement (~1.3 s on this machine): let it refill before measuring.
         await asyncio.sleep(settle_s)
-    jobs = asyncio.Queue()
+    jobs: asyncio.Queue[Any] = asyncio.Queue()
     for job in interleaved_jobs(transports, rollouts):
         jobs.put_nowait(job)
     results: list[RolloutRecord] = []

@@ -62,9 +62,19 @@ class Stream:
     def __init__(self) -> None:
         self.t_send = 0.0
         self.stamps: list[tuple[float, int]] = []  # (arrival, tokens in item)
-        self.prefilled: Prefilled | None = None
-        self.done: Done | None = None
+        self._prefilled: Prefilled | None = None
+        self._done: Done | None = None
         self.rendered: list[int] = []
+
+    @property
+    def prefilled(self) -> Prefilled:
+        assert self._prefilled is not None, "the stream sent no Prefilled"
+        return self._prefilled
+
+    @property
+    def done(self) -> Done:
+        assert self._done is not None, "the stream did not end with Done"
+        return self._done
 
     @property
     def ttft_ms(self) -> float:
@@ -92,14 +102,15 @@ async def run_stream(handle, request: InferenceRequest, session: str | None) -> 
     opts: dict[str, Any] = {"stream": True, "method_name": "generate"}
     if session:
         opts["session_id"] = session
-    text, calls = [], {}
+    text: list[str] = []
+    calls: dict[int, tuple[str, str]] = {}
     s.t_send = time.perf_counter()
     async for chunk in handle.options(**opts).remote(request):
         t = time.perf_counter()
         n = 0
         for ev in chunk:
             if isinstance(ev, Prefilled):
-                s.prefilled = ev
+                s._prefilled = ev
             elif isinstance(ev, TextDelta):
                 n += ev.tokens
                 text.append(ev.text)
@@ -108,7 +119,7 @@ async def run_stream(handle, request: InferenceRequest, session: str | None) -> 
                 name, args = calls.get(ev.index, (ev.name, ""))
                 calls[ev.index] = (name, args + ev.arguments_delta)
             elif isinstance(ev, Done):
-                s.done = ev
+                s._done = ev
         s.stamps.append((t, n))
     for _, (name, args) in sorted(calls.items()):
         s.rendered += cf.render_function_call(name, args)

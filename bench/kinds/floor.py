@@ -209,7 +209,7 @@ def summarise(run: Run, reference: list[float], reference_cpu_ms: float, skip: i
     ours = [t.total_ms - t.model_ms for t in turns if t.model_ms is not None]
     ref = reference[skip:]
     api = [t.api_overhead_ms for t in turns if t.api_overhead_ms is not None]
-    out = {
+    out: dict[str, Any] = {
         "turns": len(turns),
         "server_nonmodel_ms": median(ours),
         "reference_ms": median(ref),

@@ -323,11 +323,12 @@ def analyse(run: dict[str, Any], cap: int) -> dict[str, Any]:
 
 def app_config(cap: int, per_actor: int) -> AppConfig:
     return local_config(
+        None,
         **{
             "session.max_cached_tokens": cap,
             "session.connections_per_actor": per_actor,
             "session.warm_actors": 1,
-        }
+        },
     )
 
 

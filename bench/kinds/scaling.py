@@ -20,6 +20,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from serve.embedded import wait_ready
 
@@ -68,7 +69,7 @@ async def load_step(url: str, m: int, w: Workload) -> dict:
 async def hold_idle(url: str, n: int, quiet_s: float) -> dict:
     base_pids = session_host_pids()
     base_mem = uss_mb(base_pids)
-    conns = []
+    conns: list[Any] = []
     failure = None
     t0 = time.perf_counter()
     try:

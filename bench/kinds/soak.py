@@ -99,7 +99,8 @@ async def soak(url: str, plan: SoakPlan, *, app: str = APP, runs: int = 1) -> di
         from inference.profiles import load_inference_config
 
         profile = load_inference_config().profile(plan.model)
-    check, load, timeline, per_run = RunCheck(), Load(), [], []
+    check, load, per_run = RunCheck(), Load(), []
+    timeline: list[dict[str, Any]] = []
     groups = process_groups(app)
     sampling = plan.sample_s is not None
     baseline = await asyncio.to_thread(sample_uss, groups) if sampling else None
