@@ -83,7 +83,7 @@ class SimulatedCluster:
         for info in ray_internals.live_actors():
             name = info.get("ActorClassName", "?").rsplit(".", 1)[-1]
             node = (info.get("Address") or {}).get("NodeID")
-            out.setdefault(name, Counter())[roles.get(node, "other")] += 1
+            out.setdefault(name, Counter())[roles.get(node or "", "other")] += 1
         return {k: dict(v) for k, v in out.items()}
 
     def shutdown(self) -> None:

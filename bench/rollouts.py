@@ -96,9 +96,10 @@ def rollout_model_s(turns: Sequence[TurnRecord], whole: dict[str, float] | None)
     if whole:
         return model_seconds(whole)
     per_turn = [model_seconds(t.server) for t in turns]
-    if not per_turn or any(x is None for x in per_turn):
+    known = [x for x in per_turn if x is not None]
+    if not per_turn or len(known) < len(per_turn):
         return None
-    return sum(per_turn)
+    return sum(known)
 
 
 ModelTime = Callable[[int, int, int], float]  # (input, cached, output tokens) -> ms

@@ -215,7 +215,7 @@ async def single_stream(handle, cfg: InferenceConfig, repeats: int, hop_ms: floa
 async def sweep(handle, cfg: InferenceConfig, model: str, counts: tuple[int, ...], tokens: int) -> dict:
     p = cfg.profile(model)
     prompt = cf.render_message("user", "Run the tests. " * 30)
-    out = {}
+    out: dict[str, Any] = {}
     for b in counts:
         # one session id for all: every stream lands on the same replica, so the batch is b
         streams = await asyncio.gather(

@@ -79,7 +79,7 @@ def observe(seen: Seen, event: dict[str, Any], transport: str) -> str | None:
     kind = event.get("type")
     if kind == "response.created":
         seen.created(event["response"], transport)
-    elif kind in TERMINAL_EVENT_TYPES:
+    elif isinstance(kind, str) and kind in TERMINAL_EVENT_TYPES:
         seen.finished(kind, event["response"])
         return event["response"]["id"]
     elif kind == "error":

@@ -118,6 +118,7 @@ def connection(url: str) -> connect:
 async def create(sock: ResponsesSocket, **body: Any) -> tuple[dict[str, Any], float]:
     """A ``store:false`` text turn: its final event and its round trip in ms."""
     answer = await sock.create(model=MODEL, store=False, metadata=TEXT, **body)
+    assert answer.last is not None  # create returns on its final event
     return answer.last, answer.total_s * 1000
 
 

@@ -110,7 +110,7 @@ async def soak(url: str, plan: SoakPlan, *, app: str = APP, runs: int = 1) -> di
     t0 = time.monotonic()
     sampler = (
         asyncio.create_task(_sample(groups, load, t0, plan.sample_s, stop, timeline, meter))
-        if sampling
+        if plan.sample_s is not None
         else None
     )
     for run in range(runs):
