@@ -47,6 +47,7 @@ test-unit: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy  # the packages and settings: [tool.mypy] in pyproject.toml
 
 serve: $(STAMP)
 	$(BIN)/responses-ws serve

@@ -111,7 +111,10 @@ def per_turn_series(records: Sequence[RolloutRecord], metric) -> dict[str, list[
             v = metric(t)
             if v is not None:
                 acc[r.transport][t.turn].append(v)
-    return {name: [(i, pct(vs, 0.5)) for i, vs in sorted(d.items())] for name, d in acc.items()}
+    return {  # each list has values, so each median is there
+        name: [(i, m) for i, vs in sorted(d.items()) if (m := pct(vs, 0.5)) is not None]
+        for name, d in acc.items()
+    }
 
 
 # ------------------------------------------------------------------------ terminal table

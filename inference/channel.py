@@ -29,13 +29,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import hmac
 import logging
 import pickle
 import secrets
 import struct
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +49,7 @@ _LEN = struct.Struct(">I")
 MAX_FRAME = 256 * 1024 * 1024
 TOOL_SETS = 256  # tools tuples a channel keeps sent (one per connection that has tools)
 
-Generate = Callable[[InferenceRequest], AsyncIterator[list[InferenceEvent]]]
+Generate = Callable[[InferenceRequest], AsyncGenerator[list[InferenceEvent], None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,11 +140,12 @@ class ChannelServer:
                     task = asyncio.get_running_loop().create_task(self._call(rid, request, writer))
                     calls[rid] = task
                     self._calls.add(task)
-                    task.add_done_callback(lambda t, rid=rid: (self._calls.discard(t), calls.pop(rid, None)))
+                    task.add_done_callback(self._calls.discard)
+                    task.add_done_callback(functools.partial(_forget, calls, rid))
                 elif msg[0] == "stop":
-                    task = calls.pop(msg[1], None)
-                    if task is not None:
-                        task.cancel()
+                    stopped = calls.pop(msg[1], None)
+                    if stopped is not None:
+                        stopped.cancel()
                 elif msg[0] == "tools":
                     tool_sets[msg[1]] = msg[2]
                 elif msg[0] == "forget":
@@ -311,3 +313,7 @@ class ChannelCall:
         if not self._done:
             self._done = True
             self._channel._ended(self._rid, stop=stop)
+
+
+def _forget(calls: dict[int, asyncio.Task[None]], rid: int, _: asyncio.Task[None]) -> None:
+    calls.pop(rid, None)

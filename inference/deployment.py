@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import AsyncIterator
+import weakref
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import ray
@@ -61,6 +62,7 @@ class SessionAffinityRouter(RequestRouter):
         self._prefix = PrefixRouting(
             config.prefix_requests_per_min, time.monotonic, capacity=config.max_routed_prefixes
         )
+        self._decided = _Decisions()
 
     async def choose_replicas(
         self,
@@ -73,7 +75,9 @@ class SessionAffinityRouter(RequestRouter):
             self._setup(RoutingConfig())
         by_id = {r.replica_id.unique_id: r for r in candidate_replicas}
         live = sorted(by_id)
-        session = pending_request.metadata.session_id if pending_request is not None else ""
+        if pending_request is None:
+            return [random.sample(candidate_replicas, min(2, len(candidate_replicas)))]
+        session = pending_request.metadata.session_id
         request = _inference_request(pending_request)
         if session:  # pinned for life; a new key is pinned where its first request's route goes
             first = (lambda: self._route(pending_request, request, live)[0]) if request is not None else None
@@ -84,9 +88,9 @@ class SessionAffinityRouter(RequestRouter):
         return [random.sample(candidate_replicas, min(2, len(candidate_replicas)))]
 
     def _route(self, pending: PendingRequest, request: InferenceRequest, live: list[str]) -> list[str]:
-        """The request's prefix route among ``live`` replicas, decided once per request (the
-        decision is kept on the pending request, which Serve reuses for its retries)."""
-        order = [r for r in getattr(pending, _DECIDED, ()) if r in live]
+        """The request's prefix route among ``live`` replicas, decided once per request (Serve
+        reuses the pending request for its retries)."""
+        order = [r for r in self._decided.get(pending) if r in live]
         if not order:
             key = prefix_key(
                 request.prompt_token_ids,
@@ -95,15 +99,30 @@ class SessionAffinityRouter(RequestRouter):
                 self._config.prefix_tokens,
             )
             order = self._prefix.choose(key, live)
-            setattr(pending, _DECIDED, order)
+            self._decided.put(pending, order)
         return order
 
 
-_DECIDED = "_responses_ws_route"  # attribute of a PendingRequest: its prefix route, once decided
+class _Decisions:
+    """Each pending request's prefix route, by the request's identity, dropped when Serve drops
+    the request.  (A ``PendingRequest`` is an unhashable dataclass, and Serve's classes are not
+    for storing our state on.)"""
+
+    def __init__(self) -> None:
+        self._routes: dict[int, list[str]] = {}
+
+    def get(self, pending: PendingRequest) -> list[str]:
+        return self._routes.get(id(pending), [])
+
+    def put(self, pending: PendingRequest, order: list[str]) -> None:
+        key = id(pending)  # unique while the request lives; the finalizer drops it before reuse
+        if key not in self._routes:
+            weakref.finalize(pending, self._routes.pop, key, None)
+        self._routes[key] = order
 
 
-def _inference_request(pending: PendingRequest | None) -> InferenceRequest | None:
-    if pending is None or not pending.args or not isinstance(pending.args[0], InferenceRequest):
+def _inference_request(pending: PendingRequest) -> InferenceRequest | None:
+    if not pending.args or not isinstance(pending.args[0], InferenceRequest):
         return None
     return pending.args[0]
 
@@ -111,7 +130,8 @@ def _inference_request(pending: PendingRequest | None) -> InferenceRequest | Non
 @serve.deployment(
     ray_actor_options={"num_cpus": 0},
     max_ongoing_requests=2048,
-    request_router_config=RequestRouterConfig(request_router_class=SessionAffinityRouter),
+    # Ray annotates RequestRouterConfig's **kwargs as dicts (ray/serve/config.py); it takes a class.
+    request_router_config=RequestRouterConfig(request_router_class=SessionAffinityRouter),  # type: ignore[arg-type]
 )
 class InferenceDeployment:
     """Emulated inference replica: ``generate`` (streaming), ``models`` and ``stats``."""
@@ -132,7 +152,7 @@ class InferenceDeployment:
         # Load the tokenizer and the policy's corpus now (~0.2 s), not on the first request.
         policy.text_answer(1, random.Random(0))
 
-    async def generate(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
+    async def generate(self, request: InferenceRequest) -> AsyncGenerator[list[InferenceEvent], None]:
         """Stream one response; see ``Engine.generate``.  Errors (``ModelNotFound``,
         ``UnknownToolChoice``, ``InvalidMetadata``, ``EngineOverloaded``) are raised, never
         yielded.  If the caller goes away, the generator is closed and the batch slot freed."""
@@ -287,7 +307,8 @@ def deployment_options(config: InferenceConfig) -> dict[str, Any]:
         options["num_replicas"] = config.replicas
     if scaling.session_affinity:
         options["request_router_config"] = RequestRouterConfig(
-            request_router_class=SessionAffinityRouter, request_router_kwargs=config.routing.model_dump()
+            request_router_class=SessionAffinityRouter,  # type: ignore[arg-type]  # Ray's **kwargs: dict
+            request_router_kwargs=config.routing.model_dump(),
         )
     else:
         options["request_router_config"] = RequestRouterConfig()

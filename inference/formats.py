@@ -30,4 +30,4 @@ class ChatFormat(Protocol):
     def render_other(self, kind: str, text: str) -> list[int]: ...
 
 
-CL100K: ChatFormat = chat_format  # type: ignore[assignment]  # a module with the functions
+CL100K: ChatFormat = chat_format  # a module with the functions

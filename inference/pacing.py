@@ -19,7 +19,7 @@ import threading
 import time
 from bisect import bisect_right
 from collections.abc import AsyncIterator, Sequence
-from typing import Protocol
+from typing import Protocol, overload
 
 from inference.profiles import ModelProfile
 
@@ -194,7 +194,13 @@ class ClosedFormWork(Sequence[float]):
     def __len__(self) -> int:
         return self._n
 
-    def __getitem__(self, i):  # type: ignore[no-untyped-def] -- an int or a slice, as Sequence's
+    @overload
+    def __getitem__(self, i: int) -> float: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[float]: ...
+
+    def __getitem__(self, i: int | slice) -> float | list[float]:
         if isinstance(i, slice):
             return [self[k] for k in range(*i.indices(self._n))]
         if i < 0:
@@ -273,7 +279,7 @@ class ItemWindow:
         """``running`` streams share the item budget from now on."""
         cap = self._max_items_per_s
         self.aligned = cap is not None and running > cap * self._base_s
-        self.chunk_s = running / cap if self.aligned else self._base_s  # type: ignore[operator]
+        self.chunk_s = running / cap if cap is not None and self.aligned else self._base_s
 
 
 class Chunker:
@@ -289,9 +295,7 @@ class Chunker:
     """
 
     def __init__(self, deadlines: Sequence[float] | Schedule, start: float, window: ItemWindow) -> None:
-        self._schedule: Schedule = (
-            deadlines if hasattr(deadlines, "deadline") else FixedDeadlines(deadlines)  # type: ignore[arg-type]
-        )
+        self._schedule: Schedule = FixedDeadlines(deadlines) if isinstance(deadlines, Sequence) else deadlines
         self._window = window
         self._sent = 0
         self._last_emit = start

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import zlib
-from typing import Any
 
 from actors.core.render import content_text, qualified_name
 from actors.ids import new_id
@@ -24,6 +23,7 @@ from actors.protocol import (
     MessageItem,
     item_dict,
 )
+from actors.protocol.wire_types import JSONObject
 
 EXCERPT = 160  # characters kept of each replaced item
 
@@ -40,9 +40,9 @@ def _line(item: InputItem) -> str:
     return f"{item.type} item"
 
 
-def compact(items: list[InputItem]) -> tuple[list[dict[str, Any]], str]:
+def compact(items: list[InputItem]) -> tuple[list[JSONObject], str]:
     """The compacted window (output items) and the summary text it carries."""
-    kept: list[dict[str, Any]] = []
+    kept: list[JSONObject] = []
     summary: list[str] = []
     for item in items:
         if isinstance(item, MessageItem) and item.role == "user":

@@ -81,7 +81,9 @@ class HostHandle:
 
 @serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=16)
 class Gateway:
-    async def __init__(self, config: dict, inference: DeploymentHandle, **services: DeploymentHandle) -> None:
+    async def __init__(  # type: ignore[misc]  # Serve awaits an async constructor; mypy allows none
+        self, config: dict, inference: DeploymentHandle, **services: DeploymentHandle
+    ) -> None:
         # ``services``: the what-if deployments when on and the Ray Serve LLM engines of
         # `serve_llm` models (serve/builder.py); session hosts reach them by name, so they
         # are only held here.
@@ -179,9 +181,9 @@ class Gateway:
 
     # ------------------------------------------------------------------ hosts
     async def _start_host(self, name: str) -> HostHandle:
-        actor = SessionHost.options(name=name, num_cpus=0, scheduling_strategy=self._here).remote(
-            self._cfg.session, self._cfg.store, name, self._http_app, self._logs
-        )
+        actor = SessionHost.options(  # type: ignore[attr-defined]  # @ray.remote: mypy skips class decorators
+            name=name, num_cpus=0, scheduling_strategy=self._here
+        ).remote(self._cfg.session, self._cfg.store, name, self._http_app, self._logs)
         try:
             path = await actor.ready.remote()
             handle = HostHandle(name, actor, Link.connect(path))

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.typing import EncodableT
 
 from .base import StoredResponse, UsageEntry, decode_record, encode_body, item_in, new_item_ids
 
@@ -83,7 +84,11 @@ class RedisStore:
     async def put(self, record: StoredResponse, usage: UsageEntry | None = None) -> None:
         """Insert or replace the record (one HSET: readers never see half of it) and, in the
         same script, add ``usage``'s line unless its response already has one."""
-        fields = {"owner": record.owner, "created_at": repr(record.created_at), "body": encode_body(record)}
+        fields: dict[EncodableT, EncodableT] = {
+            "owner": record.owner,
+            "created_at": repr(record.created_at),
+            "body": encode_body(record),
+        }
         if usage is None:
             await self._redis.hset(self._record_key(record.id), mapping=fields)
         else:
@@ -110,7 +115,7 @@ class RedisStore:
         found = {}
         records: dict[str, StoredResponse | None] = {}
         for item_id, response_id in zip(wanted, response_ids, strict=True):
-            if response_id is None:
+            if not isinstance(response_id, str):  # None: no such item (decode_responses: else a str)
                 continue
             if response_id not in records:
                 records[response_id] = await self.get(response_id, owner)
@@ -125,8 +130,8 @@ class RedisStore:
         stored_owner, created_at, body = await self._redis.hmget(
             self._record_key(response_id), ["owner", "created_at", "body"]
         )
-        if stored_owner != owner or body is None:
-            return None
+        if stored_owner != owner or not isinstance(body, str) or created_at is None:
+            return None  # (decode_responses: what is there is a str)
         return decode_record(response_id, owner, float(created_at), body)
 
     async def delete(self, response_id: str, owner: str) -> bool:

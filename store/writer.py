@@ -183,8 +183,9 @@ class StoreWriter:
         if not self._billing or self._task is None:
             return
         waiting = list(self._billing)
+        gathered: asyncio.Future[Any] = asyncio.gather(*waiting, return_exceptions=True)
         await asyncio.wait(
-            [asyncio.gather(*waiting, return_exceptions=True), self._task],
+            [gathered, self._task],
             return_when=asyncio.FIRST_COMPLETED,
         )
         if not all(f.done() for f in waiting):

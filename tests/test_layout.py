@@ -170,6 +170,40 @@ def test_only_designated_modules_import_ray():
                 assert rel in RAY_MODULES, f"{rel} imports ray"
 
 
+# The libraries whose private modules (and names) no product module may import: a minor
+# release may change them without notice.
+GUARDED = ("ray", "websockets")  # ray.serve is under ray
+# module → why it may: a deliberate wrapper of internals with no public equivalent, pinned and
+# tested on its own.
+PRIVATE_IMPORTS_ALLOWED = {
+    "bench/ray_internals.py": "the benchmarks' Ray internals, checked against the pinned Ray",
+}
+
+
+def private_imports(path: Path) -> set[str]:
+    """The names ``path`` imports from a guarded library with an underscore-prefixed part
+    (``ray._private.state``, ``ray.serve._private.api``; dunders such as ``__version__`` aside)."""
+    return {
+        name
+        for name in imported(path)
+        if name.split(".")[0] in GUARDED
+        and any(part.startswith("_") and not part.endswith("__") for part in name.split("."))
+    }
+
+
+def test_no_product_module_imports_a_private_module_of_ray_serve_or_websockets():
+    offenders = {
+        rel: sorted(names)
+        for package in PACKAGES
+        for path in modules(package)
+        if (rel := path.relative_to(ROOT).as_posix()) not in PRIVATE_IMPORTS_ALLOWED
+        and (names := private_imports(path))
+    }
+    assert not offenders, f"private modules imported: {offenders}"
+    for rel in PRIVATE_IMPORTS_ALLOWED:  # no stale entry
+        assert private_imports(ROOT / rel), f"{rel} imports nothing private: drop its entry"
+
+
 def _is_deployment_bind(node: ast.AST) -> bool:
     """``Deployment.bind(...)`` or ``Deployment.options(...).bind(...)`` (not ``socket.bind``)."""
     if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "bind"):

@@ -49,6 +49,17 @@ class BeforeCall(Protocol):
     async def __call__(self, call: ModelCall) -> None: ...
 
 
+class EventStream(Protocol):
+    """One model call's chunks of events; ``aclose`` ends the call early (an async generator
+    is one)."""
+
+    def __aiter__(self) -> AsyncIterator[list[InferenceEvent]]: ...
+
+    async def __anext__(self) -> list[InferenceEvent]: ...
+
+    async def aclose(self) -> None: ...
+
+
 class InferenceClient(Protocol):
     """A model backend as a session host calls it."""
 
@@ -59,7 +70,7 @@ class InferenceClient(Protocol):
         """Pay the backend's first-call costs before any client does; the model ids served."""
         ...
 
-    def stream(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
+    def stream(self, request: InferenceRequest) -> EventStream:
         """One model call, as chunks of events ending with ``Done``.  Closing the iterator
         early cancels the call and frees what it holds in the backend.  A backend may start
         the call when this is called, before the iterator is read (a direct channel writes

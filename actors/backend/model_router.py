@@ -11,17 +11,16 @@ models keep cl100k.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 
 from inference.chat_template import TemplateFormat
-from inference.formats import ChatFormat
-from inference.types import InferenceEvent, InferenceRequest
+from inference.types import InferenceRequest
 
 from ..config import ModelBackend, SessionConfig
-from . import InferenceClient
+from . import EventStream, InferenceClient
 
 
-def model_formats(config: SessionConfig) -> dict[str, ChatFormat]:
+def model_formats(config: SessionConfig) -> dict[str, TemplateFormat]:
     """Each real model's chat format, loaded once per process."""
     return {b.id: TemplateFormat.load(b.tokenizer) for b in config.backends}
 
@@ -67,10 +66,7 @@ class ModelRouter:
         formats = model_formats(config)
         return cls(
             default,
-            {
-                b.id: backend_client(b, formats[b.id], config.inference_app)  # type: ignore[arg-type]
-                for b in engines
-            },
+            {b.id: backend_client(b, formats[b.id], config.inference_app) for b in engines},
         )
 
     async def warm(self) -> list[str]:
@@ -79,5 +75,5 @@ class ModelRouter:
             models += [m for m in await client.warm() if m not in models]
         return models
 
-    def stream(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
+    def stream(self, request: InferenceRequest) -> EventStream:
         return self._clients.get(request.model, self._default).stream(request)

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from ray import serve
+from ray.serve.handle import DeploymentResponseGenerator
 
 from inference.chat_template import TemplateFormat
 from inference.types import InferenceEvent, InferenceRequest
@@ -61,9 +62,10 @@ class ServeLLMInference:
             self._request_type = CompletionRequest
         return self._request_type(**completion_body(request, self.backend, self.fmt))
 
-    async def stream(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
+    async def stream(self, request: InferenceRequest) -> AsyncGenerator[list[InferenceEvent], None]:
         decoder = CompletionStream(request, self.fmt)
         response = self._completions.remote(self._request(request))
+        assert isinstance(response, DeploymentResponseGenerator)  # the handle streams
         try:
             async for batch in response:
                 events = [e for chunk in sse_batch(batch) for e in decoder.feed(chunk)]

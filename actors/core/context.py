@@ -10,7 +10,6 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from inference.formats import CL100K, ChatFormat
 from store import StoredResponse
@@ -34,6 +33,7 @@ from ..protocol import (
     output_as_input,
     parse_items,
 )
+from ..protocol.wire_types import JSONObject
 from .render import item_text, render_items
 from .safety import Classifier
 from .timings import PhaseTimer
@@ -45,7 +45,7 @@ class ContextEntry:
 
     response_id: str
     tokens: array  # rendered conversation (items only; tools/instructions are per request)
-    items: list[dict[str, Any]]  # the same conversation as stored items
+    items: list[JSONObject]  # the same conversation as stored items
     call_ids: frozenset[str]  # function calls issued anywhere in the conversation
     tool_results: int  # function_call_output items in the conversation
     store: bool
@@ -79,7 +79,7 @@ def item_id(item: InputItem) -> str:
     return item.id
 
 
-def input_dicts(items: Sequence[InputItem]) -> list[dict[str, Any]]:
+def input_dicts(items: Sequence[InputItem]) -> list[JSONObject]:
     return [item_dict(item, item_id(item)) for item in items]
 
 
@@ -100,7 +100,7 @@ def extend(
     response_id: str,
     *,
     input_tokens: Sequence[int],
-    inputs: list[dict[str, Any]],
+    inputs: list[JSONObject],
     output: Sequence[OutputItem],
     call_ids: frozenset[str],
     tool_results: int,

@@ -18,7 +18,7 @@ from inference.formats import CL100K, ChatFormat
 from inference.types import ToolSpec
 
 from ..errors import APIError, InvalidRequest, ModelNotFound
-from ..protocol import CustomTool, FunctionTool, InputItem
+from ..protocol import CustomTool, FunctionTool, InputItem, Tool
 from .render import item_text, tool_specs
 from .response_builder import echo_tools
 from .safety import Classifier, Matcher, SafetyConfig, build_matcher
@@ -77,7 +77,7 @@ class Preparer:
         """The chat format ``model`` renders with."""
         return self._formats.get(model, CL100K)
 
-    def tools(self, tools: Sequence[object], fmt: ChatFormat = CL100K) -> Tools:
+    def tools(self, tools: Sequence[Tool], fmt: ChatFormat = CL100K) -> Tools:
         """The request's tools (``create.tools``) prepared (:class:`Tools`); reused while the
         definitions and the format are unchanged."""
         if self._tools_seen is None or tools != self._tools_seen[0] or fmt.name != self._tools_seen[1]:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Literal, TypeVar
+
+from pydantic import BaseModel
 
 from inference.types import (
     Done,
@@ -312,7 +314,7 @@ class ResponseBuilder:
             )
         ]
 
-    def _close_open(self, status: str = "completed") -> list[ServerEvent]:
+    def _close_open(self, status: Literal["completed", "incomplete"] = "completed") -> list[ServerEvent]:
         item, self._open, self._open_call_index = self._open, None, None
         if item is None:
             return []
@@ -361,7 +363,7 @@ class ResponseBuilder:
                     stream_id=sid,
                 )
             )
-        item.status = status  # type: ignore[assignment]
+        item.status = status
         # The item itself: once done it never changes (the terminal event carries it too).
         out.append(OutputItemDone(sequence_number=self._next(), output_index=idx, item=item, stream_id=sid))
         return out
@@ -389,7 +391,7 @@ class ResponseBuilder:
         r.usage = self._usage(output_tokens)
         if cut:
             r.status = "incomplete"
-            r.incomplete_details = IncompleteDetails(reason=reason)  # type: ignore[arg-type]
+            r.incomplete_details = IncompleteDetails.model_validate({"reason": reason})
         else:
             r.status = "completed"
         return out
@@ -458,14 +460,14 @@ def echo_text(text: TextConfig | None) -> TextConfig:
     return text if text.verbosity else text.model_copy(update={"verbosity": "medium"})
 
 
-def echo_tools(tools: Sequence[object]) -> list[dict]:
+def echo_tools(tools: Sequence[BaseModel]) -> list[dict]:
     return [echo_tool(t) for t in tools]
 
 
-def echo_tool(tool: object) -> dict:
+def echo_tool(tool: BaseModel) -> dict:
     if isinstance(tool, FunctionTool):
         data = tool.model_dump()
         data.setdefault("description", None)
         data["strict"] = True if tool.strict is None else tool.strict
         return data
-    return tool.model_dump()  # type: ignore[attr-defined]
+    return tool.model_dump()

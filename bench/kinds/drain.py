@@ -360,7 +360,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
     )
     with tempfile.TemporaryDirectory(prefix="drain-store-", ignore_cleanup_errors=True) as store_dir:
-        config = local_config(**{"store.data_dir": store_dir})
+        config = local_config(None, **{"store.data_dir": store_dir})
 
         def redeploy(k: int) -> None:  # a gateway-only change: Serve replaces the gateway replica
             session = config.session.model_copy(

@@ -108,6 +108,7 @@ async def exchange(sock: ResponsesSocket, create: str, frames: int | None = None
         raw = await sock.ws.recv()
         arrived = time.perf_counter()
         event = json.loads(raw)
+        assert isinstance(raw, str)  # the server sends text frames
         got.append(raw)
         if len(got) == frames or (frames is None and is_final(event)):
             return got, (arrived - t0) * 1000
@@ -193,6 +194,7 @@ def reference_laps(run: Run) -> tuple[list[float], float]:
         if not parent.poll(60):
             raise RuntimeError("the reference server did not start")
         port = parent.recv()
+        assert proc.pid is not None  # started
         cpu = processes.cpu_s([proc.pid])
         laps = asyncio.run(drive_reference(f"http://127.0.0.1:{port}", run))
         return laps, (processes.cpu_s([proc.pid]) - cpu) * 1000
@@ -206,7 +208,7 @@ def summarise(run: Run, reference: list[float], reference_cpu_ms: float, skip: i
     ours = [t.total_ms - t.model_ms for t in turns if t.model_ms is not None]
     ref = reference[skip:]
     api = [t.api_overhead_ms for t in turns if t.api_overhead_ms is not None]
-    out = {
+    out: dict[str, Any] = {
         "turns": len(turns),
         "server_nonmodel_ms": median(ours, 3),
         "reference_ms": median(ref, 3),

@@ -166,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         with (
             tempfile.TemporaryDirectory(prefix="fuzz-store-", ignore_cleanup_errors=True) as data_dir,
-            embedded_server(local_config(**{"store.data_dir": data_dir, **server_overrides()})) as url,
+            embedded_server(local_config(None, **{"store.data_dir": data_dir, **server_overrides()})) as url,
         ):
             result = fuzz(url, args.cases, args.seed)
     result = {

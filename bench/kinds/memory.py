@@ -118,6 +118,7 @@ def connection(url: str) -> connect:
 async def create(sock: ResponsesSocket, **body: Any) -> tuple[dict[str, Any], float]:
     """A ``store:false`` text turn: its final event and its round trip in ms."""
     answer = await sock.create(model=MODEL, store=False, metadata=TEXT, **body)
+    assert answer.last is not None  # create returns on its final event
     return answer.last, answer.total_s * 1000
 
 
@@ -323,11 +324,12 @@ def analyse(run: dict[str, Any], cap: int) -> dict[str, Any]:
 
 def app_config(cap: int, per_actor: int) -> AppConfig:
     return local_config(
+        None,
         **{
             "session.max_cached_tokens": cap,
             "session.connections_per_actor": per_actor,
             "session.warm_actors": 1,
-        }
+        },
     )
 
 

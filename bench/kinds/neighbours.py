@@ -514,6 +514,7 @@ async def measure(url: str, args: argparse.Namespace, embedded: bool) -> dict[st
         if "burst" in phases:
             await neighbours.ask("store", args.sockets)
         spy = PySpy(args.py_spy)
+        assert neighbours.process.pid is not None  # started
         cpu = ServerCpu(embedded, neighbours.process.pid)
         rounds: list[dict[str, Any]] = []
         pooled: dict[str, list[ProbeTurn]] = {p: [] for p in phases}

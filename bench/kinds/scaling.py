@@ -20,6 +20,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from serve.embedded import wait_ready
 
@@ -39,7 +40,7 @@ async def load_step(url: str, m: int, w: Workload) -> dict:
     recs = await asyncio.gather(*(run_rollout("ws", url, w, 1000 * m + i) for i in range(m)))
     wall = time.perf_counter() - t0
     turns = [t for r in recs for t in r.turns if not t.error]
-    over = [report.overhead_ms(t) for t in turns if report.overhead_ms(t) is not None]
+    over = [v for t in turns if (v := report.overhead_ms(t)) is not None]
     ttft = [t.ttft_ms for t in turns if t.ttft_ms is not None]
     return {
         "rollouts": m,
@@ -69,7 +70,7 @@ async def load_step(url: str, m: int, w: Workload) -> dict:
 async def hold_idle(url: str, n: int, quiet_s: float) -> dict:
     base_pids = session_host_pids()
     base_mem = uss_mb(base_pids)
-    conns = []
+    conns: list[Any] = []
     failure = None
     t0 = time.perf_counter()
     try:
@@ -169,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
             deploy_serve_config(args.config, edit)
             wait_ready(url, timeout_s=120)
             time.sleep(3)  # the pools fill
-            entry = {
+            entry: dict[str, Any] = {
                 "connections_per_actor": mode,
                 "deploy_s": time.perf_counter() - t0,
                 "load": [],

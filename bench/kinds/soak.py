@@ -99,7 +99,8 @@ async def soak(url: str, plan: SoakPlan, *, app: str = APP, runs: int = 1) -> di
         from inference.profiles import load_inference_config
 
         profile = load_inference_config().profile(plan.model)
-    check, load, timeline, per_run = RunCheck(), Load(), [], []
+    check, load, per_run = RunCheck(), Load(), []
+    timeline: list[dict[str, Any]] = []
     groups = process_groups(app)
     sampling = plan.sample_s is not None
     baseline = await asyncio.to_thread(sample_uss, groups) if sampling else None
@@ -109,7 +110,7 @@ async def soak(url: str, plan: SoakPlan, *, app: str = APP, runs: int = 1) -> di
     t0 = time.monotonic()
     sampler = (
         asyncio.create_task(_sample(groups, load, t0, plan.sample_s, stop, timeline, meter))
-        if sampling
+        if plan.sample_s is not None
         else None
     )
     for run in range(runs):

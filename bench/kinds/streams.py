@@ -168,10 +168,10 @@ def run_rounds(url: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     try:
         for pipe in pipes:
             assert pipe.recv() == "ready"
-        groups = {
+        groups: dict[str, list[int]] = {
             "host": session_host_pids(),
             "replica": actor_pids(REPLICA_CLASS),
-            "clients": [p.pid for p in workers],
+            "clients": [p.pid for p in workers if p.pid is not None],  # all: started
         }
         print("pids: " + ", ".join(f"{k} {v}" for k, v in groups.items()), flush=True)
         rounds = []

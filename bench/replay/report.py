@@ -34,8 +34,8 @@ SUMMED = (
 
 def summarise(run: SessionRun) -> dict[str, Any]:
     done = [s for s in run.steps if s.error is None]
-    models = [s.model_ms for s in done]
-    model_s = sum(models) / 1000 if models and None not in models else None
+    models = [s.model_ms for s in done if s.model_ms is not None]
+    model_s = sum(models) / 1000 if models and len(models) == len(done) else None
     tool_s = sum(s.tool_ms for s in done) / 1000
     gap_s = sum(s.gap_ms for s in done) / 1000
     return {
@@ -210,9 +210,11 @@ def _saves(saves: dict[str, dict[str, float | None]]) -> list[str]:
                 + ("" if v["api_overhead_share"] is None else f" ({v['api_overhead_share']:.1%})")
             )
         )
+        sent = v["bytes_sent"]
+        assert sent is not None  # every transport counts what it sent
         out.append(
             f"  WebSocket saves vs {name}: {v['e2e_s']:.2f} s end to end{share}{api}, "
-            f"{v['bytes_sent'] / 1000:.1f} KB uploaded"
+            f"{sent / 1000:.1f} KB uploaded"
         )
     return out
 
