@@ -56,15 +56,18 @@ class Client:
         return [c for c in self.connections if c.close_code is not None]
 
 
-async def turn(ws: websockets.ClientConnection, text: str, previous: str | None, max_tokens: int) -> dict:
+async def turn(
+    ws: websockets.ClientConnection, text: str, previous: str | None, max_tokens: int | None
+) -> dict:
     """One ``response.create`` and the events up to its terminal one; the terminal event."""
     body = {
         "type": "response.create",
         "model": MODEL,
         "input": [{"role": "user", "content": text}],
         "store": False,
-        "max_output_tokens": max_tokens,
     }
+    if max_tokens is not None:
+        body["max_output_tokens"] = max_tokens
     if previous:
         body["previous_response_id"] = previous
     await ws.send(json.dumps(body))
@@ -81,7 +84,7 @@ async def run_client(
     *,
     turns_per_chain: int = 4,
     think_s: float = 0.2,
-    max_tokens: int = 32,
+    max_tokens: int | None = None,
     reconnect_s: float = 0.2,
     open_timeout_s: float = 10.0,
     ping_interval_s: float | None = 5.0,
