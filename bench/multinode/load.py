@@ -2,8 +2,8 @@
 sends only its new input and ``previous_response_id``), notes how each connection ended
 (the close code, 1006 when the TCP connection ended without a close frame) and reconnects
 with a new chain, as a client that lost its connection must (``store:false`` ids die with
-their connection).  :func:`label` tells each open connection's session node from the
-balancer's runtime API."""
+their connection).  Each connection, once open, asks the balancer's runtime API which
+session node it went to (``servers``: client port → node)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ class Connection:
 
     opened_at: float
     local_port: int
-    server: str | None = None  # the session node, from the balancer (:func:`label`)
+    server: str | None = None  # the session node, from the balancer (:func:`locate`)
     turns: int = 0
     closed_at: float | None = None
     close_code: int | None = None  # None: still open or closed by the client itself
@@ -88,6 +88,7 @@ async def run_client(
     reconnect_s: float = 0.2,
     open_timeout_s: float = 10.0,
     ping_interval_s: float | None = 5.0,
+    servers: Callable[[], dict[int, str]] | None = None,
 ) -> None:
     """Chains of ``turns_per_chain`` turns, one connection each, until ``stop``; a closed
     connection is recorded and replaced."""
@@ -105,6 +106,8 @@ async def run_client(
         client.connections.append(conn)
         previous: str | None = None
         try:
+            if servers is not None:
+                conn.server = await locate(servers, conn.local_port)
             for i in range(turns_per_chain):
                 if stop.is_set():
                     break
@@ -126,15 +129,16 @@ async def run_client(
             await asyncio.sleep(reconnect_s)
 
 
-def label(clients: list[Client], servers_by_port: dict[int, str]) -> int:
-    """Fill in the session node of each open connection the balancer knows; how many."""
-    n = 0
-    for c in clients:
-        for conn in c.connections:
-            if conn.server is None and conn.closed_at is None and conn.local_port in servers_by_port:
-                conn.server = servers_by_port[conn.local_port]
-                n += 1
-    return n
+async def locate(servers: Callable[[], dict[int, str]], port: int, timeout_s: float = 5.0) -> str | None:
+    """The session node the balancer sent the connection from ``port`` to (None: not found
+    within ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = (await asyncio.to_thread(servers)).get(port)
+        if found is not None:
+            return found
+        await asyncio.sleep(0.1)
+    return None
 
 
 async def run_load(
@@ -146,20 +150,19 @@ async def run_load(
     during_at_s: float | None = None,
     **client_kwargs: float | int | None,
 ) -> list[Client]:
-    """``clients`` clients for ``duration_s``, labelling connections every 0.2 s from
-    ``servers`` (the balancer's view); ``during`` runs (in a thread) at ``during_at_s``."""
+    """``clients`` clients for ``duration_s``, each connection located with ``servers`` (the
+    balancer's view); ``during`` runs (in a thread) at ``during_at_s``."""
     stop = asyncio.Event()
     state = [Client(i) for i in range(clients)]
-    tasks = [asyncio.create_task(run_client(url, c, stop, **client_kwargs)) for c in state]  # type: ignore[arg-type]
+    tasks = [
+        asyncio.create_task(run_client(url, c, stop, servers=servers, **client_kwargs))  # type: ignore[arg-type]
+        for c in state
+    ]
     start = time.monotonic()
-    fired = during is None
-    while time.monotonic() - start < duration_s:
-        label(state, await asyncio.to_thread(servers))
-        if not fired and during_at_s is not None and time.monotonic() - start >= during_at_s:
-            fired = True
-            await asyncio.to_thread(during, state)  # type: ignore[misc]
-            label(state, await asyncio.to_thread(servers))
-        await asyncio.sleep(0.2)
+    if during is not None and during_at_s is not None:
+        await asyncio.sleep(during_at_s)
+        await asyncio.to_thread(during, state)
+    await asyncio.sleep(max(0.0, duration_s - (time.monotonic() - start)))
     stop.set()
     await asyncio.wait_for(asyncio.gather(*tasks), timeout=60)
     return state
