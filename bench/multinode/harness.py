@@ -182,15 +182,25 @@ class Harness:
             self._stopped = True
         for d in self.drains:
             d.cancel()
-        for p in self.procs.get("balancer", []):
-            processes.stop(p)
-        for node in self.topology.nodes:
-            processes.kill_namespace(node.namespace)
-        processes.reap(p for ps in self.procs.values() for p in ps)
-        network.destroy(self.topology.prefix)
+        errors: list[BaseException] = []  # every step is tried; the first error is raised after
+        steps: list[Callable[[], object]] = [
+            lambda p=p: processes.stop(p) for p in self.procs.get("balancer", [])
+        ]
+        steps += [lambda ns=n.namespace: processes.kill_namespace(ns) for n in self.topology.nodes]
+        steps += [
+            lambda: processes.reap(p for ps in self.procs.values() for p in ps),
+            lambda: network.destroy(self.topology.prefix),
+        ]
+        for step in steps:
+            try:
+                step()
+            except Exception as exc:  # noqa: BLE001 - the rest must still be torn down
+                errors.append(exc)
         if self.temp_dir is not None:
             shutil.rmtree(self.temp_dir, ignore_errors=True)
         atexit.unregister(self.stop)
+        if errors:
+            raise errors[0]
 
     # ------------------------------------------------------------------ set-up steps
 
