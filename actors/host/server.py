@@ -314,7 +314,8 @@ class SocketServer:
         if continuity is not None and held.fenced:  # another holder has it: drop it here only
             self.registry.discard(held)
             return Outcome.CLOSED
-        client_closed = ws.close_rcvd is not None and ws.close_rcvd.code == 1000 and not conn.server_ended
+        rcvd = ws.protocol.close_rcvd
+        client_closed = rcvd is not None and rcvd.code == 1000 and not conn.server_ended
         if continuity is not None and (client_closed or (conn.server_ended and not self._draining)):
             continuity.ended(held)  # for good: deleted from the store too
             self.registry.discard(held)
