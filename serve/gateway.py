@@ -265,6 +265,7 @@ class Gateway:
                         entry.conn_id = conn_id
                 else:
                     name, conn_id, secret = resume
+                    assert name is not None
                     link = self._link_to(name)
             except BaseException:
                 self._admission.failed(entry.sock_id)

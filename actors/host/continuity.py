@@ -72,6 +72,7 @@ class HostContinuity:
         self._let_go = let_go
         self._tracked: dict[Held, _Tracked] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._settling: dict[Held, asyncio.Task[None]] = {}  # a socket's end, written to the store
         self.checkpoint_ms: list[float] = []  # write times, for the benchmark (bounded)
 
     def start(self) -> None:
@@ -174,7 +175,7 @@ class HostContinuity:
         if tracked is not None:
             if tracked.heartbeat is not None:
                 tracked.heartbeat.cancel()
-            self._spawn(self._refresh(tracked))
+            self._settling[held] = self._spawn(self._refresh(tracked))
 
     async def _refresh(self, tracked: _Tracked) -> None:
         with contextlib.suppress(Fenced):
@@ -196,7 +197,15 @@ class HostContinuity:
         deleted from the store (if it is still ours)."""
         tracked = self._untrack(held)
         if tracked is not None and not held.fenced:
-            self._spawn(self._forget(held))
+            self._settling[held] = self._spawn(self._forget(held))
+
+    async def settled(self, held: Held, timeout_s: float = 2.0) -> None:
+        """Wait (briefly) for what a socket's end writes to the store: the host reports the
+        end only then, and an idle host may be stopped right after."""
+        task = self._settling.pop(held, None)
+        if task is not None:
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(task), timeout_s)
 
     def dropped(self, held: Held) -> None:
         """The host lets go of a state without deleting it (it expires by itself)."""

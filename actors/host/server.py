@@ -303,6 +303,8 @@ class SocketServer:
             held.session.on_disconnect()
             held.socket = None
             outcome = self._after(ws, conn, held)
+            if self.continuity is not None:
+                await self.continuity.settled(held)
             self._end(handoff.sock_id, outcome)
 
     def _after(self, ws: SessionSocket, conn: Connection, held: Held) -> Outcome:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-from actors.core.continuity import snapshot
 from tests.actors.test_session import TOOL, answer_call, answer_text, dumped, new_session, send, terminal
 
 

@@ -30,10 +30,12 @@ async def main(url: str, turns: int = 40, rounds: int = 30) -> None:
     session = new_session()
     previous = None
     epoch = 1
-    print(f"{'turns':>5} {'state KB':>8} {'write p50':>9} {'p99':>7} {'claim p50':>9} {'p99':>7} {'rebuild p50':>11} {'p99':>7}")
+    print(
+        f"{'turns':>5} {'state KB':>8} {'write p50':>9} {'p99':>7} {'claim p50':>9} {'p99':>7} {'rebuild p50':>11} {'p99':>7}"
+    )
     for i in range(1, turns + 1):
         fx = send(session, input=f"turn {i}: " + "words " * 120, store=False, previous_response_id=previous)
-        previous = [e for e in answer_text(session, fx, "An answer " * 30).events][-1].response.id
+        previous = answer_text(session, fx, "An answer " * 30).events[-1].response.id
         if i not in (1, 10, 20, 40):
             continue
         writes, claims, rebuilds = [], [], []
