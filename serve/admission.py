@@ -46,6 +46,7 @@ class OpenSocket(Generic[S, L]):
     sock: S
     lease: Lease | None = None
     link: L | None = None
+    conn_id: str = ""  # the connection state it carries, when not its lease's (a resume on any node)
 
 
 class Admission(Generic[S, L]):
@@ -59,7 +60,9 @@ class Admission(Generic[S, L]):
         self._ids = itertools.count()
         self._per_owner: Counter[str] = Counter()
         self._sockets: dict[str, OpenSocket[S, L]] = {}  # admitted WebSockets by sock_id
-        self._parked: dict[str, Lease] = {}  # conn_id → the slot of a state parked for a resume
+        # conn_id → the slots of states parked for a resume, with the link of the host holding
+        # each (a connection resumed on any node may be parked on two hosts for a moment).
+        self._parked: dict[str, list[tuple[L | None, Lease]]] = {}
         self._http: dict[str, Host] = {}  # sock_id → the host serving that HTTP connection
 
     @property
@@ -97,7 +100,8 @@ class Admission(Generic[S, L]):
             del self._per_owner[entry.owner]
         if entry.lease is not None:
             if outcome.keeps_slot:  # the slot stays taken until the state is gone
-                self._parked[entry.lease.conn_id] = entry.lease
+                conn_id = entry.conn_id or entry.lease.conn_id
+                self._parked.setdefault(conn_id, []).append((entry.link, entry.lease))
             else:
                 self._slots.release(entry.lease)
         return entry.sock
@@ -107,11 +111,16 @@ class Admission(Generic[S, L]):
         its admission.  The caller answers the socket itself."""
         self.ended(sock_id, Outcome.REFUSED)
 
-    def gone(self, conn_id: str) -> None:
-        """The host dropped a parked state: its slot is free."""
-        lease = self._parked.pop(conn_id, None)
-        if lease is not None:
-            self._slots.release(lease)
+    def gone(self, conn_id: str, link: L | None = None) -> None:
+        """The host (at the end of ``link``, if known) dropped a parked state: its slot is free."""
+        parked = self._parked.get(conn_id, [])
+        for i, (held_by, lease) in enumerate(parked):
+            if link is None or held_by is None or held_by is link:
+                del parked[i]
+                self._slots.release(lease)
+                break
+        if not parked:
+            self._parked.pop(conn_id, None)
 
     # ------------------------------------------------------------------ HTTP
     def http_opened(self, host: Host) -> str:
@@ -133,7 +142,10 @@ class Admission(Generic[S, L]):
             socks.append(entry.sock)
         if host is not None:
             self._http = {k: h for k, h in self._http.items() if h is not host}
-            self._parked = {k: lease for k, lease in self._parked.items() if lease.host is not host}
+            kept = {
+                k: [(h, lease) for h, lease in v if lease.host is not host] for k, v in self._parked.items()
+            }
+            self._parked = {k: v for k, v in kept.items() if v}
         return socks
 
 

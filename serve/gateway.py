@@ -95,6 +95,8 @@ class Gateway:
         self._metrics = GatewayMetrics()
         self._models: list[dict] = await inference.models.remote() + model_entries(cfg.session)
         self._keys = KeyRing(cfg.server.api_keys)
+        # Resume on any node: states kept in the cluster store (actors/host/continuity.py).
+        self._any_node = cfg.session.resume_grace_s > 0 and cfg.store.backend == "redis"
         self._foreign: dict[str, Link] = {}  # links to hosts of other gateways (resumes)
         prefix = uuid.uuid4().hex[:12]
         self._store = await open_writer(
@@ -214,7 +216,7 @@ class Gateway:
             if isinstance(message, Ended):
                 self._ended(message.sock_id, message.outcome)
             elif isinstance(message, Gone):
-                self._admission.gone(message.conn_id)
+                self._admission.gone(message.conn_id, link)
         if self._draining:
             return
         log.warning("a session host died; closing its connections with 1011")
@@ -257,15 +259,23 @@ class Gateway:
             resume = parse_token(token) if token is not None else None
             # We keep our copy of the socket while the host serves it: should the host die,
             # the client still gets a clean close (1011) rather than a dead TCP connection.
+            if resume is not None and resume[0] is None and not self._any_node:
+                raise InvalidResumeToken()
             entry = self._admission.admit(owner, sock)
             try:
-                if resume is None:
+                if resume is None or resume[0] is None:
+                    # A new connection, or a resume on any node (its state is in the cluster
+                    # store: whichever host gets it takes the state from there).
                     entry.lease = await self._pool.acquire()
                     if self._draining:  # the drain began while it waited for a host
                         raise ServerShuttingDown()
                     link, conn_id, secret = entry.lease.host.handle.link, entry.lease.conn_id, None
+                    if resume is not None:
+                        _, conn_id, secret = resume
+                        entry.conn_id = conn_id
                 else:
                     name, conn_id, secret = resume
+                    assert name is not None
                     link = self._link_to(name)
             except BaseException:
                 self._admission.failed(entry.sock_id)

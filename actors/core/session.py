@@ -48,7 +48,7 @@ from ..protocol import (
     error_event,
     parse_client_event,
 )
-from . import references, rollout
+from . import continuity, references, rollout
 from .cache_budget import CacheBudget
 from .context import ContextEntry, count_calls, extend, from_record, in_format, input_dicts
 from .lanes import Lanes
@@ -120,6 +120,25 @@ class Session:
         resumed connection continues from there (actors.host.resume)."""
         self._requests.clear()
         self._steering.drop_running()
+
+    def snapshot(self) -> bytes:
+        """The resumable state (:mod:`actors.core.continuity`): the lanes' latest responses
+        and the steer input waiting."""
+        return continuity.snapshot(self._lanes, self._steering)
+
+    def restore(self, raw: bytes) -> None:
+        """Take a :meth:`snapshot` of another holder of this connection (a resume on any
+        node); the conversations are rebuilt from their items."""
+        formats = {f.name: f for f in self._prep._formats.values()}
+        continuity.restore(
+            raw,
+            self._lanes,
+            self._steering,
+            new_scan=self._prep.new_scan,
+            fmt=lambda name: formats.get(name or "", self._prep.format("")),
+            owner=self.owner,
+            timer=PhaseTimer(self._perf),
+        )
 
     def release(self) -> None:
         """The connection's state is dropped for good: what it cached stops counting

@@ -23,6 +23,7 @@ from starlette.types import ASGIApp
 
 from inference import allocator, tokenizer
 from store import StoreConfig, StoreWriter, open_writer
+from store.continuity import ContinuityStore
 
 from ..backend import InferenceClient
 from ..backend.model_router import ModelRouter, model_formats
@@ -33,6 +34,7 @@ from ..core.session import Session
 from ..logs import LogSettings
 from ..logs import configure as configure_logs
 from .connection import Connection
+from .continuity import HostContinuity
 from .handoff import Ended, Gone, Handoff, HandoffReceiver, Link, Outcome, SocketKind, handoff_path
 from .host_metrics import HostMetrics, PhaseMetrics
 from .http import HttpServer
@@ -112,6 +114,18 @@ class SessionHost:
                     on_refused=self._host_metrics.refused,
                 )
             )
+        if self._config.resume_grace_s > 0 and self._store_config.backend == "redis":
+            self._sockets.continuity = continuity = HostContinuity(
+                ContinuityStore(
+                    self._store_config.redis_url,
+                    self._store_config.key_prefix,
+                    ttl_s=self._config.resume_grace_s,
+                ),
+                self._name,
+                self._config.resume_grace_s,
+                self._sockets.let_go,
+            )
+            continuity.start()
         self._sockets.start()
         self._receiver.start()
         return self._receiver.path
@@ -146,12 +160,14 @@ class SessionHost:
             return
         outcome = Outcome.REFUSED
         self._count_websockets(+1)
+        created = None
         try:
             outcome = await self._sockets.serve(sock, handoff)
         except Exception:
             log.exception("serving a WebSocket failed")
             sock.close()
         finally:
+            created = self._sockets.created.pop(handoff.sock_id, None)
             self._count_websockets(-1)
             link.notify(Ended(handoff.sock_id, outcome))
             # The client no longer waits on us: make its stored responses and ledger durable.
@@ -159,8 +175,8 @@ class SessionHost:
             await self._store.flush()
             if self._sockets.idle:
                 allocator.release()  # what its connections freed goes back to the OS
-        if handoff.resume is None and outcome.keeps_slot:
-            await self._sockets.wait_gone(handoff.conn_id)
+        if created is not None and outcome.keeps_slot:  # the state this socket brought (or took) here
+            await asyncio.shield(created.gone)
             link.notify(Gone(handoff.conn_id))
 
     def _count_websockets(self, delta: int) -> None:
@@ -187,5 +203,7 @@ class SessionHost:
             self._sockets.drain(timeout_s), *([self._http.drain(timeout_s)] if self._http is not None else [])
         )
         self._serve.close()
+        if self._sockets.continuity is not None:
+            await self._sockets.continuity.close()
         if self._store is not None:
             await self._store.close()

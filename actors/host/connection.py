@@ -30,7 +30,7 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -164,6 +164,10 @@ class Connection:
         self.state = State.OPEN
         self.close_code: int | None = None  # of the close the server sends, once it ends the connection
         self.close_reason = ""
+        # Resume on any node (actors.host.continuity): writes the session's state before a
+        # turn's terminal event is sent; ``False``: another holder has the connection, and
+        # the event is not sent (the socket is being closed).
+        self.checkpoint: Callable[[], Awaitable[bool]] | None = None
 
     @property
     def server_ended(self) -> bool:
@@ -224,6 +228,11 @@ class Connection:
                 self._send(event)
             elif record is None:
                 kept = self._journal(line)
+                if kept and self.checkpoint is not None:  # sent once the state is written
+                    held = _Stored(event)
+                    self._held.setdefault(event.stream_id, deque()).append(held)
+                    self._spawn(self._checkpointed(line.response_id, held))
+                    continue
                 self._send(event if kept else failed_instead(event))
                 journaled.append((line.response_id, kept))
             else:
@@ -308,11 +317,26 @@ class Connection:
             )
             held.event = failed_instead(held.event)
             stored = False
+        if self.checkpoint is not None and not await self.checkpoint():
+            return  # another holder has the connection: nothing more is sent
         held.written = True
         if self._observe is not None:
             self._observe(self.session.transport, {"store_write": (time.perf_counter() - started) * 1000.0})
         self._release(held.event.stream_id)
         self._apply(self.session.on_written(line.response_id, stored=stored))
+
+    async def _checkpointed(self, response_id: str, held: _Stored) -> None:
+        """A ``store:false`` response's terminal event goes once the connection's state is
+        written to the cluster store (resume on any node)."""
+        assert self.checkpoint is not None
+        started = time.perf_counter()
+        if not await self.checkpoint():
+            return  # another holder has the connection: nothing more is sent
+        held.written = True
+        if self._observe is not None:
+            self._observe(self.session.transport, {"state_write": (time.perf_counter() - started) * 1000.0})
+        self._release(held.event.stream_id)
+        self._apply(self.session.on_written(response_id, stored=True))
 
     def _release(self, lane: str | None) -> None:
         """Queue the lane's held events up to the first write still running."""

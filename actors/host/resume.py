@@ -9,7 +9,11 @@ that state back on the new socket; a live socket still holding it is closed (100
 Responses in flight when the old socket ended are cancelled, not replayed.
 
 The token names the actor holding the state (so any gateway on its node can route the new
-socket there), the connection, and a random secret checked in constant time.  No Ray here.
+socket there), the connection, and a random secret checked in constant time.
+
+With the cluster store on Redis the state is also kept there at each turn boundary, sealed
+with the secret (:mod:`actors.host.continuity`), and the token (``rws2.<conn>.<secret>``)
+names only the connection: any host on any node can take it.  No Ray here.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from ..errors import InvalidResumeToken
 
 RESUME_HEADER = "x-responses-ws-resume-token"
 _VERSION = "rws1"
+_VERSION_ANY_NODE = "rws2"
 
 
 def new_secret() -> str:
@@ -36,10 +41,18 @@ def make_token(actor_name: str, conn_id: str, secret: str) -> str:
     return f"{_VERSION}.{actor_name}.{conn_id}.{secret}"
 
 
-def parse_token(token: str) -> tuple[str, str, str]:
-    """``(actor_name, conn_id, secret)`` of a presented token; :class:`InvalidResumeToken`
-    when it is not one of ours."""
+def make_any_node_token(conn_id: str, secret: str) -> str:
+    """A token for a state kept in the cluster store: it names no actor."""
+    return f"{_VERSION_ANY_NODE}.{conn_id}.{secret}"
+
+
+def parse_token(token: str) -> tuple[str | None, str, str]:
+    """``(actor_name, conn_id, secret)`` of a presented token (``actor_name`` is ``None`` for
+    a token that names only the connection, :func:`make_any_node_token`);
+    :class:`InvalidResumeToken` when it is not one of ours."""
     parts = token.strip().split(".")
+    if len(parts) == 3 and parts[0] == _VERSION_ANY_NODE and all(parts[1:]):
+        return None, parts[1], parts[2]
     if len(parts) != 4 or parts[0] != _VERSION or not all(parts[1:]):
         raise InvalidResumeToken()
     return parts[1], parts[2], parts[3]
@@ -58,6 +71,11 @@ class Held:
     superseded: bool = False  # a resume took over the live socket
     detached: asyncio.Event = field(default_factory=asyncio.Event)  # the live socket let go
     expiry: asyncio.TimerHandle | None = None
+    # Kept in the cluster store (actors.host.continuity): this holder's fencing epoch, the
+    # lifetime deadline on the wall clock, and whether another holder has taken it.
+    epoch: int = 0
+    wall_deadline: float = 0.0
+    fenced: bool = False
     gone: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
@@ -77,6 +95,9 @@ class ResumeRegistry:
 
     def add(self, held: Held) -> None:
         self._held[held.conn_id] = held
+
+    def held(self) -> list[Held]:
+        return list(self._held.values())
 
     def check(self, conn_id: str, secret: str, owner: str) -> Held:
         """The state a resume may take, or :class:`InvalidResumeToken` (one answer for an
@@ -100,8 +121,8 @@ class ResumeRegistry:
         self.claim(held)
         if self._held.get(held.conn_id) is held:
             del self._held[held.conn_id]
+        if not held.gone.done():  # a state another holder took is no longer the registry's
             held.session.release()
-        if not held.gone.done():
             held.gone.set_result(None)
 
     def discard_parked(self) -> None:

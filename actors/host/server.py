@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
 import json
 import logging
@@ -29,14 +30,17 @@ from websockets.http11 import Request, Response
 from websockets.protocol import Event
 from websockets.server import ServerProtocol
 
+from store.continuity import Claimed
+
 from ..config import SessionConfig
 from ..core.session import Session
 from ..core.timings import METADATA_KEY, Report
 from ..errors import ConnectionLimitReached, InvalidResumeToken, ServerError, ServerShuttingDown
 from ..protocol import EventEncoder, ServerEvent, encode, error_event, http_error_body
 from .connection import SERVICE_RESTART, Connection
+from .continuity import HostContinuity
 from .handoff import RESPONSES_PATH, Handoff, Outcome
-from .resume import RESUME_HEADER, Held, ResumeRegistry, make_token, new_secret
+from .resume import RESUME_HEADER, Held, ResumeRegistry, make_any_node_token, make_token, new_secret
 from .subprotocols import select_subprotocol
 
 log = logging.getLogger(__name__)
@@ -79,6 +83,7 @@ class SessionSocket(ServerConnection):
         self.handoff = handoff
         self.secret = handoff.resume or new_secret()
         self.accepted = False
+        self.claimed: Claimed | None = None  # the state a resume took from the cluster store
         # When each data message not yet read began to arrive (time.perf_counter()): a
         # response's server time starts at its create's first bytes, not once the library
         # has read and assembled them (actors.core.timings).
@@ -131,6 +136,10 @@ class SocketServer:
         self._live: dict[str, Connection] = {}
         self.registry = ResumeRegistry(config.resume_grace_s)
         self._draining = False
+        # Resume on any node (actors.host.continuity): set by the host before start() when
+        # the cluster store is Redis and resume is on.
+        self.continuity: HostContinuity | None = None
+        self.created: dict[str, Held] = {}  # sock_id → the state its socket brought here
 
     def start(self) -> None:
         # No opening-handshake timeout here: the gateway handed the socket over with a
@@ -181,14 +190,18 @@ class SocketServer:
         finally:
             self._ended.pop(sock_id, None)
 
-    def _check_request(self, ws: SessionSocket, request: Request) -> Response | None:
+    async def _check_request(self, ws: SessionSocket, request: Request) -> Response | None:
         if request.path.split("?", 1)[0].rstrip("/") != RESPONSES_PATH:
             return ws.respond(404, "Not Found\n")
         if self._draining:  # handed over as the drain began: another replica takes the retry
             shutting_down = ServerShuttingDown()
             return _json_response(*http_error_body(shutting_down), retry_after_s=shutting_down.retry_after_s)
         handoff = ws.handoff
-        if handoff.resume is not None:
+        if handoff.resume is not None and self.continuity is not None:
+            ws.claimed = await self.continuity.claim(handoff.conn_id, handoff.resume, handoff.owner)
+            if ws.claimed is None:
+                return _json_response(*http_error_body(InvalidResumeToken()))
+        elif handoff.resume is not None:
             try:
                 self.registry.check(handoff.conn_id, handoff.resume, handoff.owner)
             except InvalidResumeToken as exc:
@@ -198,7 +211,9 @@ class SocketServer:
     def _add_token(self, ws: SessionSocket, request: Request, response: Response) -> None:
         if response.status_code == 101:
             ws.accepted = True
-            if self.registry.enabled:
+            if self.continuity is not None:
+                response.headers[RESUME_HEADER] = make_any_node_token(ws.handoff.conn_id, ws.secret)
+            elif self.registry.enabled:
                 handoff = ws.handoff
                 response.headers[RESUME_HEADER] = make_token(self._name, handoff.conn_id, ws.secret)
 
@@ -206,12 +221,8 @@ class SocketServer:
         """The connection state this socket carries: a new one, or a resumed one taken
         over from its parked (or still live) previous socket."""
         handoff = ws.handoff
-        if handoff.resume is None:
-            session = self._new_session(handoff.conn_id, handoff.owner, handoff.append_mode)
-            deadline = asyncio.get_running_loop().time() + self._config.connection_lifetime_s
-            held = Held(handoff.conn_id, handoff.owner, ws.secret, session, deadline)
-            self.registry.add(held)
-            return held
+        if handoff.resume is None or ws.claimed is not None:
+            return self._new_held(ws, ws.claimed)
         try:
             held = self.registry.check(handoff.conn_id, handoff.resume, handoff.owner)
         except InvalidResumeToken:
@@ -228,6 +239,43 @@ class SocketServer:
             await held.detached.wait()
         return held
 
+    def _new_held(self, ws: SessionSocket, claimed: Claimed | None) -> Held:
+        """A new connection's state, or (``claimed``) one taken from the cluster store: its
+        conversations rebuilt from the items kept there (actors.core.continuity)."""
+        handoff = ws.handoff
+        session = self._new_session(handoff.conn_id, handoff.owner, handoff.append_mode)
+        loop = asyncio.get_running_loop()
+        wall = self.continuity.wall() if self.continuity is not None else 0.0
+        if claimed is None:
+            wall_deadline = wall + self._config.connection_lifetime_s
+            epoch = 1
+        else:
+            wall_deadline, epoch = claimed.deadline, claimed.epoch
+            if claimed.state is not None:
+                session.restore(claimed.state)
+        deadline = loop.time() + (
+            wall_deadline - wall if claimed is not None else self._config.connection_lifetime_s
+        )
+        held = Held(handoff.conn_id, handoff.owner, ws.secret, session, deadline)
+        held.epoch, held.wall_deadline = epoch, wall_deadline
+        self.registry.add(held)
+        self.created[handoff.sock_id] = held
+        if self.continuity is not None:
+            self.continuity.track(held, ws.secret)
+        return held
+
+    async def let_go(self, held: Held, code: int, reason: str) -> None:
+        """Another holder took ``held`` (actors.host.continuity): its socket closes with
+        ``code``, or, parked, it is dropped here."""
+        ws = held.socket
+        if ws is None:
+            self.registry.discard(held)
+            return
+        with contextlib.suppress(TimeoutError, ConnectionClosed):
+            await asyncio.wait_for(ws.close(code, reason), SUPERSEDE_WAIT_S)
+        if not ws.transport.is_closing():
+            ws.transport.abort()
+
     async def _handle(self, ws: SessionSocket) -> None:
         handoff = ws.handoff
         held = await self._attach(ws)
@@ -236,6 +284,8 @@ class SocketServer:
             return
         held.socket, held.superseded, held.detached = ws, False, asyncio.Event()
         conn = self._live[handoff.sock_id] = self._connect(held.session)
+        if self.continuity is not None:
+            conn.checkpoint = functools.partial(self.continuity.checkpoint, held)
         loop = asyncio.get_running_loop()
         sender = loop.create_task(self._send_loop(ws, conn))
         timer = loop.call_at(held.lifetime_deadline, self._expire, conn)
@@ -255,16 +305,37 @@ class SocketServer:
             del self._live[handoff.sock_id]
             held.session.on_disconnect()
             held.socket = None
-            if held.superseded:
-                outcome = Outcome.MOVED
-                held.detached.set()
-            elif self.registry.enabled and not conn.server_ended and not self._draining:
-                self.registry.park(held)
-                outcome = Outcome.PARKED
-            else:
-                self.registry.discard(held)
-                outcome = Outcome.CLOSED
+            outcome = self._after(ws, conn, held)
+            if self.continuity is not None:
+                await self.continuity.settled(held)
             self._end(handoff.sock_id, outcome)
+
+    def _after(self, ws: SessionSocket, conn: Connection, held: Held) -> Outcome:
+        """What becomes of the state when its socket has ended."""
+        continuity = self.continuity
+        if held.superseded:
+            held.detached.set()
+            return Outcome.MOVED
+        if continuity is not None and held.fenced:  # another holder has it: drop it here only
+            self.registry.discard(held)
+            return Outcome.CLOSED
+        rcvd = ws.protocol.close_rcvd
+        client_closed = rcvd is not None and rcvd.code == 1000 and not conn.server_ended
+        if continuity is not None and (client_closed or (conn.server_ended and not self._draining)):
+            continuity.ended(held)  # for good: deleted from the store too
+            self.registry.discard(held)
+            return Outcome.CLOSED
+        if continuity is not None and self._draining:
+            continuity.dropped(held)  # written before the 1012 (drain): resumable elsewhere
+            self.registry.discard(held)
+            return Outcome.CLOSED
+        if self.registry.enabled and not conn.server_ended and not self._draining:
+            self.registry.park(held)
+            if continuity is not None:
+                continuity.parked(held)
+            return Outcome.PARKED
+        self.registry.discard(held)
+        return Outcome.CLOSED
 
     def _end(self, sock_id: str, outcome: Outcome) -> None:
         ended = self._ended.get(sock_id)
@@ -307,12 +378,15 @@ class SocketServer:
         states, let responses in flight finish for up to ``timeout_s``, then close every
         socket with 1012 (:data:`~actors.host.connection.SERVICE_RESTART`)."""
         self._draining = True
-        self.registry.discard_parked()
+        self.registry.discard_parked()  # kept in the cluster store, if on: resumable elsewhere
         for conn in list(self._live.values()):
             conn.drain()
         pending = list(self._ended.values())
         if pending:
             await asyncio.wait(pending, timeout=timeout_s)
+        if self.continuity is not None:  # each state written as it is now, before its 1012
+            live = [h for h in self.registry.held() if h.socket is not None]
+            await asyncio.gather(*(self.continuity.handed_off(h) for h in live), return_exceptions=True)
         for conn in list(self._live.values()):
             conn.end(*SERVICE_RESTART)
         pending = [f for f in self._ended.values() if not f.done()]

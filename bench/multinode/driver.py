@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import logging
 import sys
 import time
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 def nodes(address: str) -> list[dict[str, Any]]:
     import ray
 
-    ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+    ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
     try:
         return [
             {
@@ -45,7 +46,7 @@ def deploy(address: str, config: dict[str, Any], timeout_s: float) -> dict[str, 
     import ray
     from ray import serve
 
-    ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+    ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
     try:
         serve.start(
             proxy_location=config.get("proxy_location", "EveryNode"), http_options=config.get("http_options")

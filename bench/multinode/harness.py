@@ -8,6 +8,7 @@ prefix (``python -m bench.multinode.cleanup`` removes one)."""
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import os
 import secrets
@@ -184,9 +185,9 @@ class Harness:
             d.cancel()
         errors: list[BaseException] = []  # every step is tried; the first error is raised after
         steps: list[Callable[[], object]] = [
-            lambda p=p: processes.stop(p) for p in self.procs.get("balancer", [])
+            functools.partial(processes.stop, p) for p in self.procs.get("balancer", [])
         ]
-        steps += [lambda ns=n.namespace: processes.kill_namespace(ns) for n in self.topology.nodes]
+        steps += [functools.partial(processes.kill_namespace, n.namespace) for n in self.topology.nodes]
         steps += [
             lambda: processes.reap(p for ps in self.procs.values() for p in ps),
             lambda: network.destroy(self.topology.prefix),

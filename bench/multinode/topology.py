@@ -121,7 +121,7 @@ def foreign_routes(routes: list[dict], subnet: str) -> list[dict]:
     """The routes of a namespace's tables (``ip -j route show table all``) that lead
     anywhere but ``subnet`` or the namespace itself: a default route, a gateway, another
     network.  Loopback and local/broadcast entries of the namespace's own addresses pass."""
-    net = ipaddress.ip_network(subnet)
+    net = ipaddress.IPv4Network(subnet)
     bad = []
     for r in routes:
         dst = r.get("dst", "")
@@ -137,6 +137,6 @@ def foreign_routes(routes: list[dict], subnet: str) -> list[dict]:
         except ValueError:
             bad.append(r)
             continue
-        if target.version != 4 or not target.subnet_of(net):
+        if not isinstance(target, ipaddress.IPv4Network) or not target.subnet_of(net):
             bad.append(r)
     return bad

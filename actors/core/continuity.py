@@ -1,0 +1,120 @@
+"""A session's resumable state as plain data, and back (docs/reliability.md, "Resuming on any
+node").  Sans-I/O, like the session: the host seals and writes it (:mod:`store.continuity`).
+
+What a ``store:false`` chain needs to go on: each lane's latest response as its items (the
+conversation a stored record keeps: rendered tokens, the classifier's state and the tool
+caches are rebuilt from them the way a stored parent is, :func:`~actors.core.context.from_record`),
+and the steer input waiting for a response that stopped on function calls.  Tool
+definitions are not inherited across responses (each ``response.create`` sends its own), so
+there are none to keep.  Responses in flight are not part of it: as on any resume, they are
+cancelled.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from inference.formats import ChatFormat
+from store import StoredResponse
+
+from ..protocol import ITEM_ADAPTER, RequiredInput
+from .context import ContextEntry, from_record
+from .lanes import Lanes
+from .steering import Steering, _Queued
+from .timings import PhaseTimer
+
+VERSION = 1
+
+
+class _Steered:
+    """What a restored steer queue needs of the response it waits on: its id and its next
+    sequence number (the builder itself stayed with the old holder)."""
+
+    def __init__(self, response_id: str, seq: int) -> None:
+        self.response = _Id(response_id)
+        self._seq = seq
+
+    def next_seq(self) -> int:
+        seq, self._seq = self._seq, self._seq + 1
+        return seq
+
+    @property
+    def seq(self) -> int:
+        return self._seq
+
+
+class _Id:
+    def __init__(self, response_id: str) -> None:
+        self.id = response_id
+
+
+def snapshot(lanes: Lanes, steering: Steering) -> bytes:
+    """The state as JSON (every lane's latest finished response, the steer input waiting)."""
+    data: dict[str, Any] = {
+        "v": VERSION,
+        "lanes": [
+            {
+                "lane": name,
+                "id": lane.latest.response_id,
+                "store": lane.latest.store,
+                "fmt": lane.latest.fmt,
+                "items": lane.latest.items,
+            }
+            for name, lane in lanes.items()
+            if lane.latest is not None
+        ],
+        "steers": [
+            {
+                "id": rid,
+                "lane": q.lane,
+                "seq": getattr(q.builder, "_seq", 0)
+                if not isinstance(q.builder, _Steered)
+                else q.builder.seq,
+                "items": ITEM_ADAPTER.dump_python(q.items, mode="json", exclude_none=True),
+                "calls": [c.model_dump(mode="json") for c in q.calls],
+            }
+            for rid, q in steering._stopped.items()
+        ],
+    }
+    return json.dumps(data, separators=(",", ":")).encode()
+
+
+def restore(
+    raw: bytes,
+    lanes: Lanes,
+    steering: Steering,
+    *,
+    new_scan: Callable[[], Any],
+    fmt: Callable[[str | None], ChatFormat],
+    owner: str,
+    timer: PhaseTimer,
+) -> None:
+    """Put a :func:`snapshot` back into fresh ``lanes`` and ``steering``; each lane's
+    conversation is rebuilt from its items as a stored parent is (``fmt``: the chat format
+    of a lane, by its name; cl100k unless a real model's)."""
+    data = json.loads(raw)
+    if data.get("v") != VERSION:
+        raise ValueError(f"unknown continuity state version {data.get('v')!r}")
+    for lane in data["lanes"]:
+        record = StoredResponse(lane["id"], owner, 0.0, {}, [], lane["items"])
+        entry = from_record(record, new_scan, timer, fmt(lane.get("fmt")))
+        entry = ContextEntry(
+            entry.response_id,
+            entry.tokens,
+            entry.items,
+            entry.call_ids,
+            entry.tool_results,
+            bool(lane["store"]),
+            entry.scan,
+            fresh_tokens=entry.fresh_tokens,
+            fmt=entry.fmt,
+        )
+        lanes.open(lane["lane"])
+        lanes.remember(lane["lane"], entry)
+    for steer in data["steers"]:
+        queued = _Queued(steer["lane"], _Steered(steer["id"], steer["seq"]))  # type: ignore[arg-type]
+        queued.items = list(ITEM_ADAPTER.validate_python(steer["items"]))
+        queued.calls = [RequiredInput(**c) for c in steer["calls"]]
+        steering._stopped[steer["id"]] = queued
