@@ -55,6 +55,10 @@ KINDS: dict[str, Kind] = {
         Kind("admission", "bursts, arrival ramps and held connections: admission at scale"),
         Kind("burst", "first turns of resumed sessions all at once: how long each socket waits"),
         Kind("floor", "non-model time per turn against a minimal server sending the same frames"),
+        Kind(
+            "capacity",
+            "N concurrent Codex-like loops from client processes: a node's turns/s, latency and CPU",
+        ),
         Kind("neighbours", "a turn on an open socket while HTTP clients and resumed sockets load the host"),
         Kind(
             "streams",
