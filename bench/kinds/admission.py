@@ -12,7 +12,8 @@ from one client process on the same machine, in this order:
   connection at once;
 - ``burst``: N connections opened at once (``--open-timeout``, 10 s like websockets and the
   openai SDK), then T turns on each;
-- ``idle`` (opt-in): many mostly idle connections held for a while: memory and idle CPU;
+- ``idle`` (opt-in): many mostly idle connections held for a while: memory and idle CPU,
+  then one turn on every one of them;
 - ``http_load``: a fresh connect and ``/healthz`` while concurrent HTTP clients send
   ~75k-token stateless requests (the gateway hands HTTP work to session hosts).
 
@@ -36,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import websockets
+
+from actors.host.limits import raise_open_files
 
 from .. import plotting, results
 from ..agentloop_report import pct
@@ -313,6 +316,7 @@ async def idle_phase(url: str, args, meter: ServerMeter, progress) -> dict[str, 
         cpu = (end["hosts_cpu_s"] + end["gateway_cpu_s"]) - (start["hosts_cpu_s"] + start["gateway_cpu_s"])
         out["idle_cpu_pct_of_a_core"] = 100 * cpu / (end["t"] - start["t"])
         out["idle_cpu_us_per_conn_per_s"] = 1e6 * cpu / (end["t"] - start["t"]) / len(opened.sockets)
+    out["one_turn_on_all"] = await turns_on_all(opened.sockets, 1)  # every held one still works
     await close_all(opened.sockets)
     return out
 
@@ -528,6 +532,12 @@ def _print_summary(result: dict) -> None:
                 if h
                 else ""
             )
+            + (
+                f"; one turn on all: {i['one_turn_on_all']['turns_completed']}/{i['one_turn_on_all']['turns_wanted']} "
+                f"in {i['one_turn_on_all']['wall_s']:.1f} s"
+                if "one_turn_on_all" in i
+                else ""
+            )
         )
     if "http_load" in result:
         hl = result["http_load"]
@@ -595,9 +605,7 @@ def simulated_cluster(port: int) -> Iterator[tuple[str, Any]]:
 def run(args: argparse.Namespace) -> int:
     from serve.embedded import embedded_server, local_config
 
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    raise_open_files(65536)  # the clients' sockets (and this process starts the embedded Ray)
     config = None if args.url or args.cluster else local_config(args.config)
     started = time.perf_counter()
     if args.cluster:
