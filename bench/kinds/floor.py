@@ -266,7 +266,7 @@ async def interleaved_round(
         connect(ref.url, compression=MODES[mode]) as rsock,
     ):
         run.deflate = bool(sock.ws.protocol.extensions)
-        cpu0, rcpu0, t0 = processes.cpu_by_role(procs), processes.cpu_s([ref.pid]), time.perf_counter()
+        cpu0, rcpu0, t0 = processes.cpu_by_role(procs), processes.cpu_precise_s(ref.pid), time.perf_counter()
         prev: dict[str, Any] | None = None
         for i, output in enumerate(outputs):
             recorded_turn = recorded.turns[i]
@@ -279,7 +279,7 @@ async def interleaved_round(
                     ref_ms.append((await exchange(rsock, recorded_turn.create, frames))[1])
         wall = time.perf_counter() - t0
         cpu = processes.role_delta(processes.cpu_by_role(procs), cpu0) if procs else {}
-        rcpu = (processes.cpu_s([ref.pid]) - rcpu0) * 1000
+        rcpu = (processes.cpu_precise_s(ref.pid) - rcpu0) * 1000
     return Round(run, ref_ms, cpu, rcpu, wall)
 
 
@@ -339,7 +339,7 @@ def summarise(
     wall_s: float = 0.0,
 ) -> dict[str, Any]:
     """One run's (or round's) figures: medians over its turns past the first ``skip``; CPU
-    over all its turns (the kernel counts it in 10 ms ticks, so it needs ~100 turns)."""
+    over all its turns."""
     turns = run.turns[skip:]
     ours = [t.total_ms - t.model_ms for t in turns if t.model_ms is not None]
     ref = reference[skip:]

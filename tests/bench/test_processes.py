@@ -24,3 +24,13 @@ def test_role_delta_is_in_ms_per_role():
 def test_cpu_by_role_counts_every_role_and_a_live_process():
     out = processes.cpu_by_role({os.getpid(): "gateway"})
     assert set(out) == set(processes.ROLES) and out["gateway"] > 0 and out["ray"] == 0
+
+
+def test_precise_cpu_counts_this_process_threads():
+    import time
+
+    before = processes.cpu_precise_s(os.getpid())
+    t0 = time.process_time()
+    while time.process_time() - t0 < 0.02:
+        pass
+    assert processes.cpu_precise_s(os.getpid()) > before
