@@ -178,6 +178,27 @@ def cpu_precise_s(pid: int) -> float:
     return cpu_s([pid])
 
 
+def titles(procs: dict[int, str]) -> dict[int, str]:
+    """Each process's short title: a Ray worker's ``ray::Name`` (without the method it
+    runs), else its executable's or script's name (``raylet``, ``gcs_server``, ``monitor.py``)."""
+    import os
+
+    out = {}
+    for pid in procs:
+        try:
+            cmd = psutil.Process(pid).cmdline()
+        except psutil.Error:
+            continue
+        if not cmd:
+            continue
+        if cmd[0].startswith("ray::"):
+            out[pid] = cmd[0].split(".")[0].split(" ")[0]
+        else:
+            script = next((os.path.basename(a) for a in cmd[1:] if a.endswith(".py")), None)
+            out[pid] = script or os.path.basename(cmd[0])
+    return out
+
+
 def cpu_by_role(procs: dict[int, str]) -> dict[str, float]:
     """CPU seconds so far of each role's processes (a process gone counts nothing)."""
     out = dict.fromkeys(ROLES, 0.0)

@@ -459,16 +459,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=Path("results/floor.json"))
 
 
-def background(procs: dict[int, str], seconds: float) -> dict[str, float]:
-    """CPU ms per second of each role while nothing is sent."""
+def background(procs: dict[int, str], seconds: float) -> tuple[dict[str, float], dict[str, float]]:
+    """CPU ms per second while nothing is sent: by role, and by process (its title, e.g.
+    ``ray::ServeController`` or the raylet's and the GCS's executable)."""
     if not procs or seconds <= 0:
-        return {}
+        return {}, {}
+    titles = processes.titles(procs)
     before = processes.cpu_by_role(procs)
+    each = {pid: processes.cpu_precise_s(pid) for pid in procs}
     time.sleep(seconds)
-    return {
-        k: round(v / seconds, 3)
-        for k, v in processes.role_delta(processes.cpu_by_role(procs), before).items()
-    }
+    by_role = processes.role_delta(processes.cpu_by_role(procs), before)
+    by_process: dict[str, float] = {}
+    for pid, t0 in each.items():
+        name = titles.get(pid, str(pid))
+        by_process[name] = by_process.get(name, 0.0) + (processes.cpu_precise_s(pid) - t0) * 1000 / seconds
+    return (
+        {k: round(v / seconds, 3) for k, v in by_role.items()},
+        dict(sorted(((k, round(v, 2)) for k, v in by_process.items()), key=lambda kv: -kv[1])),
+    )
 
 
 def print_round(label: str, mode: str, s: dict[str, Any]) -> None:
@@ -496,7 +504,7 @@ def measure(url: str, modes: list[str], args: argparse.Namespace, embedded: bool
         ref = Reference(recorded)
         try:
             procs = processes.server_processes(exclude=(ref.pid,)) if embedded else {}
-            idle = background(procs, args.idle_s)
+            idle, idle_by_process = background(procs, args.idle_s)
             rounds = []
             for r in range(args.rounds):
                 rnd = asyncio.run(interleaved_round(r, url, ref, recorded, fixed, outputs, procs))
@@ -517,6 +525,7 @@ def measure(url: str, modes: list[str], args: argparse.Namespace, embedded: bool
         summary = over_rounds(rounds)
         summary["client"] = client_costs(recorded, args.skip)
         summary["background_cpu_ms_per_s"] = idle
+        summary["background_cpu_ms_per_s_by_process"] = idle_by_process
         out[mode] = {"rounds": rounds, "summary": summary, "server_deflate": recorded.deflate}
         print_summary(mode, summary)
     return out
@@ -538,7 +547,9 @@ def print_summary(mode: str, s: dict[str, Any]) -> None:
         f"  client per turn: parse raw {c['raw_parse_ms']:.2f} ms, openai SDK {c['sdk_parse_ms']:.2f} ms; "
         f"encode raw {c['raw_encode_ms']:.2f} ms, SDK {c['sdk_encode_ms']:.2f} ms"
     )
-    print(f"  Ray's idle background: {s['background_cpu_ms_per_s']} CPU ms per s")
+    print(f"  idle background, CPU ms per s, by role: {s['background_cpu_ms_per_s']}")
+    top = list(s.get("background_cpu_ms_per_s_by_process", {}).items())[:10]
+    print("  ... by process: " + ", ".join(f"{k} {v:.1f}" for k, v in top))
 
 
 def run(args: argparse.Namespace) -> int:
