@@ -135,6 +135,7 @@ def delta(after: dict, before: dict, n: int) -> dict[str, Any]:
 class Opened:
     sockets: list[ResponsesSocket] = field(default_factory=list)
     connect_s: list[float] = field(default_factory=list)
+    started_s: list[float] = field(default_factory=list)  # each connect's start (perf_counter)
     failures: dict[str, int] = field(default_factory=dict)
 
     def fail(self, exc: BaseException) -> None:
@@ -157,7 +158,23 @@ class Opened:
                 "p99": pct(ms, 0.99),
                 "max": ms[-1] if ms else None,
             },
+            "per_second": per_second(self.started_s, self.connect_s),
         }
+
+
+def per_second(started: list[float], took: list[float]) -> list[list[float]]:
+    """[second of the arrival, connects started in it, their p50 ms, their max ms] for each
+    second from the first start: where in a ramp the slow connects were (a host starting)."""
+    if not started:
+        return []
+    t0 = min(started)
+    bins: dict[int, list[float]] = {}
+    for t, s in zip(started, took):
+        bins.setdefault(int(t - t0), []).append(s * 1000)
+    return [
+        [sec, len(v), round(pct(sorted(v), 0.5) or 0.0, 1), round(max(v), 1)]
+        for sec, v in sorted(bins.items())
+    ]
 
 
 async def open_one(url: str, opened: Opened, open_timeout: float) -> None:
@@ -168,6 +185,7 @@ async def open_one(url: str, opened: Opened, open_timeout: float) -> None:
         opened.fail(exc)
         return
     opened.connect_s.append(time.perf_counter() - t0)
+    opened.started_s.append(t0)
     opened.sockets.append(sock)
 
 
@@ -520,6 +538,10 @@ def _print_summary(result: dict) -> None:
                 else ""
             )
             + f"one turn on all: {t['turns_completed']}/{t['turns_wanted']} in {t['wall_s']:.1f} s"
+        )
+        c.print(
+            "  per second of the ramp (connects started, p50 / max ms): "
+            + " ".join(f"{sec}:{n} {p50:.0f}/{mx:.0f}" for sec, n, p50, mx in r.get("per_second", []))
         )
     if "idle" in result:
         i = result["idle"]
