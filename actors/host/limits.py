@@ -4,8 +4,9 @@ Every held WebSocket is a descriptor in its session host and one in the gateway 
 to close with 1011 should the host die), so a node holding tens of thousands of mostly idle
 connections needs more than the usual soft limit (often 1024; 20 000 on the project's
 machine).  Each server process raises its soft ``RLIMIT_NOFILE`` to
-``session.open_files`` at start, and its hard limit too where it may (root, or
-``CAP_SYS_RESOURCE``; up to the kernel's ``fs.nr_open``); otherwise to the hard limit it has.
+``session.open_files`` at start, and its hard limit too where it may (with
+``CAP_SYS_RESOURCE``, up to the kernel's ``fs.nr_open``); otherwise up to the hard limit it
+has (a container without that capability — root or not — keeps the hard limit it was given).
 A deployment that sets the limit itself (``ulimit -n``, systemd's ``LimitNOFILE``, a
 container's ``nofile``) and sets it higher is left alone (docs/scaling.md, "File descriptors").
 """
