@@ -113,6 +113,13 @@ class SessionConfig(BaseModel):
     )
     max_actors: int = Field(32, ge=1, description="session hosts per gateway replica, at most")
     max_starting_actors: int = Field(2, ge=1, description="session hosts starting at once, at most")
+    open_files: int = Field(
+        65536,
+        ge=1024,
+        description="open-file limit (RLIMIT_NOFILE) each gateway and session host raises itself to "
+        "at start, the hard limit too where it may: a held connection is a descriptor in both "
+        "(actors/host/limits.py)",
+    )
     actor_idle_timeout_s: float = Field(
         30.0, ge=0, description="an idle host stops after this long, while the others keep enough free slots"
     )

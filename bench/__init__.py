@@ -56,6 +56,10 @@ KINDS: dict[str, Kind] = {
         Kind("memory", "one connection's memory as its cache grows past the cap"),
         Kind("admission", "bursts, arrival ramps and held connections: admission at scale"),
         Kind("floor", "non-model time per turn against a minimal server sending the same frames"),
+        Kind(
+            "capacity",
+            "N concurrent Codex-like loops from client processes: a node's turns/s, latency and CPU",
+        ),
         Kind("neighbours", "a turn on an open socket while HTTP clients and resumed sockets load the host"),
         Kind(
             "streams",

@@ -123,3 +123,90 @@ def flatness(
         "band_mb": band,
         "slope_mb_per_sample": slope,
     }
+
+
+# ----------------------------------------------------------------------------- roles
+
+# A server process's role, by what its command line (Ray's process title) names: the API
+# tier (the gateway and the session hosts), the inference emulator (standing in for
+# accelerators, not API cost), and Ray's own processes (raylet, GCS, agents, the Serve
+# controller, idle workers: whatever else the embedded Ray started).
+ROLES = ("gateway", "session_host", "inference", "ray")
+_ROLE_MARKS = (("Gateway", "gateway"), (SESSION_ACTOR, "session_host"), ("InferenceDeployment", "inference"))
+
+
+def role_of(cmdline: str) -> str:
+    """``gateway``, ``session_host``, ``inference`` or ``ray`` for a server process's command line."""
+    for mark, role in _ROLE_MARKS:
+        if mark in cmdline:
+            return role
+    return "ray"
+
+
+def server_processes(root: int | None = None, exclude: tuple[int, ...] = ()) -> dict[int, str]:
+    """Every process below ``root`` (default: this one, the embedded Ray's driver), pid →
+    role; ``exclude`` (e.g. a reference server this process started) left out."""
+    out: dict[int, str] = {}
+    for child in psutil.Process(root).children(recursive=True):
+        if child.pid in exclude:
+            continue
+        try:
+            out[child.pid] = role_of(" ".join(child.cmdline()))
+        except psutil.Error:
+            continue
+    return out
+
+
+def cpu_precise_s(pid: int) -> float:
+    """CPU seconds so far of ``pid``'s live threads, in nanoseconds' precision (the
+    scheduler's run time, ``/proc/<pid>/task/*/schedstat``), where ``cpu_s`` counts the
+    kernel's 10 ms ticks; threads that ended are not counted.  Falls back to ``cpu_s``."""
+    import glob
+
+    try:
+        total = 0
+        for path in glob.glob(f"/proc/{pid}/task/*/schedstat"):
+            try:
+                with open(path) as f:
+                    total += int(f.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+        if total:
+            return total / 1e9
+    except OSError:
+        pass
+    return cpu_s([pid])
+
+
+def titles(procs: dict[int, str]) -> dict[int, str]:
+    """Each process's short title: a Ray worker's ``ray::Name`` (without the method it
+    runs), else its executable's or script's name (``raylet``, ``gcs_server``, ``monitor.py``)."""
+    import os
+
+    out = {}
+    for pid in procs:
+        try:
+            cmd = psutil.Process(pid).cmdline()
+        except psutil.Error:
+            continue
+        if not cmd:
+            continue
+        if cmd[0].startswith("ray::"):
+            out[pid] = cmd[0].split(".")[0].split(" ")[0]
+        else:
+            script = next((os.path.basename(a) for a in cmd[1:] if a.endswith(".py")), None)
+            out[pid] = script or os.path.basename(cmd[0])
+    return out
+
+
+def cpu_by_role(procs: dict[int, str]) -> dict[str, float]:
+    """CPU seconds so far of each role's processes (a process gone counts nothing)."""
+    out = dict.fromkeys(ROLES, 0.0)
+    for pid, role in procs.items():
+        out[role] += cpu_precise_s(pid)
+    return out
+
+
+def role_delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    """``after - before`` per role, in ms."""
+    return {role: (after.get(role, 0.0) - before.get(role, 0.0)) * 1000 for role in after}

@@ -46,10 +46,16 @@ APP_NAME = "responses-ws"
 # That mode also turns on Serve's direct ingress, which keeps a stopping ingress replica
 # "reachable" for 30 s before its destructor runs; the gateway runs its own listener, so
 # the wait only delays the drain (docs/reliability.md): 1 s.
+#
+# Serve's replicas and every process holding a handle (the gateway, each session host)
+# export their cached request metrics every RAY_SERVE_METRICS_EXPORT_INTERVAL_MS (100 ms by
+# default: ten wake-ups a second in each, idle or not); once a second is as fresh as any
+# scrape (docs/capacity.md, "Ray's own processes").
 RAY_ENV = {
     "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
     "RAY_USAGE_STATS_ENABLED": "0",
     "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "1",
+    "RAY_SERVE_METRICS_EXPORT_INTERVAL_MS": "1000",
 }
 
 

@@ -40,6 +40,7 @@ from actors.errors import (
 )
 from actors.host.actor import PhaseMetrics, SessionHost
 from actors.host.handoff import Ended, Gone, Handoff, Link, Outcome, SocketKind, handoff_path
+from actors.host.limits import raise_open_files
 from actors.host.resume import RESUME_HEADER, parse_token
 from actors.logs import configure as configure_logs
 from actors.protocol import http_error_body
@@ -89,6 +90,7 @@ class Gateway:
         # are only held here.
         cfg = AppConfig.model_validate(config)
         self._cfg = cfg
+        raise_open_files(cfg.session.open_files)  # a descriptor per held connection (its copy)
         self._logs = replica_log_settings()  # Serve's logging_config, for this process and its hosts
         if self._logs is not None:
             configure_logs(self._logs)

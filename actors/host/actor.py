@@ -38,6 +38,7 @@ from .continuity import HostContinuity
 from .handoff import Ended, Gone, Handoff, HandoffReceiver, Link, Outcome, SocketKind, handoff_path
 from .host_metrics import HostMetrics, PhaseMetrics
 from .http import HttpServer
+from .limits import raise_open_files
 from .server import SocketServer
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,7 @@ class SessionHost:
         if logs is not None:  # the gateway's (actors/logs.py)
             configure_logs(logs)
         allocator.tune()  # each turn's prompt ids and echoing frames: buffers of hundreds of KB
+        raise_open_files(config.open_files)  # a descriptor per held connection
         self._name = name
         self._config = config
         self._store_config = store

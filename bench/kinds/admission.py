@@ -12,7 +12,8 @@ from one client process on the same machine, in this order:
   connection at once;
 - ``burst``: N connections opened at once (``--open-timeout``, 10 s like websockets and the
   openai SDK), then T turns on each;
-- ``idle`` (opt-in): many mostly idle connections held for a while: memory and idle CPU;
+- ``idle`` (opt-in): many mostly idle connections held for a while: memory and idle CPU,
+  then one turn on every one of them;
 - ``http_load``: a fresh connect and ``/healthz`` while concurrent HTTP clients send
   ~75k-token stateless requests (the gateway hands HTTP work to session hosts).
 
@@ -36,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import websockets
+
+from actors.host.limits import raise_open_files
 
 from .. import plotting, results
 from ..client import ResponsesSocket, connect
@@ -132,6 +135,7 @@ def delta(after: dict, before: dict, n: int) -> dict[str, Any]:
 class Opened:
     sockets: list[ResponsesSocket] = field(default_factory=list)
     connect_s: list[float] = field(default_factory=list)
+    started_s: list[float] = field(default_factory=list)  # each connect's start (perf_counter)
     failures: dict[str, int] = field(default_factory=dict)
 
     def fail(self, exc: BaseException) -> None:
@@ -154,7 +158,23 @@ class Opened:
                 "p99": pct(ms, 0.99),
                 "max": ms[-1] if ms else None,
             },
+            "per_second": per_second(self.started_s, self.connect_s),
         }
+
+
+def per_second(started: list[float], took: list[float]) -> list[list[float]]:
+    """[second of the arrival, connects started in it, their p50 ms, their max ms] for each
+    second from the first start: where in a ramp the slow connects were (a host starting)."""
+    if not started:
+        return []
+    t0 = min(started)
+    bins: dict[int, list[float]] = {}
+    for t, s in zip(started, took):
+        bins.setdefault(int(t - t0), []).append(s * 1000)
+    return [
+        [sec, len(v), round(pct(sorted(v), 0.5) or 0.0, 1), round(max(v), 1)]
+        for sec, v in sorted(bins.items())
+    ]
 
 
 async def open_one(url: str, opened: Opened, open_timeout: float) -> None:
@@ -165,6 +185,7 @@ async def open_one(url: str, opened: Opened, open_timeout: float) -> None:
         opened.fail(exc)
         return
     opened.connect_s.append(time.perf_counter() - t0)
+    opened.started_s.append(t0)
     opened.sockets.append(sock)
 
 
@@ -313,6 +334,7 @@ async def idle_phase(url: str, args, meter: ServerMeter, progress) -> dict[str, 
         cpu = (end["hosts_cpu_s"] + end["gateway_cpu_s"]) - (start["hosts_cpu_s"] + start["gateway_cpu_s"])
         out["idle_cpu_pct_of_a_core"] = 100 * cpu / (end["t"] - start["t"])
         out["idle_cpu_us_per_conn_per_s"] = 1e6 * cpu / (end["t"] - start["t"]) / len(opened.sockets)
+    out["one_turn_on_all"] = await turns_on_all(opened.sockets, 1)  # every held one still works
     await close_all(opened.sockets)
     return out
 
@@ -522,6 +544,10 @@ def _print_summary(result: dict) -> None:
             )
             + f"one turn on all: {t['turns_completed']}/{t['turns_wanted']} in {t['wall_s']:.1f} s"
         )
+        c.print(
+            "  per second of the ramp (connects started, p50 / max ms): "
+            + " ".join(f"{sec}:{n} {p50:.0f}/{mx:.0f}" for sec, n, p50, mx in r.get("per_second", []))
+        )
     if "idle" in result:
         i = result["idle"]
         h = i.get("held", {})
@@ -531,6 +557,12 @@ def _print_summary(result: dict) -> None:
                 f"{h['server_mib_per_conn']:.2f} MiB/conn, idle CPU {i.get('idle_cpu_pct_of_a_core', 0):.1f}% of a core "
                 f"({i.get('idle_cpu_us_per_conn_per_s', 0):.1f} µs/conn/s)"
                 if h
+                else ""
+            )
+            + (
+                f"; one turn on all: {i['one_turn_on_all']['turns_completed']}/{i['one_turn_on_all']['turns_wanted']} "
+                f"in {i['one_turn_on_all']['wall_s']:.1f} s"
+                if "one_turn_on_all" in i
                 else ""
             )
         )
@@ -600,9 +632,7 @@ def simulated_cluster(port: int) -> Iterator[tuple[str, Any]]:
 def run(args: argparse.Namespace) -> int:
     from serve.embedded import embedded_server, local_config
 
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    raise_open_files(65536)  # the clients' sockets (and this process starts the embedded Ray)
     config = None if args.url or args.cluster else local_config(args.config)
     started = time.perf_counter()
     if args.cluster:

@@ -1,23 +1,32 @@
-"""The protocol's floor: this server's non-model time per turn against a minimal server.
+"""The protocol's floor: this server's non-model time and CPU per turn against a minimal server.
 
-    responses-ws bench floor [--turns 40] [--rounds 1] [--url URL] [--out results/floor.json]
+    responses-ws bench floor [--turns 40] [--rounds 5] [--modes plain] [--url URL]
+                             [--out results/floor.json]
 
 One Codex-like socket (instructions of ``--instruction-words`` words and ``--tools`` function
 tools resent with every create, a ~``--tool-output-tokens`` tool output per turn,
-``store=false``, each turn chained with ``previous_response_id``) runs ``--turns`` turns
-against this server; a turn's non-model time is what the client measured (from the create
-handed to the socket, after the client encoded and compressed it, to the terminal event's
-arrival, before the client parses it) less the server's reported queue + prefill + decode.
-Then a minimal
-reference server (the same ``websockets`` library with its default permessage-deflate
-settings, in a process of its own) answers the very same creates with the very same frames: it parses each
-create and re-encodes and sends the recorded events of that turn, nothing else, so its turn
-time is the bare protocol's cost on this machine.  Both run with the client offering
-permessage-deflate and without (the reference always accepts the offer; this server, by its
-``session.deflate`` policy, declines it from a loopback peer unless set to ``always``, and the
-output says which); the ratio of the medians is the number to drive down
-(docs/performance.md).  The server's own ``api_overhead`` is printed beside the client's
-figure.
+``store=false``, each turn chained with ``previous_response_id``) against this server, and
+a minimal reference server (the same ``websockets`` library with its default
+permessage-deflate settings, in a process of its own) that parses each create and re-encodes
+and sends the frames this server answered that turn with, nothing else: the bare protocol's
+cost on this machine.
+
+A warm-up run on this server records the creates and the frames.  Then ``--rounds`` rounds,
+each on a fresh socket to each server, go **turn by turn**: turn i on this server, then turn
+i on the reference, the order swapped every other turn and every other round, so the
+machine's load (shared, noisy) falls on both alike.  Every round is printed; the summary is
+the median over rounds with the spread (p25-p75 and min-max of the rounds' medians).
+
+A turn's non-model time is what the client measured (from the create handed to the socket
+to the terminal event's arrival, before the client parses it) less the server's reported
+queue + prefill + decode.  CPU per turn is read from /proc over each round, by process role
+(:data:`bench.processes.ROLES`: the gateway, the session hosts, the inference emulator and
+Ray's own processes; the API tier is the gateway and the session hosts) for an embedded
+server, beside the reference process's; Ray's background (its roles' idle CPU rate, measured
+before the rounds, times the round's length) is printed beside it.  The client's own cost
+is measured in the client over the recorded frames: parsing each turn's frames with
+``json.loads`` (the raw client's) and with the openai SDK's event types (what
+``client.responses.connect()`` does on every ``recv()``), and encoding the create both ways.
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from serve.embedded import embedded_server, local_config
 
@@ -39,7 +48,7 @@ from .. import processes, results
 from .. import workload as wl
 from ..client import ResponsesSocket, connect, is_final
 from ..rollouts import TIMINGS_KEY, model_seconds, server_timings
-from ..stats import median
+from ..stats import median, pct
 
 MODES = {"deflate": "deflate", "plain": None}  # name → the client's `compression`
 
@@ -114,43 +123,50 @@ async def exchange(sock: ResponsesSocket, create: str, frames: int | None = None
             return got, (arrived - t0) * 1000
 
 
+def build_create(fixed: dict[str, Any], output: str, prev: dict[str, Any] | None) -> str:
+    """Turn's create: the task on the first turn, then the previous call's output, chained."""
+    body: dict[str, Any] = {"type": "response.create", **fixed}
+    if prev is None:
+        body["input"] = "The test suite fails after the last change. Find the cause and fix it."
+    else:
+        call = next((o for o in prev["output"] if o["type"] == "function_call"), None)
+        if call is None:
+            raise RuntimeError("the model answered without a tool call")
+        body["input"] = [{"type": "function_call_output", "call_id": call["call_id"], "output": output}]
+        body["previous_response_id"] = prev["id"]
+    return json.dumps(body)
+
+
+async def server_turn(sock: ResponsesSocket, create: str) -> tuple[Turn, dict[str, Any]]:
+    """One turn on this server: the :class:`Turn` and the response it ended with."""
+    frames, total_ms = await exchange(sock, create)
+    last = json.loads(frames[-1])
+    if last.get("type") != "response.completed":
+        raise RuntimeError(f"the turn did not complete: {frames[-1][:300]}")
+    response = last["response"]
+    timings = server_timings(response)
+    model = model_seconds(timings)
+    turn = Turn(
+        create,
+        frames,
+        total_ms,
+        None if model is None else model * 1000,
+        (timings or {}).get("api_overhead"),
+        (timings or {}).get("backend"),
+        dict(timings or {}),
+    )
+    return turn, response
+
+
 async def drive(url: str, mode: str, fixed: dict[str, Any], outputs: list[str]) -> Run:
-    """Run the turns against this server, recording each create and what came back."""
+    """The turns against this server alone, recording each create and what came back."""
     run = Run(mode)
     async with connect(url, compression=MODES[mode]) as sock:
         run.deflate = bool(sock.ws.protocol.extensions)
         prev: dict[str, Any] | None = None
-        for i, output in enumerate(outputs):
-            body: dict[str, Any] = {"type": "response.create", **fixed}
-            if prev is None:
-                body["input"] = "The test suite fails after the last change. Find the cause and fix it."
-            else:
-                call = next((o for o in prev["output"] if o["type"] == "function_call"), None)
-                if call is None:
-                    raise RuntimeError(f"turn {i}: the model answered without a tool call")
-                body["input"] = [
-                    {"type": "function_call_output", "call_id": call["call_id"], "output": output}
-                ]
-                body["previous_response_id"] = prev["id"]
-            create = json.dumps(body)
-            frames, total_ms = await exchange(sock, create)
-            last = json.loads(frames[-1])
-            if last.get("type") != "response.completed":
-                raise RuntimeError(f"turn {i} did not complete: {frames[-1][:300]}")
-            prev = last["response"]
-            timings = server_timings(prev)
-            model = model_seconds(timings)
-            run.turns.append(
-                Turn(
-                    create,
-                    frames,
-                    total_ms,
-                    None if model is None else model * 1000,
-                    (timings or {}).get("api_overhead"),
-                    (timings or {}).get("backend"),
-                    dict(timings or {}),
-                )
-            )
+        for output in outputs:
+            turn, prev = await server_turn(sock, build_create(fixed, output, prev))
+            run.turns.append(turn)
     return run
 
 
@@ -178,36 +194,147 @@ def _reference_main(turns: list[list[str]], ready: Any) -> None:
     asyncio.run(main())
 
 
+class Reference:
+    """The reference server in a process of its own, answering a connection's i-th create
+    with ``recorded``'s turn i."""
+
+    def __init__(self, recorded: Run) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        parent, child = ctx.Pipe()
+        self.proc = ctx.Process(
+            target=_reference_main, args=([t.frames for t in recorded.turns], child), daemon=True
+        )
+        self.proc.start()
+        if not parent.poll(60):
+            self.close()
+            raise RuntimeError("the reference server did not start")
+        self.url = f"http://127.0.0.1:{parent.recv()}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc.pid is not None
+        return self.proc.pid
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.join(10)
+
+
 async def drive_reference(url: str, run: Run) -> list[float]:
-    """The same creates against the reference; each turn's client-observed time (ms)."""
+    """The same creates against the reference alone; each turn's client-observed time (ms)."""
     async with connect(url, compression=MODES[run.mode]) as sock:
         return [(await exchange(sock, t.create, len(t.frames)))[1] for t in run.turns]
 
 
 def reference_laps(run: Run) -> tuple[list[float], float]:
     """Each turn's time against the reference, and the reference process's CPU ms."""
-    ctx = multiprocessing.get_context("spawn")
-    parent, child = ctx.Pipe()
-    proc = ctx.Process(target=_reference_main, args=([t.frames for t in run.turns], child), daemon=True)
-    proc.start()
+    ref = Reference(run)
     try:
-        if not parent.poll(60):
-            raise RuntimeError("the reference server did not start")
-        port = parent.recv()
-        assert proc.pid is not None  # started
-        cpu = processes.cpu_s([proc.pid])
-        laps = asyncio.run(drive_reference(f"http://127.0.0.1:{port}", run))
-        return laps, (processes.cpu_s([proc.pid]) - cpu) * 1000
+        cpu = processes.cpu_s([ref.pid])
+        laps = asyncio.run(drive_reference(ref.url, run))
+        return laps, (processes.cpu_s([ref.pid]) - cpu) * 1000
     finally:
-        proc.terminate()
-        proc.join(10)
+        ref.close()
 
 
-def summarise(run: Run, reference: list[float], reference_cpu_ms: float, skip: int) -> dict[str, Any]:
+@dataclass
+class Round:
+    """One interleaved round: this server's turns, the reference's turn times, and CPU ms
+    over the round (by role for an embedded server; empty otherwise)."""
+
+    run: Run
+    reference_ms: list[float]
+    cpu_ms: dict[str, float]
+    reference_cpu_ms: float
+    wall_s: float
+
+
+async def interleaved_round(
+    number: int,
+    url: str,
+    ref: Reference,
+    recorded: Run,
+    fixed: dict[str, Any],
+    outputs: list[str],
+    procs: dict[int, str],
+) -> Round:
+    """Turn by turn on a fresh socket to each server; who goes first swaps every turn and
+    every round."""
+    mode = recorded.mode
+    run = Run(mode)
+    ref_ms: list[float] = []
+    async with (
+        connect(url, compression=MODES[mode]) as sock,
+        connect(ref.url, compression=MODES[mode]) as rsock,
+    ):
+        run.deflate = bool(sock.ws.protocol.extensions)
+        cpu0, rcpu0, t0 = processes.cpu_by_role(procs), processes.cpu_precise_s(ref.pid), time.perf_counter()
+        prev: dict[str, Any] | None = None
+        for i, output in enumerate(outputs):
+            recorded_turn = recorded.turns[i]
+            for ours in (True, False) if (i + number) % 2 == 0 else (False, True):
+                if ours:
+                    turn, prev = await server_turn(sock, build_create(fixed, output, prev))
+                    run.turns.append(turn)
+                else:
+                    frames = len(recorded_turn.frames)
+                    ref_ms.append((await exchange(rsock, recorded_turn.create, frames))[1])
+        wall = time.perf_counter() - t0
+        cpu = processes.role_delta(processes.cpu_by_role(procs), cpu0) if procs else {}
+        rcpu = (processes.cpu_precise_s(ref.pid) - rcpu0) * 1000
+    return Round(run, ref_ms, cpu, rcpu, wall)
+
+
+# ----------------------------------------------------------------------------- summaries
+
+
+def spread(xs: list[float | None]) -> dict[str, float] | None:
+    """Median, p25, p75, min and max of ``xs`` (rounded to µs), or ``None`` for none."""
+    vs = [x for x in xs if x is not None]
+    p25, p75 = pct(vs, 0.25), pct(vs, 0.75)
+    if p25 is None or p75 is None:
+        return None
+    return {
+        "median": round(statistics.median(vs), 3),
+        "p25": round(p25, 3),
+        "p75": round(p75, 3),
+        "min": round(min(vs), 3),
+        "max": round(max(vs), 3),
+        "n": len(vs),
+    }
+
+
+def cpu_per_turn(
+    cpu_ms: dict[str, float], turns: int, background_ms_per_s: dict[str, float], wall_s: float
+) -> dict[str, float]:
+    """CPU ms per turn by role over a round, with the API tier (gateway + session hosts),
+    all of the server's processes, and Ray's idle background over the round's length."""
+    if not cpu_ms or not turns:
+        return {}
+    out = {role: round(ms / turns, 3) for role, ms in cpu_ms.items()}
+    out["api_tier"] = round((cpu_ms.get("gateway", 0.0) + cpu_ms.get("session_host", 0.0)) / turns, 3)
+    out["all"] = round(sum(cpu_ms.values()) / turns, 3)
+    out["ray_background"] = round(background_ms_per_s.get("ray", 0.0) * wall_s / turns, 3)
+    return out
+
+
+def summarise(
+    run: Run,
+    reference: list[float],
+    reference_cpu_ms: float,
+    skip: int,
+    *,
+    cpu_ms: dict[str, float] | None = None,
+    background_ms_per_s: dict[str, float] | None = None,
+    wall_s: float = 0.0,
+) -> dict[str, Any]:
+    """One run's (or round's) figures: medians over its turns past the first ``skip``; CPU
+    over all its turns."""
     turns = run.turns[skip:]
     ours = [t.total_ms - t.model_ms for t in turns if t.model_ms is not None]
     ref = reference[skip:]
     api = [t.api_overhead_ms for t in turns if t.api_overhead_ms is not None]
+    n = len(run.turns)
     out: dict[str, Any] = {
         "turns": len(turns),
         "server_nonmodel_ms": median(ours, 3),
@@ -218,28 +345,103 @@ def summarise(run: Run, reference: list[float], reference_cpu_ms: float, skip: i
         "frames_per_turn": median([len(t.frames) for t in turns], 3),
         "bytes_per_turn": median([sum(len(f) for f in t.frames) for t in turns], 3),
         "server_deflate": run.deflate,
-        # CPU a turn (all turns, warm-up too; the kernel counts it in 10 ms ticks, so it
-        # needs ~100 turns), which the machine's load moves far less than time
-        "server_cpu_ms_per_turn": None if run.cpu_ms is None else round(run.cpu_ms / len(run.turns), 3),
-        "reference_cpu_ms_per_turn": round(reference_cpu_ms / len(run.turns), 3),
+        "server_cpu_ms_per_turn": None if run.cpu_ms is None else round(run.cpu_ms / n, 3),
+        "reference_cpu_ms_per_turn": round(reference_cpu_ms / n, 3) if n else None,
     }
-    client, server = out["server_nonmodel_ms"], out["server_api_overhead_ms"]
-    out["client_minus_server_ms"] = None if client is None or server is None else round(client - server, 3)
+    if cpu_ms:
+        by_role = cpu_per_turn(cpu_ms, n, background_ms_per_s or {}, wall_s)
+        out["cpu_ms_per_turn"] = by_role
+        out["server_cpu_ms_per_turn"] = by_role["all"]
+        ref_cpu = out["reference_cpu_ms_per_turn"]
+        out["api_tier_cpu_ratio"] = round(by_role["api_tier"] / ref_cpu, 2) if ref_cpu else None
+    out["client_minus_server_ms"] = round(out["server_nonmodel_ms"] - out["server_api_overhead_ms"], 3)
     names = sorted({k for t in turns for k in t.phases})
     out["server_phases_ms"] = {k: median([t.phases[k] for t in turns if k in t.phases], 3) for k in names}
     return out
 
 
+SPREAD_KEYS = ("server_nonmodel_ms", "reference_ms", "ratio", "server_api_overhead_ms", "server_backend_ms")
+
+
+def over_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """The spread over rounds of each round's medians (and of its CPU per turn by role)."""
+    out: dict[str, Any] = {"rounds": len(rounds)}
+    for key in (*SPREAD_KEYS, "reference_cpu_ms_per_turn", "api_tier_cpu_ratio"):
+        out[key] = spread([r.get(key) for r in rounds])
+    roles = sorted({k for r in rounds for k in r.get("cpu_ms_per_turn", {})})
+    out["cpu_ms_per_turn"] = {k: spread([r["cpu_ms_per_turn"].get(k) for r in rounds]) for k in roles}
+    phases = sorted({k for r in rounds for k in r.get("server_phases_ms", {})})
+    out["server_phases_ms"] = {k: spread([r["server_phases_ms"].get(k) for r in rounds]) for k in phases}
+    return out
+
+
+def fmt(s: dict[str, float] | None, unit: str = " ms") -> str:
+    """``median (p25-p75, min-max)``."""
+    if not s:
+        return "n/a"
+    return f"{s['median']:.2f}{unit} (p25-p75 {s['p25']:.2f}-{s['p75']:.2f}, min-max {s['min']:.2f}-{s['max']:.2f})"
+
+
+# ----------------------------------------------------------------------------- the client's own cost
+
+
+def client_costs(run: Run, skip: int, repeat: int = 3) -> dict[str, float | None]:
+    """ms per turn, median over the recorded turns (each the best of ``repeat``): the raw
+    client's ``json.loads`` of every frame against the openai SDK's parse of the same frames
+    into its event types (``construct_type_unchecked(..., ResponsesServerEvent)``, what its
+    ``recv()`` does), and the create's encoding both ways (``json.dumps`` against the SDK's
+    ``maybe_transform`` then ``json.dumps``)."""
+    from openai._models import construct_type_unchecked
+    from openai._utils import maybe_transform
+    from openai.types.responses.responses_client_event_param import ResponsesClientEventParam
+    from openai.types.responses.responses_server_event import ResponsesServerEvent
+
+    def best(fn: Any) -> float:
+        times = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1000)
+        return min(times)
+
+    rows: dict[str, list[float]] = {
+        "raw_parse_ms": [],
+        "sdk_parse_ms": [],
+        "raw_encode_ms": [],
+        "sdk_encode_ms": [],
+    }
+    for turn in run.turns[skip:]:
+        body = json.loads(turn.create)
+        rows["raw_parse_ms"].append(best(lambda t=turn: [json.loads(f) for f in t.frames]))
+        rows["sdk_parse_ms"].append(
+            best(
+                lambda t=turn: [
+                    construct_type_unchecked(value=json.loads(f), type_=cast(Any, ResponsesServerEvent))
+                    for f in t.frames
+                ]
+            )
+        )
+        rows["raw_encode_ms"].append(best(lambda b=body: json.dumps(b)))
+        rows["sdk_encode_ms"].append(
+            best(lambda b=body: json.dumps(maybe_transform(b, ResponsesClientEventParam)))
+        )
+    return {k: median(v, 3) for k, v in rows.items()}
+
+
+# ----------------------------------------------------------------------------- the command
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--turns", type=int, default=40)
-    p.add_argument("--rounds", type=int, default=1, help="alternate server and reference this many times")
+    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds after the warm-up run")
     p.add_argument("--skip", type=int, default=2, help="leading turns left out of the medians (warm-up)")
-    p.add_argument("--modes", default="deflate,plain", help="comma-separated: deflate, plain")
+    p.add_argument("--modes", default="plain", help="comma-separated: plain, deflate")
     p.add_argument("--model", default="emu-fast")
     p.add_argument("--instruction-words", type=int, default=8000)
     p.add_argument("--tools", type=int, default=20)
     p.add_argument("--tool-output-tokens", type=int, default=350)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--idle-s", type=float, default=3.0, help="idle window measuring the background CPU rate")
     p.add_argument(
         "--url", help="a running server's base URL, http://host:port (default: start an embedded one)"
     )
@@ -247,22 +449,97 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=Path("results/floor.json"))
 
 
-SERVER_PROCESSES = (processes.SESSION_ACTOR, "InferenceDeployment")  # a WebSocket turn's processes
+def background(procs: dict[int, str], seconds: float) -> tuple[dict[str, float], dict[str, float]]:
+    """CPU ms per second while nothing is sent: by role, and by process (its title, e.g.
+    ``ray::ServeController`` or the raylet's and the GCS's executable)."""
+    if not procs or seconds <= 0:
+        return {}, {}
+    titles = processes.titles(procs)
+    before = processes.cpu_by_role(procs)
+    each = {pid: processes.cpu_precise_s(pid) for pid in procs}
+    time.sleep(seconds)
+    by_role = processes.role_delta(processes.cpu_by_role(procs), before)
+    by_process: dict[str, float] = {}
+    for pid, t0 in each.items():
+        name = titles.get(pid, str(pid))
+        by_process[name] = by_process.get(name, 0.0) + (processes.cpu_precise_s(pid) - t0) * 1000 / seconds
+    return (
+        {k: round(v / seconds, 3) for k, v in by_role.items()},
+        dict(sorted(((k, round(v, 2)) for k, v in by_process.items()), key=lambda kv: -kv[1])),
+    )
 
 
-async def measure_server(
-    url: str, modes: list[str], fixed: dict[str, Any], outputs: list[str], pids: list[int] | None = None
-) -> list[Run]:
-    """Each mode's run; with ``pids`` (the embedded server's session hosts and inference
-    replicas), also their CPU over the run."""
-    runs = []
+def print_round(label: str, mode: str, s: dict[str, Any]) -> None:
+    cpu = s.get("cpu_ms_per_turn")
+    print(
+        f"{label} {mode:>7}: server {s['server_nonmodel_ms']:.2f} ms outside the model, reference "
+        f"{s['reference_ms']:.2f} ms -> {s['ratio']}x; api_overhead {s['server_api_overhead_ms']:.2f} "
+        f"(backend {s['server_backend_ms']:.2f}); CPU/turn "
+        + (
+            f"gateway {cpu['gateway']:.2f} + host {cpu['session_host']:.2f} = API {cpu['api_tier']:.2f} "
+            f"({s['api_tier_cpu_ratio']}x ref {s['reference_cpu_ms_per_turn']:.2f}), inference "
+            f"{cpu['inference']:.2f}, Ray {cpu['ray']:.2f} (background {cpu['ray_background']:.2f})"
+            if cpu
+            else f"reference {s['reference_cpu_ms_per_turn']:.2f}"
+        ),
+        flush=True,
+    )
+
+
+def measure(url: str, modes: list[str], args: argparse.Namespace, embedded: bool) -> dict[str, Any]:
+    fixed, outputs = creates_for(args)
+    out: dict[str, Any] = {}
     for mode in modes:
-        cpu = processes.cpu_s(pids) if pids else 0.0
-        run = await drive(url, mode, fixed, outputs)
-        if pids:
-            run.cpu_ms = (processes.cpu_s(pids) - cpu) * 1000
-        runs.append(run)
-    return runs
+        recorded = asyncio.run(drive(url, mode, fixed, outputs))
+        ref = Reference(recorded)
+        try:
+            procs = processes.server_processes(exclude=(ref.pid,)) if embedded else {}
+            idle, idle_by_process = background(procs, args.idle_s)
+            rounds = []
+            for r in range(args.rounds):
+                rnd = asyncio.run(interleaved_round(r, url, ref, recorded, fixed, outputs, procs))
+                s = summarise(
+                    rnd.run,
+                    rnd.reference_ms,
+                    rnd.reference_cpu_ms,
+                    args.skip,
+                    cpu_ms=rnd.cpu_ms,
+                    background_ms_per_s=idle,
+                    wall_s=rnd.wall_s,
+                )
+                s["wall_s"] = round(rnd.wall_s, 3)
+                rounds.append(s)
+                print_round(f"round {r + 1}/{args.rounds}", mode, s)
+        finally:
+            ref.close()
+        summary = over_rounds(rounds)
+        summary["client"] = client_costs(recorded, args.skip)
+        summary["background_cpu_ms_per_s"] = idle
+        summary["background_cpu_ms_per_s_by_process"] = idle_by_process
+        out[mode] = {"rounds": rounds, "summary": summary, "server_deflate": recorded.deflate}
+        print_summary(mode, summary)
+    return out
+
+
+def print_summary(mode: str, s: dict[str, Any]) -> None:
+    print(f"{mode}, median over {s['rounds']} rounds (p25-p75, min-max of the rounds' medians):")
+    print(f"  server outside the model {fmt(s['server_nonmodel_ms'])}")
+    print(f"  reference                {fmt(s['reference_ms'])}")
+    print(f"  ratio                    {fmt(s['ratio'], 'x')}")
+    print(f"  server api_overhead      {fmt(s['server_api_overhead_ms'])}")
+    for role, sp in s["cpu_ms_per_turn"].items():
+        print(f"  CPU/turn {role:<15} {fmt(sp)}")
+    print(f"  CPU/turn reference       {fmt(s['reference_cpu_ms_per_turn'])}")
+    if s.get("api_tier_cpu_ratio"):
+        print(f"  API-tier CPU / reference {fmt(s['api_tier_cpu_ratio'], 'x')}")
+    c = s["client"]
+    print(
+        f"  client per turn: parse raw {c['raw_parse_ms']:.2f} ms, openai SDK {c['sdk_parse_ms']:.2f} ms; "
+        f"encode raw {c['raw_encode_ms']:.2f} ms, SDK {c['sdk_encode_ms']:.2f} ms"
+    )
+    print(f"  idle background, CPU ms per s, by role: {s['background_cpu_ms_per_s']}")
+    top = list(s.get("background_cpu_ms_per_s_by_process", {}).items())[:10]
+    print("  ... by process: " + ", ".join(f"{k} {v:.1f}" for k, v in top))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -271,39 +548,28 @@ def run(args: argparse.Namespace) -> int:
     if unknown:
         print(f"unknown mode(s) {sorted(unknown)}: one of {sorted(MODES)}")
         return 2
-    fixed, outputs = creates_for(args)
-    rounds: list[dict[str, Any]] = []
-    for r in range(args.rounds):
-        if args.url:
-            runs = asyncio.run(measure_server(args.url, modes, fixed, outputs))
-        else:
-            with embedded_server(local_config(args.config)) as url:
-                pids = [pid for name in SERVER_PROCESSES for pid in processes.actor_pids(name)]
-                runs = asyncio.run(measure_server(url, modes, fixed, outputs, pids))
-        result = {run.mode: summarise(run, *reference_laps(run), args.skip) for run in runs}
-        rounds.append(result)
-        for mode, s in result.items():
-            print(
-                f"round {r + 1} {mode:>7}: server {s['server_nonmodel_ms']:.2f} ms outside the model per turn, "
-                f"reference {s['reference_ms']:.2f} ms -> {s['ratio']}x; the server reports "
-                f"api_overhead {s['server_api_overhead_ms']:.2f} ms (backend {s['server_backend_ms']:.2f}) "
-                f"({s['frames_per_turn']:.0f} frames, {s['bytes_per_turn'] / 1000:.0f} KB a turn"
-                f"{'' if mode == 'plain' else '; deflate ' + ('accepted' if s['server_deflate'] else 'declined')})"
-                + (
-                    ""
-                    if s["server_cpu_ms_per_turn"] is None
-                    else f"; CPU a turn: server {s['server_cpu_ms_per_turn']:.2f} ms, "
-                    f"reference {s['reference_cpu_ms_per_turn']:.2f} ms"
-                )
-            )
+    if args.url:
+        result = measure(args.url, modes, args, embedded=False)
+    else:
+        with embedded_server(local_config(args.config)) as url:
+            result = measure(url, modes, args, embedded=True)
     results.write(
         args.out,
         {
             "command": args.command,
-            "rounds": rounds,
+            "modes": result,
             "workload": {
                 k: getattr(args, k)
-                for k in ("turns", "model", "instruction_words", "tools", "tool_output_tokens", "seed")
+                for k in (
+                    "turns",
+                    "rounds",
+                    "skip",
+                    "model",
+                    "instruction_words",
+                    "tools",
+                    "tool_output_tokens",
+                    "seed",
+                )
             },
         },
         args.run,

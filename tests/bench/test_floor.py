@@ -52,3 +52,75 @@ def test_the_summary_subtracts_the_model_and_divides_by_the_reference():
     assert s["ratio"] == 3.25 and s["client_minus_server_ms"] == 5.5
     assert s["frames_per_turn"] == 2 and s["bytes_per_turn"] == 3
     assert s["server_cpu_ms_per_turn"] == 10.0 and s["reference_cpu_ms_per_turn"] == 4.0  # over all 5 turns
+
+
+def test_the_spread_is_the_median_quartiles_and_extremes():
+    s = floor.spread([4.0, 1.0, 3.0, 2.0, 5.0, None])
+    assert s == {"median": 3.0, "p25": 2.0, "p75": 4.0, "min": 1.0, "max": 5.0, "n": 5}
+    assert floor.spread([]) is None
+
+
+def test_cpu_per_turn_adds_the_api_tier_and_ray_background():
+    cpu = {"gateway": 10.0, "session_host": 70.0, "inference": 40.0, "ray": 30.0}
+    out = floor.cpu_per_turn(cpu, 10, {"ray": 2.0}, wall_s=5.0)
+    assert out["gateway"] == 1.0 and out["session_host"] == 7.0
+    assert out["api_tier"] == 8.0 and out["all"] == 15.0
+    assert out["ray_background"] == 1.0  # 2 ms/s over 5 s, across 10 turns
+    assert floor.cpu_per_turn({}, 10, {}, 1.0) == {}
+
+
+def test_a_round_with_cpu_by_role_reports_the_api_tier_against_the_reference():
+    turns = [floor.Turn("{}", ["a"], total_ms=10.0, model_ms=6.0, api_overhead_ms=1.0) for _ in range(4)]
+    cpu = {"gateway": 4.0, "session_host": 36.0, "inference": 8.0, "ray": 12.0}
+    s = floor.summarise(floor.Run("plain", turns), [2.0] * 4, 16.0, 0, cpu_ms=cpu, wall_s=1.0)
+    assert s["cpu_ms_per_turn"]["api_tier"] == 10.0 and s["server_cpu_ms_per_turn"] == 15.0
+    assert s["reference_cpu_ms_per_turn"] == 4.0 and s["api_tier_cpu_ratio"] == 2.5
+
+
+def test_over_rounds_spreads_each_rounds_medians():
+    rounds = [
+        {
+            "server_nonmodel_ms": x,
+            "reference_ms": 2.0,
+            "ratio": x / 2,
+            "cpu_ms_per_turn": {"api_tier": x},
+            "server_phases_ms": {"render": 0.5},
+        }
+        for x in (3.0, 5.0, 4.0)
+    ]
+    s = floor.over_rounds(rounds)
+    assert s["rounds"] == 3
+    assert s["server_nonmodel_ms"]["median"] == 4.0 and s["server_nonmodel_ms"]["min"] == 3.0
+    assert s["ratio"]["median"] == 2.0 and s["cpu_ms_per_turn"]["api_tier"]["max"] == 5.0
+    assert s["server_phases_ms"]["render"]["median"] == 0.5
+    assert s["api_tier_cpu_ratio"] is None  # no round had CPU by role
+
+
+def test_a_create_chains_the_previous_calls_output():
+    fixed = {"model": "m"}
+    first = json.loads(floor.build_create(fixed, "out", None))
+    assert first["input"].startswith("The test suite") and "previous_response_id" not in first
+    prev = {"id": "resp_1", "output": [{"type": "function_call", "call_id": "call_9"}]}
+    nxt = json.loads(floor.build_create(fixed, "out", prev))
+    assert nxt["previous_response_id"] == "resp_1"
+    assert nxt["input"] == [{"type": "function_call_output", "call_id": "call_9", "output": "out"}]
+
+
+def test_the_client_costs_parse_the_same_frames_raw_and_with_the_sdk():
+    frames = [
+        json.dumps(
+            {
+                "type": "response.output_text.delta",
+                "item_id": "msg_1",
+                "output_index": 0,
+                "content_index": 0,
+                "delta": "hi",
+                "sequence_number": 1,
+                "logprobs": [],
+            }
+        )
+    ]
+    run = floor.Run("plain", [floor.Turn(json.dumps({"type": "response.create", "model": "m"}), frames, 1.0)])
+    costs = floor.client_costs(run, skip=0, repeat=1)
+    assert set(costs) == {"raw_parse_ms", "sdk_parse_ms", "raw_encode_ms", "sdk_encode_ms"}
+    assert all(v >= 0 for v in costs.values())

@@ -1,0 +1,67 @@
+"""bench capacity: the client's pre-encoded creates, the terminal-frame test, the summary."""
+
+from __future__ import annotations
+
+import json
+
+from bench import workload as wl
+from bench.kinds import capacity
+
+
+def record(loop, kind, sent, total_ms, model_ms=100.0, ok=True):
+    return {"loop": loop, "kind": kind, "sent": sent, "total_ms": total_ms, "model_ms": model_ms, "ok": ok}
+
+
+def test_a_terminal_frame_is_told_by_its_type_at_the_head():
+    assert capacity.is_terminal('{"type":"response.completed","response":{}}')
+    assert capacity.is_terminal('{"type":"error","error":{}}')
+    assert not capacity.is_terminal('{"type":"response.output_text.delta","delta":"response.completed"}')
+
+
+def test_window_cpu_takes_the_samples_inside_the_window():
+    samples = [(0.0, {"ray": 0.0}), (1.0, {"ray": 1.0}), (2.0, {"ray": 3.0}), (3.0, {"ray": 6.0})]
+    assert capacity.window_cpu(samples, 0.5, 2.5) == ({"ray": 2.0}, 1.0, 2.0)
+    assert capacity.window_cpu(samples, 2.5, 2.9) == ({}, 2.5, 2.5)
+
+
+def test_the_summary_keeps_first_turns_apart_and_counts_served_loops():
+    records = [
+        record(0, "first", 10.0, 1100.0),  # released at 10, answered at 11.1: the storm ends
+        record(1, "first", 10.0, 600.0),
+        record(0, "steady", 11.5, 110.0),
+        record(1, "steady", 12.0, 120.0),
+        record(0, "rollout_first", 13.0, 300.0),
+    ]
+    samples = [
+        (float(t), {"gateway": t * 0.01, "session_host": t * 0.1, "inference": 0.0, "ray": 0.0})
+        for t in range(10, 16)
+    ]
+    s = capacity.summarise(2, records, {}, samples, {"ray": 1.0}, release_at=10.0, end_at=15.0)
+    assert s["first_turns_ms"]["completed"] == 2 and s["first_turns_ms"]["p50"] == 750.0
+    assert s["steady_ms"]["turns"] == 2 and s["steady_ms"]["p50"] == 15.0
+    assert s["rollout_first_ms"]["turns"] == 1
+    assert s["every_loop_served"] and s["loops_served"] == 2
+    assert s["turns_per_s"] == round(3 / (15.0 - 11.1), 2)
+    assert s["cpu_window"] == {"s": 3.0, "turns": 2}  # the samples at 12 and 15; answered at 12.12, 13.3
+    assert s["cpu_ms_per_turn"]["session_host"] == 150.0 and s["cpu_ms_per_turn"]["api_tier"] == 165.0
+    assert s["cpu_ms_per_turn"]["ray_background"] == 1.5  # 1 ms/s over 3 s, across 2 turns
+
+
+def test_a_loop_with_an_error_is_not_served():
+    records = [record(0, "first", 0.0, 10.0), record(1, "first", 0.0, 10.0, ok=False)]
+    s = capacity.summarise(2, records, {1: ["boom"]}, [], {}, release_at=0.0, end_at=5.0)
+    assert not s["every_loop_served"] and s["loops_with_errors"] == 1 and "cpu_ms_per_turn" not in s
+
+
+def test_a_loop_chains_its_creates_with_the_tool_outputs():
+    w = wl.Workload(resume_tokens=0, shape=wl.CODEX, system_tokens=100, tool_def_tokens=200)
+    state = {"end_at": float("inf"), "firsts": 1}
+    loop = capacity.Loop(3, w, '{"type":"response.create","model":"emu-fast"', ["out-a", "out-b"], state)
+    first = json.loads(loop.first_create())
+    assert first["input"][-1]["role"] == "user" and "previous_response_id" not in first
+    assert first["metadata"][capacity.TIMINGS_KEY] == "1"
+    response = {"id": "resp_1", "output": [{"type": "function_call", "call_id": "c1"}]}
+    nxt = json.loads(loop.next_create(response))
+    assert nxt["previous_response_id"] == "resp_1" and nxt["input"][0]["call_id"] == "c1"
+    assert nxt["input"][0]["output"] in ("out-a", "out-b")
+    assert loop.next_create({"id": "resp_2", "output": [{"type": "message"}]}) is None
