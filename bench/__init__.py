@@ -11,7 +11,7 @@ Layout (docs/benchmark.md, "Layout"):
   ``add_arguments(parser)`` (its options) and ``run(args) -> int`` (the exit code);
   ``args.command`` is the command line as typed and ``args.run`` the :class:`bench.results.Run`
   its results file records.  A kind is imported only when it runs, after :mod:`bench.commands` made
-  sure the ``bench`` extra (rich, matplotlib, psutil, hypothesis, httpx) is installed.
+  sure the ``bench`` extra (rich, matplotlib, psutil, hypothesis, httpx, openai) is installed.
 - the library the kinds share, one concept a module: :mod:`bench.client` (the WebSocket
   client), :mod:`bench.transports` (one agent turn over ws / http-chained / http-full /
   append), :mod:`bench.workload` (the agent-loop workload and its presets),

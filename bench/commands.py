@@ -20,7 +20,7 @@ from .results import Run
 
 INSTALL_HINT = "pip install 'responses-ws[bench]'"
 # The import names of pyproject.toml's ``bench`` extra (tests/test_layout.py keeps them equal).
-EXTRA_MODULES = frozenset({"rich", "matplotlib", "psutil", "hypothesis", "httpx"})
+EXTRA_MODULES = frozenset({"rich", "matplotlib", "psutil", "hypothesis", "httpx", "openai"})
 
 
 def main(argv: list[str]) -> int:
