@@ -38,6 +38,7 @@ RAY_MODULES = {
     "serve/embedded.py",
     "serve/logs.py",
     "serve/metrics.py",
+    "serve/ray_drain.py",  # every use of Ray's unstable drain interfaces
     "actors/backend/serve_llm.py",
     "serve/serve_llm.py",
 }  # the last two: Ray Serve LLM
