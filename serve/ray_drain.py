@@ -143,7 +143,7 @@ def serve_replica_stopping() -> bool:
         if actor is None:  # not an actor
             return False
         return bool(actor._replica_impl._shutting_down)  # ray/serve/_private/replica.py
-    except Exception:  # noqa: BLE001 - a changed internal is reported, not fatal
+    except Exception:  # a changed internal is reported, not fatal
         if not _warned_no_replica:
             _warned_no_replica = True
             log.warning("cannot read Serve's stopping flag of this replica", exc_info=True)
