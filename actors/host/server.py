@@ -379,11 +379,14 @@ async def _answer_late(ws: SessionSocket, conn: Connection, encoder: EventEncode
                     late = _queue(ws, late, conn, encoder, mark)
         finally:
             _message_sent(ws)
+        # Let the loop read what the kernel holds for this socket (data_received) and the
+        # handler feed it, then look again.
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
         if conn.has_late:
             continue
         if not ws.arrivals or ws.loop.time() >= deadline:
             return
-        await asyncio.sleep(0)  # the handler reads the next message
 
 
 def _encode_or_error(event: ServerEvent, encoder: EventEncoder) -> str:
