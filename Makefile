@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test test-unit lint bench serve install redis clients clean wheel smoke-wheel \
-        real-model real-model-engine test-real-model
+        real-model real-model-engine test-real-model haproxy test-multinode multinode-clean
 
 $(BIN)/python:
 	python3 -m venv $(VENV)
@@ -37,6 +37,14 @@ $(CLIENTS): tests/clients/package-lock.json
 
 clients: $(CLIENTS)
 
+# The multi-node tier's load balancer (bench/multinode): HAProxy from Debian's packages; the
+# harness runs its own haproxy with its own config, never the package's service.
+haproxy:
+	@command -v haproxy >/dev/null 2>&1 || { \
+	  echo "installing haproxy (Debian package)"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq haproxy; }
+
 test: $(STAMP) redis $(CLIENTS)
 	$(BIN)/pytest
 
@@ -46,6 +54,8 @@ test-unit: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy  # the packages and settings: [tool.mypy] in pyproject.toml
 
 serve: $(STAMP)
 	$(BIN)/responses-ws serve
@@ -86,6 +96,15 @@ real-model-engine: real-model
 # The real-model tier (tests/real_model): starts its own engine on a free port.
 test-real-model: real-model
 	RESPONSES_WS_MODEL_DIR=$(MODEL_DIR) $(RBIN)/pytest -m real_model tests/real_model
+
+# The multi-node tier (tests/multinode): real Ray nodes in network namespaces of their own on a
+# bridge, Redis on the head, HAProxy in front (bench/multinode, docs/deploy.md).  Needs root.
+test-multinode: $(STAMP) redis haproxy
+	$(SUDO) $(BIN)/pytest -m multinode -s tests/multinode
+
+# Remove what a multi-node harness left behind (only names with its prefix).
+multinode-clean: $(STAMP)
+	$(SUDO) $(BIN)/python -m bench.multinode.cleanup
 
 bench: $(STAMP)
 	$(BIN)/responses-ws bench hotpath

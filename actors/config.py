@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from inference.whatif import WhatIfConfig
 
-from .safety import SafetyConfig
+from .core.safety import SafetyConfig
 
 # vLLM's engine arguments of a ``serve_llm`` backend unless it gives its own: the prefix
 # cache, the cached-token count in usage, the context the session's prompts fit in.
@@ -144,8 +144,7 @@ class SessionConfig(BaseModel):
         ge=0,
         le=9,
         description="zlib level of permessage-deflate when a client "
-        "negotiates it (docs/performance.md: level 1 costs a tenth of the default's CPU "
-        "on the echoed instructions and tools, for frames ~25 % larger)",
+        "negotiates it (docs/performance.md, the protocol's floor)",
     )
     connection_lifetime_s: float = Field(3600.0, gt=0, description="then websocket_connection_limit_reached")
     ping_interval_s: float | None = Field(

@@ -21,12 +21,15 @@ import logging
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TextIO, cast
 
 PACKAGES = ("actors", "serve", "inference", "store")
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 ENCODINGS = ("TEXT", "JSON")
 TEXT_FORMAT = "%(asctime)s\t%(levelname)s %(name)s:%(lineno)d -- %(message)s"
+
+
+Encoding = Literal["TEXT", "JSON"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +38,7 @@ class LogSettings:
     name them."""
 
     level: str = "WARNING"
-    encoding: Literal["TEXT", "JSON"] = "TEXT"
+    encoding: Encoding = "TEXT"
 
     def __post_init__(self) -> None:
         if self.level not in LEVELS:
@@ -58,7 +61,8 @@ class LogSettings:
         encoding = get("encoding", "TEXT")
         if isinstance(level, int):
             level = logging.getLevelName(level)
-        return cls(level=str(level).upper(), encoding=str(getattr(encoding, "value", encoding)).upper())
+        encoding = str(getattr(encoding, "value", encoding)).upper()
+        return cls(level=str(level).upper(), encoding=cast(Encoding, encoding))  # __post_init__ checks it
 
 
 class JsonFormatter(logging.Formatter):
@@ -79,7 +83,7 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry)
 
 
-class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
+class _Handler(logging.StreamHandler[TextIO]):
     """The handler :func:`configure` installs (recognised, and replaced, on a second call)."""
 
 

@@ -10,12 +10,12 @@ Layout (docs/benchmark.md, "Layout"):
   A kind module has a docstring (its ``--help`` text),
   ``add_arguments(parser)`` (its options) and ``run(args) -> int`` (the exit code);
   ``args.command`` is the command line as typed and ``args.run`` the :class:`bench.results.Run`
-  its results file records.  A kind is imported only when it runs, after :mod:`bench.cli` made
+  its results file records.  A kind is imported only when it runs, after :mod:`bench.commands` made
   sure the ``bench`` extra (rich, matplotlib, psutil, hypothesis, httpx) is installed.
 - the library the kinds share, one concept a module: :mod:`bench.client` (the WebSocket
   client), :mod:`bench.transports` (one agent turn over ws / http-chained / http-full /
   append), :mod:`bench.workload` (the agent-loop workload and its presets),
-  :mod:`bench.rollouts` (running rollouts and recording every turn), :mod:`bench.report`
+  :mod:`bench.rollouts` (running rollouts and recording every turn), :mod:`bench.agentloop_report`
   and :mod:`bench.breakdown` (summaries, tables, where a turn's time goes),
   :mod:`bench.sweeps`, :mod:`bench.results` (the one results writer), :mod:`bench.plotting`
   (the one matplotlib setup), :mod:`bench.processes` (memory and CPU of the server's Ray
@@ -25,6 +25,8 @@ Layout (docs/benchmark.md, "Layout"):
   (recorded sessions read into shapes, re-synthesised and driven step by step).
 
 A kind that needs a server of its own starts it with :func:`serve.embedded.embedded_server`.
+Investigations a page cites that are not commands of the product live outside the wheel, in
+``investigations/`` (run from a checkout).
 """
 
 from __future__ import annotations
@@ -53,7 +55,6 @@ KINDS: dict[str, Kind] = {
         Kind("fuzz", "hostile WebSocket frames and HTTP requests, every answer judged"),
         Kind("memory", "one connection's memory as its cache grows past the cap"),
         Kind("admission", "bursts, arrival ramps and held connections: admission at scale"),
-        Kind("burst", "first turns of resumed sessions all at once: how long each socket waits"),
         Kind("floor", "non-model time per turn against a minimal server sending the same frames"),
         Kind("neighbours", "a turn on an open socket while HTTP clients and resumed sockets load the host"),
         Kind(
@@ -62,10 +63,6 @@ KINDS: dict[str, Kind] = {
         ),
         Kind("ledger", "session hosts SIGKILLed under load, the usage ledger reconciled with the clients"),
         Kind("drain", "redeploys under hundreds of sockets mid-turn: nothing reset, lost or unanswered"),
-        Kind(
-            "handover",
-            "a listener leaving the port under a connection flood: a SO_REUSEPORT group against one shared socket",
-        ),
         Kind(
             "fidelity", "one conversation on a real engine and on its emulated twin: cached tokens and timing"
         ),

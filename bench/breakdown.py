@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from . import plotting
-from .report import pct
 from .rollouts import RolloutRecord, TurnRecord
+from .stats import pct
 
 PARTS = ("tool", "prefill", "decode", "api")
 COLOURS = {"tool": "#b0b0b0", "prefill": "#4c72b0", "decode": "#55a868", "api": "#c44e52"}
@@ -65,8 +65,9 @@ def turn_split(t: TurnRecord) -> Split | None:
 def rollout_split(r: RolloutRecord) -> Split | None:
     """The rollout's parts, adding up to its end-to-end time; ``None`` unless every turn
     has its timings."""
-    turns = [turn_split(t) for t in r.turns]
-    if r.error or not turns or any(s is None for s in turns):
+    split = [turn_split(t) for t in r.turns]
+    turns = [s for s in split if s is not None]
+    if r.error or not turns or len(turns) < len(split):
         return None
     tool = sum(s.tool for s in turns)
     prefill = sum(s.prefill for s in turns)
@@ -88,7 +89,7 @@ def paired(records: Sequence[RolloutRecord], transports: Sequence[str]) -> dict[
     common = sorted(
         i for i in {r.rollout for r in records} if all(by.get((t, i)) is not None for t in transports)
     )
-    return {t: [by[(t, i)] for i in common] for t in transports}
+    return {t: [s for i in common if (s := by[(t, i)]) is not None] for t in transports}
 
 
 def compare(records: Sequence[RolloutRecord], transports: Sequence[str]) -> dict[str, Any]:

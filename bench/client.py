@@ -155,7 +155,7 @@ class connect:
         on_event: Callable[[Event], None] | None = None,
     ) -> None:
         self._url = ws_url(base_url, query)
-        self._options = {
+        self._options: dict[str, Any] = {
             "max_size": None,
             "compression": compression,
             "open_timeout": open_timeout,
@@ -175,4 +175,5 @@ class connect:
         return self._socket
 
     async def __aexit__(self, *exc: object) -> None:
+        assert self._socket is not None  # entered
         await self._socket.close()

@@ -19,6 +19,8 @@ import yaml
 
 from serve.embedded import apply_ray_env
 
+from . import ray_internals
+
 # The Serve config of a cluster with session nodes (one gateway each) and accelerator nodes.
 SERVE_CLUSTER_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "serve-cluster.yaml"
 
@@ -35,15 +37,13 @@ class SimulatedCluster:
     ) -> None:
         apply_ray_env()  # inherited by every raylet and worker started below
         import ray
-        import ray._private.utils as ray_utils
         from ray.cluster_utils import Cluster
 
         mb = 1024 * 1024
         # Cluster() records its head in /tmp/ray/ray_current_cluster (and never removes it),
         # which makes every address-less ray.init() on this machine — other test sessions,
         # embedded servers — join this cluster.  We connect by explicit address instead.
-        write_address, ray_utils.write_ray_address = ray_utils.write_ray_address, lambda *a, **k: None
-        try:
+        with ray_internals.no_address_file():
             self.cluster = Cluster(
                 initialize_head=True,
                 head_node_args={
@@ -53,8 +53,6 @@ class SimulatedCluster:
                     "include_dashboard": False,
                 },
             )
-        finally:
-            ray_utils.write_ray_address = write_address
         for _ in range(session_nodes):
             self.cluster.add_node(
                 num_cpus=session_node_cpus, resources={"session": 1}, object_store_memory=object_store_mb * mb
@@ -80,16 +78,12 @@ class SimulatedCluster:
 
     def placement(self) -> dict[str, dict[str, int]]:
         """Live actors per class name → {role: count}, from the GCS (no dashboard needed)."""
-        from ray._private import state
-
         roles = self.node_roles()
         out: dict[str, Counter] = {}
-        for info in state.actors().values():
-            if info.get("State") != "ALIVE":
-                continue
+        for info in ray_internals.live_actors():
             name = info.get("ActorClassName", "?").rsplit(".", 1)[-1]
             node = (info.get("Address") or {}).get("NodeID")
-            out.setdefault(name, Counter())[roles.get(node, "other")] += 1
+            out.setdefault(name, Counter())[roles.get(node or "", "other")] += 1
         return {k: dict(v) for k, v in out.items()}
 
     def shutdown(self) -> None:
@@ -113,8 +107,6 @@ def deploy_serve_config(
     import time
 
     from ray import serve
-    from ray.serve._private import api as serve_api
-    from ray.serve.config import gRPCOptions
     from ray.serve.schema import ApplicationStatus, ServeDeploySchema
 
     raw = yaml.safe_load(Path(path).read_text())
@@ -122,12 +114,7 @@ def deploy_serve_config(
         if edit is not None:
             edit(app.setdefault("args", {}))
     config = ServeDeploySchema.model_validate(raw)
-    client = serve_api.serve_start(
-        http_options=config.http_options.model_dump(),
-        proxy_location=config.proxy_location,
-        grpc_options=gRPCOptions(**config.grpc_options.model_dump()),
-    )
-    client.deploy_apps(config, _blocking=False)
+    ray_internals.serve_start_and_deploy(config)
     deadline = time.monotonic() + timeout_s
     names = [a.name for a in config.applications]
     while True:

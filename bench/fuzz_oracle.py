@@ -294,7 +294,8 @@ class WsFuzzer:
                 f"{'append' if append_mode else 'standard'} socket: {p}"
                 for p in self._valid_turn(self._socket(append_mode), append_mode)
             ]
-        with connect(self.url, max_size=None, compression=None, open_timeout=30) as fresh:
+        fresh = connect(self.url, max_size=None, compression=None, open_timeout=30)
+        with fresh:
             problems += [f"new connection: {p}" for p in self._valid_turn(fresh, False)]
         return problems
 

@@ -118,7 +118,7 @@ class RunCheck:
 
 @dataclass
 class _Item:
-    id: str
+    id: str | None  # None: missing (a violation, reported)
     type: str
     index: int
     parts: list[str] = field(default_factory=list)  # finished text of each content part
@@ -180,6 +180,7 @@ class ConnectionCheck:
             self._violate("order", f"{kind} not allowed {self._phase.value}")
             return
         nxt = GRAMMAR[key]
+        assert isinstance(kind, str)  # a key of GRAMMAR
         getattr(self, "_on_" + kind.removeprefix("response.").replace(".", "_"))(ev)
         if nxt is not None:
             self._phase = nxt

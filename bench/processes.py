@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import psutil
 
+from . import ray_internals
+
 SESSION_ACTOR = "SessionHost"
 
 
 def actor_pids(class_suffix: str) -> list[int]:
     """Pids of the live actors whose class name ends with ``class_suffix`` (Serve replicas
     are named ``ServeReplica:<app>:<deployment>``)."""
-    from ray._private import state
-
     return [
         a["Pid"]
-        for a in state.actors().values()
-        if a.get("State") == "ALIVE" and a.get("ActorClassName", "").endswith(class_suffix) and a.get("Pid")
+        for a in ray_internals.live_actors()
+        if a.get("ActorClassName", "").endswith(class_suffix) and a.get("Pid")
     ]
 
 

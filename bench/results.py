@@ -2,7 +2,7 @@
 block saying what ran where — the command line, when, for how long, the project's version
 and the machine (cores, memory, platform, Python, Ray, the load average when it started).
 
-:mod:`bench.cli` starts the :class:`Run` before the kind runs (``args.run``); the kind
+:mod:`bench.commands` starts the :class:`Run` before the kind runs (``args.run``); the kind
 hands its payload to :func:`write`.
 """
 

@@ -96,9 +96,10 @@ def rollout_model_s(turns: Sequence[TurnRecord], whole: dict[str, float] | None)
     if whole:
         return model_seconds(whole)
     per_turn = [model_seconds(t.server) for t in turns]
-    if not per_turn or any(x is None for x in per_turn):
+    known = [x for x in per_turn if x is not None]
+    if not per_turn or len(known) < len(per_turn):
         return None
-    return sum(per_turn)
+    return sum(known)
 
 
 ModelTime = Callable[[int, int, int], float]  # (input, cached, output tokens) -> ms
@@ -259,7 +260,7 @@ async def run_bench(
         # A dedicated session actor is killed when its socket closes and the gateway's pool
         # starts a replacement (~1.3 s on this machine): let it refill before measuring.
         await asyncio.sleep(settle_s)
-    jobs = asyncio.Queue()
+    jobs: asyncio.Queue[Any] = asyncio.Queue()
     for job in interleaved_jobs(transports, rollouts):
         jobs.put_nowait(job)
     results: list[RolloutRecord] = []

@@ -10,7 +10,7 @@ from typing import Any
 from .chains import Load, SoakPlan
 from .invariants import RunCheck
 from .processes import flatness
-from .report import pct
+from .stats import pct
 
 HELD_SHARE = 0.9  # a memory sample counts as "all connections held" from this share open
 

@@ -227,6 +227,7 @@ class AppendTransport(WebSocketTransport):
             (e["response"]["id"] for e in answer.events if e["type"] == "response.created"), self._response_id
         )
         segment = [e["item"] for e in answer.events if e["type"] == "response.output_item.done"]
+        assert answer.last is not None  # request returns on the event it waits for
         if not is_final(answer.last):  # paused on a function call until our response.append
             return TurnOutcome({"output": segment}, answer.ttft_s, answer.total_s, answer.request_bytes)
         out = TurnOutcome.of(answer)

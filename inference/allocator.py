@@ -1,14 +1,11 @@
 """The C allocator's policy in this server's processes (glibc on Linux; elsewhere nothing).
 
-A turn moves buffers of a few hundred KB: a long prompt's ids over the inference channel
-(4 bytes a token, pickled on the session host and read back on the replica), the frames
-that echo a coding agent's instructions and tools.  glibc serves an allocation of 128 KB or
-more with a fresh ``mmap`` and gives the pages back when it is freed, and trims the free top
-of its heap back to the kernel past 128 KB: the next turn's buffers then fault in every page
-again, which on a virtual machine costs more than the copy itself (``bench floor``,
-docs/performance.md).  :func:`tune` raises both thresholds, so such buffers are reused from
-the heap while a process is busy (it keeps up to :data:`TRIM_BYTES` of freed memory for its
-next turns); :func:`release` gives what is free back once it is idle.
+A turn moves buffers of a few hundred KB (a long prompt's ids over the inference channel,
+the frames that echo a coding agent's instructions and tools), which glibc would serve with
+a fresh ``mmap`` and trim back each time, so every turn faulted their pages in again.
+:func:`tune` raises both thresholds, so a busy process reuses them from its heap (up to
+:data:`TRIM_BYTES` of freed memory); :func:`release` gives what is free back once it is
+idle (docs/reliability.md, "Memory per connection").
 """
 
 from __future__ import annotations

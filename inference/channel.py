@@ -1,10 +1,9 @@
 """A direct channel from a session host to one inference replica: one long-lived TCP
 connection per (host process, replica), multiplexing that host's model calls.
 
-Serve's handle costs a router decision, a gRPC call and two thread hops per call (~4–8 ms a
-turn on the project's machine, docs/performance.md); a connection's later turns go where its
-first went (its pinned replica), so after the first call a host streams them over this
-channel instead.  No Ray here: the deployment serves a :class:`ChannelServer`, and the
+A connection's later turns go where its first went (its pinned replica), so after the
+first call through Serve's handle (a router decision, a gRPC call and two thread hops) a
+host streams them over this channel instead.  No Ray here: the deployment serves a :class:`ChannelServer`, and the
 session's backend (``actors.backend.ray_serve``) learns its endpoint through Serve and keeps
 a :class:`ChannelClient` per replica.
 
@@ -19,8 +18,8 @@ and its token come through Ray, which pickles between the same processes anyway)
   not start the call: the caller makes it elsewhere.
 
 A connection's tool definitions are the same object from turn to turn while unchanged
-(``actors.prepare.Preparer``), and pickling them is most of a request's cost (~20 tools
-weigh more than 20k prompt ids): the client sends a tools tuple once
+(``actors.core.prepare.Preparer``), and pickling them is most of a request's cost: the
+client sends a tools tuple once
 (``"tools"``), and a ``go`` naming its ``tools_key`` carries the request without them; the
 server holds the last ``TOOL_SETS`` the client named, which ``"forget"`` keeps in step.
 """
@@ -30,13 +29,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import hmac
 import logging
 import pickle
 import secrets
 import struct
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,7 +49,7 @@ _LEN = struct.Struct(">I")
 MAX_FRAME = 256 * 1024 * 1024
 TOOL_SETS = 256  # tools tuples a channel keeps sent (one per connection that has tools)
 
-Generate = Callable[[InferenceRequest], AsyncIterator[list[InferenceEvent]]]
+Generate = Callable[[InferenceRequest], AsyncGenerator[list[InferenceEvent], None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,11 +140,12 @@ class ChannelServer:
                     task = asyncio.get_running_loop().create_task(self._call(rid, request, writer))
                     calls[rid] = task
                     self._calls.add(task)
-                    task.add_done_callback(lambda t, rid=rid: (self._calls.discard(t), calls.pop(rid, None)))
+                    task.add_done_callback(self._calls.discard)
+                    task.add_done_callback(functools.partial(_forget, calls, rid))
                 elif msg[0] == "stop":
-                    task = calls.pop(msg[1], None)
-                    if task is not None:
-                        task.cancel()
+                    stopped = calls.pop(msg[1], None)
+                    if stopped is not None:
+                        stopped.cancel()
                 elif msg[0] == "tools":
                     tool_sets[msg[1]] = msg[2]
                 elif msg[0] == "forget":
@@ -312,3 +313,7 @@ class ChannelCall:
         if not self._done:
             self._done = True
             self._channel._ended(self._rid, stop=stop)
+
+
+def _forget(calls: dict[int, asyncio.Task[None]], rid: int, _: asyncio.Task[None]) -> None:
+    calls.pop(rid, None)

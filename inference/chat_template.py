@@ -54,7 +54,7 @@ class TemplateNotSegmentwise(ValueError):
 
 class InvalidToolCall(Exception):
     """The model's output opened a function call that is not a valid one.  Mapped to
-    ``response.failed`` (``server_error``) with this message (actors.session)."""
+    ``response.failed`` (``server_error``) with this message (actors.core.session)."""
 
     code = "server_error"
 

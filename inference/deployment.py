@@ -1,32 +1,11 @@
-"""The Ray Serve deployment wrapping ``Engine`` — the only module of ``inference`` that
-imports Ray.
+"""The Ray Serve deployment wrapping ``Engine`` (one per replica, with its own batches and
+prefix cache and Ray metrics) — the only module of ``inference`` that imports Ray.
 
-Each replica holds one engine (its own batches and prefix cache), using the real monotonic
-clock, and reports its measurements as Ray metrics (``RayMetrics``).  Callers stream a
-response with::
-
-    handle.options(stream=True, method_name="generate", session_id=session_key).remote(request)
-
-and receive ``list[InferenceEvent]`` items (a few ms of tokens each).
-
-Routing uses Serve's own machinery: the handle's ``session_id`` option (Serve's
-per-request session key, ``RequestMetadata.session_id``) carries a connection's session
-key, and the deployment's request router is ``SessionAffinityRouter``, a custom
-``RequestRouter`` that applies ``inference.routing``: a request with a session id goes to
-the replica that key is pinned to (a new key is pinned where its first request's prefix
-route goes); a request without one (stateless HTTP) goes where its prefix route goes —
-the API key's scope, ``prompt_cache_key`` and first 256 prompt tokens, spilling to the
-next-ranked replica past a per-minute rate.  (Alternatives in Ray 2.60 and why not:
-model multiplexing only learns where a "model" lives after the replica reports it to the
-controller, falls back to other replicas while it is busy or unknown, and bounds the
-models per replica; the experimental ``ConsistentHashRouter`` moves ~1/n of the sessions
-whenever a replica is added; ``ray.serve.llm``'s ``PrefixCacheAffinityRouter`` matches
-prompt text against a tree of what each replica served, with no notion of API-key scope.
-docs/emulator.md.)
-
-The app builder in ``serve/`` binds this deployment (this module never calls ``.bind()``)
-with ``deployment_options(config)``: replicas or autoscaling, placement on a custom
-accelerator resource, ``num_cpus=0``.
+Callers stream ``list[InferenceEvent]`` items with
+``handle.options(stream=True, method_name="generate", session_id=session_key).remote(request)``;
+``SessionAffinityRouter`` routes them by ``inference.routing`` (a session's pinned replica,
+else the prefix route; docs/emulator.md, "Routing").  The app builder binds the deployment
+with ``deployment_options(config)``.
 """
 
 from __future__ import annotations
@@ -34,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import AsyncIterator
+import weakref
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import ray
@@ -82,6 +62,7 @@ class SessionAffinityRouter(RequestRouter):
         self._prefix = PrefixRouting(
             config.prefix_requests_per_min, time.monotonic, capacity=config.max_routed_prefixes
         )
+        self._decided = _Decisions()
 
     async def choose_replicas(
         self,
@@ -94,7 +75,9 @@ class SessionAffinityRouter(RequestRouter):
             self._setup(RoutingConfig())
         by_id = {r.replica_id.unique_id: r for r in candidate_replicas}
         live = sorted(by_id)
-        session = pending_request.metadata.session_id if pending_request is not None else ""
+        if pending_request is None:
+            return [random.sample(candidate_replicas, min(2, len(candidate_replicas)))]
+        session = pending_request.metadata.session_id
         request = _inference_request(pending_request)
         if session:  # pinned for life; a new key is pinned where its first request's route goes
             first = (lambda: self._route(pending_request, request, live)[0]) if request is not None else None
@@ -105,9 +88,9 @@ class SessionAffinityRouter(RequestRouter):
         return [random.sample(candidate_replicas, min(2, len(candidate_replicas)))]
 
     def _route(self, pending: PendingRequest, request: InferenceRequest, live: list[str]) -> list[str]:
-        """The request's prefix route among ``live`` replicas, decided once per request (the
-        decision is kept on the pending request, which Serve reuses for its retries)."""
-        order = [r for r in getattr(pending, _DECIDED, ()) if r in live]
+        """The request's prefix route among ``live`` replicas, decided once per request (Serve
+        reuses the pending request for its retries)."""
+        order = [r for r in self._decided.get(pending) if r in live]
         if not order:
             key = prefix_key(
                 request.prompt_token_ids,
@@ -116,15 +99,30 @@ class SessionAffinityRouter(RequestRouter):
                 self._config.prefix_tokens,
             )
             order = self._prefix.choose(key, live)
-            setattr(pending, _DECIDED, order)
+            self._decided.put(pending, order)
         return order
 
 
-_DECIDED = "_responses_ws_route"  # attribute of a PendingRequest: its prefix route, once decided
+class _Decisions:
+    """Each pending request's prefix route, by the request's identity, dropped when Serve drops
+    the request.  (A ``PendingRequest`` is an unhashable dataclass, and Serve's classes are not
+    for storing our state on.)"""
+
+    def __init__(self) -> None:
+        self._routes: dict[int, list[str]] = {}
+
+    def get(self, pending: PendingRequest) -> list[str]:
+        return self._routes.get(id(pending), [])
+
+    def put(self, pending: PendingRequest, order: list[str]) -> None:
+        key = id(pending)  # unique while the request lives; the finalizer drops it before reuse
+        if key not in self._routes:
+            weakref.finalize(pending, self._routes.pop, key, None)
+        self._routes[key] = order
 
 
-def _inference_request(pending: PendingRequest | None) -> InferenceRequest | None:
-    if pending is None or not pending.args or not isinstance(pending.args[0], InferenceRequest):
+def _inference_request(pending: PendingRequest) -> InferenceRequest | None:
+    if not pending.args or not isinstance(pending.args[0], InferenceRequest):
         return None
     return pending.args[0]
 
@@ -132,7 +130,8 @@ def _inference_request(pending: PendingRequest | None) -> InferenceRequest | Non
 @serve.deployment(
     ray_actor_options={"num_cpus": 0},
     max_ongoing_requests=2048,
-    request_router_config=RequestRouterConfig(request_router_class=SessionAffinityRouter),
+    # Ray annotates RequestRouterConfig's **kwargs as dicts (ray/serve/config.py); it takes a class.
+    request_router_config=RequestRouterConfig(request_router_class=SessionAffinityRouter),  # type: ignore[arg-type]
 )
 class InferenceDeployment:
     """Emulated inference replica: ``generate`` (streaming), ``models`` and ``stats``."""
@@ -153,7 +152,7 @@ class InferenceDeployment:
         # Load the tokenizer and the policy's corpus now (~0.2 s), not on the first request.
         policy.text_answer(1, random.Random(0))
 
-    async def generate(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
+    async def generate(self, request: InferenceRequest) -> AsyncGenerator[list[InferenceEvent], None]:
         """Stream one response; see ``Engine.generate``.  Errors (``ModelNotFound``,
         ``UnknownToolChoice``, ``InvalidMetadata``, ``EngineOverloaded``) are raised, never
         yielded.  If the caller goes away, the generator is closed and the batch slot freed."""
@@ -308,7 +307,8 @@ def deployment_options(config: InferenceConfig) -> dict[str, Any]:
         options["num_replicas"] = config.replicas
     if scaling.session_affinity:
         options["request_router_config"] = RequestRouterConfig(
-            request_router_class=SessionAffinityRouter, request_router_kwargs=config.routing.model_dump()
+            request_router_class=SessionAffinityRouter,  # type: ignore[arg-type]  # Ray's **kwargs: dict
+            request_router_kwargs=config.routing.model_dump(),
         )
     else:
         options["request_router_config"] = RequestRouterConfig()

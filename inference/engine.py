@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 from array import array
-from collections.abc import AsyncIterator, Hashable, Sequence
+from collections.abc import AsyncGenerator, Hashable, Sequence
 from typing import Any, Protocol
 
 from inference import chat_format
@@ -123,7 +123,7 @@ class Engine:
     def batch(self, model: str) -> Batch:
         return self._batches[model]
 
-    async def generate(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
+    async def generate(self, request: InferenceRequest) -> AsyncGenerator[list[InferenceEvent], None]:
         """Stream one response as chunks of events (see ``inference.types`` for the order).
 
         Raises ``ModelNotFound`` (unknown ``request.model``), ``UnknownToolChoice``,

@@ -1,4 +1,4 @@
-"""What a chat format is, for the session that renders with one (``actors.render``).
+"""What a chat format is, for the session that renders with one (``actors.core.render``).
 
 Two implementations: the emulated models' cl100k format, the module
 :mod:`inference.chat_format` itself, and a real model's own tokenizer and chat template,
@@ -30,4 +30,4 @@ class ChatFormat(Protocol):
     def render_other(self, kind: str, text: str) -> list[int]: ...
 
 
-CL100K: ChatFormat = chat_format  # type: ignore[assignment]  # a module with the functions
+CL100K: ChatFormat = chat_format  # a module with the functions

@@ -19,7 +19,7 @@ import threading
 import time
 from bisect import bisect_right
 from collections.abc import AsyncIterator, Sequence
-from typing import Protocol
+from typing import Protocol, overload
 
 from inference.profiles import ModelProfile
 
@@ -46,22 +46,17 @@ class MonotonicClock:
 
 
 SPIN_S = 0.0003
-"""A precise sleep's waker fires this long before the deadline and the loop spins the rest:
-waking the loop from the waker thread takes about that long (two thread wake-ups on a busy
-machine, ~0.3-0.5 ms here), so a response's last token waited for the wake-up after it was
-due.  It costs up to this much CPU per precise sleep, two a response."""
+"""A precise sleep's waker fires this long before the deadline and the loop spins the rest
+(about what waking the loop from the waker thread takes); up to this much CPU per precise
+sleep, two a response."""
 
 
 class AsyncioSleeper:
-    """The real sleeper.  The event loop's timers fire up to ~1 ms late (its selector waits
-    in whole milliseconds, rounded up),
-    so a response would end about a millisecond after its emulated time, which a client
-    sees as API overhead.  A ``precise`` sleep (a response's first and last tokens) is also
-    handed to one thread per process (the :class:`_Waker`), which waits for the earliest
-    deadline (less :data:`SPIN_S`, which the loop then spins) with a microsecond timeout and
-    wakes the loop of each sleep then due; sleeps due together wake together.  It costs CPU at every sleep (thread wake-ups,
-    the GIL), so the items between the first and the last keep the loop's timer alone.
-    ``clock`` must be the monotonic clock the deadlines are on (``MonotonicClock``)."""
+    """The real sleeper.  The event loop's timers fire up to a millisecond late (its selector
+    waits in whole milliseconds, rounded up), so a ``precise`` sleep (a response's first and
+    last tokens) is also handed to one thread per process (:class:`_Waker`), which waits for
+    the earliest deadline less :data:`SPIN_S` with a microsecond timeout and wakes the loops
+    of the sleeps then due.  ``clock`` must be the monotonic clock the deadlines are on."""
 
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
@@ -199,7 +194,13 @@ class ClosedFormWork(Sequence[float]):
     def __len__(self) -> int:
         return self._n
 
-    def __getitem__(self, i):  # type: ignore[no-untyped-def] -- an int or a slice, as Sequence's
+    @overload
+    def __getitem__(self, i: int) -> float: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[float]: ...
+
+    def __getitem__(self, i: int | slice) -> float | list[float]:
         if isinstance(i, slice):
             return [self[k] for k in range(*i.indices(self._n))]
         if i < 0:
@@ -278,7 +279,7 @@ class ItemWindow:
         """``running`` streams share the item budget from now on."""
         cap = self._max_items_per_s
         self.aligned = cap is not None and running > cap * self._base_s
-        self.chunk_s = running / cap if self.aligned else self._base_s  # type: ignore[operator]
+        self.chunk_s = running / cap if cap is not None and self.aligned else self._base_s
 
 
 class Chunker:
@@ -294,9 +295,7 @@ class Chunker:
     """
 
     def __init__(self, deadlines: Sequence[float] | Schedule, start: float, window: ItemWindow) -> None:
-        self._schedule: Schedule = (
-            deadlines if hasattr(deadlines, "deadline") else FixedDeadlines(deadlines)  # type: ignore[arg-type]
-        )
+        self._schedule: Schedule = FixedDeadlines(deadlines) if isinstance(deadlines, Sequence) else deadlines
         self._window = window
         self._sent = 0
         self._last_emit = start

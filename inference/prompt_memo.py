@@ -4,9 +4,8 @@ is new.
 A connection's prompt is its previous prompt, the previous output and the new input: a
 prefix the replica has already hashed twice — into the prefix cache's chained block keys
 (``inference.prefix_cache``) and into the digest that seeds the scripted output
-(``inference.policy.prompt_digest``).  Doing it again costs time linear in the whole
-conversation on every turn (~1.5 ms of the replica's CPU at 30k tokens, ~8 ms at 200k).
-:class:`PromptMemo` keeps, per session, the length of the last conversation it cached, a
+(``inference.policy.prompt_digest``); doing it again would cost time linear in the whole
+conversation on every turn.  :class:`PromptMemo` keeps, per session, the length of the last conversation it cached, a
 checksum of its bytes, its block keys and the digest's state after its prompt; a new prompt
 that starts with exactly those bytes (checked by the checksum, CRC-32 and Adler-32 over the
 prefix, at memory speed) reuses them and hashes only the rest.  The results are the very

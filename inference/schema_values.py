@@ -390,12 +390,12 @@ def _bounds(schema: dict[str, Any]) -> tuple[float | None, bool, float | None, b
     ex_lo, ex_hi = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
     if ex_lo is True and lo is not None:
         lo_strict = True
-    elif num(ex_lo) is not None and (lo is None or ex_lo >= lo):
-        lo, lo_strict = ex_lo, True
+    elif (n := num(ex_lo)) is not None and (lo is None or n >= lo):
+        lo, lo_strict = n, True
     if ex_hi is True and hi is not None:
         hi_strict = True
-    elif num(ex_hi) is not None and (hi is None or ex_hi <= hi):
-        hi, hi_strict = ex_hi, True
+    elif (n := num(ex_hi)) is not None and (hi is None or n <= hi):
+        hi, hi_strict = n, True
     return lo, lo_strict, hi, hi_strict
 
 

@@ -14,6 +14,7 @@ Event order in one stream::
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -49,7 +50,7 @@ class InferenceRequest:
 
     request_id: str
     model: str
-    prompt_token_ids: tuple[int, ...] | list[int]
+    prompt_token_ids: Sequence[int]
     tools: tuple[ToolSpec, ...] = ()
     tool_choice: str = "auto"  # "auto" | "none" | "required" | a tool name
     parallel_tool_calls: bool = True

@@ -9,7 +9,7 @@ calls to two emulated services (Serve deployments in :mod:`inference.whatif_depl
 * an **intermediate-service hop**: a fixed latency per request plus a cost per kilobyte of
   what it forwards.
 
-Which tokens a call is charged for is the session's rule (``actors.whatif``): the same rule
+Which tokens a call is charged for is the session's rule (``actors.backend.whatif_hook``): the same rule
 as the keyword classifier's work, so the services cost the same per processed token on every
 transport — a WebSocket turn reads the new tokens plus a carried window, an HTTP request the
 whole history it re-processes.

@@ -18,6 +18,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from actors.errors import ModelNotFound
 from actors.protocol import http_error_body
 
+from .cors import OriginGuard
+from .origins import OriginPolicy
+
 log = logging.getLogger(__name__)
 
 
@@ -50,9 +53,18 @@ class ServerErrors:
             await JSONResponse(body, status_code=status)(scope, receive, send)
 
 
-def build_app(list_models: Callable[[], Awaitable[list[dict]]]) -> FastAPI:
+def build_app(
+    list_models: Callable[[], Awaitable[list[dict]]],
+    *,
+    origins: OriginPolicy | None = None,
+    on_refused: Callable[[int], None] | None = None,
+) -> FastAPI:
+    """The app; with ``origins``, every request's ``Origin`` is checked and allowed pages get
+    CORS headers (serve/cors.py), refusals reported to ``on_refused``."""
     app = FastAPI(title="responses-ws", docs_url=None, redoc_url=None, openapi_url=None)
     app.add_middleware(ServerErrors)
+    if origins is not None:  # outermost: refusals and server errors alike get its headers
+        app.add_middleware(OriginGuard, policy=origins, on_refused=on_refused)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:

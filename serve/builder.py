@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ray.serve import Application
+from ray.serve import Application, Deployment
 
 from inference.deployment import InferenceDeployment, deployment_options
 from inference.whatif_deployment import WhatIfHop, WhatIfSafetyModel, whatif_options
@@ -19,25 +19,42 @@ from .gateway import Gateway
 
 
 def build_application(config: AppConfig) -> Application:
-    inference = InferenceDeployment.options(**deployment_options(config.inference)).bind(
-        config.inference.model_dump()
+    inference = (
+        deployment(InferenceDeployment)
+        .options(**deployment_options(config.inference))
+        .bind(config.inference.model_dump())
     )
     # The opt-in what-if services (docs/whatif.md), bound only when on: session hosts call
     # them by name; the gateway takes them so that they are part of the application.
     whatif = config.session.whatif
     services = {}
     if whatif.hop.enabled:
-        services["hop"] = WhatIfHop.options(**whatif_options(whatif.hop)).bind(whatif.hop.model_dump())
+        services["hop"] = (
+            deployment(WhatIfHop).options(**whatif_options(whatif.hop)).bind(whatif.hop.model_dump())
+        )
     if whatif.safety_model.enabled:
-        services["safety_model"] = WhatIfSafetyModel.options(**whatif_options(whatif.safety_model)).bind(
-            whatif.safety_model.model_dump()
+        services["safety_model"] = (
+            deployment(WhatIfSafetyModel)
+            .options(**whatif_options(whatif.safety_model))
+            .bind(whatif.safety_model.model_dump())
         )
     # The Ray Serve LLM engines of `serve_llm` backends (docs/backends.md), reached by name too.
     for i, backend in enumerate(b for b in config.session.backends if b.kind == "serve_llm"):
         from .serve_llm import llm_deployment  # ray.serve.llm and vLLM: only for such a model
 
         services[f"llm_{i}"] = llm_deployment(backend)
-    return Gateway.options(**gateway_options(config.server)).bind(config.model_dump(), inference, **services)
+    return (
+        deployment(Gateway)
+        .options(**gateway_options(config.server))
+        .bind(config.model_dump(), inference, **services)
+    )
+
+
+def deployment(decorated: object) -> Deployment:
+    """A class decorated with ``@serve.deployment``, as the ``Deployment`` it is (mypy does not
+    apply class decorators)."""
+    assert isinstance(decorated, Deployment), decorated
+    return decorated
 
 
 def gateway_options(server: ServerConfig) -> dict[str, Any]:

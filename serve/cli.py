@@ -22,7 +22,7 @@ from .config import ServerConfig, load_app_config
 if TYPE_CHECKING:
     from .embedded import Dashboard
 
-CLIENT_COMMANDS = ("demo", "bench", "replay")  # parsed and run by bench.cli
+CLIENT_COMMANDS = ("demo", "bench", "replay")  # parsed and run by bench.commands
 DISTRIBUTION = "responses-ws"
 
 
@@ -146,7 +146,7 @@ def _real_model(args: argparse.Namespace) -> int:
 
 
 def _client_command(argv: list[str]) -> int:
-    from bench.cli import main as bench_main  # lazily: the server does not depend on bench
+    from bench.commands import main as bench_main  # lazily: the server does not depend on bench
 
     return bench_main(argv)
 
@@ -237,7 +237,7 @@ def parser() -> argparse.ArgumentParser:
         help="where (default: $RESPONSES_WS_MODEL_DIR or ~/.cache/responses-ws/smollm2-135m)",
     )
     r.set_defaults(func=_real_model)
-    # Listed for the overview only: main() hands these command lines to bench.cli unparsed.
+    # Listed for the overview only: main() hands these command lines to bench.commands unparsed.
     sub.add_parser(
         "demo",
         help="embedded server + a short agent-loop benchmark, WebSocket vs HTTP (responses-ws demo --help)",

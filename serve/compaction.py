@@ -5,15 +5,15 @@ The emulated compaction keeps every user message verbatim and replaces everythin
 (assistant text, tool calls and their outputs, reasoning) by one ``compaction`` item whose
 ``encrypted_content`` carries an extractive summary — one short line per replaced item —
 compressed and base64-encoded.  Sending the output back as ``input`` starts a new chain;
-the renderer decodes the summary, so the model sees it (``actors.render.compaction_text``).
+the renderer decodes the summary, so the model sees it (``actors.core.render.compaction_text``).
 """
 
 from __future__ import annotations
 
 import base64
 import zlib
-from typing import Any
 
+from actors.core.render import content_text, qualified_name
 from actors.ids import new_id
 from actors.protocol import (
     CompactionItem,
@@ -23,7 +23,7 @@ from actors.protocol import (
     MessageItem,
     item_dict,
 )
-from actors.render import content_text, qualified_name
+from actors.protocol.wire_types import JSONObject
 
 EXCERPT = 160  # characters kept of each replaced item
 
@@ -40,9 +40,9 @@ def _line(item: InputItem) -> str:
     return f"{item.type} item"
 
 
-def compact(items: list[InputItem]) -> tuple[list[dict[str, Any]], str]:
+def compact(items: list[InputItem]) -> tuple[list[JSONObject], str]:
     """The compacted window (output items) and the summary text it carries."""
-    kept: list[dict[str, Any]] = []
+    kept: list[JSONObject] = []
     summary: list[str] = []
     for item in items:
         if isinstance(item, MessageItem) and item.role == "user":

@@ -33,7 +33,7 @@ from typing import Any
 from actors.logs import LogSettings
 
 from .config import AppConfig, load_app_config
-from .logs import ray_logging_config, serve_logging_config
+from .log_settings import ray_logging_config, serve_logging_config
 
 log = logging.getLogger(__name__)
 
@@ -172,17 +172,6 @@ def metrics_urls() -> list[str]:
     ]
 
 
-def serve_running() -> bool:
-    """Does a Serve instance (its controller) already run on the connected cluster?"""
-    import ray
-    from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
-
-    return any(
-        a["name"] == SERVE_CONTROLLER_NAME and a["namespace"] == SERVE_NAMESPACE
-        for a in ray.util.list_named_actors(all_namespaces=True)
-    )
-
-
 class DeployFailed(RuntimeError):
     """The app did not start: the error of the deployment that failed (e.g. the gateway's
     :class:`serve.port_claim.PortTaken`), as Serve's status reports it."""
@@ -226,8 +215,8 @@ def deploy(config: AppConfig, *, name: str = APP_NAME, logs: LogSettings | None 
     if logs is not None:
         serve_logging = serve_logging_config(logs)
         logging.getLogger("ray.serve").setLevel(logs.level)  # Serve's messages in this process
-    if not serve_running():
-        serve.start(proxy_location="Disabled", logging_config=serve_logging)
+    # Starts Serve, or connects to the one already running (which keeps its own settings).
+    serve.start(proxy_location="Disabled", logging_config=serve_logging)
     if config.session.inference_app != name:
         config = config.model_copy(
             update={"session": config.session.model_copy(update={"inference_app": name})}

@@ -225,7 +225,8 @@ class Front:
                 return
             if not serves_locally(head) and await self._handoff_http(sock):
                 return
-            protocol = self._http.http_protocol_class(  # type: ignore[operator]
+            # uvicorn types this as asyncio.Protocol; after Config.load() it is its HTTP protocol class
+            protocol = self._http.http_protocol_class(  # type: ignore[call-arg]
                 config=self._http, server_state=self._state, app_state={}
             )
             await asyncio.get_running_loop().connect_accepted_socket(lambda: protocol, sock)

@@ -30,8 +30,8 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from actors.backend.model_router import ModelRouter, model_entries
 from actors.backend.ray_serve import ServeInference
-from actors.backend.routing import ModelRouter, model_entries
 from actors.errors import (
     APIError,
     InvalidResumeToken,
@@ -59,10 +59,10 @@ from .front import (
     request_headers,
     wants_append_mode,
 )
+from .gateway_metrics import GatewayMetrics
 from .health import Probes, Readiness, add_readiness_route
 from .http_api import add_http_routes, host_app
-from .logs import replica_log_settings
-from .metrics import GatewayMetrics
+from .log_settings import replica_log_settings
 from .origins import OriginPolicy
 from .pool import ActorPool, NoCapacity, policy_from
 from .port_claim import PortClaim
@@ -84,7 +84,9 @@ class HostHandle:
 
 @serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=16)
 class Gateway:
-    async def __init__(self, config: dict, inference: DeploymentHandle, **services: DeploymentHandle) -> None:
+    async def __init__(  # type: ignore[misc]  # Serve awaits an async constructor; mypy allows none
+        self, config: dict, inference: DeploymentHandle, **services: DeploymentHandle
+    ) -> None:
         # ``services``: the what-if deployments when on and the Ray Serve LLM engines of
         # `serve_llm` models (serve/builder.py); session hosts reach them by name, so they
         # are only held here.
@@ -105,7 +107,11 @@ class Gateway:
         )
         self._here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         self._http_app = functools.partial(
-            host_app, session_config=cfg.session, keys=self._keys, models=self._models
+            host_app,
+            session_config=cfg.session,
+            keys=self._keys,
+            models=self._models,
+            allowed_origins=list(cfg.server.allowed_origins),
         )
         # Why this replica drains (a node drain, Serve's stop), once it does: /readyz says so.
         self._draining: str | None = None
@@ -148,7 +154,11 @@ class Gateway:
         """The routes served here: readiness, the model list, and HTTP mode for when no host
         is live."""
         cfg = self._cfg
-        app = build_app(self._list_models)
+        app = build_app(
+            self._list_models,
+            origins=OriginPolicy(cfg.server.allowed_origins),
+            on_refused=self._metrics.refused,
+        )
         add_readiness_route(app, self._readiness)
         add_http_routes(
             app,
@@ -184,9 +194,9 @@ class Gateway:
 
     # ------------------------------------------------------------------ hosts
     async def _start_host(self, name: str) -> HostHandle:
-        actor = SessionHost.options(name=name, num_cpus=0, scheduling_strategy=self._here).remote(
-            self._cfg.session, self._cfg.store, name, self._http_app, self._logs
-        )
+        actor = SessionHost.options(  # type: ignore[attr-defined]  # @ray.remote: mypy skips class decorators
+            name=name, num_cpus=0, scheduling_strategy=self._here
+        ).remote(self._cfg.session, self._cfg.store, name, self._http_app, self._logs)
         try:
             path = await actor.ready.remote()
             handle = HostHandle(name, actor, Link.connect(path))

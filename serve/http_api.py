@@ -19,8 +19,11 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
 from actors.backend import InferenceClient
-from actors.backend.routing import model_formats
+from actors.backend.model_router import model_formats
 from actors.config import SessionConfig
+from actors.core.render import render_items
+from actors.core.session import Session
+from actors.core.timings import PhaseTimer
 from actors.errors import APIError, InvalidRequest, ModelNotFound, NotFound, PreviousResponseNotFound
 from actors.host.connection import Connection
 from actors.ids import new_id
@@ -43,15 +46,13 @@ from actors.protocol import (
     parse_items,
     sse_frame,
 )
-from actors.render import render_items
-from actors.session import Session
-from actors.timings import PhaseTimer
 from inference import chat_format
 from store.writer import StoreWriter
 
 from .app import build_app
 from .auth import KeyRing
 from .compaction import compact
+from .origins import OriginPolicy
 
 
 def error_response(exc: BaseException) -> JSONResponse:
@@ -68,14 +69,17 @@ def host_app(
     session_config: SessionConfig,
     keys: KeyRing,
     models: list[dict],
+    allowed_origins: list[str],
+    on_refused: Callable[[int], None] | None = None,
 ) -> FastAPI:
     """The whole HTTP app as a session host serves it (the gateway hands HTTP connections to
-    hosts, actors.host.http): the host brings its store writer, inference client and metrics."""
+    hosts, actors.host.http): the host brings its store writer, inference client and metrics
+    (``on_refused``: its count of requests refused for their ``Origin``)."""
 
     async def list_models() -> list[dict]:
         return models
 
-    app = build_app(list_models)
+    app = build_app(list_models, origins=OriginPolicy(allowed_origins), on_refused=on_refused)
     add_http_routes(
         app,
         session_config=session_config,

@@ -1,7 +1,7 @@
 """Assigning connections to session hosts: packed by default, never one start per connection.
 
-A session host is a Ray actor (a process: ~50–120 MiB and about a second of CPU to start and
-warm on a 2-core node, docs/scaling.md), so hosts are packed: each takes up to
+A session host is a Ray actor (a process, costly to start and warm: docs/scaling.md), so
+hosts are packed: each takes up to
 ``connections_per_actor`` connections (the *soft* target) and, while no host below its
 target is live, up to ``max_connections_per_actor`` (the *hard* cap).  Admission therefore
 never waits on a start while a live host is below its hard cap.

@@ -2,7 +2,7 @@
 
 One ``ray.serve.llm`` deployment (vLLM engine) per backend, named ``LLMServer:<id>`` in
 this application; session hosts call it through its handle
-(:mod:`actors.backend.serve_llm`).  ``ray.serve.llm`` (and vLLM, pyarrow) are imported only
+(:mod:`actors.backend.serve_llm_client`).  ``ray.serve.llm`` (and vLLM, pyarrow) are imported only
 here and only when a config has such a backend: the `real-model` extra, not the default
 install.
 """

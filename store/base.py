@@ -56,6 +56,11 @@ class Store(Protocol):
     async def delete(self, response_id: str, owner: str) -> bool:
         """``True`` if a record of ``owner`` was deleted."""
 
+    async def find_items(self, item_ids: Sequence[str], owner: str) -> dict[str, dict[str, Any]]:
+        """The items of ``owner``'s stored responses with these ids (an input item or an
+        output item of the response that first held it: :func:`new_item_ids`), as the
+        conversation holds them; an id that is unknown, deleted or someone else's is left out."""
+
     async def add_usage(self, entries: Sequence[UsageEntry]) -> None:
         """Add the ledger lines atomically; a line whose response already has one is skipped."""
 
@@ -82,6 +87,22 @@ class StoreConfig(BaseModel):
         """Where a node's processes keep their ledger journals (store/journal.py): local disk,
         whichever the backend."""
         return Path(self.data_dir) / "ledger-journal"
+
+
+def new_item_ids(record: StoredResponse) -> list[str]:
+    """The ids of the items ``record``'s response added to its conversation, its input and
+    its output: what an ``item_reference`` may name (docs/protocol.md §2.2)."""
+    ids = [item["id"] for item in record.input_items if isinstance(item.get("id"), str)]
+    ids += [item["id"] for item in record.response.get("output") or () if isinstance(item.get("id"), str)]
+    return ids
+
+
+def item_in(record: StoredResponse, item_id: str) -> dict[str, Any] | None:
+    """The item ``item_id`` as ``record``'s conversation holds it (the last with that id)."""
+    for item in reversed(record.context):
+        if item.get("id") == item_id and item.get("type") != "item_reference":
+            return item
+    return None
 
 
 def encode_body(record: StoredResponse) -> str:

@@ -15,10 +15,12 @@ import dataclasses
 import json
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import redis.asyncio as aioredis
+from redis.typing import EncodableT
 
-from .base import StoredResponse, UsageEntry, decode_record, encode_body
+from .base import StoredResponse, UsageEntry, decode_record, encode_body, item_in, new_item_ids
 
 # KEYS[1] = record key, ARGV[1] = owner; returns the number of keys deleted (0 or 1).
 DELETE_IF_OWNER = """
@@ -82,20 +84,54 @@ class RedisStore:
     async def put(self, record: StoredResponse, usage: UsageEntry | None = None) -> None:
         """Insert or replace the record (one HSET: readers never see half of it) and, in the
         same script, add ``usage``'s line unless its response already has one."""
-        fields = {"owner": record.owner, "created_at": repr(record.created_at), "body": encode_body(record)}
+        fields: dict[EncodableT, EncodableT] = {
+            "owner": record.owner,
+            "created_at": repr(record.created_at),
+            "body": encode_body(record),
+        }
         if usage is None:
             await self._redis.hset(self._record_key(record.id), mapping=fields)
-            return
-        keys, args = self._lines([usage])
-        await self._put_with_usage(keys=[self._record_key(record.id), *keys], args=[*fields.values(), *args])
+        else:
+            keys, args = self._lines([usage])
+            await self._put_with_usage(
+                keys=[self._record_key(record.id), *keys], args=[*fields.values(), *args]
+            )
+        # After the record: whoever finds an item's key finds its record.  The first response
+        # that held an item keeps it (NX).
+        item_ids = new_item_ids(record)
+        if item_ids:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for item_id in item_ids:
+                    pipe.set(self._item_key(item_id), record.id, nx=True)
+                await pipe.execute()
+
+    def _item_key(self, item_id: str) -> str:
+        return f"{self.key_prefix}item:{item_id}"
+
+    async def find_items(self, item_ids: Sequence[str], owner: str) -> dict[str, dict[str, Any]]:
+        """The items of ``owner``'s stored responses with these ids (:meth:`store.Store.find_items`)."""
+        wanted = list(dict.fromkeys(item_ids))
+        response_ids = await self._redis.mget([self._item_key(i) for i in wanted]) if wanted else []
+        found = {}
+        records: dict[str, StoredResponse | None] = {}
+        for item_id, response_id in zip(wanted, response_ids, strict=True):
+            if not isinstance(response_id, str):  # None: no such item (decode_responses: else a str)
+                continue
+            if response_id not in records:
+                records[response_id] = await self.get(response_id, owner)
+            record = records[response_id]
+            item = item_in(record, item_id) if record is not None else None
+            if item is not None:
+                found[item_id] = item
+        return found
 
     async def get(self, response_id: str, owner: str) -> StoredResponse | None:
         """The record, or ``None`` if missing, deleted, or owned by someone else."""
         stored_owner, created_at, body = await self._redis.hmget(
             self._record_key(response_id), ["owner", "created_at", "body"]
         )
-        if stored_owner != owner or body is None:
-            return None
+        if stored_owner != owner or not isinstance(body, str) or created_at is None:
+            return None  # (decode_responses: what is there is a str)
         return decode_record(response_id, owner, float(created_at), body)
 
     async def delete(self, response_id: str, owner: str) -> bool:

@@ -22,9 +22,9 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from .base import StoredResponse, UsageEntry, decode_record, encode_body
+from .base import StoredResponse, UsageEntry, decode_record, encode_body, item_in, new_item_ids
 
 T = TypeVar("T")
 
@@ -50,6 +50,10 @@ CREATE TABLE IF NOT EXISTS usage (
 );
 CREATE INDEX IF NOT EXISTS usage_owner ON usage (owner);
 CREATE UNIQUE INDEX IF NOT EXISTS usage_response ON usage (response_id);  -- one line per response
+CREATE TABLE IF NOT EXISTS items (  -- what an item_reference may name: item id -> the response that added it
+    id TEXT PRIMARY KEY,
+    response_id TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS health (
     id INTEGER PRIMARY KEY CHECK (id = 1),  -- one row, rewritten by every readiness probe
     checked_at REAL NOT NULL
@@ -127,11 +131,14 @@ class SQLiteStore:
         """Insert or replace the record and, in the same transaction, add ``usage``'s line
         unless its response already has one (a re-put of the same id is idempotent)."""
         row = (record.id, record.owner, record.created_at, encode_body(record))
+        items = [(item_id, record.id) for item_id in new_item_ids(record)]
 
         def write(c: sqlite3.Connection) -> None:
             c.execute(
                 "INSERT OR REPLACE INTO responses (id, owner, created_at, body) VALUES (?, ?, ?, ?)", row
             )
+            # The first response that held an item keeps it (a later input resending it does not).
+            c.executemany("INSERT OR IGNORE INTO items (id, response_id) VALUES (?, ?)", items)
             if usage is not None:
                 c.execute(ADD_LINE, usage_row(usage))
 
@@ -145,6 +152,25 @@ class SQLiteStore:
             ).fetchone()
         )
         return None if row is None else decode_record(response_id, owner, row[0], row[1])
+
+    async def find_items(self, item_ids: Sequence[str], owner: str) -> dict[str, dict[str, Any]]:
+        """The items of ``owner``'s stored responses with these ids (:meth:`store.Store.find_items`)."""
+        wanted = list(dict.fromkeys(item_ids))
+        marks = ", ".join("?" * len(wanted))
+        rows = await self._call(
+            lambda c: c.execute(
+                "SELECT items.id, responses.id, responses.created_at, responses.body FROM items "
+                f"JOIN responses ON responses.id = items.response_id WHERE items.id IN ({marks}) "
+                "AND responses.owner = ?",
+                (*wanted, owner),
+            ).fetchall()
+        )
+        found = {}
+        for item_id, response_id, created_at, body in rows:
+            item = item_in(decode_record(response_id, owner, created_at, body), item_id)
+            if item is not None:
+                found[item_id] = item
+        return found
 
     async def delete(self, response_id: str, owner: str) -> bool:
         """``True`` if a record of ``owner`` was deleted."""

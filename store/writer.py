@@ -19,7 +19,8 @@ import asyncio
 import functools
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from .base import Store, StoredResponse, UsageEntry
 from .journal import Journal
@@ -149,6 +150,11 @@ class StoreWriter:
         await self._settled(response_id)
         return await self.store.get(response_id, owner)
 
+    async def find_items(self, item_ids: Sequence[str], owner: str) -> dict[str, dict[str, Any]]:
+        """As :meth:`Store.find_items` (a referenced item's response sent its terminal event
+        after its record was written, so there is no put to wait for)."""
+        return await self.store.find_items(item_ids, owner)
+
     async def delete(self, response_id: str, owner: str) -> bool:
         """As :meth:`Store.delete`; a put of the id still writing lands first, so it cannot
         bring the record back after the delete."""
@@ -177,8 +183,9 @@ class StoreWriter:
         if not self._billing or self._task is None:
             return
         waiting = list(self._billing)
+        gathered: asyncio.Future[Any] = asyncio.gather(*waiting, return_exceptions=True)
         await asyncio.wait(
-            [asyncio.gather(*waiting, return_exceptions=True), self._task],
+            [gathered, self._task],
             return_when=asyncio.FIRST_COMPLETED,
         )
         if not all(f.done() for f in waiting):

@@ -22,11 +22,14 @@ if TYPE_CHECKING:
 # A test is `integration` when it lives in a tier of real deployments or asks for a fixture
 # that starts a real service (Ray and Serve, a redis-server); every other test is `unit`:
 # pure logic that runs in milliseconds (`make test-unit`, `pytest -m unit`).
-INTEGRATION_DIRS = ("integration", "operations", "cluster", "real_model")
+INTEGRATION_DIRS = ("integration", "operations", "cluster", "real_model", "multinode")
 SERVICE_FIXTURES = {"ray_cluster", "redis_server"}
 # The real-model tier (a real model on vLLM's CPU build, its own virtualenv: `make
 # test-real-model`) is `real_model` too, deselected by default (pyproject addopts).
 REAL_MODEL_DIR = "real_model"
+# The multi-node tier (real nodes in network namespaces behind HAProxy, bench/multinode; root:
+# `make test-multinode`) is `multinode`, deselected by default too.
+MULTINODE_DIR = "multinode"
 # The tiers of child processes with a Ray of their own run last: their processes (the
 # fixtures CHILDREN, started by the `children` fixture at the operations tier's first test,
 # in the order the tests need them) start in the background while the tests that need none
@@ -39,6 +42,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "unit: pure logic, no service started (the fast tier)")
     config.addinivalue_line("markers", "integration: real Ray/Serve, a real store server or real clients")
     config.addinivalue_line("markers", "real_model: a real model on a real engine (make test-real-model)")
+    config.addinivalue_line("markers", "multinode: real nodes behind a load balancer (make test-multinode)")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -50,6 +54,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         item.add_marker(pytest.mark.integration if real else pytest.mark.unit)
         if tier(item) == REAL_MODEL_DIR:
             item.add_marker(pytest.mark.real_model)
+        if tier(item) == MULTINODE_DIR:
+            item.add_marker(pytest.mark.multinode)
 
     def order(item: pytest.Item) -> tuple[int, bool]:
         if tier(item) not in LAST_TIERS:

@@ -1,5 +1,7 @@
 """The docs quote what the tests run: every ``<!-- snippet: PATH -->`` in docs/ is followed by
-a fenced block equal to that file, and every client example is quoted somewhere."""
+a fenced block equal to that file, and every client example is quoted somewhere.  And the
+pages point at what is there: every file of docs/measurements and docs/img is cited by a
+page, every cited file, relative link and project path exists."""
 
 from __future__ import annotations
 
@@ -31,3 +33,61 @@ def test_every_client_example_is_quoted_in_the_docs():
     quoted = set(snippets())
     examples = {str(p.relative_to(ROOT)) for pattern in EXAMPLES for p in ROOT.glob(pattern)}
     assert examples and examples <= quoted, sorted(examples - quoted)
+
+
+# docs/measurements holds the data behind the pages' figures and docs/img their plots: a file
+# no page cites is not kept, and a page cites no file that is not there.
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DATA_DIRS = ("measurements", "img")
+CITED = re.compile(r"(?<![\w/.-])(?:docs/)?(measurements|img)/([\w.-]+\.[a-z]+)")
+LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")
+
+
+def cited() -> dict[str, set[str]]:
+    """``docs/measurements/X`` or ``docs/img/X`` → the pages that cite it."""
+    out: dict[str, set[str]] = {}
+    for page in PAGES:
+        for folder, name in CITED.findall(page.read_text()):
+            out.setdefault(f"docs/{folder}/{name}", set()).add(page.name)
+    return out
+
+
+def test_every_measurement_and_image_is_cited_by_a_page():
+    kept = {str(p.relative_to(ROOT)) for d in DATA_DIRS for p in (ROOT / "docs" / d).iterdir()}
+    assert kept, "docs/measurements and docs/img are empty"
+    assert sorted(kept - set(cited())) == []
+
+
+def test_every_cited_measurement_and_image_exists():
+    missing = {path: pages for path, pages in cited().items() if not (ROOT / path).is_file()}
+    assert missing == {}
+
+
+def test_every_relative_link_in_the_pages_exists():
+    broken = [
+        f"{page.relative_to(ROOT)}: {target}"
+        for page in PAGES
+        for target in LINK.findall(page.read_text())
+        if "://" not in target and not target.startswith("mailto:") and not (page.parent / target).exists()
+    ]
+    assert broken == []
+
+
+# A path of the project named in `code` in a page: it exists (a module moved or renamed is
+# renamed in the docs too).  Examples of a client's files are not the project's.
+PROJECT_PATH = re.compile(
+    r"`((?:actors|serve|inference|store|bench|investigations|tests|configs|docs)/[\w/.-]*\w)"
+)
+NOT_PROJECT_PATHS = {
+    "tests/test_parser.py"
+}  # docs/emulator.md: paths the scripted model reads in a client's checkout
+
+
+def test_every_project_path_named_in_the_pages_exists():
+    missing = [
+        f"{page.relative_to(ROOT)}: {path}"
+        for page in PAGES
+        for path in PROJECT_PATH.findall(page.read_text())
+        if path not in NOT_PROJECT_PATHS and "KIND" not in path and not (ROOT / path).exists()
+    ]
+    assert missing == []

@@ -5,7 +5,7 @@ chunks of :mod:`inference.types` events (closing the stream cancels the call), a
 that lists the models.  A backend implements it in a module of its own beside this one
 (:mod:`.ray_serve`: the emulator's Serve deployment).  A backend's ``before_call`` is the one
 hook the connection awaits before each of its calls (:class:`BeforeCall`, given the
-:class:`ModelCall`; the opt-in what-if services, :mod:`actors.whatif`).  No Ray here: unit
+:class:`ModelCall`; the opt-in what-if services, :mod:`actors.backend.whatif_hook`).  No Ray here: unit
 tests put a fake behind the protocol.
 """
 
@@ -17,8 +17,8 @@ from typing import Protocol
 
 from inference.types import InferenceEvent, InferenceRequest
 
-from ..timings import PhaseTimer
-from ..turn import Turn
+from ..core.timings import PhaseTimer
+from ..core.turn import Turn
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +49,17 @@ class BeforeCall(Protocol):
     async def __call__(self, call: ModelCall) -> None: ...
 
 
+class EventStream(Protocol):
+    """One model call's chunks of events; ``aclose`` ends the call early (an async generator
+    is one)."""
+
+    def __aiter__(self) -> AsyncIterator[list[InferenceEvent]]: ...
+
+    async def __anext__(self) -> list[InferenceEvent]: ...
+
+    async def aclose(self) -> None: ...
+
+
 class InferenceClient(Protocol):
     """A model backend as a session host calls it."""
 
@@ -59,7 +70,7 @@ class InferenceClient(Protocol):
         """Pay the backend's first-call costs before any client does; the model ids served."""
         ...
 
-    def stream(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
+    def stream(self, request: InferenceRequest) -> EventStream:
         """One model call, as chunks of events ending with ``Done``.  Closing the iterator
         early cancels the call and frees what it holds in the backend.  A backend may start
         the call when this is called, before the iterator is read (a direct channel writes

@@ -25,11 +25,20 @@ from collections.abc import Callable
 from typing import Any
 
 from inference.chat_template import CALL_OPEN, TemplateFormat, parse_calls
-from inference.types import Done, FunctionCallDelta, InferenceEvent, InferenceRequest, Prefilled, TextDelta
+from inference.types import (
+    Done,
+    FinishReason,
+    FunctionCallDelta,
+    InferenceEvent,
+    InferenceRequest,
+    Prefilled,
+    TextDelta,
+)
 
 from ..config import ModelBackend
+from ..protocol.wire_types import JSONObject
 
-FINISH = {"length": "max_output_tokens", "stop": "stop", "abort": "stop"}
+FINISH: dict[str, FinishReason] = {"length": "max_output_tokens", "stop": "stop", "abort": "stop"}
 
 
 class EngineError(Exception):
@@ -38,11 +47,11 @@ class EngineError(Exception):
     code = "server_error"
 
 
-def completion_body(request: InferenceRequest, backend: ModelBackend, fmt: TemplateFormat) -> dict[str, Any]:
+def completion_body(request: InferenceRequest, backend: ModelBackend, fmt: TemplateFormat) -> JSONObject:
     """The ``/v1/completions`` request of one model call.  ``generate=False`` (a warm-up)
     asks for one token, which fills the engine's prefix cache; its output is dropped."""
     max_tokens = request.max_output_tokens or backend.max_output_tokens
-    body: dict[str, Any] = {
+    body: JSONObject = {
         "model": backend.served_name,
         "prompt": [*request.prompt_token_ids, *fmt.generation_prompt],
         "max_tokens": max_tokens if request.generate else 1,
@@ -56,7 +65,7 @@ def completion_body(request: InferenceRequest, backend: ModelBackend, fmt: Templ
     return body
 
 
-def sse_data(line: str | bytes) -> dict[str, Any] | None:
+def sse_data(line: str | bytes) -> JSONObject | None:
     """The JSON of one ``data:`` line of an SSE stream; ``None`` for anything else and ``[DONE]``."""
     text = line.decode() if isinstance(line, bytes) else line
     text = text.strip()
@@ -66,7 +75,7 @@ def sse_data(line: str | bytes) -> dict[str, Any] | None:
     return None if payload == "[DONE]" else json.loads(payload)
 
 
-def sse_batch(batch: Any) -> list[dict[str, Any]]:
+def sse_batch(batch: Any) -> list[JSONObject]:
     """The chunks of one item of a Ray Serve LLM deployment's stream: a list of SSE strings
     (``data: {…}\\n\\n`` each), or one; an ``ErrorResponse`` in it raises :class:`EngineError`."""
     chunks = []
@@ -89,14 +98,14 @@ class CompletionStream:
         self._started = clock()
         self._first: float | None = None
         self._ids: list[int] = []
-        self._usage: dict[str, Any] = {}
+        self._usage: JSONObject = {}
         self._finish: str | None = None
         self._calls_possible = request.generate and bool(request.tools) and request.tool_choice != "none"
         self._held = ""  # text that may still open a tool call
         self._held_tokens = 0
         self._calling = False  # the output opened a tool call: all of it is held
 
-    def feed(self, chunk: dict[str, Any]) -> list[InferenceEvent]:
+    def feed(self, chunk: JSONObject) -> list[InferenceEvent]:
         if chunk.get("error"):  # vLLM's error mid-stream: a data line with the error alone
             raise EngineError(f"the engine failed the call: {chunk['error']}")
         if chunk.get("usage"):
@@ -127,7 +136,7 @@ class CompletionStream:
         if CALL_OPEN.startswith(head):
             return []  # could still be the start of a call
         self._calls_possible = False
-        out = [TextDelta(self._held, self._held_tokens)]
+        out: list[InferenceEvent] = [TextDelta(self._held, self._held_tokens)]
         self._held, self._held_tokens = "", 0
         return out
 
@@ -167,7 +176,7 @@ class CompletionStream:
             Done(
                 reason,
                 output,
-                (now - first) * 1000.0,  # type: ignore[arg-type]
+                (now - first) * 1000.0,
                 context_token_ids=tuple(self._fmt.continuation(self._ids)),
             )
         )

@@ -15,14 +15,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 
 from inference.channel import ChannelCall, ChannelClient, ChannelUnavailable, Endpoint
 from inference.types import InferenceEvent, InferenceRequest, Prefilled
 
+from . import EventStream
+
 log = logging.getLogger(__name__)
 
-Stream = Callable[[InferenceRequest], AsyncIterator[list[InferenceEvent]]]
+Stream = Callable[[InferenceRequest], AsyncGenerator[list[InferenceEvent], None]]
 # The endpoint of the replica a session key is pinned to (asked through the key's route).
 FindEndpoint = Callable[[str], Awaitable[Endpoint]]
 
@@ -53,7 +55,7 @@ class DirectCalls:
         self._pins.move_to_end(key)
         return channel
 
-    def stream(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
+    def stream(self, request: InferenceRequest) -> EventStream:
         """``InferenceClient.stream``.  A call over a channel starts now (its request is on
         its way when this returns), so the iterator must be closed even if it is never
         iterated; a call the channel cannot take goes the usual way, nothing lost."""
@@ -65,7 +67,7 @@ class DirectCalls:
                 self._not_taken(channel, exc)
         return self._usual_route(request)
 
-    async def _usual_route(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
+    async def _usual_route(self, request: InferenceRequest) -> AsyncGenerator[list[InferenceEvent], None]:
         first = True
         async for chunk in self._usual(request):
             if first and request.session_key:
@@ -138,7 +140,7 @@ class _Direct:
         self._channel = channel
         self._call = call
         self._request = request
-        self._usual: AsyncIterator[list[InferenceEvent]] | None = None
+        self._usual: AsyncGenerator[list[InferenceEvent], None] | None = None
         self._counted = False
 
     def __aiter__(self) -> _Direct:

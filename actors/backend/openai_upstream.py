@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 import aiohttp
 
@@ -40,6 +40,7 @@ class UpstreamInference:
     def __init__(self, backend: ModelBackend, fmt: TemplateFormat) -> None:
         self.backend = backend
         self.fmt = fmt
+        assert backend.url is not None  # ModelBackend requires it for kind openai
         self._url = backend.url.rstrip("/")
         key = os.environ.get(backend.api_key_env) if backend.api_key_env else None
         self._headers = {"Authorization": f"Bearer {key}"} if key else {}
@@ -64,7 +65,7 @@ class UpstreamInference:
             log.warning("engine of model %s at %s is not reachable: %s", self.backend.id, self._url, exc)
         return [self.backend.id]
 
-    async def stream(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
+    async def stream(self, request: InferenceRequest) -> AsyncGenerator[list[InferenceEvent], None]:
         decoder = CompletionStream(request, self.fmt)
         body = completion_body(request, self.backend, self.fmt)
         response = await self._session().post(f"{self._url}/completions", json=body)

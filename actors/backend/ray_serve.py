@@ -7,19 +7,19 @@ modules of ``actors/`` that import Ray.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 from ray import serve
-from ray.serve.handle import DeploymentHandle
+from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 
 from inference.channel import Endpoint
 from inference.types import InferenceEvent, InferenceRequest
 from inference.whatif import HopConfig, SafetyModelConfig
 
 from ..config import SessionConfig
-from ..whatif import WhatIfServices
-from . import BeforeCall
+from . import BeforeCall, EventStream
 from .direct import DirectCalls
+from .whatif_hook import WhatIfServices
 
 
 class ServeInference:
@@ -50,7 +50,7 @@ class ServeInference:
         await self._services.warm()
         return models
 
-    def stream(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
+    def stream(self, request: InferenceRequest) -> EventStream:
         return self._via_serve(request) if self._direct is None else self._direct.stream(request)
 
     async def _endpoint(self, session_key: str) -> Endpoint:
@@ -67,7 +67,7 @@ class ServeInference:
         if self._direct is not None:
             self._direct.close()
 
-    async def _via_serve(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
+    async def _via_serve(self, request: InferenceRequest) -> AsyncGenerator[list[InferenceEvent], None]:
         """One streaming call through Serve.  A request with a ``session_key`` carries it as Serve's
         ``session_id``, which the inference deployment's router pins to one replica
         (prefix-cache locality, ``inference.deployment.SessionAffinityRouter``)."""
@@ -75,6 +75,7 @@ class ServeInference:
         if request.session_key:
             generate = generate.options(session_id=request.session_key)  # shares the router
         response = generate.remote(request)
+        assert isinstance(response, DeploymentResponseGenerator)  # the handle streams
         try:
             async for chunk in response:
                 yield chunk
@@ -83,7 +84,7 @@ class ServeInference:
 
 
 class ServeServices:
-    """:class:`~actors.whatif.Services` over the what-if deployments that are on."""
+    """:class:`~actors.backend.whatif_hook.Services` over the what-if deployments that are on."""
 
     def __init__(self, config: SessionConfig) -> None:
         def handle(c: HopConfig | SafetyModelConfig) -> DeploymentHandle | None:

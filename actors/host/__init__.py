@@ -5,6 +5,6 @@
 - :mod:`.server` — the WebSocket server on handed-over sockets, one typed
   :class:`~.server.SessionSocket` per client;
 - :mod:`.handoff` — both sides of passing an accepted socket from the gateway to a host;
-- :mod:`.connection` — the asyncio driver of one :class:`~actors.session.Session`;
+- :mod:`.connection` — the asyncio driver of one :class:`~actors.core.session.Session`;
 - :mod:`.resume` — parked connection states and resume tokens.
 """

@@ -25,18 +25,18 @@ from inference import allocator, tokenizer
 from store import StoreConfig, StoreWriter, open_writer
 
 from ..backend import InferenceClient
+from ..backend.model_router import ModelRouter, model_formats
 from ..backend.ray_serve import ServeInference
-from ..backend.routing import ModelRouter, model_formats
-from ..cache_budget import CacheBudget
 from ..config import SessionConfig
+from ..core.cache_budget import CacheBudget
+from ..core.session import Session
 from ..logs import LogSettings
 from ..logs import configure as configure_logs
-from ..session import Session
 from .connection import Connection
 from .drain import DrainPlan
 from .handoff import Ended, Gone, Handoff, HandoffReceiver, Link, Outcome, SocketKind, handoff_path
+from .host_metrics import HostMetrics, PhaseMetrics
 from .http import HttpServer
-from .metrics import HostMetrics, PhaseMetrics
 from .server import SocketServer
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,7 @@ class HttpAppFactory(Protocol):
         inference: InferenceClient,
         model_ids: Callable[[], list[str]],
         observe: Callable[[str, dict[str, float]], None] | None,
+        on_refused: Callable[[int], None] | None,
     ) -> ASGIApp: ...
 
 
@@ -110,6 +111,7 @@ class SessionHost:
                     inference=self._inference,
                     model_ids=lambda: list(self._models),
                     observe=self._metrics.observe,
+                    on_refused=self._host_metrics.refused,
                 )
             )
         self._sockets.start()

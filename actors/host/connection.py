@@ -1,4 +1,4 @@
-"""The asyncio driver of one :class:`~actors.session.Session`.
+"""The asyncio driver of one :class:`~actors.core.session.Session`.
 
 It feeds client input into the session, runs the model calls the session starts through an
 :class:`~actors.backend.InferenceClient` (its ``before_call`` hook first), answers the
@@ -38,6 +38,10 @@ from inference.types import Done, InferenceEvent, InferenceRequest
 from store import StoredResponse, StoreWriter, UsageEntry
 
 from ..backend import InferenceClient, ModelCall
+from ..core.render import render_items
+from ..core.request_queue import InvalidTransition
+from ..core.session import Effects, Load, Render, Session, Turn
+from ..core.timings import PhaseTimer, Report
 from ..errors import ServerError
 from ..protocol import (
     ErrorEvent,
@@ -49,10 +53,6 @@ from ..protocol import (
     ServerEvent,
     error_event,
 )
-from ..render import render_items
-from ..request import InvalidTransition
-from ..session import Effects, Load, Render, Session, Turn
-from ..timings import PhaseTimer, Report
 
 log = logging.getLogger(__name__)
 
@@ -62,14 +62,11 @@ SERVICE_RESTART = (1012, "service restart")
 
 
 class RenderPool:
-    """Where a connection tokenises a large input (a :class:`Render` effect).
-
-    On a worker thread while this process's connections have other work in flight (model
-    calls streaming, other inputs being tokenised): the loop then keeps serving them instead
-    of stalling behind ~26 ms per 60k tokens (tiktoken releases the GIL).  Inline when
-    nothing else runs: tiktoken is slower off the main thread (``bench burst``, docs/performance.md),
-    so a lone request is not made to pay for the hop.  One per process, shared by its
-    connections; the threads (one per core, at most four) are made on first use."""
+    """Where a connection tokenises a large input (a :class:`Render` effect): on a worker
+    thread while this process's connections have other work in flight, so the loop keeps
+    serving them (tiktoken releases the GIL); inline when nothing else runs, as tiktoken is
+    slower off the main thread (docs/performance.md).  One per process; its threads (one per
+    core, at most four) are made on first use."""
 
     def __init__(self, executor: Executor | None = None) -> None:
         self._executor = executor
@@ -318,7 +315,7 @@ class Connection:
         return self._reports.pop(event.response.id)
 
     def taken(self, report: Report) -> dict[str, float]:
-        """The response's figures taken again now (:meth:`actors.timings.Report.restamp`),
+        """The response's figures taken again now (:meth:`actors.core.timings.Report.restamp`),
         and recorded once the sender has written its frame (a dozen histograms are not
         the client's wait)."""
         ms = report.restamp()
@@ -385,6 +382,14 @@ class Connection:
         return task
 
     async def _load(self, load: Load) -> None:
+        if load.item_ids:  # the items an input's item_reference names
+            try:
+                found = await self._store.find_items(load.item_ids, load.owner)
+            except Exception:
+                log.exception("looking up referenced items in the store failed")
+                found = {}
+            self._apply(self.session.on_items_loaded(load.load_id, found))
+            return
         try:
             record = await self._store.get(load.response_id, load.owner)
         except Exception:

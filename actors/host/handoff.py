@@ -20,7 +20,7 @@ import json
 import logging
 import socket
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -201,7 +201,7 @@ class HandoffReceiver:
     every socket that arrives (the link is where its :class:`Ended` notice goes)."""
 
     def __init__(
-        self, path: str, on_socket: Callable[[socket.socket, Handoff, Link], Awaitable[None]]
+        self, path: str, on_socket: Callable[[socket.socket, Handoff, Link], Coroutine[Any, Any, None]]
     ) -> None:
         self.path = path
         self._on_socket = on_socket

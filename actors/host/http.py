@@ -44,8 +44,10 @@ class HttpServer:
         self._state = ServerState()
         base: Any = self._config.http_protocol_class
 
-        class Tracked(base):  # type: ignore[misc, valid-type]
+        class Tracked(base):
             """uvicorn's protocol, telling us when its connection is over."""
+
+            app: ASGIApp  # uvicorn's attribute, wrapped below
 
             def __init__(
                 self, *args: Any, closed: asyncio.Future[None], keep_alive: bool, **kwargs: Any

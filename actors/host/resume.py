@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 
 from websockets.asyncio.server import ServerConnection
 
+from ..core.session import Session
 from ..errors import InvalidResumeToken
-from ..session import Session
 
 RESUME_HEADER = "x-responses-ws-resume-token"
 _VERSION = "rws1"

@@ -30,14 +30,15 @@ from websockets.protocol import Event
 from websockets.server import ServerProtocol
 
 from ..config import SessionConfig
+from ..core.session import Session
+from ..core.timings import METADATA_KEY, Report
 from ..errors import ConnectionLimitReached, InvalidResumeToken, ServerError, ServerShuttingDown
 from ..protocol import EventEncoder, ServerEvent, encode, error_event, http_error_body
-from ..session import Session
-from ..timings import METADATA_KEY, Report
 from .connection import SERVICE_RESTART, Connection
 from .drain import CloseSchedule, DrainPlan, Phase
 from .handoff import RESPONSES_PATH, Handoff, Outcome
 from .resume import RESUME_HEADER, Held, ResumeRegistry, make_token, new_secret
+from .subprotocols import select_subprotocol
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,7 @@ class SessionSocket(ServerConnection):
         self.accepted = False
         # When each data message not yet read began to arrive (time.perf_counter()): a
         # response's server time starts at its create's first bytes, not once the library
-        # has read and assembled them (actors.timings).
+        # has read and assembled them (actors.core.timings).
         self.arrivals: deque[float] = deque()
         self._frame_since: float | None = None  # the first bytes of a frame still being read
         self._read_at = 0.0
@@ -164,7 +165,9 @@ class SocketServer:
 
         def factory() -> SessionSocket:
             assert self._server is not None
-            protocol = ServerProtocol(extensions=extensions, max_size=cfg.max_frame_bytes)
+            protocol = ServerProtocol(
+                extensions=extensions, select_subprotocol=select_subprotocol, max_size=cfg.max_frame_bytes
+            )
             return SessionSocket(
                 protocol,
                 self._server,

@@ -8,12 +8,13 @@ import secrets
 from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import Field, SerializationInfo, SerializerFunctionWrapHandler, field_serializer
+from pydantic import Field, FieldSerializationInfo, SerializerFunctionWrapHandler, field_serializer
 from pydantic_core import to_json
 
 from ..errors import APIError, ServerError
 from .items import OutputItem, OutputText, _Out
 from .requests import ReasoningConfig, TextConfig
+from .wire_types import JSONObject
 
 
 class InputTokensDetails(_Out):
@@ -77,8 +78,8 @@ class ResponseObject(_Out):
     frequency_penalty: float = 0.0
     top_logprobs: int = 0
     text: TextConfig = TextConfig(verbosity="medium")
-    tool_choice: str | dict[str, Any] = "auto"
-    tools: list[dict[str, Any]] = []
+    tool_choice: str | JSONObject = "auto"
+    tools: list[JSONObject] = []
     truncation: Literal["auto", "disabled"] = "disabled"
     usage: Usage | None = None
     user: str | None = None
@@ -89,7 +90,9 @@ class ResponseObject(_Out):
     safety_identifier: str | None = None
 
     @field_serializer("instructions", "tools", mode="wrap")
-    def _echoed(self, value: Any, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+    def _echoed(
+        self, value: Any, handler: SerializerFunctionWrapHandler, info: FieldSerializationInfo
+    ) -> Any:
         encoder = info.context.get(_ENCODER) if isinstance(info.context, dict) else None
         if isinstance(encoder, EventEncoder) and info.mode_is_json():
             return encoder.placeholder(info.field_name, value)
@@ -253,7 +256,7 @@ class SteerFailed(_Event):
     type: Literal["response.steer.failed"] = "response.steer.failed"
     sequence_number: int = 0
     error: SteerFailedError
-    steer: dict[str, Any]
+    steer: JSONObject
 
 
 class SteerRef(_Out):
@@ -320,7 +323,7 @@ class ItemList(_Out):
     items (:func:`~.items.item_dict`), each with an ``id`` and a ``status``."""
 
     object: Literal["list"] = "list"
-    data: list[dict[str, Any]]
+    data: list[JSONObject]
     first_id: str | None
     last_id: str | None
     has_more: bool
@@ -333,7 +336,7 @@ class CompactedResponse(_Out):
     id: str
     object: Literal["response.compaction"] = "response.compaction"
     created_at: int
-    output: list[dict[str, Any]]
+    output: list[JSONObject]
     usage: Usage
 
 
@@ -363,7 +366,7 @@ class EventEncoder:
         self._marker = secrets.token_hex(16)
         # field → (the value encoded, a copy of it, its JSON): the same object again (a
         # response's three echoing events share one; a connection keeps its tools' echo,
-        # actors.prepare) is not compared at all; values are never changed once sent.
+        # actors.core.prepare) is not compared at all; values are never changed once sent.
         self._kept: dict[str, tuple[Any, Any, str]] = {}
 
     def placeholder(self, field: str, value: Any) -> str:
@@ -381,7 +384,8 @@ class EventEncoder:
         cuts = sorted((text.find(f'"{self._marker}:{field}"'), field) for field in self._kept)
         if cuts and cuts[0][0] < 0:  # not serialised through the placeholders
             return encode(obj)
-        parts, pos = [], 0
+        parts: list[str] = []
+        pos = 0
         for at, field in cuts:  # both placeholders are in the response, once each
             parts += (text[pos:at], self._kept[field][2])
             pos = at + len(self._marker) + len(field) + 3
@@ -414,7 +418,7 @@ def error_event(
     )
 
 
-def http_error_body(exc: BaseException) -> tuple[int, dict[str, Any]]:
+def http_error_body(exc: BaseException) -> tuple[int, JSONObject]:
     """The same errors as an HTTP status and OpenAI JSON error body (docs/protocol.md §6.2)."""
     err = exc if isinstance(exc, APIError) else ServerError()
     return err.status, {

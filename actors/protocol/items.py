@@ -7,6 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter
 
+from .wire_types import JSONObject
+
 # --------------------------------------------------------------------------- input items
 
 
@@ -28,7 +30,7 @@ class InputText(_In):
 class OutputTextIn(_Open):
     type: Literal["output_text"]
     text: str
-    annotations: list[dict[str, Any]] = []  # required on output_text parts by both schemas
+    annotations: list[JSONObject] = []  # required on output_text parts by both schemas
 
 
 class Refusal(_Open):
@@ -68,7 +70,7 @@ class MessageItem(_In):
     phase: Literal["commentary", "final_answer"] | None = None
 
     @property
-    def parts(self) -> list[InputText | OutputTextIn | Refusal | InputImage | InputFile]:
+    def parts(self) -> list[ContentPart]:
         """``content`` as parts: a string is one ``output_text`` part on an assistant
         message (what the model wrote) and one ``input_text`` part otherwise."""
         if not isinstance(self.content, str):
@@ -86,7 +88,7 @@ class FunctionCallItem(_In):
     id: str | None = None
     status: ItemStatus | None = None
     namespace: str | None = None
-    caller: dict[str, Any] | None = None  # who issued the call ("direct", or a program item)
+    caller: JSONObject | None = None  # who issued the call ("direct", or a program item)
 
 
 class FunctionCallOutputItem(_In):
@@ -101,7 +103,7 @@ class FunctionCallOutputItem(_In):
     status: ItemStatus | None = None
     name: str | None = None
     namespace: str | None = None
-    caller: dict[str, Any] | None = None
+    caller: JSONObject | None = None
 
 
 class CustomToolCallItem(_In):
@@ -115,7 +117,7 @@ class CustomToolCallItem(_In):
     id: str | None = None
     status: ItemStatus | None = None
     namespace: str | None = None
-    caller: dict[str, Any] | None = None
+    caller: JSONObject | None = None
 
 
 class CustomToolCallOutputItem(_In):
@@ -126,14 +128,14 @@ class CustomToolCallOutputItem(_In):
     status: ItemStatus | None = None
     name: str | None = None
     namespace: str | None = None
-    caller: dict[str, Any] | None = None
+    caller: JSONObject | None = None
 
 
 class ReasoningItem(_Open):
     type: Literal["reasoning"]
     id: str | None = None
-    summary: list[dict[str, Any]] = []
-    content: list[dict[str, Any]] | None = None  # ``reasoning_text`` parts
+    summary: list[JSONObject] = []
+    content: list[JSONObject] | None = None  # ``reasoning_text`` parts
     encrypted_content: str | None = None
 
 
@@ -186,7 +188,7 @@ class ToolItem(_Open):
     """One of :data:`CALL_TYPES`, :data:`OUTPUT_TYPES` or :data:`CONTEXT_TYPES`: every key
     kept and echoed; ``call_id`` (and the type) must be strings where given."""
 
-    type: Literal[CALL_TYPES + OUTPUT_TYPES + CONTEXT_TYPES]  # type: ignore[valid-type]
+    type: Literal[CALL_TYPES + OUTPUT_TYPES + CONTEXT_TYPES]  # type: ignore[valid-type]  # built from the tuples above; mypy needs literal strings
     id: str | None = None
     call_id: str | None = None
     status: str | None = None
@@ -283,7 +285,7 @@ ITEM_ADAPTER: TypeAdapter[list[InputItem]] = TypeAdapter(list[InputItem])
 # --------------------------------------------------------------------------- stored items
 
 
-def item_dict(item: InputItem, item_id: str) -> dict[str, Any]:
+def item_dict(item: InputItem, item_id: str) -> JSONObject:
     """An input item as stored and listed by ``input_items`` (docs/protocol.md §6.6): with
     an ``id`` and a ``status``, ``None`` fields dropped, content as complete parts.
 
@@ -332,7 +334,7 @@ def is_tool_result(item: InputItem | OutputItem) -> bool:
     return isinstance(item, ToolItem) and item.type in OUTPUT_TYPES
 
 
-def output_as_input(item: OutputItem) -> dict[str, Any]:
+def output_as_input(item: OutputItem) -> JSONObject:
     """An output item in the form a later request may send it back as input."""
     if isinstance(item, OutputMessage):
         return {
@@ -354,6 +356,6 @@ def output_as_input(item: OutputItem) -> dict[str, Any]:
     }
 
 
-def parse_items(data: list[dict[str, Any]]) -> list[InputItem]:
+def parse_items(data: list[JSONObject]) -> list[InputItem]:
     """Stored item dicts back to input-item models (strict: the store holds what we wrote)."""
     return ITEM_ADAPTER.validate_python(data)

@@ -22,13 +22,14 @@ from pydantic_core import PydanticCustomError, from_json
 
 from ..errors import APIError, InvalidJSON, InvalidRequest, InvalidStreamId, UnknownEventType
 from .items import _ITEM_TAGS, InputItem, MessageItem, _In, _Open
+from .wire_types import JSONObject
 
 
 class FunctionTool(_Open):
     type: Literal["function"]
     name: str
     description: str | None = None
-    parameters: dict[str, Any] | None = None
+    parameters: JSONObject | None = None
     strict: bool | None = None
 
 
@@ -38,7 +39,7 @@ class CustomTool(_Open):
     type: Literal["custom"]
     name: str
     description: str | None = None
-    format: dict[str, Any] | None = None
+    format: JSONObject | None = None
 
 
 class OtherTool(_Open):
@@ -87,7 +88,7 @@ class TextFormatJsonSchema(_Open):
 
     type: Literal["json_schema"]
     name: str
-    schema_: dict[str, Any] = Field(alias="schema")
+    schema_: JSONObject = Field(alias="schema")
     description: str | None = None
     strict: bool = False
 
@@ -124,13 +125,13 @@ class ResponseCreate(BaseModel):
     store: bool | None = None
     instructions: str | None = None
     tools: list[Tool] | None = None
-    tool_choice: str | dict[str, Any] | None = None
+    tool_choice: str | JSONObject | None = None
     parallel_tool_calls: bool | None = None
     stream_id: Any = None  # validated by hand: a bad one has its own error code
     generate: bool | None = None
     background: bool | None = None
     stream: bool | None = None
-    stream_options: dict[str, Any] | None = None
+    stream_options: JSONObject | None = None
     max_output_tokens: Annotated[int, Field(ge=1)] | None = None
     max_tool_calls: Annotated[int, Field(ge=0)] | None = None
     metadata: Metadata | None = None
@@ -142,13 +143,13 @@ class ResponseCreate(BaseModel):
     user: str | None = None
     include: list[str] | None = None
     prompt_cache_key: str | None = None
-    prompt_cache_options: dict[str, Any] | None = None
+    prompt_cache_options: JSONObject | None = None
     prompt_cache_retention: str | None = None
     safety_identifier: str | None = None
     service_tier: ServiceTier | None = None
-    client_metadata: dict[str, Any] | None = None
-    context_management: list[dict[str, Any]] | None = None
-    conversation: str | dict[str, Any] | None = None
+    client_metadata: JSONObject | None = None
+    context_management: list[JSONObject] | None = None
+    conversation: str | JSONObject | None = None
     top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
@@ -216,7 +217,7 @@ ClientEvent = ResponseCreate | ResponseSteer | ResponseProcessed | ResponseAppen
 _CLIENT_EVENT: TypeAdapter[ClientEvent] = TypeAdapter(Annotated[ClientEvent, Field(discriminator="type")])
 
 
-def load_json_object(data: str | bytes) -> dict[str, Any]:
+def load_json_object(data: str | bytes) -> JSONObject:
     """A frame or request body that must be one JSON object; typed 400 errors otherwise.
 
     The parser refuses what could not be sent back: lone surrogates (``"\\ud800"``),

@@ -40,7 +40,7 @@ import websockets
 from .. import plotting, results
 from ..client import ResponsesSocket, connect
 from ..processes import actor_pids, cpu_by_pid, session_host_pids, uss_mb
-from ..report import pct
+from ..stats import pct
 
 SHORT = {"emulator.tool_rounds": "0", "emulator.text_tokens": "8"}
 PHASES = ("micro", "warm", "burst", "ramp", "idle", "http_load")
@@ -384,11 +384,12 @@ def micro_phase(n: int = 2000) -> dict[str, float]:
     import os
     import socket as socketlib
 
+    from websockets.http11 import Request
     from websockets.server import ServerProtocol
 
     from actors.config import SessionConfig
-    from actors.host.handoff import Handoff, Link
-    from actors.session import Session
+    from actors.core.session import Session
+    from actors.host.handoff import Handoff, Link, SocketKind
     from serve.auth import KeyRing
     from serve.front import is_responses_upgrade, request_headers, wants_append_mode
 
@@ -425,8 +426,11 @@ def micro_phase(n: int = 2000) -> dict[str, float]:
         t0 = time.process_time()
         received = 0
         for i in range(n):
-            await gateway.send(Handoff(f"s{i}", "websocket", f"c{i}", "owner"), pairs[i % 64][0].fileno())
+            await gateway.send(
+                Handoff(f"s{i}", SocketKind.WEBSOCKET, f"c{i}", "owner"), pairs[i % 64][0].fileno()
+            )
             async for _, sock in host.messages():
+                assert sock is not None  # each message carries its socket
                 sock.close()
                 received += 1
                 break
@@ -444,6 +448,7 @@ def micro_phase(n: int = 2000) -> dict[str, float]:
         protocol = ServerProtocol()
         protocol.receive_data(h)
         request = protocol.events_received()[0]
+        assert isinstance(request, Request)
         protocol.send_response(protocol.accept(request))
         protocol.data_to_send()
 
@@ -604,7 +609,7 @@ def run(args: argparse.Namespace) -> int:
         with simulated_cluster(args.port) as (url, cluster):
             result = asyncio.run(_measure(url, args, ServerMeter(enabled=True), on_held=cluster.placement))
     else:
-        with nullcontext(args.url) if args.url else embedded_server(config, name="admission") as url:
+        with nullcontext(args.url) if config is None else embedded_server(config, name="admission") as url:
             result = asyncio.run(_measure(url, args, ServerMeter(enabled=args.url is None)))
     payload = {
         "command": args.command,

@@ -22,7 +22,8 @@ from typing import Any
 
 from serve.embedded import embedded_server, local_config
 
-from .. import breakdown, report, results, sweeps
+from .. import agentloop_report as report
+from .. import breakdown, results, sweeps
 from ..rollouts import RolloutRecord, run_bench
 from ..transports import TRANSPORTS
 from ..workload import PRESETS, Lognormal, Workload, rounds
@@ -83,7 +84,7 @@ def workload_from(args: argparse.Namespace, tool_rounds: int | None = None) -> W
     """The preset with the options given on the command line; with a shaped preset
     (codex) a size option moves its distribution's median, the spread kept."""
     w = replace(PRESETS[args.preset], model=args.model, seed=args.seed)
-    given = {
+    given: dict[str, Any] = {
         field: value
         for field, value in (
             ("tool_rounds", args.rounds if tool_rounds is None else tool_rounds),
@@ -97,7 +98,7 @@ def workload_from(args: argparse.Namespace, tool_rounds: int | None = None) -> W
         if value is not None
     }
     if w.shape is not None:
-        moved = {
+        moved: dict[str, Any] = {
             f: _moved(getattr(w.shape, f), given[f])
             for f in ("tool_rounds", "tool_output_tokens", "tool_time_ms")
             if f in given

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from serve.embedded import embedded_server, local_config
 
-from .. import breakdown, report, results
+from .. import agentloop_report as report
+from .. import breakdown, results
 from ..rollouts import run_bench
 from ..workload import PRESETS, rounds
 

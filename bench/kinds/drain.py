@@ -341,7 +341,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tokens", type=int, default=d.max_tokens)
     p.add_argument("--store-share", type=float, default=d.store_share, help="share of store:true turns")
     p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--out", type=Path, default=Path("docs/measurements/drain.json"))
+    p.add_argument("--out", type=Path, default=Path("results/drain.json"))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -360,7 +360,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
     )
     with tempfile.TemporaryDirectory(prefix="drain-store-", ignore_cleanup_errors=True) as store_dir:
-        config = local_config(**{"store.data_dir": store_dir})
+        config = local_config(None, **{"store.data_dir": store_dir})
 
         def redeploy(k: int) -> None:  # a gateway-only change: Serve replaces the gateway replica
             session = config.session.model_copy(

@@ -5,7 +5,7 @@
 Starts an embedded Ray with the real application (two inference replicas) and drives the
 ``InferenceDeployment`` through a streaming ``DeploymentHandle`` from this process — the
 same hop a session actor uses — timing every item on arrival.  Profiles used: the
-bench profiles (:mod:`bench.profiles`: ``bench-1k``, ``bench-4k``, ``bench-flat``, zero
+bench profiles (:mod:`bench.bench_profiles`: ``bench-1k``, ``bench-4k``, ``bench-flat``, zero
 jitter) and ``emu-fast`` as shipped (its first 256 tokens are the 4000 tok/s burst).
 
 Sections: one stream (delivered rate and TTFT against the model), a concurrency sweep
@@ -33,7 +33,8 @@ from inference.tokenizer import encode
 from inference.types import Done, FunctionCallDelta, InferenceRequest, Prefilled, TextDelta, ToolSpec
 from serve.embedded import embedded_ray, embedded_server, local_config
 
-from .. import profiles, results
+from .. import bench_profiles as profiles
+from .. import ray_internals, results
 
 APP = "emu-bench"
 REPLICAS = 2
@@ -61,9 +62,19 @@ class Stream:
     def __init__(self) -> None:
         self.t_send = 0.0
         self.stamps: list[tuple[float, int]] = []  # (arrival, tokens in item)
-        self.prefilled: Prefilled | None = None
-        self.done: Done | None = None
+        self._prefilled: Prefilled | None = None
+        self._done: Done | None = None
         self.rendered: list[int] = []
+
+    @property
+    def prefilled(self) -> Prefilled:
+        assert self._prefilled is not None, "the stream sent no Prefilled"
+        return self._prefilled
+
+    @property
+    def done(self) -> Done:
+        assert self._done is not None, "the stream did not end with Done"
+        return self._done
 
     @property
     def ttft_ms(self) -> float:
@@ -91,14 +102,15 @@ async def run_stream(handle, request: InferenceRequest, session: str | None) -> 
     opts: dict[str, Any] = {"stream": True, "method_name": "generate"}
     if session:
         opts["session_id"] = session
-    text, calls = [], {}
+    text: list[str] = []
+    calls: dict[int, tuple[str, str]] = {}
     s.t_send = time.perf_counter()
     async for chunk in handle.options(**opts).remote(request):
         t = time.perf_counter()
         n = 0
         for ev in chunk:
             if isinstance(ev, Prefilled):
-                s.prefilled = ev
+                s._prefilled = ev
             elif isinstance(ev, TextDelta):
                 n += ev.tokens
                 text.append(ev.text)
@@ -107,7 +119,7 @@ async def run_stream(handle, request: InferenceRequest, session: str | None) -> 
                 name, args = calls.get(ev.index, (ev.name, ""))
                 calls[ev.index] = (name, args + ev.arguments_delta)
             elif isinstance(ev, Done):
-                s.done = ev
+                s._done = ev
         s.stamps.append((t, n))
     for _, (name, args) in sorted(calls.items()):
         s.rendered += cf.render_function_call(name, args)
@@ -203,7 +215,7 @@ async def single_stream(handle, cfg: InferenceConfig, repeats: int, hop_ms: floa
 async def sweep(handle, cfg: InferenceConfig, model: str, counts: tuple[int, ...], tokens: int) -> dict:
     p = cfg.profile(model)
     prompt = cf.render_message("user", "Run the tests. " * 30)
-    out = {}
+    out: dict[str, Any] = {}
     for b in counts:
         # one session id for all: every stream lands on the same replica, so the batch is b
         streams = await asyncio.gather(
@@ -372,23 +384,8 @@ async def main_async(args) -> dict:
             "prefix_cache": cfg.prefix_cache.model_dump(),
         }
         await sections(handle, cfg, args, result)
-    _stop_long_polls()
+    ray_internals.stop_long_poll_clients()
     return result
-
-
-def _stop_long_polls() -> None:
-    """Stop this process's Serve long-poll clients while their loop still runs.  Left
-    running, one answers the app's deletion after ``asyncio.run`` closed the loop, and its
-    "loop not running" notice to the controller (an actor call from a Ray callback thread)
-    re-initialises Ray while ``ray.shutdown`` holds Ray's lock: the benchmark never exited
-    (seen twice, py-spy: ``auto_init_ray`` waiting in ``LongPollClient._schedule_to_event_loop``
-    beside ``ray.shutdown``).  Ray 2.60 has no public way to stop them: found by type."""
-    import gc
-
-    from ray.serve._private.long_poll import LongPollClient
-
-    for client in (o for o in gc.get_objects() if isinstance(o, LongPollClient)):
-        client.stop()
 
 
 async def sections(handle, cfg: InferenceConfig, args, result: dict) -> None:

@@ -39,6 +39,7 @@ from .. import processes, results
 from .. import workload as wl
 from ..client import ResponsesSocket, connect, is_final
 from ..rollouts import TIMINGS_KEY, model_seconds, server_timings
+from ..stats import median
 
 MODES = {"deflate": "deflate", "plain": None}  # name → the client's `compression`
 
@@ -107,6 +108,7 @@ async def exchange(sock: ResponsesSocket, create: str, frames: int | None = None
         raw = await sock.ws.recv()
         arrived = time.perf_counter()
         event = json.loads(raw)
+        assert isinstance(raw, str)  # the server sends text frames
         got.append(raw)
         if len(got) == frames or (frames is None and is_final(event)):
             return got, (arrived - t0) * 1000
@@ -192,6 +194,7 @@ def reference_laps(run: Run) -> tuple[list[float], float]:
         if not parent.poll(60):
             raise RuntimeError("the reference server did not start")
         port = parent.recv()
+        assert proc.pid is not None  # started
         cpu = processes.cpu_s([proc.pid])
         laps = asyncio.run(drive_reference(f"http://127.0.0.1:{port}", run))
         return laps, (processes.cpu_s([proc.pid]) - cpu) * 1000
@@ -200,33 +203,30 @@ def reference_laps(run: Run) -> tuple[list[float], float]:
         proc.join(10)
 
 
-def median(xs: list[float]) -> float:
-    return round(statistics.median(xs), 3) if xs else float("nan")
-
-
 def summarise(run: Run, reference: list[float], reference_cpu_ms: float, skip: int) -> dict[str, Any]:
     turns = run.turns[skip:]
     ours = [t.total_ms - t.model_ms for t in turns if t.model_ms is not None]
     ref = reference[skip:]
     api = [t.api_overhead_ms for t in turns if t.api_overhead_ms is not None]
-    out = {
+    out: dict[str, Any] = {
         "turns": len(turns),
-        "server_nonmodel_ms": median(ours),
-        "reference_ms": median(ref),
+        "server_nonmodel_ms": median(ours, 3),
+        "reference_ms": median(ref, 3),
         "ratio": round(statistics.median(ours) / statistics.median(ref), 2) if ours and ref else None,
-        "server_api_overhead_ms": median(api),
-        "server_backend_ms": median([t.backend_ms for t in turns if t.backend_ms is not None]),
-        "frames_per_turn": median([len(t.frames) for t in turns]),
-        "bytes_per_turn": median([sum(len(f) for f in t.frames) for t in turns]),
+        "server_api_overhead_ms": median(api, 3),
+        "server_backend_ms": median([t.backend_ms for t in turns if t.backend_ms is not None], 3),
+        "frames_per_turn": median([len(t.frames) for t in turns], 3),
+        "bytes_per_turn": median([sum(len(f) for f in t.frames) for t in turns], 3),
         "server_deflate": run.deflate,
         # CPU a turn (all turns, warm-up too; the kernel counts it in 10 ms ticks, so it
         # needs ~100 turns), which the machine's load moves far less than time
         "server_cpu_ms_per_turn": None if run.cpu_ms is None else round(run.cpu_ms / len(run.turns), 3),
         "reference_cpu_ms_per_turn": round(reference_cpu_ms / len(run.turns), 3),
     }
-    out["client_minus_server_ms"] = round(out["server_nonmodel_ms"] - out["server_api_overhead_ms"], 3)
+    client, server = out["server_nonmodel_ms"], out["server_api_overhead_ms"]
+    out["client_minus_server_ms"] = None if client is None or server is None else round(client - server, 3)
     names = sorted({k for t in turns for k in t.phases})
-    out["server_phases_ms"] = {k: median([t.phases[k] for t in turns if k in t.phases]) for k in names}
+    out["server_phases_ms"] = {k: median([t.phases[k] for t in turns if k in t.phases], 3) for k in names}
     return out
 
 

@@ -157,7 +157,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="a running server started with bench.fuzz_oracle.server_overrides() "
         "(default: start an embedded one)",
     )
-    p.add_argument("--out", type=Path, default=Path("docs/measurements/fuzz.json"))
+    p.add_argument("--out", type=Path, default=Path("results/fuzz.json"))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -166,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         with (
             tempfile.TemporaryDirectory(prefix="fuzz-store-", ignore_cleanup_errors=True) as data_dir,
-            embedded_server(local_config(**{"store.data_dir": data_dir, **server_overrides()})) as url,
+            embedded_server(local_config(None, **{"store.data_dir": data_dir, **server_overrides()})) as url,
         ):
             result = fuzz(url, args.cases, args.seed)
     result = {

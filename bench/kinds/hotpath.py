@@ -74,6 +74,7 @@ async def stream_rate(url: str, tokens: int) -> float:
         stamps = [
             t for e, t in zip(answer.events, answer.stamps) if e["type"] == "response.output_text.delta"
         ]
+        assert answer.response is not None  # create returns on its final event
         out_tokens = answer.response["usage"]["output_tokens"]
         return out_tokens / (stamps[-1] - stamps[0]) if len(stamps) > 1 else 0.0
 

@@ -40,7 +40,7 @@ from actors.protocol import TERMINAL_EVENT_TYPES
 from .. import results
 from ..client import ws_url
 from ..reconcile import Line, Seen, read_ledger, reconcile
-from ..report import pct
+from ..stats import pct
 
 APP = "responses-ws-ledger"
 MODEL = "emu-fast"
@@ -79,7 +79,7 @@ def observe(seen: Seen, event: dict[str, Any], transport: str) -> str | None:
     kind = event.get("type")
     if kind == "response.created":
         seen.created(event["response"], transport)
-    elif kind in TERMINAL_EVENT_TYPES:
+    elif isinstance(kind, str) and kind in TERMINAL_EVENT_TYPES:
         seen.finished(kind, event["response"])
         return event["response"]["id"]
     elif kind == "error":
@@ -191,7 +191,8 @@ async def faults(url: str, data_dir: str | Path, plan: Plan) -> dict[str, Any]:
     """Run the clients and the killer against the server at ``url`` (whose SQLite store is
     ``data_dir``); the reconciled result."""
     port = int(url.rsplit(":", 1)[1])
-    seen, stats, kills = Seen(), {"turns": 0, "ws_dropped": 0, "http_dropped": 0}, []
+    seen, stats = Seen(), {"turns": 0, "ws_dropped": 0, "http_dropped": 0}
+    kills: list[dict[str, Any]] = []
     stop, rng, t0 = asyncio.Event(), random.Random(plan.seed), time.monotonic()
     gaps: list[float] = []
     clients = [
@@ -236,7 +237,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store-share", type=float, default=d.store_share, help="share of store:true turns")
     p.add_argument("--per-actor", type=int, default=16, help="session.connections_per_actor")
     p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--out", type=Path, default=Path("docs/measurements/ledger.json"))
+    p.add_argument("--out", type=Path, default=Path("results/ledger.json"))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -2,7 +2,7 @@
 and its session actor's memory levels off (docs/reliability.md, "Memory per connection").
 
     responses-ws bench memory [--max-cached-tokens 200000] [--lanes 4] [--turns 60]
-                              [--input-tokens 6000] [--rounds 3] [--out docs/measurements/conn_memory.json]
+                              [--input-tokens 6000] [--rounds 3] [--out results/conn_memory.json]
 
 One WebSocket connection runs ``--turns`` ``store:false`` turns round-robin over ``--lanes``
 lanes, each turn continuing its lane with ``--input-tokens`` tokens of fresh text, so the
@@ -10,7 +10,7 @@ connection's cached context grows by about that much per turn.  The session acto
 (the connection's actor is found by the TCP socket it holds) is sampled after every turn.
 
 The client feeds the turns it saw to the server's own cache rule
-(:class:`actors.cache_budget.CacheBudget`: after a turn the other lanes are evicted, least
+(:class:`actors.core.cache_budget.CacheBudget`: after a turn the other lanes are evicted, least
 recently updated first, while the connection holds more than ``max_cached_tokens``), so it
 knows which lane ids must now be gone; it continues an evicted lane from its old id anyway,
 requires ``previous_response_not_found``, and restarts the lane.  Reported: bytes per cached token (least squares over the turns before the first
@@ -36,7 +36,7 @@ from typing import Any
 
 import psutil
 
-from actors.cache_budget import CacheBudget
+from actors.core.cache_budget import CacheBudget
 from serve.config import AppConfig
 from serve.embedded import embedded_ray, embedded_server, local_config
 
@@ -91,9 +91,9 @@ def fresh_text(rng: random.Random, tokens: int) -> str:
 
 def rendered_output_tokens(response: dict[str, Any]) -> int:
     """Tokens the response's output adds to its lane's cached context (the session renders
-    it with the model's chat format, actors.context.extend)."""
+    it with the model's chat format, actors.core.context.extend)."""
+    from actors.core.render import render_items
     from actors.protocol import parse_items
-    from actors.render import render_items
 
     items = []
     for out in response["output"]:
@@ -118,6 +118,7 @@ def connection(url: str) -> connect:
 async def create(sock: ResponsesSocket, **body: Any) -> tuple[dict[str, Any], float]:
     """A ``store:false`` text turn: its final event and its round trip in ms."""
     answer = await sock.create(model=MODEL, store=False, metadata=TEXT, **body)
+    assert answer.last is not None  # create returns on its final event
     return answer.last, answer.total_s * 1000
 
 
@@ -146,7 +147,7 @@ class _CachedLane:
 @dataclass
 class CacheModel:
     """What the server caches on one connection, by the server's own rule: the turns the
-    client saw go through a :class:`~actors.cache_budget.CacheBudget` of ``cap`` tokens, as
+    client saw go through a :class:`~actors.core.cache_budget.CacheBudget` of ``cap`` tokens, as
     the session's lanes do (``session.max_cached_tokens``)."""
 
     cap: int
@@ -323,11 +324,12 @@ def analyse(run: dict[str, Any], cap: int) -> dict[str, Any]:
 
 def app_config(cap: int, per_actor: int) -> AppConfig:
     return local_config(
+        None,
         **{
             "session.max_cached_tokens": cap,
             "session.connections_per_actor": per_actor,
             "session.warm_actors": 1,
-        }
+        },
     )
 
 
@@ -519,7 +521,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--single-lane-turns", type=int, default=30)
     p.add_argument("--single-lane-input-tokens", type=int, default=20_000)
     p.add_argument("--phases", default="default,single,reuse", help="comma-separated subset to run")
-    p.add_argument("--out", type=Path, default=Path("docs/measurements/conn_memory.json"))
+    p.add_argument("--out", type=Path, default=Path("results/conn_memory.json"))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -51,6 +51,7 @@ from .. import results
 from .. import workload as wl
 from ..client import ResponsesSocket, connect
 from ..rollouts import TIMINGS_KEY, _base, model_seconds, server_timings
+from ..stats import median
 
 PROBE_KEY = "sk-bench-probe"
 NEIGHBOUR_KEY = "sk-bench-neighbour"  # a prefix-cache scope of its own: neighbours never evict the probe's
@@ -395,11 +396,6 @@ class PySpy:
 
 
 # ------------------------------------------------------------------------------- phases
-def median(values: list[float | None]) -> float | None:
-    xs = [v for v in values if v is not None]
-    return round(statistics.median(xs), 2) if xs else None
-
-
 def quantiles(values: list[float]) -> dict[str, float | int | None]:
     """p50, p90, the mean and the largest (a turn that met a stall weighs in the mean and max
     but hardly in the p50: fewer turns fit while the loop stalls), and how many."""
@@ -518,6 +514,7 @@ async def measure(url: str, args: argparse.Namespace, embedded: bool) -> dict[st
         if "burst" in phases:
             await neighbours.ask("store", args.sockets)
         spy = PySpy(args.py_spy)
+        assert neighbours.process.pid is not None  # started
         cpu = ServerCpu(embedded, neighbours.process.pid)
         rounds: list[dict[str, Any]] = []
         pooled: dict[str, list[ProbeTurn]] = {p: [] for p in phases}

@@ -216,7 +216,7 @@ def run(args: argparse.Namespace) -> int:
     if args.url:
         result = asyncio.run(measure(args.url, sizes, args.turns, args.seed))
     else:
-        config = local_config(**{"store.data_dir": str(Path("results/overhead-store").resolve())})
+        config = local_config(None, **{"store.data_dir": str(Path("results/overhead-store").resolve())})
         with embedded_server(config) as url:
             result = asyncio.run(measure(url, sizes, args.turns, args.seed))
     result["wall_s"] = round(time.time() - t0, 1)

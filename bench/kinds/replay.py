@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import results
-from ..replay import formats, report
+from ..replay import log_formats as formats
+from ..replay import report
 from ..replay.driver import SessionRun, ToolTime, replay
 from ..replay.shape import SessionShape, ShapeFile
 

@@ -20,15 +20,18 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from serve.embedded import wait_ready
 
-from .. import plotting, report, results
+from .. import agentloop_report as report
+from .. import plotting, results
 from ..client import connect
 from ..cluster import SERVE_CLUSTER_CONFIG as CONFIG
 from ..cluster import SimulatedCluster, deploy_serve_config
 from ..processes import cpu_s, session_host_pids, uss_mb
 from ..rollouts import run_rollout
+from ..stats import pct
 from ..workload import Workload
 
 
@@ -37,27 +40,27 @@ async def load_step(url: str, m: int, w: Workload) -> dict:
     recs = await asyncio.gather(*(run_rollout("ws", url, w, 1000 * m + i) for i in range(m)))
     wall = time.perf_counter() - t0
     turns = [t for r in recs for t in r.turns if not t.error]
-    over = [report.overhead_ms(t) for t in turns if report.overhead_ms(t) is not None]
+    over = [v for t in turns if (v := report.overhead_ms(t)) is not None]
     ttft = [t.ttft_ms for t in turns if t.ttft_ms is not None]
     return {
         "rollouts": m,
         "errors": [r.error for r in recs if r.error],
         "wall_s": wall,
         "e2e_s": {
-            "p50": report.pct([r.e2e_s for r in recs], 0.5),
-            "p90": report.pct([r.e2e_s for r in recs], 0.9),
+            "p50": pct([r.e2e_s for r in recs], 0.5),
+            "p90": pct([r.e2e_s for r in recs], 0.9),
         },
-        "connect_ms_p50": report.pct([r.connect_ms for r in recs], 0.5),
+        "connect_ms_p50": pct([r.connect_ms for r in recs], 0.5),
         "connect_ms_max": max(r.connect_ms for r in recs),
         "ttft_ms": {
-            "p50": report.pct(ttft, 0.5),
-            "p90": report.pct(ttft, 0.9),
-            "p99": report.pct(ttft, 0.99),
+            "p50": pct(ttft, 0.5),
+            "p90": pct(ttft, 0.9),
+            "p99": pct(ttft, 0.99),
         },
         "api_overhead_ms": {
-            "p50": report.pct(over, 0.5),
-            "p90": report.pct(over, 0.9),
-            "p99": report.pct(over, 0.99),
+            "p50": pct(over, 0.5),
+            "p90": pct(over, 0.9),
+            "p99": pct(over, 0.99),
         },
         "delivered_tokens_per_s": sum(t.output_tokens for t in turns) / wall,
         "turns_per_s": len(turns) / wall,
@@ -67,7 +70,7 @@ async def load_step(url: str, m: int, w: Workload) -> dict:
 async def hold_idle(url: str, n: int, quiet_s: float) -> dict:
     base_pids = session_host_pids()
     base_mem = uss_mb(base_pids)
-    conns = []
+    conns: list[Any] = []
     failure = None
     t0 = time.perf_counter()
     try:
@@ -167,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
             deploy_serve_config(args.config, edit)
             wait_ready(url, timeout_s=120)
             time.sleep(3)  # the pools fill
-            entry = {
+            entry: dict[str, Any] = {
                 "connections_per_actor": mode,
                 "deploy_s": time.perf_counter() - t0,
                 "load": [],

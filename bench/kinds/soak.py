@@ -43,8 +43,8 @@ from .. import results
 from ..chains import Load, SoakPlan, run_slot
 from ..invariants import RunCheck
 from ..processes import CpuMeter, sample_uss
-from ..report import pct
 from ..soak_report import render_table, summarise
+from ..stats import pct
 
 APP = "responses-ws-soak"
 SETTLE_S = 3.0  # after a run, before sampling idle memory: closes and flushes finish
@@ -99,7 +99,8 @@ async def soak(url: str, plan: SoakPlan, *, app: str = APP, runs: int = 1) -> di
         from inference.profiles import load_inference_config
 
         profile = load_inference_config().profile(plan.model)
-    check, load, timeline, per_run = RunCheck(), Load(), [], []
+    check, load, per_run = RunCheck(), Load(), []
+    timeline: list[dict[str, Any]] = []
     groups = process_groups(app)
     sampling = plan.sample_s is not None
     baseline = await asyncio.to_thread(sample_uss, groups) if sampling else None
@@ -109,7 +110,7 @@ async def soak(url: str, plan: SoakPlan, *, app: str = APP, runs: int = 1) -> di
     t0 = time.monotonic()
     sampler = (
         asyncio.create_task(_sample(groups, load, t0, plan.sample_s, stop, timeline, meter))
-        if sampling
+        if plan.sample_s is not None
         else None
     )
     for run in range(runs):
@@ -173,7 +174,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="a running server (default: start an embedded one); no memory sampling then",
     )
-    p.add_argument("--out", type=Path, default=Path("docs/measurements/soak.json"))
+    p.add_argument("--out", type=Path, default=Path("results/soak.json"))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -5,7 +5,7 @@
                                [--out results/streams.json]
 
 Starts an embedded server whose inference config adds the bench profiles
-(:mod:`bench.profiles`); the streams use ``bench-flat``, the ideal hardware (1000 tok/s per
+(:mod:`bench.bench_profiles`); the streams use ``bench-flat``, the ideal hardware (1000 tok/s per
 stream whatever the batch, up to 64 running), on the one inference replica the default
 config has, so ``--streams`` × 1000 tok/s is what the machine is asked to deliver.  The
 clients run in ``--client-procs`` processes of their own (outside the server, and not
@@ -36,7 +36,8 @@ from typing import Any
 
 from serve.embedded import embedded_server, local_config
 
-from .. import profiles, results
+from .. import bench_profiles as profiles
+from .. import results
 from ..client import connect
 from ..processes import actor_pids, cpu_by_pid, session_host_pids
 
@@ -167,10 +168,10 @@ def run_rounds(url: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     try:
         for pipe in pipes:
             assert pipe.recv() == "ready"
-        groups = {
+        groups: dict[str, list[int]] = {
             "host": session_host_pids(),
             "replica": actor_pids(REPLICA_CLASS),
-            "clients": [p.pid for p in workers],
+            "clients": [p.pid for p in workers if p.pid is not None],  # all: started
         }
         print("pids: " + ", ".join(f"{k} {v}" for k, v in groups.items()), flush=True)
         rounds = []

@@ -157,8 +157,8 @@ class CodexReader:
                 t=t,
             )
         elif kind in _OUTPUTS:
-            text, duration, source = output_text_and_duration(item.get("output"))
-            yield ToolOutput(line, str(item.get("call_id")), tokens(text), duration, source, t)
+            output, duration, source = output_text_and_duration(item.get("output"))
+            yield ToolOutput(line, str(item.get("call_id")), tokens(output), duration, source, t)
         else:
             yield Skip(line, f"response_item.{kind}", _NOT_REPLAYED.get(str(kind), "item type not replayed"))
 

@@ -34,8 +34,8 @@ SUMMED = (
 
 def summarise(run: SessionRun) -> dict[str, Any]:
     done = [s for s in run.steps if s.error is None]
-    models = [s.model_ms for s in done]
-    model_s = sum(models) / 1000 if models and None not in models else None
+    models = [s.model_ms for s in done if s.model_ms is not None]
+    model_s = sum(models) / 1000 if models and len(models) == len(done) else None
     tool_s = sum(s.tool_ms for s in done) / 1000
     gap_s = sum(s.gap_ms for s in done) / 1000
     return {
@@ -103,6 +103,7 @@ def fidelity(session: SessionShape, runs: dict[str, SessionRun]) -> list[dict[st
                 "total": step.output_tokens,
                 "calls": len(step.calls),
                 "reasoning_source": step.reasoning_source,
+                "reasoning_reported": step.reasoning_reported,
             },
             "recorded_tool_s": step.tool_s,
             "replayed": {},
@@ -209,9 +210,11 @@ def _saves(saves: dict[str, dict[str, float | None]]) -> list[str]:
                 + ("" if v["api_overhead_share"] is None else f" ({v['api_overhead_share']:.1%})")
             )
         )
+        sent = v["bytes_sent"]
+        assert sent is not None  # every transport counts what it sent
         out.append(
             f"  WebSocket saves vs {name}: {v['e2e_s']:.2f} s end to end{share}{api}, "
-            f"{v['bytes_sent'] / 1000:.1f} KB uploaded"
+            f"{sent / 1000:.1f} KB uploaded"
         )
     return out
 
@@ -232,7 +235,9 @@ def _per_step(transports: dict[str, dict[str, Any]]) -> list[str]:
 def _fidelity(rows: list[dict[str, Any]], transports: list[str]) -> list[str]:
     out = [
         "  fidelity per step (output tokens: recorded by the provider | planned reasoning/text/arguments "
-        "in cl100k | replayed per transport; calls; tool s recorded/replayed)"
+        "in cl100k, and where the reasoning figure came from: the log's usage breakdown (u), its "
+        "readable reasoning (t), or the recorded output beyond the visible part alone (r), with the "
+        "log's own figure | replayed per transport; calls; tool s recorded/replayed)"
     ]
     for r in rows:
         p = r["planned"]
@@ -244,10 +249,19 @@ def _fidelity(rows: list[dict[str, Any]], transports: list[str]) -> list[str]:
         calls = f"{p['calls']}/{'-' if first is None else first['calls']}"
         tool = f"{r['recorded_tool_s']:.2f}/{'-' if first is None else format(first['tool_s'], '.2f')}"
         chain = "*" if r["new_chain"] else " "
+        source = {"usage": "u", "text": "t", "residual": "r", "none": "-"}[p["reasoning_source"]]
+        reported = "" if p["reasoning_reported"] is None else str(p["reasoning_reported"])
         out.append(
             f"  {chain}{r['step']:>3}  rec {_n(r['recorded_output_tokens']):>5} | plan "
-            f"{p['reasoning']:>4}/{p['text']:>4}/{p['arguments']:>4} = {p['total']:>5} | {replayed:<18}"
-            f" calls {calls:<5} tool {tool}"
+            f"{p['reasoning']:>4}/{p['text']:>4}/{p['arguments']:>4} = {p['total']:>5}"
+            f" {source}{reported:<5} | {replayed:<18} calls {calls:<5} tool {tool}"
+        )
+    recorded = [r for r in rows if r["recorded_output_tokens"] is not None]
+    if recorded:
+        rec = sum(r["recorded_output_tokens"] for r in recorded)
+        plan = sum(r["planned"]["total"] for r in recorded)
+        out.append(
+            f"  output tokens of the steps with usage: recorded {rec}, planned {plan} ({plan / rec:.1%})"
         )
     out.append("  (* a new chain after a compaction)")
     return out

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict
 
 from inference.tokenizer import encode
 
-SHAPE_VERSION = 1
+SHAPE_VERSION = 2  # 2: reasoning planned from the recorded output; reasoning_reported
 
 
 def tokens(text: str) -> int:
@@ -140,17 +140,23 @@ class StepShape(_Model):
     new_chain: bool = False
     gap_s: float | None = None  # the human's time before this step (a user message), if recorded
     inputs: list[InputShape] = []
-    reasoning_tokens: int = 0
-    reasoning_source: Literal["usage", "text", "residual", "none"] = "none"
+    reasoning_tokens: int = 0  # planned hidden reasoning: the recorded output beyond the visible part
+    reasoning_source: Literal["usage", "text", "residual", "none"] = "none"  # what the log said of it
+    reasoning_reported: int | None = None  # the log's own figure (its usage breakdown, or measured text)
     text_tokens: int = 0
     calls: list[CallShape] = []
     tool_s: float = 0.0  # the step's calls' tool time: the slowest (parallel calls wait for it)
     recorded: UsageShape | None = None
 
     @property
+    def visible_tokens(self) -> int:
+        """The step's text and call arguments (cl100k)."""
+        return self.text_tokens + sum(c.argument_tokens for c in self.calls)
+
+    @property
     def output_tokens(self) -> int:
         """What the replay asks the model for (cl100k)."""
-        return self.reasoning_tokens + self.text_tokens + sum(c.argument_tokens for c in self.calls)
+        return self.reasoning_tokens + self.visible_tokens
 
 
 class Skipped(_Model):
@@ -189,7 +195,6 @@ class _Builder:
         self.new_chain = False
         self.open = False  # the last step still takes outputs
         self.calls: dict[str, tuple[int, int]] = {}
-        self.residual: set[int] = set()  # steps whose reasoning comes from the usage
         self.skips: dict[tuple[str, str], Skipped] = {}
         self.last_t: float | None = None
         self.step_ids: list[str | None] = []  # each step's response id (Claude Code logs have them)
@@ -261,9 +266,7 @@ class _Builder:
             self.step_ids.append(rec.response_id)
         step = self.steps[-1]
         if isinstance(rec, Reasoning):
-            if rec.tokens is None:
-                self.residual.add(step.index)
-            else:
+            if rec.tokens is not None:  # None: not readable (encrypted, redacted): from the usage
                 step.reasoning_tokens += rec.tokens
                 step.reasoning_source = "text"
         elif isinstance(rec, Text):
@@ -291,16 +294,26 @@ class _Builder:
 
     def finish(self) -> tuple[list[StepShape], list[Skipped]]:
         for step in self.steps:
-            usage = step.recorded
-            if usage is not None and usage.reasoning_tokens is not None:
-                step.reasoning_tokens, step.reasoning_source = usage.reasoning_tokens, "usage"
-            elif step.index in self.residual and usage is not None and step.reasoning_source == "none":
-                visible = step.text_tokens + sum(c.argument_tokens for c in step.calls)
-                step.reasoning_tokens, step.reasoning_source = (
-                    max(0, usage.output_tokens - visible),
-                    "residual",
-                )
+            _plan_reasoning(step)
         return self.steps, list(self.skips.values())
+
+
+def _plan_reasoning(step: StepShape) -> None:
+    """A step with recorded usage is replayed at its recorded output tokens (what the model
+    spent), whatever the log's breakdown says: the part the visible text and arguments do not
+    explain becomes hidden reasoning.  ``reasoning_source`` says what the log itself reported:
+    ``usage`` (its breakdown gave reasoning tokens), ``text`` (readable reasoning, measured),
+    ``residual`` (nothing: all of it inferred from the output), ``none`` (no usage, no reasoning)."""
+    usage = step.recorded
+    if step.reasoning_source == "text":
+        step.reasoning_reported = step.reasoning_tokens
+    if usage is None:
+        return
+    if usage.reasoning_tokens:
+        step.reasoning_source, step.reasoning_reported = "usage", usage.reasoning_tokens
+    elif step.reasoning_source != "text":
+        step.reasoning_source = "residual" if usage.output_tokens > step.visible_tokens else "none"
+    step.reasoning_tokens = max(0, usage.output_tokens - step.visible_tokens)
 
 
 def build(records: Iterable[Record]) -> tuple[list[StepShape], list[Skipped]]:

@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from actors.backend import InferenceClient, ModelCall
 from actors.config import SessionConfig
+from actors.core.session import Session
 from actors.host.connection import Connection
-from actors.session import Session
 from inference.types import Done, InferenceEvent, InferenceRequest, Prefilled, TextDelta
 from store import StoreConfig, StoreWriter, open_store
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from actors.cache_budget import CacheBudget
+from actors.core.cache_budget import CacheBudget
 
 
 @dataclass(eq=False)

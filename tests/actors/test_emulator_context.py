@@ -11,8 +11,8 @@ import json
 import pytest
 
 from actors.config import SessionConfig
-from actors.render import render_items
-from actors.session import Session
+from actors.core.render import render_items
+from actors.core.session import Session
 from inference.engine import Engine
 from inference.profiles import load_inference_config
 from inference.types import Done

@@ -10,6 +10,8 @@ import pytest
 from openai.types.responses import ResponseStreamEvent
 from pydantic import TypeAdapter
 
+from actors.core.render import item_text, render_item
+from actors.core.session import Effects
 from actors.errors import InvalidRequest
 from actors.protocol import (
     CustomToolCallItem,
@@ -20,8 +22,6 @@ from actors.protocol import (
     parse_http_create,
     parse_items,
 )
-from actors.render import item_text, render_item
-from actors.session import Effects
 from inference import chat_format
 from inference.tokenizer import decode
 from inference.types import Done, FunctionCallDelta, Prefilled

@@ -15,6 +15,7 @@ from openai.types.responses import ResponseItem
 from pydantic import TypeAdapter
 
 from actors.config import SessionConfig
+from actors.core.session import Effects, Session
 from actors.errors import InvalidRequest, ModelNotFound, NotFound, PreviousResponseNotFound, ServerError
 from actors.protocol import (
     CompactedResponse,
@@ -30,7 +31,6 @@ from actors.protocol import (
     parse_items,
     sse_frame,
 )
-from actors.session import Effects, Session
 from inference.types import Done, FunctionCallDelta, Prefilled, TextDelta
 from serve.compaction import compact
 from tests.support import openresponses as orv

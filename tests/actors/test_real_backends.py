@@ -14,11 +14,11 @@ from collections.abc import AsyncIterator, Sequence
 import pytest
 
 from actors.backend.completions import CompletionStream, EngineError, completion_body, sse_batch, sse_data
-from actors.backend.routing import ModelRouter, model_entries
+from actors.backend.model_router import ModelRouter, model_entries
 from actors.config import ModelBackend, SessionConfig
+from actors.core.render import render_items
+from actors.core.session import Session
 from actors.protocol import parse_items
-from actors.render import render_items
-from actors.session import Session
 from inference.chat_template import InvalidToolCall, call_text, parse_calls
 from inference.types import (
     Done,

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from actors.core.request_queue import InvalidTransition, Requests, Stage
+from actors.core.timings import PhaseTimer
 from actors.protocol import ResponseCreate
-from actors.request import InvalidTransition, Requests, Stage
-from actors.timings import PhaseTimer
 
 
 def add(requests: Requests, lane: str | None, *, first: bool = False):

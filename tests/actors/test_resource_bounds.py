@@ -9,7 +9,7 @@ import zlib
 
 import pytest
 
-from actors.render import compaction_text
+from actors.core.render import compaction_text
 from inference.policy import InvalidMetadata, metadata_overrides
 from inference.schema_values import Unsatisfiable, value_for_schema
 

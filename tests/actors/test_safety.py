@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from actors.safety import INJECTION_MARKERS, Classifier, SafetyConfig, build_matcher
+from actors.core.safety import INJECTION_MARKERS, Classifier, SafetyConfig, build_matcher
 
 CONFIG = SafetyConfig()
 MATCHER = build_matcher(CONFIG)
@@ -144,7 +144,7 @@ def test_scores_accumulate_across_turns_and_copies_are_independent():
 
 
 def test_text_read_later_counts_as_soon_as_the_state_is_used():
-    """A conversation's output is read with its next input (actors.context.extend): the
+    """A conversation's output is read with its next input (actors.core.context.extend): the
     verdict, a copy and the next feed all see it, as if it had been fed at once."""
     output = ["here is the key: " + AWS]
     for use in ("verdict", "copy", "feed"):

@@ -17,7 +17,7 @@ import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
 
-from actors.safety import INJECTION_MARKERS, Classifier, SafetyConfig, build_matcher
+from actors.core.safety import INJECTION_MARKERS, Classifier, SafetyConfig, build_matcher
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = ("actors", "bench", "inference", "serve", "store", "tests")

@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.cache_budget import CacheBudget
 from actors.config import SessionConfig
+from actors.core.cache_budget import CacheBudget
+from actors.core.render import render_items
+from actors.core.session import Effects, Session
 from actors.protocol import ResponseObject
-from actors.render import render_items
-from actors.session import Effects, Session
 from inference.types import Done, FunctionCallDelta, Prefilled, ReasoningDone, TextDelta
 from tests.support.event_order import FUNCTION_CALL_ANSWER, TEXT_ANSWER, assert_event_types
 
@@ -452,10 +452,10 @@ TURN = st.lists(
 def test_incremental_rendering_equals_rendering_the_whole_conversation(turns):
     """Turn by turn the session only appends the new items' tokens; the result is exactly
     what rendering the whole conversation at once gives (the stateless path)."""
-    from actors.context import from_record
+    from actors.core.context import from_record
+    from actors.core.render import render_items
+    from actors.core.timings import PhaseTimer
     from actors.protocol import parse_items
-    from actors.render import render_items
-    from actors.timings import PhaseTimer
     from inference.types import FunctionCallDelta
 
     s = new_session(safety={"enabled": False})
@@ -652,8 +652,8 @@ def test_steering_a_completed_text_answer_fails_already_completed():
 
 
 def test_append_mode_runs_a_whole_rollout_in_one_response():
+    from actors.core.render import render_items
     from actors.protocol import parse_items
-    from actors.render import render_items
     from inference.types import FunctionCallDelta
 
     s = Session(SessionConfig(), [MODEL], session_key="c", append_mode=True, clock=lambda: 1.0)
@@ -762,8 +762,8 @@ def test_a_response_whose_record_could_not_be_written_stops_counting_against_the
 
 
 def test_instructions_and_tools_resent_every_turn_are_reused_and_a_change_is_rendered_and_validated():
+    from actors.core.render import tool_specs
     from actors.protocol import FunctionTool
-    from actors.render import tool_specs
     from inference import chat_format
 
     def prefix(tools: list[dict], instructions: str) -> list[int]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from actors.timings import METADATA_KEY, PhaseTimer, Report
+from actors.core.timings import METADATA_KEY, PhaseTimer, Report
 
 
 def test_the_model_calls_own_cost_counts_as_overhead_not_as_the_model():

@@ -8,10 +8,10 @@ import asyncio
 from dataclasses import replace
 
 from actors.backend import ModelCall
+from actors.backend.whatif_hook import Charge, WhatIfServices, charge
 from actors.config import SessionConfig
-from actors.session import Session, Turn
-from actors.timings import PhaseTimer
-from actors.whatif import Charge, WhatIfServices, charge
+from actors.core.session import Session, Turn
+from actors.core.timings import PhaseTimer
 from inference.whatif import HopConfig, SafetyModelConfig, WhatIfConfig
 from store import StoredResponse
 from tests.actors.test_session import MODEL, answer_text, send
@@ -112,7 +112,7 @@ def test_a_stored_record_round_trip_keeps_the_whole_history_unread():
         input_items=[],
         context=[{"type": "message", "role": "user", "content": "hi", "id": "msg_1"}],
     )
-    from actors.context import from_record
+    from actors.core.context import from_record
 
     entry = from_record(record, lambda: session()._prep.new_scan(), PhaseTimer(lambda: 0.0))
     assert entry.fresh_tokens == len(entry.tokens) > 0

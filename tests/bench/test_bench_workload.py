@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 
 from bench import workload as wl
-from bench.report import pct, summarise
+from bench.agentloop_report import summarise
 from bench.rollouts import RolloutRecord, TurnRecord, interleaved_jobs, rollout_model_s, server_timings
+from bench.stats import pct
 from bench.transports import TRANSPORTS, output_as_input
 from inference import tokenizer
 
@@ -122,7 +123,7 @@ def test_the_overhead_benchmark_asks_only_for_policy_values_the_server_accepts()
 
 
 def test_the_burst_summary_reads_each_socket_s_wait_and_the_server_s_phases():
-    from bench.kinds.burst import summary
+    from investigations.burst import summary
 
     phases = {"parse_validate": 1.0, "render": 20.0, "classify": 3.0, "api_overhead": 25.0}
     turns = [

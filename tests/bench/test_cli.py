@@ -12,7 +12,7 @@ import pytest
 
 import bench
 from bench import DEFAULT_KIND, DEMO_MODULE, KINDS, REPLAY_MODULE
-from bench.cli import INSTALL_HINT
+from bench.commands import INSTALL_HINT
 from serve.cli import main
 
 

@@ -7,7 +7,7 @@ import json
 import random
 
 from actors.config import SessionConfig
-from actors.session import Session
+from actors.core.session import Session
 from bench.kinds.memory import CacheModel, fresh_text, rendered_output_tokens
 from inference import tokenizer
 from inference.types import Done, Prefilled, TextDelta

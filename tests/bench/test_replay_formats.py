@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.replay import formats, synth
+from bench.replay import log_formats as formats
+from bench.replay import synth
 from bench.replay.driver import ToolTime
-from bench.replay.shape import ShapeFile, StepShape
+from bench.replay.shape import Call, Input, ShapeFile, StepShape, Text, ToolOutput, Usage, build
 from inference import scenario as sc
 from inference.tokenizer import encode
 
@@ -41,8 +42,11 @@ def test_a_codex_rollout_becomes_its_steps(codex):
     assert [len(st.calls) for st in s.steps] == [1, 2, 1, 1, 0, 1, 1, 0]
     # event_msg token_count: usage per step; a repeated count (same totals) is no new step
     assert [st.recorded.output_tokens for st in s.steps] == [79, 231, 415, 54, 118, 53, 31, 97]
-    assert [st.reasoning_tokens for st in s.steps] == [64, 180, 300, 40, 50, 30, 20, 50]
+    assert [st.reasoning_reported for st in s.steps] == [64, 180, 300, 40, 50, 30, 20, 50]
     assert {st.reasoning_source for st in s.steps} == {"usage"}  # encrypted reasoning is sized by the usage
+    # each step is replayed at its recorded output: reasoning is what the visible part leaves
+    assert [st.output_tokens for st in s.steps] == [79, 231, 415, 54, 118, 53, 31, 97]
+    assert all(st.reasoning_tokens == st.recorded.output_tokens - st.visible_tokens for st in s.steps)
     assert s.steps[1].text_tokens == len(encode("I will read the parser and its test side by side."))
     assert s.steps[0].inputs[0].kind == "developer" and s.steps[0].inputs[-1].kind == "user"
     assert s.steps[2].calls[0].kind == "custom" and s.steps[2].calls[0].name == "apply_patch"
@@ -94,7 +98,8 @@ def test_a_claude_code_log_becomes_one_step_per_message_id(claude):
     assert s.format == "claude" and s.model == "claude-sonnet-4-5"
     assert len(s.steps) == 6 and [len(st.calls) for st in s.steps] == [1, 1, 2, 0, 1, 0]
     first = s.steps[0]  # thinking, text and tool_use on three lines of one message
-    assert first.reasoning_source == "text" and first.reasoning_tokens == 90 and first.text_tokens > 0
+    assert first.reasoning_source == "text" and first.reasoning_reported == 90 and first.text_tokens > 0
+    assert first.output_tokens == first.recorded.output_tokens == 112  # replayed at what the model spent
     assert first.recorded.input_tokens == 3 + 14000 and first.recorded.cached_tokens == 0
     assert s.steps[1].recorded.cached_tokens == 14000  # cache_read_input_tokens
     assert s.instructions_source == "inferred"
@@ -185,3 +190,24 @@ def test_the_metadata_value_of_a_turn_is_what_the_server_parses(codex):
     scenario = sc.from_metadata(sc.TURN_KEY, meta[sc.TURN_KEY])
     assert [c.name for c in scenario.turns[0].calls] == ["exec_command", "exec_command"]
     assert json.loads(meta[sc.TURN_KEY])["text_tokens"] == step.text_tokens
+
+
+def test_output_the_breakdown_does_not_explain_is_replayed_as_hidden_reasoning():
+    # A held-out Codex rollout reported reasoning_output_tokens 0 while each step spent
+    # hundreds of output tokens on a short call: the replay keeps what the model spent.
+    records = [
+        Input(line=1, kind="user", tokens=40),
+        Call(line=2, call_id="c1", name="shell", kind="function", argument_tokens=18),
+        Usage(line=3, input_tokens=3000, cached_tokens=0, output_tokens=312, reasoning_tokens=0),
+        ToolOutput(line=4, call_id="c1", tokens=300, duration_s=1.0),
+        Text(line=5, tokens=25),
+        Usage(line=6, input_tokens=3400, cached_tokens=3072, output_tokens=25, reasoning_tokens=0),
+    ]
+    steps, _ = build(records)
+    assert [st.output_tokens for st in steps] == [312, 25]
+    assert (steps[0].reasoning_tokens, steps[0].reasoning_source, steps[0].reasoning_reported) == (
+        294,
+        "residual",
+        None,
+    )
+    assert (steps[1].reasoning_tokens, steps[1].reasoning_source) == (0, "none")  # nothing unexplained

@@ -17,7 +17,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bench import DEMO_MODULE, KINDS, cli, results
+from bench import DEMO_MODULE, KINDS, results
+from bench import commands as cli
 
 KINDS_DIR = Path(results.__file__).parent / "kinds"
 

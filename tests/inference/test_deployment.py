@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from types import SimpleNamespace
 
 from inference import chat_format as cf
@@ -89,8 +90,12 @@ def _replicas(*ids):
     return [SimpleNamespace(replica_id=SimpleNamespace(unique_id=i)) for i in ids]
 
 
+class _Pending(SimpleNamespace):
+    """Stands for Serve's ``PendingRequest`` (a dataclass: weak-referenceable, unhashable)."""
+
+
 def _pending(request, session=""):
-    return SimpleNamespace(args=[request], kwargs={}, metadata=SimpleNamespace(session_id=session))
+    return _Pending(args=[request], kwargs={}, metadata=SimpleNamespace(session_id=session))
 
 
 def _choose(router, replicas, pending):
@@ -137,3 +142,13 @@ def test_a_new_socket_is_pinned_where_its_keys_http_requests_go_and_stays():
         for i in range(30)
     }
     assert len(routes) > 1
+
+
+def test_a_requests_decision_is_dropped_with_the_request():
+    router, replicas = _router(), _replicas("x", "y")
+    pending = _pending(_req())
+    _choose(router, replicas, pending)
+    assert len(router._decided._routes) == 1
+    del pending  # Serve dropped the request: its decision goes with it
+    gc.collect()
+    assert not router._decided._routes

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from bench.report import summarise
+from bench.agentloop_report import summarise
 from bench.rollouts import run_bench
 from bench.workload import Workload
 

@@ -41,8 +41,8 @@ HISTORY = [
     },
     {"type": "custom_tool_call_output", "call_id": "call_p", "output": "apply_patch verification failed"},
     *TOOL_ITEMS,
-    {"id": "msg_unknown"},  # an item reference without its type
 ]
+# (An item reference must name an item the server holds: tests/integration/test_item_references.py.)
 # Every tool call of the model, whichever it picks; no tool rounds are left, so it answers.
 TOOLS = [PATCH_TOOL, {"type": "function", "name": "read_file", "parameters": {"type": "object"}}]
 

@@ -120,7 +120,7 @@ def test_a_frame_over_the_cap_closes_with_1009_and_a_new_socket_works(fuzzer):
     assert fuzzer.check_alive() == []
 
 
-# Faults outside the wire layer the fuzz found, fixed in actors/session.py and inference/.
+# Faults outside the wire layer the fuzz found, fixed in actors/core/session.py and inference/.
 @pytest.mark.parametrize(
     "frame, answer",
     [

@@ -6,6 +6,7 @@ port fails to start, naming the port, while the first serves on (docs/reliabilit
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import urllib.error
 import urllib.request
@@ -89,3 +90,43 @@ def test_another_application_on_the_port_fails_to_deploy_and_the_first_serves_on
     assert f"port {port} is already in use by another responses-ws server (pid " in str(failed.value)
     assert "ServeReplica:responses-ws:Gateway" in str(failed.value)
     assert all(post(server_url, {})[0] == 200 for _ in range(10))
+
+
+def test_every_request_of_a_keep_alive_connection_is_checked_and_allowed_pages_get_cors(server_url):
+    """One keep-alive HTTP connection (handed to a session host after its first request's
+    check at the gateway): a later request from a foreign page is refused too, and an
+    allowed page's preflight and requests get the CORS headers a browser needs."""
+    host, port = server_url.removeprefix("http://").rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    body = json.dumps(CREATE)
+    page = "http://localhost:3000"
+    answers = []
+    try:
+        for origin in (None, "https://evil.example", page):
+            headers = {"Content-Type": "application/json", **({"Origin": origin} if origin else {})}
+            conn.request("POST", "/v1/responses", body=body, headers=headers)
+            resp = conn.getresponse()
+            answers.append((resp.status, dict(resp.getheaders()), json.loads(resp.read())))
+        conn.request(
+            "OPTIONS",
+            "/v1/responses",
+            headers={
+                "Origin": page,
+                "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": "authorization, content-type",
+            },
+        )
+        preflight = conn.getresponse()
+        preflight.read()
+    finally:
+        conn.close()
+    (first, h1, _), (evil, _, refused), (allowed, h3, served) = answers
+    assert first == 200 and "access-control-allow-origin" not in {k.lower() for k in h1}
+    assert evil == 403 and refused["error"]["code"] == "origin_not_allowed"
+    assert allowed == 200 and served["status"] == "completed"
+    assert {k.lower(): v for k, v in h3.items()}["access-control-allow-origin"] == page
+    assert preflight.status == 204
+    assert preflight.getheader("Access-Control-Allow-Origin") == page
+    assert "POST" in preflight.getheader("Access-Control-Allow-Methods")
+    assert preflight.getheader("Access-Control-Allow-Headers") == "authorization, content-type"
+    assert int(preflight.getheader("Access-Control-Max-Age")) > 0

@@ -1,11 +1,15 @@
 """The Vercel AI SDK (``ai`` and ``@ai-sdk/openai``, pinned in tests/clients/package.json and
 installed by ``make clients``) drives the server with the scripts in tests/clients/vercel/:
 ``generateText`` (HTTP, JSON answers) and ``streamText`` (HTTP, SSE), each with a tool whose
-``execute`` runs in the script, over several steps until the emulated model answers.
+``execute`` runs in the script, over several steps until the emulated model answers; and
+``chat.mjs``: ``streamText`` with the tool over several steps, then a second turn of the same
+chat, over the AI SDK's WebSocket transport (``@vercel/ai-sdk-openai-websocket-fetch``'s
+``createWebSocketFetch()`` as the provider's ``fetch``, pinned likewise) and over HTTP.
 
-The AI SDK's OpenAI provider has no WebSocket transport of its own for the Responses API
-(its ``webSocket`` option serves the realtime and transcription models only); the separate
-package its docs name for that is not on the npm registry, so both scripts speak HTTP.
+The server's usage ledger says which transport each response came by: over the WebSocket
+transport, every step's response came over the socket (no HTTP fallback).  The chat's second
+turn sends the first turn's answer back as an ``item_reference`` (the AI SDK does so while
+``store`` is on), which the server resolves to that message (docs/protocol.md §2.2).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -21,6 +26,7 @@ import httpx
 import pytest
 
 from tests.support.schemas import Checker
+from tests.support.server import start_app, stop_app, wait_for
 
 CLIENTS = Path(__file__).parent.parent / "clients"
 SCRIPTS = CLIENTS / "vercel"
@@ -28,14 +34,15 @@ ROUNDS = 2  # the scripts' ``emulator.tool_rounds``
 API_KEY = "sk-vercel"  # the scripts' key: their stored responses are read back with it
 
 
-def run_script(name: str, server_url: str) -> dict[str, Any]:
-    """Run one script against the server; what it printed (one JSON line)."""
+def run_script(name: str, server_url: str, **env: str) -> dict[str, Any]:
+    """Run one script against the server (``env``: more of its environment); what it
+    printed (one JSON line)."""
     node = shutil.which("node")
     if node is None or not (CLIENTS / "node_modules" / "ai").is_dir():
         pytest.fail(
             "the JS clients are not installed: run `make clients` (needs node and npm)", pytrace=False
         )
-    env = {**os.environ, "RESPONSES_WS_BASE_URL": server_url + "/v1", "OPENAI_API_KEY": API_KEY}
+    env = {**os.environ, "RESPONSES_WS_BASE_URL": server_url + "/v1", "OPENAI_API_KEY": API_KEY, **env}
     proc = subprocess.run(
         [node, str(SCRIPTS / name)], env=env, capture_output=True, text=True, timeout=120, check=False
     )
@@ -71,3 +78,61 @@ def test_stream_text_runs_a_multi_step_tool_loop_over_sse(server_url):
     assert report["errors"] == []
     assert report["streamed"].endswith(report["text"]) and report["text"]
     assert_tool_loop(report, server_url)
+
+
+@pytest.fixture(scope="module")
+def ledgered_server(ray_cluster, tmp_path_factory):
+    """A server of its own, its store (and usage ledger) in a temp directory the test reads."""
+    data = tmp_path_factory.mktemp("vercel-store")
+    url = start_app("rws-vercel", **{"store.data_dir": str(data)})
+    yield url, data / "responses.sqlite3"
+    stop_app("rws-vercel")
+
+
+def ledger(path: Path, response_ids: list[str]) -> dict[str, str] | None:
+    """The transport the server's ledger recorded for each response (``None`` until every
+    one has its line)."""
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        rows = dict(db.execute("SELECT response_id, transport FROM usage").fetchall())
+    got = {rid: rows[rid] for rid in response_ids if rid in rows}
+    return got if len(got) == len(set(response_ids)) else None
+
+
+@pytest.mark.parametrize("transport", ["websocket", "http"])
+def test_stream_text_chat_runs_its_tool_steps_and_second_turn_over_each_transport(ledgered_server, transport):
+    url, store = ledgered_server
+    report = run_script("chat.mjs", url, RESPONSES_WS_TRANSPORT=transport)
+    second = report["second"]
+    assert report["errors"] == [] and second["errors"] == []
+    assert report["steps"] == ["tool-calls"] * ROUNDS + ["stop"], report
+    # The second turn's model calls the tool until its conversation holds ROUNDS + 1 results
+    # (its metadata), counting those the chat history it was sent carries.
+    results = sum(1 for i in report["secondInput"] if i.get("type") == "function_call_output")
+    more = max(0, ROUNDS + 1 - results)
+    assert second["steps"] == ["tool-calls"] * more + ["stop"], (second, results)
+    assert report["toolCalls"] == ["weather"] * ROUNDS and len(report["executed"]) == ROUNDS + more
+    assert report["text"] and report["streamed"].endswith(report["text"]) and second["text"]
+    if transport == "websocket":
+        assert report["httpCalls"] == [], "a request went over HTTP, not the socket"
+    # Every step's response is in the server's ledger under the transport asked for.
+    responses = report["responseIds"] + second["responseIds"]
+    seen = wait_for(lambda: ledger(store, responses), timeout_s=20, what="the ledger lines of the chat")
+    assert set(seen.values()) == {transport}, seen
+    # The second turn sent the first turn's answer as an item_reference; the server stored the
+    # message it names in its place.
+    refs = [i for i in report["secondInput"] if i.get("type") == "item_reference"]
+    assert refs, report["secondInput"]
+    check = Checker()
+    with httpx.Client(headers={"Authorization": f"Bearer {API_KEY}"}, timeout=30) as http:
+        listed = http.get(
+            f"{url}/v1/responses/{second['responseIds'][0]}/input_items",
+            params={"order": "asc", "limit": 100},
+        )
+    assert listed.status_code == 200, listed.text
+    items = {i["id"]: i for i in check.item_list(listed.content)["data"]}
+    texts = []
+    for ref in refs:
+        item = items[ref["id"]]
+        assert item["type"] == "message" and item["role"] == "assistant", item
+        texts.append("".join(p["text"] for p in item["content"]))
+    assert report["text"] in texts, (texts, report["text"])

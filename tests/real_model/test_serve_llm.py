@@ -27,7 +27,7 @@ def test_the_handles_token_ids_decode_to_the_text_and_continue_the_conversation(
     """The session host's client, here in the test process: the deployment's chunks become
     the seam's events, and ``Done`` hands back the engine's own output ids, framed as the
     template closes an assistant message."""
-    from actors.backend.serve_llm import ServeLLMInference
+    from actors.backend.serve_llm_client import ServeLLMInference
     from inference.chat_template import TemplateFormat
     from inference.types import Done, InferenceRequest, Prefilled, TextDelta
 

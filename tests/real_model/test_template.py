@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from actors.core.render import render_items
 from actors.protocol import parse_items
-from actors.render import render_items
 
 
 @pytest.fixture(scope="module")

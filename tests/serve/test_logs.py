@@ -10,7 +10,7 @@ import pytest
 from ray.serve.schema import LoggingConfig as ServeLoggingConfig
 
 from actors.logs import PACKAGES, LogSettings, configure
-from serve.logs import serve_logging_config
+from serve.log_settings import serve_logging_config
 
 NAMES = ("", "ray.serve", *PACKAGES)
 

@@ -9,6 +9,7 @@ ledger lines written through, batched and idempotent.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import sqlite3
 import subprocess
@@ -132,6 +133,36 @@ def test_a_record_reads_back_exactly_as_put(config: StoreConfig) -> None:
         async with opened(config) as store:
             await store.put(record("resp_1"))
             assert await store.get("resp_1", ALICE) == record("resp_1")
+
+    asyncio.run(scenario())
+
+
+def test_items_are_found_by_id_for_their_owner_only(config: StoreConfig) -> None:
+    """What an ``item_reference`` may name: a stored response's input and output items, as its
+    conversation holds them, for the owner only; a later response resending an item does not
+    take it over, and a deleted response's items are gone."""
+
+    async def scenario() -> None:
+        async with opened(config) as store:
+            first = record("resp_1")
+            await store.put(first)
+            later = record("resp_2")
+            resent = {**first.context[1], "status": "incomplete"}  # the same id, resent as input
+            await store.put(
+                dataclasses.replace(later, input_items=[resent], context=[resent, *later.context])
+            )
+            wanted = ["msg_resp_1", "fc_resp_1", "msg_in_resp_1", "msg_nope", "msg_resp_1"]
+            found = await store.find_items(wanted, ALICE)
+            assert found == {
+                "msg_resp_1": first.context[1],
+                "fc_resp_1": first.context[2],
+                "msg_in_resp_1": first.context[0],
+            }
+            assert await store.find_items(wanted, BOB) == {}
+            assert await store.find_items([], ALICE) == {}
+            await store.delete("resp_1", ALICE)
+            assert await store.find_items(["msg_resp_1"], ALICE) == {}
+            assert await store.find_items(["msg_resp_2"], ALICE) == {"msg_resp_2": later.context[1]}
 
     asyncio.run(scenario())
 

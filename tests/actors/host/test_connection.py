@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from actors.config import SessionConfig
+from actors.core.session import Session
 from actors.host.connection import Connection, RenderPool, State
 from actors.protocol import ServerEvent
-from actors.session import Session
 from inference.types import Done, InferenceEvent, InferenceRequest, Prefilled, TextDelta
 from store import StoreConfig, StoredResponse, UsageEntry, open_store
 from store.journal import Journal, replay

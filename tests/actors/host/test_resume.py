@@ -12,7 +12,7 @@ from actors.host.resume import Held, ResumeRegistry, make_token, new_secret, par
 
 
 class StubSession:
-    """Stands in for actors.session.Session: the registry only releases it."""
+    """Stands in for actors.core.session.Session: the registry only releases it."""
 
     released = False
 

@@ -1,5 +1,5 @@
 """The session host's socket: when each client message began to arrive (a response's server
-time starts at its create's first bytes, actors.timings)."""
+time starts at its create's first bytes, actors.core.timings)."""
 
 from __future__ import annotations
 

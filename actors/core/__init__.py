@@ -1,0 +1,1 @@
+"""The session core: one connection's state machine and everything it owns, sans-I/O."""

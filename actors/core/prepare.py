@@ -1,0 +1,128 @@
+"""Per-connection request preparation that is reused while it stays valid.
+
+A WebSocket connection keeps one :class:`Preparer`: tool definitions are validated and
+rendered once and reused while unchanged, so are the instructions' tokens (a coding agent
+resends the same several thousand tokens of instructions with every create), the model is
+resolved once, and the safety classifier's rules are compiled once.  The HTTP path makes a fresh one per request — the
+stateless baseline redoes all of it.
+"""
+
+from __future__ import annotations
+
+import re
+from array import array
+from collections.abc import Collection, Mapping, Sequence
+from typing import NamedTuple
+
+from inference.formats import CL100K, ChatFormat
+from inference.types import ToolSpec
+
+from ..errors import APIError, InvalidRequest, ModelNotFound
+from ..protocol import CustomTool, FunctionTool, InputItem, Tool
+from .render import item_text, tool_specs
+from .response_builder import echo_tools
+from .safety import Classifier, Matcher, SafetyConfig, build_matcher
+
+TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+MAX_TOOLS = 128
+
+
+class ContentFiltered(APIError):
+    code = "content_filter"
+
+    def __init__(self, categories: Sequence[str]) -> None:
+        super().__init__(
+            f"The input was flagged by the safety classifier ({', '.join(categories)}).", param="input"
+        )
+
+
+class Tools(NamedTuple):
+    """A request's tools, prepared: the function and custom tools' validated ``specs`` and
+    their ``tokens`` (rendered), and ``echoed``, every tool as a Response echoes it — one list,
+    never changed, that the connection's responses share while the definitions are unchanged
+    (the encoder reuses its JSON without comparing it, actors.protocol.EventEncoder)."""
+
+    specs: tuple[ToolSpec, ...]
+    tokens: list[int]
+    echoed: list[dict]
+
+
+class Preparer:
+    def __init__(
+        self, models: Collection[str], safety: SafetyConfig, formats: Mapping[str, ChatFormat] | None = None
+    ) -> None:
+        self._models = frozenset(models)
+        self._formats = dict(formats or {})  # a model's own chat format; else cl100k (the emulator's)
+        self._resolved: dict[str, str] = {}
+        self._tools_seen: tuple[list[object], str] | None = None
+        self._tools = Tools((), [], [])
+        self._instructions: tuple[str | None, str, array] = (None, CL100K.name, array("I"))
+        self._safety = safety
+        self.matcher: Matcher = build_matcher(safety)
+
+    def resolve_model(self, model: str | None) -> str:
+        """Model id → served profile (resolved once per connection)."""
+        if model is None:
+            raise InvalidRequest(
+                "Missing required parameter: 'model'.", param="model", code="missing_required_parameter"
+            )
+        if model in self._resolved:
+            return self._resolved[model]
+        if model not in self._models:
+            raise ModelNotFound(model)
+        self._resolved[model] = model
+        return model
+
+    def format(self, model: str) -> ChatFormat:
+        """The chat format ``model`` renders with."""
+        return self._formats.get(model, CL100K)
+
+    def tools(self, tools: Sequence[Tool], fmt: ChatFormat = CL100K) -> Tools:
+        """The request's tools (``create.tools``) prepared (:class:`Tools`); reused while the
+        definitions and the format are unchanged."""
+        if self._tools_seen is None or tools != self._tools_seen[0] or fmt.name != self._tools_seen[1]:
+            callable_tools = [t for t in tools if isinstance(t, (FunctionTool, CustomTool))]
+            validate_tools(callable_tools)
+            specs = tool_specs(callable_tools)
+            self._tools = Tools(specs, fmt.render_tools(specs), echo_tools(tools))
+            self._tools_seen = (list(tools), fmt.name)
+        return self._tools
+
+    def instructions(self, text: str | None, fmt: ChatFormat = CL100K) -> array:
+        """The rendered instructions (``array("I")``, 4 bytes a token); re-rendered only when
+        the text (or the format) differs from the last request's (comparing the strings costs
+        microseconds, tokenising them milliseconds).  Only the latest text is kept."""
+        if text != self._instructions[0] or fmt.name != self._instructions[1]:
+            self._instructions = (text, fmt.name, array("I", fmt.render_instructions(text)))
+        return self._instructions[2]
+
+    def new_scan(self) -> Classifier:
+        return Classifier(self.matcher, self._safety.thresholds)
+
+    def scan(self, state: Classifier | None, items: Sequence[InputItem]) -> Classifier:
+        """``state`` (the conversation so far) extended by ``items``; raises
+        :class:`ContentFiltered` if the conversation is flagged.  ``state`` is not changed."""
+        scan = state.copy() if state is not None else self.new_scan()
+        if self._safety.enabled:
+            scan.feed_all(item_text(item) for item in items)
+            verdict = scan.verdict
+            if verdict.flagged:
+                raise ContentFiltered(verdict.categories)
+        return scan
+
+
+def validate_tools(tools: Sequence[FunctionTool | CustomTool]) -> None:
+    if len(tools) > MAX_TOOLS:
+        raise InvalidRequest(f"At most {MAX_TOOLS} function and custom tools are supported.", param="tools")
+    seen: set[str] = set()
+    for i, tool in enumerate(tools):
+        if not TOOL_NAME.fullmatch(tool.name):
+            raise InvalidRequest("Function names must match ^[a-zA-Z0-9_-]{1,64}$.", param=f"tools[{i}].name")
+        if tool.name in seen:
+            raise InvalidRequest(f"Duplicate function name '{tool.name}'.", param=f"tools[{i}].name")
+        seen.add(tool.name)
+        params = tool.parameters if isinstance(tool, FunctionTool) else None
+        if params is not None and params.get("type", "object") != "object":
+            raise InvalidRequest(
+                "Function parameters must be a JSON schema of type 'object'.", param=f"tools[{i}].parameters"
+            )

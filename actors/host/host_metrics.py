@@ -1,0 +1,88 @@
+"""Ray metrics recorded by session hosts (and, for the shared ones, by the gateway).
+
+Every name starts with ``responses_ws_``; durations are in seconds.  Ray's metrics export
+port serves them in Prometheus format with a ``ray_`` prefix, and counters with a
+``_total`` suffix (docs/operations.md, Metrics).  No label carries an id, a key or user
+text (tests/integration/test_isolation.py): a host's label is its actor name.
+"""
+
+from __future__ import annotations
+
+from ray.util import metrics
+
+
+def zero(counter: metrics.Counter, tags: dict[str, str] | None = None) -> None:
+    """Export ``counter`` at 0 before its first increment, so a dashboard shows 0 and a
+    ``rate()`` works from the start (``Counter.inc`` refuses 0)."""
+    counter._record(0, tags)
+
+
+def store_write_failures() -> metrics.Counter:
+    """Failed writes of stored responses and usage lines (every process with a store writer)."""
+    counter = metrics.Counter(
+        "responses_ws_store_write_failures",
+        description="Store writes (stored responses, usage lines) that failed",
+    )
+    zero(counter)
+    return counter
+
+
+# The statuses a connection or request is refused with before it is served (actors/errors.py):
+# bad resume token, API key, a web page's origin, no request head in time, per-key limit, a
+# head too large, a failed handoff, no capacity or draining.
+REFUSAL_STATUSES = ("400", "401", "403", "408", "429", "431", "500", "503")
+
+
+def refusals() -> metrics.Counter:
+    """Refusals by HTTP status: the gateway's (upgrades and first requests) and, for a
+    keep-alive connection's later requests from a page not allowed, the hosts' (403)."""
+    return metrics.Counter(
+        "responses_ws_refusals",
+        description="Upgrades and HTTP requests refused before they were served, by HTTP status",
+        tag_keys=("status",),
+    )
+
+
+class PhaseMetrics:
+    """Server time per response, by transport and phase (one histogram)."""
+
+    BOUNDARIES = [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5]
+
+    def __init__(self) -> None:
+        self._hist = metrics.Histogram(
+            "responses_ws_phase_seconds",
+            description="Server time per response by phase (seconds)",
+            boundaries=self.BOUNDARIES,
+            tag_keys=("transport", "phase"),
+        )
+
+    def observe(self, transport: str, report: dict[str, float]) -> None:
+        """``report``: milliseconds by phase (actors.core.timings.PhaseTimer)."""
+        for phase, ms in report.items():
+            self._hist.observe(ms / 1000.0, tags={"transport": transport, "phase": phase})
+
+
+class HostMetrics:
+    """One session host's: the connections it holds, and its store writer's failures."""
+
+    def __init__(self, host: str) -> None:
+        self._connections = metrics.Gauge(
+            "responses_ws_host_connections",
+            description="WebSocket connections a session host serves",
+            tag_keys=("host",),
+        )
+        self._connections.set_default_tags({"host": host})
+        self._connections.set(0)
+        self.store_write_failures = store_write_failures()
+        self._refusals = refusals()
+        zero(self._refusals, {"status": "403"})
+
+    def connections(self, n: int) -> None:
+        self._connections.set(n)
+
+    def store_write_failed(self) -> None:
+        self.store_write_failures.inc()
+
+    def refused(self, status: int) -> None:
+        """A request of a handed-over HTTP connection refused (403: its ``Origin``)."""
+        self._refusals.inc(tags={"status": str(status)})

@@ -1,0 +1,60 @@
+"""Remove what a harness left (``python -m bench.multinode.cleanup``, ``make multinode-clean``):
+the processes inside its namespaces, its balancer, namespaces, interfaces and temp dirs —
+only things named with the harness's prefix."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import signal
+import sys
+import tempfile
+from pathlib import Path
+
+from . import network, processes
+from .topology import PREFIX, ours
+
+BALANCER_PIDFILE = "haproxy.pid"
+
+
+def temp_dirs(prefix: str = PREFIX) -> list[Path]:
+    return sorted(
+        p for p in Path(tempfile.gettempdir()).glob(f"{prefix}-*") if p.is_dir() and ours(p.name, prefix)
+    )
+
+
+def cleanup(prefix: str = PREFIX) -> list[str]:
+    """End and remove everything named with ``prefix``; what was removed."""
+    removed = []
+    dirs = temp_dirs(prefix)
+    for d in dirs:
+        pidfile = d / BALANCER_PIDFILE
+        try:
+            pid = int(pidfile.read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if processes.alive(pid, str(d)) and processes.send([pid], signal.SIGKILL):
+            removed.append(f"balancer pid {pid}")
+    for ns in network.namespaces():
+        if ours(ns, prefix):
+            n = processes.kill_namespace(ns)
+            if n:
+                removed.append(f"{n} processes in {ns}")
+    removed += network.destroy(prefix)
+    for d in dirs:
+        shutil.rmtree(d, ignore_errors=True)
+        removed.append(f"directory {d}")
+    return removed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.multinode.cleanup", description=__doc__)
+    parser.add_argument("--prefix", default=PREFIX)
+    args = parser.parse_args(argv)
+    removed = cleanup(args.prefix)
+    print("\n".join(f"removed {r}" for r in removed) or f"nothing named {args.prefix}-* was left")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""What the harness runs as a Ray driver inside the head's namespace (a driver must run on a
+node of the cluster): ``nodes`` prints the nodes as JSON; ``deploy CONFIG.json`` does what
+``serve deploy`` does with a Serve config file, through Serve's public API (no dashboard
+needed), and waits until its applications run."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+def nodes(address: str) -> list[dict[str, Any]]:
+    import ray
+
+    ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+    try:
+        return [
+            {
+                "node_id": n["NodeID"],
+                "address": n["NodeManagerAddress"],
+                "alive": n["Alive"],
+                "resources": n.get("Resources", {}),
+            }
+            for n in ray.nodes()
+        ]
+    finally:
+        ray.shutdown()
+
+
+def builder(import_path: str) -> Any:
+    module, _, attr = import_path.partition(":")
+    if not attr:
+        module, _, attr = import_path.rpartition(".")
+    return getattr(importlib.import_module(module), attr)
+
+
+def deploy(address: str, config: dict[str, Any], timeout_s: float) -> dict[str, str]:
+    """Start Serve with the config's options, run each application (not blocking), wait
+    until all run; application name → status."""
+    import ray
+    from ray import serve
+
+    ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+    try:
+        serve.start(
+            proxy_location=config.get("proxy_location", "EveryNode"), http_options=config.get("http_options")
+        )
+        names = []
+        for app in config["applications"]:
+            target = builder(app["import_path"])(app.get("args", {}))
+            serve.run(
+                target,
+                name=app["name"],
+                route_prefix=app.get("route_prefix"),
+                logging_config=app.get("logging_config"),
+                blocking=False,  # returns once the application's ingress runs
+            )
+            names.append(app["name"])
+        deadline = time.monotonic() + timeout_s
+        while True:
+            apps = serve.status().applications
+            states = {n: str(apps[n].status) if n in apps else "MISSING" for n in names}
+            if all(s.endswith("RUNNING") for s in states.values()):
+                return states
+            failed = {
+                n: apps[n].message for n in names if n in apps and str(apps[n].status).endswith("FAILED")
+            }
+            if failed:
+                raise RuntimeError(f"deploy failed: {failed}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"applications not running after {timeout_s:.0f}s: {states}")
+            time.sleep(0.5)
+    finally:
+        ray.shutdown()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.multinode.driver")
+    parser.add_argument("--address", required=True)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("nodes")
+    dep = sub.add_parser("deploy")
+    dep.add_argument("config", type=Path)
+    dep.add_argument("--timeout", type=float, default=240.0)
+    args = parser.parse_args(argv)
+    if args.command == "nodes":
+        out: Any = nodes(args.address)
+    else:
+        out = deploy(args.address, json.loads(args.config.read_text()), args.timeout)
+    print(json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,23 @@
+"""Investigations a page of docs/ cites that are not commands of the product: run from a
+checkout, ``.venv/bin/python -m investigations.<name> [options]`` (``--help`` for its
+options; they need the ``bench`` extra, as ``responses-ws bench`` does).  Not in the wheel.
+
+- :mod:`investigations.burst`: first turns of resumed sessions all at once, how long each
+  socket waits (docs/performance.md);
+- :mod:`investigations.handover`: a listener leaving the port under a connection flood, a
+  ``SO_REUSEPORT`` group against one shared socket (docs/reliability.md).
+
+A module here has the shape of a ``bench`` kind (:mod:`bench`): a docstring, ``add_arguments``
+and ``run``, and ends with :func:`main`'s call.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(module: str) -> int:
+    """Run ``module`` as ``responses-ws bench`` runs a kind: parse its options, record the run."""
+    from bench.commands import run_module
+
+    return run_module(module, f"python -m {module}", sys.argv[1:])

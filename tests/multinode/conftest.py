@@ -1,0 +1,32 @@
+"""The multi-node tier (``make test-multinode``): one harness for the whole tier
+(bench/multinode: a head carrying the accelerator role and two session nodes, each in a
+network namespace of its own, Redis on the head, HAProxy in front), started once and torn
+down at the end, also when a test fails.  Needs root and haproxy (``make haproxy``).  The
+modules run in name order; test_node_loss.py kills one session node, then drains the other: it comes last."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from bench.multinode import Harness
+
+
+@pytest.fixture(scope="session")
+def harness() -> Iterator[Harness]:
+    if os.geteuid() != 0:
+        pytest.fail("the multi-node tier needs root (network namespaces, a bridge)", pytrace=False)
+    for binary in ("haproxy", "redis-server"):
+        if shutil.which(binary) is None:
+            pytest.fail(f"{binary} is not installed: `make haproxy redis`", pytrace=False)
+    t0 = time.monotonic()
+    with Harness() as h:
+        print(
+            f"\nmulti-node harness up in {time.monotonic() - t0:.1f}s: balancer {h.url}, nodes "
+            + ", ".join(f"{n.name}={n.address}" for n in h.topology.nodes)
+        )
+        yield h

@@ -1,0 +1,31 @@
+"""Clients through the balancer are served by both session nodes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+from bench.multinode import Harness
+from bench.multinode.load import run_load
+
+
+def test_clients_through_the_balancer_are_served_by_both_session_nodes(harness: Harness):
+    clients = asyncio.run(
+        run_load(
+            harness.ws_url, clients=8, duration_s=8.0, servers=harness.connection_servers, turns_per_chain=3
+        )
+    )
+    conns = [c for cl in clients for c in cl.connections]
+    per_node = Counter(c.server for c in conns)
+    turns = Counter()
+    for c in conns:
+        turns[c.server] += c.turns
+    print(
+        f"\n{len(conns)} connections, {sum(turns.values())} turns; by session node: "
+        + ", ".join(f"{n}: {per_node[n]} connections, {turns[n]} turns" for n in sorted(per_node, key=str))
+    )
+    assert [e for cl in clients for e in cl.errors] == []
+    assert [c.close_code for c in conns if c.close_code is not None] == []
+    assert {n.name for n in harness.session_nodes} <= {n for n, t in turns.items() if t > 0}
+    assert None not in per_node  # every connection was seen at the balancer
+    assert all(c.turns >= 1 for c in conns)
