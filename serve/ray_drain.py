@@ -116,10 +116,10 @@ def drain_node(
     if gcs_address is None:
         gcs_address = ray.get_runtime_context().gcs_address
     deadline_ms = 0 if deadline_s is None else int(time.time() * 1000 + deadline_s * 1000)
-    gcs = ray._raylet.GcsClient(address=gcs_address)  # unstable: Ray's internal GCS client
-    accepted, why = gcs.drain_node(
-        node_id, autoscaler_pb2.DrainNodeReason.Value(_REASONS[reason]), message, deadline_ms
-    )
+    # Unstable: Ray's internal GCS client (a compiled module; no stubs) and the protos' enum.
+    gcs = ray._raylet.GcsClient(address=gcs_address)  # type: ignore[attr-defined]
+    code = autoscaler_pb2.DrainNodeReason.Value(_REASONS[reason])  # type: ignore[attr-defined]
+    accepted, why = gcs.drain_node(node_id, code, message, deadline_ms)
     if not accepted:
         raise DrainRejected(f"Ray did not drain node {node_id}: {why}")
 
