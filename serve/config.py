@@ -22,6 +22,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from actors.config import SessionConfig
+from actors.host.drain import DrainSettings
 from inference.profiles import InferenceConfig, load_inference_config
 from store import StoreConfig
 
@@ -45,6 +46,23 @@ class ServerConfig(BaseModel):
     drain_timeout_s: float = Field(
         30.0, gt=0, description="on shutdown/redeploy, how long responses in flight may finish"
     )
+    # Drains (docs/reliability.md, "Drains"; the pure logic: actors/host/drain.py).
+    drain_poll_interval_s: float = Field(
+        0.5, gt=0, description="how often the gateway asks Ray whether its node is draining (one GCS read)"
+    )
+    drain_health_grace_s: float = Field(
+        6.0,
+        ge=0,
+        description="on a node drain, /readyz answers 503 this long before sockets begin to close: "
+        "the balancer's health-check interval x fall (HAProxy's defaults: 2 s x 3)",
+    )
+    drain_deadline_margin_s: float = Field(
+        2.0, ge=0, description="a drain with a node deadline cuts off this long before it"
+    )
+    drain_close_batch_size: int = Field(
+        50, ge=1, description="sockets a draining node closes per batch (reconnects do not storm)"
+    )
+    drain_close_batch_interval_s: float = Field(0.5, gt=0, description="between those batches")
     api_keys: tuple[str, ...] = Field((), description="accepted keys; empty = any key is accepted")
     api_keys_file: str | None = Field(None, description="a file with one accepted key per line")
     # Browsers send Origin; SDKs and CLIs do not, and are always served (serve/origins.py).
@@ -62,6 +80,16 @@ class ServerConfig(BaseModel):
     gateway_max_replicas_per_node: int | None = Field(
         None, ge=1, description="spread gateway replicas: at most this many per node"
     )
+
+    @property
+    def drain(self) -> DrainSettings:
+        return DrainSettings(
+            timeout_s=self.drain_timeout_s,
+            health_grace_s=self.drain_health_grace_s,
+            deadline_margin_s=self.drain_deadline_margin_s,
+            batch_size=self.drain_close_batch_size,
+            batch_interval_s=self.drain_close_batch_interval_s,
+        )
 
     @field_validator("allowed_origins")
     @classmethod

@@ -44,8 +44,9 @@ APP_NAME = "responses-ws"
 # machine (docs/architecture.md).  It must be in the environment of every Ray process, so
 # it is set before an embedded Ray starts; a cluster you join must be started with it.
 # That mode also turns on Serve's direct ingress, which keeps a stopping ingress replica
-# "reachable" for 30 s before its destructor runs; the gateway runs its own listener, so
-# the wait only delays the drain (docs/reliability.md): 1 s.
+# "reachable" for 30 s before its destructor runs.  The gateway does not depend on it (its
+# drain watch sees Serve's stop at once: docs/reliability.md); 1 s only lets a drained
+# replica's process go sooner (and ``serve.delete`` return sooner).
 #
 # Serve's replicas and every process holding a handle (the gateway, each session host)
 # export their cached request metrics every RAY_SERVE_METRICS_EXPORT_INTERVAL_MS (100 ms by

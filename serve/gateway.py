@@ -14,6 +14,7 @@ docs/scaling.md have the measurements behind this design.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import logging
 import socket
@@ -39,6 +40,7 @@ from actors.errors import (
     TooManyConnections,
 )
 from actors.host.actor import PhaseMetrics, SessionHost
+from actors.host.drain import DrainPlan
 from actors.host.handoff import Ended, Gone, Handoff, Link, Outcome, SocketKind, handoff_path
 from actors.host.limits import raise_open_files
 from actors.host.resume import RESUME_HEADER, parse_token
@@ -66,6 +68,7 @@ from .origins import OriginPolicy
 from .pool import ActorPool, NoCapacity, policy_from
 from .port_claim import PortClaim
 from .port_claim import claim as claim_port
+from .ray_drain import NodeDrain, check_ray_version, current_node_id, node_drain, serve_replica_stopping
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +94,8 @@ class Gateway:
         cfg = AppConfig.model_validate(config)
         self._cfg = cfg
         raise_open_files(cfg.session.open_files)  # a descriptor per held connection (its copy)
+        check_ray_version()  # the drain watch reads Ray internals (serve/ray_drain.py)
+        self._node_id = current_node_id()
         self._logs = replica_log_settings()  # Serve's logging_config, for this process and its hosts
         if self._logs is not None:
             configure_logs(self._logs)
@@ -112,7 +117,14 @@ class Gateway:
             models=self._models,
             allowed_origins=list(cfg.server.allowed_origins),
         )
-        self._draining = False
+        # Why this replica drains (a node drain, Serve's stop), once it does: /readyz says so.
+        self._draining: str | None = None
+        self._drain_started = 0.0  # time.monotonic() when it began
+        self._hold_until = 0.0  # time.monotonic() until which the listener stays open (a node drain)
+        self._cut_off = 0.0  # time.monotonic() by which every socket is closed
+        self._drain_task: asyncio.Task[None] | None = None
+        self._listener_closed = False
+        self._poller = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="drain-watch")
         self._background: set[asyncio.Task[None]] = set()  # referenced until done (asyncio keeps weak refs)
         self._pool = ActorPool(
             self._start_host,
@@ -131,7 +143,7 @@ class Gateway:
         self._readiness = Readiness(
             Probes(
                 listening=lambda: not self._serving.done(),
-                draining=lambda: self._draining,
+                draining=lambda: self._draining or False,
                 inference=inference.models.remote,
                 store=self._store.store.probe,
             )
@@ -140,6 +152,7 @@ class Gateway:
         loop = asyncio.get_running_loop()
         self._serving = loop.create_task(self._front.run())
         self._ticking = loop.create_task(self._tick())
+        self._watching = loop.create_task(self._watch_drain())
 
     def _http_config(self) -> uvicorn.Config:
         """The routes served here: readiness, the model list, and HTTP mode for when no host
@@ -208,6 +221,93 @@ class Gateway:
             await asyncio.sleep(1.0)
             self._pool.tick()
             self._metrics.sample(self._admission.open_connections, self._pool)
+
+    # ------------------------------------------------------------------ drains
+    async def _watch_drain(self) -> None:
+        """Poll Ray (every ``server.drain_poll_interval_s``) for a drain of this node, and
+        Serve for the stop of this replica; either begins the drain at once, whatever
+        Serve's draining-period settings (docs/reliability.md, "Drains")."""
+        loop = asyncio.get_running_loop()
+        interval = self._cfg.server.drain_poll_interval_s
+        failing = False
+        seen: NodeDrain | None = None
+        stopping = False
+        while True:
+            try:
+                if not stopping and serve_replica_stopping():
+                    stopping = True
+                    await self.begin_drain("Serve is stopping this replica", None, node=False)
+                # A blocking GCS read, off the event loop; a slow GCS delays only the watch.
+                drain = await asyncio.wait_for(
+                    loop.run_in_executor(self._poller, node_drain, self._node_id), max(5.0, interval)
+                )
+                if drain is not None and drain != seen:  # a new drain, or a new deadline
+                    seen = drain
+                    await self.node_draining(drain.deadline)
+                failing = False
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                if not failing:  # log when it starts failing, not every poll
+                    log.warning("cannot read whether this node is draining", exc_info=True)
+                failing = True
+            await asyncio.sleep(interval)
+
+    async def node_draining(self, deadline: float | None) -> None:
+        """Ray marks this node draining, to be killed at ``deadline`` (Unix seconds; ``None``:
+        no deadline).  What the drain watch calls on seeing it; tests and harnesses call it
+        through the deployment handle too.  /readyz answers 503 from now; sockets close
+        after ``server.drain_health_grace_s`` (the balancer notices first), in batches, all
+        by the node's deadline less ``server.drain_deadline_margin_s``."""
+        remaining = NodeDrain(self._node_id, deadline).remaining_s(time.time())
+        await self.begin_drain("the node is draining", remaining, node=True)
+
+    async def begin_drain(self, reason: str, remaining_s: float | None, *, node: bool) -> None:
+        """Begin (or tighten) this replica's drain: ``remaining_s`` before the node's
+        deadline (``None``: none); ``node``: Ray drains the node (hold /readyz at 503 while
+        the balancer notices) rather than Serve stopping this replica (the port's other
+        listeners on the node go on: close ours now)."""
+        plan = DrainPlan.make(self._cfg.server.drain, remaining_s=remaining_s, hold=node)
+        now = time.monotonic()
+        if self._draining is None:
+            self._draining = reason
+            self._drain_started = now
+            self._hold_until = now + plan.hold_s
+            self._cut_off = now + plan.budget_s
+            self._ticking.cancel()  # no new hosts; pool stats stop
+            log.warning(
+                "draining (%s): /readyz 503, no new connections, %s; responses in flight get up to %.1f s",
+                reason,
+                f"sockets close after {plan.hold_s:.1f} s" if plan.hold_s else "sockets close now",
+                plan.budget_s,
+            )
+            self._drain_task = asyncio.get_running_loop().create_task(self._drain_hosts(plan))
+        elif now + plan.budget_s < self._cut_off - 0.1:
+            # A deadline learnt later (a node drain during a redeploy's): the hosts take the
+            # sooner cut-off; a hold that has not begun does not begin now.
+            log.warning(
+                "drain (%s): cut-off moved %.1f s sooner", reason, self._cut_off - now - plan.budget_s
+            )
+            self._cut_off = now + plan.budget_s
+            self._spawn(self._drain_hosts(plan))
+        if not node:
+            self._spawn(self._close_listener())
+
+    async def _drain_hosts(self, plan: DrainPlan) -> None:
+        hosts = list(self._pool.hosts())
+        await asyncio.gather(
+            *(h.handle.actor.drain.remote(plan.share(len(hosts))) for h in hosts), return_exceptions=True
+        )
+
+    async def _close_listener(self) -> None:
+        """Stop listening once the hold is over (the balancer has seen /readyz fail): the
+        port's other listeners on the node, if any, take new connections."""
+        await asyncio.sleep(max(0.0, self._hold_until - time.monotonic()))
+        if self._listener_closed:
+            return
+        self._listener_closed = True
+        self._port_claim.close()  # first: no replica that starts now gets the listener from here
+        self._front.close()  # the replicas that share the listener go on accepting on it
 
     async def _read_link(self, link: Link, handle: HostHandle | None) -> None:
         """Notices from a host until its link ends; an end we did not cause means the host
@@ -366,24 +466,23 @@ class Gateway:
         await self._readiness.raise_unless_healthy()
 
     async def __del__(self) -> None:
-        """Graceful shutdown (Serve calls this on delete, redeploy and scale-down): take no
-        new connections (other replicas on the node still do; those accepted already are
-        answered, typed: 503 with ``Retry-After``), let HTTP requests and WebSocket
-        responses in flight finish for up to ``server.drain_timeout_s``, close the sockets
-        with 1012 (service restart), write everything pending to the store."""
-        self._draining = True
-        self._port_claim.close()  # first: no replica that starts now gets the listener from here
-        self._front.close()  # the replicas that share the listener go on accepting on it
-        self._ticking.cancel()
+        """Graceful shutdown (Serve calls this on delete, redeploy and scale-down; the drain
+        watch may have begun it already): take no new connections (other replicas on the
+        node still do; those accepted already are answered, typed: 503 with
+        ``Retry-After``), let HTTP requests and WebSocket responses in flight finish within
+        the drain's budget (``server.drain_timeout_s``, less before a node's deadline),
+        close the sockets with 1012 (service restart) in batches, write everything pending
+        to the store."""
+        self._watching.cancel()
+        await self.begin_drain("Serve is stopping this replica", None, node=False)
+        await self._close_listener()  # after a node drain's hold, if one runs
         timeout = self._cfg.server.drain_timeout_s
-        log.info("draining: no new connections; up to %.0f s for work in flight", timeout)
-        await asyncio.gather(
-            self._front.drain_http(timeout),
-            *(host.handle.actor.drain.remote(timeout) for host in self._pool.hosts()),
-            return_exceptions=True,
-        )
+        left = max(0.0, self._drain_started + timeout - time.monotonic())
+        assert self._drain_task is not None
+        await asyncio.gather(self._front.drain_http(left), self._drain_task, return_exceptions=True)
         deadline = time.monotonic() + 5
         while self._admission.open_connections and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         await self._store.close()  # pending stored responses and ledger lines are written
         self._pool.shutdown()
+        self._poller.shutdown(wait=False)

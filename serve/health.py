@@ -33,7 +33,7 @@ class Probes:
     """What readiness looks at (the gateway's state and its two dependencies)."""
 
     listening: Callable[[], bool]  # the listener task still accepts connections
-    draining: Callable[[], bool]  # the replica is shutting down
+    draining: Callable[[], bool | str]  # the replica is shutting down (a string: why)
     inference: Callable[[], Awaitable[Any]]  # completes once the inference deployment answered
     store: Callable[[], Awaitable[Any]]  # completes once a small store write succeeded (Store.probe)
 
@@ -83,7 +83,10 @@ class Readiness:
         """Run every check (the two remote ones concurrently)."""
         checks = {"listener": "ok" if self._probes.listening() else "not accepting connections"}
         if include_draining:
-            checks["draining"] = "draining: shutting down" if self._probes.draining() else "ok"
+            why = self._probes.draining()
+            checks["draining"] = (
+                f"draining: {why if isinstance(why, str) else 'shutting down'}" if why else "ok"
+            )
         checks["inference"], checks["store"] = await asyncio.gather(
             self._bounded(self._probes.inference), self._bounded(self._probes.store)
         )

@@ -35,6 +35,7 @@ from ..logs import LogSettings
 from ..logs import configure as configure_logs
 from .connection import Connection
 from .continuity import HostContinuity
+from .drain import DrainPlan
 from .handoff import Ended, Gone, Handoff, HandoffReceiver, Link, Outcome, SocketKind, handoff_path
 from .host_metrics import HostMetrics, PhaseMetrics
 from .http import HttpServer
@@ -95,6 +96,7 @@ class SessionHost:
         self._http_app = http_app
         self._http: HttpServer | None = None
         self._cache = CacheBudget(config.host_max_cached_tokens)  # shared by its connections
+        self._draining: asyncio.Task[None] | None = None
 
     async def ready(self) -> str:
         """Warm up before a connection is assigned; returns the handoff path.
@@ -197,12 +199,24 @@ class SessionHost:
     def __repr__(self) -> str:  # Ray's log prefix and the dashboard's actor "Repr"
         return f"SessionHost({self._name})"
 
-    async def drain(self, timeout_s: float) -> None:
-        """Shutdown: take no more sockets, finish responses and HTTP requests in flight (up
-        to ``timeout_s``), close the WebSockets with 1012, write what is pending to the store."""
+    async def drain(self, plan: DrainPlan | float) -> None:
+        """Shutdown: take no more sockets, finish responses and HTTP requests in flight
+        within the plan's budget (a number: that many seconds), close the WebSockets with
+        1012 in the plan's batches (:mod:`.drain`), write what is pending to the store.
+        Called again while draining (a node's deadline learnt later), the stricter plan
+        wins; each call returns when the drain is done."""
+        if self._draining is not None:
+            await self._sockets.drain(plan)
+            await asyncio.shield(self._draining)
+            return
+        self._draining = asyncio.get_running_loop().create_task(self._drain(plan))
+        await asyncio.shield(self._draining)
+
+    async def _drain(self, plan: DrainPlan | float) -> None:
+        budget = plan if isinstance(plan, int | float) else plan.budget_s
         self._receiver.close()
         await asyncio.gather(
-            self._sockets.drain(timeout_s), *([self._http.drain(timeout_s)] if self._http is not None else [])
+            self._sockets.drain(plan), *([self._http.drain(budget)] if self._http is not None else [])
         )
         self._serve.close()
         if self._sockets.continuity is not None:

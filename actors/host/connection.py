@@ -44,6 +44,7 @@ from ..core.session import Effects, Load, Render, Session, Turn
 from ..core.timings import PhaseTimer, Report
 from ..errors import ServerError
 from ..protocol import (
+    ErrorEvent,
     ResponseCompleted,
     ResponseCreate,
     ResponseErrorBody,
@@ -168,6 +169,12 @@ class Connection:
         # turn's terminal event is sent; ``False``: another holder has the connection, and
         # the event is not sent (the socket is being closed).
         self.checkpoint: Callable[[], Awaitable[bool]] | None = None
+        self._on_drained: Callable[[Connection], None] | None = None  # see drain()
+        self._drained = False  # idle while draining: ended, or handed to on_drained
+        # Answers to client frames read after a drain ended the connection but before its
+        # close frame left (server_shutting_down for a create): the sender writes them
+        # before the close (take_late).
+        self._late: list[ServerEvent] = []
 
     @property
     def server_ended(self) -> bool:
@@ -191,6 +198,26 @@ class Connection:
                 log.exception("unexpected error handling a client frame")
                 fx = Effects(events=[error_event(ServerError())])
             self._apply(fx)
+        elif self.state is State.ENDING and self.session.draining:
+            # The drain ended the connection; its close frame has not left, so the client
+            # sent this without knowing: a create is answered (server_shutting_down), not
+            # dropped.  Only error events: nothing else runs now.
+            try:
+                fx = self.session.on_frame(data, received)
+            except Exception:
+                log.exception("unexpected error handling a client frame")
+                fx = Effects(events=[error_event(ServerError())])
+            self._late.extend(e for e in fx.events if isinstance(e, ErrorEvent))
+
+    @property
+    def has_late(self) -> bool:
+        return bool(self._late)
+
+    def take_late(self) -> list[ServerEvent]:
+        """The answers to frames read since the drain ended the connection (:meth:`feed`),
+        to be written before the close frame; each is taken once."""
+        late, self._late = self._late, []
+        return late
 
     def create(self, create: ResponseCreate, timer: PhaseTimer | None = None) -> None:
         """A parsed create (the HTTP path, timed from the request's arrival)."""
@@ -252,7 +279,17 @@ class Connection:
         for response_id, kept in journaled:
             self._apply(self.session.on_written(response_id, stored=kept))
         if self.state is State.DRAINING and self.session.idle:
+            self._drained_now()
+
+    def _drained_now(self) -> None:
+        """Draining and idle: end the connection, or tell whoever paces the closes."""
+        if self._drained:
+            return
+        self._drained = True
+        if self._on_drained is None:
             self.end(*SERVICE_RESTART)
+        else:
+            self._on_drained(self)
 
     def _journal(self, line: UsageEntry) -> bool:
         """Journal a ``store:false`` response's line (committed write-behind); ``False`` if
@@ -464,16 +501,24 @@ class Connection:
             self._queue_last(frame)
             self.end(1000)
 
-    def drain(self) -> None:
+    def drain(self, on_drained: Callable[[Connection], None] | None = None) -> None:
         """Shutdown: refuse new creates (``server_shutting_down``), let the responses in
         flight finish, then end the connection with :data:`SERVICE_RESTART` (clients
-        reconnect, to another replica, and resend what got no terminal event)."""
+        reconnect, to another replica, and resend what got no terminal event) — or, with
+        ``on_drained``, call it once instead when the last response has ended: the caller
+        ends the connection when its turn comes (closes in batches, actors.host.drain)."""
         if self.state is not State.OPEN:
             return
         self._move(State.DRAINING)
+        self._on_drained = on_drained
         self.session.draining = True
         if self.session.idle:
-            self.end(*SERVICE_RESTART)
+            self._drained_now()
+
+    @property
+    def drained(self) -> bool:
+        """Draining, and its last response has ended."""
+        return self._drained
 
     def end(self, code: int, reason: str = "") -> None:
         """The server ends the connection: ``events`` ends after what is queued (and what

@@ -39,6 +39,7 @@ from ..errors import ConnectionLimitReached, InvalidResumeToken, ServerError, Se
 from ..protocol import EventEncoder, ServerEvent, encode, error_event, http_error_body
 from .connection import SERVICE_RESTART, Connection
 from .continuity import HostContinuity
+from .drain import CloseSchedule, DrainPlan, Phase
 from .handoff import RESPONSES_PATH, Handoff, Outcome
 from .resume import RESUME_HEADER, Held, ResumeRegistry, make_any_node_token, make_token, new_secret
 from .subprotocols import select_subprotocol
@@ -126,6 +127,7 @@ class SocketServer:
         actor_name: str,
         new_session: Callable[[str, str, bool], Session],
         connect: Callable[[Session], Connection],
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._config = config
         self._name = actor_name
@@ -140,6 +142,11 @@ class SocketServer:
         # the cluster store is Redis and resume is on.
         self.continuity: HostContinuity | None = None
         self.created: dict[str, Held] = {}  # sock_id → the state its socket brought here
+        self._clock = clock
+        self._schedule: CloseSchedule | None = None  # the drain's pace, once it began
+        self._ready: deque[Connection] = deque()  # drained, waiting for their batch
+        self._wake = asyncio.Event()  # a connection became ready, or the plan changed
+        self._drained: asyncio.Future[None] | None = None
 
     def start(self) -> None:
         # No opening-handshake timeout here: the gateway handed the socket over with a
@@ -290,7 +297,7 @@ class SocketServer:
         sender = loop.create_task(self._send_loop(ws, conn))
         timer = loop.call_at(held.lifetime_deadline, self._expire, conn)
         if self._draining:
-            conn.drain()
+            conn.drain(self._ready_to_close)
         try:
             async for message in ws:
                 conn.feed(message, ws.arrivals.popleft() if ws.arrivals else None)
@@ -361,6 +368,7 @@ class SocketServer:
                     _message_sent(ws)  # also if the socket closed between a message's fragments
             # events() ended without a client close: the server ends the connection
             # (1000, or 1012 when draining for a shutdown or a redeploy).
+            await _answer_late(ws, conn, encoder, mark)
             await ws.close(conn.close_code or 1000, conn.close_reason)
         except ConnectionClosed:
             pass
@@ -370,28 +378,99 @@ class SocketServer:
         """No socket is open and no connection state is held."""
         return not self._live and len(self.registry) == 0
 
+    async def _close_drained(self, conns: list[Connection]) -> None:
+        """Close these sockets with 1012; with resume on any node, each state is written as
+        it is now first, and stays in the cluster store to be resumed elsewhere."""
+        if not conns:
+            return
+        if self.continuity is not None:
+            held = {id(h.session): h for h in self.registry.held() if h.socket is not None}
+            going = [held[id(c.session)] for c in conns if id(c.session) in held]
+            await asyncio.gather(*(self.continuity.handed_off(h) for h in going), return_exceptions=True)
+        for conn in conns:
+            conn.end(*SERVICE_RESTART)
+
     async def wait_gone(self, conn_id: str) -> None:
         await self.registry.wait_gone(conn_id)
 
-    async def drain(self, timeout_s: float) -> None:
+    async def drain(self, plan: DrainPlan | float) -> None:
         """Shutdown: refuse sockets that still arrive (503, ``Retry-After``), drop parked
-        states, let responses in flight finish for up to ``timeout_s``, then close every
-        socket with 1012 (:data:`~actors.host.connection.SERVICE_RESTART`)."""
+        states, refuse creates (``server_shutting_down``) and let responses in flight
+        finish; close each socket with 1012 (:data:`~actors.host.connection.SERVICE_RESTART`)
+        after its last terminal event, in the plan's batches once its hold is over; at its
+        cut-off close whatever is still open (:mod:`actors.host.drain`).  A number: a plan
+        with that cut-off, no hold, no batches.  Called again while draining, the stricter
+        plan wins (a node's deadline learnt later) and it returns when the drain is done."""
+        if isinstance(plan, int | float):
+            plan = DrainPlan(hold_s=0.0, budget_s=float(plan), batch_size=1 << 30, batch_interval_s=1.0)
+        if self._drained is not None:
+            assert self._schedule is not None
+            self._schedule.tighten(plan)
+            self._wake.set()
+            await asyncio.shield(self._drained)
+            return
+        self._drained = asyncio.get_running_loop().create_future()
+        try:
+            await self._drain(plan)
+        finally:
+            self._drained.set_result(None)
+
+    async def _drain(self, plan: DrainPlan) -> None:
         self._draining = True
+        schedule = self._schedule = CloseSchedule(plan, self._clock)
         self.registry.discard_parked()  # kept in the cluster store, if on: resumable elsewhere
         for conn in list(self._live.values()):
-            conn.drain()
-        pending = list(self._ended.values())
-        if pending:
-            await asyncio.wait(pending, timeout=timeout_s)
-        if self.continuity is not None:  # each state written as it is now, before its 1012
-            live = [h for h in self.registry.held() if h.socket is not None]
-            await asyncio.gather(*(self.continuity.handed_off(h) for h in live), return_exceptions=True)
-        for conn in list(self._live.values()):
-            conn.end(*SERVICE_RESTART)
+            conn.drain(self._ready_to_close)
+        while self._live:
+            if schedule.phase() is Phase.CUT_OFF:
+                await self._close_drained(list(self._live.values()))
+                break
+            await self._close_drained([self._ready.popleft() for _ in range(schedule.take(len(self._ready)))])
+            self._wake.clear()
+            pending = [f for f in self._ended.values() if not f.done()]
+            if not pending:
+                break
+            waits = [asyncio.ensure_future(self._wake.wait()), *pending]
+            # Nothing waits for a batch: wake for a drained socket, an end, or the cut-off.
+            timeout = schedule.next_change_s() if self._ready else schedule.remaining_s()
+            await asyncio.wait(waits, timeout=max(timeout, 0.001), return_when=asyncio.FIRST_COMPLETED)
+            waits[0].cancel()
         pending = [f for f in self._ended.values() if not f.done()]
         if pending:
             await asyncio.wait(pending, timeout=5)
+
+    def _ready_to_close(self, conn: Connection) -> None:
+        """A draining connection's last response ended: it closes with its batch."""
+        self._ready.append(conn)
+        self._wake.set()
+
+
+LATE_WAIT_S = 1.0  # for the frames a client sent just before the close to be read
+
+
+async def _answer_late(ws: SessionSocket, conn: Connection, encoder: EventEncoder, mark: str) -> None:
+    """Before a drain's close frame leaves, every data frame the client sent that has
+    arrived is read and answered: ``ws.arrivals`` holds one entry per message received and
+    not yet read by the socket's handler, which feeds each to the connection (a create gets
+    ``server_shutting_down``, :meth:`Connection.take_late`).  Frames still on the wire when
+    the close leaves are the client's to resend: they got no ``response.created``."""
+    deadline = ws.loop.time() + LATE_WAIT_S
+    while True:
+        late: list[ServerEvent | str | Tail] = list(conn.take_late())
+        try:
+            while late:
+                async with ws.send_context():
+                    late = _queue(ws, late, conn, encoder, mark)
+        finally:
+            _message_sent(ws)
+        # Let the loop read what the kernel holds for this socket (data_received) and the
+        # handler feed it, then look again.
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        if conn.has_late:
+            continue
+        if not ws.arrivals or ws.loop.time() >= deadline:
+            return
 
 
 def _encode_or_error(event: ServerEvent, encoder: EventEncoder) -> str:

@@ -25,7 +25,9 @@ async def never_answers() -> None:
     await asyncio.sleep(3600)
 
 
-def probes(*, listening: bool = True, draining: bool = False, inference=answers, store=answers) -> Probes:
+def probes(
+    *, listening: bool = True, draining: bool | str = False, inference=answers, store=answers
+) -> Probes:
     return Probes(listening=lambda: listening, draining=lambda: draining, inference=inference, store=store)
 
 
@@ -44,6 +46,13 @@ def test_ready_when_every_check_passes():
 def test_not_ready_while_draining():
     body = check(probes(draining=True))
     assert body["status"] == "not_ready" and body["failed"] == ["draining"]
+
+
+def test_a_drain_of_the_node_says_why_and_the_listener_is_still_ok():
+    body = check(probes(draining="the node is draining"))
+    assert body["failed"] == ["draining"]
+    assert body["checks"]["draining"] == "draining: the node is draining"
+    assert body["checks"]["listener"] == "ok"  # still listening: the balancer's check gets its 503
 
 
 def test_not_ready_when_the_store_is_unwritable():

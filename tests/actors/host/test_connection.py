@@ -770,3 +770,40 @@ def test_a_call_started_for_a_turn_that_never_came_is_closed(caplog):
     closed, events = asyncio.run(main())
     assert closed == ["resp_lost"]
     assert events[0]["type"] == "error" and events[0]["error"]["code"] == "server_error"
+
+
+def test_a_create_read_after_the_drain_ended_the_connection_is_answered_before_the_close():
+    async def scenario(conn, store, inference, client):
+        conn.drain()  # idle: it ends at once, its close frame not yet written
+        assert conn.state is State.ENDING
+        conn.feed(create(stream_id="late"))  # the client sent it before it saw the close
+        late = [json.loads(e.model_dump_json()) for e in conn.take_late()]
+        assert [(e["type"], e["error"]["code"], e.get("stream_id")) for e in late] == [
+            ("error", "server_shutting_down", "late")
+        ]
+        assert conn.take_late() == []  # taken once
+        await client.until(lambda: client.ended)
+        assert "response.created" not in client.types("late")
+
+    run(scenario)
+
+
+def test_a_paced_drain_hands_the_idle_connection_over_once_instead_of_ending_it():
+    async def scenario(conn, store, inference, client):
+        ready: list[Connection] = []
+        conn.feed(create(metadata={HOLD: "1"}))
+        await client.until(lambda: "response.output_text.delta" in client.types())
+        conn.drain(ready.append)
+        assert not conn.drained and ready == []
+        inference.release.set()
+        store.gate.set()
+        await client.until(lambda: "response.completed" in client.types())
+        assert ready == [conn] and conn.drained
+        assert conn.state is State.DRAINING  # open until its batch comes
+        conn.feed(create(stream_id="late"))
+        await client.until(lambda: "error" in client.types("late"))
+        conn.end(1012, "service restart")
+        await client.until(lambda: client.ended)
+        assert ready == [conn]
+
+    run(scenario)
