@@ -82,6 +82,9 @@ class ResponseBuilder:
     ):
         self.response = response
         self.pause_on_calls = pause_on_calls
+        # Input is waiting for the current model call to stop (actors.core.inject): it
+        # pauses however it ends (a cut excepted), and the model continues.
+        self.stop_after_call = False
         self.output_scan = output_scan
         self.stream_id = stream_id
         self._clock = clock
@@ -179,7 +182,10 @@ class ResponseBuilder:
                 self._generated += ev.output_tokens
                 if ev.context_token_ids is not None:
                     self.context_tokens = list(ev.context_token_ids)
-                if self.pause_on_calls and ev.finish_reason == "tool_calls":
+                if (self.pause_on_calls and ev.finish_reason == "tool_calls") or (
+                    self.stop_after_call and ev.finish_reason in ("stop", "tool_calls")
+                ):
+                    self.stop_after_call = False
                     out += self._close_open()
                     self.state = BuildState.PAUSED
                 else:
