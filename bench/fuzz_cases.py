@@ -324,7 +324,14 @@ CREATE_FIELDS: dict[str, st.SearchStrategy[object]] = {
     "safety_identifier": TEXT | WRONG,
     "stream_options": WRONG,
     "client_metadata": WRONG,
-    "context_management": WRONG,
+    "context_management": st.lists(
+        st.fixed_dictionaries(
+            {"type": st.sampled_from(["compaction", "other"]) | WRONG},
+            optional={"compact_threshold": st.sampled_from([1000, 4096]) | INT, "junk": JSONISH},
+        ),
+        max_size=2,
+    )
+    | WRONG,
     "multi_agent": st.fixed_dictionaries(
         {"enabled": st.booleans()}, optional={"max_concurrent_subagents": INT}
     )

@@ -234,6 +234,21 @@ class ResponseBuilder:
             ResponseFailed(sequence_number=self._next(), response=self._snapshot(), stream_id=self.stream_id)
         ]
 
+    def add_item(self, item: OutputItem) -> list[ServerEvent]:
+        """A finished item that is not the model's (a compaction item): added and done."""
+        out = self._close_open()
+        self.response.output.append(item)
+        idx, sid = len(self.response.output) - 1, self.stream_id
+        return [
+            *out,
+            OutputItemAdded(
+                sequence_number=self._next(), output_index=idx, item=item.model_copy(), stream_id=sid
+            ),
+            OutputItemDone(
+                sequence_number=self._next(), output_index=idx, item=item.model_copy(), stream_id=sid
+            ),
+        ]
+
     # -- items
     def _text(self, delta: str) -> list[ServerEvent]:
         out: list[ServerEvent] = []

@@ -49,7 +49,7 @@ from ..protocol import (
     error_event,
     parse_client_event,
 )
-from . import continuity, inject, references, rollout
+from . import compaction, continuity, inject, references, rollout
 from .cache_budget import CacheBudget
 from .context import ContextEntry, count_calls, extend, from_record, in_format, input_dicts
 from .lanes import Lanes
@@ -452,6 +452,11 @@ class Session:
                 tools = self._prep.tools(create.tools or (), fmt)
                 prompt = array("I", tools.tokens)
                 prompt.extend(self._prep.instructions(create.instructions, fmt))
+                # Server-side compaction (actors.core.compaction): the parent, compacted.
+                whole = len(prompt) + (len(parent.tokens) if parent else 0) + len(input_tokens)
+                compacted = compaction.compacted(create, whole, parent, fmt, self.config.max_input_tokens)
+                if compacted is not None:
+                    parent = compacted.parent
                 if parent is not None:
                     prompt.extend(parent.tokens)
                 prompt.extend(input_tokens)
@@ -515,7 +520,10 @@ class Session:
         )
         self._requests.move(request, Stage.RUNNING)
         request.turn = turn
-        return Effects(events=turn.builder.start(), start=[turn])
+        events = turn.builder.start()
+        if compacted is not None:  # the response's first output item
+            events += turn.builder.add_item(compacted.item)
+        return Effects(events=events, start=[turn])
 
     def _check_calls(
         self, parent: ContextEntry | None, items: Sequence[InputItem]

@@ -75,6 +75,7 @@ from .items import (  # noqa: F401
     ItemReference,
     ItemStatus,
     MessageItem,
+    OutputCompaction,
     OutputCustomToolCall,
     OutputFunctionCall,
     OutputItem,

@@ -112,6 +112,15 @@ class ReasoningConfig(_Open):
     summary: Literal["auto", "concise", "detailed"] | None = None
 
 
+class ContextManagement(_Open):
+    """One ``context_management`` entry.  ``{"type":"compaction","compact_threshold":N}``
+    turns on server-side compaction (docs/protocol.md §4.12); other types are accepted and
+    unused."""
+
+    type: str
+    compact_threshold: Annotated[int, Field(ge=1000)] | None = None
+
+
 class MultiAgent(_Open):
     """``multi_agent`` (OpenAI's multi-agent beta): with ``enabled``, a WebSocket response
     waits for client-owned tool output sent with ``response.inject`` instead of completing
@@ -157,7 +166,7 @@ class ResponseCreate(BaseModel):
     safety_identifier: str | None = None
     service_tier: ServiceTier | None = None
     client_metadata: JSONObject | None = None
-    context_management: list[JSONObject] | None = None
+    context_management: list[ContextManagement] | None = None
     multi_agent: MultiAgent | None = None
     conversation: str | JSONObject | None = None
     top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
