@@ -223,7 +223,7 @@ class WsFuzzer:
             elif (
                 kind == "response.output_item.done"
                 and (case.append_mode or _waits_for_inject(case.frame))
-                and event["item"].get("type") == "function_call"
+                and event["item"].get("type") in ("function_call", "custom_tool_call")
                 and open_responses
             ):
                 # A paused response (append mode, or a create with multi_agent) waits for
@@ -235,7 +235,7 @@ class WsFuzzer:
                             "response_id": next(iter(open_responses)),
                             "input": [
                                 {
-                                    "type": "function_call_output",
+                                    "type": event["item"]["type"] + "_output",
                                     "call_id": event["item"]["call_id"],
                                     "output": "ok",
                                 }
