@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import jsonschema
 import pytest
 
 from actors.config import SessionConfig
@@ -52,6 +53,8 @@ def text(s: Session, turn, words: str = "Done.", reason: str = "stop") -> Effect
 
 
 def inject(s: Session, response_id: str, *items: dict, **extra) -> Effects:
+    """A well-formed ``response.inject`` (it has the documented shape)."""
+    beta_events.check({"type": "response.inject", "response_id": response_id, "input": list(items), **extra})
     return s.on_frame(
         json.dumps({"type": "response.inject", "response_id": response_id, "input": list(items), **extra})
     )
@@ -183,6 +186,9 @@ def test_a_stream_id_must_name_the_targets_lane():
     ],
 )
 def test_malformed_injects_are_typed_errors(frame, code, param):
+    if not param.startswith("input["):  # the documented shape refuses the frame too (items: §2.2)
+        with pytest.raises(jsonschema.ValidationError):
+            beta_events.check({"type": "response.inject", **frame})
     (err,) = dumped(session().on_frame(json.dumps({"type": "response.inject", **frame})))
     assert err["type"] == "error" and err["status"] == 400
     assert (err["error"]["code"], err["error"]["param"]) == (code, param)
