@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from openai import OpenAI
 
+from inference.tokenizer import encode
 from tests.support.wire import collect, validated
 
 MODEL = "emu-fast"
@@ -31,14 +32,12 @@ def client(server_url):
 
 def test_a_websocket_session_past_400k_tokens_of_history_runs_to_the_end_with_compaction(client):
     cm = [{"type": "compaction", "compact_threshold": 100_000}]
-    rows, previous, call_id, sent = [], None, None, 0
+    rows, previous, call_id = [], None, None
     with client.responses.connect() as conn:
         for n in range(26):
-            text_input = turn_input(call_id, n, 16_000)
-            sent += len(str(text_input)) // 4
             conn.response.create(
                 model=MODEL,
-                input=text_input,
+                input=turn_input(call_id, n, 16_000),
                 tools=[TOOL],
                 tool_choice="required",
                 store=False,
@@ -54,7 +53,8 @@ def test_a_websocket_session_past_400k_tokens_of_history_runs_to_the_end_with_co
     print("\nturn  input_tokens  output")
     for n, tokens, output in rows:
         print(f"{n:4}  {tokens:12}  {','.join(output)}")
-    total = sum(len(tool_output(n, 16_000)) for n in range(1, 26)) // 4
+    total = sum(len(encode(tool_output(n, 16_000))) for n in range(1, 26))
+    print(f"tool output sent: {total} tokens")
     assert total > 400_000, "more tool output than the prompt limit"
     compacting = [i for i, (_, _, output) in enumerate(rows) if output[0] == "compaction"]
     assert len(compacting) >= 3
