@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from ..errors import InvalidRequest
 from ..protocol import (
@@ -64,10 +64,13 @@ def sent(event: ResponseInject) -> list[dict[str, Any]]:
     return [item.model_dump(mode="json", exclude_unset=True, by_alias=True) for item in event.input]
 
 
-def failed(event: ResponseInject, code: str, message: str, stream_id: str | None) -> InjectFailed:
+InjectCode = Literal["response_already_completed", "response_not_found"]
+
+
+def failed(event: ResponseInject, code: InjectCode, message: str, stream_id: str | None) -> InjectFailed:
     return InjectFailed(
         response_id=event.response_id,
-        error=InjectFailedError(code=code, message=message),  # type: ignore[arg-type]
+        error=InjectFailedError(code=code, message=message),
         input=sent(event),
         stream_id=stream_id,
     )

@@ -62,6 +62,10 @@ from .safety import Classifier
 T = TypeVar("T")
 
 
+# The items the model's stream opens and closes (a compaction item is added whole: add_item).
+Streamed = OutputMessage | OutputFunctionCall | OutputCustomToolCall
+
+
 class BuildState(enum.Enum):
     NEW = "new"
     STREAMING = "streaming"
@@ -90,7 +94,7 @@ class ResponseBuilder:
         self._clock = clock
         self._seq = 0
         self.state = BuildState.NEW
-        self._open: OutputItem | None = None
+        self._open: Streamed | None = None
         self._open_call_index: int | None = None
         self.prompt_tokens = 0
         self.cached_tokens = 0
@@ -323,7 +327,7 @@ class ResponseBuilder:
     def _index(self) -> int:
         return len(self.response.output) - 1
 
-    def _add(self, item: OutputItem) -> list[ServerEvent]:
+    def _add(self, item: Streamed) -> list[ServerEvent]:
         self.response.output.append(item)
         self._open = item
         return [
