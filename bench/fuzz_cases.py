@@ -2,7 +2,7 @@
 
 :func:`ws_cases` draws WebSocket client frames (non-JSON text, binary frames, invalid UTF-8,
 JSON that is not an object, unknown ``type``s, ``response.create`` with mutated fields,
-``response.cancel``/``steer``/``append``, deep nesting, odd Unicode, very long strings,
+``response.cancel``/``steer``/``append``/``inject``, deep nesting, odd Unicode, very long strings,
 frames over the cap); :func:`http_cases` draws HTTP requests (create and compact bodies,
 content types, odd response ids, ``input_items`` query junk, other methods).  What the
 server must answer, and what a case is, are the oracle's business (:mod:`bench.fuzz_oracle`).
@@ -324,7 +324,18 @@ CREATE_FIELDS: dict[str, st.SearchStrategy[object]] = {
     "safety_identifier": TEXT | WRONG,
     "stream_options": WRONG,
     "client_metadata": WRONG,
-    "context_management": WRONG,
+    "context_management": st.lists(
+        st.fixed_dictionaries(
+            {"type": st.sampled_from(["compaction", "other"]) | WRONG},
+            optional={"compact_threshold": st.sampled_from([1000, 4096]) | INT, "junk": JSONISH},
+        ),
+        max_size=2,
+    )
+    | WRONG,
+    "multi_agent": st.fixed_dictionaries(
+        {"enabled": st.booleans()}, optional={"max_concurrent_subagents": INT}
+    )
+    | WRONG,
     "conversation": TEXT | WRONG,
     "stream_id": STREAM_ID,
     "event_id": TEXT,
@@ -383,6 +394,8 @@ WS_KINDS = (
     "steer",
     "append",
     "append_on_standard",
+    "inject",
+    "inject_on_append",
     "processed",
     "deep",
     "oversize",
@@ -458,6 +471,22 @@ def ws_cases() -> st.SearchStrategy[WsCase]:
         st.tuples(_event("response.append", {"response_id": ID, "input": ITEMS}), ASCII).map(
             _frame("append_on_standard")
         ),
+        st.tuples(
+            _event(
+                "response.inject",
+                {
+                    "response_id": ID,
+                    "input": ITEMS,
+                    "stream_id": STREAM_ID,
+                    "event_id": TEXT,
+                    "junk": JSONISH,
+                },
+            ),
+            ASCII,
+        ).map(_frame("inject")),
+        st.tuples(_event("response.inject", {"response_id": ID, "input": ITEMS}), ASCII).map(
+            _frame("inject_on_append", append_mode=True)
+        ),
         st.tuples(_event("response.processed", {"response_id": ID, "junk": JSONISH}), ASCII).map(
             _frame("processed")
         ),
@@ -490,7 +519,13 @@ def _not_json(text: str) -> bool:
 
 
 def _not_client_type(value: object) -> bool:
-    return value not in ("response.create", "response.steer", "response.append", "response.processed")
+    return value not in (
+        "response.create",
+        "response.steer",
+        "response.append",
+        "response.inject",
+        "response.processed",
+    )
 
 
 # ------------------------------------------------------------------ HTTP

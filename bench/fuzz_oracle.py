@@ -78,6 +78,7 @@ STEER_CODES = {
     "response_not_active",
     "successor_creation_failed",
 }
+INJECT_CODES = {"response_already_completed", "response_not_found"}  # the SDK's beta enum
 LEAK = re.compile(
     r"Traceback|File \"|site-packages|\.py\b|line \d+, in |object at 0x|<class |<module|"
     r"\b[A-Z]\w*(Error|Exception)\b|validation errors? for |pydantic|errors\.pydantic\.dev|"
@@ -221,18 +222,20 @@ class WsFuzzer:
                 open_responses.discard(event["response"]["id"])
             elif (
                 kind == "response.output_item.done"
-                and case.append_mode
-                and event["item"].get("type") == "function_call"
+                and (case.append_mode or _waits_for_inject(case.frame))
+                and event["item"].get("type") in ("function_call", "custom_tool_call")
                 and open_responses
             ):
+                # A paused response (append mode, or a create with multi_agent) waits for
+                # its tool output: response.append on the append socket, else response.inject.
                 ws.send(
                     json.dumps(
                         {
-                            "type": "response.append",
+                            "type": "response.append" if case.append_mode else "response.inject",
                             "response_id": next(iter(open_responses)),
                             "input": [
                                 {
-                                    "type": "function_call_output",
+                                    "type": event["item"]["type"] + "_output",
                                     "call_id": event["item"]["call_id"],
                                     "output": "ok",
                                 }
@@ -274,6 +277,16 @@ class WsFuzzer:
             leaked = leaks(error.get("message"), sent_strings(case.frame))
             if leaked:
                 out.problems.append(f"message leaks {leaked!r}: {str(error.get('message'))[:200]!r}")
+        elif kind == "response.inject.failed":
+            error = event.get("error") or {}
+            out.replies.append(f"inject.failed {error.get('code')}")
+            if error.get("code") not in INJECT_CODES:
+                out.problems.append(f"inject failure code {error.get('code')!r}")
+            leaked = leaks(error.get("message"), sent_strings(case.frame))
+            if leaked:
+                out.problems.append(f"message leaks {leaked!r}: {str(error.get('message'))[:200]!r}")
+        elif kind == "response.inject.created":
+            out.replies.append(kind)
         elif kind in TERMINAL_EVENT_TYPES:
             out.replies.append(kind)
             if kind == "response.failed":
@@ -436,3 +449,8 @@ def _sse_events(body: bytes, out: Outcome) -> list[dict[str, Any]]:
             out.problems.append(f"SSE {data.get('type')}: {block[:200]!r}")
         events.append(data)
     return events
+
+
+def _waits_for_inject(frame: str | bytes) -> bool:
+    """Whether a fuzzed create may have asked its response to wait for injected tool output."""
+    return b"multi_agent" in (frame if isinstance(frame, bytes) else frame.encode("utf-8", "replace"))

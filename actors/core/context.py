@@ -24,6 +24,7 @@ from ..protocol import (
     InputItem,
     ItemReference,
     MessageItem,
+    OutputCompaction,
     OutputItem,
     ReasoningItem,
     ToolItem,
@@ -113,6 +114,9 @@ def extend(
     rendered, in ``fmt``; ``scan`` (which has read the input already) reads the output.
     ``output_tokens``: the output as the engine produced it (a real model's continuation,
     ``inference.chat_template``), appended as it is instead of rendering ``output``."""
+    # A compaction item is already in the conversation the response ran on (its parent,
+    # actors.core.compaction): the rest of the output joins it.
+    output = [o for o in output if not isinstance(o, OutputCompaction)]
     tokens = array("I", parent.tokens) if parent else array("I")
     tokens.extend(input_tokens)
     if output_tokens is None:

@@ -127,7 +127,7 @@ MAX_COMPACTION_BYTES = 4 * 1024 * 1024  # a decompressed summary larger than thi
 
 
 def compaction_text(blob: str) -> str:
-    """The summary inside a compaction item (see ``serve/compaction.py``); an opaque blob
+    """The summary inside a compaction item (see ``actors/core/compaction.py``); an opaque blob
     from elsewhere — or a compression bomb — is rendered as it is."""
     try:
         inflate = zlib.decompressobj()

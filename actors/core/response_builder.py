@@ -62,6 +62,10 @@ from .safety import Classifier
 T = TypeVar("T")
 
 
+# The items the model's stream opens and closes (a compaction item is added whole: add_item).
+Streamed = OutputMessage | OutputFunctionCall | OutputCustomToolCall
+
+
 class BuildState(enum.Enum):
     NEW = "new"
     STREAMING = "streaming"
@@ -82,12 +86,15 @@ class ResponseBuilder:
     ):
         self.response = response
         self.pause_on_calls = pause_on_calls
+        # Input is waiting for the current model call to stop (actors.core.inject): it
+        # pauses however it ends (a cut excepted), and the model continues.
+        self.stop_after_call = False
         self.output_scan = output_scan
         self.stream_id = stream_id
         self._clock = clock
         self._seq = 0
         self.state = BuildState.NEW
-        self._open: OutputItem | None = None
+        self._open: Streamed | None = None
         self._open_call_index: int | None = None
         self.prompt_tokens = 0
         self.cached_tokens = 0
@@ -179,7 +186,10 @@ class ResponseBuilder:
                 self._generated += ev.output_tokens
                 if ev.context_token_ids is not None:
                     self.context_tokens = list(ev.context_token_ids)
-                if self.pause_on_calls and ev.finish_reason == "tool_calls":
+                if (self.pause_on_calls and ev.finish_reason == "tool_calls") or (
+                    self.stop_after_call and ev.finish_reason in ("stop", "tool_calls")
+                ):
+                    self.stop_after_call = False
                     out += self._close_open()
                     self.state = BuildState.PAUSED
                 else:
@@ -226,6 +236,21 @@ class ResponseBuilder:
             r.usage = self._usage(self._generated + self._pending_tokens())
         return [
             ResponseFailed(sequence_number=self._next(), response=self._snapshot(), stream_id=self.stream_id)
+        ]
+
+    def add_item(self, item: OutputItem) -> list[ServerEvent]:
+        """A finished item that is not the model's (a compaction item): added and done."""
+        out = self._close_open()
+        self.response.output.append(item)
+        idx, sid = len(self.response.output) - 1, self.stream_id
+        return [
+            *out,
+            OutputItemAdded(
+                sequence_number=self._next(), output_index=idx, item=item.model_copy(), stream_id=sid
+            ),
+            OutputItemDone(
+                sequence_number=self._next(), output_index=idx, item=item.model_copy(), stream_id=sid
+            ),
         ]
 
     # -- items
@@ -302,7 +327,7 @@ class ResponseBuilder:
     def _index(self) -> int:
         return len(self.response.output) - 1
 
-    def _add(self, item: OutputItem) -> list[ServerEvent]:
+    def _add(self, item: Streamed) -> list[ServerEvent]:
         self.response.output.append(item)
         self._open = item
         return [

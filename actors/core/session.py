@@ -43,12 +43,13 @@ from ..protocol import (
     InputItem,
     ResponseAppend,
     ResponseCreate,
+    ResponseInject,
     ResponseSteer,
     answered_call_id,
     error_event,
     parse_client_event,
 )
-from . import continuity, references, rollout
+from . import compaction, continuity, inject, references, rollout
 from .cache_budget import CacheBudget
 from .context import ContextEntry, count_calls, extend, from_record, in_format, input_dicts
 from .lanes import Lanes
@@ -98,6 +99,7 @@ class Session:
         )
         self._requests = Requests()
         self._steering = Steering()
+        self._injections = inject.Injections()
         self.append_mode = append_mode
         self.draining = False  # shutting down: no new responses
         # Set by a driver that starts a model call as soon as its request is ready, before
@@ -120,6 +122,7 @@ class Session:
         resumed connection continues from there (actors.host.resume)."""
         self._requests.clear()
         self._steering.drop_running()
+        self._injections.clear()
 
     def snapshot(self) -> bytes:
         """The resumable state (:mod:`actors.core.continuity`): the lanes' latest responses
@@ -158,6 +161,8 @@ class Session:
             return self._on_steer(event)
         if isinstance(event, ResponseAppend):
             return self._on_append(event)
+        if isinstance(event, ResponseInject):
+            return self._on_inject(event)
         if not isinstance(event, ResponseCreate):
             return Effects()  # response.processed: nothing to do
         return self.on_create(event, timer)
@@ -266,13 +271,37 @@ class Session:
             )
         try:
             results = rollout.tool_results(turn.rollout, event.input)
-            scan = self._prep.scan(turn.rollout.context.scan, results)
+            return self._resume_with(turn, results)
         except APIError as exc:
             return Effects(events=[error_event(exc, stream_id=turn.lane)])
+
+    def _resume_with(self, turn: Turn, results: Sequence[rollout.ToolResult]) -> Effects:
+        """Sampling resumes in a paused response with these tool results (append, inject)."""
+        assert turn.rollout is not None
+        scan = self._prep.scan(turn.rollout.context.scan, results)
         turn.rollout = rollout.answer(turn.rollout, results, scan, turn.fmt)
         turn.request = rollout.resume(turn.request, turn.prefix_len, turn.rollout)
         turn.builder.resume()
         return Effects(start=[turn])
+
+    # ------------------------------------------------------------------ response.inject
+    def _on_inject(self, event: ResponseInject) -> Effects:
+        """``response.inject`` (actors.core.inject): tool output for a running response,
+        committed now if it is paused on its calls, else when its model call stops."""
+        turn = self._turn_of(event.response_id)
+        finished = self._lanes.find(event.response_id) if turn is None else None
+        if turn is None or (event.stream_id is not None and event.stream_id != turn.lane):
+            return Effects(events=[inject.not_running(event, finished)])
+        try:
+            results = inject.check(turn, event, self._injections.held(event.response_id))
+            if not turn.builder.paused:
+                self._injections.hold(turn, event, results)
+                return Effects()
+            fx = self._resume_with(turn, results)
+            fx.events.insert(0, inject.created(turn))
+            return fx
+        except APIError as exc:
+            return Effects(events=[error_event(exc, stream_id=turn.lane)])
 
     # ------------------------------------------------------------------ scheduling
     def _schedule(self) -> Effects:
@@ -423,6 +452,11 @@ class Session:
                 tools = self._prep.tools(create.tools or (), fmt)
                 prompt = array("I", tools.tokens)
                 prompt.extend(self._prep.instructions(create.instructions, fmt))
+                # Server-side compaction (actors.core.compaction): the parent, compacted.
+                whole = len(prompt) + (len(parent.tokens) if parent else 0) + len(input_tokens)
+                compacted = compaction.compacted(create, whole, parent, fmt, self.config.max_input_tokens)
+                if compacted is not None:
+                    parent = compacted.parent
                 if parent is not None:
                     prompt.extend(parent.tokens)
                 prompt.extend(input_tokens)
@@ -469,7 +503,7 @@ class Session:
                 stream_id=lane_name,
                 clock=self._clock,
                 output_scan=self._prep.new_scan() if self.config.safety.enabled else None,
-                pause_on_calls=self.append_mode,
+                pause_on_calls=self.append_mode or inject.waits_for_tools(create, self.transport),
             ),
             parent=parent,
             same_lane_parent=begun.same_lane,
@@ -486,7 +520,10 @@ class Session:
         )
         self._requests.move(request, Stage.RUNNING)
         request.turn = turn
-        return Effects(events=turn.builder.start(), start=[turn])
+        events = turn.builder.start()
+        if compacted is not None:  # the response's first output item
+            events += turn.builder.add_item(compacted.item)
+        return Effects(events=events, start=[turn])
 
     def _check_calls(
         self, parent: ContextEntry | None, items: Sequence[InputItem]
@@ -514,6 +551,13 @@ class Session:
         fx = Effects(events=turn.builder.feed(chunk))
         if turn.builder.paused:  # append mode: the call's output joins the rollout
             turn.rollout = rollout.fold(turn.rollout or rollout.begin(turn), turn.builder.output, turn.fmt)
+            injected = self._injections.take(turn.builder.response.id)
+            if injected:  # held while the call ran (actors.core.inject): committed now
+                try:
+                    fx += self._resume_with(turn, injected)
+                    fx.events.append(inject.created(turn))
+                except APIError as exc:
+                    fx.events.append(error_event(exc, stream_id=turn.lane))
         elif turn.builder.finishing:
             turn.timer.inference_done()
             if not any(isinstance(ev, Done) for ev in chunk):
@@ -613,6 +657,7 @@ class Session:
             self._requests.drop(request)
         events, steer_input = self._steering.settle(turn.lane, turn.builder, required_input(turn))
         fx.events += events
+        fx.events += self._injections.settle(turn.builder.response.id)
         if steer_input:  # an automatic successor, first on the lane (docs/protocol.md §2.3 (a), (b))
             self._requests.add(
                 turn.lane,

@@ -284,6 +284,30 @@ class SteerPending(_Event):
     steer: SteerRef
 
 
+class InjectCreated(_Event):
+    """``response.inject`` committed: the input joined the response's context (OpenAI's
+    multi-agent beta; docs/protocol.md §3.7).  Its number is the response's next."""
+
+    type: Literal["response.inject.created"] = "response.inject.created"
+    sequence_number: int
+    response_id: str
+
+
+class InjectFailedError(_Out):
+    code: Literal["response_already_completed", "response_not_found"]
+    message: str
+
+
+class InjectFailed(_Event):
+    """``response.inject`` not committed: the input as the client sent it comes back."""
+
+    type: Literal["response.inject.failed"] = "response.inject.failed"
+    sequence_number: int = 0
+    response_id: str
+    error: InjectFailedError
+    input: list[Any]
+
+
 ServerEvent = (
     ResponseCreated
     | ResponseInProgress
@@ -304,6 +328,8 @@ ServerEvent = (
     | SteerFailed
     | SteerAccepted
     | SteerPending
+    | InjectCreated
+    | InjectFailed
 )
 
 

@@ -276,7 +276,17 @@ class OutputCustomToolCall(_Out):
     input: str = ""
 
 
-OutputItem = OutputMessage | OutputFunctionCall | OutputCustomToolCall
+class OutputCompaction(_Out):
+    """Server-side compaction (``context_management``): the summary of the conversation the
+    response compacted before its model ran (docs/protocol.md §4.12).  Sent back as input,
+    it is a :class:`CompactionItem`."""
+
+    id: str
+    type: Literal["compaction"] = "compaction"
+    encrypted_content: str
+
+
+OutputItem = OutputMessage | OutputFunctionCall | OutputCustomToolCall | OutputCompaction
 
 
 ITEM_ADAPTER: TypeAdapter[list[InputItem]] = TypeAdapter(list[InputItem])
@@ -344,7 +354,7 @@ def output_as_input(item: OutputItem) -> JSONObject:
             "status": item.status,
             "content": [{"type": "output_text", "text": p.text, "annotations": []} for p in item.content],
         }
-    if isinstance(item, OutputCustomToolCall):
+    if isinstance(item, (OutputCustomToolCall, OutputCompaction)):
         return item.model_dump()
     return {
         "type": "function_call",

@@ -112,6 +112,24 @@ class ReasoningConfig(_Open):
     summary: Literal["auto", "concise", "detailed"] | None = None
 
 
+class ContextManagement(_Open):
+    """One ``context_management`` entry.  ``{"type":"compaction","compact_threshold":N}``
+    turns on server-side compaction (docs/protocol.md §4.12); other types are accepted and
+    unused."""
+
+    type: str
+    compact_threshold: Annotated[int, Field(ge=1000)] | None = None
+
+
+class MultiAgent(_Open):
+    """``multi_agent`` (OpenAI's multi-agent beta): with ``enabled``, a WebSocket response
+    waits for client-owned tool output sent with ``response.inject`` instead of completing
+    on its function calls (docs/protocol.md §2.5)."""
+
+    enabled: bool
+    max_concurrent_subagents: Annotated[int, Field(ge=1)] | None = None
+
+
 class ResponseCreate(BaseModel):
     """``response.create`` (flat body, docs/protocol.md §2.1).  Unknown top-level fields are kept in
     ``model_extra``; the session rejects them only in strict mode."""
@@ -148,7 +166,8 @@ class ResponseCreate(BaseModel):
     safety_identifier: str | None = None
     service_tier: ServiceTier | None = None
     client_metadata: JSONObject | None = None
-    context_management: list[JSONObject] | None = None
+    context_management: list[ContextManagement] | None = None
+    multi_agent: MultiAgent | None = None
     conversation: str | JSONObject | None = None
     top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
     presence_penalty: Penalty | None = None
@@ -213,7 +232,20 @@ class ResponseAppend(_In):
     input: list[InputItem]
 
 
-ClientEvent = ResponseCreate | ResponseSteer | ResponseProcessed | ResponseAppend
+class ResponseInject(_In):
+    """``response.inject`` (OpenAI's multi-agent beta, docs/protocol.md §2.5): client-owned
+    tool output for a response still running on this connection.  The target fixes the
+    lane; a ``stream_id``, if sent, must name it.  A client ``event_id`` is tolerated, as on
+    a steer; any other field is an unknown parameter."""
+
+    type: Literal["response.inject"]
+    response_id: Annotated[str, Field(min_length=1)]
+    input: Annotated[list[InputItem], Field(min_length=1)]
+    stream_id: Any = None  # validated by hand, as on a create
+    event_id: str | None = None
+
+
+ClientEvent = ResponseCreate | ResponseSteer | ResponseProcessed | ResponseAppend | ResponseInject
 _CLIENT_EVENT: TypeAdapter[ClientEvent] = TypeAdapter(Annotated[ClientEvent, Field(discriminator="type")])
 
 
@@ -251,7 +283,7 @@ def parse_client_event(data: str | bytes) -> ClientEvent:
             raise UnknownEventType(f"Unsupported event type {raw.get('type')!r}.", param="type") from None
         raise _validation_error(exc) from None
     if (
-        isinstance(event, ResponseCreate)
+        isinstance(event, (ResponseCreate, ResponseInject))
         and event.stream_id is not None
         and (not isinstance(event.stream_id, str) or not _STREAM_ID.fullmatch(event.stream_id))
     ):
