@@ -36,7 +36,10 @@ from actors.protocol import (
     HttpBody,
     InputTokensDetails,
     ItemList,
+    ResponseCompleted,
     ResponseDeleted,
+    ResponseFailed,
+    ResponseIncomplete,
     ResponseObject,
     Usage,
     encode,
@@ -158,8 +161,9 @@ def add_http_routes(
             batch = first
             while True:
                 for event in batch:
-                    if event.type in TERMINAL_EVENT_TYPES:
-                        return json_body(conn.outgoing(event).response)
+                    if isinstance(event, ResponseCompleted | ResponseIncomplete | ResponseFailed):
+                        conn.outgoing(event)  # its figures are taken now
+                        return json_body(event.response)
                 batch = await anext(events)
         finally:
             await conn.close()

@@ -4,6 +4,7 @@ Plain dataclasses, no behaviour."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from inference.formats import CL100K, ChatFormat
@@ -28,7 +29,7 @@ class Turn:
     parent: ContextEntry | None
     same_lane_parent: bool
     inputs: list[dict]  # the input items as stored (with ids)
-    input_tokens: list[int]
+    input_tokens: Sequence[int]
     call_ids: frozenset[str]
     store: bool
     scan: Classifier  # the conversation's classifier state including this input

@@ -34,10 +34,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from inference.types import Done, InferenceEvent, InferenceRequest
+from inference.types import Done, InferenceRequest
 from store import StoredResponse, StoreWriter, UsageEntry
 
-from ..backend import InferenceClient, ModelCall
+from ..backend import EventStream, InferenceClient, ModelCall
 from ..core.render import render_items
 from ..core.request_queue import InvalidTransition
 from ..core.session import Effects, Load, Render, Session, Turn
@@ -159,7 +159,7 @@ class Connection:
         self._generations: dict[int, asyncio.Task[None]] = {}
         # Model calls started while the session handled a frame, by request id, until their
         # turns come out in its effects (a call starts before its response is built).
-        self._started_calls: dict[str, AsyncIterator[list[InferenceEvent]]] = {}
+        self._started_calls: dict[str, EventStream] = {}
         if inference.before_call is None:  # else the hook runs first, in the call's task
             session.start_call = self._start_call
         self.state = State.OPEN
@@ -429,19 +429,19 @@ class Connection:
         if stream is not None:
             self._started_calls[request.request_id] = stream
 
-    def _started(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]] | None:
+    def _started(self, request: InferenceRequest) -> EventStream | None:
         try:
             return self._inference.stream(request)
         except Exception:  # noqa: BLE001 - not started: the task makes the call, and reports what it raises
             return None
 
-    def _unread(self, stream: AsyncIterator[list[InferenceEvent]], task: asyncio.Task[None]) -> None:
+    def _unread(self, stream: EventStream, task: asyncio.Task[None]) -> None:
         """A call started for a task cancelled before it ran (which would have closed it) is
         closed here; closing a call twice is harmless."""
         if task.cancelled():
             self._spawn(_close(stream))
 
-    async def _run(self, turn: Turn, started: AsyncIterator[list[InferenceEvent]] | None = None) -> None:
+    async def _run(self, turn: Turn, started: EventStream | None = None) -> None:
         me = asyncio.current_task()
         request = turn.request
         finished = streaming = False
@@ -546,8 +546,8 @@ class Connection:
 _TERMINAL = (ResponseCompleted, ResponseIncomplete, ResponseFailed)  # the events a ledger line goes with
 
 
-async def _close(stream: AsyncIterator[list[InferenceEvent]]) -> None:
-    await stream.aclose()  # type: ignore[attr-defined]
+async def _close(stream: EventStream) -> None:
+    await stream.aclose()
 
 
 def failed_instead(event: ServerEvent) -> ResponseFailed:

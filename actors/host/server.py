@@ -20,6 +20,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from http import HTTPStatus
+from typing import Any
 
 from websockets.asyncio.server import Server, ServerConnection
 from websockets.datastructures import Headers
@@ -70,8 +71,8 @@ class SessionSocket(ServerConnection):
         server: Server,
         handoff: Handoff,
         *,
-        ping_interval: float,
-        ping_timeout: float,
+        ping_interval: float | None,
+        ping_timeout: float | None,
     ) -> None:
         super().__init__(
             protocol,
@@ -114,6 +115,12 @@ class SessionSocket(ServerConnection):
         super().process_event(event)
 
 
+def _session_socket(ws: ServerConnection) -> SessionSocket:
+    """The handlers' connection: the factory makes every one a :class:`SessionSocket`."""
+    assert isinstance(ws, SessionSocket)
+    return ws
+
+
 class SocketServer:
     """Receives handed-over sockets and runs one WebSocket connection on each.
 
@@ -153,9 +160,11 @@ class SocketServer:
         # complete request head already received, so nothing is awaited from the client, and
         # websockets' timeout would only close a socket unanswered on a host that was slow.
         self._server = _HandoffServer(
-            self._handle,
-            process_request=self._check_request,
-            process_response=self._add_token,
+            lambda ws: self._handle(_session_socket(ws)),
+            process_request=lambda ws, request: self._check_request(_session_socket(ws), request),
+            process_response=lambda ws, request, response: self._add_token(
+                _session_socket(ws), request, response
+            ),
             open_timeout=None,
         )
 
@@ -430,7 +439,7 @@ class SocketServer:
             pending = [f for f in self._ended.values() if not f.done()]
             if not pending:
                 break
-            waits = [asyncio.ensure_future(self._wake.wait()), *pending]
+            waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(self._wake.wait()), *pending]
             # Nothing waits for a batch: wake for a drained socket, an end, or the cut-off.
             timeout = schedule.next_change_s() if self._ready else schedule.remaining_s()
             await asyncio.wait(waits, timeout=max(timeout, 0.001), return_when=asyncio.FIRST_COMPLETED)
@@ -548,6 +557,7 @@ def _figures_last(
 
     def rest() -> str:
         conn.taken(report)  # writes the figures into the metadata
+        assert report.into is not None
         return json.dumps(report.into[METADATA_KEY], ensure_ascii=False) + text[at + len(quoted) :]
 
     return text[:at], rest
