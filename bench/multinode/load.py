@@ -94,6 +94,7 @@ async def turn(
     await ws.send(json.dumps(body))
     if conn is not None:
         conn.creates += 1
+        conn.in_flight = True  # sent: a close before its terminal event leaves it unanswered
     while True:
         event = json.loads(await ws.recv())
         kind = event.get("type")
@@ -135,6 +136,9 @@ async def run_client(
     ``prompt_cache_key``), a turn that got no ``response.completed`` sent again on the next
     connection; after ``server_shutting_down`` it waits for the server's close."""
     done = 0  # with resend_history: the conversation's completed turns
+    if resend_history and not client.history:  # Codex's instructions: a prefix of >1024 tokens
+        words = " ".join(["the quick brown fox jumps over a lazy dog"] * 150)
+        client.history.append({"role": "developer", "content": f"Conversation {client.index}. {words}"})
     while not stop.is_set():
         try:
             ws = await websockets.connect(
@@ -154,7 +158,6 @@ async def run_client(
             for i in range(turns_per_chain):
                 if stop.is_set():
                     break
-                conn.in_flight = True
                 text = f"client {client.index} turn {done if resend_history else i}"
                 if resend_history:
                     event = await turn(

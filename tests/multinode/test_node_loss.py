@@ -10,6 +10,7 @@ this order."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import os
 import statistics
 import threading
@@ -115,9 +116,12 @@ def test_a_drain_under_load_fails_the_health_check_first_and_loses_nothing(harne
             time.sleep(0.1)
 
     def drain(clients: list[Client]) -> None:
-        drains.append(harness.drain(node, deadline_s=DRAIN_DEADLINE_S, reason_message="multinode tier"))
         threading.Thread(target=probe, daemon=True).start()
+        time.sleep(1.0)
+        asked.append(time.monotonic())
+        drains.append(harness.drain(node, deadline_s=DRAIN_DEADLINE_S, reason_message="multinode tier"))
 
+    asked: list[float] = []  # when ``ray drain-node`` was started
     try:
         clients = asyncio.run(
             run_load(
@@ -138,7 +142,9 @@ def test_a_drain_under_load_fails_the_health_check_first_and_loses_nothing(harne
     finally:
         stop_probing.set()
     (d,) = drains
-    t = d.requested_at
+    if d.timer is not None:  # the kill at the deadline (``ray drain-node`` may take seconds to return)
+        d.timer.join(timeout=DRAIN_DEADLINE_S + 10.0)
+    t = asked[0]  # the CLI sets the deadline before it returns (``d.requested_at``)
     on = {c.index: c.connection_at(t) for c in clients}
     hit = [c for c in clients if on[c.index] is not None and on[c.index].server == node]
     spared = [c for c in clients if on[c.index] is not None and on[c.index].server == other]
@@ -171,9 +177,15 @@ def test_a_drain_under_load_fails_the_health_check_first_and_loses_nothing(harne
     )  # rough: turns ending within 1 s of the request were in flight at it
     rel = lambda w: f"{w - t:.2f}s" if w is not None and w != float("inf") else "never"  # noqa: E731
     print(
-        f"\ndrained {node} (deadline {DRAIN_DEADLINE_S}s, killed {rel(d.killed_at)} after the request) "
+        f"\ndrained {node} (deadline {DRAIN_DEADLINE_S}s; times from the start of `ray drain-node`, which "
+        f"returned at {rel(d.requested_at)}; killed at {rel(d.killed_at)}) "
         f"under {len(clients)} clients: {len(hit)} on {node}, {len(spared)} on {other}, "
-        f"{len(clients) - len(hit) - len(spared)} between connections\n"
+        f"{sum(on[c.index] is None for c in clients)} between connections, "
+        f"{sum(on[c.index] is not None and on[c.index].server is None for c in clients)} not located; "
+        f"turns in all: {sum(x.turns for c in clients for x in c.connections if x.server == node)} turns "
+        f"on {node}, {sum(x.turns for c in clients for x in c.connections if x.server == other)} on {other}, "
+        f"{sum(c.failed_connects for c in clients)} failed connects, connections by node "
+        f"{collections.Counter(x.server for c in clients for x in c.connections)}\n"
         f"  /readyz 503 first at {rel(first_503)}, balancer DOWN at {rel(first_down)}; "
         f"{node}'s sockets closed {rel(first_close)}-{rel(max(closed, default=None))}, codes {codes}\n"
         f"  {node}'s connections: {sum(x.creates for x in conns)} creates, {sum(x.created for x in conns)} "
