@@ -234,9 +234,10 @@ class Gateway:
         stopping = False
         while True:
             try:
-                if not stopping and serve_replica_stopping():
-                    stopping = True
-                    await self.begin_drain("Serve is stopping this replica", None, node=False)
+                # Serve's controller stops the replicas of a draining node, often before this
+                # poll sees the drain: read the node's drain state first, so that such a stop
+                # gets the node drain's hold (/readyz 503 while the balancer notices).
+                stops = not stopping and serve_replica_stopping()
                 # A blocking GCS read, off the event loop; a slow GCS delays only the watch.
                 drain = await asyncio.wait_for(
                     loop.run_in_executor(self._poller, node_drain, self._node_id), max(5.0, interval)
@@ -244,6 +245,9 @@ class Gateway:
                 if drain is not None and drain != seen:  # a new drain, or a new deadline
                     seen = drain
                     await self.node_draining(drain.deadline)
+                if stops:
+                    stopping = True
+                    await self.begin_drain("Serve is stopping this replica", None, node=False)
                 failing = False
             except asyncio.CancelledError:
                 raise

@@ -1,7 +1,8 @@
 """What the harness runs as a Ray driver inside the head's namespace (a driver must run on a
 node of the cluster): ``nodes`` prints the nodes as JSON; ``deploy CONFIG.json`` does what
 ``serve deploy`` does with a Serve config file, through Serve's public API (no dashboard
-needed), and waits until its applications run."""
+needed), and waits until its applications run; ``replicas`` prints each deployment's
+replicas by state."""
 
 from __future__ import annotations
 
@@ -29,6 +30,22 @@ def nodes(address: str) -> list[dict[str, Any]]:
             }
             for n in ray.nodes()
         ]
+    finally:
+        ray.shutdown()
+
+
+def replicas(address: str) -> dict[str, dict[str, int]]:
+    """Deployment (``app/deployment``) → replica state → how many replicas are in it."""
+    import ray
+    from ray import serve
+
+    ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
+    try:
+        return {
+            f"{app_name}/{name}": {str(k).rsplit(".", 1)[-1]: v for k, v in dep.replica_states.items()}
+            for app_name, app in serve.status().applications.items()
+            for name, dep in app.deployments.items()
+        }
     finally:
         ray.shutdown()
 
@@ -85,12 +102,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--address", required=True)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("nodes")
+    sub.add_parser("replicas")
     dep = sub.add_parser("deploy")
     dep.add_argument("config", type=Path)
     dep.add_argument("--timeout", type=float, default=240.0)
     args = parser.parse_args(argv)
     if args.command == "nodes":
         out: Any = nodes(args.address)
+    elif args.command == "replicas":
+        out = replicas(args.address)
     else:
         out = deploy(args.address, json.loads(args.config.read_text()), args.timeout)
     print(json.dumps(out), flush=True)

@@ -223,8 +223,9 @@ class Harness:
         cmd += ["--protected-mode", "no"]
         self._launch("redis", cmd, head.namespace)
 
-    def _ray_start(self, node: Node) -> list[str]:
+    def _ray_start(self, node: Node, incarnation: int = 1) -> list[str]:
         assert self.temp_dir is not None
+        temp = self.temp_dir / (node.name if incarnation == 1 else f"{node.name}-{incarnation}")
         ray = str(Path(sys.executable).parent / "ray")
         cmd = [ray, "start", "--block", f"--node-ip-address={node.address}"]
         cmd += (
@@ -235,13 +236,14 @@ class Harness:
             f"--num-cpus={node.spec.num_cpus}",
             f"--resources={json.dumps(node.spec.resources)}",
             f"--object-store-memory={self.object_store_mb * 1024 * 1024}",
-            f"--temp-dir={self.temp_dir / node.name}",
+            f"--temp-dir={temp}",
             "--disable-usage-stats",
         ]
         return cmd
 
-    def _wait_started(self, node: Node, deadline: float) -> None:
-        proc, log = self.procs[node.name][0], self._log(node.name)
+    def _wait_started(self, node: Node, deadline: float, owner: str | None = None) -> None:
+        owner = owner or node.name
+        proc, log = self.procs[owner][0], self._log(owner)
         while "Ray runtime started" not in log.read_text(errors="replace"):
             if proc.poll() is not None:
                 raise RuntimeError(
@@ -380,8 +382,32 @@ class Harness:
         node = self.node(name)
         self._paused.discard(name)
         n = processes.kill_namespace(node.namespace)
-        processes.reap(self.procs.get(name, []))
+        processes.reap(p for o, ps in self.procs.items() if o.split("#")[0] == name for p in ps)
         return n
+
+    def restart(self, name: str, timeout_s: float = 180.0) -> None:
+        """Start a killed node again (``ray start`` in its namespace, a new Ray node id) and
+        wait until its gateway answers ``/readyz`` 200 (Serve places one there again)."""
+        node = self.node(name)
+        if network.namespace_pids(node.namespace):
+            raise RuntimeError(f"{name} still has processes: kill it first")
+        deadline = time.monotonic() + timeout_s
+        incarnation = 1 + sum(1 for owner in self.procs if owner == name or owner.startswith(f"{name}#"))
+        owner = f"{name}#{incarnation}"
+        self._launch(owner, self._ray_start(node, incarnation), node.namespace)
+        self._wait_started(node, deadline, owner)
+        while True:
+            old = self.node_ids.get(name)
+            alive = [
+                n for n in self.nodes() if n["alive"] and n["address"] == node.address and n["node_id"] != old
+            ]
+            if alive:
+                self.node_ids[name] = alive[0]["node_id"]
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{name} not alive in Ray after its restart")
+            time.sleep(1.0)
+        self.wait_ready(name, timeout_s=max(1.0, deadline - time.monotonic()))
 
     def pause(self, name: str) -> int:
         """SIGSTOP every process of the node (:meth:`resume` continues them)."""

@@ -32,6 +32,11 @@ class Connection:
     close_code: int | None = None  # None: still open or closed by the client itself
     in_flight: bool = False  # a create was sent and its terminal event not yet received
     completions: list[float] = field(default_factory=list)  # when each turn's terminal event came
+    cached: list[int] = field(default_factory=list)  # each completed turn's ``cached_tokens``
+    creates: int = 0  # ``response.create`` sent
+    created: int = 0  # ``response.created`` received
+    terminals: int = 0  # terminal events received
+    shutting_down: int = 0  # creates answered with ``server_shutting_down``
 
     def open_at(self, t: float) -> bool:
         return self.opened_at <= t and (self.closed_at is None or self.closed_at >= t)
@@ -43,6 +48,7 @@ class Client:
     connections: list[Connection] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     failed_connects: int = 0
+    history: list[dict] = field(default_factory=list)  # with ``resend_history``: the conversation
 
     @property
     def turns(self) -> int:
@@ -56,25 +62,58 @@ class Client:
         return [c for c in self.connections if c.close_code is not None]
 
 
+def error_code(event: dict) -> str | None:
+    err = event.get("error")
+    return (err.get("code") if isinstance(err, dict) else None) or event.get("code")
+
+
 async def turn(
-    ws: websockets.ClientConnection, text: str, previous: str | None, max_tokens: int | None
+    ws: websockets.ClientConnection,
+    text: str,
+    previous: str | None,
+    max_tokens: int | None,
+    conn: Connection | None = None,
+    history: list[dict] | None = None,
+    cache_key: str | None = None,
 ) -> dict:
-    """One ``response.create`` and the events up to its terminal one; the terminal event."""
-    body = {
+    """One ``response.create`` and the events up to its terminal one; the terminal event.
+    With ``history`` the whole conversation is sent (Codex's way, no ``previous_response_id``);
+    ``conn`` counts the create, its ``response.created`` and its terminal event."""
+    body: dict = {
         "type": "response.create",
         "model": MODEL,
-        "input": [{"role": "user", "content": text}],
+        "input": [*(history or []), {"role": "user", "content": text}],
         "store": False,
     }
     if max_tokens is not None:
         body["max_output_tokens"] = max_tokens
     if previous:
         body["previous_response_id"] = previous
+    if cache_key is not None:
+        body["prompt_cache_key"] = cache_key
     await ws.send(json.dumps(body))
+    if conn is not None:
+        conn.creates += 1
+        conn.in_flight = True  # sent: a close before its terminal event leaves it unanswered
     while True:
         event = json.loads(await ws.recv())
-        if event.get("type") in TERMINAL_EVENT_TYPES or event.get("type") == "error":
+        kind = event.get("type")
+        if kind == "response.created" and conn is not None:
+            conn.created += 1
+        if kind in TERMINAL_EVENT_TYPES or kind == "error":
+            if conn is not None and kind in TERMINAL_EVENT_TYPES:
+                conn.terminals += 1
             return event
+
+
+def output_text(response: dict) -> str:
+    return "".join(
+        part.get("text", "")
+        for item in response.get("output", [])
+        if item.get("type") == "message"
+        for part in item.get("content", [])
+        if part.get("type") == "output_text"
+    )
 
 
 async def run_client(
@@ -89,9 +128,17 @@ async def run_client(
     open_timeout_s: float = 10.0,
     ping_interval_s: float | None = 5.0,
     servers: Callable[[], dict[int, str]] | None = None,
+    resend_history: bool = False,
 ) -> None:
     """Chains of ``turns_per_chain`` turns, one connection each, until ``stop``; a closed
-    connection is recorded and replaced."""
+    connection is recorded and replaced.  With ``resend_history`` the client is Codex: one
+    conversation across its connections, each turn resending all of it (with a
+    ``prompt_cache_key``), a turn that got no ``response.completed`` sent again on the next
+    connection; after ``server_shutting_down`` it waits for the server's close."""
+    done = 0  # with resend_history: the conversation's completed turns
+    if resend_history and not client.history:  # Codex's instructions: a prefix of >1024 tokens
+        words = " ".join(["the quick brown fox jumps over a lazy dog"] * 150)
+        client.history.append({"role": "developer", "content": f"Conversation {client.index}. {words}"})
     while not stop.is_set():
         try:
             ws = await websockets.connect(
@@ -111,15 +158,32 @@ async def run_client(
             for i in range(turns_per_chain):
                 if stop.is_set():
                     break
-                conn.in_flight = True
-                event = await turn(ws, f"client {client.index} turn {i}", previous, max_tokens)
+                text = f"client {client.index} turn {done if resend_history else i}"
+                if resend_history:
+                    event = await turn(
+                        ws, text, None, max_tokens, conn, client.history, f"client-{client.index}"
+                    )
+                else:
+                    event = await turn(ws, text, previous, max_tokens, conn)
                 conn.in_flight = False
+                if resend_history and error_code(event) == "server_shutting_down":
+                    conn.shutting_down += 1
+                    while True:  # until the server's close (1012, once the node drained) raises
+                        await ws.recv()
                 if event.get("type") != "response.completed":
                     client.errors.append(f"turn: {json.dumps(event)[:300]}")
                     break
                 previous = event["response"]["id"]
                 conn.turns += 1
                 conn.completions.append(time.monotonic())
+                details = (event["response"].get("usage") or {}).get("input_tokens_details") or {}
+                conn.cached.append(int(details.get("cached_tokens") or 0))
+                if resend_history:
+                    client.history += [
+                        {"role": "user", "content": text},
+                        {"role": "assistant", "content": output_text(event["response"])},
+                    ]
+                    done += 1
                 await asyncio.sleep(think_s)
             await ws.close()
             conn.closed_at = time.monotonic()

@@ -2,7 +2,7 @@
 (bench/multinode: a head carrying the accelerator role and two session nodes, each in a
 network namespace of its own, Redis on the head, HAProxy in front), started once and torn
 down at the end, also when a test fails.  Needs root and haproxy (``make haproxy``).  The
-modules run in name order; test_node_loss.py kills one session node, then drains the other: it comes last."""
+modules run in name order; test_node_loss.py kills one session node, starts it again and drains the other: it comes last."""
 
 from __future__ import annotations
 
@@ -15,6 +15,15 @@ import pytest
 
 from bench.multinode import Harness
 
+INFERENCE_REPLICAS = 2  # the head carries ``accelerator: 2``: both run there
+
+
+def two_inference_replicas(args: dict) -> None:
+    scaling = args.setdefault("inference", {}).setdefault("scaling", {})
+    scaling["autoscaling"] = dict(
+        scaling.get("autoscaling") or {}, min_replicas=INFERENCE_REPLICAS, max_replicas=INFERENCE_REPLICAS
+    )
+
 
 @pytest.fixture(scope="session")
 def harness() -> Iterator[Harness]:
@@ -24,7 +33,7 @@ def harness() -> Iterator[Harness]:
         if shutil.which(binary) is None:
             pytest.fail(f"{binary} is not installed: `make haproxy redis`", pytrace=False)
     t0 = time.monotonic()
-    with Harness() as h:
+    with Harness(edit_args=two_inference_replicas) as h:
         print(
             f"\nmulti-node harness up in {time.monotonic() - t0:.1f}s: balancer {h.url}, nodes "
             + ", ".join(f"{n.name}={n.address}" for n in h.topology.nodes)
