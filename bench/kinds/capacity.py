@@ -40,6 +40,7 @@ from typing import Any
 from .. import processes, results
 from .. import workload as wl
 from ..rollouts import TIMINGS_KEY, model_seconds, server_timings
+from ..stats import pct
 
 TERMINAL = (
     '"type":"response.completed"',
@@ -241,23 +242,17 @@ def _client_main(plan: ClientPlan, conn: Any) -> None:
 # ----------------------------------------------------------------------------- summaries
 
 
-def pct(values: list[float], q: float) -> float | None:
-    v = sorted(values)
-    if not v:
-        return None
-    pos = (len(v) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(v) - 1)
-    return round(v[lo] + (v[hi] - v[lo]) * (pos - lo), 3)
-
-
 def nonmodel(records: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     ms = [
         r["total_ms"] - r["model_ms"]
         for r in records
         if r["kind"] == kind and r["ok"] and r["model_ms"] is not None
     ]
-    return {"turns": len(ms), "p50": pct(ms, 0.5), "p99": pct(ms, 0.99), "max": pct(ms, 1.0)}
+    return {"turns": len(ms), **{k: _ms(pct(ms, q)) for k, q in (("p50", 0.5), ("p99", 0.99), ("max", 1.0))}}
+
+
+def _ms(x: float | None) -> float | None:
+    return None if x is None else round(x, 3)
 
 
 def window_cpu(
