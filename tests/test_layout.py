@@ -92,6 +92,33 @@ def test_packages_import_only_what_they_may():
             assert used <= allowed, f"{rel} imports {used - allowed}"
 
 
+# What the session core (actors/core) may import of the project: itself, the wire protocol
+# and the shared modules beside it, the typed seam of inference, and the store's records.
+# Never the host that drives it, the backends behind the seam, or the emulator.
+CORE_MAY_IMPORT = (
+    "actors.core",
+    "actors.protocol",
+    "actors.config",
+    "actors.errors",
+    "actors.ids",
+    "inference.types",
+    "inference.formats",
+)
+CORE_MAY_IMPORT_FROM_STORE = {"store", "store.StoredResponse", "store.UsageEntry"}  # its records
+
+
+def test_the_session_core_imports_only_the_typed_seam():
+    wrong = {
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in modules("actors/core")
+        for name in imported(path)
+        if name.split(".")[0] in PACKAGES
+        and not any(name == ok or name.startswith(ok + ".") for ok in CORE_MAY_IMPORT)
+        and name not in CORE_MAY_IMPORT_FROM_STORE
+    }
+    assert not wrong, sorted(wrong)
+
+
 def test_the_cli_loads_bench_lazily():
     for rel in LAZY_BENCH:
         assert "bench" not in packages_of(imported(ROOT / rel, top_level_only=True)), rel

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 
 import aiohttp
 
@@ -63,6 +63,9 @@ class UpstreamInference:
         except (TimeoutError, aiohttp.ClientError) as exc:
             log.warning("engine of model %s at %s is not reachable: %s", self.backend.id, self._url, exc)
         return [self.backend.id]
+
+    def check_metadata(self, metadata: Mapping[str, str]) -> None:
+        """A real model takes no knobs from a create's metadata."""
 
     async def stream(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
         decoder = CompletionStream(request, self.fmt)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from ray import serve
@@ -60,6 +60,9 @@ class ServeLLMInference:
 
             self._request_type = CompletionRequest
         return self._request_type(**completion_body(request, self.backend, self.fmt))
+
+    def check_metadata(self, metadata: Mapping[str, str]) -> None:
+        """A real model takes no knobs from a create's metadata."""
 
     async def stream(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
         decoder = CompletionStream(request, self.fmt)
