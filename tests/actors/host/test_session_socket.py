@@ -11,24 +11,25 @@ from websockets.asyncio.client import connect
 from websockets.frames import Frame, Opcode
 from websockets.server import ServerProtocol
 
-from actors.host.handoff import Handoff
-from actors.host.server import SessionSocket, _HandoffServer
+from actors.host.websocket import WebSocket
 
 
 def test_a_message_arrives_with_its_first_bytes_and_a_ping_before_it_does_not_count():
     async def main() -> list[tuple[float, float, str]]:  # times after the frame's first write, s
         got: list[tuple[float, float, str]] = []  # (arrival, read, message)
 
-        async def handler(ws: SessionSocket) -> None:
-            async for message in ws:
-                got.append((ws.arrivals.popleft(), time.perf_counter(), message))
+        def received(message: str | bytes, arrived: float) -> None:
+            got.append((arrived, time.perf_counter(), message))
 
-        server = _HandoffServer(handler)  # sockets handed over, as on a session host
         host_side, client_side = socket.socketpair()
         loop = asyncio.get_running_loop()
-        await loop.connect_accepted_socket(
-            lambda: SessionSocket(
-                ServerProtocol(), server, Handoff("s1"), ping_interval=None, ping_timeout=None
+        await loop.connect_accepted_socket(  # a socket handed over, as on a session host
+            lambda: WebSocket(
+                ServerProtocol(),
+                lambda ws, request: ws.protocol.accept(request),
+                lambda ws: ws.receive(received),
+                ping_interval=None,
+                ping_timeout=None,
             ),
             host_side,
         )
