@@ -83,7 +83,7 @@ class SocketServer:
         secret = handoff.resume or new_secret()
 
         def answer(ws: WebSocket, request: Request) -> Response:
-            response = self._check_request(handoff, request) or ws.protocol.accept(request)
+            response = self._check_request(ws, handoff, request) or ws.protocol.accept(request)
             if response.status_code == 101 and self.registry.enabled:
                 response.headers[RESUME_HEADER] = make_token(self._name, handoff.conn_id, secret)
             return response
@@ -112,9 +112,9 @@ class SocketServer:
         finally:
             self._ended.pop(sock_id, None)
 
-    def _check_request(self, handoff: Handoff, request: Request) -> Response | None:
+    def _check_request(self, ws: WebSocket, handoff: Handoff, request: Request) -> Response | None:
         if request.path.split("?", 1)[0].rstrip("/") != RESPONSES_PATH:
-            return _text_response(404, "Not Found\n")
+            return ws.protocol.reject(404, "Not Found\n")
         if self._draining:  # handed over as the drain began: another replica takes the retry
             shutting_down = ServerShuttingDown()
             return _json_response(*http_error_body(shutting_down), retry_after_s=shutting_down.retry_after_s)
@@ -283,9 +283,14 @@ def _figures_last(
     message (RFC 6455 §5.4): the text up to the figures, and what makes the rest — called once
     that part has been encoded, compressed and written, it takes the figures, which go with
     the few bytes after them (the response's metadata comes after its output and its echoed
-    instructions and tools).  So the figures hold the terminal frame's own work but its last
-    bytes (docs/performance.md).  No rest (``None``): the text is the whole frame (the event
-    could not be encoded; the server_error frame in its place)."""
+    instructions and tools).  No rest (``None``): the text is the whole frame (the event
+    could not be encoded; the server_error frame in its place).
+
+    The one place figures are spliced into encoded JSON, by choice: the event is encoded
+    once with ``mark`` where the figures go, and the figures replace it once the bulk is
+    written, so they hold the terminal frame's own work but its last bytes
+    (docs/performance.md).  Taken as data before the frame is encoded, they would leave
+    its encoding, compression and write out of ``api_overhead``."""
     assert report.into is not None
     report.into[METADATA_KEY] = mark
     text = _encode_or_error(event, encoder)
@@ -314,18 +319,6 @@ def accepts_deflate(policy: str, sock: socket.socket) -> bool:
         return True
     mapped = getattr(peer, "ipv4_mapped", None)  # ::ffff:127.0.0.1
     return not (mapped or peer).is_loopback
-
-
-def _text_response(status: int, text: str) -> Response:
-    body = text.encode()
-    headers = Headers(
-        [
-            ("Content-Type", "text/plain; charset=utf-8"),
-            ("Content-Length", str(len(body))),
-            ("Connection", "close"),
-        ]
-    )
-    return Response(status, HTTPStatus(status).phrase, headers, body)
 
 
 def _json_response(status: int, body: dict, *, retry_after_s: int | None = None) -> Response:
