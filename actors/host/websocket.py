@@ -20,7 +20,7 @@ from http import HTTPStatus
 
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import CloseCode, Frame, Opcode
-from websockets.http11 import SERVER, Request, Response
+from websockets.http11 import Request, Response
 from websockets.protocol import State
 from websockets.server import ServerProtocol
 
@@ -195,7 +195,6 @@ class WebSocket(asyncio.Protocol):
                 HTTPStatus.INTERNAL_SERVER_ERROR,
                 "Failed to open a WebSocket connection.\nSee server log for more information.\n",
             )
-        response.headers["Server"] = SERVER
         self.protocol.send_response(response)
         self.flush()
         self._expect_close()  # a refused upgrade: the server closes the connection
