@@ -17,6 +17,7 @@ import os
 import time
 from collections.abc import Callable
 from http import HTTPStatus
+from typing import cast
 
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import CloseCode, Frame, Opcode
@@ -139,9 +140,8 @@ class WebSocket(asyncio.Protocol):
 
     # -- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        transport.set_write_buffer_limits(WRITE_LIMIT)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass of it
+        self.transport.set_write_buffer_limits(WRITE_LIMIT)
 
     def data_received(self, data: bytes) -> None:
         read_at = time.perf_counter()
