@@ -143,6 +143,7 @@ def add_http_routes(
             transport="http",
             clock=time.time,
             formats=formats,
+            check_metadata=inference.check_metadata,
         )
         conn = Connection(session, inference, store, observe)
         conn.create(create, timer)

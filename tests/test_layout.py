@@ -101,6 +101,62 @@ def test_packages_import_only_what_they_may():
             assert used <= allowed, f"{rel} imports {used - allowed}"
 
 
+# What the session core (actors/core) may import of the project: itself, the wire protocol
+# and the shared modules beside it, the typed seam of inference, and the store's records.
+# Never the host that drives it, the backends behind the seam, or the emulator.
+CORE_MAY_IMPORT = (
+    "actors.core",
+    "actors.protocol",
+    "actors.config",
+    "actors.errors",
+    "actors.ids",
+    "inference.types",
+    "inference.formats",
+)
+CORE_MAY_IMPORT_FROM_STORE = {"store", "store.StoredResponse", "store.UsageEntry"}  # its records
+
+
+def test_the_session_core_imports_only_the_typed_seam():
+    wrong = {
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in modules("actors/core")
+        for name in imported(path)
+        if name.split(".")[0] in PACKAGES
+        and not any(name == ok or name.startswith(ok + ".") for ok in CORE_MAY_IMPORT)
+        and name not in CORE_MAY_IMPORT_FROM_STORE
+    }
+    assert not wrong, sorted(wrong)
+
+
+# The names of websockets the server uses: its documented sans-I/O API, no connection class
+# to subclass and no private method (actors/host/websocket.py drives ServerProtocol).
+WEBSOCKETS_API = {
+    "websockets.datastructures.Headers",
+    "websockets.exceptions.ConnectionClosed",
+    "websockets.extensions.permessage_deflate.ServerPerMessageDeflateFactory",
+    "websockets.frames.CloseCode",
+    "websockets.frames.Frame",
+    "websockets.frames.Opcode",
+    "websockets.http11.Request",
+    "websockets.http11.Response",
+    "websockets.protocol.State",
+    "websockets.server.ServerProtocol",
+    "websockets.typing.Subprotocol",
+}
+
+
+def test_the_server_uses_only_the_public_sans_io_api_of_websockets():
+    allowed = WEBSOCKETS_API | {name.rsplit(".", 1)[0] for name in WEBSOCKETS_API}  # and their modules
+    used = {
+        f"{path.relative_to(ROOT)}: {name}"
+        for package in ("inference", "store", "actors", "serve")
+        for path in modules(package)
+        for name in imported(path)
+        if name.split(".")[0] == "websockets" and name not in allowed
+    }
+    assert not used, sorted(used)
+
+
 def test_the_cli_loads_bench_lazily():
     for rel in LAZY_BENCH:
         assert "bench" not in packages_of(imported(ROOT / rel, top_level_only=True)), rel

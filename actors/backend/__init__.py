@@ -11,7 +11,7 @@ tests put a fake behind the protocol.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -68,6 +68,12 @@ class InferenceClient(Protocol):
 
     async def warm(self) -> list[str]:
         """Pay the backend's first-call costs before any client does; the model ids served."""
+        ...
+
+    def check_metadata(self, metadata: Mapping[str, str]) -> None:
+        """Refuse a create whose ``metadata`` sets this backend's own knobs to values it
+        cannot take (an :class:`~actors.errors.InvalidRequest`, sent as a 400 before
+        anything is queued); the session is given this check (``Session(check_metadata=)``)."""
         ...
 
     def stream(self, request: InferenceRequest) -> EventStream:

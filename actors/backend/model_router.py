@@ -75,5 +75,9 @@ class ModelRouter:
             models += [m for m in await client.warm() if m not in models]
         return models
 
+    def check_metadata(self, metadata: Mapping[str, str]) -> None:
+        """The emulator's check, whichever model the create names (as before real models)."""
+        self._default.check_metadata(metadata)
+
     def stream(self, request: InferenceRequest) -> EventStream:
         return self._clients.get(request.model, self._default).stream(request)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 
 import aiohttp
 
@@ -64,6 +64,9 @@ class UpstreamInference:
         except (TimeoutError, aiohttp.ClientError) as exc:
             log.warning("engine of model %s at %s is not reachable: %s", self.backend.id, self._url, exc)
         return [self.backend.id]
+
+    def check_metadata(self, metadata: Mapping[str, str]) -> None:
+        """A real model takes no knobs from a create's metadata."""
 
     async def stream(self, request: InferenceRequest) -> AsyncGenerator[list[InferenceEvent], None]:
         decoder = CompletionStream(request, self.fmt)

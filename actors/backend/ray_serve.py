@@ -7,7 +7,7 @@ modules of ``actors/`` that import Ray.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 
 from ray import serve
 from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
@@ -19,6 +19,7 @@ from inference.whatif import HopConfig, SafetyModelConfig
 from ..config import SessionConfig
 from . import BeforeCall, EventStream
 from .direct import DirectCalls
+from .emulator_metadata import check_emulator_metadata
 from .whatif_hook import WhatIfServices
 
 
@@ -49,6 +50,9 @@ class ServeInference:
             pass
         await self._services.warm()
         return models
+
+    def check_metadata(self, metadata: Mapping[str, str]) -> None:
+        check_emulator_metadata(metadata)
 
     def stream(self, request: InferenceRequest) -> EventStream:
         return self._via_serve(request) if self._direct is None else self._direct.stream(request)

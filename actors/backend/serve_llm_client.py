@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 from ray import serve
@@ -61,6 +61,9 @@ class ServeLLMInference:
 
             self._request_type = CompletionRequest
         return self._request_type(**completion_body(request, self.backend, self.fmt))
+
+    def check_metadata(self, metadata: Mapping[str, str]) -> None:
+        """A real model takes no knobs from a create's metadata."""
 
     async def stream(self, request: InferenceRequest) -> AsyncGenerator[list[InferenceEvent], None]:
         decoder = CompletionStream(request, self.fmt)

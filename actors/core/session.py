@@ -1,7 +1,10 @@
 """The session core: one WebSocket connection's state machine, sans-I/O.
 
-Events in (client frames, inference chunks), events out (server events to send, model
-calls to start).  No Ray, no asyncio: the actor pumps bytes and calls.
+Events in (client frames, inference chunks, store and render answers, the start of a
+drain), :class:`~actors.core.turn.Effects` out (server events to send, model calls to start,
+records to write): every input returns what its driver must do, and the session never
+calls its driver.  No Ray, no asyncio, no I/O: the connection (:mod:`actors.host.connection`)
+carries the effects out.
 
 The session dispatches and schedules; what a concern keeps lives with it: each request and
 its stage in :class:`~actors.core.request_queue.Requests`, the lanes and the conversations they cache in
@@ -22,9 +25,7 @@ import time
 from array import array
 from collections.abc import Callable, Collection, Mapping, Sequence
 
-from inference import scenario as scripted
 from inference.formats import ChatFormat
-from inference.policy import InvalidMetadata, metadata_overrides
 from inference.types import Done, InferenceEvent, InferenceRequest
 from store import StoredResponse, UsageEntry
 
@@ -69,7 +70,16 @@ from .steering import (
 from .timings import METADATA_KEY, PhaseTimer, Report, as_metadata
 from .turn import Effects, Load, Render, Turn
 
-__all__ = ["Effects", "Load", "Render", "Session", "Turn"]
+__all__ = ["CheckMetadata", "Effects", "Load", "Render", "Session", "Turn"]
+
+# The backend's check of a create's ``metadata`` (its own knobs, such as the emulator's
+# ``emulator.*``): raises an :class:`~actors.errors.APIError` for a value it cannot take
+# (:meth:`actors.backend.InferenceClient.check_metadata`).
+CheckMetadata = Callable[[Mapping[str, str]], None]
+
+
+def _no_check(metadata: Mapping[str, str]) -> None:
+    pass
 
 
 class Session:
@@ -86,8 +96,10 @@ class Session:
         perf: Callable[[], float] = time.perf_counter,
         cache: CacheBudget | None = None,
         formats: Mapping[str, ChatFormat] | None = None,
+        check_metadata: CheckMetadata = _no_check,
     ) -> None:
         self.config = config
+        self._check_metadata = check_metadata
         self._prep = Preparer(models, config.safety, formats)  # a model without one: cl100k
         self._perf = perf
         self.session_key = session_key
@@ -101,11 +113,7 @@ class Session:
         self._steering = Steering()
         self._injections = inject.Injections()
         self.append_mode = append_mode
-        self.draining = False  # shutting down: no new responses
-        # Set by a driver that starts a model call as soon as its request is ready, before
-        # the response and its first events are built (they are built while it runs); the
-        # turn is in ``Effects.start`` all the same, its call already started.
-        self.start_call: Callable[[InferenceRequest], None] | None = None
+        self._draining = False  # shutting down: no new responses
 
     # ------------------------------------------------------------------ client side
     @property
@@ -115,6 +123,17 @@ class Session:
     @property
     def idle(self) -> bool:
         return not self._requests
+
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    def begin_drain(self) -> Effects:
+        """The host is shutting down: later creates are refused (``server_shutting_down``);
+        the responses in flight and queued carry on.  Once :attr:`idle`, the driver ends the
+        connection."""
+        self._draining = True
+        return Effects()
 
     def on_disconnect(self) -> None:
         """The socket is gone (its driver cancelled the model calls): every request, at
@@ -171,7 +190,7 @@ class Session:
         """A parsed ``response.create`` (the HTTP path enters here, with its own timer)."""
         timer = timer or PhaseTimer(self._perf)
         lane = event.stream_id
-        if self.draining:
+        if self._draining:
             return Effects(events=[error_event(ServerShuttingDown(), stream_id=lane)])
         try:
             with timer.phase("model_resolution"):
@@ -192,18 +211,8 @@ class Session:
         if self.config.strict_params and create.model_extra:
             name = next(iter(create.model_extra))
             raise InvalidRequest(f"Unknown parameter: '{name}'.", param=name, code="unknown_parameter")
-        try:
-            metadata_overrides((create.metadata or {}).items())
-        except InvalidMetadata as exc:
-            expected = (
-                "a scenario as JSON (docs/replay.md)"
-                if exc.key in scripted.METADATA_KEYS
-                else "a whole number within the policy's bounds"
-            )
-            raise InvalidRequest(
-                f"Invalid value for metadata key '{exc.key}': expected {expected}.",
-                param=f"metadata.{exc.key}",
-            ) from None
+        if create.metadata:
+            self._check_metadata(create.metadata)  # the backend's own knobs (InvalidRequest)
         # tool_choice naming an unknown function is refused by the parser (ResponseCreate).
         self._lanes.admit(create.stream_id)
 
@@ -491,8 +500,6 @@ class Session:
             metadata=tuple(sorted((create.metadata or {}).items())),
         )
         timer.wait_inference()
-        if self.start_call is not None:
-            self.start_call(call)
         response = new_response(create, store, self._clock, tools.echoed, call.request_id)
         turn = Turn(
             turn_id=request.id,

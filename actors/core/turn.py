@@ -79,9 +79,10 @@ class Render:
 
 @dataclass(slots=True)
 class Effects:
-    """What the driver must do: send these events, start these model calls, load these
-    stored responses, render these inputs, and (off the critical path) persist these
-    records and ledger lines."""
+    """What the driver must do, in answer to one input to the session: start these model
+    calls (first, so their requests are on their way while the events are encoded), send
+    these events, load these stored responses, render these inputs, and (off the critical
+    path) persist these records and ledger lines.  The session never calls its driver."""
 
     events: list[ServerEvent] = field(default_factory=list)
     start: list[Turn] = field(default_factory=list)

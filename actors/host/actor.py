@@ -144,6 +144,7 @@ class SessionHost:
             clock=time.time,
             cache=self._cache,
             formats=self._formats,
+            check_metadata=self._inference.check_metadata,
         )
 
     def _connect(self, session: Session) -> Connection:

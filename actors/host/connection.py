@@ -157,11 +157,6 @@ class Connection:
         self._reports: dict[str, Report] = {}  # by response id, until its terminal event is sent
         self._tasks: set[asyncio.Task[None]] = set()
         self._generations: dict[int, asyncio.Task[None]] = {}
-        # Model calls started while the session handled a frame, by request id, until their
-        # turns come out in its effects (a call starts before its response is built).
-        self._started_calls: dict[str, EventStream] = {}
-        if inference.before_call is None:  # else the hook runs first, in the call's task
-            session.start_call = self._start_call
         self.state = State.OPEN
         self.close_code: int | None = None  # of the close the server sends, once it ends the connection
         self.close_reason = ""
@@ -229,22 +224,16 @@ class Connection:
             task = self._generations.pop(turn_id, None)
             if task is not None and task is not asyncio.current_task():
                 task.cancel()
-        # Model calls first, before the sender encodes and writes this batch's events (such
-        # as response.created with its echoed instructions and tools).  A call has started
-        # already (the session asked as soon as its request was ready), or starts here, not
-        # when its task first runs, unless a hook runs before it: over a direct channel its
-        # request has left by then.  The events' order is unchanged.
+        # Model calls first, before this batch's events are queued, encoded and written
+        # (such as response.created with its echoed instructions and tools).  A call starts
+        # here, not when its task first runs, unless a hook runs before it (then in its task,
+        # after the hook): over a direct channel its request has left by then.
         for turn in fx.start:
-            stream = self._started_calls.pop(turn.request.request_id, None)
-            if stream is None and self._inference.before_call is None:
-                stream = self._started(turn.request)
+            stream = self._started(turn.request) if self._inference.before_call is None else None
             task = self._renderer.track(self._spawn(self._run(turn, stream)))
             self._generations[turn.turn_id] = task
             if stream is not None:
                 task.add_done_callback(functools.partial(self._unread, stream))
-        for request_id in list(self._started_calls):  # a call whose turn never came (a bug)
-            log.error("model call %s started without its turn: closed", request_id)
-            self._spawn(_close(self._started_calls.pop(request_id)))
         records = {record.id: record for record in fx.persist}
         lines = {entry.response_id: entry for entry in fx.usage}
         journaled: list[tuple[str, bool]] = []  # store:false responses billed: (id, line kept)
@@ -424,11 +413,6 @@ class Connection:
     async def _render(self, job: Render) -> None:
         self._apply(self.session.on_rendered(job.render_id, await self._renderer.render(job)))
 
-    def _start_call(self, request: InferenceRequest) -> None:
-        stream = self._started(request)
-        if stream is not None:
-            self._started_calls[request.request_id] = stream
-
     def _started(self, request: InferenceRequest) -> EventStream | None:
         try:
             return self._inference.stream(request)
@@ -511,9 +495,7 @@ class Connection:
             return
         self._move(State.DRAINING)
         self._on_drained = on_drained
-        self.session.draining = True
-        if self.session.idle:
-            self._drained_now()
+        self._apply(self.session.begin_drain())  # ends the connection if the session is idle
 
     @property
     def drained(self) -> bool:

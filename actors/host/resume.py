@@ -23,10 +23,9 @@ import hmac
 import secrets
 from dataclasses import dataclass, field
 
-from websockets.asyncio.server import ServerConnection
-
 from ..core.session import Session
 from ..errors import InvalidResumeToken
+from .websocket import WebSocket
 
 RESUME_HEADER = "x-responses-ws-resume-token"
 _VERSION = "rws1"
@@ -67,7 +66,7 @@ class Held:
     secret: str
     session: Session
     lifetime_deadline: float  # loop time: the lifetime limit counts from the first socket
-    socket: ServerConnection | None = None  # the WebSocket carrying it now, if any
+    socket: WebSocket | None = None  # the WebSocket carrying it now, if any
     superseded: bool = False  # a resume took over the live socket
     detached: asyncio.Event = field(default_factory=asyncio.Event)  # the live socket let go
     expiry: asyncio.TimerHandle | None = None

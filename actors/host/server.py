@@ -18,17 +18,14 @@ import secrets
 import socket
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from http import HTTPStatus
 from typing import Any
 
-from websockets.asyncio.server import Server, ServerConnection
 from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.extensions.permessage_deflate import ServerPerMessageDeflateFactory
-from websockets.frames import Frame, Opcode
 from websockets.http11 import Request, Response
-from websockets.protocol import Event
 from websockets.server import ServerProtocol
 
 from store.continuity import Claimed
@@ -44,85 +41,16 @@ from .drain import CloseSchedule, DrainPlan, Phase
 from .handoff import RESPONSES_PATH, Handoff, Outcome
 from .resume import RESUME_HEADER, Held, ResumeRegistry, make_any_node_token, make_token, new_secret
 from .subprotocols import select_subprotocol
+from .websocket import WebSocket
 
 log = logging.getLogger(__name__)
 
 SUPERSEDE_WAIT_S = 1.0  # how long a superseded socket gets to close cleanly
-# A peer that stopped reading (vanished, or a failed keepalive ping) cannot complete the
-# closing handshake: give up on it after this long, which ends its generations.
-CLOSE_TIMEOUT_S = 2.0
-
-
-class _HandoffServer(Server):
-    """websockets' connection bookkeeping without an ``asyncio.Server``: sockets arrive by
-    handoff, not by ``accept``; the server serves for as long as the actor lives."""
-
-    def is_serving(self) -> bool:
-        return True
-
-
-class SessionSocket(ServerConnection):
-    """A WebSocket connection that arrived by handoff: it knows which connection state it
-    carries, the secret of that state's resume token, and whether its upgrade succeeded."""
-
-    def __init__(
-        self,
-        protocol: ServerProtocol,
-        server: Server,
-        handoff: Handoff,
-        *,
-        ping_interval: float | None,
-        ping_timeout: float | None,
-    ) -> None:
-        super().__init__(
-            protocol,
-            server,
-            ping_interval=ping_interval,
-            ping_timeout=ping_timeout,
-            close_timeout=CLOSE_TIMEOUT_S,
-            max_queue=64,
-        )
-        self.handoff = handoff
-        self.secret = handoff.resume or new_secret()
-        self.accepted = False
-        self.claimed: Claimed | None = None  # the state a resume took from the cluster store
-        # When each data message not yet read began to arrive (time.perf_counter()): a
-        # response's server time starts at its create's first bytes, not once the library
-        # has read and assembled them (actors.core.timings).
-        self.arrivals: deque[float] = deque()
-        self._frame_since: float | None = None  # the first bytes of a frame still being read
-        self._read_at = 0.0
-
-    def data_received(self, data: bytes) -> None:
-        self._read_at = time.perf_counter()
-        if self._frame_since is None:
-            self._frame_since = self._read_at
-        super().data_received(data)  # calls process_event for each whole frame in it
-        self._frame_since = self._read_at if self.protocol.reader.buffer else None
-
-    def send_data(self) -> None:
-        """As websockets' own, but the frames queued since the last write leave in one: a
-        batch of events is one write and, mostly, one wake-up of the client."""
-        writes = self.protocol.writes
-        if len(writes) > 1 and all(writes):  # no end-of-stream marker among them
-            self.protocol.writes = [b"".join(writes)]
-        super().send_data()
-
-    def process_event(self, event: Event) -> None:
-        if isinstance(event, Frame) and event.opcode in (Opcode.TEXT, Opcode.BINARY):  # a message begins
-            self.arrivals.append(self._frame_since or self._read_at)
-            self._frame_since = None  # a frame after it in the same read arrived with that read
-        super().process_event(event)
-
-
-def _session_socket(ws: ServerConnection) -> SessionSocket:
-    """The handlers' connection: the factory makes every one a :class:`SessionSocket`."""
-    assert isinstance(ws, SessionSocket)
-    return ws
 
 
 class SocketServer:
-    """Receives handed-over sockets and runs one WebSocket connection on each.
+    """Receives handed-over sockets and runs one WebSocket connection on each
+    (:class:`~actors.host.websocket.WebSocket`).
 
     ``serve(sock, handoff)`` ends with the socket and says what became of its connection state
     (an :class:`~actors.host.handoff.Outcome`; a parked state waits for a resume, see
@@ -140,9 +68,9 @@ class SocketServer:
         self._name = actor_name
         self._new_session = new_session
         self._connect = connect
-        self._server: Server | None = None
         self._ended: dict[str, asyncio.Future[Outcome]] = {}
         self._live: dict[str, Connection] = {}
+        self._handlers: set[asyncio.Task[None]] = set()
         self.registry = ResumeRegistry(config.resume_grace_s)
         self._draining = False
         # Resume on any node (actors.host.continuity): set by the host before start() when
@@ -156,89 +84,90 @@ class SocketServer:
         self._drained: asyncio.Future[None] | None = None
 
     def start(self) -> None:
-        # No opening-handshake timeout here: the gateway handed the socket over with a
-        # complete request head already received, so nothing is awaited from the client, and
-        # websockets' timeout would only close a socket unanswered on a host that was slow.
-        self._server = _HandoffServer(
-            lambda ws: self._handle(_session_socket(ws)),
-            process_request=lambda ws, request: self._check_request(_session_socket(ws), request),
-            process_response=lambda ws, request, response: self._add_token(
-                _session_socket(ws), request, response
-            ),
-            open_timeout=None,
-        )
+        """Nothing to set up: sockets arrive by handoff, not by ``accept``."""
 
     async def serve(self, sock: socket.socket, handoff: Handoff) -> Outcome:
-        """Run the WebSocket on the handed-over socket ``sock`` until it closes."""
+        """Run the WebSocket on the handed-over socket ``sock`` until it closes.  No
+        opening-handshake timeout: the gateway handed the socket over with a complete
+        request head already received, so nothing is awaited from the client."""
         loop = asyncio.get_running_loop()
         sock_id = handoff.sock_id
         ended = self._ended[sock_id] = loop.create_future()
         cfg = self._config
-
         extensions = (
             [ServerPerMessageDeflateFactory(compress_settings={"level": cfg.deflate_level})]
             if accepts_deflate(cfg.deflate, sock)
             else []
         )
+        secret = handoff.resume or new_secret()
 
-        def factory() -> SessionSocket:
-            assert self._server is not None
+        claimed: Claimed | None = None  # the state a resume took from the cluster store
+
+        async def answer(ws: WebSocket, request: Request) -> Response:
+            nonlocal claimed
+            refused, claimed = await self._check_request(ws, handoff, request)
+            response = refused or ws.protocol.accept(request)
+            if response.status_code == 101:
+                if self.continuity is not None:
+                    response.headers[RESUME_HEADER] = make_any_node_token(handoff.conn_id, secret)
+                elif self.registry.enabled:
+                    response.headers[RESUME_HEADER] = make_token(self._name, handoff.conn_id, secret)
+            return response
+
+        def on_open(ws: WebSocket) -> None:
+            task = loop.create_task(self._run(ws, handoff, secret, claimed))
+            self._handlers.add(task)
+            task.add_done_callback(self._handlers.discard)
+
+        def factory() -> WebSocket:
             protocol = ServerProtocol(
                 extensions=extensions, select_subprotocol=select_subprotocol, max_size=cfg.max_frame_bytes
             )
-            return SessionSocket(
-                protocol,
-                self._server,
-                handoff,
-                ping_interval=cfg.ping_interval_s,
-                ping_timeout=cfg.ping_timeout_s,
+            return WebSocket(
+                protocol, answer, on_open, ping_interval=cfg.ping_interval_s, ping_timeout=cfg.ping_timeout_s
             )
 
         try:
             _, ws = await loop.connect_accepted_socket(factory, sock)
-            await asyncio.wait([ended, ws.connection_lost_waiter], return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait([ended, ws.closed], return_when=asyncio.FIRST_COMPLETED)
             if ended.done() or ws.accepted:
                 return await ended
             # The upgrade was answered with an error, or never completed.
-            if ws.protocol.handshake_exc is not None:
-                log.warning("WebSocket opening handshake failed: %r", ws.protocol.handshake_exc)
+            failed = ws.handshake_exc or ws.protocol.handshake_exc
+            if failed is not None:
+                log.warning("WebSocket opening handshake failed: %r", failed)
             return Outcome.REFUSED
         finally:
             self._ended.pop(sock_id, None)
 
-    async def _check_request(self, ws: SessionSocket, request: Request) -> Response | None:
+    async def _check_request(
+        self, ws: WebSocket, handoff: Handoff, request: Request
+    ) -> tuple[Response | None, Claimed | None]:
+        """The upgrade's refusal, if any, and the state a resume took from the cluster store."""
         if request.path.split("?", 1)[0].rstrip("/") != RESPONSES_PATH:
-            return ws.respond(404, "Not Found\n")
+            return ws.protocol.reject(404, "Not Found\n"), None
         if self._draining:  # handed over as the drain began: another replica takes the retry
-            shutting_down = ServerShuttingDown()
-            return _json_response(*http_error_body(shutting_down), retry_after_s=shutting_down.retry_after_s)
-        handoff = ws.handoff
+            shutting = ServerShuttingDown()
+            return _json_response(*http_error_body(shutting), retry_after_s=shutting.retry_after_s), None
         if handoff.resume is not None and self.continuity is not None:
-            ws.claimed = await self.continuity.claim(handoff.conn_id, handoff.resume, handoff.owner)
-            if ws.claimed is None:
-                return _json_response(*http_error_body(InvalidResumeToken()))
-        elif handoff.resume is not None:
+            claimed = await self.continuity.claim(handoff.conn_id, handoff.resume, handoff.owner)
+            if claimed is None:
+                return _json_response(*http_error_body(InvalidResumeToken())), None
+            return None, claimed
+        if handoff.resume is not None:
             try:
                 self.registry.check(handoff.conn_id, handoff.resume, handoff.owner)
             except InvalidResumeToken as exc:
-                return _json_response(*http_error_body(exc))
-        return None
+                return _json_response(*http_error_body(exc)), None
+        return None, None
 
-    def _add_token(self, ws: SessionSocket, request: Request, response: Response) -> None:
-        if response.status_code == 101:
-            ws.accepted = True
-            if self.continuity is not None:
-                response.headers[RESUME_HEADER] = make_any_node_token(ws.handoff.conn_id, ws.secret)
-            elif self.registry.enabled:
-                handoff = ws.handoff
-                response.headers[RESUME_HEADER] = make_token(self._name, handoff.conn_id, ws.secret)
-
-    async def _attach(self, ws: SessionSocket) -> Held | None:
+    async def _attach(
+        self, ws: WebSocket, handoff: Handoff, secret: str, claimed: Claimed | None
+    ) -> Held | None:
         """The connection state this socket carries: a new one, or a resumed one taken
         over from its parked (or still live) previous socket."""
-        handoff = ws.handoff
-        if handoff.resume is None or ws.claimed is not None:
-            return self._new_held(ws, ws.claimed)
+        if handoff.resume is None or claimed is not None:
+            return self._new_held(handoff, secret, claimed)
         try:
             held = self.registry.check(handoff.conn_id, handoff.resume, handoff.owner)
         except InvalidResumeToken:
@@ -248,17 +177,16 @@ class SocketServer:
         old = held.socket
         if old is not None:  # the old socket may be dead without the server knowing yet
             held.superseded = True
-            with contextlib.suppress(TimeoutError, ConnectionClosed):
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(old.close(1000, "resumed on another connection"), SUPERSEDE_WAIT_S)
-            if not old.transport.is_closing():
+            if old.transport is not None and not old.transport.is_closing():
                 old.transport.abort()
             await held.detached.wait()
         return held
 
-    def _new_held(self, ws: SessionSocket, claimed: Claimed | None) -> Held:
+    def _new_held(self, handoff: Handoff, secret: str, claimed: Claimed | None) -> Held:
         """A new connection's state, or (``claimed``) one taken from the cluster store: its
         conversations rebuilt from the items kept there (actors.core.continuity)."""
-        handoff = ws.handoff
         session = self._new_session(handoff.conn_id, handoff.owner, handoff.append_mode)
         loop = asyncio.get_running_loop()
         wall = self.continuity.wall() if self.continuity is not None else 0.0
@@ -272,12 +200,12 @@ class SocketServer:
         deadline = loop.time() + (
             wall_deadline - wall if claimed is not None else self._config.connection_lifetime_s
         )
-        held = Held(handoff.conn_id, handoff.owner, ws.secret, session, deadline)
+        held = Held(handoff.conn_id, handoff.owner, secret, session, deadline)
         held.epoch, held.wall_deadline = epoch, wall_deadline
         self.registry.add(held)
         self.created[handoff.sock_id] = held
         if self.continuity is not None:
-            self.continuity.track(held, ws.secret)
+            self.continuity.track(held, secret)
         return held
 
     async def let_go(self, held: Held, code: int, reason: str) -> None:
@@ -287,14 +215,20 @@ class SocketServer:
         if ws is None:
             self.registry.discard(held)
             return
-        with contextlib.suppress(TimeoutError, ConnectionClosed):
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(ws.close(code, reason), SUPERSEDE_WAIT_S)
-        if not ws.transport.is_closing():
+        if ws.transport is not None and not ws.transport.is_closing():
             ws.transport.abort()
 
-    async def _handle(self, ws: SessionSocket) -> None:
-        handoff = ws.handoff
-        held = await self._attach(ws)
+    async def _run(self, ws: WebSocket, handoff: Handoff, secret: str, claimed: Claimed | None) -> None:
+        try:
+            await self._handle(ws, handoff, secret, claimed)
+        except Exception:
+            log.exception("a WebSocket's handler failed")
+            await ws.close(1011)
+
+    async def _handle(self, ws: WebSocket, handoff: Handoff, secret: str, claimed: Claimed | None) -> None:
+        held = await self._attach(ws, handoff, secret, claimed)
         if held is None:
             self._end(handoff.sock_id, Outcome.REFUSED)
             return
@@ -308,10 +242,8 @@ class SocketServer:
         if self._draining:
             conn.drain(self._ready_to_close)
         try:
-            async for message in ws:
-                conn.feed(message, ws.arrivals.popleft() if ws.arrivals else None)
-        except ConnectionClosed:
-            pass
+            ws.receive(conn.feed)  # each client message goes to the session as it is read
+            await ws.closed
         finally:
             timer.cancel()
             # Cancels any running generation, so its inference batch slot is freed.
@@ -326,7 +258,7 @@ class SocketServer:
                 await self.continuity.settled(held)
             self._end(handoff.sock_id, outcome)
 
-    def _after(self, ws: SessionSocket, conn: Connection, held: Held) -> Outcome:
+    def _after(self, ws: WebSocket, conn: Connection, held: Held) -> Outcome:
         """What becomes of the state when its socket has ended."""
         continuity = self.continuity
         if held.superseded:
@@ -362,19 +294,13 @@ class SocketServer:
         minutes = self._config.connection_lifetime_s / 60
         conn.finish_with(encode(error_event(ConnectionLimitReached(minutes))))
 
-    async def _send_loop(self, ws: SessionSocket, conn: Connection) -> None:
+    async def _send_loop(self, ws: WebSocket, conn: Connection) -> None:
         encoder = EventEncoder()  # the echoed instructions and tools encoded once while unchanged
         mark = secrets.token_hex(16)  # where a terminal frame's figures go (no client text spells it)
         try:
             async for batch in conn.events():
-                rest: list[ServerEvent | str | Tail] = list(batch)
-                try:
-                    while rest:
-                        # The frames queued in one context leave in one write as it exits.
-                        async with ws.send_context():
-                            rest = _queue(ws, rest, conn, encoder, mark)
-                finally:
-                    _message_sent(ws)  # also if the socket closed between a message's fragments
+                _send(ws, batch, conn, encoder, mark)
+                await ws.drained()  # backpressure: a client that reads slowly slows its sender
             # events() ended without a client close: the server ends the connection
             # (1000, or 1012 when draining for a shutdown or a redeploy).
             await _answer_late(ws, conn, encoder, mark)
@@ -457,28 +383,24 @@ class SocketServer:
 LATE_WAIT_S = 1.0  # for the frames a client sent just before the close to be read
 
 
-async def _answer_late(ws: SessionSocket, conn: Connection, encoder: EventEncoder, mark: str) -> None:
+async def _answer_late(ws: WebSocket, conn: Connection, encoder: EventEncoder, mark: str) -> None:
     """Before a drain's close frame leaves, every data frame the client sent that has
-    arrived is read and answered: ``ws.arrivals`` holds one entry per message received and
-    not yet read by the socket's handler, which feeds each to the connection (a create gets
-    ``server_shutting_down``, :meth:`Connection.take_late`).  Frames still on the wire when
-    the close leaves are the client's to resend: they got no ``response.created``."""
-    deadline = ws.loop.time() + LATE_WAIT_S
+    arrived is answered: each message goes to the connection as it is read (a create gets
+    ``server_shutting_down``, :meth:`Connection.take_late`), and the loop is let read what
+    the kernel holds for this socket until a look finds nothing new (for up to
+    :data:`LATE_WAIT_S`).  Frames still on the wire when the close leaves are the client's
+    to resend: they got no ``response.created``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + LATE_WAIT_S
     while True:
-        late: list[ServerEvent | str | Tail] = list(conn.take_late())
-        try:
-            while late:
-                async with ws.send_context():
-                    late = _queue(ws, late, conn, encoder, mark)
-        finally:
-            _message_sent(ws)
-        # Let the loop read what the kernel holds for this socket (data_received) and the
-        # handler feed it, then look again.
+        _send(ws, conn.take_late(), conn, encoder, mark)
+        # Let the loop read what the kernel holds for this socket (data_received feeds it).
         await asyncio.sleep(0)
         await asyncio.sleep(0)
-        if conn.has_late:
-            continue
-        if not ws.arrivals or ws.loop.time() >= deadline:
+        if not conn.has_late:
+            return
+        if loop.time() >= deadline:
+            _send(ws, conn.take_late(), conn, encoder, mark)
             return
 
 
@@ -495,45 +417,27 @@ def _encode_or_error(event: ServerEvent, encoder: EventEncoder) -> str:
 Tail = Callable[[], str]  # the rest of a terminal frame whose first part is out (:func:`_figures_last`)
 
 
-def _queue(
-    ws: SessionSocket,
-    batch: list[ServerEvent | str | Tail],
-    conn: Connection,
-    encoder: EventEncoder,
-    mark: str,
-) -> list[ServerEvent | str | Tail]:
-    """Queue the batch's frames on ``ws``'s protocol, up to and including the first part of a
-    terminal frame that carries figures (:func:`_figures_last`); what is left to queue once
-    that has been written, the rest of that frame first.  Its two parts are the fragments of
-    one message, marked in progress as ``ws.send`` marks its own (a close between them fails
-    the connection rather than cut the message short)."""
-    protocol = ws.protocol
-    for i, item in enumerate(batch):
+def _send(
+    ws: WebSocket, batch: Sequence[ServerEvent | str], conn: Connection, encoder: EventEncoder, mark: str
+) -> None:
+    """Send a batch of frames, in one write, except a terminal frame that carries figures
+    (:func:`_figures_last`): its first part leaves with the frames before it, then the rest
+    of it with the frames after.  Nothing is awaited in between, so no other frame or a
+    close comes between the two fragments of its message."""
+    for item in batch:
         if isinstance(item, str):
-            protocol.send_text(item.encode())
-        elif callable(item):
-            try:
-                protocol.send_continuation(item().encode(), fin=True)
-            finally:
-                _message_sent(ws)
+            ws.send_text(item.encode())
         elif (report := conn.deferred(item)) is not None:
             head, tail = _figures_last(item, report, conn, encoder, mark)
             if tail is None:
-                protocol.send_text(head.encode())
+                ws.send_text(head.encode())
                 continue
-            protocol.send_text(head.encode(), fin=False)
-            ws.send_in_progress = ws.loop.create_future()
-            return [tail, *batch[i + 1 :]]
+            ws.send_text(head.encode(), fin=False)
+            ws.flush()
+            ws.send_continuation(tail().encode(), fin=True)
         else:
-            protocol.send_text(_encode_or_error(conn.outgoing(item), encoder).encode())
-    return []
-
-
-def _message_sent(ws: SessionSocket) -> None:
-    """The fragmented message in progress, if any, is over (sent whole, or the socket is gone)."""
-    if ws.send_in_progress is not None:
-        ws.send_in_progress.set_result(None)
-        ws.send_in_progress = None
+            ws.send_text(_encode_or_error(conn.outgoing(item), encoder).encode())
+    ws.flush()
 
 
 def _figures_last(
@@ -543,9 +447,14 @@ def _figures_last(
     message (RFC 6455 §5.4): the text up to the figures, and what makes the rest — called once
     that part has been encoded, compressed and written, it takes the figures, which go with
     the few bytes after them (the response's metadata comes after its output and its echoed
-    instructions and tools).  So the figures hold the terminal frame's own work but its last
-    bytes (docs/performance.md).  No rest (``None``): the text is the whole frame (the event
-    could not be encoded; the server_error frame in its place)."""
+    instructions and tools).  No rest (``None``): the text is the whole frame (the event
+    could not be encoded; the server_error frame in its place).
+
+    The one place figures are spliced into encoded JSON, by choice: the event is encoded
+    once with ``mark`` where the figures go, and the figures replace it once the bulk is
+    written, so they hold the terminal frame's own work but its last bytes
+    (docs/performance.md).  Taken as data before the frame is encoded, they would leave
+    its encoding, compression and write out of ``api_overhead``."""
     assert report.into is not None
     report.into[METADATA_KEY] = mark
     text = _encode_or_error(event, encoder)

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from actors.backend.emulator_metadata import check_emulator_metadata
 from actors.config import SessionConfig
 from actors.core.cache_budget import CacheBudget
 from actors.core.render import render_items
@@ -26,7 +27,14 @@ TOOL = {
 
 
 def new_session(**cfg) -> Session:
-    return Session(SessionConfig(**cfg), [MODEL], session_key="conn-1", clock=lambda: 1_700_000_000.0)
+    """A session with the emulator backend's metadata check, as a session host gives it."""
+    return Session(
+        SessionConfig(**cfg),
+        [MODEL],
+        session_key="conn-1",
+        clock=lambda: 1_700_000_000.0,
+        check_metadata=check_emulator_metadata,
+    )
 
 
 def send(session: Session, records: dict | None = None, **body) -> Effects:
@@ -849,18 +857,23 @@ def test_tokens_arriving_after_a_disconnect_are_dropped():
     assert not (fx.events or fx.start)
 
 
-def test_a_driver_that_starts_calls_early_gets_the_request_before_the_response_is_built():
-    """``start_call``: the model call's request goes out as soon as it is ready; the
-    response (whose ``created_at`` reads the clock) is built after it, with the same id, and
-    the turn still comes out in the effects."""
-    reads: list[str] = []
-    session = Session(
-        SessionConfig(), [MODEL], session_key="conn-1", clock=lambda: reads.append("clock") or 1_700_000_000.0
-    )
-    session.start_call = lambda request: reads.append(request.request_id)
+def test_a_create_returns_its_model_call_as_an_effect_and_never_calls_its_driver():
+    """The call to start comes out in the effects, with the turn whose response carries
+    the call's id; the session has no hook a driver could set to be called back."""
+    session = new_session()
     fx = send(session, input="hello")
     (turn,) = fx.start
     created = fx.events[0].response
-    assert reads.index(turn.request.request_id) < reads.index("clock")
     assert created.id == turn.request.request_id and created.model == turn.request.model
     assert created.parallel_tool_calls is turn.request.parallel_tool_calls
+    assert not hasattr(session, "start_call")
+
+
+def test_a_drain_is_an_event_into_the_session_later_creates_are_refused():
+    session = new_session()
+    running = send(session, input="before")
+    assert session.begin_drain().events == [] and session.draining
+    (err,) = dumped(send(session, input="after", stream_id="other"))
+    assert err["error"]["code"] == "server_shutting_down"
+    answer_text(session, running)
+    assert session.idle

@@ -740,38 +740,6 @@ def test_a_call_starts_as_its_create_is_fed_and_one_whose_task_never_ran_is_clos
     assert len(started) == 2 and closed == started
 
 
-class StartsThenBreaks(Session):
-    """A session that asks for a call and then hits a bug before its turn comes out."""
-
-    def on_frame(self, data, received=None):
-        assert self.start_call is not None
-        self.start_call(InferenceRequest(request_id="resp_lost", model=MODEL, prompt_token_ids=[1]))
-        raise KeyError("bug")
-
-
-def test_a_call_started_for_a_turn_that_never_came_is_closed(caplog):
-    async def main() -> tuple[list[str], list[dict]]:
-        store = GatedStore()
-        store.gate.set()
-        writer = StoreWriter(store)
-        inference = StartsAtOnce()
-        conn = Connection(
-            StartsThenBreaks(SessionConfig(), [MODEL], session_key="s", clock=lambda: 0.0), inference, writer
-        )
-        with caplog.at_level(logging.ERROR):
-            conn.feed(create())
-        events = [json.loads(e.model_dump_json()) for e in await anext(conn.events())]
-        for _ in range(10):
-            await asyncio.sleep(0)
-        await conn.close()
-        await writer.close()
-        return inference.closed, events
-
-    closed, events = asyncio.run(main())
-    assert closed == ["resp_lost"]
-    assert events[0]["type"] == "error" and events[0]["error"]["code"] == "server_error"
-
-
 def test_a_create_read_after_the_drain_ended_the_connection_is_answered_before_the_close():
     async def scenario(conn, store, inference, client):
         conn.drain()  # idle: it ends at once, its close frame not yet written

@@ -1,5 +1,6 @@
-"""The session host's socket: when each client message began to arrive (a response's server
-time starts at its create's first bytes, actors.core.timings)."""
+"""The session host's WebSocket (actors.host.websocket): when each client message began to
+arrive (a response's server time starts at its create's first bytes, actors.core.timings),
+the frame cap, and the keepalive that gives up on a peer that stopped answering."""
 
 from __future__ import annotations
 
@@ -9,26 +10,32 @@ import time
 
 from websockets.asyncio.client import connect
 from websockets.frames import Frame, Opcode
+from websockets.http11 import Request, Response
 from websockets.server import ServerProtocol
 
-from actors.host.handoff import Handoff
-from actors.host.server import SessionSocket, _HandoffServer
+from actors.host.websocket import WebSocket
+
+
+async def _accept(ws: WebSocket, request: Request) -> Response:
+    return ws.protocol.accept(request)
 
 
 def test_a_message_arrives_with_its_first_bytes_and_a_ping_before_it_does_not_count():
     async def main() -> list[tuple[float, float, str]]:  # times after the frame's first write, s
         got: list[tuple[float, float, str]] = []  # (arrival, read, message)
 
-        async def handler(ws: SessionSocket) -> None:
-            async for message in ws:
-                got.append((ws.arrivals.popleft(), time.perf_counter(), message))
+        def received(message: str | bytes, arrived: float) -> None:
+            got.append((arrived, time.perf_counter(), message))
 
-        server = _HandoffServer(handler)  # sockets handed over, as on a session host
         host_side, client_side = socket.socketpair()
         loop = asyncio.get_running_loop()
-        await loop.connect_accepted_socket(
-            lambda: SessionSocket(
-                ServerProtocol(), server, Handoff("s1"), ping_interval=None, ping_timeout=None
+        await loop.connect_accepted_socket(  # a socket handed over, as on a session host
+            lambda: WebSocket(
+                ServerProtocol(),
+                _accept,
+                lambda ws: ws.receive(received),
+                ping_interval=None,
+                ping_timeout=None,
             ),
             host_side,
         )
@@ -54,3 +61,65 @@ def test_a_message_arrives_with_its_first_bytes_and_a_ping_before_it_does_not_co
     assert 0 <= first < 0.01, "the first bytes, not the ping before them nor the rest 30 ms later"
     assert first_read >= 0.03
     assert first + 0.025 <= second <= third, "the later messages came with or after the frame's rest"
+
+
+def _serve(
+    *,
+    max_size: int = 2**20,
+    ping_interval: float | None,
+    ping_timeout: float | None,
+    close_timeout: float = 2.0,
+) -> WebSocket:
+    """A WebSocket that accepts the upgrade and drops its messages."""
+    return WebSocket(
+        ServerProtocol(max_size=max_size),
+        _accept,
+        lambda ws: ws.receive(lambda message, arrived: None),
+        ping_interval=ping_interval,
+        ping_timeout=ping_timeout,
+        close_timeout=close_timeout,
+    )
+
+
+def test_a_message_over_the_cap_closes_the_connection_with_1009():
+    async def main() -> int | None:
+        host_side, client_side = socket.socketpair()
+        loop = asyncio.get_running_loop()
+        _, server = await loop.connect_accepted_socket(
+            lambda: _serve(max_size=1000, ping_interval=None, ping_timeout=None), host_side
+        )
+        async with connect("ws://host/v1/responses", sock=client_side, compression=None) as ws:
+            await ws.send("x" * 2000)
+            async with asyncio.timeout(5):
+                await server.closed
+            return ws.close_code
+
+    assert asyncio.run(main()) == 1009
+
+
+def test_a_peer_that_answers_no_ping_is_closed_1011_and_cut_off():
+    async def main() -> tuple[bytes, bool]:
+        host_side, client_side = socket.socketpair()
+        loop = asyncio.get_running_loop()
+        _, server = await loop.connect_accepted_socket(
+            lambda: _serve(ping_interval=0.05, ping_timeout=0.05, close_timeout=0.1), host_side
+        )
+        key = "dGhlIHNhbXBsZSBub25jZQ=="
+        client_side.setblocking(False)
+        await loop.sock_sendall(
+            client_side,
+            f"GET /v1/responses HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode(),
+        )
+        async with asyncio.timeout(5):
+            await server.closed  # no pong, no close echo: the server gave up on its own
+            received = b""
+            while chunk := await loop.sock_recv(client_side, 65536):
+                received += chunk
+        client_side.close()
+        return received, server.accepted
+
+    received, accepted = asyncio.run(main())
+    assert accepted and received.startswith(b"HTTP/1.1 101")
+    close = received[received.rindex(b"\x88") :]  # the close frame after the ping(s)
+    assert int.from_bytes(close[2:4], "big") == 1011 and b"keepalive ping timeout" in close
