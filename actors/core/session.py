@@ -57,7 +57,7 @@ from .lanes import Lanes
 from .prepare import Preparer
 from .render import item_text, render_items
 from .request_queue import Checked, Request, Requests, Stage
-from .response_builder import ResponseBuilder, new_response, parallel_tool_calls, tool_choice_name
+from .response_builder import parallel_tool_calls, tool_choice_name
 from .steering import (
     SteerError,
     Steering,
@@ -68,7 +68,7 @@ from .steering import (
     successor,
 )
 from .timings import METADATA_KEY, PhaseTimer, Report, as_metadata
-from .turn import Effects, Load, Render, Turn
+from .turn import Effects, Load, NewResponse, Opening, Render, Turn
 
 __all__ = ["CheckMetadata", "Effects", "Load", "Render", "Session", "Turn"]
 
@@ -500,17 +500,20 @@ class Session:
             metadata=tuple(sorted((create.metadata or {}).items())),
         )
         timer.wait_inference()
-        response = new_response(create, store, self._clock, tools.echoed, call.request_id)
+        # The call is ready: the response and its first events are made when the driver
+        # reads the events, after it started the call (Effects, Opening).
         turn = Turn(
             turn_id=request.id,
             lane=lane_name,
             request=call,
-            builder=ResponseBuilder(
-                response,
-                stream_id=lane_name,
-                clock=self._clock,
+            response_from=NewResponse(
+                create,
+                store,
+                tools.echoed,
+                self._clock,
                 output_scan=self._prep.new_scan() if self.config.safety.enabled else None,
                 pause_on_calls=self.append_mode or inject.waits_for_tools(create, self.transport),
+                first_item=compacted.item if compacted is not None else None,
             ),
             parent=parent,
             same_lane_parent=begun.same_lane,
@@ -527,10 +530,7 @@ class Session:
         )
         self._requests.move(request, Stage.RUNNING)
         request.turn = turn
-        events = turn.builder.start()
-        if compacted is not None:  # the response's first output item
-            events += turn.builder.add_item(compacted.item)
-        return Effects(events=events, start=[turn])
+        return Effects(events=[Opening(turn)], start=[turn])
 
     def _check_calls(
         self, parent: ContextEntry | None, items: Sequence[InputItem]

@@ -224,10 +224,11 @@ class Connection:
             task = self._generations.pop(turn_id, None)
             if task is not None and task is not asyncio.current_task():
                 task.cancel()
-        # Model calls first, before this batch's events are queued, encoded and written
-        # (such as response.created with its echoed instructions and tools).  A call starts
-        # here, not when its task first runs, unless a hook runs before it (then in its task,
-        # after the hook): over a direct channel its request has left by then.
+        # Model calls first, before this batch's events are read (a started turn's response
+        # and its response.created are built on that read, Effects) and then queued,
+        # encoded and written.  A call starts here, not when its task first runs, unless a
+        # hook runs before it (then in its task, after the hook): over a direct channel its
+        # request has left by then.
         for turn in fx.start:
             stream = self._started(turn.request) if self._inference.before_call is None else None
             task = self._renderer.track(self._spawn(self._run(turn, stream)))

@@ -13,7 +13,8 @@ from actors.config import SessionConfig
 from actors.core.cache_budget import CacheBudget
 from actors.core.render import render_items
 from actors.core.session import Effects, Session
-from actors.protocol import ResponseObject
+from actors.errors import InvalidRequest
+from actors.protocol import ResponseObject, error_event
 from inference.types import Done, FunctionCallDelta, Prefilled, ReasoningDone, TextDelta
 from tests.support.event_order import FUNCTION_CALL_ANSWER, TEXT_ANSWER, assert_event_types
 
@@ -867,6 +868,37 @@ def test_a_create_returns_its_model_call_as_an_effect_and_never_calls_its_driver
     assert created.id == turn.request.request_id and created.model == turn.request.model
     assert created.parallel_tool_calls is turn.request.parallel_tool_calls
     assert not hasattr(session, "start_call")
+
+
+def test_a_created_response_is_built_when_its_events_are_read_after_its_call_is_ready():
+    """Pull-style: the call is in the effects at once; the response object and its first
+    events (which read the clock) are built when the events are first read, in their place."""
+    reads: list[str] = []
+    session = Session(
+        SessionConfig(), [MODEL], session_key="conn-1", clock=lambda: reads.append("clock") or 1_700_000_000.0
+    )
+    fx = send(session, input="hello")
+    (turn,) = fx.start
+    assert turn.request.prompt_token_ids and "clock" not in reads
+    types = [e.type for e in fx.events]
+    assert types == ["response.created", "response.in_progress"] and "clock" in reads
+    assert fx.events[0].response.id == turn.request.request_id
+    assert [e.type for e in fx.events] == types and turn.open() is turn.open()  # built once
+
+
+def test_events_keep_their_order_when_effects_with_an_unbuilt_opening_are_added():
+    session = new_session()
+    first = send(session, input="one", stream_id="a")
+    combined = Effects(events=[error_event(InvalidRequest("before"), stream_id="x")])
+    combined += send(session, input="two", stream_id="b")
+    combined.events.append(error_event(InvalidRequest("after"), stream_id="y"))
+    assert [(e.type, e.stream_id) for e in combined.events] == [
+        ("error", "x"),
+        ("response.created", "b"),
+        ("response.in_progress", "b"),
+        ("error", "y"),
+    ]
+    assert [e.type for e in first.events] == ["response.created", "response.in_progress"]
 
 
 def test_a_drain_is_an_event_into_the_session_later_creates_are_refused():

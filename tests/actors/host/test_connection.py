@@ -740,6 +740,45 @@ def test_a_call_starts_as_its_create_is_fed_and_one_whose_task_never_ran_is_clos
     assert len(started) == 2 and closed == started
 
 
+class NotesCalls(StartsAtOnce):
+    """Notes in ``reads`` when a call starts."""
+
+    def __init__(self, reads: list[str]) -> None:
+        super().__init__()
+        self.reads = reads
+
+    def stream(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
+        self.reads.append("call")
+        return super().stream(request)
+
+
+def test_a_call_is_started_before_its_response_and_first_events_are_built():
+    """The connection starts a turn's call, then reads the effects' events: the response
+    object (whose ``created_at`` reads the session's clock) is built after the request left."""
+
+    async def main() -> tuple[list[str], list[str]]:
+        store = GatedStore()
+        store.gate.set()
+        writer = StoreWriter(store)
+        reads: list[str] = []
+        inference = NotesCalls(reads)
+        session = Session(
+            SessionConfig(), [MODEL], session_key="s", clock=lambda: reads.append("clock") or 0.0
+        )
+        conn = Connection(session, inference, writer)
+        conn.feed(create(store=False))
+        types: list[str] = []
+        while "response.completed" not in types:
+            types += [e.type for e in await anext(conn.events()) if not isinstance(e, str)]
+        await conn.close()
+        await writer.close()
+        return reads, types
+
+    reads, types = asyncio.run(main())
+    assert reads[:2] == ["call", "clock"], reads
+    assert types[:2] == ["response.created", "response.in_progress"]
+
+
 def test_a_create_read_after_the_drain_ended_the_connection_is_answered_before_the_close():
     async def scenario(conn, store, inference, client):
         conn.drain()  # idle: it ends at once, its close frame not yet written
