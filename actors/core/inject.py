@@ -32,6 +32,7 @@ from ..protocol import (
     InjectCreated,
     InjectFailed,
     InjectFailedError,
+    InputItem,
     OutputCustomToolCall,
     OutputFunctionCall,
     ResponseCreate,
@@ -94,9 +95,12 @@ def not_running(event: ResponseInject, finished: tuple[str | None, object] | Non
     )
 
 
-def check(turn: Turn, event: ResponseInject, held: Sequence[ToolResult]) -> list[ToolResult]:
-    """The input if the running response can take it: tool output for its open calls, none
-    answered twice; :class:`InvalidRequest` otherwise."""
+def check(
+    turn: Turn, event: ResponseInject, items: Sequence[InputItem], held: Sequence[ToolResult]
+) -> list[ToolResult]:
+    """The input (``items``: ``event.input`` with its references resolved) if the running
+    response can take it: tool output for its open calls, none answered twice;
+    :class:`InvalidRequest` otherwise."""
     if not turn.builder.pause_on_calls:
         raise InvalidRequest(
             f"Response '{event.response_id}' does not take injected input: it was not created with "
@@ -105,7 +109,7 @@ def check(turn: Turn, event: ResponseInject, held: Sequence[ToolResult]) -> list
         )
     waiting = open_calls(turn) - {r.call_id for r in held}
     results: list[ToolResult] = []
-    for i, item in enumerate(event.input):
+    for i, item in enumerate(items):
         if not isinstance(item, ToolResult):
             raise InvalidRequest(
                 "response.inject takes function_call_output (or custom_tool_call_output) items.",

@@ -22,11 +22,15 @@ from ..protocol import InputItem, ItemReference, parse_items
 class ItemNotFound(InvalidRequest):
     code = "item_not_found"
 
-    def __init__(self, item_id: str, index: int) -> None:
+    def __init__(self, item_id: str, index: int, *, held_only: bool = False) -> None:
+        where = (
+            "Input for a running response can reference only items of responses this connection still holds"
+            if held_only
+            else "Only items of stored responses (store: true) and of responses this connection "
+            "still holds can be referenced"
+        )
         super().__init__(
-            f"Item with id '{item_id}' not found. Only items of stored responses (store: true) "
-            "and of responses this connection still holds can be referenced; send the item "
-            "itself instead.",
+            f"Item with id '{item_id}' not found. {where}; send the item itself instead.",
             param=f"input[{index}]",
         )
 
@@ -52,9 +56,11 @@ def find(ids: Iterable[str], conversations: Iterable[Sequence[dict[str, Any]]]) 
     return found
 
 
-def resolve(items: Sequence[InputItem], found: Mapping[str, dict[str, Any]]) -> list[InputItem]:
+def resolve(
+    items: Sequence[InputItem], found: Mapping[str, dict[str, Any]], *, held_only: bool = False
+) -> list[InputItem]:
     """``items`` with every reference replaced by the item it names; :class:`ItemNotFound`
-    for the first one ``found`` lacks."""
+    for the first one ``found`` lacks (``held_only``: the store was not asked)."""
     out: list[InputItem] = []
     for i, item in enumerate(items):
         if not isinstance(item, ItemReference):
@@ -62,6 +68,6 @@ def resolve(items: Sequence[InputItem], found: Mapping[str, dict[str, Any]]) -> 
             continue
         target = found.get(item.id)
         if target is None:
-            raise ItemNotFound(item.id, i)
+            raise ItemNotFound(item.id, i, held_only=held_only)
         out.extend(parse_items([target]))
     return out

@@ -279,7 +279,8 @@ class Session:
                 ]
             )
         try:
-            results = rollout.tool_results(turn.rollout, event.input)
+            items = self._resolve_held(event.input, turn)
+            results = rollout.tool_results(turn.rollout, items)
             return self._resume_with(turn, results)
         except APIError as exc:
             return Effects(events=[error_event(exc, stream_id=turn.lane)])
@@ -302,7 +303,8 @@ class Session:
         if turn is None or (event.stream_id is not None and event.stream_id != turn.lane):
             return Effects(events=[inject.not_running(event, finished)])
         try:
-            results = inject.check(turn, event, self._injections.held(event.response_id))
+            items = self._resolve_held(event.input, turn)
+            results = inject.check(turn, event, items, self._injections.held(event.response_id))
             if not turn.builder.paused:
                 self._injections.hold(turn, event, results)
                 return Effects()
@@ -374,9 +376,7 @@ class Session:
         if not wanted:
             return self._begin_with(request, parent, same_lane, steered + create.items)
         # item_reference: from the conversations this connection holds, else from the store.
-        held = [parent.items] if parent is not None else []
-        held += [lane.latest.items for lane in self._lanes.values() if lane.latest is not None]
-        found = references.find(wanted, held)
+        found = references.find(wanted, self._held([parent] if parent is not None else []))
         if len(found) < len(set(wanted)):
             request.resolving = (parent, same_lane, steered, found)
             if request.stage is not Stage.LOADING:
@@ -385,6 +385,22 @@ class Session:
             missing = tuple(i for i in dict.fromkeys(wanted) if i not in found)
             return Effects(load=[Load(request.id, "", self.owner, item_ids=missing)])
         return self._resolved(request, parent, same_lane, steered, found)
+
+    def _held(self, first: list[ContextEntry]) -> list[list[dict]]:
+        """The conversations this connection holds, ``first`` first (where references look)."""
+        held = [entry.items for entry in first]
+        return held + [lane.latest.items for lane in self._lanes.values() if lane.latest is not None]
+
+    def _resolve_held(self, items: list[InputItem], turn: Turn) -> list[InputItem]:
+        """A running response's new input (append, inject) with its item references resolved
+        from the conversations held here (the response's own first); no store lookup: a paused
+        response does not wait for the store, so an id not held is :class:`ItemNotFound`."""
+        wanted = references.referenced(items)
+        if not wanted:
+            return items
+        own = [turn.rollout.context] if turn.rollout is not None else []
+        own += [turn.parent] if turn.parent is not None else []
+        return references.resolve(items, references.find(wanted, self._held(own)), held_only=True)
 
     def on_items_loaded(self, load_id: int, found: Mapping[str, dict]) -> Effects:
         """The store's answer to a :class:`Load` of ``item_ids``: the items it has."""

@@ -226,3 +226,29 @@ def test_multi_agent_is_ignored_over_http():
     s = session(transport="http")
     (turn,) = create(s, multi_agent=MULTI_AGENT).start
     assert calls(s, turn).events[-1].type == "response.completed"
+
+
+@pytest.mark.parametrize("event", ["response.inject", "response.append"])
+def test_item_references_in_a_running_responses_input_resolve_from_what_the_connection_holds(event):
+    """A reference names a tool output this connection holds (here, another lane's input); an id
+    it does not hold is ``item_not_found`` (the store is not asked), and the response still waits."""
+    s = session(append_mode=event == "response.append")
+    (turn,) = create(s, **({"multi_agent": MULTI_AGENT} if event == "response.inject" else {})).start
+    rid = turn.builder.response.id
+    (call_id,) = call_ids(calls(s, turn))
+    call = {"type": "function_call", "call_id": call_id, "name": "read_file", "arguments": "{}"}
+    (other,) = create(s, stream_id="b", input=[call, output(call_id, "from lane b")]).start
+    text(s, other)
+    held_id = s._lanes["b"].latest.items[1]["id"]
+
+    def send(*items: dict) -> Effects:
+        return s.on_frame(json.dumps({"type": event, "response_id": rid, "input": list(items)}))
+
+    (err,) = dumped(send({"type": "item_reference", "id": "fco_missing"}))
+    assert (err["error"]["code"], err["error"]["param"]) == ("item_not_found", "input[0]")
+    resumed = send({"type": "item_reference", "id": held_id})
+    assert resumed.start == [turn] and turn.request.tool_results_in_context == 1
+    done = text(s, turn)
+    items = s._lanes[None].latest.items
+    assert [i.get("output") for i in items if i["type"] == "function_call_output"] == ["from lane b"]
+    assert done.events[-1].type == "response.completed"
