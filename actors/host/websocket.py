@@ -98,13 +98,17 @@ class WebSocket(asyncio.Protocol):
         self.protocol.send_continuation(data, fin)
 
     def flush(self) -> None:
-        """Write what the protocol has to send, in one write."""
+        """Write what the protocol has to send, in one write: the frames handed to the
+        transport as they are (``writelines``: uvloop, which Ray's actors run, sends them
+        with one vectored write and copies none of them into one buffer first)."""
         writes = self.protocol.data_to_send()
         if not writes or self.transport is None:
             return
         data = [w for w in writes if w]
-        if data:
-            self.transport.write(data[0] if len(data) == 1 else b"".join(data))
+        if len(data) == 1:
+            self.transport.write(data[0])
+        elif data:
+            self.transport.writelines(data)
         if len(data) < len(writes):  # the end of the stream: half-close
             if self.transport.can_write_eof():
                 with contextlib.suppress(Exception):  # OSError, or uvloop's RuntimeError

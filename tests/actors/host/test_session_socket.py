@@ -8,6 +8,7 @@ import asyncio
 import socket
 import time
 
+import pytest
 from websockets.asyncio.client import connect
 from websockets.frames import Frame, Opcode
 from websockets.http11 import Request, Response
@@ -123,3 +124,39 @@ def test_a_peer_that_answers_no_ping_is_closed_1011_and_cut_off():
     assert accepted and received.startswith(b"HTTP/1.1 101")
     close = received[received.rindex(b"\x88") :]  # the close frame after the ping(s)
     assert int.from_bytes(close[2:4], "big") == 1011 and b"keepalive ping timeout" in close
+
+
+@pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
+def test_a_batch_of_frames_flushed_at_once_arrives_whole_and_in_order(loop_kind):
+    """Several frames, a fragmented message among them, handed to the transport in one
+    flush (uvloop, which Ray's actors run, writes them as they are, without joining them)."""
+    import uvloop
+
+    async def main() -> list[str | bytes]:
+        host_side, client_side = socket.socketpair()
+        loop = asyncio.get_running_loop()
+        opened: asyncio.Future[WebSocket] = loop.create_future()
+        await loop.connect_accepted_socket(
+            lambda: WebSocket(
+                ServerProtocol(),
+                _accept,
+                opened.set_result,
+                ping_interval=None,
+                ping_timeout=None,
+            ),
+            host_side,
+        )
+        async with connect("ws://host/v1/responses", sock=client_side, compression=None) as ws:
+            server = await opened
+            big = "y" * 200_000
+            server.send_text(b"one")
+            server.send_text(big.encode()[:1000], fin=False)
+            server.send_continuation(big.encode()[1000:], fin=True)
+            server.send_text(b"three")
+            server.flush()
+            async with asyncio.timeout(5):
+                got = [await ws.recv() for _ in range(3)]
+            return [m if len(m) < 10 else len(m) for m in got]
+
+    run = uvloop.run if loop_kind == "uvloop" else asyncio.run
+    assert run(main()) == ["one", 200_000, "three"]
