@@ -2,18 +2,20 @@
 during a ``store:false`` soak through the balancer; the cluster ledger reconciled.
 
     sudo .venv/bin/responses-ws bench nodeledger [--ws 32] [--http 8] [--kills 2]
-                                                 [--ledger auto|journal|commit]
+                                                 [--ledger auto|journal|commit] [--store-pause 0]
 
 Starts the real-node harness (bench/multinode: a head with Redis and the inference replicas,
 two session nodes, HAProxy in front; needs root) with ``store.ledger`` set to ``--ledger``
 (``auto``: ``commit`` on Redis), then runs ``--ws`` WebSocket clients (short ``store:false``
 turns chained with ``previous_response_id``, a new chain on every new connection) and
 ``--http`` HTTP clients (``store:false``, SSE) through the balancer: the clients of
-``bench ledger``.  After ``--warm`` seconds it SIGKILLs every process of a session node
-(gateway, session hosts, raylet: :meth:`Harness.kill`), alternating between the two, and
-takes the node's disk with it: the ledger journals of the killed processes are deleted, as an
-instance's local disk is gone with the instance (the harness's nodes share this machine's
-disk, so without that another node's writer would commit them).  The node is started again
+``bench ledger``.  After ``--warm`` seconds (and, with ``--store-pause S``, once the store
+has been paused for S seconds: every commit waits, as in a store's failover) it SIGKILLs
+every process of a session node (gateway, session hosts, raylet: :meth:`Harness.kill`),
+alternating between the two, and takes the node's disk with it: the ledger journals of the
+killed processes are deleted, as an instance's local disk is gone with the instance (the
+harness's nodes share this machine's disk, so without that another node's writer would
+commit them); then the store goes on.  The node is started again
 (:meth:`Harness.restart`), the soak goes on ``--settle`` seconds, then the next kill; ``--tail``
 seconds after the last restart the clients stop.  Every ledger line is then read from Redis
 and reconciled against what the clients saw (bench/reconcile.py): every response whose
@@ -53,6 +55,7 @@ class Plan:
     warm_s: float = 8.0  # the soak before the first kill
     settle_s: float = 8.0  # after a restarted node is ready, before the next kill
     tail_s: float = 5.0  # after the last restart
+    store_pause_s: float = 0.0  # the store (Redis) paused this long before each kill, resumed after it
     max_text_tokens: int = 40
     seed: int = 0
 
@@ -83,10 +86,17 @@ async def kill_nodes(harness: Harness, plan: Plan, t0: float, kills: list[dict[s
     await asyncio.sleep(plan.warm_s)
     for i in range(plan.kills):
         victim = names[i % len(names)]
+        if plan.store_pause_s > 0:
+            harness.pause_store()
+            await asyncio.sleep(plan.store_pause_s)
         pids = network.namespace_pids(harness.node(victim).namespace)
         at = time.monotonic()
-        processes = await asyncio.to_thread(harness.kill, victim)
-        lost = lose_disk(journal_dir, pids)
+        try:
+            processes = await asyncio.to_thread(harness.kill, victim)
+            lost = lose_disk(journal_dir, pids)
+        finally:
+            if plan.store_pause_s > 0:
+                harness.pause_store(False)
         record = {"node": victim, "t_s": round(at - t0, 1), "processes": processes, **lost}
         kills.append(record)
         await asyncio.to_thread(harness.restart, victim)
@@ -149,6 +159,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--settle", type=float, default=d.settle_s, help="seconds after a restart, before a kill")
     p.add_argument("--tail", type=float, default=d.tail_s, help="seconds after the last restart")
     p.add_argument(
+        "--store-pause",
+        type=float,
+        default=d.store_pause_s,
+        help="seconds the store (Redis) is paused (SIGSTOP) before each kill; resumed after it",
+    )
+    p.add_argument(
         "--ledger",
         choices=("auto", "journal", "commit"),
         default="auto",
@@ -187,6 +203,7 @@ def run(args: argparse.Namespace) -> int:
         warm_s=args.warm,
         settle_s=args.settle,
         tail_s=args.tail,
+        store_pause_s=args.store_pause,
         seed=args.seed,
     )
 

@@ -427,6 +427,11 @@ class Harness:
         self._paused.discard(name)
         return processes.send(network.namespace_pids(self.node(name).namespace), signal.SIGCONT)
 
+    def pause_store(self, paused: bool = True) -> None:
+        """SIGSTOP the head's Redis (every store call waits, nothing fails), or, with
+        ``paused=False``, SIGCONT it."""
+        processes.send([p.pid for p in self.procs["redis"]], signal.SIGSTOP if paused else signal.SIGCONT)
+
     def link(self, name: str, up: bool) -> None:
         """The node's link down (no packet passes, no reset is sent) or up again."""
         network.set_link(self.node(name), up)
