@@ -20,7 +20,7 @@ Layout (docs/benchmark.md, "Layout"):
   :mod:`bench.sweeps`, :mod:`bench.results` (the one results writer), :mod:`bench.plotting`
   (the one matplotlib setup), :mod:`bench.processes` (memory and CPU of the server's Ray
   processes), :mod:`bench.cluster` (a simulated multi-node cluster); the soak's
-  :mod:`bench.chains`, :mod:`bench.invariants`, :mod:`bench.soak_report`; the ledger and drain kinds' :mod:`bench.reconcile`; the fuzzer's
+  :mod:`bench.chains`, :mod:`bench.invariants`, :mod:`bench.soak_report`; the ledger, nodeledger and drain kinds' :mod:`bench.reconcile`; the fuzzer's
   :mod:`bench.fuzz_cases` and :mod:`bench.fuzz_oracle`; the replay's :mod:`bench.replay`
   (recorded sessions read into shapes, re-synthesised and driven step by step).
 
@@ -66,6 +66,10 @@ KINDS: dict[str, Kind] = {
             "many WebSocket streams at once on the ideal-hardware profile, rates as the clients see them",
         ),
         Kind("ledger", "session hosts SIGKILLed under load, the usage ledger reconciled with the clients"),
+        Kind(
+            "nodeledger",
+            "session nodes SIGKILLed with their disk under store:false load: the cluster ledger reconciled",
+        ),
         Kind("drain", "redeploys under hundreds of sockets mid-turn: nothing reset, lost or unanswered"),
         Kind(
             "fidelity", "one conversation on a real engine and on its emulated twin: cached tokens and timing"

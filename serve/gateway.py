@@ -326,7 +326,8 @@ class Gateway:
         if self._draining:
             return
         log.warning("a session host died; closing its connections with 1011")
-        self._spawn(self._replay_journals())
+        if self._cfg.store.ledger_mode == "journal":  # committed lines leave no journal
+            self._spawn(self._replay_journals())
         host = next((h for h in self._pool.hosts() if h.handle is handle), None)
         for sock in self._admission.host_died(link, host):
             close_websocket(sock, 1011, "session ended by a server fault")

@@ -40,8 +40,12 @@ def open_store(config: StoreConfig) -> Store:
 async def open_writer(
     config: StoreConfig, name: str, *, on_failure: Callable[[], None] | None = None
 ) -> StoreWriter:
-    """The process's writer, journaling its ``store:false`` ledger lines under ``name``;
-    the journals of this node's dead processes are committed first (:func:`replay`)."""
+    """The process's writer: with ``config.ledger_mode`` ``journal`` it journals its
+    ``store:false`` ledger lines under ``name``, with ``commit`` it commits them before their
+    terminal event (no file); the journals of this node's dead processes are committed first
+    (:func:`replay`; none exist in a node that never journaled)."""
     store = open_store(config)
     await replay(config.journal_dir, store)
+    if config.ledger_mode == "commit":
+        return StoreWriter(store, on_failure=on_failure, commit_lines=True)
     return StoreWriter(store, on_failure=on_failure, journal=Journal(config.journal_dir, name))

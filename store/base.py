@@ -81,6 +81,22 @@ class StoreConfig(BaseModel):
     data_dir: str = Field("data", description="sqlite: directory of responses.sqlite3 (created)")
     redis_url: str = Field("redis://127.0.0.1:6379/0", description="redis: server URL")
     key_prefix: str = Field("rws:", description="redis: prefix of every key")
+    ledger: Literal["auto", "journal", "commit"] = Field(
+        "auto",
+        description=(
+            "where a store:false response's ledger line is kept before its terminal event leaves: "
+            "journal = the node's local journal file, committed write-behind; commit = committed "
+            "to the store (lines waiting at once share one commit); auto = commit with redis, "
+            "journal with sqlite (docs/reliability.md, usage is billed exactly once)"
+        ),
+    )
+
+    @property
+    def ledger_mode(self) -> Literal["journal", "commit"]:
+        """``ledger`` resolved: ``auto`` commits to a cluster store (Redis), journals with SQLite."""
+        if self.ledger != "auto":
+            return self.ledger
+        return "commit" if self.backend == "redis" else "journal"
 
     @property
     def journal_dir(self) -> Path:

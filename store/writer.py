@@ -4,11 +4,13 @@ A ``store:true`` response's record is written *before* its terminal event goes o
 usage (billing) line in the same transaction (:meth:`StoreWriter.put`, awaited by the
 connection driver), so a client told a response completed can read it at once from any
 process, and a crash cannot lose it or its line after the fact.  A ``store:false``
-response's line is appended to the process's journal (store/journal.py) before its
-terminal event goes out, and committed write-behind (:meth:`StoreWriter.bill_behind`): the
-lines of every connection of the process that wait at once share one commit (one task, in
-submission order), and a process killed before its commit leaves the line in its journal
-for :func:`store.journal.replay`.  Every write is idempotent (a line is unique by response
+response's line is either appended to the process's journal (store/journal.py) before its
+terminal event goes out and committed write-behind (:meth:`StoreWriter.bill_behind`; a
+process killed before its commit leaves the line in its journal for
+:func:`store.journal.replay`), or, with ``commit_lines`` (a cluster store: a node's disk may
+go with the node), committed before its terminal event goes out (:meth:`StoreWriter.bill`).
+Either way the lines of every connection of the process that wait at once share one commit
+(one task, in submission order: a group commit).  Every write is idempotent (a line is unique by response
 id), so a failed write is retried once; one that fails again is logged (and raised to the
 caller that awaits it).
 """
@@ -61,8 +63,12 @@ class StoreWriter:
         max_writing: int = DEFAULT_MAX_WRITING,
         on_failure: Callable[[], None] | None = None,
         journal: Journal | None = None,
+        commit_lines: bool = False,
     ) -> None:
+        if commit_lines and journal is not None:
+            raise ValueError("a writer that commits its ledger lines keeps no journal")
         self.store = store
+        self.commits_lines = commit_lines  # store:false lines: await bill() before the terminal event
         self._journal = journal
         self._journaled = 0  # journal lines not committed yet
         self._journal_failed = False  # a journaled line could not be committed: keep the journal

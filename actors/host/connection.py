@@ -243,6 +243,10 @@ class Connection:
             record = records.pop(line.response_id, None) if line is not None else None
             if line is None:
                 self._send(event)
+            elif record is None and self._store.commits_lines:
+                held = _Stored(event)
+                self._held.setdefault(event.stream_id, deque()).append(held)
+                self._spawn(self._bill(line, held))
             elif record is None:
                 kept = self._journal(line)
                 if kept and self.checkpoint is not None:  # sent once the state is written
@@ -351,6 +355,27 @@ class Connection:
             self._observe(self.session.transport, {"store_write": (time.perf_counter() - started) * 1000.0})
         self._release(held.event.stream_id)
         self._apply(self.session.on_written(line.response_id, stored=stored))
+
+    async def _bill(self, line: UsageEntry, held: _Stored) -> None:
+        """Commit a ``store:false`` response's line to the store (``store.ledger: commit``),
+        then let its lane's events go (``response.failed`` without usage instead of the
+        terminal event if it could not be committed); the line shares its commit with every
+        other line of the process waiting at that moment."""
+        started = time.perf_counter()
+        billed = True
+        try:
+            await self._store.bill(line)
+        except Exception:  # noqa: BLE001 - the writer logged it; the client learns the response failed
+            log.warning("response %s failed: its ledger line could not be committed", line.response_id)
+            held.event = failed_instead(held.event)
+            billed = False
+        if self._observe is not None:
+            self._observe(self.session.transport, {"ledger_write": (time.perf_counter() - started) * 1000.0})
+        if billed and self.checkpoint is not None and not await self.checkpoint():
+            return  # another holder has the connection: nothing more is sent
+        held.written = True
+        self._release(held.event.stream_id)
+        self._apply(self.session.on_written(line.response_id, stored=billed))
 
     async def _checkpointed(self, response_id: str, held: _Stored) -> None:
         """A ``store:false`` response's terminal event goes once the connection's state is

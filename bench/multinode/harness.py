@@ -122,6 +122,13 @@ class Harness:
     def redis_url(self) -> str:
         return f"redis://{self.topology.head.address}:{REDIS_PORT}/0"
 
+    @property
+    def data_dir(self) -> Path:
+        """The app's ``store.data_dir`` (in the temp dir; one directory for all nodes, which
+        share this machine's disk)."""
+        assert self.temp_dir is not None
+        return self.temp_dir / "data"
+
     def node(self, name: str) -> Node:
         return self.topology.node(name)
 
@@ -272,13 +279,15 @@ class Harness:
             time.sleep(1.0)
 
     def app_config(self) -> dict[str, Any]:
-        """The Serve config deployed: the file's, with the store on the head's Redis and one
-        gateway per session node, then ``edit_args`` applied to each application's args."""
+        """The Serve config deployed: the file's, with the store on the head's Redis (its data
+        dir :attr:`data_dir`) and one gateway per session node, then ``edit_args`` applied to
+        each application's args."""
         assert self.serve_config is not None
         raw = yaml.safe_load(self.serve_config.read_text())
         for app in raw["applications"]:
             args = app.setdefault("args", {})
             args.setdefault("store", {})["redis_url"] = self.redis_url
+            args["store"].setdefault("data_dir", str(self.data_dir))
             args.setdefault("server", {})["gateway_replicas"] = len(self.session_nodes)
             if self.edit_args is not None:
                 self.edit_args(args)
@@ -417,6 +426,11 @@ class Harness:
     def resume(self, name: str) -> int:
         self._paused.discard(name)
         return processes.send(network.namespace_pids(self.node(name).namespace), signal.SIGCONT)
+
+    def pause_store(self, paused: bool = True) -> None:
+        """SIGSTOP the head's Redis (every store call waits, nothing fails), or, with
+        ``paused=False``, SIGCONT it."""
+        processes.send([p.pid for p in self.procs["redis"]], signal.SIGSTOP if paused else signal.SIGCONT)
 
     def link(self, name: str, up: bool) -> None:
         """The node's link down (no packet passes, no reset is sent) or up again."""

@@ -394,10 +394,16 @@ def test_the_prefix_cache_is_not_shared_between_keys_over_http(keyed_url):
 
 @pytest.fixture(scope="module")
 def dead_store_url(ray_cluster):
-    """An app whose Redis store is unreachable (nothing listens on the port)."""
+    """An app whose Redis store is unreachable (nothing listens on the port); its
+    ``store:false`` lines are journaled (``store.ledger: journal``; with ``commit``, Redis's
+    default, such a response fails unbilled: tests/actors/host/test_connection.py)."""
     url = start_app(
         "rws-iso-deadstore",
-        **{"store.backend": "redis", "store.redis_url": f"redis://127.0.0.1:{free_port()}/0"},
+        **{
+            "store.backend": "redis",
+            "store.redis_url": f"redis://127.0.0.1:{free_port()}/0",
+            "store.ledger": "journal",
+        },
     )
     yield url
     stop_app("rws-iso-deadstore")
@@ -469,7 +475,8 @@ def test_an_unreachable_store_gives_typed_errors_without_internals(dead_store_ur
     assert_clean(cont.json()["error"]["message"].replace(f"'{rid}'", ""))
     assert usable == (200, 200), "the gateway keeps serving"
     # A store:false response's ledger line waits in the host's journal for the store to
-    # come back (docs/reliability.md, usage is billed exactly once): it completes.
+    # come back (store.ledger: journal; docs/reliability.md, usage is billed exactly once):
+    # it completes.
     assert still_streaming[-1]["type"] == "response.completed", "the socket stays usable"
 
 

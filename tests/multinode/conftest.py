@@ -2,7 +2,8 @@
 (bench/multinode: a head carrying the accelerator role and two session nodes, each in a
 network namespace of its own, Redis on the head, HAProxy in front), started once and torn
 down at the end, also when a test fails.  Needs root and haproxy (``make haproxy``).  The
-modules run in name order; test_node_loss.py kills one session node, starts it again and drains the other: it comes last."""
+modules run in name order; test_ledger.py kills a session node and starts it again (both are
+up after it); test_node_loss.py kills one session node, starts it again and drains the other: it comes last."""
 
 from __future__ import annotations
 

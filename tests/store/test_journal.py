@@ -6,7 +6,7 @@ import asyncio
 import subprocess
 import sys
 
-from store import StoreConfig, StoreWriter, UsageEntry, open_store
+from store import StoreConfig, StoreWriter, UsageEntry, open_store, open_writer
 from store.journal import Journal, orphans, read, replay
 
 
@@ -75,3 +75,40 @@ def test_the_writer_journals_before_it_commits_and_empties_the_journal_once_comm
 
     on_disk, after, billed = asyncio.run(main())
     assert on_disk == [line(1)] and after == [] and billed == [line(1)]
+
+
+def test_auto_commits_lines_to_a_cluster_store_and_journals_with_sqlite():
+    assert StoreConfig().ledger_mode == "journal"
+    assert StoreConfig(backend="redis").ledger_mode == "commit"
+    assert StoreConfig(backend="redis", ledger="journal").ledger_mode == "journal"
+    assert StoreConfig(ledger="commit").ledger_mode == "commit"
+
+
+def test_a_writer_that_commits_its_lines_keeps_no_file_on_the_node(tmp_path):
+    """``store.ledger: commit``: no journal is opened (nothing of the ledger on the node's
+    disk); a line is in the store when ``bill`` returns."""
+    config = StoreConfig(data_dir=str(tmp_path), ledger="commit")
+
+    async def main() -> list[UsageEntry]:
+        writer = await open_writer(config, "host")
+        assert writer.commits_lines
+        await writer.bill(line(1))
+        billed = await writer.store.usage("k")
+        await writer.close()
+        return billed
+
+    assert asyncio.run(main()) == [line(1)]
+    assert not config.journal_dir.exists()
+
+
+def test_the_default_sqlite_writer_journals(tmp_path):
+    config = StoreConfig(data_dir=str(tmp_path))
+
+    async def main() -> bool:
+        writer = await open_writer(config, "host")
+        writer.bill_behind(line(1))
+        journaled = [p.name for p in config.journal_dir.iterdir()]
+        await writer.close()
+        return not writer.commits_lines and len(journaled) == 1
+
+    assert asyncio.run(main())

@@ -172,13 +172,17 @@ def run(
     scenario: Callable[[Connection, GatedStore, ScriptedInference, Client], object],
     store: GatedStore | None = None,
     observed: list | None = None,
+    commit_lines: bool = False,
 ) -> None:
+    """``scenario`` on a connection whose writer journals its ``store:false`` lines, or with
+    ``commit_lines`` commits them before their terminal event (``store.ledger: commit``)."""
+
     async def main(journal_dir: str) -> None:
         gated = store or GatedStore()
         inference = ScriptedInference()
         session = Session(SessionConfig(), [MODEL], session_key="s", clock=lambda: 0.0)
-        journal = Journal(journal_dir, "host")
-        writer = StoreWriter(gated, journal=journal)
+        journal = None if commit_lines else Journal(journal_dir, "host")
+        writer = StoreWriter(gated, journal=journal, commit_lines=commit_lines)
         conn = Connection(
             session, inference, writer, observe=None if observed is None else lambda t, r: observed.append(r)
         )
@@ -253,6 +257,49 @@ def test_a_store_failure_is_response_failed_with_server_error_and_not_continued_
     with caplog.at_level(logging.WARNING, logger="actors.host.connection"):
         run(scenario)
     assert any("could not be written" in r.getMessage() for r in caplog.records)
+
+
+def test_committed_lines_a_store_false_terminal_event_waits_for_its_commit_while_other_lanes_flow():
+    """``store.ledger: commit``: a ``store:false`` response's line is in the store (not in a
+    file) when its terminal event reaches the client; only its lane waits."""
+
+    async def scenario(conn, store, inference, client):
+        conn.feed(create(store=False, stream_id="a"))
+        conn.feed(create(store=False, stream_id="b", metadata={HOLD: "1"}))
+        await client.until(lambda: len(store.started) == 1)  # lane a finished, its commit runs
+        inference.release.set()
+        await client.until(lambda: "response.output_text.done" in client.types("b"))
+        assert client.types("a")[-1] == "response.output_item.done", "a's terminal waits for its line"
+        store.gate.set()
+        await client.until(lambda: len(client.billed_when_sent) == 2)
+        assert client.types("a")[-1] == client.types("b")[-1] == "response.completed"
+        assert all(client.billed_when_sent.values()), "each line was committed before its terminal event"
+        assert store.records == {}, "store:false: no record"
+
+    observed: list = []
+    run(scenario, observed=observed, commit_lines=True)
+    assert len([r for r in observed if "ledger_write" in r]) == 2
+
+
+def test_committed_lines_a_line_that_cannot_be_committed_fails_the_response_unbilled(caplog):
+    async def scenario(conn, store, inference, client):
+        conn.feed(create(store=False, stream_id="a"))
+        await client.until(lambda: len(store.started) == 1)
+        store.fail = frozenset(store.started)
+        store.gate.set()
+        await client.until(lambda: len(client.billed_when_sent) == 1)
+        failed = client.events[-1]
+        assert failed["type"] == "response.failed" and failed["response"]["usage"] is None
+        assert failed["response"]["error"]["code"] == "server_error"
+        assert store.lines == {}
+        conn.feed(create(store=False, stream_id="a"))  # the socket goes on
+        await client.until(lambda: len(client.billed_when_sent) == 2)
+        assert client.events[-1]["type"] == "response.completed"
+        assert len(store.lines) == 1
+
+    with caplog.at_level(logging.WARNING, logger="actors.host.connection"):
+        run(scenario, commit_lines=True)
+    assert any("could not be committed" in r.getMessage() for r in caplog.records)
 
 
 def in_flight_peak(events: list[dict]) -> int:
