@@ -219,23 +219,42 @@ async def open_many(
     return opened
 
 
-async def one_turn(sock: ResponsesSocket) -> tuple[bool, float]:
+def failure_kind(exc: BaseException) -> str:
+    """A failed turn's cause, as counted: the close's code and reason, or the exception's type."""
+    if isinstance(exc, websockets.ConnectionClosed):
+        rcvd, sent = exc.rcvd, exc.sent
+        by = "server" if rcvd is not None and (sent is None or exc.rcvd_then_sent) else "client"
+        frame = rcvd if by == "server" else sent
+        if frame is None:
+            return "closed without a close frame"
+        return f"closed by {by}: {frame.code} {frame.reason}".strip()
+    return type(exc).__name__
+
+
+async def one_turn(sock: ResponsesSocket) -> tuple[str | None, float]:
+    """One short turn: (None, its time) if it completed, else (why, the time to the failure)."""
     t0 = time.perf_counter()
     try:
         answer = await sock.create(model="emu-fast", input="hi", store=False, metadata=SHORT)
-    except Exception:  # noqa: BLE001 - a closed socket counts as a failed turn
-        return False, time.perf_counter() - t0
-    ok = (answer.last or {}).get("type") == "response.completed"
-    return ok, time.perf_counter() - t0
+    except Exception as exc:  # noqa: BLE001 - a closed socket counts as a failed turn, by cause
+        return failure_kind(exc), time.perf_counter() - t0
+    last = answer.last or {}
+    if last.get("type") == "response.completed":
+        return None, time.perf_counter() - t0
+    error = (last.get("error") or (last.get("response") or {}).get("error") or {}).get("code")
+    return f"{last.get('type')}: {error}", time.perf_counter() - t0
 
 
 async def turns_on_all(sockets: list[ResponsesSocket], turns: int) -> dict[str, Any]:
+    failures: dict[str, int] = {}
+
     async def chain(sock: ResponsesSocket) -> tuple[int, list[float]]:
         done, times = 0, []
         for _ in range(turns):
-            ok, s = await one_turn(sock)
+            failed, s = await one_turn(sock)
             times.append(s)
-            if not ok:
+            if failed is not None:
+                failures[failed] = failures.get(failed, 0) + 1
                 break
             done += 1
         return done, times
@@ -247,6 +266,7 @@ async def turns_on_all(sockets: list[ResponsesSocket], turns: int) -> dict[str, 
     return {
         "turns_completed": sum(d for d, _ in chains),
         "turns_wanted": turns * len(sockets),
+        "failures": failures,
         "wall_s": wall,
         "turns_per_s": sum(d for d, _ in chains) / wall if wall else None,
         "turn_ms": {"p50": pct(ms, 0.5), "p99": pct(ms, 0.99)},
@@ -543,6 +563,7 @@ def _print_summary(result: dict) -> None:
                 else ""
             )
             + f"one turn on all: {t['turns_completed']}/{t['turns_wanted']} in {t['wall_s']:.1f} s"
+            + (f" (failed: {t['failures']})" if t.get("failures") else "")
         )
         c.print(
             "  per second of the ramp (connects started, p50 / max ms): "
@@ -561,7 +582,7 @@ def _print_summary(result: dict) -> None:
             )
             + (
                 f"; one turn on all: {i['one_turn_on_all']['turns_completed']}/{i['one_turn_on_all']['turns_wanted']} "
-                f"in {i['one_turn_on_all']['wall_s']:.1f} s"
+                f"in {i['one_turn_on_all']['wall_s']:.1f} s (failed: {i['one_turn_on_all']['failures'] or 'none'})"
                 if "one_turn_on_all" in i
                 else ""
             )

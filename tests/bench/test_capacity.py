@@ -65,3 +65,18 @@ def test_a_loop_chains_its_creates_with_the_tool_outputs():
     assert nxt["previous_response_id"] == "resp_1" and nxt["input"][0]["call_id"] == "c1"
     assert nxt["input"][0]["output"] in ("out-a", "out-b")
     assert loop.next_create({"id": "resp_2", "output": [{"type": "message"}]}) is None
+
+
+def test_the_tail_says_which_server_phase_the_slowest_turns_spent_their_time_in():
+    fast = {"render": 1.0, "api_overhead": 5.0, "queue": 0.0, "prefill": 50.0, "decode": 50.0}
+    slow = {"render": 400.0, "api_overhead": 420.0, "queue": 0.0, "prefill": 50.0, "decode": 50.0}
+    records = [{**record(i, "steady", 0.0, 110.0), "server": fast} for i in range(99)] + [
+        {**record(99, "steady", 0.0, 530.0), "server": slow}
+    ]
+    t = capacity.tail(records, "steady")
+    assert t["turns"] == 1 and 10.0 < t["from_ms"] <= 430.0
+    assert t["render"] == 400.0 and t["api_overhead"] == 420.0 and t["outside"] == 10.0
+
+
+def test_the_clients_loop_lag_is_summarised_by_percentile():
+    assert capacity.lag([0.1] * 999 + [50.0]) == {"ticks": 1000, "p50": 0.1, "p99": 0.1, "max": 50.0}
