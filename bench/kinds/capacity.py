@@ -289,6 +289,9 @@ def tail(records: list[dict[str, Any]], kind: str, q: float = 0.99) -> dict[str,
         out[phase] = _ms(pct(sorted(r["server"].get(phase, 0.0) for r in slow), 0.5))
     outside = sorted(r["total_ms"] - r["model_ms"] - r["server"].get("api_overhead", 0.0) for r in slow)
     out["outside"] = _ms(pct(outside, 0.5))
+    # when they were sent (s from the first steady turn sent): turns slow together mean a stall
+    t0 = min(r["sent"] for r in rows)
+    out["sent_s"] = sorted(round(r["sent"] - t0, 2) for r in slow)
     return out
 
 

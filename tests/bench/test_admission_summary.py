@@ -22,3 +22,11 @@ def test_a_failed_turn_is_counted_by_who_closed_the_socket_and_why():
     assert admission.failure_kind(by_client) == "closed by client: 1011 keepalive ping timeout"
     assert admission.failure_kind(ConnectionClosedError(None, None)) == "closed without a close frame"
     assert admission.failure_kind(TimeoutError()) == "TimeoutError"
+
+
+def test_the_turns_of_several_client_processes_merge_into_one_result():
+    a = {"turns_completed": 2, "turns_wanted": 2, "failures": {}, "wall_s": 1.0, "all_ms": [1.0, 3.0]}
+    b = {"turns_completed": 1, "turns_wanted": 2, "failures": {"x": 1}, "wall_s": 2.0, "all_ms": [2.0, 9.0]}
+    m = admission.merge_turns([a, b])
+    assert (m["turns_completed"], m["turns_wanted"], m["failures"], m["wall_s"]) == (3, 4, {"x": 1}, 2.0)
+    assert m["turn_ms"]["p50"] == 2.5 and m["turns_per_s"] == 1.5
