@@ -269,6 +269,7 @@ def nonmodel(records: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     return {"turns": len(ms), **{k: _ms(pct(ms, q)) for k, q in (("p50", 0.5), ("p99", 0.99), ("max", 1.0))}}
 
 
+WAIT = "wait:"  # a sample's key prefix for a role's run-queue wait (s)
 TAIL_PHASES = ("render", "parse_validate", "backend", "other", "api_overhead", "queue", "prefill", "decode")
 
 
@@ -353,6 +354,10 @@ def summarise(
     }
     if cpu and in_span:
         turns = len(in_span)
+        waits = {k.removeprefix(WAIT): v for k, v in cpu.items() if k.startswith(WAIT)}
+        cpu = {k: v for k, v in cpu.items() if not k.startswith(WAIT)}
+        if waits:  # runnable, waiting for a core: the machine's contention, by role
+            out["runqueue_wait_ms_per_turn"] = {k: round(v * 1000 / turns, 3) for k, v in waits.items()}
         per = {k: round(v * 1000 / turns, 3) for k, v in cpu.items()}
         per["api_tier"] = round(per.get("gateway", 0) + per.get("session_host", 0), 3)
         per["all"] = round(sum(v for k, v in per.items() if k in processes.ROLES), 3)
@@ -388,11 +393,15 @@ class Sampler:
     samples: list[tuple[float, dict[str, float]]] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
 
+    def sample(self) -> None:
+        waits = {f"{WAIT}{role}": s for role, s in processes.wait_by_role(self.procs).items()}
+        self.samples.append((time.time(), {**processes.cpu_by_role(self.procs), **waits}))
+
     def run(self) -> None:
         while not self.stop.is_set():
-            self.samples.append((time.time(), processes.cpu_by_role(self.procs)))
+            self.sample()
             self.stop.wait(1.0)
-        self.samples.append((time.time(), processes.cpu_by_role(self.procs)))
+        self.sample()
 
 
 def one_level(
@@ -460,7 +469,8 @@ def print_level(s: dict[str, Any]) -> None:
         print(
             f"       steady tail (≥ {t['from_ms']} ms, {t['turns']} turns), medians ms: "
             + ", ".join(f"{k} {t[k]}" for k in (*TAIL_PHASES, "outside"))
-            + f"; clients: {s['client_cpu_pct_of_a_core']}% of a core, loop lag p99 {lg['p99']} / max {lg['max']} ms",
+            + f"; clients: {s['client_cpu_pct_of_a_core']}% of a core, loop lag p99 {lg['p99']} / max {lg['max']} ms"
+            + f"; waiting for a CPU, ms/turn: {s.get('runqueue_wait_ms_per_turn')}",
             flush=True,
         )
 
