@@ -175,13 +175,20 @@ class Loop:
 LAG_TICK_S = 0.01
 
 
-async def _watch_lag(into: list[float]) -> None:
+STALL_MS = 20.0  # a tick this late is kept with its time
+
+
+async def _watch_lag(into: list[float], stalls: list[tuple[float, float]]) -> None:
     """How late this client's event loop wakes from a 10 ms sleep (ms), every tick: a
-    client too busy to read its sockets shows here, not as the server's time."""
+    client too busy to read its sockets shows here, not as the server's time.  Ticks
+    later than :data:`STALL_MS` go to ``stalls`` with when they ended (``time.time()``)."""
     while True:
         t0 = time.perf_counter()
         await asyncio.sleep(LAG_TICK_S)
-        into.append((time.perf_counter() - t0 - LAG_TICK_S) * 1000)
+        late = (time.perf_counter() - t0 - LAG_TICK_S) * 1000
+        into.append(late)
+        if late >= STALL_MS:
+            stalls.append((time.time(), late))
 
 
 def _client_main(plan: ClientPlan, conn: Any) -> None:
@@ -239,7 +246,8 @@ def _client_main(plan: ClientPlan, conn: Any) -> None:
 
         steering = asyncio.create_task(steer())
         lag_ms: list[float] = []
-        watching = asyncio.create_task(_watch_lag(lag_ms))
+        stalls: list[tuple[float, float]] = []
+        watching = asyncio.create_task(_watch_lag(lag_ms, stalls))
         await asyncio.gather(*(run(lp, ws) for lp, ws in zip(loops, sockets)))
         await steering
         watching.cancel()
@@ -249,6 +257,7 @@ def _client_main(plan: ClientPlan, conn: Any) -> None:
             "errors": {lp.index: lp.errors for lp in loops if lp.errors},
             "failed_connect": failed_connect,
             "loop_lag_ms": sorted(lag_ms),
+            "stalls": stalls,
         }
 
     t_cpu = time.process_time()
@@ -273,7 +282,9 @@ WAIT = "wait:"  # a sample's key prefix for a role's run-queue wait (s)
 TAIL_PHASES = ("render", "parse_validate", "backend", "other", "api_overhead", "queue", "prefill", "decode")
 
 
-def tail(records: list[dict[str, Any]], kind: str, q: float = 0.99) -> dict[str, Any]:
+def tail(
+    records: list[dict[str, Any]], kind: str, q: float = 0.99, origin: float | None = None
+) -> dict[str, Any]:
     """Where the turns at or past the ``q`` quantile of non-model time spent it: the
     median of each server phase (ms) over them, and of ``outside`` (the client's turn time
     less the server's own span, model and ``api_overhead``: the socket, the host's event
@@ -290,8 +301,9 @@ def tail(records: list[dict[str, Any]], kind: str, q: float = 0.99) -> dict[str,
         out[phase] = _ms(pct(sorted(r["server"].get(phase, 0.0) for r in slow), 0.5))
     outside = sorted(r["total_ms"] - r["model_ms"] - r["server"].get("api_overhead", 0.0) for r in slow)
     out["outside"] = _ms(pct(outside, 0.5))
-    # when they were sent (s from the first steady turn sent): turns slow together mean a stall
-    t0 = min(r["sent"] for r in rows)
+    # when they were sent (s from ``origin``, default the first of them): turns slow
+    # together mean a stall
+    t0 = min(r["sent"] for r in rows) if origin is None else origin
     out["sent_s"] = sorted(round(r["sent"] - t0, 2) for r in slow)
     return out
 
@@ -344,7 +356,8 @@ def summarise(
             "storm_s": round(storm_end - release_at, 3),
         },
         "steady_ms": nonmodel(steady, "steady"),
-        "steady_tail": tail(steady, "steady"),
+        "steady_tail": tail(steady, "steady", origin=storm_end),
+        "storm_end": storm_end,
         "rollout_first_ms": nonmodel(steady, "rollout_first"),
         "steady_window_s": round(end_at - storm_end, 3),
         "turns_per_s": round(len(done_in) / (end_at - storm_end), 2) if end_at > storm_end else None,
@@ -446,6 +459,14 @@ def one_level(
     out["client_cpu_s"] = round(sum(o["client_cpu_s"] for o in outs), 2)
     out["client_cpu_pct_of_a_core"] = round(100 * out["client_cpu_s"] / max(end_at - release_at, 1e-9), 1)
     out["client_loop_lag_ms"] = lag([x for o in outs for x in o["loop_lag_ms"]])
+    # the clients' stalls in the steady window (s from its start, ms): at the moments the
+    # server's slow turns were sent, they say the machine stalled, not the server alone
+    out["client_stalls"] = sorted(
+        (round(t - out["storm_end"], 2), round(ms, 1))
+        for o in outs
+        for t, ms in o["stalls"]
+        if out["storm_end"] <= t <= end_at
+    )
     return out
 
 
