@@ -199,6 +199,29 @@ def titles(procs: dict[int, str]) -> dict[int, str]:
     return out
 
 
+def runqueue_wait_s(pid: int) -> float:
+    """Seconds ``pid``'s live threads have spent runnable but waiting for a CPU (the
+    scheduler's run-queue time, the second field of ``/proc/<pid>/task/*/schedstat``)."""
+    import glob
+
+    total = 0
+    for path in glob.glob(f"/proc/{pid}/task/*/schedstat"):
+        try:
+            with open(path) as f:
+                total += int(f.read().split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / 1e9
+
+
+def wait_by_role(procs: dict[int, str]) -> dict[str, float]:
+    """:func:`runqueue_wait_s` summed by role."""
+    out = dict.fromkeys(ROLES, 0.0)
+    for pid, role in procs.items():
+        out[role] += runqueue_wait_s(pid)
+    return out
+
+
 def cpu_by_role(procs: dict[int, str]) -> dict[str, float]:
     """CPU seconds so far of each role's processes (a process gone counts nothing)."""
     out = dict.fromkeys(ROLES, 0.0)

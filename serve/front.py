@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import logging
+import os
 import socket
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
@@ -38,6 +40,12 @@ from .origins import OriginPolicy
 log = logging.getLogger(__name__)
 
 MAX_HEAD = 64 * 1024
+# accept() failing for want of a descriptor or of memory, or for a connection reset while
+# queued: nothing is wrong with the listener.
+TRANSIENT_ACCEPT_ERRORS = frozenset(
+    {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.ECONNABORTED, errno.EPROTO}
+)
+ACCEPT_RETRY_S = 0.05
 HEAD_TIMEOUT_S = 10.0  # for a connection's request head to arrive
 
 
@@ -180,10 +188,24 @@ class Front:
         self._accepting: asyncio.Task[None] | None = None
 
     async def run(self) -> None:
+        """Accept until closed.  Out of descriptors (``EMFILE``/``ENFILE``), the loop waits
+        and tries again: the connection stays in the kernel's queue (taken by the port's
+        other listeners, or by this one once a socket closes) instead of the listener dying."""
         self._accepting = asyncio.current_task()
         loop = asyncio.get_running_loop()
+        short = False
         while True:
-            sock, _ = await loop.sock_accept(self._listener)
+            try:
+                sock, _ = await loop.sock_accept(self._listener)
+            except OSError as exc:
+                if exc.errno not in TRANSIENT_ACCEPT_ERRORS:
+                    raise
+                if not short:
+                    log.warning("accepting a connection failed (%s); retrying", os.strerror(exc.errno or 0))
+                short = True
+                await asyncio.sleep(ACCEPT_RETRY_S)
+                continue
+            short = False
             self._dispatch_soon(sock)
 
     def _dispatch_soon(self, sock: socket.socket) -> None:

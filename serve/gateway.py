@@ -42,7 +42,7 @@ from actors.errors import (
 from actors.host.actor import PhaseMetrics, SessionHost
 from actors.host.drain import DrainPlan
 from actors.host.handoff import Ended, Gone, Handoff, Link, Outcome, SocketKind, handoff_path
-from actors.host.limits import raise_open_files
+from actors.host.limits import connection_budget, raise_open_files
 from actors.host.resume import RESUME_HEADER, parse_token
 from actors.logs import configure as configure_logs
 from actors.protocol import http_error_body
@@ -93,7 +93,17 @@ class Gateway:
         # are only held here.
         cfg = AppConfig.model_validate(config)
         self._cfg = cfg
-        raise_open_files(cfg.session.open_files)  # a descriptor per held connection (its copy)
+        # A descriptor per held connection (its copy): past the open-file limit the gateway
+        # could not accept, so its connection cap is what the limit leaves (503 beyond).
+        open_files = raise_open_files(cfg.session.open_files)
+        max_connections = connection_budget(open_files, cfg.server.max_connections)
+        if max_connections < cfg.server.max_connections:
+            log.warning(
+                "at most %d connections (server.max_connections %d): the open-file limit is %d",
+                max_connections,
+                cfg.server.max_connections,
+                open_files,
+            )
         check_ray_version()  # the drain watch reads Ray internals (serve/ray_drain.py)
         self._node_id = current_node_id()
         self._logs = replica_log_settings()  # Serve's logging_config, for this process and its hosts
@@ -129,13 +139,13 @@ class Gateway:
         self._pool = ActorPool(
             self._start_host,
             self._stop_host,
-            policy_from(cfg.session),
+            policy_from(cfg.session, open_files),  # hosts are Ray workers of this node: the same limit
             prefix=f"rws-{prefix}",
             clock=time.monotonic,
         )
         self._admission: Admission[socket.socket, Link] = Admission(
             self._pool,
-            max_connections=cfg.server.max_connections,
+            max_connections=max_connections,
             max_connections_per_key=cfg.server.max_connections_per_key,
             prefix=prefix,
         )

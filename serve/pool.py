@@ -38,6 +38,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from actors.host.limits import connection_budget
+
 log = logging.getLogger(__name__)
 
 RATE_WINDOW_S = 5.0  # the arrival rate is an exponentially decaying average over about this long
@@ -365,12 +367,16 @@ class ActorPool:
         self._http_hosts.clear()
 
 
-def policy_from(config: Any) -> PoolPolicy:
-    """The pool's policy from :class:`actors.config.SessionConfig`."""
-    soft = config.connections_per_actor
+def policy_from(config: Any, open_files: int | None = None) -> PoolPolicy:
+    """The pool's policy from :class:`actors.config.SessionConfig`; a host's hard cap is
+    what ``open_files`` (the hosts' open-file limit, as the gateway's) leaves, if lower."""
+    hard = config.hard_connections_per_actor
+    if open_files is not None:
+        hard = connection_budget(open_files, hard)
+    soft = min(config.connections_per_actor, hard)
     return PoolPolicy(
         soft=soft,
-        hard=config.hard_connections_per_actor,
+        hard=hard,
         warm=config.spare_slots,
         max_hosts=config.max_actors,
         max_starting=config.max_starting_actors,

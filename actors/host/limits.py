@@ -35,6 +35,17 @@ def target(wanted: int, soft: int, hard: int, ceiling: int | None) -> tuple[int,
     return max(soft, want), max(hard, want)
 
 
+# Descriptors a gateway keeps for other than held connections: Ray's own, links to its
+# hosts, connections accepted and not yet admitted or refused.
+RESERVED_FILES = 1024
+
+
+def connection_budget(open_files: int, configured: int) -> int:
+    """Connections one process can hold at its open-file limit (``configured`` at most):
+    the limit less :data:`RESERVED_FILES`, never below half of it."""
+    return min(configured, max(open_files - RESERVED_FILES, open_files // 2))
+
+
 def raise_open_files(wanted: int) -> int:
     """Raise this process's open-file limit towards ``wanted``; the soft limit it has after."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing
 import resource
 import time
 import urllib.request
@@ -68,6 +69,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ramp", type=int, default=2000, help="connections per ramp")
     p.add_argument("--idle", type=int, default=5000, help="connections held in the idle phase")
     p.add_argument("--idle-s", type=float, default=30.0, help="how long the idle connections are held")
+    p.add_argument("--idle-rate", type=float, default=500.0, help="idle phase: connections opened per second")
+    p.add_argument(
+        "--idle-clients",
+        type=int,
+        default=1,
+        help="idle phase: client processes sharing the connections (each has its own open-file limit)",
+    )
     p.add_argument("--warm-connects", type=int, default=50, help="sequential connects in the warm phase")
     p.add_argument("--http-clients", type=int, default=4, help="concurrent HTTP clients in http_load")
     p.add_argument("--http-tokens", type=int, default=75_000, help="approximate tokens per HTTP request")
@@ -150,7 +158,7 @@ class Opened:
     def summary(self) -> dict[str, Any]:
         ms = sorted(s * 1000 for s in self.connect_s)
         return {
-            "opened": len(self.sockets),
+            "opened": len(self.connect_s),
             "failures": self.failures,
             "connect_ms": {
                 "p50": pct(ms, 0.5),
@@ -219,23 +227,42 @@ async def open_many(
     return opened
 
 
-async def one_turn(sock: ResponsesSocket) -> tuple[bool, float]:
+def failure_kind(exc: BaseException) -> str:
+    """A failed turn's cause, as counted: the close's code and reason, or the exception's type."""
+    if isinstance(exc, websockets.ConnectionClosed):
+        rcvd, sent = exc.rcvd, exc.sent
+        by = "server" if rcvd is not None and (sent is None or exc.rcvd_then_sent) else "client"
+        frame = rcvd if by == "server" else sent
+        if frame is None:
+            return "closed without a close frame"
+        return f"closed by {by}: {frame.code} {frame.reason}".strip()
+    return type(exc).__name__
+
+
+async def one_turn(sock: ResponsesSocket) -> tuple[str | None, float]:
+    """One short turn: (None, its time) if it completed, else (why, the time to the failure)."""
     t0 = time.perf_counter()
     try:
         answer = await sock.create(model="emu-fast", input="hi", store=False, metadata=SHORT)
-    except Exception:  # noqa: BLE001 - a closed socket counts as a failed turn
-        return False, time.perf_counter() - t0
-    ok = (answer.last or {}).get("type") == "response.completed"
-    return ok, time.perf_counter() - t0
+    except Exception as exc:  # noqa: BLE001 - a closed socket counts as a failed turn, by cause
+        return failure_kind(exc), time.perf_counter() - t0
+    last = answer.last or {}
+    if last.get("type") == "response.completed":
+        return None, time.perf_counter() - t0
+    error = (last.get("error") or (last.get("response") or {}).get("error") or {}).get("code")
+    return f"{last.get('type')}: {error}", time.perf_counter() - t0
 
 
 async def turns_on_all(sockets: list[ResponsesSocket], turns: int) -> dict[str, Any]:
+    failures: dict[str, int] = {}
+
     async def chain(sock: ResponsesSocket) -> tuple[int, list[float]]:
         done, times = 0, []
         for _ in range(turns):
-            ok, s = await one_turn(sock)
+            failed, s = await one_turn(sock)
             times.append(s)
-            if not ok:
+            if failed is not None:
+                failures[failed] = failures.get(failed, 0) + 1
                 break
             done += 1
         return done, times
@@ -247,8 +274,28 @@ async def turns_on_all(sockets: list[ResponsesSocket], turns: int) -> dict[str, 
     return {
         "turns_completed": sum(d for d, _ in chains),
         "turns_wanted": turns * len(sockets),
+        "failures": failures,
         "wall_s": wall,
         "turns_per_s": sum(d for d, _ in chains) / wall if wall else None,
+        "turn_ms": {"p50": pct(ms, 0.5), "p99": pct(ms, 0.99)},
+        "all_ms": ms,
+    }
+
+
+def merge_turns(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One :func:`turns_on_all` result from those of several client processes (run at once)."""
+    ms = sorted(t for p in parts for t in p["all_ms"])
+    failures: dict[str, int] = {}
+    for p in parts:
+        for kind, n in p["failures"].items():
+            failures[kind] = failures.get(kind, 0) + n
+    done, wall = sum(p["turns_completed"] for p in parts), max(p["wall_s"] for p in parts)
+    return {
+        "turns_completed": done,
+        "turns_wanted": sum(p["turns_wanted"] for p in parts),
+        "failures": failures,
+        "wall_s": wall,
+        "turns_per_s": done / wall if wall else None,
         "turn_ms": {"p50": pct(ms, 0.5), "p99": pct(ms, 0.99)},
     }
 
@@ -280,6 +327,7 @@ async def burst_phase(url: str, args, meter: ServerMeter, progress) -> dict[str,
         "admission": delta(after_open, before, len(opened.sockets)),
     }
     out["turns"] = await turns_on_all(opened.sockets, args.burst_turns)
+    del out["turns"]["all_ms"]
     await close_all(opened.sockets)
     return out
 
@@ -306,6 +354,7 @@ async def ramp_phase(
     if on_held is not None:  # where the hosts holding them run (simulated cluster: per node role)
         out["placement"] = on_held()
     out["one_turn_on_all"] = await turns_on_all(opened.sockets, 1)
+    del out["one_turn_on_all"]["all_ms"]  # the percentiles are kept
     after_turn = meter.sample()
     if held and after_turn:
         n = max(out["one_turn_on_all"]["turns_completed"], 1)
@@ -321,21 +370,76 @@ async def ramp_phase(
     return out
 
 
+def _idle_client(url: str, n: int, rate: float, conn: Any) -> None:
+    """A client process of the idle phase: open ``n`` at ``rate``/s, say so, hold them; on
+    the word, one turn on each; on the next, close them."""
+    raise_open_files(65536)
+
+    async def main() -> None:
+        opened = await open_many(url, n, rate=rate, open_timeout=30.0)
+        conn.send((opened.connect_s, opened.started_s, opened.failures))
+        await asyncio.to_thread(conn.recv)
+        conn.send(await turns_on_all(opened.sockets, 1))
+        await asyncio.to_thread(conn.recv)
+        await close_all(opened.sockets)
+
+    asyncio.run(main())
+    conn.send("closed")
+
+
 async def idle_phase(url: str, args, meter: ServerMeter, progress) -> dict[str, Any]:
+    """Many connections held idle (from ``--idle-clients`` processes: each has its own
+    open-file limit), then one turn on each."""
     await asyncio.sleep(2.0)
     before = meter.sample()
-    opened = await open_many(url, args.idle, rate=500.0, open_timeout=30.0, progress=progress)
-    await asyncio.sleep(2.0)
-    start = meter.sample()
-    await asyncio.sleep(args.idle_s)
-    end = meter.sample()
-    out = {"connections": args.idle, **opened.summary(), "held": delta(start, before, len(opened.sockets))}
-    if start and end and opened.sockets:
-        cpu = (end["hosts_cpu_s"] + end["gateway_cpu_s"]) - (start["hosts_cpu_s"] + start["gateway_cpu_s"])
-        out["idle_cpu_pct_of_a_core"] = 100 * cpu / (end["t"] - start["t"])
-        out["idle_cpu_us_per_conn_per_s"] = 1e6 * cpu / (end["t"] - start["t"]) / len(opened.sockets)
-    out["one_turn_on_all"] = await turns_on_all(opened.sockets, 1)  # every held one still works
-    await close_all(opened.sockets)
+    k = max(1, args.idle_clients)
+    ctx = multiprocessing.get_context("spawn")
+    pipes, procs = [], []
+    for i in range(k):
+        parent, child = ctx.Pipe()
+        share = args.idle // k + (i < args.idle % k)
+        proc = ctx.Process(target=_idle_client, args=(url, share, args.idle_rate / k, child), daemon=True)
+        proc.start()
+        pipes.append(parent)
+        procs.append(proc)
+    opened = Opened()
+    try:
+        for p in pipes:
+            connect_s, started_s, failures = await asyncio.to_thread(p.recv)
+            opened.connect_s += connect_s
+            opened.started_s += started_s
+            for kind, n in failures.items():
+                opened.failures[kind] = opened.failures.get(kind, 0) + n
+        held = len(opened.connect_s)
+        await asyncio.sleep(2.0)
+        start = meter.sample()
+        await asyncio.sleep(args.idle_s)
+        end = meter.sample()
+        out = {
+            "connections": args.idle,
+            "client_processes": k,
+            **opened.summary(),
+            "held": delta(start, before, held),
+        }
+        if start and end and held:
+            cpu = (end["hosts_cpu_s"] + end["gateway_cpu_s"]) - (
+                start["hosts_cpu_s"] + start["gateway_cpu_s"]
+            )
+            out["idle_cpu_pct_of_a_core"] = 100 * cpu / (end["t"] - start["t"])
+            out["idle_cpu_us_per_conn_per_s"] = 1e6 * cpu / (end["t"] - start["t"]) / held
+        for p in pipes:  # every held one still works: the turns start together
+            p.send("turn")
+        out["one_turn_on_all"] = merge_turns([await asyncio.to_thread(p.recv) for p in pipes])
+        for p in pipes:
+            p.send("close")
+        for p in pipes:
+            await asyncio.to_thread(p.recv)
+    finally:
+        for proc in procs:
+            proc.join(30)
+            if proc.is_alive():
+                proc.terminate()
+    progress()
     return out
 
 
@@ -543,6 +647,7 @@ def _print_summary(result: dict) -> None:
                 else ""
             )
             + f"one turn on all: {t['turns_completed']}/{t['turns_wanted']} in {t['wall_s']:.1f} s"
+            + (f" (failed: {t['failures']})" if t.get("failures") else "")
         )
         c.print(
             "  per second of the ramp (connects started, p50 / max ms): "
@@ -561,7 +666,7 @@ def _print_summary(result: dict) -> None:
             )
             + (
                 f"; one turn on all: {i['one_turn_on_all']['turns_completed']}/{i['one_turn_on_all']['turns_wanted']} "
-                f"in {i['one_turn_on_all']['wall_s']:.1f} s"
+                f"in {i['one_turn_on_all']['wall_s']:.1f} s (failed: {i['one_turn_on_all']['failures'] or 'none'})"
                 if "one_turn_on_all" in i
                 else ""
             )
@@ -599,7 +704,7 @@ async def _measure(url: str, args, meter: ServerMeter, on_held: Any = None) -> d
             task = bar.add_task(f"burst of {args.burst}", total=args.burst)
             result["burst"] = await burst_phase(url, args, meter, lambda: bar.advance(task))
         if "idle" in phases:
-            task = bar.add_task(f"idle {args.idle}", total=args.idle)
+            task = bar.add_task(f"idle {args.idle}", total=1)
             result["idle"] = await idle_phase(url, args, meter, lambda: bar.advance(task))
         if "http_load" in phases:
             result["http_load"] = await http_load_phase(url, args)

@@ -65,6 +65,7 @@ class TurnRecord:
     total_ms: float
     model_ms: float | None
     ok: bool
+    server: dict[str, float] | None = None  # the server's phase timings (ms), as reported
 
 
 # ----------------------------------------------------------------------------- client process
@@ -138,9 +139,10 @@ class Loop:
         last = json.loads(raw)
         response = last.get("response")
         ok = last.get("type") == "response.completed"
-        model = model_seconds(server_timings(response)) if response else None
+        server = server_timings(response) if response else None
+        model = model_seconds(server)
         self.records.append(
-            TurnRecord(self.index, kind, sent, total, None if model is None else model * 1000, ok)
+            TurnRecord(self.index, kind, sent, total, None if model is None else model * 1000, ok, server)
         )
         if not ok:
             self.errors.append(raw[:200])
@@ -168,6 +170,25 @@ class Loop:
                 continue
             await asyncio.sleep(wl.tool_time_s(self.w, self.rollout, len(self.records)))
             create, kind = nxt, "steady"
+
+
+LAG_TICK_S = 0.01
+
+
+STALL_MS = 20.0  # a tick this late is kept with its time
+
+
+async def _watch_lag(into: list[float], stalls: list[tuple[float, float]]) -> None:
+    """How late this client's event loop wakes from a 10 ms sleep (ms), every tick: a
+    client too busy to read its sockets shows here, not as the server's time.  Ticks
+    later than :data:`STALL_MS` go to ``stalls`` with when they ended (``time.time()``)."""
+    while True:
+        t0 = time.perf_counter()
+        await asyncio.sleep(LAG_TICK_S)
+        late = (time.perf_counter() - t0 - LAG_TICK_S) * 1000
+        into.append(late)
+        if late >= STALL_MS:
+            stalls.append((time.time(), late))
 
 
 def _client_main(plan: ClientPlan, conn: Any) -> None:
@@ -224,13 +245,19 @@ def _client_main(plan: ClientPlan, conn: Any) -> None:
             state["end_at"] = await asyncio.to_thread(conn.recv)
 
         steering = asyncio.create_task(steer())
+        lag_ms: list[float] = []
+        stalls: list[tuple[float, float]] = []
+        watching = asyncio.create_task(_watch_lag(lag_ms, stalls))
         await asyncio.gather(*(run(lp, ws) for lp, ws in zip(loops, sockets)))
         await steering
+        watching.cancel()
         await asyncio.gather(*(ws.close() for ws in sockets if ws is not None), return_exceptions=True)
         return {
             "records": [r.__dict__ for lp in loops for r in lp.records],
             "errors": {lp.index: lp.errors for lp in loops if lp.errors},
             "failed_connect": failed_connect,
+            "loop_lag_ms": sorted(lag_ms),
+            "stalls": stalls,
         }
 
     t_cpu = time.process_time()
@@ -249,6 +276,42 @@ def nonmodel(records: list[dict[str, Any]], kind: str) -> dict[str, Any]:
         if r["kind"] == kind and r["ok"] and r["model_ms"] is not None
     ]
     return {"turns": len(ms), **{k: _ms(pct(ms, q)) for k, q in (("p50", 0.5), ("p99", 0.99), ("max", 1.0))}}
+
+
+WAIT = "wait:"  # a sample's key prefix for a role's run-queue wait (s)
+TAIL_PHASES = ("render", "parse_validate", "backend", "other", "api_overhead", "queue", "prefill", "decode")
+
+
+def tail(
+    records: list[dict[str, Any]], kind: str, q: float = 0.99, origin: float | None = None
+) -> dict[str, Any]:
+    """Where the turns at or past the ``q`` quantile of non-model time spent it: the
+    median of each server phase (ms) over them, and of ``outside`` (the client's turn time
+    less the server's own span, model and ``api_overhead``: the socket, the host's event
+    loop before the frame is parsed, the client)."""
+    rows = [
+        r for r in records if r["kind"] == kind and r["ok"] and r.get("server") and r["model_ms"] is not None
+    ]
+    if not rows:
+        return {}
+    cut = pct(sorted(r["total_ms"] - r["model_ms"] for r in rows), q) or 0.0
+    slow = [r for r in rows if r["total_ms"] - r["model_ms"] >= cut]
+    out: dict[str, Any] = {"turns": len(slow), "from_ms": _ms(cut)}
+    for phase in TAIL_PHASES:
+        out[phase] = _ms(pct(sorted(r["server"].get(phase, 0.0) for r in slow), 0.5))
+    outside = sorted(r["total_ms"] - r["model_ms"] - r["server"].get("api_overhead", 0.0) for r in slow)
+    out["outside"] = _ms(pct(outside, 0.5))
+    # when they were sent (s from ``origin``, default the first of them): turns slow
+    # together mean a stall
+    t0 = min(r["sent"] for r in rows) if origin is None else origin
+    out["sent_s"] = sorted(round(r["sent"] - t0, 2) for r in slow)
+    return out
+
+
+def lag(samples: list[float]) -> dict[str, Any]:
+    """The client processes' event-loop lag (ms): p50/p99/max over their ticks."""
+    s = sorted(samples)
+    return {"ticks": len(s), **{k: _ms(pct(s, q)) for k, q in (("p50", 0.5), ("p99", 0.99), ("max", 1.0))}}
 
 
 def _ms(x: float | None) -> float | None:
@@ -293,6 +356,8 @@ def summarise(
             "storm_s": round(storm_end - release_at, 3),
         },
         "steady_ms": nonmodel(steady, "steady"),
+        "steady_tail": tail(steady, "steady", origin=storm_end),
+        "storm_end": storm_end,
         "rollout_first_ms": nonmodel(steady, "rollout_first"),
         "steady_window_s": round(end_at - storm_end, 3),
         "turns_per_s": round(len(done_in) / (end_at - storm_end), 2) if end_at > storm_end else None,
@@ -302,6 +367,10 @@ def summarise(
     }
     if cpu and in_span:
         turns = len(in_span)
+        waits = {k.removeprefix(WAIT): v for k, v in cpu.items() if k.startswith(WAIT)}
+        cpu = {k: v for k, v in cpu.items() if not k.startswith(WAIT)}
+        if waits:  # runnable, waiting for a core: the machine's contention, by role
+            out["runqueue_wait_ms_per_turn"] = {k: round(v * 1000 / turns, 3) for k, v in waits.items()}
         per = {k: round(v * 1000 / turns, 3) for k, v in cpu.items()}
         per["api_tier"] = round(per.get("gateway", 0) + per.get("session_host", 0), 3)
         per["all"] = round(sum(v for k, v in per.items() if k in processes.ROLES), 3)
@@ -337,11 +406,15 @@ class Sampler:
     samples: list[tuple[float, dict[str, float]]] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
 
+    def sample(self) -> None:
+        waits = {f"{WAIT}{role}": s for role, s in processes.wait_by_role(self.procs).items()}
+        self.samples.append((time.time(), {**processes.cpu_by_role(self.procs), **waits}))
+
     def run(self) -> None:
         while not self.stop.is_set():
-            self.samples.append((time.time(), processes.cpu_by_role(self.procs)))
+            self.sample()
             self.stop.wait(1.0)
-        self.samples.append((time.time(), processes.cpu_by_role(self.procs)))
+        self.sample()
 
 
 def one_level(
@@ -384,6 +457,16 @@ def one_level(
     out["connected"] = connected
     out["client_processes"] = k
     out["client_cpu_s"] = round(sum(o["client_cpu_s"] for o in outs), 2)
+    out["client_cpu_pct_of_a_core"] = round(100 * out["client_cpu_s"] / max(end_at - release_at, 1e-9), 1)
+    out["client_loop_lag_ms"] = lag([x for o in outs for x in o["loop_lag_ms"]])
+    # the clients' stalls in the steady window (s from its start, ms): at the moments the
+    # server's slow turns were sent, they say the machine stalled, not the server alone
+    out["client_stalls"] = sorted(
+        (round(t - out["storm_end"], 2), round(ms, 1))
+        for o in outs
+        for t, ms in o["stalls"]
+        if out["storm_end"] <= t <= end_at
+    )
     return out
 
 
@@ -402,6 +485,15 @@ def print_level(s: dict[str, Any]) -> None:
         ),
         flush=True,
     )
+    t, lg = s.get("steady_tail") or {}, s["client_loop_lag_ms"]
+    if t:
+        print(
+            f"       steady tail (≥ {t['from_ms']} ms, {t['turns']} turns), medians ms: "
+            + ", ".join(f"{k} {t[k]}" for k in (*TAIL_PHASES, "outside"))
+            + f"; clients: {s['client_cpu_pct_of_a_core']}% of a core, loop lag p99 {lg['p99']} / max {lg['max']} ms"
+            + f"; waiting for a CPU, ms/turn: {s.get('runqueue_wait_ms_per_turn')}",
+            flush=True,
+        )
 
 
 def run(args: argparse.Namespace) -> int:

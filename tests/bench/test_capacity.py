@@ -65,3 +65,43 @@ def test_a_loop_chains_its_creates_with_the_tool_outputs():
     assert nxt["previous_response_id"] == "resp_1" and nxt["input"][0]["call_id"] == "c1"
     assert nxt["input"][0]["output"] in ("out-a", "out-b")
     assert loop.next_create({"id": "resp_2", "output": [{"type": "message"}]}) is None
+
+
+def test_the_tail_says_which_server_phase_the_slowest_turns_spent_their_time_in():
+    fast = {"render": 1.0, "api_overhead": 5.0, "queue": 0.0, "prefill": 50.0, "decode": 50.0}
+    slow = {"render": 400.0, "api_overhead": 420.0, "queue": 0.0, "prefill": 50.0, "decode": 50.0}
+    records = [{**record(i, "steady", 0.0, 110.0), "server": fast} for i in range(99)] + [
+        {**record(99, "steady", 0.0, 530.0), "server": slow}
+    ]
+    t = capacity.tail(records, "steady")
+    assert t["turns"] == 1 and 10.0 < t["from_ms"] <= 430.0
+    assert t["render"] == 400.0 and t["api_overhead"] == 420.0 and t["outside"] == 10.0
+
+
+def test_the_clients_loop_lag_is_summarised_by_percentile():
+    assert capacity.lag([0.1] * 999 + [50.0]) == {"ticks": 1000, "p50": 0.1, "p99": 0.1, "max": 50.0}
+
+
+def test_run_queue_waits_are_reported_per_turn_apart_from_the_cpu():
+    records = [
+        record(0, "first", 10.0, 100.0),
+        record(0, "steady", 11.0, 200.0),
+        record(0, "steady", 12.0, 200.0),
+    ]
+    samples = [
+        (
+            float(t),
+            {
+                "gateway": 0.0,
+                "session_host": t * 0.1,
+                "inference": 0.0,
+                "ray": 0.0,
+                "wait:session_host": t * 0.01,
+            },
+        )
+        for t in range(10, 16)
+    ]
+    s = capacity.summarise(1, records, {}, samples, {}, release_at=10.0, end_at=15.0)
+    assert s["cpu_window"] == {"s": 4.0, "turns": 2}
+    assert s["runqueue_wait_ms_per_turn"]["session_host"] == 20.0  # 40 ms over 2 turns
+    assert s["cpu_ms_per_turn"]["all"] == 200.0 and "wait:session_host" not in s["cpu_ms_per_turn"]

@@ -208,3 +208,89 @@ def test_a_connection_that_sends_no_request_head_is_answered_408_not_dropped():
         answer.startswith(b"HTTP/1.1 408 Request Timeout\r\n") and b'"code": "request_timeout"' in answer
     ), answer
     assert refused == [408]
+
+
+def _limit_leaving(free: int) -> int:
+    """An open-file soft limit that leaves this process ``free`` more descriptors."""
+    import os
+
+    used = {int(fd) for fd in os.listdir("/proc/self/fd")}
+    n, left = 0, free
+    while True:
+        if n not in used:
+            left -= 1
+            if left < 0:
+                return n
+        n += 1
+
+
+@pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
+def test_a_front_out_of_descriptors_keeps_accepting_once_some_are_freed(loop_kind):
+    """The gateway keeps a descriptor per held connection; at its open-file limit accept()
+    fails with EMFILE.  The front waits and accepts again (the connections wait in the
+    kernel's queue) instead of its accept loop ending — which took the listener, and with
+    the replica restarted every held connection, down."""
+    import asyncio
+    import resource
+    import socket
+
+    import uvicorn
+
+    from serve.front import Front, bind_socket
+    from serve.origins import LOOPBACK_ORIGINS, OriginPolicy
+
+    async def main():
+        held: list[socket.socket] = []
+
+        async def handoff(sock, head):
+            held.append(sock)  # kept, as the gateway keeps its copy of a held connection
+
+        async def handoff_http(sock):
+            raise AssertionError("handed over")
+
+        listener = bind_socket("127.0.0.1", 0)
+        port = listener.getsockname()[1]
+        front = Front(
+            listener,
+            uvicorn.Config(lambda *a: None, lifespan="off"),
+            handoff,
+            handoff_http,
+            OriginPolicy(LOOPBACK_ORIGINS),
+        )
+        clients = []
+        for _ in range(12):  # queued in the kernel before the front accepts any
+            c = socket.create_connection(("127.0.0.1", port))
+            c.sendall(upgrade_head())
+            clients.append(c)
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (_limit_leaving(4), hard))
+        try:
+            running = asyncio.create_task(front.run())
+            for _ in range(50):
+                await asyncio.sleep(0.02)
+                if len(held) >= 4:
+                    break
+            await asyncio.sleep(0.2)  # accept() meets EMFILE now
+            at_limit = len(held)
+            alive = not running.done()
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        for _ in range(100):  # descriptors to spare again: the queued rest are taken
+            if len(held) == len(clients):
+                break
+            await asyncio.sleep(0.02)
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+        front.close()
+        for s in [*held, *clients]:
+            s.close()
+        return at_limit, alive, len(held)
+
+    if loop_kind == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        at_limit, alive, handed = uvloop.run(main())
+    else:
+        at_limit, alive, handed = asyncio.run(main())
+    assert at_limit < 12, "the limit did not bite: the test proves nothing"
+    assert alive, "the accept loop ended at the open-file limit"
+    assert handed == 12

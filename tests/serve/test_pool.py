@@ -307,3 +307,14 @@ def test_an_http_connection_waits_for_the_http_host_at_most_admission_wait_s_the
         pool.shutdown()
 
     run(main())
+
+
+def test_a_hosts_hard_cap_is_what_its_open_file_limit_leaves():
+    from actors.config import SessionConfig
+    from serve.pool import policy_from
+
+    cfg = SessionConfig()
+    assert policy_from(cfg).hard == cfg.hard_connections_per_actor == 4096
+    assert policy_from(cfg, 65_536).hard == 4096
+    small = policy_from(cfg, 1500)  # half of the limit; the soft target never above it
+    assert (small.hard, small.soft) == (750, 750)

@@ -20,3 +20,9 @@ def test_a_higher_limit_set_by_the_deployment_is_kept():
 def test_raising_never_lowers_the_soft_limit():
     before = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     assert limits.raise_open_files(16) >= before
+
+
+def test_a_gateway_holds_what_its_open_file_limit_leaves():
+    assert limits.connection_budget(20_000, 32_768) == 20_000 - limits.RESERVED_FILES
+    assert limits.connection_budget(65_536, 16_384) == 16_384  # the configured cap, when lower
+    assert limits.connection_budget(1024, 16_384) == 512  # a small limit: half of it
