@@ -18,8 +18,9 @@ from bench.multinode import Harness
 
 INFERENCE_REPLICAS = 2  # the head carries ``accelerator: 2``: both run there
 # Tool calls the scripted model makes before it answers: a Codex task (test_real_clients.py)
-# long enough to be mid-task when its node is drained.  Raw clients send no tools.
-CODEX_TOOL_ROUNDS = int(os.environ.get("RWS_MULTINODE_CODEX_ROUNDS", "80"))
+# long enough to be mid-task when its node is drained (80 rounds took Codex 5 s on the
+# harness).  Raw clients send no tools.
+CODEX_TOOL_ROUNDS = int(os.environ.get("RWS_MULTINODE_CODEX_ROUNDS", "400"))
 
 
 def tier_args(args: dict) -> None:
