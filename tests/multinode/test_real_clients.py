@@ -119,6 +119,11 @@ def first_served(conns: list[Tapped], after: float) -> tuple[Tapped, float, dict
     return None
 
 
+def open_at(conns: list[Tapped], node: str, t: float) -> Tapped | None:
+    """The client's connection to ``node`` that was open at ``t``."""
+    return next((c for c in conns if c.server == node and c.opened_at <= t and (c.closed_at or t) >= t), None)
+
+
 def cached(response: dict) -> int:
     return int(((response.get("usage") or {}).get("input_tokens_details") or {}).get("cached_tokens") or 0)
 
@@ -214,7 +219,7 @@ def test_codex_cli_and_the_openai_sdk_pass_through_a_drain(harness: Harness, tmp
         run = codex_runs.get(i)
         ws = [c for c in tap.connections if c.upgraded]
         http = [c.request for c in tap.connections if not c.upgraded]
-        hit = next((c for c in ws if c.server == node), None)
+        hit = open_at(ws, node, asked)
         after = first_served(ws, hit.closed_at) if hit is not None and hit.closed_at is not None else None
         kinds = [e["type"] for e in run.events] if isinstance(run, CodexRun) else []
         items = (
@@ -276,7 +281,7 @@ def test_codex_cli_and_the_openai_sdk_pass_through_a_drain(harness: Harness, tmp
             problems.append(f"codex {i}: HTTP fallback {http}")
     for r, tap in zip(sdk_runs, sdk_taps, strict=True):
         ws = [c for c in tap.connections if c.upgraded]
-        hit = next((c for c in ws if c.server == node), None)
+        hit = open_at(ws, node, asked)
         after = first_served(ws, hit.closed_at) if hit is not None and hit.closed_at is not None else None
         resend = after[0].creates()[0][1] if after else {}
         before = [
