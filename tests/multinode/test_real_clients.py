@@ -187,7 +187,20 @@ def test_codex_cli_and_the_openai_sdk_pass_through_a_drain(harness: Harness, tmp
             assert time.monotonic() < deadline, [
                 [(c.server, len(c.received)) for c in t.connections] for t in codex_taps + sdk_taps
             ]
-            assert not codex_runs, f"a Codex session ended before the drain: {codex_runs}"
+            assert not codex_runs, (
+                f"a Codex session ended before the drain ({sorted(codex_runs)}); the clients' connections "
+                "(node, responses completed, close code): "
+                + repr(
+                    [
+                        [
+                            (c.server, len(c.events("response.completed")), c.close_code)
+                            for c in tap.connections
+                        ]
+                        for tap in codex_taps + sdk_taps
+                    ]
+                )
+                + f"; SDK errors {[r.errors for r in sdk_runs]}"
+            )
             time.sleep(0.2)
         command(harness.stats_socket, f"set server sessions/{other} state ready")
         time.sleep(1.0)
