@@ -223,10 +223,11 @@ def wait_by_role(procs: dict[int, str]) -> dict[str, float]:
 
 
 def cpu_by_role(procs: dict[int, str]) -> dict[str, float]:
-    """CPU seconds so far of each role's processes (a process gone counts nothing)."""
+    """CPU seconds so far of each role's processes (a process gone counts nothing); a label
+    that is not a role (e.g. a node's name) is summed the same way."""
     out = dict.fromkeys(ROLES, 0.0)
     for pid, role in procs.items():
-        out[role] += cpu_precise_s(pid)
+        out[role] = out.get(role, 0.0) + cpu_precise_s(pid)
     return out
 
 

@@ -1,6 +1,11 @@
-"""Scaling experiment on a simulated multi-node cluster (docs/scaling.md).
+"""Scaling experiment on a simulated multi-node cluster, or on real nodes (docs/scaling.md).
 
     responses-ws bench scaling [--modes 1,16,64] [--steps 1,4,8] [--idle 24,64,128] [--out results/scaling]
+    sudo responses-ws bench scaling --real-nodes [--nodes 1,2,3] [--loops 16] [--duration 15] [--repeats 3]
+
+``--real-nodes`` (root, haproxy and redis-server installed) runs on the multi-node harness
+instead (bench/multinode/scaling.py): session nodes in network namespaces of their own behind
+HAProxy, 1 → 2 → 3 of them, the Codex-like load of ``bench capacity`` through the balancer.
 
 One cluster (head, two "session" nodes, one "accelerator" node); for each
 ``connections_per_actor`` mode, configs/serve-cluster.yaml is (re)deployed with that
@@ -26,6 +31,7 @@ from serve.embedded import wait_ready
 
 from .. import agentloop_report as report
 from .. import plotting, results
+from .. import workload as wl
 from ..client import connect
 from ..cluster import SERVE_CLUSTER_CONFIG as CONFIG
 from ..cluster import SimulatedCluster, deploy_serve_config
@@ -120,9 +126,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--config", type=Path, default=CONFIG, help="the Serve config deployed on the simulated cluster"
     )
+    real = p.add_argument_group("real nodes (--real-nodes)")
+    real.add_argument("--real-nodes", action="store_true", help="on the multi-node harness (root)")
+    real.add_argument("--nodes", default="1,2,3", help="session nodes in the balancer, interleaved")
+    real.add_argument("--loops", type=int, default=16, help="concurrent Codex-like loops (bench capacity)")
+    real.add_argument("--duration", type=float, default=15.0, help="seconds of steady state per run")
+    real.add_argument("--repeats", type=int, default=3, help="rounds over the node counts")
+    real.add_argument("--clients", type=int, default=2, help="client processes (for more than 16 loops)")
+    real.add_argument("--preset", default="codex", choices=sorted(wl.PRESETS))
+    real.add_argument("--resume-tokens", type=int, default=None, help="override the preset's resumed history")
+    real.add_argument("--seed", type=int, default=0)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.real_nodes:
+        from ..multinode import scaling as real_nodes
+
+        args.out = args.out / "real-nodes.json" if args.out.suffix != ".json" else args.out
+        return real_nodes.run(args)
     if not args.config.is_file():  # an installed wheel has no configs/ directory
         print(
             f"responses-ws bench scaling: no Serve config at {args.config}; run it from a source checkout "

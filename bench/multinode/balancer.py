@@ -70,18 +70,26 @@ def command(socket_path: Path, line: str, timeout_s: float = 5.0) -> str:
     return b"".join(chunks).decode()
 
 
-def server_states(stat_csv: str) -> dict[str, str]:
-    """Server name → ``UP``/``DOWN``/… from ``show stat`` (CSV) of the ``sessions`` backend."""
+def server_rows(stat_csv: str) -> list[dict[str, str]]:
+    """The rows of the ``sessions`` backend's servers in ``show stat`` (CSV)."""
     lines = [ln for ln in stat_csv.splitlines() if ln.strip()]
     if not lines or not lines[0].startswith("# "):
-        return {}
+        return []
     header = lines[0][2:].split(",")
-    out = {}
-    for ln in lines[1:]:
-        row = dict(zip(header, ln.split(","), strict=False))
-        if row.get("pxname") == "sessions" and row.get("svname") not in ("BACKEND", "FRONTEND"):
-            out[row["svname"]] = row.get("status", "")
-    return out
+    rows = [dict(zip(header, ln.split(","), strict=False)) for ln in lines[1:]]
+    return [
+        r for r in rows if r.get("pxname") == "sessions" and r.get("svname") not in ("BACKEND", "FRONTEND")
+    ]
+
+
+def server_states(stat_csv: str) -> dict[str, str]:
+    """Server name → ``UP``/``DOWN``/… from ``show stat`` (CSV) of the ``sessions`` backend."""
+    return {r["svname"]: r.get("status", "") for r in server_rows(stat_csv)}
+
+
+def session_counts(stat_csv: str) -> dict[str, int]:
+    """Server name → connections it has been sent so far (``stot``), from ``show stat``."""
+    return {r["svname"]: int(r.get("stot") or 0) for r in server_rows(stat_csv)}
 
 
 def session_servers(show_sess: str) -> dict[int, str]:

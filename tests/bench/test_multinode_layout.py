@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bench.multinode import Harness, NodeSpec, Topology
-from bench.multinode.balancer import BalancerSettings, config, server_states, session_servers
+from bench.multinode.balancer import BalancerSettings, config, server_states, session_counts, session_servers
 from bench.multinode.harness import DEFAULT_SPECS, RAY_ENV
 from bench.multinode.topology import foreign_routes, leftovers
 
@@ -90,13 +90,14 @@ def test_the_balancer_checks_readyz_in_tcp_mode_with_the_given_timings(tmp_path)
 
 def test_the_balancers_runtime_answers_are_read():
     stat = (
-        "# pxname,svname,qcur,status,check_status\n"
-        "responses,FRONTEND,,OPEN,\n"
-        "sessions,session1,0,UP,L7OK\n"
-        "sessions,session2,0,DOWN,L4CON\n"
-        "sessions,BACKEND,0,UP,\n"
+        "# pxname,svname,qcur,stot,status,check_status\n"
+        "responses,FRONTEND,,9,OPEN,\n"
+        "sessions,session1,0,5,UP,L7OK\n"
+        "sessions,session2,0,4,DOWN,L4CON\n"
+        "sessions,BACKEND,0,9,UP,\n"
     )
     assert server_states(stat) == {"session1": "UP", "session2": "DOWN"}
+    assert session_counts(stat) == {"session1": 5, "session2": 4}
     sess = (
         "0x55d0: proto=tcpv4 src=10.213.37.1:40001 fe=responses be=sessions srv=session1 ts=00 age=3s\n"
         "0x55d1: proto=tcpv4 src=10.213.37.1:40002 fe=responses be=sessions srv=session2 ts=00 age=1s\n"

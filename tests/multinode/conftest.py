@@ -3,7 +3,8 @@
 network namespace of its own, Redis on the head, HAProxy in front), started once and torn
 down at the end, also when a test fails.  Needs root and haproxy (``make haproxy``).  The
 modules run in name order; test_ledger.py kills a session node and starts it again (both are
-up after it); test_node_loss.py kills one session node, starts it again and drains the other: it comes last."""
+up after it); test_node_loss.py kills one session node, starts it again and drains the other;
+test_real_clients.py starts that one again and drains it under Codex CLI and the openai SDK."""
 
 from __future__ import annotations
 
@@ -17,9 +18,15 @@ import pytest
 from bench.multinode import Harness
 
 INFERENCE_REPLICAS = 2  # the head carries ``accelerator: 2``: both run there
+# Tool calls the scripted model makes before it answers: a Codex task (test_real_clients.py)
+# long enough to be mid-task when its node is drained (80 rounds took Codex 5 s on the
+# harness).  Raw clients send no tools.
+CODEX_TOOL_ROUNDS = int(os.environ.get("RWS_MULTINODE_CODEX_ROUNDS", "400"))
 
 
-def two_inference_replicas(args: dict) -> None:
+def tier_args(args: dict) -> None:
+    """The tier's app: two inference replicas, the scripted model's tool rounds."""
+    args.setdefault("inference", {}).setdefault("policy", {})["tool_rounds"] = CODEX_TOOL_ROUNDS
     scaling = args.setdefault("inference", {}).setdefault("scaling", {})
     scaling["autoscaling"] = dict(
         scaling.get("autoscaling") or {}, min_replicas=INFERENCE_REPLICAS, max_replicas=INFERENCE_REPLICAS
@@ -34,7 +41,7 @@ def harness() -> Iterator[Harness]:
         if shutil.which(binary) is None:
             pytest.fail(f"{binary} is not installed: `make haproxy redis`", pytrace=False)
     t0 = time.monotonic()
-    with Harness(edit_args=two_inference_replicas) as h:
+    with Harness(edit_args=tier_args) as h:
         print(
             f"\nmulti-node harness up in {time.monotonic() - t0:.1f}s: balancer {h.url}, nodes "
             + ", ".join(f"{n.name}={n.address}" for n in h.topology.nodes)
