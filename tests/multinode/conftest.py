@@ -2,7 +2,10 @@
 (bench/multinode: a head carrying the accelerator role and two session nodes, each in a
 network namespace of its own, Redis on the head, HAProxy in front), started once and torn
 down at the end, also when a test fails.  Needs root and haproxy (``make haproxy``).  The
-modules run in name order; test_node_loss.py kills one session node, starts it again and drains the other: it comes last."""
+app runs with resume on (``session.resume_grace_s``) and two inference replicas.  The
+modules run in name order; test_node_loss.py kills one session node, starts it again and
+drains the other; test_resume.py restarts what is down, then drains and kills nodes again:
+it comes last."""
 
 from __future__ import annotations
 
@@ -16,9 +19,12 @@ import pytest
 from bench.multinode import Harness
 
 INFERENCE_REPLICAS = 2  # the head carries ``accelerator: 2``: both run there
+RESUME_GRACE_S = 30.0  # resume on any node (the Redis store on the head): test_resume.py
 
 
-def two_inference_replicas(args: dict) -> None:
+def tier_args(args: dict) -> None:
+    """Two inference replicas, and resume on."""
+    args.setdefault("session", {})["resume_grace_s"] = RESUME_GRACE_S
     scaling = args.setdefault("inference", {}).setdefault("scaling", {})
     scaling["autoscaling"] = dict(
         scaling.get("autoscaling") or {}, min_replicas=INFERENCE_REPLICAS, max_replicas=INFERENCE_REPLICAS
@@ -33,7 +39,7 @@ def harness() -> Iterator[Harness]:
         if shutil.which(binary) is None:
             pytest.fail(f"{binary} is not installed: `make haproxy redis`", pytrace=False)
     t0 = time.monotonic()
-    with Harness(edit_args=two_inference_replicas) as h:
+    with Harness(edit_args=tier_args) as h:
         print(
             f"\nmulti-node harness up in {time.monotonic() - t0:.1f}s: balancer {h.url}, nodes "
             + ", ".join(f"{n.name}={n.address}" for n in h.topology.nodes)
