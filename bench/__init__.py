@@ -66,6 +66,9 @@ KINDS: dict[str, Kind] = {
             "many WebSocket streams at once on the ideal-hardware profile, rates as the clients see them",
         ),
         Kind("ledger", "session hosts SIGKILLed under load, the usage ledger reconciled with the clients"),
+        Kind(
+            "resume", "resumes on real nodes: reconnect to the next turn's first event, against a steady turn"
+        ),
         Kind("drain", "redeploys under hundreds of sockets mid-turn: nothing reset, lost or unanswered"),
         Kind(
             "fidelity", "one conversation on a real engine and on its emulated twin: cached tokens and timing"
