@@ -154,12 +154,15 @@ async def run_client(
 
 
 def spread(values: list[float]) -> dict[str, float | int | None]:
+    def r(x: float | None) -> float | None:
+        return None if x is None else round(x, 2)
+
     return {
         "n": len(values),
-        "p50": pct(values, 0.5),
-        "p99": pct(values, 0.99),
-        "min": min(values, default=None),
-        "max": max(values, default=None),
+        "p50": r(pct(values, 0.5)),
+        "p99": r(pct(values, 0.99)),
+        "min": r(min(values, default=None)),
+        "max": r(max(values, default=None)),
     }
 
 
@@ -169,6 +172,7 @@ def summary(runs: list[ClientRun]) -> dict[str, Any]:
     resumed = [s for s in samples if s.kind == "resume"]
     return {
         "resume_first_event_ms": spread([s.first_ms for s in resumed]),
+        "resume_first_event_ms_other_node": spread([s.first_ms for s in resumed if s.moved]),
         "resume_handshake_ms": spread([s.handshake_ms for s in resumed if s.handshake_ms is not None]),
         "resume_terminal_ms": spread([s.total_ms for s in resumed]),
         "steady_first_event_ms": spread([s.first_ms for s in steady]),
@@ -232,9 +236,14 @@ def run(args: argparse.Namespace) -> int:
         "plan": asdict(plan),
         "where": where,
         "summary": s,
-        "samples": [asdict(x) for r in runs for x in r.samples],
+        "samples": [
+            {k: round(v, 2) if isinstance(v, float) else v for k, v in asdict(x).items()}
+            for r in runs
+            for x in r.samples
+        ],
     }
     print(f"resume (reconnect → first event of the next turn): {fmt(s['resume_first_event_ms'])}")
+    print(f"  resumed on the other node:                     {fmt(s['resume_first_event_ms_other_node'])}")
     print(f"  of which the handshake:                        {fmt(s['resume_handshake_ms'])}")
     print(f"  reconnect → the next turn's terminal event:    {fmt(s['resume_terminal_ms'])}")
     print(f"steady turn (create → first event):              {fmt(s['steady_first_event_ms'])}")
