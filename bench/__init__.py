@@ -70,6 +70,9 @@ KINDS: dict[str, Kind] = {
             "nodeledger",
             "session nodes SIGKILLed with their disk under store:false load: the cluster ledger reconciled",
         ),
+        Kind(
+            "resume", "resumes on real nodes: reconnect to the next turn's first event, against a steady turn"
+        ),
         Kind("drain", "redeploys under hundreds of sockets mid-turn: nothing reset, lost or unanswered"),
         Kind(
             "fidelity", "one conversation on a real engine and on its emulated twin: cached tokens and timing"

@@ -79,8 +79,13 @@ class SessionAffinityRouter(RequestRouter):
             return [random.sample(candidate_replicas, min(2, len(candidate_replicas)))]
         session = pending_request.metadata.session_id
         request = _inference_request(pending_request)
-        if session:  # pinned for life; a new key is pinned where its first request's route goes
-            first = (lambda: self._route(pending_request, request, live)[0]) if request is not None else None
+        if session:  # pinned for life; a new key is pinned where its conversation was, or its route goes
+            first = None
+            if request is not None:
+                hinted = request.replica_hint if request.replica_hint in by_id else None
+                first = (
+                    (lambda: hinted) if hinted else (lambda: self._route(pending_request, request, live)[0])
+                )
             return [[by_id[self._affinity.choose(session, live, first)]]]
         if request is not None:
             order = self._route(pending_request, request, live)

@@ -5,13 +5,19 @@ Two rules, as the hosted API's prompt cache is described (docs/emulator.md):
 
 **A connection is pinned.**  A request carrying a session key (a WebSocket connection's
 id) goes to the replica the key is pinned to, for as long as that replica is alive.  A key
-seen for the first time (or whose replica died) is pinned where its request's *prefix
-route* (below) sends it, so a new socket starts on the replica that already holds its API
-key's copy of the same instructions and tools; without a request to route (e.g. a caller
-that passes no ``InferenceRequest``) it is pinned by rendezvous hashing of the key itself.
+seen for the first time (or whose replica died) is pinned to the replica its request names
+as its conversation's (``replica_hint``: the replica that served the previous response,
+which a connection resumed on another session host brings along in its state) while that
+replica lives; otherwise where its request's *prefix route* (below) sends it, so a new
+socket starts on the replica that already holds its API key's copy of the same
+instructions and tools; without a request to route (e.g. a caller that passes no
+``InferenceRequest``) it is pinned by rendezvous hashing of the key itself.  The prefix
+route alone would not do for a resumed conversation: its per-minute spill is counted per
+router (per process), so the new host's router may send the conversation to another
+replica than the one its first turn spilled to, where none of its own prefix is cached.
 Pins are sticky: a replica added later (autoscaling) does not take existing sessions away
 from a live replica.  The table of pins is a bounded LRU; a key that fell out of it is
-re-pinned by the prefix route of its next request, which starts with the same prefix.
+re-pinned by its next request's hint or prefix route.
 
 **A stateless request follows its prefix.**  A request without a session key (HTTP) is
 routed by ``prefix_key``: a BLAKE2 digest of its cache scope (the API key), its

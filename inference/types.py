@@ -44,7 +44,10 @@ class InferenceRequest:
     entries and keys never do (``None``: the model's unscoped entries, for tools that call
     the deployment directly).  ``prompt_cache_key`` (the create's) only steers routing: a
     stateless request's route hashes it with the scope and the prompt's first tokens
-    (``inference.routing``).
+    (``inference.routing``).  ``replica_hint`` is the replica that served the conversation's
+    previous response (a resumed connection's state carries it): a session key not pinned
+    yet is pinned there while it lives, so a conversation that moved to another session host
+    finds its prefix cache again (``inference.routing``).
     ``generate=False`` only prefills (fills the prefix cache) and produces no output.
     """
 
@@ -60,6 +63,7 @@ class InferenceRequest:
     session_key: str | None = None
     cache_scope: str | None = None
     prompt_cache_key: str | None = None
+    replica_hint: str | None = None
     metadata: tuple[tuple[str, str], ...] = ()  # the create's ``metadata``, for per-request knobs
 
 

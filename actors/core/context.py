@@ -56,6 +56,9 @@ class ContextEntry:
     # a record (actors.backend.ModelCall).
     fresh_tokens: int = 0
     fmt: str = CL100K.name  # the chat format ``tokens`` are in (inference.formats)
+    # The inference replica that served ``response_id`` ("" unknown): the next call's hint
+    # (``InferenceRequest.replica_hint``), kept in a resumable connection's state.
+    replica: str = ""
 
 
 def item_id(item: InputItem) -> str:

@@ -4,7 +4,8 @@ node").  Sans-I/O, like the session: the host seals and writes it (:mod:`store.c
 What a ``store:false`` chain needs to go on: each lane's latest response as its items (the
 conversation a stored record keeps: rendered tokens, the classifier's state and the tool
 caches are rebuilt from them the way a stored parent is, :func:`~actors.core.context.from_record`),
-and the steer input waiting for a response that stopped on function calls.  Tool
+the inference replica that served it (where its prefix is cached: the next call's
+``replica_hint``), and the steer input waiting for a response that stopped on function calls.  Tool
 definitions are not inherited across responses (each ``response.create`` sends its own), so
 there are none to keep.  Responses in flight are not part of it: as on any resume, they are
 cancelled.
@@ -61,6 +62,7 @@ def snapshot(lanes: Lanes, steering: Steering) -> bytes:
                 "store": lane.latest.store,
                 "fmt": lane.latest.fmt,
                 "items": lane.latest.items,
+                "replica": lane.latest.replica,
             }
             for name, lane in lanes.items()
             if lane.latest is not None
@@ -110,6 +112,7 @@ def restore(
             entry.scan,
             fresh_tokens=entry.fresh_tokens,
             fmt=entry.fmt,
+            replica=lane.get("replica", ""),  # where its prefix is cached: the next call's hint
         )
         lanes.open(lane["lane"])
         lanes.remember(lane["lane"], entry)

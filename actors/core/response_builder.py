@@ -99,6 +99,7 @@ class ResponseBuilder:
         self.prompt_tokens = 0
         self.cached_tokens = 0
         self.reused_tokens = 0
+        self.replica = ""  # the inference replica that served it (the last call's)
         self.output_tokens = 0
         self.reasoning_tokens = 0
         self._generated = 0  # output tokens of every model call of this response
@@ -170,6 +171,7 @@ class ResponseBuilder:
                 self.reused_tokens += ev.reused_tokens
                 self.queue_ms += ev.queue_ms
                 self.prefill_ms += ev.prefill_ms
+                self.replica = ev.replica or self.replica
             elif isinstance(ev, ReasoningDone):
                 self.output_tokens += ev.tokens
                 self.reasoning_tokens += ev.tokens

@@ -513,6 +513,7 @@ class Session:
             # and never by another key's (docs/protocol.md check 27).
             cache_scope=f"key:{self.owner}",
             prompt_cache_key=create.prompt_cache_key,
+            replica_hint=(parent.replica or None) if parent is not None else None,
             metadata=tuple(sorted((create.metadata or {}).items())),
         )
         timer.wait_inference()
@@ -653,6 +654,7 @@ class Session:
                         fmt=turn.fmt,
                         output_tokens=b.context_tokens,
                     )
+                entry.replica = b.replica
                 self._lanes.remember(turn.lane, entry)
                 fx.usage.append(self._usage(turn))
             report = Report.taken(

@@ -37,6 +37,7 @@ class Connection:
     created: int = 0  # ``response.created`` received
     terminals: int = 0  # terminal events received
     shutting_down: int = 0  # creates answered with ``server_shutting_down``
+    stopped: bool = False  # the load ended before this connection's chain did
 
     def open_at(self, t: float) -> bool:
         return self.opened_at <= t and (self.closed_at is None or self.closed_at >= t)
@@ -157,6 +158,7 @@ async def run_client(
                 conn.server = await locate(servers, conn.local_port)
             for i in range(turns_per_chain):
                 if stop.is_set():
+                    conn.stopped = True
                     break
                 text = f"client {client.index} turn {done if resend_history else i}"
                 if resend_history:

@@ -5,7 +5,18 @@ from __future__ import annotations
 
 import json
 
-from tests.actors.test_session import TOOL, answer_call, answer_text, dumped, new_session, send, terminal
+from actors.core.session import Effects
+from inference.types import Done, Prefilled, TextDelta
+from tests.actors.test_session import (
+    TOOL,
+    answer_call,
+    answer_text,
+    dumped,
+    new_session,
+    send,
+    stored,
+    terminal,
+)
 
 
 def test_a_restored_session_continues_store_false_chains_on_every_lane_with_the_same_prompt():
@@ -56,3 +67,25 @@ def test_steer_input_waiting_on_function_calls_survives_a_restore():
     )
     (turn,) = fx.start
     assert "use b.py" in json.dumps(turn.inputs), turn.inputs  # the steer input went first
+
+
+def test_a_restored_session_asks_for_the_replica_that_served_its_conversation():
+    """The replica that served a lane's latest response is kept, and the next call names it
+    (``replica_hint``), so a session resumed in another process finds its prefix cache."""
+    old = new_session()
+    fx = send(old, input="hello", store=False)
+    (turn,) = fx.start
+    assert turn.request.replica_hint is None  # a new conversation: routed by its prefix
+    out = Effects(events=list(fx.events))
+    out += old.on_inference(
+        turn.turn_id, [Prefilled(len(turn.request.prompt_token_ids), 0, 0, 1, replica="r-7")]
+    )
+    out += old.on_inference(turn.turn_id, [TextDelta("Hi", 1), Done("stop", 1, 1.0)])
+    first = terminal(stored(old, out))
+    assert json.loads(old.snapshot())["lanes"][0]["replica"] == "r-7"
+
+    new = new_session()
+    new.restore(old.snapshot())
+    for session in (old, new):
+        (turn,) = send(session, input="more", store=False, previous_response_id=first["id"]).start
+        assert turn.request.replica_hint == "r-7"

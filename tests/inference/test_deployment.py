@@ -152,3 +152,20 @@ def test_a_requests_decision_is_dropped_with_the_request():
     del pending  # Serve dropped the request: its decision goes with it
     gc.collect()
     assert not router._decided._routes
+
+
+def test_a_new_key_is_pinned_to_its_conversations_replica_while_it_lives():
+    """A connection resumed in another process (a new session key for this router) names the
+    replica that served its conversation (its first turn was spilled there by another
+    router): it is pinned there, not where this router's prefix route goes; a hint naming a
+    replica gone takes the route."""
+    from dataclasses import replace
+
+    router, replicas = _router(), _replicas("x", "y")
+    route = _choose(router, replicas, _pending(_req("r0"), session="c0"))[0][0]
+    other = "y" if route == "x" else "x"
+    hinted = replace(_req("r1"), replica_hint=other)
+    assert _choose(router, replicas, _pending(hinted, session="c1")) == [[other]]
+    assert _choose(router, replicas, _pending(_req("r2"), session="c1")) == [[other]]  # pinned
+    gone = replace(_req("r3"), replica_hint="z")
+    assert _choose(router, replicas, _pending(gone, session="c2")) == [[route]]

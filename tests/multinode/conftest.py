@@ -2,9 +2,11 @@
 (bench/multinode: a head carrying the accelerator role and two session nodes, each in a
 network namespace of its own, Redis on the head, HAProxy in front), started once and torn
 down at the end, also when a test fails.  Needs root and haproxy (``make haproxy``).  The
+app runs with resume on (``session.resume_grace_s``) and two inference replicas.  The
 modules run in name order; test_ledger.py kills a session node and starts it again (both are
 up after it); test_node_loss.py kills one session node, starts it again and drains the other;
-test_real_clients.py starts that one again and drains it under Codex CLI and the openai SDK."""
+test_real_clients.py starts that one again and drains it under Codex CLI and the openai SDK;
+test_resume.py restarts what is down, then drains and kills nodes again: it comes last."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import pytest
 from bench.multinode import Harness
 
 INFERENCE_REPLICAS = 2  # the head carries ``accelerator: 2``: both run there
+RESUME_GRACE_S = 30.0  # resume on any node (the Redis store on the head): test_resume.py
 # Tool calls the scripted model makes before it answers: a Codex task (test_real_clients.py)
 # long enough to be mid-task when its node is drained (80 rounds took Codex 5 s on the
 # harness).  Raw clients send no tools.
@@ -25,7 +28,8 @@ CODEX_TOOL_ROUNDS = int(os.environ.get("RWS_MULTINODE_CODEX_ROUNDS", "400"))
 
 
 def tier_args(args: dict) -> None:
-    """The tier's app: two inference replicas, the scripted model's tool rounds."""
+    """Two inference replicas, resume on, the scripted model's tool rounds."""
+    args.setdefault("session", {})["resume_grace_s"] = RESUME_GRACE_S
     args.setdefault("inference", {}).setdefault("policy", {})["tool_rounds"] = CODEX_TOOL_ROUNDS
     scaling = args.setdefault("inference", {}).setdefault("scaling", {})
     scaling["autoscaling"] = dict(

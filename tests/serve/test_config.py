@@ -181,3 +181,16 @@ def test_the_real_model_configs_serve_smollm2_with_the_engines_prefix_cache(name
             and backend.engine_kwargs["enable_prompt_tokens_details"]
         )
         assert backend.url is None
+
+
+def test_resume_is_off_by_default_and_in_every_shipped_config():
+    """Resume writes ``store:false`` content to the cluster store: only an operator turns it
+    on (docs/reliability.md, "Privacy")."""
+    import yaml
+
+    assert AppConfig().session.resume_grace_s == 0
+    for path in sorted((ROOT / "configs").glob("*.yaml")):
+        raw = yaml.safe_load(path.read_text()) or {}
+        sections = [app.get("args", {}) for app in raw.get("applications", [])] or [raw]
+        for args in sections:
+            assert not (args.get("session") or {}).get("resume_grace_s"), path.name

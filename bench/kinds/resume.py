@@ -1,0 +1,258 @@
+"""What a resume costs on real nodes: reconnect with the token to the next turn's first event, against a steady turn.
+
+    responses-ws bench resume [--clients 6] [--resumes 12] [--steady 2] [--url URL]
+                              [--out results/resume.json]
+
+Without ``--url`` it builds the multi-node harness (bench/multinode: two session nodes in
+network namespaces of their own, Redis on the head, HAProxy in front; needs root and
+``make haproxy redis``) with resume on (``session.resume_grace_s``) and two inference
+replicas, and tears it down at the end; ``--url`` runs against a deployment of yours (its
+balancer), which must have resume on and the Redis store.
+
+``--clients`` clients run ``store:false`` chains at once through the balancer.  Each chain
+starts with one long input (``--prefix-tokens`` tokens: the same instructions for every
+client, then the client's own task), then alternates ``--steady`` turns on an open socket
+with a resume: the client drops its socket (a TCP abort, no close frame: as a lost network
+does), reconnects through the balancer with its token (the balancer picks the node:
+leastconn) and sends the next turn.  Timed from the client:
+
+- ``resume``: the start of the reconnect → the first event of the next turn
+  (``response.created``); also the handshake alone and → the terminal event;
+- ``steady``: the create sent → its first event, on an open socket.
+
+Printed and saved: p50/p99 (and min/max) of each, how many resumes moved to the other node,
+and ``cached_tokens`` of the first turn after a resume against the steady turns' (the same
+conversation: the prefix cache still hits when the resumed turn reaches the replica that
+holds it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import websockets
+
+from actors.protocol import TERMINAL_EVENT_TYPES
+
+from .. import results
+from ..stats import pct
+
+HEADER = "x-responses-ws-resume-token"
+MODEL = "emu-fast"
+GRACE_S = 60.0  # the harness's resume grace
+INSTRUCTIONS = "You are a careful coding agent working in a repository. " * 40  # ~440 tokens, shared
+
+
+@dataclass(frozen=True)
+class Plan:
+    clients: int = 6
+    resumes: int = 12  # per client
+    steady: int = 2  # turns on an open socket between two resumes
+    prefix_tokens: int = 1200
+    text_tokens: int = 24
+
+
+@dataclass
+class Sample:
+    """One turn as the client timed it (milliseconds); ``node``: the session node it ran on."""
+
+    kind: str  # "steady" or "resume"
+    first_ms: float
+    total_ms: float
+    cached_tokens: int
+    input_tokens: int
+    node: str | None = None
+    moved: bool = False
+    handshake_ms: float | None = None
+
+
+@dataclass
+class ClientRun:
+    samples: list[Sample] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def body(plan: Plan, client: int, i: int, previous: str | None) -> dict[str, Any]:
+    task = f"client {client} task: " + "inspect the module and report " * (plan.prefix_tokens // 6)
+    out: dict[str, Any] = {
+        "type": "response.create",
+        "model": MODEL,
+        "store": False,
+        "input": INSTRUCTIONS + task if i == 0 else f"step {i}: go on",
+        "metadata": {"emulator.tool_rounds": "0", "emulator.text_tokens": str(plan.text_tokens)},
+    }
+    if previous is not None:
+        out["previous_response_id"] = previous
+    return out
+
+
+async def timed_turn(ws: Any, create: dict[str, Any], started: float) -> tuple[float, float, dict]:
+    """Send ``create``; (ms to its first event, ms to its terminal event, the response),
+    both from ``started`` (perf_counter)."""
+    await ws.send(json.dumps(create))
+    first_ms = None
+    while True:
+        event = json.loads(await ws.recv())
+        if first_ms is None:
+            first_ms = (time.perf_counter() - started) * 1000.0
+        kind = event.get("type")
+        if kind == "error" or (kind in TERMINAL_EVENT_TYPES and kind != "response.completed"):
+            raise RuntimeError(f"turn failed: {json.dumps(event)[:300]}")
+        if kind == "response.completed":
+            return first_ms, (time.perf_counter() - started) * 1000.0, event["response"]
+
+
+def usage(response: dict) -> tuple[int, int]:
+    u = response["usage"]
+    return int(u["input_tokens_details"]["cached_tokens"]), int(u["input_tokens"])
+
+
+async def run_client(
+    url: str, plan: Plan, client: int, locate: Callable[[int], str | None], out: ClientRun
+) -> None:
+    ws = await websockets.connect(url, max_size=None, open_timeout=60)
+    assert ws.response is not None
+    token = ws.response.headers[HEADER]
+    node = locate(ws.local_address[1])
+    try:
+        _, _, response = await timed_turn(ws, body(plan, client, 0, None), time.perf_counter())  # not timed
+        previous, i = response["id"], 1
+        for r in range(plan.resumes + 1):
+            for _ in range(plan.steady):
+                first, total, response = await timed_turn(
+                    ws, body(plan, client, i, previous), time.perf_counter()
+                )
+                cached, prompt = usage(response)
+                out.samples.append(Sample("steady", first, total, cached, prompt, node))
+                previous, i = response["id"], i + 1
+            if r == plan.resumes:
+                break
+            ws.transport.abort()  # the network lost: no close frame
+            await asyncio.sleep(0.05)
+            started = time.perf_counter()
+            ws = await websockets.connect(
+                url, additional_headers={HEADER: token}, max_size=None, open_timeout=60
+            )
+            handshake = (time.perf_counter() - started) * 1000.0
+            first, total, response = await timed_turn(ws, body(plan, client, i, previous), started)
+            before, node = node, locate(ws.local_address[1])
+            cached, prompt = usage(response)
+            out.samples.append(
+                Sample("resume", first, total, cached, prompt, node, node != before, handshake)
+            )
+            previous, i = response["id"], i + 1
+        await ws.close()
+    except Exception as exc:  # noqa: BLE001 - reported and counted, the other clients go on
+        out.errors.append(repr(exc)[:300])
+
+
+def spread(values: list[float]) -> dict[str, float | int | None]:
+    def r(x: float | None) -> float | None:
+        return None if x is None else round(x, 2)
+
+    return {
+        "n": len(values),
+        "p50": r(pct(values, 0.5)),
+        "p99": r(pct(values, 0.99)),
+        "min": r(min(values, default=None)),
+        "max": r(max(values, default=None)),
+    }
+
+
+def summary(runs: list[ClientRun]) -> dict[str, Any]:
+    samples = [s for r in runs for s in r.samples]
+    steady = [s for s in samples if s.kind == "steady"]
+    resumed = [s for s in samples if s.kind == "resume"]
+    return {
+        "resume_first_event_ms": spread([s.first_ms for s in resumed]),
+        "resume_first_event_ms_other_node": spread([s.first_ms for s in resumed if s.moved]),
+        "resume_handshake_ms": spread([s.handshake_ms for s in resumed if s.handshake_ms is not None]),
+        "resume_terminal_ms": spread([s.total_ms for s in resumed]),
+        "steady_first_event_ms": spread([s.first_ms for s in steady]),
+        "steady_terminal_ms": spread([s.total_ms for s in steady]),
+        "resumes_moved_node": sum(s.moved for s in resumed),
+        "resumes": len(resumed),
+        "resume_cached_over_input": pct([s.cached_tokens / s.input_tokens for s in resumed], 0.5),
+        "steady_cached_over_input": pct([s.cached_tokens / s.input_tokens for s in steady], 0.5),
+        "resumes_with_cached_tokens": sum(s.cached_tokens > 0 for s in resumed),
+        "errors": [e for r in runs for e in r.errors],
+    }
+
+
+def fmt(d: dict[str, Any]) -> str:
+    return (
+        f"p50 {d['p50']:.1f} ms, p99 {d['p99']:.1f} ms (min {d['min']:.1f}, max {d['max']:.1f}; n={d['n']})"
+        if d["n"]
+        else "no samples"
+    )
+
+
+async def drive(url: str, plan: Plan, locate: Callable[[int], str | None]) -> list[ClientRun]:
+    runs = [ClientRun() for _ in range(plan.clients)]
+    await asyncio.gather(*(run_client(url, plan, c, locate, runs[c]) for c in range(plan.clients)))
+    return runs
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    d = Plan()
+    p.add_argument("--clients", type=int, default=d.clients, help="chains at once")
+    p.add_argument("--resumes", type=int, default=d.resumes, help="resumes per client")
+    p.add_argument("--steady", type=int, default=d.steady, help="turns on an open socket between resumes")
+    p.add_argument("--prefix-tokens", type=int, default=d.prefix_tokens, help="the first input's size")
+    p.add_argument("--text-tokens", type=int, default=d.text_tokens, help="output tokens per turn")
+    p.add_argument(
+        "--url", help="a running deployment's balancer (resume on, Redis store); default: the harness"
+    )
+    p.add_argument("--out", type=Path, default=Path("results/resume.json"))
+
+
+def run(args: argparse.Namespace) -> int:
+    plan = Plan(args.clients, args.resumes, args.steady, args.prefix_tokens, args.text_tokens)
+    where: dict[str, Any]
+    if args.url:
+        url = args.url.rstrip("/").replace("http", "ws", 1) + "/v1/responses"
+        runs = asyncio.run(drive(url, plan, lambda port: None))
+        where = {"url": args.url}
+    else:
+        from ..multinode import Harness
+
+        def edit(app_args: dict[str, Any]) -> None:
+            app_args.setdefault("session", {})["resume_grace_s"] = GRACE_S
+            scaling = app_args.setdefault("inference", {}).setdefault("scaling", {})
+            scaling["autoscaling"] = dict(scaling.get("autoscaling") or {}, min_replicas=2, max_replicas=2)
+
+        with Harness(edit_args=edit) as h:
+            runs = asyncio.run(drive(h.ws_url, plan, lambda port: h.connection_servers().get(port)))
+            where = {"harness": [f"{n.name}={n.address}" for n in h.topology.nodes], "balancer": h.url}
+    s = summary(runs)
+    result = {
+        "plan": asdict(plan),
+        "where": where,
+        "summary": s,
+        "samples": [
+            {k: round(v, 2) if isinstance(v, float) else v for k, v in asdict(x).items()}
+            for r in runs
+            for x in r.samples
+        ],
+    }
+    print(f"resume (reconnect → first event of the next turn): {fmt(s['resume_first_event_ms'])}")
+    print(f"  resumed on the other node:                     {fmt(s['resume_first_event_ms_other_node'])}")
+    print(f"  of which the handshake:                        {fmt(s['resume_handshake_ms'])}")
+    print(f"  reconnect → the next turn's terminal event:    {fmt(s['resume_terminal_ms'])}")
+    print(f"steady turn (create → first event):              {fmt(s['steady_first_event_ms'])}")
+    print(f"  create → terminal event:                       {fmt(s['steady_terminal_ms'])}")
+    print(
+        f"{s['resumes_moved_node']}/{s['resumes']} resumes moved node; cached_tokens > 0 on "
+        f"{s['resumes_with_cached_tokens']}/{s['resumes']} first turns after a resume; cached/input "
+        f"median {s['resume_cached_over_input']} after a resume, {s['steady_cached_over_input']} steady; "
+        f"errors {s['errors'][:3]}"
+    )
+    results.write(args.out, result, args.run)
+    return 1 if s["errors"] else 0
