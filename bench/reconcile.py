@@ -68,21 +68,14 @@ def read_ledger(data_dir: str | Path) -> list[Line]:
     return [Line(*row) for row in rows]
 
 
-async def read_redis_ledger(url: str, key_prefix: str = "rws:") -> list[Line]:
-    """Every line of the Redis ledger at ``url``, every owner's (read as the store reads
+async def read_redis_ledger(url: str, owners: list[str], key_prefix: str = "rws:") -> list[Line]:
+    """Every line of ``owners``' in the Redis ledger at ``url`` (read as the store reads
     them: :meth:`store.redis.RedisStore.usage`; a line written twice would be read twice)."""
-    import redis.asyncio as aioredis
-
     from store.redis import RedisStore
 
-    client = aioredis.Redis.from_url(url, decode_responses=True)
-    try:
-        keys = [key async for key in client.scan_iter(match=f"{key_prefix}usage:*")]
-    finally:
-        await client.aclose()
     store = RedisStore(url, key_prefix)
     try:
-        entries = [e for key in keys for e in await store.usage(key.removeprefix(f"{key_prefix}usage:"))]
+        entries = [e for owner in owners for e in await store.usage(owner)]
     finally:
         await store.close()
     return [Line(e.response_id, e.input_tokens, e.cached_tokens, e.output_tokens) for e in entries]

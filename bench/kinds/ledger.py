@@ -95,12 +95,17 @@ async def ws_client(
     stop: asyncio.Event,
     rng: random.Random,
     gaps: list[float],
+    key: str | None = None,
 ) -> None:
+    """A socket's turns, and new sockets after drops, until ``stop`` (``key``: the API key sent)."""
     previous: str | None = None  # continued on the next socket only if it was stored
     chain = 0
+    headers = {"Authorization": f"Bearer {key}"} if key else None
     while not stop.is_set():
         try:
-            async with websockets.connect(ws_url(url), max_size=None, open_timeout=30) as ws:
+            async with websockets.connect(
+                ws_url(url), max_size=None, open_timeout=30, additional_headers=headers
+            ) as ws:
                 while not stop.is_set():
                     body = turn_body(rng, plan, previous if chain < MAX_CHAIN else None)
                     chain = chain + 1 if "previous_response_id" in body else 1
@@ -120,9 +125,17 @@ async def ws_client(
 
 
 async def http_client(
-    url: str, plan: Plan, seen: Seen, stats: dict[str, int], stop: asyncio.Event, rng: random.Random
+    url: str,
+    plan: Plan,
+    seen: Seen,
+    stats: dict[str, int],
+    stop: asyncio.Event,
+    rng: random.Random,
+    key: str | None = None,
 ) -> None:
-    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+    """Streamed HTTP turns until ``stop`` (``key``: the API key sent)."""
+    headers = {"Authorization": f"Bearer {key}"} if key else None
+    async with httpx.AsyncClient(base_url=url, timeout=60, headers=headers) as http:
         while not stop.is_set():
             try:
                 async with http.stream(

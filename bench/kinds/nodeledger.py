@@ -32,11 +32,13 @@ import asyncio
 import json
 import os
 import random
+import secrets
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from serve.auth import fingerprint
 from store.journal import read as read_journal
 
 from .. import results
@@ -111,15 +113,17 @@ async def soak(harness: Harness, plan: Plan) -> dict[str, Any]:
     stop, rng, t0 = asyncio.Event(), random.Random(plan.seed), time.monotonic()
     gaps: list[float] = []
     clients_plan = plan.clients()
+    # A key of this run's own: the ledger read back is this soak's, not the cluster's other work.
+    key = f"sk-nodeledger-{secrets.token_hex(8)}"
     clients = [
         asyncio.create_task(
-            ws_client(harness.url, clients_plan, seen, stats, stop, random.Random(rng.random()), gaps)
+            ws_client(harness.url, clients_plan, seen, stats, stop, random.Random(rng.random()), gaps, key)
         )
         for _ in range(plan.ws)
     ]
     clients += [
         asyncio.create_task(
-            http_client(harness.url, clients_plan, seen, stats, stop, random.Random(rng.random()))
+            http_client(harness.url, clients_plan, seen, stats, stop, random.Random(rng.random()), key)
         )
         for _ in range(plan.http)
     ]
@@ -134,7 +138,7 @@ async def soak(harness: Harness, plan: Plan) -> dict[str, Any]:
         await asyncio.gather(*clients, return_exceptions=True)
     soak_s = time.monotonic() - t0
     await asyncio.sleep(1.0)  # connections closing: nothing more is written after a terminal event
-    lines = await read_redis_ledger(harness.redis_url)
+    lines = await read_redis_ledger(harness.redis_url, [fingerprint(key)])
     journal_dir = harness.data_dir / "ledger-journal"
     left = sorted(p.name for p in journal_dir.glob("*.jsonl")) if journal_dir.is_dir() else []
     return {
