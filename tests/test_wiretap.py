@@ -1,6 +1,6 @@
 """The recording relay (tests/support/wiretap.py) against a real websockets server and client,
 compression on: it passes every byte through and reads both directions' messages and the
-server's close code."""
+close codes, and whose side ended the stream."""
 
 from __future__ import annotations
 
@@ -40,6 +40,28 @@ def test_the_wiretap_reads_compressed_messages_both_ways_and_the_close_code():
                 assert conn.upgraded and conn.request.startswith("GET / ")
                 assert [m["n"] for _, m in conn.creates()] == [0, 1, 2]
                 assert [e["n"] for _, e in conn.events("response.completed")] == [0, 1, 2]
-                assert conn.close_code == 1012
+                assert conn.close_code == 1012 and conn.client_close_code == 1012  # its echo
+                assert conn.ended_by == "server"
+
+    asyncio.run(main())
+
+
+def test_the_wiretap_tells_a_client_that_drops_its_socket_from_a_server_close():
+    async def handler(ws: websockets.ServerConnection) -> None:
+        await ws.recv()
+        await ws.send(json.dumps({"type": "error", "error": {"code": "server_shutting_down"}}))
+        await ws.wait_closed()
+
+    async def main() -> None:
+        async with websockets.serve(handler, "127.0.0.1", 0) as server:
+            port = server.sockets[0].getsockname()[1]
+            with Wiretap("127.0.0.1", port) as tap:
+                ws = await websockets.connect(tap.url.replace("http", "ws"))
+                await ws.send(json.dumps({"type": "response.create"}))
+                await ws.recv()
+                ws.transport.abort()  # no close frame: the TCP stream just ends
+                await asyncio.sleep(0.3)
+                (conn,) = tap.connections
+                assert (conn.close_code, conn.client_close_code, conn.ended_by) == (1006, None, "client")
 
     asyncio.run(main())

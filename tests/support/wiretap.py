@@ -2,7 +2,8 @@
 SDK): every connection the client opens to it is piped through unchanged, and the WebSocket
 frames both ways are parsed (permessage-deflate inflated) so a test sees what the client sent
 and received: each JSON message with its time, the server's close code (1006: the TCP
-connection ended without one), plain HTTP requests (a fallback), and which session node the
+connection ended without one), the client's, whose side ended the TCP stream first, plain
+HTTP requests (a fallback), and which session node the
 balancer sent the connection to."""
 
 from __future__ import annotations
@@ -102,6 +103,8 @@ class Tapped:
     received: list[tuple[float, dict]] = field(default_factory=list)  # server → client
     close_code: int | None = None  # the server's close frame; 1006 when the TCP stream just ended
     closed_at: float | None = None
+    client_close_code: int | None = None  # the client's close frame, if it sent one
+    ended_by: str | None = None  # "client" or "server": whose side of the TCP stream ended first
 
     def events(self, kind: str) -> list[tuple[float, dict]]:
         return [(t, e) for t, e in self.received if e.get("type") == kind]
@@ -172,6 +175,8 @@ class Wiretap:
         def client_message(opcode: int, payload: bytes) -> None:
             if opcode == 0x1:
                 conn.sent.append((time.monotonic(), json.loads(payload)))
+            elif opcode == 0x8 and conn.client_close_code is None:
+                conn.client_close_code = struct.unpack("!H", payload[:2])[0] if len(payload) >= 2 else 1005
 
         def server_message(opcode: int, payload: bytes) -> None:
             if opcode == 0x1:
@@ -186,8 +191,16 @@ class Wiretap:
             frames: FrameReader,
             on: Callable[[int, bytes], None],
         ) -> None:
+            side = "client" if frames is out else "server"
             with contextlib.suppress(OSError):
-                while data := await src.read(65536):
+                while True:
+                    try:
+                        data = await src.read(65536)
+                    except OSError:
+                        data = b""
+                    if not data:  # this side ended its stream (or reset it)
+                        conn.ended_by = conn.ended_by or side
+                        break
                     for message in frames.feed(data):
                         on(*message)
                     if frames is back and back.head is not None and not conn.upgraded:
