@@ -97,10 +97,15 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 """
 
-# KEYS[1] = the hash; ARGV = epoch.  Deletes only our own state.
+# KEYS[1] = the hash; ARGV = epoch, ttl_ms.  Deletes only our own state, and leaves in its
+# place a marker with no content (epoch ``ended``, one grace window) that fences every holder:
+# a write still in flight from this or an older holder cannot bring the state back.
 FORGET = """
-if redis.call('HGET', KEYS[1], 'epoch') == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
+if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'epoch', 'ended')
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
 """
 
 # KEYS[1] = the hash; ARGV = secret hash, owner, new holder, ttl_ms, channel prefix, conn_id.
@@ -164,8 +169,9 @@ class ContinuityStore:
         return answer == 1
 
     async def forget(self, conn_id: str, epoch: int) -> None:
-        """Delete the state if it is still ours (the client closed normally)."""
-        await self._forget(keys=[self.key(conn_id)], args=[str(epoch)])
+        """Delete the state if it is still ours (the client closed normally); what any holder
+        writes or refreshes for it afterwards is :class:`Fenced`, and its token is refused."""
+        await self._forget(keys=[self.key(conn_id)], args=[str(epoch), self.ttl_ms])
 
     async def claim(self, conn_id: str, secret: str, owner: str, holder: str) -> Claimed | None:
         """Take the state for ``holder`` (a new epoch; the old holder is told); ``None`` for an

@@ -95,7 +95,7 @@ def test_a_stale_holder_can_neither_write_nor_refresh_nor_delete(make):
             await store.save("c1", 3, "s3cret", owner=OWNER, deadline=1e9, holder="host-c", state=b"{}")
             assert await store.touch("c1", 3)
             await store.forget("c1", 3)
-            assert await store._redis.exists(store.key("c1")) == 0
+            assert await store._redis.hgetall(store.key("c1")) == {"epoch": "ended"}, "no content kept"
         finally:
             await store.close()
 
@@ -158,6 +158,33 @@ def test_an_expired_state_is_not_claimable_and_a_live_holder_may_write_it_again(
             assert not await store.touch("c1", 1)  # expired: the holder writes it again
             await first_holder(store, "c1", "s3cret")
             assert await store.claim("c1", "s3cret", OWNER, "host-b") is not None
+        finally:
+            await store.close()
+
+    run(main())
+
+
+def test_after_a_normal_close_no_late_write_brings_the_state_back(make):
+    """A holder's write or refresh still in flight when the state is deleted (its own, or an
+    older holder's) is fenced, and the token is refused: the marker left has no content."""
+
+    async def main():
+        store = make()
+        try:
+            await first_holder(store, "c1", "s3cret")
+            claimed = await store.claim("c1", "s3cret", OWNER, "host-b")
+            assert claimed is not None
+            await store.forget("c1", claimed.epoch)
+            for epoch in (claimed.epoch, 1):
+                with pytest.raises(Fenced):
+                    await store.save(
+                        "c1", epoch, "s3cret", owner=OWNER, deadline=1e9, holder="h", state=b"{}"
+                    )
+                with pytest.raises(Fenced):
+                    await store.touch("c1", epoch)
+            assert await store.claim("c1", "s3cret", OWNER, "host-c") is None
+            assert await store._redis.hgetall(store.key("c1")) == {"epoch": "ended"}
+            assert 0 < await store._redis.pttl(store.key("c1")) <= store.ttl_ms
         finally:
             await store.close()
 
