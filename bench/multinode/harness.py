@@ -396,8 +396,12 @@ class Harness:
 
     def restart(self, name: str, timeout_s: float = 180.0) -> None:
         """Start a killed node again (``ray start`` in its namespace, a new Ray node id) and
-        wait until its gateway answers ``/readyz`` 200 (Serve places one there again)."""
+        wait until its gateway answers ``/readyz`` 200 (Serve places one there again).  A
+        drain of the node whose kill is still pending is waited for first."""
         node = self.node(name)
+        for drain in self.drains:
+            if drain.node == name and drain.timer is not None and drain.timer.is_alive():
+                drain.timer.join(timeout=max(0.0, drain.deadline_at - time.monotonic()) + 10.0)
         if network.namespace_pids(node.namespace):
             raise RuntimeError(f"{name} still has processes: kill it first")
         deadline = time.monotonic() + timeout_s
