@@ -27,7 +27,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from tests.support.balancer import Balancer
 from tests.support.server import start_app, stop_app
-from tests.support.wire import raw_collect
+from tests.support.wire import output_text, raw_collect
 
 HEADER = "x-responses-ws-resume-token"
 KEY = "key-any-node"
@@ -82,7 +82,7 @@ def expected(cluster) -> list[str]:
             out, previous = [], None
             for i in range(TURNS):
                 response = await turn(ws, i, previous)
-                out.append(text(response))
+                out.append(output_text(response))
                 previous = response["id"]
         return out
 
@@ -126,15 +126,6 @@ async def turn(ws, i: int, previous: str | None) -> dict:
     last = (await raw_collect(ws))[-1]
     assert last["type"] == "response.completed", last
     return last["response"]
-
-
-def text(response: dict) -> str:
-    return "".join(
-        part.get("text", "")
-        for item in response["output"]
-        if item["type"] == "message"
-        for part in item["content"]
-    )
 
 
 def kill_host_of(balancer: Balancer) -> None:
@@ -181,17 +172,17 @@ def test_a_store_false_chain_survives_a_host_crash_and_a_drain_with_the_same_out
         out, previous = [], None
         for i in range(3):
             response = await turn(ws, i, previous)
-            out.append(text(response))
+            out.append(output_text(response))
             previous = response["id"]
         # The crash: the host process is killed; the gateway closes the socket 1011.
         kill_host_of(balancer)
         assert await closed_code(ws) == 1011
         ws, response = await resumed(token, 3, previous, "after a host crash (same app, another host)")
-        out.append(text(response))
+        out.append(output_text(response))
         previous = response["id"]
         for i in range(4, 6):
             response = await turn(ws, i, previous)
-            out.append(text(response))
+            out.append(output_text(response))
             previous = response["id"]
         # The drain: app A goes (a rolling upgrade of its node); the socket closes 1012, and
         # the balancer sends the reconnect to app B.
@@ -199,11 +190,11 @@ def test_a_store_false_chain_survives_a_host_crash_and_a_drain_with_the_same_out
         serve.delete("rws-any-a")
         assert await closed_code(ws) == 1012
         ws, response = await resumed(token, 6, previous, "after a drain (another app)")
-        out.append(text(response))
+        out.append(output_text(response))
         previous = response["id"]
         for i in range(7, TURNS):
             response = await turn(ws, i, previous)
-            out.append(text(response))
+            out.append(output_text(response))
             previous = response["id"]
         await ws.close()  # a normal close: the state is deleted from the store
         return out
@@ -280,7 +271,7 @@ def test_the_openai_sdk_continues_across_a_crash_and_a_drain_by_itself(cluster, 
             def finished():
                 ev = next(ev for ev in conn if ev.type in ("response.completed", "error", "response.failed"))
                 assert ev.type == "response.completed", ev
-                out.append(text(ev.response.model_dump(mode="json")))
+                out.append(output_text(ev.response.model_dump(mode="json")))
                 return ev.response.id
 
             previous = None

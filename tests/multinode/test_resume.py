@@ -31,6 +31,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from bench.multinode import Harness
 from store.continuity import unseal
+from tests.support.wire import output_text
 
 HEADER = "x-responses-ws-resume-token"
 TURNS = 20
@@ -55,15 +56,6 @@ def body(i: int, previous: str | None) -> dict[str, Any]:
     return out
 
 
-def text(response: dict) -> str:
-    return "".join(
-        part.get("text", "")
-        for item in response["output"]
-        if item["type"] == "message"
-        for part in item["content"]
-    )
-
-
 def cached(response: dict) -> int:
     return int(response["usage"]["input_tokens_details"]["cached_tokens"])
 
@@ -81,7 +73,7 @@ class Chain:
     previous: str | None = None
 
     def record(self, response: dict, node: str | None) -> None:
-        self.texts.append(text(response))
+        self.texts.append(output_text(response))
         self.cached.append(cached(response))
         self.nodes.append(node)
         self.previous = response["id"]
