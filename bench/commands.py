@@ -3,8 +3,9 @@ hands them over unparsed): pick the module (a kind of :data:`bench.KINDS`, or
 :mod:`bench.kinds.demo`, :mod:`bench.kinds.replay`),
 build its parser, start the :class:`~bench.results.Run` its results record, run it.
 
-Every one of them needs the ``bench`` extra: without it, the command ends with a one-line
-install hint before anything runs, instead of a traceback (or a failure after a long run).
+Every one of them needs the lab's dependencies (bench/pyproject.toml): without them, the command
+ends with a one-line install hint before anything runs, instead of a traceback (or a failure
+after a long run).
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ import sys
 from . import DEFAULT_KIND, DEMO_MODULE, KINDS, REPLAY_MODULE
 from .results import Run
 
-INSTALL_HINT = "pip install 'responses-ws[bench]'"
-# The import names of pyproject.toml's ``bench`` extra (tests/test_layout.py keeps them equal).
+INSTALL_HINT = "pip install 'responses-ws[bench]' (from a checkout: pip install -e ./bench)"
+# The import names of the lab's own dependencies besides the server, bench/pyproject.toml
+# (tests/test_layout.py keeps them equal).
 EXTRA_MODULES = frozenset({"rich", "matplotlib", "psutil", "hypothesis", "httpx", "openai"})
 
 
@@ -57,7 +59,7 @@ def run_module(module: str, prog: str, argv: list[str]) -> int:
     missing = sorted(name for name in EXTRA_MODULES if importlib.util.find_spec(name) is None)
     if missing:
         print(
-            f"{prog} needs the bench extra ({', '.join(missing)} not installed): {INSTALL_HINT}",
+            f"{prog} needs the lab's dependencies ({', '.join(missing)} not installed): {INSTALL_HINT}",
             file=sys.stderr,
         )
         return 1

@@ -1,12 +1,14 @@
 """``responses-ws`` command line: ``serve``, ``demo``, ``bench`` and ``replay``.
 
-``demo``, ``bench`` and ``replay`` are clients of the server: the bench package runs them, and
-it is loaded only when one of them is asked for (``responses-ws serve`` never imports it).
+``demo``, ``bench`` and ``replay`` are clients of the server: the lab runs them, a distribution
+of its own (``responses-ws-bench``, package ``bench``), loaded by name only when one of them is
+asked for and installed; without it they print how to install it.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import signal
 import sys
@@ -22,8 +24,10 @@ from .config import ServerConfig, load_app_config
 if TYPE_CHECKING:
     from .embedded import Dashboard
 
-CLIENT_COMMANDS = ("demo", "bench", "replay")  # parsed and run by bench.commands
+CLIENT_COMMANDS = ("demo", "bench", "replay")  # parsed and run by the lab's LAB_MODULE
 DISTRIBUTION = "responses-ws"
+LAB_MODULE = "bench.commands"  # the lab's entry point: main(argv) -> exit code
+LAB_HINT = "pip install 'responses-ws[bench]' (from a checkout: make install, or pip install -e ./bench)"
 
 
 def version() -> str:
@@ -146,9 +150,15 @@ def _real_model(args: argparse.Namespace) -> int:
 
 
 def _client_command(argv: list[str]) -> int:
-    from bench.commands import main as bench_main  # lazily: the server does not depend on bench
-
-    return bench_main(argv)
+    """Hand ``argv`` to the lab, if it is installed: the server does not depend on it."""
+    try:
+        lab = importlib.import_module(LAB_MODULE)
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("bench", LAB_MODULE):  # a module the installed lab itself lacks
+            raise
+        print(f"responses-ws {argv[0]} needs the lab (responses-ws-bench): {LAB_HINT}", file=sys.stderr)
+        return 1
+    return int(lab.main(argv))
 
 
 def parser() -> argparse.ArgumentParser:
@@ -237,7 +247,7 @@ def parser() -> argparse.ArgumentParser:
         help="where (default: $RESPONSES_WS_MODEL_DIR or ~/.cache/responses-ws/smollm2-135m)",
     )
     r.set_defaults(func=_real_model)
-    # Listed for the overview only: main() hands these command lines to bench.commands unparsed.
+    # Listed for the overview only: main() hands these command lines to the lab unparsed.
     sub.add_parser(
         "demo",
         help="embedded server + a short agent-loop benchmark, WebSocket vs HTTP (responses-ws demo --help)",

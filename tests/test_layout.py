@@ -1,9 +1,10 @@
 """The package layout: dependency direction, where Ray may be imported, no import cycles.
 
 ``serve → actors → inference``; ``store`` is used by ``serve`` and ``actors`` and imports
-neither; ``bench`` is a client of the server: nothing in the server imports it except the
-CLI's ``bench`` and ``demo`` subcommands, lazily (inside a function).  Of the installed
-modules only the fuzz benchmark imports hypothesis (a test and ``bench`` extra dependency).
+neither; ``bench`` is the lab, a client of the server and a distribution of its own
+(bench/pyproject.toml): no server module imports it (the CLI's ``bench``, ``demo`` and
+``replay`` load it by name when it is installed), and the server's wheel does not hold it.
+Of the lab's modules only the fuzz benchmark imports hypothesis.
 ``investigations`` (run from a checkout, never in the wheel) may import all of them.
 """
 
@@ -34,7 +35,6 @@ ALLOWED = {
         "store",
     },  # run from a checkout, not in the wheel
 }
-LAZY_BENCH = {"serve/cli.py"}  # may load bench inside a function, never at import time
 RAY_MODULES = {
     "inference/deployment.py",
     "inference/whatif_deployment.py",
@@ -97,8 +97,7 @@ def test_packages_import_only_what_they_may():
         for path in modules(package):
             rel = path.relative_to(ROOT).as_posix()
             used = packages_of(imported(path)) - {package}
-            allowed = ALLOWED[package] | ({"bench"} if rel in LAZY_BENCH else set())
-            assert used <= allowed, f"{rel} imports {used - allowed}"
+            assert used <= ALLOWED[package], f"{rel} imports {used - ALLOWED[package]}"
 
 
 # What the session core (actors/core) may import of the project: itself, the wire protocol
@@ -157,11 +156,6 @@ def test_the_server_uses_only_the_public_sans_io_api_of_websockets():
     assert not used, sorted(used)
 
 
-def test_the_cli_loads_bench_lazily():
-    for rel in LAZY_BENCH:
-        assert "bench" not in packages_of(imported(ROOT / rel, top_level_only=True)), rel
-
-
 def test_only_the_fuzz_benchmark_imports_hypothesis():
     """At import time, directly or through another module: hypothesis is not a dependency of
     the server, nor of the other benchmarks (the fuzz oracle included)."""
@@ -184,12 +178,32 @@ def test_importing_the_cli_loads_neither_bench_nor_hypothesis():
     assert out.stdout.strip() == "[]"
 
 
-def test_the_bench_extra_is_what_the_bench_command_checks_for():
+LAB = tomllib.loads((ROOT / "bench" / "pyproject.toml").read_text())
+
+
+def test_the_labs_dependencies_are_what_the_bench_command_checks_for():
     from bench.commands import EXTRA_MODULES
 
-    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    names = {re.match(r"[\w.-]+", requirement).group() for requirement in extras["bench"]}
-    assert names == EXTRA_MODULES
+    names = {re.match(r"[\w.-]+", requirement).group() for requirement in LAB["project"]["dependencies"]}
+    assert names - {"responses-ws"} == EXTRA_MODULES
+
+
+def test_the_lab_is_a_distribution_of_its_own_released_with_the_server():
+    """The server's wheel holds the server's packages only; its ``bench`` extra is the lab, of
+    the server's version, and the lab requires that same server (it is released with it)."""
+    from fnmatch import fnmatch
+
+    server = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    include = server["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert not any(fnmatch(name, pattern) for name in ("bench", "bench.kinds") for pattern in include)
+    version = server["project"]["version"]
+    assert LAB["project"]["version"] == version
+    assert server["project"]["optional-dependencies"]["bench"] == [f"responses-ws-bench=={version}"]
+    assert f"responses-ws=={version}" in LAB["project"]["dependencies"]
+    lab = LAB["tool"]["setuptools"]
+    assert lab["package-dir"] == {"bench": "."}
+    on_disk = {module_name(p.parent / "__init__.py") for p in (ROOT / "bench").rglob("__init__.py")}
+    assert set(lab["packages"]) == on_disk, "every package of the lab is listed in bench/pyproject.toml"
 
 
 def test_no_import_cycles():
@@ -351,11 +365,11 @@ def test_the_real_model_extra_declares_its_lazy_imports():
 def test_each_extra_declares_what_its_commands_and_tests_import():
     extras = PYPROJECT["optional-dependencies"]
     base = _declared(PYPROJECT["dependencies"])
-    bench = base | _declared(extras["bench"])
+    bench = base | _declared(LAB["project"]["dependencies"])
     test = bench | _declared(extras["test"])
     assert "responses-ws[bench]" in extras["demo"] and "responses-ws[bench]" in extras["test"]
     missing = distributions(third_party_imports(modules("bench"))) - bench
-    assert not missing, f"bench imports {sorted(missing)}: add them to the bench extra"
+    assert not missing, f"bench imports {sorted(missing)}: add them to bench/pyproject.toml's dependencies"
     missing = distributions(third_party_imports(sorted((ROOT / "tests").rglob("*.py")))) - test
     assert not missing, f"the tests import {sorted(missing)}: add them to the test extra"
 

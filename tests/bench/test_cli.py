@@ -1,6 +1,6 @@
 """``responses-ws bench [KIND]`` and ``responses-ws demo``: every kind has the module shape
-bench/__init__.py documents, the default kind is agentloop, and a missing ``bench`` extra
-ends the command with an install hint (no server is started here)."""
+bench/__init__.py documents, the default kind is agentloop, and a missing lab, or a lab
+without its dependencies, ends the command with an install hint (no server is started here)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 import bench
 from bench import DEFAULT_KIND, DEMO_MODULE, KINDS, REPLAY_MODULE
 from bench.commands import INSTALL_HINT
-from serve.cli import main
+from serve.cli import LAB_HINT, main
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
@@ -45,7 +45,16 @@ def test_an_unknown_kind_is_refused(capsys):
 
 
 @pytest.mark.parametrize("argv", [["bench", "hotpath"], ["demo"], ["replay", "session.jsonl"]])
-def test_without_the_bench_extra_the_command_prints_an_install_hint(argv, monkeypatch, capsys):
+def test_without_the_lab_the_server_cli_prints_how_to_install_it(argv, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "bench", None)  # as if responses-ws-bench were not installed
+    monkeypatch.delitem(sys.modules, "bench.commands", raising=False)
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "responses-ws-bench" in err and LAB_HINT in err
+
+
+@pytest.mark.parametrize("argv", [["bench", "hotpath"], ["demo"], ["replay", "session.jsonl"]])
+def test_without_the_labs_dependencies_the_command_prints_an_install_hint(argv, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "psutil", None)  # as if it were not installed
     assert main(argv) == 1
     err = capsys.readouterr().err

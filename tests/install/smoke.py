@@ -1,12 +1,14 @@
 """Smoke test of an installed ``responses-ws`` (a wheel in a fresh virtualenv): run it with
 that environment's Python, from any directory, not from the checkout::
 
-    /tmp/venv/bin/python tests/install/smoke.py
+    /tmp/venv/bin/python tests/install/smoke.py [path/to/responses_ws-….whl]
 
 It starts ``responses-ws serve --port <free>`` (the ``responses-ws`` next to this Python) in
 a new temporary directory, waits until it is serving, checks ``GET /healthz``, ``GET /readyz`` and
 ``responses-ws --version``, runs one WebSocket turn (``response.create`` → ``response.completed``
-with text), stops the server with SIGINT and checks it exits cleanly.  Only the standard
+with text), stops the server with SIGINT and checks it exits cleanly.  The server's wheel
+holds no lab: no ``bench`` module in the wheel (when its path is given) nor importable, and
+``responses-ws bench`` ends with the hint to install ``responses-ws-bench``.  Only the standard
 library and ``websockets`` (a dependency of the package) are used.  ``make smoke-wheel``
 builds the wheel and runs this on a given interpreter.
 """
@@ -14,6 +16,7 @@ builds the wheel and runs this on a given interpreter.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 import platform
@@ -25,6 +28,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+import zipfile
 from pathlib import Path
 
 import websockets
@@ -78,9 +82,23 @@ async def one_turn(base: str) -> str:
     return "".join(text)
 
 
+def check_no_lab(exe: Path, wheel: Path | None) -> None:
+    """The server's wheel is the server: the lab (responses-ws-bench) is not in it."""
+    if wheel is not None:
+        lab = [n for n in zipfile.ZipFile(wheel).namelist() if n.split("/")[0] == "bench"]
+        if lab:
+            raise SystemExit(f"{wheel.name} holds the lab: {lab[:5]}")
+    if importlib.util.find_spec("bench") is not None:
+        raise SystemExit(f"a bench module is importable: {importlib.util.find_spec('bench').origin}")
+    out = subprocess.run([exe, "bench", "--help"], check=False, capture_output=True, text=True)
+    if out.returncode != 1 or "responses-ws-bench" not in out.stderr:
+        raise SystemExit(f"responses-ws bench without the lab: exit {out.returncode}, {out.stderr!r}")
+
+
 def main() -> int:
     exe = Path(sys.executable).parent / "responses-ws"
     version = subprocess.run([exe, "--version"], capture_output=True, text=True, check=True).stdout.strip()
+    check_no_lab(exe, Path(sys.argv[1]) if len(sys.argv) > 1 else None)
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryDirectory(prefix="rws-smoke-") as work:
@@ -114,8 +132,8 @@ def main() -> int:
         if not (Path(work) / "data").is_dir():
             raise SystemExit("the store's data directory was not created in the working directory")
     print(
-        f"smoke OK: Python {platform.python_version()}, {version}, from {work}: /healthz, /readyz, "
-        f"one WebSocket turn ({len(text)} chars of text), clean stop"
+        f"smoke OK: Python {platform.python_version()}, {version}, from {work}: no lab in the wheel, "
+        f"/healthz, /readyz, one WebSocket turn ({len(text)} chars of text), clean stop"
     )
     return 0
 
