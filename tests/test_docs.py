@@ -91,3 +91,15 @@ def test_every_project_path_named_in_the_pages_exists():
         if path not in NOT_PROJECT_PATHS and "KIND" not in path and not (ROOT / path).exists()
     ]
     assert missing == []
+
+
+def test_the_map_lists_every_bench_kind():
+    """docs/README.md's row for the benchmarks names every kind ``responses-ws bench`` runs."""
+    from bench import KINDS
+
+    row = next(
+        line
+        for line in (ROOT / "docs" / "README.md").read_text().splitlines()
+        if "responses-ws bench <kind>" in line
+    )
+    assert [k for k in KINDS if not re.search(rf"\b{k}\b", row)] == []

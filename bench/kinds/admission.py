@@ -3,7 +3,6 @@
 Against an embedded server on the default configuration (or ``--url``, or ``--cluster``),
 from one client process on the same machine, in this order:
 
-- ``micro``: the CPU of each admission step, in-process with the server's own code;
 - ``warm``: sequential connects to a warm, idle server;
 - ``ramp`` (first of the loads, so its memory is measured on a fresh server): connections
   arriving at R/s, held open; connect latency percentiles; the server's private memory (USS
@@ -47,7 +46,7 @@ from ..processes import actor_pids, cpu_by_pid, session_host_pids, uss_mb
 from ..stats import pct
 
 SHORT = {"emulator.tool_rounds": "0", "emulator.text_tokens": "8"}
-PHASES = ("micro", "warm", "burst", "ramp", "idle", "http_load")
+PHASES = ("warm", "burst", "ramp", "idle", "http_load")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -59,7 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", type=Path, default=None, help="server config file for the embedded server")
     p.add_argument(
         "--phases",
-        default="micro,warm,ramp,burst,http_load",
+        default="warm,ramp,burst,http_load",
         help=f"comma-separated, from {','.join(PHASES)} (idle is heavy: opt in)",
     )
     p.add_argument("--burst", type=int, default=1000, help="connections opened at once")
@@ -503,89 +502,6 @@ async def http_load_phase(url: str, args) -> dict[str, Any]:
     }
 
 
-def micro_phase(n: int = 2000) -> dict[str, float]:
-    """CPU per connection of each admission step, in this process with the server's own code
-    (no Ray, no network): where the CPU of a new connection goes, step by step."""
-    import base64
-    import os
-    import socket as socketlib
-
-    from websockets.http11 import Request
-    from websockets.server import ServerProtocol
-
-    from actors.config import SessionConfig
-    from actors.core.session import Session
-    from actors.host.handoff import Handoff, Link, SocketKind
-    from serve.auth import KeyRing
-    from serve.front import is_responses_upgrade, request_headers, wants_append_mode
-
-    def head(i: int) -> bytes:
-        key = base64.b64encode(os.urandom(16)).decode()
-        return (
-            f"GET /v1/responses HTTP/1.1\r\nHost: 127.0.0.1:8765\r\nUpgrade: websocket\r\n"
-            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
-            f"Authorization: Bearer sk-test-{i % 7}\r\nUser-Agent: OpenAI/Python 3.57.0\r\n\r\n"
-        ).encode()
-
-    heads = [head(i) for i in range(n)]
-    keys = KeyRing(())
-
-    def per_conn(fn) -> float:  # CPU µs per connection
-        t0 = time.process_time()
-        for h in heads:
-            fn(h)
-        return (time.process_time() - t0) * 1e6 / n
-
-    out: dict[str, float] = {}
-    out["gateway_parse_head_us"] = per_conn(
-        lambda h: (
-            is_responses_upgrade(h),
-            wants_append_mode(h, request_headers(h)),
-            keys.owner(request_headers(h)),
-        )
-    )
-
-    async def handoffs() -> float:
-        a, b = socketlib.socketpair(socketlib.AF_UNIX, socketlib.SOCK_SEQPACKET)
-        gateway, host = Link(a), Link(b)
-        pairs = [socketlib.socketpair() for _ in range(64)]
-        t0 = time.process_time()
-        received = 0
-        for i in range(n):
-            await gateway.send(
-                Handoff(f"s{i}", SocketKind.WEBSOCKET, f"c{i}", "owner"), pairs[i % 64][0].fileno()
-            )
-            async for _, sock in host.messages():
-                assert sock is not None  # each message carries its socket
-                sock.close()
-                received += 1
-                break
-        took = (time.process_time() - t0) * 1e6 / n
-        for x, y in pairs:
-            x.close()
-            y.close()
-        gateway.close()
-        host.close()
-        return took
-
-    out["handoff_send_and_receive_us"] = asyncio.run(handoffs())
-
-    def handshake(h: bytes) -> None:
-        protocol = ServerProtocol()
-        protocol.receive_data(h)
-        request = protocol.events_received()[0]
-        assert isinstance(request, Request)
-        protocol.send_response(protocol.accept(request))
-        protocol.data_to_send()
-
-    out["host_websocket_handshake_us"] = per_conn(handshake)
-    config = SessionConfig()
-    out["host_session_setup_us"] = per_conn(
-        lambda h: Session(config, ["emu-fast"], session_key="c", owner="o", clock=time.time)
-    )
-    return out
-
-
 # ----------------------------------------------------------------------------- the command
 
 
@@ -616,11 +532,6 @@ def _print_summary(result: dict) -> None:
     from rich.console import Console
 
     c = Console(width=110)
-    if "micro" in result:
-        c.print(
-            "admission CPU per connection, step by step (µs): "
-            + ", ".join(f"{k.removesuffix('_us')} {v:.0f}" for k, v in result["micro"].items())
-        )
     if "warm" in result:
         c.print(
             f"warm, idle server: connect p50 {result['warm']['connect_ms']['p50']:.1f} ms "
@@ -688,8 +599,6 @@ async def _measure(url: str, args, meter: ServerMeter, on_held: Any = None) -> d
     if unknown:
         raise SystemExit(f"unknown phases: {sorted(unknown)}")
     result: dict[str, Any] = {}
-    if "micro" in phases:
-        result["micro"] = await asyncio.to_thread(micro_phase)  # it runs event loops of its own
     with Progress(transient=True) as bar:
         if "warm" in phases:
             result["warm"] = await warm_phase(url, args.warm_connects)
