@@ -25,6 +25,19 @@ from actors.protocol import TERMINAL_EVENT_TYPES
 
 # The last event of the answer to a request: a terminal event, or an ``error`` (not started).
 FINAL_EVENT_TYPES = TERMINAL_EVENT_TYPES | {"error"}
+
+
+def output_text(response: dict[str, Any]) -> str:
+    """The text of a response's messages, joined (its ``output_text`` parts)."""
+    return "".join(
+        part.get("text", "")
+        for item in response.get("output", [])
+        if item.get("type") == "message"
+        for part in item.get("content", [])
+        if part.get("type") == "output_text"
+    )
+
+
 # The first output token of a response (time to first token ends here).
 FIRST_TOKEN_TYPES = frozenset({"response.output_text.delta", "response.function_call_arguments.delta"})
 

@@ -39,15 +39,11 @@ from typing import Any
 
 from .. import processes, results
 from .. import workload as wl
+from ..client import FINAL_EVENT_TYPES
 from ..rollouts import TIMINGS_KEY, model_seconds, server_timings
 from ..stats import pct
 
-TERMINAL = (
-    '"type":"response.completed"',
-    '"type":"response.failed"',
-    '"type":"response.incomplete"',
-    '"type":"error"',
-)
+TERMINAL = tuple(f'"type":"{t}"' for t in sorted(FINAL_EVENT_TYPES))  # matched in the raw frames
 OUTPUT_POOL = 48  # distinct tool outputs per client process (drawn from the preset's sizes)
 HISTORY_POOL = 8  # distinct resumed histories (generating one costs the client ~0.1 s of CPU)
 

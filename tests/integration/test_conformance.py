@@ -25,11 +25,11 @@ import pytest
 from openai import OpenAI
 from websockets.sync.client import connect
 
+from bench.client import FINAL_EVENT_TYPES
 from tests.support.schemas import HOSTED_TOOL_LEFT_OUT, OPEN_RESPONSES, SCHEMA_READ_AS_NULL, SDK, Checker
 
 MODEL = "emu-fast"
 AUTH = {"Authorization": "Bearer sk-test"}
-TERMINAL = {"response.completed", "response.incomplete", "response.failed", "error"}
 SHORT = {"emulator.text_tokens": "12"}  # short text answers keep the corpus fast
 
 # A tool whose schema has nested objects, enums, arrays of enums and of objects, and a
@@ -185,7 +185,7 @@ class Socket:
         events, ended = [], 0
         while ended < terminals:
             events.append(self.recv())
-            ended += events[-1]["type"] in TERMINAL
+            ended += events[-1]["type"] in FINAL_EVENT_TYPES
         return events
 
     def turn(self, **body: Any) -> Outcome:

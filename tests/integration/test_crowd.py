@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import websockets
 
+from bench.client import output_text
 from tests.support.server import gateway_stats, start_app, stop_app, wait_for
 from tests.support.wire import raw_collect
 
@@ -56,16 +57,6 @@ def assert_one_response(events: list[dict]) -> dict:
     response = events[-1]["response"]
     assert all(e["response"]["id"] == response["id"] for e in events if "response" in e)
     return response
-
-
-def output_text(response: dict) -> str:
-    return "".join(
-        part["text"]
-        for item in response["output"]
-        if item["type"] == "message"
-        for part in item["content"]
-        if part["type"] == "output_text"
-    )
 
 
 # ------------------------------------------------------------------ a burst on the default config

@@ -25,9 +25,10 @@ import websockets
 from ray import serve
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+from bench.client import output_text
 from tests.support.balancer import Balancer
 from tests.support.server import start_app, stop_app
-from tests.support.wire import output_text, raw_collect
+from tests.support.wire import raw_collect
 
 HEADER = "x-responses-ws-resume-token"
 KEY = "key-any-node"

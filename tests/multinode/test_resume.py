@@ -29,9 +29,9 @@ import redis
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
+from bench.client import output_text
 from bench.multinode import Harness
 from store.continuity import unseal
-from tests.support.wire import output_text
 
 HEADER = "x-responses-ws-resume-token"
 TURNS = 20

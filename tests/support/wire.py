@@ -76,13 +76,3 @@ def outputs_for(response: dict[str, Any], text: str = "ok") -> list[dict[str, An
         for item in response["output"]
         if item["type"] == "function_call"
     ]
-
-
-def output_text(response: dict[str, Any]) -> str:
-    """The text of a response's messages, joined."""
-    return "".join(
-        part.get("text", "")
-        for item in response["output"]
-        if item["type"] == "message"
-        for part in item["content"]
-    )
