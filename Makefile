@@ -47,8 +47,10 @@ haproxy:
 	  export DEBIAN_FRONTEND=noninteractive; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq haproxy; }
 
+# Two workers (pytest-xdist); the tests that share a Ray stay on one worker (the xdist groups
+# of tests/conftest.py, kept in the order given there).  The slowest tests are listed at the end.
 test: $(STAMP) redis $(CLIENTS)
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadgroup --no-loadscope-reorder --durations=15
 
 # The fast tier: pure logic, no Ray, no store server, no JS clients (tests/conftest.py marks).
 test-unit: $(STAMP)

@@ -4,7 +4,9 @@ cluster, the multi-node scenario).  Helpers the tests share are in tests/support
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 import secrets
 import shutil
 from collections.abc import Iterator
@@ -36,6 +38,35 @@ MULTINODE_DIR = "multinode"
 # of them run first.
 LAST_TIERS = ("operations", "cluster")
 CHILDREN = ("operator_server", "json_logs_server", "shared_ray_cluster", "cluster_scenario")
+# Parallel workers: `make test` runs the suite on two pytest-xdist workers (`-n 2 --dist
+# loadgroup --no-loadscope-reorder`).  A Ray lives in one worker process, so the tests that
+# share one are an xdist group, which stays on one worker: the tests on the embedded Ray in
+# two groups (each group's worker starts an embedded Ray of its own), FAULT_FILES — the ones
+# that redeploy, kill or drain, the slow half — and the rest; and the LAST_TIERS' tests that
+# start Rays of their own (the children, `ray start` clusters).  The groups come first,
+# largest first: each worker starts with one of the two embedded-Ray groups, the one done
+# first takes the children's, and the tests of no group (pure logic, the store against a
+# redis-server) fill the gaps module by module.  Every Ray start holds a lock the workers share
+# (tests/support/children.py, ray_start_lock).
+FAULT_FILES = {
+    "integration/test_faults.py",
+    "integration/test_resume_any_node.py",
+    "integration/test_store_backends.py",
+    "integration/test_crowd.py",
+    "integration/test_ledger.py",
+    "integration/test_node_drain.py",
+}
+GROUPS = ("embedded-ray-faults", "embedded-ray", "children")  # in the order the workers take them
+
+
+def group(item: pytest.Item) -> str | None:
+    """The xdist group of ``item``: the tests sharing a Ray are on one worker."""
+    path = item.path.relative_to(item.config.rootpath / "tests")
+    if "ray_cluster" in getattr(item, "fixturenames", ()):
+        return GROUPS[0] if path.as_posix() in FAULT_FILES else GROUPS[1]
+    if path.parts[0] in LAST_TIERS:
+        return GROUPS[2]
+    return None
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -43,9 +74,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "integration: real Ray/Serve, a real store server or real clients")
     config.addinivalue_line("markers", "real_model: a real model on a real engine (make test-real-model)")
     config.addinivalue_line("markers", "multinode: real nodes behind a load balancer (make test-multinode)")
+    config.addinivalue_line("markers", "xdist_group(name): pytest-xdist keeps a group on one worker")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups' marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     def tier(item: pytest.Item) -> str:
         return item.path.relative_to(item.config.rootpath / "tests").parts[0]
 
@@ -56,11 +89,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.real_model)
         if tier(item) == MULTINODE_DIR:
             item.add_marker(pytest.mark.multinode)
+        # A test of no group goes with its module: a worker takes a module at a time (one
+        # test at a time, it would wait for the scheduler between every two tests).
+        item.add_marker(
+            pytest.mark.xdist_group(group(item) or item.path.relative_to(item.config.rootpath).as_posix())
+        )
 
-    def order(item: pytest.Item) -> tuple[int, bool]:
-        if tier(item) not in LAST_TIERS:
-            return (0, False)
+    parallel = hasattr(config, "workerinput")  # an xdist worker: the groups first
+
+    def order(item: pytest.Item) -> tuple[int, int, bool]:
+        name = group(item)
+        rank = GROUPS.index(name) if name is not None else (len(GROUPS) if parallel else -1)
+        if tier(item) not in LAST_TIERS or name != GROUPS[2]:
+            return (rank, 0, False)
         return (
+            rank,
             1 + LAST_TIERS.index(tier(item)),
             bool(set(CHILDREN) & set(getattr(item, "fixturenames", ()))),
         )
@@ -69,12 +112,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def ray_cluster():
+def ray_start_lock_path(tmp_path_factory) -> Path:
+    """The file every Ray start of this run locks: with xdist, beside the workers' own
+    temporary directories (so all of them lock the same one)."""
+    base = tmp_path_factory.getbasetemp()
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "ray-start.lock"
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(ray_start_lock_path):
     import ray
 
     from serve.embedded import embedded_ray
+    from tests.support.children import ray_start_lock
 
-    with embedded_ray(object_store_mb=200, num_cpus=2):  # its end takes Serve and every actor with it
+    with contextlib.ExitStack() as stack:
+        with ray_start_lock(ray_start_lock_path):
+            # its end takes Serve and every actor with it
+            stack.enter_context(embedded_ray(object_store_mb=200, num_cpus=2))
         yield ray
 
 
@@ -140,7 +195,7 @@ def redis_server() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def children(request, tmp_path_factory) -> Iterator[Launcher]:
+def children(request, tmp_path_factory, ray_start_lock_path) -> Iterator[Launcher]:
     """The child processes of the fixtures below that the selected tests use, started
     together in the order of CHILDREN (tests/support/children.py)."""
     from serve.embedded import free_port
@@ -170,13 +225,11 @@ def children(request, tmp_path_factory) -> Iterator[Launcher]:
     assert set(makers) == set(CHILDREN)
     used = {name for item in request.session.items for name in item.fixturenames}
     wanted = [name for name in CHILDREN if name in used]
-    if "ray_cluster" in used:  # the suite's own Ray starts first, not beside a child's
-        request.getfixturevalue("ray_cluster")
     if "cluster_scenario" in wanted:
         redis_url = request.getfixturevalue("redis_server")
     # Directories made here: tmp_path_factory is not for the launcher's thread.
     starts = {name: functools.partial(makers[name], tmp_path_factory.mktemp(name)) for name in wanted}
-    launcher = Launcher(starts)
+    launcher = Launcher(starts, ray_start_lock_path)
     try:
         yield launcher
     finally:

@@ -10,13 +10,19 @@ which several Rays starting at once on a loaded 2-core machine miss.
 
 Each child is the object its start function returns, with ``ray_up()`` (its Ray runs, or
 it has exited), ``exited()`` and ``stop()``; the test that uses it stops it when it is done
-with it, and the launcher's :meth:`Launcher.close` stops what still runs."""
+with it, and the launcher's :meth:`Launcher.close` stops what still runs.
+
+With parallel workers (``make test``: pytest-xdist) another worker starts a Ray of its own
+too: every Ray start of the suite, the embedded one's included, holds :func:`ray_start_lock`
+(a file lock all the workers share) until that Ray is up."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Protocol
 
@@ -34,12 +40,25 @@ class Child(Protocol):
     def stop(self) -> object: ...
 
 
+@contextlib.contextmanager
+def ray_start_lock(path: Path) -> Iterator[None]:
+    """Held while one Ray of the suite starts: the workers' starts take turns."""
+    with open(path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 class Launcher:
     """Starts ``starts`` in their order on a thread of its own, the next once the previous
-    child's Ray is up (or after ``up_timeout_s``: its test reports what went wrong)."""
+    child's Ray is up (or after ``up_timeout_s``: its test reports what went wrong), each
+    start holding the suite's :func:`ray_start_lock` at ``lock``."""
 
-    def __init__(self, starts: dict[str, Callable[[], Child]], up_timeout_s: float = 120) -> None:
+    def __init__(self, starts: dict[str, Callable[[], Child]], lock: Path, up_timeout_s: float = 120) -> None:
         self._starts = dict(starts)
+        self._lock = lock
         self._children: dict[str, Child] = {}
         self._failed: dict[str, BaseException] = {}
         self._started = {name: threading.Event() for name in starts}
@@ -52,16 +71,17 @@ class Launcher:
         for name, start in self._starts.items():
             if self._closing.is_set():
                 break
-            try:
-                child = self._children[name] = start()
-            except Exception as exc:  # noqa: BLE001 - raised again to the test that asks for this child
-                self._failed[name] = exc
-                continue
-            finally:
-                self._started[name].set()
-            deadline = time.monotonic() + self._up_timeout_s
-            while not (child.ray_up() or self._closing.is_set() or time.monotonic() > deadline):
-                time.sleep(0.2)
+            with ray_start_lock(self._lock):
+                try:
+                    child = self._children[name] = start()
+                except Exception as exc:  # noqa: BLE001 - raised again to the test that asks for this child
+                    self._failed[name] = exc
+                    continue
+                finally:
+                    self._started[name].set()
+                deadline = time.monotonic() + self._up_timeout_s
+                while not (child.ray_up() or self._closing.is_set() or time.monotonic() > deadline):
+                    time.sleep(0.2)
 
     def get(self, name: str) -> Child:
         """The child ``name``, once it has been started."""
