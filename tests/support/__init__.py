@@ -8,5 +8,9 @@
 - :mod:`.cluster_scenario` — the multi-node scenario run in a child process;
 - :mod:`.serve_process`, :mod:`.ray_cluster` — ``responses-ws serve`` as a child process, a
   ``ray start`` cluster of a test's own;
-- :mod:`.children` — starting those children together, one Ray start after another.
+- :mod:`.children` — starting those children together, one Ray start after another (across
+  the parallel workers too: ``ray_start_lock``).
+
+What a client reads off the wire (the final event types, a response's ``output_text``) is the
+lab's client, :mod:`bench.client`: the tests import it from there, not a copy.
 """
