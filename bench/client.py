@@ -21,7 +21,7 @@ from typing import Any
 
 import websockets
 
-from actors.protocol import TERMINAL_EVENT_TYPES
+from actors.protocol import TERMINAL_EVENT_TYPES  # the lab's one import of the wire's event set
 
 # The last event of the answer to a request: a terminal event, or an ``error`` (not started).
 FINAL_EVENT_TYPES = TERMINAL_EVENT_TYPES | {"error"}

@@ -34,7 +34,7 @@ import httpx
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from actors.protocol import TERMINAL_EVENT_TYPES
+from .client import TERMINAL_EVENT_TYPES
 
 MODEL = "emu-fast"
 FRAME_CAP = 64 * 1024  # the fuzz server's ``session.max_frame_bytes``: bigger frames close with 1009

@@ -31,7 +31,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.protocol import TERMINAL_EVENT_TYPES
+from .client import TERMINAL_EVENT_TYPES
 
 # terminal event type → the status of the response it carries
 TERMINAL_STATUS = {t: t.removeprefix("response.") for t in TERMINAL_EVENT_TYPES}

@@ -417,3 +417,61 @@ def test_the_investigations_stay_out_of_the_wheel():
 
     include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
     assert not any(fnmatch("investigations", pattern) for pattern in include["include"])
+
+
+# ------------------------------------------------------------------ the lab drives the server from outside
+
+# What the lab may import of the server: the documented entry point (the embedded server) and
+# the typed config.  Everything else it imports is an internal, listed here module by module
+# so that none is added unseen: each is a measurement (or a client helper) that must change in
+# lockstep with the server.
+LAB_PUBLIC = {"serve.embedded", "serve.config", "inference.profiles"}
+LAB_INTERNALS = {
+    "bench/chains.py": {"inference.pacing"},  # a turn's modelled time
+    "bench/client.py": {"actors.protocol"},  # the wire's terminal event types (the lab's one import of them)
+    "bench/kinds/admission.py": {"actors.host.limits"},  # raises the client's own open-file limit
+    "bench/kinds/emulator.py": {  # the emulator's fidelity: model against deployment
+        "inference",
+        "inference.batching",
+        "inference.pacing",
+        "inference.tokenizer",
+        "inference.types",
+    },
+    "bench/kinds/memory.py": {"actors.core.cache_budget", "actors.core.render", "actors.protocol"},
+    "bench/kinds/nodeledger.py": {"serve.auth", "store.journal"},  # reads the nodes' journals
+    "bench/multinode/load.py": {"actors.protocol"},
+    "bench/reconcile.py": {"store.redis"},  # reads the store it reconciles
+    "bench/replay/shape.py": {"inference.tokenizer"},
+    "bench/replay/synth.py": {"inference.policy", "inference.scenario", "inference.tokenizer"},
+    "bench/rollouts.py": {"inference.pacing"},
+    "bench/workload.py": {"inference.policy", "inference.tokenizer"},
+}
+
+
+def imported_modules(path: Path) -> set[str]:
+    """The modules ``path`` imports from (``from X import y`` → ``X``), absolute ones only."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_the_lab_imports_of_the_server_only_its_public_surface_and_the_listed_internals():
+    server = set(SERVER_PACKAGES)
+    used = {
+        rel: internal
+        for path in modules("bench")
+        if (
+            internal := {
+                m for m in imported_modules(path) if m.split(".")[0] in server and m not in LAB_PUBLIC
+            }
+        )
+        and (rel := path.relative_to(ROOT).as_posix())
+    }
+    unlisted = {rel: sorted(m - LAB_INTERNALS.get(rel, set())) for rel, m in used.items()}
+    assert not {rel: m for rel, m in unlisted.items() if m}, "new internals: use the public surface"
+    stale = {rel: sorted(m - used.get(rel, set())) for rel, m in LAB_INTERNALS.items()}
+    assert not {rel: m for rel, m in stale.items() if m}, "no longer imported: drop them from LAB_INTERNALS"

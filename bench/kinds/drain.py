@@ -43,10 +43,8 @@ import httpx
 import websockets
 from websockets.exceptions import ConnectionClosed, InvalidMessage, InvalidStatus
 
-from actors.protocol import TERMINAL_EVENT_TYPES
-
 from .. import results
-from ..client import ws_url
+from ..client import TERMINAL_EVENT_TYPES, ws_url
 from ..reconcile import Seen, read_ledger, reconcile
 
 APP = "responses-ws-drain"

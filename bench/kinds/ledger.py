@@ -35,10 +35,8 @@ import psutil
 import websockets
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
-from actors.protocol import TERMINAL_EVENT_TYPES
-
 from .. import results
-from ..client import ws_url
+from ..client import TERMINAL_EVENT_TYPES, ws_url
 from ..reconcile import Line, Seen, read_ledger, reconcile
 from ..stats import pct
 

@@ -39,9 +39,8 @@ from typing import Any
 
 import websockets
 
-from actors.protocol import TERMINAL_EVENT_TYPES
-
 from .. import results
+from ..client import TERMINAL_EVENT_TYPES
 from ..stats import pct
 
 HEADER = "x-responses-ws-resume-token"
