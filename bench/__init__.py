@@ -1,6 +1,8 @@
 """Benchmarks: clients of a responses-ws server, run as ``responses-ws bench <kind>``
 (``responses-ws bench`` alone runs ``agentloop``; ``responses-ws bench --help`` lists the
-kinds), ``responses-ws demo`` and ``responses-ws replay``.  The server never imports this package.
+kinds), ``responses-ws demo`` and ``responses-ws replay``.  The lab is a distribution of its own
+(``responses-ws-bench``, bench/pyproject.toml): the server never imports it and its wheel holds
+none of it; ``responses-ws``'s CLI loads :mod:`bench.commands` by name when it is installed.
 
 Layout (docs/benchmark.md, "Layout"):
 
@@ -11,7 +13,7 @@ Layout (docs/benchmark.md, "Layout"):
   ``add_arguments(parser)`` (its options) and ``run(args) -> int`` (the exit code);
   ``args.command`` is the command line as typed and ``args.run`` the :class:`bench.results.Run`
   its results file records.  A kind is imported only when it runs, after :mod:`bench.commands` made
-  sure the ``bench`` extra (rich, matplotlib, psutil, hypothesis, httpx, openai) is installed.
+  sure the lab's dependencies (rich, matplotlib, psutil, hypothesis, httpx, openai) are installed.
 - the library the kinds share, one concept a module: :mod:`bench.client` (the WebSocket
   client), :mod:`bench.transports` (one agent turn over ws / http-chained / http-full /
   append), :mod:`bench.workload` (the agent-loop workload and its presets),
