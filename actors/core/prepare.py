@@ -77,6 +77,10 @@ class Preparer:
         """The chat format ``model`` renders with."""
         return self._formats.get(model, CL100K)
 
+    def formats(self) -> list[ChatFormat]:
+        """The chat formats of the models that have their own (the rest render with cl100k)."""
+        return list(self._formats.values())
+
     def tools(self, tools: Sequence[Tool], fmt: ChatFormat = CL100K) -> Tools:
         """The request's tools (``create.tools``) prepared (:class:`Tools`); reused while the
         definitions and the format are unchanged."""

@@ -140,7 +140,7 @@ class Requests:
             (
                 r
                 for r in self._all.values()
-                if r.stage is stage and r.turn is not None and r.turn.builder.response.id == response_id
+                if r.stage is stage and r.turn is not None and r.turn.request.request_id == response_id
             ),
             None,
         )

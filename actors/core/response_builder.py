@@ -118,6 +118,11 @@ class ResponseBuilder:
         """A sequence number of this response for an event outside the stream (steering)."""
         return self._next()
 
+    @property
+    def seq(self) -> int:
+        """The sequence number the response's next event takes."""
+        return self._seq
+
     def cut(self, reason: str) -> list[ServerEvent]:
         """Stop at this chunk boundary (e.g. ``steered``): open items close as incomplete."""
         if self.state is not BuildState.STREAMING:

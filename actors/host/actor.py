@@ -30,6 +30,7 @@ from ..backend.model_router import ModelRouter, model_formats
 from ..backend.ray_serve import ServeInference
 from ..config import SessionConfig
 from ..core.cache_budget import CacheBudget
+from ..core.lanes import HostBudget
 from ..core.session import Session
 from ..logs import LogSettings
 from ..logs import configure as configure_logs
@@ -95,7 +96,7 @@ class SessionHost:
         self._websockets = 0  # being served now
         self._http_app = http_app
         self._http: HttpServer | None = None
-        self._cache = CacheBudget(config.host_max_cached_tokens)  # shared by its connections
+        self._cache: HostBudget = CacheBudget(config.host_max_cached_tokens)  # shared by its connections
         self._draining: asyncio.Task[None] | None = None
 
     async def ready(self) -> str:

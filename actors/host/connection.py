@@ -38,6 +38,19 @@ from inference.types import Done, InferenceRequest
 from store import StoredResponse, StoreWriter, UsageEntry
 
 from ..backend import EventStream, InferenceClient, ModelCall
+from ..core.inputs import (
+    CallsStarted,
+    ClientFrame,
+    DrainStarted,
+    HistoryLoaded,
+    InferenceChunk,
+    InferenceFailed,
+    ItemsLoaded,
+    LaneEvicted,
+    ParsedCreate,
+    Rendered,
+    Written,
+)
 from ..core.render import render_items
 from ..core.request_queue import InvalidTransition
 from ..core.session import Effects, Load, Render, Session, Turn
@@ -188,7 +201,7 @@ class Connection:
         becomes ``server_error`` (logged, its text not sent)."""
         if self.state.accepting:
             try:
-                fx = self.session.on_frame(data, received)
+                fx = self.session.handle(ClientFrame(data, received))
             except Exception:
                 log.exception("unexpected error handling a client frame")
                 fx = Effects(events=[error_event(ServerError())])
@@ -198,7 +211,7 @@ class Connection:
             # sent this without knowing: a create is answered (server_shutting_down), not
             # dropped.  Only error events: nothing else runs now.
             try:
-                fx = self.session.on_frame(data, received)
+                fx = self.session.handle(ClientFrame(data, received))
             except Exception:
                 log.exception("unexpected error handling a client frame")
                 fx = Effects(events=[error_event(ServerError())])
@@ -217,24 +230,28 @@ class Connection:
     def create(self, create: ResponseCreate, timer: PhaseTimer | None = None) -> None:
         """A parsed create (the HTTP path, timed from the request's arrival)."""
         if self.state.accepting:
-            self._apply(self.session.on_create(create, timer))
+            self._apply(self.session.handle(ParsedCreate(create, timer)))
 
     def _apply(self, fx: Effects) -> None:
         for turn_id in fx.cancel:  # the response is over; stop its generation
             task = self._generations.pop(turn_id, None)
             if task is not None and task is not asyncio.current_task():
                 task.cancel()
-        # Model calls first, before this batch's events are read (a started turn's response
-        # and its response.created are built on that read, Effects) and then queued,
-        # encoded and written.  A call starts here, not when its task first runs, unless a
-        # hook runs before it (then in its task, after the hook): over a direct channel its
-        # request has left by then.
+        # Model calls first; then the session builds the started turns' responses and their
+        # response.created (CallsStarted), and this batch's events are queued, encoded and
+        # written.  A call starts here, not when its task first runs, unless a hook runs
+        # before it (then in its task, after the hook): over a direct channel its request
+        # has left by then.
+        opening = fx.opening
         for turn in fx.start:
             stream = self._started(turn.request) if self._inference.before_call is None else None
             task = self._renderer.track(self._spawn(self._run(turn, stream)))
             self._generations[turn.turn_id] = task
             if stream is not None:
-                task.add_done_callback(functools.partial(self._unread, stream))
+                task.add_done_callback(functools.partial(self._close_unread, stream))
+        if opening:
+            fx.events += self.session.handle(CallsStarted(opening)).events
+        carry_evictions(fx)
         records = {record.id: record for record in fx.persist}
         lines = {entry.response_id: entry for entry in fx.usage}
         journaled: list[tuple[str, bool]] = []  # store:false responses billed: (id, line kept)
@@ -269,9 +286,9 @@ class Connection:
             if self._renderer.crowded:
                 self._renderer.track(self._spawn(self._render(job)))
             else:
-                self._apply(self.session.on_rendered(job.render_id, tokens_of(job)))
+                self._apply(self.session.handle(Rendered(job.render_id, tokens_of(job))))
         for response_id, kept in journaled:
-            self._apply(self.session.on_written(response_id, stored=kept))
+            self._apply(self.session.handle(Written(response_id, stored=kept)))
         if self.state is State.DRAINING and self.session.idle:
             self._drained_now()
 
@@ -354,7 +371,7 @@ class Connection:
         if self._observe is not None:
             self._observe(self.session.transport, {"store_write": (time.perf_counter() - started) * 1000.0})
         self._release(held.event.stream_id)
-        self._apply(self.session.on_written(line.response_id, stored=stored))
+        self._apply(self.session.handle(Written(line.response_id, stored=stored)))
 
     async def _bill(self, line: UsageEntry, held: _Stored) -> None:
         """Commit a ``store:false`` response's line to the store (``store.ledger: commit``),
@@ -375,7 +392,7 @@ class Connection:
             return  # another holder has the connection: nothing more is sent
         held.written = True
         self._release(held.event.stream_id)
-        self._apply(self.session.on_written(line.response_id, stored=billed))
+        self._apply(self.session.handle(Written(line.response_id, stored=billed)))
 
     async def _checkpointed(self, response_id: str, held: _Stored) -> None:
         """A ``store:false`` response's terminal event goes once the connection's state is
@@ -388,7 +405,7 @@ class Connection:
         if self._observe is not None:
             self._observe(self.session.transport, {"state_write": (time.perf_counter() - started) * 1000.0})
         self._release(held.event.stream_id)
-        self._apply(self.session.on_written(response_id, stored=True))
+        self._apply(self.session.handle(Written(response_id, stored=True)))
 
     def _release(self, lane: str | None) -> None:
         """Queue the lane's held events up to the first write still running."""
@@ -427,17 +444,17 @@ class Connection:
             except Exception:
                 log.exception("looking up referenced items in the store failed")
                 found = {}
-            self._apply(self.session.on_items_loaded(load.load_id, found))
+            self._apply(self.session.handle(ItemsLoaded(load.load_id, found)))
             return
         try:
             record = await self._store.get(load.response_id, load.owner)
         except Exception:
             log.exception("loading %s from the store failed", load.response_id)
             record = None
-        self._apply(self.session.on_loaded(load.load_id, record))
+        self._apply(self.session.handle(HistoryLoaded(load.load_id, record)))
 
     async def _render(self, job: Render) -> None:
-        self._apply(self.session.on_rendered(job.render_id, await self._renderer.render(job)))
+        self._apply(self.session.handle(Rendered(job.render_id, await self._renderer.render(job))))
 
     def _started(self, request: InferenceRequest) -> EventStream | None:
         try:
@@ -445,7 +462,7 @@ class Connection:
         except Exception:  # noqa: BLE001 - not started: the task makes the call, and reports what it raises
             return None
 
-    def _unread(self, stream: EventStream, task: asyncio.Task[None]) -> None:
+    def _close_unread(self, stream: EventStream, task: asyncio.Task[None]) -> None:
         """A call started for a task cancelled before it ran (which would have closed it) is
         closed here; closing a call twice is harmless."""
         if task.cancelled():
@@ -472,17 +489,19 @@ class Connection:
                             # its record); a lone response, or one whose neighbours are
                             # still in prefill or rendering, does not wait.
                             await asyncio.sleep(0)
-                    self._apply(self.session.on_inference(turn.turn_id, chunk))
+                    self._apply(self.session.handle(InferenceChunk(turn.turn_id, chunk)))
                     if self._generations.get(turn.turn_id) is not me:
                         return  # cut short (e.g. the output classifier): closing cancels the call
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - reported as response.failed, text not leaked
             log.warning("inference failed for %s: %r", request.request_id, exc)
-            self._apply(self.session.on_inference_error(turn.turn_id, exc))
+            self._apply(self.session.handle(InferenceFailed(turn.turn_id, exc)))
         else:
             if not finished:  # a stream that ended without Done is a backend fault
-                self._apply(self.session.on_inference_error(turn.turn_id, RuntimeError("stream ended early")))
+                self._apply(
+                    self.session.handle(InferenceFailed(turn.turn_id, RuntimeError("stream ended early")))
+                )
         finally:
             if streaming:
                 self._renderer.streaming -= 1
@@ -521,7 +540,7 @@ class Connection:
             return
         self._move(State.DRAINING)
         self._on_drained = on_drained
-        self._apply(self.session.begin_drain())  # ends the connection if the session is idle
+        self._apply(self.session.handle(DrainStarted()))  # ends the connection if the session is idle
 
     @property
     def drained(self) -> bool:
@@ -552,6 +571,13 @@ class Connection:
 
 
 _TERMINAL = (ResponseCompleted, ResponseIncomplete, ResponseFailed)  # the events a ledger line goes with
+
+
+def carry_evictions(fx: Effects) -> None:
+    """Hand each session whose lane the host's cache budget took for this one its
+    :class:`~actors.core.inputs.LaneEvicted` (it answers with nothing to do)."""
+    for eviction in fx.evict:
+        eviction.session.handle(LaneEvicted(eviction.lane, eviction.response_id))
 
 
 async def _close(stream: EventStream) -> None:

@@ -31,11 +31,12 @@ from websockets.server import ServerProtocol
 from store.continuity import Claimed
 
 from ..config import SessionConfig
+from ..core.inputs import Disconnected, StateRestored
 from ..core.session import Session
 from ..core.timings import METADATA_KEY, Report
 from ..errors import ConnectionLimitReached, InvalidResumeToken, ServerError, ServerShuttingDown
 from ..protocol import EventEncoder, ServerEvent, encode, error_event, http_error_body
-from .connection import SERVICE_RESTART, Connection
+from .connection import SERVICE_RESTART, Connection, carry_evictions
 from .continuity import HostContinuity
 from .drain import CloseSchedule, DrainPlan, Phase
 from .handoff import RESPONSES_PATH, Handoff, Outcome
@@ -196,7 +197,7 @@ class SocketServer:
         else:
             wall_deadline, epoch = claimed.deadline, claimed.epoch
             if claimed.state is not None:
-                session.restore(claimed.state)
+                carry_evictions(session.handle(StateRestored(claimed.state)))
         deadline = loop.time() + (
             wall_deadline - wall if claimed is not None else self._config.connection_lifetime_s
         )
@@ -251,7 +252,7 @@ class SocketServer:
             with contextlib.suppress(BaseException):
                 await sender
             del self._live[handoff.sock_id]
-            held.session.on_disconnect()
+            held.session.handle(Disconnected())
             held.socket = None
             outcome = self._after(ws, conn, held)
             if self.continuity is not None:

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from actors.config import SessionConfig
+from actors.core.inputs import ClientFrame
 from actors.core.session import Session
 from actors.host.connection import Connection, RenderPool, State
 from actors.protocol import ServerEvent
@@ -28,10 +29,10 @@ CRASH = "test.crash"  # metadata: the model call fails mid-answer
 class BuggySession(Session):
     """A session whose frame handler has a bug for one input."""
 
-    def on_frame(self, data, received=None):
-        if data == "trigger":
+    def handle(self, event):
+        if isinstance(event, ClientFrame) and event.data == "trigger":
             raise KeyError("internal detail /srv/secret.py")
-        return super().on_frame(data, received)
+        return super().handle(event)
 
 
 def test_an_unexpected_exception_becomes_server_error_without_its_text(tmp_path):
