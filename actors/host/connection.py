@@ -52,7 +52,6 @@ from ..core.inputs import (
     Written,
 )
 from ..core.render import render_items
-from ..core.request_queue import InvalidTransition
 from ..core.session import Effects, Load, Render, Session, Turn
 from ..core.timings import PhaseTimer, Report
 from ..errors import ServerError
@@ -131,11 +130,24 @@ class State(enum.Enum):
         return self in (State.OPEN, State.DRAINING)
 
 
-_NEXT: dict[State, frozenset[State]] = {
-    State.OPEN: frozenset({State.DRAINING, State.ENDING, State.CLOSED}),
-    State.DRAINING: frozenset({State.ENDING, State.CLOSED}),
-    State.ENDING: frozenset({State.CLOSED}),
-    State.CLOSED: frozenset(),
+class Move(enum.Enum):
+    """What moves a connection on: :meth:`Connection.drain`, :meth:`Connection.end` (and
+    :meth:`Connection.finish_with`), :meth:`Connection.close`."""
+
+    DRAIN = "drain"  # the host is shutting down
+    END = "end"  # the server ends the connection
+    CLOSE = "close"  # the socket is gone
+
+
+# Every transition of a connection's lifecycle; a move from a state not listed with it is
+# ignored (a drain of a connection the server already ends, a second close…).
+TRANSITIONS: dict[tuple[State, Move], State] = {
+    (State.OPEN, Move.DRAIN): State.DRAINING,
+    (State.OPEN, Move.END): State.ENDING,
+    (State.OPEN, Move.CLOSE): State.CLOSED,
+    (State.DRAINING, Move.END): State.ENDING,
+    (State.DRAINING, Move.CLOSE): State.CLOSED,
+    (State.ENDING, Move.CLOSE): State.CLOSED,
 }
 
 
@@ -189,10 +201,14 @@ class Connection:
         """The server, not the client, ended the connection."""
         return self.close_code is not None
 
-    def _move(self, state: State) -> None:
-        if state not in _NEXT[self.state]:
-            raise InvalidTransition(f"connection: {self.state.value} -> {state.value}")
+    def _move(self, move: Move) -> bool:
+        """Take ``move`` if the lifecycle has it from the current state (:data:`TRANSITIONS`);
+        ``False``: it does not apply now, and nothing changed."""
+        state = TRANSITIONS.get((self.state, move))
+        if state is None:
+            return False
         self.state = state
+        return True
 
     # -- inbound
     def feed(self, data: str | bytes, received: float | None = None) -> None:
@@ -536,9 +552,8 @@ class Connection:
         reconnect, to another replica, and resend what got no terminal event) — or, with
         ``on_drained``, call it once instead when the last response has ended: the caller
         ends the connection when its turn comes (closes in batches, actors.host.drain)."""
-        if self.state is not State.OPEN:
+        if not self._move(Move.DRAIN):
             return
-        self._move(State.DRAINING)
         self._on_drained = on_drained
         self._apply(self.session.handle(DrainStarted()))  # ends the connection if the session is idle
 
@@ -550,8 +565,7 @@ class Connection:
     def end(self, code: int, reason: str = "") -> None:
         """The server ends the connection: ``events`` ends after what is queued (and what
         waits on a store write), and the socket closes with ``code`` and ``reason``."""
-        if self.state.accepting:
-            self._move(State.ENDING)
+        if self._move(Move.END):
             self.close_code = code
             self.close_reason = reason
             self._queue_last(None)
@@ -560,9 +574,8 @@ class Connection:
         """Cancel every running generation (frees the inference slots) and end ``events``;
         events held for a store write are dropped (the client is gone).  Store writes carry
         on in the writer, which its owner flushes."""
-        if self.state is State.CLOSED:
+        if not self._move(Move.CLOSE):
             return
-        self._move(State.CLOSED)
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
