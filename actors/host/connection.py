@@ -65,6 +65,7 @@ from ..protocol import (
     ServerEvent,
     error_event,
 )
+from .billing import Billing, Terminal, billing
 
 log = logging.getLogger(__name__)
 
@@ -152,8 +153,8 @@ TRANSITIONS: dict[tuple[State, Move], State] = {
 
 
 @dataclass(slots=True)
-class _Stored:
-    """A terminal event held in its lane until the response's record is written."""
+class _AwaitingWrite:
+    """A terminal event waiting in its lane until the response's record, ledger line or state is written."""
 
     event: ServerEvent
     written: bool = False
@@ -177,8 +178,10 @@ class Connection:
         self._store = store
         self._observe = observe
         self._out: asyncio.Queue[ServerEvent | str | None] = asyncio.Queue()
-        self._held: dict[str | None, deque[ServerEvent | _Stored]] = {}  # lanes waiting on a write
-        self._last: list[str | None] = []  # queued once no lane is held: a final frame, the end
+        self._waiting_lanes: dict[
+            str | None, deque[ServerEvent | _AwaitingWrite]
+        ] = {}  # lanes waiting on a write
+        self._last: list[str | None] = []  # queued once no lane waits: a final frame, the end
         self._reports: dict[str, Report] = {}  # by response id, until its terminal event is sent
         self._tasks: set[asyncio.Task[None]] = set()
         self._generations: dict[int, asyncio.Task[None]] = {}
@@ -193,7 +196,7 @@ class Connection:
         self._drained = False  # idle while draining: ended, or handed to on_drained
         # Answers to client frames read after a drain ended the connection but before its
         # close frame left (server_shutting_down for a create): the sender writes them
-        # before the close (take_late).
+        # before the close (take_late_answers).
         self._late: list[ServerEvent] = []
 
     @property
@@ -237,7 +240,7 @@ class Connection:
     def has_late(self) -> bool:
         return bool(self._late)
 
-    def take_late(self) -> list[ServerEvent]:
+    def take_late_answers(self) -> list[ServerEvent]:
         """The answers to frames read since the drain ended the connection (:meth:`feed`),
         to be written before the close frame; each is taken once."""
         late, self._late = self._late, []
@@ -274,25 +277,32 @@ class Connection:
         for event in fx.events:
             line = lines.pop(event.response.id, None) if isinstance(event, _TERMINAL) else None
             record = records.pop(line.response_id, None) if line is not None else None
-            if line is None:
+            how = billing(
+                Terminal(
+                    line is not None,
+                    record is not None,
+                    self._store.commits_lines,
+                    self.checkpoint is not None,
+                )
+            )
+            if line is None:  # Billing.UNBILLED
                 self._send(event)
-            elif record is None and self._store.commits_lines:
-                held = _Stored(event)
-                self._held.setdefault(event.stream_id, deque()).append(held)
-                self._spawn(self._bill(line, held))
-            elif record is None:
+                continue
+            if how is Billing.JOURNAL or how is Billing.JOURNAL_AND_STATE:
                 kept = self._journal(line)
-                if kept and self.checkpoint is not None:  # sent once the state is written
-                    held = _Stored(event)
-                    self._held.setdefault(event.stream_id, deque()).append(held)
-                    self._spawn(self._checkpointed(line.response_id, held))
+                if not kept or how is Billing.JOURNAL:
+                    self._send(event if kept else failed_instead(event))
+                    journaled.append((line.response_id, kept))
                     continue
-                self._send(event if kept else failed_instead(event))
-                journaled.append((line.response_id, kept))
-            else:
-                held = _Stored(event)
-                self._held.setdefault(event.stream_id, deque()).append(held)
-                self._spawn(self._persist(line, record, held))
+            waiting = _AwaitingWrite(event)
+            self._waiting_lanes.setdefault(event.stream_id, deque()).append(waiting)
+            if how is Billing.WITH_RECORD:
+                assert record is not None
+                self._spawn(self._persist(line, record, waiting))
+            elif how is Billing.COMMIT:
+                self._spawn(self._bill(line, waiting))
+            else:  # journaled; sent once the state is written
+                self._spawn(self._checkpointed(line.response_id, waiting))
         assert not records and not lines, "a record and a ledger line come with their terminal event"
         for report in fx.timings:  # taken again, and recorded, as the sender encodes the event
             self._reports[report.response_id] = report
@@ -360,13 +370,13 @@ class Connection:
         return ms
 
     def _send(self, event: ServerEvent) -> None:
-        held = self._held.get(event.stream_id)
-        if held is None:
+        lane = self._waiting_lanes.get(event.stream_id)
+        if lane is None:
             self._out.put_nowait(event)
         else:
-            held.append(event)
+            lane.append(event)
 
-    async def _persist(self, line: UsageEntry, record: StoredResponse, held: _Stored) -> None:
+    async def _persist(self, line: UsageEntry, record: StoredResponse, waiting: _AwaitingWrite) -> None:
         """Write the record with its ledger line, then let its lane's events go
         (``response.failed`` without usage instead of the terminal event if the write
         failed); only then does the session count the response as done, so what starts next
@@ -379,17 +389,17 @@ class Connection:
             log.warning(
                 "response %s failed: its record or ledger line could not be written", line.response_id
             )
-            held.event = failed_instead(held.event)
+            waiting.event = failed_instead(waiting.event)
             stored = False
         if self.checkpoint is not None and not await self.checkpoint():
             return  # another holder has the connection: nothing more is sent
-        held.written = True
+        waiting.written = True
         if self._observe is not None:
             self._observe(self.session.transport, {"store_write": (time.perf_counter() - started) * 1000.0})
-        self._release(held.event.stream_id)
+        self._flush_lane(waiting.event.stream_id)
         self._apply(self.session.handle(Written(line.response_id, stored=stored)))
 
-    async def _bill(self, line: UsageEntry, held: _Stored) -> None:
+    async def _bill(self, line: UsageEntry, waiting: _AwaitingWrite) -> None:
         """Commit a ``store:false`` response's line to the store (``store.ledger: commit``),
         then let its lane's events go (``response.failed`` without usage instead of the
         terminal event if it could not be committed); the line shares its commit with every
@@ -400,49 +410,49 @@ class Connection:
             await self._store.bill(line)
         except Exception:  # noqa: BLE001 - the writer logged it; the client learns the response failed
             log.warning("response %s failed: its ledger line could not be committed", line.response_id)
-            held.event = failed_instead(held.event)
+            waiting.event = failed_instead(waiting.event)
             billed = False
         if self._observe is not None:
             self._observe(self.session.transport, {"ledger_write": (time.perf_counter() - started) * 1000.0})
         if billed and self.checkpoint is not None and not await self.checkpoint():
             return  # another holder has the connection: nothing more is sent
-        held.written = True
-        self._release(held.event.stream_id)
+        waiting.written = True
+        self._flush_lane(waiting.event.stream_id)
         self._apply(self.session.handle(Written(line.response_id, stored=billed)))
 
-    async def _checkpointed(self, response_id: str, held: _Stored) -> None:
+    async def _checkpointed(self, response_id: str, waiting: _AwaitingWrite) -> None:
         """A ``store:false`` response's terminal event goes once the connection's state is
         written to the cluster store (resume on any node)."""
         assert self.checkpoint is not None
         started = time.perf_counter()
         if not await self.checkpoint():
             return  # another holder has the connection: nothing more is sent
-        held.written = True
+        waiting.written = True
         if self._observe is not None:
             self._observe(self.session.transport, {"state_write": (time.perf_counter() - started) * 1000.0})
-        self._release(held.event.stream_id)
+        self._flush_lane(waiting.event.stream_id)
         self._apply(self.session.handle(Written(response_id, stored=True)))
 
-    def _release(self, lane: str | None) -> None:
-        """Queue the lane's held events up to the first write still running."""
-        held = self._held[lane]
-        while held:
-            head = held[0]
-            if isinstance(head, _Stored):
+    def _flush_lane(self, lane: str | None) -> None:
+        """Queue the lane's waiting events up to the first write still running."""
+        waiting = self._waiting_lanes[lane]
+        while waiting:
+            head = waiting[0]
+            if isinstance(head, _AwaitingWrite):
                 if not head.written:
                     return
                 head = head.event
             self._out.put_nowait(head)
-            held.popleft()
-        del self._held[lane]
-        if not self._held:
+            waiting.popleft()
+        del self._waiting_lanes[lane]
+        if not self._waiting_lanes:
             for last in self._last:
                 self._out.put_nowait(last)
             self._last.clear()
 
     def _queue_last(self, frame: str | None) -> None:
-        """Queue ``frame`` (``None``: the end of ``events``) after every held lane."""
-        if self._held:
+        """Queue ``frame`` (``None``: the end of ``events``) after every waiting lane."""
+        if self._waiting_lanes:
             self._last.append(frame)
         else:
             self._out.put_nowait(frame)
@@ -572,7 +582,7 @@ class Connection:
 
     async def close(self) -> None:
         """Cancel every running generation (frees the inference slots) and end ``events``;
-        events held for a store write are dropped (the client is gone).  Store writes carry
+        events waiting on a store write are dropped (the client is gone).  Store writes carry
         on in the writer, which its owner flushes."""
         if not self._move(Move.CLOSE):
             return

@@ -832,11 +832,11 @@ def test_a_create_read_after_the_drain_ended_the_connection_is_answered_before_t
         conn.drain()  # idle: it ends at once, its close frame not yet written
         assert conn.state is State.ENDING
         conn.feed(create(stream_id="late"))  # the client sent it before it saw the close
-        late = [json.loads(e.model_dump_json()) for e in conn.take_late()]
+        late = [json.loads(e.model_dump_json()) for e in conn.take_late_answers()]
         assert [(e["type"], e["error"]["code"], e.get("stream_id")) for e in late] == [
             ("error", "server_shutting_down", "late")
         ]
-        assert conn.take_late() == []  # taken once
+        assert conn.take_late_answers() == []  # taken once
         await client.until(lambda: client.ended)
         assert "response.created" not in client.types("late")
 
