@@ -23,6 +23,7 @@ from store import StoredResponse
 from ..protocol import ITEM_ADAPTER, RequiredInput
 from .context import ContextEntry, from_record
 from .lanes import Lanes
+from .safety import Classifier
 from .steering import Steering, WaitingSteer
 from .timings import PhaseTimer
 from .turn import Effects
@@ -65,7 +66,7 @@ def restore(
     lanes: Lanes,
     steering: Steering,
     *,
-    new_scan: Callable[[], Any],
+    new_scan: Callable[[], Classifier],
     fmt: Callable[[str | None], ChatFormat],
     owner: str,
     timer: PhaseTimer,

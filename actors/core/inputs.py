@@ -22,6 +22,7 @@ from inference.types import InferenceEvent
 from store import StoredResponse
 
 from ..protocol import ResponseCreate
+from ..protocol.wire_types import JSONObject
 from .timings import PhaseTimer
 
 
@@ -81,7 +82,7 @@ class ItemsLoaded:
     it has, by id."""
 
     load_id: int
-    found: Mapping[str, dict]
+    found: Mapping[str, JSONObject]
 
 
 @dataclass(frozen=True, slots=True)

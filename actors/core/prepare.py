@@ -19,6 +19,7 @@ from inference.types import ToolSpec
 
 from ..errors import APIError, InvalidRequest, ModelNotFound
 from ..protocol import CustomTool, FunctionTool, InputItem, Tool
+from ..protocol.wire_types import JSONObject
 from .render import item_text, tool_specs
 from .response_builder import echo_tools
 from .safety import Classifier, Matcher, SafetyConfig, build_matcher
@@ -44,7 +45,7 @@ class Tools(NamedTuple):
 
     specs: tuple[ToolSpec, ...]
     tokens: list[int]
-    echoed: list[dict]
+    echoed: list[JSONObject]
 
 
 class Preparer:
@@ -56,7 +57,7 @@ class Preparer:
         self._resolved: dict[str, str] = {}
         self._tools_seen: tuple[list[object], str] | None = None
         self._tools = Tools((), [], [])
-        self._instructions: tuple[str | None, str, array] = (None, CL100K.name, array("I"))
+        self._instructions: tuple[str | None, str, array[int]] = (None, CL100K.name, array("I"))
         self._safety = safety
         self.matcher: Matcher = build_matcher(safety)
 
@@ -92,7 +93,7 @@ class Preparer:
             self._tools_seen = (list(tools), fmt.name)
         return self._tools
 
-    def instructions(self, text: str | None, fmt: ChatFormat = CL100K) -> array:
+    def instructions(self, text: str | None, fmt: ChatFormat = CL100K) -> array[int]:
         """The rendered instructions (``array("I")``, 4 bytes a token); re-rendered only when
         the text (or the format) differs from the last request's (comparing the strings costs
         microseconds, tokenising them milliseconds).  Only the latest text is kept."""

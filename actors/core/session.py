@@ -51,6 +51,7 @@ from ..protocol import (
     error_event,
     parse_client_event,
 )
+from ..protocol.wire_types import JSONObject
 from . import compaction, continuity, inject, references, rollout
 from . import inputs as ev
 from .context import ContextEntry, count_calls, extend, from_record, in_format, input_dicts
@@ -316,7 +317,7 @@ class Session:
                 ]
             )
         try:
-            items = self._resolve_held(event.input, turn)
+            items = self._resolve_from_conversations(event.input, turn)
             results = rollout.tool_results(turn.rollout, items)
             return self._resume_with(turn, results)
         except APIError as exc:
@@ -340,7 +341,7 @@ class Session:
         if turn is None or (event.stream_id is not None and event.stream_id != turn.lane):
             return Effects(events=[inject.not_running(event, finished)])
         try:
-            items = self._resolve_held(event.input, turn)
+            items = self._resolve_from_conversations(event.input, turn)
             results = inject.check(turn, event, items, self._injections.held(event.response_id))
             if not turn.builder.paused:
                 self._injections.hold(turn, event, results)
@@ -413,7 +414,7 @@ class Session:
         if not wanted:
             return self._begin_with(request, parent, same_lane, steered + create.items)
         # item_reference: from the conversations this connection holds, else from the store.
-        found = references.find(wanted, self._held([parent] if parent is not None else []))
+        found = references.find(wanted, self._conversations([parent] if parent is not None else []))
         if len(found) < len(set(wanted)):
             request.resolving = (parent, same_lane, steered, found)
             if request.stage is not Stage.LOADING:
@@ -423,12 +424,12 @@ class Session:
             return Effects(load=[Load(request.id, "", self.owner, item_ids=missing)])
         return self._resolved(request, parent, same_lane, steered, found)
 
-    def _held(self, first: list[ContextEntry]) -> list[list[dict]]:
+    def _conversations(self, first: list[ContextEntry]) -> list[list[JSONObject]]:
         """The conversations this connection holds, ``first`` first (where references look)."""
         held = [entry.items for entry in first]
         return held + [lane.latest.items for lane in self._lanes.values() if lane.latest is not None]
 
-    def _resolve_held(self, items: list[InputItem], turn: Turn) -> list[InputItem]:
+    def _resolve_from_conversations(self, items: list[InputItem], turn: Turn) -> list[InputItem]:
         """A running response's new input (append, inject) with its item references resolved
         from the conversations held here (the response's own first); no store lookup: a paused
         response does not wait for the store, so an id not held is :class:`ItemNotFound`."""
@@ -437,9 +438,9 @@ class Session:
             return items
         own = [turn.rollout.context] if turn.rollout is not None else []
         own += [turn.parent] if turn.parent is not None else []
-        return references.resolve(items, references.find(wanted, self._held(own)), held_only=True)
+        return references.resolve(items, references.find(wanted, self._conversations(own)), held_only=True)
 
-    def _on_items_loaded(self, load_id: int, found: Mapping[str, dict]) -> Effects:
+    def _on_items_loaded(self, load_id: int, found: Mapping[str, JSONObject]) -> Effects:
         """The store's answer to a :class:`Load` of ``item_ids``: the items it has."""
         request = self._requests.at(load_id, Stage.LOADING)
         if request is None or request.resolving is None:  # the socket went away meanwhile
@@ -457,7 +458,7 @@ class Session:
         parent: ContextEntry | None,
         same_lane: bool,
         steered: list[InputItem],
-        found: Mapping[str, dict],
+        found: Mapping[str, JSONObject],
     ) -> Effects:
         try:
             with request.timer.phase("parse_validate"):

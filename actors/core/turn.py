@@ -14,6 +14,7 @@ from inference.types import InferenceRequest
 from store import StoredResponse, UsageEntry
 
 from ..protocol import InputItem, OutputItem, ResponseCreate, ServerEvent
+from ..protocol.wire_types import JSONObject
 from .context import ContextEntry
 from .response_builder import ResponseBuilder, new_response
 from .safety import Classifier
@@ -30,7 +31,7 @@ class NewResponse:
 
     create: ResponseCreate
     store: bool
-    echoed_tools: list[dict]  # the create's tools as echoed, the connection's list (identity kept)
+    echoed_tools: list[JSONObject]  # the create's tools as echoed, the connection's list (identity kept)
     clock: Callable[[], float]
     output_scan: Classifier | None
     pause_on_calls: bool
@@ -47,7 +48,7 @@ class Turn:
     response_from: NewResponse  # what its response is made of (open)
     parent: ContextEntry | None
     same_lane_parent: bool
-    inputs: list[dict]  # the input items as stored (with ids)
+    inputs: list[JSONObject]  # the input items as stored (with ids)
     input_tokens: Sequence[int]
     call_ids: frozenset[str]
     store: bool
