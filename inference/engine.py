@@ -126,7 +126,7 @@ class Engine:
     async def generate(self, request: InferenceRequest) -> AsyncGenerator[list[InferenceEvent], None]:
         """Stream one response as chunks of events (see ``inference.types`` for the order).
 
-        Raises ``ModelNotFound`` (unknown ``request.model``), ``UnknownToolChoice``,
+        Raises ``UnknownModelProfile`` (unknown ``request.model``), ``UnknownToolChoice``,
         ``InvalidMetadata`` or ``EngineOverloaded`` before anything is yielded.
         ``generate=False`` only prefills: the prompt is stored in the prefix cache and the
         stream is one item ``[Prefilled, Done("stop", 0, 0.0)]``.  If the consumer stops

@@ -41,7 +41,7 @@ from actors.errors import (
 )
 from actors.host.actor import PhaseMetrics, SessionHost
 from actors.host.drain import DrainPlan
-from actors.host.handoff import Ended, Gone, Handoff, Link, Outcome, SocketKind, handoff_path
+from actors.host.handoff import Ended, Handoff, Link, Outcome, SocketKind, StateGone, handoff_path
 from actors.host.limits import connection_budget, raise_open_files
 from actors.host.resume import RESUME_HEADER, parse_token
 from actors.logs import configure as configure_logs
@@ -331,7 +331,7 @@ class Gateway:
                 extra.close()
             if isinstance(message, Ended):
                 self._ended(message.sock_id, message.outcome)
-            elif isinstance(message, Gone):
+            elif isinstance(message, StateGone):
                 self._admission.gone(message.conn_id, link)
         if self._draining:
             return

@@ -39,7 +39,7 @@ class Probes:
 
 
 @dataclass(frozen=True, slots=True)
-class Report:
+class HealthReport:
     """The outcome of one round of checks: ``checks`` maps every check to ``"ok"`` or why
     it failed."""
 
@@ -79,7 +79,7 @@ class Readiness:
             return _reason(exc)
         return "ok"
 
-    async def check(self, *, include_draining: bool = True) -> Report:
+    async def check(self, *, include_draining: bool = True) -> HealthReport:
         """Run every check (the two remote ones concurrently)."""
         checks = {"listener": "ok" if self._probes.listening() else "not accepting connections"}
         if include_draining:
@@ -90,7 +90,7 @@ class Readiness:
         checks["inference"], checks["store"] = await asyncio.gather(
             self._bounded(self._probes.inference), self._bounded(self._probes.store)
         )
-        report = Report(checks, [name for name, outcome in checks.items() if outcome != "ok"])
+        report = HealthReport(checks, [name for name, outcome in checks.items() if outcome != "ok"])
         failed = tuple(report.failed)
         if failed != self._last_failed:  # log changes only: probes poll often
             if failed:

@@ -705,7 +705,7 @@ class Session:
                 entry.replica = b.replica
                 fx.evict += self._lanes.remember(turn.lane, entry)
                 fx.usage.append(self._usage(turn))
-            report = Report.taken(
+            report = Report.at_finish(
                 response.id, timer, (b.queue_ms, b.prefill_ms, b.decode_ms), final=turn.store
             )
             fx.timings.append(report)

@@ -37,7 +37,7 @@ from ..logs import configure as configure_logs
 from .connection import Connection
 from .continuity import HostContinuity
 from .drain import DrainPlan
-from .handoff import Ended, Gone, Handoff, HandoffReceiver, Link, Outcome, SocketKind, handoff_path
+from .handoff import Ended, Handoff, HandoffReceiver, Link, Outcome, SocketKind, StateGone, handoff_path
 from .host_metrics import HostMetrics, PhaseMetrics
 from .http import HttpServer
 from .limits import raise_open_files
@@ -128,7 +128,7 @@ class SessionHost:
                 ),
                 self._name,
                 self._config.resume_grace_s,
-                self._sockets.let_go,
+                self._sockets.close_taken_over,
             )
             continuity.start()
         self._sockets.start()
@@ -183,7 +183,7 @@ class SessionHost:
                 allocator.release()  # what its connections freed goes back to the OS
         if created is not None and outcome.keeps_slot:  # the state this socket brought (or took) here
             await asyncio.shield(created.gone)
-            link.notify(Gone(handoff.conn_id))
+            link.notify(StateGone(handoff.conn_id))
 
     def _count_websockets(self, delta: int) -> None:
         self._websockets += delta

@@ -342,17 +342,17 @@ class Connection:
 
     def outgoing(self, event: ServerEvent) -> ServerEvent:
         """``event``, about to be encoded and written by the sender: a terminal event's
-        figures are taken again now (:meth:`taken`), so the server's ``api_overhead`` holds
+        figures are taken again now (:meth:`restamp`), so the server's ``api_overhead`` holds
         everything before this frame."""
-        report = self.deferred(event, always=True)
+        report = self.figures_to_restamp(event, always=True)
         if report is not None:
-            self.taken(report)
+            self.restamp(report)
         return event
 
-    def deferred(self, event: ServerEvent, *, always: bool = False) -> Report | None:
+    def figures_to_restamp(self, event: ServerEvent, *, always: bool = False) -> Report | None:
         """The figures of a terminal event about to be sent, if its frame carries figures
         that may still change (or, ``always``, any it has): the sender takes them
-        (:meth:`taken`) once it has encoded and written the rest of the frame."""
+        (:meth:`restamp`) once it has encoded and written the rest of the frame."""
         if not isinstance(event, _TERMINAL):
             return None
         report = self._reports.get(event.response.id)
@@ -360,7 +360,7 @@ class Connection:
             return None
         return self._reports.pop(event.response.id)
 
-    def taken(self, report: Report) -> dict[str, float]:
+    def restamp(self, report: Report) -> dict[str, float]:
         """The response's figures taken again now (:meth:`actors.core.timings.Report.restamp`),
         and recorded once the sender has written its frame (a dozen histograms are not
         the client's wait)."""

@@ -210,7 +210,7 @@ class SocketServer:
             self.continuity.track(held, secret)
         return held
 
-    async def let_go(self, held: Held, code: int, reason: str) -> None:
+    async def close_taken_over(self, held: Held, code: int, reason: str) -> None:
         """Another holder took ``held`` (actors.host.continuity): its socket closes with
         ``code``, or, parked, it is dropped here."""
         ws = held.socket
@@ -432,7 +432,7 @@ def _send(
     for item in batch:
         if isinstance(item, str):
             ws.send_text(item.encode())
-        elif (report := conn.deferred(item)) is not None:
+        elif (report := conn.figures_to_restamp(item)) is not None:
             head, tail = _figures_last(item, report, conn, encoder, mark)
             if tail is None:
                 ws.send_text(head.encode())
@@ -466,11 +466,11 @@ def _figures_last(
     quoted = json.dumps(mark)
     at = text.find(quoted)
     if at < 0:
-        conn.taken(report)
+        conn.restamp(report)
         return text, None
 
     def rest() -> str:
-        conn.taken(report)  # writes the figures into the metadata
+        conn.restamp(report)  # writes the figures into the metadata
         assert report.into is not None
         return json.dumps(report.into[METADATA_KEY], ensure_ascii=False) + text[at + len(quoted) :]
 

@@ -634,8 +634,8 @@ def test_a_terminal_frame_with_figures_goes_in_fragments_whose_figures_count_wri
             while terminal is None:
                 terminal = next((e for e in await anext(events) if e.type == "response.completed"), None)
             early = json.loads(terminal.response.metadata["responses_ws.timings"])["api_overhead"]
-            report = conn.deferred(terminal)
-            assert report is not None and conn.deferred(terminal) is None  # handed out once
+            report = conn.figures_to_restamp(terminal)
+            assert report is not None and conn.figures_to_restamp(terminal) is None  # handed out once
             head, rest = _figures_last(terminal, report, conn, EventEncoder(), "f" * 32)
             assert rest is not None
             now[0] += 0.004  # encoding, compressing and writing the head took 4 ms
