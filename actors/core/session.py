@@ -56,7 +56,7 @@ from . import compaction, continuity, inject, references, rollout
 from . import inputs as ev
 from .context import ContextEntry, count_calls, extend, from_record, in_format, input_dicts
 from .lanes import HostBudget, Lanes
-from .prepare import Preparer
+from .prepare import Preparer, SharedParts
 from .render import item_text, render_items
 from .request_queue import Checked, Request, Requests, Stage
 from .response_builder import parallel_tool_calls, tool_choice_name
@@ -99,10 +99,13 @@ class Session:
         cache: HostBudget | None = None,
         formats: Mapping[str, ChatFormat] | None = None,
         check_metadata: CheckMetadata = _no_check,
+        prompt_parts: SharedParts | None = None,
     ) -> None:
         self.config = config
         self._check_metadata = check_metadata
-        self._prep = Preparer(models, config.safety, formats)  # a model without one: cl100k
+        # A model without a format of its own: cl100k.  ``prompt_parts``: the host's
+        # renderings of instructions and tools, shared by its connections (actors.core.prompt_parts).
+        self._prep = Preparer(models, config.safety, formats, prompt_parts)
         self._perf = perf
         self.session_key = session_key
         self.owner = owner

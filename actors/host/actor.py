@@ -31,6 +31,8 @@ from ..backend.ray_serve import ServeInference
 from ..config import SessionConfig
 from ..core.cache_budget import CacheBudget
 from ..core.lanes import HostBudget
+from ..core.prepare import SharedParts
+from ..core.prompt_parts import PromptParts
 from ..core.session import Session
 from ..logs import LogSettings
 from ..logs import configure as configure_logs
@@ -97,6 +99,7 @@ class SessionHost:
         self._http_app = http_app
         self._http: HttpServer | None = None
         self._cache: HostBudget = CacheBudget(config.host_max_cached_tokens)  # shared by its connections
+        self._prompt_parts: SharedParts = PromptParts()  # instructions and tools, rendered once a host
         self._draining: asyncio.Task[None] | None = None
 
     async def ready(self) -> str:
@@ -146,6 +149,7 @@ class SessionHost:
             cache=self._cache,
             formats=self._formats,
             check_metadata=self._inference.check_metadata,
+            prompt_parts=self._prompt_parts,
         )
 
     def _connect(self, session: Session) -> Connection:
