@@ -268,7 +268,7 @@ class Session:
             turn = self._turn_of(target)
             if turn is not None:
                 return self._steer_running(turn, items, event.input)
-            events = self._steering.add(target, items)
+            events = self._steering.accept_stopped(target, items)
             if events is not None:
                 return Effects(events=events)
             done = self._lanes.find(target)
@@ -282,7 +282,7 @@ class Session:
 
     def _steer_running(self, turn: Turn, items: list[InputItem], raw_input: object) -> Effects:
         b = turn.builder
-        fx = Effects(events=self._steering.hold(turn.lane, b, items, raw_input))
+        fx = Effects(events=self._steering.accept_running(turn.lane, b, items, raw_input))
         if calls_started(b):
             return fx  # the input waits for the end of the response (_finish settles it)
         # Stop at this chunk boundary (incomplete, "steered"); settling the response queues
@@ -345,9 +345,9 @@ class Session:
             return Effects(events=[inject.not_running(event, finished)])
         try:
             items = self._resolve_from_conversations(event.input, turn)
-            results = inject.check(turn, event, items, self._injections.held(event.response_id))
+            results = inject.check(turn, event, items, self._injections.pending(event.response_id))
             if not turn.builder.paused:
-                self._injections.hold(turn, event, results)
+                self._injections.accept(turn, event, results)
                 return Effects()
             fx = self._resume_with(turn, results)
             fx.events.insert(0, inject.created(turn))
@@ -412,7 +412,7 @@ class Session:
         if parent is not None:
             parent = in_format(parent, self._prep.format(create.model or ""))
         # Steer input queued for this continuation goes first (docs/protocol.md §2.3 (c)).
-        steered = self._steering.take(create.previous_response_id, lane_name)
+        steered = self._steering.take_for(create.previous_response_id, lane_name)
         wanted = references.referenced(create.items)
         if not wanted:
             return self._begin_with(request, parent, same_lane, steered + create.items)
@@ -626,7 +626,7 @@ class Session:
         fx = Effects(events=turn.builder.feed(chunk))
         if turn.builder.paused:  # append mode: the call's output joins the rollout
             turn.rollout = rollout.fold(turn.rollout or rollout.begin(turn), turn.builder.output, turn.fmt)
-            injected = self._injections.take(turn.builder.response.id)
+            injected = self._injections.commit(turn.builder.response.id)
             if injected:  # held while the call ran (actors.core.inject): committed now
                 try:
                     fx += self._resume_with(turn, injected)

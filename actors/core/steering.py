@@ -204,11 +204,11 @@ class Steering:
 
     It waits in one of two places:
 
-    * on a *running* response that has begun a function call (:meth:`hold`): a steer never
+    * on a *running* response that has begun a function call (:meth:`accept_running`): a steer never
       cuts a call the client is about to be asked to run, so the input waits for the end;
-    * on a response that *stopped on function calls*, its lane's latest (:meth:`add`): the
+    * on a response that *stopped on function calls*, its lane's latest (:meth:`accept_stopped`): the
       input goes in front of the client's next ``response.create`` continuing that response
-      on that lane (:meth:`take`).
+      on that lane (:meth:`take_for`).
 
     When a response ends, :meth:`settle` moves what it held: to waiting for the client's tool
     output (``response.steer.pending``), or out as the input of an automatic successor.
@@ -218,7 +218,7 @@ class Steering:
         self._running: dict[str, _Queued] = {}
         self._stopped: dict[str, _Queued] = {}
 
-    def hold(
+    def accept_running(
         self, lane: str | None, builder: ResponseBuilder, items: list[InputItem], raw_input: Any
     ) -> list[ServerEvent]:
         """Accept steer input for the running response of ``builder``."""
@@ -229,7 +229,7 @@ class Steering:
         queued.unannounced.append(_Submission(ref, raw_input))
         return [queued.accepted(ref)]
 
-    def add(self, target: str, items: list[InputItem]) -> list[ServerEvent] | None:
+    def accept_stopped(self, target: str, items: list[InputItem]) -> list[ServerEvent] | None:
         """Accept steer input for ``target`` if it stopped on function calls: accepted and
         pending at once.  ``None`` if nothing waits on ``target``."""
         queued = self._stopped.get(target)
@@ -259,7 +259,7 @@ class Steering:
         queued.unannounced.clear()
         return events, []
 
-    def take(self, previous_response_id: str | None, lane: str | None) -> list[InputItem]:
+    def take_for(self, previous_response_id: str | None, lane: str | None) -> list[InputItem]:
         """The steer input queued for a create continuing ``previous_response_id`` on
         ``lane``, in submission order (delivered once)."""
         queued = self._stopped.get(previous_response_id or "")
