@@ -862,3 +862,33 @@ def test_a_paced_drain_hands_the_idle_connection_over_once_instead_of_ending_it(
         assert ready == [conn]
 
     run(scenario)
+
+
+def test_a_connection_hands_another_sessions_eviction_to_that_session(tmp_path):
+    """Two connections of one host share a cache budget that holds one conversation: the
+    second's finished turn evicts the first's lane, and its connection hands the first
+    session that eviction (the budget itself changes no lane)."""
+    from actors.core.cache_budget import CacheBudget
+
+    async def main() -> tuple[object, object]:
+        host = CacheBudget(max_tokens=60)
+        store = StoreWriter(open_store(StoreConfig(data_dir=str(tmp_path))))
+        sessions = [
+            Session(SessionConfig(), [MODEL], session_key=k, clock=lambda: 0.0, cache=host)
+            for k in ("a", "b")
+        ]
+        conns = [Connection(s, ScriptedInference(), store) for s in sessions]
+        clients = [Client(c, GatedStore()) for c in conns]
+        for conn, client, words in zip(
+            conns, clients, ("some words " * 15, "other words " * 15), strict=True
+        ):
+            conn.feed(create(input=words, store=False))
+            await client.until(lambda client=client: "response.completed" in client.types())
+        first, second = (s._lanes[None].latest for s in sessions)
+        for conn in conns:
+            await conn.close()
+        await store.close()
+        return first, second
+
+    first, second = asyncio.run(main())
+    assert first is None and second is not None
