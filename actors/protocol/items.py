@@ -239,18 +239,20 @@ InputItem = Annotated[
 # --------------------------------------------------------------------------- output items
 
 
-class _Out(BaseModel):
+class Outbound(BaseModel):
+    """What the server sends: every key declared."""
+
     model_config = ConfigDict(extra="forbid")
 
 
-class OutputText(_Out):
+class OutputText(Outbound):
     type: Literal["output_text"] = "output_text"
     text: str = ""
     annotations: list[Any] = []
     logprobs: list[Any] = []
 
 
-class OutputMessage(_Out):
+class OutputMessage(Outbound):
     id: str
     type: Literal["message"] = "message"
     status: Literal["in_progress", "completed", "incomplete"] = "in_progress"
@@ -258,7 +260,7 @@ class OutputMessage(_Out):
     content: list[OutputText] = []
 
 
-class OutputFunctionCall(_Out):
+class OutputFunctionCall(Outbound):
     id: str
     type: Literal["function_call"] = "function_call"
     status: Literal["in_progress", "completed", "incomplete"] = "in_progress"
@@ -267,7 +269,7 @@ class OutputFunctionCall(_Out):
     arguments: str = ""
 
 
-class OutputCustomToolCall(_Out):
+class OutputCustomToolCall(Outbound):
     """The model's call of a ``custom`` (freeform) tool: free-text ``input``."""
 
     id: str
@@ -278,7 +280,7 @@ class OutputCustomToolCall(_Out):
     input: str = ""
 
 
-class OutputCompaction(_Out):
+class OutputCompaction(Outbound):
     """Server-side compaction (``context_management``): the summary of the conversation the
     response compacted before its model ran (docs/protocol.md §4.12).  Sent back as input,
     it is a :class:`CompactionItem`."""
