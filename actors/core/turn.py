@@ -152,10 +152,11 @@ class Effects:
     """What the driver must do, in answer to one input to the session, in this order: stop
     the model calls of ``cancel``, start those of ``start`` (and then hand the session
     :class:`~actors.core.inputs.CallsStarted`: its answer holds the started responses'
-    first events, so a call's request has left before its response is built), send
-    ``events``, load ``load``, render ``render``, hand ``evict`` to the sessions named, and
-    (off the critical path) persist ``persist`` and ``usage``.  Built eagerly: plain lists.
-    The session never calls its driver."""
+    first events, so a call's request has left before its response is built), hand
+    ``evict`` to the sessions named, send ``events`` (a terminal event once its ``usage``
+    line, and its ``persist`` record if stored, are written or journaled), keep ``timings``,
+    load ``load``, render ``render``.  Built eagerly: plain lists.  The session never calls
+    its driver."""
 
     events: list[ServerEvent] = field(default_factory=list)
     start: list[Turn] = field(default_factory=list)
