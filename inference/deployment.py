@@ -158,7 +158,7 @@ class InferenceDeployment:
         policy.text_answer(1, random.Random(0))
 
     async def generate(self, request: InferenceRequest) -> AsyncGenerator[list[InferenceEvent], None]:
-        """Stream one response; see ``Engine.generate``.  Errors (``ModelNotFound``,
+        """Stream one response; see ``Engine.generate``.  Errors (``UnknownModelProfile``,
         ``UnknownToolChoice``, ``InvalidMetadata``, ``EngineOverloaded``) are raised, never
         yielded.  If the caller goes away, the generator is closed and the batch slot freed."""
         if self._rate_task is None:

@@ -36,7 +36,7 @@ from inference.jitter import RequestJitter
 from inference.pacing import Chunker, Clock, ItemWindow, Sleeper, decode_work, paced_chunks, ttft_ms
 from inference.policy import FunctionCallSegment, ReasoningSegment, Segment, TextSegment, plan, policy_for
 from inference.prefix_cache import PrefixCache, as_bytes, block_keys, reported_cached_tokens
-from inference.profiles import InferenceConfig
+from inference.profiles import InferenceConfig, ModelProfile
 from inference.prompt_memo import Check, Digest, Known, PromptMemo, check, digest_of
 from inference.tokenizer import Detokenizer, decode, token_bytes
 from inference.types import (
@@ -126,7 +126,7 @@ class Engine:
     async def generate(self, request: InferenceRequest) -> AsyncGenerator[list[InferenceEvent], None]:
         """Stream one response as chunks of events (see ``inference.types`` for the order).
 
-        Raises ``ModelNotFound`` (unknown ``request.model``), ``UnknownToolChoice``,
+        Raises ``UnknownModelProfile`` (unknown ``request.model``), ``UnknownToolChoice``,
         ``InvalidMetadata`` or ``EngineOverloaded`` before anything is yielded.
         ``generate=False`` only prefills: the prompt is stored in the prefix cache and the
         stream is one item ``[Prefilled, Done("stop", 0, 0.0)]``.  If the consumer stops
@@ -163,29 +163,12 @@ class Engine:
         pending: tuple[Sequence[int], Check, Sequence[int]] | None = None
         seen: tuple[int, int, float] | None = None  # the last chunk's metrics, recorded once it is out
         try:
-            if admitted:
-                t_admit = t_arrive
-            else:
-                waiter = asyncio.get_running_loop().create_future()
-                self._admissions[seq] = waiter
-                self._observer.batch(model, batch.running, batch.waiting)
-                t_admit = await waiter
+            t_admit = t_arrive if admitted else await self._admission(model, batch, seq)
             self._rebatch(model, t_admit)
             found = self._cache.lookup(prompt, root, known.keys if known is not None else ())
             self._observer.prefix(found.hit_blocks, found.miss_blocks, 0)
-            reused = found.reused_tokens
-            prefill_ms = ttft_ms(profile, len(prompt), reused) * jitter.request
-            queue_ms = (t_admit - t_arrive) * 1000.0
-            self._queue_ms_total += queue_ms
-            t_first = t_admit + prefill_ms / 1000.0
-            prefilled = Prefilled(
-                len(prompt),
-                reported_cached_tokens(reused),
-                queue_ms,
-                prefill_ms,
-                reused_tokens=reused,
-                replica=self._replica,
-            )
+            prefilled = self._prefilled(profile, len(prompt), found.reused_tokens, jitter, t_arrive, t_admit)
+            t_first = t_admit + prefilled.prefill_ms / 1000.0
             if output is None:
                 await self._sleeper.sleep_until(t_first, precise=True)
                 self._insert(request.session_key, prompt, prompt_check, (), found.keys, root, digest)
@@ -242,13 +225,7 @@ class Engine:
             rendered = whole if whole is not None else [t for stream in streams for t in stream.rendered()]
             pending = (prompt, prompt_check, rendered)
             self._output_tokens_total += n
-            reason: FinishReason
-            if n < total:
-                reason = "max_output_tokens"
-            elif any(isinstance(s, FunctionCallSegment) for s in output.segments):
-                reason = "tool_calls"
-            else:
-                reason = "stop"
+            reason = _finish_reason(n, total, output.segments)
             decode_ms = (schedule.deadline(n - 1) - t_first) * 1000.0 if n else 0.0
             finished = True
             # The output as the conversation continues with it: the session appends these ids
@@ -268,6 +245,35 @@ class Engine:
             if finished:
                 self._completed += 1
             self._release(model, seq)
+
+    async def _admission(self, model: str, batch: Batch, seq: Hashable) -> float:
+        """Wait for a slot in the model's full batch; the emulated time it is admitted."""
+        waiter: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        self._admissions[seq] = waiter
+        self._observer.batch(model, batch.running, batch.waiting)
+        return await waiter
+
+    def _prefilled(
+        self,
+        profile: ModelProfile,
+        prompt_tokens: int,
+        reused: int,
+        jitter: RequestJitter,
+        t_arrive: float,
+        t_admit: float,
+    ) -> Prefilled:
+        """The prefill's figures: its queue wait and its emulated time for what the cache missed."""
+        prefill_ms = ttft_ms(profile, prompt_tokens, reused) * jitter.request
+        queue_ms = (t_admit - t_arrive) * 1000.0
+        self._queue_ms_total += queue_ms
+        return Prefilled(
+            prompt_tokens,
+            reported_cached_tokens(reused),
+            queue_ms,
+            prefill_ms,
+            reused_tokens=reused,
+            replica=self._replica,
+        )
 
     def _seen(self, model: str, start: int, end: int, waited_s: float) -> None:
         """A chunk of tokens ``[start, end)`` went out ``waited_s`` after the one before it
@@ -436,3 +442,12 @@ def _segment_streams(segments: Sequence[Segment]) -> list[_SegmentStream]:
         if isinstance(segment, FunctionCallSegment):
             calls += 1
     return streams
+
+
+def _finish_reason(n: int, total: int, segments: Sequence[object]) -> FinishReason:
+    """Why a response of ``n`` of its plan's ``total`` tokens ended."""
+    if n < total:
+        return "max_output_tokens"
+    if any(isinstance(s, FunctionCallSegment) for s in segments):
+        return "tool_calls"
+    return "stop"

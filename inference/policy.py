@@ -248,7 +248,7 @@ def plan(
     return OutputPlan((*thinking, text_segment(n, rng)))
 
 
-def scripted_plan(request: InferenceRequest, turn: scripted.Turn, seed: int) -> OutputPlan:
+def scripted_plan(request: InferenceRequest, turn: scripted.ScriptedTurn, seed: int) -> OutputPlan:
     """A scenario turn's output (``inference.scenario``): reasoning, text, then its calls;
     raises ``InjectedError`` for an error turn.  Synthetic text and reasoning are seeded by
     ``seed`` and the turn, never the prompt, so they are the same on every transport."""

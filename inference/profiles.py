@@ -24,7 +24,7 @@ from inference.scenario import Scenario
 DEFAULT_CONFIG = resources.files("inference").joinpath("models.yaml")
 
 
-class ModelNotFound(LookupError):
+class UnknownModelProfile(LookupError):
     """The requested model id is not one of the configured profiles.
 
     ``args == (model,)`` so the exception pickles across Ray unchanged.
@@ -278,11 +278,11 @@ class InferenceConfig(BaseModel):
         return self
 
     def profile(self, model_id: str) -> ModelProfile:
-        """The profile serving ``model_id``; raises ``ModelNotFound``."""
+        """The profile serving ``model_id``; raises ``UnknownModelProfile``."""
         for p in self.profiles:
             if p.id == model_id:
                 return p
-        raise ModelNotFound(model_id)
+        raise UnknownModelProfile(model_id)
 
 
 def load_inference_config(path: Path | None = None) -> InferenceConfig:

@@ -76,7 +76,7 @@ class ScriptedError(_Strict):
     message: Annotated[str, Field(min_length=1, max_length=512)] = "Injected by the scenario."
 
 
-class Turn(_Strict):
+class ScriptedTurn(_Strict):
     """One response, in order: reasoning, then text, then the calls (or only an error)."""
 
     reasoning_tokens: Tokens = 0
@@ -86,7 +86,7 @@ class Turn(_Strict):
     error: ScriptedError | None = None
 
     @model_validator(mode="after")
-    def _coherent(self) -> Turn:
+    def _coherent(self) -> ScriptedTurn:
         if self.text is not None and self.text_tokens is not None:
             raise ValueError("a turn has 'text' or 'text_tokens', not both")
         says = self.text is not None or self.text_tokens is not None or bool(self.calls)
@@ -100,7 +100,7 @@ class Turn(_Strict):
 class Scenario(_Strict):
     """Turn *i* answers the conversation's *i*-th model request (module doc)."""
 
-    turns: Annotated[list[Turn], Field(min_length=1)]
+    turns: Annotated[list[ScriptedTurn], Field(min_length=1)]
     after_last: Literal["policy", "repeat_last"] = "policy"
 
 
@@ -129,7 +129,7 @@ def load_scenario(text: str) -> Scenario:
 def from_metadata(key: str, value: str) -> Scenario:
     """The scenario a metadata value carries (``ValueError``/pydantic's if it does not)."""
     if key == TURN_KEY:
-        return Scenario(turns=[Turn.model_validate_json(value)], after_last="repeat_last")
+        return Scenario(turns=[ScriptedTurn.model_validate_json(value)], after_last="repeat_last")
     return Scenario.model_validate_json(value)
 
 
@@ -155,7 +155,7 @@ def responses_in_context(tokens: Sequence[int]) -> int:
     return runs
 
 
-def turn_for(request: InferenceRequest, scenario: Scenario) -> Turn | None:
+def turn_for(request: InferenceRequest, scenario: Scenario) -> ScriptedTurn | None:
     """The turn this request answers; ``None`` past the end with ``after_last: policy``."""
     if len(scenario.turns) == 1 and scenario.after_last == "repeat_last":
         return scenario.turns[0]

@@ -4,7 +4,7 @@ A WebSocket upgrade is admitted against the replica's limits (``server.max_conne
 ``server.max_connections_per_key``: :class:`TooManyConnections`), then handed to a host over
 that host's link; the gateway keeps its copy of the socket until the host reports the end.
 An end that keeps the state (:attr:`Outcome.keeps_slot`) parks its pool slot until the
-host's ``Gone``.  HTTP connections hold no slot, only the host's HTTP count.  A host's
+host's ``StateGone``.  HTTP connections hold no slot, only the host's HTTP count.  A host's
 death closes its sockets (the gateway sends 1011) and forgets its parked states.
 
 No I/O: slots go back through the injected :class:`Slots` (the pool); the sockets to close

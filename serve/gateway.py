@@ -41,7 +41,7 @@ from actors.errors import (
 )
 from actors.host.actor import PhaseMetrics, SessionHost
 from actors.host.drain import DrainPlan
-from actors.host.handoff import Ended, Gone, Handoff, Link, Outcome, SocketKind, handoff_path
+from actors.host.handoff import Ended, Handoff, Link, Outcome, SocketKind, StateGone, handoff_path
 from actors.host.limits import connection_budget, raise_open_files
 from actors.host.resume import RESUME_HEADER, parse_token
 from actors.logs import configure as configure_logs
@@ -83,6 +83,22 @@ class HostHandle:
     reader: asyncio.Task[None] | None = None
 
 
+def _connection_budget(cfg: AppConfig) -> tuple[int, int]:
+    """The open-file limit (raised as configured) and the connections it leaves room for: a
+    descriptor per held connection (the gateway's copy), so past the limit the gateway could
+    not accept; its connection cap is what the limit leaves (503 beyond)."""
+    open_files = raise_open_files(cfg.session.open_files)
+    max_connections = connection_budget(open_files, cfg.server.max_connections)
+    if max_connections < cfg.server.max_connections:
+        log.warning(
+            "at most %d connections (server.max_connections %d): the open-file limit is %d",
+            max_connections,
+            cfg.server.max_connections,
+            open_files,
+        )
+    return open_files, max_connections
+
+
 @serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=16)
 class Gateway:
     async def __init__(  # type: ignore[misc]  # Serve awaits an async constructor; mypy allows none
@@ -93,17 +109,7 @@ class Gateway:
         # are only held here.
         cfg = AppConfig.model_validate(config)
         self._cfg = cfg
-        # A descriptor per held connection (its copy): past the open-file limit the gateway
-        # could not accept, so its connection cap is what the limit leaves (503 beyond).
-        open_files = raise_open_files(cfg.session.open_files)
-        max_connections = connection_budget(open_files, cfg.server.max_connections)
-        if max_connections < cfg.server.max_connections:
-            log.warning(
-                "at most %d connections (server.max_connections %d): the open-file limit is %d",
-                max_connections,
-                cfg.server.max_connections,
-                open_files,
-            )
+        open_files, max_connections = _connection_budget(cfg)
         check_ray_version()  # the drain watch reads Ray internals (serve/ray_drain.py)
         self._node_id = current_node_id()
         self._logs = replica_log_settings()  # Serve's logging_config, for this process and its hosts
@@ -127,6 +133,12 @@ class Gateway:
             models=self._models,
             allowed_origins=list(cfg.server.allowed_origins),
         )
+        self._init_drain_state()
+        self._background: set[asyncio.Task[None]] = set()  # referenced until done (asyncio keeps weak refs)
+        await self._init_hosts(cfg, open_files, max_connections, prefix)
+        self._start_serving(inference)
+
+    def _init_drain_state(self) -> None:
         # Why this replica drains (a node drain, Serve's stop), once it does: /readyz says so.
         self._draining: str | None = None
         self._drain_started = 0.0  # time.monotonic() when it began
@@ -135,7 +147,9 @@ class Gateway:
         self._drain_task: asyncio.Task[None] | None = None
         self._listener_closed = False
         self._poller = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="drain-watch")
-        self._background: set[asyncio.Task[None]] = set()  # referenced until done (asyncio keeps weak refs)
+
+    async def _init_hosts(self, cfg: AppConfig, open_files: int, max_connections: int, prefix: str) -> None:
+        """The pool of session hosts on this node and the admission that hands them sockets."""
         self._pool = ActorPool(
             self._start_host,
             self._stop_host,
@@ -150,6 +164,9 @@ class Gateway:
             prefix=prefix,
         )
         await self._pool.warm_up()
+
+    def _start_serving(self, inference: DeploymentHandle) -> None:
+        """Readiness, the listener, and the background loops (ticks, the drain watch)."""
         self._readiness = Readiness(
             Probes(
                 listening=lambda: not self._serving.done(),
@@ -331,7 +348,7 @@ class Gateway:
                 extra.close()
             if isinstance(message, Ended):
                 self._ended(message.sock_id, message.outcome)
-            elif isinstance(message, Gone):
+            elif isinstance(message, StateGone):
                 self._admission.gone(message.conn_id, link)
         if self._draining:
             return

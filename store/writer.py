@@ -10,7 +10,9 @@ process killed before its commit leaves the line in its journal for
 :func:`store.journal.replay`), or, with ``commit_lines`` (a cluster store: a node's disk may
 go with the node), committed before its terminal event goes out (:meth:`StoreWriter.bill`).
 Either way the lines of every connection of the process that wait at once share one commit
-(one task, in submission order: a group commit).  Every write is idempotent (a line is unique by response
+(one task, in submission order: a group commit); journaled lines, already safe, wait up to
+``linger_s`` for more to join their commit (a line awaited by its terminal event, a flush or
+a full batch commits at once).  Every write is idempotent (a line is unique by response
 id), so a failed write is retried once; one that fails again is logged (and raised to the
 caller that awaits it).
 """
@@ -18,6 +20,7 @@ caller that awaits it).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 from collections import deque
@@ -31,6 +34,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_WRITING = 32  # puts at once, well under a Redis client's connection pool (100)
 MAX_BATCH = 256  # ledger lines per commit
+DEFAULT_LINGER_S = 0.05  # how long journaled lines wait for others to share their commit
 
 
 class WriterClosed(RuntimeError):
@@ -64,6 +68,7 @@ class StoreWriter:
         on_failure: Callable[[], None] | None = None,
         journal: Journal | None = None,
         commit_lines: bool = False,
+        linger_s: float = DEFAULT_LINGER_S,
     ) -> None:
         if commit_lines and journal is not None:
             raise ValueError("a writer that commits its ledger lines keeps no journal")
@@ -78,6 +83,8 @@ class StoreWriter:
         self._billing: set[asyncio.Future[None]] = set()  # lines not committed (or failed) yet
         self._puts: dict[str, asyncio.Task[None]] = {}  # the latest put of each id still writing
         self._wakeup = asyncio.Event()
+        self._linger_s = linger_s
+        self._now = asyncio.Event()  # commit what waits without lingering (a line awaited, a flush)
         self._task: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -123,7 +130,9 @@ class StoreWriter:
         caller does not withdraw the line; :meth:`flush` and :meth:`close` wait for it."""
         if self._closed:
             raise WriterClosed("the store writer is closed")
-        await asyncio.shield(self._submit(entry))
+        done = self._submit(entry)
+        self._now.set()
+        await asyncio.shield(done)
 
     def bill_behind(self, entry: UsageEntry) -> None:
         """Journal ``entry``'s ledger line (once this returns, the line survives this process
@@ -141,6 +150,8 @@ class StoreWriter:
         done.add_done_callback(self._billed)
         self._billing.add(done)
         self._lines.append((entry, done, journaled))
+        if len(self._lines) >= MAX_BATCH:
+            self._now.set()
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run(), name="store-ledger")
         self._wakeup.set()
@@ -188,6 +199,7 @@ class StoreWriter:
             await asyncio.wait(list(self._puts.values()))
         if not self._billing or self._task is None:
             return
+        self._now.set()
         waiting = list(self._billing)
         gathered: asyncio.Future[Any] = asyncio.gather(*waiting, return_exceptions=True)
         await asyncio.wait(
@@ -218,6 +230,11 @@ class StoreWriter:
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
+            if self._linger_s > 0 and not self._now.is_set():
+                # Only journaled lines wait: let others join their commit.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._now.wait(), self._linger_s)
+            self._now.clear()
             batch = [self._lines.popleft() for _ in range(min(len(self._lines), MAX_BATCH))]
             entries = [entry for entry, _, _ in batch]
             journaled = sum(1 for _, _, j in batch if j)

@@ -101,8 +101,8 @@ class CompletionStream:
         self._usage: JSONObject = {}
         self._finish: str | None = None
         self._calls_possible = request.generate and bool(request.tools) and request.tool_choice != "none"
-        self._held = ""  # text that may still open a tool call
-        self._held_tokens = 0
+        self._pending_text = ""  # text that may still open a tool call
+        self._pending_tokens = 0
         self._calling = False  # the output opened a tool call: all of it is held
 
     def feed(self, chunk: JSONObject) -> list[InferenceEvent]:
@@ -125,19 +125,19 @@ class CompletionStream:
     def _text(self, text: str, tokens: int) -> list[InferenceEvent]:
         if not self._calls_possible:
             return [TextDelta(text, tokens)] if text or tokens else []
-        self._held += text
-        self._held_tokens += tokens
+        self._pending_text += text
+        self._pending_tokens += tokens
         if self._calling:
             return []
-        head = self._held.lstrip()
+        head = self._pending_text.lstrip()
         if head.startswith(CALL_OPEN):
             self._calling = True
             return []
         if CALL_OPEN.startswith(head):
             return []  # could still be the start of a call
         self._calls_possible = False
-        out: list[InferenceEvent] = [TextDelta(self._held, self._held_tokens)]
-        self._held, self._held_tokens = "", 0
+        out: list[InferenceEvent] = [TextDelta(self._pending_text, self._pending_tokens)]
+        self._pending_text, self._pending_tokens = "", 0
         return out
 
     def finish(self) -> list[InferenceEvent]:
@@ -148,14 +148,14 @@ class CompletionStream:
         events: list[InferenceEvent] = []
         reason = FINISH.get(self._finish or "stop", "stop")
         if self._calling:
-            calls = parse_calls(self._held, self._request.tools)
+            calls = parse_calls(self._pending_text, self._request.tools)
             for i, call in enumerate(calls):
                 events.append(
-                    FunctionCallDelta(i, call.name, call.arguments, self._held_tokens if i == 0 else 0)
+                    FunctionCallDelta(i, call.name, call.arguments, self._pending_tokens if i == 0 else 0)
                 )
             reason = "tool_calls"
-        elif self._held or self._held_tokens:
-            events.append(TextDelta(self._held, self._held_tokens))
+        elif self._pending_text or self._pending_tokens:
+            events.append(TextDelta(self._pending_text, self._pending_tokens))
         usage = self._usage
         prompt = int(usage.get("prompt_tokens", len(self._request.prompt_token_ids)))
         cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)

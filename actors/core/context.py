@@ -45,7 +45,7 @@ class ContextEntry:
     """The conversation after response ``response_id`` (docs/protocol.md §4.2)."""
 
     response_id: str
-    tokens: array  # rendered conversation (items only; tools/instructions are per request)
+    tokens: array[int]  # rendered conversation (items only; tools/instructions are per request)
     items: list[JSONObject]  # the same conversation as stored items
     call_ids: frozenset[str]  # function calls issued anywhere in the conversation
     tool_results: int  # function_call_output items in the conversation

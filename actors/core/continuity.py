@@ -23,32 +23,12 @@ from store import StoredResponse
 from ..protocol import ITEM_ADAPTER, RequiredInput
 from .context import ContextEntry, from_record
 from .lanes import Lanes
-from .steering import Steering, _Queued
+from .safety import Classifier
+from .steering import Steering, WaitingSteer
 from .timings import PhaseTimer
+from .turn import Effects
 
 VERSION = 1
-
-
-class _Steered:
-    """What a restored steer queue needs of the response it waits on: its id and its next
-    sequence number (the builder itself stayed with the old holder)."""
-
-    def __init__(self, response_id: str, seq: int) -> None:
-        self.response = _Id(response_id)
-        self._seq = seq
-
-    def next_seq(self) -> int:
-        seq, self._seq = self._seq, self._seq + 1
-        return seq
-
-    @property
-    def seq(self) -> int:
-        return self._seq
-
-
-class _Id:
-    def __init__(self, response_id: str) -> None:
-        self.id = response_id
 
 
 def snapshot(lanes: Lanes, steering: Steering) -> bytes:
@@ -69,15 +49,13 @@ def snapshot(lanes: Lanes, steering: Steering) -> bytes:
         ],
         "steers": [
             {
-                "id": rid,
-                "lane": q.lane,
-                "seq": getattr(q.builder, "_seq", 0)
-                if not isinstance(q.builder, _Steered)
-                else q.builder.seq,
-                "items": ITEM_ADAPTER.dump_python(q.items, mode="json", exclude_none=True),
-                "calls": [c.model_dump(mode="json") for c in q.calls],
+                "id": w.response_id,
+                "lane": w.lane,
+                "seq": w.seq,
+                "items": ITEM_ADAPTER.dump_python(w.items, mode="json", exclude_none=True),
+                "calls": [c.model_dump(mode="json") for c in w.calls],
             }
-            for rid, q in steering._stopped.items()
+            for w in steering.waiting()
         ],
     }
     return json.dumps(data, separators=(",", ":")).encode()
@@ -88,14 +66,16 @@ def restore(
     lanes: Lanes,
     steering: Steering,
     *,
-    new_scan: Callable[[], Any],
+    new_scan: Callable[[], Classifier],
     fmt: Callable[[str | None], ChatFormat],
     owner: str,
     timer: PhaseTimer,
-) -> None:
+) -> Effects:
     """Put a :func:`snapshot` back into fresh ``lanes`` and ``steering``; each lane's
     conversation is rebuilt from its items as a stored parent is (``fmt``: the chat format
-    of a lane, by its name; cl100k unless a real model's)."""
+    of a lane, by its name; cl100k unless a real model's).  The effects: other connections'
+    lanes the host's budget evicted to make room."""
+    fx = Effects()
     data = json.loads(raw)
     if data.get("v") != VERSION:
         raise ValueError(f"unknown continuity state version {data.get('v')!r}")
@@ -115,9 +95,15 @@ def restore(
             replica=lane.get("replica", ""),  # where its prefix is cached: the next call's hint
         )
         lanes.open(lane["lane"])
-        lanes.remember(lane["lane"], entry)
+        fx.evict += lanes.remember(lane["lane"], entry)
     for steer in data["steers"]:
-        queued = _Queued(steer["lane"], _Steered(steer["id"], steer["seq"]))  # type: ignore[arg-type]
-        queued.items = list(ITEM_ADAPTER.validate_python(steer["items"]))
-        queued.calls = [RequiredInput(**c) for c in steer["calls"]]
-        steering._stopped[steer["id"]] = queued
+        steering.restore(
+            WaitingSteer(
+                response_id=steer["id"],
+                lane=steer["lane"],
+                seq=steer["seq"],
+                items=list(ITEM_ADAPTER.validate_python(steer["items"])),
+                calls=[RequiredInput(**c) for c in steer["calls"]],
+            )
+        )
+    return fx

@@ -132,7 +132,7 @@ def created(turn: Turn) -> InjectCreated:
 
 
 @dataclass(slots=True)
-class _Held:
+class _Pending:
     event: ResponseInject
     results: list[ToolResult]
     lane: str | None
@@ -143,21 +143,22 @@ class Injections:
     yet (committed when the call stops, or returned if the response ends first)."""
 
     def __init__(self) -> None:
-        self._held: dict[str, list[_Held]] = {}
+        self._pending: dict[str, list[_Pending]] = {}
 
-    def held(self, response_id: str) -> list[ToolResult]:
-        return [r for h in self._held.get(response_id, ()) for r in h.results]
+    def pending(self, response_id: str) -> list[ToolResult]:
+        """The input accepted for ``response_id`` and not committed yet."""
+        return [r for h in self._pending.get(response_id, ()) for r in h.results]
 
-    def hold(self, turn: Turn, event: ResponseInject, results: list[ToolResult]) -> None:
-        self._held.setdefault(turn.builder.response.id, []).append(_Held(event, results, turn.lane))
+    def accept(self, turn: Turn, event: ResponseInject, results: list[ToolResult]) -> None:
+        self._pending.setdefault(turn.builder.response.id, []).append(_Pending(event, results, turn.lane))
         turn.builder.stop_after_call = True  # whatever the call produces, the model continues
 
-    def take(self, response_id: str) -> list[ToolResult]:
-        """The held input of a response whose model call stopped (committed now)."""
-        return [r for h in self._held.pop(response_id, ()) for r in h.results]
+    def commit(self, response_id: str) -> list[ToolResult]:
+        """The pending input of a response whose model call stopped (committed now)."""
+        return [r for h in self._pending.pop(response_id, ()) for r in h.results]
 
     def settle(self, response_id: str) -> list[InjectFailed]:
-        """The response ended: what it held comes back."""
+        """The response ended: its pending input comes back."""
         return [
             failed(
                 h.event,
@@ -165,11 +166,11 @@ class Injections:
                 f"Response '{response_id}' ended before the injected input could be used.",
                 h.lane,
             )
-            for h in self._held.pop(response_id, ())
+            for h in self._pending.pop(response_id, ())
         ]
 
     def clear(self) -> None:
-        self._held.clear()
+        self._pending.clear()
 
 
 __all__ = [

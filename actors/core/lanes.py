@@ -7,26 +7,42 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import TypeAlias
 
 from ..errors import StreamLimitReached
 from .cache_budget import CacheBudget
 from .context import ContextEntry
+from .turn import Eviction, LaneOwner
 
 
 @dataclass(slots=True, eq=False)
 class Lane:
+    name: str | None
     latest: ContextEntry | None = None
 
 
-class Lanes(Mapping[str | None, Lane]):
-    """The lanes by ``stream_id`` (``None``: the default lane, always present)."""
+# The host-wide budget: lanes counted by the lane tables that own them.
+HostBudget: TypeAlias = CacheBudget["Lanes", Lane]
 
-    def __init__(self, *, max_named: int, max_cached_tokens: int, budget: CacheBudget | None = None) -> None:
-        self._lanes: dict[str | None, Lane] = {None: Lane()}
+
+class Lanes(Mapping[str | None, Lane]):
+    """The lanes by ``stream_id`` (``None``: the default lane, always present), of the
+    session ``owner`` (whom another connection's eviction of one of them is sent to)."""
+
+    def __init__(
+        self,
+        owner: LaneOwner,
+        *,
+        max_named: int,
+        max_cached_tokens: int,
+        budget: HostBudget | None = None,
+    ) -> None:
+        self.owner = owner
+        self._lanes: dict[str | None, Lane] = {None: Lane(None)}
         self._max_named = max_named
         self._max_cached_tokens = max_cached_tokens
         # The host's budget, shared by its connections; a connection alone has its own.
-        self._budget = budget if budget is not None else CacheBudget(max_cached_tokens)
+        self._budget: HostBudget = budget if budget is not None else CacheBudget(max_cached_tokens)
 
     def __getitem__(self, name: str | None) -> Lane:
         return self._lanes[name]
@@ -43,7 +59,10 @@ class Lanes(Mapping[str | None, Lane]):
             raise StreamLimitReached(self._max_named)
 
     def open(self, name: str | None) -> Lane:
-        return self._lanes.setdefault(name, Lane())
+        lane = self._lanes.get(name)
+        if lane is None:
+            lane = self._lanes[name] = Lane(name)
+        return lane
 
     def find(self, response_id: str) -> tuple[str | None, ContextEntry] | None:
         """The lane whose latest response is ``response_id``, and that response's entry."""
@@ -57,14 +76,28 @@ class Lanes(Mapping[str | None, Lane]):
         self._budget.drop(lane)
         lane.latest = None
 
-    def remember(self, name: str | None, entry: ContextEntry) -> None:
+    def evicted(self, name: str | None, response_id: str) -> None:
+        """The host's budget evicted lane ``name`` for another connection (it no longer
+        counts); cleared unless it has moved on from ``response_id`` since."""
+        lane = self._lanes.get(name)
+        if lane is not None and lane.latest is not None and lane.latest.response_id == response_id:
+            lane.latest = None
+
+    def remember(self, name: str | None, entry: ContextEntry) -> list[Eviction]:
         """``entry`` is the lane's latest response now.  The lanes' cached tokens stay under
         ``max_cached_tokens``, and the host's under its budget: other lanes' entries go, least
         recently updated first (a later continuation from an evicted store:false response
-        fails with previous_response_not_found)."""
+        fails with previous_response_not_found).  This connection's are cleared now; other
+        connections' are returned, for their sessions to clear."""
         keep = self._lanes[name]
         keep.latest = entry
-        self._budget.update(self, keep, len(entry.tokens), self._max_cached_tokens)
+        others: list[Eviction] = []
+        for owner, lane in self._budget.update(self, keep, len(entry.tokens), self._max_cached_tokens):
+            if owner is self:
+                lane.latest = None
+            elif lane.latest is not None:
+                others.append(Eviction(owner.owner, lane.name, lane.latest.response_id))
+        return others
 
     def release(self) -> None:
         """The connection's state is gone: its cached tokens no longer count."""

@@ -3,8 +3,11 @@
 A WebSocket connection keeps one :class:`Preparer`: tool definitions are validated and
 rendered once and reused while unchanged, so are the instructions' tokens (a coding agent
 resends the same several thousand tokens of instructions with every create), the model is
-resolved once, and the safety classifier's rules are compiled once.  The HTTP path makes a fresh one per request — the
-stateless baseline redoes all of it.
+resolved once, and the safety classifier's rules are compiled once.  On a session host its
+connections share their instructions' and tools' renderings too, by content
+(:class:`~actors.core.prompt_parts.PromptParts`): a storm of first turns resending one
+system prompt renders and validates it once.  The HTTP path makes a fresh one per request,
+with no shared cache — the stateless baseline redoes all of it.
 """
 
 from __future__ import annotations
@@ -12,13 +15,17 @@ from __future__ import annotations
 import re
 from array import array
 from collections.abc import Collection, Mapping, Sequence
-from typing import NamedTuple
+from typing import NamedTuple, TypeAlias
+
+from pydantic import TypeAdapter
 
 from inference.formats import CL100K, ChatFormat
 from inference.types import ToolSpec
 
 from ..errors import APIError, InvalidRequest, ModelNotFound
 from ..protocol import CustomTool, FunctionTool, InputItem, Tool
+from ..protocol.wire_types import JSONObject
+from .prompt_parts import PromptParts
 from .render import item_text, tool_specs
 from .response_builder import echo_tools
 from .safety import Classifier, Matcher, SafetyConfig, build_matcher
@@ -44,19 +51,29 @@ class Tools(NamedTuple):
 
     specs: tuple[ToolSpec, ...]
     tokens: list[int]
-    echoed: list[dict]
+    echoed: list[JSONObject]
+
+
+SharedParts: TypeAlias = PromptParts[Tools]  # a session host's, shared by its connections
+
+_TOOLS_JSON: TypeAdapter[list[Tool]] = TypeAdapter(list[Tool])
 
 
 class Preparer:
     def __init__(
-        self, models: Collection[str], safety: SafetyConfig, formats: Mapping[str, ChatFormat] | None = None
+        self,
+        models: Collection[str],
+        safety: SafetyConfig,
+        formats: Mapping[str, ChatFormat] | None = None,
+        shared: SharedParts | None = None,
     ) -> None:
+        self._shared = shared
         self._models = frozenset(models)
         self._formats = dict(formats or {})  # a model's own chat format; else cl100k (the emulator's)
         self._resolved: dict[str, str] = {}
         self._tools_seen: tuple[list[object], str] | None = None
         self._tools = Tools((), [], [])
-        self._instructions: tuple[str | None, str, array] = (None, CL100K.name, array("I"))
+        self._instructions: tuple[str | None, str, array[int]] = (None, CL100K.name, array("I"))
         self._safety = safety
         self.matcher: Matcher = build_matcher(safety)
 
@@ -77,23 +94,34 @@ class Preparer:
         """The chat format ``model`` renders with."""
         return self._formats.get(model, CL100K)
 
+    def formats(self) -> list[ChatFormat]:
+        """The chat formats of the models that have their own (the rest render with cl100k)."""
+        return list(self._formats.values())
+
     def tools(self, tools: Sequence[Tool], fmt: ChatFormat = CL100K) -> Tools:
         """The request's tools (``create.tools``) prepared (:class:`Tools`); reused while the
         definitions and the format are unchanged."""
         if self._tools_seen is None or tools != self._tools_seen[0] or fmt.name != self._tools_seen[1]:
-            callable_tools = [t for t in tools if isinstance(t, (FunctionTool, CustomTool))]
-            validate_tools(callable_tools)
-            specs = tool_specs(callable_tools)
-            self._tools = Tools(specs, fmt.render_tools(specs), echo_tools(tools))
+            if self._shared is None or not tools:
+                self._tools = prepared_tools(tools, fmt)
+            else:
+                key = _TOOLS_JSON.dump_json(list(tools)).decode()
+                self._tools = self._shared.tools.get((fmt.name, key), lambda: prepared_tools(tools, fmt))
             self._tools_seen = (list(tools), fmt.name)
         return self._tools
 
-    def instructions(self, text: str | None, fmt: ChatFormat = CL100K) -> array:
+    def instructions(self, text: str | None, fmt: ChatFormat = CL100K) -> array[int]:
         """The rendered instructions (``array("I")``, 4 bytes a token); re-rendered only when
         the text (or the format) differs from the last request's (comparing the strings costs
         microseconds, tokenising them milliseconds).  Only the latest text is kept."""
         if text != self._instructions[0] or fmt.name != self._instructions[1]:
-            self._instructions = (text, fmt.name, array("I", fmt.render_instructions(text)))
+            if self._shared is None or not text:
+                rendered = array("I", fmt.render_instructions(text))
+            else:
+                rendered = self._shared.instructions.get(
+                    (fmt.name, text), lambda: array("I", fmt.render_instructions(text))
+                )
+            self._instructions = (text, fmt.name, rendered)
         return self._instructions[2]
 
     def new_scan(self) -> Classifier:
@@ -109,6 +137,15 @@ class Preparer:
             if verdict.flagged:
                 raise ContentFiltered(verdict.categories)
         return scan
+
+
+def prepared_tools(tools: Sequence[Tool], fmt: ChatFormat) -> Tools:
+    """Validated, rendered and echoed (raises an :class:`~actors.errors.APIError` for a bad
+    definition)."""
+    callable_tools = [t for t in tools if isinstance(t, (FunctionTool, CustomTool))]
+    validate_tools(callable_tools)
+    specs = tool_specs(callable_tools)
+    return Tools(specs, fmt.render_tools(specs), echo_tools(tools))
 
 
 def validate_tools(tools: Sequence[FunctionTool | CustomTool]) -> None:

@@ -16,6 +16,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from ..protocol import InputItem, ResponseCreate
+from ..protocol.wire_types import JSONObject
 from .context import ContextEntry
 from .timings import PhaseTimer
 from .turn import Turn
@@ -74,7 +75,7 @@ class Request:
     checked: Checked | None = None  # from rendering on
     # While its input's item references are looked up in the store (loading): the parent,
     # whether it is the lane's latest, the steer input that goes first, the items found so far.
-    resolving: tuple[ContextEntry | None, bool, list[InputItem], dict[str, dict]] | None = None
+    resolving: tuple[ContextEntry | None, bool, list[InputItem], dict[str, JSONObject]] | None = None
     turn: Turn | None = None  # from running on
 
 
@@ -140,7 +141,7 @@ class Requests:
             (
                 r
                 for r in self._all.values()
-                if r.stage is stage and r.turn is not None and r.turn.builder.response.id == response_id
+                if r.stage is stage and r.turn is not None and r.turn.request.request_id == response_id
             ),
             None,
         )

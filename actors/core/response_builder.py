@@ -57,6 +57,7 @@ from ..protocol import (
     TextConfig,
     Usage,
 )
+from ..protocol.wire_types import JSONObject
 from .safety import Classifier
 
 T = TypeVar("T")
@@ -117,6 +118,11 @@ class ResponseBuilder:
     def next_seq(self) -> int:
         """A sequence number of this response for an event outside the stream (steering)."""
         return self._next()
+
+    @property
+    def seq(self) -> int:
+        """The sequence number the response's next event takes."""
+        return self._seq
 
     def cut(self, reason: str) -> list[ServerEvent]:
         """Stop at this chunk boundary (e.g. ``steered``): open items close as incomplete."""
@@ -425,7 +431,7 @@ class ResponseBuilder:
 
 
 def new_response(
-    create: ResponseCreate, store: bool, clock: Callable[[], float], tools: list[dict], response_id: str
+    create: ResponseCreate, store: bool, clock: Callable[[], float], tools: list[JSONObject], response_id: str
 ) -> ResponseObject:
     """The Response object of a create, in progress (docs/protocol.md §3.4: every key present).
     ``tools``: the create's tools as echoed (:func:`echo_tools`, kept by the connection while
@@ -471,7 +477,7 @@ def _or(value: T | None, default: T) -> T:
     return default if value is None else value
 
 
-def tool_choice_name(choice: str | dict | None) -> str:
+def tool_choice_name(choice: str | JSONObject | None) -> str:
     if choice is None:
         return "auto"
     if isinstance(choice, str):
@@ -487,11 +493,11 @@ def echo_text(text: TextConfig | None) -> TextConfig:
     return text if text.verbosity else text.model_copy(update={"verbosity": "medium"})
 
 
-def echo_tools(tools: Sequence[BaseModel]) -> list[dict]:
+def echo_tools(tools: Sequence[BaseModel]) -> list[JSONObject]:
     return [echo_tool(t) for t in tools]
 
 
-def echo_tool(tool: BaseModel) -> dict:
+def echo_tool(tool: BaseModel) -> JSONObject:
     if isinstance(tool, FunctionTool):
         data = tool.model_dump()
         data.setdefault("description", None)

@@ -1,10 +1,11 @@
 """The session core: one WebSocket connection's state machine, sans-I/O.
 
-Events in (client frames, inference chunks, store and render answers, the start of a
-drain), :class:`~actors.core.turn.Effects` out (server events to send, model calls to start,
-records to write): every input returns what its driver must do, and the session never
-calls its driver.  No Ray, no asyncio, no I/O: the connection (:mod:`actors.host.connection`)
-carries the effects out.
+One way in: :meth:`Session.handle` takes an input (a frozen record of
+:mod:`actors.core.inputs`: a client frame, a loaded history, a rendered input, an inference
+chunk, a write done, a drain, an eviction…) and returns the
+:class:`~actors.core.turn.Effects` its driver must carry out (server events to send, model
+calls to start, records to write); the session never calls its driver.  No Ray, no
+asyncio, no I/O: the connection (:mod:`actors.host.connection`) carries the effects out.
 
 The session dispatches and schedules; what a concern keeps lives with it: each request and
 its stage in :class:`~actors.core.request_queue.Requests`, the lanes and the conversations they cache in
@@ -50,11 +51,12 @@ from ..protocol import (
     error_event,
     parse_client_event,
 )
+from ..protocol.wire_types import JSONObject
 from . import compaction, continuity, inject, references, rollout
-from .cache_budget import CacheBudget
+from . import inputs as ev
 from .context import ContextEntry, count_calls, extend, from_record, in_format, input_dicts
-from .lanes import Lanes
-from .prepare import Preparer
+from .lanes import HostBudget, Lanes
+from .prepare import Preparer, SharedParts
 from .render import item_text, render_items
 from .request_queue import Checked, Request, Requests, Stage
 from .response_builder import parallel_tool_calls, tool_choice_name
@@ -68,7 +70,7 @@ from .steering import (
     successor,
 )
 from .timings import METADATA_KEY, PhaseTimer, Report, as_metadata
-from .turn import Effects, Load, NewResponse, Opening, Render, Turn
+from .turn import Effects, Load, NewResponse, Render, Turn
 
 __all__ = ["CheckMetadata", "Effects", "Load", "Render", "Session", "Turn"]
 
@@ -94,26 +96,63 @@ class Session:
         append_mode: bool = False,
         clock: Callable[[], float],
         perf: Callable[[], float] = time.perf_counter,
-        cache: CacheBudget | None = None,
+        cache: HostBudget | None = None,
         formats: Mapping[str, ChatFormat] | None = None,
         check_metadata: CheckMetadata = _no_check,
+        prompt_parts: SharedParts | None = None,
     ) -> None:
         self.config = config
         self._check_metadata = check_metadata
-        self._prep = Preparer(models, config.safety, formats)  # a model without one: cl100k
+        # A model without a format of its own: cl100k.  ``prompt_parts``: the host's
+        # renderings of instructions and tools, shared by its connections (actors.core.prompt_parts).
+        self._prep = Preparer(models, config.safety, formats, prompt_parts)
         self._perf = perf
         self.session_key = session_key
         self.owner = owner
         self.transport = transport
         self._clock = clock
         self._lanes = Lanes(
-            max_named=config.max_named_lanes, max_cached_tokens=config.max_cached_tokens, budget=cache
+            self, max_named=config.max_named_lanes, max_cached_tokens=config.max_cached_tokens, budget=cache
         )
         self._requests = Requests()
         self._steering = Steering()
         self._injections = inject.Injections()
         self.append_mode = append_mode
         self._draining = False  # shutting down: no new responses
+
+    def handle(self, event: ev.Input) -> Effects:
+        """The one way in: what the driver must do in answer to ``event``."""
+        match event:
+            case ev.ClientFrame():
+                return self._on_frame(event.data, event.received)
+            case ev.ParsedCreate():
+                return self._on_create(event.create, event.timer)
+            case ev.CallsStarted():
+                return self._on_calls_started(event.turn_ids)
+            case ev.InferenceChunk():
+                return self._on_inference(event.turn_id, event.chunk)
+            case ev.InferenceFailed():
+                return self._on_inference_error(event.turn_id, event.error)
+            case ev.HistoryLoaded():
+                return self._on_loaded(event.load_id, event.record)
+            case ev.ItemsLoaded():
+                return self._on_items_loaded(event.load_id, event.found)
+            case ev.Rendered():
+                return self._on_rendered(event.render_id, event.tokens)
+            case ev.Written():
+                return self._on_written(event.response_id, stored=event.stored)
+            case ev.DrainStarted():
+                return self._on_drain()
+            case ev.Disconnected():
+                return self._on_disconnect()
+            case ev.StateRestored():
+                return self._on_restore(event.raw)
+            case ev.LaneEvicted():
+                self._lanes.evicted(event.lane, event.response_id)
+                return Effects()
+            case ev.Released():
+                return self._on_release()
+        raise TypeError(f"not a session input: {event!r}")  # pragma: no cover - the union is closed
 
     # ------------------------------------------------------------------ client side
     @property
@@ -128,31 +167,32 @@ class Session:
     def draining(self) -> bool:
         return self._draining
 
-    def begin_drain(self) -> Effects:
+    def _on_drain(self) -> Effects:
         """The host is shutting down: later creates are refused (``server_shutting_down``);
         the responses in flight and queued carry on.  Once :attr:`idle`, the driver ends the
         connection."""
         self._draining = True
         return Effects()
 
-    def on_disconnect(self) -> None:
+    def _on_disconnect(self) -> Effects:
         """The socket is gone (its driver cancelled the model calls): every request, at
         whatever stage, is dropped; each lane keeps its latest finished response, so a
         resumed connection continues from there (actors.host.resume)."""
         self._requests.clear()
         self._steering.drop_running()
         self._injections.clear()
+        return Effects()
 
     def snapshot(self) -> bytes:
         """The resumable state (:mod:`actors.core.continuity`): the lanes' latest responses
         and the steer input waiting."""
         return continuity.snapshot(self._lanes, self._steering)
 
-    def restore(self, raw: bytes) -> None:
+    def _on_restore(self, raw: bytes) -> Effects:
         """Take a :meth:`snapshot` of another holder of this connection (a resume on any
         node); the conversations are rebuilt from their items."""
-        formats = {f.name: f for f in self._prep._formats.values()}
-        continuity.restore(
+        formats = {f.name: f for f in self._prep.formats()}
+        return continuity.restore(
             raw,
             self._lanes,
             self._steering,
@@ -162,12 +202,13 @@ class Session:
             timer=PhaseTimer(self._perf),
         )
 
-    def release(self) -> None:
+    def _on_release(self) -> Effects:
         """The connection's state is dropped for good: what it cached stops counting
         against the host's budget."""
         self._lanes.release()
+        return Effects()
 
-    def on_frame(self, data: str | bytes, received: float | None = None) -> Effects:
+    def _on_frame(self, data: str | bytes, received: float | None = None) -> Effects:
         """One client frame (its first bytes ``received`` at that time on the session's
         ``perf`` clock, if known).  Errors become ``error`` events; the session stays usable."""
         timer = PhaseTimer(self._perf, received)
@@ -184,9 +225,9 @@ class Session:
             return self._on_inject(event)
         if not isinstance(event, ResponseCreate):
             return Effects()  # response.processed: nothing to do
-        return self.on_create(event, timer)
+        return self._on_create(event, timer)
 
-    def on_create(self, event: ResponseCreate, timer: PhaseTimer | None = None) -> Effects:
+    def _on_create(self, event: ResponseCreate, timer: PhaseTimer | None = None) -> Effects:
         """A parsed ``response.create`` (the HTTP path enters here, with its own timer)."""
         timer = timer or PhaseTimer(self._perf)
         lane = event.stream_id
@@ -227,7 +268,7 @@ class Session:
             turn = self._turn_of(target)
             if turn is not None:
                 return self._steer_running(turn, items, event.input)
-            events = self._steering.add(target, items)
+            events = self._steering.accept_stopped(target, items)
             if events is not None:
                 return Effects(events=events)
             done = self._lanes.find(target)
@@ -241,7 +282,7 @@ class Session:
 
     def _steer_running(self, turn: Turn, items: list[InputItem], raw_input: object) -> Effects:
         b = turn.builder
-        fx = Effects(events=self._steering.hold(turn.lane, b, items, raw_input))
+        fx = Effects(events=self._steering.accept_running(turn.lane, b, items, raw_input))
         if calls_started(b):
             return fx  # the input waits for the end of the response (_finish settles it)
         # Stop at this chunk boundary (incomplete, "steered"); settling the response queues
@@ -279,7 +320,7 @@ class Session:
                 ]
             )
         try:
-            items = self._resolve_held(event.input, turn)
+            items = self._resolve_from_conversations(event.input, turn)
             results = rollout.tool_results(turn.rollout, items)
             return self._resume_with(turn, results)
         except APIError as exc:
@@ -303,10 +344,10 @@ class Session:
         if turn is None or (event.stream_id is not None and event.stream_id != turn.lane):
             return Effects(events=[inject.not_running(event, finished)])
         try:
-            items = self._resolve_held(event.input, turn)
-            results = inject.check(turn, event, items, self._injections.held(event.response_id))
+            items = self._resolve_from_conversations(event.input, turn)
+            results = inject.check(turn, event, items, self._injections.pending(event.response_id))
             if not turn.builder.paused:
-                self._injections.hold(turn, event, results)
+                self._injections.accept(turn, event, results)
                 return Effects()
             fx = self._resume_with(turn, results)
             fx.events.insert(0, inject.created(turn))
@@ -337,7 +378,7 @@ class Session:
         request.asked = self._perf()
         return Effects(load=[Load(request.id, previous, self.owner)])
 
-    def on_loaded(self, load_id: int, record: StoredResponse | None) -> Effects:
+    def _on_loaded(self, load_id: int, record: StoredResponse | None) -> Effects:
         """The store's answer to a :class:`Load` (``None``: not found for this owner)."""
         request = self._requests.at(load_id, Stage.LOADING)
         if request is None:  # the socket went away meanwhile
@@ -371,12 +412,12 @@ class Session:
         if parent is not None:
             parent = in_format(parent, self._prep.format(create.model or ""))
         # Steer input queued for this continuation goes first (docs/protocol.md §2.3 (c)).
-        steered = self._steering.take(create.previous_response_id, lane_name)
+        steered = self._steering.take_for(create.previous_response_id, lane_name)
         wanted = references.referenced(create.items)
         if not wanted:
             return self._begin_with(request, parent, same_lane, steered + create.items)
         # item_reference: from the conversations this connection holds, else from the store.
-        found = references.find(wanted, self._held([parent] if parent is not None else []))
+        found = references.find(wanted, self._conversations([parent] if parent is not None else []))
         if len(found) < len(set(wanted)):
             request.resolving = (parent, same_lane, steered, found)
             if request.stage is not Stage.LOADING:
@@ -386,12 +427,12 @@ class Session:
             return Effects(load=[Load(request.id, "", self.owner, item_ids=missing)])
         return self._resolved(request, parent, same_lane, steered, found)
 
-    def _held(self, first: list[ContextEntry]) -> list[list[dict]]:
+    def _conversations(self, first: list[ContextEntry]) -> list[list[JSONObject]]:
         """The conversations this connection holds, ``first`` first (where references look)."""
         held = [entry.items for entry in first]
         return held + [lane.latest.items for lane in self._lanes.values() if lane.latest is not None]
 
-    def _resolve_held(self, items: list[InputItem], turn: Turn) -> list[InputItem]:
+    def _resolve_from_conversations(self, items: list[InputItem], turn: Turn) -> list[InputItem]:
         """A running response's new input (append, inject) with its item references resolved
         from the conversations held here (the response's own first); no store lookup: a paused
         response does not wait for the store, so an id not held is :class:`ItemNotFound`."""
@@ -400,9 +441,9 @@ class Session:
             return items
         own = [turn.rollout.context] if turn.rollout is not None else []
         own += [turn.parent] if turn.parent is not None else []
-        return references.resolve(items, references.find(wanted, self._held(own)), held_only=True)
+        return references.resolve(items, references.find(wanted, self._conversations(own)), held_only=True)
 
-    def on_items_loaded(self, load_id: int, found: Mapping[str, dict]) -> Effects:
+    def _on_items_loaded(self, load_id: int, found: Mapping[str, JSONObject]) -> Effects:
         """The store's answer to a :class:`Load` of ``item_ids``: the items it has."""
         request = self._requests.at(load_id, Stage.LOADING)
         if request is None or request.resolving is None:  # the socket went away meanwhile
@@ -420,7 +461,7 @@ class Session:
         parent: ContextEntry | None,
         same_lane: bool,
         steered: list[InputItem],
-        found: Mapping[str, dict],
+        found: Mapping[str, JSONObject],
     ) -> Effects:
         try:
             with request.timer.phase("parse_validate"):
@@ -450,7 +491,7 @@ class Session:
             input_tokens = render_items(items, fmt)
         return self._prepare(request, input_tokens)
 
-    def on_rendered(self, render_id: int, tokens: Sequence[int] | None) -> Effects:
+    def _on_rendered(self, render_id: int, tokens: Sequence[int] | None) -> Effects:
         """The driver's answer to a :class:`Render` (``None``: rendering failed, a server
         fault).  The render phase counts the whole wait, the worker's queue included."""
         request = self._requests.at(render_id, Stage.RENDERING)
@@ -517,8 +558,8 @@ class Session:
             metadata=tuple(sorted((create.metadata or {}).items())),
         )
         timer.wait_inference()
-        # The call is ready: the response and its first events are made when the driver
-        # reads the events, after it started the call (Effects, Opening).
+        # The call is ready: the response and its first events are made once the driver
+        # has started it (CallsStarted).
         turn = Turn(
             turn_id=request.id,
             lane=lane_name,
@@ -547,7 +588,17 @@ class Session:
         )
         self._requests.move(request, Stage.RUNNING)
         request.turn = turn
-        return Effects(events=[Opening(turn)], start=[turn])
+        return Effects(start=[turn])
+
+    def _on_calls_started(self, turn_ids: Sequence[int]) -> Effects:
+        """The model calls of ``turn_ids`` have left: their responses' first events, in
+        the order the calls were started (a turn resumed in append mode has them already)."""
+        fx = Effects()
+        for turn_id in turn_ids:
+            turn = self._running(turn_id)
+            if turn is not None and not turn.opened:
+                fx.events += turn.open()
+        return fx
 
     def _check_calls(
         self, parent: ContextEntry | None, items: Sequence[InputItem]
@@ -567,7 +618,7 @@ class Session:
         return frozenset(call_ids), results
 
     # ------------------------------------------------------------------ inference side
-    def on_inference(self, turn_id: int, chunk: Sequence[InferenceEvent]) -> Effects:
+    def _on_inference(self, turn_id: int, chunk: Sequence[InferenceEvent]) -> Effects:
         """A chunk of model output for a started turn."""
         turn = self._running(turn_id)
         if turn is None:
@@ -575,7 +626,7 @@ class Session:
         fx = Effects(events=turn.builder.feed(chunk))
         if turn.builder.paused:  # append mode: the call's output joins the rollout
             turn.rollout = rollout.fold(turn.rollout or rollout.begin(turn), turn.builder.output, turn.fmt)
-            injected = self._injections.take(turn.builder.response.id)
+            injected = self._injections.commit(turn.builder.response.id)
             if injected:  # held while the call ran (actors.core.inject): committed now
                 try:
                     fx += self._resume_with(turn, injected)
@@ -589,7 +640,7 @@ class Session:
             fx += self._finish(turn, failed=False)
         return fx
 
-    def on_written(self, response_id: str, *, stored: bool) -> Effects:
+    def _on_written(self, response_id: str, *, stored: bool) -> Effects:
         """The write of ``response_id``'s record and ledger line (or its line alone) returned,
         and its terminal event is sent: the response is no longer in flight.  If the write
         failed (``stored`` is false), the client is told the response failed, unbilled: no
@@ -603,7 +654,7 @@ class Session:
         self._requests.drop(request)
         return self._schedule()
 
-    def on_inference_error(self, turn_id: int, exc: BaseException) -> Effects:
+    def _on_inference_error(self, turn_id: int, exc: BaseException) -> Effects:
         """The model call failed after ``response.created``: ``response.failed``."""
         turn = self._running(turn_id)
         if turn is None:
@@ -624,7 +675,7 @@ class Session:
     def _finish(self, turn: Turn, *, failed: bool) -> Effects:
         """The response is over: its terminal event, its record and ledger line.  A response
         whose terminal event reports usage (every one but a failure before inference ran)
-        stays in flight until its line is written, with its record if stored (:meth:`on_written`)."""
+        stays in flight until its line is written, with its record if stored (:class:`~actors.core.inputs.Written`)."""
         request = self._requests.at(turn.turn_id, Stage.RUNNING)
         assert request is not None
         fx = Effects()
@@ -655,9 +706,9 @@ class Session:
                         output_tokens=b.context_tokens,
                     )
                 entry.replica = b.replica
-                self._lanes.remember(turn.lane, entry)
+                fx.evict += self._lanes.remember(turn.lane, entry)
                 fx.usage.append(self._usage(turn))
-            report = Report.taken(
+            report = Report.at_finish(
                 response.id, timer, (b.queue_ms, b.prefill_ms, b.decode_ms), final=turn.store
             )
             fx.timings.append(report)

@@ -9,7 +9,7 @@ when a response ends; this module owns what waits meanwhile.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
@@ -116,12 +116,50 @@ class _Submission:
     raw_input: Any
 
 
+class Numbering(Protocol):
+    """Where a steered response's next sequence number comes from: its builder, or (restored
+    on another holder, :class:`Resumed`) the number the snapshot kept."""
+
+    @property
+    def seq(self) -> int: ...
+
+    def next_seq(self) -> int: ...
+
+
+class Resumed:
+    """The numbering of a response whose builder stayed with the connection's old holder."""
+
+    def __init__(self, seq: int) -> None:
+        self._seq = seq
+
+    @property
+    def seq(self) -> int:
+        return self._seq
+
+    def next_seq(self) -> int:
+        seq, self._seq = self._seq, self._seq + 1
+        return seq
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingSteer:
+    """Steer input waiting on a response that stopped on function calls, as plain data (a
+    snapshot's, :mod:`actors.core.continuity`)."""
+
+    response_id: str
+    lane: str | None
+    seq: int  # the response's next sequence number
+    items: list[InputItem]
+    calls: list[RequiredInput]
+
+
 @dataclass(slots=True)
 class _Queued:
     """Steer input accepted for one response and not delivered yet."""
 
     lane: str | None
-    builder: ResponseBuilder  # the steered response: steering events take its sequence numbers
+    response_id: str
+    numbering: Numbering  # steering events take the steered response's sequence numbers
     items: list[InputItem] = field(default_factory=list)
     unannounced: list[_Submission] = field(default_factory=list)  # accepted while it ran
     calls: list[RequiredInput] = field(default_factory=list)  # the tool output it stopped for
@@ -132,19 +170,22 @@ class _Queued:
                 "too_many_pending_steers", "Too much steering input is pending.", stream_id=self.lane
             )
         self.items += items
-        return SteerRef(id=new_id("steer"), previous_response_id=self.builder.response.id)
+        return SteerRef(id=new_id("steer"), previous_response_id=self.response_id)
 
     def accepted(self, ref: SteerRef) -> SteerAccepted:
-        return SteerAccepted(sequence_number=self.builder.next_seq(), steer=ref, stream_id=self.lane)
+        return SteerAccepted(sequence_number=self.numbering.next_seq(), steer=ref, stream_id=self.lane)
 
     def pending(self, ref: SteerRef) -> SteerPending:
         return SteerPending(
-            sequence_number=self.builder.next_seq(), required_input=self.calls, steer=ref, stream_id=self.lane
+            sequence_number=self.numbering.next_seq(),
+            required_input=self.calls,
+            steer=ref,
+            stream_id=self.lane,
         )
 
     def failed(self, sub: _Submission) -> SteerFailed:
         return SteerFailed(
-            sequence_number=self.builder.next_seq(),
+            sequence_number=self.numbering.next_seq(),
             stream_id=self.lane,
             error=SteerFailedError(
                 code="response_not_active",
@@ -163,11 +204,11 @@ class Steering:
 
     It waits in one of two places:
 
-    * on a *running* response that has begun a function call (:meth:`hold`): a steer never
+    * on a *running* response that has begun a function call (:meth:`accept_running`): a steer never
       cuts a call the client is about to be asked to run, so the input waits for the end;
-    * on a response that *stopped on function calls*, its lane's latest (:meth:`add`): the
+    * on a response that *stopped on function calls*, its lane's latest (:meth:`accept_stopped`): the
       input goes in front of the client's next ``response.create`` continuing that response
-      on that lane (:meth:`take`).
+      on that lane (:meth:`take_for`).
 
     When a response ends, :meth:`settle` moves what it held: to waiting for the client's tool
     output (``response.steer.pending``), or out as the input of an automatic successor.
@@ -177,18 +218,18 @@ class Steering:
         self._running: dict[str, _Queued] = {}
         self._stopped: dict[str, _Queued] = {}
 
-    def hold(
+    def accept_running(
         self, lane: str | None, builder: ResponseBuilder, items: list[InputItem], raw_input: Any
     ) -> list[ServerEvent]:
         """Accept steer input for the running response of ``builder``."""
         rid = builder.response.id
-        queued = self._running.get(rid) or _Queued(lane, builder)
+        queued = self._running.get(rid) or _Queued(lane, rid, builder)
         ref = queued.add(items)
         self._running[rid] = queued
         queued.unannounced.append(_Submission(ref, raw_input))
         return [queued.accepted(ref)]
 
-    def add(self, target: str, items: list[InputItem]) -> list[ServerEvent] | None:
+    def accept_stopped(self, target: str, items: list[InputItem]) -> list[ServerEvent] | None:
         """Accept steer input for ``target`` if it stopped on function calls: accepted and
         pending at once.  ``None`` if nothing waits on ``target``."""
         queued = self._stopped.get(target)
@@ -211,14 +252,14 @@ class Steering:
         self._stopped = {rid: q for rid, q in self._stopped.items() if q.lane != lane}
         if not calls:
             return [], held.items if held else []
-        queued = held or _Queued(lane, builder)
+        queued = held or _Queued(lane, builder.response.id, builder)
         queued.calls = calls
         self._stopped[builder.response.id] = queued
         events: list[ServerEvent] = [queued.pending(sub.ref) for sub in queued.unannounced]
         queued.unannounced.clear()
         return events, []
 
-    def take(self, previous_response_id: str | None, lane: str | None) -> list[InputItem]:
+    def take_for(self, previous_response_id: str | None, lane: str | None) -> list[InputItem]:
         """The steer input queued for a create continuing ``previous_response_id`` on
         ``lane``, in submission order (delivered once)."""
         queued = self._stopped.get(previous_response_id or "")
@@ -226,6 +267,20 @@ class Steering:
             return []
         del self._stopped[previous_response_id or ""]
         return queued.items
+
+    def waiting(self) -> list[WaitingSteer]:
+        """The steer input waiting on responses that stopped on function calls."""
+        return [
+            WaitingSteer(rid, q.lane, q.numbering.seq, list(q.items), list(q.calls))
+            for rid, q in self._stopped.items()
+        ]
+
+    def restore(self, waiting: WaitingSteer) -> None:
+        """Steer input a snapshot kept (:meth:`waiting`), on this holder now."""
+        queued = _Queued(waiting.lane, waiting.response_id, Resumed(waiting.seq))
+        queued.items = list(waiting.items)
+        queued.calls = list(waiting.calls)
+        self._stopped[waiting.response_id] = queued
 
     def drop_running(self) -> None:
         """The running responses are gone (disconnect): so is what they held."""

@@ -99,7 +99,7 @@ class Report:
     final: bool
 
     @classmethod
-    def taken(
+    def at_finish(
         cls, response_id: str, timer: PhaseTimer, model_ms: tuple[float, float, float], *, final: bool
     ) -> Report:
         return cls(response_id, timer.report(*model_ms), timer, model_ms, None, final)

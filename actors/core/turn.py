@@ -1,33 +1,37 @@
 """The session core's records: a started response (:class:`Turn`) and, in append mode, where
 its rollout stands (:class:`Rollout`); the effects a session asks its driver to carry out
-(:class:`Effects`, whose events are read after its model calls are started).  Records, with
-no behaviour but building a started response's first events when they are first read."""
+(:class:`Effects`).  Records, with no behaviour but building a started response's first
+events when the session is told its call has left."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import cast
+from typing import TYPE_CHECKING, Protocol
 
 from inference.formats import CL100K, ChatFormat
 from inference.types import InferenceRequest
 from store import StoredResponse, UsageEntry
 
 from ..protocol import InputItem, OutputItem, ResponseCreate, ServerEvent
+from ..protocol.wire_types import JSONObject
 from .context import ContextEntry
 from .response_builder import ResponseBuilder, new_response
 from .safety import Classifier
 from .timings import PhaseTimer, Report
 
+if TYPE_CHECKING:
+    from .inputs import LaneEvicted
+
 
 @dataclass(frozen=True, slots=True)
 class NewResponse:
-    """What a started turn's response is made of, built when its first events are first read
-    (:meth:`Turn.open`): its model call is ready before, and is started first."""
+    """What a started turn's response is made of, built by :meth:`Turn.open` once its model
+    call has left."""
 
     create: ResponseCreate
     store: bool
-    echoed_tools: list[dict]  # the create's tools as echoed, the connection's list (identity kept)
+    echoed_tools: list[JSONObject]  # the create's tools as echoed, the connection's list (identity kept)
     clock: Callable[[], float]
     output_scan: Classifier | None
     pause_on_calls: bool
@@ -44,7 +48,7 @@ class Turn:
     response_from: NewResponse  # what its response is made of (open)
     parent: ContextEntry | None
     same_lane_parent: bool
-    inputs: list[dict]  # the input items as stored (with ids)
+    inputs: list[JSONObject]  # the input items as stored (with ids)
     input_tokens: Sequence[int]
     call_ids: frozenset[str]
     store: bool
@@ -58,9 +62,14 @@ class Turn:
     _builder: ResponseBuilder | None = field(default=None, init=False)
     _opening: list[ServerEvent] = field(default_factory=list, init=False)
 
+    @property
+    def opened(self) -> bool:
+        return self._builder is not None
+
     def open(self) -> list[ServerEvent]:
         """The response's first events (``response.created``, ``response.in_progress``, a
-        compaction item): built on the first call, the same list after."""
+        compaction item), built now: the session calls it once its model call has left
+        (:class:`~actors.core.inputs.CallsStarted`); the same list after."""
         if self._builder is None:
             new = self.response_from
             response = new_response(
@@ -80,20 +89,9 @@ class Turn:
 
     @property
     def builder(self) -> ResponseBuilder:
-        """The builder of the response's events (made by :meth:`open`, which runs now if the
-        opening events were never read)."""
-        if self._builder is None:
-            self.open()
-            assert self._builder is not None
+        """The builder of the response's events (made by :meth:`open`)."""
+        assert self._builder is not None, "the turn's response is built once its call has started"
         return self._builder
-
-
-@dataclass(frozen=True, slots=True)
-class Opening:
-    """Where a started turn's first events go among an input's events (:class:`Effects`):
-    they are built when the events are read, after the driver started the turn's call."""
-
-    turn: Turn
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,60 +130,51 @@ class Render:
     fmt: ChatFormat = CL100K
 
 
+@dataclass(frozen=True, slots=True)
+class Eviction:
+    """The host's cache budget evicted ``lane`` of another connection (``session``), whose
+    latest response was ``response_id``, to make room: the driver hands that session a
+    :class:`~actors.core.inputs.LaneEvicted`."""
+
+    session: LaneOwner
+    lane: str | None
+    response_id: str
+
+
+class LaneOwner(Protocol):
+    """A session, as the owner of lanes another session's cache may evict."""
+
+    def handle(self, event: LaneEvicted) -> Effects: ...
+
+
+@dataclass(slots=True)
 class Effects:
-    """What the driver must do, in answer to one input to the session: start these model
-    calls, send these events, load these stored responses, render these inputs, and (off the
-    critical path) persist these records and ledger lines.  The session never calls its
-    driver.
+    """What the driver must do, in answer to one input to the session, in this order: stop
+    the model calls of ``cancel``, start those of ``start`` (and then hand the session
+    :class:`~actors.core.inputs.CallsStarted`: its answer holds the started responses'
+    first events, so a call's request has left before its response is built), hand
+    ``evict`` to the sessions named, send ``events`` (a terminal event once its ``usage``
+    line, and its ``persist`` record if stored, are written or journaled), keep ``timings``,
+    load ``load``, render ``render``.  Built eagerly: plain lists.  The session never calls
+    its driver."""
 
-    Pull-style, as a sans-I/O protocol's output: ``start`` is ready at once, ``events`` is
-    built when first read — a started turn's ``response.created`` and
-    ``response.in_progress`` (and the response object they carry) are made then, in their
-    place among the others (:class:`Opening`).  A driver reads ``start`` and starts the calls
-    first, so their requests are on their way before that work, then reads ``events``."""
-
-    __slots__ = ("_built", "_out", "cancel", "load", "persist", "render", "start", "timings", "usage")
-
-    def __init__(
-        self,
-        events: Iterable[ServerEvent | Opening] = (),
-        start: list[Turn] | None = None,
-        load: list[Load] | None = None,
-        render: list[Render] | None = None,
-        persist: list[StoredResponse] | None = None,
-        usage: list[UsageEntry] | None = None,
-        cancel: list[int] | None = None,
-        timings: list[Report] | None = None,
-    ) -> None:
-        self._out: list[ServerEvent | Opening] = list(events)
-        self._built = not any(isinstance(e, Opening) for e in self._out)
-        self.start: list[Turn] = start if start is not None else []
-        self.load: list[Load] = load if load is not None else []
-        self.render: list[Render] = render if render is not None else []
-        self.persist: list[StoredResponse] = persist if persist is not None else []
-        self.usage: list[UsageEntry] = usage if usage is not None else []
-        self.cancel: list[int] = cancel if cancel is not None else []  # turns whose model call must stop
-        self.timings: list[Report] = timings if timings is not None else []  # per finished response
+    events: list[ServerEvent] = field(default_factory=list)
+    start: list[Turn] = field(default_factory=list)
+    load: list[Load] = field(default_factory=list)
+    render: list[Render] = field(default_factory=list)
+    persist: list[StoredResponse] = field(default_factory=list)
+    usage: list[UsageEntry] = field(default_factory=list)
+    cancel: list[int] = field(default_factory=list)  # turns whose model call must stop
+    timings: list[Report] = field(default_factory=list)  # per finished response
+    evict: list[Eviction] = field(default_factory=list)  # other connections' lanes the budget took
 
     @property
-    def events(self) -> list[ServerEvent]:
-        """The events to send, in order; a started turn's opening events are built on the
-        first read."""
-        if not self._built:
-            self._out = [
-                e for item in self._out for e in (item.turn.open() if isinstance(item, Opening) else [item])
-            ]
-            self._built = True
-        return cast(list[ServerEvent], self._out)  # built: no Opening is left
-
-    @events.setter
-    def events(self, events: list[ServerEvent]) -> None:
-        self._out = list(events)
-        self._built = True
+    def opening(self) -> tuple[int, ...]:
+        """The started turns whose responses are not built yet (``CallsStarted`` builds them)."""
+        return tuple(t.turn_id for t in self.start if not t.opened)
 
     def __iadd__(self, other: Effects) -> Effects:
-        self._out += other._out  # an opening not yet built stays so
-        self._built = self._built and other._built
+        self.events += other.events
         self.start += other.start
         self.load += other.load
         self.render += other.render
@@ -193,4 +182,5 @@ class Effects:
         self.usage += other.usage
         self.cancel += other.cancel
         self.timings += other.timings
+        self.evict += other.evict
         return self

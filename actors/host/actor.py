@@ -30,13 +30,16 @@ from ..backend.model_router import ModelRouter, model_formats
 from ..backend.ray_serve import ServeInference
 from ..config import SessionConfig
 from ..core.cache_budget import CacheBudget
+from ..core.lanes import HostBudget
+from ..core.prepare import SharedParts
+from ..core.prompt_parts import PromptParts
 from ..core.session import Session
 from ..logs import LogSettings
 from ..logs import configure as configure_logs
 from .connection import Connection
 from .continuity import HostContinuity
 from .drain import DrainPlan
-from .handoff import Ended, Gone, Handoff, HandoffReceiver, Link, Outcome, SocketKind, handoff_path
+from .handoff import Ended, Handoff, HandoffReceiver, Link, Outcome, SocketKind, StateGone, handoff_path
 from .host_metrics import HostMetrics, PhaseMetrics
 from .http import HttpServer
 from .limits import raise_open_files
@@ -95,7 +98,8 @@ class SessionHost:
         self._websockets = 0  # being served now
         self._http_app = http_app
         self._http: HttpServer | None = None
-        self._cache = CacheBudget(config.host_max_cached_tokens)  # shared by its connections
+        self._cache: HostBudget = CacheBudget(config.host_max_cached_tokens)  # shared by its connections
+        self._prompt_parts: SharedParts = PromptParts()  # instructions and tools, rendered once a host
         self._draining: asyncio.Task[None] | None = None
 
     async def ready(self) -> str:
@@ -127,7 +131,7 @@ class SessionHost:
                 ),
                 self._name,
                 self._config.resume_grace_s,
-                self._sockets.let_go,
+                self._sockets.close_taken_over,
             )
             continuity.start()
         self._sockets.start()
@@ -145,6 +149,7 @@ class SessionHost:
             cache=self._cache,
             formats=self._formats,
             check_metadata=self._inference.check_metadata,
+            prompt_parts=self._prompt_parts,
         )
 
     def _connect(self, session: Session) -> Connection:
@@ -182,7 +187,7 @@ class SessionHost:
                 allocator.release()  # what its connections freed goes back to the OS
         if created is not None and outcome.keeps_slot:  # the state this socket brought (or took) here
             await asyncio.shield(created.gone)
-            link.notify(Gone(handoff.conn_id))
+            link.notify(StateGone(handoff.conn_id))
 
     def _count_websockets(self, delta: int) -> None:
         self._websockets += delta

@@ -38,8 +38,20 @@ from inference.types import Done, InferenceRequest
 from store import StoredResponse, StoreWriter, UsageEntry
 
 from ..backend import EventStream, InferenceClient, ModelCall
+from ..core.inputs import (
+    CallsStarted,
+    ClientFrame,
+    DrainStarted,
+    HistoryLoaded,
+    InferenceChunk,
+    InferenceFailed,
+    ItemsLoaded,
+    LaneEvicted,
+    ParsedCreate,
+    Rendered,
+    Written,
+)
 from ..core.render import render_items
-from ..core.request_queue import InvalidTransition
 from ..core.session import Effects, Load, Render, Session, Turn
 from ..core.timings import PhaseTimer, Report
 from ..errors import ServerError
@@ -53,6 +65,7 @@ from ..protocol import (
     ServerEvent,
     error_event,
 )
+from .billing import Billing, Terminal, billing
 
 log = logging.getLogger(__name__)
 
@@ -118,17 +131,30 @@ class State(enum.Enum):
         return self in (State.OPEN, State.DRAINING)
 
 
-_NEXT: dict[State, frozenset[State]] = {
-    State.OPEN: frozenset({State.DRAINING, State.ENDING, State.CLOSED}),
-    State.DRAINING: frozenset({State.ENDING, State.CLOSED}),
-    State.ENDING: frozenset({State.CLOSED}),
-    State.CLOSED: frozenset(),
+class Move(enum.Enum):
+    """What moves a connection on: :meth:`Connection.drain`, :meth:`Connection.end` (and
+    :meth:`Connection.finish_with`), :meth:`Connection.close`."""
+
+    DRAIN = "drain"  # the host is shutting down
+    END = "end"  # the server ends the connection
+    CLOSE = "close"  # the socket is gone
+
+
+# Every transition of a connection's lifecycle; a move from a state not listed with it is
+# ignored (a drain of a connection the server already ends, a second close…).
+TRANSITIONS: dict[tuple[State, Move], State] = {
+    (State.OPEN, Move.DRAIN): State.DRAINING,
+    (State.OPEN, Move.END): State.ENDING,
+    (State.OPEN, Move.CLOSE): State.CLOSED,
+    (State.DRAINING, Move.END): State.ENDING,
+    (State.DRAINING, Move.CLOSE): State.CLOSED,
+    (State.ENDING, Move.CLOSE): State.CLOSED,
 }
 
 
 @dataclass(slots=True)
-class _Stored:
-    """A terminal event held in its lane until the response's record is written."""
+class _AwaitingWrite:
+    """A terminal event waiting in its lane until the response's record, ledger line or state is written."""
 
     event: ServerEvent
     written: bool = False
@@ -152,8 +178,10 @@ class Connection:
         self._store = store
         self._observe = observe
         self._out: asyncio.Queue[ServerEvent | str | None] = asyncio.Queue()
-        self._held: dict[str | None, deque[ServerEvent | _Stored]] = {}  # lanes waiting on a write
-        self._last: list[str | None] = []  # queued once no lane is held: a final frame, the end
+        self._waiting_lanes: dict[
+            str | None, deque[ServerEvent | _AwaitingWrite]
+        ] = {}  # lanes waiting on a write
+        self._last: list[str | None] = []  # queued once no lane waits: a final frame, the end
         self._reports: dict[str, Report] = {}  # by response id, until its terminal event is sent
         self._tasks: set[asyncio.Task[None]] = set()
         self._generations: dict[int, asyncio.Task[None]] = {}
@@ -168,7 +196,7 @@ class Connection:
         self._drained = False  # idle while draining: ended, or handed to on_drained
         # Answers to client frames read after a drain ended the connection but before its
         # close frame left (server_shutting_down for a create): the sender writes them
-        # before the close (take_late).
+        # before the close (take_late_answers).
         self._late: list[ServerEvent] = []
 
     @property
@@ -176,10 +204,14 @@ class Connection:
         """The server, not the client, ended the connection."""
         return self.close_code is not None
 
-    def _move(self, state: State) -> None:
-        if state not in _NEXT[self.state]:
-            raise InvalidTransition(f"connection: {self.state.value} -> {state.value}")
+    def _move(self, move: Move) -> bool:
+        """Take ``move`` if the lifecycle has it from the current state (:data:`TRANSITIONS`);
+        ``False``: it does not apply now, and nothing changed."""
+        state = TRANSITIONS.get((self.state, move))
+        if state is None:
+            return False
         self.state = state
+        return True
 
     # -- inbound
     def feed(self, data: str | bytes, received: float | None = None) -> None:
@@ -188,7 +220,7 @@ class Connection:
         becomes ``server_error`` (logged, its text not sent)."""
         if self.state.accepting:
             try:
-                fx = self.session.on_frame(data, received)
+                fx = self.session.handle(ClientFrame(data, received))
             except Exception:
                 log.exception("unexpected error handling a client frame")
                 fx = Effects(events=[error_event(ServerError())])
@@ -198,7 +230,7 @@ class Connection:
             # sent this without knowing: a create is answered (server_shutting_down), not
             # dropped.  Only error events: nothing else runs now.
             try:
-                fx = self.session.on_frame(data, received)
+                fx = self.session.handle(ClientFrame(data, received))
             except Exception:
                 log.exception("unexpected error handling a client frame")
                 fx = Effects(events=[error_event(ServerError())])
@@ -208,7 +240,7 @@ class Connection:
     def has_late(self) -> bool:
         return bool(self._late)
 
-    def take_late(self) -> list[ServerEvent]:
+    def take_late_answers(self) -> list[ServerEvent]:
         """The answers to frames read since the drain ended the connection (:meth:`feed`),
         to be written before the close frame; each is taken once."""
         late, self._late = self._late, []
@@ -217,49 +249,60 @@ class Connection:
     def create(self, create: ResponseCreate, timer: PhaseTimer | None = None) -> None:
         """A parsed create (the HTTP path, timed from the request's arrival)."""
         if self.state.accepting:
-            self._apply(self.session.on_create(create, timer))
+            self._apply(self.session.handle(ParsedCreate(create, timer)))
 
     def _apply(self, fx: Effects) -> None:
         for turn_id in fx.cancel:  # the response is over; stop its generation
             task = self._generations.pop(turn_id, None)
             if task is not None and task is not asyncio.current_task():
                 task.cancel()
-        # Model calls first, before this batch's events are read (a started turn's response
-        # and its response.created are built on that read, Effects) and then queued,
-        # encoded and written.  A call starts here, not when its task first runs, unless a
-        # hook runs before it (then in its task, after the hook): over a direct channel its
-        # request has left by then.
+        # Model calls first; then the session builds the started turns' responses and their
+        # response.created (CallsStarted), and this batch's events are queued, encoded and
+        # written.  A call starts here, not when its task first runs, unless a hook runs
+        # before it (then in its task, after the hook): over a direct channel its request
+        # has left by then.
+        opening = fx.opening
         for turn in fx.start:
             stream = self._started(turn.request) if self._inference.before_call is None else None
             task = self._renderer.track(self._spawn(self._run(turn, stream)))
             self._generations[turn.turn_id] = task
             if stream is not None:
-                task.add_done_callback(functools.partial(self._unread, stream))
+                task.add_done_callback(functools.partial(self._close_unread, stream))
+        if opening:
+            fx.events += self.session.handle(CallsStarted(opening)).events
+        carry_evictions(fx)
         records = {record.id: record for record in fx.persist}
         lines = {entry.response_id: entry for entry in fx.usage}
         journaled: list[tuple[str, bool]] = []  # store:false responses billed: (id, line kept)
         for event in fx.events:
             line = lines.pop(event.response.id, None) if isinstance(event, _TERMINAL) else None
             record = records.pop(line.response_id, None) if line is not None else None
-            if line is None:
+            how = billing(
+                Terminal(
+                    line is not None,
+                    record is not None,
+                    self._store.commits_lines,
+                    self.checkpoint is not None,
+                )
+            )
+            if line is None:  # Billing.UNBILLED
                 self._send(event)
-            elif record is None and self._store.commits_lines:
-                held = _Stored(event)
-                self._held.setdefault(event.stream_id, deque()).append(held)
-                self._spawn(self._bill(line, held))
-            elif record is None:
+                continue
+            if how is Billing.JOURNAL or how is Billing.JOURNAL_AND_STATE:
                 kept = self._journal(line)
-                if kept and self.checkpoint is not None:  # sent once the state is written
-                    held = _Stored(event)
-                    self._held.setdefault(event.stream_id, deque()).append(held)
-                    self._spawn(self._checkpointed(line.response_id, held))
+                if not kept or how is Billing.JOURNAL:
+                    self._send(event if kept else failed_instead(event))
+                    journaled.append((line.response_id, kept))
                     continue
-                self._send(event if kept else failed_instead(event))
-                journaled.append((line.response_id, kept))
-            else:
-                held = _Stored(event)
-                self._held.setdefault(event.stream_id, deque()).append(held)
-                self._spawn(self._persist(line, record, held))
+            waiting = _AwaitingWrite(event)
+            self._waiting_lanes.setdefault(event.stream_id, deque()).append(waiting)
+            if how is Billing.WITH_RECORD:
+                assert record is not None
+                self._spawn(self._persist(line, record, waiting))
+            elif how is Billing.COMMIT:
+                self._spawn(self._bill(line, waiting))
+            else:  # journaled; sent once the state is written
+                self._spawn(self._checkpointed(line.response_id, waiting))
         assert not records and not lines, "a record and a ledger line come with their terminal event"
         for report in fx.timings:  # taken again, and recorded, as the sender encodes the event
             self._reports[report.response_id] = report
@@ -269,9 +312,9 @@ class Connection:
             if self._renderer.crowded:
                 self._renderer.track(self._spawn(self._render(job)))
             else:
-                self._apply(self.session.on_rendered(job.render_id, tokens_of(job)))
+                self._apply(self.session.handle(Rendered(job.render_id, tokens_of(job))))
         for response_id, kept in journaled:
-            self._apply(self.session.on_written(response_id, stored=kept))
+            self._apply(self.session.handle(Written(response_id, stored=kept)))
         if self.state is State.DRAINING and self.session.idle:
             self._drained_now()
 
@@ -299,17 +342,17 @@ class Connection:
 
     def outgoing(self, event: ServerEvent) -> ServerEvent:
         """``event``, about to be encoded and written by the sender: a terminal event's
-        figures are taken again now (:meth:`taken`), so the server's ``api_overhead`` holds
+        figures are taken again now (:meth:`restamp`), so the server's ``api_overhead`` holds
         everything before this frame."""
-        report = self.deferred(event, always=True)
+        report = self.figures_to_restamp(event, always=True)
         if report is not None:
-            self.taken(report)
+            self.restamp(report)
         return event
 
-    def deferred(self, event: ServerEvent, *, always: bool = False) -> Report | None:
+    def figures_to_restamp(self, event: ServerEvent, *, always: bool = False) -> Report | None:
         """The figures of a terminal event about to be sent, if its frame carries figures
         that may still change (or, ``always``, any it has): the sender takes them
-        (:meth:`taken`) once it has encoded and written the rest of the frame."""
+        (:meth:`restamp`) once it has encoded and written the rest of the frame."""
         if not isinstance(event, _TERMINAL):
             return None
         report = self._reports.get(event.response.id)
@@ -317,7 +360,7 @@ class Connection:
             return None
         return self._reports.pop(event.response.id)
 
-    def taken(self, report: Report) -> dict[str, float]:
+    def restamp(self, report: Report) -> dict[str, float]:
         """The response's figures taken again now (:meth:`actors.core.timings.Report.restamp`),
         and recorded once the sender has written its frame (a dozen histograms are not
         the client's wait)."""
@@ -327,13 +370,13 @@ class Connection:
         return ms
 
     def _send(self, event: ServerEvent) -> None:
-        held = self._held.get(event.stream_id)
-        if held is None:
+        lane = self._waiting_lanes.get(event.stream_id)
+        if lane is None:
             self._out.put_nowait(event)
         else:
-            held.append(event)
+            lane.append(event)
 
-    async def _persist(self, line: UsageEntry, record: StoredResponse, held: _Stored) -> None:
+    async def _persist(self, line: UsageEntry, record: StoredResponse, waiting: _AwaitingWrite) -> None:
         """Write the record with its ledger line, then let its lane's events go
         (``response.failed`` without usage instead of the terminal event if the write
         failed); only then does the session count the response as done, so what starts next
@@ -346,17 +389,17 @@ class Connection:
             log.warning(
                 "response %s failed: its record or ledger line could not be written", line.response_id
             )
-            held.event = failed_instead(held.event)
+            waiting.event = failed_instead(waiting.event)
             stored = False
         if self.checkpoint is not None and not await self.checkpoint():
             return  # another holder has the connection: nothing more is sent
-        held.written = True
+        waiting.written = True
         if self._observe is not None:
             self._observe(self.session.transport, {"store_write": (time.perf_counter() - started) * 1000.0})
-        self._release(held.event.stream_id)
-        self._apply(self.session.on_written(line.response_id, stored=stored))
+        self._flush_lane(waiting.event.stream_id)
+        self._apply(self.session.handle(Written(line.response_id, stored=stored)))
 
-    async def _bill(self, line: UsageEntry, held: _Stored) -> None:
+    async def _bill(self, line: UsageEntry, waiting: _AwaitingWrite) -> None:
         """Commit a ``store:false`` response's line to the store (``store.ledger: commit``),
         then let its lane's events go (``response.failed`` without usage instead of the
         terminal event if it could not be committed); the line shares its commit with every
@@ -367,49 +410,49 @@ class Connection:
             await self._store.bill(line)
         except Exception:  # noqa: BLE001 - the writer logged it; the client learns the response failed
             log.warning("response %s failed: its ledger line could not be committed", line.response_id)
-            held.event = failed_instead(held.event)
+            waiting.event = failed_instead(waiting.event)
             billed = False
         if self._observe is not None:
             self._observe(self.session.transport, {"ledger_write": (time.perf_counter() - started) * 1000.0})
         if billed and self.checkpoint is not None and not await self.checkpoint():
             return  # another holder has the connection: nothing more is sent
-        held.written = True
-        self._release(held.event.stream_id)
-        self._apply(self.session.on_written(line.response_id, stored=billed))
+        waiting.written = True
+        self._flush_lane(waiting.event.stream_id)
+        self._apply(self.session.handle(Written(line.response_id, stored=billed)))
 
-    async def _checkpointed(self, response_id: str, held: _Stored) -> None:
+    async def _checkpointed(self, response_id: str, waiting: _AwaitingWrite) -> None:
         """A ``store:false`` response's terminal event goes once the connection's state is
         written to the cluster store (resume on any node)."""
         assert self.checkpoint is not None
         started = time.perf_counter()
         if not await self.checkpoint():
             return  # another holder has the connection: nothing more is sent
-        held.written = True
+        waiting.written = True
         if self._observe is not None:
             self._observe(self.session.transport, {"state_write": (time.perf_counter() - started) * 1000.0})
-        self._release(held.event.stream_id)
-        self._apply(self.session.on_written(response_id, stored=True))
+        self._flush_lane(waiting.event.stream_id)
+        self._apply(self.session.handle(Written(response_id, stored=True)))
 
-    def _release(self, lane: str | None) -> None:
-        """Queue the lane's held events up to the first write still running."""
-        held = self._held[lane]
-        while held:
-            head = held[0]
-            if isinstance(head, _Stored):
+    def _flush_lane(self, lane: str | None) -> None:
+        """Queue the lane's waiting events up to the first write still running."""
+        waiting = self._waiting_lanes[lane]
+        while waiting:
+            head = waiting[0]
+            if isinstance(head, _AwaitingWrite):
                 if not head.written:
                     return
                 head = head.event
             self._out.put_nowait(head)
-            held.popleft()
-        del self._held[lane]
-        if not self._held:
+            waiting.popleft()
+        del self._waiting_lanes[lane]
+        if not self._waiting_lanes:
             for last in self._last:
                 self._out.put_nowait(last)
             self._last.clear()
 
     def _queue_last(self, frame: str | None) -> None:
-        """Queue ``frame`` (``None``: the end of ``events``) after every held lane."""
-        if self._held:
+        """Queue ``frame`` (``None``: the end of ``events``) after every waiting lane."""
+        if self._waiting_lanes:
             self._last.append(frame)
         else:
             self._out.put_nowait(frame)
@@ -427,17 +470,17 @@ class Connection:
             except Exception:
                 log.exception("looking up referenced items in the store failed")
                 found = {}
-            self._apply(self.session.on_items_loaded(load.load_id, found))
+            self._apply(self.session.handle(ItemsLoaded(load.load_id, found)))
             return
         try:
             record = await self._store.get(load.response_id, load.owner)
         except Exception:
             log.exception("loading %s from the store failed", load.response_id)
             record = None
-        self._apply(self.session.on_loaded(load.load_id, record))
+        self._apply(self.session.handle(HistoryLoaded(load.load_id, record)))
 
     async def _render(self, job: Render) -> None:
-        self._apply(self.session.on_rendered(job.render_id, await self._renderer.render(job)))
+        self._apply(self.session.handle(Rendered(job.render_id, await self._renderer.render(job))))
 
     def _started(self, request: InferenceRequest) -> EventStream | None:
         try:
@@ -445,7 +488,7 @@ class Connection:
         except Exception:  # noqa: BLE001 - not started: the task makes the call, and reports what it raises
             return None
 
-    def _unread(self, stream: EventStream, task: asyncio.Task[None]) -> None:
+    def _close_unread(self, stream: EventStream, task: asyncio.Task[None]) -> None:
         """A call started for a task cancelled before it ran (which would have closed it) is
         closed here; closing a call twice is harmless."""
         if task.cancelled():
@@ -472,17 +515,19 @@ class Connection:
                             # its record); a lone response, or one whose neighbours are
                             # still in prefill or rendering, does not wait.
                             await asyncio.sleep(0)
-                    self._apply(self.session.on_inference(turn.turn_id, chunk))
+                    self._apply(self.session.handle(InferenceChunk(turn.turn_id, chunk)))
                     if self._generations.get(turn.turn_id) is not me:
                         return  # cut short (e.g. the output classifier): closing cancels the call
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - reported as response.failed, text not leaked
             log.warning("inference failed for %s: %r", request.request_id, exc)
-            self._apply(self.session.on_inference_error(turn.turn_id, exc))
+            self._apply(self.session.handle(InferenceFailed(turn.turn_id, exc)))
         else:
             if not finished:  # a stream that ended without Done is a backend fault
-                self._apply(self.session.on_inference_error(turn.turn_id, RuntimeError("stream ended early")))
+                self._apply(
+                    self.session.handle(InferenceFailed(turn.turn_id, RuntimeError("stream ended early")))
+                )
         finally:
             if streaming:
                 self._renderer.streaming -= 1
@@ -517,11 +562,10 @@ class Connection:
         reconnect, to another replica, and resend what got no terminal event) — or, with
         ``on_drained``, call it once instead when the last response has ended: the caller
         ends the connection when its turn comes (closes in batches, actors.host.drain)."""
-        if self.state is not State.OPEN:
+        if not self._move(Move.DRAIN):
             return
-        self._move(State.DRAINING)
         self._on_drained = on_drained
-        self._apply(self.session.begin_drain())  # ends the connection if the session is idle
+        self._apply(self.session.handle(DrainStarted()))  # ends the connection if the session is idle
 
     @property
     def drained(self) -> bool:
@@ -531,19 +575,17 @@ class Connection:
     def end(self, code: int, reason: str = "") -> None:
         """The server ends the connection: ``events`` ends after what is queued (and what
         waits on a store write), and the socket closes with ``code`` and ``reason``."""
-        if self.state.accepting:
-            self._move(State.ENDING)
+        if self._move(Move.END):
             self.close_code = code
             self.close_reason = reason
             self._queue_last(None)
 
     async def close(self) -> None:
         """Cancel every running generation (frees the inference slots) and end ``events``;
-        events held for a store write are dropped (the client is gone).  Store writes carry
+        events waiting on a store write are dropped (the client is gone).  Store writes carry
         on in the writer, which its owner flushes."""
-        if self.state is State.CLOSED:
+        if not self._move(Move.CLOSE):
             return
-        self._move(State.CLOSED)
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
@@ -552,6 +594,13 @@ class Connection:
 
 
 _TERMINAL = (ResponseCompleted, ResponseIncomplete, ResponseFailed)  # the events a ledger line goes with
+
+
+def carry_evictions(fx: Effects) -> None:
+    """Hand each session whose lane the host's cache budget took for this one its
+    :class:`~actors.core.inputs.LaneEvicted` (it answers with nothing to do)."""
+    for eviction in fx.evict:
+        eviction.session.handle(LaneEvicted(eviction.lane, eviction.response_id))
 
 
 async def _close(stream: EventStream) -> None:

@@ -54,7 +54,7 @@ class _Tracked:
 class HostContinuity:
     """The connection states one host keeps in the cluster store.
 
-    ``let_go(held, code, reason)`` closes a held state's socket (the server's takeover path);
+    ``close_taken_over(held, code, reason)`` closes a held state's socket (the server's takeover path);
     ``wall`` is the wall clock the lifetime deadlines are kept on."""
 
     def __init__(
@@ -62,7 +62,7 @@ class HostContinuity:
         store: ContinuityStore,
         holder: str,
         grace_s: float,
-        let_go: Callable[[Held, int, str], Coroutine[Any, Any, None]],
+        close_taken_over: Callable[[Held, int, str], Coroutine[Any, Any, None]],
         *,
         wall: Callable[[], float] = time.time,
     ) -> None:
@@ -70,7 +70,7 @@ class HostContinuity:
         self.holder = holder
         self.grace_s = grace_s
         self.wall = wall
-        self._let_go = let_go
+        self._close_taken_over = close_taken_over
         self._tracked: dict[Held, _Tracked] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._settling: dict[Held, asyncio.Task[None]] = {}  # a socket's end, written to the store
@@ -166,7 +166,7 @@ class HostContinuity:
     def _give_up(self, held: Held, code: int, reason: str) -> None:
         held.fenced = True
         self._untrack(held)
-        self._spawn(self._let_go(held, code, reason))
+        self._spawn(self._close_taken_over(held, code, reason))
 
     # ------------------------------------------------------------------ a socket's end
     def parked(self, held: Held) -> None:

@@ -93,6 +93,20 @@ class Phase(enum.Enum):
     CUT_OFF = "cut_off"
 
 
+# Every transition of a drain's lifecycle.  Time only moves it on; a hold of 0 (no hold, or
+# a deadline already past) goes straight to closing or to the cut-off.
+PHASE_MOVES: dict[Phase, frozenset[Phase]] = {
+    Phase.HOLD: frozenset({Phase.CLOSING, Phase.CUT_OFF}),
+    Phase.CLOSING: frozenset({Phase.CUT_OFF}),
+    Phase.CUT_OFF: frozenset(),
+}
+
+
+class InvalidPhaseMove(RuntimeError):
+    """A drain moved between phases the lifecycle does not list (a bug: a clock that went
+    back, a plan loosened)."""
+
+
 class CloseSchedule:
     """When a session host may close its drained sockets: none during the hold, then
     ``batch_size`` more per ``batch_interval_s``, all at the cut-off.  ``clock``: seconds,
@@ -103,6 +117,7 @@ class CloseSchedule:
         self._clock = clock
         self._start = clock()
         self.closed = 0  # sockets released so far
+        self._phase = Phase.HOLD  # where the drain stands, moved only through PHASE_MOVES
 
     @property
     def plan(self) -> DrainPlan:
@@ -118,10 +133,16 @@ class CloseSchedule:
     def phase(self) -> Phase:
         elapsed = self._elapsed()
         if elapsed >= self._plan.budget_s:
-            return Phase.CUT_OFF
-        if elapsed >= self._plan.hold_s:
-            return Phase.CLOSING
-        return Phase.HOLD
+            now = Phase.CUT_OFF
+        elif elapsed >= self._plan.hold_s:
+            now = Phase.CLOSING
+        else:
+            now = Phase.HOLD
+        if now is not self._phase:
+            if now not in PHASE_MOVES[self._phase]:
+                raise InvalidPhaseMove(f"drain: {self._phase.value} -> {now.value}")
+            self._phase = now
+        return now
 
     def allowed(self) -> float:
         """How many sockets may have closed by now (``math.inf`` at the cut-off)."""

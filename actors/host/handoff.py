@@ -5,7 +5,7 @@ file descriptor to a host over a *link* — one Unix ``SOCK_SEQPACKET`` connecti
 (gateway, host) pair, kept open — with the request still unread in the kernel buffer, plus a
 small JSON :class:`Handoff` saying what the socket carries.  The host answers on the same
 link when a socket has ended (:class:`Ended`) and when a connection state it parked for a
-resume is gone (:class:`Gone`).  So admitting a connection costs the gateway no Ray call at
+resume is gone (:class:`StateGone`).  So admitting a connection costs the gateway no Ray call at
 all; a link that reaches end-of-file means the host process died (its sockets then get a
 1011 close from the gateway's copy of each descriptor).  A file descriptor cannot cross
 nodes, so hosts run on their gateway's node (docs/architecture.md).  No Ray here.
@@ -48,7 +48,7 @@ class Outcome(enum.StrEnum):
     @property
     def keeps_slot(self) -> bool:
         """The state lives on: its host slot stays taken until the host says it is gone
-        (:class:`Gone`)."""
+        (:class:`StateGone`)."""
         return self in (Outcome.PARKED, Outcome.MOVED)
 
 
@@ -82,24 +82,27 @@ class Ended:
 
 
 @dataclass(frozen=True, slots=True)
-class Gone:
+class StateGone:
     """Host → gateway: the connection state ``conn_id`` (parked or moved) is gone."""
 
     conn_id: str
 
 
-_MESSAGES: dict[str, type[Handoff] | type[Ended] | type[Gone]] = {
+_MESSAGES: dict[str, type[Handoff] | type[Ended] | type[StateGone]] = {
     "handoff": Handoff,
     "ended": Ended,
-    "gone": Gone,
+    "gone": StateGone,
 }
 
 
-def _encode(message: Handoff | Ended | Gone) -> bytes:
-    return json.dumps({"msg": type(message).__name__.lower(), **asdict(message)}).encode()
+_NAMES = {kind: name for name, kind in _MESSAGES.items()}  # the wire's names, not the classes'
 
 
-def _decode(data: bytes) -> Handoff | Ended | Gone:
+def _encode(message: Handoff | Ended | StateGone) -> bytes:
+    return json.dumps({"msg": _NAMES[type(message)], **asdict(message)}).encode()
+
+
+def _decode(data: bytes) -> Handoff | Ended | StateGone:
     raw = json.loads(data)
     return _MESSAGES[raw.pop("msg")](**raw)
 
@@ -117,7 +120,7 @@ class Link:
         sock.setblocking(False)
         self._sock = sock
         self.closed = False
-        self._outbox: deque[Ended | Gone] = deque()
+        self._outbox: deque[Ended | StateGone] = deque()
         self._flushing: asyncio.Task[None] | None = None
         # One sender at a time: the peer's queue holds only a few messages
         # (net.unix.max_dgram_qlen), and a waiting sender watches the socket for room with
@@ -135,7 +138,7 @@ class Link:
             raise
         return cls(sock)
 
-    async def send(self, message: Handoff | Ended | Gone, fd: int | None = None) -> None:
+    async def send(self, message: Handoff | Ended | StateGone, fd: int | None = None) -> None:
         """Send one message (with ``fd``); waits while the peer's queue is full."""
         async with self._sending:
             await self._send(_encode(message), fd)
@@ -152,7 +155,7 @@ class Link:
             except BlockingIOError:
                 await _until(loop.add_writer, loop.remove_writer, self._sock.fileno())
 
-    def notify(self, message: Ended | Gone) -> None:
+    def notify(self, message: Ended | StateGone) -> None:
         """Host side: tell the gateway, in the background and in order; a link already gone
         is ignored (its gateway has stopped)."""
         if self.closed:
@@ -166,7 +169,7 @@ class Link:
             while self._outbox and not self.closed:
                 await self.send(self._outbox.popleft())
 
-    async def messages(self) -> AsyncIterator[tuple[Handoff | Ended | Gone, socket.socket | None]]:
+    async def messages(self) -> AsyncIterator[tuple[Handoff | Ended | StateGone, socket.socket | None]]:
         """Messages until the peer closes the link (or dies)."""
         loop = asyncio.get_running_loop()
         while True:

@@ -23,6 +23,7 @@ import hmac
 import secrets
 from dataclasses import dataclass, field
 
+from ..core.inputs import Released
 from ..core.session import Session
 from ..errors import InvalidResumeToken
 from .websocket import WebSocket
@@ -121,7 +122,7 @@ class ResumeRegistry:
         if self._held.get(held.conn_id) is held:
             del self._held[held.conn_id]
         if not held.gone.done():  # a state another holder took is no longer the registry's
-            held.session.release()
+            held.session.handle(Released())
             held.gone.set_result(None)
 
     def discard_parked(self) -> None:

@@ -31,11 +31,13 @@ from websockets.server import ServerProtocol
 from store.continuity import Claimed
 
 from ..config import SessionConfig
+from ..core.inputs import Disconnected, StateRestored
 from ..core.session import Session
 from ..core.timings import METADATA_KEY, Report
 from ..errors import ConnectionLimitReached, InvalidResumeToken, ServerError, ServerShuttingDown
 from ..protocol import EventEncoder, ServerEvent, encode, error_event, http_error_body
-from .connection import SERVICE_RESTART, Connection
+from .aftermath import Aftermath, SocketEnd, aftermath
+from .connection import SERVICE_RESTART, Connection, carry_evictions
 from .continuity import HostContinuity
 from .drain import CloseSchedule, DrainPlan, Phase
 from .handoff import RESPONSES_PATH, Handoff, Outcome
@@ -196,7 +198,7 @@ class SocketServer:
         else:
             wall_deadline, epoch = claimed.deadline, claimed.epoch
             if claimed.state is not None:
-                session.restore(claimed.state)
+                carry_evictions(session.handle(StateRestored(claimed.state)))
         deadline = loop.time() + (
             wall_deadline - wall if claimed is not None else self._config.connection_lifetime_s
         )
@@ -208,7 +210,7 @@ class SocketServer:
             self.continuity.track(held, secret)
         return held
 
-    async def let_go(self, held: Held, code: int, reason: str) -> None:
+    async def close_taken_over(self, held: Held, code: int, reason: str) -> None:
         """Another holder took ``held`` (actors.host.continuity): its socket closes with
         ``code``, or, parked, it is dropped here."""
         ws = held.socket
@@ -251,7 +253,7 @@ class SocketServer:
             with contextlib.suppress(BaseException):
                 await sender
             del self._live[handoff.sock_id]
-            held.session.on_disconnect()
+            held.session.handle(Disconnected())
             held.socket = None
             outcome = self._after(ws, conn, held)
             if self.continuity is not None:
@@ -259,29 +261,32 @@ class SocketServer:
             self._end(handoff.sock_id, outcome)
 
     def _after(self, ws: WebSocket, conn: Connection, held: Held) -> Outcome:
-        """What becomes of the state when its socket has ended."""
+        """What becomes of the state when its socket has ended (:mod:`actors.host.aftermath`)."""
         continuity = self.continuity
-        if held.superseded:
+        rcvd = ws.protocol.close_rcvd
+        how = aftermath(
+            SocketEnd(
+                superseded=held.superseded,
+                continuity=continuity is not None,
+                fenced=held.fenced,
+                client_closed=rcvd is not None and rcvd.code == 1000 and not conn.server_ended,
+                server_ended=conn.server_ended,
+                draining=self._draining,
+                parking=self.registry.enabled,
+            )
+        )
+        if how is Aftermath.MOVED:
             held.detached.set()
             return Outcome.MOVED
-        if continuity is not None and held.fenced:  # another holder has it: drop it here only
-            self.registry.discard(held)
-            return Outcome.CLOSED
-        rcvd = ws.protocol.close_rcvd
-        client_closed = rcvd is not None and rcvd.code == 1000 and not conn.server_ended
-        if continuity is not None and (client_closed or (conn.server_ended and not self._draining)):
-            continuity.ended(held)  # for good: deleted from the store too
-            self.registry.discard(held)
-            return Outcome.CLOSED
-        if continuity is not None and self._draining:
-            continuity.dropped(held)  # written before the 1012 (drain): resumable elsewhere
-            self.registry.discard(held)
-            return Outcome.CLOSED
-        if self.registry.enabled and not conn.server_ended and not self._draining:
+        if how is Aftermath.PARKED:
             self.registry.park(held)
             if continuity is not None:
                 continuity.parked(held)
             return Outcome.PARKED
+        if continuity is not None and how is Aftermath.ENDED:
+            continuity.ended(held)  # for good: deleted from the store too
+        elif continuity is not None and how is Aftermath.HANDED_ON:
+            continuity.dropped(held)  # written before the 1012 (drain): resumable elsewhere
         self.registry.discard(held)
         return Outcome.CLOSED
 
@@ -386,21 +391,21 @@ LATE_WAIT_S = 1.0  # for the frames a client sent just before the close to be re
 async def _answer_late(ws: WebSocket, conn: Connection, encoder: EventEncoder, mark: str) -> None:
     """Before a drain's close frame leaves, every data frame the client sent that has
     arrived is answered: each message goes to the connection as it is read (a create gets
-    ``server_shutting_down``, :meth:`Connection.take_late`), and the loop is let read what
+    ``server_shutting_down``, :meth:`Connection.take_late_answers`), and the loop is let read what
     the kernel holds for this socket until a look finds nothing new (for up to
     :data:`LATE_WAIT_S`).  Frames still on the wire when the close leaves are the client's
     to resend: they got no ``response.created``."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + LATE_WAIT_S
     while True:
-        _send(ws, conn.take_late(), conn, encoder, mark)
+        _send(ws, conn.take_late_answers(), conn, encoder, mark)
         # Let the loop read what the kernel holds for this socket (data_received feeds it).
         await asyncio.sleep(0)
         await asyncio.sleep(0)
         if not conn.has_late:
             return
         if loop.time() >= deadline:
-            _send(ws, conn.take_late(), conn, encoder, mark)
+            _send(ws, conn.take_late_answers(), conn, encoder, mark)
             return
 
 
@@ -427,7 +432,7 @@ def _send(
     for item in batch:
         if isinstance(item, str):
             ws.send_text(item.encode())
-        elif (report := conn.deferred(item)) is not None:
+        elif (report := conn.figures_to_restamp(item)) is not None:
             head, tail = _figures_last(item, report, conn, encoder, mark)
             if tail is None:
                 ws.send_text(head.encode())
@@ -461,11 +466,11 @@ def _figures_last(
     quoted = json.dumps(mark)
     at = text.find(quoted)
     if at < 0:
-        conn.taken(report)
+        conn.restamp(report)
         return text, None
 
     def rest() -> str:
-        conn.taken(report)  # writes the figures into the metadata
+        conn.restamp(report)  # writes the figures into the metadata
         assert report.into is not None
         return json.dumps(report.into[METADATA_KEY], ensure_ascii=False) + text[at + len(quoted) :]
 

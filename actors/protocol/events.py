@@ -12,21 +12,21 @@ from pydantic import Field, FieldSerializationInfo, SerializerFunctionWrapHandle
 from pydantic_core import to_json
 
 from ..errors import APIError, ServerError
-from .items import OutputItem, OutputText, _Out
+from .items import Outbound, OutputItem, OutputText
 from .requests import ReasoningConfig, TextConfig
 from .wire_types import JSONObject
 
 
-class InputTokensDetails(_Out):
+class InputTokensDetails(Outbound):
     cached_tokens: int = 0
     cache_write_tokens: int = 0
 
 
-class OutputTokensDetails(_Out):
+class OutputTokensDetails(Outbound):
     reasoning_tokens: int = 0
 
 
-class Usage(_Out):
+class Usage(Outbound):
     input_tokens: int
     input_tokens_details: InputTokensDetails
     output_tokens: int
@@ -40,16 +40,16 @@ RESPONSE_ERROR_CODES = frozenset(
 )
 
 
-class ResponseErrorBody(_Out):
+class ResponseErrorBody(Outbound):
     code: str
     message: str
 
 
-class IncompleteDetails(_Out):
+class IncompleteDetails(Outbound):
     reason: Literal["max_output_tokens", "max_messages", "content_filter", "steered"]
 
 
-class ResponseObject(_Out):
+class ResponseObject(Outbound):
     """The full Response (docs/protocol.md §3.4): every key is always present, null when
     unknown.  It validates as the openai SDK's ``Response`` and as the Open Responses
     ``ResponseResource``, which also requires the sampling settings (``temperature``,
@@ -103,7 +103,7 @@ def _absent(value: object) -> bool:
     return value is None
 
 
-class _Event(_Out):
+class _Event(Outbound):
     """Base of server events: ``stream_id`` is present iff the create had one (docs/protocol.md §3.1)."""
 
     # Left out when absent, field by field: a wrapping serializer would build the whole
@@ -232,7 +232,7 @@ class CustomToolCallInputDone(_Event):
     input: str
 
 
-class ErrorDetail(_Out):
+class ErrorDetail(Outbound):
     type: str
     code: str | None
     message: str
@@ -246,7 +246,7 @@ class ErrorEvent(_Event):
     sequence_number: int | None = Field(None, exclude_if=_absent)
 
 
-class SteerFailedError(_Out):
+class SteerFailedError(Outbound):
     type: Literal["invalid_request_error"] = "invalid_request_error"
     code: str
     message: str
@@ -259,7 +259,7 @@ class SteerFailed(_Event):
     steer: JSONObject
 
 
-class SteerRef(_Out):
+class SteerRef(Outbound):
     id: str
     previous_response_id: str
 
@@ -270,7 +270,7 @@ class SteerAccepted(_Event):
     steer: SteerRef
 
 
-class RequiredInput(_Out):
+class RequiredInput(Outbound):
     type: Literal["function_call_output"] = "function_call_output"
     call_id: str
     name: str
@@ -293,7 +293,7 @@ class InjectCreated(_Event):
     response_id: str
 
 
-class InjectFailedError(_Out):
+class InjectFailedError(Outbound):
     code: Literal["response_already_completed", "response_not_found"]
     message: str
 
@@ -336,7 +336,7 @@ ServerEvent = (
 # --------------------------------------------------------------------------- HTTP bodies
 
 
-class ResponseDeleted(_Out):
+class ResponseDeleted(Outbound):
     """``DELETE /v1/responses/{id}`` (docs/protocol.md §6.5)."""
 
     id: str
@@ -344,7 +344,7 @@ class ResponseDeleted(_Out):
     deleted: Literal[True] = True
 
 
-class ItemList(_Out):
+class ItemList(Outbound):
     """A page of ``GET /v1/responses/{id}/input_items`` (docs/protocol.md §6.6): stored
     items (:func:`~.items.item_dict`), each with an ``id`` and a ``status``."""
 
@@ -355,7 +355,7 @@ class ItemList(_Out):
     has_more: bool
 
 
-class CompactedResponse(_Out):
+class CompactedResponse(Outbound):
     """``POST /v1/responses/compact`` (docs/protocol.md §6.7): the user messages, then one
     ``compaction`` item."""
 

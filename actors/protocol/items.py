@@ -12,44 +12,46 @@ from .wire_types import JSONObject
 # --------------------------------------------------------------------------- input items
 
 
-class _In(BaseModel):
+class StrictInbound(BaseModel):
+    """Inbound objects whose every key is known: an extra key is refused."""
+
     model_config = ConfigDict(strict=True, extra="forbid")
 
 
-class _Open(BaseModel):
+class OpenInbound(BaseModel):
     """Inbound objects whose extra keys we accept and echo (hosted tools, file parts…)."""
 
     model_config = ConfigDict(strict=True, extra="allow")
 
 
-class InputText(_In):
+class InputText(StrictInbound):
     type: Literal["input_text"]
     text: str
 
 
-class OutputTextIn(_Open):
+class OutputTextIn(OpenInbound):
     type: Literal["output_text"]
     text: str
     annotations: list[JSONObject] = []  # required on output_text parts by both schemas
 
 
-class Refusal(_Open):
+class Refusal(OpenInbound):
     type: Literal["refusal"]
     refusal: str
 
 
-class InputImage(_Open):
+class InputImage(OpenInbound):
     type: Literal["input_image"]
     detail: Literal["low", "high", "auto", "original"] = "auto"
     image_url: str | None = None
     file_id: str | None = None
 
 
-class InputFile(_Open):
+class InputFile(OpenInbound):
     type: Literal["input_file"]
 
 
-class InputAudio(_Open):
+class InputAudio(OpenInbound):
     type: Literal["input_audio"]
 
 
@@ -61,7 +63,7 @@ ContentPart = Annotated[
 ItemStatus = Literal["in_progress", "completed", "incomplete"]
 
 
-class MessageItem(_In):
+class MessageItem(StrictInbound):
     type: Literal["message"] = "message"
     role: Literal["user", "assistant", "system", "developer"]
     content: str | list[ContentPart]
@@ -80,7 +82,7 @@ class MessageItem(_In):
         return [InputText(type="input_text", text=self.content)]
 
 
-class FunctionCallItem(_In):
+class FunctionCallItem(StrictInbound):
     type: Literal["function_call"]
     call_id: str
     name: str
@@ -91,7 +93,7 @@ class FunctionCallItem(_In):
     caller: JSONObject | None = None  # who issued the call ("direct", or a program item)
 
 
-class FunctionCallOutputItem(_In):
+class FunctionCallOutputItem(StrictInbound):
     """A tool's result.  ``call_id`` answers a call the conversation issued; without one
     the item is a tool output the client adds to the context on its own (Codex sends its
     goal objective so: ``name`` ``goal_objective``, ``namespace`` ``agent``)."""
@@ -106,7 +108,7 @@ class FunctionCallOutputItem(_In):
     caller: JSONObject | None = None
 
 
-class CustomToolCallItem(_In):
+class CustomToolCallItem(StrictInbound):
     """A call of a ``custom`` (freeform) tool: its ``input`` is free text, e.g. Codex's
     ``apply_patch`` patch."""
 
@@ -120,7 +122,7 @@ class CustomToolCallItem(_In):
     caller: JSONObject | None = None
 
 
-class CustomToolCallOutputItem(_In):
+class CustomToolCallOutputItem(StrictInbound):
     type: Literal["custom_tool_call_output"]
     call_id: str
     output: str | list[ContentPart]
@@ -131,7 +133,7 @@ class CustomToolCallOutputItem(_In):
     caller: JSONObject | None = None
 
 
-class ReasoningItem(_Open):
+class ReasoningItem(OpenInbound):
     type: Literal["reasoning"]
     id: str | None = None
     summary: list[JSONObject] = []
@@ -139,14 +141,14 @@ class ReasoningItem(_Open):
     encrypted_content: str | None = None
 
 
-class ItemReference(_In):
+class ItemReference(StrictInbound):
     """``{"type": "item_reference", "id"}``; the SDK lets ``type`` be omitted (``{"id"}``)."""
 
     type: Literal["item_reference"] = "item_reference"
     id: str
 
 
-class CompactionItem(_Open):
+class CompactionItem(OpenInbound):
     """The opaque summary ``POST /v1/responses/compact`` returns, sent back as input."""
 
     type: Literal["compaction"]
@@ -184,7 +186,7 @@ OUTPUT_TYPES = (
 CONTEXT_TYPES = ("additional_tools", "configuration_update", "compaction_trigger")
 
 
-class ToolItem(_Open):
+class ToolItem(OpenInbound):
     """One of :data:`CALL_TYPES`, :data:`OUTPUT_TYPES` or :data:`CONTEXT_TYPES`: every key
     kept and echoed; ``call_id`` (and the type) must be strings where given."""
 
@@ -202,11 +204,11 @@ def _item_tag(value: Any) -> str:
         return "unknown"
     if kind in _TOOL_ITEM_TYPES:
         return "tool_item"
-    return kind if kind in _ITEM_TAGS else "unknown"
+    return kind if kind in ITEM_TAGS else "unknown"
 
 
 _TOOL_ITEM_TYPES = frozenset(CALL_TYPES + OUTPUT_TYPES + CONTEXT_TYPES)
-_ITEM_TAGS = {
+ITEM_TAGS = {  # the input item types a union picks by "type" (else "unknown")
     "message",
     "function_call",
     "function_call_output",
@@ -237,18 +239,20 @@ InputItem = Annotated[
 # --------------------------------------------------------------------------- output items
 
 
-class _Out(BaseModel):
+class Outbound(BaseModel):
+    """What the server sends: every key declared."""
+
     model_config = ConfigDict(extra="forbid")
 
 
-class OutputText(_Out):
+class OutputText(Outbound):
     type: Literal["output_text"] = "output_text"
     text: str = ""
     annotations: list[Any] = []
     logprobs: list[Any] = []
 
 
-class OutputMessage(_Out):
+class OutputMessage(Outbound):
     id: str
     type: Literal["message"] = "message"
     status: Literal["in_progress", "completed", "incomplete"] = "in_progress"
@@ -256,7 +260,7 @@ class OutputMessage(_Out):
     content: list[OutputText] = []
 
 
-class OutputFunctionCall(_Out):
+class OutputFunctionCall(Outbound):
     id: str
     type: Literal["function_call"] = "function_call"
     status: Literal["in_progress", "completed", "incomplete"] = "in_progress"
@@ -265,7 +269,7 @@ class OutputFunctionCall(_Out):
     arguments: str = ""
 
 
-class OutputCustomToolCall(_Out):
+class OutputCustomToolCall(Outbound):
     """The model's call of a ``custom`` (freeform) tool: free-text ``input``."""
 
     id: str
@@ -276,7 +280,7 @@ class OutputCustomToolCall(_Out):
     input: str = ""
 
 
-class OutputCompaction(_Out):
+class OutputCompaction(Outbound):
     """Server-side compaction (``context_management``): the summary of the conversation the
     response compacted before its model ran (docs/protocol.md §4.12).  Sent back as input,
     it is a :class:`CompactionItem`."""

@@ -21,11 +21,11 @@ from pydantic import (
 from pydantic_core import PydanticCustomError, from_json
 
 from ..errors import APIError, InvalidJSON, InvalidRequest, InvalidStreamId, UnknownEventType
-from .items import _ITEM_TAGS, InputItem, MessageItem, _In, _Open
+from .items import ITEM_TAGS, InputItem, MessageItem, OpenInbound, StrictInbound
 from .wire_types import JSONObject
 
 
-class FunctionTool(_Open):
+class FunctionTool(OpenInbound):
     type: Literal["function"]
     name: str
     description: str | None = None
@@ -33,7 +33,7 @@ class FunctionTool(_Open):
     strict: bool | None = None
 
 
-class CustomTool(_Open):
+class CustomTool(OpenInbound):
     """A freeform tool (``format`` text or a grammar), called with free text: Codex's ``apply_patch``."""
 
     type: Literal["custom"]
@@ -42,7 +42,7 @@ class CustomTool(_Open):
     format: JSONObject | None = None
 
 
-class OtherTool(_Open):
+class OtherTool(OpenInbound):
     """Hosted or unknown tool types (``web_search``, ``namespace``…): accepted, echoed, never called."""
 
     type: str
@@ -73,15 +73,15 @@ Penalty = Annotated[float, Field(ge=-2, le=2, allow_inf_nan=False)]
 ServiceTier = Literal["auto", "default", "flex", "scale", "priority", "fast", "ultrafast"]
 
 
-class TextFormatText(_Open):
+class TextFormatText(OpenInbound):
     type: Literal["text"] = "text"
 
 
-class TextFormatJsonObject(_Open):
+class TextFormatJsonObject(OpenInbound):
     type: Literal["json_object"]
 
 
-class TextFormatJsonSchema(_Open):
+class TextFormatJsonSchema(OpenInbound):
     """Structured output.  ``schema`` is echoed as sent (docs/protocol.md §3.4)."""
 
     model_config = ConfigDict(serialize_by_alias=True)
@@ -98,21 +98,21 @@ TextFormat = Annotated[
 ]
 
 
-class TextConfig(_Open):
+class TextConfig(OpenInbound):
     """``text``: the output format, echoed on every Response with both keys present."""
 
     format: TextFormat = TextFormatText()
     verbosity: Literal["low", "medium", "high"] | None = None
 
 
-class ReasoningConfig(_Open):
+class ReasoningConfig(OpenInbound):
     """``reasoning``: echoed with ``effort`` and ``summary`` always present (null when unset)."""
 
     effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
     summary: Literal["auto", "concise", "detailed"] | None = None
 
 
-class ContextManagement(_Open):
+class ContextManagement(OpenInbound):
     """One ``context_management`` entry.  ``{"type":"compaction","compact_threshold":N}``
     turns on server-side compaction (docs/protocol.md §4.12); other types are accepted and
     unused."""
@@ -121,7 +121,7 @@ class ContextManagement(_Open):
     compact_threshold: Annotated[int, Field(ge=1000)] | None = None
 
 
-class MultiAgent(_Open):
+class MultiAgent(OpenInbound):
     """``multi_agent`` (OpenAI's multi-agent beta): with ``enabled``, a WebSocket response
     waits for client-owned tool output sent with ``response.inject`` instead of completing
     on its function calls (docs/protocol.md §2.5)."""
@@ -211,19 +211,19 @@ class ResponseCreate(BaseModel):
         return [t for t in self.tools or () if isinstance(t, FunctionTool)]
 
 
-class ResponseSteer(_Open):
+class ResponseSteer(OpenInbound):
     type: Literal["response.steer"]
     previous_response_id: Any = None
     input: Any = None
 
 
-class ResponseProcessed(_Open):
+class ResponseProcessed(OpenInbound):
     """Codex sends this after each response; it carries nothing we need (docs/protocol.md §2.4)."""
 
     type: Literal["response.processed"]
 
 
-class ResponseAppend(_In):
+class ResponseAppend(StrictInbound):
     """Append-mode rollouts only (opt-in, docs/append-mode.md): tool results for a response
     paused on its function calls; sampling resumes in the same response."""
 
@@ -232,7 +232,7 @@ class ResponseAppend(_In):
     input: list[InputItem]
 
 
-class ResponseInject(_In):
+class ResponseInject(StrictInbound):
     """``response.inject`` (OpenAI's multi-agent beta, docs/protocol.md §2.5): client-owned
     tool output for a response still running on this connection.  The target fixes the
     lane; a ``stream_id``, if sent, must name it.  A client ``event_id`` is tolerated, as on
@@ -371,7 +371,7 @@ def _param_path(loc: tuple[Any, ...]) -> str:
     return out
 
 
-_UNION_LABELS = _ITEM_TAGS | {
+_UNION_LABELS = ITEM_TAGS | {
     "json_object",
     "json_schema",
     "str",

@@ -154,7 +154,7 @@ class CacheModel:
     ids: dict[str, str] = field(default_factory=dict)  # lane -> latest response id
     lru: list[str] = field(default_factory=list)  # lanes, least recently updated first
     _lanes: dict[str, _CachedLane] = field(default_factory=dict, init=False, repr=False)
-    _budget: CacheBudget = field(init=False, repr=False)
+    _budget: CacheBudget[CacheModel, _CachedLane] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._budget = CacheBudget(self.cap)
@@ -166,7 +166,8 @@ class CacheModel:
         before = set(self.tokens)
         cached.latest, self.ids[lane] = context_tokens, response_id
         self.lru = [x for x in self.lru if x != lane] + [lane]
-        self._budget.update(self, cached, context_tokens, self.cap)
+        for _, evicted in self._budget.update(self, cached, context_tokens, self.cap):
+            evicted.latest = None  # the budget changes no lane: its owner clears it
         return [(x, self.ids[x]) for x in self.lru if x in before and self._lanes[x].latest is None]
 
     @property

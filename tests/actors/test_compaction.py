@@ -9,10 +9,12 @@ from __future__ import annotations
 import json
 
 from actors.config import SessionConfig
+from actors.core.inputs import ClientFrame, InferenceChunk, Written
 from actors.core.render import compaction_text, render_items
 from actors.core.session import Session
 from actors.protocol import parse_items
 from inference.types import Done, FunctionCallDelta, Prefilled
+from tests.support.session_driver import handled
 
 MODEL = "emu-fast"
 TOOL = {"type": "function", "name": "read_file", "parameters": {"type": "object", "properties": {}}}
@@ -39,23 +41,26 @@ def chain(turns: int, out_tokens: int, threshold: int | None) -> list[dict]:
         else:
             text = tool_output(n, out_tokens)
             body["input"] = [{"type": "function_call_output", "call_id": call_id, "output": text}]
-        fx = s.on_frame(json.dumps(body))
+        fx = handled(s, ClientFrame(json.dumps(body)))
         if not fx.start:
             (err,) = fx.events
             rows.append({"turn": n, "error": err.error.code, "history": history})
             return rows
         (turn,) = fx.start
         prompt = len(turn.request.prompt_token_ids)
-        fx += s.on_inference(
-            turn.turn_id,
-            [
-                Prefilled(prompt, 0, 0, 1),
-                FunctionCallDelta(0, "read_file", "{}", 2),
-                Done("tool_calls", 2, 1.0),
-            ],
+        fx += handled(
+            s,
+            InferenceChunk(
+                turn.turn_id,
+                [
+                    Prefilled(prompt, 0, 0, 1),
+                    FunctionCallDelta(0, "read_file", "{}", 2),
+                    Done("tool_calls", 2, 1.0),
+                ],
+            ),
         )
         response = fx.events[-1].response
-        s.on_written(response.id, stored=True)
+        handled(s, Written(response.id, True))
         history += len(render_items(parse_items(turn.inputs)))
         rows.append(
             {
@@ -103,33 +108,42 @@ def test_with_compaction_a_session_past_400k_tokens_of_history_runs_to_the_end()
 def test_the_compacted_window_holds_the_summary_then_the_answered_call_and_its_output():
     s = Session(SessionConfig(), [MODEL], session_key="c", clock=lambda: 1.0)
     cm = [{"type": "compaction", "compact_threshold": 1000}]
-    fx = s.on_frame(json.dumps({"type": "response.create", "model": MODEL, "input": "go", "tools": [TOOL]}))
+    fx = handled(
+        s,
+        ClientFrame(json.dumps({"type": "response.create", "model": MODEL, "input": "go", "tools": [TOOL]})),
+    )
     (turn,) = fx.start
-    fx += s.on_inference(
-        turn.turn_id,
-        [Prefilled(9, 0, 0, 1), FunctionCallDelta(0, "read_file", "{}", 2), Done("tool_calls", 2, 1.0)],
+    fx += handled(
+        s,
+        InferenceChunk(
+            turn.turn_id,
+            [Prefilled(9, 0, 0, 1), FunctionCallDelta(0, "read_file", "{}", 2), Done("tool_calls", 2, 1.0)],
+        ),
     )
     first = fx.events[-1].response
-    s.on_written(first.id, stored=True)
+    handled(s, Written(first.id, True))
     call = first.output[0].call_id
     big = [{"type": "function_call_output", "call_id": call, "output": tool_output(0, 1500)}]
-    fx = s.on_frame(
-        json.dumps(
-            {
-                "type": "response.create",
-                "model": MODEL,
-                "previous_response_id": first.id,
-                "input": big,
-                "tools": [TOOL],
-                "context_management": cm,
-            }
-        )
+    fx = handled(
+        s,
+        ClientFrame(
+            json.dumps(
+                {
+                    "type": "response.create",
+                    "model": MODEL,
+                    "previous_response_id": first.id,
+                    "input": big,
+                    "tools": [TOOL],
+                    "context_management": cm,
+                }
+            )
+        ),
     )
     (turn,) = fx.start
     # Under the threshold before this input: nothing to compact yet beyond the first turn.
-    fx += s.on_inference(turn.turn_id, [Prefilled(9, 0, 0, 1), Done("stop", 0, 1.0)])
+    fx += handled(s, InferenceChunk(turn.turn_id, [Prefilled(9, 0, 0, 1), Done("stop", 0, 1.0)]))
     second = fx.events[-1].response
-    s.on_written(second.id, stored=True)
+    handled(s, Written(second.id, True))
     assert second.output[0].type == "compaction"
     items = s._lanes[None].latest.items
     assert [i["type"] for i in items] == ["message", "compaction", "function_call", "function_call_output"]
@@ -141,5 +155,5 @@ def test_a_threshold_under_1000_is_refused():
     s = Session(SessionConfig(), [MODEL], session_key="c", clock=lambda: 1.0)
     body = {"type": "response.create", "model": MODEL, "input": "x"}
     body["context_management"] = [{"type": "compaction", "compact_threshold": 10}]
-    (err,) = s.on_frame(json.dumps(body)).events
+    (err,) = handled(s, ClientFrame(json.dumps(body))).events
     assert err.error.param == "context_management[0].compact_threshold"

@@ -11,11 +11,13 @@ import json
 import pytest
 
 from actors.config import SessionConfig
+from actors.core.inputs import ClientFrame, InferenceChunk
 from actors.core.render import render_items
 from actors.core.session import Session
 from inference.engine import Engine
 from inference.profiles import load_inference_config
 from inference.types import Done
+from tests.support.session_driver import handled
 
 MODEL = "emu-fast"
 READ = {
@@ -54,17 +56,20 @@ def test_the_engines_output_ids_are_what_the_session_would_render(body):
     clock = Instant()
     engine = Engine(load_inference_config(), clock, clock)
     session = Session(SessionConfig(), [MODEL], session_key="c", clock=lambda: 1.0)
-    fx = session.on_frame(
-        json.dumps(
-            {"type": "response.create", "model": MODEL, "input": "Fix the bug.", "store": False, **body}
-        )
+    fx = handled(
+        session,
+        ClientFrame(
+            json.dumps(
+                {"type": "response.create", "model": MODEL, "input": "Fix the bug.", "store": False, **body}
+            )
+        ),
     )
     (turn,) = fx.start
 
     async def drive() -> Done:
         done = None
         async for chunk in engine.generate(turn.request):
-            session.on_inference(turn.turn_id, chunk)
+            handled(session, InferenceChunk(turn.turn_id, chunk))
             done = next((e for e in chunk if isinstance(e, Done)), done)
         return done
 

@@ -11,9 +11,11 @@ import jsonschema
 import pytest
 
 from actors.config import SessionConfig
+from actors.core.inputs import ClientFrame, InferenceChunk, Written
 from actors.core.session import Effects, Session
 from inference.types import Done, FunctionCallDelta, Prefilled, TextDelta
 from tests.support import beta_events
+from tests.support.session_driver import handled
 
 MODEL = "emu-fast"
 TOOL = {
@@ -37,26 +39,29 @@ def create(s: Session, **body) -> Effects:
         "store": False,
         **body,
     }
-    return s.on_frame(json.dumps(body))
+    return handled(s, ClientFrame(json.dumps(body)))
 
 
 def calls(s: Session, turn, n: int = 1) -> Effects:
     """The running model call issues ``n`` calls and stops on them."""
     chunk = [Prefilled(len(turn.request.prompt_token_ids), 0, 0, 1)]
     chunk += [FunctionCallDelta(i, "read_file", f'{{"path":"{i}.py"}}', 3) for i in range(n)]
-    return s.on_inference(turn.turn_id, [*chunk, Done("tool_calls", 3 * n, 1.0)])
+    return handled(s, InferenceChunk(turn.turn_id, [*chunk, Done("tool_calls", 3 * n, 1.0)]))
 
 
 def text(s: Session, turn, words: str = "Done.", reason: str = "stop") -> Effects:
     prefill = Prefilled(len(turn.request.prompt_token_ids), 0, 0, 1)
-    return s.on_inference(turn.turn_id, [prefill, TextDelta(words, 2), Done(reason, 2, 1.0)])
+    return handled(s, InferenceChunk(turn.turn_id, [prefill, TextDelta(words, 2), Done(reason, 2, 1.0)]))
 
 
 def inject(s: Session, response_id: str, *items: dict, **extra) -> Effects:
     """A well-formed ``response.inject`` (it has the documented shape)."""
     beta_events.check({"type": "response.inject", "response_id": response_id, "input": list(items), **extra})
-    return s.on_frame(
-        json.dumps({"type": "response.inject", "response_id": response_id, "input": list(items), **extra})
+    return handled(
+        s,
+        ClientFrame(
+            json.dumps({"type": "response.inject", "response_id": response_id, "input": list(items), **extra})
+        ),
     )
 
 
@@ -146,7 +151,7 @@ def test_a_finished_or_unknown_response_fails_with_its_code_and_the_input_back()
     (turn,) = fx.start
     rid = turn.builder.response.id
     text(s, turn)
-    s.on_written(rid, stored=True)
+    handled(s, Written(rid, True))
     (done,) = dumped(inject(s, rid, output("call_1")))
     assert done["error"]["code"] == "response_already_completed" and done["stream_id"] == "lane-1"
     assert done["input"] == [output("call_1")] and done["response_id"] == rid
@@ -189,7 +194,7 @@ def test_malformed_injects_are_typed_errors(frame, code, param):
     if not param.startswith("input["):  # the documented shape refuses the frame too (items: §2.2)
         with pytest.raises(jsonschema.ValidationError):
             beta_events.check({"type": "response.inject", **frame})
-    (err,) = dumped(session().on_frame(json.dumps({"type": "response.inject", **frame})))
+    (err,) = dumped(handled(session(), ClientFrame(json.dumps({"type": "response.inject", **frame}))))
     assert err["type"] == "error" and err["status"] == 400
     assert (err["error"]["code"], err["error"]["param"]) == (code, param)
 
@@ -242,7 +247,7 @@ def test_item_references_in_a_running_responses_input_resolve_from_what_the_conn
     held_id = s._lanes["b"].latest.items[1]["id"]
 
     def send(*items: dict) -> Effects:
-        return s.on_frame(json.dumps({"type": event, "response_id": rid, "input": list(items)}))
+        return handled(s, ClientFrame(json.dumps({"type": event, "response_id": rid, "input": list(items)})))
 
     (err,) = dumped(send({"type": "item_reference", "id": "fco_missing"}))
     assert (err["error"]["code"], err["error"]["param"]) == ("item_not_found", "input[0]")

@@ -10,6 +10,7 @@ import pytest
 from openai.types.responses import ResponseStreamEvent
 from pydantic import TypeAdapter
 
+from actors.core.inputs import InferenceChunk
 from actors.core.render import item_text, render_item
 from actors.core.session import Effects
 from actors.errors import InvalidRequest
@@ -26,6 +27,7 @@ from inference import chat_format
 from inference.tokenizer import decode
 from inference.types import Done, FunctionCallDelta, Prefilled
 from tests.actors.test_session import MODEL, TOOL, answer_call, dumped, new_session, send, terminal
+from tests.support.session_driver import handled
 
 # What Codex CLI 0.171.0 sent in one run: its goal objective, a tool output with no call_id.
 GOAL = {
@@ -372,16 +374,22 @@ PATCH_TOOL = {
 def answer_custom(s, fx, text="*** Begin Patch\n*** End Patch"):
     (turn,) = fx.start
     out = Effects(events=list(fx.events))
-    out += s.on_inference(
-        turn.turn_id,
-        [
-            Prefilled(len(turn.request.prompt_token_ids), 0, 0, 1),
-            FunctionCallDelta(0, "apply_patch", text[:9], 3, custom=True),
-        ],
+    out += handled(
+        s,
+        InferenceChunk(
+            turn.turn_id,
+            [
+                Prefilled(len(turn.request.prompt_token_ids), 0, 0, 1),
+                FunctionCallDelta(0, "apply_patch", text[:9], 3, custom=True),
+            ],
+        ),
     )
-    out += s.on_inference(
-        turn.turn_id,
-        [FunctionCallDelta(0, "apply_patch", text[9:], 5, custom=True), Done("tool_calls", 8, 8.0)],
+    out += handled(
+        s,
+        InferenceChunk(
+            turn.turn_id,
+            [FunctionCallDelta(0, "apply_patch", text[9:], 5, custom=True), Done("tool_calls", 8, 8.0)],
+        ),
     )
     return out
 

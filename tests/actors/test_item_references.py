@@ -6,24 +6,26 @@ from __future__ import annotations
 
 import json
 
+from actors.core.inputs import ClientFrame, HistoryLoaded, ItemsLoaded
 from actors.core.session import Effects, Session
 from store import StoredResponse
 from store.base import item_in
 from tests.actors.test_session import MODEL, TOOL, answer_call, answer_text, dumped, new_session, terminal
+from tests.support.session_driver import handled
 
 
 def send(session: Session, stored: list[StoredResponse] = (), **body) -> Effects:
     """A create frame; the store's part of its loads answered from ``stored`` (the owner's)."""
-    fx = session.on_frame(json.dumps({"type": "response.create", "model": MODEL, **body}))
+    fx = handled(session, ClientFrame(json.dumps({"type": "response.create", "model": MODEL, **body})))
     while fx.load:
         load = fx.load.pop(0)
         mine = [r for r in stored if r.owner == load.owner]
         if load.item_ids:
             found = {i: item for i in load.item_ids for r in mine if (item := item_in(r, i)) is not None}
-            fx += session.on_items_loaded(load.load_id, found)
+            fx += handled(session, ItemsLoaded(load.load_id, found))
         else:
             record = next((r for r in mine if r.id == load.response_id), None)
-            fx += session.on_loaded(load.load_id, record)
+            fx += handled(session, HistoryLoaded(load.load_id, record))
     return fx
 
 

@@ -15,6 +15,7 @@ from openai.types.responses import ResponseItem
 from pydantic import TypeAdapter
 
 from actors.config import SessionConfig
+from actors.core.inputs import ClientFrame, InferenceChunk, InferenceFailed
 from actors.core.session import Effects, Session
 from actors.errors import InvalidRequest, ModelNotFound, NotFound, PreviousResponseNotFound, ServerError
 from actors.protocol import (
@@ -35,6 +36,7 @@ from inference.types import Done, FunctionCallDelta, Prefilled, TextDelta
 from serve.compaction import compact
 from tests.support import openresponses as orv
 from tests.support.schemas import EXTENSIONS, OPEN_RESPONSES, SDK, Checker
+from tests.support.session_driver import handled
 
 MODEL = "emu-fast"
 TOOL = {
@@ -50,25 +52,31 @@ def session() -> Session:
 
 
 def create(s: Session, **body) -> Effects:
-    return s.on_frame(json.dumps({"type": "response.create", "model": MODEL, **body}))
+    return handled(s, ClientFrame(json.dumps({"type": "response.create", "model": MODEL, **body})))
 
 
 def text_answer(s: Session, fx: Effects, *, finish: str = "stop") -> Effects:
     (turn,) = fx.start
     out = Effects(events=list(fx.events))
-    out += s.on_inference(turn.turn_id, [Prefilled(7, 0, 0, 1), TextDelta("Hi", 1)])
-    out += s.on_inference(turn.turn_id, [TextDelta(" there", 1), Done(finish, 2, 2.0)])
+    out += handled(s, InferenceChunk(turn.turn_id, [Prefilled(7, 0, 0, 1), TextDelta("Hi", 1)]))
+    out += handled(s, InferenceChunk(turn.turn_id, [TextDelta(" there", 1), Done(finish, 2, 2.0)]))
     return out
 
 
 def call_answer(s: Session, fx: Effects) -> Effects:
     (turn,) = fx.start
     out = Effects(events=list(fx.events))
-    out += s.on_inference(
-        turn.turn_id, [Prefilled(7, 0, 0, 1), FunctionCallDelta(0, "read_file", '{"path":', 2)]
+    out += handled(
+        s,
+        InferenceChunk(
+            turn.turn_id, [Prefilled(7, 0, 0, 1), FunctionCallDelta(0, "read_file", '{"path":', 2)]
+        ),
     )
-    out += s.on_inference(
-        turn.turn_id, [FunctionCallDelta(0, "read_file", '"a.py"}', 3), Done("tool_calls", 5, 5.0)]
+    out += handled(
+        s,
+        InferenceChunk(
+            turn.turn_id, [FunctionCallDelta(0, "read_file", '"a.py"}', 3), Done("tool_calls", 5, 5.0)]
+        ),
     )
     return out
 
@@ -76,22 +84,25 @@ def call_answer(s: Session, fx: Effects) -> Effects:
 def failed(s: Session, fx: Effects) -> Effects:
     (turn,) = fx.start
     out = Effects(events=list(fx.events))
-    out += s.on_inference_error(turn.turn_id, RuntimeError("backend down"))
+    out += handled(s, InferenceFailed(turn.turn_id, RuntimeError("backend down")))
     return out
 
 
 def steered(s: Session, fx: Effects) -> Effects:
     (turn,) = fx.start
     out = Effects(events=list(fx.events))
-    out += s.on_inference(turn.turn_id, [Prefilled(7, 0, 0, 1), TextDelta("Hel", 1)])
-    out += s.on_frame(
-        json.dumps(
-            {
-                "type": "response.steer",
-                "previous_response_id": turn.builder.response.id,
-                "input": "Summarise instead",
-            }
-        )
+    out += handled(s, InferenceChunk(turn.turn_id, [Prefilled(7, 0, 0, 1), TextDelta("Hel", 1)]))
+    out += handled(
+        s,
+        ClientFrame(
+            json.dumps(
+                {
+                    "type": "response.steer",
+                    "previous_response_id": turn.builder.response.id,
+                    "input": "Summarise instead",
+                }
+            )
+        ),
     )
     return out
 
@@ -99,7 +110,7 @@ def steered(s: Session, fx: Effects) -> Effects:
 def warm_up(s: Session, fx: Effects) -> Effects:
     (turn,) = fx.start
     out = Effects(events=list(fx.events))
-    out += s.on_inference(turn.turn_id, [Prefilled(7, 0, 0, 1), Done("stop", 0, 0.0)])
+    out += handled(s, InferenceChunk(turn.turn_id, [Prefilled(7, 0, 0, 1), Done("stop", 0, 0.0)]))
     return out
 
 

@@ -16,6 +16,7 @@ import pytest
 from actors.backend.completions import CompletionStream, EngineError, completion_body, sse_batch, sse_data
 from actors.backend.model_router import ModelRouter, model_entries
 from actors.config import ModelBackend, SessionConfig
+from actors.core.inputs import ClientFrame, InferenceChunk, Written
 from actors.core.render import render_items
 from actors.core.session import Session
 from actors.protocol import parse_items
@@ -29,6 +30,7 @@ from inference.types import (
     TextDelta,
     ToolSpec,
 )
+from tests.support.session_driver import handled
 
 REAL = "real-model"
 TOOLS = (ToolSpec("get_weather", {"type": "object", "properties": {"city": {"type": "string"}}}),)
@@ -229,7 +231,9 @@ def session() -> Session:
 
 
 def turn(s: Session, output_ids: list[int] | None, **body):
-    fx = s.on_frame(json.dumps({"type": "response.create", "model": REAL, "store": False, **body}))
+    fx = handled(
+        s, ClientFrame(json.dumps({"type": "response.create", "model": REAL, "store": False, **body}))
+    )
     (t,) = fx.start
     done = Done(
         "stop",
@@ -237,11 +241,14 @@ def turn(s: Session, output_ids: list[int] | None, **body):
         1.0,
         context_token_ids=None if output_ids is None else tuple(ToyFormat().continuation(output_ids)),
     )
-    fx = s.on_inference(
-        t.turn_id, [TextDelta("Hi", 1), Prefilled(len(t.request.prompt_token_ids), 0, 0, 0), done]
+    fx = handled(
+        s,
+        InferenceChunk(
+            t.turn_id, [TextDelta("Hi", 1), Prefilled(len(t.request.prompt_token_ids), 0, 0, 0), done]
+        ),
     )
     for line in fx.usage:  # the driver wrote the ledger line
-        s.on_written(line.response_id, stored=True)
+        handled(s, Written(line.response_id, True))
     return t
 
 
@@ -271,16 +278,19 @@ def test_a_real_model_renders_in_its_own_format_and_continues_with_the_engines_i
 def test_a_conversation_continued_by_a_model_of_another_format_is_re_rendered():
     s = session()
     first = turn(s, [70, 2], input="hello")
-    fx = s.on_frame(
-        json.dumps(
-            {
-                "type": "response.create",
-                "model": "emu-fast",
-                "store": False,
-                "input": "more",
-                "previous_response_id": first.builder.response.id,
-            }
-        )
+    fx = handled(
+        s,
+        ClientFrame(
+            json.dumps(
+                {
+                    "type": "response.create",
+                    "model": "emu-fast",
+                    "store": False,
+                    "input": "more",
+                    "previous_response_id": first.builder.response.id,
+                }
+            )
+        ),
     )
     (t,) = fx.start
     cl100k = render_items(

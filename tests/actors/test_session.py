@@ -11,12 +11,26 @@ from hypothesis import strategies as st
 from actors.backend.emulator_metadata import check_emulator_metadata
 from actors.config import SessionConfig
 from actors.core.cache_budget import CacheBudget
+from actors.core.inputs import (
+    CallsStarted,
+    ClientFrame,
+    Disconnected,
+    DrainStarted,
+    HistoryLoaded,
+    InferenceChunk,
+    InferenceFailed,
+    LaneEvicted,
+    Released,
+    Rendered,
+    Written,
+)
 from actors.core.render import render_items
 from actors.core.session import Effects, Session
 from actors.errors import InvalidRequest
 from actors.protocol import ResponseObject, error_event
 from inference.types import Done, FunctionCallDelta, Prefilled, ReasoningDone, TextDelta
 from tests.support.event_order import FUNCTION_CALL_ANSWER, TEXT_ANSWER, assert_event_types
+from tests.support.session_driver import handled
 
 MODEL = "emu-fast"
 TOOL = {
@@ -40,11 +54,13 @@ def new_session(**cfg) -> Session:
 
 def send(session: Session, records: dict | None = None, **body) -> Effects:
     """A create frame; loads the session asks for are answered from ``records`` (default: none)."""
-    fx = session.on_frame(json.dumps({"type": "response.create", "model": MODEL, **body}))
+    fx = handled(session, ClientFrame(json.dumps({"type": "response.create", "model": MODEL, **body})))
     while fx.load:
         load = fx.load.pop(0)
         record = (records or {}).get(load.response_id)
-        fx += session.on_loaded(load.load_id, record if record and record.owner == load.owner else None)
+        fx += handled(
+            session, HistoryLoaded(load.load_id, record if record and record.owner == load.owner else None)
+        )
     return fx
 
 
@@ -55,24 +71,32 @@ def dumped(fx: Effects) -> list[dict]:
 def answer_text(session: Session, fx: Effects, text: str = "Hi there", *, written: bool = True) -> Effects:
     (turn,) = fx.start
     out = Effects(events=list(fx.events))
-    out += session.on_inference(turn.turn_id, [Prefilled(len(turn.request.prompt_token_ids), 0, 0, 1)])
-    out += session.on_inference(turn.turn_id, [TextDelta(text[:2], 1), TextDelta(text[2:], 2)])
-    out += session.on_inference(turn.turn_id, [Done("stop", 3, 3.0)])
+    out += handled(
+        session, InferenceChunk(turn.turn_id, [Prefilled(len(turn.request.prompt_token_ids), 0, 0, 1)])
+    )
+    out += handled(session, InferenceChunk(turn.turn_id, [TextDelta(text[:2], 1), TextDelta(text[2:], 2)]))
+    out += handled(session, InferenceChunk(turn.turn_id, [Done("stop", 3, 3.0)]))
     return stored(session, out) if written else out
 
 
 def answer_call(session: Session, fx: Effects, args: str = '{"path":"a.py"}') -> Effects:
     (turn,) = fx.start
     out = Effects(events=list(fx.events))
-    out += session.on_inference(
-        turn.turn_id,
-        [
-            Prefilled(len(turn.request.prompt_token_ids), 0, 0, 1),
-            FunctionCallDelta(0, "read_file", args[:5], 2),
-        ],
+    out += handled(
+        session,
+        InferenceChunk(
+            turn.turn_id,
+            [
+                Prefilled(len(turn.request.prompt_token_ids), 0, 0, 1),
+                FunctionCallDelta(0, "read_file", args[:5], 2),
+            ],
+        ),
     )
-    out += session.on_inference(
-        turn.turn_id, [FunctionCallDelta(0, "read_file", args[5:], 4), Done("tool_calls", 6, 6.0)]
+    out += handled(
+        session,
+        InferenceChunk(
+            turn.turn_id, [FunctionCallDelta(0, "read_file", args[5:], 4), Done("tool_calls", 6, 6.0)]
+        ),
     )
     return stored(session, out)
 
@@ -81,7 +105,7 @@ def stored(session: Session, fx: Effects) -> Effects:
     """The driver's part once a response ends: its ledger line (and record) is written and
     its terminal sent."""
     for line in list(fx.usage):
-        fx += session.on_written(line.response_id, stored=True)
+        fx += handled(session, Written(line.response_id, True))
     return fx
 
 
@@ -198,9 +222,9 @@ def test_a_stored_response_is_in_flight_until_its_record_is_written_and_its_term
     done = answer_text(s, first, written=False)
     (record,) = done.persist
     assert not second.start and not done.start and s.inflight == 1 and not s.idle
-    nxt = s.on_written(record.id, stored=True)
+    nxt = handled(s, Written(record.id, True))
     assert [t.lane for t in nxt.start] == ["b"]
-    assert s.on_written(record.id, stored=True).start == []  # an answer twice changes nothing
+    assert handled(s, Written(record.id, True)).start == []  # an answer twice changes nothing
 
 
 def test_queued_creates_refused_when_they_start_each_get_their_error_and_leave_the_queue():
@@ -234,7 +258,7 @@ def test_queued_creates_refused_when_they_start_each_get_their_error_and_leave_t
 )
 def test_bad_frames_get_typed_errors_and_the_session_stays_usable(frame, code, param):
     s = new_session()
-    (err,) = dumped(s.on_frame(frame))
+    (err,) = dumped(handled(s, ClientFrame(frame)))
     assert err["type"] == "error" and err["error"]["code"] == code and err["error"]["param"] == param
     assert "stream_id" not in err and "sequence_number" not in err
     assert err["status"] == (404 if code == "model_not_found" else 400)
@@ -262,7 +286,7 @@ def test_generate_false_prefills_and_completes_with_empty_output():
     fx = send(s, input="warm", generate=False)
     (turn,) = fx.start
     assert turn.request.generate is False
-    out = s.on_inference(turn.turn_id, [Prefilled(10, 0, 0, 1), Done("stop", 0, 0.0)])
+    out = handled(s, InferenceChunk(turn.turn_id, [Prefilled(10, 0, 0, 1), Done("stop", 0, 0.0)]))
     events = dumped(fx) + dumped(out)
     assert [e["type"] for e in events] == ["response.created", "response.in_progress", "response.completed"]
     resp = events[-1]["response"]
@@ -274,8 +298,11 @@ def test_max_output_tokens_ends_incomplete():
     s = new_session()
     fx = send(s, input="long", max_output_tokens=2)
     (turn,) = fx.start
-    out = s.on_inference(
-        turn.turn_id, [Prefilled(5, 0, 0, 1), TextDelta("ab", 2), Done("max_output_tokens", 2, 2.0)]
+    out = handled(
+        s,
+        InferenceChunk(
+            turn.turn_id, [Prefilled(5, 0, 0, 1), TextDelta("ab", 2), Done("max_output_tokens", 2, 2.0)]
+        ),
     )
     resp = dumped(out)[-1]
     assert resp["type"] == "response.incomplete"
@@ -286,9 +313,9 @@ def test_hidden_reasoning_counts_in_usage_and_emits_no_event():
     s = new_session()
     fx = send(s, input="think first")
     (turn,) = fx.start
-    out = s.on_inference(turn.turn_id, [Prefilled(5, 0, 0, 1), ReasoningDone(120)])
+    out = handled(s, InferenceChunk(turn.turn_id, [Prefilled(5, 0, 0, 1), ReasoningDone(120)]))
     assert dumped(out) == []  # nothing to show for reasoning
-    out = s.on_inference(turn.turn_id, [TextDelta("ok", 1), Done("stop", 121, 130.0)])
+    out = handled(s, InferenceChunk(turn.turn_id, [TextDelta("ok", 1), Done("stop", 121, 130.0)]))
     usage = dumped(out)[-1]["response"]["usage"]
     assert usage["output_tokens"] == 121
     assert usage["output_tokens_details"] == {"reasoning_tokens": 120}
@@ -299,7 +326,7 @@ def test_inference_failure_after_created_is_response_failed_and_evicts_same_lane
     r1 = terminal(answer_text(s, send(s, input="one", store=False)))
     fx = send(s, input="two", store=False, previous_response_id=r1["id"])
     (turn,) = fx.start
-    failed = dumped(s.on_inference_error(turn.turn_id, RuntimeError("secret internals")))[-1]
+    failed = dumped(handled(s, InferenceFailed(turn.turn_id, RuntimeError("secret internals"))))[-1]
     assert failed["type"] == "response.failed" and failed["response"]["error"]["code"] == "server_error"
     assert "secret" not in json.dumps(failed)
     (err,) = dumped(send(s, input="three", store=False, previous_response_id=r1["id"]))
@@ -376,15 +403,20 @@ def test_a_store_false_response_is_in_flight_until_its_ledger_line_is_written():
     (line,) = first.usage
     assert line.response_id == terminal(first)["id"] and first.persist == []
     assert s.inflight == 1, "it counts against max_inflight while its line is written"
-    s.on_written(line.response_id, stored=True)
+    handled(s, Written(line.response_id, True))
     assert s.inflight == 0 and s.idle
 
 
 def test_a_failure_after_inference_ran_is_billed_for_what_it_used_and_one_before_is_not():
     s = new_session()
     (turn,) = send(s, input="x", store=False).start
-    s.on_inference(turn.turn_id, [Prefilled(len(turn.request.prompt_token_ids), 0, 0, 1), TextDelta("Hi", 1)])
-    fx = s.on_inference_error(turn.turn_id, RuntimeError("replica died"))
+    handled(
+        s,
+        InferenceChunk(
+            turn.turn_id, [Prefilled(len(turn.request.prompt_token_ids), 0, 0, 1), TextDelta("Hi", 1)]
+        ),
+    )
+    fx = handled(s, InferenceFailed(turn.turn_id, RuntimeError("replica died")))
     (line,) = fx.usage
     usage = terminal(fx)["usage"]
     assert (
@@ -392,9 +424,9 @@ def test_a_failure_after_inference_ran_is_billed_for_what_it_used_and_one_before
         == (usage["input_tokens"], usage["output_tokens"])
         == (len(turn.request.prompt_token_ids), 1)
     )
-    s.on_written(line.response_id, stored=True)
+    handled(s, Written(line.response_id, True))
     (early,) = send(s, input="x", store=False, stream_id="b").start
-    fx = s.on_inference_error(early.turn_id, RuntimeError("no replica"))
+    fx = handled(s, InferenceFailed(early.turn_id, RuntimeError("no replica")))
     assert fx.usage == [] and terminal(fx)["usage"] is None, "no tokens used, nothing billed"
 
 
@@ -440,7 +472,7 @@ def test_failures_with_codes_outside_the_sdk_enum_are_server_error():
 
     s = new_session()
     (turn,) = send(s, input="x").start
-    failed = dumped(s.on_inference_error(turn.turn_id, Overloaded()))[-1]
+    failed = dumped(handled(s, InferenceFailed(turn.turn_id, Overloaded())))[-1]
     assert failed["response"]["error"]["code"] == "server_error"
 
 
@@ -484,7 +516,9 @@ def test_incremental_rendering_equals_rendering_the_whole_conversation(turns):
             if call
             else [TextDelta(text or ".", 2)]
         )
-        out = s.on_inference(turn.turn_id, events + [Done("tool_calls" if call else "stop", 3, 3.0)])
+        out = handled(
+            s, InferenceChunk(turn.turn_id, events + [Done("tool_calls" if call else "stop", 3, 3.0)])
+        )
         response = terminal(out)
         prev = response["id"]
         pending_calls = [o["call_id"] for o in response["output"] if o["type"] == "function_call"]
@@ -496,10 +530,18 @@ def test_incremental_rendering_equals_rendering_the_whole_conversation(turns):
 
 
 def steer(session: Session, previous_response_id, input="Actually, do X instead", **extra) -> list[dict]:
-    fx = session.on_frame(
-        json.dumps(
-            {"type": "response.steer", "previous_response_id": previous_response_id, "input": input, **extra}
-        )
+    fx = handled(
+        session,
+        ClientFrame(
+            json.dumps(
+                {
+                    "type": "response.steer",
+                    "previous_response_id": previous_response_id,
+                    "input": input,
+                    **extra,
+                }
+            )
+        ),
     )
     return dumped(fx), fx
 
@@ -508,7 +550,7 @@ def test_check_52_53_steering_an_active_response_stops_it_and_starts_the_success
     s = new_session()
     fx = send(s, input="write", stream_id="main", tools=[TOOL], instructions="be brief")
     (turn,) = fx.start
-    s.on_inference(turn.turn_id, [Prefilled(5, 0, 0, 1), TextDelta("Hel", 1)])
+    handled(s, InferenceChunk(turn.turn_id, [Prefilled(5, 0, 0, 1), TextDelta("Hel", 1)]))
     events, out = steer(s, turn.builder.response.id)
     types = [e["type"] for e in events]
     assert types[0] == "response.steer.accepted" and events[0]["steer"]["id"].startswith("steer_")
@@ -558,24 +600,30 @@ def test_steering_during_a_function_call_completes_the_call_then_one_pending_and
     fx = send(s, input="go", tools=[TOOL], store=False, stream_id="main")
     (turn,) = fx.start
     rid = turn.builder.response.id
-    first = s.on_inference(
-        turn.turn_id,
-        [
-            Prefilled(len(turn.request.prompt_token_ids), 0, 0, 1),
-            FunctionCallDelta(0, "read_file", '{"pa', 2),
-        ],
+    first = handled(
+        s,
+        InferenceChunk(
+            turn.turn_id,
+            [
+                Prefilled(len(turn.request.prompt_token_ids), 0, 0, 1),
+                FunctionCallDelta(0, "read_file", '{"pa', 2),
+            ],
+        ),
     )
     assert [e.type for e in first.events][-1] == "response.function_call_arguments.delta"
     events, steered = steer(s, rid, input="also check tests")
     assert [e["type"] for e in events] == ["response.steer.accepted"]
     assert not (steered.cancel or steered.start), "the call is not cut"
-    rest = s.on_inference(
-        turn.turn_id,
-        [
-            FunctionCallDelta(0, "read_file", 'th":"a.py"}', 4),
-            FunctionCallDelta(1, "read_file", '{"path":"b.py"}', 5),
-            Done("tool_calls", 11, 11.0),
-        ],
+    rest = handled(
+        s,
+        InferenceChunk(
+            turn.turn_id,
+            [
+                FunctionCallDelta(0, "read_file", 'th":"a.py"}', 4),
+                FunctionCallDelta(1, "read_file", '{"path":"b.py"}', 5),
+                Done("tool_calls", 11, 11.0),
+            ],
+        ),
     )
     after = dumped(rest)
     assert [e["type"] for e in after][-3:] == [
@@ -611,10 +659,15 @@ def test_steering_during_a_function_call_completes_the_call_then_one_pending_and
 def test_steer_held_during_a_call_that_ends_incomplete_goes_to_an_automatic_successor():
     s = new_session()
     (turn,) = send(s, input="go", tools=[TOOL], store=False, max_output_tokens=3).start
-    s.on_inference(turn.turn_id, [Prefilled(9, 0, 0, 1), FunctionCallDelta(0, "read_file", '{"pa', 2)])
+    handled(
+        s, InferenceChunk(turn.turn_id, [Prefilled(9, 0, 0, 1), FunctionCallDelta(0, "read_file", '{"pa', 2)])
+    )
     steer(s, turn.builder.response.id, input="summarise instead")
-    out = s.on_inference(
-        turn.turn_id, [FunctionCallDelta(0, "read_file", "th", 1), Done("max_output_tokens", 3, 3.0)]
+    out = handled(
+        s,
+        InferenceChunk(
+            turn.turn_id, [FunctionCallDelta(0, "read_file", "th", 1), Done("max_output_tokens", 3, 3.0)]
+        ),
     )
     types = [e["type"] for e in dumped(out)]
     assert types[-3:] == ["response.incomplete", "response.created", "response.in_progress"]
@@ -627,9 +680,11 @@ def test_steer_held_during_a_call_that_ends_incomplete_goes_to_an_automatic_succ
 def test_steer_held_during_a_call_of_a_failed_response_is_returned_by_steer_failed():
     s = new_session()
     (turn,) = send(s, input="go", tools=[TOOL], store=False).start
-    s.on_inference(turn.turn_id, [Prefilled(9, 0, 0, 1), FunctionCallDelta(0, "read_file", '{"pa', 2)])
+    handled(
+        s, InferenceChunk(turn.turn_id, [Prefilled(9, 0, 0, 1), FunctionCallDelta(0, "read_file", '{"pa', 2)])
+    )
     (accepted,), _ = steer(s, turn.builder.response.id, input="and b.py")
-    failed, steer_failed = dumped(s.on_inference_error(turn.turn_id, RuntimeError("boom")))
+    failed, steer_failed = dumped(handled(s, InferenceFailed(turn.turn_id, RuntimeError("boom"))))
     assert failed["type"] == "response.failed" and steer_failed["type"] == "response.steer.failed"
     assert steer_failed["error"]["code"] == "response_not_active"
     assert steer_failed["steer"] == {**accepted["steer"], "input": "and b.py"}
@@ -669,37 +724,46 @@ def test_append_mode_runs_a_whole_rollout_in_one_response():
     fx = send(s, input="fix it", tools=[TOOL], store=False)
     (turn,) = fx.start
     first_prompt = len(turn.request.prompt_token_ids)
-    paused = s.on_inference(
-        turn.turn_id,
-        [
-            Prefilled(first_prompt, 0, 0, 1),
-            FunctionCallDelta(0, "read_file", '{"path":"a.py"}', 5),
-            Done("tool_calls", 5, 5.0),
-        ],
+    paused = handled(
+        s,
+        InferenceChunk(
+            turn.turn_id,
+            [
+                Prefilled(first_prompt, 0, 0, 1),
+                FunctionCallDelta(0, "read_file", '{"path":"a.py"}', 5),
+                Done("tool_calls", 5, 5.0),
+            ],
+        ),
     )
     types = [e.type for e in paused.events]
     assert types[-1] == "response.output_item.done" and not any(
         t.startswith("response.completed") for t in types
     )
     call_id = paused.events[-1].item.call_id
-    resumed = s.on_frame(
-        json.dumps(
-            {
-                "type": "response.append",
-                "response_id": turn.builder.response.id,
-                "input": [{"type": "function_call_output", "call_id": call_id, "output": "x=1"}],
-            }
-        )
+    resumed = handled(
+        s,
+        ClientFrame(
+            json.dumps(
+                {
+                    "type": "response.append",
+                    "response_id": turn.builder.response.id,
+                    "input": [{"type": "function_call_output", "call_id": call_id, "output": "x=1"}],
+                }
+            )
+        ),
     )
     assert resumed.events == [] and resumed.start == [turn], "no new response, same turn resumes"
     assert len(turn.request.prompt_token_ids) > first_prompt and turn.request.tool_results_in_context == 1
-    done = s.on_inference(
-        turn.turn_id,
-        [
-            Prefilled(len(turn.request.prompt_token_ids), first_prompt, 0, 1),
-            TextDelta("Fixed.", 2),
-            Done("stop", 2, 2.0),
-        ],
+    done = handled(
+        s,
+        InferenceChunk(
+            turn.turn_id,
+            [
+                Prefilled(len(turn.request.prompt_token_ids), first_prompt, 0, 1),
+                TextDelta("Fixed.", 2),
+                Done("stop", 2, 2.0),
+            ],
+        ),
     )
     events = dumped(fx) + dumped(paused) + dumped(done)
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
@@ -715,7 +779,9 @@ def test_append_mode_runs_a_whole_rollout_in_one_response():
 
 def test_response_append_is_unknown_on_standard_connections():
     s = new_session()
-    (err,) = dumped(s.on_frame(json.dumps({"type": "response.append", "response_id": "resp_x", "input": []})))
+    (err,) = dumped(
+        handled(s, ClientFrame(json.dumps({"type": "response.append", "response_id": "resp_x", "input": []})))
+    )
     assert err["error"]["code"] == "unknown_event_type" and err["error"]["param"] == "type"
 
 
@@ -753,8 +819,31 @@ def test_packed_connections_share_the_hosts_cache_budget_least_recently_used_con
     assert host.total <= 60 and host.evictions == 1
     (err,) = dumped(send(one, input="x", store=False, previous_response_id=first))
     assert err["error"]["code"] == "previous_response_not_found"
-    two.release()
+    handled(two, Released())
     assert host.total == 0
+
+
+def test_another_connections_eviction_is_an_effect_its_session_carries_out_when_handed_it():
+    """The host's budget takes another connection's lane: the session that caused it returns
+    an Eviction; the other session's lane is cleared only when it handles LaneEvicted, and a
+    lane that moved on since keeps its newer response."""
+    host = CacheBudget(max_tokens=60)
+    one, two = (
+        Session(SessionConfig(), [MODEL], session_key=k, clock=lambda: 1_700_000_000.0, cache=host)
+        for k in ("conn-1", "conn-2")
+    )
+    first = terminal(answer_text(one, send(one, input="some words " * 15, store=False)))["id"]
+    (turn,) = send(two, input="other words " * 15, store=False).start
+    fx = two.handle(
+        InferenceChunk(turn.turn_id, [Prefilled(10, 0, 0, 1), TextDelta("Hi", 1), Done("stop", 1, 1.0)])
+    )
+    (eviction,) = fx.evict
+    assert (eviction.session, eviction.lane, eviction.response_id) == (one, None, first)
+    assert one._lanes[None].latest is not None, "nothing changed in place"
+    assert host.owned(one._lanes) == 0, "but it no longer counts"
+    assert one.handle(LaneEvicted(None, "resp_other")).events == [] and one._lanes[None].latest is not None
+    one.handle(LaneEvicted(eviction.lane, eviction.response_id))
+    assert one._lanes[None].latest is None
 
 
 def test_a_response_whose_record_could_not_be_written_stops_counting_against_the_hosts_budget():
@@ -763,7 +852,7 @@ def test_a_response_whose_record_could_not_be_written_stops_counting_against_the
     done = answer_text(s, send(s, input="some words " * 15), written=False)
     (record,) = done.persist
     assert host.total == len(s._lanes[None].latest.tokens) > 0
-    s.on_written(record.id, stored=False)
+    handled(s, Written(record.id, False))
     assert s._lanes[None].latest is None
     assert host.total == 0, "an uncached conversation is not counted"
     (err,) = dumped(send(s, input="x", previous_response_id=record.id))
@@ -831,7 +920,7 @@ def test_a_large_input_is_rendered_by_the_driver_and_then_starts_as_an_inline_on
     assert not fx.events and not fx.start and len(fx.render) == 1, "nothing starts before the tokens"
     assert not s.idle and s.inflight == 1
     (job,) = fx.render
-    fx = s.on_rendered(job.render_id, render_items(job.items))
+    fx = handled(s, Rendered(job.render_id, render_items(job.items)))
     (turn,) = fx.start
     assert turn.request.prompt_token_ids == inline.start[0].request.prompt_token_ids
     assert turn.timer.ms["render"] > 0
@@ -842,19 +931,19 @@ def test_a_large_input_is_rendered_by_the_driver_and_then_starts_as_an_inline_on
 def test_a_failed_render_is_server_error_and_the_lane_stays_usable():
     s = new_session(render_offload_chars=10)
     (job,) = send(s, input="x" * 50).render
-    (error,) = dumped(s.on_rendered(job.render_id, None))
+    (error,) = dumped(handled(s, Rendered(job.render_id, None)))
     assert error["type"] == "error" and error["error"]["code"] == "server_error"
     assert s.idle
     (job,) = send(s, input="y" * 50).render
-    assert s.on_rendered(job.render_id, render_items(job.items)).start
+    assert handled(s, Rendered(job.render_id, render_items(job.items))).start
 
 
 def test_tokens_arriving_after_a_disconnect_are_dropped():
     s = new_session(render_offload_chars=10)
     (job,) = send(s, input="x" * 50).render
-    s.on_disconnect()
+    handled(s, Disconnected())
     assert s.idle
-    fx = s.on_rendered(job.render_id, render_items(job.items))
+    fx = handled(s, Rendered(job.render_id, render_items(job.items)))
     assert not (fx.events or fx.start)
 
 
@@ -870,23 +959,30 @@ def test_a_create_returns_its_model_call_as_an_effect_and_never_calls_its_driver
     assert not hasattr(session, "start_call")
 
 
-def test_a_created_response_is_built_when_its_events_are_read_after_its_call_is_ready():
-    """Pull-style: the call is in the effects at once; the response object and its first
-    events (which read the clock) are built when the events are first read, in their place."""
+def test_a_created_response_is_built_only_once_its_driver_says_the_call_has_left():
+    """The create's effects hold the call and no event; the response object and its first
+    events (which read the clock) are built when the driver hands in ``CallsStarted``."""
     reads: list[str] = []
     session = Session(
         SessionConfig(), [MODEL], session_key="conn-1", clock=lambda: reads.append("clock") or 1_700_000_000.0
     )
-    fx = send(session, input="hello")
+    fx = session.handle(
+        ClientFrame(json.dumps({"type": "response.create", "model": MODEL, "input": "hello"}))
+    )
     (turn,) = fx.start
-    assert turn.request.prompt_token_ids and "clock" not in reads
-    types = [e.type for e in fx.events]
-    assert types == ["response.created", "response.in_progress"] and "clock" in reads
-    assert fx.events[0].response.id == turn.request.request_id
-    assert [e.type for e in fx.events] == types and turn.open() is turn.open()  # built once
+    assert turn.request.prompt_token_ids and fx.events == [] and fx.opening == (turn.turn_id,)
+    assert "clock" not in reads and not turn.opened
+    opened = session.handle(CallsStarted(fx.opening))
+    assert [e.type for e in opened.events] == [
+        "response.created",
+        "response.in_progress",
+    ] and "clock" in reads
+    assert opened.events[0].response.id == turn.request.request_id
+    assert session.handle(CallsStarted(fx.opening)).events == [], "built once"
+    assert turn.open() is turn.open()
 
 
-def test_events_keep_their_order_when_effects_with_an_unbuilt_opening_are_added():
+def test_effects_add_up_in_order():
     session = new_session()
     first = send(session, input="one", stream_id="a")
     combined = Effects(events=[error_event(InvalidRequest("before"), stream_id="x")])
@@ -899,12 +995,13 @@ def test_events_keep_their_order_when_effects_with_an_unbuilt_opening_are_added(
         ("error", "y"),
     ]
     assert [e.type for e in first.events] == ["response.created", "response.in_progress"]
+    assert [t.lane for t in combined.start] == ["b"]
 
 
 def test_a_drain_is_an_event_into_the_session_later_creates_are_refused():
     session = new_session()
     running = send(session, input="before")
-    assert session.begin_drain().events == [] and session.draining
+    assert handled(session, DrainStarted()).events == [] and session.draining
     (err,) = dumped(send(session, input="after", stream_id="other"))
     assert err["error"]["code"] == "server_shutting_down"
     answer_text(session, running)

@@ -44,7 +44,7 @@ def test_a_report_is_taken_again_as_its_terminal_event_is_encoded_unless_final()
     timer = PhaseTimer(lambda: now[0])
     now[0] += 0.010
     metadata: dict[str, str] = {}
-    report = Report.taken("resp_1", timer, (1.0, 2.0, 3.0), final=False)
+    report = Report.at_finish("resp_1", timer, (1.0, 2.0, 3.0), final=False)
     report.into = metadata
     assert report.ms["api_overhead"] == 4.0
     now[0] += 0.002  # the terminal event is built, queued, and the frames before it written
@@ -53,7 +53,7 @@ def test_a_report_is_taken_again_as_its_terminal_event_is_encoded_unless_final()
     now[0] += 0.002
     assert report.restamp()["api_overhead"] == 6.0, "taken once: the frame carries one set of figures"
 
-    stored = Report.taken("resp_2", PhaseTimer(lambda: now[0]), (0.0, 0.0, 0.0), final=True)
+    stored = Report.at_finish("resp_2", PhaseTimer(lambda: now[0]), (0.0, 0.0, 0.0), final=True)
     now[0] += 0.003
     assert stored.restamp()["api_overhead"] == 0.0, "a stored response keeps what its record holds"
 

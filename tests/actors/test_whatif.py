@@ -10,11 +10,13 @@ from dataclasses import replace
 from actors.backend import ModelCall
 from actors.backend.whatif_hook import Charge, WhatIfServices, charge
 from actors.config import SessionConfig
+from actors.core.inputs import ClientFrame, InferenceChunk
 from actors.core.session import Session, Turn
 from actors.core.timings import PhaseTimer
 from inference.whatif import HopConfig, SafetyModelConfig, WhatIfConfig
 from store import StoredResponse
 from tests.actors.test_session import MODEL, answer_text, send
+from tests.support.session_driver import handled
 
 WINDOW = 8
 
@@ -128,23 +130,29 @@ def test_an_append_mode_resume_is_charged_what_the_conversation_gained_plus_the_
     fx = send(s, input="fix it", tools=[TOOL], store=False)
     (turn,) = fx.start
     first = len(turn.request.prompt_token_ids)
-    paused = s.on_inference(
-        turn.turn_id,
-        [
-            Prefilled(first, 0, 0, 1),
-            FunctionCallDelta(0, "read_file", '{"path":"a.py"}', 5),
-            Done("tool_calls", 5, 5.0),
-        ],
+    paused = handled(
+        s,
+        InferenceChunk(
+            turn.turn_id,
+            [
+                Prefilled(first, 0, 0, 1),
+                FunctionCallDelta(0, "read_file", '{"path":"a.py"}', 5),
+                Done("tool_calls", 5, 5.0),
+            ],
+        ),
     )
     call_id = paused.events[-1].item.call_id
-    s.on_frame(
-        json.dumps(
-            {
-                "type": "response.append",
-                "response_id": turn.builder.response.id,
-                "input": [{"type": "function_call_output", "call_id": call_id, "output": "x=1"}],
-            }
-        )
+    handled(
+        s,
+        ClientFrame(
+            json.dumps(
+                {
+                    "type": "response.append",
+                    "response_id": turn.builder.response.id,
+                    "input": [{"type": "function_call_output", "call_id": call_id, "output": "x=1"}],
+                }
+            )
+        ),
     )
     gained = len(turn.request.prompt_token_ids) - first  # the call and its result
     window = min(WINDOW, first - turn.prefix_len)  # a short conversation: all of it is the window

@@ -7,10 +7,12 @@ import json
 import random
 
 from actors.config import SessionConfig
+from actors.core.inputs import ClientFrame, InferenceChunk, Written
 from actors.core.session import Session
 from bench.kinds.memory import CacheModel, fresh_text, rendered_output_tokens
 from inference import tokenizer
 from inference.types import Done, Prefilled, TextDelta
+from tests.support.session_driver import handled
 
 MODEL = "emu-fast"
 
@@ -24,26 +26,33 @@ def test_the_client_model_of_the_cache_evicts_exactly_what_the_session_evicts():
     for _ in range(60):
         lane = rng.choice("abcd")
         prev = model.ids[lane] if lane in model.tokens else None
-        fx = session.on_frame(
-            json.dumps(
-                {
-                    "type": "response.create",
-                    "model": MODEL,
-                    "store": False,
-                    "stream_id": lane,
-                    "input": "word " * rng.randint(5, 60),
-                    "previous_response_id": prev,
-                }
-            )
+        fx = handled(
+            session,
+            ClientFrame(
+                json.dumps(
+                    {
+                        "type": "response.create",
+                        "model": MODEL,
+                        "store": False,
+                        "stream_id": lane,
+                        "input": "word " * rng.randint(5, 60),
+                        "previous_response_id": prev,
+                    }
+                )
+            ),
         )
         (turn,) = fx.start
-        fx += session.on_inference(
-            turn.turn_id, [Prefilled(len(turn.request.prompt_token_ids), 0, 0, 1), TextDelta("Hi there", 2)]
+        fx += handled(
+            session,
+            InferenceChunk(
+                turn.turn_id,
+                [Prefilled(len(turn.request.prompt_token_ids), 0, 0, 1), TextDelta("Hi there", 2)],
+            ),
         )
-        fx += session.on_inference(turn.turn_id, [Done("stop", 2, 1.0)])
+        fx += handled(session, InferenceChunk(turn.turn_id, [Done("stop", 2, 1.0)]))
         response = fx.events[-1].model_dump(mode="json")["response"]
         assert response["status"] == "completed"
-        session.on_written(response["id"], stored=True)  # the driver's part: its ledger line is kept
+        handled(session, Written(response["id"], True))  # the driver's part: its ledger line is kept
         context = response["usage"]["input_tokens"] + rendered_output_tokens(response)
         evictions += len(model.finished(lane, response["id"], context))
         cached = {name: lane_.latest for name, lane_ in session._lanes.items() if lane_.latest is not None}

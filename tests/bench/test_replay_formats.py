@@ -153,7 +153,7 @@ def test_each_step_becomes_a_turn_the_scenario_format_accepts(codex):
     for step in s.steps:
         turn, dropped = synth.turn_script(step)
         assert not dropped
-        parsed = sc.Turn.model_validate(turn)
+        parsed = sc.ScriptedTurn.model_validate(turn)
         assert parsed.reasoning_tokens == step.reasoning_tokens
         assert sum(c.arguments_tokens for c in parsed.calls) == sum(c.argument_tokens for c in step.calls)
         assert (parsed.text_tokens or 0) == step.text_tokens or (not step.calls and parsed.text_tokens == 1)

@@ -13,13 +13,13 @@ import pytest
 
 from inference import channel
 from inference.channel import ChannelClient, ChannelLost, ChannelServer, ChannelUnavailable, Endpoint
-from inference.profiles import ModelNotFound
+from inference.profiles import UnknownModelProfile
 from inference.types import Done, InferenceEvent, InferenceRequest, Prefilled, TextDelta, ToolSpec
 
 
 class Backend:
     """``model`` picks the behaviour: "ok" answers two chunks, "hold" waits after its first,
-    "missing" raises ModelNotFound."""
+    "missing" raises UnknownModelProfile."""
 
     def __init__(self) -> None:
         self.closed: list[str] = []
@@ -30,7 +30,7 @@ class Backend:
         self.tools[request.request_id] = request.tools
         try:
             if request.model == "missing":
-                raise ModelNotFound("missing")
+                raise UnknownModelProfile("missing")
             yield [Prefilled(3, 0, 0.0, 1.0, replica="r1"), TextDelta(request.request_id, 1)]
             if request.model == "hold":
                 self.held.set()
@@ -110,7 +110,7 @@ def test_a_call_starts_when_made_and_closing_it_unread_stops_it_in_the_backend()
 def test_errors_arrive_with_their_type_and_code() -> None:
     async def main() -> None:
         _, client = await started(Backend())
-        with pytest.raises(ModelNotFound) as info:
+        with pytest.raises(UnknownModelProfile) as info:
             await collect(client, req("m", "missing"))
         assert info.value.code == "model_not_found"
         client.close()

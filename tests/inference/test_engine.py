@@ -13,7 +13,7 @@ from inference import engine as engine_module
 from inference.engine import Engine
 from inference.pacing import decode_s, token_deadlines
 from inference.policy import FunctionCallSegment, OutputPlan, TextSegment, plan
-from inference.profiles import ModelNotFound
+from inference.profiles import UnknownModelProfile
 from inference.tokenizer import decode, encode
 from inference.types import (
     Done,
@@ -198,7 +198,7 @@ def test_prefill_only_request_caches_the_prompt_and_emits_no_output(engine, cloc
 
 
 def test_unknown_model_raises_before_any_event(engine):
-    with pytest.raises(ModelNotFound) as info:
+    with pytest.raises(UnknownModelProfile) as info:
         run(engine, request(model="gpt-nope"))
     assert info.value.model == "gpt-nope"
     assert engine.stats()["requests"] == 0

@@ -9,9 +9,9 @@ from pydantic import ValidationError
 
 from inference.profiles import (
     InferenceConfig,
-    ModelNotFound,
     ModelProfile,
     PolicyConfig,
+    UnknownModelProfile,
     load_inference_config,
 )
 
@@ -39,7 +39,7 @@ def test_loading_an_explicit_path(tmp_path):
 
 
 def test_unknown_model_raises_model_not_found(make_config):
-    with pytest.raises(ModelNotFound) as info:
+    with pytest.raises(UnknownModelProfile) as info:
         make_config().profile("gpt-nope")
     assert info.value.model == "gpt-nope"
     assert "gpt-nope" in str(info.value)
@@ -48,8 +48,8 @@ def test_unknown_model_raises_model_not_found(make_config):
 
 def test_model_not_found_survives_pickling():
     # It crosses a Ray boundary when raised inside the deployment.
-    err = pickle.loads(pickle.dumps(ModelNotFound("m")))
-    assert isinstance(err, ModelNotFound) and err.model == "m"
+    err = pickle.loads(pickle.dumps(UnknownModelProfile("m")))
+    assert isinstance(err, UnknownModelProfile) and err.model == "m"
 
 
 def test_profile_ids_must_be_unique(make_profile):

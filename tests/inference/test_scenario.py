@@ -56,7 +56,7 @@ def test_the_documented_example_parses_and_turn_i_answers_the_ith_request():
 
 
 def test_past_the_last_turn_the_policy_decides_or_the_last_turn_repeats():
-    scenario = sc.Scenario(turns=[sc.Turn(text="only")])
+    scenario = sc.Scenario(turns=[sc.ScriptedTurn(text="only")])
     past = request(conversation(1))
     assert sc.turn_for(past, scenario) is None
     seeded = pol.plan(past, PolicyConfig(scenario=scenario, text_tokens=7))
@@ -66,7 +66,7 @@ def test_past_the_last_turn_the_policy_decides_or_the_last_turn_repeats():
 
 
 def test_text_tokens_reasoning_and_argument_sizes_are_exact_and_the_same_on_every_prompt():
-    turn = sc.Turn(
+    turn = sc.ScriptedTurn(
         reasoning_tokens=120, text_tokens=45, calls=[sc.ScriptedCall(name="f", arguments_tokens=300)]
     )
     scenario = sc.Scenario(turns=[turn], after_last="repeat_last")
@@ -85,7 +85,7 @@ def test_arguments_of_a_size_are_json_of_that_many_tokens(n):
 
 
 def test_max_output_tokens_still_cuts_a_scripted_text():
-    scenario = sc.Scenario(turns=[sc.Turn(text_tokens=500)])
+    scenario = sc.Scenario(turns=[sc.ScriptedTurn(text_tokens=500)])
     segments = pol.plan(
         request(conversation(0), max_output_tokens=20), PolicyConfig(scenario=scenario)
     ).segments
@@ -163,7 +163,10 @@ def test_a_scripted_call_of_a_custom_tool_is_a_custom_call_and_counts_as_a_respo
 
     patch = "*** Begin Patch\n*** Delete File: README.md\n*** End Patch"  # a scenario may name real paths
     scenario = sc.Scenario(
-        turns=[sc.Turn(calls=[sc.ScriptedCall(name="apply_patch", arguments=patch)]), sc.Turn(text="done")]
+        turns=[
+            sc.ScriptedTurn(calls=[sc.ScriptedCall(name="apply_patch", arguments=patch)]),
+            sc.ScriptedTurn(text="done"),
+        ]
     )
     tools = (ToolSpec("apply_patch", custom=True), ToolSpec("exec_command"))
     (seg,) = pol.plan(

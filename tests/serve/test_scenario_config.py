@@ -16,8 +16,8 @@ def test_a_scenario_file_configures_the_server(tmp_path):
     config = load_app_config(None, **{"inference.policy.scenario": scenario_file(path)})
     assert config.inference.policy.scenario == sc.Scenario(
         turns=[
-            sc.Turn(text="hello"),
-            sc.Turn(error=sc.ScriptedError(code="server_error", message="scripted")),
+            sc.ScriptedTurn(text="hello"),
+            sc.ScriptedTurn(error=sc.ScriptedError(code="server_error", message="scripted")),
         ]
     )
     path.write_text("- {text: a, text_tokens: 3}\n")

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from store import Store, StoreConfig, StoredResponse, UsageEntry, open_store
+from store.journal import Journal
 from store.redis import RedisStore
 from store.sqlite import SQLiteStore
 from store.writer import StoreWriter, WriterClosed
@@ -555,6 +556,31 @@ def test_a_billed_line_is_committed_when_bill_returns_and_lines_waiting_at_once_
                 usage_entry(f"resp_{i}", output_tokens=i) for i in (1, 2, 3)
             ]
         assert writer.pending == 0
+        await writer.close()
+
+    asyncio.run(scenario())
+
+
+def test_journaled_lines_linger_to_share_a_commit_and_an_awaited_line_or_a_flush_cuts_it_short(
+    config: StoreConfig, tmp_path
+) -> None:
+    """Lines journaled one turn after another wait (up to the linger) for each other's commit;
+    a line whose terminal event waits on its commit takes the lingering ones with it at once,
+    and a flush commits what waits without lingering."""
+
+    async def scenario() -> None:
+        store = Counted(open_store(config))
+        writer = StoreWriter(store, journal=Journal(tmp_path / "j", "host"), linger_s=30.0)
+        writer.bill_behind(usage_entry("resp_1", output_tokens=1))
+        await asyncio.sleep(0.01)
+        writer.bill_behind(usage_entry("resp_2", output_tokens=2))
+        await asyncio.sleep(0.01)
+        assert store.commits == [], "lingering (the lines are journaled)"
+        await asyncio.wait_for(writer.bill(usage_entry("resp_3", output_tokens=3)), 5)
+        assert store.commits == [["resp_1", "resp_2", "resp_3"]]
+        writer.bill_behind(usage_entry("resp_4", output_tokens=4))
+        await asyncio.wait_for(writer.flush(), 5)
+        assert store.commits[-1] == ["resp_4"]
         await writer.close()
 
     asyncio.run(scenario())

@@ -17,6 +17,7 @@ import sys
 import time
 import uuid
 
+from actors.core.inputs import StateRestored
 from store.continuity import ContinuityStore
 from tests.actors.test_session import answer_text, new_session, send
 
@@ -50,7 +51,7 @@ async def main(url: str, turns: int = 40, rounds: int = 30) -> None:
             assert claimed is not None and claimed.state is not None
             epoch = claimed.epoch
             t0 = time.perf_counter()
-            new_session().restore(claimed.state)
+            new_session().handle(StateRestored(claimed.state))
             rebuilds.append((time.perf_counter() - t0) * 1000)
         print(
             f"{i:>5} {len(state) / 1024:>8.1f} {pct(writes, 50):>9.2f} {pct(writes, 99):>7.2f} "

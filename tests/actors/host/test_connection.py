@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from actors.config import SessionConfig
+from actors.core.inputs import ClientFrame
 from actors.core.session import Session
 from actors.host.connection import Connection, RenderPool, State
 from actors.protocol import ServerEvent
@@ -28,10 +29,10 @@ CRASH = "test.crash"  # metadata: the model call fails mid-answer
 class BuggySession(Session):
     """A session whose frame handler has a bug for one input."""
 
-    def on_frame(self, data, received=None):
-        if data == "trigger":
+    def handle(self, event):
+        if isinstance(event, ClientFrame) and event.data == "trigger":
             raise KeyError("internal detail /srv/secret.py")
-        return super().on_frame(data, received)
+        return super().handle(event)
 
 
 def test_an_unexpected_exception_becomes_server_error_without_its_text(tmp_path):
@@ -633,8 +634,8 @@ def test_a_terminal_frame_with_figures_goes_in_fragments_whose_figures_count_wri
             while terminal is None:
                 terminal = next((e for e in await anext(events) if e.type == "response.completed"), None)
             early = json.loads(terminal.response.metadata["responses_ws.timings"])["api_overhead"]
-            report = conn.deferred(terminal)
-            assert report is not None and conn.deferred(terminal) is None  # handed out once
+            report = conn.figures_to_restamp(terminal)
+            assert report is not None and conn.figures_to_restamp(terminal) is None  # handed out once
             head, rest = _figures_last(terminal, report, conn, EventEncoder(), "f" * 32)
             assert rest is not None
             now[0] += 0.004  # encoding, compressing and writing the head took 4 ms
@@ -831,11 +832,11 @@ def test_a_create_read_after_the_drain_ended_the_connection_is_answered_before_t
         conn.drain()  # idle: it ends at once, its close frame not yet written
         assert conn.state is State.ENDING
         conn.feed(create(stream_id="late"))  # the client sent it before it saw the close
-        late = [json.loads(e.model_dump_json()) for e in conn.take_late()]
+        late = [json.loads(e.model_dump_json()) for e in conn.take_late_answers()]
         assert [(e["type"], e["error"]["code"], e.get("stream_id")) for e in late] == [
             ("error", "server_shutting_down", "late")
         ]
-        assert conn.take_late() == []  # taken once
+        assert conn.take_late_answers() == []  # taken once
         await client.until(lambda: client.ended)
         assert "response.created" not in client.types("late")
 
@@ -861,3 +862,33 @@ def test_a_paced_drain_hands_the_idle_connection_over_once_instead_of_ending_it(
         assert ready == [conn]
 
     run(scenario)
+
+
+def test_a_connection_hands_another_sessions_eviction_to_that_session(tmp_path):
+    """Two connections of one host share a cache budget that holds one conversation: the
+    second's finished turn evicts the first's lane, and its connection hands the first
+    session that eviction (the budget itself changes no lane)."""
+    from actors.core.cache_budget import CacheBudget
+
+    async def main() -> tuple[object, object]:
+        host = CacheBudget(max_tokens=60)
+        store = StoreWriter(open_store(StoreConfig(data_dir=str(tmp_path))))
+        sessions = [
+            Session(SessionConfig(), [MODEL], session_key=k, clock=lambda: 0.0, cache=host)
+            for k in ("a", "b")
+        ]
+        conns = [Connection(s, ScriptedInference(), store) for s in sessions]
+        clients = [Client(c, GatedStore()) for c in conns]
+        for conn, client, words in zip(
+            conns, clients, ("some words " * 15, "other words " * 15), strict=True
+        ):
+            conn.feed(create(input=words, store=False))
+            await client.until(lambda client=client: "response.completed" in client.types())
+        first, second = (s._lanes[None].latest for s in sessions)
+        for conn in conns:
+            await conn.close()
+        await store.close()
+        return first, second
+
+    first, second = asyncio.run(main())
+    assert first is None and second is not None

@@ -3,9 +3,20 @@ the node's deadline, the hold, the batches, the cut-off."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
-from actors.host.drain import CloseSchedule, DrainPlan, DrainSettings, Phase, budget_s
+import pytest
+
+from actors.host.drain import (
+    PHASE_MOVES,
+    CloseSchedule,
+    DrainPlan,
+    DrainSettings,
+    InvalidPhaseMove,
+    Phase,
+    budget_s,
+)
 
 SETTINGS = DrainSettings(
     timeout_s=30.0, health_grace_s=6.0, deadline_margin_s=2.0, batch_size=50, batch_interval_s=0.5
@@ -94,3 +105,43 @@ def test_a_stricter_plan_learnt_later_tightens_the_running_drain():
     # A laxer plan changes nothing.
     schedule.tighten(DrainPlan.make(SETTINGS, remaining_s=None, hold=True))
     assert schedule.plan.budget_s == 12.0
+
+
+def _walk(plan: DrainPlan, times: list[float]) -> list[Phase]:
+    now = [0.0]
+    schedule = CloseSchedule(plan, lambda: now[0])
+    seen = []
+    for t in times:
+        now[0] = t
+        phase = schedule.phase()
+        if not seen or seen[-1] is not phase:
+            seen.append(phase)
+    return seen
+
+
+def test_every_transition_of_the_drain_lifecycle_is_walked_and_only_those_happen():
+    """Each move PHASE_MOVES lists, produced by a plan and a clock; every walk of a fine
+    time grid, with and without a hold, stays within the table."""
+    walks = {
+        (Phase.HOLD, Phase.CLOSING): (DrainPlan(2.0, 10.0, 1, 1.0), [0.0, 2.0]),
+        (Phase.HOLD, Phase.CUT_OFF): (DrainPlan(5.0, 3.0, 1, 1.0), [0.0, 3.0]),  # the cut-off comes first
+        (Phase.CLOSING, Phase.CUT_OFF): (DrainPlan(0.0, 3.0, 1, 1.0), [0.0, 3.0]),
+    }
+    listed = {(a, b) for a, nxt in PHASE_MOVES.items() for b in nxt}
+    assert set(walks) == listed
+    for (a, b), (plan, times) in walks.items():
+        assert _walk(plan, times) == [a, b]
+    for hold in (0.0, 0.5, 2.0, 20.0):
+        seen = _walk(DrainPlan(hold, 10.0, 1, 1.0), [i / 4 for i in range(60)])
+        assert all((x, y) in listed for x, y in itertools.pairwise(seen))
+        assert seen[-1] is Phase.CUT_OFF and not PHASE_MOVES[Phase.CUT_OFF]
+
+
+def test_a_drain_never_moves_back():
+    now = [0.0]
+    schedule = CloseSchedule(DrainPlan(0.0, 3.0, 1, 1.0), lambda: now[0])
+    now[0] = 4.0
+    assert schedule.phase() is Phase.CUT_OFF
+    now[0] = 1.0  # a clock that went back
+    with pytest.raises(InvalidPhaseMove):
+        schedule.phase()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from actors.host.handoff import Ended, Gone, Handoff, Link, Outcome, SocketKind
+from actors.host.handoff import Ended, Handoff, Link, Outcome, SocketKind, StateGone
 
 
 def test_many_concurrent_handoffs_all_arrive_with_their_descriptors_while_the_peer_is_slow():
@@ -46,14 +46,14 @@ def test_notices_arrive_in_order_and_the_end_of_a_link_ends_its_messages():
         gateway, host = Link(a), Link(b)
         for i in range(50):
             host.notify(Ended(f"s{i}", "closed"))
-        host.notify(Gone("c1"))
+        host.notify(StateGone("c1"))
         got = []
         async with asyncio.timeout(10):
             async for message, _ in gateway.messages():
                 got.append(message)
                 if len(got) == 51:
                     host.close()  # the host process dies: the gateway's reader ends
-            assert got == [*(Ended(f"s{i}", "closed") for i in range(50)), Gone("c1")]
+            assert got == [*(Ended(f"s{i}", "closed") for i in range(50)), StateGone("c1")]
         gateway.close()
 
     asyncio.run(main())
@@ -68,7 +68,7 @@ def test_states_cross_the_link_as_enums_and_an_unknown_one_is_a_malformed_messag
         for outcome in Outcome:
             host.notify(Ended("s1", outcome))
         b.send(b'{"msg": "ended", "sock_id": "s2", "outcome": "vanished"}')
-        host.notify(Gone("c1"))
+        host.notify(StateGone("c1"))
         got = []
         async with asyncio.timeout(10):
             async for message, sock in host.messages():
@@ -77,7 +77,7 @@ def test_states_cross_the_link_as_enums_and_an_unknown_one_is_a_malformed_messag
                 break
             async for message, _ in gateway.messages():
                 got.append(message)
-                if isinstance(message, Gone):
+                if isinstance(message, StateGone):
                     break
         for s in (mine, theirs):
             s.close()
@@ -88,5 +88,5 @@ def test_states_cross_the_link_as_enums_and_an_unknown_one_is_a_malformed_messag
     handoff, *ended, gone = asyncio.run(main())
     assert handoff.kind is SocketKind.HTTP
     assert [e.outcome for e in ended] == list(Outcome), "the unknown outcome was dropped"
-    assert all(type(e.outcome) is Outcome for e in ended) and gone == Gone("c1")
+    assert all(type(e.outcome) is Outcome for e in ended) and gone == StateGone("c1")
     assert [o for o in Outcome if o.keeps_slot] == [Outcome.PARKED, Outcome.MOVED]

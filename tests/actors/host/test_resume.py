@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 
+from actors.core.inputs import Released
 from actors.errors import InvalidResumeToken
 from actors.host.resume import Held, ResumeRegistry, make_token, new_secret, parse_token
 
@@ -16,7 +17,8 @@ class StubSession:
 
     released = False
 
-    def release(self) -> None:
+    def handle(self, event: object) -> None:
+        assert isinstance(event, Released)
         self.released = True
 
 

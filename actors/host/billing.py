@@ -1,0 +1,64 @@
+"""How a terminal event is billed before it is sent: a pure decision, as a table.
+
+A terminal event with usage has a ledger line; a ``store:true`` one has its record too.  The
+connection (:mod:`actors.host.connection`) asks :func:`billing` which way, and carries it out:
+
+====================  ==========================================================================
+``UNBILLED``          no line (a failure before inference ran): sent at once
+``WITH_RECORD``       the record and its line in one transaction; the lane waits for the write
+``COMMIT``            ``store.ledger: commit``: the line committed first; the lane waits
+``JOURNAL``           the line journaled (committed write-behind), the event sent at once
+``JOURNAL_AND_STATE`` journaled, and the lane waits for the connection's state to be written
+                      (resume on any node)
+====================  ==========================================================================
+
+A journal that cannot keep the line, or a write that fails, turns the event into
+``response.failed`` without usage (not billed): that is the connection's part.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class Billing(enum.Enum):
+    UNBILLED = "unbilled"
+    WITH_RECORD = "with_record"
+    COMMIT = "commit"
+    JOURNAL = "journal"
+    JOURNAL_AND_STATE = "journal_and_state"
+
+    @property
+    def waits(self) -> bool:
+        """The lane's events wait for a write before this event goes."""
+        return self in (Billing.WITH_RECORD, Billing.COMMIT, Billing.JOURNAL_AND_STATE)
+
+
+@dataclass(frozen=True, slots=True)
+class Terminal:
+    """What the decision reads: the event's ledger line and record, and the host's setup."""
+
+    line: bool  # the event reports usage: it has a ledger line
+    record: bool  # store:true: its record is written with the line
+    commits_lines: bool  # store.ledger: commit (a store:false line is committed before)
+    checkpoints: bool  # resume on any node: the state is written before a terminal event goes
+
+
+# First match wins; ``None`` matches either value.  Every combination matches one rule
+# (tests/actors/host/test_billing.py walks them).
+RULES: tuple[tuple[tuple[bool | None, bool | None, bool | None, bool | None], Billing], ...] = (
+    ((False, None, None, None), Billing.UNBILLED),
+    ((True, True, None, None), Billing.WITH_RECORD),
+    ((True, False, True, None), Billing.COMMIT),
+    ((True, False, False, True), Billing.JOURNAL_AND_STATE),
+    ((True, False, False, False), Billing.JOURNAL),
+)
+
+
+def billing(terminal: Terminal) -> Billing:
+    facts = (terminal.line, terminal.record, terminal.commits_lines, terminal.checkpoints)
+    for pattern, outcome in RULES:
+        if all(p is None or p == f for p, f in zip(pattern, facts, strict=True)):
+            return outcome
+    raise AssertionError(f"no billing rule for {terminal}")  # pragma: no cover - RULES is total
