@@ -30,8 +30,15 @@ def open_store(config: StoreConfig) -> Store:
     """The backend ``config`` names; call it in the process (and thread) that will use it."""
     if config.backend == "redis":
         from .redis import RedisStore  # imported on demand: redis is only needed when chosen
+        from .redisconn import Replication
 
-        return RedisStore(config.redis_url, config.key_prefix)
+        return RedisStore(
+            config.redis_url,
+            config.key_prefix,
+            cluster=config.redis_cluster,
+            shards=config.ledger_shards,
+            replication=Replication(config.replicas_to_wait, config.wait_timeout_ms),
+        )
     from .sqlite import SQLiteStore
 
     return SQLiteStore(config.data_dir)

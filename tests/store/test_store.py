@@ -32,13 +32,18 @@ ALICE, BOB = "key_alice", "key_bob"
 TRICKY_TEXT = 'héllo 世界 🚀 «quotes» "escaped" \\ back\nslash \u0000 nul \ud800 lone surrogate'
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["sqlite", "redis", "redis-cluster"])
 def config(request: pytest.FixtureRequest, tmp_path: Path) -> StoreConfig:
-    """A config for an empty store of each backend (Redis: a fresh key prefix per test)."""
+    """A config for an empty store of each backend (Redis: a fresh key prefix per test; the
+    Redis Cluster with its default: each write waits for a replica)."""
     if request.param == "sqlite":
         return StoreConfig(backend="sqlite", data_dir=str(tmp_path / "data"))
+    prefix = f"test-{uuid.uuid4().hex}:"
+    if request.param == "redis-cluster":
+        url = request.getfixturevalue("redis_cluster").url
+        return StoreConfig(backend="redis", redis_url=url, redis_cluster=True, key_prefix=prefix)
     url = request.getfixturevalue("redis_server")
-    return StoreConfig(backend="redis", redis_url=url, key_prefix=f"test-{uuid.uuid4().hex}:")
+    return StoreConfig(backend="redis", redis_url=url, key_prefix=prefix)
 
 
 @asynccontextmanager
