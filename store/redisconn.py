@@ -63,7 +63,7 @@ class Replication:
     timeout_ms: int = 1000
 
 
-async def _ready(client: Client) -> None:
+async def ready(client: Client) -> None:
     if isinstance(client, RedisCluster):
         await client.initialize()  # the slot map, for routing a WAIT (no-op once known)
 
@@ -96,7 +96,7 @@ async def run_replicated(
 ) -> list[Any]:
     """Run each ``(script, keys, args)`` (each on the node of its keys' slot), then wait for
     ``replication``: the scripts' answers, or :class:`NotReplicated`."""
-    await _ready(client)
+    await ready(client)
     for attempt in (1, 2):
         pipe = client.pipeline(transaction=False)
         for lua, keys, args in calls:
@@ -118,7 +118,7 @@ async def run_replicated(
 
 async def set_replicated(client: Client, values: dict[str, str], replication: Replication) -> None:
     """``SET key value NX`` for each, then wait for ``replication``."""
-    await _ready(client)
+    await ready(client)
     pipe = client.pipeline(transaction=False)
     for key, value in values.items():
         pipe.set(key, value, nx=True)
