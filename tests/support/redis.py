@@ -136,6 +136,7 @@ class Cluster:
                 "--cluster-node-timeout", str(CLUSTER_NODE_TIMEOUT_MS),
                 "--save", "",
                 "--appendonly", "no",
+                "--repl-diskless-sync-delay", "0",  # a replica's first sync at once, not after 5 s
                 "--daemonize", "no",
             ],
             stdout=subprocess.DEVNULL,
@@ -163,6 +164,18 @@ class Cluster:
 
     def primaries(self) -> list[int]:
         return [p for p in self.ports if p in self.procs and self.role(p) == "master"]
+
+    def slots_of(self, port: int) -> set[int]:
+        """The hash slots the primary on ``port`` serves (``CLUSTER SLOTS``)."""
+        import redis
+
+        with redis.Redis(host="127.0.0.1", port=port) as client:
+            ranges = client.execute_command("CLUSTER", "SLOTS")
+        out: set[int] = set()
+        for start, end, primary, *_replicas in ranges:
+            if int(primary[1]) == port:
+                out |= set(range(int(start), int(end) + 1))
+        return out
 
     def wait_healthy(self, timeout_s: float = 60.0) -> None:
         """Until every node reports ``cluster_state:ok``, three primaries each have a
