@@ -68,23 +68,37 @@ async def ready(client: Client) -> None:
         await client.initialize()  # the slot map, for routing a WAIT (no-op once known)
 
 
-def _waits(client: Client, pipe: Any, keys: Sequence[str], replication: Replication) -> int:
-    """Queue one ``WAIT`` behind the writes to each node that ``keys`` live on."""
+def _owners(client: Client, keys: Sequence[str]) -> dict[str, Any]:
+    """The nodes ``keys`` live on now, by name (one server: none)."""
+    if not isinstance(client, RedisCluster):
+        return {}
+    return {n.name: n for n in (client.get_node_from_key(k) for k in keys) if n is not None}
+
+
+def _waits(client: Client, pipe: Any, keys: Sequence[str], replication: Replication) -> dict[str, Any]:
+    """Queue one ``WAIT`` behind the writes to each node that ``keys`` live on; those nodes."""
     if not replication.replicas:
-        return 0
+        return {}
     if not isinstance(client, RedisCluster):
         pipe.wait(replication.replicas, replication.timeout_ms)
-        return 1
-    nodes = {n.name: n for n in (client.get_node_from_key(k) for k in keys) if n is not None}
+        return {"": None}
+    nodes = _owners(client, keys)
     for node in nodes.values():
         pipe.wait(replication.replicas, replication.timeout_ms, target_nodes=node)
-    return len(nodes)
+    return nodes
 
 
-def _checked(results: list[Any], waits: int, replication: Replication) -> list[Any]:
+def _checked(
+    client: Client, keys: Sequence[str], results: list[Any], nodes: dict[str, Any], replication: Replication
+) -> list[Any]:
     for result in results:
         if isinstance(result, Exception):
             raise result
+    waits = len(nodes)
+    if waits and isinstance(client, RedisCluster) and _owners(client, keys).keys() != nodes.keys():
+        # A write was redirected (MOVED) to another node than the one its WAIT went to: that
+        # WAIT says nothing about it.  Not acknowledged; the caller's retry waits on the new one.
+        raise NotReplicated(replication.replicas, 0, replication.timeout_ms)
     for acknowledged in results[len(results) - waits :]:
         if int(acknowledged) < replication.replicas:
             raise NotReplicated(replication.replicas, int(acknowledged), replication.timeout_ms)
@@ -103,7 +117,8 @@ async def run_replicated(
             # (a cluster's pipeline blocks its evalsha() helper; the command itself is routed
             # by its keys' slot)
             pipe.execute_command("EVALSHA", lua.sha, len(keys), *keys, *args)
-        waits = _waits(client, pipe, [keys[0] for _, keys, _ in calls], replication)
+        first_keys = [keys[0] for _, keys, _ in calls]
+        nodes = _waits(client, pipe, first_keys, replication)
         results = await pipe.execute(raise_on_error=False)
         missing = [
             lua for (lua, _, _), r in zip(calls, results, strict=False) if isinstance(r, NoScriptError)
@@ -112,7 +127,7 @@ async def run_replicated(
             for lua in {m.source: m for m in missing}.values():
                 await client.script_load(lua.source)  # a cluster loads it on every primary
             continue
-        return _checked(results, waits, replication)
+        return _checked(client, first_keys, results, nodes, replication)
     raise AssertionError("unreachable")
 
 
@@ -122,8 +137,8 @@ async def set_replicated(client: Client, values: dict[str, str], replication: Re
     pipe = client.pipeline(transaction=False)
     for key, value in values.items():
         pipe.set(key, value, nx=True)
-    waits = _waits(client, pipe, list(values), replication)
-    _checked(await pipe.execute(raise_on_error=False), waits, replication)
+    nodes = _waits(client, pipe, list(values), replication)
+    _checked(client, list(values), await pipe.execute(raise_on_error=False), nodes, replication)
 
 
 async def mget(client: Client, keys: Sequence[str]) -> list[Any]:
