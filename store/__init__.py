@@ -1,7 +1,9 @@
 """Durable storage of ``store:true`` responses and the usage ledger, laid out like httpx's
 transports: :mod:`.base` (records, the :class:`Store` protocol, the codec, the config), one
-module per backend (:mod:`.sqlite`, :mod:`.redis`), the write-through :mod:`.writer`, and
-:func:`open_store`.  Used by ``serve/`` and ``actors/``; imports neither.
+module per backend (:mod:`.sqlite`, :mod:`.redis`; the Redis client, a server or a Redis
+Cluster, and its replicated writes in :mod:`.redisconn`), the write-through :mod:`.writer`,
+and :func:`open_store`.  Resumable connections' states: :mod:`.continuity` (its per-turn
+changes: :mod:`.splice`).  Used by ``serve/`` and ``actors/``; imports neither.
 """
 
 from __future__ import annotations
