@@ -24,10 +24,12 @@ def run(coro):
 
 
 @pytest.fixture(params=["redis", "redis-cluster"])
-def make(request):
+def make(request, redis_server, redis_cluster):
+    """Stores on one redis-server and on the Redis Cluster (both named here: the tests that
+    use them are marked integration)."""
     prefix = f"test-{uuid.uuid4().hex}:"
     cluster = request.param == "redis-cluster"
-    url = request.getfixturevalue("redis_cluster").url if cluster else request.getfixturevalue("redis_server")
+    url = redis_cluster.url if cluster else redis_server
 
     def make(ttl_s: float = 30.0) -> ContinuityStore:
         return ContinuityStore(url, prefix, ttl_s=ttl_s, cluster=cluster)
