@@ -68,12 +68,15 @@ def read_ledger(data_dir: str | Path) -> list[Line]:
     return [Line(*row) for row in rows]
 
 
-async def read_redis_ledger(url: str, owners: list[str], key_prefix: str = "rws:") -> list[Line]:
-    """Every line of ``owners``' in the Redis ledger at ``url`` (read as the store reads
-    them: :meth:`store.redis.RedisStore.usage`; a line written twice would be read twice)."""
+async def read_redis_ledger(
+    url: str, owners: list[str], key_prefix: str = "rws:", *, cluster: bool = False
+) -> list[Line]:
+    """Every line of ``owners``' in the Redis ledger at ``url`` (a Redis Cluster's nodes with
+    ``cluster``: every shard of each owner's ledger), read as the store reads them
+    (:meth:`store.redis.RedisStore.usage`; a line written twice would be read twice)."""
     from store.redis import RedisStore
 
-    store = RedisStore(url, key_prefix)
+    store = RedisStore(url, key_prefix, cluster=cluster)
     try:
         entries = [e for owner in owners for e in await store.usage(owner)]
     finally:

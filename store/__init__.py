@@ -1,7 +1,9 @@
 """Durable storage of ``store:true`` responses and the usage ledger, laid out like httpx's
 transports: :mod:`.base` (records, the :class:`Store` protocol, the codec, the config), one
-module per backend (:mod:`.sqlite`, :mod:`.redis`), the write-through :mod:`.writer`, and
-:func:`open_store`.  Used by ``serve/`` and ``actors/``; imports neither.
+module per backend (:mod:`.sqlite`, :mod:`.redis`; the Redis client, a server or a Redis
+Cluster, and its replicated writes in :mod:`.redisconn`), the write-through :mod:`.writer`,
+and :func:`open_store`.  Resumable connections' states: :mod:`.continuity` (its per-turn
+changes: :mod:`.splice`).  Used by ``serve/`` and ``actors/``; imports neither.
 """
 
 from __future__ import annotations
@@ -30,8 +32,15 @@ def open_store(config: StoreConfig) -> Store:
     """The backend ``config`` names; call it in the process (and thread) that will use it."""
     if config.backend == "redis":
         from .redis import RedisStore  # imported on demand: redis is only needed when chosen
+        from .redisconn import Replication
 
-        return RedisStore(config.redis_url, config.key_prefix)
+        return RedisStore(
+            config.redis_url,
+            config.key_prefix,
+            cluster=config.redis_cluster,
+            shards=config.ledger_shards,
+            replication=Replication(config.replicas_to_wait, config.wait_timeout_ms),
+        )
     from .sqlite import SQLiteStore
 
     return SQLiteStore(config.data_dir)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +79,26 @@ class StoreConfig(BaseModel):
 
     backend: Literal["sqlite", "redis"] = "sqlite"
     data_dir: str = Field("data", description="sqlite: directory of responses.sqlite3 (created)")
-    redis_url: str = Field("redis://127.0.0.1:6379/0", description="redis: server URL")
+    redis_url: str = Field(
+        "redis://127.0.0.1:6379/0",
+        description="redis: server URL; with redis_cluster, one or more nodes' URLs, comma-separated",
+    )
+    redis_cluster: bool = Field(False, description="redis: redis_url is a Redis Cluster (hash-tagged keys)")
+    ledger_shards: int = Field(
+        16,
+        ge=1,
+        le=1024,
+        description="redis cluster: lists (hash slots) each owner's usage ledger is split into",
+    )
+    wait_replicas: int | None = Field(
+        None,
+        ge=0,
+        description=(
+            "redis: replicas that must acknowledge a record or ledger line (WAIT) before its terminal "
+            "event is sent; None = 1 with redis_cluster, 0 on one server"
+        ),
+    )
+    wait_timeout_ms: int = Field(1000, ge=1, description="redis: how long a write waits for wait_replicas")
     key_prefix: str = Field("rws:", description="redis: prefix of every key")
     ledger: Literal["auto", "journal", "commit"] = Field(
         "auto",
@@ -90,6 +109,20 @@ class StoreConfig(BaseModel):
             "journal with sqlite (docs/reliability.md, usage is billed exactly once)"
         ),
     )
+
+    @field_validator("key_prefix")
+    @classmethod
+    def _no_hash_tag(cls, prefix: str) -> str:
+        if "{" in prefix or "}" in prefix:
+            raise ValueError("key_prefix may not contain { or }: the store puts its own hash tags in keys")
+        return prefix
+
+    @property
+    def replicas_to_wait(self) -> int:
+        """``wait_replicas`` resolved: one replica on a cluster, none on one server."""
+        if self.wait_replicas is not None:
+            return self.wait_replicas
+        return 1 if self.redis_cluster else 0
 
     @property
     def ledger_mode(self) -> Literal["journal", "commit"]:

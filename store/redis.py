@@ -1,4 +1,5 @@
-"""The cluster store: Redis, shared by every node (docs/protocol.md §4.9, §6).
+"""The cluster store: Redis, shared by every node (docs/protocol.md §4.9, §6), one server or
+a Redis Cluster.
 
 A record lives under ``<prefix>resp:<id>`` as a hash ``{owner, created_at, body}`` (``body``
 as in :func:`store.encode_body`); the usage ledger of an owner is the list
@@ -7,111 +8,153 @@ as in :func:`store.encode_body`); the usage ledger of an owner is the list
 its id joins the set, so writing one again changes nothing.  The owner check of a delete, a
 record put with its line and a batch of lines each run inside Redis as one Lua script, so
 each is atomic.
+
+On a Redis Cluster (:class:`Layout` with ``shards``) a script may only touch keys of one
+slot, and one tenant's ledger must not be one hot key, so the keys carry a hash tag: an
+owner's ledger is ``shards`` lists, ``usage:{<owner>|<b>}`` with ``billed:{<owner>|<b>}``,
+``b`` the response id's bucket (CRC-32 modulo ``shards``), and a record is
+``resp:{<owner>|<b>}<id>``, in its line's slot, so the record and its line are still one
+script.  A batch of lines is one script per slot (each atomic, each idempotent).  Each line
+is stamped with its shard's server clock (``TIME``, microseconds) so that :meth:`usage`
+merges the shards oldest first.  With :class:`~store.redisconn.Replication` every write
+returns only once that many replicas acknowledged it (``WAIT``), else raises
+:class:`~store.redisconn.NotReplicated`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import json
 import time
+import zlib
+from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-import redis.asyncio as aioredis
-from redis.typing import EncodableT
-
 from .base import StoredResponse, UsageEntry, decode_record, encode_body, item_in, new_item_ids
+from .redisconn import Lua, Replication, connect, mget, run_replicated, set_replicated
 
 # KEYS[1] = record key, ARGV[1] = owner; returns the number of keys deleted (0 or 1).
-DELETE_IF_OWNER = """
+DELETE_IF_OWNER = Lua("""
 if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] then
     return redis.call('DEL', KEYS[1])
 end
 return 0
-"""
+""")
 
 # Lines: KEYS = (ledger list, billed set) per line, ARGV = (response id, JSON) per line.  A
 # record put with its line: KEYS[1] = record key, then as above; ARGV[1..3] = owner,
-# created_at, body, then as above.  Appends each line whose id is not billed yet.
+# created_at, body, then as above.  Appends each line whose id is not billed yet; ``stamp``
+# is what goes before each (nothing, or the server clock on a cluster's shards).
 ADD_LINES = """
 local function add_lines(k, a)
+    local stamp = %s
     for i = 0, (#KEYS - k + 1) / 2 - 1 do
         if redis.call('SADD', KEYS[k + 2 * i + 1], ARGV[a + 2 * i]) == 1 then
-            redis.call('RPUSH', KEYS[k + 2 * i], ARGV[a + 2 * i + 1])
+            redis.call('RPUSH', KEYS[k + 2 * i], stamp .. ARGV[a + 2 * i + 1])
         end
     end
 end
 """
-ADD_USAGE = ADD_LINES + "add_lines(1, 1)\n"
-PUT_WITH_USAGE = (
-    ADD_LINES
-    + """
-redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'created_at', ARGV[2], 'body', ARGV[3])
-add_lines(2, 4)
-"""
-)
+NO_STAMP = "''"
+CLOCK_STAMP = "(function() local t = redis.call('TIME') return string.format('%d%06d ', t[1], t[2]) end)()"
+NO_WAIT = Replication()
+PUT = "redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'created_at', ARGV[2], 'body', ARGV[3])\n"
+
+
+def _scripts(stamp: str) -> tuple[Lua, Lua]:
+    lines = ADD_LINES % stamp
+    return Lua(lines + "add_lines(1, 1)\n"), Lua(lines + PUT + "add_lines(2, 4)\n")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Layout:
+    """Where the keys are: ``shards == 0`` is one server's layout (no hash tags, one ledger
+    list per owner), ``shards > 0`` a cluster's (hash tags, the ledger in ``shards`` parts)."""
+
+    prefix: str
+    shards: int = 0
+
+    def _tag(self, owner: str, response_id: str) -> str:
+        return f"{{{owner}|{zlib.crc32(response_id.encode()) % self.shards}}}"
+
+    def record(self, response_id: str, owner: str) -> str:
+        if not self.shards:
+            return f"{self.prefix}resp:{response_id}"
+        return f"{self.prefix}resp:{self._tag(owner, response_id)}{response_id}"
+
+    def ledger(self, owner: str, response_id: str) -> tuple[str, str]:
+        """The line's list and the billed set beside it."""
+        if not self.shards:
+            return f"{self.prefix}usage:{owner}", f"{self.prefix}billed:{owner}"
+        tag = self._tag(owner, response_id)
+        return f"{self.prefix}usage:{tag}", f"{self.prefix}billed:{tag}"
+
+    def ledgers(self, owner: str) -> list[str]:
+        """Every list of ``owner``'s ledger."""
+        if not self.shards:
+            return [f"{self.prefix}usage:{owner}"]
+        return [f"{self.prefix}usage:{{{owner}|{b}}}" for b in range(self.shards)]
+
+    def item(self, item_id: str) -> str:
+        return f"{self.prefix}item:{item_id}"
 
 
 class RedisStore:
-    """A :class:`~store.Store` on the Redis server at ``url``.
+    """A :class:`~store.Store` on the Redis server at ``url`` (or, with ``cluster``, the
+    Redis Cluster whose nodes it lists: :func:`store.redisconn.connect`).
 
     The client connects lazily and is bound to the event loop that first uses it: open one
     per process and loop.  Every key starts with ``key_prefix``, so deployments (or tests)
-    can share one server.
+    can share one server.  ``shards`` (cluster only) splits each owner's ledger; every write
+    waits for ``replication``.
     """
 
-    def __init__(self, url: str, key_prefix: str = "rws:") -> None:
+    def __init__(
+        self,
+        url: str,
+        key_prefix: str = "rws:",
+        *,
+        cluster: bool = False,
+        shards: int = 16,
+        replication: Replication = NO_WAIT,
+    ) -> None:
         self.key_prefix = key_prefix
-        self._redis = aioredis.Redis.from_url(url, decode_responses=True)
-        self._delete_if_owner = self._redis.register_script(DELETE_IF_OWNER)
-        self._add_usage = self._redis.register_script(ADD_USAGE)
-        self._put_with_usage = self._redis.register_script(PUT_WITH_USAGE)
-
-    def _record_key(self, response_id: str) -> str:
-        return f"{self.key_prefix}resp:{response_id}"
-
-    def _usage_key(self, owner: str) -> str:
-        return f"{self.key_prefix}usage:{owner}"
+        self.layout = Layout(key_prefix, shards if cluster else 0)
+        self.replication = replication
+        self._redis = connect(url, cluster=cluster)
+        self._add_usage, self._put_with_usage = _scripts(CLOCK_STAMP if cluster else NO_STAMP)
 
     def _lines(self, entries: Sequence[UsageEntry]) -> tuple[list[str], list[str]]:
         keys: list[str] = []
         args: list[str] = []
         for e in entries:
-            keys += [self._usage_key(e.owner), f"{self.key_prefix}billed:{e.owner}"]
+            keys += self.layout.ledger(e.owner, e.response_id)
             args += [e.response_id, json.dumps(dataclasses.asdict(e))]
         return keys, args
 
     async def put(self, record: StoredResponse, usage: UsageEntry | None = None) -> None:
         """Insert or replace the record (one HSET: readers never see half of it) and, in the
         same script, add ``usage``'s line unless its response already has one."""
-        fields: dict[EncodableT, EncodableT] = {
-            "owner": record.owner,
-            "created_at": repr(record.created_at),
-            "body": encode_body(record),
-        }
-        if usage is None:
-            await self._redis.hset(self._record_key(record.id), mapping=fields)
-        else:
-            keys, args = self._lines([usage])
-            await self._put_with_usage(
-                keys=[self._record_key(record.id), *keys], args=[*fields.values(), *args]
-            )
+        key = self.layout.record(record.id, record.owner)
+        fields = [record.owner, repr(record.created_at), encode_body(record)]
+        keys, args = self._lines([usage] if usage is not None else [])
+        await run_replicated(
+            self._redis, [(self._put_with_usage, [key, *keys], [*fields, *args])], self.replication
+        )
         # After the record: whoever finds an item's key finds its record.  The first response
         # that held an item keeps it (NX).
         item_ids = new_item_ids(record)
         if item_ids:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for item_id in item_ids:
-                    pipe.set(self._item_key(item_id), record.id, nx=True)
-                await pipe.execute()
-
-    def _item_key(self, item_id: str) -> str:
-        return f"{self.key_prefix}item:{item_id}"
+            await set_replicated(
+                self._redis, {self.layout.item(i): record.id for i in item_ids}, self.replication
+            )
 
     async def find_items(self, item_ids: Sequence[str], owner: str) -> dict[str, dict[str, Any]]:
         """The items of ``owner``'s stored responses with these ids (:meth:`store.Store.find_items`)."""
         wanted = list(dict.fromkeys(item_ids))
-        response_ids = await self._redis.mget([self._item_key(i) for i in wanted]) if wanted else []
+        response_ids = await mget(self._redis, [self.layout.item(i) for i in wanted]) if wanted else []
         found = {}
         records: dict[str, StoredResponse | None] = {}
         for item_id, response_id in zip(wanted, response_ids, strict=True):
@@ -128,7 +171,7 @@ class RedisStore:
     async def get(self, response_id: str, owner: str) -> StoredResponse | None:
         """The record, or ``None`` if missing, deleted, or owned by someone else."""
         stored_owner, created_at, body = await self._redis.hmget(
-            self._record_key(response_id), ["owner", "created_at", "body"]
+            self.layout.record(response_id, owner), ["owner", "created_at", "body"]
         )
         if stored_owner != owner or not isinstance(body, str) or created_at is None:
             return None  # (decode_responses: what is there is a str)
@@ -136,19 +179,34 @@ class RedisStore:
 
     async def delete(self, response_id: str, owner: str) -> bool:
         """``True`` if a record of ``owner`` was deleted."""
-        deleted = await self._delete_if_owner(keys=[self._record_key(response_id)], args=[owner])
+        key = self.layout.record(response_id, owner)
+        [deleted] = await run_replicated(self._redis, [(DELETE_IF_OWNER, [key], [owner])], NO_WAIT)
         return int(deleted) > 0
 
     async def add_usage(self, entries: Sequence[UsageEntry]) -> None:
-        """Add the lines in one script; a line whose response already has one is skipped."""
-        if entries:
-            keys, args = self._lines(entries)
-            await self._add_usage(keys=keys, args=args)
+        """Add the lines in one script (on a cluster: one per slot); a line whose response
+        already has one is skipped."""
+        by_slot: dict[str, list[UsageEntry]] = defaultdict(list)
+        for e in entries:
+            by_slot[self.layout.ledger(e.owner, e.response_id)[0]].append(e)
+        calls = [(self._add_usage, *self._lines(group)) for group in by_slot.values()]
+        if calls:
+            await run_replicated(self._redis, calls, self.replication)
 
     async def usage(self, owner: str) -> list[UsageEntry]:
-        """The ledger entries of ``owner``, oldest first."""
-        raw = await self._redis.lrange(self._usage_key(owner), 0, -1)
-        return [UsageEntry(**json.loads(item)) for item in raw]
+        """The ledger entries of ``owner``, oldest first (on a cluster: the shards merged by
+        the server time each line was committed at)."""
+        lists = self.layout.ledgers(owner)
+        if not self.layout.shards:
+            return [UsageEntry(**json.loads(item)) for item in await self._redis.lrange(lists[0], 0, -1)]
+        pipe = self._redis.pipeline(transaction=False)
+        for key in lists:
+            pipe.lrange(key, 0, -1)
+        shards = [
+            [(int(stamp), b, i, line) for i, (stamp, line) in enumerate(raw.split(" ", 1) for raw in lines)]
+            for b, lines in enumerate(await pipe.execute())
+        ]
+        return [UsageEntry(**json.loads(line)) for *_, line in heapq.merge(*shards)]
 
     async def probe(self) -> None:
         """``SET <prefix>health`` (expires after a minute): refused by a read-only replica,

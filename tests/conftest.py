@@ -19,13 +19,14 @@ if TYPE_CHECKING:
     from tests.support.children import Launcher
     from tests.support.cluster_scenario import ScenarioProcess
     from tests.support.ray_cluster import LocalCluster
+    from tests.support.redis import Cluster
     from tests.support.serve_process import ServeProcess
 
 # A test is `integration` when it lives in a tier of real deployments or asks for a fixture
 # that starts a real service (Ray and Serve, a redis-server); every other test is `unit`:
 # pure logic that runs in milliseconds (`make test-unit`, `pytest -m unit`).
 INTEGRATION_DIRS = ("integration", "operations", "cluster", "real_model", "multinode")
-SERVICE_FIXTURES = {"ray_cluster", "redis_server"}
+SERVICE_FIXTURES = {"ray_cluster", "redis_server", "redis_cluster"}
 # The real-model tier (a real model on vLLM's CPU build, its own virtualenv: `make
 # test-real-model`) is `real_model` too, deselected by default (pyproject addopts).
 REAL_MODEL_DIR = "real_model"
@@ -189,6 +190,26 @@ def redis_server() -> Iterator[str]:
         yield url
     finally:
         redis.stop(proc)
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[Cluster]:
+    """A private Redis Cluster, three primaries with a replica each (tests/support/redis.py),
+    started once for the session; every process is killed at the end."""
+    from tests.support.redis import Cluster
+
+    binary, cli = shutil.which("redis-server"), shutil.which("redis-cli")
+    if binary is None or cli is None:
+        pytest.fail(
+            "redis-server and redis-cli are not on PATH: install them (`apt-get install -y "
+            "redis-server`; .ci/run does this) to run the Redis Cluster store tests",
+            pytrace=False,
+        )
+    cluster = Cluster(binary, cli)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 # ------------------------------------------------------------------ children with a Ray of their own

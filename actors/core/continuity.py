@@ -36,12 +36,12 @@ def snapshot(lanes: Lanes, steering: Steering) -> bytes:
     data: dict[str, Any] = {
         "v": VERSION,
         "lanes": [
-            {
-                "lane": name,
+            {  # the items first: a turn appends to them, so its change is one run of new bytes
+                "lane": name,  # followed by what it replaces (store.splice)
+                "items": lane.latest.items,
                 "id": lane.latest.response_id,
                 "store": lane.latest.store,
                 "fmt": lane.latest.fmt,
-                "items": lane.latest.items,
                 "replica": lane.latest.replica,
             }
             for name, lane in lanes.items()

@@ -128,6 +128,7 @@ class SessionHost:
                     self._store_config.redis_url,
                     self._store_config.key_prefix,
                     ttl_s=self._config.resume_grace_s,
+                    cluster=self._store_config.redis_cluster,
                 ),
                 self._name,
                 self._config.resume_grace_s,

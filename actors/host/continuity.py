@@ -189,9 +189,10 @@ class HostContinuity:
     async def handed_off(self, held: Held) -> None:
         """A drain: the state is written as it is now and stays for the grace window, for the
         client to resume on another host (before its socket closes with 1012)."""
-        tracked = self._untrack(held)
+        tracked = self._untrack(held, release=False)
         if tracked is not None:
-            await self._checkpoint(tracked)
+            await self._checkpoint(tracked)  # its change from the last one written
+            self.store.release(held.conn_id, held.epoch)
 
     def ended(self, held: Held) -> None:
         """The client closed normally, or the server ended the connection: the state is
@@ -218,10 +219,13 @@ class HostContinuity:
         except RedisError:
             log.warning("deleting connection %s from the store failed", held.conn_id, exc_info=True)
 
-    def _untrack(self, held: Held) -> _Tracked | None:
+    def _untrack(self, held: Held, *, release: bool = True) -> _Tracked | None:
         tracked = self._tracked.pop(held, None)
-        if tracked is not None and tracked.heartbeat is not None:
-            tracked.heartbeat.cancel()
+        if tracked is not None:
+            if release:  # the last state written, kept for the next checkpoint's change
+                self.store.release(held.conn_id, held.epoch)
+            if tracked.heartbeat is not None:
+                tracked.heartbeat.cancel()
         return tracked
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:

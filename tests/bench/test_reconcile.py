@@ -64,3 +64,31 @@ def test_every_forbidden_case_is_counted():
         1,
     )
     assert verdict["mismatches"] == 5 and len(verdict["examples"]) == 5
+
+
+def test_the_ledger_is_read_from_every_shard_of_a_redis_cluster(redis_cluster):
+    """What ``bench nodeledger`` reconciles, from a cluster store: each owner's ledger is in
+    ``store.ledger_shards`` slots, and every line is read once."""
+    import asyncio
+    import uuid
+
+    from bench.reconcile import read_redis_ledger
+    from store import StoreConfig, UsageEntry, open_store
+
+    config = StoreConfig(
+        backend="redis", redis_url=redis_cluster.url, redis_cluster=True, key_prefix=f"rc-{uuid.uuid4().hex}:"
+    )
+
+    async def scenario() -> list:
+        store = open_store(config)
+        try:
+            await store.add_usage(
+                [UsageEntry(f"resp_{i}", f"k{i % 2}", "m", "http", i, 0, 1, 1.0) for i in range(30)]
+            )
+        finally:
+            await store.close()
+        return await read_redis_ledger(config.redis_url, ["k0", "k1"], config.key_prefix, cluster=True)
+
+    lines = asyncio.run(scenario())
+    assert sorted(line.response_id for line in lines) == sorted(f"resp_{i}" for i in range(30))
+    assert {line.response_id: line.input_tokens for line in lines} == {f"resp_{i}": i for i in range(30)}

@@ -1,16 +1,19 @@
 """Connection states in the cluster store (store/continuity.py) against a real, private
-redis-server (the suite's ``redis_server`` fixture): sealing, claiming, and the fencing
-that keeps one holder per connection."""
+redis-server and a real Redis Cluster (the suite's ``redis_server`` and ``redis_cluster``
+fixtures): sealing, claiming, the fencing that keeps one holder per connection, and the
+checkpoints written as changes on a snapshot (store/splice.py)."""
 
 from __future__ import annotations
 
 import asyncio
+import random
 import uuid
 
 import pytest
 from cryptography.exceptions import InvalidTag
 
 from store.continuity import ContinuityStore, Fenced, seal, secret_hash, unseal
+from store.splice import Splice, apply, diff
 
 OWNER, OTHER = "key_alice", "key_bob"
 STATE = b'{"v":1,"lanes":[{"items":[{"type":"message","content":"the private chain"}]}]}'
@@ -20,12 +23,16 @@ def run(coro):
     return asyncio.run(coro)
 
 
-@pytest.fixture
-def make(redis_server):
+@pytest.fixture(params=["redis", "redis-cluster"])
+def make(request, redis_server, redis_cluster):
+    """Stores on one redis-server and on the Redis Cluster (both named here: the tests that
+    use them are marked integration)."""
     prefix = f"test-{uuid.uuid4().hex}:"
+    cluster = request.param == "redis-cluster"
+    url = redis_cluster.url if cluster else redis_server
 
     def make(ttl_s: float = 30.0) -> ContinuityStore:
-        return ContinuityStore(redis_server, prefix, ttl_s=ttl_s)
+        return ContinuityStore(url, prefix, ttl_s=ttl_s, cluster=cluster)
 
     return make
 
@@ -96,6 +103,7 @@ def test_a_stale_holder_can_neither_write_nor_refresh_nor_delete(make):
             assert await store.touch("c1", 3)
             await store.forget("c1", 3)
             assert await store._redis.hgetall(store.key("c1")) == {"epoch": "ended"}, "no content kept"
+            assert await store.keys() == [store.key("c1")], "the log went with it"
         finally:
             await store.close()
 
@@ -189,3 +197,124 @@ def test_after_a_normal_close_no_late_write_brings_the_state_back(make):
             await store.close()
 
     run(main())
+
+
+def state(turn: int) -> bytes:
+    """A conversation's state after ``turn`` turns, in the layout of actors/core/continuity.py:
+    a lane's items, then its latest response id."""
+    items = [b'{"turn":0}', *(b'{"turn":%d,"text":"%s"}' % (t, b"x" * 200) for t in range(1, turn + 1))]
+    return b'{"v":1,"lanes":[{"lane":"a","items":[' + b",".join(items) + b'],"id":"resp_%d"}]}' % turn
+
+
+def states(n: int) -> list[bytes]:
+    """``n`` states of a conversation that grows by a turn each."""
+    return [state(turn) for turn in range(1, n + 1)]
+
+
+def test_a_splice_turns_any_state_into_any_other():
+    rng = random.Random(7)
+    for _ in range(300):
+        old = bytes(rng.choice(b"ab{}") for _ in range(rng.randrange(0, 60)))
+        new = bytes(rng.choice(b"ab{}") for _ in range(rng.randrange(0, 60)))
+        splice = Splice.decode(diff(old, new).encode())
+        state = bytearray(old)
+        apply(state, splice)
+        assert bytes(state) == new
+    with pytest.raises(ValueError):
+        apply(bytearray(b"short"), Splice(3, 10, b""))
+
+
+def test_a_splice_of_a_grown_state_is_the_growth_whatever_the_length():
+    for n in (10, 10_000):
+        splice = diff(state(n - 1), state(n))
+        assert len(splice.inserted) < 250, (n, len(splice.inserted))
+
+
+def test_checkpoints_append_changes_and_compact_and_a_claim_rebuilds_the_latest(make):
+    async def main():
+        store = make()
+        reader = make()
+        try:
+            turns = states(40)
+            sizes = []
+            for turn in turns:
+                before = store.bytes_written
+                await store.save("c1", 1, "s3cret", owner=OWNER, deadline=1e9, holder="host-a", state=turn)
+                sizes.append(store.bytes_written - before)
+            median = sorted(sizes)[len(sizes) // 2]
+            assert median < 400, "most checkpoints wrote only their change"
+            assert max(sizes[-20:]) > 10 * median, "a compaction wrote a snapshot now and then"
+            raw = await store._redis.hgetall(store.key("c1"))
+            log = await store._redis.lrange(store.key("c1") + ":log", 0, -1)
+            assert int(raw["seq"]) == len(log) and "turn" not in str(raw) + str(log), "sealed"
+            claimed = await reader.claim("c1", "s3cret", OWNER, "host-b")
+            assert claimed is not None and claimed.state == turns[-1] and claimed.epoch == 2
+            with pytest.raises(Fenced):  # the old holder's next change is fenced like a snapshot
+                await store.save(
+                    "c1", 1, "s3cret", owner=OWNER, deadline=1e9, holder="host-a", state=turns[0]
+                )
+            more = states(45)[40:]
+            for turn in more:  # the new holder goes on with changes on what it claimed
+                await reader.save("c1", 2, "s3cret", owner=OWNER, deadline=1e9, holder="host-b", state=turn)
+            again = await store.claim("c1", "s3cret", OWNER, "host-a")
+            assert again is not None and again.state == more[-1]
+        finally:
+            await store.close()
+            await reader.close()
+
+    run(main())
+
+
+def test_log_entries_cannot_be_reordered_or_moved(make):
+    async def main():
+        store = make()
+        try:
+            turns = [state(20), state(21), state(22)]  # a snapshot, then two changes
+            for turn in turns:
+                await store.save("c1", 1, "s3cret", owner=OWNER, deadline=1e9, holder="host-a", state=turn)
+            log_key = store.key("c1") + ":log"
+            first, second = await store._redis.lrange(log_key, 0, -1)
+            await store._redis.delete(log_key)
+            await store._redis.rpush(log_key, second, first)
+            with pytest.raises(InvalidTag):
+                await store.claim("c1", "s3cret", OWNER, "host-b")
+        finally:
+            await store.close()
+
+    run(main())
+
+
+def test_a_change_on_an_expired_state_writes_a_snapshot(make):
+    async def main():
+        store = make(ttl_s=0.2)
+        try:
+            turns = [state(20), state(21), state(22)]
+            for turn in turns[:2]:
+                await store.save("c1", 1, "s3cret", owner=OWNER, deadline=1e9, holder="host-a", state=turn)
+            await asyncio.sleep(0.4)  # expired: the change has no base
+            await store.save("c1", 1, "s3cret", owner=OWNER, deadline=1e9, holder="host-a", state=turns[2])
+            claimed = await store.claim("c1", "s3cret", OWNER, "host-b")
+            assert claimed is not None and claimed.state == turns[2]
+        finally:
+            await store.close()
+
+    run(main())
+
+
+def test_bytes_written_per_turn_are_flat_from_2k_to_100k_tokens_of_history(redis_server, capsys):
+    """A real session's state, turn after turn (tests/support/continuity_cost.py): the bytes
+    a checkpoint writes follow the turn, not the history; a full rewrite would follow the state."""
+    from tests.support.continuity_cost import bands, measure
+
+    turns = run(measure(redis_server, max_tokens=100_000))
+    first, *_, last = bands(turns)
+    with capsys.disabled():
+        print(
+            f"\ncontinuity checkpoints (python -m tests.support.continuity_cost URL): history "
+            f"{first['tokens']} tokens: {first['written_median']:.0f} bytes a turn (mean {first['written_mean']:.0f}, "
+            f"state {first['state_kb']:.0f} KB); {last['tokens']}: {last['written_median']:.0f} "
+            f"(mean {last['written_mean']:.0f}, state {last['state_kb']:.0f} KB)"
+        )
+    assert last["written_median"] < 1.5 * first["written_median"], (first, last)
+    assert last["written_mean"] < 4 * first["written_median"], "compactions amortized over the turns"
+    assert last["written_mean"] < last["state_kb"] * 1024 / 10, "far below rewriting the state"

@@ -21,10 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from redis.crc import key_slot
 
 from store import Store, StoreConfig, StoredResponse, UsageEntry, open_store
 from store.journal import Journal
 from store.redis import RedisStore
+from store.redisconn import NotReplicated
 from store.sqlite import SQLiteStore
 from store.writer import StoreWriter, WriterClosed
 
@@ -33,13 +35,18 @@ ALICE, BOB = "key_alice", "key_bob"
 TRICKY_TEXT = 'héllo 世界 🚀 «quotes» "escaped" \\ back\nslash \u0000 nul \ud800 lone surrogate'
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["sqlite", "redis", "redis-cluster"])
 def config(request: pytest.FixtureRequest, tmp_path: Path) -> StoreConfig:
-    """A config for an empty store of each backend (Redis: a fresh key prefix per test)."""
+    """A config for an empty store of each backend (Redis: a fresh key prefix per test; the
+    Redis Cluster with its default: each write waits for a replica)."""
     if request.param == "sqlite":
         return StoreConfig(backend="sqlite", data_dir=str(tmp_path / "data"))
+    prefix = f"test-{uuid.uuid4().hex}:"
+    if request.param == "redis-cluster":
+        url = request.getfixturevalue("redis_cluster").url
+        return StoreConfig(backend="redis", redis_url=url, redis_cluster=True, key_prefix=prefix)
     url = request.getfixturevalue("redis_server")
-    return StoreConfig(backend="redis", redis_url=url, key_prefix=f"test-{uuid.uuid4().hex}:")
+    return StoreConfig(backend="redis", redis_url=url, key_prefix=prefix)
 
 
 @asynccontextmanager
@@ -665,5 +672,65 @@ def test_the_writer_refuses_writes_after_close(config: StoreConfig) -> None:
             await writer.bill(usage_entry("resp_1"))
         with pytest.raises(WriterClosed):
             await writer.put(record("resp_1"))
+
+    asyncio.run(scenario())
+
+
+# --- Redis: waiting for replicas ------------------------------------------------------------
+
+
+def test_a_write_no_replica_acknowledged_raises_not_replicated(redis_server: str) -> None:
+    """``store.wait_replicas: 1`` on a server without replicas: every write lands on the
+    primary, waits ``wait_timeout_ms`` and raises the typed failure (the session then sends
+    ``response.failed``, unbilled: docs/reliability.md)."""
+    config = StoreConfig(
+        backend="redis",
+        redis_url=redis_server,
+        key_prefix=f"test-{uuid.uuid4().hex}:",
+        wait_replicas=1,
+        wait_timeout_ms=50,
+    )
+
+    async def scenario() -> None:
+        async with opened(config) as store:
+            with pytest.raises(NotReplicated, match="0 of 1 replicas"):
+                await store.put(record("resp_1"), usage_entry("resp_1"))
+            with pytest.raises(NotReplicated):
+                await store.add_usage([usage_entry("resp_2")])
+
+    asyncio.run(scenario())
+
+
+def test_the_replicas_waited_for_default_to_one_on_a_cluster_and_none_on_one_server() -> None:
+    assert StoreConfig(backend="redis").replicas_to_wait == 0
+    assert StoreConfig(backend="redis", redis_cluster=True).replicas_to_wait == 1
+    assert StoreConfig(backend="redis", redis_cluster=True, wait_replicas=2).replicas_to_wait == 2
+    with pytest.raises(ValueError, match="hash tags"):
+        StoreConfig(key_prefix="rws{x}:")
+
+
+def test_a_cluster_keeps_an_owners_ledger_in_shards_merged_oldest_first(redis_cluster) -> None:
+    """The ledger of one owner spread over its ``ledger_shards`` lists (hash slots), read back
+    as one ledger in commit order; a record sits in its line's slot."""
+    config = StoreConfig(
+        backend="redis",
+        redis_url=redis_cluster.url,
+        redis_cluster=True,
+        key_prefix=f"test-{uuid.uuid4().hex}:",
+    )
+
+    async def scenario() -> None:
+        async with opened(config) as store:
+            assert isinstance(store, RedisStore)
+            for i in range(40):
+                await store.add_usage([usage_entry(f"resp_{i}", output_tokens=i)])
+            assert await store.usage(ALICE) == [usage_entry(f"resp_{i}", output_tokens=i) for i in range(40)]
+            used = {store.layout.ledger(ALICE, f"resp_{i}")[0] for i in range(40)}
+            assert len(used) > 8, "the lines are spread over the shards"
+            slots = {key_slot(k.encode()) for k in used}
+            assert len(slots) == len(used)
+            assert key_slot(store.layout.record("resp_1", ALICE).encode()) == key_slot(
+                store.layout.ledger(ALICE, "resp_1")[0].encode()
+            )
 
     asyncio.run(scenario())
