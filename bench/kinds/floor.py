@@ -280,6 +280,7 @@ class Round:
     cpu_ms: dict[str, float]
     reference_cpu_ms: float
     wall_s: float
+    ray_cpu_ms: dict[str, float] = field(default_factory=dict)  # Ray's own processes', by title
 
 
 async def interleaved_round(
@@ -301,6 +302,8 @@ async def interleaved_round(
         connect(ref.url, compression=MODES[mode]) as rsock,
     ):
         run.deflate = bool(sock.ws.protocol.extensions)
+        titles = processes.titles({pid: role for pid, role in procs.items() if role == "ray"})
+        ray0 = processes.cpu_by_role(titles)
         cpu0, rcpu0, t0 = processes.cpu_by_role(procs), processes.cpu_precise_s(ref.pid), time.perf_counter()
         prev: dict[str, Any] | None = None
         for i, output in enumerate(outputs):
@@ -315,7 +318,10 @@ async def interleaved_round(
         wall = time.perf_counter() - t0
         cpu = processes.role_delta(processes.cpu_by_role(procs), cpu0) if procs else {}
         rcpu = (processes.cpu_precise_s(ref.pid) - rcpu0) * 1000
-    return Round(run, ref_ms, cpu, rcpu, wall)
+        ray = {
+            k: v for k, v in processes.role_delta(processes.cpu_by_role(titles), ray0).items() if k in ray0
+        }
+    return Round(run, ref_ms, cpu, rcpu, wall, {k: ray[k] for k in set(titles.values())})
 
 
 # ----------------------------------------------------------------------------- summaries
@@ -409,6 +415,10 @@ def over_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         out[key] = spread([r.get(key) for r in rounds])
     roles = sorted({k for r in rounds for k in r.get("cpu_ms_per_turn", {})})
     out["cpu_ms_per_turn"] = {k: spread([r["cpu_ms_per_turn"].get(k) for r in rounds]) for k in roles}
+    ray = sorted({k for r in rounds for k in r.get("ray_cpu_ms_per_turn_by_process", {})})
+    out["ray_cpu_ms_per_turn_by_process"] = {
+        k: spread([r["ray_cpu_ms_per_turn_by_process"].get(k) for r in rounds]) for k in ray
+    }
     phases = sorted({k for r in rounds for k in r.get("server_phases_ms", {})})
     out["server_phases_ms"] = {k: spread([r["server_phases_ms"].get(k) for r in rounds]) for k in phases}
     return out
@@ -548,6 +558,8 @@ def measure(url: str, modes: list[str], args: argparse.Namespace, embedded: bool
                     wall_s=rnd.wall_s,
                 )
                 s["wall_s"] = round(rnd.wall_s, 3)
+                n = len(rnd.run.turns)
+                s["ray_cpu_ms_per_turn_by_process"] = {k: round(v / n, 3) for k, v in rnd.ray_cpu_ms.items()}
                 rounds.append(s)
                 print_round(f"round {r + 1}/{args.rounds}", mode, s)
             # The reference alone, once this server's processes are back at their idle rate:
@@ -624,6 +636,10 @@ def print_summary(mode: str, s: dict[str, Any]) -> None:
     print(f"  server api_overhead      {fmt(s['server_api_overhead_ms'])}")
     for role, sp in s["cpu_ms_per_turn"].items():
         print(f"  CPU/turn {role:<15} {fmt(sp)}")
+    for title, sp in sorted(
+        s.get("ray_cpu_ms_per_turn_by_process", {}).items(), key=lambda kv: -kv[1]["median"] if kv[1] else 0
+    ):
+        print(f"    Ray's own: {title:<30} {fmt(sp)}")
     print(f"  CPU/turn reference, interleaved {fmt(s['reference_cpu_ms_per_turn'])}")
     if s.get("reference_block_cpu_ms_per_turn"):
         print(f"  CPU/turn reference, in a block  {fmt(s['reference_block_cpu_ms_per_turn'])}")
