@@ -215,8 +215,8 @@ class RayMetrics:
     A Ray metric costs a few microseconds of Python a record, so nothing is recorded per
     item: the two histograms take one value per response (TTFT, and the response's mean
     inter-token latency), and the counters and gauges are counted here and handed to Ray
-    by :meth:`flush`, which the deployment calls once a second (as often as Ray's agent
-    exports them; a scrape sees them at most that much later)."""
+    by :meth:`flush`, which the deployment calls once a second (a worker's metrics reach
+    Ray's agent every 10 s, Ray's ``metrics_report_interval_ms``: a scrape sees no delay)."""
 
     def __init__(self, replica: str) -> None:
         tags = {"replica": replica}
