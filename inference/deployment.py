@@ -216,7 +216,7 @@ class RayMetrics:
     item: the two histograms take one value per response (TTFT, and the response's mean
     inter-token latency), and the counters and gauges are counted here and handed to Ray
     by :meth:`flush`, which the deployment calls once a second (a worker's metrics reach
-    Ray's agent every 10 s, Ray's ``metrics_report_interval_ms``: a scrape sees no delay)."""
+    Ray's agent every 10 s, Ray's ``metrics_report_interval_ms``: at most a second more)."""
 
     def __init__(self, replica: str) -> None:
         tags = {"replica": replica}
