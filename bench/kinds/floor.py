@@ -27,7 +27,7 @@ before the rounds, times the round's length) is printed beside it.  After the ro
 the server's processes are back at their idle CPU rate, the reference runs the recorded
 creates again ``--rounds`` times in a block of its own: its CPU per turn with nothing of this
 server's work running beside it.  The summary prints each role's CPU against its budget
-(:data:`BUDGETS`: all the server's processes, the API tier against the reference both ways,
+(:data:`bench.kinds.floor_budgets.BUDGETS`: all the server's processes, the API tier against the reference both ways,
 the emulator replica, and the idle server's every process) with the rounds' range.  The client's own cost
 is measured in the client over the recorded frames: parsing each turn's frames with
 ``json.loads`` (the raw client's) and with the openai SDK's event types (what
@@ -53,7 +53,8 @@ from .. import processes, results
 from .. import workload as wl
 from ..client import ResponsesSocket, connect, is_final
 from ..rollouts import TIMINGS_KEY, model_seconds, server_timings
-from ..stats import median, pct
+from ..stats import median
+from .floor_budgets import budgets, print_budgets, spread
 
 MODES = {"deflate": "deflate", "plain": None}  # name → the client's `compression`
 
@@ -327,22 +328,6 @@ async def interleaved_round(
 # ----------------------------------------------------------------------------- summaries
 
 
-def spread(xs: list[float | None]) -> dict[str, float] | None:
-    """Median, p25, p75, min and max of ``xs`` (rounded to µs), or ``None`` for none."""
-    vs = [x for x in xs if x is not None]
-    p25, p75 = pct(vs, 0.25), pct(vs, 0.75)
-    if p25 is None or p75 is None:
-        return None
-    return {
-        "median": round(statistics.median(vs), 3),
-        "p25": round(p25, 3),
-        "p75": round(p75, 3),
-        "min": round(min(vs), 3),
-        "max": round(max(vs), 3),
-        "n": len(vs),
-    }
-
-
 def cpu_per_turn(
     cpu_ms: dict[str, float], turns: int, background_ms_per_s: dict[str, float], wall_s: float
 ) -> dict[str, float]:
@@ -582,50 +567,6 @@ def measure(url: str, modes: list[str], args: argparse.Namespace, embedded: bool
         out[mode] = {"rounds": rounds, "summary": summary, "server_deflate": recorded.deflate}
         print_summary(mode, summary)
     return out
-
-
-# The budgets (issue 43), per plain Codex-like turn, medians over rounds: (role, what it is, limit).
-BUDGETS = (
-    ("all server processes", "CPU ms per turn", 6.0),
-    ("API tier (gateway + host) / reference, interleaved", "x", 1.5),
-    ("API tier (gateway + host) / reference, in a block", "x", 1.5),
-    ("emulator replica", "CPU ms per turn", 1.5),
-    ("idle server, every process", "CPU ms per s", 60.0),
-)
-
-
-def budgets(s: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each budget against its measured spread over the rounds (the idle one: its one window)."""
-    cpu = s.get("cpu_ms_per_turn", {})
-    idle_total = sum(s.get("background_cpu_ms_per_s", {}).values()) or None
-    measured: list[dict[str, float] | None] = [
-        cpu.get("all"),
-        s.get("api_tier_cpu_ratio"),
-        s.get("api_tier_cpu_ratio_block"),
-        cpu.get("inference"),
-        None if idle_total is None else spread([idle_total]),
-    ]
-    rows = []
-    for (role, unit, limit), m in zip(BUDGETS, measured):
-        rows.append(
-            {
-                "role": role,
-                "unit": unit,
-                "budget": limit,
-                "measured": m,
-                "met": None if not m else m["median"] <= limit,
-            }
-        )
-    return rows
-
-
-def print_budgets(rows: list[dict[str, Any]]) -> None:
-    print("  budgets (median over rounds; range = min-max of the rounds):")
-    for r in rows:
-        m = r["measured"]
-        got = "n/a" if not m else f"{m['median']:.2f} ({m['min']:.2f}-{m['max']:.2f})"
-        verdict = {True: "met", False: "NOT met", None: ""}[r["met"]]
-        print(f"    {r['role']:<52} <= {r['budget']:>5} {r['unit']:<16} {got:<22} {verdict}")
 
 
 def print_summary(mode: str, s: dict[str, Any]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from bench.kinds import floor
+from bench.kinds import floor, floor_budgets
 
 
 def args(**over) -> argparse.Namespace:
@@ -136,8 +136,8 @@ def test_each_budget_is_judged_on_its_median_over_rounds():
         "api_tier_cpu_ratio_block": floor.spread([1.6, 1.7]),
         "background_cpu_ms_per_s": {"gateway": 10.0, "ray": 45.0},
     }
-    rows = {r["role"]: r for r in floor.budgets(summary)}
-    assert [r["role"] for r in rows.values()] == [b[0] for b in floor.BUDGETS]
+    rows = {r["role"]: r for r in floor_budgets.budgets(summary)}
+    assert [r["role"] for r in rows.values()] == [b[0] for b in floor_budgets.BUDGETS]
     assert rows["all server processes"]["met"] is True  # median 5.5, though a round took 7.0
     assert rows["emulator replica"]["met"] is False and rows["emulator replica"]["measured"]["min"] == 1.6
     assert rows["API tier (gateway + host) / reference, interleaved"]["met"] is True
@@ -146,5 +146,5 @@ def test_each_budget_is_judged_on_its_median_over_rounds():
 
 
 def test_a_budget_without_a_measurement_is_neither_met_nor_missed():
-    rows = floor.budgets({})
+    rows = floor_budgets.budgets({})
     assert all(r["measured"] is None and r["met"] is None for r in rows)
