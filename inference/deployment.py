@@ -193,32 +193,43 @@ class InferenceDeployment:
         }
 
     async def _report_rate(self, period_s: float = 1.0) -> None:
-        """Delivered tokens/s over the last ``period_s``, per replica, as a gauge."""
+        """Every ``period_s``: delivered tokens/s over the last period, per replica, as a
+        gauge, and the metrics counted since (``RayMetrics.flush``)."""
         last_t, last_n = self._clock.now(), self._metrics.tokens_sent
+        last_rate: float | None = None
         while True:
             await asyncio.sleep(period_s)
             t, n = self._clock.now(), self._metrics.tokens_sent
-            self._metrics.tokens_per_s.set((n - last_n) / (t - last_t))
-            last_t, last_n = t, n
+            rate = (n - last_n) / (t - last_t)
+            if rate != last_rate:  # an idle replica's stays at 0 without a record a second
+                self._metrics.tokens_per_s.set(rate)
+            self._metrics.flush()
+            last_t, last_n, last_rate = t, n, rate
 
 
 class RayMetrics:
     """The engine's ``Observer`` backed by ``ray.util.metrics`` (exported by Ray's
     metrics agent, tagged by replica and, where it applies, model).  Names start with
-    ``responses_ws_inference_``; durations are in seconds (docs/operations.md, Metrics)."""
+    ``responses_ws_inference_``; durations are in seconds (docs/operations.md, Metrics).
+
+    A Ray metric costs a few microseconds of Python a record, so nothing is recorded per
+    item: the two histograms take one value per response (TTFT, and the response's mean
+    inter-token latency), and the counters and gauges are counted here and handed to Ray
+    by :meth:`flush`, which the deployment calls once a second (a worker's metrics reach
+    Ray's agent every 10 s, Ray's ``metrics_report_interval_ms``: at most a second more)."""
 
     def __init__(self, replica: str) -> None:
         tags = {"replica": replica}
         self.tokens_sent = 0
         self._ttft = metrics.Histogram(
             "responses_ws_inference_ttft_seconds",
-            "Time to first token (queue + prefill + first decode step)",
+            "Time to first token (queue + prefill + first decode step), per response",
             boundaries=[0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10],
             tag_keys=("replica", "model"),
         )
         self._itl = metrics.Histogram(
             "responses_ws_inference_itl_seconds",
-            "Inter-token latency (mean over each sent chunk)",
+            "Inter-token latency, per response: its mean after the first token, as sent",
             boundaries=[0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128],
             tag_keys=("replica", "model"),
         )
@@ -263,30 +274,51 @@ class RayMetrics:
             self._evictions,
         ):
             m.set_default_tags(tags)
+        self._model_tags: dict[str, dict[str, str]] = {}
+        self._unsent_tokens: dict[str, int] = {}  # by model, since the last flush
+        self._batches: dict[str, tuple[int, int]] = {}  # by model: (running, waiting), changed since
+        self._blocks = [0, 0, 0]  # prefix-cache hit, miss and evicted blocks since the last flush
+
+    def _tags(self, model: str) -> dict[str, str]:
+        tags = self._model_tags.get(model)
+        if tags is None:
+            tags = self._model_tags[model] = {"model": model}
+        return tags
 
     def first_token(self, model: str, ttft_s: float) -> None:
-        self._ttft.observe(ttft_s, {"model": model})
-        self._count(model, 1)
+        self._ttft.observe(ttft_s, self._tags(model))
 
-    def tokens(self, model: str, n: int, itl_s: float) -> None:
-        self._itl.observe(itl_s, {"model": model})
-        self._count(model, n)
-
-    def _count(self, model: str, n: int) -> None:
+    def tokens(self, model: str, n: int) -> None:
         self.tokens_sent += n
-        self._tokens.inc(n, {"model": model})
+        self._unsent_tokens[model] = self._unsent_tokens.get(model, 0) + n
+
+    def itl(self, model: str, itl_s: float) -> None:
+        self._itl.observe(itl_s, self._tags(model))
 
     def batch(self, model: str, running: int, waiting: int) -> None:
-        self._running.set(running, {"model": model})
-        self._waiting.set(waiting, {"model": model})
+        self._batches[model] = (running, waiting)
 
     def prefix(self, hit_blocks: int, miss_blocks: int, evicted_blocks: int) -> None:
-        if hit_blocks:
-            self._hits.inc(hit_blocks)
-        if miss_blocks:
-            self._misses.inc(miss_blocks)
-        if evicted_blocks:
-            self._evictions.inc(evicted_blocks)
+        blocks = self._blocks
+        blocks[0] += hit_blocks
+        blocks[1] += miss_blocks
+        blocks[2] += evicted_blocks
+
+    def flush(self) -> None:
+        """Hand what was counted since the last flush to Ray: token and block counts, and
+        each model's batch as it is now (if it changed)."""
+        for model, n in self._unsent_tokens.items():
+            if n:
+                self._tokens.inc(n, self._tags(model))
+        self._unsent_tokens.clear()
+        for model, (running, waiting) in self._batches.items():
+            self._running.set(running, self._tags(model))
+            self._waiting.set(waiting, self._tags(model))
+        self._batches.clear()
+        for counter, n in zip((self._hits, self._misses, self._evictions), self._blocks):
+            if n:
+                counter.inc(n)
+        self._blocks = [0, 0, 0]
 
 
 def deployment_options(config: InferenceConfig) -> dict[str, Any]:

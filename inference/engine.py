@@ -55,10 +55,14 @@ class Observer(Protocol):
     """Where the engine reports measurements (the deployment sends them to Ray metrics)."""
 
     def first_token(self, model: str, ttft_s: float) -> None:
-        """Arrival to first token sent, queueing included."""
+        """Arrival to first token sent, queueing included (once per response)."""
 
-    def tokens(self, model: str, n: int, itl_s: float) -> None:
-        """``n`` tokens sent in one item, ``itl_s`` apart on average since the last item."""
+    def tokens(self, model: str, n: int) -> None:
+        """``n`` tokens sent in one item (the first token's item too)."""
+
+    def itl(self, model: str, itl_s: float) -> None:
+        """Once per response of two tokens or more: the mean time between its tokens after
+        the first, as sent (from the first token's item to the last item, per token)."""
 
     def batch(self, model: str, running: int, waiting: int) -> None:
         """The model's batch changed."""
@@ -71,7 +75,10 @@ class NullObserver:
     def first_token(self, model: str, ttft_s: float) -> None:
         pass
 
-    def tokens(self, model: str, n: int, itl_s: float) -> None:
+    def tokens(self, model: str, n: int) -> None:
+        pass
+
+    def itl(self, model: str, itl_s: float) -> None:
         pass
 
     def batch(self, model: str, running: int, waiting: int) -> None:
@@ -162,6 +169,8 @@ class Engine:
         # KV to cache once the chunk that made it is out: the prompt (its check), and the output after it
         pending: tuple[Sequence[int], Check, Sequence[int]] | None = None
         seen: tuple[int, int, float] | None = None  # the last chunk's metrics, recorded once it is out
+        first_out: tuple[float, int] | None = None  # when the first item went out, and its end
+        last_out: tuple[float, int] | None = None  # the same of the latest item
         try:
             t_admit = t_arrive if admitted else await self._admission(model, batch, seq)
             self._rebatch(model, t_admit)
@@ -204,6 +213,9 @@ class Engine:
                     # A chunk's metrics are recorded once it is out, the last one's once Done is.
                     seen = (start, end, now - t_last)
                     t_last = now
+                    last_out = (now, end)
+                    if start == 0:
+                        first_out = last_out
                     if end < n:
                         if events:  # a chunk holding only part of a character waits
                             yield first + events
@@ -239,6 +251,8 @@ class Engine:
         finally:
             if seen is not None:
                 self._seen(model, *seen)
+            if first_out is not None and last_out is not None and last_out[1] > first_out[1]:
+                self._observer.itl(model, (last_out[0] - first_out[0]) / (last_out[1] - first_out[1]))
             if pending is not None:
                 self._insert(request.session_key, *pending, found.keys, root, digest)
             self._active -= 1
@@ -280,8 +294,7 @@ class Engine:
         (the first token: after the request arrived)."""
         if start == 0:
             self._observer.first_token(model, waited_s)
-        else:
-            self._observer.tokens(model, end - start, waited_s / (end - start))
+        self._observer.tokens(model, end - start)
 
     def _root(self, model: str, scope: str | None) -> int:
         """Where this request's block chains start: per model and per cache scope (the API

@@ -11,16 +11,13 @@ late wake-up does not push every later token back: the stream catches up by coal
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import heapq
-import itertools
 import math
-import threading
 import time
 from bisect import bisect_right
 from collections.abc import AsyncIterator, Sequence
 from typing import Protocol, overload
 
+from inference.alarm import alarm_for
 from inference.profiles import ModelProfile
 
 
@@ -45,95 +42,25 @@ class MonotonicClock:
         return time.monotonic()
 
 
-SPIN_S = 0.0003
-"""A precise sleep's waker fires this long before the deadline and the loop spins the rest
-(about what waking the loop from the waker thread takes); up to this much CPU per precise
-sleep, two a response."""
-
-
 class AsyncioSleeper:
-    """The real sleeper.  The event loop's timers fire up to a millisecond late (its selector
-    waits in whole milliseconds, rounded up), so a ``precise`` sleep (a response's first and
-    last tokens) is also handed to one thread per process (:class:`_Waker`), which waits for
-    the earliest deadline less :data:`SPIN_S` with a microsecond timeout and wakes the loops
-    of the sleeps then due.  ``clock`` must be the monotonic clock the deadlines are on."""
+    """The real sleeper, on the event loop alone.  The loop's timers fire up to a
+    millisecond late (its selector waits in whole milliseconds, rounded up), so a
+    ``precise`` sleep (a response's first and last tokens) waits on the loop's
+    :class:`inference.alarm.Alarm` instead: a kernel timer the loop watches, which wakes it
+    within microseconds of the deadline, at the cost of a system call or two.  Without one
+    (not Linux) a precise sleep is the loop's timer too.  ``clock`` must be the monotonic
+    clock the deadlines are on."""
 
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
 
     async def sleep_until(self, t: float, precise: bool = False) -> None:
         while (delay := t - self._clock.now()) > 0:  # the clock may read a hair early: check again
-            if not precise:
+            alarm = alarm_for(asyncio.get_running_loop()) if precise else None
+            if alarm is None:
                 await asyncio.sleep(delay)
-                continue
-            if delay <= SPIN_S:  # the waker's lead: the rest is shorter than waking the loop takes
-                while self._clock.now() < t:
-                    pass
-                return
-            loop = asyncio.get_running_loop()
-            woken = loop.create_future()
-            _Waker.of(self._clock).add(t - SPIN_S, loop, woken)
-            # The loop's own timer too: on a busy loop the waker thread waits for the GIL
-            # (up to the interpreter's switch interval), while the loop sees a due timer at
-            # its next turn.  Whichever comes first wakes the sleep.
-            timer = loop.call_later(delay, _wake, woken)
-            try:
-                await woken
-            finally:
-                timer.cancel()
-
-
-class _Waker:
-    """A daemon thread holding a heap of deadlines; at each, it resolves the futures due."""
-
-    _instance: _Waker | None = None
-    _guard = threading.Lock()
-
-    @classmethod
-    def of(cls, clock: Clock) -> _Waker:
-        with cls._guard:
-            if cls._instance is None:
-                cls._instance = cls(clock)
-            return cls._instance
-
-    def __init__(self, clock: Clock) -> None:
-        self._clock = clock
-        self._due: list[tuple[float, int, asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
-        self._order = itertools.count()
-        self._cond = threading.Condition()
-        threading.Thread(target=self._run, name="sleeper-waker", daemon=True).start()
-
-    def add(self, t: float, loop: asyncio.AbstractEventLoop, woken: asyncio.Future[None]) -> None:
-        with self._cond:
-            heapq.heappush(self._due, (t, next(self._order), loop, woken))
-            if self._due[0][3] is woken:  # a new earliest deadline
-                self._cond.notify()
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._due or (wait := self._due[0][0] - self._clock.now()) > 0:
-                    self._cond.wait(wait if self._due else None)
-                now = self._clock.now()
-                ready = []
-                while self._due and self._due[0][0] <= now:
-                    ready.append(heapq.heappop(self._due))
-            by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
-            for _, _, loop, woken in ready:
-                by_loop.setdefault(loop, []).append(woken)
-            for loop, futures in by_loop.items():  # one wake-up per loop, in deadline order
-                with contextlib.suppress(RuntimeError):  # its loop has closed
-                    loop.call_soon_threadsafe(_wake_all, futures)
-
-
-def _wake(woken: asyncio.Future[None]) -> None:
-    if not woken.done():  # not cancelled, nor woken by the other timer, meanwhile
-        woken.set_result(None)
-
-
-def _wake_all(futures: list[asyncio.Future[None]]) -> None:
-    for woken in futures:
-        _wake(woken)
+            else:
+                await alarm.wait(delay)
 
 
 def ttft_ms(profile: ModelProfile, prompt_tokens: int, cached_tokens: int) -> float:

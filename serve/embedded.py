@@ -59,6 +59,28 @@ RAY_ENV = {
     "RAY_SERVE_METRICS_EXPORT_INTERVAL_MS": "1000",
 }
 
+# A Ray that :func:`embedded_ray` starts is a development node (``responses-ws serve`` and
+# ``demo`` without ``--address``, the benchmarks): Ray's and Serve's background loops are
+# set for a small idle cost, each with its trade-off (docs/capacity.md, "Ray's own
+# processes").  A cluster (``ray start``, configs/cluster-*.yaml) keeps Ray's defaults
+# unless its operator sets these; so does the test suite's (``embedded_ray`` alone).
+#
+# - Serve's controller reconciles every 0.5 s, not 0.1 s: a deploy, a replica's death or a
+#   scaling decision is acted on up to 0.4 s later.
+# - No direct ingress: throughput mode turns it on, and with it Serve starts a proxy on the
+#   head node even with the HTTP proxy disabled (``proxy_location="Disabled"``); the gateway
+#   listens on its own port and never uses it.  A stopping gateway replica is no longer kept
+#   "reachable" for the direct-ingress draining period (the gateway drains by itself).
+# - The dashboard agent checks that its raylet lives every 2 s, not 0.4 s (it exits up to
+#   2 s after the raylet), and samples the node's processes for Ray's node metrics
+#   (``ray_node_*``, the dashboard's node view) every 30 s, not 5 s.
+DEV_NODE_ENV = {
+    "RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "0.5",
+    "RAY_SERVE_ENABLE_DIRECT_INGRESS": "0",
+    "RAY_DASHBOARD_AGENT_CHECK_PARENT_INTERVAL_S": "2",
+    "REPORTER_UPDATE_INTERVAL_MS": "30000",
+}
+
 
 # A Ray started here is this machine's alone: Ray's switch for a single-node Ray (its default
 # on macOS and Windows) makes 127.0.0.1 the node's address, and the GCS, raylet, agents,
@@ -67,10 +89,10 @@ RAY_ENV = {
 LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 
 
-def apply_ray_env() -> None:
-    """Put :data:`RAY_ENV` in this process's environment (values already set win); Ray
-    processes started afterwards inherit it."""
-    for key, value in RAY_ENV.items():
+def apply_ray_env(dev_node: bool = False) -> None:
+    """Put :data:`RAY_ENV` (and :data:`DEV_NODE_ENV` for a ``dev_node``) in this process's
+    environment (values already set win); Ray processes started afterwards inherit it."""
+    for key, value in {**RAY_ENV, **(DEV_NODE_ENV if dev_node else {})}.items():
         os.environ.setdefault(key, value)
 
 
@@ -104,6 +126,7 @@ def embedded_ray(
     dashboard: Dashboard | None = None,
     metrics_port: int | None = None,
     network: bool = False,
+    dev_node: bool = False,
 ) -> Iterator[None]:
     """Join ``address``, or start a single-node Ray sized for a small machine, unless this
     process is already connected to a Ray (then nothing is started, nor stopped).
@@ -116,7 +139,8 @@ def embedded_ray(
     started from here, the session hosts) to this process's terminal, filtered and encoded
     as it says (Ray's job ``LoggingConfig``); without it workers log only to Ray's files.
     ``dashboard`` and ``metrics_port`` (Ray's metrics export port, Prometheus format) apply
-    to a Ray started here; a cluster you join has its own.
+    to a Ray started here; a cluster you join has its own.  ``dev_node``: a Ray started here
+    runs with :data:`DEV_NODE_ENV` (a small idle cost; :func:`embedded_server` sets it).
 
     On exit, a Ray started here is shut down with Serve and every actor; from a joined
     cluster this process only disconnects (``ray.shutdown()`` of a driver that joined stops
@@ -136,7 +160,7 @@ def embedded_ray(
     if address:
         kwargs["address"] = address
     else:
-        apply_ray_env()
+        apply_ray_env(dev_node)
         kwargs["object_store_memory"] = object_store_mb * 1024 * 1024
         kwargs["num_cpus"] = num_cpus
         kwargs["include_dashboard"] = dashboard is not None
@@ -255,8 +279,10 @@ def embedded_server(
     dashboard: Dashboard | None = None,
     metrics_port: int | None = None,
     network: bool = False,
+    dev_node: bool = True,
 ) -> Iterator[str]:
-    """Ray (:func:`embedded_ray`) and the app deployed as ``name``; yields the base URL.
+    """Ray (:func:`embedded_ray`, a development node unless ``dev_node`` is off) and the
+    app deployed as ``name``; yields the base URL.
 
     On exit the app is deleted (its gateway drains and flushes the store), then Ray is
     stopped if it was started here.  Never ``serve.shutdown()``: on a cluster it joined,
@@ -269,6 +295,7 @@ def embedded_server(
         dashboard=dashboard,
         metrics_port=metrics_port,
         network=network,
+        dev_node=dev_node,
     ):
         from ray import serve  # imported here: embedded_ray decides the environment Ray starts with
 

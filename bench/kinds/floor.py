@@ -23,7 +23,12 @@ queue + prefill + decode.  CPU per turn is read from /proc over each round, by p
 (:data:`bench.processes.ROLES`: the gateway, the session hosts, the inference emulator and
 Ray's own processes; the API tier is the gateway and the session hosts) for an embedded
 server, beside the reference process's; Ray's background (its roles' idle CPU rate, measured
-before the rounds, times the round's length) is printed beside it.  The client's own cost
+before the rounds, times the round's length) is printed beside it.  After the rounds, once
+the server's processes are back at their idle CPU rate, the reference runs the recorded
+creates again ``--rounds`` times in a block of its own: its CPU per turn with nothing of this
+server's work running beside it.  The summary prints each role's CPU against its budget
+(:data:`bench.kinds.floor_budgets.BUDGETS`: all the server's processes, the API tier against the reference both ways,
+the emulator replica, and the idle server's every process) with the rounds' range.  The client's own cost
 is measured in the client over the recorded frames: parsing each turn's frames with
 ``json.loads`` (the raw client's) and with the openai SDK's event types (what
 ``client.responses.connect()`` does on every ``recv()``), and encoding the create both ways.
@@ -48,7 +53,8 @@ from .. import processes, results
 from .. import workload as wl
 from ..client import ResponsesSocket, connect, is_final
 from ..rollouts import TIMINGS_KEY, model_seconds, server_timings
-from ..stats import median, pct
+from ..stats import median
+from .floor_budgets import budgets, print_budgets, spread
 
 MODES = {"deflate": "deflate", "plain": None}  # name → the client's `compression`
 
@@ -226,6 +232,34 @@ async def drive_reference(url: str, run: Run) -> list[float]:
         return [(await exchange(sock, t.create, len(t.frames)))[1] for t in run.turns]
 
 
+def settle(
+    procs: dict[int, str], idle_ms_per_s: float, *, window_s: float = 1.0, timeout_s: float = 15.0
+) -> float:
+    """Wait until the server's processes are back at their idle CPU rate (a ``window_s``
+    window within 25 % or 10 ms/s of ``idle_ms_per_s``, all processes), at most ``timeout_s``;
+    the last window's rate (ms of CPU a second)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        t0, before = time.perf_counter(), sum(processes.cpu_precise_s(pid) for pid in procs)
+        time.sleep(window_s)
+        rate = (
+            (sum(processes.cpu_precise_s(pid) for pid in procs) - before) * 1000 / (time.perf_counter() - t0)
+        )
+        if rate <= max(idle_ms_per_s * 1.25, idle_ms_per_s + 10) or time.monotonic() > deadline:
+            return rate
+
+
+def reference_block(ref: Reference, recorded: Run, rounds: int) -> list[float]:
+    """The reference alone, ``rounds`` runs of the recorded creates on fresh sockets: its CPU
+    ms per turn in each (nothing of this server's runs meanwhile)."""
+    out = []
+    for _ in range(rounds):
+        cpu0 = processes.cpu_precise_s(ref.pid)
+        asyncio.run(drive_reference(ref.url, recorded))
+        out.append((processes.cpu_precise_s(ref.pid) - cpu0) * 1000 / len(recorded.turns))
+    return out
+
+
 def reference_laps(run: Run) -> tuple[list[float], float]:
     """Each turn's time against the reference, and the reference process's CPU ms."""
     ref = Reference(run)
@@ -247,6 +281,7 @@ class Round:
     cpu_ms: dict[str, float]
     reference_cpu_ms: float
     wall_s: float
+    ray_cpu_ms: dict[str, float] = field(default_factory=dict)  # Ray's own processes', by title
 
 
 async def interleaved_round(
@@ -268,6 +303,8 @@ async def interleaved_round(
         connect(ref.url, compression=MODES[mode]) as rsock,
     ):
         run.deflate = bool(sock.ws.protocol.extensions)
+        titles = processes.titles({pid: role for pid, role in procs.items() if role == "ray"})
+        ray0 = processes.cpu_by_role(titles)
         cpu0, rcpu0, t0 = processes.cpu_by_role(procs), processes.cpu_precise_s(ref.pid), time.perf_counter()
         prev: dict[str, Any] | None = None
         for i, output in enumerate(outputs):
@@ -282,26 +319,13 @@ async def interleaved_round(
         wall = time.perf_counter() - t0
         cpu = processes.role_delta(processes.cpu_by_role(procs), cpu0) if procs else {}
         rcpu = (processes.cpu_precise_s(ref.pid) - rcpu0) * 1000
-    return Round(run, ref_ms, cpu, rcpu, wall)
+        ray = {
+            k: v for k, v in processes.role_delta(processes.cpu_by_role(titles), ray0).items() if k in ray0
+        }
+    return Round(run, ref_ms, cpu, rcpu, wall, {k: ray[k] for k in set(titles.values())})
 
 
 # ----------------------------------------------------------------------------- summaries
-
-
-def spread(xs: list[float | None]) -> dict[str, float] | None:
-    """Median, p25, p75, min and max of ``xs`` (rounded to µs), or ``None`` for none."""
-    vs = [x for x in xs if x is not None]
-    p25, p75 = pct(vs, 0.25), pct(vs, 0.75)
-    if p25 is None or p75 is None:
-        return None
-    return {
-        "median": round(statistics.median(vs), 3),
-        "p25": round(p25, 3),
-        "p75": round(p75, 3),
-        "min": round(min(vs), 3),
-        "max": round(max(vs), 3),
-        "n": len(vs),
-    }
 
 
 def cpu_per_turn(
@@ -366,10 +390,20 @@ SPREAD_KEYS = ("server_nonmodel_ms", "reference_ms", "ratio", "server_api_overhe
 def over_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     """The spread over rounds of each round's medians (and of its CPU per turn by role)."""
     out: dict[str, Any] = {"rounds": len(rounds)}
-    for key in (*SPREAD_KEYS, "reference_cpu_ms_per_turn", "api_tier_cpu_ratio"):
+    for key in (
+        *SPREAD_KEYS,
+        "reference_cpu_ms_per_turn",
+        "api_tier_cpu_ratio",
+        "reference_block_cpu_ms_per_turn",
+        "api_tier_cpu_ratio_block",
+    ):
         out[key] = spread([r.get(key) for r in rounds])
     roles = sorted({k for r in rounds for k in r.get("cpu_ms_per_turn", {})})
     out["cpu_ms_per_turn"] = {k: spread([r["cpu_ms_per_turn"].get(k) for r in rounds]) for k in roles}
+    ray = sorted({k for r in rounds for k in r.get("ray_cpu_ms_per_turn_by_process", {})})
+    out["ray_cpu_ms_per_turn_by_process"] = {
+        k: spread([r["ray_cpu_ms_per_turn_by_process"].get(k) for r in rounds]) for k in ray
+    }
     phases = sorted({k for r in rounds for k in r.get("server_phases_ms", {})})
     out["server_phases_ms"] = {k: spread([r["server_phases_ms"].get(k) for r in rounds]) for k in phases}
     return out
@@ -494,6 +528,7 @@ def measure(url: str, modes: list[str], args: argparse.Namespace, embedded: bool
         ref = Reference(recorded)
         try:
             procs = processes.server_processes(exclude=(ref.pid,)) if embedded else {}
+            time.sleep(2.0 if procs else 0.0)  # the warm-up's after-turn work done: the idle window is idle
             idle, idle_by_process = background(procs, args.idle_s)
             rounds = []
             for r in range(args.rounds):
@@ -508,14 +543,27 @@ def measure(url: str, modes: list[str], args: argparse.Namespace, embedded: bool
                     wall_s=rnd.wall_s,
                 )
                 s["wall_s"] = round(rnd.wall_s, 3)
+                n = len(rnd.run.turns)
+                s["ray_cpu_ms_per_turn_by_process"] = {k: round(v / n, 3) for k, v in rnd.ray_cpu_ms.items()}
                 rounds.append(s)
                 print_round(f"round {r + 1}/{args.rounds}", mode, s)
+            # The reference alone, once this server's processes are back at their idle rate:
+            # interleaved, the server's after-turn work (billing, metrics, the checkpoint)
+            # runs while the reference's turn is timed, and the ratio must not depend on it.
+            settled = settle(procs, sum(idle.values())) if procs else None
+            block = reference_block(ref, recorded, args.rounds)
         finally:
             ref.close()
+        for s, ref_cpu in zip(rounds, block):
+            s["reference_block_cpu_ms_per_turn"] = round(ref_cpu, 3)
+            api = s.get("cpu_ms_per_turn", {}).get("api_tier")
+            s["api_tier_cpu_ratio_block"] = round(api / ref_cpu, 2) if api and ref_cpu else None
         summary = over_rounds(rounds)
+        summary["settled_cpu_ms_per_s_before_block"] = None if settled is None else round(settled, 1)
         summary["client"] = client_costs(recorded, args.skip)
         summary["background_cpu_ms_per_s"] = idle
         summary["background_cpu_ms_per_s_by_process"] = idle_by_process
+        summary["budgets"] = budgets(summary) if embedded else []
         out[mode] = {"rounds": rounds, "summary": summary, "server_deflate": recorded.deflate}
         print_summary(mode, summary)
     return out
@@ -529,17 +577,27 @@ def print_summary(mode: str, s: dict[str, Any]) -> None:
     print(f"  server api_overhead      {fmt(s['server_api_overhead_ms'])}")
     for role, sp in s["cpu_ms_per_turn"].items():
         print(f"  CPU/turn {role:<15} {fmt(sp)}")
-    print(f"  CPU/turn reference       {fmt(s['reference_cpu_ms_per_turn'])}")
+    for title, sp in sorted(
+        s.get("ray_cpu_ms_per_turn_by_process", {}).items(), key=lambda kv: -kv[1]["median"] if kv[1] else 0
+    ):
+        print(f"    Ray's own: {title:<30} {fmt(sp)}")
+    print(f"  CPU/turn reference, interleaved {fmt(s['reference_cpu_ms_per_turn'])}")
+    if s.get("reference_block_cpu_ms_per_turn"):
+        print(f"  CPU/turn reference, in a block  {fmt(s['reference_block_cpu_ms_per_turn'])}")
     if s.get("api_tier_cpu_ratio"):
-        print(f"  API-tier CPU / reference {fmt(s['api_tier_cpu_ratio'], 'x')}")
+        print(f"  API-tier CPU / reference, interleaved {fmt(s['api_tier_cpu_ratio'], 'x')}")
+    if s.get("api_tier_cpu_ratio_block"):
+        print(f"  API-tier CPU / reference, in a block  {fmt(s['api_tier_cpu_ratio_block'], 'x')}")
     c = s["client"]
     print(
         f"  client per turn: parse raw {c['raw_parse_ms']:.2f} ms, openai SDK {c['sdk_parse_ms']:.2f} ms; "
         f"encode raw {c['raw_encode_ms']:.2f} ms, SDK {c['sdk_encode_ms']:.2f} ms"
     )
     print(f"  idle background, CPU ms per s, by role: {s['background_cpu_ms_per_s']}")
-    top = list(s.get("background_cpu_ms_per_s_by_process", {}).items())[:10]
+    top = list(s.get("background_cpu_ms_per_s_by_process", {}).items())
     print("  ... by process: " + ", ".join(f"{k} {v:.1f}" for k, v in top))
+    if s.get("budgets"):
+        print_budgets(s["budgets"])
 
 
 def run(args: argparse.Namespace) -> int:

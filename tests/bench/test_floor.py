@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from bench.kinds import floor
+from bench.kinds import floor, floor_budgets
 
 
 def args(**over) -> argparse.Namespace:
@@ -124,3 +124,27 @@ def test_the_client_costs_parse_the_same_frames_raw_and_with_the_sdk():
     costs = floor.client_costs(run, skip=0, repeat=1)
     assert set(costs) == {"raw_parse_ms", "sdk_parse_ms", "raw_encode_ms", "sdk_encode_ms"}
     assert all(v >= 0 for v in costs.values())
+
+
+def test_each_budget_is_judged_on_its_median_over_rounds():
+    summary = {
+        "cpu_ms_per_turn": {
+            "all": floor.spread([5.0, 7.0, 5.5]),
+            "inference": floor.spread([1.6, 1.7, 1.8]),
+        },
+        "api_tier_cpu_ratio": floor.spread([1.2, 1.4, 1.3]),
+        "api_tier_cpu_ratio_block": floor.spread([1.6, 1.7]),
+        "background_cpu_ms_per_s": {"gateway": 10.0, "ray": 45.0},
+    }
+    rows = {r["role"]: r for r in floor_budgets.budgets(summary)}
+    assert [r["role"] for r in rows.values()] == [b[0] for b in floor_budgets.BUDGETS]
+    assert rows["all server processes"]["met"] is True  # median 5.5, though a round took 7.0
+    assert rows["emulator replica"]["met"] is False and rows["emulator replica"]["measured"]["min"] == 1.6
+    assert rows["API tier (gateway + host) / reference, interleaved"]["met"] is True
+    assert rows["API tier (gateway + host) / reference, in a block"]["met"] is False
+    assert rows["idle server, every process"]["measured"]["median"] == 55.0
+
+
+def test_a_budget_without_a_measurement_is_neither_met_nor_missed():
+    rows = floor_budgets.budgets({})
+    assert all(r["measured"] is None and r["met"] is None for r in rows)

@@ -176,15 +176,16 @@ def test_a_full_waiting_queue_refuses_before_anything_is_sent(make_config, make_
 def test_metrics_observer_sees_ttft_tokens_batch_and_cache(make_config, make_profile, clock):
     class Recorder:
         def __init__(self):
-            self.ttft, self.sent, self.batches, self.blocks = [], 0, [], [0, 0, 0]
+            self.ttft, self.sent, self.itls, self.batches, self.blocks = [], 0, [], [], [0, 0, 0]
 
         def first_token(self, model, ttft_s):
             self.ttft.append(ttft_s)
-            self.sent += 1
 
-        def tokens(self, model, n, itl_s):
-            assert itl_s > 0
+        def tokens(self, model, n):
             self.sent += n
+
+        def itl(self, model, itl_s):
+            self.itls.append(itl_s)
 
         def batch(self, model, running, waiting):
             self.batches.append((running, waiting))
@@ -204,6 +205,8 @@ def test_metrics_observer_sees_ttft_tokens_batch_and_cache(make_config, make_pro
     n = engine.config.policy.text_tokens
     assert rec.ttft == [pytest.approx(ttft_ms(p, len(PROMPT), 0) / 1000 + decode_s(p, 1))]
     assert rec.sent == n
+    # one ITL a response: its tokens after the first, from the first token's item to the last
+    assert rec.itls == [pytest.approx((decode_s(p, n) - decode_s(p, 1)) / (n - 1))]
     assert rec.batches[0] == (1, 0) and rec.batches[-1] == (0, 0)
     hit, miss, evicted = rec.blocks
     assert hit == 0 and miss == (len(PROMPT) - 1) // 4 and evicted > 0  # 2-block cache overflows
@@ -216,10 +219,13 @@ def test_a_chunks_metrics_are_recorded_once_it_is_out(make_config, clock):
 
     class Recorder:
         def first_token(self, model, ttft_s):
+            pass  # with the first item's count, which follows
+
+        def tokens(self, model, n):
             log.append("seen")
 
-        def tokens(self, model, n, itl_s):
-            log.append("seen")
+        def itl(self, model, itl_s):
+            pass
 
         def batch(self, model, running, waiting):
             pass

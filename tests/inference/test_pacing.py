@@ -190,8 +190,8 @@ def test_under_load_items_leave_on_the_window_grid_and_never_early(make_profile,
 
 @pytest.mark.parametrize("precise", [False, True])
 def test_the_real_sleeper_never_wakes_early_and_a_cancelled_sleep_does_not_disturb_the_others(precise):
-    """Many sleeps at once, on the real clock (the loop's timer alone, or with the waker
-    thread): each returns at or after its deadline, in deadline order, and one cancelled
+    """Many sleeps at once, on the real clock (the loop's timer, or the loop's alarm for
+    precise ones): each returns at or after its deadline, in deadline order, and one cancelled
     midway neither wakes nor holds back the rest."""
     clock = MonotonicClock()
     sleeper = AsyncioSleeper(clock)
@@ -211,7 +211,7 @@ def test_the_real_sleeper_never_wakes_early_and_a_cancelled_sleep_does_not_distu
         cancelled.cancel()
         await asyncio.gather(*tasks)
         await sleeper.sleep_until(clock.now() - 1.0, precise)  # already due: returns at once
-        await sleep(clock.now() + 0.0001)  # shorter than the waker's lead (a precise one spins)
+        await sleep(clock.now() + 0.0001)  # shorter than the loop's timer can wait
         return woke, cancelled.cancelled()
 
     woke, was_cancelled = asyncio.run(main())
