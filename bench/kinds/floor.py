@@ -27,7 +27,7 @@ before the rounds, times the round's length) is printed beside it.  After the ro
 the server's processes are back at their idle CPU rate, the reference runs the recorded
 creates again ``--rounds`` times in a block of its own: its CPU per turn with nothing of this
 server's work running beside it.  The summary prints each role's CPU against its budget
-(:data:`bench.kinds.floor_budgets.BUDGETS`: all the server's processes, the API tier against the reference both ways,
+(:data:`bench.floor_budgets.BUDGETS`: all the server's processes, the API tier against the reference both ways,
 the emulator replica, and the idle server's every process) with the rounds' range.  The client's own cost
 is measured in the client over the recorded frames: parsing each turn's frames with
 ``json.loads`` (the raw client's) and with the openai SDK's event types (what
@@ -52,9 +52,9 @@ from serve.embedded import embedded_server, local_config
 from .. import processes, results
 from .. import workload as wl
 from ..client import ResponsesSocket, connect, is_final
+from ..floor_budgets import budgets, print_budgets, spread
 from ..rollouts import TIMINGS_KEY, model_seconds, server_timings
 from ..stats import median
-from .floor_budgets import budgets, print_budgets, spread
 
 MODES = {"deflate": "deflate", "plain": None}  # name → the client's `compression`
 

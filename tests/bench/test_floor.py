@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from bench.kinds import floor, floor_budgets
+from bench import floor_budgets
+from bench.kinds import floor
 
 
 def args(**over) -> argparse.Namespace:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from ..stats import pct
+from .stats import pct
 
 
 def spread(xs: list[float | None]) -> dict[str, float] | None:
