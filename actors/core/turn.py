@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from inference.formats import CL100K, ChatFormat
-from inference.types import InferenceRequest
+from inference.types import Breakpoint, InferenceRequest
 from store import StoredResponse, UsageEntry
 
 from ..protocol import InputItem, OutputItem, ResponseCreate, ServerEvent
@@ -55,6 +55,7 @@ class Turn:
     prefix_len: int = 0  # prompt tokens before the conversation (tools, instructions)
     rollout: Rollout | None = None  # append mode only (actors.core.rollout)
     fmt: ChatFormat = CL100K  # the model's chat format (inference.formats)
+    input_marks: tuple[Breakpoint, ...] = ()  # the prompt-cache breakpoints in input_tokens
     _builder: ResponseBuilder | None = field(default=None, init=False)
     _opening: list[ServerEvent] = field(default_factory=list, init=False)
 

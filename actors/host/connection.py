@@ -38,7 +38,7 @@ from inference.types import Done, InferenceRequest
 from store import StoredResponse, StoreWriter, UsageEntry
 
 from ..backend import EventStream, InferenceClient, ModelCall
-from ..core.render import render_items
+from ..core.render import Rendered, render_marked
 from ..core.request_queue import InvalidTransition
 from ..core.session import Effects, Load, Render, Session, Turn
 from ..core.timings import PhaseTimer, Report
@@ -77,7 +77,7 @@ class RenderPool:
     def crowded(self) -> bool:
         return self.in_flight > 0
 
-    async def render(self, job: Render) -> list[int] | None:
+    async def render(self, job: Render) -> Rendered | None:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(min(4, os.cpu_count() or 1), thread_name_prefix="render")
         return await asyncio.get_running_loop().run_in_executor(self._executor, tokens_of, job)
@@ -93,10 +93,11 @@ class RenderPool:
         self.in_flight -= 1
 
 
-def tokens_of(job: Render) -> list[int] | None:
-    """The token ids of a job's input; ``None`` (logged) if a bug the input hit raised."""
+def tokens_of(job: Render) -> Rendered | None:
+    """A job's input rendered (its token ids and breakpoints); ``None`` (logged) if a bug
+    the input hit raised."""
     try:
-        return render_items(job.items, job.fmt)
+        return render_marked(job.items, job.fmt)
     except Exception:
         log.exception("rendering an input failed")
         return None

@@ -22,9 +22,24 @@ class _Open(BaseModel):
     model_config = ConfigDict(strict=True, extra="allow")
 
 
+class PromptCacheBreakpoint(_In):
+    """``prompt_cache_breakpoint`` on an ``input_text``, ``input_image`` or ``input_file``
+    part: "marks the exact end of a reusable prompt prefix"; ``ttl`` (the minimum lifetime)
+    defaults to the request's ``prompt_cache_options.ttl`` (the openai SDK's
+    ``PromptCacheBreakpoint``; docs/protocol.md §2.2)."""
+
+    mode: Literal["explicit"]
+    ttl: Literal["30m", "12h"] | None = None
+
+
+# Listed and stored only when sent: a part without one keeps the keys it always had.
+CacheBreakpoint = Annotated[PromptCacheBreakpoint | None, Field(default=None, exclude_if=lambda v: v is None)]
+
+
 class InputText(_In):
     type: Literal["input_text"]
     text: str
+    prompt_cache_breakpoint: CacheBreakpoint = None
 
 
 class OutputTextIn(_Open):
@@ -43,10 +58,12 @@ class InputImage(_Open):
     detail: Literal["low", "high", "auto", "original"] = "auto"
     image_url: str | None = None
     file_id: str | None = None
+    prompt_cache_breakpoint: CacheBreakpoint = None
 
 
 class InputFile(_Open):
     type: Literal["input_file"]
+    prompt_cache_breakpoint: CacheBreakpoint = None
 
 
 class InputAudio(_Open):
