@@ -385,6 +385,13 @@ def _param_path(loc: tuple[Any, ...]) -> str:
 
 
 _UNION_LABELS = _ITEM_TAGS | {
+    # content part types (ContentPart's discriminator)
+    "input_text",
+    "output_text",
+    "refusal",
+    "input_image",
+    "input_file",
+    "input_audio",
     "json_object",
     "json_schema",
     "str",
