@@ -27,12 +27,17 @@ def marked(item: dict[str, Any], ttl: str | None = None) -> dict[str, Any]:
     return {**item, key: parts}
 
 
-def place(items: list[dict[str, Any]], *, first: bool, ttl: str | None = None) -> list[dict[str, Any]]:
+def place(
+    items: list[dict[str, Any]], *, first: bool, ttl: str | None = None, resumed: int = 0
+) -> list[dict[str, Any]]:
     """A turn's new items with a client's breakpoints: on the first item of a rollout's
-    first turn (``first``, with ``ttl``), and on the turn's last tool output."""
+    first turn (``first``, with ``ttl``), at the end of a resumed history of ``resumed``
+    items (where its prewarm wrote), and on the turn's last tool output."""
     out = list(items)
     if first and out:
         out[0] = marked(out[0], ttl)
+    if resumed:
+        out[resumed - 1] = marked(out[resumed - 1])
     for i in range(len(out) - 1, -1, -1):
         if out[i].get("type") == "function_call_output":
             out[i] = marked(out[i])

@@ -164,7 +164,10 @@ async def warm_resumed(url: str, w: wl.Workload, rollouts: Sequence[int], api_ke
     socket = await connect(url, api_key=api_key)
     try:
         for r in rollouts:
-            answer = await socket.create(**_base(w), input=wl.history(w, r), store=False, generate=False)
+            history = wl.history(w, r)
+            if w.breakpoints:  # marked as the first turn will send it, so that turn reads it
+                history = bp.place(history, first=True, ttl=w.breakpoint_ttl, resumed=len(history))
+            answer = await socket.create(**_base(w), input=history, store=False, generate=False)
             if answer.response is None or answer.response.get("status") != "completed":
                 raise RuntimeError(f"warming rollout {r}'s history failed: {answer.last}")
     finally:
@@ -187,7 +190,7 @@ async def run_rollout(
     base = {**_base(w), "metadata": {**wl.metadata(w, rollout), TIMINGS_KEY: "1"}}
     new_items = first_input(w, rollout)
     if w.breakpoints:
-        new_items = bp.place(new_items, first=True, ttl=w.breakpoint_ttl)
+        new_items = bp.place(new_items, first=True, ttl=w.breakpoint_ttl, resumed=len(new_items) - 1)
     t0 = time.perf_counter()
     try:
         await t.open()

@@ -31,6 +31,14 @@ def test_the_first_item_and_the_last_tool_output_carry_the_marks():
     parse_client_event(json.dumps(event))
 
 
+def test_a_resumed_history_is_marked_at_its_end_too():
+    history = [{"role": "user", "content": f"old {i}"} for i in range(3)]
+    task = {"role": "user", "content": "new task"}
+    out = bp.place([*history, task], first=True, ttl="30m", resumed=len(history))
+    marks = [isinstance(o["content"], list) and "prompt_cache_breakpoint" in o["content"][-1] for o in out]
+    assert marks == [True, False, True, False]
+
+
 def test_figures_by_ttl_and_the_block_rules_writes_as_30m():
     usage = {
         "input_tokens_details": {
