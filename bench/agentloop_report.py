@@ -76,6 +76,12 @@ def summarise(records: Sequence[RolloutRecord]) -> dict[str, Any]:
             "request_kb": _dist(t.request_bytes / 1024 for t in turns),
             "input_tokens_last_turn": _dist(r.turns[-1].input_tokens for r in ok if r.turns),
             "cached_share": (sum(t.cached_tokens for t in turns) / inp) if inp else None,
+            # The prompt cache's reads and writes by lifetime, summed over the turns.
+            "cache_tokens": {
+                "read": sum(t.cached_tokens for t in turns),
+                "write_30m": sum(t.write_30m_tokens for t in turns),
+                "write_12h": sum(t.write_12h_tokens for t in turns),
+            },
             "output_tokens_per_s": (outp / sum(t.total_ms for t in turns) * 1000) if turns else None,
             "timings_reported": bool(server),
             # The floor: the server-reported model time (queue + prefill + decode) of the

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from . import breakpoints as bp
 from . import workload as wl
 from .transports import TRANSPORTS, TurnOutcome
 
@@ -41,6 +42,8 @@ class TurnRecord:
     request_bytes: int
     input_tokens: int = 0
     cached_tokens: int = 0
+    write_30m_tokens: int = 0  # written to the prompt cache, by lifetime (bench.breakpoints.figures)
+    write_12h_tokens: int = 0
     output_tokens: int = 0
     calls: int = 0
     server: dict[str, float] | None = None  # server-side phase timings (ms), when reported
@@ -132,7 +135,7 @@ def _record(turn: int, out: TurnOutcome, model_time: ModelTime | None) -> TurnRe
     if resp:
         usage = resp.get("usage") or {}
         rec.input_tokens = usage.get("input_tokens", 0)
-        rec.cached_tokens = (usage.get("input_tokens_details") or {}).get("cached_tokens", 0)
+        rec.cached_tokens, rec.write_30m_tokens, rec.write_12h_tokens = bp.figures(usage)
         rec.output_tokens = usage.get("output_tokens", 0)
         rec.calls = sum(1 for o in resp.get("output", []) if o.get("type") == "function_call")
         rec.server = server_timings(resp)
@@ -161,7 +164,10 @@ async def warm_resumed(url: str, w: wl.Workload, rollouts: Sequence[int], api_ke
     socket = await connect(url, api_key=api_key)
     try:
         for r in rollouts:
-            answer = await socket.create(**_base(w), input=wl.history(w, r), store=False, generate=False)
+            history = wl.history(w, r)
+            if w.breakpoints:  # marked as the first turn will send it, so that turn reads it
+                history = bp.place(history, first=True, ttl=w.breakpoint_ttl, resumed=len(history))
+            answer = await socket.create(**_base(w), input=history, store=False, generate=False)
             if answer.response is None or answer.response.get("status") != "completed":
                 raise RuntimeError(f"warming rollout {r}'s history failed: {answer.last}")
     finally:
@@ -183,6 +189,8 @@ async def run_rollout(
     t = TRANSPORTS[transport](url, api_key)
     base = {**_base(w), "metadata": {**wl.metadata(w, rollout), TIMINGS_KEY: "1"}}
     new_items = first_input(w, rollout)
+    if w.breakpoints:
+        new_items = bp.place(new_items, first=True, ttl=w.breakpoint_ttl, resumed=len(new_items) - 1)
     t0 = time.perf_counter()
     try:
         await t.open()
@@ -212,6 +220,8 @@ async def run_rollout(
                 }
                 for i, c in enumerate(calls)
             ]
+            if w.breakpoints:
+                new_items = bp.place(new_items, first=False)
             await asyncio.sleep(max(0.0, pause - (time.perf_counter() - started)))
             turn_rec.tool_ms = (time.perf_counter() - started) * 1000
             rec.tool_s += turn_rec.tool_ms / 1000

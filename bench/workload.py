@@ -283,6 +283,11 @@ class Workload:
     resume_tokens: int = 0  # an earlier session's history before the task (~tokens)
     shape: Shape | None = None
     extra_metadata: dict[str, str] = field(default_factory=dict)
+    # Prompt-cache breakpoints as a client places them (bench.breakpoints): after the
+    # instructions and tools (with ``breakpoint_ttl``, None: the request's) and at each
+    # turn's last tool output.
+    breakpoints: bool = False
+    breakpoint_ttl: str | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -30,12 +30,13 @@ from array import array
 from collections.abc import AsyncGenerator, Hashable, Sequence
 from typing import Any, Protocol
 
-from inference import chat_format
+from inference import breakpoint_cache, chat_format
 from inference.batching import Batch, DecodeSchedule
+from inference.breakpoint_cache import BreakpointCache, prefix_key
 from inference.jitter import RequestJitter
 from inference.pacing import Chunker, Clock, ItemWindow, Sleeper, decode_work, paced_chunks, ttft_ms
 from inference.policy import FunctionCallSegment, ReasoningSegment, Segment, TextSegment, plan, policy_for
-from inference.prefix_cache import PrefixCache, as_bytes, block_keys, reported_cached_tokens
+from inference.prefix_cache import Lookup, PrefixCache, as_bytes, block_keys, reported_cached_tokens
 from inference.profiles import InferenceConfig, ModelProfile
 from inference.prompt_memo import Check, Digest, Known, PromptMemo, check, digest_of
 from inference.tokenizer import Detokenizer, decode, token_bytes
@@ -106,6 +107,7 @@ class Engine:
         self._replica = replica
         pc = config.prefix_cache
         self._cache = PrefixCache(pc.capacity_blocks, pc.block_tokens)
+        self._breakpoints = BreakpointCache(pc.capacity_tokens, pc.max_entries)  # profiles of that rule
         self._memo = PromptMemo()  # each session's conversation as last cached: hash only what is new
         self._batches = {p.id: Batch(p.batching) for p in config.profiles}
         self._schedules: dict[str, dict[Hashable, DecodeSchedule]] = {p.id: {} for p in config.profiles}
@@ -174,13 +176,27 @@ class Engine:
         try:
             t_admit = t_arrive if admitted else await self._admission(model, batch, seq)
             self._rebatch(model, t_admit)
-            found = self._cache.lookup(prompt, root, known.keys if known is not None else ())
-            self._observer.prefix(found.hit_blocks, found.miss_blocks, 0)
-            prefilled = self._prefilled(profile, len(prompt), found.reused_tokens, jitter, t_arrive, t_admit)
+            blocks = profile.prompt_cache == "blocks"
+            written: tuple[int, int] | None = None
+            if blocks:
+                found = self._cache.lookup(prompt, root, known.keys if known is not None else ())
+                self._observer.prefix(found.hit_blocks, found.miss_blocks, 0)
+            else:
+                found, written = self._serve_breakpoints(request, data, root, known)
+            prefilled = self._prefilled(
+                profile,
+                len(prompt),
+                found.reused_tokens,
+                jitter,
+                t_arrive,
+                t_admit,
+                blocks=blocks,
+                written=written,
+            )
             t_first = t_admit + prefilled.prefill_ms / 1000.0
             if output is None:
                 await self._sleeper.sleep_until(t_first, precise=True)
-                self._insert(request.session_key, prompt, prompt_check, (), found.keys, root, digest)
+                self._insert(request.session_key, prompt, prompt_check, (), found.keys, root, digest, blocks)
                 finished = True
                 yield [prefilled, Done("stop", 0, 0.0)]
                 return
@@ -221,7 +237,7 @@ class Engine:
                             yield first + events
                             first = []
                             if pending is not None:  # cached once the tokens it made are out
-                                self._insert(request.session_key, *pending, found.keys, root, digest)
+                                self._insert(request.session_key, *pending, found.keys, root, digest, blocks)
                                 pending = None
                         self._seen(model, *seen)
                         seen = None
@@ -254,7 +270,7 @@ class Engine:
             if first_out is not None and last_out is not None and last_out[1] > first_out[1]:
                 self._observer.itl(model, (last_out[0] - first_out[0]) / (last_out[1] - first_out[1]))
             if pending is not None:
-                self._insert(request.session_key, *pending, found.keys, root, digest)
+                self._insert(request.session_key, *pending, found.keys, root, digest, blocks)
             self._active -= 1
             if finished:
                 self._completed += 1
@@ -275,18 +291,24 @@ class Engine:
         jitter: RequestJitter,
         t_arrive: float,
         t_admit: float,
+        *,
+        blocks: bool,
+        written: tuple[int, int] | None,
     ) -> Prefilled:
-        """The prefill's figures: its queue wait and its emulated time for what the cache missed."""
+        """The prefill's figures: its queue wait and its emulated time for what the cache missed;
+        ``cached_tokens`` by the block rule's steps (``blocks``) or exactly what was read, and
+        the breakpoint rule's writes by lifetime (``written``)."""
         prefill_ms = ttft_ms(profile, prompt_tokens, reused) * jitter.request
         queue_ms = (t_admit - t_arrive) * 1000.0
         self._queue_ms_total += queue_ms
         return Prefilled(
             prompt_tokens,
-            reported_cached_tokens(reused),
+            reported_cached_tokens(reused) if blocks else reused,
             queue_ms,
             prefill_ms,
             reused_tokens=reused,
             replica=self._replica,
+            written=written,
         )
 
     def _seen(self, model: str, start: int, end: int, waited_s: float) -> None:
@@ -312,20 +334,39 @@ class Engine:
         known: Sequence[int],
         root: int,
         digest: Digest | None,
+        blocks: bool = True,
     ) -> None:
         """Cache the KV of ``prompt`` followed by ``output`` (``known``: the block keys of a
-        prefix of them), and remember them as ``session``'s conversation
-        (``inference.prompt_memo``)."""
+        prefix of them) under the block rule (``blocks``), and remember them as
+        ``session``'s conversation (``inference.prompt_memo``): the breakpoint rule's keys
+        chain on the same block keys."""
         tokens, tokens_check = prompt, prompt_check
         if output:
             tokens = array("I", prompt)
             tokens.extend(output)
             tokens_check = check(array("I", output).tobytes(), prompt_check)
         keys = block_keys(tokens, self._cache.block_tokens, known, root)
-        evicted = self._cache.insert_keys(keys)
+        evicted = self._cache.insert_keys(keys) if blocks else 0
         if evicted:
             self._observer.prefix(0, 0, evicted)
         self._memo.remember(session, Known(len(tokens), tokens_check, root, tuple(keys), digest))
+
+    def _serve_breakpoints(
+        self, request: InferenceRequest, data: bytes, root: int, known: Known | None
+    ) -> tuple[Lookup, tuple[int, int]]:
+        """The breakpoint rule (``inference.breakpoint_cache``): read the longest held
+        candidate, write the request's breakpoints; the prompt's block keys (hashed only past
+        what ``known`` holds) for the memo."""
+        n = len(data) // 4
+        block = self._cache.block_tokens
+        keys = block_keys(request.prompt_token_ids, block, known.keys if known is not None else (), root)
+        todo = breakpoint_cache.plan(request.breakpoints, n, request.cache_mode, request.cache_ttl)
+        outcome = self._breakpoints.serve(
+            [(o, prefix_key(data, o, block, keys, root)) for o in todo.candidates],
+            [(o, prefix_key(data, o, block, keys, root), ttl) for o, ttl in todo.writes],
+            self._clock.now(),
+        )
+        return Lookup(outcome.read, 0, 0, tuple(keys)), outcome.written
 
     def _rebatch(self, model: str, t: float) -> None:
         """The batch changed at ``t``: every running sequence's step factor follows."""
@@ -358,6 +399,7 @@ class Engine:
             "queue_ms_total": self._queue_ms_total,
             "batches": {m: {"running": b.running, "waiting": b.waiting} for m, b in self._batches.items()},
             "prefix_cache": self._cache.stats(),
+            "breakpoint_cache": self._breakpoints.stats(),
         }
 
 

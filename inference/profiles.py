@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -122,6 +123,9 @@ class ModelProfile(BaseModel):
     jitter: JitterConfig = JitterConfig()
     source: str = ""
     owned_by: str = "responses-ws"
+    # The prompt-cache rule (docs/emulator.md): "blocks", reuse in 128-token steps from 1024
+    # (inference.prefix_cache); "breakpoints", the breakpoint rule (inference.breakpoint_cache).
+    prompt_cache: Literal["blocks", "breakpoints"] = "blocks"
 
     @model_validator(mode="after")
     def _burst_needs_rate(self) -> ModelProfile:
@@ -170,6 +174,7 @@ class PrefixCacheConfig(BaseModel):
 
     block_tokens: int = Field(default=32, ge=1)
     capacity_tokens: int = Field(default=1 << 20, ge=0)
+    max_entries: int = Field(default=65_536, ge=1)  # the breakpoint rule's entries
 
     @model_validator(mode="before")
     @classmethod

@@ -19,6 +19,20 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 FinishReason = Literal["stop", "tool_calls", "max_output_tokens"]
+CacheMode = Literal["implicit", "explicit"]
+CacheTTL = Literal["30m", "12h"]
+
+
+@dataclass(frozen=True, slots=True)
+class Breakpoint:
+    """A prompt-cache breakpoint: the prompt's first ``offset`` tokens are a reusable prefix
+    (``inference.breakpoint_cache``).  ``ttl``: its own minimum lifetime (``None``: the
+    request's).  ``implicit``: the end of an earlier request's prompt in the conversation,
+    where that request's implicit breakpoint was written: a match candidate, never written."""
+
+    offset: int
+    ttl: CacheTTL | None = None
+    implicit: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +63,9 @@ class InferenceRequest:
     yet is pinned there while it lives, so a conversation that moved to another session host
     finds its prefix cache again (``inference.routing``).
     ``generate=False`` only prefills (fills the prefix cache) and produces no output.
+    ``cache_mode``, ``cache_ttl`` and ``breakpoints`` are the create's prompt-caching
+    options and the breakpoints in its prompt, for a profile whose prefix cache follows the
+    breakpoint rule (``inference.breakpoint_cache``); the block rule ignores them.
     """
 
     request_id: str
@@ -65,6 +82,9 @@ class InferenceRequest:
     prompt_cache_key: str | None = None
     replica_hint: str | None = None
     metadata: tuple[tuple[str, str], ...] = ()  # the create's ``metadata``, for per-request knobs
+    cache_mode: CacheMode = "implicit"
+    cache_ttl: CacheTTL = "30m"
+    breakpoints: tuple[Breakpoint, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +95,9 @@ class Prefilled:
     (OpenAI's rule, ``prefix_cache.reported_cached_tokens``); ``reused_tokens`` is the
     prefix the replica's KV cache really reused (what shortened ``prefill_ms``).
     ``queue_ms`` is the time spent waiting for a batch slot; ``replica`` names the replica.
+    ``written``: the prompt tokens written to the cache as ``(ttl_30m, ttl_12h)``, under the
+    breakpoint rule; ``None`` (the block rule, other backends): every prompt token not
+    reused is written, with no lifetime (``usage`` reports no ``cache_write_tokens_details``).
     """
 
     prompt_tokens: int
@@ -83,6 +106,7 @@ class Prefilled:
     prefill_ms: float
     reused_tokens: int = 0
     replica: str = ""
+    written: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

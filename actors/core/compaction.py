@@ -41,7 +41,7 @@ from ..protocol import (
 )
 from ..protocol.wire_types import JSONObject
 from .context import ContextEntry
-from .render import content_text, qualified_name, render_items
+from .render import content_text, qualified_name, render_marked
 
 EXCERPT = 160  # characters kept of each replaced item
 DEFAULT_SHARE = 0.8  # no compact_threshold: compact past this share of the prompt limit
@@ -110,7 +110,8 @@ def compacted(
         return None
     window, _ = compact(items[:keep])
     context = window + parent.items[keep:]
-    tokens = array("I", render_items(parse_items(context), fmt))
+    rendered = render_marked(parse_items(context), fmt)
+    tokens = array("I", rendered.tokens)
     entry = ContextEntry(
         parent.response_id,
         tokens,
@@ -121,6 +122,7 @@ def compacted(
         parent.scan,
         fresh_tokens=len(tokens),
         fmt=fmt.name,
+        marks=rendered.marks,
     )
     summary = window[-1]
     return Compacted(

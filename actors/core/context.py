@@ -12,10 +12,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from inference.formats import CL100K, ChatFormat
+from inference.types import Breakpoint
 from store import StoredResponse
 
 from ..ids import new_id
 from ..protocol import (
+    CALL_TYPES,
     CompactionItem,
     CustomToolCallItem,
     CustomToolCallOutputItem,
@@ -35,7 +37,7 @@ from ..protocol import (
     parse_items,
 )
 from ..protocol.wire_types import JSONObject
-from .render import item_text, render_items
+from .render import item_text, render_items, render_marked
 from .safety import Classifier
 from .timings import PhaseTimer
 
@@ -59,6 +61,47 @@ class ContextEntry:
     # The inference replica that served ``response_id`` ("" unknown): the next call's hint
     # (``InferenceRequest.replica_hint``), kept in a resumable connection's state.
     replica: str = ""
+    # The prompt-cache breakpoints in ``tokens`` (``render.MarkedTokens.marks``): the same
+    # whether the conversation was continued here or rebuilt from its items.
+    marks: tuple[Breakpoint, ...] = ()
+
+
+def ends_in_output(items: Sequence[JSONObject]) -> bool:
+    """Whether stored ``items`` end with a model's output (``render.is_model_output``)."""
+    if not items:
+        return False
+    last = items[-1]
+    kind = last.get("type", "message")
+    if kind == "message":
+        return last.get("role") == "assistant"
+    return kind in ("function_call", "custom_tool_call", "reasoning", *CALL_TYPES)
+
+
+def join_marks(
+    parent: ContextEntry | None, marks: Sequence[Breakpoint], new_items: Sequence[JSONObject] = ()
+) -> tuple[Breakpoint, ...]:
+    """``parent``'s marks and ``marks`` of what follows it (offsets from its end), as
+    :func:`render.render_marked` marks the whole conversation: a run of output that
+    continues the parent's last output is one run."""
+    if parent is None:
+        return tuple(marks)
+    base = len(parent.tokens)
+    cont = ends_in_output(parent.items)
+    return parent.marks + tuple(
+        Breakpoint(base + m.offset, m.ttl, m.implicit)
+        for m in marks
+        if not (cont and m.implicit and m.offset == 0)
+    )
+
+
+def prompt_breakpoints(
+    prefix_len: int, parent: ContextEntry | None, input_marks: Sequence[Breakpoint]
+) -> tuple[Breakpoint, ...]:
+    """The breakpoints of a prompt made of ``prefix_len`` tokens (tools, instructions), the
+    parent's conversation and the input (``input_marks``), as prompt offsets."""
+    return tuple(
+        Breakpoint(prefix_len + m.offset, m.ttl, m.implicit) for m in join_marks(parent, input_marks)
+    )
 
 
 def item_id(item: InputItem) -> str:
@@ -112,16 +155,23 @@ def extend(
     scan: Classifier,
     fmt: ChatFormat = CL100K,
     output_tokens: Sequence[int] | None = None,
+    input_marks: Sequence[Breakpoint] = (),
 ) -> ContextEntry:
     """The parent's conversation plus one turn's input and output: only new items are
     rendered, in ``fmt``; ``scan`` (which has read the input already) reads the output.
     ``output_tokens``: the output as the engine produced it (a real model's continuation,
-    ``inference.chat_template``), appended as it is instead of rendering ``output``."""
+    ``inference.chat_template``), appended as it is instead of rendering ``output``.
+    ``input_marks``: the breakpoints in ``input_tokens`` (``render.render_marked``); the
+    output's start is one (an implicit breakpoint: the end of the prompt that made it)."""
     # A compaction item is already in the conversation the response ran on (its parent,
     # actors.core.compaction): the rest of the output joins it.
     output = [o for o in output if not isinstance(o, OutputCompaction)]
     tokens = array("I", parent.tokens) if parent else array("I")
     tokens.extend(input_tokens)
+    marks = list(input_marks)
+    if output and not ends_in_output((parent.items if parent else []) + inputs):
+        marks.append(Breakpoint(len(input_tokens), implicit=True))
+    joined = join_marks(parent, marks)
     if output_tokens is None:
         output_tokens = render_items(output, fmt)
     tokens.extend(output_tokens)
@@ -139,6 +189,7 @@ def extend(
         scan,
         fresh_tokens=len(output_tokens),
         fmt=fmt.name,
+        marks=joined,
     )
 
 
@@ -152,7 +203,8 @@ def from_record(
         issued: set[str] = set()
         results = count_calls(items, issued)
     with timer.phase("render"):
-        tokens = array("I", render_items(items, fmt))
+        rendered = render_marked(items, fmt)
+        tokens = array("I", rendered.tokens)
     with timer.phase("classify"):
         scan = new_scan()
         scan.feed_all(item_text(item) for item in items)
@@ -166,6 +218,7 @@ def from_record(
         scan,
         fresh_tokens=len(tokens),
         fmt=fmt.name,
+        marks=rendered.marks,
     )
 
 
@@ -174,7 +227,8 @@ def in_format(entry: ContextEntry, fmt: ChatFormat) -> ContextEntry:
     format — its items re-rendered (the model's own ids of earlier output are then lost)."""
     if entry.fmt == fmt.name:
         return entry
-    tokens = array("I", render_items(parse_items(entry.items), fmt))
+    rendered = render_marked(parse_items(entry.items), fmt)
+    tokens = array("I", rendered.tokens)
     return ContextEntry(
         entry.response_id,
         tokens,
@@ -185,4 +239,5 @@ def in_format(entry: ContextEntry, fmt: ChatFormat) -> ContextEntry:
         entry.scan,
         fresh_tokens=len(tokens),
         fmt=fmt.name,
+        marks=rendered.marks,
     )

@@ -93,6 +93,7 @@ def restore(
             fresh_tokens=entry.fresh_tokens,
             fmt=entry.fmt,
             replica=lane.get("replica", ""),  # where its prefix is cached: the next call's hint
+            marks=entry.marks,
         )
         lanes.open(lane["lane"])
         fx.evict += lanes.remember(lane["lane"], entry)

@@ -23,6 +23,7 @@ from store import StoredResponse
 
 from ..protocol import ResponseCreate
 from ..protocol.wire_types import JSONObject
+from .render import MarkedTokens
 from .timings import PhaseTimer
 
 
@@ -91,7 +92,7 @@ class Rendered:
     server fault)."""
 
     render_id: int
-    tokens: Sequence[int] | None
+    rendered: MarkedTokens | None
 
 
 @dataclass(frozen=True, slots=True)

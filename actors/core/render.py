@@ -11,11 +11,13 @@ import base64
 import json
 import zlib
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 from inference.formats import CL100K, ChatFormat
-from inference.types import ToolSpec
+from inference.types import Breakpoint, CacheTTL, ToolSpec
 
 from ..protocol import (
+    CALL_TYPES,
     CompactionItem,
     CustomTool,
     CustomToolCallItem,
@@ -143,6 +145,83 @@ def render_items(items: Iterable[InputItem | OutputItem], fmt: ChatFormat = CL10
     out: list[int] = []
     for item in items:
         out.extend(render_item(item, fmt))
+    return out
+
+
+class MarkedTokens(NamedTuple):
+    """Items rendered, with the prompt-cache breakpoints among their tokens (offsets into
+    ``tokens``): each content part's ``prompt_cache_breakpoint``, at the exact end of the
+    part, and (``implicit``) the start of each run of model output, where the prompt of the
+    request that produced it ended (inference.breakpoint_cache)."""
+
+    tokens: list[int]
+    marks: tuple[Breakpoint, ...]
+
+
+def render_marked(items: Iterable[InputItem | OutputItem], fmt: ChatFormat = CL100K) -> MarkedTokens:
+    """:func:`render_items` and the breakpoints in them (:class:`MarkedTokens`)."""
+    out: list[int] = []
+    marks: list[Breakpoint] = []
+    after_output = False
+    for item in items:
+        start = len(out)
+        segment = render_item(item, fmt)
+        out.extend(segment)
+        output = is_model_output(item)
+        if output and not after_output:
+            marks.append(Breakpoint(start, implicit=True))
+        after_output = output
+        marks += [Breakpoint(start + end, ttl) for end, ttl in part_breakpoints(item, segment, fmt)]
+    return MarkedTokens(out, tuple(marks))
+
+
+def is_model_output(item: InputItem | OutputItem) -> bool:
+    """An item a model call produces (an assistant message, a tool call, reasoning)."""
+    if isinstance(item, MessageItem):
+        return item.role == "assistant"
+    if isinstance(item, ToolItem):
+        return item.type in CALL_TYPES
+    return isinstance(
+        item,
+        (
+            FunctionCallItem,
+            CustomToolCallItem,
+            ReasoningItem,
+            OutputMessage,
+            OutputFunctionCall,
+            OutputCustomToolCall,
+        ),
+    )
+
+
+def part_breakpoints(
+    item: InputItem | OutputItem, segment: Sequence[int], fmt: ChatFormat = CL100K
+) -> list[tuple[int, CacheTTL | None]]:
+    """The ``prompt_cache_breakpoint`` of each content part of ``item`` as an offset into its
+    ``segment``: the exact end of the part (the last part's is the segment's end; an earlier
+    part's, the tokens the item rendered up to that part shares with the segment)."""
+    if isinstance(item, MessageItem):
+        field, parts = "content", item.content
+    elif isinstance(item, (FunctionCallOutputItem, CustomToolCallOutputItem)):
+        field, parts = "output", item.output
+    else:
+        return []
+    if isinstance(parts, str):
+        return []
+    out: list[tuple[int, CacheTTL | None]] = []
+    for k, part in enumerate(parts):
+        mark = getattr(part, "prompt_cache_breakpoint", None)
+        if mark is None:
+            continue
+        if k == len(parts) - 1:
+            end = len(segment)
+        else:
+            head = render_item(item.model_copy(update={field: parts[: k + 1]}), fmt)
+            end = next(
+                (i for i, (a, b) in enumerate(zip(head, segment, strict=False)) if a != b),
+                min(len(head), len(segment)),
+            )
+        out.append((end, mark.ttl))
     return out
 
 

@@ -26,6 +26,9 @@ from inference.types import (
 
 from ..ids import new_id
 from ..protocol import (
+    AppliedCacheOptions,
+    CacheWriteTokensDetails,
+    CompactionCompacting,
     ContentPartAdded,
     ContentPartDone,
     CustomToolCallInputDelta,
@@ -35,6 +38,7 @@ from ..protocol import (
     FunctionTool,
     IncompleteDetails,
     InputTokensDetails,
+    OutputCompaction,
     OutputCustomToolCall,
     OutputFunctionCall,
     OutputItem,
@@ -100,6 +104,7 @@ class ResponseBuilder:
         self.prompt_tokens = 0
         self.cached_tokens = 0
         self.reused_tokens = 0
+        self.written: list[int] | None = None  # (ttl_30m, ttl_12h) written, the breakpoint rule's
         self.replica = ""  # the inference replica that served it (the last call's)
         self.output_tokens = 0
         self.reasoning_tokens = 0
@@ -175,6 +180,8 @@ class ResponseBuilder:
                 self.prompt_tokens += ev.prompt_tokens
                 self.cached_tokens += ev.cached_tokens
                 self.reused_tokens += ev.reused_tokens
+                if ev.written is not None:
+                    self.written = [a + b for a, b in zip(self.written or [0, 0], ev.written, strict=True)]
                 self.queue_ms += ev.queue_ms
                 self.prefill_ms += ev.prefill_ms
                 self.replica = ev.replica or self.replica
@@ -251,15 +258,23 @@ class ResponseBuilder:
         out = self._close_open()
         self.response.output.append(item)
         idx, sid = len(self.response.output) - 1, self.stream_id
-        return [
-            *out,
+        out.append(
             OutputItemAdded(
                 sequence_number=self._next(), output_index=idx, item=item.model_copy(), stream_id=sid
-            ),
+            )
+        )
+        if isinstance(item, OutputCompaction):  # compaction runs between the item's added and done
+            out.append(
+                CompactionCompacting(
+                    sequence_number=self._next(), item_id=item.id, output_index=idx, stream_id=sid
+                )
+            )
+        out.append(
             OutputItemDone(
                 sequence_number=self._next(), output_index=idx, item=item.model_copy(), stream_id=sid
-            ),
-        ]
+            )
+        )
+        return out
 
     # -- items
     def _text(self, delta: str) -> list[ServerEvent]:
@@ -401,14 +416,25 @@ class ResponseBuilder:
         out.append(OutputItemDone(sequence_number=self._next(), output_index=idx, item=item, stream_id=sid))
         return out
 
+    def _input_details(self) -> InputTokensDetails:
+        """What the prompt read from and wrote to the cache: under the breakpoint rule, the
+        entries the engine wrote by lifetime; else every prompt token not reused (the block
+        rule writes each block it prefills)."""
+        if self.written is None:
+            return InputTokensDetails(
+                cached_tokens=self.cached_tokens, cache_write_tokens=self.prompt_tokens - self.reused_tokens
+            )
+        m30, h12 = self.written
+        return InputTokensDetails(
+            cached_tokens=self.cached_tokens,
+            cache_write_tokens=m30 + h12,
+            cache_write_tokens_details=CacheWriteTokensDetails(ttl_30m_tokens=m30, ttl_12h_tokens=h12),
+        )
+
     def _usage(self, output_tokens: int) -> Usage:
         return Usage(
             input_tokens=self.prompt_tokens,
-            input_tokens_details=InputTokensDetails(
-                cached_tokens=self.cached_tokens,
-                # Tokens this request's prefill wrote to the replica's prefix cache.
-                cache_write_tokens=self.prompt_tokens - self.reused_tokens,
-            ),
+            input_tokens_details=self._input_details(),
             output_tokens=output_tokens,
             output_tokens_details=OutputTokensDetails(reasoning_tokens=self.reasoning_tokens),
             total_tokens=self.prompt_tokens + output_tokens,
@@ -464,9 +490,24 @@ def new_response(
         service_tier=create.service_tier if create.service_tier not in (None, "auto") else "default",
         prompt_cache_key=create.prompt_cache_key,
         safety_identifier=create.safety_identifier,
+        **_cache_echo(create),
     )
     response.tools = tools  # an assignment is not validated: the list itself, not a copy
     return response
+
+
+def _cache_echo(create: ResponseCreate) -> dict[str, object]:
+    """``prompt_cache_options`` as applied, and the diagnostics a ``comparison_response_id``
+    asks for: the emulator computes none, so it answers with the SDK's ``unavailable``
+    variant (docs/protocol.md §3.4)."""
+    options = create.prompt_cache_options
+    if options is None:
+        return {}
+    applied = AppliedCacheOptions(
+        mode=options.mode, ttl=options.ttl, comparison_response_id=options.comparison_response_id
+    )
+    diagnostics = {"type": "unavailable"} if options.comparison_response_id is not None else None
+    return {"prompt_cache_options": applied, "prompt_cache_diagnostics": diagnostics}
 
 
 def parallel_tool_calls(create: ResponseCreate) -> bool:

@@ -17,8 +17,8 @@ from inference.types import InferenceRequest
 
 from ..errors import InvalidRequest
 from ..protocol import CustomToolCallOutputItem, FunctionCallOutputItem, InputItem, OutputItem, issued_call_id
-from .context import extend, input_dicts
-from .render import render_items
+from .context import extend, input_dicts, prompt_breakpoints
+from .render import render_marked
 from .safety import Classifier
 from .turn import Rollout, Turn
 
@@ -36,6 +36,7 @@ def begin(turn: Turn) -> Rollout:
         store=turn.store,
         scan=turn.scan.copy(),
         fmt=turn.fmt,
+        input_marks=turn.input_marks,
     )
     return Rollout(context)
 
@@ -82,7 +83,7 @@ def tool_results(rollout: Rollout, items: Sequence[InputItem]) -> list[ToolResul
 def answer(rollout: Rollout, results: Sequence[ToolResult], scan: Classifier, fmt: ChatFormat) -> Rollout:
     """The rollout with the client's tool results appended (``scan`` has read them)."""
     ctx = rollout.context
-    tokens = render_items(results, fmt)
+    tokens, marks = render_marked(results, fmt)
     context = extend(
         ctx,
         ctx.response_id,
@@ -94,6 +95,7 @@ def answer(rollout: Rollout, results: Sequence[ToolResult], scan: Classifier, fm
         store=ctx.store,
         scan=scan,
         fmt=fmt,
+        input_marks=marks,
     )
     context.fresh_tokens = ctx.fresh_tokens + len(tokens)  # no model call has read them yet
     return Rollout(context, rollout.folded, rollout.open_calls - {r.call_id for r in results})
@@ -104,4 +106,9 @@ def resume(request: InferenceRequest, prefix_len: int, rollout: Rollout) -> Infe
     (tools, instructions), then the rollout's conversation."""
     prompt = array("I", request.prompt_token_ids[:prefix_len])
     prompt.extend(rollout.context.tokens)
-    return replace(request, prompt_token_ids=prompt, tool_results_in_context=rollout.context.tool_results)
+    return replace(
+        request,
+        prompt_token_ids=prompt,
+        tool_results_in_context=rollout.context.tool_results,
+        breakpoints=prompt_breakpoints(prefix_len, None, rollout.context.marks),
+    )

@@ -43,6 +43,7 @@ from ..ids import new_id
 from ..protocol import (
     RESPONSE_ERROR_CODES,
     InputItem,
+    PromptCacheOptions,
     ResponseAppend,
     ResponseCreate,
     ResponseInject,
@@ -54,10 +55,18 @@ from ..protocol import (
 from ..protocol.wire_types import JSONObject
 from . import compaction, continuity, inject, references, rollout
 from . import inputs as ev
-from .context import ContextEntry, count_calls, extend, from_record, in_format, input_dicts
+from .context import (
+    ContextEntry,
+    count_calls,
+    extend,
+    from_record,
+    in_format,
+    input_dicts,
+    prompt_breakpoints,
+)
 from .lanes import HostBudget, Lanes
 from .prepare import Preparer, SharedParts
-from .render import item_text, render_items
+from .render import MarkedTokens, item_text, render_marked
 from .request_queue import Checked, Request, Requests, Stage
 from .response_builder import parallel_tool_calls, tool_choice_name
 from .steering import (
@@ -138,7 +147,7 @@ class Session:
             case ev.ItemsLoaded():
                 return self._on_items_loaded(event.load_id, event.found)
             case ev.Rendered():
-                return self._on_rendered(event.render_id, event.tokens)
+                return self._on_rendered(event.render_id, event.rendered)
             case ev.Written():
                 return self._on_written(event.response_id, stored=event.stored)
             case ev.DrainStarted():
@@ -488,10 +497,10 @@ class Session:
             request.asked = self._perf()
             return Effects(render=[Render(request.id, tuple(items), fmt)])
         with timer.phase("render"):
-            input_tokens = render_items(items, fmt)
-        return self._prepare(request, input_tokens)
+            rendered = render_marked(items, fmt)
+        return self._prepare(request, rendered)
 
-    def _on_rendered(self, render_id: int, tokens: Sequence[int] | None) -> Effects:
+    def _on_rendered(self, render_id: int, rendered: MarkedTokens | None) -> Effects:
         """The driver's answer to a :class:`Render` (``None``: rendering failed, a server
         fault).  The render phase counts the whole wait, the worker's queue included."""
         request = self._requests.at(render_id, Stage.RENDERING)
@@ -499,15 +508,16 @@ class Session:
             return Effects()
         request.timer.ms["render"] += (self._perf() - request.asked) * 1000.0
         assert request.checked is not None
-        if tokens is None:
+        if rendered is None:
             fx = self._reject(request, ServerError(), evict=request.checked.same_lane)
         else:
-            fx = self._prepare(request, tokens)
+            fx = self._prepare(request, rendered)
         fx += self._schedule()
         return fx
 
-    def _prepare(self, request: Request, input_tokens: Sequence[int]) -> Effects:
+    def _prepare(self, request: Request, rendered: MarkedTokens) -> Effects:
         """The rest of a request's preparation once its input is rendered; it starts."""
+        input_tokens = rendered.tokens
         begun = request.checked
         assert begun is not None
         lane_name, create, timer = request.lane, request.create, request.timer
@@ -538,7 +548,9 @@ class Session:
             return self._reject(request, exc, evict=begun.same_lane)
 
         store = True if create.store is None else create.store
-        generate = create.generate is not False and not (create.prompt_cache_options or {}).get("prewarm")
+        caching = create.prompt_cache_options or PromptCacheOptions()
+        generate = create.generate is not False and not caching.prewarm
+        prefix_len = len(prompt) - len(input_tokens) - (len(parent.tokens) if parent else 0)
         call = InferenceRequest(
             request_id=new_id("resp"),  # the response's id
             model=create.model or "",
@@ -556,6 +568,9 @@ class Session:
             prompt_cache_key=create.prompt_cache_key,
             replica_hint=(parent.replica or None) if parent is not None else None,
             metadata=tuple(sorted((create.metadata or {}).items())),
+            cache_mode=caching.mode,
+            cache_ttl=caching.ttl,
+            breakpoints=prompt_breakpoints(prefix_len, parent, rendered.marks),
         )
         timer.wait_inference()
         # The call is ready: the response and its first events are made once the driver
@@ -577,13 +592,14 @@ class Session:
             same_lane_parent=begun.same_lane,
             inputs=input_dicts(items),
             input_tokens=input_tokens,
+            input_marks=rendered.marks,
             call_ids=begun.call_ids,
             store=store,
             scan=scan,
             timer=timer,
             timings_requested=(create.metadata or {}).get(METADATA_KEY) == "1",
             create=create,
-            prefix_len=len(prompt) - len(input_tokens) - (len(parent.tokens) if parent else 0),
+            prefix_len=prefix_len,
             fmt=fmt,
         )
         self._requests.move(request, Stage.RUNNING)
@@ -704,6 +720,7 @@ class Session:
                         scan=turn.scan,
                         fmt=turn.fmt,
                         output_tokens=b.context_tokens,
+                        input_marks=turn.input_marks,
                     )
                 entry.replica = b.replica
                 fx.evict += self._lanes.remember(turn.lane, entry)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from inference.formats import CL100K, ChatFormat
-from inference.types import InferenceRequest
+from inference.types import Breakpoint, InferenceRequest
 from store import StoredResponse, UsageEntry
 
 from ..protocol import InputItem, OutputItem, ResponseCreate, ServerEvent
@@ -59,6 +59,7 @@ class Turn:
     prefix_len: int = 0  # prompt tokens before the conversation (tools, instructions)
     rollout: Rollout | None = None  # append mode only (actors.core.rollout)
     fmt: ChatFormat = CL100K  # the model's chat format (inference.formats)
+    input_marks: tuple[Breakpoint, ...] = ()  # the prompt-cache breakpoints in input_tokens
     _builder: ResponseBuilder | None = field(default=None, init=False)
     _opening: list[ServerEvent] = field(default_factory=list, init=False)
 
@@ -112,7 +113,7 @@ class Rollout:
 class Load:
     """Fetch a stored response the connection's cache does not hold (docs/protocol.md §4),
     answered with ``Session.on_loaded``; or, with ``item_ids``, the stored items an input's
-    ``item_reference`` items name (``response_id`` unused), answered with ``Session.on_items_loaded``."""
+    ``item_reference`` items name (``response_id`` unused), answered with an ``ItemsLoaded`` input."""
 
     load_id: int
     response_id: str
@@ -123,7 +124,7 @@ class Load:
 @dataclass(frozen=True, slots=True)
 class Render:
     """Tokenise a large input off the event loop and hand the ids back with
-    ``Session.on_rendered`` (``SessionConfig.render_offload_chars``)."""
+    the session once handed ``Rendered`` (``SessionConfig.render_offload_chars``)."""
 
     render_id: int
     items: tuple[InputItem, ...]

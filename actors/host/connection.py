@@ -51,7 +51,7 @@ from ..core.inputs import (
     Rendered,
     Written,
 )
-from ..core.render import render_items
+from ..core.render import MarkedTokens, render_marked
 from ..core.session import Effects, Load, Render, Session, Turn
 from ..core.timings import PhaseTimer, Report
 from ..errors import ServerError
@@ -90,7 +90,7 @@ class RenderPool:
     def crowded(self) -> bool:
         return self.in_flight > 0
 
-    async def render(self, job: Render) -> list[int] | None:
+    async def render(self, job: Render) -> MarkedTokens | None:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(min(4, os.cpu_count() or 1), thread_name_prefix="render")
         return await asyncio.get_running_loop().run_in_executor(self._executor, tokens_of, job)
@@ -106,10 +106,11 @@ class RenderPool:
         self.in_flight -= 1
 
 
-def tokens_of(job: Render) -> list[int] | None:
-    """The token ids of a job's input; ``None`` (logged) if a bug the input hit raised."""
+def tokens_of(job: Render) -> MarkedTokens | None:
+    """A job's input rendered (its token ids and breakpoints); ``None`` (logged) if a bug
+    the input hit raised."""
     try:
-        return render_items(job.items, job.fmt)
+        return render_marked(job.items, job.fmt)
     except Exception:
         log.exception("rendering an input failed")
         return None

@@ -17,9 +17,19 @@ from .requests import ReasoningConfig, TextConfig
 from .wire_types import JSONObject
 
 
+class CacheWriteTokensDetails(Outbound):
+    """The tokens written to the prompt cache by lifetime (the SDK's
+    ``InputTokensDetailsCacheWriteTokensDetails``)."""
+
+    ttl_30m_tokens: int = 0
+    ttl_12h_tokens: int = 0
+
+
 class InputTokensDetails(Outbound):
     cached_tokens: int = 0
     cache_write_tokens: int = 0
+    # Under the breakpoint rule only (docs/emulator.md); left out otherwise, as the SDK allows.
+    cache_write_tokens_details: CacheWriteTokensDetails | None = Field(None, exclude_if=lambda v: v is None)
 
 
 class OutputTokensDetails(Outbound):
@@ -47,6 +57,14 @@ class ResponseErrorBody(Outbound):
 
 class IncompleteDetails(Outbound):
     reason: Literal["max_output_tokens", "max_messages", "content_filter", "steered"]
+
+
+class AppliedCacheOptions(Outbound):
+    """``prompt_cache_options`` as a Response echoes them (the SDK's ``PromptCacheOptions``)."""
+
+    mode: Literal["implicit", "explicit"]
+    ttl: Literal["30m", "12h"]
+    comparison_response_id: str | None = None
 
 
 class ResponseObject(Outbound):
@@ -88,6 +106,9 @@ class ResponseObject(Outbound):
     service_tier: str = "default"
     prompt_cache_key: str | None = None
     safety_identifier: str | None = None
+    # Present when the create sent prompt_cache_options (docs/protocol.md §3.4).
+    prompt_cache_options: AppliedCacheOptions | None = Field(None, exclude_if=lambda v: v is None)
+    prompt_cache_diagnostics: JSONObject | None = Field(None, exclude_if=lambda v: v is None)
 
     @field_serializer("instructions", "tools", mode="wrap")
     def _echoed(
@@ -159,6 +180,17 @@ class OutputItemDone(_Event):
     sequence_number: int
     output_index: int
     item: OutputItem
+
+
+class CompactionCompacting(_Event):
+    """Server-side compaction of the response's conversation is running: between the
+    compaction item's ``output_item.added`` and its ``output_item.done`` (the SDK's
+    ``ResponseCompactionCompactingEvent``; Open Responses has no such event)."""
+
+    type: Literal["response.compaction.compacting"] = "response.compaction.compacting"
+    sequence_number: int
+    item_id: str
+    output_index: int
 
 
 class ContentPartAdded(_Event):
@@ -316,6 +348,7 @@ ServerEvent = (
     | ResponseFailed
     | OutputItemAdded
     | OutputItemDone
+    | CompactionCompacting
     | ContentPartAdded
     | ContentPartDone
     | OutputTextDelta

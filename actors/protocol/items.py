@@ -24,9 +24,24 @@ class OpenInbound(BaseModel):
     model_config = ConfigDict(strict=True, extra="allow")
 
 
+class PromptCacheBreakpoint(StrictInbound):
+    """``prompt_cache_breakpoint`` on an ``input_text``, ``input_image`` or ``input_file``
+    part: "marks the exact end of a reusable prompt prefix"; ``ttl`` (the minimum lifetime)
+    defaults to the request's ``prompt_cache_options.ttl`` (the openai SDK's
+    ``PromptCacheBreakpoint``; docs/protocol.md §2.2)."""
+
+    mode: Literal["explicit"]
+    ttl: Literal["30m", "12h"] | None = None
+
+
+# Listed and stored only when sent: a part without one keeps the keys it always had.
+CacheBreakpoint = Annotated[PromptCacheBreakpoint | None, Field(default=None, exclude_if=lambda v: v is None)]
+
+
 class InputText(StrictInbound):
     type: Literal["input_text"]
     text: str
+    prompt_cache_breakpoint: CacheBreakpoint = None
 
 
 class OutputTextIn(OpenInbound):
@@ -45,10 +60,12 @@ class InputImage(OpenInbound):
     detail: Literal["low", "high", "auto", "original"] = "auto"
     image_url: str | None = None
     file_id: str | None = None
+    prompt_cache_breakpoint: CacheBreakpoint = None
 
 
 class InputFile(OpenInbound):
     type: Literal["input_file"]
+    prompt_cache_breakpoint: CacheBreakpoint = None
 
 
 class InputAudio(OpenInbound):

@@ -130,6 +130,19 @@ class MultiAgent(OpenInbound):
     max_concurrent_subagents: Annotated[int, Field(ge=1)] | None = None
 
 
+class PromptCacheOptions(StrictInbound):
+    """``prompt_cache_options`` (the openai SDK's; docs/protocol.md §2.1): ``mode``
+    ``implicit`` (one automatic breakpoint plus up to three explicit) or ``explicit`` (up
+    to four explicit, none: no caching), ``ttl`` the breakpoints' minimum lifetime,
+    ``prewarm`` fills the cache without output, ``comparison_response_id`` asks for
+    ``prompt_cache_diagnostics``."""
+
+    mode: Literal["implicit", "explicit"] = "implicit"
+    ttl: Literal["30m", "12h"] = "30m"
+    prewarm: bool = False
+    comparison_response_id: str | None = None
+
+
 class ResponseCreate(BaseModel):
     """``response.create`` (flat body, docs/protocol.md §2.1).  Unknown top-level fields are kept in
     ``model_extra``; the session rejects them only in strict mode."""
@@ -161,7 +174,7 @@ class ResponseCreate(BaseModel):
     user: str | None = None
     include: list[str] | None = None
     prompt_cache_key: str | None = None
-    prompt_cache_options: JSONObject | None = None
+    prompt_cache_options: PromptCacheOptions | None = None
     prompt_cache_retention: str | None = None
     safety_identifier: str | None = None
     service_tier: ServiceTier | None = None
@@ -372,6 +385,13 @@ def _param_path(loc: tuple[Any, ...]) -> str:
 
 
 _UNION_LABELS = ITEM_TAGS | {
+    # content part types (ContentPart's discriminator)
+    "input_text",
+    "output_text",
+    "refusal",
+    "input_image",
+    "input_file",
+    "input_audio",
     "json_object",
     "json_schema",
     "str",

@@ -63,6 +63,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tool-time-ms", type=float, default=None, help="(codex: the median)")
     p.add_argument("--resume-tokens", type=int, default=None, help="resumed session's history, tokens")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--breakpoints",
+        choices=("30m", "12h"),
+        default=None,
+        help="place prompt-cache breakpoints as a client would (bench/breakpoints.py): after the "
+        "instructions and tools with this ttl, and at each turn's last tool output (e.g. --model emu-cache)",
+    )
     p.add_argument("--sweep", default=None, help="also run these tool-round counts, e.g. 5,10,20,35,50")
     p.add_argument(
         "--sweep-speed",
@@ -84,6 +91,8 @@ def workload_from(args: argparse.Namespace, tool_rounds: int | None = None) -> W
     """The preset with the options given on the command line; with a shaped preset
     (codex) a size option moves its distribution's median, the spread kept."""
     w = replace(PRESETS[args.preset], model=args.model, seed=args.seed)
+    if getattr(args, "breakpoints", None):
+        w = replace(w, breakpoints=True, breakpoint_ttl=args.breakpoints)
     given: dict[str, Any] = {
         field: value
         for field, value in (

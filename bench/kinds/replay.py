@@ -50,6 +50,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="the tools' time: recorded, none, xFACTOR (x0.5: half) or SECONDS per step with calls",
     )
     p.add_argument(
+        "--breakpoints",
+        choices=("30m", "12h"),
+        default=None,
+        help="place prompt-cache breakpoints as a client would (bench/breakpoints.py), the first "
+        "with this ttl; reads and writes by ttl are reported per transport (e.g. --model emu-cache)",
+    )
+    p.add_argument(
         "--human-gaps",
         action="store_true",
         help="also wait the recorded time before each user message (excluded by default)",
@@ -139,6 +146,7 @@ def measure(
                     api_key=_key(args, name, "run"),
                     tool_time=args.tool_time,
                     human_gaps=args.human_gaps,
+                    cache_breakpoints=args.breakpoints,
                 )
             out.append(report.session_payload(s, runs))
         return out
@@ -149,6 +157,7 @@ def measure(
         "model": args.model,
         "tool_time": vars(args.tool_time),
         "human_gaps": args.human_gaps,
+        "breakpoints": args.breakpoints,
         "sessions": payload_sessions,
         "total": report.total(payload_sessions),
     }

@@ -14,6 +14,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from bench import breakpoints
 from bench.rollouts import TIMINGS_KEY, model_seconds, server_timings
 from bench.transports import TRANSPORTS
 
@@ -55,6 +56,8 @@ class StepRun:
     request_bytes: int = 0
     input_tokens: int = 0
     cached_tokens: int = 0
+    write_30m_tokens: int = 0  # written to the prompt cache, by lifetime (bench.breakpoints.figures)
+    write_12h_tokens: int = 0
     output_tokens: int = 0
     reasoning_tokens: int = 0
     calls: int = 0
@@ -87,9 +90,12 @@ async def replay(
     api_key: str,
     tool_time: ToolTime = ToolTime(),
     human_gaps: bool = False,
+    cache_breakpoints: str | None = None,
 ) -> SessionRun:
     """One session over ``transport``; its end-to-end time includes connecting, tool time
-    and (with ``human_gaps``) the recorded gaps."""
+    and (with ``human_gaps``) the recorded gaps.  ``cache_breakpoints`` (a ttl): place
+    prompt-cache breakpoints as a client would (``bench.breakpoints``), the first one at the
+    start of each chain."""
     run = SessionRun(transport)
     t = TRANSPORTS[transport](url, api_key)
     base = synth.base(session, model)
@@ -114,6 +120,13 @@ async def replay(
             items = [synth.input_item(session, step, i, item, call_ids) for i, item in enumerate(step.inputs)]
             if None in items:
                 skip("tool output for a call the replay did not make", items.count(None))
+            if cache_breakpoints:
+                kept = breakpoints.place(
+                    [i for i in items if i is not None],
+                    first=step.index == 0 or step.new_chain,
+                    ttl=cache_breakpoints,
+                )
+                items[:] = kept
             turn, dropped = synth.turn_script(step)
             if dropped:
                 skip("calls past the metadata value's 512 characters", dropped)
@@ -148,7 +161,7 @@ async def replay(
 def _usage(rec: StepRun, response: dict[str, Any]) -> None:
     usage = response.get("usage") or {}
     rec.input_tokens = usage.get("input_tokens", 0)
-    rec.cached_tokens = (usage.get("input_tokens_details") or {}).get("cached_tokens", 0)
+    rec.cached_tokens, rec.write_30m_tokens, rec.write_12h_tokens = breakpoints.figures(usage)
     rec.output_tokens = usage.get("output_tokens", 0)
     rec.reasoning_tokens = (usage.get("output_tokens_details") or {}).get("reasoning_tokens", 0)
     rec.calls = sum(1 for o in response.get("output", []) if o.get("type") == "function_call")

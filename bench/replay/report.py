@@ -27,6 +27,8 @@ SUMMED = (
     "bytes_sent",
     "prefill_tokens",
     "cached_tokens",
+    "write_30m_tokens",
+    "write_12h_tokens",
     "output_tokens",
     "reasoning_tokens",
 )
@@ -49,6 +51,9 @@ def summarise(run: SessionRun) -> dict[str, Any]:
         "bytes_per_step": [s.request_bytes for s in done],
         "prefill_tokens": sum(s.input_tokens - s.cached_tokens for s in done),
         "cached_tokens": sum(s.cached_tokens for s in done),
+        # Written to the prompt cache, by lifetime (bench.breakpoints.figures).
+        "write_30m_tokens": sum(s.write_30m_tokens for s in done),
+        "write_12h_tokens": sum(s.write_12h_tokens for s in done),
         "output_tokens": sum(s.output_tokens for s in done),
         "reasoning_tokens": sum(s.reasoning_tokens for s in done),
         "connect_ms": run.connect_ms,

@@ -92,7 +92,11 @@ def test_with_compaction_a_session_past_400k_tokens_of_history_runs_to_the_end()
     assert len(compacting) >= 4
     for r in compacting:
         assert r["output"] == ["compaction", "function_call"]
-        assert r["events"][2:4] == ["response.output_item.added", "response.output_item.done"]
+        assert r["events"][2:5] == [
+            "response.output_item.added",
+            "response.compaction.compacting",  # while it runs: between the item's added and done
+            "response.output_item.done",
+        ]
         before = rows[r["turn"] - 1]["input_tokens"]
         assert r["input_tokens"] < before, "rendered from the compacted window: fewer input tokens"
     assert max(r["input_tokens"] for r in rows) < 100_000 + 16_000 + 1_000

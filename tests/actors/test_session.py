@@ -24,7 +24,7 @@ from actors.core.inputs import (
     Rendered,
     Written,
 )
-from actors.core.render import render_items
+from actors.core.render import render_items, render_marked
 from actors.core.session import Effects, Session
 from actors.errors import InvalidRequest
 from actors.protocol import ResponseObject, error_event
@@ -494,7 +494,6 @@ def test_incremental_rendering_equals_rendering_the_whole_conversation(turns):
     """Turn by turn the session only appends the new items' tokens; the result is exactly
     what rendering the whole conversation at once gives (the stateless path)."""
     from actors.core.context import from_record
-    from actors.core.render import render_items
     from actors.core.timings import PhaseTimer
     from actors.protocol import parse_items
     from inference.types import FunctionCallDelta
@@ -716,7 +715,6 @@ def test_steering_a_completed_text_answer_fails_already_completed():
 
 
 def test_append_mode_runs_a_whole_rollout_in_one_response():
-    from actors.core.render import render_items
     from actors.protocol import parse_items
     from inference.types import FunctionCallDelta
 
@@ -920,7 +918,7 @@ def test_a_large_input_is_rendered_by_the_driver_and_then_starts_as_an_inline_on
     assert not fx.events and not fx.start and len(fx.render) == 1, "nothing starts before the tokens"
     assert not s.idle and s.inflight == 1
     (job,) = fx.render
-    fx = handled(s, Rendered(job.render_id, render_items(job.items)))
+    fx = handled(s, Rendered(job.render_id, render_marked(job.items)))
     (turn,) = fx.start
     assert turn.request.prompt_token_ids == inline.start[0].request.prompt_token_ids
     assert turn.timer.ms["render"] > 0
@@ -935,7 +933,7 @@ def test_a_failed_render_is_server_error_and_the_lane_stays_usable():
     assert error["type"] == "error" and error["error"]["code"] == "server_error"
     assert s.idle
     (job,) = send(s, input="y" * 50).render
-    assert handled(s, Rendered(job.render_id, render_items(job.items))).start
+    assert handled(s, Rendered(job.render_id, render_marked(job.items))).start
 
 
 def test_tokens_arriving_after_a_disconnect_are_dropped():
@@ -943,7 +941,7 @@ def test_tokens_arriving_after_a_disconnect_are_dropped():
     (job,) = send(s, input="x" * 50).render
     handled(s, Disconnected())
     assert s.idle
-    fx = handled(s, Rendered(job.render_id, render_items(job.items)))
+    fx = handled(s, Rendered(job.render_id, render_marked(job.items)))
     assert not (fx.events or fx.start)
 
 

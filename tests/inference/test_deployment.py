@@ -25,7 +25,7 @@ def test_replica_class_streams_lists_models_and_reports_stats():
 
     chunks, models, stats = asyncio.run(main())
     assert isinstance(chunks[0][0], Prefilled) and isinstance(chunks[-1][-1], Done)
-    assert [m["id"] for m in models] == ["emu-fast", "emu-gpu"]
+    assert [m["id"] for m in models] == ["emu-fast", "emu-gpu", "emu-cache"]
     assert all(m["object"] == "model" and isinstance(m["created"], int) for m in models)
     assert stats["completed"] == 1 and stats["replica"] is None
 

@@ -26,7 +26,7 @@ def test_example_config_equals_the_defaults():
 def test_dotted_overrides_and_partial_inference_section():
     cfg = load_app_config(None, **{"server.port": 9000, "inference.policy": {"tool_rounds": 7}})
     assert cfg.server.port == 9000 and cfg.inference.policy.tool_rounds == 7
-    assert {p.id for p in cfg.inference.profiles} == {"emu-fast", "emu-gpu"}
+    assert {p.id for p in cfg.inference.profiles} == {"emu-fast", "emu-gpu", "emu-cache"}
 
 
 def test_api_keys_come_from_the_file_the_list_and_the_environment(tmp_path):

@@ -53,6 +53,7 @@ EXTENSIONS = {
     "response.steer.accepted": "steering",
     "response.steer.pending": "steering",
     "response.steer.failed": "steering",
+    "response.compaction.compacting": "server-side compaction's progress (docs/protocol.md §4.12)",
 }
 
 # Keys the server sends that the Open Responses document does not declare, each with its
@@ -69,6 +70,16 @@ EXTRA_KEYS: list[tuple[str, str, str]] = [
         "the SDK's InputTokensDetails requires it (docs/protocol.md §3.4)",
     ),
     ("response.compaction", "usage.input_tokens_details.cache_write_tokens", "the same usage object"),
+    (
+        "response",
+        "usage.input_tokens_details.cache_write_tokens_details",
+        "the prompt cache's writes by lifetime, the SDK's (docs/protocol.md §3.4)",
+    ),
+    ("response", "prompt_cache_options", "the applied prompt-caching options, the SDK's"),
+    ("response", "prompt_cache_diagnostics", "the SDK's answer to a comparison_response_id"),
+    ("input_text", "prompt_cache_breakpoint", "the SDK's breakpoint on a content part, listed as sent"),
+    ("input_image", "prompt_cache_breakpoint", "the same"),
+    ("input_file", "prompt_cache_breakpoint", "the same"),
     (
         "response.function_call_arguments.done",
         "name",

@@ -548,7 +548,7 @@ def test_a_render_that_fails_is_server_error_and_the_socket_stays_usable(monkeyp
     def broken(items):
         raise KeyError("internal detail /srv/secret.py")
 
-    monkeypatch.setattr("actors.host.connection.render_items", broken)
+    monkeypatch.setattr("actors.host.connection.render_marked", broken)
 
     async def scenario(conn, inference, client):
         conn.feed(create(input=BIG, store=False))  # inline
