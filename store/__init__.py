@@ -7,14 +7,16 @@ module per backend (:mod:`.sqlite`, :mod:`.redis`), the write-through :mod:`.wri
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
-from .base import Store, StoreConfig, StoredResponse, UsageEntry, decode_record, encode_body
+from .base import Store, StoreConfig, StoredResponse, StoreRefused, UsageEntry, decode_record, encode_body
 from .journal import Journal, replay
 from .writer import StoreWriter, WriterClosed
 
 __all__ = [
     "Store",
     "StoreConfig",
+    "StoreRefused",
     "StoreWriter",
     "StoredResponse",
     "UsageEntry",
@@ -31,10 +33,24 @@ def open_store(config: StoreConfig) -> Store:
     if config.backend == "redis":
         from .redis import RedisStore  # imported on demand: redis is only needed when chosen
 
-        return RedisStore(config.redis_url, config.key_prefix)
+        return RedisStore(config.redis_url, config.key_prefix, password=redis_password(config))
     from .sqlite import SQLiteStore
 
     return SQLiteStore(config.data_dir)
+
+
+def redis_password(config: StoreConfig) -> str | None:
+    """The password in ``config.redis_password_file`` (stripped), or ``None`` if none is named."""
+    if config.redis_password_file is None:
+        return None
+    path = Path(config.redis_password_file).expanduser()
+    try:
+        password = path.read_text().strip()
+    except OSError as exc:
+        raise StoreRefused(f"store.redis_password_file {path}: {exc.strerror or exc}") from exc
+    if not password:
+        raise StoreRefused(f"store.redis_password_file {path} is empty")
+    return password
 
 
 async def open_writer(

@@ -18,9 +18,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis import exceptions as redis_errors
 from redis.typing import EncodableT
 
-from .base import StoredResponse, UsageEntry, decode_record, encode_body, item_in, new_item_ids
+from .base import StoredResponse, StoreRefused, UsageEntry, decode_record, encode_body, item_in, new_item_ids
+
+# The server's answers that refuse this client rather than fail for a while: a wrong or missing
+# password (WRONGPASS, NOAUTH), a denied command (NOPERM), protected mode's DENIED.
+REFUSALS = ("NOAUTH", "WRONGPASS", "NOPERM", "DENIED")
 
 # KEYS[1] = record key, ARGV[1] = owner; returns the number of keys deleted (0 or 1).
 DELETE_IF_OWNER = """
@@ -60,9 +65,10 @@ class RedisStore:
     can share one server.
     """
 
-    def __init__(self, url: str, key_prefix: str = "rws:") -> None:
+    def __init__(self, url: str, key_prefix: str = "rws:", *, password: str | None = None) -> None:
         self.key_prefix = key_prefix
-        self._redis = aioredis.Redis.from_url(url, decode_responses=True)
+        extra = {"password": password} if password is not None else {}  # else the URL's, if any
+        self._redis = aioredis.Redis.from_url(url, decode_responses=True, **extra)
         self._delete_if_owner = self._redis.register_script(DELETE_IF_OWNER)
         self._add_usage = self._redis.register_script(ADD_USAGE)
         self._put_with_usage = self._redis.register_script(PUT_WITH_USAGE)
@@ -152,8 +158,16 @@ class RedisStore:
 
     async def probe(self) -> None:
         """``SET <prefix>health`` (expires after a minute): refused by a read-only replica,
-        a server out of memory, or one short of ``min-replicas-to-write``."""
-        await self._redis.set(f"{self.key_prefix}health", repr(time.time()), ex=60)
+        a server out of memory, or one short of ``min-replicas-to-write``; a server that
+        refuses this client (:data:`REFUSALS`) raises :class:`~store.StoreRefused`."""
+        try:
+            await self._redis.set(f"{self.key_prefix}health", repr(time.time()), ex=60)
+        except (redis_errors.AuthenticationError, redis_errors.NoPermissionError) as exc:
+            raise StoreRefused(f"redis refused this client: {exc}") from exc
+        except redis_errors.RedisError as exc:
+            if str(exc).lstrip("-").startswith(REFUSALS):
+                raise StoreRefused(f"redis refused this client: {exc}") from exc
+            raise
 
     async def close(self) -> None:
         """Close the connection pool (calls already awaited have completed)."""
