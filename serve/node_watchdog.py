@@ -120,7 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval-s", type=float, default=DEFAULT_INTERVAL_S)
     parser.add_argument("--stop-ray", action="store_true", help="run `ray stop --force` on this host")
     parser.add_argument("--pidfile", type=Path, action="append", default=[], help="a process this node owns")
+    parser.add_argument("--own-pidfile", type=Path, help="write this watchdog's pid here")
     args = parser.parse_args(argv)
+    if args.own_pidfile is not None:
+        args.own_pidfile.write_text(f"{os.getpid()}\n")
     host, _, port = args.gcs.rpartition(":")
     ray = Path(sys.executable).parent / "ray"
 
