@@ -287,7 +287,9 @@ class Harness:
         for app in raw["applications"]:
             args = app.setdefault("args", {})
             args.setdefault("store", {})["redis_url"] = self.redis_url
-            args["store"]["redis_password_file"] = None  # the harness's Redis has no password (its own bridge)
+            args["store"]["redis_password_file"] = (
+                None  # the harness's Redis has no password (its own bridge)
+            )
             args["store"].setdefault("data_dir", str(self.data_dir))
             args.setdefault("server", {})["gateway_replicas"] = len(self.session_nodes)
             if self.edit_args is not None:

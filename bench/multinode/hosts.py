@@ -24,9 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import network, processes
+from .cleanup import HOSTS_PREFIX, temp_dirs
 from .topology import Node, NodeSpec, Topology, leftovers
 
-PREFIX = "rwsup"
+PREFIX = HOSTS_PREFIX
 SUBNET = "10.213.38.0/24"
 WHEELHOUSE_MOUNT = "/opt/wheelhouse"
 SSHD = "/usr/sbin/sshd"
@@ -71,7 +72,7 @@ def host_script(root: Path, hostname: str, wheelhouse: Path) -> str:
         f"mount -o remount,ro,bind {point}",
         f"mount --bind {r}/etc /etc",
         f"mount --bind {r}/root /root",
-        f"mount --bind {r}/opt /opt",
+        f"mount --rbind {r}/opt /opt",  # with the wheelhouse mounted in it
         "mount -t tmpfs -o size=64m,mode=755 tmpfs /run",
         "mkdir -p /run/sshd",
         "mount -t tmpfs -o size=256m tmpfs /dev/shm",  # Ray's object store: small, the host's own
@@ -137,8 +138,6 @@ class Hosts:
         self.stop()
 
     def start(self) -> None:
-        from .cleanup import temp_dirs
-
         if os.geteuid() != 0:
             raise PermissionError("ray-up hosts need root (namespaces, a bridge, mounts)")
         for binary in (SSHD, "/usr/bin/rsync", "/usr/bin/ssh", "/usr/bin/python3.11"):
@@ -190,30 +189,22 @@ class Hosts:
             self.stop()
             raise
 
+    def ssh_command(self, node: Node) -> list[str]:
+        """``ssh`` as root onto the host with the generated key (append the remote command)."""
+        opts = ["StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null", "LogLevel=ERROR", "BatchMode=yes"]
+        return [
+            "ssh",
+            "-i",
+            str(self.key),
+            *(f"-o{o}" for o in opts),
+            "-oConnectTimeout=5",
+            f"root@{node.address}",
+        ]
+
     def ssh(self, node: Node, command: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
         """``command`` on the host over SSH as root (the hosts' own shell, PID namespace)."""
         return subprocess.run(
-            [
-                "ssh",
-                "-i",
-                str(self.key),
-                "-o",
-                "StrictHostKeyChecking=no",
-                "-o",
-                "UserKnownHostsFile=/dev/null",
-                "-o",
-                "LogLevel=ERROR",
-                "-o",
-                "BatchMode=yes",
-                "-o",
-                "ConnectTimeout=5",
-                f"root@{node.address}",
-                command,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=False,
+            [*self.ssh_command(node), command], capture_output=True, text=True, timeout=timeout_s, check=False
         )
 
     def wait_ssh(self, node: Node, deadline: float) -> None:
