@@ -67,8 +67,10 @@ class RedisStore:
 
     def __init__(self, url: str, key_prefix: str = "rws:", *, password: str | None = None) -> None:
         self.key_prefix = key_prefix
-        extra = {"password": password} if password is not None else {}  # else the URL's, if any
-        self._redis = aioredis.Redis.from_url(url, decode_responses=True, **extra)
+        if password is None:  # the URL's own, if any
+            self._redis = aioredis.Redis.from_url(url, decode_responses=True)
+        else:
+            self._redis = aioredis.Redis.from_url(url, decode_responses=True, password=password)
         self._delete_if_owner = self._redis.register_script(DELETE_IF_OWNER)
         self._add_usage = self._redis.register_script(ADD_USAGE)
         self._put_with_usage = self._redis.register_script(PUT_WITH_USAGE)

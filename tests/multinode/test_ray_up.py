@@ -30,6 +30,7 @@ from bench.multinode.hosts import PREFIX, Hosts
 from bench.multinode.topology import leftovers
 from tests.multinode.test_real_clients import SdkRun, sdk_chain
 from tests.support.codex import CODEX, Egress, codex_home, run_codex, write_checkout
+from tests.support.wiretap import Wiretap
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
@@ -240,11 +241,20 @@ def test_ray_up_serves_through_the_balancer_survives_a_drain_and_ray_down_leaves
         with steps.run("ray down -y"):
             run([str(RAY_BIN / "ray"), "down", "-y", str(cluster)], env, work / "ray-down.log", 180)
         with steps.run("no Ray or Redis process left on any host"):
-            deadline = time.monotonic() + DOWN_WITHIN_S
-            while any(left := leftover_processes(hosts)):
-                if time.monotonic() > deadline:
+            down_at, clean_at = time.monotonic(), {}
+            deadline = down_at + DOWN_WITHIN_S
+            while True:
+                left = leftover_processes(hosts)
+                for name, procs in left.items():
+                    if not procs:
+                        clean_at.setdefault(name, time.monotonic() - down_at)
+                if not any(left.values()) or time.monotonic() > deadline:
                     break
                 time.sleep(1.0)
+        print(
+            "    each host's last process (not sshd) gone, from the end of `ray down`: "
+            + ", ".join(f"{k} {v:.1f}s" for k, v in clean_at.items())
+        )
         assert not any(left.values()), f"{DOWN_WITHIN_S:.0f}s after `ray down`: {left}"
         print(
             f"  ray up to every node in Ray: {up_to_ray:.1f}s; to a serving cluster (ray up + serve deploy, "
@@ -306,6 +316,22 @@ def assert_store_needs_its_password(head: str, password: str) -> None:
     assert redis.Redis(host=head, port=6390, password=password, socket_timeout=5).ping()
 
 
+def served_since(r: SdkRun, asked: float) -> int:
+    """Turns the client completed after the drain command and after its last reconnect."""
+    since = max([asked, *(at for at, _, _ in r.reconnects)])
+    return sum(w > since for w, _, _ in r.turns)
+
+
+def settled(runs: list[SdkRun], asked: float, drained_address: str) -> bool:
+    """The drained node's gateway has left (its /readyz not 200), its clients reconnected on
+    its 1012, and every client completed turns since then."""
+    return (
+        ready(drained_address) != 200
+        and any(code == 1012 for r in runs for _, code, _ in r.reconnects)
+        and all(r.errors or served_since(r, asked) >= TURNS_AFTER_DRAIN for r in runs)
+    )
+
+
 def drain_under_load(
     url: str, hosts: Hosts, work: Path, env: dict[str, str], node_ids: dict[str, str], drained: str
 ) -> str:
@@ -313,8 +339,13 @@ def drain_under_load(
     client has completed two turns, ``ray drain-node`` of ``drained``; every client must then
     go on (the SDK: three more turns each, no error; Codex: exit 0 with ``turn.completed``)."""
     runs = [SdkRun(i) for i in range(SDK_CLIENTS)]
+    drained_address = hosts.topology.node(drained).address
     stop = threading.Event()
     egress = Egress()
+    # Codex sends everything but loopback to its proxy (the test's egress, which refuses): a
+    # relay on 127.0.0.1 takes its connections to the balancer.
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    tap = Wiretap(host, int(port))
     codex_out: dict[str, object] = {}
 
     def sdk(r: SdkRun) -> None:
@@ -327,7 +358,7 @@ def drain_under_load(
         checkout = work / "codex" / "checkout"
         checkout.mkdir(parents=True)
         write_checkout(checkout, {"README.md": "# demo\n", "src/main.py": "print('hello')\n"})
-        home = codex_home(work / "codex", url, websockets=True)
+        home = codex_home(work / "codex", tap.url, websockets=True)
         try:
             codex_out["run"] = run_codex(
                 home,
@@ -368,23 +399,27 @@ def drain_under_load(
         )
         assert out.returncode == 0, out.stdout + out.stderr
         end = time.monotonic() + 90
-        while time.monotonic() < end and not all(
-            sum(w > asked for w, _, _ in r.turns) >= TURNS_AFTER_DRAIN or r.errors for r in runs
-        ):
+        while time.monotonic() < end and not settled(runs, asked, drained_address):
             time.sleep(0.2)
+        left_at = time.monotonic()
         threads[-1].join(timeout=200)
     finally:
         stop.set()
         for t in threads[:-1]:
             t.join(timeout=30)
         egress.close()
+        tap.close()
     problems = [f"sdk {r.index}: {r.errors}" for r in runs if r.errors]
     problems += [
-        f"sdk {r.index}: {sum(w > asked for w, _, _ in r.turns)} turns after the drain"
+        f"sdk {r.index}: {served_since(r, asked)} turns after the drain and its reconnects {r.reconnects}"
         for r in runs
-        if sum(w > asked for w, _, _ in r.turns) < TURNS_AFTER_DRAIN
+        if served_since(r, asked) < TURNS_AFTER_DRAIN
     ]
     reconnected = sum(any(code == 1012 for _, code, _ in r.reconnects) for r in runs)
+    if not reconnected:
+        problems.append(f"no SDK client was moved off {drained} (its 1012)")
+    if ready(drained_address) == 200:
+        problems.append(f"{drained} still ready after its drain")
     run_ = codex_out.get("run")
     kinds = [e["type"] for e in getattr(run_, "events", [])]
     if getattr(run_, "returncode", None) != 0 or kinds[-1:] != ["turn.completed"]:
@@ -393,6 +428,8 @@ def drain_under_load(
     return (
         f"{SDK_CLIENTS} SDK clients: {sum(len(r.turns) for r in runs)} turns, "
         f"{sum(sum(w > asked for w, _, _ in r.turns) for r in runs)} after `ray drain-node` of {drained}; "
-        f"{reconnected} reconnected on its 1012, {sum(r.resent for r in runs)} creates resent, none failed; "
+        f"{reconnected} moved off it (a 1012, then served again on the other node), "
+        f"{sum(r.resent for r in runs)} creates resent, none failed; the drained node's gateway left "
+        f"{left_at - asked:.1f}s after the drain command and every client had {TURNS_AFTER_DRAIN}+ turns since; "
         f"Codex exit 0, {len(kinds)} events, ended {kinds[-1:]}"
     )
