@@ -165,7 +165,9 @@ def test_ray_up_serves_through_the_balancer_survives_a_drain_and_ray_down_leaves
     try:
         with steps.run("ray up -y (the head set up, Ray started)"):
             out = run([str(RAY_BIN / "ray"), "up", "-y", str(cluster)], env, work / "ray-up.log", 600)
-        assert "raised to it" in out or "hard limit" not in out
+        hard = host_shell(hosts, head, "ulimit -Hn").strip()
+        if hard != "unlimited" and int(hard) < 65536:  # 20 000 on this machine: said, not ignored
+            assert f"the hard limit {hard} is below 65536: raised to it" in out, out[-3000:]
         with steps.run("every worker up in Ray with its role (the head's autoscaler v1)"):
             deadline = time.monotonic() + 420
             want = {head.address: "head", **{n.address: n.spec.role for n in workers}}
