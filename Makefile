@@ -100,13 +100,16 @@ test-real-model: real-model
 
 # The `ray up` hosts of the multi-node tier (bench/multinode/hosts.py, tests/multinode/test_ray_up.py):
 # each runs Debian's sshd and uses rsync and python3.11 with its venv module (Debian packages;
-# the package's ssh service is never started: each host runs its own sshd).
+# the package's ssh service is not started on install (policy-rc.d): each host runs its own sshd).
 HOST_PY := /usr/bin/python3.11
 ray-up-hosts:
 	@{ command -v /usr/sbin/sshd && command -v rsync && $(HOST_PY) -c "import ensurepip"; } >/dev/null 2>&1 || { \
 	  echo "installing openssh-server, rsync, python3.11-venv (Debian packages)"; \
 	  export DEBIAN_FRONTEND=noninteractive; \
-	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq openssh-server rsync python3.11-venv; }
+	  policy=; [ -e /usr/sbin/policy-rc.d ] || { policy=1; \
+	    printf '#!/bin/sh\nexit 101\n' | $(SUDO) tee /usr/sbin/policy-rc.d >/dev/null; $(SUDO) chmod +x /usr/sbin/policy-rc.d; }; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq openssh-server rsync python3.11-venv; rc=$$?; \
+	  [ -z "$$policy" ] || $(SUDO) rm -f /usr/sbin/policy-rc.d; exit $$rc; }
 
 # The hosts' only package source: wheels of every runtime dependency, built with the hosts' own
 # interpreter (pip reaches the registry here, on the machine; the hosts reach nothing).
