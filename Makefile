@@ -6,7 +6,8 @@ STAMP  := $(VENV)/.installed
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test test-unit lint bench serve install redis clients clean wheel smoke-wheel \
-        real-model real-model-engine test-real-model haproxy test-multinode multinode-clean
+        real-model real-model-engine test-real-model haproxy test-multinode multinode-clean \
+        ray-up-hosts wheelhouse
 
 $(BIN)/python:
 	python3 -m venv $(VENV)
@@ -101,10 +102,37 @@ real-model-engine: real-model
 test-real-model: real-model
 	RESPONSES_WS_MODEL_DIR=$(MODEL_DIR) $(RBIN)/pytest -m real_model tests/real_model
 
+# The `ray up` hosts of the multi-node tier (bench/multinode/hosts.py, tests/multinode/test_ray_up.py):
+# each runs Debian's sshd and uses rsync and python3.11 with its venv module (Debian packages;
+# the package's ssh service is not started on install (policy-rc.d): each host runs its own sshd).
+HOST_PY := /usr/bin/python3.11
+ray-up-hosts:
+	@{ command -v /usr/sbin/sshd && command -v rsync && $(HOST_PY) -c "import ensurepip"; } >/dev/null 2>&1 || { \
+	  echo "installing openssh-server, rsync, python3.11-venv (Debian packages)"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  policy=; [ -e /usr/sbin/policy-rc.d ] || { policy=1; \
+	    printf '#!/bin/sh\nexit 101\n' | $(SUDO) tee /usr/sbin/policy-rc.d >/dev/null; $(SUDO) chmod +x /usr/sbin/policy-rc.d; }; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq openssh-server rsync python3.11-venv; rc=$$?; \
+	  [ -z "$$policy" ] || $(SUDO) rm -f /usr/sbin/policy-rc.d; exit $$rc; }
+
+# The hosts' only package source: wheels of every runtime dependency, built with the hosts' own
+# interpreter (pip reaches the registry here, on the machine; the hosts reach nothing).
+WHEELHOUSE ?= $(HOME)/.cache/responses-ws/wheelhouse
+$(WHEELHOUSE)/.built: pyproject.toml | ray-up-hosts
+	rm -rf $(WHEELHOUSE) $(WHEELHOUSE).venv
+	$(HOST_PY) -m venv $(WHEELHOUSE).venv
+	$(WHEELHOUSE).venv/bin/pip wheel --quiet --wheel-dir $(WHEELHOUSE) . "setuptools>=77" wheel 2>&1 | grep -v "is ignored: it is neither" || true
+	rm -rf $(WHEELHOUSE).venv $(WHEELHOUSE)/responses_ws-*.whl  # each host installs the project from its source
+	ls $(WHEELHOUSE)/ray-*.whl >/dev/null
+	touch $@
+
+wheelhouse: $(WHEELHOUSE)/.built
+
 # The multi-node tier (tests/multinode): real Ray nodes in network namespaces of their own on a
-# bridge, Redis on the head, HAProxy in front (bench/multinode, docs/deploy.md).  Needs root.
-test-multinode: $(STAMP) redis haproxy
-	$(SUDO) $(BIN)/pytest -m multinode -s tests/multinode
+# bridge, Redis on the head, HAProxy in front (bench/multinode, docs/deploy.md), and `ray up` on
+# hosts with sshd (test_ray_up.py, run first).  Needs root.
+test-multinode: $(STAMP) redis haproxy ray-up-hosts wheelhouse $(CLIENTS)
+	$(SUDO) RWS_WHEELHOUSE=$(WHEELHOUSE) $(BIN)/pytest -m multinode -s tests/multinode
 
 # Remove what a multi-node harness left behind (only names with its prefix).
 multinode-clean: $(STAMP)

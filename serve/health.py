@@ -3,7 +3,8 @@
 - ``GET /healthz`` — the process is alive and its listener accepts (always 200 when answered).
 - ``GET /readyz`` — ready for traffic: 200 when every check passes, else 503; the JSON body
   names every check and the reason of each failed one.  Serve's ``check_health`` runs the
-  same checks and fails on those a restart can cure (:meth:`Readiness.raise_unless_healthy`).
+  same checks and fails on those a restart can cure, and on a dependency that refuses the
+  replica (a wrong store credential: :meth:`Readiness.raise_unless_healthy`).
 
 The checks, each bounded by ``timeout_s``: ``listener`` (accepting connections),
 ``draining`` (not shutting down), ``inference`` (the inference deployment answers) and
@@ -22,10 +23,15 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
+from store import StoreRefused
+
 log = logging.getLogger(__name__)
 
 CHECK_TIMEOUT_S = 2.0
 LOCAL = ("listener",)  # the checks a restart of the replica can cure
+# The failures that are this replica's configuration, not an outage: the dependency answered
+# and refused it (store.StoreRefused: a wrong or missing credential).  Waiting cures nothing.
+REFUSED_PREFIX = "refused: "
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +53,11 @@ class ReadinessReport:
     failed: list[str] = field(default_factory=list)
 
     @property
+    def refused(self) -> list[str]:
+        """The failed checks whose dependency refused this replica (:data:`REFUSED_PREFIX`)."""
+        return [name for name in self.failed if self.checks[name].startswith(REFUSED_PREFIX)]
+
+    @property
     def ready(self) -> bool:
         return not self.failed
 
@@ -60,7 +71,8 @@ class ReadinessReport:
 
 def _reason(exc: BaseException) -> str:
     text = str(exc).splitlines()[0][:200] if str(exc) else ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    reason = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return REFUSED_PREFIX + reason if isinstance(exc, StoreRefused) else reason
 
 
 class Readiness:
@@ -102,14 +114,16 @@ class Readiness:
 
     async def raise_unless_healthy(self) -> None:
         """Serve's ``check_health``: the same checks (``draining`` aside: a stopping replica
-        is not restarted), but only a failure a restart can cure fails it (:data:`LOCAL`).
-        A replica restarted while the store or the inference deployment is down would come
-        back just as unready and drop its connections on the way; those failures are
-        reported by ``/readyz`` and logged when they start, here too when nobody polls."""
+        is not restarted); a failure a restart can cure fails it (:data:`LOCAL`), and so
+        does a dependency that refuses the replica (a wrong store password: ``serve status``
+        must not call such a gateway HEALTHY while ``/readyz`` says 503).  A store or an
+        inference deployment that is down or slow does not: a replica restarted meanwhile
+        would come back just as unready and drop its connections on the way; those failures
+        are reported by ``/readyz`` and logged when they start, here too when nobody polls."""
         report = await self.check(include_draining=False)
-        local = [name for name in report.failed if name in LOCAL]
-        if local:
-            raise RuntimeError("gateway unhealthy: " + "; ".join(f"{n}: {report.checks[n]}" for n in local))
+        bad = [name for name in report.failed if name in LOCAL or name in report.refused]
+        if bad:
+            raise RuntimeError("gateway unhealthy: " + "; ".join(f"{n}: {report.checks[n]}" for n in bad))
 
 
 def add_readiness_route(app: FastAPI, readiness: Readiness) -> None:

@@ -9,14 +9,16 @@ changes: :mod:`.splice`).  Used by ``serve/`` and ``actors/``; imports neither.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
-from .base import Store, StoreConfig, StoredResponse, UsageEntry, decode_record, encode_body
+from .base import Store, StoreConfig, StoredResponse, StoreRefused, UsageEntry, decode_record, encode_body
 from .journal import Journal, replay
 from .writer import StoreWriter, WriterClosed
 
 __all__ = [
     "Store",
     "StoreConfig",
+    "StoreRefused",
     "StoreWriter",
     "StoredResponse",
     "UsageEntry",
@@ -25,6 +27,7 @@ __all__ = [
     "encode_body",
     "open_store",
     "open_writer",
+    "redis_password",
 ]
 
 
@@ -40,10 +43,25 @@ def open_store(config: StoreConfig) -> Store:
             cluster=config.redis_cluster,
             shards=config.ledger_shards,
             replication=Replication(config.replicas_to_wait, config.wait_timeout_ms),
+            password=redis_password(config),
         )
     from .sqlite import SQLiteStore
 
     return SQLiteStore(config.data_dir)
+
+
+def redis_password(config: StoreConfig) -> str | None:
+    """The password in ``config.redis_password_file`` (stripped), or ``None`` if none is named."""
+    if config.redis_password_file is None:
+        return None
+    path = Path(config.redis_password_file).expanduser()
+    try:
+        password = path.read_text().strip()
+    except OSError as exc:
+        raise StoreRefused(f"store.redis_password_file {path}: {exc.strerror or exc}") from exc
+    if not password:
+        raise StoreRefused(f"store.redis_password_file {path} is empty")
+    return password
 
 
 async def open_writer(

@@ -45,6 +45,11 @@ class UsageEntry:
     created_at: float
 
 
+class StoreRefused(RuntimeError):
+    """The store answered and refused this client (a wrong or missing credential, a denied
+    command): a misconfiguration, not an outage that waiting cures."""
+
+
 class Store(Protocol):
     async def put(self, record: StoredResponse, usage: UsageEntry | None = None) -> None:
         """Insert or replace the record and, atomically with it, add ``usage``'s ledger line
@@ -99,6 +104,13 @@ class StoreConfig(BaseModel):
         ),
     )
     wait_timeout_ms: int = Field(1000, ge=1, description="redis: how long a write waits for wait_replicas")
+    redis_password_file: str | None = Field(
+        None,
+        description=(
+            "redis: a file holding the server's password (``requirepass``), read where the store "
+            "opens, on every node; ``~`` is that node's home (keeps the secret out of the config)"
+        ),
+    )
     key_prefix: str = Field("rws:", description="redis: prefix of every key")
     ledger: Literal["auto", "journal", "commit"] = Field(
         "auto",

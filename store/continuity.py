@@ -176,10 +176,12 @@ class ContinuityStore:
     ``cluster``); one client per process and loop.  ``bytes_written`` counts the sealed
     snapshots and changes written (what a checkpoint costs the store)."""
 
-    def __init__(self, url: str, key_prefix: str, *, ttl_s: float, cluster: bool = False) -> None:
+    def __init__(
+        self, url: str, key_prefix: str, *, ttl_s: float, cluster: bool = False, password: str | None = None
+    ) -> None:
         self.key_prefix = key_prefix
         self.ttl_ms = max(1, int(ttl_s * 1000))
-        self._redis = connect(url, cluster=cluster)
+        self._redis = connect(url, cluster=cluster, password=password)
         self._written: dict[str, _Written] = {}
         self._listening: asyncio.Task[None] | None = None
         self.bytes_written = 0

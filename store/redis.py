@@ -32,8 +32,14 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from .base import StoredResponse, UsageEntry, decode_record, encode_body, item_in, new_item_ids
+from redis import exceptions as redis_errors
+
+from .base import StoredResponse, StoreRefused, UsageEntry, decode_record, encode_body, item_in, new_item_ids
 from .redisconn import Lua, Replication, connect, mget, run_replicated, set_replicated
+
+# The server's answers that refuse this client rather than fail for a while: a wrong or missing
+# password (WRONGPASS, NOAUTH), a denied command (NOPERM), protected mode's DENIED.
+REFUSALS = ("NOAUTH", "WRONGPASS", "NOPERM", "DENIED")
 
 # KEYS[1] = record key, ARGV[1] = owner; returns the number of keys deleted (0 or 1).
 DELETE_IF_OWNER = Lua("""
@@ -119,11 +125,12 @@ class RedisStore:
         cluster: bool = False,
         shards: int = 16,
         replication: Replication = NO_WAIT,
+        password: str | None = None,
     ) -> None:
         self.key_prefix = key_prefix
         self.layout = Layout(key_prefix, shards if cluster else 0)
         self.replication = replication
-        self._redis = connect(url, cluster=cluster)
+        self._redis = connect(url, cluster=cluster, password=password)
         self._add_usage, self._put_with_usage = _scripts(CLOCK_STAMP if cluster else NO_STAMP)
 
     def _lines(self, entries: Sequence[UsageEntry]) -> tuple[list[str], list[str]]:
@@ -210,8 +217,16 @@ class RedisStore:
 
     async def probe(self) -> None:
         """``SET <prefix>health`` (expires after a minute): refused by a read-only replica,
-        a server out of memory, or one short of ``min-replicas-to-write``."""
-        await self._redis.set(f"{self.key_prefix}health", repr(time.time()), ex=60)
+        a server out of memory, or one short of ``min-replicas-to-write``; a server that
+        refuses this client (:data:`REFUSALS`) raises :class:`~store.StoreRefused`."""
+        try:
+            await self._redis.set(f"{self.key_prefix}health", repr(time.time()), ex=60)
+        except (redis_errors.AuthenticationError, redis_errors.NoPermissionError) as exc:
+            raise StoreRefused(f"redis refused this client: {exc}") from exc
+        except redis_errors.RedisError as exc:
+            if str(exc).lstrip("-").startswith(REFUSALS):
+                raise StoreRefused(f"redis refused this client: {exc}") from exc
+            raise
 
     async def close(self) -> None:
         """Close the connection pool (calls already awaited have completed)."""

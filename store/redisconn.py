@@ -32,15 +32,17 @@ class NotReplicated(aioredis.RedisError):
         self.acknowledged = acknowledged
 
 
-def connect(url: str, *, cluster: bool) -> Client:
+def connect(url: str, *, cluster: bool, password: str | None = None) -> Client:
     """A client (decoding replies to ``str``) for the server at ``url``, or with ``cluster``
     for the Redis Cluster whose nodes ``url`` lists (one URL or several, comma-separated:
-    the startup nodes; the client learns the rest and follows ``MOVED``)."""
+    the startup nodes; the client learns the rest and follows ``MOVED``).  ``password``, if
+    given, replaces the URL's own."""
+    extra: dict[str, Any] = {} if password is None else {"password": password}
     if not cluster:
-        return aioredis.Redis.from_url(url, decode_responses=True)
+        return aioredis.Redis.from_url(url, decode_responses=True, **extra)
     urls = [u.strip() for u in url.split(",") if u.strip()]
     nodes = [ClusterNode(urlsplit(u).hostname or "127.0.0.1", urlsplit(u).port or 6379) for u in urls]
-    return RedisCluster.from_url(urls[0], startup_nodes=nodes, decode_responses=True)
+    return RedisCluster.from_url(urls[0], startup_nodes=nodes, decode_responses=True, **extra)
 
 
 @dataclass(frozen=True, slots=True)

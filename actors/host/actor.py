@@ -22,7 +22,7 @@ import ray
 from starlette.types import ASGIApp
 
 from inference import allocator, tokenizer
-from store import StoreConfig, StoreWriter, open_writer
+from store import StoreConfig, StoreWriter, open_writer, redis_password
 from store.continuity import ContinuityStore
 
 from ..backend import InferenceClient
@@ -129,6 +129,7 @@ class SessionHost:
                     self._store_config.key_prefix,
                     ttl_s=self._config.resume_grace_s,
                     cluster=self._store_config.redis_cluster,
+                    password=redis_password(self._store_config),
                 ),
                 self._name,
                 self._config.resume_grace_s,

@@ -1,6 +1,8 @@
 """Remove what a harness left (``python -m bench.multinode.cleanup``, ``make multinode-clean``):
 the processes inside its namespaces, its balancer, namespaces, interfaces and temp dirs —
-only things named with the harness's prefix."""
+only things named with the harness's prefix.  By default both prefixes: the tier's harness
+(``rwsmn``) and the ``ray up`` hosts (``rwsup``, :mod:`.hosts`), whose processes (sshd, Ray,
+Redis) all live in their namespaces; its balancer's pid file is in its temp dir too."""
 
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from pathlib import Path
 
 from . import network, processes
 from .topology import PREFIX, ours
+
+HOSTS_PREFIX = "rwsup"  # bench/multinode/hosts.py
 
 BALANCER_PIDFILE = "haproxy.pid"
 
@@ -49,10 +53,11 @@ def cleanup(prefix: str = PREFIX) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.multinode.cleanup", description=__doc__)
-    parser.add_argument("--prefix", default=PREFIX)
+    parser.add_argument("--prefix", action="append", help=f"default: {PREFIX} and {HOSTS_PREFIX}")
     args = parser.parse_args(argv)
-    removed = cleanup(args.prefix)
-    print("\n".join(f"removed {r}" for r in removed) or f"nothing named {args.prefix}-* was left")
+    for prefix in args.prefix or [PREFIX, HOSTS_PREFIX]:
+        removed = cleanup(prefix)
+        print("\n".join(f"removed {r}" for r in removed) or f"nothing named {prefix}-* was left")
     return 0
 
 

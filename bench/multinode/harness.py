@@ -279,14 +279,17 @@ class Harness:
             time.sleep(1.0)
 
     def app_config(self) -> dict[str, Any]:
-        """The Serve config deployed: the file's, with the store on the head's Redis (its data
-        dir :attr:`data_dir`) and one gateway per session node, then ``edit_args`` applied to
+        """The Serve config deployed: the file's, with the store on the head's Redis (no
+        password; its data dir :attr:`data_dir`) and one gateway per session node, then ``edit_args`` applied to
         each application's args."""
         assert self.serve_config is not None
         raw = yaml.safe_load(self.serve_config.read_text())
         for app in raw["applications"]:
             args = app.setdefault("args", {})
             args.setdefault("store", {})["redis_url"] = self.redis_url
+            args["store"]["redis_password_file"] = (
+                None  # the harness's Redis has no password (its own bridge)
+            )
             args["store"].setdefault("data_dir", str(self.data_dir))
             args.setdefault("server", {})["gateway_replicas"] = len(self.session_nodes)
             if self.edit_args is not None:

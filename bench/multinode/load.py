@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import websockets
 
-from actors.protocol import TERMINAL_EVENT_TYPES
+from ..client import TERMINAL_EVENT_TYPES, output_text
 
 MODEL = "emu-fast"
 
@@ -105,16 +105,6 @@ async def turn(
             if conn is not None and kind in TERMINAL_EVENT_TYPES:
                 conn.terminals += 1
             return event
-
-
-def output_text(response: dict) -> str:
-    return "".join(
-        part.get("text", "")
-        for item in response.get("output", [])
-        if item.get("type") == "message"
-        for part in item.get("content", [])
-        if part.get("type") == "output_text"
-    )
 
 
 async def run_client(

@@ -101,3 +101,33 @@ def test_gpu_cluster_config_serves_a_real_model_from_its_gpu_nodes():
         and f"--served-model-name {backend.served_name}" in started
     )
     assert "--enable-prefix-caching" in started and "--enable-prompt-tokens-details" in started
+
+
+@pytest.mark.parametrize(
+    "path", [CONFIGS / "cluster-local.yaml", CONFIGS / "cluster-aws.yaml"], ids=lambda p: p.name
+)
+def test_ray_up_yaml_sends_the_source_only_secures_redis_and_ties_nodes_to_the_head(path):
+    """What `ray up` for real needed (tests/multinode/test_ray_up.py runs it): the mount sends
+    no virtualenv, cache or data; Redis has a password and the head's address, not 0.0.0.0;
+    every node's start command starts the watchdog (ray down stops the head only); a lower
+    hard limit of open files is used, not ignored."""
+    config = load(path)
+    assert config["rsync_filter"] == [".gitignore"]
+    assert {"/.git", "/.venv*", "/.mypy_cache", "/data", "/results"} <= set(config["rsync_exclude"])
+    head = " ".join(config["head_start_ray_commands"])
+    assert "requirepass" in head and "bind $HEAD_IP" in head and "0.0.0.0" not in head.split("ray start")[0]
+    assert "--pidfile ~/.responses-ws/redis.pid" in head
+    for start in (head, " ".join(config["worker_start_ray_commands"])):
+        assert 'ulimit -n "$(ulimit -Hn)"' in start
+    assert (
+        "serve.node_watchdog" in " ".join(config["worker_start_ray_commands"])
+        or path.name != "cluster-local.yaml"
+    )
+    assert "~/.responses-ws/redis-password" in config["file_mounts"]
+    (app,) = load(CONFIGS / "serve-cluster.yaml")["applications"]
+    assert app["args"]["store"]["redis_password_file"] == "~/.responses-ws/redis-password"
+
+
+def test_local_yaml_runs_the_autoscaler_v1_that_launches_every_worker():
+    head = " ".join(load(CONFIGS / "cluster-local.yaml")["head_start_ray_commands"])
+    assert "RAY_enable_autoscaler_v2=0 ray start --head" in head  # ray #57153

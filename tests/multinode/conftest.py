@@ -6,7 +6,8 @@ app runs with resume on (``session.resume_grace_s``) and two inference replicas.
 modules run in name order; test_ledger.py kills a session node and starts it again (both are
 up after it); test_node_loss.py kills one session node, starts it again and drains the other;
 test_real_clients.py starts that one again and drains it under Codex CLI and the openai SDK;
-test_resume.py restarts what is down, then drains and kills nodes again: it comes last."""
+test_resume.py restarts what is down, then drains and kills nodes again: it comes last.
+test_ray_up.py, which brings up hosts of its own with `ray up` and needs no harness, runs first."""
 
 from __future__ import annotations
 
@@ -25,6 +26,13 @@ RESUME_GRACE_S = 30.0  # resume on any node (the Redis store on the head): test_
 # long enough to be mid-task when its node is drained (80 rounds took Codex 5 s on the
 # harness).  Raw clients send no tools.
 CODEX_TOOL_ROUNDS = int(os.environ.get("RWS_MULTINODE_CODEX_ROUNDS", "400"))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """test_ray_up.py first: its hosts run before the tier's harness starts (two clusters at
+    once would not fit a small machine), and its teardown is its own."""
+    items.sort(key=lambda item: item.path.name != "test_ray_up.py")
 
 
 def tier_args(args: dict) -> None:

@@ -11,6 +11,7 @@ import pytest
 from fastapi import FastAPI
 
 from serve.health import Probes, Readiness, add_readiness_route
+from store import StoreRefused
 
 
 async def answers() -> None:
@@ -111,3 +112,17 @@ def test_readyz_answers_200_or_503_with_the_report(store, status):
     response = asyncio.run(get())
     assert response.status_code == status
     assert response.json()["status"] == ("ready" if status == 200 else "not_ready")
+
+
+async def refuses() -> None:
+    raise StoreRefused("redis refused this client: invalid username-password pair")
+
+
+def test_a_store_that_refuses_the_gateway_fails_serve_health_check_too():
+    """A wrong store credential is this replica's configuration, not an outage: /readyz 503
+    and Serve's check fails, so `serve status` does not call the gateway HEALTHY."""
+    body = check(probes(store=refuses))
+    assert body["failed"] == ["store"]
+    assert body["checks"]["store"].startswith("refused: StoreRefused: redis refused this client")
+    with pytest.raises(RuntimeError, match="store: refused: StoreRefused"):
+        asyncio.run(Readiness(probes(store=refuses), timeout_s=0.2).raise_unless_healthy())

@@ -32,6 +32,7 @@ def main(port: int, redis_url: str) -> dict:
         def edit(args: dict) -> None:
             args["server"]["port"] = port
             args["store"]["redis_url"] = redis_url
+            args["store"]["redis_password_file"] = None  # the suite's redis-server has none
             args["session"]["warm_actors"] = 2  # keep the machine's memory for the test
             args["inference"]["scaling"]["autoscaling"]["max_replicas"] = 2
 
