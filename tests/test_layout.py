@@ -439,7 +439,6 @@ LAB_INTERNALS = {
     },
     "bench/kinds/memory.py": {"actors.core.cache_budget", "actors.core.render", "actors.protocol"},
     "bench/kinds/nodeledger.py": {"serve.auth", "store.journal"},  # reads the nodes' journals
-    "bench/multinode/load.py": {"actors.protocol"},
     "bench/reconcile.py": {"store.redis"},  # reads the store it reconciles
     "bench/replay/shape.py": {"inference.tokenizer"},
     "bench/replay/synth.py": {"inference.policy", "inference.scenario", "inference.tokenizer"},
