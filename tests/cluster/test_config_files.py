@@ -104,7 +104,9 @@ def test_gpu_cluster_config_serves_a_real_model_from_its_gpu_nodes():
 
 
 @pytest.mark.parametrize(
-    "path", [CONFIGS / "cluster-local.yaml", CONFIGS / "cluster-aws.yaml"], ids=lambda p: p.name
+    "path",
+    [CONFIGS / "cluster-local.yaml", CONFIGS / "cluster-aws.yaml", CONFIGS / "cluster-aws-gpu.yaml"],
+    ids=lambda p: p.name,
 )
 def test_ray_up_yaml_sends_the_source_only_secures_redis_and_ties_nodes_to_the_head(path):
     """What `ray up` for real needed (tests/multinode/test_ray_up.py runs it): the mount sends
