@@ -7,7 +7,7 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test test-unit lint bench serve install redis clients clean wheel smoke-wheel \
         real-model real-model-engine test-real-model haproxy test-multinode multinode-clean \
-        ray-up-hosts wheelhouse
+        ray-up-hosts wheelhouse test-operations
 
 $(BIN)/python:
 	python3 -m venv $(VENV)
@@ -48,10 +48,15 @@ haproxy:
 	  export DEBIAN_FRONTEND=noninteractive; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq haproxy; }
 
-# Two workers (pytest-xdist); the tests that share a Ray stay on one worker (the xdist groups
-# of tests/conftest.py, kept in the order given there).  The slowest tests are listed at the end.
+# The default tier: unit tests and the integration tests on one embedded Ray (docs/testing.md);
+# the slowest tests are listed at the end.
 test: $(STAMP) redis $(CLIENTS)
-	$(BIN)/pytest -n 2 --dist loadgroup --no-loadscope-reorder --durations=15
+	$(BIN)/pytest --durations=15
+
+# The operations tier: `responses-ws serve` as an operator runs it and `ray start` clusters
+# (tests/operations, tests/cluster), each child process with a Ray of its own.
+test-operations: $(STAMP) redis
+	$(BIN)/pytest -m operations --durations=10 tests/operations tests/cluster
 
 # The fast tier: pure logic, no Ray, no store server, no JS clients (tests/conftest.py marks).
 test-unit: $(STAMP)

@@ -39,8 +39,8 @@ MULTINODE_DIR = "multinode"
 # of them run first.
 LAST_TIERS = ("operations", "cluster")
 CHILDREN = ("operator_server", "json_logs_server", "shared_ray_cluster", "cluster_scenario")
-# Parallel workers: `make test` runs the suite on two pytest-xdist workers (`-n 2 --dist
-# loadgroup --no-loadscope-reorder`).  A Ray lives in one worker process, so the tests that
+# Parallel workers (not what `make test` runs: docs/testing.md): `pytest -n 2 --dist
+# loadgroup --no-loadscope-reorder`.  A Ray lives in one worker process, so the tests that
 # share one are an xdist group, which stays on one worker: the tests on the embedded Ray in
 # two groups (each group's worker starts an embedded Ray of its own), FAULT_FILES — the ones
 # that redeploy, kill or drain, the slow half — and the rest; and the LAST_TIERS' tests that
@@ -75,6 +75,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "integration: real Ray/Serve, a real store server or real clients")
     config.addinivalue_line("markers", "real_model: a real model on a real engine (make test-real-model)")
     config.addinivalue_line("markers", "multinode: real nodes behind a load balancer (make test-multinode)")
+    config.addinivalue_line(
+        "markers", "operations: tests/operations and tests/cluster, Rays of their own (make test-operations)"
+    )
     config.addinivalue_line("markers", "xdist_group(name): pytest-xdist keeps a group on one worker")
 
 
@@ -90,6 +93,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.real_model)
         if tier(item) == MULTINODE_DIR:
             item.add_marker(pytest.mark.multinode)
+        if tier(item) in LAST_TIERS:
+            item.add_marker(pytest.mark.operations)
         # A test of no group goes with its module: a worker takes a module at a time (one
         # test at a time, it would wait for the scheduler between every two tests).
         item.add_marker(
