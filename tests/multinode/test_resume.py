@@ -32,6 +32,7 @@ from websockets.sync.client import ClientConnection, connect
 from bench.client import output_text
 from bench.multinode import Harness
 from store.continuity import unseal
+from store.splice import Splice, apply
 
 HEADER = "x-responses-ws-resume-token"
 TURNS = 20
@@ -241,11 +242,25 @@ def expected(harness: Harness) -> Chain:
     return raw.chain
 
 
+def conn_key(conn_id: str) -> str:
+    """The connection's hash in the store (``ContinuityStore.key``: hash-tagged, one slot)."""
+    return f"{KEY_PREFIX}conn:{{{conn_id}}}"
+
+
 def conn_state(store: redis.Redis, token: str) -> tuple[dict[str, str], dict]:
-    """The connection's hash in the store, and its state unsealed with the token's secret."""
+    """The connection's hash in the store (its change log under ``"log"``), and its state:
+    the snapshot unsealed with the token's secret, then each logged change applied, as a
+    claim does (store/continuity.py)."""
     _, conn_id, secret = token.split(".", 2)
-    fields = store.hgetall(f"{KEY_PREFIX}conn:{conn_id}")
-    return fields, json.loads(unseal(secret, conn_id, fields["blob"])) if fields.get("blob") else {}
+    fields = store.hgetall(conn_key(conn_id))
+    log = store.lrange(conn_key(conn_id) + ":log", 0, -1)
+    fields["log"] = "\n".join(log)
+    if not fields.get("blob"):
+        return fields, {}
+    state = bytearray(unseal(secret, conn_id, fields["blob"]))
+    for position, entry in enumerate(log, 1):
+        apply(state, Splice.decode(unseal(secret, conn_id, entry, position)))
+    return fields, json.loads(bytes(state))
 
 
 def test_a_partitioned_node_cannot_serve_or_write_a_state_resumed_elsewhere(harness, expected, store):
@@ -290,10 +305,11 @@ def test_a_partitioned_node_cannot_serve_or_write_a_state_resumed_elsewhere(harn
     )
     assert "response.completed" not in answered and code in (1000, 1012), (answered, code)
     assert state["lanes"][0]["id"] == new.chain.previous
-    assert (after["epoch"], after["holder"], after["blob"]) == (
+    assert (after["epoch"], after["holder"], after["blob"], after["log"]) == (
         taken["epoch"],
         taken["holder"],
         taken["blob"],
+        taken["log"],
     )
     new.turn(4)  # the new holder goes on
     assert new.chain.texts[-2:] == expected.texts[3:5]
@@ -306,12 +322,13 @@ def test_expired_and_never_issued_tokens_get_invalid_resume_token(harness, store
     raw = Raw(harness)
     raw.turn(0)
     _, conn_id, _ = raw.token.split(".", 2)
-    key = f"{KEY_PREFIX}conn:{conn_id}"
+    key = conn_key(conn_id)
     raw.ws.socket.shutdown(socket.SHUT_RDWR)  # dropped: no close frame, the state stays parked
     raw.ws.close()
     time.sleep(1.0)  # the host has seen the drop and refreshed the state once
     assert store.exists(key)
     store.pexpire(key, 1)  # what the grace's TTL does, now
+    store.pexpire(key + ":log", 1)
     deadline = time.monotonic() + 10
     while store.exists(key):
         assert time.monotonic() < deadline
