@@ -9,15 +9,8 @@ from actors.core.inputs import ClientFrame
 from actors.core.prepare import SharedParts
 from actors.core.prompt_parts import PromptParts
 from actors.core.session import Session
+from tests.actors.test_session import MODEL, TOOL
 from tests.support.session_driver import handled
-
-MODEL = "emu-fast"
-TOOL = {
-    "type": "function",
-    "name": "read_file",
-    "description": "Read a file",
-    "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
-}
 
 
 def _first_turn(parts: SharedParts | None, instructions: str, tools: list[dict]):
