@@ -62,6 +62,22 @@ def answers(host: str, port: int, timeout_s: float = CONNECT_TIMEOUT_S) -> bool:
         return False
 
 
+def running(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not exited (a zombie, exited and not yet reaped by
+    its parent, has)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
 def stop_owned(pidfiles: Sequence[Path], term_wait_s: float = 10.0) -> list[int]:
     """SIGTERM the pid in each file (SIGKILL after ``term_wait_s``); the pids signalled."""
     pids = []
@@ -80,9 +96,7 @@ def stop_owned(pidfiles: Sequence[Path], term_wait_s: float = 10.0) -> list[int]
     deadline = time.monotonic() + term_wait_s
     for pid in signalled:
         while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
+            if not running(pid):
                 break
             time.sleep(0.2)
         else:

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from serve.node_watchdog import Seen, Verdict, answers, decide, stop_owned, watch
+from serve.node_watchdog import Seen, Verdict, answers, decide, running, stop_owned, watch
 
 
 def test_decide_counts_the_grace_from_the_last_answer_or_the_start():
@@ -97,3 +97,18 @@ def test_the_command_acts_once_the_port_is_gone(tmp_path: Path):
         if sleeper.poll() is None:
             sleeper.kill()
             sleeper.wait()
+
+
+def test_a_zombie_counts_as_stopped_and_a_live_process_as_running():
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert running(proc.pid)
+        os.kill(proc.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while running(proc.pid) and time.monotonic() < deadline:  # exited, not yet reaped: a zombie
+            time.sleep(0.01)
+        assert not running(proc.pid) and proc.poll() == -signal.SIGKILL
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
