@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from tests.support.serve_process import ServeProcess
 
 # A test is `integration` when it lives in a tier of real deployments or asks for a fixture
-# that starts a real service (Ray and Serve, a redis-server); every other test is `unit`:
+# that starts a real service (Ray and Serve, a redis-server), or is a parameter marked
+# `integration` that does (tests/store/test_store.py's Redis backends); every other test is `unit`:
 # pure logic that runs in milliseconds (`make test-unit`, `pytest -m unit`).
 INTEGRATION_DIRS = ("integration", "operations", "cluster", "real_model", "multinode")
 SERVICE_FIXTURES = {"ray_cluster", "redis_server", "redis_cluster"}
@@ -87,7 +88,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return item.path.relative_to(item.config.rootpath / "tests").parts[0]
 
     for item in items:
-        real = tier(item) in INTEGRATION_DIRS or SERVICE_FIXTURES & set(getattr(item, "fixturenames", ()))
+        real = (
+            tier(item) in INTEGRATION_DIRS
+            or SERVICE_FIXTURES & set(getattr(item, "fixturenames", ()))
+            or item.get_closest_marker("integration") is not None  # a parameter that starts a service
+        )
         item.add_marker(pytest.mark.integration if real else pytest.mark.unit)
         if tier(item) == REAL_MODEL_DIR:
             item.add_marker(pytest.mark.real_model)

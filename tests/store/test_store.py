@@ -35,7 +35,12 @@ ALICE, BOB = "key_alice", "key_bob"
 TRICKY_TEXT = 'héllo 世界 🚀 «quotes» "escaped" \\ back\nslash \u0000 nul \ud800 lone surrogate'
 
 
-@pytest.fixture(params=["sqlite", "redis", "redis-cluster"])
+SERVER = pytest.mark.integration  # a backend whose tests start a redis-server or a Redis Cluster
+
+
+@pytest.fixture(
+    params=["sqlite", pytest.param("redis", marks=SERVER), pytest.param("redis-cluster", marks=SERVER)]
+)
 def config(request: pytest.FixtureRequest, tmp_path: Path) -> StoreConfig:
     """A config for an empty store of each backend (Redis: a fresh key prefix per test; the
     Redis Cluster with its default: each write waits for a replica)."""
