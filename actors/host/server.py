@@ -37,7 +37,8 @@ from ..core.timings import METADATA_KEY, Report
 from ..errors import ConnectionLimitReached, InvalidResumeToken, ServerError, ServerShuttingDown
 from ..protocol import EventEncoder, ServerEvent, encode, error_event, http_error_body
 from .aftermath import Aftermath, SocketEnd, aftermath
-from .connection import SERVICE_RESTART, Connection, carry_evictions
+from .connection import Connection, carry_evictions
+from .connection_lifecycle import SERVICE_RESTART
 from .continuity import HostContinuity
 from .drain import CloseSchedule, DrainPlan, Phase
 from .handoff import RESPONSES_PATH, Handoff, Outcome

@@ -162,10 +162,9 @@ class ResponseFailed(_Event):
     response: ResponseObject
 
 
-# The types of the events that end a response; an ``error`` event instead means it never started.
-TERMINAL_EVENT_TYPES = frozenset(
-    event.model_fields["type"].default for event in (ResponseCompleted, ResponseIncomplete, ResponseFailed)
-)
+# The events that end a response (and their types); an ``error`` event instead means it never started.
+TERMINAL_EVENTS = (ResponseCompleted, ResponseIncomplete, ResponseFailed)
+TERMINAL_EVENT_TYPES = frozenset(event.model_fields["type"].default for event in TERMINAL_EVENTS)
 
 
 class OutputItemAdded(_Event):
