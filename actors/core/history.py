@@ -97,9 +97,9 @@ class History:
         """The store's answer to a :class:`Load` of ``item_ids``: the items it has."""
         assert request.resolving is not None
         request.timer.ms["history_load"] += (self._perf() - request.asked) * 1000.0
-        parent, same_lane, steered, held = request.resolving
+        parent, same_lane, steered, here = request.resolving
         request.resolving = None
-        return self._resolved(request, parent, same_lane, steered, {**found, **held})
+        return self._resolved(request, parent, same_lane, steered, {**found, **here})
 
     def rendered(self, request: Request, rendered: MarkedTokens | None) -> Step:
         """The driver's answer to a :class:`Render` (``None``: rendering failed, a server
@@ -119,7 +119,9 @@ class History:
             return items
         own = [turn.rollout.context] if turn.rollout is not None else []
         own += [turn.parent] if turn.parent is not None else []
-        return references.resolve(items, references.find(wanted, self._conversations(own)), held_only=True)
+        return references.resolve(
+            items, references.find(wanted, self._conversations(own)), connection_only=True
+        )
 
     def _begin(self, request: Request, parent: ContextEntry | None) -> Step:
         lane_name, create = request.lane, request.create

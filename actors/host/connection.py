@@ -162,7 +162,7 @@ class Connection:
             task = self._renderer.track(self._spawn(self._run(turn, stream)))
             self._generations[turn.turn_id] = task
             if stream is not None:
-                task.add_done_callback(functools.partial(self._close_unread, stream))
+                task.add_done_callback(functools.partial(self._close_if_cancelled, stream))
         if opening:
             fx.events += self.session.handle(CallsStarted(opening)).events
         carry_evictions(fx)
@@ -291,7 +291,7 @@ class Connection:
         except Exception:  # noqa: BLE001 - not started: the task makes the call, and reports what it raises
             return None
 
-    def _close_unread(self, stream: EventStream, task: asyncio.Task[None]) -> None:
+    def _close_if_cancelled(self, stream: EventStream, task: asyncio.Task[None]) -> None:
         """A call started for a task cancelled before it ran (which would have closed it) is
         closed here; closing a call twice is harmless."""
         if task.cancelled():

@@ -51,15 +51,15 @@ class Outbox:
         write still running."""
         waiting.written = True
         lane = waiting.event.stream_id
-        held = self._waiting_lanes[lane]
-        while held:
-            head = held[0]
+        queue = self._waiting_lanes[lane]
+        while queue:
+            head = queue[0]
             if isinstance(head, AwaitingWrite):
                 if not head.written:
                     return
                 head = head.event
             self._queue.put_nowait(head)
-            held.popleft()
+            queue.popleft()
         del self._waiting_lanes[lane]
         if not self._waiting_lanes:
             for last in self._last:
