@@ -48,7 +48,7 @@ from ..protocol import (
     parse_client_event,
 )
 from ..protocol.wire_types import JSONObject
-from . import continuity, finish, inject
+from . import finish, inject, resumable
 from . import inputs as ev
 from .history import History, Refused, Step
 from .lanes import HostBudget, Lanes
@@ -192,15 +192,15 @@ class Session:
         return Effects()
 
     def snapshot(self) -> bytes:
-        """The resumable state (:mod:`actors.core.continuity`): the lanes' latest responses
+        """The resumable state (:mod:`actors.core.resumable`): the lanes' latest responses
         and the steer input waiting."""
-        return continuity.snapshot(self._lanes, self._steering)
+        return resumable.snapshot(self._lanes, self._steering)
 
     def _on_restore(self, raw: bytes) -> Effects:
         """Take a :meth:`snapshot` of another holder of this connection (a resume on any
         node); the conversations are rebuilt from their items."""
         formats = {f.name: f for f in self._prep.formats()}
-        return continuity.restore(
+        return resumable.restore(
             raw,
             self._lanes,
             self._steering,
