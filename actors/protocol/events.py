@@ -1,5 +1,8 @@
 """Outbound: the Response object, every server event, and the one encode function
-(docs/protocol.md §3, §5).  Field names copy the openai SDK's types."""
+(docs/protocol.md §3, §5).  Field names copy the openai SDK's types.
+
+Over 400 lines on purpose: every server event of the wire is here, a small class each, beside
+the one encode point, so the outbound wire reads as one list."""
 
 from __future__ import annotations
 
