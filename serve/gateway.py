@@ -5,8 +5,11 @@ A ``Gateway`` replica listens itself (replicas of one application on a node shar
 listening socket, no other server may join: serve/port_claim.py), not behind Serve's HTTP
 proxy.  WebSocket upgrades and HTTP-mode connections go to session hosts on the same node
 (a file descriptor cannot cross nodes) over one handoff link per host, with no Ray call per
-connection; health checks and the model list are answered here.  What it holds per
-connection, and the limits, are serve/admission.py; this class wires them to Ray.  Which
+connection; health checks and the model list are answered here.  Where a socket goes is
+serve/socket_routing.py; what the gateway holds per connection, and the limits,
+serve/admission.py; the replica's drain, serve/replica_drain.py; the host pool,
+serve/pool.py.  This class starts and stops the hosts, reads their links and wires the
+pieces to Ray.  Which
 modules import Ray is tests/test_layout.py's list; docs/architecture.md and
 docs/scaling.md have the measurements behind this design.
 """
@@ -32,43 +35,30 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.backend.model_router import ModelRouter, model_entries
 from actors.backend.ray_serve import ServeInference
-from actors.errors import (
-    APIError,
-    InvalidResumeToken,
-    ServerError,
-    ServerShuttingDown,
-    TooManyConnections,
-)
+from actors.errors import InvalidResumeToken
 from actors.host.actor import PhaseMetrics, SessionHost
 from actors.host.drain import DrainPlan
-from actors.host.handoff import Ended, Handoff, Link, Outcome, SocketKind, StateGone, handoff_path
+from actors.host.handoff import Ended, Link, Outcome, StateGone, handoff_path
 from actors.host.limits import connection_budget, raise_open_files
-from actors.host.resume import RESUME_HEADER, parse_token
 from actors.logs import configure as configure_logs
-from actors.protocol import http_error_body
 from store import open_writer, replay
 
 from .admission import Admission
 from .app import build_app
 from .auth import KeyRing
 from .config import AppConfig
-from .front import (
-    Front,
-    bind_socket,
-    close_websocket,
-    refuse,
-    request_headers,
-    wants_append_mode,
-)
+from .front import Front, bind_socket, close_websocket
 from .gateway_metrics import GatewayMetrics
 from .health import Probes, Readiness, add_readiness_route
 from .http_api import add_http_routes, host_app
 from .log_settings import replica_log_settings
 from .origins import OriginPolicy
-from .pool import ActorPool, NoCapacity, policy_from
+from .pool import ActorPool, policy_from
 from .port_claim import PortClaim
 from .port_claim import claim as claim_port
-from .ray_drain import NodeDrain, check_ray_version, current_node_id, node_drain, serve_replica_stopping
+from .ray_drain import NodeDrain, check_ray_version, current_node_id
+from .replica_drain import Begun, ReplicaDrain, watch
+from .socket_routing import SocketRouter
 
 log = logging.getLogger(__name__)
 
@@ -139,13 +129,8 @@ class Gateway:
         self._start_serving(inference)
 
     def _init_drain_state(self) -> None:
-        # Why this replica drains (a node drain, Serve's stop), once it does: /readyz says so.
-        self._draining: str | None = None
-        self._drain_started = 0.0  # time.monotonic() when it began
-        self._hold_until = 0.0  # time.monotonic() until which the listener stays open (a node drain)
-        self._cut_off = 0.0  # time.monotonic() by which every socket is closed
+        self._drain = ReplicaDrain()
         self._drain_task: asyncio.Task[None] | None = None
-        self._listener_closed = False
         self._poller = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="drain-watch")
 
     async def _init_hosts(self, cfg: AppConfig, open_files: int, max_connections: int, prefix: str) -> None:
@@ -163,6 +148,15 @@ class Gateway:
             max_connections_per_key=cfg.server.max_connections_per_key,
             prefix=prefix,
         )
+        self._router = SocketRouter(
+            self._keys,
+            self._admission,
+            self._pool,
+            self._metrics,
+            any_node=self._any_node,
+            draining=lambda: self._drain.reason,
+            link_to=self._link_to,
+        )
         await self._pool.warm_up()
 
     def _start_serving(self, inference: DeploymentHandle) -> None:
@@ -170,7 +164,7 @@ class Gateway:
         self._readiness = Readiness(
             Probes(
                 listening=lambda: not self._serving.done(),
-                draining=lambda: self._draining or False,
+                draining=lambda: self._drain.reason or False,
                 inference=inference.models.remote,
                 store=self._store.store.probe,
             )
@@ -179,7 +173,15 @@ class Gateway:
         loop = asyncio.get_running_loop()
         self._serving = loop.create_task(self._front.run())
         self._ticking = loop.create_task(self._tick())
-        self._watching = loop.create_task(self._watch_drain())
+        self._watching = loop.create_task(
+            watch(
+                self._node_id,
+                self._cfg.server.drain_poll_interval_s,
+                self._poller,
+                node_draining=self.node_draining,
+                replica_stopping=lambda: self.begin_drain("Serve is stopping this replica", None, node=False),
+            )
+        )
 
     def _http_config(self) -> uvicorn.Config:
         """The routes served here: readiness, the model list, and HTTP mode for when no host
@@ -213,8 +215,8 @@ class Gateway:
         front = Front(
             listener,
             http,
-            self._handoff,
-            self._handoff_http,
+            self._router.websocket,
+            self._router.http,
             OriginPolicy(server.allowed_origins),
             on_refused=self._metrics.refused,
         )
@@ -250,40 +252,6 @@ class Gateway:
             self._metrics.sample(self._admission.open_connections, self._pool)
 
     # ------------------------------------------------------------------ drains
-    async def _watch_drain(self) -> None:
-        """Poll Ray (every ``server.drain_poll_interval_s``) for a drain of this node, and
-        Serve for the stop of this replica; either begins the drain at once, whatever
-        Serve's draining-period settings (docs/reliability.md, "Drains")."""
-        loop = asyncio.get_running_loop()
-        interval = self._cfg.server.drain_poll_interval_s
-        failing = False
-        seen: NodeDrain | None = None
-        stopping = False
-        while True:
-            try:
-                # Serve's controller stops the replicas of a draining node, often before this
-                # poll sees the drain: read the node's drain state first, so that such a stop
-                # gets the node drain's hold (/readyz 503 while the balancer notices).
-                stops = not stopping and serve_replica_stopping()
-                # A blocking GCS read, off the event loop; a slow GCS delays only the watch.
-                drain = await asyncio.wait_for(
-                    loop.run_in_executor(self._poller, node_drain, self._node_id), max(5.0, interval)
-                )
-                if drain is not None and drain != seen:  # a new drain, or a new deadline
-                    seen = drain
-                    await self.node_draining(drain.deadline)
-                if stops:
-                    stopping = True
-                    await self.begin_drain("Serve is stopping this replica", None, node=False)
-                failing = False
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                if not failing:  # log when it starts failing, not every poll
-                    log.warning("cannot read whether this node is draining", exc_info=True)
-                failing = True
-            await asyncio.sleep(interval)
-
     async def node_draining(self, deadline: float | None) -> None:
         """Ray marks this node draining, to be killed at ``deadline`` (Unix seconds; ``None``:
         no deadline).  What the drain watch calls on seeing it; tests and harnesses call it
@@ -300,11 +268,9 @@ class Gateway:
         listeners on the node go on: close ours now)."""
         plan = DrainPlan.make(self._cfg.server.drain, remaining_s=remaining_s, hold=node)
         now = time.monotonic()
-        if self._draining is None:
-            self._draining = reason
-            self._drain_started = now
-            self._hold_until = now + plan.hold_s
-            self._cut_off = now + plan.budget_s
+        cut_off = self._drain.cut_off
+        begun = self._drain.begin(reason, plan, now)
+        if begun is Begun.BEGAN:
             self._ticking.cancel()  # no new hosts; pool stats stop
             log.warning(
                 "draining (%s): /readyz 503, no new connections, %s; responses in flight get up to %.1f s",
@@ -313,13 +279,8 @@ class Gateway:
                 plan.budget_s,
             )
             self._drain_task = asyncio.get_running_loop().create_task(self._drain_hosts(plan))
-        elif now + plan.budget_s < self._cut_off - 0.1:
-            # A deadline learnt later (a node drain during a redeploy's): the hosts take the
-            # sooner cut-off; a hold that has not begun does not begin now.
-            log.warning(
-                "drain (%s): cut-off moved %.1f s sooner", reason, self._cut_off - now - plan.budget_s
-            )
-            self._cut_off = now + plan.budget_s
+        elif begun is Begun.SOONER:  # the hosts take the sooner cut-off
+            log.warning("drain (%s): cut-off moved %.1f s sooner", reason, cut_off - now - plan.budget_s)
             self._spawn(self._drain_hosts(plan))
         if not node:
             self._spawn(self._close_listener())
@@ -333,10 +294,10 @@ class Gateway:
     async def _close_listener(self) -> None:
         """Stop listening once the hold is over (the balancer has seen /readyz fail): the
         port's other listeners on the node, if any, take new connections."""
-        await asyncio.sleep(max(0.0, self._hold_until - time.monotonic()))
-        if self._listener_closed:
+        await asyncio.sleep(max(0.0, self._drain.hold_until - time.monotonic()))
+        if self._drain.listener_closed:
             return
-        self._listener_closed = True
+        self._drain.listener_closed = True
         self._port_claim.close()  # first: no replica that starts now gets the listener from here
         self._front.close()  # the replicas that share the listener go on accepting on it
 
@@ -350,7 +311,7 @@ class Gateway:
                 self._ended(message.sock_id, message.outcome)
             elif isinstance(message, StateGone):
                 self._admission.gone(message.conn_id, link)
-        if self._draining:
+        if self._drain.reason:
             return
         log.warning("a session host died; closing its connections with 1011")
         if self._cfg.store.ledger_mode == "journal":  # committed lines leave no journal
@@ -382,94 +343,7 @@ class Gateway:
         if sock is not None:
             sock.close()
 
-    # ------------------------------------------------------------------ admission
-    async def _handoff(self, sock: socket.socket, head: bytes) -> None:
-        headers = request_headers(head)
-        token = headers.get(RESUME_HEADER)
-        try:
-            owner = self._keys.owner(headers)
-            if self._draining:
-                raise ServerShuttingDown()
-            resume = parse_token(token) if token is not None else None
-            # We keep our copy of the socket while the host serves it: should the host die,
-            # the client still gets a clean close (1011) rather than a dead TCP connection.
-            if resume is not None and resume[0] is None and not self._any_node:
-                raise InvalidResumeToken()
-            entry = self._admission.admit(owner, sock)
-            try:
-                if resume is None or resume[0] is None:
-                    # A new connection, or a resume on any node (its state is in the cluster
-                    # store: whichever host gets it takes the state from there).
-                    entry.lease = await self._pool.acquire()
-                    if self._draining:  # the drain began while it waited for a host
-                        raise ServerShuttingDown()
-                    link, conn_id, secret = entry.lease.host.handle.link, entry.lease.conn_id, None
-                    if resume is not None:
-                        _, conn_id, secret = resume
-                        entry.conn_id = conn_id
-                else:
-                    name, conn_id, secret = resume
-                    assert name is not None
-                    link = self._link_to(name)
-            except BaseException:
-                self._admission.failed(entry.sock_id)
-                raise
-        except NoCapacity as exc:
-            await self._refuse(
-                sock,
-                *http_error_body(
-                    TooManyConnections(
-                        "No session host can take the connection now; retry later.", per_key=False
-                    )
-                ),
-                retry_after_s=exc.retry_after_s,
-            )
-            return
-        except APIError as exc:  # 400/401/429/503 on the upgrade: no socket opens
-            await self._refuse(sock, *http_error_body(exc), retry_after_s=exc.retry_after_s)
-            return
-        entry.link = link
-        try:
-            await link.send(
-                Handoff(
-                    entry.sock_id,
-                    SocketKind.WEBSOCKET,
-                    conn_id,
-                    owner,
-                    wants_append_mode(head, headers),
-                    secret,
-                ),
-                sock.fileno(),
-            )
-        except OSError as exc:  # the host is gone
-            self._admission.failed(entry.sock_id)
-            log.warning("handing a socket over failed: %r", exc)
-            self._metrics.handoff_failed()
-            await self._refuse(sock, *http_error_body(InvalidResumeToken() if resume else ServerError()))
-
-    async def _refuse(
-        self, sock: socket.socket, status: int, body: dict, *, retry_after_s: int | None = None
-    ) -> None:
-        self._metrics.refused(status)
-        await refuse(sock, status, body, retry_after_s=retry_after_s)
-
-    async def _handoff_http(self, sock: socket.socket) -> bool:
-        """Hand an HTTP connection to a host (:meth:`ActorPool.acquire_http`); ``False``:
-        no host is live, serve it here."""
-        lease = None if self._draining else await self._pool.acquire_http()
-        if lease is None:
-            return False
-        sock_id = self._admission.http_opened(lease.host)
-        try:
-            await lease.host.handle.link.send(
-                Handoff(sock_id, SocketKind.HTTP, keep_alive=lease.keep_alive), sock.fileno()
-            )
-        except OSError:
-            self._admission.failed(sock_id)
-            return False
-        sock.close()  # the host has its own descriptor
-        return True
-
+    # ------------------------------------------------------------------ resumes
     def _link_to(self, name: str) -> Link:
         """The link to the host a resume token names: ours, or one of another gateway on this
         node (any gateway on the node can reach it)."""
@@ -490,7 +364,7 @@ class Gateway:
         the fault-injection tests."""
         return {
             "open_connections": self._admission.open_connections,
-            "draining": self._draining,
+            "draining": self._drain.reason,
             **self._pool.stats(),
         }
 
@@ -509,7 +383,7 @@ class Gateway:
         await self.begin_drain("Serve is stopping this replica", None, node=False)
         await self._close_listener()  # after a node drain's hold, if one runs
         timeout = self._cfg.server.drain_timeout_s
-        left = max(0.0, self._drain_started + timeout - time.monotonic())
+        left = max(0.0, self._drain.started + timeout - time.monotonic())
         assert self._drain_task is not None
         await asyncio.gather(self._front.drain_http(left), self._drain_task, return_exceptions=True)
         deadline = time.monotonic() + 5

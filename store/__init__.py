@@ -2,7 +2,7 @@
 transports: :mod:`.base` (records, the :class:`Store` protocol, the codec, the config), one
 module per backend (:mod:`.sqlite`, :mod:`.redis`; the Redis client, a server or a Redis
 Cluster, and its replicated writes in :mod:`.redisconn`), the write-through :mod:`.writer`,
-and :func:`open_store`.  Resumable connections' states: :mod:`.continuity` (its per-turn
+and :func:`open_store`.  Resumable connections' states: :mod:`.connection_states` (its per-turn
 changes: :mod:`.splice`).  Used by ``serve/`` and ``actors/``; imports neither.
 """
 

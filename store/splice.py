@@ -1,5 +1,5 @@
 """A state's change as one splice: what a resumable connection's checkpoint writes instead of
-the whole state (:mod:`store.continuity`).  Pure bytes, no I/O.
+the whole state (:mod:`store.connection_states`).  Pure bytes, no I/O.
 
 A session's state (JSON) changes between turns by growing at one place — a lane's items get
 the turn's input and output appended, its latest response id and replica change beside them

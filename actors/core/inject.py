@@ -96,7 +96,7 @@ def not_running(event: ResponseInject, finished: tuple[str | None, object] | Non
 
 
 def check(
-    turn: Turn, event: ResponseInject, items: Sequence[InputItem], held: Sequence[ToolResult]
+    turn: Turn, event: ResponseInject, items: Sequence[InputItem], pending: Sequence[ToolResult]
 ) -> list[ToolResult]:
     """The input (``items``: ``event.input`` with its references resolved) if the running
     response can take it: tool output for its open calls, none answered twice;
@@ -107,7 +107,7 @@ def check(
             "multi_agent enabled.",
             param="response_id",
         )
-    waiting = open_calls(turn) - {r.call_id for r in held}
+    waiting = open_calls(turn) - {r.call_id for r in pending}
     results: list[ToolResult] = []
     for i, item in enumerate(items):
         if not isinstance(item, ToolResult):

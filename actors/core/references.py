@@ -22,10 +22,10 @@ from ..protocol import InputItem, ItemReference, parse_items
 class ItemNotFound(InvalidRequest):
     code = "item_not_found"
 
-    def __init__(self, item_id: str, index: int, *, held_only: bool = False) -> None:
+    def __init__(self, item_id: str, index: int, *, connection_only: bool = False) -> None:
         where = (
             "Input for a running response can reference only items of responses this connection still holds"
-            if held_only
+            if connection_only
             else "Only items of stored responses (store: true) and of responses this connection "
             "still holds can be referenced"
         )
@@ -57,10 +57,10 @@ def find(ids: Iterable[str], conversations: Iterable[Sequence[dict[str, Any]]]) 
 
 
 def resolve(
-    items: Sequence[InputItem], found: Mapping[str, dict[str, Any]], *, held_only: bool = False
+    items: Sequence[InputItem], found: Mapping[str, dict[str, Any]], *, connection_only: bool = False
 ) -> list[InputItem]:
     """``items`` with every reference replaced by the item it names; :class:`ItemNotFound`
-    for the first one ``found`` lacks (``held_only``: the store was not asked)."""
+    for the first one ``found`` lacks (``connection_only``: the store was not asked)."""
     out: list[InputItem] = []
     for i, item in enumerate(items):
         if not isinstance(item, ItemReference):
@@ -68,6 +68,6 @@ def resolve(
             continue
         target = found.get(item.id)
         if target is None:
-            raise ItemNotFound(item.id, i, held_only=held_only)
+            raise ItemNotFound(item.id, i, connection_only=connection_only)
         out.extend(parse_items([target]))
     return out

@@ -5,6 +5,10 @@ Shape: ``start()`` → ``feed(chunk)``* → ``terminal()`` once ``finishing`` (t
 between the last ``feed`` and ``terminal`` is where the session does its post-processing.  Event order is exactly docs/protocol.md §3.2 (text) / §3.3 (function calls);
 ``sequence_number`` counts from 0 per response; item ids, ``output_index`` and
 ``content_index`` stay consistent.  One protocol delta per inference chunk, never per token.
+
+Over 400 lines on purpose: a response's event sequence is one state machine
+(:class:`ResponseBuilder`), kept in one class so every step of §3.2/§3.3 reads in one place;
+beside it, the Response object a create starts (:func:`new_response`) and what it echoes.
 """
 
 from __future__ import annotations

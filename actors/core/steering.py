@@ -144,7 +144,7 @@ class Resumed:
 @dataclass(frozen=True, slots=True)
 class WaitingSteer:
     """Steer input waiting on a response that stopped on function calls, as plain data (a
-    snapshot's, :mod:`actors.core.continuity`)."""
+    snapshot's, :mod:`actors.core.resumable`)."""
 
     response_id: str
     lane: str | None

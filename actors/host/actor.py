@@ -23,7 +23,7 @@ from starlette.types import ASGIApp
 
 from inference import allocator, tokenizer
 from store import StoreConfig, StoreWriter, open_writer, redis_password
-from store.continuity import ContinuityStore
+from store.connection_states import ContinuityStore
 
 from ..backend import InferenceClient
 from ..backend.model_router import ModelRouter, model_formats

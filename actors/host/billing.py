@@ -13,13 +13,16 @@ connection (:mod:`actors.host.connection`) asks :func:`billing` which way, and c
 ====================  ==========================================================================
 
 A journal that cannot keep the line, or a write that fails, turns the event into
-``response.failed`` without usage (not billed): that is the connection's part.
+``response.failed`` without usage (not billed, :func:`failed_instead`).
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+
+from ..errors import ServerError
+from ..protocol import TERMINAL_EVENTS, ResponseErrorBody, ResponseFailed, ServerEvent
 
 
 class Billing(enum.Enum):
@@ -62,3 +65,21 @@ def billing(terminal: Terminal) -> Billing:
         if all(p is None or p == f for p, f in zip(pattern, facts, strict=True)):
             return outcome
     raise AssertionError(f"no billing rule for {terminal}")  # pragma: no cover - RULES is total
+
+
+def failed_instead(event: ServerEvent) -> ResponseFailed:
+    """``response.failed`` without usage (not billed) in place of a terminal event whose
+    record or ledger line could not be written: same sequence number, the output as
+    generated; ``server_error`` unless the response had failed already."""
+    assert isinstance(event, TERMINAL_EVENTS)
+    error = event.response.error if isinstance(event, ResponseFailed) else None
+    response = event.response.model_copy(
+        update={
+            "status": "failed",
+            "completed_at": None,
+            "incomplete_details": None,
+            "usage": None,
+            "error": error or ResponseErrorBody(code=ServerError.code, message=ServerError().message),
+        }
+    )
+    return ResponseFailed(sequence_number=event.sequence_number, response=response, stream_id=event.stream_id)

@@ -2,16 +2,16 @@
 
 It feeds client input into the session, runs the model calls the session starts through an
 :class:`~actors.backend.InferenceClient` (its ``before_call`` hook first), answers the
-session's store loads, tokenises large inputs (on a worker thread while the host has other
-work in flight, :class:`RenderPool`), writes what the session asks to persist through a
-:class:`~store.writer.StoreWriter`, and queues server events for
-whoever holds the client (a WebSocket, an HTTP response), who drains them in batches.  No
-Ray here.
+session's store loads, tokenises large inputs (:mod:`actors.host.render_pool`), writes what
+the session asks to persist through a :class:`~store.writer.StoreWriter`, and queues server
+events in its :class:`~actors.host.outbox.Outbox` for whoever holds the client (a WebSocket,
+an HTTP response), who drains them in batches.  Its lifecycle is
+:mod:`actors.host.connection_lifecycle`.  No Ray here.
 
 Read-your-writes: a ``store:true`` response's record is written *before* its terminal event
 is queued.  Until the write returns, the terminal event — and every later event of the same
 lane, such as the next queued response's ``response.created`` — waits; other lanes' events
-keep flowing, and the session counts the response in flight until then (``on_written``).
+keep flowing, and the session counts the response in flight until then (``Written``).
 Usage exactly once: a ``store:true`` response's ledger line is written in its record's
 transaction; a ``store:false`` response's line is appended to the process's ledger journal
 (store/journal.py) before its terminal event is queued, and committed write-behind — either
@@ -24,18 +24,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import functools
 import logging
-import os
-import time
-from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from concurrent.futures import Executor, ThreadPoolExecutor
-from dataclasses import dataclass
 
 from inference.types import Done, InferenceRequest
-from store import StoredResponse, StoreWriter, UsageEntry
+from store import StoreWriter
 
 from ..backend import EventStream, InferenceClient, ModelCall
 from ..core.inputs import (
@@ -51,114 +45,17 @@ from ..core.inputs import (
     Rendered,
     Written,
 )
-from ..core.render import MarkedTokens, render_marked
 from ..core.session import Effects, Load, Render, Session, Turn
 from ..core.timings import PhaseTimer, Report
 from ..errors import ServerError
-from ..protocol import (
-    ErrorEvent,
-    ResponseCompleted,
-    ResponseCreate,
-    ResponseErrorBody,
-    ResponseFailed,
-    ResponseIncomplete,
-    ServerEvent,
-    error_event,
-)
-from .billing import Billing, Terminal, billing
+from ..protocol import TERMINAL_EVENTS, ErrorEvent, ResponseCreate, ServerEvent, error_event
+from .billing import Billing, Terminal, billing, failed_instead
+from .connection_lifecycle import SERVICE_RESTART, TRANSITIONS, Move, State
+from .outbox import Outbox
+from .render_pool import RENDER_POOL, RenderPool, tokens_of
+from .terminal_writes import TerminalWrites
 
 log = logging.getLogger(__name__)
-
-# How a drain (shutdown, redeploy, scale-down) ends a connection once its responses have
-# finished: RFC 6455's 1012, which clients (the openai SDK among them) take as "reconnect".
-SERVICE_RESTART = (1012, "service restart")
-
-
-class RenderPool:
-    """Where a connection tokenises a large input (a :class:`Render` effect): on a worker
-    thread while this process's connections have other work in flight, so the loop keeps
-    serving them (tiktoken releases the GIL); inline when nothing else runs, as tiktoken is
-    slower off the main thread (docs/performance.md).  One per process; its threads (one per
-    core, at most four) are made on first use."""
-
-    def __init__(self, executor: Executor | None = None) -> None:
-        self._executor = executor
-        self.in_flight = 0  # model calls and renders of this process's connections
-        self.streaming = 0  # of those model calls, the ones whose output has begun and not ended
-
-    @property
-    def crowded(self) -> bool:
-        return self.in_flight > 0
-
-    async def render(self, job: Render) -> MarkedTokens | None:
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(min(4, os.cpu_count() or 1), thread_name_prefix="render")
-        return await asyncio.get_running_loop().run_in_executor(self._executor, tokens_of, job)
-
-    def track(self, task: asyncio.Task[None]) -> asyncio.Task[None]:
-        """Count ``task`` as work in flight from now until it is done (or cancelled, even
-        before it ran)."""
-        self.in_flight += 1
-        task.add_done_callback(self._done)
-        return task
-
-    def _done(self, _: object) -> None:
-        self.in_flight -= 1
-
-
-def tokens_of(job: Render) -> MarkedTokens | None:
-    """A job's input rendered (its token ids and breakpoints); ``None`` (logged) if a bug
-    the input hit raised."""
-    try:
-        return render_marked(job.items, job.fmt)
-    except Exception:
-        log.exception("rendering an input failed")
-        return None
-
-
-RENDER_POOL = RenderPool()
-
-
-class State(enum.Enum):
-    """Where a connection stands; each method checks it before it moves on."""
-
-    OPEN = "open"  # client input goes to the session
-    DRAINING = "draining"  # shutting down: new creates are refused, responses in flight finish
-    ENDING = "ending"  # the server ended it: input is ignored, events() ends after what is queued
-    CLOSED = "closed"  # the client is gone: generations are cancelled
-
-    @property
-    def accepting(self) -> bool:
-        return self in (State.OPEN, State.DRAINING)
-
-
-class Move(enum.Enum):
-    """What moves a connection on: :meth:`Connection.drain`, :meth:`Connection.end` (and
-    :meth:`Connection.finish_with`), :meth:`Connection.close`."""
-
-    DRAIN = "drain"  # the host is shutting down
-    END = "end"  # the server ends the connection
-    CLOSE = "close"  # the socket is gone
-
-
-# Every transition of a connection's lifecycle; a move from a state not listed with it is
-# ignored (a drain of a connection the server already ends, a second close…).
-TRANSITIONS: dict[tuple[State, Move], State] = {
-    (State.OPEN, Move.DRAIN): State.DRAINING,
-    (State.OPEN, Move.END): State.ENDING,
-    (State.OPEN, Move.CLOSE): State.CLOSED,
-    (State.DRAINING, Move.END): State.ENDING,
-    (State.DRAINING, Move.CLOSE): State.CLOSED,
-    (State.ENDING, Move.CLOSE): State.CLOSED,
-}
-
-
-@dataclass(slots=True)
-class _AwaitingWrite:
-    """A terminal event waiting in its lane until the response's record, ledger line or state is written."""
-
-    event: ServerEvent
-    written: bool = False
 
 
 class Connection:
@@ -178,11 +75,8 @@ class Connection:
         self._inference = inference
         self._store = store
         self._observe = observe
-        self._out: asyncio.Queue[ServerEvent | str | None] = asyncio.Queue()
-        self._waiting_lanes: dict[
-            str | None, deque[ServerEvent | _AwaitingWrite]
-        ] = {}  # lanes waiting on a write
-        self._last: list[str | None] = []  # queued once no lane waits: a final frame, the end
+        self._outbox = Outbox()
+        self._writes = TerminalWrites(store, self._outbox, session.transport, observe)
         self._reports: dict[str, Report] = {}  # by response id, until its terminal event is sent
         self._tasks: set[asyncio.Task[None]] = set()
         self._generations: dict[int, asyncio.Task[None]] = {}
@@ -268,7 +162,7 @@ class Connection:
             task = self._renderer.track(self._spawn(self._run(turn, stream)))
             self._generations[turn.turn_id] = task
             if stream is not None:
-                task.add_done_callback(functools.partial(self._close_unread, stream))
+                task.add_done_callback(functools.partial(self._close_if_cancelled, stream))
         if opening:
             fx.events += self.session.handle(CallsStarted(opening)).events
         carry_evictions(fx)
@@ -276,7 +170,7 @@ class Connection:
         lines = {entry.response_id: entry for entry in fx.usage}
         journaled: list[tuple[str, bool]] = []  # store:false responses billed: (id, line kept)
         for event in fx.events:
-            line = lines.pop(event.response.id, None) if isinstance(event, _TERMINAL) else None
+            line = lines.pop(event.response.id, None) if isinstance(event, TERMINAL_EVENTS) else None
             record = records.pop(line.response_id, None) if line is not None else None
             how = billing(
                 Terminal(
@@ -287,23 +181,24 @@ class Connection:
                 )
             )
             if line is None:  # Billing.UNBILLED
-                self._send(event)
+                self._outbox.send(event)
                 continue
             if how is Billing.JOURNAL or how is Billing.JOURNAL_AND_STATE:
-                kept = self._journal(line)
+                kept = self._writes.journal(line)
                 if not kept or how is Billing.JOURNAL:
-                    self._send(event if kept else failed_instead(event))
+                    self._outbox.send(event if kept else failed_instead(event))
                     journaled.append((line.response_id, kept))
                     continue
-            waiting = _AwaitingWrite(event)
-            self._waiting_lanes.setdefault(event.stream_id, deque()).append(waiting)
+            waiting = self._outbox.await_write(event)
             if how is Billing.WITH_RECORD:
                 assert record is not None
-                self._spawn(self._persist(line, record, waiting))
+                write = self._writes.persist(line, record, waiting, self.checkpoint)
             elif how is Billing.COMMIT:
-                self._spawn(self._bill(line, waiting))
+                write = self._writes.bill(line, waiting, self.checkpoint)
             else:  # journaled; sent once the state is written
-                self._spawn(self._checkpointed(line.response_id, waiting))
+                assert self.checkpoint is not None
+                write = self._writes.checkpointed(waiting, self.checkpoint)
+            self._spawn(self._written_after(line.response_id, write))
         assert not records and not lines, "a record and a ledger line come with their terminal event"
         for report in fx.timings:  # taken again, and recorded, as the sender encodes the event
             self._reports[report.response_id] = report
@@ -329,18 +224,6 @@ class Connection:
         else:
             self._on_drained(self)
 
-    def _journal(self, line: UsageEntry) -> bool:
-        """Journal a ``store:false`` response's line (committed write-behind); ``False`` if
-        it could not be kept, and the response is then failed, not billed."""
-        try:
-            self._store.bill_behind(line)
-        except Exception:
-            log.warning(
-                "response %s failed: its ledger line could not be journaled", line.response_id, exc_info=True
-            )
-            return False
-        return True
-
     def outgoing(self, event: ServerEvent) -> ServerEvent:
         """``event``, about to be encoded and written by the sender: a terminal event's
         figures are taken again now (:meth:`restamp`), so the server's ``api_overhead`` holds
@@ -354,7 +237,7 @@ class Connection:
         """The figures of a terminal event about to be sent, if its frame carries figures
         that may still change (or, ``always``, any it has): the sender takes them
         (:meth:`restamp`) once it has encoded and written the rest of the frame."""
-        if not isinstance(event, _TERMINAL):
+        if not isinstance(event, TERMINAL_EVENTS):
             return None
         report = self._reports.get(event.response.id)
         if report is None or not (always or (report.into is not None and not report.final)):
@@ -370,93 +253,12 @@ class Connection:
             asyncio.get_running_loop().call_soon(self._observe, self.session.transport, ms)
         return ms
 
-    def _send(self, event: ServerEvent) -> None:
-        lane = self._waiting_lanes.get(event.stream_id)
-        if lane is None:
-            self._out.put_nowait(event)
-        else:
-            lane.append(event)
-
-    async def _persist(self, line: UsageEntry, record: StoredResponse, waiting: _AwaitingWrite) -> None:
-        """Write the record with its ledger line, then let its lane's events go
-        (``response.failed`` without usage instead of the terminal event if the write
-        failed); only then does the session count the response as done, so what starts next
-        is sent after it."""
-        started = time.perf_counter()
-        stored = True
-        try:
-            await self._store.put(record, line)
-        except Exception:  # noqa: BLE001 - the writer logged it; the client learns the response failed
-            log.warning(
-                "response %s failed: its record or ledger line could not be written", line.response_id
-            )
-            waiting.event = failed_instead(waiting.event)
-            stored = False
-        if self.checkpoint is not None and not await self.checkpoint():
-            return  # another holder has the connection: nothing more is sent
-        waiting.written = True
-        if self._observe is not None:
-            self._observe(self.session.transport, {"store_write": (time.perf_counter() - started) * 1000.0})
-        self._flush_lane(waiting.event.stream_id)
-        self._apply(self.session.handle(Written(line.response_id, stored=stored)))
-
-    async def _bill(self, line: UsageEntry, waiting: _AwaitingWrite) -> None:
-        """Commit a ``store:false`` response's line to the store (``store.ledger: commit``),
-        then let its lane's events go (``response.failed`` without usage instead of the
-        terminal event if it could not be committed); the line shares its commit with every
-        other line of the process waiting at that moment."""
-        started = time.perf_counter()
-        billed = True
-        try:
-            await self._store.bill(line)
-        except Exception:  # noqa: BLE001 - the writer logged it; the client learns the response failed
-            log.warning("response %s failed: its ledger line could not be committed", line.response_id)
-            waiting.event = failed_instead(waiting.event)
-            billed = False
-        if self._observe is not None:
-            self._observe(self.session.transport, {"ledger_write": (time.perf_counter() - started) * 1000.0})
-        if billed and self.checkpoint is not None and not await self.checkpoint():
-            return  # another holder has the connection: nothing more is sent
-        waiting.written = True
-        self._flush_lane(waiting.event.stream_id)
-        self._apply(self.session.handle(Written(line.response_id, stored=billed)))
-
-    async def _checkpointed(self, response_id: str, waiting: _AwaitingWrite) -> None:
-        """A ``store:false`` response's terminal event goes once the connection's state is
-        written to the cluster store (resume on any node)."""
-        assert self.checkpoint is not None
-        started = time.perf_counter()
-        if not await self.checkpoint():
-            return  # another holder has the connection: nothing more is sent
-        waiting.written = True
-        if self._observe is not None:
-            self._observe(self.session.transport, {"state_write": (time.perf_counter() - started) * 1000.0})
-        self._flush_lane(waiting.event.stream_id)
-        self._apply(self.session.handle(Written(response_id, stored=True)))
-
-    def _flush_lane(self, lane: str | None) -> None:
-        """Queue the lane's waiting events up to the first write still running."""
-        waiting = self._waiting_lanes[lane]
-        while waiting:
-            head = waiting[0]
-            if isinstance(head, _AwaitingWrite):
-                if not head.written:
-                    return
-                head = head.event
-            self._out.put_nowait(head)
-            waiting.popleft()
-        del self._waiting_lanes[lane]
-        if not self._waiting_lanes:
-            for last in self._last:
-                self._out.put_nowait(last)
-            self._last.clear()
-
-    def _queue_last(self, frame: str | None) -> None:
-        """Queue ``frame`` (``None``: the end of ``events``) after every waiting lane."""
-        if self._waiting_lanes:
-            self._last.append(frame)
-        else:
-            self._out.put_nowait(frame)
+    async def _written_after(self, response_id: str, write: Awaitable[bool | None]) -> None:
+        """Once ``write`` returns (and its lane's events have gone), the session counts the
+        response as done; ``None``: another holder has the connection, nothing more happens."""
+        stored = await write
+        if stored is not None:
+            self._apply(self.session.handle(Written(response_id, stored=stored)))
 
     def _spawn(self, coro: Coroutine[object, object, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coro)
@@ -489,7 +291,7 @@ class Connection:
         except Exception:  # noqa: BLE001 - not started: the task makes the call, and reports what it raises
             return None
 
-    def _close_unread(self, stream: EventStream, task: asyncio.Task[None]) -> None:
+    def _close_if_cancelled(self, stream: EventStream, task: asyncio.Task[None]) -> None:
         """A call started for a task cancelled before it ran (which would have closed it) is
         closed here; closing a call twice is harmless."""
         if task.cancelled():
@@ -538,23 +340,13 @@ class Connection:
     # -- outbound
     async def events(self) -> AsyncIterator[list[ServerEvent | str]]:
         """Batches of events (or pre-encoded frames), in order, until the connection ends."""
-        while True:
-            first = await self._out.get()
-            if first is None:
-                return
-            batch = [first]
-            while not self._out.empty():
-                nxt = self._out.get_nowait()
-                if nxt is None:
-                    yield batch
-                    return
-                batch.append(nxt)
+        async for batch in self._outbox.batches():
             yield batch
 
     def finish_with(self, frame: str) -> None:
         """Send ``frame`` as the last one and end ``events`` (e.g. the lifetime limit error)."""
         if self.state.accepting:
-            self._queue_last(frame)
+            self._outbox.last(frame)
             self.end(1000)
 
     def drain(self, on_drained: Callable[[Connection], None] | None = None) -> None:
@@ -579,7 +371,7 @@ class Connection:
         if self._move(Move.END):
             self.close_code = code
             self.close_reason = reason
-            self._queue_last(None)
+            self._outbox.last(None)
 
     async def close(self) -> None:
         """Cancel every running generation (frees the inference slots) and end ``events``;
@@ -591,10 +383,7 @@ class Connection:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        self._out.put_nowait(None)
-
-
-_TERMINAL = (ResponseCompleted, ResponseIncomplete, ResponseFailed)  # the events a ledger line goes with
+        self._outbox.end_now()
 
 
 def carry_evictions(fx: Effects) -> None:
@@ -606,21 +395,3 @@ def carry_evictions(fx: Effects) -> None:
 
 async def _close(stream: EventStream) -> None:
     await stream.aclose()
-
-
-def failed_instead(event: ServerEvent) -> ResponseFailed:
-    """``response.failed`` without usage (not billed) in place of a terminal event whose
-    record or ledger line could not be written: same sequence number, the output as
-    generated; ``server_error`` unless the response had failed already."""
-    assert isinstance(event, _TERMINAL)
-    error = event.response.error if isinstance(event, ResponseFailed) else None
-    response = event.response.model_copy(
-        update={
-            "status": "failed",
-            "completed_at": None,
-            "incomplete_details": None,
-            "usage": None,
-            "error": error or ResponseErrorBody(code=ServerError.code, message=ServerError().message),
-        }
-    )
-    return ResponseFailed(sequence_number=event.sequence_number, response=response, stream_id=event.stream_id)

@@ -1,5 +1,5 @@
 """Resume on any node: a host's side of keeping its connections' state in the cluster store
-(docs/reliability.md, "Resuming on any node"; the store side is :mod:`store.continuity`).
+(docs/reliability.md, "Resuming on any node"; the store side is :mod:`store.connection_states`).
 
 On only with resume on (``session.resume_grace_s > 0``) and the Redis store.  For each
 connection it holds, the host
@@ -30,7 +30,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from store.continuity import Claimed, ContinuityStore, Fenced
+from store.connection_states import Claimed, ContinuityStore, Fenced
 
 from .resume import Held
 

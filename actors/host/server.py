@@ -28,7 +28,7 @@ from websockets.extensions.permessage_deflate import ServerPerMessageDeflateFact
 from websockets.http11 import Request, Response
 from websockets.server import ServerProtocol
 
-from store.continuity import Claimed
+from store.connection_states import Claimed
 
 from ..config import SessionConfig
 from ..core.inputs import Disconnected, StateRestored
@@ -37,7 +37,8 @@ from ..core.timings import METADATA_KEY, Report
 from ..errors import ConnectionLimitReached, InvalidResumeToken, ServerError, ServerShuttingDown
 from ..protocol import EventEncoder, ServerEvent, encode, error_event, http_error_body
 from .aftermath import Aftermath, SocketEnd, aftermath
-from .connection import SERVICE_RESTART, Connection, carry_evictions
+from .connection import Connection, carry_evictions
+from .connection_lifecycle import SERVICE_RESTART
 from .continuity import HostContinuity
 from .drain import CloseSchedule, DrainPlan, Phase
 from .handoff import RESPONSES_PATH, Handoff, Outcome
@@ -188,7 +189,7 @@ class SocketServer:
 
     def _new_held(self, handoff: Handoff, secret: str, claimed: Claimed | None) -> Held:
         """A new connection's state, or (``claimed``) one taken from the cluster store: its
-        conversations rebuilt from the items kept there (actors.core.continuity)."""
+        conversations rebuilt from the items kept there (actors.core.resumable)."""
         session = self._new_session(handoff.conn_id, handoff.owner, handoff.append_mode)
         loop = asyncio.get_running_loop()
         wall = self.continuity.wall() if self.continuity is not None else 0.0

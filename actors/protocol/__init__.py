@@ -13,6 +13,7 @@ from .events import (  # noqa: F401
     RESPONSE_ERROR_CODES,
     SSE_DONE,
     TERMINAL_EVENT_TYPES,
+    TERMINAL_EVENTS,
     AppliedCacheOptions,
     CacheWriteTokensDetails,
     CompactedResponse,

@@ -1,5 +1,8 @@
 """Outbound: the Response object, every server event, and the one encode function
-(docs/protocol.md §3, §5).  Field names copy the openai SDK's types."""
+(docs/protocol.md §3, §5).  Field names copy the openai SDK's types.
+
+Over 400 lines on purpose: every server event of the wire is here, a small class each, beside
+the one encode point, so the outbound wire reads as one list."""
 
 from __future__ import annotations
 
@@ -162,10 +165,9 @@ class ResponseFailed(_Event):
     response: ResponseObject
 
 
-# The types of the events that end a response; an ``error`` event instead means it never started.
-TERMINAL_EVENT_TYPES = frozenset(
-    event.model_fields["type"].default for event in (ResponseCompleted, ResponseIncomplete, ResponseFailed)
-)
+# The events that end a response (and their types); an ``error`` event instead means it never started.
+TERMINAL_EVENTS = (ResponseCompleted, ResponseIncomplete, ResponseFailed)
+TERMINAL_EVENT_TYPES = frozenset(event.model_fields["type"].default for event in TERMINAL_EVENTS)
 
 
 class OutputItemAdded(_Event):

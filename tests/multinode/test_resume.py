@@ -31,7 +31,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from bench.client import output_text
 from bench.multinode import Harness
-from store.continuity import unseal
+from store.connection_states import unseal
 from store.splice import Splice, apply
 
 HEADER = "x-responses-ws-resume-token"
@@ -250,7 +250,7 @@ def conn_key(conn_id: str) -> str:
 def conn_state(store: redis.Redis, token: str) -> tuple[dict[str, str], dict]:
     """The connection's hash in the store (its change log under ``"log"``), and its state:
     the snapshot unsealed with the token's secret, then each logged change applied, as a
-    claim does (store/continuity.py)."""
+    claim does (store/connection_states.py)."""
     _, conn_id, secret = token.split(".", 2)
     fields = store.hgetall(conn_key(conn_id))
     log = store.lrange(conn_key(conn_id) + ":log", 0, -1)

@@ -1,7 +1,7 @@
 """The cost of keeping a connection's state in the cluster store, per turn: a session's
 snapshot (a real :class:`~actors.core.session.Session`, ``store:false`` turns chained by
 ``previous_response_id``) written at every turn boundary through
-:class:`store.continuity.ContinuityStore` (its change appended, a snapshot now and then),
+:class:`store.connection_states.ContinuityStore` (its change appended, a snapshot now and then),
 against a real redis-server or Redis Cluster, as the history grows (docs/reliability.md,
 "Resuming on any node").
 
@@ -21,7 +21,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from store.continuity import ContinuityStore
+from store.connection_states import ContinuityStore
 from tests.actors.test_session import answer_text, new_session, send
 
 WORDS = [

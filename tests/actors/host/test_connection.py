@@ -13,7 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 from actors.config import SessionConfig
 from actors.core.inputs import ClientFrame
 from actors.core.session import Session
-from actors.host.connection import Connection, RenderPool, State
+from actors.host.connection import Connection
+from actors.host.connection_lifecycle import State
+from actors.host.render_pool import RenderPool
 from actors.protocol import ServerEvent
 from inference.types import Done, InferenceEvent, InferenceRequest, Prefilled, TextDelta
 from store import StoreConfig, StoredResponse, UsageEntry, open_store
@@ -255,7 +257,7 @@ def test_a_store_failure_is_response_failed_with_server_error_and_not_continued_
         await client.until(lambda: client.events[-1]["type"] == "error")
         assert client.events[-1]["error"]["code"] == "previous_response_not_found"
 
-    with caplog.at_level(logging.WARNING, logger="actors.host.connection"):
+    with caplog.at_level(logging.WARNING, logger="actors.host.terminal_writes"):
         run(scenario)
     assert any("could not be written" in r.getMessage() for r in caplog.records)
 
@@ -298,7 +300,7 @@ def test_committed_lines_a_line_that_cannot_be_committed_fails_the_response_unbi
         assert client.events[-1]["type"] == "response.completed"
         assert len(store.lines) == 1
 
-    with caplog.at_level(logging.WARNING, logger="actors.host.connection"):
+    with caplog.at_level(logging.WARNING, logger="actors.host.terminal_writes"):
         run(scenario, commit_lines=True)
     assert any("could not be committed" in r.getMessage() for r in caplog.records)
 
@@ -548,7 +550,7 @@ def test_a_render_that_fails_is_server_error_and_the_socket_stays_usable(monkeyp
     def broken(items):
         raise KeyError("internal detail /srv/secret.py")
 
-    monkeypatch.setattr("actors.host.connection.render_marked", broken)
+    monkeypatch.setattr("actors.host.render_pool.render_marked", broken)
 
     async def scenario(conn, inference, client):
         conn.feed(create(input=BIG, store=False))  # inline
@@ -563,7 +565,7 @@ def test_a_render_that_fails_is_server_error_and_the_socket_stays_usable(monkeyp
         assert all(e["error"]["code"] == "server_error" for e in errors)
         assert "secret" not in json.dumps(client.events)
 
-    with caplog.at_level(logging.ERROR, logger="actors.host.connection"):
+    with caplog.at_level(logging.ERROR, logger="actors.host.render_pool"):
         render_scenario(CountingPool(), scenario)
     assert caplog.text.count("rendering an input failed") == 2
 

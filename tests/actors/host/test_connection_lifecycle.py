@@ -1,4 +1,4 @@
-"""The connection's lifecycle (actors.host.connection.TRANSITIONS), walked: every state, every
+"""The connection's lifecycle (actors.host.connection_lifecycle.TRANSITIONS), walked: every state, every
 move, on a real Connection — the table is what the connection does."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import pytest
 
 from actors.config import SessionConfig
 from actors.core.session import Session
-from actors.host.connection import TRANSITIONS, Connection, Move, State
+from actors.host.connection import Connection
+from actors.host.connection_lifecycle import TRANSITIONS, Move, State
 from store import StoreConfig, open_store
 from store.writer import StoreWriter
 from tests.actors.host.test_connection import MODEL, ScriptedInference

@@ -1,4 +1,4 @@
-"""Connection states in the cluster store (store/continuity.py) against a real, private
+"""Connection states in the cluster store (store/connection_states.py) against a real, private
 redis-server and a real Redis Cluster (the suite's ``redis_server`` and ``redis_cluster``
 fixtures): sealing, claiming, the fencing that keeps one holder per connection, and the
 checkpoints written as changes on a snapshot (store/splice.py)."""
@@ -12,7 +12,7 @@ import uuid
 import pytest
 from cryptography.exceptions import InvalidTag
 
-from store.continuity import ContinuityStore, Fenced, seal, secret_hash, unseal
+from store.connection_states import ContinuityStore, Fenced, seal, secret_hash, unseal
 from store.splice import Splice, apply, diff
 
 OWNER, OTHER = "key_alice", "key_bob"
@@ -200,7 +200,7 @@ def test_after_a_normal_close_no_late_write_brings_the_state_back(make):
 
 
 def state(turn: int) -> bytes:
-    """A conversation's state after ``turn`` turns, in the layout of actors/core/continuity.py:
+    """A conversation's state after ``turn`` turns, in the layout of actors/core/resumable.py:
     a lane's items, then its latest response id."""
     items = [b'{"turn":0}', *(b'{"turn":%d,"text":"%s"}' % (t, b"x" * 200) for t in range(1, turn + 1))]
     return b'{"v":1,"lanes":[{"lane":"a","items":[' + b",".join(items) + b'],"id":"resp_%d"}]}' % turn

@@ -1,5 +1,5 @@
 """A session's resumable state as plain data, and back (docs/reliability.md, "Resuming on any
-node").  Sans-I/O, like the session: the host seals and writes it (:mod:`store.continuity`).
+node").  Sans-I/O, like the session: the host seals and writes it (:mod:`store.connection_states`).
 
 What a ``store:false`` chain needs to go on: each lane's latest response as its items (the
 conversation a stored record keeps: rendered tokens, the classifier's state and the tool

@@ -1,4 +1,4 @@
-"""A session's resumable state (actors/core/continuity.py): what a new holder rebuilds from
+"""A session's resumable state (actors/core/resumable.py): what a new holder rebuilds from
 the items kept in the cluster store continues the chain exactly as the old holder would."""
 
 from __future__ import annotations
