@@ -13,7 +13,7 @@ Layout (docs/benchmark.md, "Layout"):
   ``add_arguments(parser)`` (its options) and ``run(args) -> int`` (the exit code);
   ``args.command`` is the command line as typed and ``args.run`` the :class:`bench.results.Run`
   its results file records.  A kind is imported only when it runs, after :mod:`bench.commands` made
-  sure the lab's dependencies (rich, matplotlib, psutil, hypothesis, httpx, openai) are installed.
+  sure the lab's dependencies (rich, matplotlib, psutil, hypothesis, httpx, openai, redis) are installed.
 - the library the kinds share, one concept a module: :mod:`bench.client` (the WebSocket
   client), :mod:`bench.transports` (one agent turn over ws / http-chained / http-full /
   append), :mod:`bench.workload` (the agent-loop workload and its presets),
@@ -51,7 +51,6 @@ KINDS: dict[str, Kind] = {
         Kind("agentloop", "agent loops over ws / http-chained / http-full, side by side (default)"),
         Kind("hotpath", "per-turn server overhead and sustained streaming rate"),
         Kind("overhead", "per-turn API overhead against conversation length, WebSocket vs HTTP"),
-        Kind("emulator", "fidelity of the emulated inference deployment to its model"),
         Kind("scaling", "load and idle connections on a simulated multi-node cluster"),
         Kind("soak", "hundreds of checked WebSocket agent chains at once, memory over time"),
         Kind("fuzz", "hostile WebSocket frames and HTTP requests, every answer judged"),
