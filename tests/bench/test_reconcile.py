@@ -67,7 +67,7 @@ def test_every_forbidden_case_is_counted():
 
 
 def test_the_ledger_is_read_from_every_shard_of_a_redis_cluster(redis_cluster):
-    """What ``bench nodeledger`` reconciles, from a cluster store: each owner's ledger is in
+    """What ``bench ledger nodes`` reconciles, from a cluster store: each owner's ledger is in
     ``store.ledger_shards`` slots, and every line is read once."""
     import asyncio
     import uuid

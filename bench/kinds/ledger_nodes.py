@@ -1,8 +1,8 @@
 """Usage exactly once across nodes: whole session nodes SIGKILLed, their disk lost with them,
 during a ``store:false`` soak through the balancer; the cluster ledger reconciled.
 
-    sudo .venv/bin/responses-ws bench nodeledger [--ws 32] [--http 8] [--kills 2]
-                                                 [--ledger auto|journal|commit] [--store-pause 0]
+    sudo .venv/bin/responses-ws bench ledger nodes [--ws 32] [--http 8] [--kills 2]
+                                                   [--ledger auto|journal|commit] [--store-pause 0]
 
 Starts the real-node harness (bench/multinode: a head with Redis and the inference replicas,
 two session nodes, HAProxy in front; needs root) with ``store.ledger`` set to ``--ledger``
