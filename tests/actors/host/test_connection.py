@@ -15,7 +15,7 @@ from actors.config import SessionConfig
 from actors.core.inputs import ClientFrame
 from actors.core.session import Session
 from actors.host.connection import Connection, RenderPool, State
-from actors.protocol import ServerEvent
+from actors.protocol import TERMINAL_EVENT_TYPES, ServerEvent
 from inference.types import Done, InferenceEvent, InferenceRequest, Prefilled, TextDelta
 from store import StoreConfig, StoredResponse, UsageEntry, open_store
 from store.journal import Journal, replay
@@ -143,7 +143,7 @@ class Client:
 
     def _receive(self, event: ServerEvent | str) -> None:
         data = json.loads(event if isinstance(event, str) else event.model_dump_json())
-        if data["type"] in ("response.completed", "response.incomplete", "response.failed"):
+        if data["type"] in TERMINAL_EVENT_TYPES:
             rid = data["response"]["id"]
             self.stored_when_sent[rid] = rid in self._store.records
             self.billed_when_sent[rid] = self._store.lines.get(rid)
@@ -309,7 +309,7 @@ def in_flight_peak(events: list[dict]) -> int:
         if event["type"] == "response.created":
             running.add(event["response"]["id"])
             peak = max(peak, len(running))
-        elif event["type"] in ("response.completed", "response.incomplete", "response.failed"):
+        elif event["type"] in TERMINAL_EVENT_TYPES:
             running.discard(event["response"]["id"])
     return peak
 
