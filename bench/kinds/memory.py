@@ -9,12 +9,13 @@ lanes, each turn continuing its lane with ``--input-tokens`` tokens of fresh tex
 connection's cached context grows by about that much per turn.  The session actor's USS
 (the connection's actor is found by the TCP socket it holds) is sampled after every turn.
 
-The client feeds the turns it saw to the server's own cache rule
-(:class:`actors.core.cache_budget.CacheBudget`: after a turn the other lanes are evicted, least
-recently updated first, while the connection holds more than ``max_cached_tokens``), so it
-knows which lane ids must now be gone; it continues an evicted lane from its old id anyway,
-requires ``previous_response_not_found``, and restarts the lane.  Reported: bytes per cached token (least squares over the turns before the first
-eviction), the plateau after it, every eviction's verification.
+The client feeds the turns it saw to its model of the documented cache rule
+(:class:`CacheModel`: after a turn the other lanes are evicted, least recently updated first,
+while the connection holds more than ``max_cached_tokens``), so it knows which lane ids must
+now be gone; it continues an evicted lane from its old id anyway, requires
+``previous_response_not_found``, and restarts the lane.  Reported: bytes per cached token
+(least squares over the turns before the first eviction), the plateau after it, every
+eviction's verification.
 
 Then the connection's actor after close: with the default pool (one connection per actor)
 whether it survives; with ``connections_per_actor: 2`` (the actor is kept and reused)
@@ -136,10 +137,10 @@ async def uss(pid: int) -> float:
 
 @dataclass
 class CacheModel:
-    """What the server caches on one connection, by its documented rule
-    (docs/reliability.md, "Memory per connection"): after a turn, the connection's other
-    lanes are evicted, least recently updated first, while it holds more than ``cap`` tokens
-    (``session.max_cached_tokens``); the lane just continued is kept.  The client's own model:
+    """What the server caches on one connection, by its documented rule (docs/protocol.md
+    §4.2): after a turn, the connection's other lanes are evicted, least recently updated
+    first, while it holds more than ``cap`` tokens (``session.max_cached_tokens``); the lane
+    just continued is kept.  The client's own model:
     tests/bench/test_conn_memory.py checks it against the session core."""
 
     cap: int
