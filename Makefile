@@ -144,7 +144,7 @@ multinode-clean: $(STAMP)
 	$(SUDO) $(BIN)/python -m bench.multinode.cleanup
 
 bench: $(STAMP)
-	$(BIN)/responses-ws bench hotpath
+	$(BIN)/responses-ws bench floor hotpath
 
 # The server's wheel (no lab in it: bench/ is a distribution of its own), installed into a
 # fresh virtualenv of interpreter $(PY) under /tmp and smoke-tested from outside the checkout

@@ -21,8 +21,9 @@ from typing import Any
 
 import websockets
 
-from actors.protocol import TERMINAL_EVENT_TYPES  # the lab's one import of the wire's event set
-
+# The terminal events of a response, as the wire names them (docs/protocol.md §3): the client's
+# own copy of the protocol, checked against the server's by tests/bench/test_client.py.
+TERMINAL_EVENT_TYPES = frozenset({"response.completed", "response.incomplete", "response.failed"})
 # The last event of the answer to a request: a terminal event, or an ``error`` (not started).
 FINAL_EVENT_TYPES = TERMINAL_EVENT_TYPES | {"error"}
 

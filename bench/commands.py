@@ -1,5 +1,6 @@
 """The ``bench``, ``demo`` and ``replay`` command lines of ``responses-ws`` (:mod:`serve.cli`
-hands them over unparsed): pick the module (a kind of :data:`bench.KINDS`, or
+hands them over unparsed): pick the module (a kind of :data:`bench.KINDS` and its variant, an
+alias of :data:`bench.ALIASES`, or
 :mod:`bench.kinds.demo`, :mod:`bench.kinds.replay`),
 build its parser, start the :class:`~bench.results.Run` its results record, run it.
 
@@ -16,13 +17,13 @@ import importlib.util
 import shlex
 import sys
 
-from . import DEFAULT_KIND, DEMO_MODULE, KINDS, REPLAY_MODULE
+from . import ALIASES, DEFAULT_KIND, DEMO_MODULE, KINDS, REPLAY_MODULE
 from .results import Run
 
 INSTALL_HINT = "pip install 'responses-ws[bench]' (from a checkout: pip install -e ./bench)"
 # The import names of the lab's own dependencies besides the server, bench/pyproject.toml
 # (tests/test_layout.py keeps them equal).
-EXTRA_MODULES = frozenset({"rich", "matplotlib", "psutil", "hypothesis", "httpx", "openai"})
+EXTRA_MODULES = frozenset({"rich", "matplotlib", "psutil", "hypothesis", "httpx", "openai", "redis"})
 
 
 def main(argv: list[str]) -> int:
@@ -35,23 +36,41 @@ def main(argv: list[str]) -> int:
     if rest[:1] and rest[0] in ("-h", "--help"):
         print(overview())
         return 0
-    kind = DEFAULT_KIND
+    name, variant = DEFAULT_KIND, None
     if rest[:1] and not rest[0].startswith("-"):
-        kind, rest = rest[0], rest[1:]
-        if kind not in KINDS:
-            print(f"responses-ws bench: unknown kind {kind!r} (one of {', '.join(KINDS)})", file=sys.stderr)
+        name, rest = rest[0], rest[1:]
+        if name in ALIASES:
+            name, variant = ALIASES[name]
+        elif name not in KINDS:
+            known = ", ".join([*KINDS, *ALIASES])
+            print(f"responses-ws bench: unknown kind {name!r} (one of {known})", file=sys.stderr)
             return 2
-    return run_module(KINDS[kind].module, f"responses-ws bench {kind}", rest)
+    kind = KINDS[name]
+    if variant is None and kind.variants:
+        variant = kind.variants[0].name
+        if rest[:1] and rest[0] in kind.variant_names:
+            variant, rest = rest[0], rest[1:]
+    if variant is None:
+        return run_module(kind.module, f"responses-ws bench {name}", rest)
+    prog = f"responses-ws bench {name}" + ("" if variant == kind.variants[0].name else f" {variant}")
+    return run_module(kind.variant_module(variant), prog, rest)
 
 
 def overview() -> str:
-    width = max(map(len, KINDS))
+    width = max(map(len, [*KINDS, *ALIASES]))
     lines = [
-        "usage: responses-ws bench [KIND] [options]",
+        "usage: responses-ws bench [KIND [VARIANT]] [options]",
         "",
-        f"kinds (without one: {DEFAULT_KIND}; responses-ws bench KIND --help for its options):",
+        f"kinds (without one: {DEFAULT_KIND}; responses-ws bench KIND [VARIANT] --help for its options):",
     ]
-    lines += [f"  {name:<{width}}  {kind.summary}" for name, kind in KINDS.items()]
+    for name, kind in KINDS.items():
+        lines.append(f"  {name:<{width}}  {kind.summary}")
+        lines += [
+            f"  {'':<{width}}    {variant.name}{' (without a variant)' if i == 0 else ''}: {variant.summary}"
+            for i, variant in enumerate(kind.variants)
+        ]
+    lines += ["", "aliases:"]
+    lines += [f"  {alias:<{width}}  {kind} {variant}" for alias, (kind, variant) in ALIASES.items()]
     return "\n".join(lines)
 
 

@@ -13,11 +13,14 @@ lines are counted apart (``billed_unseen``), as is whether each stored one can b
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import sqlite3
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,20 +71,64 @@ def read_ledger(data_dir: str | Path) -> list[Line]:
     return [Line(*row) for row in rows]
 
 
-async def read_redis_ledger(
-    url: str, owners: list[str], key_prefix: str = "rws:", *, cluster: bool = False
-) -> list[Line]:
-    """Every line of ``owners``' in the Redis ledger at ``url`` (a Redis Cluster's nodes with
-    ``cluster``: every shard of each owner's ledger), read as the store reads them
-    (:meth:`store.redis.RedisStore.usage`; a line written twice would be read twice)."""
-    from store.redis import RedisStore
+def owner_of(api_key: str) -> str:
+    """The owner a ledger line names for ``api_key``: its fingerprint, the first 32 hex digits
+    of its SHA-256 (docs/operations.md, "The usage ledger")."""
+    return hashlib.sha256(api_key.encode()).hexdigest()[:32]
 
-    store = RedisStore(url, key_prefix, cluster=cluster)
+
+def _line(raw: str | bytes) -> Line:
+    entry = json.loads(raw)
+    return Line(entry["response_id"], entry["input_tokens"], entry["cached_tokens"], entry["output_tokens"])
+
+
+def _text(raw: str | bytes) -> str:
+    return raw if isinstance(raw, str) else raw.decode()
+
+
+def journal_lines(path: Path) -> int:
+    """The lines of one ledger journal (``<store.data_dir>/ledger-journal/``, JSON lines); a
+    torn last line (the process died mid-write) does not count."""
+    count = 0
+    for raw in path.read_text().splitlines():
+        try:
+            _line(raw)
+        except (ValueError, KeyError, TypeError):
+            continue
+        count += 1
+    return count
+
+
+async def read_redis_ledger(
+    url: str, owners: list[str], key_prefix: str = "rws:", *, cluster: bool = False, shards: int = 16
+) -> list[Line]:
+    """Every line of ``owners``' in the Redis ledger at ``url``, by its documented layout
+    (docs/operations.md, "The usage ledger"): the list ``<prefix>usage:<owner>``, or on a
+    Redis Cluster (``cluster``: ``url`` lists its nodes, comma-separated) the ``shards``
+    lists ``<prefix>usage:{<owner>|<b>}``, each line after its commit time and a space.
+    A line written twice is read twice."""
+    from redis.asyncio import Redis
+    from redis.asyncio.cluster import ClusterNode, RedisCluster
+
+    urls = [u.strip() for u in url.split(",") if u.strip()]
+    client: Redis | RedisCluster
+    if cluster:
+        nodes = [ClusterNode(urlsplit(u).hostname or "127.0.0.1", urlsplit(u).port or 6379) for u in urls]
+        client = RedisCluster.from_url(urls[0], startup_nodes=nodes, decode_responses=True)
+    else:
+        client = Redis.from_url(urls[0], decode_responses=True)
+    lines: list[Line] = []
     try:
-        entries = [e for owner in owners for e in await store.usage(owner)]
+        for owner in owners:
+            if not cluster:
+                lines += [_line(raw) for raw in await client.lrange(f"{key_prefix}usage:{owner}", 0, -1)]
+                continue
+            for b in range(shards):
+                raws = await client.lrange(f"{key_prefix}usage:{{{owner}|{b}}}", 0, -1)
+                lines += [_line(_text(raw).split(" ", 1)[1]) for raw in raws]
     finally:
-        await store.close()
-    return [Line(e.response_id, e.input_tokens, e.cached_tokens, e.output_tokens) for e in entries]
+        await client.aclose()
+    return lines
 
 
 def reconcile(seen: Seen, lines: list[Line]) -> dict[str, Any]:

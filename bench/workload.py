@@ -22,8 +22,9 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
-from inference.policy import Z90
 from inference.tokenizer import decode, encode
+
+Z90 = 1.2815515655446004  # the standard normal's 0.9 quantile
 
 # Words that cl100k encodes as one token each (with a leading space), so text sizes are
 # close to their target in tokens; the measured sizes are reported in the results anyway.
@@ -319,6 +320,14 @@ def _prose(rng: random.Random, tokens: int) -> str:
             out.append(" ".join(sentence).capitalize() + ".")
             sentence = []
     return " ".join(out)
+
+
+def prose_text(rng: random.Random, tokens: int) -> str:
+    """English-like prose of exactly ``tokens`` cl100k tokens before decoding (the last word
+    may be cut, and re-encode a token apart)."""
+    if tokens <= 0:
+        return ""
+    return decode(encode(_prose(rng, tokens))[:tokens])
 
 
 def _fill(rng: random.Random, templates: tuple[str, ...], tokens: int) -> str:

@@ -95,7 +95,7 @@ def test_every_project_path_named_in_the_pages_exists():
 
 def test_the_map_lists_every_bench_kind():
     """docs/README.md's row for the benchmarks names every kind ``responses-ws bench`` runs."""
-    from bench import KINDS
+    from bench import ALIASES, KINDS
 
     row = next(
         line
@@ -103,3 +103,6 @@ def test_the_map_lists_every_bench_kind():
         if "responses-ws bench <kind>" in line
     )
     assert [k for k in KINDS if not re.search(rf"\b{k}\b", row)] == []
+    variants = [f"`{v.name}`" for kind in KINDS.values() for v in kind.variants]
+    assert [v for v in variants if v not in row] == []
+    assert [a for a in ALIASES if f"`{a}`" not in row] == []

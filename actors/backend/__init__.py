@@ -6,7 +6,7 @@ that lists the models.  A backend implements it in a module of its own beside th
 (:mod:`.ray_serve`: the emulator's Serve deployment).  A backend's ``before_call`` is the one
 hook the connection awaits before each of its calls (:class:`BeforeCall`, given the
 :class:`ModelCall`; the opt-in what-if services, :mod:`actors.backend.whatif_hook`).  No Ray here: unit
-tests put a fake behind the protocol.
+tests put the shipped fake behind the protocol (:mod:`.canned`, ``CannedClient``).
 """
 
 from __future__ import annotations

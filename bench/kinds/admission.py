@@ -38,8 +38,6 @@ from typing import Any
 
 import websockets
 
-from actors.host.limits import raise_open_files
-
 from .. import plotting, results
 from ..client import ResponsesSocket, connect
 from ..processes import actor_pids, cpu_by_pid, session_host_pids, uss_mb
@@ -369,10 +367,27 @@ async def ramp_phase(
     return out
 
 
+CLIENT_OPEN_FILES = 65536
+
+
+def raise_open_files(wanted: int = CLIENT_OPEN_FILES) -> int:
+    """Raise this client process's open-file limit (its sockets) towards ``wanted``: the hard
+    limit too where the process may, else the soft one up to the hard; the soft limit after.
+    The server raises its own (``session.open_files``, docs/scaling.md)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    unlimited = hard == resource.RLIM_INFINITY
+    if soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard if unlimited else max(hard, wanted)))
+        except (ValueError, OSError):  # may not raise the hard limit: up to it
+            resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(wanted, hard)), hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
 def _idle_client(url: str, n: int, rate: float, conn: Any) -> None:
     """A client process of the idle phase: open ``n`` at ``rate``/s, say so, hold them; on
     the word, one turn on each; on the next, close them."""
-    raise_open_files(65536)
+    raise_open_files()
 
     async def main() -> None:
         opened = await open_many(url, n, rate=rate, open_timeout=30.0)
@@ -646,7 +661,7 @@ def simulated_cluster(port: int) -> Iterator[tuple[str, Any]]:
 def run(args: argparse.Namespace) -> int:
     from serve.embedded import embedded_server, local_config
 
-    raise_open_files(65536)  # the clients' sockets (and this process starts the embedded Ray)
+    raise_open_files()  # the clients' sockets
     config = None if args.url or args.cluster else local_config(args.config)
     started = time.perf_counter()
     if args.cluster:

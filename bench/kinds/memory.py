@@ -9,12 +9,13 @@ lanes, each turn continuing its lane with ``--input-tokens`` tokens of fresh tex
 connection's cached context grows by about that much per turn.  The session actor's USS
 (the connection's actor is found by the TCP socket it holds) is sampled after every turn.
 
-The client feeds the turns it saw to the server's own cache rule
-(:class:`actors.core.cache_budget.CacheBudget`: after a turn the other lanes are evicted, least
-recently updated first, while the connection holds more than ``max_cached_tokens``), so it
-knows which lane ids must now be gone; it continues an evicted lane from its old id anyway,
-requires ``previous_response_not_found``, and restarts the lane.  Reported: bytes per cached token (least squares over the turns before the first
-eviction), the plateau after it, every eviction's verification.
+The client feeds the turns it saw to its model of the documented cache rule
+(:class:`CacheModel`: after a turn the other lanes are evicted, least recently updated first,
+while the connection holds more than ``max_cached_tokens``), so it knows which lane ids must
+now be gone; it continues an evicted lane from its old id anyway, requires
+``previous_response_not_found``, and restarts the lane.  Reported: bytes per cached token
+(least squares over the turns before the first eviction), the plateau after it, every
+eviction's verification.
 
 Then the connection's actor after close: with the default pool (one connection per actor)
 whether it survives; with ``connections_per_actor: 2`` (the actor is kept and reused)
@@ -36,7 +37,7 @@ from typing import Any
 
 import psutil
 
-from actors.core.cache_budget import CacheBudget
+from inference import chat_format
 from serve.config import AppConfig
 from serve.embedded import embedded_ray, embedded_server, local_config
 
@@ -90,24 +91,19 @@ def fresh_text(rng: random.Random, tokens: int) -> str:
 
 
 def rendered_output_tokens(response: dict[str, Any]) -> int:
-    """Tokens the response's output adds to its lane's cached context (the session renders
-    it with the model's chat format, actors.core.context.extend)."""
-    from actors.core.render import render_items
-    from actors.protocol import parse_items
-
-    items = []
+    """Tokens the response's output adds to its lane's cached context: each output item in
+    the model's chat format (:mod:`inference.chat_format`, the emulated models' public
+    format, docs/emulator.md), as the session renders it."""
+    tokens = 0
     for out in response["output"]:
         if out["type"] == "message":
-            items.append(
-                {
-                    "type": "message",
-                    "role": "assistant",
-                    "content": [{"type": "output_text", "text": p["text"]} for p in out["content"]],
-                }
-            )
+            text = "".join(p["text"] for p in out["content"] if p.get("type") == "output_text")
+            tokens += len(chat_format.render_message("assistant", text))
+        elif out["type"] == "function_call":
+            tokens += len(chat_format.render_function_call(out["name"], out["arguments"]))
         else:
-            items.append({k: out[k] for k in ("type", "call_id", "name", "arguments")})
-    return len(render_items(parse_items(items)))
+            raise ValueError(f"no rendering of an output item of type {out['type']!r} here")
+    return tokens
 
 
 def connection(url: str) -> connect:
@@ -139,45 +135,39 @@ async def uss(pid: int) -> float:
     return await asyncio.to_thread(uss_mb, [pid])
 
 
-@dataclass(eq=False)
-class _CachedLane:
-    latest: int | None = None  # the lane's cached context tokens; None once evicted
-
-
 @dataclass
 class CacheModel:
-    """What the server caches on one connection, by the server's own rule: the turns the
-    client saw go through a :class:`~actors.core.cache_budget.CacheBudget` of ``cap`` tokens, as
-    the session's lanes do (``session.max_cached_tokens``)."""
+    """What the server caches on one connection, by its documented rule (docs/protocol.md
+    §4.2): after a turn, the connection's other lanes are evicted, least recently updated
+    first, while it holds more than ``cap`` tokens (``session.max_cached_tokens``); the lane
+    just continued is kept.  The client's own model:
+    tests/bench/test_conn_memory.py checks it against the session core."""
 
     cap: int
     ids: dict[str, str] = field(default_factory=dict)  # lane -> latest response id
-    lru: list[str] = field(default_factory=list)  # lanes, least recently updated first
-    _lanes: dict[str, _CachedLane] = field(default_factory=dict, init=False, repr=False)
-    _budget: CacheBudget[CacheModel, _CachedLane] = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        self._budget = CacheBudget(self.cap)
+    tokens: dict[str, int] = field(default_factory=dict)  # cached lanes, least recently updated first
 
     def finished(self, lane: str, response_id: str, context_tokens: int) -> list[tuple[str, str]]:
         """A turn on ``lane`` completed; returns the (lane, id) entries it evicted, least
         recently updated first."""
-        cached = self._lanes.setdefault(lane, _CachedLane())
-        before = set(self.tokens)
-        cached.latest, self.ids[lane] = context_tokens, response_id
-        self.lru = [x for x in self.lru if x != lane] + [lane]
-        for _, evicted in self._budget.update(self, cached, context_tokens, self.cap):
-            evicted.latest = None  # the budget changes no lane: its owner clears it
-        return [(x, self.ids[x]) for x in self.lru if x in before and self._lanes[x].latest is None]
+        self.tokens.pop(lane, None)
+        self.tokens[lane], self.ids[lane] = context_tokens, response_id
+        evicted = []
+        for other in [x for x in self.tokens if x != lane]:
+            if self.total <= self.cap:
+                break
+            del self.tokens[other]
+            evicted.append((other, self.ids[other]))
+        return evicted
 
     @property
-    def tokens(self) -> dict[str, int]:
-        """Cached context tokens by lane, of the lanes still cached."""
-        return {name: lane.latest for name, lane in self._lanes.items() if lane.latest is not None}
+    def lru(self) -> list[str]:
+        """The cached lanes, least recently updated first."""
+        return list(self.tokens)
 
     @property
     def total(self) -> int:
-        return self._budget.total
+        return sum(self.tokens.values())
 
 
 async def grow(

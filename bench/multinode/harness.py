@@ -28,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from .. import services
 from . import balancer, network, processes
 from .cleanup import BALANCER_PIDFILE, temp_dirs
 from .topology import PREFIX, SUBNET, Node, NodeSpec, Topology, leftovers
@@ -226,39 +227,30 @@ class Harness:
         binary = shutil.which("redis-server")
         if binary is None:
             raise FileNotFoundError("redis-server is not installed (make redis)")
-        cmd = [binary, "--bind", head.address, "--port", str(REDIS_PORT), "--save", "", "--appendonly", "no"]
-        cmd += ["--protected-mode", "no"]
+        cmd = services.redis_server_command(
+            binary, REDIS_PORT, bind=head.address, extra=["--protected-mode", "no"]
+        )
         self._launch("redis", cmd, head.namespace)
 
     def _ray_start(self, node: Node, incarnation: int = 1) -> list[str]:
         assert self.temp_dir is not None
         temp = self.temp_dir / (node.name if incarnation == 1 else f"{node.name}-{incarnation}")
-        ray = str(Path(sys.executable).parent / "ray")
-        cmd = [ray, "start", "--block", f"--node-ip-address={node.address}"]
-        cmd += (
-            ["--head", f"--port={GCS_PORT}", "--include-dashboard=false"] if node.spec.role == "head" else []
+        head = node.spec.role == "head"
+        return services.ray_start_command(
+            temp_dir=temp,
+            num_cpus=node.spec.num_cpus,
+            head_port=GCS_PORT if head else None,
+            address=None if head else self.gcs_address,
+            extra=[
+                f"--node-ip-address={node.address}",
+                f"--resources={json.dumps(node.spec.resources)}",
+                f"--object-store-memory={self.object_store_mb * 1024 * 1024}",
+            ],
         )
-        cmd += [] if node.spec.role == "head" else [f"--address={self.gcs_address}"]
-        cmd += [
-            f"--num-cpus={node.spec.num_cpus}",
-            f"--resources={json.dumps(node.spec.resources)}",
-            f"--object-store-memory={self.object_store_mb * 1024 * 1024}",
-            f"--temp-dir={temp}",
-            "--disable-usage-stats",
-        ]
-        return cmd
 
     def _wait_started(self, node: Node, deadline: float, owner: str | None = None) -> None:
         owner = owner or node.name
-        proc, log = self.procs[owner][0], self._log(owner)
-        while "Ray runtime started" not in log.read_text(errors="replace"):
-            if proc.poll() is not None:
-                raise RuntimeError(
-                    f"ray start on {node.name} exited:\n{log.read_text(errors='replace')[-3000:]}"
-                )
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"ray start on {node.name}: not up in time:\n{log.read_text()[-3000:]}")
-            time.sleep(0.2)
+        services.wait_ray_started(self.procs[owner][0], self._log(owner), deadline, node.name)
 
     def _start_ray(self, deadline: float) -> None:
         head, workers = self.topology.head, self.topology.nodes[1:]

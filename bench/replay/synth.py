@@ -10,22 +10,20 @@ import json
 import random
 from typing import Any
 
-from inference.policy import text_answer
-from inference.scenario import TURN_KEY
-from inference.tokenizer import decode
-
+from ..workload import prose_text
 from .shape import InputShape, SessionShape, StepShape
 
 METADATA_VALUE_LIMIT = 512  # characters, per metadata value (the create's metadata)
+# The create's metadata key of a scripted turn (docs/replay.md, "Scripted scenarios"):
+# tests/bench/test_replay_formats.py checks it is the emulator's.
+TURN_KEY = "emulator.turn"
 _ROLES = {"user": "user", "developer": "developer", "system": "system", "compaction_summary": "user"}
 
 
 def text(n_tokens: int, *seed: object) -> str:
     """About ``n_tokens`` tokens of English (exactly ``n_tokens`` before decoding; a cut
     word may re-encode one token apart)."""
-    if n_tokens <= 0:
-        return ""
-    return decode(text_answer(n_tokens, random.Random(":".join(map(str, seed)))))
+    return prose_text(random.Random(":".join(map(str, seed))), n_tokens)
 
 
 def tools(session: SessionShape) -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from actors.backend import InferenceClient, ModelCall
+from actors.backend.canned import CannedClient
 from actors.config import SessionConfig
 from actors.core.session import Session
 from actors.host.connection import Connection
@@ -19,14 +20,14 @@ MODEL = "emu-fast"
 HOLD = "test.hold"  # metadata: the call waits after its first delta until the connection closes
 
 
-class FakeBackend:
+class FakeBackend(CannedClient):
     """Answers "Hi there"; logs each hook call, model call and stream close in order."""
 
     def __init__(self, fail_hook_for: str | None = None) -> None:
+        super().__init__([MODEL], self._answer, before_call=self._hook)
         self.log: list[tuple[str, str]] = []
         self.calls: list[ModelCall] = []
         self._fail_hook_for = fail_hook_for
-        self.before_call = self._hook
 
     async def _hook(self, call: ModelCall) -> None:
         self.log.append(("hook", call.request.request_id))
@@ -34,10 +35,7 @@ class FakeBackend:
         if (self._fail_hook_for, "1") in call.request.metadata:
             raise ConnectionError("service unreachable")
 
-    async def warm(self) -> list[str]:
-        return [MODEL]
-
-    async def stream(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
+    async def _answer(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
         self.log.append(("stream", request.request_id))
         try:
             yield [Prefilled(len(request.prompt_token_ids), 0, 0.0, 0.0), TextDelta("Hi", 1)]

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
+from actors.backend.canned import CannedClient
 from actors.backend.completions import CompletionStream, EngineError, completion_body, sse_batch, sse_data
 from actors.backend.model_router import ModelRouter, model_entries
 from actors.config import ModelBackend, SessionConfig
@@ -194,7 +195,7 @@ def test_an_emulated_model_in_a_real_models_format_is_the_emulators():
 
     emulated = ModelBackend(id="emu-fast", tokenizer="/m", kind="emulator")
     config = SessionConfig(backends=(emulated,))
-    emulator = Answering("emu-fast")
+    emulator = answering("emu-fast")
     assert ModelRouter.of(emulator, config) is emulator and model_entries(config) == []
     assert AppConfig(session=config).session.backends == (emulated,)
     with pytest.raises(ValueError, match="needs an inference profile"):
@@ -305,22 +306,17 @@ def test_a_conversation_continued_by_a_model_of_another_format_is_re_rendered():
     assert list(t.request.prompt_token_ids) == cl100k
 
 
-class Answering:
-    before_call = None
+def answering(name: str) -> CannedClient:
+    """A backend serving ``name`` that answers every call with ``Done`` at once."""
 
-    def __init__(self, name: str) -> None:
-        self.name, self.seen = name, []
-
-    async def warm(self) -> list[str]:
-        return [self.name]
-
-    async def stream(self, req: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
-        self.seen.append(req.model)
+    async def done(request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
         yield [Done("stop", 0, 0.0)]
+
+    return CannedClient([name], done)
 
 
 def test_the_router_sends_each_model_to_its_backend_and_lists_them_all():
-    emulator, real = Answering("emu-fast"), Answering(REAL)
+    emulator, real = answering("emu-fast"), answering(REAL)
     router = ModelRouter(emulator, {REAL: real})
 
     async def main() -> list[str]:
@@ -330,7 +326,10 @@ def test_the_router_sends_each_model_to_its_backend_and_lists_them_all():
         return await router.warm()
 
     assert asyncio.run(main()) == ["emu-fast", REAL]
-    assert (emulator.seen, real.seen) == (["emu-fast", "emu-gpu"], [REAL])
+    assert ([r.model for r in emulator.requests], [r.model for r in real.requests]) == (
+        ["emu-fast", "emu-gpu"],
+        [REAL],
+    )
     config = SessionConfig(
         backends=(ModelBackend(id=REAL, tokenizer="/m", url="http://x/v1", owned_by="me"),)
     )

@@ -67,7 +67,7 @@ def test_every_forbidden_case_is_counted():
 
 
 def test_the_ledger_is_read_from_every_shard_of_a_redis_cluster(redis_cluster):
-    """What ``bench nodeledger`` reconciles, from a cluster store: each owner's ledger is in
+    """What ``bench ledger nodes`` reconciles, from a cluster store: each owner's ledger is in
     ``store.ledger_shards`` slots, and every line is read once."""
     import asyncio
     import uuid
@@ -92,3 +92,21 @@ def test_the_ledger_is_read_from_every_shard_of_a_redis_cluster(redis_cluster):
     lines = asyncio.run(scenario())
     assert sorted(line.response_id for line in lines) == sorted(f"resp_{i}" for i in range(30))
     assert {line.response_id: line.input_tokens for line in lines} == {f"resp_{i}": i for i in range(30)}
+
+
+def test_the_owner_of_a_key_is_the_servers_fingerprint_of_it():
+    from bench.reconcile import owner_of
+    from serve.auth import fingerprint
+
+    assert owner_of("sk-test-1") == fingerprint("sk-test-1") and len(owner_of("k")) == 32
+
+
+def test_a_journal_counts_its_whole_lines_as_the_store_reads_them(tmp_path):
+    from bench.reconcile import journal_lines
+    from store.journal import read
+
+    path = tmp_path / "host.123.jsonl"
+    line = '{"response_id": "resp_1", "owner": "o", "model": "m", "transport": "websocket", '
+    line += '"input_tokens": 3, "cached_tokens": 0, "output_tokens": 2, "created_at": 1.0}'
+    path.write_text(line + "\n" + line.replace("resp_1", "resp_2") + '\n{"response_id": "resp_3", "inp')
+    assert journal_lines(path) == len(read(path)) == 2

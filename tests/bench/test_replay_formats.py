@@ -211,3 +211,9 @@ def test_output_the_breakdown_does_not_explain_is_replayed_as_hidden_reasoning()
         None,
     )
     assert (steps[1].reasoning_tokens, steps[1].reasoning_source) == (0, "none")  # nothing unexplained
+
+
+def test_the_scripted_turn_key_is_the_emulators():
+    from inference.scenario import TURN_KEY
+
+    assert synth.TURN_KEY == TURN_KEY

@@ -75,7 +75,14 @@ def test_the_cli_starts_the_run_the_kind_records(tmp_path, monkeypatch):
     assert written["run"]["command"] == "responses-ws bench test --n 7"
 
 
-@pytest.mark.parametrize("module", [*(k.module for k in KINDS.values()), DEMO_MODULE])
+@pytest.mark.parametrize(
+    "module",
+    [
+        *(k.module for k in KINDS.values()),
+        *(k.variant_module(v) for k in KINDS.values() for v in k.variant_names[1:]),
+        DEMO_MODULE,
+    ],
+)
 def test_every_kind_writes_its_results_through_the_writer(module):
     """No kind writes a file of its own: its JSON goes through results.write (which adds the
     run block), its plots through bench.plotting."""

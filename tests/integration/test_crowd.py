@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import websockets
 
-from bench.client import output_text
+from bench.client import FINAL_EVENT_TYPES, output_text
 from tests.support.server import gateway_stats, start_app, stop_app, wait_for
 from tests.support.wire import raw_collect
 
@@ -168,7 +168,7 @@ def test_a_redeploy_closes_every_socket_1012_and_the_sdk_reconnects_them_all(ray
         out = []
         async for ev in events:
             out.append(ev.to_dict())
-            if ev.type in ("response.completed", "response.failed", "response.incomplete", "error"):
+            if ev.type in FINAL_EVENT_TYPES:
                 return out
         raise AssertionError("the connection ended before the response did")
 

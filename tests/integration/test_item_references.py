@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import websockets
 
+from bench.client import TERMINAL_EVENT_TYPES
 from tests.support.schemas import Checker
 
 MODEL = "emu-fast"
@@ -39,7 +40,7 @@ async def over_websocket(ws_url: str, payloads: list[dict[str, Any]], check: Che
                 if event["type"] == "error":
                     out.append(event)
                     break
-                if event["type"] in ("response.completed", "response.incomplete", "response.failed"):
+                if event["type"] in TERMINAL_EVENT_TYPES:
                     out.append(event["response"])
                     break
     return out

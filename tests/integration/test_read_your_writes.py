@@ -12,6 +12,8 @@ import json
 import httpx
 import websockets
 
+from bench.client import FINAL_EVENT_TYPES
+
 MODEL = "emu-fast"
 N = 40  # see the module docstring
 KEY = {"Authorization": "Bearer sk-read-your-writes"}
@@ -21,7 +23,7 @@ SHORT = {"emulator.text_tokens": "3"}  # short answers: the scenario is the stor
 async def raw_collect(ws: websockets.ClientConnection) -> list[dict]:
     """The frames of one response, up to its terminal event (or an error)."""
     events = [json.loads(await ws.recv())]
-    while events[-1]["type"] not in ("response.completed", "response.incomplete", "response.failed", "error"):
+    while events[-1]["type"] not in FINAL_EVENT_TYPES:
         events.append(json.loads(await ws.recv()))
     return events
 

@@ -1,13 +1,13 @@
 """Usage billed exactly once across nodes: a session node SIGKILLed with its disk during a
 ``store:false`` soak through the balancer, the cluster ledger reconciled with what the clients
-saw (the short version of ``responses-ws bench nodeledger``).  The killed node is started
+saw (the short version of ``responses-ws bench ledger nodes``).  The killed node is started
 again, so test_node_loss.py, after it, finds both session nodes up."""
 
 from __future__ import annotations
 
 import asyncio
 
-from bench.kinds.nodeledger import Plan, soak, summary
+from bench.kinds.ledger_nodes import Plan, soak, summary
 from bench.multinode import Harness
 
 

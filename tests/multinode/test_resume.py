@@ -29,7 +29,7 @@ import redis
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
-from bench.client import output_text
+from bench.client import FINAL_EVENT_TYPES, output_text
 from bench.multinode import Harness
 from store.connection_states import unseal
 from store.splice import Splice, apply
@@ -111,7 +111,7 @@ class Raw:
         self.ws.send(json.dumps({"type": "response.create", **body(i, self.chain.previous)}))
         while True:
             event = json.loads(self.ws.recv(timeout=OPEN_S))
-            if event["type"] in ("response.completed", "response.failed", "response.incomplete", "error"):
+            if event["type"] in FINAL_EVENT_TYPES:
                 assert event["type"] == "response.completed", event
                 self.chain.record(event["response"], self.node)
                 return event["response"]
@@ -183,7 +183,7 @@ class Sdk:
         first_at = None
         for ev in self.conn:
             first_at = first_at or time.perf_counter()
-            if ev.type in ("response.completed", "response.failed", "response.incomplete", "error"):
+            if ev.type in FINAL_EVENT_TYPES:
                 assert ev.type == "response.completed", ev
                 break
         if timed and self.reconnect_at is not None and first_at is not None:

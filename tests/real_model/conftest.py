@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from bench.client import FINAL_EVENT_TYPES
+
 MODEL = "smollm2-135m"
 ENGINE_START_S = float(
     os.environ.get("RESPONSES_WS_ENGINE_START_S", "900")
@@ -207,7 +209,7 @@ def chained_turns(
                 input=[{"role": "user", "content": question}],
             )
             for event in conn:
-                if event.type in ("response.completed", "response.incomplete", "response.failed", "error"):
+                if event.type in FINAL_EVENT_TYPES:
                     break
             assert event.type in ("response.completed", "response.incomplete"), event
             usages.append(event.response.usage)

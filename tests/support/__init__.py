@@ -12,5 +12,8 @@
   the parallel workers too: ``ray_start_lock``).
 
 What a client reads off the wire (the final event types, a response's ``output_text``) is the
-lab's client, :mod:`bench.client`: the tests import it from there, not a copy.
+lab's client, :mod:`bench.client`, and how a ``redis-server`` or a ``ray start`` node is
+started and waited on is :mod:`bench.services` (the multi-node harness's too): the tests
+import them from the lab, not a copy.  The fake inference backend is the product's own,
+:mod:`actors.backend.canned`.
 """

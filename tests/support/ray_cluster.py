@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from bench.services import ray_start_command, ray_started, wait_ray_started
 from serve.embedded import RAY_ENV, free_port
 
 MARKER = "RESPONSES_WS_TEST_CLUSTER"
@@ -58,28 +59,22 @@ class LocalCluster:
         env.update(RAY_ENV)
         env.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32), MARKER: self.marker})
         self.env = env
-        ray = Path(sys.executable).parent / "ray"
         self.log = self.temp_dir / "ray-start.log"
+        ports = [
+            f"--{name}-port={free_port()}"
+            for name in (
+                "node-manager",
+                "object-manager",
+                "ray-client-server",
+                "metrics-export",
+                "dashboard-agent-listen",
+                "dashboard-agent-grpc",
+                "runtime-env-agent",
+            )
+        ]
         with open(self.log, "w") as out:
             self._proc = subprocess.Popen(
-                [
-                    str(ray),
-                    "start",
-                    "--head",
-                    "--block",
-                    f"--port={self.port}",
-                    "--num-cpus=2",
-                    "--include-dashboard=false",
-                    "--disable-usage-stats",
-                    f"--temp-dir={self.temp_dir}",
-                    f"--node-manager-port={free_port()}",
-                    f"--object-manager-port={free_port()}",
-                    f"--ray-client-server-port={free_port()}",
-                    f"--metrics-export-port={free_port()}",
-                    f"--dashboard-agent-listen-port={free_port()}",
-                    f"--dashboard-agent-grpc-port={free_port()}",
-                    f"--runtime-env-agent-port={free_port()}",
-                ],
+                ray_start_command(temp_dir=self.temp_dir, num_cpus=2, head_port=self.port, extra=ports),
                 env=env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -114,17 +109,10 @@ class LocalCluster:
 
     def ray_up(self) -> bool:
         """The head node runs, or ``ray start`` has exited (tests/support/children.py)."""
-        return self.exited() or "Ray runtime started" in self.log.read_text()
+        return self.exited() or ray_started(self.log)
 
     def wait_up(self, timeout_s: float = 120) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.exited():
-                raise AssertionError(f"ray start exited:\n{self.log.read_text()[-4000:]}")
-            if self.ray_up():
-                return
-            time.sleep(0.2)
-        raise AssertionError(f"ray start: no cluster after {timeout_s:.0f}s:\n{self.log.read_text()[-4000:]}")
+        wait_ray_started(self._proc, self.log, time.monotonic() + timeout_s, "the test's head node")
 
     def stop(self) -> None:
         # SIGTERM first, but not to the GCS: ``ray start`` stops it once the rest has gone

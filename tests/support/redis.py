@@ -1,57 +1,28 @@
 """Throw-away Redis: one private, non-persistent ``redis-server`` on a free port, or a Redis
-Cluster of six (:class:`Cluster`)."""
+Cluster of six (:class:`Cluster`); started and waited on as the lab's harness starts its own
+(:mod:`bench.services`)."""
 
 from __future__ import annotations
 
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
+from bench.services import redis_server_command, wait_redis
 from serve.embedded import free_port
-
-START_TIMEOUT_S = 10.0
-
-
-def _answers_ping(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
-            s.sendall(b"PING\r\n")
-            return s.recv(16).startswith(b"+PONG")
-    except OSError:
-        return False
 
 
 def _start_once(binary: str) -> tuple[subprocess.Popen[bytes], int] | None:
     """A server on a free port; ``None`` if it died (e.g. someone took the port)."""
     port = free_port()
     proc = subprocess.Popen(
-        [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--daemonize",
-            "no",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        redis_server_command(binary, port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            return None
-        if _answers_ping(port):
-            return proc, port
-        time.sleep(0.05)
+    if wait_redis(proc, port):
+        return proc, port
     proc.kill()
     proc.wait()
     return None
@@ -124,31 +95,23 @@ class Cluster:
         directory = self.root / str(port)
         directory.mkdir(exist_ok=True)
         bus = free_port()
+        cluster = [
+            "--cluster-port", str(bus),
+            "--dir", str(directory),
+            "--cluster-enabled", "yes",
+            "--cluster-config-file", "nodes.conf",
+            "--cluster-node-timeout", str(CLUSTER_NODE_TIMEOUT_MS),
+            "--repl-diskless-sync-delay", "0",  # a replica's first sync at once, not after 5 s
+        ]  # fmt: skip
         self.procs[port] = subprocess.Popen(
-            [
-                self.binary,
-                "--port", str(port),
-                "--cluster-port", str(bus),
-                "--bind", "127.0.0.1",
-                "--dir", str(directory),
-                "--cluster-enabled", "yes",
-                "--cluster-config-file", "nodes.conf",
-                "--cluster-node-timeout", str(CLUSTER_NODE_TIMEOUT_MS),
-                "--save", "",
-                "--appendonly", "no",
-                "--repl-diskless-sync-delay", "0",  # a replica's first sync at once, not after 5 s
-                "--daemonize", "no",
-            ],
+            redis_server_command(self.binary, port, extra=cluster),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+        )
 
     def _wait_ping(self, port: int) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not _answers_ping(port):
-            if self.procs[port].poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"cluster node on port {port} did not start")
-            time.sleep(0.05)
+        if not wait_redis(self.procs[port], port):
+            raise RuntimeError(f"cluster node on port {port} did not start")
 
     def _cli(self, port: int, *args: str) -> str:
         return subprocess.run(

@@ -10,13 +10,14 @@ import tempfile
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from actors.backend.canned import CannedCall, CannedClient
 from actors.config import SessionConfig
 from actors.core.inputs import ClientFrame
 from actors.core.session import Session
 from actors.host.connection import Connection
 from actors.host.connection_lifecycle import State
 from actors.host.render_pool import RenderPool
-from actors.protocol import ServerEvent
+from actors.protocol import TERMINAL_EVENT_TYPES, ServerEvent
 from inference.types import Done, InferenceEvent, InferenceRequest, Prefilled, TextDelta
 from store import StoreConfig, StoredResponse, UsageEntry, open_store
 from store.journal import Journal, replay
@@ -105,19 +106,15 @@ class GatedStore:
         pass
 
 
-class ScriptedInference:
+class ScriptedInference(CannedClient):
     """Answers "Hi there"; a request with ``HOLD`` metadata pauses after its first delta,
     one with ``CRASH`` fails there."""
 
-    before_call = None
-
     def __init__(self) -> None:
+        super().__init__([MODEL], self._answer)
         self.release = asyncio.Event()
 
-    async def warm(self) -> list[str]:
-        return [MODEL]
-
-    async def stream(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
+    async def _answer(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
         yield [Prefilled(len(request.prompt_token_ids), 0, 0.0, 0.0), TextDelta("Hi", 1)]
         if (HOLD, "1") in request.metadata:
             await self.release.wait()
@@ -148,7 +145,7 @@ class Client:
 
     def _receive(self, event: ServerEvent | str) -> None:
         data = json.loads(event if isinstance(event, str) else event.model_dump_json())
-        if data["type"] in ("response.completed", "response.incomplete", "response.failed"):
+        if data["type"] in TERMINAL_EVENT_TYPES:
             rid = data["response"]["id"]
             self.stored_when_sent[rid] = rid in self._store.records
             self.billed_when_sent[rid] = self._store.lines.get(rid)
@@ -314,7 +311,7 @@ def in_flight_peak(events: list[dict]) -> int:
         if event["type"] == "response.created":
             running.add(event["response"]["id"])
             peak = max(peak, len(running))
-        elif event["type"] in ("response.completed", "response.incomplete", "response.failed"):
+        elif event["type"] in TERMINAL_EVENT_TYPES:
             running.discard(event["response"]["id"])
     return peak
 
@@ -654,19 +651,18 @@ def test_a_terminal_frame_with_figures_goes_in_fragments_whose_figures_count_wri
     assert sent == whole, "the fragments make the very event that was encoded"
 
 
-class EndingTogether:
+class EndingTogether(CannedClient):
     """Every call streams its first token, waits for ``release``, then its last token and
     ``Done`` as two chunks ready at once (as a replica under load sends them)."""
 
-    before_call = None
-
     def __init__(self) -> None:
+        super().__init__([MODEL], self._answer)
         self.release = asyncio.Event()
-        self.started = 0
+        self.first_sent = 0
 
-    async def stream(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
+    async def _answer(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
         yield [Prefilled(len(request.prompt_token_ids), 0, 0.0, 0.0), TextDelta("first", 1)]
-        self.started += 1
+        self.first_sent += 1
         await self.release.wait()
         yield [TextDelta(f" last of {request.request_id}", 1)]
         yield [Done("stop", 2, 1.0)]
@@ -698,7 +694,7 @@ def test_streams_ending_together_send_every_last_token_before_any_terminal_event
         drains = [asyncio.get_running_loop().create_task(drain(i, c)) for i, c in enumerate(conns)]
         for conn in conns:
             conn.feed(create(store=False))
-        while inference.started < len(conns):
+        while inference.first_sent < len(conns):
             await asyncio.sleep(0.001)
         inference.release.set()
         while sum(t == "response.completed" for _, t in sent) < len(conns):
@@ -716,40 +712,23 @@ def test_streams_ending_together_send_every_last_token_before_any_terminal_event
     assert max(deltas) < min(terminals), sent
 
 
-class StartsAtOnce:
+def one_token(request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
+    """ "Hi" in one chunk, ``Done`` in the next (a loop iteration apart)."""
+
+    async def chunks() -> AsyncIterator[list[InferenceEvent]]:
+        yield [Prefilled(len(request.prompt_token_ids), 0, 0.0, 0.0), TextDelta("Hi", 1)]
+        await asyncio.sleep(0)
+        yield [Done("stop", 1, 1.0)]
+
+    return chunks()
+
+
+class StartsAtOnce(CannedClient):
     """A backend whose call starts when ``stream`` is called, as a direct channel's does (its
     request is written before ``stream`` returns); records what was started and closed."""
 
-    before_call = None
-
     def __init__(self) -> None:
-        self.started: list[str] = []
-        self.closed: list[str] = []
-
-    def stream(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
-        self.started.append(request.request_id)
-        return StartedCall(self, request)
-
-
-class StartedCall:
-    def __init__(self, backend: StartsAtOnce, request: InferenceRequest) -> None:
-        self._backend, self._request = backend, request
-        self._chunks = [
-            [Prefilled(len(request.prompt_token_ids), 0, 0.0, 0.0), TextDelta("Hi", 1)],
-            [Done("stop", 1, 1.0)],
-        ]
-
-    def __aiter__(self) -> StartedCall:
-        return self
-
-    async def __anext__(self) -> list[InferenceEvent]:
-        await asyncio.sleep(0)
-        if not self._chunks:
-            raise StopAsyncIteration
-        return self._chunks.pop(0)
-
-    async def aclose(self) -> None:
-        self._backend.closed.append(self._request.request_id)
+        super().__init__([MODEL], one_token)
 
 
 def test_a_call_starts_as_its_create_is_fed_and_one_whose_task_never_ran_is_closed():
@@ -797,7 +776,7 @@ class NotesCalls(StartsAtOnce):
         super().__init__()
         self.reads = reads
 
-    def stream(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
+    def stream(self, request: InferenceRequest) -> CannedCall:
         self.reads.append("call")
         return super().stream(request)
 

@@ -1,6 +1,6 @@
 """Fidelity benchmark of the emulated inference deployment: does it do what its model says?
 
-    responses-ws bench emulator [--out results/emulator.json] [--repeats 3] [--sessions 5]
+    python -m investigations.emulator [--out results/emulator.json] [--repeats 3] [--sessions 5]
 
 Starts an embedded Ray with the real application (two inference replicas) and drives the
 ``InferenceDeployment`` through a streaming ``DeploymentHandle`` from this process — the
@@ -11,7 +11,9 @@ jitter) and ``emu-fast`` as shipped (its first 256 tokens are the 4000 tok/s bur
 Sections: one stream (delivered rate and TTFT against the model), a concurrency sweep
 (1, 8, 32 streams on one replica against ``steady_tokens_per_s``), and the prefix cache
 over a 20-turn tool loop, pinned (Serve ``session_id``) and unpinned, on 2 replicas.
-Results are printed and saved as JSON; docs/emulator.md summarises them.
+Results are printed and saved as JSON; docs/emulator.md summarises them.  It drives the
+inference deployment's own interface in-process, so it lives here, beside the product, and
+not in the lab (which is a client of the server's wire).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import bench_profiles as profiles
+from bench import ray_internals, results
 from inference import chat_format as cf
 from inference.batching import steady_tokens_per_s
 from inference.pacing import decode_s, ttft_ms
@@ -32,9 +36,6 @@ from inference.profiles import InferenceConfig
 from inference.tokenizer import encode
 from inference.types import Done, FunctionCallDelta, InferenceRequest, Prefilled, TextDelta, ToolSpec
 from serve.embedded import embedded_ray, embedded_server, local_config
-
-from .. import bench_profiles as profiles
-from .. import ray_internals, results
 
 APP = "emu-bench"
 REPLICAS = 2
@@ -413,3 +414,9 @@ def run(args: argparse.Namespace) -> int:
         results.write(args.out, result, args.run)  # before Ray stops
         print(f"saved {args.out}")
     return 0
+
+
+if __name__ == "__main__":
+    from investigations import main
+
+    raise SystemExit(main("investigations.emulator"))

@@ -1,8 +1,8 @@
 """Usage exactly once across nodes: whole session nodes SIGKILLed, their disk lost with them,
 during a ``store:false`` soak through the balancer; the cluster ledger reconciled.
 
-    sudo .venv/bin/responses-ws bench nodeledger [--ws 32] [--http 8] [--kills 2]
-                                                 [--ledger auto|journal|commit] [--store-pause 0]
+    sudo .venv/bin/responses-ws bench ledger nodes [--ws 32] [--http 8] [--kills 2]
+                                                   [--ledger auto|journal|commit] [--store-pause 0]
 
 Starts the real-node harness (bench/multinode: a head with Redis and the inference replicas,
 two session nodes, HAProxy in front; needs root) with ``store.ledger`` set to ``--ledger``
@@ -38,12 +38,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from serve.auth import fingerprint
-from store.journal import read as read_journal
-
 from .. import results
 from ..multinode import Harness, network
-from ..reconcile import Seen, read_redis_ledger, reconcile
+from ..reconcile import Seen, journal_lines, owner_of, read_redis_ledger, reconcile
 from ..stats import pct
 from .ledger import END_GRACE_S, http_client, ws_client
 from .ledger import Plan as ClientPlan
@@ -74,7 +71,7 @@ def lose_disk(journal_dir: Path, pids: list[int]) -> dict[str, int]:
         for path in journal_dir.glob("*.jsonl"):
             stem = path.name.removesuffix(".jsonl").removesuffix(".closed")
             if stem.rsplit(".", 1)[-1] in {str(p) for p in pids}:
-                lines += len(read_journal(path))
+                lines += journal_lines(path)
                 path.unlink(missing_ok=True)
                 files += 1
     return {"journal_files": files, "journal_lines": lines}
@@ -138,7 +135,7 @@ async def soak(harness: Harness, plan: Plan) -> dict[str, Any]:
         await asyncio.gather(*clients, return_exceptions=True)
     soak_s = time.monotonic() - t0
     await asyncio.sleep(1.0)  # connections closing: nothing more is written after a terminal event
-    lines = await read_redis_ledger(harness.redis_url, [fingerprint(key)])
+    lines = await read_redis_ledger(harness.redis_url, [owner_of(key)])
     journal_dir = harness.data_dir / "ledger-journal"
     left = sorted(p.name for p in journal_dir.glob("*.jsonl")) if journal_dir.is_dir() else []
     return {

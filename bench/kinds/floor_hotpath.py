@@ -1,6 +1,6 @@
-"""Hot-path benchmark: per-turn server overhead and sustained streaming rate.
+"""The floor's hot path: per-turn server overhead and sustained streaming rate.
 
-    responses-ws bench hotpath [--turns 200] [--streams 8] [--out results/hotpath.json]
+    responses-ws bench floor hotpath [--turns 200] [--streams 8] [--out results/hotpath.json]
 
 Starts an embedded server with two bench-only profiles next to the normal ones:
 ``bench-zero`` (no prefill overhead, effectively instant decode) so that a one-token turn's

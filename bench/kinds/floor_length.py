@@ -1,6 +1,6 @@
 """Per-turn API overhead against conversation length: WebSocket vs HTTP, in one run.
 
-    responses-ws bench overhead [--sizes 1k,2k,...,128k] [--turns 5] [--out results/overhead.json]
+    responses-ws bench floor length [--sizes 1k,2k,...,128k] [--turns 5] [--out results/overhead.json]
 
 Three conversations grow side by side to each target size (in prompt tokens): ``ws`` (one
 socket, ``store:false``, ``previous_response_id``, only new items), ``http-chained``
