@@ -118,11 +118,7 @@ class PrefixCache:
         miss: the ones this request must prefill and will add."""
         matchable = max(0, len(prompt) - 1)
         keys = block_keys(prompt[:matchable], self._block, known, root) if self._capacity else []
-        hits = 0
-        for key in keys:
-            if key not in self._blocks:
-                break
-            hits += 1
+        hits = self._held(keys)
         for key in reversed(keys[:hits]):
             self._blocks.move_to_end(key)
         self.lookups += 1
@@ -145,17 +141,31 @@ class PrefixCache:
         if not self._capacity:
             return 0
         blocks = self._blocks
-        for key in reversed(keys):  # tail first: the chain's root ends most recent
-            if key in blocks:
-                blocks.move_to_end(key)
-            else:
-                blocks[key] = None
+        held = self._held(keys)
+        for key in reversed(keys[held:]):  # the new blocks, tail first
+            blocks[key] = None
+        for key in reversed(keys[:held]):  # then the held ones, so the root ends most recent
+            blocks.move_to_end(key)
         evicted = 0
         while len(blocks) > self._capacity:
             blocks.popitem(last=False)
             evicted += 1
         self.evicted_blocks += evicted
         return evicted
+
+    def _held(self, keys: Sequence[int]) -> int:
+        """How many of a chain's ``keys``, from its start, are held.  Held blocks are closed
+        under prefixes (a chain is refreshed and added tail first, so a block is never less
+        recent than the blocks after it, and the least recent go first), which makes it a
+        binary search, not a walk of the whole conversation's blocks."""
+        lo, hi = 0, len(keys)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if keys[mid] in self._blocks:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
 
     def contains_prefix(self, tokens: Sequence[int], root: int = 0) -> int:
         """Tokens of ``tokens`` (full blocks, from the start) held, without touching LRU
