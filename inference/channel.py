@@ -131,6 +131,7 @@ class ChannelServer:
             await asyncio.wait(list(self._calls), timeout=timeout_s)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        out = _Sender(writer)
         calls: dict[int, asyncio.Task[None]] = {}
         tool_sets: dict[int, tuple[ToolSpec, ...]] = {}  # as the client named them
         prompts: dict[str, array[int]] = {}  # each session's last prompt, as the client keeps it
@@ -147,10 +148,10 @@ class ChannelServer:
                         request = dataclasses.replace(request, tools=tool_sets[tools_key])
                     request = _whole_prompt(request, prompts, base=msg[4], keep=msg[5])
                     if self._draining:
-                        writer.write(_frame(("gone", rid)))
+                        out.send(("gone", rid))
                         continue
                     self.calls += 1
-                    task = asyncio.get_running_loop().create_task(self._call(rid, request, writer))
+                    task = asyncio.get_running_loop().create_task(self._call(rid, request, out))
                     calls[rid] = task
                     self._calls.add(task)
                     task.add_done_callback(self._calls.discard)
@@ -172,19 +173,43 @@ class ChannelServer:
                 task.cancel()  # frees the batch slots of a vanished host's calls
             writer.close()
 
-    async def _call(self, rid: int, request: InferenceRequest, writer: asyncio.StreamWriter) -> None:
+    async def _call(self, rid: int, request: InferenceRequest, out: _Sender) -> None:
         try:
             async with contextlib.aclosing(self._generate(request)) as chunks:
                 async for chunk in chunks:
-                    writer.write(_frame(("chunk", rid, chunk)))
-                    await writer.drain()
-            writer.write(_frame(("end", rid)))
+                    out.send(("chunk", rid, chunk))
+                    await out.drained()
+            out.send(("end", rid))
         except asyncio.CancelledError:
             raise
         except ConnectionError:
             pass
         except Exception as exc:  # noqa: BLE001 - the caller raises it, as Serve would
-            writer.write(_frame(("error", rid, _picklable(exc))))
+            out.send(("error", rid, _picklable(exc)))
+
+
+class _Sender:
+    """The server's frames on one connection, written once per turn of the event loop: the
+    chunks of all the calls due on one tick (under load the streams share one grid,
+    ``pacing.ItemWindow``), and a call's last chunk with its ``end``, leave in one write."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self._writer = writer
+        self._frames: list[bytes] = []
+
+    def send(self, msg: tuple[Any, ...]) -> None:
+        if not self._frames:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._frames.append(_frame(msg))
+
+    def _flush(self) -> None:
+        frames, self._frames = self._frames, []
+        if not self._writer.is_closing():
+            self._writer.writelines(frames)
+
+    async def drained(self) -> None:
+        """Backpressure: return once the connection's buffer is below its limit."""
+        await self._writer.drain()
 
 
 class ChannelClient:

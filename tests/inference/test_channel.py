@@ -205,7 +205,9 @@ def test_a_session_prompt_that_continues_its_last_goes_as_the_new_ids_and_arrive
         grown.extend(range(7, 107))
         other = array("I", range(1, 4_000))  # not a continuation
         calls = [
-            ("a1", "s", first), ("a2", "s", grown), ("a3", "s", other),
+            ("a1", "s", first),
+            ("a2", "s", grown),
+            ("a3", "s", other),
             ("b1", "t", array("I", range(9_000))),  # pushes s's kept prompt out
             ("a4", "s", array("I", [*other, 5])),
         ]
@@ -214,12 +216,45 @@ def test_a_session_prompt_that_continues_its_last_goes_as_the_new_ids_and_arrive
         write = client._writer.write
         client._writer.write = lambda data: sent.append(len(data)) or write(data)  # type: ignore[method-assign]
         for rid, session, prompt in calls:
-            request = InferenceRequest(request_id=rid, model="ok", prompt_token_ids=prompt, session_key=session)
+            request = InferenceRequest(
+                request_id=rid, model="ok", prompt_token_ids=prompt, session_key=session
+            )
             assert [type(e) for e in await collect(client, request)][-1] is Done
         assert backend.prompts == {rid: list(prompt) for rid, _, prompt in calls}
         assert sent[1] < 1_000 < 4 * 4_000 < min(sent[0], sent[2], sent[4])  # a2: the 100 new ids only
         assert list(client._prompts) == ["s"] and len(client._prompts["s"]) == 4 * 4_000
         client.close()
         await server.drain(1.0)
+
+    asyncio.run(main())
+
+
+def test_the_frames_sent_on_one_tick_leave_in_one_write() -> None:
+    """The server's frames of one turn of the event loop go out together, in order; the
+    next tick's in a write of their own."""
+
+    class Writer:
+        def __init__(self) -> None:
+            self.writes: list[list[bytes]] = []
+
+        def is_closing(self) -> bool:
+            return False
+
+        def writelines(self, frames: list[bytes]) -> None:
+            self.writes.append(list(frames))
+
+    async def main() -> None:
+        writer = Writer()
+        out = channel._Sender(writer)  # type: ignore[arg-type]
+        out.send(("chunk", 1, ["a"]))
+        out.send(("chunk", 2, ["b"]))
+        out.send(("end", 1))
+        await asyncio.sleep(0)
+        out.send(("end", 2))
+        await asyncio.sleep(0)
+        sizes = [len(w) for w in writer.writes]
+        decoded = [channel.pickle.loads(f[4:]) for w in writer.writes for f in w]
+        assert sizes == [3, 1]
+        assert decoded == [("chunk", 1, ["a"]), ("chunk", 2, ["b"]), ("end", 1), ("end", 2)]
 
     asyncio.run(main())

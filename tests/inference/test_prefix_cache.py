@@ -162,9 +162,7 @@ def test_stats_count_lookups_blocks_and_tokens():
 
 
 @given(
-    st.lists(
-        st.tuples(st.booleans(), st.lists(st.integers(0, 2), max_size=32)), max_size=30
-    ),
+    st.lists(st.tuples(st.booleans(), st.lists(st.integers(0, 2), max_size=32)), max_size=30),
     st.integers(1, 12),
 )
 def test_held_blocks_stay_closed_under_prefixes_and_evictions_follow_exact_lru(ops, capacity):
