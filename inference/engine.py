@@ -46,7 +46,14 @@ from inference.policy import (
     plan,
     policy_for,
 )
-from inference.prefix_cache import Lookup, PrefixCache, as_bytes, block_keys, reported_cached_tokens
+from inference.prefix_cache import (
+    Lookup,
+    PrefixCache,
+    as_bytes,
+    block_keys,
+    chain_keys,
+    reported_cached_tokens,
+)
 from inference.profiles import InferenceConfig, ModelProfile
 from inference.prompt_memo import Check, Digest, Known, PromptMemo, check, digest_of
 from inference.tokenizer import Detokenizer, decode, token_bytes
@@ -376,18 +383,25 @@ class Engine:
         remember them as its session's conversation (``inference.prompt_memo``): the
         breakpoint rule's keys chain on the same block keys.  Only the blocks past what the
         lookup computed are hashed."""
-        prompt, tokens_check = call.request.prompt_token_ids, call.check
-        tokens: Sequence[int] = prompt
-        if output:
-            tokens = array("I", prompt)
-            tokens.extend(output)
-            tokens_check = check(array("I", output).tobytes(), call.check)
+        prompt, block = call.request.prompt_token_ids, self._cache.block_tokens
         known = call.found.keys if call.found is not None else ()
-        keys = block_keys(tokens, self._cache.block_tokens, known, call.root)
+        size, tokens_check = len(prompt), call.check
+        if output:  # the blocks past the known ones, read from the prompt's tail and the output
+            start = min(len(known), len(prompt) // block) * block
+            tail = array("I", prompt[start:])
+            tail.extend(output)
+            keys = [
+                *known[: start // block],
+                *chain_keys(tail, block, known[start // block - 1] if start else call.root),
+            ]
+            size += len(output)
+            tokens_check = check(array("I", output).tobytes(), call.check)
+        else:
+            keys = block_keys(prompt, block, known, call.root)
         evicted = self._cache.insert_keys(keys) if call.blocks else 0
         if evicted:
             self._observer.prefix(0, 0, evicted)
-        known_now = Known(len(tokens), tokens_check, call.root, tuple(keys), call.digest)
+        known_now = Known(size, tokens_check, call.root, tuple(keys), call.digest)
         self._memo.remember(call.request.session_key, known_now)
 
     def _serve_breakpoints(
