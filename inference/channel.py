@@ -11,8 +11,8 @@ Wire: the client first sends the server's token (``TOKEN_BYTES`` raw bytes, comp
 anything is decoded), then frames of a 4-byte big-endian length and a pickle (the endpoint
 and its token come through Ray, which pickles between the same processes anyway):
 
-- client → server: ``("go", rid, InferenceRequest, tools_key)``, ``("stop", rid)``,
-  ``("tools", key, tools)``, ``("forget", key)``;
+- client → server: ``("go", rid, InferenceRequest, tools_key, base, keep)``, ``("stop", rid)``,
+  ``("tools", key, tools)``, ``("forget", key)``, ``("forget_prompt", session_key)``;
 - server → client: ``("chunk", rid, list[InferenceEvent])``, ``("end", rid)``,
   ``("error", rid, exception)``, ``("gone", rid)`` — the replica is shutting down and did
   not start the call: the caller makes it elsewhere.
@@ -22,6 +22,15 @@ A connection's tool definitions are the same object from turn to turn while unch
 client sends a tools tuple once
 (``"tools"``), and a ``go`` naming its ``tools_key`` carries the request without them; the
 server holds the last ``TOOL_SETS`` the client named, which ``"forget"`` keeps in step.
+
+A session's prompt is its previous prompt and what came after it (the output, the new
+input), and writing, reading and pickling the whole of it every turn costs both sides time
+linear in the conversation.  So each side keeps the last prompt sent for a session
+(``keep``), and a ``go`` whose prompt starts with exactly that prompt (compared on the
+client, byte for byte) carries only the token ids after it (``base``: the kept prompt's
+length); the server rebuilds the whole prompt before the call starts, so the engine sees
+what it would have.  The client keeps at most ``PROMPT_BYTES`` of prompts, least recently
+used first out, and tells the server which it dropped (``"forget_prompt"``).
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ import logging
 import pickle
 import secrets
 import struct
+from array import array
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
@@ -48,6 +58,7 @@ TOKEN_BYTES = 32
 _LEN = struct.Struct(">I")
 MAX_FRAME = 256 * 1024 * 1024
 TOOL_SETS = 256  # tools tuples a channel keeps sent (one per connection that has tools)
+PROMPT_BYTES = 64 * 1024 * 1024  # sessions' last prompts a channel keeps on each side (4 bytes a token)
 
 Generate = Callable[[InferenceRequest], AsyncGenerator[list[InferenceEvent], None]]
 
@@ -120,8 +131,10 @@ class ChannelServer:
             await asyncio.wait(list(self._calls), timeout=timeout_s)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        out = _Sender(writer)
         calls: dict[int, asyncio.Task[None]] = {}
         tool_sets: dict[int, tuple[ToolSpec, ...]] = {}  # as the client named them
+        prompts: dict[str, array[int]] = {}  # each session's last prompt, as the client keeps it
         try:
             token = await asyncio.wait_for(reader.readexactly(TOKEN_BYTES), 10.0)
             if not hmac.compare_digest(token, self._token):
@@ -133,11 +146,12 @@ class ChannelServer:
                     rid, request, tools_key = msg[1], msg[2], msg[3]
                     if tools_key is not None:
                         request = dataclasses.replace(request, tools=tool_sets[tools_key])
+                    request = _whole_prompt(request, prompts, base=msg[4], keep=msg[5])
                     if self._draining:
-                        writer.write(_frame(("gone", rid)))
+                        out.send(("gone", rid))
                         continue
                     self.calls += 1
-                    task = asyncio.get_running_loop().create_task(self._call(rid, request, writer))
+                    task = asyncio.get_running_loop().create_task(self._call(rid, request, out))
                     calls[rid] = task
                     self._calls.add(task)
                     task.add_done_callback(self._calls.discard)
@@ -150,6 +164,8 @@ class ChannelServer:
                     tool_sets[msg[1]] = msg[2]
                 elif msg[0] == "forget":
                     tool_sets.pop(msg[1], None)
+                elif msg[0] == "forget_prompt":
+                    prompts.pop(msg[1], None)
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
             pass  # the host went away (or never authenticated)
         finally:
@@ -157,19 +173,43 @@ class ChannelServer:
                 task.cancel()  # frees the batch slots of a vanished host's calls
             writer.close()
 
-    async def _call(self, rid: int, request: InferenceRequest, writer: asyncio.StreamWriter) -> None:
+    async def _call(self, rid: int, request: InferenceRequest, out: _Sender) -> None:
         try:
             async with contextlib.aclosing(self._generate(request)) as chunks:
                 async for chunk in chunks:
-                    writer.write(_frame(("chunk", rid, chunk)))
-                    await writer.drain()
-            writer.write(_frame(("end", rid)))
+                    out.send(("chunk", rid, chunk))
+                    await out.drained()
+            out.send(("end", rid))
         except asyncio.CancelledError:
             raise
         except ConnectionError:
             pass
         except Exception as exc:  # noqa: BLE001 - the caller raises it, as Serve would
-            writer.write(_frame(("error", rid, _picklable(exc))))
+            out.send(("error", rid, _picklable(exc)))
+
+
+class _Sender:
+    """The server's frames on one connection, written once per turn of the event loop: the
+    chunks of all the calls due on one tick (under load the streams share one grid,
+    ``pacing.ItemWindow``), and a call's last chunk with its ``end``, leave in one write."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self._writer = writer
+        self._frames: list[bytes] = []
+
+    def send(self, msg: tuple[Any, ...]) -> None:
+        if not self._frames:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._frames.append(_frame(msg))
+
+    def _flush(self) -> None:
+        frames, self._frames = self._frames, []
+        if not self._writer.is_closing():
+            self._writer.writelines(frames)
+
+    async def drained(self) -> None:
+        """Backpressure: return once the connection's buffer is below its limit."""
+        await self._writer.drain()
 
 
 class ChannelClient:
@@ -185,6 +225,9 @@ class ChannelClient:
         # its id is not reused while it is here.
         self._tool_sets: OrderedDict[int, tuple[int, tuple[ToolSpec, ...]]] = OrderedDict()
         self._next_key = 0
+        # Each session's last prompt as sent (its bytes), least recently used first.
+        self._prompts: OrderedDict[str, bytes] = OrderedDict()
+        self._prompt_bytes = 0
         self.open = False
         self._retired = False  # takes no more calls; closes once the running ones end
 
@@ -228,22 +271,49 @@ class ChannelClient:
             self._lost()
 
     def _go(self, rid: int, request: InferenceRequest) -> bytes:
-        """The ``go`` of ``request`` (and, before it, its tools if they were not sent yet)."""
+        """The ``go`` of ``request`` (and, before it, its tools if they were not sent yet, and
+        what the prompts kept on both sides must drop)."""
+        out, request, base, keep = self._prompt_of(request)
         tools = request.tools
         if not tools:
-            return _frame(("go", rid, request, None))
+            return out + _frame(("go", rid, request, None, base, keep))
         known = self._tool_sets.get(id(tools))
-        out = b""
         if known is not None and known[1] is tools:
             key = known[0]
             self._tool_sets.move_to_end(id(tools))
         else:
             key = self._next_key = self._next_key + 1
             self._tool_sets[id(tools)] = (key, tools)
-            out = _frame(("tools", key, tools))
+            out += _frame(("tools", key, tools))
             if len(self._tool_sets) > TOOL_SETS:
                 out += _frame(("forget", self._tool_sets.popitem(last=False)[1][0]))
-        return out + _frame(("go", rid, dataclasses.replace(request, tools=()), key))
+        return out + _frame(("go", rid, dataclasses.replace(request, tools=()), key, base, keep))
+
+    def _prompt_of(self, request: InferenceRequest) -> tuple[bytes, InferenceRequest, int | None, bool]:
+        """``request`` with only the prompt's ids after the session's kept prompt (``base``
+        of them) when it starts with it, whether both sides keep this prompt, and the
+        ``forget_prompt`` frames of the prompts that makes room for."""
+        session, prompt = request.session_key, request.prompt_token_ids
+        if session is None or not isinstance(prompt, array) or prompt.typecode != "I":
+            return b"", request, None, False
+        data = prompt.tobytes()
+        kept = self._prompts.pop(session, None)
+        base: int | None = None
+        if kept is not None:
+            self._prompt_bytes -= len(kept)
+            if len(kept) <= len(data) and data.startswith(kept):
+                base = len(kept) // 4
+                request = dataclasses.replace(request, prompt_token_ids=prompt[base:])
+        if len(data) > PROMPT_BYTES:  # not kept (the server drops its copy at every go)
+            return b"", request, base, False
+        out = b""
+        self._prompts[session] = data
+        self._prompt_bytes += len(data)
+        while self._prompt_bytes > PROMPT_BYTES:
+            gone, dropped = self._prompts.popitem(last=False)
+            self._prompt_bytes -= len(dropped)
+            out += _frame(("forget_prompt", gone))
+        return out, request, base, True
 
     def stream(self, request: InferenceRequest) -> ChannelCall:
         """One model call, as ``InferenceClient.stream``, started now: its ``go`` is written
@@ -313,6 +383,26 @@ class ChannelCall:
         if not self._done:
             self._done = True
             self._channel._ended(self._rid, stop=stop)
+
+
+def _whole_prompt(
+    request: InferenceRequest, prompts: dict[str, array[int]], *, base: int | None, keep: bool
+) -> InferenceRequest:
+    """The server's side of the kept prompts: ``request`` with its whole prompt (the session's
+    kept one and the ids after it, when ``base``), kept as the session's when ``keep``."""
+    session = request.session_key
+    if session is None:
+        return request
+    kept = prompts.pop(session, None)  # a go replaces it, or drops it (``keep`` false)
+    if base is not None:
+        if kept is None or len(kept) != base:
+            raise ConnectionError("channel: a prompt continues one this side does not keep")
+        whole = array("I", kept)
+        whole.extend(request.prompt_token_ids)
+        request = dataclasses.replace(request, prompt_token_ids=whole)
+    if keep:
+        prompts[session] = request.prompt_token_ids  # type: ignore[assignment]  # an array: the client keeps only those
+    return request
 
 
 def _forget(calls: dict[int, asyncio.Task[None]], rid: int, _: asyncio.Task[None]) -> None:

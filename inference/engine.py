@@ -26,8 +26,10 @@ functions the session uses for output items, so the next turn's prompt starts wi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from array import array
 from collections.abc import AsyncGenerator, Hashable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from inference import breakpoint_cache, chat_format
@@ -35,8 +37,23 @@ from inference.batching import Batch, DecodeSchedule
 from inference.breakpoint_cache import BreakpointCache, prefix_key
 from inference.jitter import RequestJitter
 from inference.pacing import Chunker, Clock, ItemWindow, Sleeper, decode_work, paced_chunks, ttft_ms
-from inference.policy import FunctionCallSegment, ReasoningSegment, Segment, TextSegment, plan, policy_for
-from inference.prefix_cache import Lookup, PrefixCache, as_bytes, block_keys, reported_cached_tokens
+from inference.policy import (
+    FunctionCallSegment,
+    OutputPlan,
+    ReasoningSegment,
+    Segment,
+    TextSegment,
+    plan,
+    policy_for,
+)
+from inference.prefix_cache import (
+    Lookup,
+    PrefixCache,
+    as_bytes,
+    block_keys,
+    chain_keys,
+    reported_cached_tokens,
+)
 from inference.profiles import InferenceConfig, ModelProfile
 from inference.prompt_memo import Check, Digest, Known, PromptMemo, check, digest_of
 from inference.tokenizer import Detokenizer, decode, token_bytes
@@ -144,137 +161,173 @@ class Engine:
         """
         t_arrive = self._clock.now()  # the emulated time of this request starts now, so
         # the replica's own work (planning, hashing) overlaps the emulated prefill
-        profile = self._config.profile(request.model)
-        prompt = request.prompt_token_ids
-        root = self._root(profile.id, request.cache_scope)
-        data = as_bytes(prompt)
-        known, prompt_check = self._memo.recall(request.session_key, root, data)
-        digest: Digest | None = None
-        output = None
-        if request.generate:
-            policy = policy_for(request, self._config.policy)
-
-            def prompt_seed() -> int:
-                nonlocal digest
-                value, digest = digest_of(data, policy.seed, known)
-                return int.from_bytes(value, "little")
-
-            output = plan(request, policy, prompt_seed)
-        jitter = RequestJitter(profile.jitter, request.request_id)
-        model = profile.id
+        call = self._intake(request, t_arrive)
+        output = self._plan(call) if request.generate else None
+        jitter = RequestJitter(call.profile.jitter, request.request_id)
+        model = call.profile.id
         batch = self._batches[model]
         seq = object()
         admitted = batch.submit(seq)  # EngineOverloaded: nothing started
         self._requests += 1
         self._active += 1
-        finished = False
-        # KV to cache once the chunk that made it is out: the prompt (its check), and the output after it
-        pending: tuple[Sequence[int], Check, Sequence[int]] | None = None
-        seen: tuple[int, int, float] | None = None  # the last chunk's metrics, recorded once it is out
-        first_out: tuple[float, int] | None = None  # when the first item went out, and its end
-        last_out: tuple[float, int] | None = None  # the same of the latest item
+        sent = _Sent()
         try:
             t_admit = t_arrive if admitted else await self._admission(model, batch, seq)
             self._rebatch(model, t_admit)
-            blocks = profile.prompt_cache == "blocks"
-            written: tuple[int, int] | None = None
-            if blocks:
-                found = self._cache.lookup(prompt, root, known.keys if known is not None else ())
-                self._observer.prefix(found.hit_blocks, found.miss_blocks, 0)
-            else:
-                found, written = self._serve_breakpoints(request, data, root, known)
-            prefilled = self._prefilled(
-                profile,
-                len(prompt),
-                found.reused_tokens,
-                jitter,
-                t_arrive,
-                t_admit,
-                blocks=blocks,
-                written=written,
-            )
+            prefilled = self._prefill(call, jitter, t_admit)
             t_first = t_admit + prefilled.prefill_ms / 1000.0
             if output is None:
                 await self._sleeper.sleep_until(t_first, precise=True)
-                self._insert(request.session_key, prompt, prompt_check, (), found.keys, root, digest, blocks)
-                finished = True
+                self._cache_kv(call)
+                sent.finished = True
                 yield [prefilled, Done("stop", 0, 0.0)]
                 return
-            total = output.total_tokens
-            limit = request.max_output_tokens
-            n = total if limit is None else max(0, min(total, limit))
-            token_factors = jitter.tokens(n) if profile.jitter.token_sigma else None
-            schedule = DecodeSchedule(
-                decode_work(profile, n, jitter.request, token_factors), t_first, batch.factor
-            )
-            self._schedules[model][seq] = schedule
-            chunker = Chunker(schedule, t_first, self._windows[model])
-            streams = _segment_streams(output.segments)
-            # The output as the conversation continues with it, rendered now if it will be
-            # sent whole: this replica has nothing else to do for this call until prefill ends.
-            whole = [t for stream in streams for t in stream.whole()] if n == total else None
-            first: list[InferenceEvent] = [prefilled]
-            events: list[InferenceEvent] = []
-            if n == 0:
-                await self._sleeper.sleep_until(
-                    t_first, precise=True
-                )  # nothing to decode, prefill still costs
-            else:
-                t_last = t_arrive
-                async for start, end in paced_chunks(chunker, self._clock, self._sleeper):
-                    now = self._clock.now()
-                    if start == 0:
-                        pending = (prompt, prompt_check, ())  # prefill is done: its KV exists
-                    events = [e for s in streams if (e := s.take(start, end, n)) is not None]
-                    # A chunk's metrics are recorded once it is out, the last one's once Done is.
-                    seen = (start, end, now - t_last)
-                    t_last = now
-                    last_out = (now, end)
-                    if start == 0:
-                        first_out = last_out
-                    if end < n:
-                        if events:  # a chunk holding only part of a character waits
-                            yield first + events
-                            first = []
-                            if pending is not None:  # cached once the tokens it made are out
-                                self._insert(request.session_key, *pending, found.keys, root, digest, blocks)
-                                pending = None
-                        self._seen(model, *seen)
-                        seen = None
-            if events and self._windows[model].aligned:
-                # Under load the last tokens leave when they are due, before the end work
-                # (rendering and caching the output) that every stream ending on the same
-                # tick would otherwise queue in front of them; Done follows on its own.
-                yield first + events
-                first, events = [], []
-            # The final item: the last chunk's events (if any) plus Done.  The finished
-            # state is cached after it is out (also if the consumer stops right after Done:
-            # ``finally``), so caching a long conversation never delays a response's end.
-            rendered = whole if whole is not None else [t for stream in streams for t in stream.rendered()]
-            pending = (prompt, prompt_check, rendered)
-            self._output_tokens_total += n
-            reason = _finish_reason(n, total, output.segments)
-            decode_ms = (schedule.deadline(n - 1) - t_first) * 1000.0 if n else 0.0
-            finished = True
-            # The output as the conversation continues with it: the session appends these ids
-            # instead of rendering the output items again (the same chat_format functions
-            # over the same text, so the same ids, and what the next prompt's cache hit is on).
-            yield first + [*events, Done(reason, n, decode_ms, tuple(rendered) if rendered else None)]
+            decoding = self._decode(call, output, prefilled, jitter, seq, t_first, sent)
+            async with contextlib.aclosing(decoding) as items:
+                async for item in items:
+                    yield item
         except (GeneratorExit, asyncio.CancelledError):
-            if not finished:
+            if not sent.finished:
                 self._cancelled += 1
             raise
         finally:
-            if seen is not None:
-                self._seen(model, *seen)
-            if first_out is not None and last_out is not None and last_out[1] > first_out[1]:
-                self._observer.itl(model, (last_out[0] - first_out[0]) / (last_out[1] - first_out[1]))
-            if pending is not None:
-                self._insert(request.session_key, *pending, found.keys, root, digest, blocks)
+            self._settle(call, sent)
             self._active -= 1
-            if finished:
+            if sent.finished:
                 self._completed += 1
             self._release(model, seq)
+
+    def _intake(self, request: InferenceRequest, arrived: float) -> _Call:
+        """A request's model, its prompt's bytes and what this replica remembers of its
+        session's conversation (``inference.prompt_memo``)."""
+        profile = self._config.profile(request.model)
+        root = self._root(profile.id, request.cache_scope)
+        data = as_bytes(request.prompt_token_ids)
+        known, prompt_check = self._memo.recall(request.session_key, root, data)
+        return _Call(
+            request, arrived, profile, root, data, known, prompt_check, profile.prompt_cache == "blocks"
+        )
+
+    def _plan(self, call: _Call) -> OutputPlan:
+        """The scripted output; its seed is the prompt's digest, continued from the memo's."""
+        policy = policy_for(call.request, self._config.policy)
+
+        def prompt_seed() -> int:
+            value, call.digest = digest_of(call.data, policy.seed, call.known)
+            return int.from_bytes(value, "little")
+
+        return plan(call.request, policy, prompt_seed)
+
+    def _prefill(self, call: _Call, jitter: RequestJitter, t_admit: float) -> Prefilled:
+        """Consult the prompt cache under the profile's rule; the prefill's figures."""
+        written: tuple[int, int] | None = None
+        if call.blocks:
+            known = call.known.keys if call.known is not None else ()
+            call.found = self._cache.lookup(call.request.prompt_token_ids, call.root, known)
+            self._observer.prefix(call.found.hit_blocks, call.found.miss_blocks, 0)
+        else:
+            call.found, written = self._serve_breakpoints(call.request, call.data, call.root, call.known)
+        return self._prefilled(
+            call.profile,
+            len(call.request.prompt_token_ids),
+            call.found.reused_tokens,
+            jitter,
+            call.arrived,
+            t_admit,
+            blocks=call.blocks,
+            written=written,
+        )
+
+    async def _decode(
+        self,
+        call: _Call,
+        output: OutputPlan,
+        prefilled: Prefilled,
+        jitter: RequestJitter,
+        seq: Hashable,
+        t_first: float,
+        sent: _Sent,
+    ) -> AsyncGenerator[list[InferenceEvent], None]:
+        """The output's items as they fall due, the first led by ``prefilled``, the last
+        ending with ``Done``; ``sent`` follows what went out (for :meth:`_settle`)."""
+        model = call.profile.id
+        total = output.total_tokens
+        limit = call.request.max_output_tokens
+        n = total if limit is None else max(0, min(total, limit))
+        schedule = self._schedule(call, n, jitter, seq, t_first)
+        chunker = Chunker(schedule, t_first, self._windows[model])
+        streams = _segment_streams(output.segments)
+        # The output as the conversation continues with it, rendered now if it will be
+        # sent whole: this replica has nothing else to do for this call until prefill ends.
+        whole = [t for stream in streams for t in stream.whole()] if n == total else None
+        first: list[InferenceEvent] = [prefilled]
+        events: list[InferenceEvent] = []
+        if n == 0:
+            await self._sleeper.sleep_until(t_first, precise=True)  # nothing to decode, prefill still costs
+        else:
+            t_last = call.arrived
+            async for start, end in paced_chunks(chunker, self._clock, self._sleeper):
+                now = self._clock.now()
+                if start == 0:
+                    sent.kv = ()  # prefill is done: the prompt's KV exists
+                events = [e for s in streams if (e := s.take(start, end, n)) is not None]
+                # A chunk's metrics are recorded once it is out, the last one's once Done is.
+                sent.seen = (start, end, now - t_last)
+                t_last = now
+                sent.last_out = (now, end)
+                if start == 0:
+                    sent.first_out = sent.last_out
+                if end < n:
+                    if events:  # a chunk holding only part of a character waits
+                        yield first + events
+                        first = []
+                        if sent.kv is not None:  # cached once the tokens it made are out
+                            self._cache_kv(call, sent.kv)
+                            sent.kv = None
+                    self._seen(model, *sent.seen)
+                    sent.seen = None
+        if events and self._windows[model].aligned:
+            # Under load the last tokens leave when they are due, before the end work
+            # (rendering and caching the output) that every stream ending on the same
+            # tick would otherwise queue in front of them; Done follows on its own.
+            yield first + events
+            first, events = [], []
+        # The final item: the last chunk's events (if any) plus Done.  The finished
+        # state is cached after it is out (also if the consumer stops right after Done:
+        # :meth:`_settle`), so caching a long conversation never delays a response's end.
+        rendered = whole if whole is not None else [t for stream in streams for t in stream.rendered()]
+        sent.kv = rendered
+        self._output_tokens_total += n
+        reason = _finish_reason(n, total, output.segments)
+        decode_ms = (schedule.deadline(n - 1) - t_first) * 1000.0 if n else 0.0
+        sent.finished = True
+        # The output as the conversation continues with it: the session appends these ids
+        # instead of rendering the output items again (the same chat_format functions
+        # over the same text, so the same ids, and what the next prompt's cache hit is on).
+        yield first + [*events, Done(reason, n, decode_ms, tuple(rendered) if rendered else None)]
+
+    def _schedule(
+        self, call: _Call, n: int, jitter: RequestJitter, seq: Hashable, t_first: float
+    ) -> DecodeSchedule:
+        """When each of ``n`` output tokens is due, from ``t_first``; it follows the batch."""
+        model = call.profile.id
+        token_factors = jitter.tokens(n) if call.profile.jitter.token_sigma else None
+        work = decode_work(call.profile, n, jitter.request, token_factors)
+        schedule = DecodeSchedule(work, t_first, self._batches[model].factor)
+        self._schedules[model][seq] = schedule
+        return schedule
+
+    def _settle(self, call: _Call, sent: _Sent) -> None:
+        """After the stream, however it ended: the metrics of what went out, and the KV made
+        cached."""
+        model = call.profile.id
+        if sent.seen is not None:
+            self._seen(model, *sent.seen)
+        first_out, last_out = sent.first_out, sent.last_out
+        if first_out is not None and last_out is not None and last_out[1] > first_out[1]:
+            self._observer.itl(model, (last_out[0] - first_out[0]) / (last_out[1] - first_out[1]))
+        if sent.kv is not None:
+            self._cache_kv(call, sent.kv)
 
     async def _admission(self, model: str, batch: Batch, seq: Hashable) -> float:
         """Wait for a slot in the model's full batch; the emulated time it is admitted."""
@@ -325,31 +378,31 @@ class Engine:
             return self._roots[model]
         return hash((self._roots[model], scope))
 
-    def _insert(
-        self,
-        session: str | None,
-        prompt: Sequence[int],
-        prompt_check: Check,
-        output: Sequence[int],
-        known: Sequence[int],
-        root: int,
-        digest: Digest | None,
-        blocks: bool = True,
-    ) -> None:
-        """Cache the KV of ``prompt`` followed by ``output`` (``known``: the block keys of a
-        prefix of them) under the block rule (``blocks``), and remember them as
-        ``session``'s conversation (``inference.prompt_memo``): the breakpoint rule's keys
-        chain on the same block keys."""
-        tokens, tokens_check = prompt, prompt_check
-        if output:
-            tokens = array("I", prompt)
-            tokens.extend(output)
-            tokens_check = check(array("I", output).tobytes(), prompt_check)
-        keys = block_keys(tokens, self._cache.block_tokens, known, root)
-        evicted = self._cache.insert_keys(keys) if blocks else 0
+    def _cache_kv(self, call: _Call, output: Sequence[int] = ()) -> None:
+        """Cache the KV of the call's prompt followed by ``output`` under the block rule, and
+        remember them as its session's conversation (``inference.prompt_memo``): the
+        breakpoint rule's keys chain on the same block keys.  Only the blocks past what the
+        lookup computed are hashed."""
+        prompt, block = call.request.prompt_token_ids, self._cache.block_tokens
+        known = call.found.keys if call.found is not None else ()
+        size, tokens_check = len(prompt), call.check
+        if output:  # the blocks past the known ones, read from the prompt's tail and the output
+            start = min(len(known), len(prompt) // block) * block
+            tail = array("I", prompt[start:])
+            tail.extend(output)
+            keys = [
+                *known[: start // block],
+                *chain_keys(tail, block, known[start // block - 1] if start else call.root),
+            ]
+            size += len(output)
+            tokens_check = check(array("I", output).tobytes(), call.check)
+        else:
+            keys = block_keys(prompt, block, known, call.root)
+        evicted = self._cache.insert_keys(keys) if call.blocks else 0
         if evicted:
             self._observer.prefix(0, 0, evicted)
-        self._memo.remember(session, Known(len(tokens), tokens_check, root, tuple(keys), digest))
+        known_now = Known(size, tokens_check, call.root, tuple(keys), call.digest)
+        self._memo.remember(call.request.session_key, known_now)
 
     def _serve_breakpoints(
         self, request: InferenceRequest, data: bytes, root: int, known: Known | None
@@ -401,6 +454,36 @@ class Engine:
             "prefix_cache": self._cache.stats(),
             "breakpoint_cache": self._breakpoints.stats(),
         }
+
+
+@dataclass(slots=True)
+class _Call:
+    """One request as the engine works on it: its model, its prompt (bytes, checksums, what
+    the memo knew), the prompt digest once the plan asked for it, and the cache lookup."""
+
+    request: InferenceRequest
+    arrived: float  # the emulated time it arrived
+    profile: ModelProfile
+    root: int
+    data: bytes
+    known: Known | None
+    check: Check
+    blocks: bool  # the block rule (else the breakpoint rule)
+    digest: Digest | None = None
+    found: Lookup | None = None
+
+
+@dataclass(slots=True)
+class _Sent:
+    """What of a stream has gone out: whether its end did, the last chunk's metrics not yet
+    recorded, the first and latest item's (time, end token), and the KV made but not cached
+    (the output ids after the prompt; ``()``: the prompt alone)."""
+
+    finished: bool = False
+    seen: tuple[int, int, float] | None = None
+    first_out: tuple[float, int] | None = None
+    last_out: tuple[float, int] | None = None
+    kv: Sequence[int] | None = None
 
 
 def _stable_root(model: str) -> int:

@@ -14,6 +14,15 @@ go first.  A chain is refreshed tail-first, so within a chain the root is the mo
 and eviction removes a cold conversation's *end* before its beginning (an evicted root
 would orphan everything after it, since matching stops at the first miss).
 
+The least recently used order is kept without touching every block of a chain on each use:
+a chain is always used from its root, so a block is never less recent than the blocks after
+it, and the least recent block is always the end of a chain (a block no held block chains
+on).  So a use of a chain stamps only its last block; a block whose every successor is gone
+inherits the latest stamp among them, and eviction takes the end block with the oldest
+stamp (a heap).  The order is the one refreshing each chain's blocks tail first would give
+(``tests/inference/test_prefix_cache.py`` checks it against that model), at a cost per use
+that does not grow with the conversation.
+
 Simplification: blocks that running requests are using are not pinned against eviction
 (a real engine reference-counts them); with a capacity far above one batch this only
 matters under extreme pressure, where it makes the emulator evict slightly early.
@@ -26,8 +35,8 @@ because a cache never leaves its replica.
 
 from __future__ import annotations
 
+import heapq
 from array import array
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -57,20 +66,31 @@ def as_bytes(tokens: Sequence[int]) -> bytes:
 
 
 def block_keys(
-    tokens: Sequence[int], block_tokens: int, known: Sequence[int] = (), root: int = 0
+    tokens: Sequence[int], block_tokens: int, known: Sequence[int] = (), root: int = 0, end: int | None = None
 ) -> list[int]:
-    """The chained keys of every *full* block of ``tokens``; the first block chains on
-    ``root`` (the engine roots chains at the model, so models never share KV).
+    """The chained keys of every *full* block of ``tokens`` (of its first ``end`` tokens, if
+    given); the first block chains on ``root`` (the engine roots chains at the model, so
+    models never share KV).
 
     ``known`` may hold the keys of a prefix of those blocks already computed (e.g. by the
-    lookup of the same prompt); only the blocks after it are hashed.
+    lookup of the same prompt); only the blocks after it are hashed, and only their tokens
+    are read.
     """
+    n = (len(tokens) if end is None else min(end, len(tokens))) // block_tokens
+    keys = list(known[:n])
+    if len(keys) < n:
+        start = len(keys) * block_tokens
+        keys += chain_keys(tokens[start : n * block_tokens], block_tokens, keys[-1] if keys else root)
+    return keys
+
+
+def chain_keys(tokens: Sequence[int], block_tokens: int, prev: int) -> list[int]:
+    """The keys of the full blocks of ``tokens``, chained on ``prev`` (the key of the block
+    before them, or a chain's root)."""
     data = as_bytes(tokens)
     step = block_tokens * 4
-    n = len(data) // step
-    keys = list(known[:n])
-    prev = keys[-1] if keys else root
-    for i in range(len(keys), n):
+    keys = []
+    for i in range(len(data) // step):
         prev = hash((prev, data[i * step : (i + 1) * step]))
         keys.append(prev)
     return keys
@@ -87,13 +107,25 @@ class Lookup:
     keys: tuple[int, ...]
 
 
+@dataclass(slots=True)
+class _Block:
+    """A held block: the block before it in its chain (``None``: the chain's first), how many
+    held blocks chain on it, and its stamp (see the module doc)."""
+
+    parent: int | None
+    successors: int
+    stamp: int
+
+
 class PrefixCache:
     """Bounded LRU of block keys; ``capacity_blocks == 0`` disables caching."""
 
     def __init__(self, capacity_blocks: int, block_tokens: int) -> None:
         self._capacity = capacity_blocks
         self._block = block_tokens
-        self._blocks: OrderedDict[int, None] = OrderedDict()
+        self._blocks: dict[int, _Block] = {}
+        self._ends: list[tuple[int, int]] = []  # (stamp, key) of end blocks; stale entries skipped
+        self._stamp = 0
         self.lookups = 0
         self.hit_blocks = 0
         self.miss_blocks = 0
@@ -117,14 +149,10 @@ class PrefixCache:
         blocks of the matchable part (the first ``len(prompt) - 1`` tokens) after the first
         miss: the ones this request must prefill and will add."""
         matchable = max(0, len(prompt) - 1)
-        keys = block_keys(prompt[:matchable], self._block, known, root) if self._capacity else []
-        hits = 0
-        for key in keys:
-            if key not in self._blocks:
-                break
-            hits += 1
-        for key in reversed(keys[:hits]):
-            self._blocks.move_to_end(key)
+        keys = block_keys(prompt, self._block, known, root, end=matchable) if self._capacity else []
+        hits = self._held(keys)
+        if hits:
+            self._use(keys[hits - 1])
         self.lookups += 1
         self.hit_blocks += hits
         self.miss_blocks += len(keys) - hits
@@ -145,17 +173,70 @@ class PrefixCache:
         if not self._capacity:
             return 0
         blocks = self._blocks
-        for key in reversed(keys):  # tail first: the chain's root ends most recent
-            if key in blocks:
-                blocks.move_to_end(key)
-            else:
-                blocks[key] = None
+        held = self._held(keys)
+        if held == len(keys):
+            if keys:
+                self._use(keys[-1])
+            return 0
+        parent = keys[held - 1] if held else None
+        if parent is not None:
+            blocks[parent].successors += 1
+        for i in range(held, len(keys) - 1):
+            blocks[keys[i]] = _Block(parent, 1, 0)
+            parent = keys[i]
+        blocks[keys[-1]] = _Block(parent, 0, 0)
+        self._use(keys[-1])
         evicted = 0
         while len(blocks) > self._capacity:
-            blocks.popitem(last=False)
+            self._evict_one()
             evicted += 1
         self.evicted_blocks += evicted
         return evicted
+
+    def _use(self, key: int) -> None:
+        """A chain up to ``key`` was used: it is the most recent (its blocks before ``key``
+        through their stamps' inheritance, module doc)."""
+        self._stamp += 1
+        block = self._blocks[key]
+        block.stamp = self._stamp
+        if not block.successors:
+            self._push_end(key, block)
+
+    def _push_end(self, key: int, block: _Block) -> None:
+        heapq.heappush(self._ends, (block.stamp, key))
+        if len(self._ends) > 2 * len(self._blocks) + 64:  # stale entries: rebuild from the ends held
+            self._ends = [(b.stamp, k) for k, b in self._blocks.items() if not b.successors]
+            heapq.heapify(self._ends)
+
+    def _evict_one(self) -> None:
+        """Drop the least recently used block: the end block with the oldest stamp."""
+        blocks = self._blocks
+        while True:
+            stamp, key = heapq.heappop(self._ends)
+            block = blocks.get(key)
+            if block is not None and not block.successors and block.stamp == stamp:
+                break
+        del blocks[key]
+        if block.parent is not None:
+            parent = blocks[block.parent]
+            parent.successors -= 1
+            parent.stamp = max(parent.stamp, stamp)
+            if not parent.successors:
+                self._push_end(block.parent, parent)
+
+    def _held(self, keys: Sequence[int]) -> int:
+        """How many of a chain's ``keys``, from its start, are held.  Held blocks are closed
+        under prefixes (a chain is refreshed and added tail first, so a block is never less
+        recent than the blocks after it, and the least recent go first), which makes it a
+        binary search, not a walk of the whole conversation's blocks."""
+        lo, hi = 0, len(keys)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if keys[mid] in self._blocks:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
 
     def contains_prefix(self, tokens: Sequence[int], root: int = 0) -> int:
         """Tokens of ``tokens`` (full blocks, from the start) held, without touching LRU

@@ -14,15 +14,34 @@ Event order in one stream::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields
+from operator import attrgetter
+from typing import Any, Literal, TypeVar
 
 FinishReason = Literal["stop", "tool_calls", "max_output_tokens"]
 CacheMode = Literal["implicit", "explicit"]
 CacheTTL = Literal["30m", "12h"]
 
+_T = TypeVar("_T")
 
+
+def _pickled_by_fields(cls: type[_T]) -> type[_T]:
+    """Pickle ``cls`` as its constructor and its fields' values: a slotted dataclass's own
+    ``__getstate__`` looks its fields up again for every instance, which made pickling a
+    request with its breakpoints, and a stream's chunks, several times slower."""
+    names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+    get: Callable[[Any], Any] = attrgetter(*names)
+    one = len(names) == 1
+
+    def __reduce__(self: Any) -> tuple[type[_T], tuple[Any, ...]]:
+        return cls, (get(self),) if one else get(self)
+
+    cls.__reduce__ = __reduce__  # type: ignore[method-assign]
+    return cls
+
+
+@_pickled_by_fields
 @dataclass(frozen=True, slots=True)
 class Breakpoint:
     """A prompt-cache breakpoint: the prompt's first ``offset`` tokens are a reusable prefix
@@ -35,6 +54,7 @@ class Breakpoint:
     implicit: bool = False
 
 
+@_pickled_by_fields
 @dataclass(frozen=True, slots=True)
 class ToolSpec:
     """A tool the model may call: its name and JSON schema for arguments; ``custom``: a
@@ -45,6 +65,7 @@ class ToolSpec:
     custom: bool = False
 
 
+@_pickled_by_fields
 @dataclass(frozen=True, slots=True)
 class InferenceRequest:
     """One model call.
@@ -87,6 +108,7 @@ class InferenceRequest:
     breakpoints: tuple[Breakpoint, ...] = ()
 
 
+@_pickled_by_fields
 @dataclass(frozen=True, slots=True)
 class Prefilled:
     """The prompt was processed; output starts now.  Times are emulated milliseconds.
@@ -109,6 +131,7 @@ class Prefilled:
     written: tuple[int, int] | None = None
 
 
+@_pickled_by_fields
 @dataclass(frozen=True, slots=True)
 class ReasoningDone:
     """The model finished ``tokens`` tokens of hidden reasoning (they took decode time and
@@ -117,6 +140,7 @@ class ReasoningDone:
     tokens: int
 
 
+@_pickled_by_fields
 @dataclass(frozen=True, slots=True)
 class TextDelta:
     """A chunk of assistant message text (one or more real cl100k tokens)."""
@@ -125,6 +149,7 @@ class TextDelta:
     tokens: int
 
 
+@_pickled_by_fields
 @dataclass(frozen=True, slots=True)
 class FunctionCallDelta:
     """A chunk of function-call arguments — or, with ``custom``, of a custom tool call's
@@ -138,6 +163,7 @@ class FunctionCallDelta:
     custom: bool = False
 
 
+@_pickled_by_fields
 @dataclass(frozen=True, slots=True)
 class Done:
     """End of stream.  ``output_tokens`` counts every generated token.

@@ -8,7 +8,8 @@ from one client process on the same machine, in this order:
   arriving at R/s, held open; connect latency percentiles; the server's private memory (USS
   of the session hosts and the gateway) per held connection, measured as a delta from before
   the ramp so the baselines of hosts started for it count; then one turn on every held
-  connection at once;
+  connection at once; with ``--ramp-create`` each connection also sends one short create as
+  soon as it is open (arrivals that each start a turn), timed beside its connect;
 - ``burst``: N connections opened at once (``--open-timeout``, 10 s like websockets and the
   openai SDK), then T turns on each;
 - ``idle`` (opt-in): many mostly idle connections held for a while: memory and idle CPU,
@@ -64,6 +65,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--open-timeout", type=float, default=10.0, help="client open timeout in the burst (s)")
     p.add_argument("--rates", default="200", help="ramp arrival rates (connections/s), comma-separated")
     p.add_argument("--ramp", type=int, default=2000, help="connections per ramp")
+    p.add_argument(
+        "--ramp-create",
+        action="store_true",
+        help="ramp: each connection sends one short create as it opens (its turn timed beside the connect)",
+    )
     p.add_argument("--idle", type=int, default=5000, help="connections held in the idle phase")
     p.add_argument("--idle-s", type=float, default=30.0, help="how long the idle connections are held")
     p.add_argument("--idle-rate", type=float, default=500.0, help="idle phase: connections opened per second")
@@ -142,6 +148,8 @@ class Opened:
     connect_s: list[float] = field(default_factory=list)
     started_s: list[float] = field(default_factory=list)  # each connect's start (perf_counter)
     failures: dict[str, int] = field(default_factory=dict)
+    turn_s: list[float] = field(default_factory=list)  # the create sent on open (``--ramp-create``)
+    turn_failures: dict[str, int] = field(default_factory=dict)
 
     def fail(self, exc: BaseException) -> None:
         if isinstance(exc, websockets.InvalidStatus):
@@ -164,6 +172,22 @@ class Opened:
                 "max": ms[-1] if ms else None,
             },
             "per_second": per_second(self.started_s, self.connect_s),
+            **({"create_on_open": self.turns()} if self.turn_s or self.turn_failures else {}),
+        }
+
+    def turns(self) -> dict[str, Any]:
+        """The creates sent as the connections opened: completed, failures by cause, and the
+        turn's time (create sent to its terminal event) percentiles."""
+        ms = sorted(s * 1000 for s in self.turn_s)
+        return {
+            "completed": len(ms),
+            "failures": self.turn_failures,
+            "turn_ms": {
+                "p50": pct(ms, 0.5),
+                "p90": pct(ms, 0.9),
+                "p99": pct(ms, 0.99),
+                "max": ms[-1] if ms else None,
+            },
         }
 
 
@@ -182,7 +206,8 @@ def per_second(started: list[float], took: list[float]) -> list[list[float]]:
     ]
 
 
-async def open_one(url: str, opened: Opened, open_timeout: float) -> None:
+async def open_one(url: str, opened: Opened, open_timeout: float, create: bool = False) -> None:
+    """Open one connection (``create``: and send one short create as soon as it is open)."""
     t0 = time.perf_counter()
     try:
         sock = await connect(url, open_timeout=open_timeout)
@@ -192,6 +217,12 @@ async def open_one(url: str, opened: Opened, open_timeout: float) -> None:
     opened.connect_s.append(time.perf_counter() - t0)
     opened.started_s.append(t0)
     opened.sockets.append(sock)
+    if create:
+        failed, took = await one_turn(sock)
+        if failed is None:
+            opened.turn_s.append(took)
+        else:
+            opened.turn_failures[failed] = opened.turn_failures.get(failed, 0) + 1
 
 
 async def _memory_curve(meter: ServerMeter, before: dict, opened: Opened, curve: list) -> None:
@@ -208,16 +239,24 @@ async def _memory_curve(meter: ServerMeter, before: dict, opened: Opened, curve:
 
 
 async def open_many(
-    url: str, n: int, *, rate: float | None, open_timeout: float, progress=None, into: Opened | None = None
+    url: str,
+    n: int,
+    *,
+    rate: float | None,
+    open_timeout: float,
+    progress=None,
+    into: Opened | None = None,
+    create: bool = False,
 ) -> Opened:
-    """``n`` connections, all at once (``rate`` None) or arriving at ``rate`` per second."""
+    """``n`` connections, all at once (``rate`` None) or arriving at ``rate`` per second;
+    ``create``: each sends one short create as it opens."""
     opened = into if into is not None else Opened()
     tasks = []
     start = time.perf_counter()
     for i in range(n):
         if rate:
             await asyncio.sleep(max(0.0, start + i / rate - time.perf_counter()))
-        tasks.append(asyncio.create_task(open_one(url, opened, open_timeout)))
+        tasks.append(asyncio.create_task(open_one(url, opened, open_timeout, create)))
         if progress is not None:
             tasks[-1].add_done_callback(lambda _: progress())
     await asyncio.gather(*tasks)
@@ -337,7 +376,10 @@ async def ramp_phase(
     curve: list[tuple[int, float]] = []
     opened = Opened()
     sampling = asyncio.create_task(_memory_curve(meter, before, opened, curve))
-    opened = await open_many(url, args.ramp, rate=rate, open_timeout=30.0, progress=progress, into=opened)
+    create = getattr(args, "ramp_create", False)
+    opened = await open_many(
+        url, args.ramp, rate=rate, open_timeout=30.0, progress=progress, into=opened, create=create
+    )
     await asyncio.sleep(1.0)
     sampling.cancel()
     held = meter.sample()
@@ -575,6 +617,12 @@ def _print_summary(result: dict) -> None:
             + f"one turn on all: {t['turns_completed']}/{t['turns_wanted']} in {t['wall_s']:.1f} s"
             + (f" (failed: {t['failures']})" if t.get("failures") else "")
         )
+        if "create_on_open" in r:
+            o = r["create_on_open"]
+            c.print(
+                f"  the create sent on open: {o['completed']} completed, failures {o['failures'] or 'none'}, "
+                f"turn p50 {o['turn_ms']['p50']:.1f} / p99 {o['turn_ms']['p99']:.1f} ms"
+            )
         c.print(
             "  per second of the ramp (connects started, p50 / max ms): "
             + " ".join(f"{sec}:{n} {p50:.0f}/{mx:.0f}" for sec, n, p50, mx in r.get("per_second", []))

@@ -7,6 +7,7 @@ lost connection says whether the call could be made elsewhere."""
 from __future__ import annotations
 
 import asyncio
+from array import array
 from collections.abc import AsyncIterator
 
 import pytest
@@ -25,9 +26,11 @@ class Backend:
         self.closed: list[str] = []
         self.held = asyncio.Event()
         self.tools: dict[str, tuple[ToolSpec, ...]] = {}  # what each call's request held
+        self.prompts: dict[str, list[int]] = {}
 
     async def generate(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
         self.tools[request.request_id] = request.tools
+        self.prompts[request.request_id] = list(request.prompt_token_ids)
         try:
             if request.model == "missing":
                 raise UnknownModelProfile("missing")
@@ -184,5 +187,74 @@ def test_tools_are_sent_once_per_tuple_and_every_call_gets_its_own(monkeypatch) 
         assert b"tool_a" not in client._go(99, repeat)  # a's tuple is known: the go names it
         client.close()
         await server.drain(1.0)
+
+    asyncio.run(main())
+
+
+def test_a_session_prompt_that_continues_its_last_goes_as_the_new_ids_and_arrives_whole(monkeypatch) -> None:
+    """Each call of a session gets its whole prompt; one that starts with the session's last
+    prompt carries only the ids after it; one that does not, and one past the kept bytes
+    (the oldest session's prompt forgotten on both sides), go whole."""
+    monkeypatch.setattr(channel, "PROMPT_BYTES", 4 * 10_000)
+
+    async def main() -> None:
+        backend = Backend()
+        server, client = await started(backend)
+        first = array("I", range(5_000))
+        grown = array("I", first)
+        grown.extend(range(7, 107))
+        other = array("I", range(1, 4_000))  # not a continuation
+        calls = [
+            ("a1", "s", first),
+            ("a2", "s", grown),
+            ("a3", "s", other),
+            ("b1", "t", array("I", range(9_000))),  # pushes s's kept prompt out
+            ("a4", "s", array("I", [*other, 5])),
+        ]
+        sent: list[int] = []
+        assert client._writer is not None
+        write = client._writer.write
+        client._writer.write = lambda data: sent.append(len(data)) or write(data)  # type: ignore[method-assign]
+        for rid, session, prompt in calls:
+            request = InferenceRequest(
+                request_id=rid, model="ok", prompt_token_ids=prompt, session_key=session
+            )
+            assert [type(e) for e in await collect(client, request)][-1] is Done
+        assert backend.prompts == {rid: list(prompt) for rid, _, prompt in calls}
+        assert sent[1] < 1_000 < 4 * 4_000 < min(sent[0], sent[2], sent[4])  # a2: the 100 new ids only
+        assert list(client._prompts) == ["s"] and len(client._prompts["s"]) == 4 * 4_000
+        client.close()
+        await server.drain(1.0)
+
+    asyncio.run(main())
+
+
+def test_the_frames_sent_on_one_tick_leave_in_one_write() -> None:
+    """The server's frames of one turn of the event loop go out together, in order; the
+    next tick's in a write of their own."""
+
+    class Writer:
+        def __init__(self) -> None:
+            self.writes: list[list[bytes]] = []
+
+        def is_closing(self) -> bool:
+            return False
+
+        def writelines(self, frames: list[bytes]) -> None:
+            self.writes.append(list(frames))
+
+    async def main() -> None:
+        writer = Writer()
+        out = channel._Sender(writer)  # type: ignore[arg-type]
+        out.send(("chunk", 1, ["a"]))
+        out.send(("chunk", 2, ["b"]))
+        out.send(("end", 1))
+        await asyncio.sleep(0)
+        out.send(("end", 2))
+        await asyncio.sleep(0)
+        sizes = [len(w) for w in writer.writes]
+        decoded = [channel.pickle.loads(f[4:]) for w in writer.writes for f in w]
+        assert sizes == [3, 1]
+        assert decoded == [("chunk", 1, ["a"]), ("chunk", 2, ["b"]), ("end", 1), ("end", 2)]
 
     asyncio.run(main())

@@ -159,3 +159,34 @@ def test_stats_count_lookups_blocks_and_tokens():
         "prompt_tokens_total": 22,
         "block_hit_rate": 0.4,
     }
+
+
+@given(
+    st.lists(st.tuples(st.booleans(), st.lists(st.integers(0, 2), max_size=32)), max_size=30),
+    st.integers(1, 12),
+)
+def test_held_blocks_stay_closed_under_prefixes_and_evictions_follow_exact_lru(ops, capacity):
+    """Lookups and inserts of chains sharing prefixes, under eviction: every held block's
+    chain is held from its root (what the binary search relies on), and the blocks evicted
+    are, step by step, those of an LRU that refreshes each used chain's blocks tail first."""
+    cache = PrefixCache(capacity_blocks=capacity, block_tokens=B)
+    order: list[int] = []  # the model: least recent first
+    for is_lookup, seq in ops:
+        keys = block_keys(seq[: max(0, len(seq) - 1)] if is_lookup else seq, B)
+        if is_lookup:
+            cache.lookup(seq)
+            hits = 0
+            while hits < len(keys) and keys[hits] in order:
+                hits += 1
+            keys = keys[:hits]
+        else:
+            cache.insert(seq)
+        for key in reversed(keys):
+            if key in order:
+                order.remove(key)
+            order.append(key)
+        del order[: max(0, len(order) - capacity)]
+        assert set(cache._blocks) == set(order)  # the same blocks evicted, step by step
+        for seq_keys in (block_keys(s, B) for _, s in ops):
+            held = [k in cache._blocks for k in seq_keys]
+            assert held == sorted(held, reverse=True)  # held ones first, then none
