@@ -9,16 +9,19 @@ the node counts interleaved over ``--repeats`` rounds, medians and spreads over 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .. import processes, results
 from ..kinds.capacity import one_level
-from . import network
+from ..scale_model import Deployment, Limits, Line, Measured, fit_line, session_nodes_per_cluster, size
+from . import network, shared_load
 from .balancer import command, session_counts
 from .harness import Harness
-from .topology import NodeSpec
+from .topology import PREFIX, NodeSpec
 
 INFERENCE_REPLICAS = 2
 
@@ -161,3 +164,341 @@ def run(args: argparse.Namespace) -> int:
     )
     print(f"wrote {args.out}")
     return 0 if all(s["every_loop_served"] for s in table) else 1
+
+
+# ----------------------------------------------------------------------------- the capacity model
+# ``--model``: what the shared parts carry per turn, per connection and per node, at 1, 2, 3
+# session nodes under the same load per node (docs/scaling.md, "A capacity model to 1000
+# session nodes"); each node count is a harness of its own, so the Ray cluster has exactly
+# that many session nodes.
+
+METRICS_REPORT_MS = "1000"  # Ray's metrics every second (its default, 10 s, is longer than a window)
+SHARED = {
+    "gcs_cpu_ms_per_s": "cpu/head/gcs_server",
+    "serve_controller_cpu_ms_per_s": "cpu/head/ray::ServeController",
+    "head_raylet_cpu_ms_per_s": "cpu/head/raylet",
+}
+
+
+def resume_on(grace_s: float) -> Callable[[dict[str, Any]], None]:
+    def edit(args: dict[str, Any]) -> None:
+        fixed_inference(args)
+        args.setdefault("session", {})["resume_grace_s"] = grace_s
+
+    return edit
+
+
+def redeploy(h: Harness, edit: Callable[[dict[str, Any]], None], timeout_s: float = 300.0) -> float:
+    """Deploy the harness's Serve config again with ``edit`` applied; seconds until every
+    session node answers ``/readyz`` and the balancer has them all up."""
+    assert h.temp_dir is not None
+    t0 = time.monotonic()
+    h.edit_args = edit
+    path = h.temp_dir / "serve-config-model.json"
+    path.write_text(json.dumps(h.app_config()))
+    h.driver("deploy", str(path), "--timeout", str(timeout_s), timeout_s=timeout_s + 30)
+    for node in h.session_nodes:
+        h.wait_ready(node.name, timeout_s=timeout_s)
+    deadline = time.monotonic() + 60
+    while not all(s.startswith("UP") for s in h.server_states().values()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"balancer: {h.server_states()}")
+        time.sleep(0.5)
+    return round(time.monotonic() - t0, 1)
+
+
+def shared_figures(rates: dict[str, float], h: Harness) -> dict[str, Any]:
+    """The shared parts' rates per second in one window (CPU ms/s, RPCs/s, Redis per s)."""
+    out: dict[str, Any] = {name: round(rates.get(key, 0.0), 2) for name, key in SHARED.items()}
+    rpcs = {k.removeprefix("gcs_rpc/"): v for k, v in rates.items() if k.startswith("gcs_rpc/")}
+    out["gcs_rpcs_per_s"] = round(sum(rpcs.values()), 2) if rpcs else None
+    out["gcs_rpcs_by_method_per_s"] = {
+        k: round(v, 2) for k, v in sorted(rpcs.items(), key=lambda kv: -kv[1]) if v >= 0.05
+    }
+    nodes = [n.name for n in h.session_nodes]
+    out["session_node_cpu_ms_per_s"] = {
+        n: round(sum(v for k, v in rates.items() if k.startswith(f"cpu/{n}/")), 1) for n in nodes
+    }
+    out["session_raylet_cpu_ms_per_s"] = {n: round(rates.get(f"cpu/{n}/raylet", 0.0), 1) for n in nodes}
+    out["head_cpu_ms_per_s"] = round(sum(v for k, v in rates.items() if k.startswith("cpu/head/")), 1)
+    out["redis_cmds_per_s"] = round(rates.get("redis/commands", 0.0), 2)
+    out["redis_cmds_by_name_per_s"] = {
+        k.removeprefix("redis/cmd/"): round(v, 2)
+        for k, v in sorted(rates.items(), key=lambda kv: -kv[1])
+        if k.startswith("redis/cmd/") and v > 0
+    }
+    out["redis_net_input_bytes_per_s"] = round(rates.get("redis/net_input_bytes", 0.0), 1)
+    out["redis_cpu_ms_per_s"] = round(rates.get("redis/cpu_s", 0.0) * 1000, 3)
+    return out
+
+
+def per_turn(rates: dict[str, float], turns_per_s: float) -> dict[str, Any]:
+    """The store's figures per turn: commands (all and by name), bytes, Redis's CPU."""
+    if not turns_per_s:
+        return {}
+    cmds = rates.get("redis/commands", 0.0)
+    by_cmd = {k.removeprefix("redis/cmd/"): v for k, v in rates.items() if k.startswith("redis/cmd/")}
+    return {
+        "store_cmds_per_turn": round(cmds / turns_per_s, 3),
+        "store_net_input_bytes_per_turn": round(rates.get("redis/net_input_bytes", 0.0) / turns_per_s, 1),
+        "store_net_output_bytes_per_turn": round(rates.get("redis/net_output_bytes", 0.0) / turns_per_s, 1),
+        "store_cpu_us_per_turn": round(rates.get("redis/cpu_s", 0.0) * 1e6 / turns_per_s, 2),
+        "store_cpu_us_per_cmd": round(rates.get("redis/cpu_s", 0.0) * 1e6 / cmds, 2) if cmds else None,
+        "store_cmds_by_name_per_turn": {
+            k: round(v / turns_per_s, 3) for k, v in sorted(by_cmd.items(), key=lambda kv: -kv[1]) if v > 0
+        },
+    }
+
+
+def idle_window(h: Harness, sampler: shared_load.SharedSampler, seconds: float) -> dict[str, Any]:
+    t0 = time.time()
+    time.sleep(seconds)
+    rates, span = shared_load.window(sampler.samples, t0, time.time())
+    return {"window_s": round(span, 2), **shared_figures(rates, h)}
+
+
+def load_phase(
+    h: Harness, sampler: shared_load.SharedSampler, k: int, args: argparse.Namespace, store: bool
+) -> dict[str, Any]:
+    """``--loops-per-node`` × ``k`` Codex-like loops through the balancer; the shared parts over
+    their steady window."""
+    out = one_level(h.url, args.loops_per_node * k, args, {}, {}, store=store)
+    t0 = out["storm_end"]
+    rates, span = shared_load.window(sampler.samples, t0, t0 + out["steady_window_s"])
+    turns_per_s = out["turns_per_s"] or 0.0
+    return {
+        "loops": args.loops_per_node * k,
+        "store": store,
+        "turns_per_s": turns_per_s,
+        "every_loop_served": out["every_loop_served"],
+        "steady_nonmodel_ms": out["steady_ms"],
+        "window_s": round(span, 2),
+        **shared_figures(rates, h),
+        **per_turn(rates, turns_per_s),
+    }
+
+
+def held_connections(h: Harness, sampler: shared_load.SharedSampler, n: int, hold_s: float) -> dict[str, Any]:
+    """``n`` WebSockets opened through the balancer and held without a turn for ``hold_s``:
+    the store's commands per connection per second (with resume on: the heartbeats)."""
+    import asyncio
+
+    import websockets
+
+    async def hold() -> tuple[int, float, float]:
+        socks = await asyncio.gather(
+            *(websockets.connect(h.ws_url, open_timeout=30) for _ in range(n)), return_exceptions=True
+        )
+        live = [s for s in socks if not isinstance(s, BaseException)]
+        await asyncio.sleep(2.0)  # their first writes (the state as the connection opens) land
+        t0 = time.time()
+        await asyncio.sleep(hold_s)
+        t1 = time.time()
+        await asyncio.gather(*(s.close() for s in live), return_exceptions=True)
+        return len(live), t0, t1
+
+    held, t0, t1 = asyncio.run(hold())
+    rates, span = shared_load.window(sampler.samples, t0, t1)
+    cmds = rates.get("redis/commands", 0.0)
+    return {
+        "connections": held,
+        "window_s": round(span, 2),
+        "store_cmds_per_connection_s": round(cmds / held, 4) if held else None,
+        "store_net_input_bytes_per_connection_s": round(rates.get("redis/net_input_bytes", 0.0) / held, 2)
+        if held
+        else None,
+        **shared_figures(rates, h),
+    }
+
+
+def actors_by_node(h: Harness) -> dict[str, dict[str, int]]:
+    """Each node's Ray actors now, by process title (idle workers left out)."""
+    out: dict[str, dict[str, int]] = {n.name: {} for n in h.topology.nodes}
+    for label in shared_load.labelled_processes(h).values():
+        node, _, title = label.partition("/")
+        if title.startswith("ray::") and title != "ray::IDLE":
+            out[node][title] = out[node].get(title, 0) + 1
+    return out
+
+
+def model_level(k: int, args: argparse.Namespace) -> dict[str, Any]:
+    """One harness with ``k`` session nodes: idle, store:false and store:true load, then resume
+    on (a redeploy): held connections, store:false and store:true load again."""
+    level: dict[str, Any] = {"session_nodes": k}
+    t0 = time.monotonic()
+    h = Harness(specs(k), edit_args=fixed_inference)
+    h.env["RAY_metrics_report_interval_ms"] = METRICS_REPORT_MS
+    with h:
+        level["harness_up_s"] = round(time.monotonic() - t0, 1)
+        print(f"{k} session node(s): harness up in {level['harness_up_s']} s", flush=True)
+        sampler = shared_load.SharedSampler(h, lambda: shared_load.labelled_processes(h)).start()
+        try:
+            level["metrics_url_found"] = sampler.metrics_url is not None
+            level["idle"] = idle_window(h, sampler, args.idle_s)
+            print(f"  idle: {level['idle']}", flush=True)
+            for name, store in (("store_false", False), ("store_true", True)):
+                level[name] = load_phase(h, sampler, k, args, store)
+                print(f"  {name}: {level[name]}", flush=True)
+            level["redeploy_s"] = redeploy(h, resume_on(args.resume_grace))
+            print(f"  resume on: redeployed in {level['redeploy_s']} s", flush=True)
+            level["resume_held"] = held_connections(h, sampler, args.held_per_node * k, args.hold_s)
+            print(f"  resume, held: {level['resume_held']}", flush=True)
+            for name, store in (("resume_store_false", False), ("resume_store_true", True)):
+                level[name] = load_phase(h, sampler, k, args, store)
+                print(f"  {name}: {level[name]}", flush=True)
+            level["actors_by_node"] = actors_by_node(h)
+            level["actors_per_session_node"] = statistics.mean(
+                sum(level["actors_by_node"][n.name].values()) for n in h.session_nodes
+            )
+        finally:
+            sampler.close()
+            level["sampler_errors"] = sampler.errors
+    return level
+
+
+def model_table(levels: list[dict[str, Any]]) -> list[str]:
+    """The printed table: one row per node count and phase."""
+    head = (
+        f"{'nodes':>5} {'phase':<20} {'turns/s':>7} {'cmds/turn':>9} {'B in/turn':>10} "
+        f"{'redis us/turn':>13} {'GCS ms/s':>8} {'GCS rpc/s':>9} {'ctrl ms/s':>9} {'head raylet':>11}"
+    )
+    rows = [head]
+    for lv in levels:
+        for phase in (
+            "idle",
+            "store_false",
+            "store_true",
+            "resume_held",
+            "resume_store_false",
+            "resume_store_true",
+        ):
+            p = lv.get(phase)
+            if not p:
+                continue
+            rows.append(
+                f"{lv['session_nodes']:>5} {phase:<20} {p.get('turns_per_s', '-')!s:>7} "
+                f"{p.get('store_cmds_per_turn', p.get('store_cmds_per_connection_s', '-'))!s:>9} "
+                f"{p.get('store_net_input_bytes_per_turn', '-')!s:>10} {p.get('store_cpu_us_per_turn', '-')!s:>13} "
+                f"{p['gcs_cpu_ms_per_s']:>8} {p['gcs_rpcs_per_s']!s:>9} {p['serve_controller_cpu_ms_per_s']:>9} "
+                f"{p['head_raylet_cpu_ms_per_s']:>11}"
+            )
+    return rows
+
+
+def run_model(args: argparse.Namespace) -> int:
+    counts = [int(x) for x in args.nodes.split(",")]
+    levels = []
+    for k in counts:
+        levels.append(model_level(k, args))
+        left = [ns for ns in network.namespaces() if ns.startswith(PREFIX)]
+        if left:
+            raise RuntimeError(f"the harness left namespaces behind: {left}")
+    for row in model_table(levels):
+        print(row)
+    payload = {
+        "command": args.command,
+        "setup": (
+            "one harness per node count: head (GCS, Serve controller, Redis, "
+            f"{INFERENCE_REPLICAS} inference replicas) + k session nodes, each a network namespace; HAProxy "
+            "in front; the clients in the root namespace; all on one machine's cores. Ray's metrics "
+            f"reported every {METRICS_REPORT_MS} ms (RAY_metrics_report_interval_ms)"
+        ),
+        "workload": {
+            "preset": args.preset,
+            "loops_per_node": args.loops_per_node,
+            "duration_s": args.duration,
+            "idle_s": args.idle_s,
+            "resume_grace_s": args.resume_grace,
+            "held_per_node": args.held_per_node,
+            "hold_s": args.hold_s,
+        },
+        "levels": levels,
+    }
+    results.write(args.out, payload, args.run)
+    print(f"wrote {args.out}")
+    return 0 if all(lv[p]["every_loop_served"] for lv in levels for p in LOAD_PHASES if p in lv) else 1
+
+
+LOAD_PHASES = ("store_false", "store_true", "resume_store_false", "resume_store_true")
+
+
+# ----------------------------------------------------------------------------- the extrapolation
+
+NODE_CORES = 8  # the session node the extrapolation sizes (this machine's are 2 cores shared by all)
+SIZES = (10, 100, 1000)
+
+
+def measured_inputs(
+    payload: dict[str, Any], phase: str = "resume_store_true"
+) -> tuple[Measured, dict[str, float]]:
+    """The model's inputs from a ``--model`` results file: lines fitted to the shared parts'
+    CPU against session nodes (the ``store_false`` load, the same load per node), the store's
+    figures per turn of ``phase`` (default the heaviest: store:true with resume on), and the
+    session node's CPU per turn and seconds between a loop's turns (for :func:`deployment`)."""
+    levels = payload["levels"]
+
+    def line(key: str) -> Line:
+        return fit_line([(lv["session_nodes"], lv["store_false"][key]) for lv in levels])
+
+    def median(values: list[float | None]) -> float:
+        vs = [v for v in values if v is not None]
+        return statistics.median(vs) if vs else 0.0
+
+    loads = [lv[p] for lv in levels for p in LOAD_PHASES if p in lv]
+    node_ms_per_turn = median(
+        [
+            sum(lv["store_false"]["session_node_cpu_ms_per_s"].values()) / lv["store_false"]["turns_per_s"]
+            for lv in levels
+            if lv["store_false"]["turns_per_s"]
+        ]
+    )
+    s_between_turns = median(
+        [
+            lv["store_false"]["loops"] / lv["store_false"]["turns_per_s"]
+            for lv in levels
+            if lv["store_false"]["turns_per_s"]
+        ]
+    )
+    actors = median([lv.get("actors_per_session_node") for lv in levels])
+    m = Measured(
+        gcs_cpu_ms_per_s=line("gcs_cpu_ms_per_s"),
+        controller_cpu_ms_per_s=line("serve_controller_cpu_ms_per_s"),
+        head_raylet_cpu_ms_per_s=line("head_raylet_cpu_ms_per_s"),
+        store_cmds_per_turn=median([lv[phase].get("store_cmds_per_turn") for lv in levels]),
+        store_bytes_per_turn=median([lv[phase].get("store_net_input_bytes_per_turn") for lv in levels]),
+        store_cpu_us_per_cmd=median([p.get("store_cpu_us_per_cmd") for p in loads]),
+        store_cmds_per_connection_s=median(
+            [lv["resume_held"].get("store_cmds_per_connection_s") for lv in levels]
+        ),
+        actors_per_session_node=actors or 1.0,
+    )
+    return m, {"session_node_cpu_ms_per_turn": node_ms_per_turn, "s_between_a_loops_turns": s_between_turns}
+
+
+def deployment(node: dict[str, float], cores: int = NODE_CORES, headroom: float = 0.5) -> Deployment:
+    """A session node of ``cores`` cores run to ``headroom`` of them at the measured CPU per
+    turn, holding the connections that turn rate implies at the measured pace of a loop."""
+    turns = cores * 1000.0 * headroom / node["session_node_cpu_ms_per_turn"]
+    return Deployment(turns_per_node_s=turns, connections_per_node=turns * node["s_between_a_loops_turns"])
+
+
+def print_extrapolation(payload: dict[str, Any], phase: str = "resume_store_true") -> int:
+    m, node = measured_inputs(payload, phase)
+    d, lim = deployment(node), Limits()
+    print(f"inputs ({phase} for the store): {m}")
+    print(
+        f"a session node of {NODE_CORES} cores at half of them: {d.turns_per_node_s:.0f} turns/s, "
+        f"{d.connections_per_node:.0f} connections ({node['session_node_cpu_ms_per_turn']:.1f} ms of CPU a turn, "
+        f"a loop's turn every {node['s_between_a_loops_turns']:.2f} s)"
+    )
+    cap, part = session_nodes_per_cluster(m, d, lim)
+    print(f"one Ray cluster takes {cap} session nodes before {part} passes half of its limit")
+    for n in SIZES:
+        s = size(m, d, lim, n)
+        print(
+            f"{n:>5} session nodes: {s.ray_clusters} Ray cluster(s) of {s.session_nodes_per_cluster}; nearest its "
+            f"limit: {s.first_bottleneck} ({s.shares[s.first_bottleneck]:.1%}); shares {s.shares}; store "
+            f"{s.store_cmds_per_s:.0f} commands/s, {s.store_mb_per_s:.1f} MB/s in, {s.store_primaries} primaries "
+            f"({s.redis_cluster_nodes} Redis nodes with replicas, within the spec's 1000: {s.redis_cluster_fits})"
+        )
+    return 0
