@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from bench.scale_model import (
-    UNBOUNDED,
     Deployment,
     Limits,
     Line,
@@ -108,4 +107,3 @@ def test_past_the_bound_the_deployment_is_several_ray_clusters_sharing_one_store
 def test_a_store_past_the_specs_node_count_is_flagged():
     heavy = measured(store_cpu_us_per_cmd=2000.0)  # 100 × the CPU per command
     assert not size(heavy, DEPLOY, Limits(), 1000).redis_cluster_fits
-    assert UNBOUNDED > Limits().ray_nodes
