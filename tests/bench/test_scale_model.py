@@ -81,7 +81,9 @@ def test_the_part_that_fills_first_bounds_a_ray_cluster():
     flat = measured(controller_cpu_ms_per_s=Line(30.0, 0.0))
     assert session_nodes_per_cluster(flat, DEPLOY, Limits()) == (490, "gcs_cpu_ms_per_s")
     # nothing that grows: the published counts bound it (nodes: 1500 planned, less the head)
-    none = measured(gcs_cpu_ms_per_s=Line(1, 0), controller_cpu_ms_per_s=Line(1, 0), actors_per_session_node=0.0)
+    none = measured(
+        gcs_cpu_ms_per_s=Line(1, 0), controller_cpu_ms_per_s=Line(1, 0), actors_per_session_node=0.0
+    )
     assert session_nodes_per_cluster(none, DEPLOY, Limits()) == (1499, "ray_nodes")
 
 
