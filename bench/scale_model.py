@@ -5,9 +5,10 @@ measured on the multi-node harness (``responses-ws bench scaling --real-nodes --
 against the limits the projects publish.  Pure arithmetic, no I/O.
 
 A shared part's demand at N session nodes is ``base + N × per_node`` (a straight line fitted
-to the harness's 1, 2, 3 nodes, :func:`fit_line`).  A part that is one process (the GCS's
-event loop, the Serve controller's, Redis's command thread: each one core) is full when the
-demand reaches ``headroom`` of that core; a count (Ray nodes, Ray actors, Redis Cluster
+to the harness's 1, 2, 3 nodes, :func:`fit_line`).  A part whose work runs on one thread (the
+GCS's and the head raylet's main event loops, the Serve controller's, Redis's command
+thread: each one core) is full when the
+demand (its busiest thread's CPU) reaches ``headroom`` of that core; a count (Ray nodes, Ray actors, Redis Cluster
 nodes) when it reaches ``headroom`` of the published figure.  The first of them to fill
 bounds one Ray cluster (:func:`session_nodes_per_cluster`); past it the deployment is several
 Ray clusters behind one balancer, sharing one Redis Cluster, whose primaries grow with the
@@ -34,6 +35,20 @@ class Line:
         return self.base + self.per_node * n
 
 
+def slope_error(points: Sequence[tuple[float, float]], line: Line) -> float:
+    """The standard error of ``line``'s slope fitted to ``points`` (0 with fewer than three
+    points or one distinct n): how well 1, 2, 3 nodes pin the growth per node down."""
+    if len(points) < 3:
+        return 0.0
+    xs = [float(x) for x, _ in points]
+    mx = sum(xs) / len(xs)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if sxx == 0:
+        return 0.0
+    residual = sum((float(y) - line.at(float(x))) ** 2 for x, y in points)
+    return math.sqrt(residual / (len(points) - 2) / sxx)
+
+
 def fit_line(points: Sequence[tuple[float, float]]) -> Line:
     """Least squares through ``(n, value)`` points; with one distinct ``n``, the line
     through the origin and their mean."""
@@ -53,13 +68,16 @@ def fit_line(points: Sequence[tuple[float, float]]) -> Line:
 class Measured:
     """The model's inputs (the harness's figures, or a deployment's own)."""
 
-    gcs_cpu_ms_per_s: Line  # the GCS process's CPU against session nodes
-    controller_cpu_ms_per_s: Line  # the Serve controller's
-    head_raylet_cpu_ms_per_s: Line  # the head node's raylet's
-    store_cmds_per_turn: float  # Redis commands a turn costs (the mix of turns the deployment runs)
+    # CPU (ms per second) of the busiest thread of each single-threaded bottleneck, against
+    # session nodes: one core is its ceiling however many the head has
+    gcs_thread_ms_per_s: Line  # the GCS's
+    controller_thread_ms_per_s: Line  # the Serve controller's (a Python actor: its event loop)
+    head_raylet_thread_ms_per_s: Line  # the head node's raylet's
+    store_cmds_per_turn: float  # Redis commands a turn costs (those its scripts run included)
     store_bytes_per_turn: float  # bytes a turn sends to Redis
-    store_cpu_us_per_cmd: float  # Redis's own CPU per command (its ``INFO cpu`` over its commands)
+    store_cpu_us_per_turn: float  # Redis's own CPU a turn costs (``INFO cpu``, its idle rate taken off)
     store_cmds_per_connection_s: float  # commands an open connection costs per second (heartbeats)
+    store_cpu_us_per_connection_s: float  # Redis's CPU an open connection costs per second
     actors_per_session_node: float  # a gateway and its session hosts
 
 
@@ -101,9 +119,9 @@ def demands(m: Measured, d: Deployment, lim: Limits, n: int) -> list[Demand]:
     """Each part of one Ray cluster with ``n`` session nodes, against its planned limit."""
     core = CORE_MS_PER_S * lim.headroom
     return [
-        Demand("gcs_cpu_ms_per_s", m.gcs_cpu_ms_per_s.at(n), core),
-        Demand("serve_controller_cpu_ms_per_s", m.controller_cpu_ms_per_s.at(n), core),
-        Demand("head_raylet_cpu_ms_per_s", m.head_raylet_cpu_ms_per_s.at(n), core),
+        Demand("gcs_thread", m.gcs_thread_ms_per_s.at(n), core),
+        Demand("serve_controller_thread", m.controller_thread_ms_per_s.at(n), core),
+        Demand("head_raylet_thread", m.head_raylet_thread_ms_per_s.at(n), core),
         Demand("ray_nodes", n + d.other_nodes, lim.ray_nodes * lim.headroom),
         Demand("ray_actors", n * m.actors_per_session_node + d.other_actors, lim.ray_actors * lim.headroom),
     ]
@@ -116,10 +134,19 @@ def store_cmds_per_s(m: Measured, d: Deployment, n: int) -> float:
     )
 
 
+def store_cpu_ms_per_s(m: Measured, d: Deployment, n: int) -> float:
+    """Redis's CPU (ms per second, all primaries) for ``n`` session nodes."""
+    per_node_us = (
+        d.turns_per_node_s * m.store_cpu_us_per_turn
+        + d.connections_per_node * m.store_cpu_us_per_connection_s
+    )
+    return n * per_node_us / 1000.0
+
+
 def store_primaries(m: Measured, d: Deployment, lim: Limits, n: int) -> int:
-    """Redis Cluster primaries for ``n`` session nodes: each one core at ``headroom``."""
-    cpu_ms_per_s = store_cmds_per_s(m, d, n) * m.store_cpu_us_per_cmd / 1000.0
-    return max(1, math.ceil(cpu_ms_per_s / (CORE_MS_PER_S * lim.headroom)))
+    """Redis Cluster primaries for ``n`` session nodes: each one core (Redis runs commands on
+    one thread) at ``headroom``."""
+    return max(1, math.ceil(store_cpu_ms_per_s(m, d, n) / (CORE_MS_PER_S * lim.headroom)))
 
 
 def session_nodes_per_cluster(m: Measured, d: Deployment, lim: Limits) -> tuple[int, str]:

@@ -17,7 +17,16 @@ from typing import Any
 
 from .. import processes, results
 from ..kinds.capacity import one_level
-from ..scale_model import Deployment, Limits, Line, Measured, fit_line, session_nodes_per_cluster, size
+from ..scale_model import (
+    Deployment,
+    Limits,
+    Line,
+    Measured,
+    fit_line,
+    session_nodes_per_cluster,
+    size,
+    slope_error,
+)
 from . import network, shared_load
 from .balancer import command, session_counts
 from .harness import Harness
@@ -210,6 +219,11 @@ def redeploy(h: Harness, edit: Callable[[dict[str, Any]], None], timeout_s: floa
 def shared_figures(rates: dict[str, float], h: Harness) -> dict[str, Any]:
     """The shared parts' rates per second in one window (CPU ms/s, RPCs/s, Redis per s)."""
     out: dict[str, Any] = {name: round(rates.get(key, 0.0), 2) for name, key in SHARED.items()}
+    for name, key in SHARED.items():  # a process's busiest thread: one core is its ceiling
+        label = key.removeprefix("cpu/")
+        out[name.replace("_cpu_", "_busiest_thread_cpu_")] = round(
+            shared_load.busiest_thread(rates, label), 2
+        )
     rpcs = {k.removeprefix("gcs_rpc/"): v for k, v in rates.items() if k.startswith("gcs_rpc/")}
     out["gcs_rpcs_per_s"] = round(sum(rpcs.values()), 2) if rpcs else None
     out["gcs_rpcs_by_method_per_s"] = {
@@ -232,36 +246,50 @@ def shared_figures(rates: dict[str, float], h: Harness) -> dict[str, Any]:
     return out
 
 
+def net_of(rates: dict[str, float], background: dict[str, float]) -> dict[str, float]:
+    """The store's rates less its idle ones (the balancer's health checks, Redis's own cron)."""
+    return {k: v - background.get(k, 0.0) if k.startswith("redis/") else v for k, v in rates.items()}
+
+
 def per_turn(rates: dict[str, float], turns_per_s: float) -> dict[str, Any]:
-    """The store's figures per turn: commands (all and by name), bytes, Redis's CPU."""
+    """The store's figures per turn (``rates`` net of the idle window's): commands (all and by
+    name, those the scripts run included), bytes, Redis's CPU."""
     if not turns_per_s:
         return {}
-    cmds = rates.get("redis/commands", 0.0)
     by_cmd = {k.removeprefix("redis/cmd/"): v for k, v in rates.items() if k.startswith("redis/cmd/")}
     return {
-        "store_cmds_per_turn": round(cmds / turns_per_s, 3),
+        "store_cmds_per_turn": round(rates.get("redis/commands", 0.0) / turns_per_s, 3),
         "store_net_input_bytes_per_turn": round(rates.get("redis/net_input_bytes", 0.0) / turns_per_s, 1),
         "store_net_output_bytes_per_turn": round(rates.get("redis/net_output_bytes", 0.0) / turns_per_s, 1),
         "store_cpu_us_per_turn": round(rates.get("redis/cpu_s", 0.0) * 1e6 / turns_per_s, 2),
-        "store_cpu_us_per_cmd": round(rates.get("redis/cpu_s", 0.0) * 1e6 / cmds, 2) if cmds else None,
         "store_cmds_by_name_per_turn": {
-            k: round(v / turns_per_s, 3) for k, v in sorted(by_cmd.items(), key=lambda kv: -kv[1]) if v > 0
+            k: round(v / turns_per_s, 3)
+            for k, v in sorted(by_cmd.items(), key=lambda kv: -kv[1])
+            if v > 0.005
         },
     }
 
 
-def idle_window(h: Harness, sampler: shared_load.SharedSampler, seconds: float) -> dict[str, Any]:
+def idle_window(
+    h: Harness, sampler: shared_load.SharedSampler, seconds: float
+) -> tuple[dict[str, Any], dict[str, float]]:
+    """No connection at all for ``seconds``: the figures, and the raw rates (the background)."""
     t0 = time.time()
     time.sleep(seconds)
     rates, span = shared_load.window(sampler.samples, t0, time.time())
-    return {"window_s": round(span, 2), **shared_figures(rates, h)}
+    return {"window_s": round(span, 2), **shared_figures(rates, h)}, rates
 
 
 def load_phase(
-    h: Harness, sampler: shared_load.SharedSampler, k: int, args: argparse.Namespace, store: bool
+    h: Harness,
+    sampler: shared_load.SharedSampler,
+    k: int,
+    args: argparse.Namespace,
+    store: bool,
+    background: dict[str, float],
 ) -> dict[str, Any]:
     """``--loops-per-node`` × ``k`` Codex-like loops through the balancer; the shared parts over
-    their steady window."""
+    their steady window (the store's figures per turn net of ``background``)."""
     out = one_level(h.url, args.loops_per_node * k, args, {}, {}, store=store)
     t0 = out["storm_end"]
     rates, span = shared_load.window(sampler.samples, t0, t0 + out["steady_window_s"])
@@ -274,13 +302,16 @@ def load_phase(
         "steady_nonmodel_ms": out["steady_ms"],
         "window_s": round(span, 2),
         **shared_figures(rates, h),
-        **per_turn(rates, turns_per_s),
+        **per_turn(net_of(rates, background), turns_per_s),
     }
 
 
-def held_connections(h: Harness, sampler: shared_load.SharedSampler, n: int, hold_s: float) -> dict[str, Any]:
+def held_connections(
+    h: Harness, sampler: shared_load.SharedSampler, n: int, hold_s: float, background: dict[str, float]
+) -> dict[str, Any]:
     """``n`` WebSockets opened through the balancer and held without a turn for ``hold_s``:
-    the store's commands per connection per second (with resume on: the heartbeats)."""
+    the store's commands and CPU per connection per second (with resume on: the heartbeats),
+    net of ``background``."""
     import asyncio
 
     import websockets
@@ -299,24 +330,37 @@ def held_connections(h: Harness, sampler: shared_load.SharedSampler, n: int, hol
 
     held, t0, t1 = asyncio.run(hold())
     rates, span = shared_load.window(sampler.samples, t0, t1)
-    cmds = rates.get("redis/commands", 0.0)
+    net = net_of(rates, background)
     return {
         "connections": held,
         "window_s": round(span, 2),
-        "store_cmds_per_connection_s": round(cmds / held, 4) if held else None,
-        "store_net_input_bytes_per_connection_s": round(rates.get("redis/net_input_bytes", 0.0) / held, 2)
-        if held
-        else None,
+        **{
+            f"store_{name}_per_connection_s": round(net.get(key, 0.0) * scale / held, 4) if held else None
+            for name, key, scale in (
+                ("cmds", "redis/commands", 1),
+                ("net_input_bytes", "redis/net_input_bytes", 1),
+                ("cpu_us", "redis/cpu_s", 1e6),
+            )
+        },
+        "store_cmds_by_name_per_connection_s": {
+            k.removeprefix("redis/cmd/"): round(v / held, 4)
+            for k, v in net.items()
+            if k.startswith("redis/cmd/") and held and v > 0
+        },
         **shared_figures(rates, h),
     }
 
 
+NOT_ACTORS = ("ray::IDLE", "ray::DashboardAgent", "ray::RuntimeEnvAgent")
+
+
 def actors_by_node(h: Harness) -> dict[str, dict[str, int]]:
-    """Each node's Ray actors now, by process title (idle workers left out)."""
+    """Each node's Ray actors now, by process title (idle workers and Ray's per-node agents,
+    which are not actors, left out)."""
     out: dict[str, dict[str, int]] = {n.name: {} for n in h.topology.nodes}
     for label in shared_load.labelled_processes(h).values():
         node, _, title = label.partition("/")
-        if title.startswith("ray::") and title != "ray::IDLE":
+        if title.startswith("ray::") and title not in NOT_ACTORS:
             out[node][title] = out[node].get(title, 0) + 1
     return out
 
@@ -334,17 +378,19 @@ def model_level(k: int, args: argparse.Namespace) -> dict[str, Any]:
         sampler = shared_load.SharedSampler(h, lambda: shared_load.labelled_processes(h)).start()
         try:
             level["metrics_url_found"] = sampler.metrics_url is not None
-            level["idle"] = idle_window(h, sampler, args.idle_s)
+            level["idle"], background = idle_window(h, sampler, args.idle_s)
             print(f"  idle: {level['idle']}", flush=True)
             for name, store in (("store_false", False), ("store_true", True)):
-                level[name] = load_phase(h, sampler, k, args, store)
+                level[name] = load_phase(h, sampler, k, args, store, background)
                 print(f"  {name}: {level[name]}", flush=True)
             level["redeploy_s"] = redeploy(h, resume_on(args.resume_grace))
             print(f"  resume on: redeployed in {level['redeploy_s']} s", flush=True)
-            level["resume_held"] = held_connections(h, sampler, args.held_per_node * k, args.hold_s)
+            level["resume_held"] = held_connections(
+                h, sampler, args.held_per_node * k, args.hold_s, background
+            )
             print(f"  resume, held: {level['resume_held']}", flush=True)
             for name, store in (("resume_store_false", False), ("resume_store_true", True)):
-                level[name] = load_phase(h, sampler, k, args, store)
+                level[name] = load_phase(h, sampler, k, args, store, background)
                 print(f"  {name}: {level[name]}", flush=True)
             level["actors_by_node"] = actors_by_node(h)
             level["actors_per_session_node"] = statistics.mean(
@@ -420,6 +466,7 @@ def run_model(args: argparse.Namespace) -> int:
 
 
 LOAD_PHASES = ("store_false", "store_true", "resume_store_false", "resume_store_true")
+WINDOWS = ("idle", *LOAD_PHASES, "resume_held")
 
 
 # ----------------------------------------------------------------------------- the extrapolation
@@ -429,50 +476,51 @@ SIZES = (10, 100, 1000)
 
 
 def measured_inputs(
-    payload: dict[str, Any], phase: str = "resume_store_true"
+    payload: dict[str, Any], phase: str = "resume_store_false", margin: float = 0.0
 ) -> tuple[Measured, dict[str, float]]:
     """The model's inputs from a ``--model`` results file: lines fitted to the shared parts'
-    CPU against session nodes (the ``store_false`` load, the same load per node), the store's
-    figures per turn of ``phase`` (default the heaviest: store:true with resume on), and the
-    session node's CPU per turn and seconds between a loop's turns (for :func:`deployment`)."""
+    CPU against session nodes over every window of every node count (idle, loaded, held; the
+    load per node is the same at each), their slopes raised by ``margin`` standard errors; the
+    store's figures per turn of ``phase`` (default store:false turns with resume on) and
+    per held connection; and the session node's CPU per turn and the seconds between a loop's
+    turns (for :func:`deployment`)."""
     levels = payload["levels"]
 
     def line(key: str) -> Line:
-        return fit_line([(lv["session_nodes"], lv["store_false"][key]) for lv in levels])
+        thread = key.replace("_cpu_", "_busiest_thread_cpu_")  # absent from runs before it was measured
+        points = [
+            (lv["session_nodes"], lv[p].get(thread, lv[p][key])) for lv in levels for p in WINDOWS if p in lv
+        ]
+        fitted = fit_line(points)  # a slope below 0 is no growth the harness can see
+        return Line(fitted.base, max(0.0, fitted.per_node + margin * slope_error(points, fitted)))
 
     def median(values: list[float | None]) -> float:
         vs = [v for v in values if v is not None]
         return statistics.median(vs) if vs else 0.0
 
-    loads = [lv[p] for lv in levels for p in LOAD_PHASES if p in lv]
-    node_ms_per_turn = median(
-        [
-            sum(lv["store_false"]["session_node_cpu_ms_per_s"].values()) / lv["store_false"]["turns_per_s"]
-            for lv in levels
-            if lv["store_false"]["turns_per_s"]
-        ]
-    )
-    s_between_turns = median(
-        [
-            lv["store_false"]["loops"] / lv["store_false"]["turns_per_s"]
-            for lv in levels
-            if lv["store_false"]["turns_per_s"]
-        ]
-    )
-    actors = median([lv.get("actors_per_session_node") for lv in levels])
+    loaded = [lv["store_false"] for lv in levels if lv["store_false"]["turns_per_s"]]
     m = Measured(
-        gcs_cpu_ms_per_s=line("gcs_cpu_ms_per_s"),
-        controller_cpu_ms_per_s=line("serve_controller_cpu_ms_per_s"),
-        head_raylet_cpu_ms_per_s=line("head_raylet_cpu_ms_per_s"),
+        gcs_thread_ms_per_s=line("gcs_cpu_ms_per_s"),
+        controller_thread_ms_per_s=line("serve_controller_cpu_ms_per_s"),
+        head_raylet_thread_ms_per_s=line("head_raylet_cpu_ms_per_s"),
         store_cmds_per_turn=median([lv[phase].get("store_cmds_per_turn") for lv in levels]),
         store_bytes_per_turn=median([lv[phase].get("store_net_input_bytes_per_turn") for lv in levels]),
-        store_cpu_us_per_cmd=median([p.get("store_cpu_us_per_cmd") for p in loads]),
+        store_cpu_us_per_turn=median([lv[phase].get("store_cpu_us_per_turn") for lv in levels]),
         store_cmds_per_connection_s=median(
             [lv["resume_held"].get("store_cmds_per_connection_s") for lv in levels]
         ),
-        actors_per_session_node=actors or 1.0,
+        store_cpu_us_per_connection_s=median(
+            [lv["resume_held"].get("store_cpu_us_per_connection_s") for lv in levels]
+        ),
+        actors_per_session_node=median([lv.get("actors_per_session_node") for lv in levels]) or 1.0,
     )
-    return m, {"session_node_cpu_ms_per_turn": node_ms_per_turn, "s_between_a_loops_turns": s_between_turns}
+    node = {
+        "session_node_cpu_ms_per_turn": median(
+            [sum(p["session_node_cpu_ms_per_s"].values()) / p["turns_per_s"] for p in loaded]
+        ),
+        "s_between_a_loops_turns": median([p["loops"] / p["turns_per_s"] for p in loaded]),
+    }
+    return m, node
 
 
 def deployment(node: dict[str, float], cores: int = NODE_CORES, headroom: float = 0.5) -> Deployment:
@@ -482,23 +530,48 @@ def deployment(node: dict[str, float], cores: int = NODE_CORES, headroom: float 
     return Deployment(turns_per_node_s=turns, connections_per_node=turns * node["s_between_a_loops_turns"])
 
 
-def print_extrapolation(payload: dict[str, Any], phase: str = "resume_store_true") -> int:
-    m, node = measured_inputs(payload, phase)
-    d, lim = deployment(node), Limits()
-    print(f"inputs ({phase} for the store): {m}")
-    print(
-        f"a session node of {NODE_CORES} cores at half of them: {d.turns_per_node_s:.0f} turns/s, "
-        f"{d.connections_per_node:.0f} connections ({node['session_node_cpu_ms_per_turn']:.1f} ms of CPU a turn, "
-        f"a loop's turn every {node['s_between_a_loops_turns']:.2f} s)"
-    )
-    cap, part = session_nodes_per_cluster(m, d, lim)
-    print(f"one Ray cluster takes {cap} session nodes before {part} passes half of its limit")
-    for n in SIZES:
-        s = size(m, d, lim, n)
+def print_extrapolation(payload: dict[str, Any]) -> int:
+    """The model at 10, 100 and 1000 session nodes: on the fitted lines and on their slopes
+    raised by two standard errors (what 1–3 nodes cannot rule out); the store for store:false
+    and store:true turns with resume on."""
+    lim = Limits()
+    for margin in (0.0, 2.0):
+        m, node = measured_inputs(payload, "resume_store_false", margin)
+        d = deployment(node)
+        cap, part = session_nodes_per_cluster(m, d, lim)
         print(
-            f"{n:>5} session nodes: {s.ray_clusters} Ray cluster(s) of {s.session_nodes_per_cluster}; nearest its "
-            f"limit: {s.first_bottleneck} ({s.shares[s.first_bottleneck]:.1%}); shares {s.shares}; store "
-            f"{s.store_cmds_per_s:.0f} commands/s, {s.store_mb_per_s:.1f} MB/s in, {s.store_primaries} primaries "
-            f"({s.redis_cluster_nodes} Redis nodes with replicas, within the spec's 1000: {s.redis_cluster_fits})"
+            f"slopes + {margin:g} s.e., the busiest thread's CPU ms/s against session nodes: GCS "
+            f"{m.gcs_thread_ms_per_s}, Serve controller {m.controller_thread_ms_per_s}, head raylet "
+            f"{m.head_raylet_thread_ms_per_s}; "
+            f"{m.actors_per_session_node:g} actors a session node"
         )
+        print(
+            f"  a session node of {NODE_CORES} cores at half of them: {d.turns_per_node_s:.0f} turns/s and "
+            f"{d.connections_per_node:.0f} connections ({node['session_node_cpu_ms_per_turn']:.1f} ms of its CPU a "
+            f"turn, a loop's turn every {node['s_between_a_loops_turns']:.2f} s); one Ray cluster takes {cap} "
+            f"session nodes before {part} passes half of its limit"
+        )
+        for n in SIZES:
+            s = size(m, d, lim, n)
+            print(
+                f"  {n:>5} session nodes: {s.ray_clusters} Ray cluster(s) of {s.session_nodes_per_cluster}; "
+                f"nearest its limit: {s.first_bottleneck} at {s.shares[s.first_bottleneck]:.0%} of its half; "
+                + ", ".join(f"{k} {v:.0%}" for k, v in s.shares.items())
+            )
+    m_false, node = measured_inputs(payload, "resume_store_false")
+    m_true, _ = measured_inputs(payload, "resume_store_true")
+    d = deployment(node)
+    for label, m in (("store:false + resume", m_false), ("store:true + resume", m_true)):
+        print(
+            f"store, {label}: {m.store_cmds_per_turn:g} commands, {m.store_bytes_per_turn / 1000:.1f} kB in, "
+            f"{m.store_cpu_us_per_turn:g} us of Redis CPU a turn; {m.store_cmds_per_connection_s:g} commands, "
+            f"{m.store_cpu_us_per_connection_s:g} us a held connection a second"
+        )
+        for n in SIZES:
+            s = size(m, d, lim, n)
+            print(
+                f"  {n:>5} session nodes: {s.store_cmds_per_s:.0f} commands/s, {s.store_mb_per_s:.1f} MB/s in, "
+                f"{s.store_primaries} primaries at half a core ({s.redis_cluster_nodes} Redis nodes with a replica "
+                f"each; within the specification's ~1000: {s.redis_cluster_fits})"
+            )
     return 0

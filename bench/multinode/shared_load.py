@@ -3,10 +3,12 @@ head's Redis (``INFO all``: commands by name, bytes in and out, its own CPU), th
 by method (the ``ray_grpc_server_req_finished_total`` counters of the head's metrics export
 port, Ray's public Prometheus endpoint) and the CPU of every process of the harness by
 label (``<node>/<title>``: ``head/gcs_server``, ``head/ray::ServeController``,
-``session-1/raylet``…).  :func:`window` turns two samples into rates per second."""
+``session1/raylet``…), and of each thread of the head's GCS, raylet and Serve controller
+(one thread of each is their ceiling).  :func:`window` turns two samples into rates per second."""
 
 from __future__ import annotations
 
+import http.client
 import re
 import subprocess
 import threading
@@ -14,6 +16,7 @@ import time
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -59,7 +62,7 @@ def metrics_export_port(h: Harness) -> int | None:
             with urllib.request.urlopen(url, timeout=2) as r:
                 if b"ray_" in r.read(200_000):
                     return port
-        except (OSError, ValueError):
+        except (OSError, ValueError, http.client.HTTPException):  # a gRPC port answers in HTTP/2
             continue
     return None
 
@@ -106,6 +109,24 @@ def own_share_removed(delta: dict[str, float]) -> dict[str, float]:
 
 
 Sample = tuple[float, dict[str, float]]
+THREADED = ("head/gcs_server", "head/raylet", "head/ray::ServeController")  # whose busiest thread counts
+
+
+def thread_cpu_s(pid: int) -> dict[int, float]:
+    """CPU seconds so far of each live thread of ``pid`` (``/proc/<pid>/task/*/schedstat``)."""
+    out = {}
+    for path in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+        try:
+            out[int(path.parent.name)] = int(path.read_text().split()[0]) / 1e9
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def busiest_thread(rates: dict[str, float], label: str) -> float:
+    """The CPU (ms per second) of ``label``'s busiest thread in a window's rates."""
+    prefix = f"thread/{label}/"
+    return max((v for k, v in rates.items() if k.startswith(prefix)), default=0.0)
 
 
 @dataclass
@@ -130,6 +151,11 @@ class SharedSampler:
             values.update(redis_counters(self._redis.info("all")))
         except redis.RedisError as exc:
             self._error(f"redis: {exc}")
+        if self.metrics_url is None and len(self.samples) % 5 == 0:  # Ray may not listen yet
+            port = metrics_export_port(self.h)
+            self.metrics_url = (
+                None if port is None else f"http://{self.h.topology.head.address}:{port}/metrics"
+            )
         if self.metrics_url:
             try:
                 with urllib.request.urlopen(self.metrics_url, timeout=5) as r:
@@ -137,7 +163,11 @@ class SharedSampler:
                 values.update({f"gcs_rpc/{k}": v for k, v in gcs_rpcs(text).items()})
             except OSError as exc:
                 self._error(f"metrics: {exc}")
-        values.update({f"cpu/{k}": v for k, v in processes.cpu_by_role(self.procs()).items() if "/" in k})
+        procs = self.procs()
+        values.update({f"cpu/{k}": v for k, v in processes.cpu_by_role(procs).items() if "/" in k})
+        for pid, label in procs.items():
+            if label in THREADED:
+                values.update({f"thread/{label}/{tid}": v for tid, v in thread_cpu_s(pid).items()})
         return time.time(), values
 
     def _error(self, message: str) -> None:
@@ -171,5 +201,5 @@ def window(samples: list[Sample], t0: float, t1: float) -> tuple[dict[str, float
     delta = own_share_removed(
         {k: v - first.get(k, 0.0) for k, v in last.items() if k != "redis/used_memory_bytes"}
     )
-    rates = {k: (v * 1000 if k.startswith("cpu/") else v) / span for k, v in delta.items()}
+    rates = {k: (v * 1000 if k.startswith(("cpu/", "thread/")) else v) / span for k, v in delta.items()}
     return rates, span
