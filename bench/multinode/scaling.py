@@ -475,6 +475,37 @@ NODE_CORES = 8  # the session node the extrapolation sizes (this machine's are 2
 SIZES = (10, 100, 1000)
 
 
+RAW = (
+    ("cmds", "redis_cmds_per_s", 1.0),
+    ("bytes", "redis_net_input_bytes_per_s", 1.0),
+    ("cpu_us", "redis_cpu_ms_per_s", 1000.0),
+)
+
+
+def net_store(level: dict[str, Any], window: str) -> dict[str, float] | None:
+    """The store's commands, input bytes and CPU (µs) a turn in a load window (a second of a
+    connection in the held window), its idle window's rates taken off; from the raw rates,
+    so any ``--model`` results file gives the same figures."""
+    w, idle = level[window], level["idle"]
+    per = w.get("turns_per_s") or w.get("connections")
+    if not per:
+        return None
+    return {name: (w[key] - idle[key]) * scale / per for name, key, scale in RAW}
+
+
+def actors_per_node(level: dict[str, Any]) -> float | None:
+    """A session node's Ray actors at the end of a harness (its gateway and session hosts)."""
+    nodes = [counts for name, counts in level.get("actors_by_node", {}).items() if name != "head"]
+    if not nodes:
+        return None
+    return statistics.mean(sum(v for t, v in counts.items() if t not in NOT_ACTORS) for counts in nodes)
+
+
+def median(values: list[float | None]) -> float:
+    vs = [v for v in values if v is not None]
+    return statistics.median(vs) if vs else 0.0
+
+
 def measured_inputs(
     payload: dict[str, Any], phase: str = "resume_store_false", margin: float = 0.0
 ) -> tuple[Measured, dict[str, float]]:
@@ -494,25 +525,20 @@ def measured_inputs(
         fitted = fit_line(points)  # a slope below 0 is no growth the harness can see
         return Line(fitted.base, max(0.0, fitted.per_node + margin * slope_error(points, fitted)))
 
-    def median(values: list[float | None]) -> float:
-        vs = [v for v in values if v is not None]
-        return statistics.median(vs) if vs else 0.0
+    def store(window: str, name: str) -> float:
+        return median([(net_store(lv, window) or {}).get(name) for lv in levels])
 
     loaded = [lv["store_false"] for lv in levels if lv["store_false"]["turns_per_s"]]
     m = Measured(
         gcs_thread_ms_per_s=line("gcs_cpu_ms_per_s"),
         controller_thread_ms_per_s=line("serve_controller_cpu_ms_per_s"),
         head_raylet_thread_ms_per_s=line("head_raylet_cpu_ms_per_s"),
-        store_cmds_per_turn=median([lv[phase].get("store_cmds_per_turn") for lv in levels]),
-        store_bytes_per_turn=median([lv[phase].get("store_net_input_bytes_per_turn") for lv in levels]),
-        store_cpu_us_per_turn=median([lv[phase].get("store_cpu_us_per_turn") for lv in levels]),
-        store_cmds_per_connection_s=median(
-            [lv["resume_held"].get("store_cmds_per_connection_s") for lv in levels]
-        ),
-        store_cpu_us_per_connection_s=median(
-            [lv["resume_held"].get("store_cpu_us_per_connection_s") for lv in levels]
-        ),
-        actors_per_session_node=median([lv.get("actors_per_session_node") for lv in levels]) or 1.0,
+        store_cmds_per_turn=store(phase, "cmds"),
+        store_bytes_per_turn=store(phase, "bytes"),
+        store_cpu_us_per_turn=store(phase, "cpu_us"),
+        store_cmds_per_connection_s=store("resume_held", "cmds"),
+        store_cpu_us_per_connection_s=store("resume_held", "cpu_us"),
+        actors_per_session_node=median([actors_per_node(lv) for lv in levels]) or 1.0,
     )
     node = {
         "session_node_cpu_ms_per_turn": median(
@@ -530,10 +556,66 @@ def deployment(node: dict[str, float], cores: int = NODE_CORES, headroom: float 
     return Deployment(turns_per_node_s=turns, connections_per_node=turns * node["s_between_a_loops_turns"])
 
 
+def spread_text(values: list[float | None], fmt: str = "{:.3g}") -> str:
+    vs = [v for v in values if v is not None]
+    if not vs:
+        return "-"
+    return f"{fmt.format(statistics.median(vs))} ({fmt.format(min(vs))}–{fmt.format(max(vs))})"
+
+
+def print_inputs(payload: dict[str, Any]) -> None:
+    """The measured inputs as table rows: the store per turn of each load (per second of a
+    held connection), and the shared parts per node count (median and range over its windows)."""
+    levels = payload["levels"]
+    print("the store, net of the idle window, median (range) over the node counts:")
+    for window in (*LOAD_PHASES, "resume_held"):
+        nets = [net_store(lv, window) for lv in levels if window in lv]
+        by_name: dict[str, list[float]] = {}
+        for lv in levels:
+            key = (
+                "store_cmds_by_name_per_turn"
+                if window != "resume_held"
+                else "store_cmds_by_name_per_connection_s"
+            )
+            for name, v in lv[window].get(key, {}).items():
+                by_name.setdefault(name, []).append(v)
+        names = ", ".join(
+            f"{k} {statistics.median(v):.2f}"
+            for k, v in sorted(by_name.items(), key=lambda kv: -statistics.median(kv[1]))
+        )
+        print(
+            f"| {window} | {spread_text([n['cmds'] if n else None for n in nets])} | "
+            f"{spread_text([n['bytes'] / 1000 if n else None for n in nets])} | "
+            f"{spread_text([n['cpu_us'] if n else None for n in nets], '{:.0f}')} | {names or '-'} |"
+        )
+    print("the shared parts, median (range) over each harness's windows:")
+    for lv in levels:
+        ws = [lv[w] for w in WINDOWS if w in lv]
+
+        def col(key: str, ws: list[dict[str, Any]] = ws) -> list[float | None]:
+            return [w.get(key) for w in ws]
+
+        def rpc(method: str, ws: list[dict[str, Any]] = ws) -> list[float | None]:
+            return [w["gcs_rpcs_by_method_per_s"].get(method) for w in ws if w["gcs_rpcs_per_s"] is not None]
+
+        raylets = [statistics.mean(w["session_raylet_cpu_ms_per_s"].values()) for w in ws]
+        print(
+            f"| {lv['session_nodes']} | {spread_text(col('gcs_cpu_ms_per_s'))} | "
+            f"{spread_text(col('gcs_busiest_thread_cpu_ms_per_s'))} | {spread_text(col('gcs_rpcs_per_s'))} | "
+            f"{spread_text(rpc('NodeResourceInfoGcsService.GetDrainingNodes'))} | "
+            f"{spread_text(rpc('NodeInfoGcsService.GetAllNodeInfo'))} / "
+            f"{spread_text(rpc('NodeResourceInfoGcsService.GetAllResourceUsage'))} | "
+            f"{spread_text(col('serve_controller_cpu_ms_per_s'))} | "
+            f"{spread_text(col('serve_controller_busiest_thread_cpu_ms_per_s'))} | "
+            f"{spread_text(col('head_raylet_cpu_ms_per_s'))} | {spread_text(raylets)} |"
+        )
+
+
 def print_extrapolation(payload: dict[str, Any]) -> int:
-    """The model at 10, 100 and 1000 session nodes: on the fitted lines and on their slopes
-    raised by two standard errors (what 1–3 nodes cannot rule out); the store for store:false
-    and store:true turns with resume on."""
+    """The measured inputs, then the model at 10, 100 and 1000 session nodes: on the fitted
+    lines and on their slopes raised by two standard errors (what 1–3 nodes cannot rule out);
+    the store for store:false and store:true turns with resume on."""
+    print_inputs(payload)
     lim = Limits()
     for margin in (0.0, 2.0):
         m, node = measured_inputs(payload, "resume_store_false", margin)
