@@ -45,7 +45,7 @@ def labelled_processes(h: Harness) -> dict[int, str]:
 def metrics_export_port(h: Harness) -> int | None:
     """The head's metrics export port (Ray's Prometheus endpoint, which Ray picks when started
     without one): of the ports the head's processes listen on, the one whose ``/metrics``
-    answers with Ray's metrics."""
+    answers with the GCS's RPC counters."""
     listing = subprocess.run(
         network.in_namespace(h.topology.head.namespace, "ss", "-ltnH"),
         capture_output=True,
@@ -60,7 +60,7 @@ def metrics_export_port(h: Harness) -> int | None:
         try:
             url = f"http://{h.topology.head.address}:{port}/metrics"
             with urllib.request.urlopen(url, timeout=2) as r:
-                if b"ray_" in r.read(200_000):
+                if b"ray_grpc_server_req_finished" in r.read():  # the GCS's own counters, not an agent's
                     return port
         except (OSError, ValueError, http.client.HTTPException):  # a gRPC port answers in HTTP/2
             continue
