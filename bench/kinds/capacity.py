@@ -75,6 +75,7 @@ class ClientPlan:
     resume_tokens: int | None
     duration_s: float
     seed: int
+    store: bool = False  # the creates' ``store``
 
 
 class Loop:
@@ -194,7 +195,7 @@ def _client_main(plan: ClientPlan, conn: Any) -> None:
     w = replace(wl.PRESETS[plan.preset], seed=plan.seed)
     if plan.resume_tokens is not None:
         w = replace(w, resume_tokens=plan.resume_tokens)
-    fixed = {"model": w.model, "store": False, "instructions": wl.instructions(w.system_tokens, w.seed)}
+    fixed = {"model": w.model, "store": plan.store, "instructions": wl.instructions(w.system_tokens, w.seed)}
     fixed["tools"] = wl.tools(w)
     fixed_json = '{"type":"response.create",' + json.dumps(fixed)[1:-1]
     rng = random.Random(f"capacity-outputs/{plan.seed}/{plan.loops[:1]}")
@@ -414,7 +415,13 @@ class Sampler:
 
 
 def one_level(
-    url: str, n: int, args: argparse.Namespace, procs: dict[int, str], idle: dict[str, float]
+    url: str,
+    n: int,
+    args: argparse.Namespace,
+    procs: dict[int, str],
+    idle: dict[str, float],
+    *,
+    store: bool = False,
 ) -> dict[str, Any]:
     ctx = multiprocessing.get_context("spawn")
     k = 1 if n <= 16 else max(1, args.clients)
@@ -422,7 +429,7 @@ def one_level(
     pipes, workers = [], []
     for share in shares:
         parent, child = ctx.Pipe()
-        plan = ClientPlan(url, share, args.preset, args.resume_tokens, args.duration, args.seed)
+        plan = ClientPlan(url, share, args.preset, args.resume_tokens, args.duration, args.seed, store)
         proc = ctx.Process(target=_client_main, args=(plan, child), daemon=True)
         proc.start()
         pipes.append(parent)

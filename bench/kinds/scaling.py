@@ -2,10 +2,15 @@
 
     responses-ws bench scaling [--modes 1,16,64] [--steps 1,4,8] [--idle 24,64,128] [--out results/scaling]
     sudo responses-ws bench scaling --real-nodes [--nodes 1,2,3] [--loops 16] [--duration 15] [--repeats 3]
+    sudo responses-ws bench scaling --real-nodes --model [--nodes 1,2,3] [--loops-per-node 4] [--duration 8]
+    responses-ws bench scaling --model-from results/scaling/shared-parts.json
 
 ``--real-nodes`` (root, haproxy and redis-server installed) runs on the multi-node harness
 instead (bench/multinode/scaling.py): session nodes in network namespaces of their own behind
 HAProxy, 1 → 2 → 3 of them, the Codex-like load of ``bench capacity`` through the balancer.
+With ``--model`` it measures what the shared parts carry instead (a harness per node count,
+the same load per node) and prints the capacity model's extrapolation to 10, 100 and 1000
+session nodes (bench/scale_model.py); ``--model-from`` prints that from a saved run.
 
 One cluster (head, two "session" nodes, one "accelerator" node); for each
 ``connections_per_actor`` mode, configs/serve-cluster.yaml is (re)deployed with that
@@ -136,14 +141,40 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     real.add_argument("--preset", default="codex", choices=sorted(wl.PRESETS))
     real.add_argument("--resume-tokens", type=int, default=None, help="override the preset's resumed history")
     real.add_argument("--seed", type=int, default=0)
+    model = p.add_argument_group("the capacity model (--real-nodes --model; docs/scaling.md)")
+    model.add_argument(
+        "--model",
+        action="store_true",
+        help="per node count a harness of its own: what the GCS, the Serve controller, the head's raylet and "
+        "Redis carry per turn, per connection and per node, then the model's extrapolation",
+    )
+    model.add_argument("--loops-per-node", type=int, default=4, help="the fixed load per session node")
+    model.add_argument("--idle-s", type=float, default=6.0, help="the idle window before the load")
+    model.add_argument(
+        "--resume-grace", type=float, default=15.0, help="session.resume_grace_s once resume is on"
+    )
+    model.add_argument(
+        "--held-per-node", type=int, default=10, help="idle connections held per node, resume on"
+    )
+    model.add_argument("--hold-s", type=float, default=10.0, help="how long they are held")
+    model.add_argument(
+        "--model-from",
+        type=Path,
+        help="no harness: print the model's extrapolation from a --model results file",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.model_from is not None:
+        from ..multinode import scaling as real_nodes
+
+        return real_nodes.print_extrapolation(json.loads(args.model_from.read_text()))
     if args.real_nodes:
         from ..multinode import scaling as real_nodes
 
-        args.out = args.out / "real-nodes.json" if args.out.suffix != ".json" else args.out
-        return real_nodes.run(args)
+        name = "shared-parts.json" if args.model else "real-nodes.json"
+        args.out = args.out / name if args.out.suffix != ".json" else args.out
+        return real_nodes.run_model(args) if args.model else real_nodes.run(args)
     if not args.config.is_file():  # an installed wheel has no configs/ directory
         print(
             f"responses-ws bench scaling: no Serve config at {args.config}; run it from a source checkout "
