@@ -38,6 +38,7 @@ import redis
 import websockets
 
 from ..client import TERMINAL_EVENT_TYPES
+from .cleanup import LOCALITY_PREFIX
 from .conn_state import serving_replica
 from .harness import Harness
 from .locality_figures import Moves, Turn, check_cached, imbalance, moves, spread
@@ -54,7 +55,7 @@ KEY_PREFIX = "rws:"  # configs/serve-cluster.yaml
 HEADER = "x-responses-ws-resume-token"
 MODEL = "emu-fast"
 GRACE_S = 60.0
-PREFIX, SUBNET = "rwsloc", "10.213.41.0/24"  # its own names: it may run beside the tier's harness
+SUBNET = "10.213.41.0/24"  # its own names and network (LOCALITY_PREFIX): not the tier's harness
 INSTRUCTIONS = "You are a careful coding agent working in a repository. " * 40  # ~440 tokens
 RESUMED_TURN = 2  # two turns through the balancer, then the resume on the other node
 
@@ -94,7 +95,7 @@ def app_args(plan: Plan) -> Callable[[dict[str, Any]], None]:
 
 
 def harness(plan: Plan, **kwargs: Any) -> Harness:
-    return Harness(SPECS, prefix=PREFIX, subnet=SUBNET, edit_args=app_args(plan), **kwargs)
+    return Harness(SPECS, prefix=LOCALITY_PREFIX, subnet=SUBNET, edit_args=app_args(plan), **kwargs)
 
 
 class Pressure:
