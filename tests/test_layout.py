@@ -439,6 +439,11 @@ LAB_INTERNALS = {
     },
     "bench/kinds/memory.py": {"actors.core.cache_budget", "actors.core.render", "actors.protocol"},
     "bench/kinds/nodeledger.py": {"serve.auth", "store.journal"},  # reads the nodes' journals
+    "bench/multinode/conn_state.py": {
+        "store.continuity",
+        "store.splice",
+    },  # a connection's state: its replica
+    "bench/multinode/locality_figures.py": {"inference.prefix_cache"},  # cached_tokens' reporting rule
     "bench/reconcile.py": {"store.redis"},  # reads the store it reconciles
     "bench/replay/shape.py": {"inference.tokenizer"},
     "bench/replay/synth.py": {"inference.policy", "inference.scenario", "inference.tokenizer"},
