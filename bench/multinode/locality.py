@@ -162,9 +162,11 @@ class Session:
 
     def create(self) -> dict[str, Any]:
         i = len(self.turns)
+        shared = INSTRUCTIONS if self.plan.shared_instructions else ""
+        task = f"session {self.index} opens its task: "
+        words = (self.plan.prefix_tokens - len(shared) // 5) // 5  # a word of it is ~5 tokens
         text = (
-            f"session {self.index} opens its task: "
-            + "read the file and report " * (self.plan.prefix_tokens // 5)
+            shared + task + "read the file and report " * words
             if i == 0
             else f"session {self.index} step {i}: go on"
         )
