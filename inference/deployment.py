@@ -58,9 +58,7 @@ class SessionAffinityRouter(RequestRouter):
 
     def _setup(self, config: RoutingConfig) -> None:
         self._config = config
-        self._affinity = SessionAffinity(
-            config.max_pinned_sessions, time.monotonic, window_s=config.pin_balance_window_s
-        )
+        self._affinity = SessionAffinity(config.max_pinned_sessions)
         self._prefix = PrefixRouting(
             config.prefix_requests_per_min, time.monotonic, capacity=config.max_routed_prefixes
         )
@@ -81,10 +79,14 @@ class SessionAffinityRouter(RequestRouter):
             return [random.sample(candidate_replicas, min(2, len(candidate_replicas)))]
         session = pending_request.metadata.session_id
         request = _inference_request(pending_request)
-        if session:  # pinned for life; a new key where its conversation was, else balanced over its route
-            route = None if request is None else (lambda: self._route(pending_request, request, live))
-            hint = request.replica_hint if request is not None else None
-            return [[by_id[self._affinity.choose(session, live, route, hint)]]]
+        if session:  # pinned for life; a new key is pinned where its conversation was, or its route goes
+            first = None
+            if request is not None:
+                hinted = request.replica_hint if request.replica_hint in by_id else None
+                first = (
+                    (lambda: hinted) if hinted else (lambda: self._route(pending_request, request, live)[0])
+                )
+            return [[by_id[self._affinity.choose(session, live, first)]]]
         if request is not None:
             order = self._route(pending_request, request, live)
             return [[by_id[order[0]]], [by_id[r] for r in order[1:]]]

@@ -202,13 +202,11 @@ class RoutingConfig(BaseModel):
     """How a request picks its replica (``inference.routing``; the Serve request router in
     ``inference.deployment`` reads this when ``scaling.session_affinity`` is on).
 
-    A WebSocket connection is pinned to one replica for its life; every stateless (HTTP)
-    request goes where its *prefix route* says: rendezvous hashing of the API key's scope,
-    the request's ``prompt_cache_key`` and its first ``prefix_tokens`` prompt tokens, with at
-    most ``prefix_requests_per_min`` requests of one route per replica per minute before the
-    overflow moves to the next-ranked replica.  A new connection is pinned to the first
-    replica in its first request's route order that is not ahead of the others by the pins
-    this router made in the last ``pin_balance_window_s`` (``inference.routing.balanced``).
+    A WebSocket connection is pinned to one replica for its life; its first request, and
+    every stateless (HTTP) request, goes where its *prefix route* says: rendezvous hashing
+    of the API key's scope, the request's ``prompt_cache_key`` and its first
+    ``prefix_tokens`` prompt tokens, with at most ``prefix_requests_per_min`` requests of
+    one route per replica per minute before the overflow moves to the next-ranked replica.
 
     Source of the defaults: OpenAI's prompt-caching guide says requests are routed by a
     hash of the prompt's initial prefix ("typically the first 256 tokens") combined with
@@ -221,7 +219,6 @@ class RoutingConfig(BaseModel):
     prefix_tokens: int = Field(default=256, ge=0)
     prefix_requests_per_min: int = Field(default=15, ge=1)
     max_pinned_sessions: int = Field(default=65_536, ge=1)
-    pin_balance_window_s: float = Field(default=300.0, gt=0)  # new pins balanced over this window
     max_routed_prefixes: int = Field(default=65_536, ge=1)
 
 

@@ -8,24 +8,15 @@ id) goes to the replica the key is pinned to, for as long as that replica is ali
 seen for the first time (or whose replica died) is pinned to the replica its request names
 as its conversation's (``replica_hint``: the replica that served the previous response,
 which a connection resumed on another session host brings along in its state) while that
-replica lives.  Otherwise it takes its request's *prefix route* (below) as an order of
-preference — without a request to route (e.g. a caller that passes no ``InferenceRequest``),
-rendezvous hashing of the key itself — and is pinned to the first replica in that order
-that holds fewer than ⌈(n + 1) / replicas⌉ of the n pins this router made within the last
-``balance_window_s`` on live replicas (``balanced``): the pins stay even, within one per
-router, while a new socket still starts on the replica that holds its API key's copy of the
-same instructions and tools whenever that one is not ahead.  (By the route alone, every
-socket of one app — the same instructions, one route — would be pinned to one replica up to
-the route's per-minute spill, and sockets of different prompts would spread only as hashing
-does.)  The pins counted are recent ones, not the table's: a router sees a connection's first
-call only (the later ones go over the direct channel), not its close, and a replica added
-later would otherwise take every new socket until it had as many pins as the old ones have
-collected since they started.  The prefix
+replica lives; otherwise where its request's *prefix route* (below) sends it, so a new
+socket starts on the replica that already holds its API key's copy of the same
+instructions and tools; without a request to route (e.g. a caller that passes no
+``InferenceRequest``) it is pinned by rendezvous hashing of the key itself.  The prefix
 route alone would not do for a resumed conversation: its per-minute spill is counted per
 router (per process), so the new host's router may send the conversation to another
 replica than the one its first turn spilled to, where none of its own prefix is cached.
 Pins are sticky: a replica added later (autoscaling) does not take existing sessions away
-from a live replica (it takes new ones until it is level).  The table of pins is a bounded LRU; a key that fell out of it is
+from a live replica.  The table of pins is a bounded LRU; a key that fell out of it is
 re-pinned by its next request's hint or prefix route.
 
 **A stateless request follows its prefix.**  A request without a session key (HTTP) is
@@ -55,9 +46,6 @@ from hashlib import blake2b
 PREFIX_TOKENS = 256
 """Prompt tokens hashed into a stateless request's route (the hosted API: "typically the
 first 256 tokens")."""
-
-PIN_BALANCE_WINDOW_S = 300.0
-"""How far back the new pins a router balances reach (about a long agent session's life)."""
 
 PREFIX_REQUESTS_PER_MIN = 15
 """Requests per minute of one prefix + ``prompt_cache_key`` one replica takes before the
@@ -172,36 +160,12 @@ class PrefixRouting:
         return [chosen, *(r for r in order if r != chosen)]
 
 
-def balanced(order: Sequence[str], pins: Mapping[str, int]) -> str:
-    """The replica for a new pin: the first in ``order`` (the key's preference, every replica
-    a candidate) holding fewer than ⌈(n + 1) / len(order)⌉ of the n pins ``pins`` counts on
-    them; one always does.  Pinning every new key this way keeps any two replicas within one
-    pin of each other."""
-    if not order:
-        raise ValueError("no replicas")
-    total = sum(pins.get(r, 0) for r in order)
-    bound = -(-(total + 1) // len(order))
-    return next(r for r in order if pins.get(r, 0) < bound)
-
-
 class SessionAffinity:
-    """Sticky session → replica pins, at most ``capacity`` of them (LRU); a new pin is
-    ``balanced`` against the pins made within the last ``window_s`` (``clock``: monotonic
-    seconds, tests pass a fake one)."""
+    """Sticky session → replica pins, at most ``capacity`` of them (LRU)."""
 
-    def __init__(
-        self,
-        capacity: int = 65_536,
-        clock: Callable[[], float] = time.monotonic,
-        *,
-        window_s: float = PIN_BALANCE_WINDOW_S,
-    ) -> None:
+    def __init__(self, capacity: int = 65_536) -> None:
         self._capacity = capacity
         self._pins: OrderedDict[str, str] = OrderedDict()
-        self._clock = clock
-        self._window = window_s
-        self._recent: deque[tuple[float, str]] = deque()  # (when, replica) of the pins made
-        self._recent_counts: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self._pins)
@@ -215,45 +179,18 @@ class SessionAffinity:
         return pin
 
     def pin(self, key: str, replica: str) -> None:
-        """Pin ``key`` to ``replica`` (replacing an earlier pin); it counts as a recent pin."""
+        """Pin ``key`` to ``replica`` (replacing an earlier pin)."""
         self._pins[key] = replica
         self._pins.move_to_end(key)
         while len(self._pins) > self._capacity:
             self._pins.popitem(last=False)
-        self._recent.append((self._clock(), replica))
-        self._recent_counts[replica] = self._recent_counts.get(replica, 0) + 1
 
-    def recent(self) -> dict[str, int]:
-        """Pins made within the window, per replica, as of now."""
-        horizon = self._clock() - self._window
-        while self._recent and self._recent[0][0] <= horizon:
-            _, replica = self._recent.popleft()
-            left = self._recent_counts[replica] - 1
-            if left:
-                self._recent_counts[replica] = left
-            else:
-                del self._recent_counts[replica]
-        return dict(self._recent_counts)
-
-    def choose(
-        self,
-        key: str,
-        replicas: Sequence[str],
-        order: Callable[[], Sequence[str]] | None = None,
-        hint: str | None = None,
-    ) -> str:
+    def choose(self, key: str, replicas: Sequence[str], first: Callable[[], str] | None = None) -> str:
         """The replica for ``key`` among the live ``replicas``.  A key not pinned to a live
-        replica is pinned to ``hint`` if that one lives (where its conversation is cached),
-        else by ``balanced`` over ``order()`` — the caller's preference for a new key, e.g.
-        its request's prefix route — or, without it, over ``ranked(key, replicas)``."""
+        replica is pinned to ``first()`` — the caller's choice for a new key, e.g. its
+        request's prefix route — or, without it, to ``rendezvous(key, replicas)``."""
         pin = self.pinned(key, replicas)
         if pin is None:
-            if hint is not None and hint in replicas:
-                pin = hint
-            else:
-                preferred = [r for r in order() if r in replicas] if order is not None else []
-                live = set(preferred)
-                preferred += [r for r in ranked(key, replicas) if r not in live]
-                pin = balanced(preferred, self.recent())
+            pin = first() if first is not None else rendezvous(key, replicas)
             self.pin(key, pin)
         return pin

@@ -5,15 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from inference.routing import (
-    PrefixRouting,
-    SessionAffinity,
-    balanced,
-    prefix_key,
-    ranked,
-    rendezvous,
-    spill,
-)
+from inference.routing import PrefixRouting, SessionAffinity, prefix_key, ranked, rendezvous, spill
 
 
 def test_rendezvous_is_stable_and_spreads_keys():
@@ -54,72 +46,10 @@ def test_the_pin_table_is_bounded():
 def test_choose_pins_a_new_key_to_the_callers_choice_and_asks_only_once():
     aff = SessionAffinity()
     asked = []
-    assert aff.choose("k", ["a", "b"], order=lambda: asked.append(1) or ["b", "a"]) == "b"
-    assert aff.choose("k", ["a", "b"], order=lambda: asked.append(1) or ["a", "b"]) == "b"  # pinned
+    assert aff.choose("k", ["a", "b"], first=lambda: asked.append(1) or "b") == "b"
+    assert aff.choose("k", ["a", "b"], first=lambda: asked.append(1) or "a") == "b"  # pinned: not asked
     assert asked == [1]
     assert aff.pinned("k", ["a"]) is None  # its replica is gone
-
-
-def test_balanced_takes_the_first_replica_in_order_that_is_not_ahead():
-    assert balanced(["a", "b", "c"], {}) == "a"
-    assert balanced(["a", "b", "c"], {"a": 1}) == "b"  # a is one ahead of the mean-to-be
-    assert balanced(["a", "b", "c"], {"a": 1, "b": 1, "c": 1}) == "a"
-    assert balanced(["b", "a"], {"a": 5, "b": 3, "gone": 40}) == "b"  # only the candidates count
-    assert balanced(["a", "b"], {"a": 3, "b": 1}) == "b"
-
-
-def test_sockets_of_one_route_are_pinned_evenly_in_its_order():
-    """One app's sockets (the same instructions: one prefix route, one order) no longer all go
-    to its first replica: they fill the order round by round."""
-    aff = SessionAffinity()
-    order = ["c", "a", "d", "b"]
-    pins = [aff.choose(f"k{i}", ["a", "b", "c", "d"], order=lambda: order) for i in range(10)]
-    assert pins[:4] == order and pins[4:8] == order and pins[8:] == ["c", "a"]
-
-
-def test_sockets_of_many_routes_stay_within_one_pin_of_each_other():
-    aff = SessionAffinity()
-    replicas = ["r1", "r2", "r3", "r4"]
-    for i in range(101):
-        aff.choose(f"k{i}", replicas, order=lambda i=i: ranked(f"route{i}", replicas))
-        counts = aff.recent()
-        assert max(counts.values()) - min(counts.get(r, 0) for r in replicas) <= 1
-
-
-def test_a_hint_is_taken_whatever_the_balance():
-    aff = SessionAffinity()
-    for i in range(3):
-        aff.choose(f"k{i}", ["a", "b"], hint="a")
-    assert aff.recent() == {"a": 3}
-    assert aff.choose("k9", ["a", "b"], order=lambda: ["a", "b"]) == "b"
-
-
-def test_an_added_replica_takes_new_keys_until_level_and_no_pinned_one():
-    aff = SessionAffinity()
-    old = {f"k{i}": aff.choose(f"k{i}", ["a", "b"], order=lambda: ["a", "b"]) for i in range(6)}
-    new = [aff.choose(f"n{i}", ["a", "b", "c"], order=lambda: ["a", "b", "c"]) for i in range(4)]
-    assert new == ["c", "c", "c", "a"]
-    assert all(aff.choose(k, ["a", "b", "c"]) == v for k, v in old.items())  # upscaling moves nobody
-
-
-def test_a_removed_replicas_keys_are_spread_over_the_others():
-    aff = SessionAffinity()
-    for i in range(9):
-        aff.choose(f"k{i}", ["a", "b", "c"], order=lambda: ["c", "a", "b"])
-    moved = [aff.choose(f"k{i}", ["a", "b"], order=lambda: ["a", "b"]) for i in range(0, 9, 3)]
-    assert moved == ["a", "b", "a"]  # the three of c: not all to a, the first in their order
-    assert aff.recent() == {"a": 5, "b": 4, "c": 3}  # c's three pins until the window passes
-
-
-def test_pins_older_than_the_window_no_longer_count():
-    clock = Clock()
-    aff = SessionAffinity(clock=clock, window_s=60.0)
-    for i in range(5):
-        aff.choose(f"old{i}", ["a", "b"], hint="a")
-    clock.t += 61.0
-    assert aff.recent() == {}
-    assert aff.choose("k", ["a", "b"], order=lambda: ["a", "b"]) == "a"
-    assert aff.pinned("old0", ["a", "b"]) == "a"  # the pins themselves stay
 
 
 # --- stateless requests: the prefix route ------------------------------------------------
