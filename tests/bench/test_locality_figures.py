@@ -28,7 +28,7 @@ def test_cached_tokens_are_checked_against_the_replica_each_turn_ran_on():
         Turn("r1", 1300, 0),
         Turn("r1", 1340, 1280),  # kept: at least the previous prompt's 1280 (128-token steps)
         Turn("r2", 1380, 0),  # moved to a replica that never served it: 0
-        Turn("r2", 1420, 1280),  # kept: the previous prompt's 1380 is 1280 in 128-token steps
+        Turn("r2", 1420, 1280),  # kept, but under the previous prompt's 1280? no: 1380 → 1280
         Turn("r1", 1460, 1280),  # returned: at most the prompt
     ]
     kinds = [(c.kind, c.ok) for c in check_cached(turns)]
