@@ -2,7 +2,7 @@
 
     responses-ws bench resume [--clients 6] [--resumes 12] [--steady 2] [--url URL]
                               [--out results/resume.json]
-    responses-ws bench resume --locality [--sessions 16] [--own-prefixes] [--out results/locality.json]
+    responses-ws bench resume --locality [--sessions 16] [--shared-instructions] [--out results/locality.json]
 
 ``--locality`` measures prefix locality across inference replicas instead
 (:mod:`bench.multinode.locality`: four replicas on two accelerator nodes, the sessions'
@@ -223,16 +223,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--sessions", type=int, default=16, help="--locality: sessions at once")
     p.add_argument(
-        "--own-prefixes",
+        "--shared-instructions",
         action="store_true",
-        help="--locality: each session's prompt its own from the first token (default: one app's instructions first)",
+        help="--locality: the sessions' prompts start with one app's instructions (one prefix route)",
     )
 
 
 def run_locality(args: argparse.Namespace) -> int:
     from ..multinode import locality
 
-    plan = locality.Plan(sessions=args.sessions, shared_instructions=not args.own_prefixes)
+    plan = locality.Plan(sessions=args.sessions, shared_instructions=args.shared_instructions)
     with locality.harness(plan) as h:
         result = asyncio.run(locality.experiment(h, plan))
     print(locality.report(result))

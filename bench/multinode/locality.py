@@ -68,10 +68,11 @@ class Plan:
     pressure: int = 4  # stateless requests in flight while the deployment should be at its max
     pressure_tokens: int = 4000  # hidden reasoning tokens of each (≈ 4 s at emu-fast's pace)
     prefix_tokens: int = 1200  # each session's first input: past the 1024 tokens cached_tokens needs
-    # The sessions' first inputs start with the same ~440 tokens of instructions, as one agent
-    # app's do (the same prefix route; under the 1024 tokens from which a hit is reported, so a
-    # session on a replica that never served it reports 0); off: each its own from the start.
-    shared_instructions: bool = True
+    # Each session's prompt is its own from the first token (conversations of their own, as a
+    # Codex-like client's with its own prompt_cache_key); on: the first inputs start with the
+    # same ~440 tokens of instructions, as one agent app's do (one prefix route; under the 1024
+    # tokens from which a hit is reported, so a replica that never served a session reports 0).
+    shared_instructions: bool = False
     text_tokens: int = 16
     think_s: float = 1.0  # between a session's turns
     turns_after: int = 2  # turns each session runs after the replica set settled

@@ -1,15 +1,16 @@
 """Prefix locality across inference replicas, on real nodes (docs/scaling.md, "Prefix locality
 across inference replicas"): a harness of its own (``bench.multinode.locality``: four
-replicas on two accelerator nodes at most, two session nodes), 16 sessions sharing one app's
-instructions, a resume of each on the other session node, Serve's autoscaling taking the
-replicas from four to two and back to four while the sessions keep turning.
+replicas on two accelerator nodes at most, two session nodes), 16 sessions of their own
+prompts, a resume of each on the other session node, Serve's autoscaling taking the replicas
+from four to two and back to four while the sessions keep turning.
 
-Bounds, not times: the pins are within one per router of each other (one session host per
-session node here: two routers); a resumed session stays on its replica and finds its whole
-prefix; a scale-down moves only the sessions of the removed replicas, at most the share an
-even spread within those bounds loses; a scale-up moves none; ``cached_tokens`` on every turn
-is what the replica that served it can hold (0 on a replica that never served the
-conversation, at least the previous prompt on the same replica) and recovers after a move.
+Bounds, not times: the pins spread as rendezvous hashing of 16 routes does (at least three
+replicas, none with more than 10: each fails about once in a thousand runs); a resumed
+session stays on its replica and finds its whole prefix; a scale-down moves only the
+sessions of the removed replicas (k/n of them on average, at most 13 of 16); a scale-up moves none;
+``cached_tokens`` on every turn is what the replica that served it can hold (0 on a replica
+that never served the conversation, at least the previous prompt on the same replica) and
+recovers after a move.
 """
 
 from __future__ import annotations
@@ -45,10 +46,9 @@ def test_the_replicas_run_on_both_accelerator_nodes_and_the_sessions_are_pinned_
     full = result["replicas"]["full"]
     assert len(full) == PLAN.max_replicas
     assert {p["node"] for p in full} == {result["nodes"]["head"], result["nodes"]["accelerator1"]}
-    counts = result["pins"]["per_replica"].values()
+    counts = list(result["pins"]["per_replica"].values())
     assert sum(counts) == PLAN.sessions
-    routers = 2  # one session host per session node, each host's handle one router
-    assert max(counts) - min(counts) <= routers, result["pins"]
+    assert sum(c > 0 for c in counts) >= PLAN.max_replicas - 1 and max(counts) <= 10, result["pins"]
 
 
 def test_a_session_resumed_on_the_other_node_keeps_its_replica_and_finds_its_prefix(result):
@@ -69,10 +69,10 @@ def test_a_scale_down_moves_only_the_removed_replicas_sessions(result):
         PLAN.min_replicas,
     )
     assert down["unforced"] == [] and down["moved"] == down["forced"], down
-    k, n, d = PLAN.max_replicas - PLAN.min_replicas, PLAN.max_replicas, 2
-    # pins within d of each other: k replicas hold at most k/n of them plus k·d·(n−1)/n sessions
+    k, n = PLAN.max_replicas - PLAN.min_replicas, PLAN.max_replicas
     assert down["minimum_share"] == k / n
-    assert down["forced_share"] <= k / n + k * d * (n - 1) / n / PLAN.sessions, down
+    # hashing's spread: k/n of them on average; more than 13 of 16 on two of four about once in 500 runs
+    assert len(down["forced"]) <= 13, down
 
 
 def test_a_scale_up_moves_no_session(result):
