@@ -65,6 +65,11 @@ class Claimed:
     state: bytes | None
 
 
+def conn_key(conn_id: str, key_prefix: str) -> str:
+    """A connection's hash (hash-tagged: the hash and its log share one slot)."""
+    return f"{key_prefix}conn:{{{conn_id}}}"
+
+
 def secret_hash(secret: str) -> str:
     return hashlib.sha256(b"rws2-secret\0" + secret.encode()).hexdigest()
 
@@ -187,7 +192,7 @@ class ContinuityStore:
         self.bytes_written = 0
 
     def key(self, conn_id: str) -> str:
-        return f"{self.key_prefix}conn:{{{conn_id}}}"
+        return conn_key(conn_id, self.key_prefix)
 
     def _keys(self, conn_id: str) -> list[str]:
         return [self.key(conn_id), self.key(conn_id) + ":log"]

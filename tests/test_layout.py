@@ -434,6 +434,7 @@ LAB_PUBLIC = {
     "inference.pacing",
     "inference.tokenizer",
     "inference.chat_format",
+    "store.state_reader",  # a connection's resumable state, read with its token (docs/reliability.md)
 }
 
 

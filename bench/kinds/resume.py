@@ -2,6 +2,12 @@
 
     responses-ws bench resume [--clients 6] [--resumes 12] [--steady 2] [--url URL]
                               [--out results/resume.json]
+    responses-ws bench resume --locality [--sessions 16] [--shared-instructions] [--out results/locality.json]
+
+``--locality`` measures prefix locality across inference replicas instead
+(:mod:`bench.multinode.locality`: four replicas on two accelerator nodes, the sessions'
+pins, a resume on the other session node, Serve scaling the replicas down and up under load,
+``cached_tokens`` on every turn); it always builds the harness.
 
 Without ``--url`` it builds the multi-node harness (bench/multinode: two session nodes in
 network namespaces of their own, Redis on the head, HAProxy in front; needs root and
@@ -209,10 +215,34 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--url", help="a running deployment's balancer (resume on, Redis store); default: the harness"
     )
-    p.add_argument("--out", type=Path, default=Path("results/resume.json"))
+    p.add_argument(
+        "--out", type=Path, default=None, help="default results/resume.json (--locality: locality.json)"
+    )
+    p.add_argument(
+        "--locality", action="store_true", help="prefix locality across replicas (bench.multinode.locality)"
+    )
+    p.add_argument("--sessions", type=int, default=16, help="--locality: sessions at once")
+    p.add_argument(
+        "--shared-instructions",
+        action="store_true",
+        help="--locality: the sessions' prompts start with one app's instructions (one prefix route)",
+    )
+
+
+def run_locality(args: argparse.Namespace) -> int:
+    from ..multinode import locality
+
+    plan = locality.Plan(sessions=args.sessions, shared_instructions=args.shared_instructions)
+    with locality.harness(plan) as h:
+        result = asyncio.run(locality.experiment(h, plan))
+    print(locality.report(result))
+    results.write(args.out or Path("results/locality.json"), result, args.run)
+    return 1 if result["errors"] or result["cached_tokens"]["wrong"] else 0
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.locality:
+        return run_locality(args)
     plan = Plan(args.clients, args.resumes, args.steady, args.prefix_tokens, args.text_tokens)
     where: dict[str, Any]
     if args.url:
@@ -253,5 +283,5 @@ def run(args: argparse.Namespace) -> int:
         f"median {s['resume_cached_over_input']} after a resume, {s['steady_cached_over_input']} steady; "
         f"errors {s['errors'][:3]}"
     )
-    results.write(args.out, result, args.run)
+    results.write(args.out or Path("results/resume.json"), result, args.run)
     return 1 if s["errors"] else 0

@@ -1,8 +1,9 @@
 """Remove what a harness left (``python -m bench.multinode.cleanup``, ``make multinode-clean``):
 the processes inside its namespaces, its balancer, namespaces, interfaces and temp dirs —
-only things named with the harness's prefix.  By default both prefixes: the tier's harness
-(``rwsmn``) and the ``ray up`` hosts (``rwsup``, :mod:`.hosts`), whose processes (sshd, Ray,
-Redis) all live in their namespaces; its balancer's pid file is in its temp dir too."""
+only things named with the harness's prefix.  By default every prefix: the tier's harness
+(``rwsmn``), the prefix-locality harness (``rwsloc``, :mod:`.locality`) and the ``ray up``
+hosts (``rwsup``, :mod:`.hosts`), whose processes (sshd, Ray, Redis) all live in their
+namespaces; a harness's balancer pid file is in its temp dir too."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from . import network, processes
 from .topology import PREFIX, ours
 
 HOSTS_PREFIX = "rwsup"  # bench/multinode/hosts.py
+LOCALITY_PREFIX = "rwsloc"  # bench/multinode/locality.py
 
 BALANCER_PIDFILE = "haproxy.pid"
 
@@ -53,9 +55,10 @@ def cleanup(prefix: str = PREFIX) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.multinode.cleanup", description=__doc__)
-    parser.add_argument("--prefix", action="append", help=f"default: {PREFIX} and {HOSTS_PREFIX}")
+    defaults = [PREFIX, LOCALITY_PREFIX, HOSTS_PREFIX]
+    parser.add_argument("--prefix", action="append", help=f"default: {', '.join(defaults)}")
     args = parser.parse_args(argv)
-    for prefix in args.prefix or [PREFIX, HOSTS_PREFIX]:
+    for prefix in args.prefix or defaults:
         removed = cleanup(prefix)
         print("\n".join(f"removed {r}" for r in removed) or f"nothing named {prefix}-* was left")
     return 0

@@ -2,7 +2,8 @@
 node of the cluster): ``nodes`` prints the nodes as JSON; ``deploy CONFIG.json`` does what
 ``serve deploy`` does with a Serve config file, through Serve's public API (no dashboard
 needed), and waits until its applications run; ``replicas`` prints each deployment's
-replicas by state."""
+replicas by state; ``settle DEPLOYMENT N`` waits until a deployment runs exactly ``N``
+replicas (none starting or stopping) and prints each one's id and node address."""
 
 from __future__ import annotations
 
@@ -46,6 +47,44 @@ def replicas(address: str) -> dict[str, dict[str, int]]:
             for app_name, app in serve.status().applications.items()
             for name, dep in app.deployments.items()
         }
+    finally:
+        ray.shutdown()
+
+
+def settle(address: str, deployment: str, replicas: int, timeout_s: float) -> list[dict[str, str]]:
+    """Wait until ``deployment`` (``app/deployment``) has exactly ``replicas`` replicas, all
+    running, and no other actor of it alive (a stopping replica's process is gone too); each
+    replica's id (Serve's unique id, the router's and the engine's name for it) and the
+    address of its node."""
+    import ray
+    from ray import serve
+
+    from ..ray_internals import live_actors
+
+    app_name, _, name = deployment.partition("/")
+    prefix = f"SERVE_REPLICA::{app_name}#{name}#"
+    ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            app = serve.status().applications.get(app_name)
+            states = (
+                {str(k).rsplit(".", 1)[-1]: v for k, v in app.deployments[name].replica_states.items() if v}
+                if app is not None and name in app.deployments
+                else {}
+            )
+            actors = [a for a in live_actors() if (a.get("Name") or "").startswith(prefix)]
+            if states == {"RUNNING": replicas} and len(actors) == replicas:
+                return [
+                    {
+                        "replica": a["Name"][len(prefix) :],
+                        "node": a["Address"]["IPAddress"],
+                    }
+                    for a in actors
+                ]
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{deployment}: {states}, {len(actors)} actors after {timeout_s:.0f}s")
+            time.sleep(0.5)
     finally:
         ray.shutdown()
 
@@ -103,6 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("nodes")
     sub.add_parser("replicas")
+    st = sub.add_parser("settle")
+    st.add_argument("deployment", help="app/deployment")
+    st.add_argument("replicas", type=int)
+    st.add_argument("--timeout", type=float, default=120.0)
     dep = sub.add_parser("deploy")
     dep.add_argument("config", type=Path)
     dep.add_argument("--timeout", type=float, default=240.0)
@@ -111,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         out: Any = nodes(args.address)
     elif args.command == "replicas":
         out = replicas(args.address)
+    elif args.command == "settle":
+        out = settle(args.address, args.deployment, args.replicas, args.timeout)
     else:
         out = deploy(args.address, json.loads(args.config.read_text()), args.timeout)
     print(json.dumps(out), flush=True)

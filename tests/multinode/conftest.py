@@ -7,7 +7,8 @@ modules run in name order; test_ledger.py kills a session node and starts it aga
 up after it); test_node_loss.py kills one session node, starts it again and drains the other;
 test_real_clients.py starts that one again and drains it under Codex CLI and the openai SDK;
 test_resume.py restarts what is down, then drains and kills nodes again: it comes last.
-test_ray_up.py, which brings up hosts of its own with `ray up` and needs no harness, runs first."""
+test_ray_up.py, which brings up hosts of its own with `ray up` and needs no harness, runs first;
+test_locality.py, with a harness of its own (two accelerator nodes), second."""
 
 from __future__ import annotations
 
@@ -30,9 +31,11 @@ CODEX_TOOL_ROUNDS = int(os.environ.get("RWS_MULTINODE_CODEX_ROUNDS", "400"))
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """test_ray_up.py first: its hosts run before the tier's harness starts (two clusters at
-    once would not fit a small machine), and its teardown is its own."""
-    items.sort(key=lambda item: item.path.name != "test_ray_up.py")
+    """test_ray_up.py first, then test_locality.py: their clusters run before the tier's
+    harness starts (two clusters at once would not fit a small machine), and their teardowns
+    are their own."""
+    first = ("test_ray_up.py", "test_locality.py")
+    items.sort(key=lambda item: first.index(item.path.name) if item.path.name in first else len(first))
 
 
 def tier_args(args: dict) -> None:

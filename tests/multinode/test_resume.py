@@ -31,8 +31,8 @@ from websockets.sync.client import ClientConnection, connect
 
 from bench.client import FINAL_EVENT_TYPES, output_text
 from bench.multinode import Harness
-from store.connection_states import unseal
-from store.splice import Splice, apply
+from store.connection_states import conn_key as store_conn_key
+from store.state_reader import read_state
 
 HEADER = "x-responses-ws-resume-token"
 TURNS = 20
@@ -243,24 +243,12 @@ def expected(harness: Harness) -> Chain:
 
 
 def conn_key(conn_id: str) -> str:
-    """The connection's hash in the store (``ContinuityStore.key``: hash-tagged, one slot)."""
-    return f"{KEY_PREFIX}conn:{{{conn_id}}}"
+    return store_conn_key(conn_id, KEY_PREFIX)
 
 
 def conn_state(store: redis.Redis, token: str) -> tuple[dict[str, str], dict]:
-    """The connection's hash in the store (its change log under ``"log"``), and its state:
-    the snapshot unsealed with the token's secret, then each logged change applied, as a
-    claim does (store/connection_states.py)."""
-    _, conn_id, secret = token.split(".", 2)
-    fields = store.hgetall(conn_key(conn_id))
-    log = store.lrange(conn_key(conn_id) + ":log", 0, -1)
-    fields["log"] = "\n".join(log)
-    if not fields.get("blob"):
-        return fields, {}
-    state = bytearray(unseal(secret, conn_id, fields["blob"]))
-    for position, entry in enumerate(log, 1):
-        apply(state, Splice.decode(unseal(secret, conn_id, entry, position)))
-    return fields, json.loads(bytes(state))
+    """The connection's hash in the store (its change log under ``"log"``) and its state."""
+    return read_state(store, token, KEY_PREFIX)
 
 
 def test_a_partitioned_node_cannot_serve_or_write_a_state_resumed_elsewhere(harness, expected, store):
