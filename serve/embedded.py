@@ -65,8 +65,8 @@ RAY_ENV = {
 # processes").  A cluster (``ray start``, configs/cluster-*.yaml) keeps Ray's defaults
 # unless its operator sets these; so does the test suite's (``embedded_ray`` alone).
 #
-# - Serve's controller reconciles every 0.5 s, not 0.1 s: a deploy, a replica's death or a
-#   scaling decision is acted on up to 0.4 s later.
+# - Serve's controller reconciles every 1 s, not 0.1 s: a deploy, a replica's death or a
+#   scaling decision is acted on up to 0.9 s later.
 # - No direct ingress: throughput mode turns it on, and with it Serve starts a proxy on the
 #   head node even with the HTTP proxy disabled (``proxy_location="Disabled"``); the gateway
 #   listens on its own port and never uses it.  A stopping gateway replica is no longer kept
@@ -74,8 +74,13 @@ RAY_ENV = {
 # - The dashboard agent checks that its raylet lives every 2 s, not 0.4 s (it exits up to
 #   2 s after the raylet), and samples the node's processes for Ray's node metrics
 #   (``ray_node_*``, the dashboard's node view) every 30 s, not 5 s.
+# - The log monitor looks for new log files every 5 s, not on each of its 0.1 s polls (Ray
+#   globs the session's log directory each poll below 1000 files): a new worker's first
+#   lines reach the driver's console up to 5 s later; no line is lost.
 DEV_NODE_ENV = {
-    "RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "0.5",
+    "RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "1",
+    "RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "0",
+    "LOG_NAME_UPDATE_INTERVAL_S": "5",
     "RAY_SERVE_ENABLE_DIRECT_INGRESS": "0",
     "RAY_DASHBOARD_AGENT_CHECK_PARENT_INTERVAL_S": "2",
     "REPORTER_UPDATE_INTERVAL_MS": "30000",
