@@ -1,0 +1,102 @@
+"""A pinned session's prefix-cache work per turn, as the engine does it (a lookup, the prompt
+inserted once prefill is done, the prompt and the output inserted at the end), in this
+process, against the same work on the prefix cache of an earlier commit.
+
+    python -m investigations.prefix_cache_turn [--against 10bcebe] [--rounds 3]
+
+The conversation grows from 60k to 150k tokens (400 new tokens and a 50-token output a turn,
+blocks of 32); prints each round's median ms a turn, for the earlier commit's module (read
+with ``git show``, which walked and refreshed every block a prompt hit and copied the whole
+prompt to bytes for each key computation) and for this checkout's (docs/performance.md,
+"The emulator replica's part of a turn").
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from array import array
+from pathlib import Path
+from types import ModuleType
+
+BLOCK = 32
+ROOT = 7
+
+
+def _load(path: Path, name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _earlier_turn(m: ModuleType, cache, prompt: array, output: array, keys):  # type: ignore[no-untyped-def]
+    found = cache.lookup(prompt, ROOT, keys)
+    cache.insert(prompt, found.keys, ROOT)
+    whole = array("I", prompt)
+    whole.extend(output)
+    keys = m.block_keys(whole, BLOCK, found.keys, ROOT)
+    cache.insert_keys(keys)
+    return keys
+
+
+def _this_turn(m: ModuleType, cache, prompt: array, output: array, keys):  # type: ignore[no-untyped-def]
+    found = cache.lookup(prompt, ROOT, keys)
+    cache.insert_keys(m.block_keys(prompt, BLOCK, found.keys, ROOT))
+    start = min(len(found.keys), len(prompt) // BLOCK) * BLOCK
+    tail = array("I", prompt[start:])
+    tail.extend(output)
+    keys = [*found.keys[: start // BLOCK], *m.chain_keys(tail, BLOCK, found.keys[start // BLOCK - 1])]
+    cache.insert_keys(keys)
+    return keys
+
+
+def median_ms(m: ModuleType, turn) -> float:  # type: ignore[no-untyped-def]
+    rng = random.Random(1)
+    prompt = array("I", (rng.randrange(100_000) for _ in range(60_000)))
+    cache = m.PrefixCache(1_000_000 // BLOCK, BLOCK)
+    keys = m.block_keys(prompt, BLOCK, (), ROOT)
+    cache.insert_keys(keys)
+    took = []
+    for i in range(225):
+        prompt.extend(range(i, i + 400))
+        output = array("I", range(50))
+        t = time.perf_counter()
+        keys = turn(m, cache, prompt, output, keys)
+        took.append(time.perf_counter() - t)
+        prompt.extend(output)
+    return statistics.median(took) * 1000
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--against", default="10bcebe", help="the earlier commit")
+    p.add_argument("--rounds", type=int, default=3)
+    args = p.parse_args()
+    root = Path(__file__).resolve().parent.parent
+    text = subprocess.run(
+        ["git", "-C", str(root), "show", f"{args.against}:inference/prefix_cache.py"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    with tempfile.TemporaryDirectory() as tmp:
+        earlier_path = Path(tmp) / "prefix_cache_earlier.py"
+        earlier_path.write_text(text)
+        earlier = _load(earlier_path, "prefix_cache_earlier")
+        this = _load(root / "inference" / "prefix_cache.py", "prefix_cache_this")
+        for r in range(args.rounds):
+            a, b = median_ms(earlier, _earlier_turn), median_ms(this, _this_turn)
+            print(f"round {r + 1}: {args.against} {a:.3f} ms a turn, this checkout {b:.3f} ms a turn")
+
+
+if __name__ == "__main__":
+    main()
