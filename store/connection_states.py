@@ -34,7 +34,7 @@ import contextlib
 import hashlib
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,6 +91,14 @@ def seal(secret: str, conn_id: str, plaintext: bytes, position: int = 0) -> str:
 def unseal(secret: str, conn_id: str, blob: str, position: int = 0) -> bytes:
     raw = base64.b64decode(blob)
     return AESGCM(_key(secret, conn_id)).decrypt(raw[:12], raw[12:], _bound(conn_id, position))
+
+
+def restore(secret: str, conn_id: str, blob: str, log_entries: Sequence[str]) -> bytearray:
+    """The state: the sealed snapshot ``blob`` with each sealed change of its log applied in order."""
+    state = bytearray(unseal(secret, conn_id, blob))
+    for position, entry in enumerate(log_entries, 1):
+        apply(state, Splice.decode(unseal(secret, conn_id, entry, position)))
+    return state
 
 
 def _bound(conn_id: str, position: int) -> bytes:
@@ -270,9 +278,7 @@ class ContinuityStore:
         epoch, deadline, blob, log_entries = answer
         if not blob:
             return Claimed(int(epoch), float(deadline), None)
-        state = bytearray(unseal(secret, conn_id, blob))
-        for position, entry in enumerate(log_entries, 1):
-            apply(state, Splice.decode(unseal(secret, conn_id, entry, position)))
+        state = restore(secret, conn_id, blob, log_entries)
         self._written[conn_id] = _Written(
             int(epoch), bytes(state), len(log_entries), len(blob), sum(len(e) for e in log_entries)
         )

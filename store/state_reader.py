@@ -8,8 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol
 
-from .connection_states import conn_key, unseal
-from .splice import Splice, apply
+from .connection_states import conn_key, restore
 
 
 class RedisReader(Protocol):
@@ -34,10 +33,7 @@ def read_state(store: RedisReader, token: str, key_prefix: str) -> tuple[dict[st
     fields["log"] = "\n".join(log)
     if not fields.get("blob"):
         return fields, {}
-    state = bytearray(unseal(secret, conn_id, fields["blob"]))
-    for position, entry in enumerate(log, 1):
-        apply(state, Splice.decode(unseal(secret, conn_id, entry, position)))
-    return fields, json.loads(bytes(state))
+    return fields, json.loads(bytes(restore(secret, conn_id, fields["blob"], log)))
 
 
 def serving_replica(store: RedisReader, token: str, key_prefix: str, response_id: str) -> str | None:

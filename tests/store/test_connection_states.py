@@ -6,6 +6,7 @@ checkpoints written as changes on a snapshot (store/splice.py)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import uuid
 
@@ -34,6 +35,7 @@ def make(request, redis_server, redis_cluster):
     def make(ttl_s: float = 30.0) -> ContinuityStore:
         return ContinuityStore(url, prefix, ttl_s=ttl_s, cluster=cluster)
 
+    make.url, make.cluster = url, cluster  # for a synchronous client of the same server
     return make
 
 
@@ -318,3 +320,30 @@ def test_bytes_written_per_turn_are_flat_from_2k_to_100k_tokens_of_history(redis
     assert last["written_median"] < 1.5 * first["written_median"], (first, last)
     assert last["written_mean"] < 4 * first["written_median"], "compactions amortized over the turns"
     assert last["written_mean"] < last["state_kb"] * 1024 / 10, "far below rewriting the state"
+
+
+def test_the_state_reader_reads_the_snapshot_with_its_log_applied_and_claims_nothing(make):
+    """``store.state_reader``: what a claim would restore, read without a claim (the epoch
+    and the holder stay as the writer left them)."""
+    import redis as sync_redis
+
+    from store.state_reader import read_state
+
+    async def scenario() -> None:
+        store = make()
+        conn, secret = f"c-{uuid.uuid4().hex}", "s3cret"
+        await first_holder(store, conn, secret)
+        later = STATE.replace(b"the private chain", b"the private chain, and a later turn")
+        await store.save(conn, 1, secret, owner=OWNER, deadline=1e9, holder="host-a", state=later)
+        first = make.url.split(",")[0]  # a cluster's URL lists its startup nodes
+        client = sync_redis.RedisCluster.from_url(first) if make.cluster else sync_redis.Redis.from_url(first)
+        try:
+            fields, state = read_state(client, f"rws2.{conn}.{secret}", store.key_prefix)
+            assert fields["log"], "the second save is a change in the log, not a snapshot"
+            assert state == json.loads(later)
+            assert fields["epoch"] == "1" and fields["holder"] == "host-a"
+        finally:
+            client.close()
+        await store.close()
+
+    run(scenario())
