@@ -1,11 +1,12 @@
 """Log level and encoding of the app's own loggers in a process it runs in: a gateway replica
 and the session hosts it starts (docs/operations.md, Logs).
 
-Ray or Serve decide the settings: ``responses-ws serve --log-level/--log-format`` passes
-them to Ray (a job ``LoggingConfig``) and to Serve (the application's ``logging_config``),
-and a Serve config file sets the application's ``logging_config``.  The gateway reads its
-replica's ``logging_config`` and applies it with :func:`configure` to itself and to every
-session host it starts, so one setting covers the whole app.  No Ray here.
+The settings are the app config's ``logs`` section (``serve.config.AppConfig``):
+``responses-ws serve --log-level/--log-format`` set it, and pass the same to Ray (a job
+``LoggingConfig``) and to Serve (the application's ``logging_config``); a Serve config file
+sets it in ``args.logs``, beside Serve's own ``logging_config``.  The gateway applies it with
+:func:`configure` to itself and to every session host it starts, so one setting covers the
+whole app.  No Ray here.
 
 :func:`configure` sets the level of the project's loggers.  Where Ray already put a handler
 on the root logger (a job ``LoggingConfig``: ``responses-ws serve``) that handler formats
@@ -19,9 +20,8 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, TextIO, cast
+from typing import Literal, TextIO
 
 PACKAGES = ("actors", "serve", "inference", "store")
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -45,24 +45,6 @@ class LogSettings:
             raise ValueError(f"log level {self.level!r}: one of {', '.join(LEVELS)}")
         if self.encoding not in ENCODINGS:
             raise ValueError(f"log encoding {self.encoding!r}: one of {', '.join(ENCODINGS)}")
-
-    @classmethod
-    def from_serve(cls, logging_config: Any) -> LogSettings | None:
-        """From Serve's ``logging_config`` (a mapping or Serve's ``LoggingConfig``);
-        ``None`` when there is none."""
-        if logging_config is None:
-            return None
-        get = (
-            logging_config.get
-            if isinstance(logging_config, Mapping)
-            else lambda key, default: getattr(logging_config, key, default)
-        )
-        level = get("log_level", "INFO")
-        encoding = get("encoding", "TEXT")
-        if isinstance(level, int):
-            level = logging.getLevelName(level)
-        encoding = str(getattr(encoding, "value", encoding)).upper()
-        return cls(level=str(level).upper(), encoding=cast(Encoding, encoding))  # __post_init__ checks it
 
 
 class JsonFormatter(logging.Formatter):
@@ -98,7 +80,7 @@ def configure(settings: LogSettings) -> None:
             JsonFormatter() if settings.encoding == "JSON" else logging.Formatter(TEXT_FORMAT)
         )
     # Serve's logger: a session host imports ray.serve, which logs at INFO to stderr by
-    # default (a Serve replica's is set from the same logging_config by Serve already).
+    # default (in the gateway's replica the app's level wins over Serve's logging_config).
     logging.getLogger("ray.serve").setLevel(settings.level)
     for name in PACKAGES:
         logger = logging.getLogger(name)

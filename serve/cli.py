@@ -37,13 +37,12 @@ def version() -> str:
         return "unknown (not installed)"
 
 
-class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """Descriptions as written; every option's default, except where there is none."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        if action.default is None or action.default is False or action.default == []:
-            return action.help
-        return super()._get_help_string(action)
+def log_settings(args: argparse.Namespace, configured: LogSettings) -> LogSettings:
+    """``--log-level`` / ``--log-format`` where given, else the config's ``logs``."""
+    return LogSettings(
+        level=args.log_level or configured.level,
+        encoding=args.log_format.upper() if args.log_format else configured.encoding,
+    )
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -91,7 +90,7 @@ def _run_server(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 1
-    logs = LogSettings(level=args.log_level, encoding=args.log_format.upper())
+    logs = log_settings(args, config.logs)
     dashboard = Dashboard(port=args.dashboard_port, host=args.dashboard_host) if args.dashboard else None
     try:
         with embedded_server(
@@ -162,13 +161,15 @@ def _client_command(argv: list[str]) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="responses-ws", description=__doc__, formatter_class=HelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="responses-ws", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser(
         "serve",
         help="start (or join) Ray, deploy, serve until interrupted",
-        formatter_class=HelpFormatter,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Start an embedded Ray (or join --address), deploy the app, serve until Ctrl-C.\n\n"
         "Configuration, later sources win: defaults < --config FILE < environment "
         "(RESPONSES_WS_<SECTION>__<KEY>=value)\n< --set section.key=value < --host/--port "
@@ -183,7 +184,7 @@ def parser() -> argparse.ArgumentParser:
         "--config",
         type=Path,
         default=None,
-        help="YAML with server/session/store/inference sections (configs/server.example.yaml)",
+        help="YAML with server/session/store/inference/logs sections (configs/server.example.yaml)",
     )
     s.add_argument(
         "--set",
@@ -206,21 +207,22 @@ def parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--log-level",
-        default="WARNING",
+        default=None,
         choices=LEVELS,
         type=str.upper,
-        help="what the gateway, session hosts, inference and Ray print here",
+        help="what the gateway, session hosts, inference and Ray print here "
+        "(default: the config's logs.level, WARNING)",
     )
     s.add_argument(
         "--log-format",
-        default="text",
+        default=None,
         choices=[e.lower() for e in ENCODINGS],
         type=str.lower,
-        help="log line encoding (Ray's LoggingConfig encoding)",
+        help="log line encoding (Ray's LoggingConfig encoding; default: the config's logs.encoding, TEXT)",
     )
     s.add_argument("--dashboard", action="store_true", help="start Ray's dashboard (an embedded Ray only)")
-    s.add_argument("--dashboard-host", default="127.0.0.1", help="with --dashboard")
-    s.add_argument("--dashboard-port", type=int, default=8265, help="with --dashboard")
+    s.add_argument("--dashboard-host", default="127.0.0.1", help="with --dashboard (default: %(default)s)")
+    s.add_argument("--dashboard-port", type=int, default=8265, help="with --dashboard (default: %(default)s)")
     s.add_argument(
         "--ray-network",
         action="store_true",

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from actors.config import SessionConfig
 from actors.host.drain import DrainSettings
+from actors.logs import LogSettings
 from inference.profiles import InferenceConfig, load_inference_config
 from store import StoreConfig
 
@@ -105,6 +106,7 @@ class AppConfig(BaseModel):
     session: SessionConfig = SessionConfig()
     store: StoreConfig = StoreConfig()
     inference: InferenceConfig = Field(default_factory=load_inference_config)
+    logs: LogSettings = LogSettings()
 
     @model_validator(mode="after")
     def _emulated_backends_have_profiles(self) -> AppConfig:

@@ -240,8 +240,9 @@ def deploy(config: AppConfig, *, name: str = APP_NAME, logs: LogSettings | None 
 
     Serve is started here only if none runs yet (without its HTTP proxy: the gateway
     listens on ``server.port`` itself); a Serve instance already running keeps its settings.
-    ``logs`` becomes the application's ``logging_config`` (and the controller's, if Serve
-    starts here); the gateway applies it to its session hosts too."""
+    ``logs`` becomes the app's ``config.logs`` (the gateway applies it to itself and to its
+    session hosts) and Serve's ``logging_config`` of the application (and of the controller,
+    if Serve starts here)."""
     from ray import serve
 
     from .builder import build_application
@@ -250,6 +251,7 @@ def deploy(config: AppConfig, *, name: str = APP_NAME, logs: LogSettings | None 
     if logs is not None:
         serve_logging = serve_logging_config(logs)
         logging.getLogger("ray.serve").setLevel(logs.level)  # Serve's messages in this process
+        config = config.model_copy(update={"logs": logs})
     # Starts Serve, or connects to the one already running (which keeps its own settings).
     serve.start(proxy_location="Disabled", logging_config=serve_logging)
     if config.session.inference_app != name:

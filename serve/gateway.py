@@ -51,7 +51,6 @@ from .front import Front, bind_socket, close_websocket
 from .gateway_metrics import GatewayMetrics
 from .health import Probes, Readiness, add_readiness_route
 from .http_api import add_http_routes, host_app
-from .log_settings import replica_log_settings
 from .origins import OriginPolicy
 from .pool import ActorPool, policy_from
 from .port_claim import PortClaim
@@ -102,9 +101,8 @@ class Gateway:
         open_files, max_connections = _connection_budget(cfg)
         check_ray_version()  # the drain watch reads Ray internals (serve/ray_drain.py)
         self._node_id = current_node_id()
-        self._logs = replica_log_settings()  # Serve's logging_config, for this process and its hosts
-        if self._logs is not None:
-            configure_logs(self._logs)
+        self._logs = cfg.logs  # the app's loggers, in this process and in its hosts
+        configure_logs(self._logs)
         self._metrics = GatewayMetrics()
         self._models: list[dict] = await inference.models.remote() + model_entries(cfg.session)
         self._keys = KeyRing(cfg.server.api_keys)

@@ -13,7 +13,7 @@ from typing import Any
 
 from ray.util import metrics
 
-from actors.host.host_metrics import REFUSAL_STATUSES, refusals, store_write_failures, zero
+from actors.host.host_metrics import refusals, store_write_failures
 
 
 class GatewayMetrics:
@@ -22,7 +22,7 @@ class GatewayMetrics:
             "responses_ws_open_sockets",
             description="WebSockets open on a gateway replica (handed to session hosts)",
         )
-        self._refusals = refusals()  # counted from 0 for every status, so a dashboard's rate() has them
+        self._refusals = refusals()
         self._handoff_failures = metrics.Counter(
             "responses_ws_handoff_failures", description="Sockets that could not be handed to a session host"
         )
@@ -47,12 +47,6 @@ class GatewayMetrics:
             "responses_ws_pool_host_stops", description="Idle session hosts stopped"
         )
         self._store_failures = store_write_failures()
-        for status in REFUSAL_STATUSES:
-            zero(self._refusals, {"status": status})
-        for outcome in ("started", "failed"):
-            zero(self._starts, {"outcome": outcome})
-        zero(self._handoff_failures)
-        zero(self._stops)
         self._seen = {"started": 0, "failed": 0, "stopped": 0}
 
     def refused(self, status: int) -> None:

@@ -1,6 +1,6 @@
 """Log settings in Ray's and Serve's terms (docs/operations.md, Logs): what
-``responses-ws serve --log-level/--log-format`` passes to ``ray.init`` and to Serve, and
-what the gateway reads back from its replica (:mod:`actors.logs` applies it)."""
+``responses-ws serve --log-level/--log-format`` passes to ``ray.init`` and to Serve (the
+app's own loggers take the same settings as ``AppConfig.logs``, :mod:`actors.logs`)."""
 
 from __future__ import annotations
 
@@ -22,17 +22,3 @@ def serve_logging_config(settings: LogSettings) -> dict[str, Any]:
     loggers, and through the gateway the app's (no access log: the gateway answers HTTP
     itself, and throughput mode turns Serve's per-request logging off anyway)."""
     return {"log_level": settings.level, "encoding": settings.encoding, "enable_access_log": False}
-
-
-def replica_log_settings() -> LogSettings | None:
-    """The ``logging_config`` Serve runs this replica with (``serve.run(logging_config=…)``,
-    or a Serve config file's application or deployment ``logging_config``); ``None`` outside
-    a replica or without one."""
-    from ray import serve
-
-    try:
-        context = serve.get_replica_context()
-    except Exception:  # noqa: BLE001 - RayServeException outside a replica
-        return None
-    deployment_config = getattr(context, "_deployment_config", None)  # Ray 2.60: not public
-    return LogSettings.from_serve(getattr(deployment_config, "logging_config", None))

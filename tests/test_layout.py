@@ -277,6 +277,70 @@ def test_no_product_module_imports_a_private_module_of_ray_serve_or_websockets()
         assert private_imports(ROOT / rel), f"{rel} imports nothing private: drop its entry"
 
 
+def _private(name: object) -> bool:
+    return isinstance(name, str) and name.startswith("_") and not name.endswith("__")
+
+
+def private_reach_ins(path: Path) -> list[str]:
+    """``x._name`` (or ``getattr(x, "_name")``) where ``x`` is not ``self`` or ``cls`` and
+    ``_name`` is not bound in the module itself, and ``super()._name``: a private method or
+    attribute of an object of a library (``counter._record``), a base class's or another
+    module's."""
+    tree = ast.parse(path.read_text())
+    bound = {
+        n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+    }
+    bound |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)}
+    bound |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr):
+            on_super = isinstance(node.value, ast.Call) and ast.unparse(node.value.func) == "super"
+            mine = isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+            if on_super or (node.attr not in bound and not mine):
+                found.append(f"{path.name}:{node.lineno} {ast.unparse(node)}")
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr", "setattr")
+            and len(node.args) > 1
+            and isinstance(node.args[1], ast.Constant)
+            and _private(node.args[1].value)
+            and node.args[1].value not in bound
+        ):
+            found.append(f"{path.name}:{node.lineno} {ast.unparse(node)}")
+    return found
+
+
+def test_no_product_module_uses_a_private_name_of_a_library_or_another_module():
+    offenders = [
+        hit
+        for package in SERVER_PACKAGES
+        for path in modules(package)
+        if path.relative_to(ROOT).as_posix() not in PRIVATE_IMPORTS_ALLOWED
+        for hit in private_reach_ins(path)
+    ]
+    assert not offenders, f"private names of other objects used: {offenders}"
+
+
+def test_a_private_reach_in_is_caught(tmp_path):
+    module = tmp_path / "metrics.py"
+    module.write_text(
+        "class Mine:\n"
+        "    def __init__(self):\n        self._n = 0\n"
+        "    def _bump(self, other):\n        other._n += 1\n        return self._n\n"
+        "    def _get_help_string(self, a):\n        return super()._get_help_string(a)\n"
+        "def zero(counter, context):\n"
+        "    counter._record(0)\n"
+        "    return getattr(context, '_deployment_config', None), Mine()._bump(Mine())\n"
+    )
+    assert {hit.split(" ", 1)[1] for hit in private_reach_ins(module)} == {
+        "super()._get_help_string",
+        "counter._record",
+        "getattr(context, '_deployment_config', None)",
+    }
+
+
 def _is_deployment_bind(node: ast.AST) -> bool:
     """``Deployment.bind(...)`` or ``Deployment.options(...).bind(...)`` (not ``socket.bind``)."""
     if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "bind"):

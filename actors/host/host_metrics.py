@@ -2,8 +2,10 @@
 
 Every name starts with ``responses_ws_``; durations are in seconds.  Ray's metrics export
 port serves them in Prometheus format with a ``ray_`` prefix, and counters with a
-``_total`` suffix (docs/operations.md, Metrics).  No label carries an id, a key or user
-text (tests/integration/test_isolation.py): a host's label is its actor name.
+``_total`` suffix (docs/operations.md, Metrics).  A counter is exported from its first
+increment (``Counter.inc`` refuses 0): the dashboard reads one not yet exported as 0.  No
+label carries an id, a key or user text (tests/integration/test_isolation.py): a host's
+label is its actor name.
 """
 
 from __future__ import annotations
@@ -11,26 +13,12 @@ from __future__ import annotations
 from ray.util import metrics
 
 
-def zero(counter: metrics.Counter, tags: dict[str, str] | None = None) -> None:
-    """Export ``counter`` at 0 before its first increment, so a dashboard shows 0 and a
-    ``rate()`` works from the start (``Counter.inc`` refuses 0)."""
-    counter._record(0, tags)
-
-
 def store_write_failures() -> metrics.Counter:
     """Failed writes of stored responses and usage lines (every process with a store writer)."""
-    counter = metrics.Counter(
+    return metrics.Counter(
         "responses_ws_store_write_failures",
         description="Store writes (stored responses, usage lines) that failed",
     )
-    zero(counter)
-    return counter
-
-
-# The statuses a connection or request is refused with before it is served (actors/errors.py):
-# bad resume token, API key, a web page's origin, no request head in time, per-key limit, a
-# head too large, a failed handoff, no capacity or draining.
-REFUSAL_STATUSES = ("400", "401", "403", "408", "429", "431", "500", "503")
 
 
 def refusals() -> metrics.Counter:
@@ -75,7 +63,6 @@ class HostMetrics:
         self._connections.set(0)
         self.store_write_failures = store_write_failures()
         self._refusals = refusals()
-        zero(self._refusals, {"status": "403"})
 
     def connections(self, n: int) -> None:
         self._connections.set(n)

@@ -82,18 +82,18 @@ def test_a_session_host_warning_reaches_the_serve_terminal_as_json(json_logs_ser
     assert entry["actor_name"].startswith("rws-")  # a session host (Ray adds the actor's name)
 
 
-def test_a_serve_application_logging_config_reaches_the_session_hosts(ray_cluster, tmp_path):
-    """As a Serve config file's ``logging_config`` does: the application's logging_config
-    (JSON) is what the gateway applies to its session hosts, whose warning lands in their
-    worker log as a JSON line (this Ray has no job LoggingConfig)."""
-    from actors.logs import LogSettings
+def test_the_app_config_logs_section_reaches_the_session_hosts(ray_cluster, tmp_path):
+    """As a Serve config file's ``args.logs`` does: the app config's ``logs`` (JSON) is what
+    the gateway applies to its session hosts, whose warning lands in their worker log as a
+    JSON line (this Ray has no job LoggingConfig, and Serve no logging_config)."""
     from serve.embedded import deploy, local_config
     from tests.support.server import stop_app
 
     url = deploy(
-        local_config(**{"inference.profiles": busy_profiles(), "session.warm_actors": 1}),
+        local_config(
+            **{"inference.profiles": busy_profiles(), "session.warm_actors": 1, "logs.encoding": "JSON"}
+        ),
         name="rws-json-logs",
-        logs=LogSettings("WARNING", "JSON"),
     )
     try:
         assert asyncio.run(overload(url)) == "response.failed"

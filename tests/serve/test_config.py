@@ -137,12 +137,25 @@ def test_a_serve_config_args_mapping_takes_the_environment_too():
     assert cfg.session.max_inflight == 5
 
 
+def test_log_flags_refine_the_config_logs_section():
+    from actors.logs import LogSettings
+    from serve.cli import log_settings, parser
+
+    configured = LogSettings("ERROR", "JSON")
+    assert log_settings(parser().parse_args(["serve"]), configured) == configured
+    args = parser().parse_args(["serve", "--log-format", "text"])
+    assert log_settings(args, configured) == LogSettings("ERROR", "TEXT")
+    args = parser().parse_args(["serve", "--log-level", "debug", "--log-format", "json"])
+    assert log_settings(args, LogSettings()) == LogSettings("DEBUG", "JSON")
+
+
 def test_serve_help_shows_the_defaults():
     from serve.cli import parser
 
     sub = parser()._subparsers._group_actions[0].choices["serve"]
     text = " ".join(sub.format_help().split())
-    assert "(default: WARNING)" in text and "(default: text)" in text and "(default: 8265)" in text
+    assert "(default: the config's logs.level, WARNING)" in text and "(default: 8265)" in text
+    assert "default: the config's logs.encoding, TEXT" in text
     assert "(default: server.port, 8765)" in text and "(default: server.host, 127.0.0.1)" in text
     assert "defaults < --config FILE < environment" in text
 

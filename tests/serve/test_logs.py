@@ -1,4 +1,4 @@
-"""Log settings (actors/logs.py): read from Serve's logging_config, applied to the
+"""Log settings (actors/logs.py): the app config's ``logs`` section, applied to the
 project's loggers with or without a handler Ray put on the root logger."""
 
 from __future__ import annotations
@@ -7,9 +7,10 @@ import json
 import logging
 
 import pytest
-from ray.serve.schema import LoggingConfig as ServeLoggingConfig
+from pydantic import ValidationError
 
 from actors.logs import PACKAGES, LogSettings, configure
+from serve.config import AppConfig
 from serve.log_settings import serve_logging_config
 
 NAMES = ("", "ray.serve", *PACKAGES)
@@ -31,16 +32,19 @@ def clean_loggers():
         logger.propagate = propagate
 
 
-def test_settings_come_from_serve_logging_config_as_a_mapping_or_a_model():
-    assert LogSettings.from_serve(None) is None
-    assert LogSettings.from_serve({"log_level": "ERROR", "encoding": "JSON"}) == LogSettings("ERROR", "JSON")
-    assert LogSettings.from_serve(ServeLoggingConfig(log_level="DEBUG", encoding="JSON")) == LogSettings(
-        "DEBUG", "JSON"
-    )
-    assert LogSettings.from_serve({"log_level": logging.INFO}) == LogSettings("INFO", "TEXT")
-    assert LogSettings.from_serve(serve_logging_config(LogSettings("ERROR", "JSON"))) == LogSettings(
-        "ERROR", "JSON"
-    )
+def test_settings_are_the_app_config_logs_section_and_serve_s_logging_config_follows():
+    assert AppConfig().logs == LogSettings("WARNING", "TEXT")
+    config = AppConfig.model_validate({"logs": {"level": "ERROR", "encoding": "JSON"}})
+    assert config.logs == LogSettings("ERROR", "JSON")
+    assert AppConfig.model_validate(config.model_dump()).logs == config.logs  # as the gateway gets it
+    for bad in ({"level": "LOUD"}, {"encoding": "XML"}, {"lvl": "INFO"}):
+        with pytest.raises(ValidationError, match="logs"):
+            AppConfig.model_validate({"logs": bad})
+    assert serve_logging_config(config.logs) == {
+        "log_level": "ERROR",
+        "encoding": "JSON",
+        "enable_access_log": False,
+    }
 
 
 def test_bad_settings_are_refused():
