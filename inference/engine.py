@@ -55,7 +55,7 @@ from inference.prefix_cache import (
     reported_cached_tokens,
 )
 from inference.profiles import InferenceConfig, ModelProfile
-from inference.prompt_memo import Check, Digest, Known, PromptMemo, check, digest_of
+from inference.prompt_memo import Digest, Known, PromptMemo, digest_of
 from inference.tokenizer import Detokenizer, decode, token_bytes
 from inference.types import (
     Done,
@@ -203,10 +203,8 @@ class Engine:
         profile = self._config.profile(request.model)
         root = self._root(profile.id, request.cache_scope)
         data = as_bytes(request.prompt_token_ids)
-        known, prompt_check = self._memo.recall(request.session_key, root, data)
-        return _Call(
-            request, arrived, profile, root, data, known, prompt_check, profile.prompt_cache == "blocks"
-        )
+        known = self._memo.recall(request.session_key, root, data)
+        return _Call(request, arrived, profile, root, data, known, profile.prompt_cache == "blocks")
 
     def _plan(self, call: _Call) -> OutputPlan:
         """The scripted output; its seed is the prompt's digest, continued from the memo's."""
@@ -385,7 +383,6 @@ class Engine:
         lookup computed are hashed."""
         prompt, block = call.request.prompt_token_ids, self._cache.block_tokens
         known = call.found.keys if call.found is not None else ()
-        size, tokens_check = len(prompt), call.check
         if output:  # the blocks past the known ones, read from the prompt's tail and the output
             start = min(len(known), len(prompt) // block) * block
             tail = array("I", prompt[start:])
@@ -394,14 +391,13 @@ class Engine:
                 *known[: start // block],
                 *chain_keys(tail, block, known[start // block - 1] if start else call.root),
             ]
-            size += len(output)
-            tokens_check = check(array("I", output).tobytes(), call.check)
         else:
             keys = block_keys(prompt, block, known, call.root)
         evicted = self._cache.insert_keys(keys) if call.blocks else 0
         if evicted:
             self._observer.prefix(0, 0, evicted)
-        known_now = Known(size, tokens_check, call.root, tuple(keys), call.digest)
+        output_bytes = array("I", output).tobytes() if output else b""
+        known_now = Known(call.data, output_bytes, call.root, tuple(keys), call.digest)
         self._memo.remember(call.request.session_key, known_now)
 
     def _serve_breakpoints(
@@ -458,8 +454,8 @@ class Engine:
 
 @dataclass(slots=True)
 class _Call:
-    """One request as the engine works on it: its model, its prompt (bytes, checksums, what
-    the memo knew), the prompt digest once the plan asked for it, and the cache lookup."""
+    """One request as the engine works on it: its model, its prompt (bytes, what the memo
+    knew), the prompt digest once the plan asked for it, and the cache lookup."""
 
     request: InferenceRequest
     arrived: float  # the emulated time it arrived
@@ -467,7 +463,6 @@ class _Call:
     root: int
     data: bytes
     known: Known | None
-    check: Check
     blocks: bool  # the block rule (else the breakpoint rule)
     digest: Digest | None = None
     found: Lookup | None = None

@@ -14,7 +14,7 @@ from inference import chat_format as cf
 from inference.engine import Engine
 from inference.policy import prompt_digest
 from inference.prefix_cache import as_bytes, block_keys
-from inference.prompt_memo import Known, PromptMemo, check, digest_of
+from inference.prompt_memo import Known, PromptMemo, digest_of
 from inference.types import Done, InferenceRequest
 from tests.inference.conftest import FakeClock
 
@@ -30,19 +30,25 @@ def known_of(tokens: array, root: int, memo: PromptMemo, session: str, seed: int
     _, digest = digest_of(as_bytes(tokens), seed, None)
     memo.remember(
         session,
-        Known(
-            len(tokens), check(as_bytes(tokens)), root, tuple(block_keys(tokens, BLOCK, root=root)), digest
-        ),
+        Known(as_bytes(tokens), b"", root, tuple(block_keys(tokens, BLOCK, root=root)), digest),
     )
 
 
-def test_a_prompt_that_extends_the_conversation_is_recalled_with_its_checksums():
+def test_a_prompt_that_extends_the_conversation_is_recalled():
     memo, conversation = PromptMemo(), ids(101, 1)
     known_of(conversation, 7, memo, "s")
     prompt = array("I", conversation) + ids(30, 2)
-    known, whole = memo.recall("s", 7, as_bytes(prompt))
+    known = memo.recall("s", 7, as_bytes(prompt))
     assert known is not None and known.tokens == 101
-    assert whole == check(as_bytes(prompt))  # continued from the prefix's, equal to the full one
+
+
+def test_the_output_is_part_of_the_remembered_conversation():
+    memo, prompt, output = PromptMemo(), ids(40, 1), ids(9, 2)
+    memo.remember("s", Known(as_bytes(prompt), as_bytes(output), 0, ()))
+    assert memo.recall("s", 0, as_bytes(prompt + output + ids(5, 3))) is not None
+    edited = array("I", output)
+    edited[-1] += 1
+    assert memo.recall("s", 0, as_bytes(prompt + edited + ids(5, 3))) is None
 
 
 @pytest.mark.parametrize("change", ["one token edited", "shorter", "another root", "another session"])
@@ -58,15 +64,14 @@ def test_anything_else_is_not_recalled(change):
         root = 8
     else:
         session = "t"
-    known, whole = memo.recall(session, root, as_bytes(prompt))
-    assert known is None and whole == check(as_bytes(prompt))
+    assert memo.recall(session, root, as_bytes(prompt)) is None
 
 
 def test_the_continued_digest_is_the_full_digest():
     memo, conversation = PromptMemo(), ids(90, 3)
     known_of(conversation[:60], 0, memo, "s", seed=5)  # the digest covers the earlier prompt
     prompt = array("I", conversation) + ids(17, 4)
-    known, _ = memo.recall("s", 0, as_bytes(prompt))
+    known = memo.recall("s", 0, as_bytes(prompt))
     assert known is not None
     assert digest_of(as_bytes(prompt), 5, known)[0] == prompt_digest(prompt, 5)
     assert digest_of(as_bytes(prompt), 6, known)[0] == prompt_digest(prompt, 6)  # another seed: in full
@@ -79,8 +84,18 @@ def test_the_least_recently_used_sessions_are_forgotten():
     memo.recall("a", 0, as_bytes(ids(8, 0)))  # a is now the most recent
     known_of(ids(8, 0), 0, memo, "c")
     assert len(memo) == 2
-    assert memo.recall("b", 0, as_bytes(ids(8, 0)))[0] is None
-    assert memo.recall("a", 0, as_bytes(ids(8, 0)))[0] is not None
+    assert memo.recall("b", 0, as_bytes(ids(8, 0))) is None
+    assert memo.recall("a", 0, as_bytes(ids(8, 0))) is not None
+
+
+def test_the_remembered_bytes_are_bounded():
+    memo = PromptMemo(max_bytes=100)  # 25 tokens
+    known_of(ids(10, 0), 0, memo, "a")
+    known_of(ids(10, 0), 0, memo, "b")
+    known_of(ids(10, 0), 0, memo, "c")  # 120 bytes with a and b: a goes
+    assert [memo.recall(s, 0, as_bytes(ids(10, 0))) is not None for s in "abc"] == [False, True, True]
+    known_of(ids(30, 0), 0, memo, "d")  # larger than the bound: not remembered, nothing else lost
+    assert memo.recall("d", 0, as_bytes(ids(30, 0))) is None and len(memo) == 2
 
 
 def conversation(engine: Engine, edit_at: int | None) -> list[list]:
