@@ -13,42 +13,16 @@ prompt to bytes for each key computation) and for this checkout's (docs/performa
 
 from __future__ import annotations
 
-import argparse
-import importlib.util
 import random
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 from array import array
-from pathlib import Path
 from types import ModuleType
+
+from investigations.earlier import compare
 
 BLOCK = 32
 ROOT = 7
-REPO = Path(__file__).resolve().parent.parent
-
-
-def load(path: Path, name: str) -> ModuleType:
-    """The module at ``path``, imported as ``name``."""
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def earlier_module(commit: str, path: str, name: str) -> ModuleType:
-    """This repository's module at ``path`` as of ``commit`` (read with ``git show``)."""
-    text = subprocess.run(
-        ["git", "-C", str(REPO), "show", f"{commit}:{path}"], check=True, capture_output=True, text=True
-    ).stdout
-    with tempfile.TemporaryDirectory() as tmp:
-        file = Path(tmp) / f"{name}.py"
-        file.write_text(text)
-        return load(file, name)
 
 
 def _earlier_turn(m: ModuleType, cache, prompt: array, output: array, keys):  # type: ignore[no-untyped-def]
@@ -90,15 +64,13 @@ def median_ms(m: ModuleType, turn) -> float:  # type: ignore[no-untyped-def]
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--against", default="10bcebe", help="the earlier commit")
-    p.add_argument("--rounds", type=int, default=3)
-    args = p.parse_args()
-    earlier = earlier_module(args.against, "inference/prefix_cache.py", "prefix_cache_earlier")
-    this = load(REPO / "inference" / "prefix_cache.py", "prefix_cache_this")
-    for r in range(args.rounds):
-        a, b = median_ms(earlier, _earlier_turn), median_ms(this, _this_turn)
-        print(f"round {r + 1}: {args.against} {a:.3f} ms a turn, this checkout {b:.3f} ms a turn")
+    compare(
+        __doc__,
+        "inference/prefix_cache.py",
+        "10bcebe",
+        lambda m: median_ms(m, _earlier_turn),
+        lambda m: median_ms(m, _this_turn),
+    )
 
 
 if __name__ == "__main__":

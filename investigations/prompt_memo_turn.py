@@ -12,14 +12,13 @@ this checkout's (docs/performance.md, "The emulator replica's part of a turn").
 
 from __future__ import annotations
 
-import argparse
 import random
 import statistics
 import time
 from array import array
 from types import ModuleType
 
-from investigations.prefix_cache_turn import REPO, earlier_module, load
+from investigations.earlier import compare
 
 SESSION = "s"
 
@@ -53,15 +52,13 @@ def median_ms(m: ModuleType, turn) -> float:  # type: ignore[no-untyped-def]
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--against", default="f4398ab", help="the earlier commit")
-    p.add_argument("--rounds", type=int, default=3)
-    args = p.parse_args()
-    earlier = earlier_module(args.against, "inference/prompt_memo.py", "prompt_memo_earlier")
-    this = load(REPO / "inference" / "prompt_memo.py", "prompt_memo_this")
-    for r in range(args.rounds):
-        a, b = median_ms(earlier, _earlier_turn), median_ms(this, _this_turn)
-        print(f"round {r + 1}: {args.against} {a:.3f} ms a turn, this checkout {b:.3f} ms a turn")
+    compare(
+        __doc__,
+        "inference/prompt_memo.py",
+        "f4398ab",
+        lambda m: median_ms(m, _earlier_turn),
+        lambda m: median_ms(m, _this_turn),
+    )
 
 
 if __name__ == "__main__":
