@@ -7,7 +7,7 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test test-unit lint bench serve install redis clients clean wheel smoke-wheel \
         real-model real-model-engine test-real-model haproxy test-multinode multinode-clean \
-        ray-up-hosts wheelhouse test-operations
+        ray-up-hosts wheelhouse test-operations chromium
 
 $(BIN)/python:
 	python3 -m venv $(VENV)
@@ -48,9 +48,17 @@ haproxy:
 	  export DEBIAN_FRONTEND=noninteractive; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq haproxy; }
 
+# Headless Chromium (Debian's package), the browser the tests load the scaling report and the
+# live page in (bench/report/browser.py).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing chromium (Debian package)"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium; }
+
 # The default tier: unit tests and the integration tests on one embedded Ray (docs/testing.md);
 # the slowest tests are listed at the end.
-test: $(STAMP) redis $(CLIENTS)
+test: $(STAMP) redis chromium $(CLIENTS)
 	$(BIN)/pytest --durations=15
 
 # The operations tier: `responses-ws serve` as an operator runs it and `ray start` clusters
@@ -136,7 +144,7 @@ wheelhouse: $(WHEELHOUSE)/.built
 # The multi-node tier (tests/multinode): real Ray nodes in network namespaces of their own on a
 # bridge, Redis on the head, HAProxy in front (bench/multinode, docs/deploy.md), and `ray up` on
 # hosts with sshd (test_ray_up.py, run first).  Needs root.
-test-multinode: $(STAMP) redis haproxy ray-up-hosts wheelhouse $(CLIENTS)
+test-multinode: $(STAMP) redis haproxy chromium ray-up-hosts wheelhouse $(CLIENTS)
 	$(SUDO) RWS_WHEELHOUSE=$(WHEELHOUSE) $(BIN)/pytest -m multinode -s tests/multinode
 
 # Remove what a multi-node harness left behind (only names with its prefix).

@@ -68,18 +68,30 @@ def ray_start_command(
     num_cpus: int,
     head_port: int | None = None,
     address: str | None = None,
+    dashboard: tuple[str, int] | None = None,
     extra: Sequence[str] = (),
 ) -> list[str]:
-    """``ray start --block``: a head node whose GCS listens on ``head_port`` (no dashboard),
-    or a worker node joining the GCS at ``address``; exactly one of the two."""
+    """``ray start --block``: a head node whose GCS listens on ``head_port`` (no dashboard,
+    unless ``dashboard`` gives the host and port of Ray's dashboard and its job server), or a
+    worker node joining the GCS at ``address``; exactly one of the two."""
     if (head_port is None) == (address is None):
         raise ValueError("a head port or a head's address, one of them")
+    if dashboard is not None and head_port is None:
+        raise ValueError("only a head runs the dashboard")
     cmd = [ray_command(), "start", "--block"]
-    cmd += (
-        ["--head", f"--port={head_port}", "--include-dashboard=false"]
-        if address is None
-        else [f"--address={address}"]
-    )
+    if address is not None:
+        cmd.append(f"--address={address}")
+    elif dashboard is None:
+        cmd += ["--head", f"--port={head_port}", "--include-dashboard=false"]
+    else:
+        host, port = dashboard
+        cmd += [
+            "--head",
+            f"--port={head_port}",
+            "--include-dashboard=true",
+            f"--dashboard-host={host}",
+            f"--dashboard-port={port}",
+        ]
     cmd += [f"--num-cpus={num_cpus}", f"--temp-dir={temp_dir}", "--disable-usage-stats", *extra]
     return cmd
 

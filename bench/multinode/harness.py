@@ -1,6 +1,7 @@
 """The harness: ``with Harness() as h:`` builds the network, starts Redis and the Ray nodes
 (``ray start --block`` inside each namespace), deploys the Serve config, waits for every
 session node's ``/readyz`` and starts HAProxy in front; clients connect to :attr:`url`.
+With ``job_server=True`` the head runs Ray's job server too (:meth:`Harness.submit_job`).
 It injects faults on a node and tears everything down on exit, on an error in its set-up,
 and at interpreter exit.  It needs root, and refuses to start beside a leftover of its
 prefix (``python -m bench.multinode.cleanup`` removes one)."""
@@ -31,6 +32,7 @@ import yaml
 from .. import services
 from . import balancer, network, processes
 from .cleanup import BALANCER_PIDFILE, temp_dirs
+from .jobs import JOB_PORT, Job, JobServer
 from .topology import PREFIX, SUBNET, Node, NodeSpec, Topology, leftovers
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,6 +49,9 @@ DEFAULT_SPECS = (
 # The Ray environment of every node and driver.  Serve's draining settings stay at Ray's
 # defaults: the harness exists to test the product under them.
 RAY_ENV = {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1", "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token"}
+# A node that generates load (bench/runner's actors go to nodes with the ``client`` resource);
+# its CPUs are for them and for nothing of the app (which asks for session/accelerator).
+CLIENT_SPEC = NodeSpec("client", {"client": 1}, num_cpus=2)
 
 
 class LeftoverError(RuntimeError):
@@ -87,6 +92,7 @@ class Harness:
         edit_args: Callable[[dict[str, Any]], None] | None = None,
         object_store_mb: int = 80,
         start_timeout_s: float = 300.0,
+        job_server: bool = False,
     ) -> None:
         self.topology = Topology(specs, prefix=prefix, subnet=subnet)
         self.balancer_settings = balancer_settings or balancer.BalancerSettings()
@@ -94,6 +100,8 @@ class Harness:
         self.edit_args = edit_args
         self.object_store_mb = object_store_mb
         self.start_timeout_s = start_timeout_s
+        self.job_server = job_server
+        self.jobs: list[Job] = []
         self.temp_dir: Path | None = None
         self.procs: dict[str, list[subprocess.Popen]] = {}  # node name (or "balancer") → started
         self.node_ids: dict[str, str] = {}  # node name → Ray node id
@@ -103,6 +111,11 @@ class Harness:
         self._stopped = True
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
         self.env.update(RAY_ENV, RAY_AUTH_TOKEN=secrets.token_hex(32), PYTHONUNBUFFERED="1")
+        # this interpreter's scripts first: a job's entrypoint (`responses-ws ...`) and `ray`
+        venv_bin = str(Path(sys.executable).parent)
+        self.env["PATH"] = os.pathsep.join(
+            [venv_bin, *(p for p in self.env.get("PATH", "").split(os.pathsep) if p)]
+        )
 
     # ------------------------------------------------------------------ addresses
 
@@ -140,6 +153,21 @@ class Harness:
     def session_nodes(self) -> list[Node]:
         return self.topology.with_role("session")
 
+    @property
+    def client_nodes(self) -> list[Node]:
+        return self.topology.with_role("client")
+
+    @property
+    def job_address(self) -> str:
+        """Ray's job server on the head (``ray job submit --address``); needs ``job_server``."""
+        if not self.job_server:
+            raise RuntimeError("this harness runs no job server (Harness(job_server=True))")
+        return f"http://{self.topology.head.address}:{JOB_PORT}"
+
+    @property
+    def job_client(self) -> JobServer:
+        return JobServer(self.job_address, self.env)
+
     # ------------------------------------------------------------------ lifecycle
 
     def __enter__(self) -> Harness:
@@ -173,6 +201,8 @@ class Harness:
             network.check_isolated(self.topology)
             self._start_redis()
             self._start_ray(deadline)
+            if self.job_server:
+                self.job_client.wait_up(deadline)
             if self.serve_config is not None:
                 self._deploy(deadline)
                 for node in self.session_nodes:
@@ -192,9 +222,8 @@ class Harness:
         for d in self.drains:
             d.cancel()
         errors: list[BaseException] = []  # every step is tried; the first error is raised after
-        steps: list[Callable[[], object]] = [
-            functools.partial(processes.stop, p) for p in self.procs.get("balancer", [])
-        ]
+        steps: list[Callable[[], object]] = [functools.partial(processes.stop, j.proc) for j in self.jobs]
+        steps += [functools.partial(processes.stop, p) for p in self.procs.get("balancer", [])]
         steps += [functools.partial(processes.kill_namespace, n.namespace) for n in self.topology.nodes]
         steps += [
             lambda: processes.reap(p for ps in self.procs.values() for p in ps),
@@ -241,6 +270,7 @@ class Harness:
             num_cpus=node.spec.num_cpus,
             head_port=GCS_PORT if head else None,
             address=None if head else self.gcs_address,
+            dashboard=(node.address, JOB_PORT) if head and self.job_server else None,
             extra=[
                 f"--node-ip-address={node.address}",
                 f"--resources={json.dumps(node.spec.resources)}",
@@ -323,6 +353,17 @@ class Harness:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"balancer: servers not all up: {states}")
             time.sleep(0.3)
+
+    # ------------------------------------------------------------------ jobs
+
+    def submit_job(self, *entrypoint: str, name: str = "job") -> Job:
+        """``ray job submit --address`` :attr:`job_address` ``-- ENTRYPOINT`` from the root
+        namespace, as a user submits one (its output in the temp dir's ``NAME.log``); the
+        entrypoint runs on the head.  Its CLI is stopped with the harness."""
+        assert self.temp_dir is not None
+        job = self.job_client.submit(list(entrypoint), self._log(f"{name}-{len(self.jobs) + 1}"))
+        self.jobs.append(job)
+        return job
 
     # ------------------------------------------------------------------ queries
 

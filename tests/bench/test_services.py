@@ -17,7 +17,12 @@ def test_a_ray_node_is_a_head_on_a_port_or_a_worker_of_an_address():
         temp_dir=Path("/tmp/t"), num_cpus=1, address="10.0.0.1:6379", extra=["-x"]
     )
     assert "--head" not in worker and "--address=10.0.0.1:6379" in worker and worker[-1] == "-x"
-    for wrong in ({}, {"head_port": 1, "address": "a:1"}):
+    with_jobs = services.ray_start_command(
+        temp_dir=Path("/tmp/t"), num_cpus=0, head_port=6379, dashboard=("10.0.0.1", 8265)
+    )
+    assert "--include-dashboard=true" in with_jobs and "--include-dashboard=false" not in with_jobs
+    assert "--dashboard-host=10.0.0.1" in with_jobs and "--dashboard-port=8265" in with_jobs
+    for wrong in ({}, {"head_port": 1, "address": "a:1"}, {"address": "a:1", "dashboard": ("h", 1)}):
         with pytest.raises(ValueError):
             services.ray_start_command(temp_dir=Path("/tmp/t"), num_cpus=1, **wrong)
 

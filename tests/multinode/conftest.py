@@ -1,14 +1,17 @@
 """The multi-node tier (``make test-multinode``): one harness for the whole tier
-(bench/multinode: a head carrying the accelerator role and two session nodes, each in a
-network namespace of its own, Redis on the head, HAProxy in front), started once and torn
-down at the end, also when a test fails.  Needs root and haproxy (``make haproxy``).  The
-app runs with resume on (``session.resume_grace_s``) and two inference replicas.  The
-modules run in name order; test_ledger.py kills a session node and starts it again (both are
+(bench/multinode: a head carrying the accelerator role and running Ray's job server, two
+session nodes and a client node (the ``client`` resource: load actors), each in a network
+namespace of its own, Redis on the head, HAProxy in front), started once and torn down at the
+end, also when a test fails.  Needs root and haproxy (``make haproxy``).  The app runs with
+resume on (``session.resume_grace_s``) and two inference replicas.  The modules run in name
+order, after the three below; test_ledger.py kills a session node and starts it again (both are
 up after it); test_node_loss.py kills one session node, starts it again and drains the other;
 test_real_clients.py starts that one again and drains it under Codex CLI and the openai SDK;
 test_resume.py restarts what is down, then drains and kills nodes again: it comes last.
 test_ray_up.py, which brings up hosts of its own with `ray up` and needs no harness, runs first;
-test_locality.py, with a harness of its own (two accelerator nodes), second."""
+test_locality.py, with a harness of its own (two accelerator nodes), second;
+test_scaling_experiment.py, a job that takes session nodes out of service and puts them back,
+third (the first on the tier's harness, every node up)."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from collections.abc import Iterator
 import pytest
 
 from bench.multinode import Harness
+from bench.multinode.harness import CLIENT_SPEC, DEFAULT_SPECS
 
 INFERENCE_REPLICAS = 2  # the head carries ``accelerator: 2``: both run there
 RESUME_GRACE_S = 30.0  # resume on any node (the Redis store on the head): test_resume.py
@@ -33,8 +37,8 @@ CODEX_TOOL_ROUNDS = int(os.environ.get("RWS_MULTINODE_CODEX_ROUNDS", "400"))
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """test_ray_up.py first, then test_locality.py: their clusters run before the tier's
     harness starts (two clusters at once would not fit a small machine), and their teardowns
-    are their own."""
-    first = ("test_ray_up.py", "test_locality.py")
+    are their own; then test_scaling_experiment.py, while every node of the tier's is up."""
+    first = ("test_ray_up.py", "test_locality.py", "test_scaling_experiment.py")
     items.sort(key=lambda item: first.index(item.path.name) if item.path.name in first else len(first))
 
 
@@ -56,7 +60,7 @@ def harness() -> Iterator[Harness]:
         if shutil.which(binary) is None:
             pytest.fail(f"{binary} is not installed: `make haproxy redis`", pytrace=False)
     t0 = time.monotonic()
-    with Harness(edit_args=tier_args) as h:
+    with Harness((*DEFAULT_SPECS, CLIENT_SPEC), edit_args=tier_args, job_server=True) as h:
         print(
             f"\nmulti-node harness up in {time.monotonic() - t0:.1f}s: balancer {h.url}, nodes "
             + ", ".join(f"{n.name}={n.address}" for n in h.topology.nodes)

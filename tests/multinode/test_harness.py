@@ -1,4 +1,5 @@
-"""The harness itself: its namespaces route nowhere but the bridge, it refuses to start
+"""The harness itself: its namespaces route nowhere but the bridge, its head takes jobs (`ray
+job submit`) and its client node runs what asks for the `client` resource, it refuses to start
 beside a leftover (and `cleanup` removes one), and it removes what it made when its set-up
 fails."""
 
@@ -8,6 +9,8 @@ import signal
 import subprocess
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -101,3 +104,35 @@ def test_cleanup_removes_a_leftover_and_only_names_of_its_prefix(harness: Harnes
         if sleeper.poll() is None:
             sleeper.kill()
         cleanup(prefix="rwsmx")
+
+
+JOB = """
+import ray
+ray.init(address="auto")
+
+@ray.remote(num_cpus=0, resources={"client": 0.001})
+def where():
+    return ray.get_runtime_context().get_node_id()
+
+print("driver on", ray.get_runtime_context().get_node_id(), "actor on", ray.get(where.remote()), flush=True)
+"""
+
+
+def test_a_job_submitted_from_the_root_namespace_runs_on_the_head(harness: Harness):
+    """``ray job submit --address http://HEAD:8265`` from outside the nodes (the token in its
+    environment) runs the entrypoint on the head with the nodes' virtualenv on its PATH, and a
+    task asking for the ``client`` resource runs on the client node; without the token the
+    job server refuses."""
+    job = harness.submit_job("python", "-c", JOB, name="where")
+    info = job.wait(timeout_s=120)
+    out = job.output()
+    print(f"\n{info['status']}: {out.splitlines()[-3:]}")
+    assert info["status"] == "SUCCEEDED" and job.proc.returncode == 0, out[-3000:]
+    line = next(ln for ln in out.splitlines() if ln.startswith("driver on"))
+    _, _, driver, _, _, actor = line.split()
+    assert driver == harness.node_ids["head"]
+    assert actor == harness.node_ids[harness.client_nodes[0].name]
+    anonymous = urllib.request.Request(harness.job_address + "/api/jobs/")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(anonymous, timeout=10)
+    assert refused.value.code == 401
