@@ -37,25 +37,26 @@ SCRIPT = """
   }
   tick();
 })();
-""".replace("POLL_MS", str(POLL_MS))
+"""
 
 
-def shell() -> bytes:
+def shell(poll_ms: int = POLL_MS) -> bytes:
     waiting = '<div class="banner live" id="status" data-state="waiting">Waiting for the first step…</div>'
     return (
         head("Scaling experiment — live")
         + f'<body data-revision="-1"><main>{title_block(None)}'
         + '<p class="sub">Live: this page redraws as each step finishes. <span id="poll"></span></p>'
-        + f'<div id="content">{waiting}</div></main><script>{SCRIPT}</script></body></html>'
+        + f'<div id="content">{waiting}</div></main><script>{SCRIPT.replace("POLL_MS", str(poll_ms))}</script></body></html>'
     ).encode()
 
 
 class LivePage:
     """``LivePage(host, port)``: ``start()`` serves the page and returns its URL; ``update(doc)``
-    swaps in the document so far; ``stop()`` ends the server.  Port 0 takes a free one."""
+    swaps in the document so far; ``stop()`` ends the server.  Port 0 takes a free one; the
+    page asks for news every ``poll_ms``."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0):
-        self.host, self.port = host, port
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, poll_ms: int = POLL_MS):
+        self.host, self.port, self.poll_ms = host, port, poll_ms
         self._lock = threading.Lock()
         self._revision = -1
         self._figures = json.dumps({"revision": -1, "html": ""}).encode()
@@ -70,7 +71,7 @@ class LivePage:
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 if path in ("/", "/index.html"):
-                    self.reply(shell(), "text/html; charset=utf-8")
+                    self.reply(shell(page.poll_ms), "text/html; charset=utf-8")
                 elif path == "/figures.json":
                     self.reply(page.figures(), "application/json")
                 elif path == "/scaling.json":
