@@ -31,6 +31,7 @@ ROLES = (  # (key in cpu_ms_per_turn, legend, colour)
     ("ray", "Ray's own", "#59a14f"),
 )
 OTHER_COLOR = "#bab0ac"
+PERCENTILES = "Large points: p99; small faded points on finely dotted lines: p50."
 
 
 def step_tip(step: Step) -> str:
@@ -105,7 +106,7 @@ def per_node(doc: Doc) -> LineChart:
     )
 
 
-def latency(doc: Doc, key: str, chart_id: str, title: str) -> LineChart:
+def latency(doc: Doc, key: str, chart_id: str, title: str, note: str) -> LineChart:
     """p50 (dashed, small points) and p99 of ``key`` against the loops in flight: a series a
     (transport, session nodes)."""
     steps = doc["steps"]
@@ -116,7 +117,10 @@ def latency(doc: Doc, key: str, chart_id: str, title: str) -> LineChart:
         for count in counts:
             mine = [s for s in steps if s["transport"] == transport and s["session_nodes"] == count]
             label = series_name(transport, f"{count} session node{'s' if count != 1 else ''}", many)
-            for pct, dash, radius in (("p99", DASHES.get(transport, ""), 4.5), ("p50", "3 3", 3.0)):
+            for pct, dash, radius, opacity in (
+                ("p99", DASHES.get(transport, ""), 4.5, 1.0),
+                ("p50", "3 3", 3.0, 0.6),
+            ):
                 points = [
                     Point(s["loops"], v, s["index"], s["valid"], f"{pct} {v:.1f} ms — {step_tip(s)}")
                     for s in mine
@@ -124,9 +128,18 @@ def latency(doc: Doc, key: str, chart_id: str, title: str) -> LineChart:
                 ]
                 if points:
                     series.append(
-                        Series(f"{label} {pct}", points, color_of(counts, count), dash, pct, radius=radius)
+                        Series(
+                            f"{label} {pct}",
+                            points,
+                            color_of(counts, count),
+                            dash,
+                            pct,
+                            radius=radius,
+                            opacity=opacity,
+                            in_legend=pct == "p99",
+                        )
                     )
-    return LineChart(chart_id, title, "loops in flight (load)", "ms", series, integer_x=True)
+    return LineChart(chart_id, title, "loops in flight (load)", "ms", series, integer_x=True, note=note)
 
 
 def step_label(step: Step) -> list[str]:
@@ -254,7 +267,7 @@ def model_chart(doc: Doc) -> LineChart | None:
     if measured:
         series.append(
             Series(
-                "measured (valid steps)",
+                "measured (valid steps, every transport and load)",
                 [
                     Point(s["session_nodes"], s["turns_per_s"], s["index"], True, step_tip(s))
                     for s in measured
@@ -275,8 +288,24 @@ def charts(doc: Doc) -> list[str]:
     out = [
         line_chart(throughput(doc)),
         line_chart(per_node(doc)),
-        line_chart(latency(doc, "nonmodel_ms", "fig-nonmodel", "Non-model time a turn (server and network)")),
-        line_chart(latency(doc, "ttft_ms", "fig-ttft", "Time to first token")),
+        line_chart(
+            latency(
+                doc,
+                "nonmodel_ms",
+                "fig-nonmodel",
+                "Non-model time a turn (server and network)",
+                "A turn's time at the client less the model's own time. " + PERCENTILES,
+            )
+        ),
+        line_chart(
+            latency(
+                doc,
+                "ttft_ms",
+                "fig-ttft",
+                "Time to first token",
+                "From the request sent to its first output token, at the client. " + PERCENTILES,
+            )
+        ),
         bar_chart(share(doc)),
         bar_chart(cpu(doc)),
         line_chart(

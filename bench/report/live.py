@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from .page import body_html, head, title_block
+from .schema import validate
 
 POLL_MS = 1000
 WILDCARD = ("", "0.0.0.0", "::")
@@ -107,7 +108,9 @@ class LivePage:
         return f"http://{host}:{port}/"
 
     def update(self, doc: Mapping[str, Any]) -> None:
-        """Draw ``doc`` (the run so far) and serve it from the next poll on."""
+        """Draw ``doc`` (the run so far) and serve it from the next poll on; ``ValueError``
+        naming the first violation if ``doc`` does not match the schema of scaling.json."""
+        validate(doc)
         html = body_html(doc, live=True)
         with self._lock:
             self._revision += 1

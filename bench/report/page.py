@@ -92,12 +92,25 @@ def html_table(rows: Sequence[Any], columns: Sequence[Column], invalid: Sequence
     body = []
     for i, row in enumerate(rows):
         cls = ' class="invalid"' if invalid is not None and invalid[i] else ""
-        cells = "".join(
-            f'<td class="{"l" if name in left else ""}">{escape(cell(get(row)))}</td>'
-            for name, get in columns
-        )
+        cells = "".join(td(name, get(row), name in left) for name, get in columns)
         body.append(f"<tr{cls}>{cells}</tr>")
     return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
+
+
+def td(name: str, value: Any, left: bool) -> str:
+    """A table cell; a node id shortened to its first 12 characters (the whole one its title)."""
+    cls = ' class="l"' if left else ""
+    text = cell(value)
+    if name == "node_id" and len(text) > 12:
+        return f'<td{cls} title="{escape(text)}"><code>{escape(text[:12])}…</code></td>'
+    return f"<td{cls}>{escape(text)}</td>"
+
+
+def resource(name: str, value: float) -> str:
+    """``CPU=2``, ``memory=4.0 GB``."""
+    if "memory" in name:
+        return f"{name}={value / 1e9:.1f} GB"
+    return f"{name}={value:g}"
 
 
 def invalid_section(doc: Doc) -> str:
@@ -142,7 +155,7 @@ CLUSTER_COLUMNS: Sequence[Column] = (
     ("node_id", lambda n: n["node_id"]),
     ("roles", lambda n: ", ".join(n["roles"])),
     ("cpus", lambda n: n["cpus"]),
-    ("resources", lambda n: ", ".join(f"{k}={v:g}" for k, v in sorted(n["resources"].items()))),
+    ("resources", lambda n: ", ".join(resource(k, v) for k, v in sorted(n["resources"].items()))),
 )
 ACCELERATOR_COLUMNS: Sequence[Column] = (
     ("step", lambda r: r["step"]["index"]),
@@ -235,6 +248,7 @@ def body_html(doc: Doc, *, live: bool = False) -> str:
     are invalid, the tables, the model and the provenance."""
     return "".join(
         [
+            subtitle(doc) if live else "",
             banner(doc, live),
             cards(doc),
             '<h2>Figures</h2><div class="charts">',
@@ -257,15 +271,16 @@ def head(title: str) -> str:
     )
 
 
+def subtitle(doc: Doc) -> str:
+    prov = doc["provenance"]
+    return (
+        f'<p class="sub">responses-ws {escape(prov["project_version"])} · Ray {escape(prov["ray_version"])}'
+        f" · started {escape(prov['started_at'])} · <code>{escape(prov['command'])}</code></p>"
+    )
+
+
 def title_block(doc: Doc | None) -> str:
-    sub = ""
-    if doc is not None:
-        prov = doc["provenance"]
-        sub = (
-            f'<p class="sub">responses-ws {escape(prov["project_version"])} · Ray {escape(prov["ray_version"])}'
-            f" · started {escape(prov['started_at'])} · <code>{escape(prov['command'])}</code></p>"
-        )
-    return f"<h1>Scaling experiment</h1>{sub}"
+    return "<h1>Scaling experiment</h1>" + (subtitle(doc) if doc is not None else "")
 
 
 def report_html(doc: Doc) -> str:

@@ -210,3 +210,20 @@ def test_the_live_page_serves_the_document_so_far(doc):
         url = page.url
     with pytest.raises(OSError):
         fetch(url)
+
+
+@pytest.mark.parametrize("steps", [0, 1])
+def test_a_run_of_no_step_or_one_step_renders(doc, steps):
+    doc["steps"] = doc["steps"][:steps]
+    doc["complete"] = False
+    html = report_html(doc)
+    assert len(throughput_points(html)) == steps
+    assert f"after {steps} of 12 steps" in html
+    assert ("no step yet" in html) == (steps == 0)
+
+
+def test_the_live_page_refuses_a_document_that_breaks_the_schema(doc):
+    page = LivePage("127.0.0.1", 0)
+    del doc["steps"][0]["valid"]
+    with pytest.raises(ValueError, match=r"at \$\.steps\[0\]: 'valid' is a required property"):
+        page.update(doc)
