@@ -23,7 +23,9 @@ from .results import Run
 INSTALL_HINT = "pip install 'responses-ws[bench]' (from a checkout: pip install -e ./bench)"
 # The import names of the lab's own dependencies besides the server, bench/pyproject.toml
 # (tests/test_layout.py keeps them equal).
-EXTRA_MODULES = frozenset({"rich", "matplotlib", "psutil", "hypothesis", "httpx", "openai", "redis"})
+EXTRA_MODULES = frozenset(
+    {"rich", "matplotlib", "psutil", "hypothesis", "httpx", "openai", "redis", "jsonschema"}
+)
 
 
 def main(argv: list[str]) -> int:

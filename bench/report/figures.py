@@ -1,0 +1,337 @@
+"""What the report draws from a ``scaling.json`` document: the charts (as :mod:`svg` figures),
+one point a step in each line chart of steps, invalid steps marked."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .svg import (
+    INVALID,
+    PALETTE,
+    Bar,
+    BarChart,
+    BarGroup,
+    LineChart,
+    Point,
+    Segment,
+    Series,
+    bar_chart,
+    line_chart,
+)
+from .tables import dig
+
+Doc = Mapping[str, Any]
+Step = Mapping[str, Any]
+
+DASHES = {"ws": "", "http-full": "6 4", "http-chained": "2 3"}
+ROLES = (  # (key in cpu_ms_per_turn, legend, colour)
+    ("gateway", "gateway", "#4e79a7"),
+    ("session_host", "session host", "#f28e2b"),
+    ("ray", "Ray's own", "#59a14f"),
+)
+OTHER_COLOR = "#bab0ac"
+PERCENTILES = "Large points: p99; small faded points on finely dotted lines: p50."
+
+
+def step_tip(step: Step) -> str:
+    text = (
+        f"step {step['index']}: {step['transport']}, {step['session_nodes']} session node(s), "
+        f"{step['loops']} loops — {step['turns_per_s']:.1f} turns/s"
+    )
+    if not step["valid"]:
+        text += f" — INVALID: {step.get('invalid_reason') or 'clients saturated'}"
+    return text
+
+
+def transports(doc: Doc) -> list[str]:
+    return list(dict.fromkeys(s["transport"] for s in doc["steps"]))
+
+
+def color_of(values: Sequence[Any], value: Any) -> str:
+    return PALETTE[values.index(value) % len(PALETTE)]
+
+
+def series_name(transport: str, label: str, many_transports: bool) -> str:
+    return f"{transport}, {label}" if many_transports else label
+
+
+def throughput(doc: Doc) -> LineChart:
+    """Turns/s against session nodes in service: a series a (transport, loops per node)."""
+    steps = doc["steps"]
+    loads = sorted({s["loops_per_node"] for s in steps})
+    many = len(transports(doc)) > 1
+    series = []
+    for transport in transports(doc):
+        for load in loads:
+            mine = [s for s in steps if s["transport"] == transport and s["loops_per_node"] == load]
+            if mine:
+                series.append(
+                    Series(
+                        series_name(transport, f"{load} loops per node", many),
+                        [
+                            Point(s["session_nodes"], s["turns_per_s"], s["index"], s["valid"], step_tip(s))
+                            for s in mine
+                        ],
+                        color_of(loads, load),
+                        DASHES.get(transport, ""),
+                    )
+                )
+    return LineChart(
+        "fig-throughput",
+        "Throughput against session nodes in service",
+        "session nodes in service",
+        "turns/s",
+        series,
+        integer_x=True,
+        note="One point a step; the line joins the median of the valid steps at each node count.",
+    )
+
+
+def per_node(doc: Doc) -> LineChart:
+    """Turns/s a session node carries: flat lines are linear scaling."""
+    base = throughput(doc)
+    series = [
+        Series(s.name, [Point(p.x, p.y / p.x, p.step, p.valid, p.tip) for p in s.points], s.color, s.dash)
+        for s in base.series
+    ]
+    return LineChart(
+        "fig-per-node",
+        "Throughput a session node carries",
+        "session nodes in service",
+        "turns/s per session node",
+        series,
+        integer_x=True,
+        note="Turns/s divided by the session nodes in service: a flat line is linear scaling.",
+    )
+
+
+def latency(doc: Doc, key: str, chart_id: str, title: str, note: str) -> LineChart:
+    """p50 (dashed, small points) and p99 of ``key`` against the loops in flight: a series a
+    (transport, session nodes)."""
+    steps = doc["steps"]
+    counts = sorted({s["session_nodes"] for s in steps})
+    many = len(transports(doc)) > 1
+    series = []
+    for transport in transports(doc):
+        for count in counts:
+            mine = [s for s in steps if s["transport"] == transport and s["session_nodes"] == count]
+            label = series_name(transport, f"{count} session node{'s' if count != 1 else ''}", many)
+            for pct, dash, radius, opacity in (
+                ("p99", DASHES.get(transport, ""), 4.5, 1.0),
+                ("p50", "3 3", 3.0, 0.6),
+            ):
+                points = [
+                    Point(s["loops"], v, s["index"], s["valid"], f"{pct} {v:.1f} ms — {step_tip(s)}")
+                    for s in mine
+                    if (v := dig(s, key, pct)) is not None
+                ]
+                if points:
+                    series.append(
+                        Series(
+                            f"{label} {pct}",
+                            points,
+                            color_of(counts, count),
+                            dash,
+                            pct,
+                            radius=radius,
+                            opacity=opacity,
+                            in_legend=pct == "p99",
+                        )
+                    )
+    return LineChart(chart_id, title, "loops in flight (load)", "ms", series, integer_x=True, note=note)
+
+
+def step_label(step: Step) -> list[str]:
+    return [f"#{step['index']}", f"{step['session_nodes']}n·{step['loops']}L"]
+
+
+def node_order(doc: Doc) -> list[str]:
+    return list(dict.fromkeys(n["node_id"] for s in doc["steps"] for n in s.get("nodes") or ()))
+
+
+def node_names(doc: Doc) -> dict[str, str]:
+    return {n["node_id"]: n["node_ip"] for s in doc["steps"] for n in s.get("nodes") or ()}
+
+
+def share(doc: Doc) -> BarChart:
+    """Each step's turns split by the session node that served them."""
+    order, names = node_order(doc), node_names(doc)
+    groups = []
+    for s in doc["steps"]:
+        served = sum(n["turns"] for n in s.get("nodes") or ())
+        segments = [
+            Segment(
+                names[n["node_id"]],
+                n["turns"] / served,
+                color_of(order, n["node_id"]),
+                f"{n['node_ip']}: {n['turns']} turns ({n['turns'] / served:.0%}) — step {s['index']}",
+            )
+            for n in s.get("nodes") or ()
+            if served
+        ]
+        groups.append(BarGroup(step_label(s), [Bar(segments)], s["index"], s["valid"]))
+    return BarChart(
+        "fig-share",
+        "Each session node's share of the turns",
+        "share of the step's turns",
+        groups,
+        [(names[node], color_of(order, node)) for node in order],
+        y_max=1.0,
+        percent=True,
+        note="An even split is 1/N for N session nodes in service.",
+    )
+
+
+def cpu(doc: Doc) -> BarChart:
+    """CPU a turn cost on each session node, by role (a bar a node, a group a step)."""
+    order, names = node_order(doc), node_names(doc)
+    groups = []
+    other_seen = False
+    for s in doc["steps"]:
+        bars = []
+        for n in s.get("nodes") or ():
+            roles = n.get("cpu_ms_per_turn") or {}
+            segments = [
+                Segment(legend, roles[key], color, f"{n['node_ip']} {legend}: {roles[key]:.2f} CPU ms/turn")
+                for key, legend, color in ROLES
+                if roles.get(key) is not None
+            ]
+            rest = (roles.get("total") or 0.0) - sum(seg.value for seg in segments)
+            if rest > 1e-9:
+                other_seen = True
+                segments.append(
+                    Segment("other", rest, OTHER_COLOR, f"{n['node_ip']} other: {rest:.2f} CPU ms/turn")
+                )
+            bars.append(Bar(segments, str(order.index(n["node_id"]) + 1)))
+        groups.append(BarGroup(step_label(s), bars, s["index"], s["valid"]))
+    legend = [(legend, color) for _, legend, color in ROLES]
+    if other_seen:
+        legend.append(("other processes", OTHER_COLOR))
+    return BarChart(
+        "fig-cpu",
+        "CPU a turn costs on each session node, by role",
+        "CPU ms per turn",
+        groups,
+        legend,
+        note="Bars numbered by node: " + ", ".join(f"{i + 1} = {names[n]}" for i, n in enumerate(order)),
+    )
+
+
+def clients(
+    doc: Doc, key: str, chart_id: str, title: str, y_label: str, scale: float, limit: float | None
+) -> LineChart:
+    """The busiest load client of each step (its core use or its event-loop lag), against the
+    threshold over which the step is invalid."""
+    points = []
+    for s in doc["steps"]:
+        values = [c[key] for c in s.get("clients") or () if c.get(key) is not None]
+        if values:
+            v = max(values) * scale
+            points.append(Point(s["index"], v, s["index"], s["valid"], f"{v:.1f} — {step_tip(s)}"))
+    series = [Series("busiest client of the step", points, PALETTE[0], radius=4.0)]
+    if limit is not None and points:
+        xs = [p.x for p in points]
+        series.append(
+            Series(
+                "saturation threshold",
+                [Point(min(xs), limit * scale, None), Point(max(xs), limit * scale, None)],
+                INVALID,
+                "5 4",
+                markers=False,
+            )
+        )
+    return LineChart(chart_id, title, "step", y_label, series, integer_x=True)
+
+
+def model_chart(doc: Doc) -> LineChart | None:
+    """The capacity model's extrapolation, when its rows give ``session_nodes`` and
+    ``turns_per_s``, with the run's valid steps."""
+    rows = [
+        r
+        for r in dig(doc, "model", "extrapolation") or ()
+        if isinstance(r.get("session_nodes"), int | float) and isinstance(r.get("turns_per_s"), int | float)
+    ]
+    if not rows:
+        return None
+    series = [
+        Series(
+            "model",
+            [Point(r["session_nodes"], r["turns_per_s"], None) for r in rows],
+            "#555",
+            "6 4",
+            markers=False,
+        )
+    ]
+    measured = [s for s in doc["steps"] if s["valid"]]
+    if measured:
+        series.append(
+            Series(
+                "measured (valid steps, every transport and load)",
+                [
+                    Point(s["session_nodes"], s["turns_per_s"], s["index"], True, step_tip(s))
+                    for s in measured
+                ],
+                PALETTE[0],
+                kind="measured",
+                line=False,
+            )
+        )
+    return LineChart(
+        "fig-model", "Capacity model: fitted and extrapolated", "session nodes", "turns/s", series
+    )
+
+
+def charts(doc: Doc) -> list[str]:
+    """Every figure of the report, as HTML, in reading order."""
+    saturation = dig(doc, "sweep", "saturation") or {}
+    out = [
+        line_chart(throughput(doc)),
+        line_chart(per_node(doc)),
+        line_chart(
+            latency(
+                doc,
+                "nonmodel_ms",
+                "fig-nonmodel",
+                "Non-model time a turn (server and network)",
+                "A turn's time at the client less the model's own time. " + PERCENTILES,
+            )
+        ),
+        line_chart(
+            latency(
+                doc,
+                "ttft_ms",
+                "fig-ttft",
+                "Time to first token",
+                "From the request sent to its first output token, at the client. " + PERCENTILES,
+            )
+        ),
+        bar_chart(share(doc)),
+        bar_chart(cpu(doc)),
+        line_chart(
+            clients(
+                doc,
+                "cpu_fraction",
+                "fig-client-cpu",
+                "Load clients: core use",
+                "% of one core",
+                100.0,
+                saturation.get("cpu_fraction"),
+            )
+        ),
+        line_chart(
+            clients(
+                doc,
+                "lag_p99_ms",
+                "fig-client-lag",
+                "Load clients: event-loop lag p99",
+                "ms",
+                1.0,
+                saturation.get("lag_p99_ms"),
+            )
+        ),
+    ]
+    model = model_chart(doc)
+    if model is not None:
+        out.append(line_chart(model))
+    return out

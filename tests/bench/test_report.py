@@ -1,0 +1,229 @@
+"""The report of a scaling experiment (bench/report): the schema of scaling.json, the files
+write_report writes, the tables, the progress line and the live page's server — on a
+hand-written example document (tests/bench/data/scaling-example.json, not a measurement)."""
+
+from __future__ import annotations
+
+import copy
+import csv
+import io
+import json
+import re
+import urllib.request
+from html import escape
+from pathlib import Path
+
+import pytest
+
+from bench.report import LivePage, progress_line, validate, write_report
+from bench.report.page import report_html
+from bench.report.schema import violations
+
+EXAMPLE = Path(__file__).parent / "data" / "scaling-example.json"
+
+
+@pytest.fixture
+def doc() -> dict:
+    return json.loads(EXAMPLE.read_text())
+
+
+def throughput_points(html: str) -> list[str]:
+    """The data-step of every point of the throughput figure."""
+    figure = re.search(r'<figure class="chart" id="fig-throughput">.*?</figure>', html, re.S)
+    assert figure is not None
+    return re.findall(r'<circle class="point[^"]*" data-step="(\d+)"', figure.group())
+
+
+def test_the_example_is_valid(doc):
+    validate(doc)
+    assert violations(doc) == []
+
+
+@pytest.mark.parametrize(
+    ("breakage", "path"),
+    [
+        (lambda d: d.pop("steps"), "$"),
+        (lambda d: d.pop("load_nodes"), "$"),
+        (lambda d: d["provenance"].pop("git_commit"), "$.provenance"),
+        (lambda d: d["steps"][3]["nodes"][1].pop("turns"), "$.steps[3].nodes[1]"),
+        (lambda d: d["steps"][2]["nodes"][0].update(turns=-1), "$.steps[2].nodes[0].turns"),
+        (lambda d: d["steps"][0].update(valid="yes"), "$.steps[0].valid"),
+        (lambda d: d["steps"][5].update(transport="carrier-pigeon"), "$.steps[5].transport"),
+        (lambda d: d["steps"][1].update(session_nodes=0), "$.steps[1].session_nodes"),
+        (lambda d: d["steps"][1]["nonmodel_ms"].pop("p99"), "$.steps[1].nonmodel_ms"),
+        (lambda d: d["load_nodes"][0].pop("node_ip"), "$.load_nodes[0]"),
+        (lambda d: d["provenance"]["nodes"][0].update(cpus="two"), "$.provenance.nodes[0].cpus"),
+    ],
+)
+def test_the_schema_rejects_a_broken_document_naming_where(doc, breakage, path):
+    breakage(doc)
+    with pytest.raises(ValueError, match=re.escape(f"at {path}:")):
+        validate(doc)
+
+
+def test_the_first_of_several_violations_is_named_and_the_rest_counted(doc):
+    doc["steps"][0].update(valid="yes")
+    doc["steps"][4].update(turns=-3)
+    with pytest.raises(ValueError, match=r"at \$\.steps\[0\]\.valid: .* \(and 1 more\)"):
+        validate(doc)
+
+
+def test_fields_the_schema_does_not_name_are_allowed(doc):
+    doc["steps"][0]["gateway_replicas"] = 2
+    doc["extra"] = {"anything": True}
+    validate(doc)
+
+
+def test_write_report_writes_every_file(doc, tmp_path):
+    written = write_report(doc, tmp_path / "out")
+    assert set(written) == {"scaling.json", "report.html", "scaling.csv", "scaling-nodes.csv", "scaling.md"}
+    assert json.loads(written["scaling.json"].read_text()) == doc
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(written)
+
+
+def test_write_report_refuses_an_invalid_document_and_writes_nothing(doc, tmp_path):
+    del doc["steps"][0]["nodes"]
+    with pytest.raises(ValueError, match=r"\$\.steps\[0\]"):
+        write_report(doc, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_csv_has_a_row_a_step_and_a_row_a_session_node_a_step(doc, tmp_path):
+    written = write_report(doc, tmp_path)
+    steps = list(csv.DictReader(io.StringIO(written["scaling.csv"].read_text())))
+    assert [int(r["step"]) for r in steps] == [s["index"] for s in doc["steps"]]
+    assert [r["valid"] for r in steps].count("false") == 1
+    last = steps[-1]
+    assert last["invalid_reason"] == doc["steps"][-1]["invalid_reason"]
+    assert float(last["turns_per_s"]) == pytest.approx(doc["steps"][-1]["turns_per_s"], rel=1e-3)
+    nodes = list(csv.DictReader(io.StringIO(written["scaling-nodes.csv"].read_text())))
+    assert len(nodes) == sum(len(s["nodes"]) for s in doc["steps"])
+    for step in doc["steps"]:
+        mine = [r for r in nodes if int(r["step"]) == step["index"]]
+        assert sum(int(r["turns"]) for r in mine) == sum(n["turns"] for n in step["nodes"])
+        assert sum(float(r["turns_share"]) for r in mine) == pytest.approx(1.0, abs=1e-3)
+
+
+def test_the_cpu_by_role_of_a_step_is_weighted_by_the_turns_each_node_served(doc):
+    from bench.report.tables import role_ms
+
+    step = {
+        "nodes": [
+            {"turns": 300, "cpu_ms_per_turn": {"gateway": 1.0}},
+            {"turns": 100, "cpu_ms_per_turn": {"gateway": 3.0}},
+        ]
+    }
+    assert role_ms(step, "gateway") == pytest.approx(1.5)
+    assert role_ms({"nodes": []}, "gateway") is None
+
+
+def test_the_markdown_tables_have_a_row_a_step(doc, tmp_path):
+    text = write_report(doc, tmp_path)["scaling.md"].read_text()
+    assert doc["provenance"]["command"] in text
+    steps_table = text.split("## Steps")[1].split("## Session nodes")[0]
+    rows = [line for line in steps_table.splitlines() if line.startswith("| ")]
+    assert len(rows) == 2 + len(doc["steps"])  # the header and its rule
+    assert all(line.count("|") == rows[0].count("|") for line in rows)
+
+
+def test_the_report_draws_one_throughput_point_a_step_and_marks_the_invalid_one(doc):
+    html = report_html(doc)
+    assert sorted(throughput_points(html), key=int) == [str(s["index"]) for s in doc["steps"]]
+    invalid = re.findall(r'<circle class="point invalid" data-step="(\d+)"', html)
+    assert set(invalid) == {str(s["index"]) for s in doc["steps"] if not s["valid"]}
+    assert "clients saturated, not the server" in html
+    assert escape(doc["steps"][-1]["invalid_reason"]) in html
+
+
+def test_the_report_is_self_contained(doc):
+    html = report_html(doc)
+    assert "<script" not in html
+    assert not re.search(r'(src|href)="(?!data:|#)', html), "nothing is fetched"
+    assert "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")
+
+
+def test_the_report_shows_the_provenance(doc):
+    html = report_html(doc)
+    prov = doc["provenance"]
+    for text in (prov["git_commit"], prov["ray_version"], prov["nodes"][-1]["node_ip"], "session_node=1"):
+        assert text in html
+    assert "The Serve config in force" in html
+
+
+def test_a_partial_run_says_so(doc):
+    doc["complete"] = False
+    doc["steps"] = doc["steps"][:5]
+    html = report_html(doc)
+    assert 'data-state="partial"' in html and "after 5 of 12 steps" in html
+    assert len(throughput_points(html)) == 5
+
+
+def test_a_run_with_no_model_and_a_step_without_turns_renders(doc):
+    doc.pop("model")
+    step = doc["steps"][0]
+    step.update(
+        turns=0, turns_per_s=0.0, nonmodel_ms={"p50": None, "p99": None}, ttft_ms={"p50": None, "p99": None}
+    )
+    for node in step["nodes"]:
+        node.update(turns=0, cpu_ms_per_turn=None)
+    validate(doc)
+    html = report_html(doc)
+    assert 'id="model"' not in html and len(throughput_points(html)) == len(doc["steps"])
+
+
+def test_the_progress_line(doc):
+    total = len(doc["steps"])
+    first = progress_line(doc["steps"][0], total)
+    assert first.startswith(f"[ 1/{total}]") and " ws " in first
+    assert "1 session node " in first and "4 loops (4/node)" in first
+    assert f"{doc['steps'][0]['turns_per_s']:.1f} turns/s" in first
+    assert "non-model p50 4.3 p99 14.9 ms" in first and first.endswith("ok")
+    failed = progress_line(doc["steps"][3], total)
+    assert "2 failed" in failed
+    last = progress_line(doc["steps"][-1], total)
+    assert last.startswith(f"[{total}/{total}]") and "http-full" in last
+    assert last.endswith(f"INVALID ({doc['steps'][-1]['invalid_reason']})")
+    assert "\n" not in first + failed + last
+
+
+def fetch(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return response.read()
+
+
+def test_the_live_page_serves_the_document_so_far(doc):
+    partial = copy.deepcopy(doc)
+    partial["steps"] = doc["steps"][:2]
+    partial["provenance"]["finished_at"] = None
+    with LivePage("127.0.0.1", 0) as page:
+        assert page.url.startswith("http://127.0.0.1:")
+        assert b'id="content"' in fetch(page.url)
+        assert json.loads(fetch(page.url + "figures.json"))["revision"] == -1
+        page.update(partial)
+        figures = json.loads(fetch(page.url + "figures.json"))
+        assert figures["revision"] == 0 and figures["steps"] == 2
+        assert len(throughput_points(figures["html"])) == 2
+        assert 'data-state="running"' in figures["html"]
+        page.update(doc)
+        assert json.loads(fetch(page.url + "figures.json"))["revision"] == 1
+        assert json.loads(fetch(page.url + "scaling.json")) == doc
+        url = page.url
+    with pytest.raises(OSError):
+        fetch(url)
+
+
+@pytest.mark.parametrize("steps", [0, 1])
+def test_a_run_of_no_step_or_one_step_renders(doc, steps):
+    doc["steps"] = doc["steps"][:steps]
+    doc["complete"] = False
+    html = report_html(doc)
+    assert len(throughput_points(html)) == steps
+    assert f"after {steps} of 12 steps" in html
+    assert ("no step yet" in html) == (steps == 0)
+
+
+def test_the_live_page_refuses_a_document_that_breaks_the_schema(doc):
+    page = LivePage("127.0.0.1", 0)
+    del doc["steps"][0]["valid"]
+    with pytest.raises(ValueError, match=r"at \$\.steps\[0\]: 'valid' is a required property"):
+        page.update(doc)
