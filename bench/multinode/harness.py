@@ -319,9 +319,14 @@ class Harness:
         return raw
 
     def _deploy(self, deadline: float) -> None:
+        """The app, by `serve deploy` with the job server (Serve keeps the config in force:
+        its REST API shows it), else through Serve's Python API by a driver on the head."""
         assert self.temp_dir is not None
         path = self.temp_dir / "serve-config.json"
         path.write_text(json.dumps(self.app_config()))
+        if self.job_server:  # `serve deploy` to the dashboard, as on a cluster of `ray up`
+            self.job_client.serve_deploy(path, deadline)
+            return
         timeout = max(10.0, deadline - time.monotonic())
         self.driver("deploy", str(path), "--timeout", str(timeout), timeout_s=timeout + 30)
 

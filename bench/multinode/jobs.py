@@ -7,7 +7,9 @@ bridge reaches the head).  The cluster runs with token auth (``RAY_AUTH_MODE=tok
 CLI takes the token from ``RAY_AUTH_TOKEN`` in its environment, the queries here send it as
 ``Authorization: Bearer TOKEN``.  Ray runs a job's entrypoint on the head (in its namespace),
 with the head's environment: every node has the checkout's virtualenv (one file system), so
-a job needs no ``working_dir`` or runtime environment.
+a job needs no ``working_dir`` or runtime environment.  The same server takes a Serve config
+(``serve deploy CONFIG --address http://HEAD_IP:8265``, Serve's REST API), as on a cluster of
+``ray up``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import secrets
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -90,9 +93,48 @@ class JobServer:
             raise JobError(f"jobs: {status} {body}")
         return body
 
+    def actors(self, **equal: str) -> list[dict[str, Any]]:
+        """Ray's actors (alive and dead, as its state API keeps them), those whose fields
+        equal ``equal`` (``job_id=…``, ``state="ALIVE"``, ``class_name=…``)."""
+        query = [("limit", "10000"), ("detail", "true")]
+        for key, value in equal.items():
+            query += [("filter_keys", key), ("filter_predicates", "="), ("filter_values", value)]
+        status, body = self.request("GET", "/api/v0/actors?" + urllib.parse.urlencode(query), 30.0)
+        if status != 200 or not isinstance(body, dict) or not body.get("result"):
+            raise JobError(f"actors: {status} {str(body)[:500]}")
+        return list(body["data"]["result"]["result"])
+
     def stop_job(self, submission_id: str) -> None:
         """Ask Ray to stop the job (its driver is sent SIGTERM, then SIGKILL)."""
         self.request("POST", f"/api/jobs/{submission_id}/stop")
+
+    def serve_deploy(self, config: Path, deadline: float) -> dict[str, str]:
+        """``serve deploy CONFIG`` to this server, then wait until every application of the
+        config runs; application name → status."""
+        serve = str(Path(services.ray_command()).with_name("serve"))
+        res = subprocess.run(
+            [serve, "deploy", str(config), "--address", self.address],
+            env=dict(self.env),
+            capture_output=True,
+            text=True,
+            timeout=max(10.0, deadline - time.monotonic()),
+            check=False,
+        )
+        if res.returncode != 0:
+            raise JobError(f"serve deploy {config} failed: {res.stdout[-2000:]}{res.stderr[-2000:]}")
+        names = [a["name"] for a in json.loads(config.read_text())["applications"]]
+        while True:
+            status, body = self.request("GET", "/api/serve/applications/")
+            apps = (body.get("applications") or {}) if status == 200 and isinstance(body, dict) else {}
+            states = {n: str((apps.get(n) or {}).get("status", "MISSING")) for n in names}
+            if all(s == "RUNNING" for s in states.values()):
+                return states
+            failed = {n: apps[n].get("message") for n in names if states[n] == "DEPLOY_FAILED"}
+            if failed:
+                raise JobError(f"deploy failed: {failed}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"applications not running in time: {states}")
+            time.sleep(POLL_S)
 
     def submit(self, entrypoint: Sequence[str], log: Path, submission_id: str | None = None) -> Job:
         """``ray job submit`` of ``entrypoint``, following the job's logs into ``log`` until it

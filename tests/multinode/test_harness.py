@@ -121,8 +121,8 @@ print("driver on", ray.get_runtime_context().get_node_id(), "actor on", ray.get(
 def test_a_job_submitted_from_the_root_namespace_runs_on_the_head(harness: Harness):
     """``ray job submit --address http://HEAD:8265`` from outside the nodes (the token in its
     environment) runs the entrypoint on the head with the nodes' virtualenv on its PATH, and a
-    task asking for the ``client`` resource runs on the client node; without the token the
-    job server refuses."""
+    task asking for the ``client`` resource runs on the client node; the app's config in force
+    is Serve's (`serve deploy`); without the token the job server refuses."""
     job = harness.submit_job("python", "-c", JOB, name="where")
     info = job.wait(timeout_s=120)
     out = job.output()
@@ -132,6 +132,9 @@ def test_a_job_submitted_from_the_root_namespace_runs_on_the_head(harness: Harne
     _, _, driver, _, _, actor = line.split()
     assert driver == harness.node_ids["head"]
     assert actor == harness.node_ids[harness.client_nodes[0].name]
+    status, serve = harness.job_client.request("GET", "/api/serve/applications/")
+    in_force = {name: app.get("deployed_app_config") for name, app in serve["applications"].items()}
+    assert status == 200 and in_force["responses-ws"]["args"]["server"]["gateway_replicas"] == 2, in_force
     anonymous = urllib.request.Request(harness.job_address + "/api/jobs/")
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(anonymous, timeout=10)
