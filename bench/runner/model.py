@@ -13,9 +13,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from itertools import pairwise
+from typing import TYPE_CHECKING, Any
 
 from ..stats import pct
+
+if TYPE_CHECKING:
+    from ..workload import Workload
 
 LAG_P99_LIMIT_MS = 20.0  # a client's event-loop lag p99 above this: saturated
 CPU_LIMIT = 0.8  # a client process's CPU time over wall time above this: saturated
@@ -31,7 +35,8 @@ class LoadSpec:
     ``workload``: ``capacity``, the Codex-like capacity loop (one connection per loop for the
     whole run, rollouts one after another on it, each rollout's first create resending the
     resumed history); ``codex``: the same preset as an agent session (a new connection per
-    rollout).  ``preset`` and ``resume_tokens`` pick the :mod:`bench.workload` preset.
+    rollout).  ``preset`` and ``resume_tokens`` pick the :mod:`bench.workload` preset;
+    ``custom_workload``, a :class:`~bench.workload.Workload` of its own, replaces them.
 
     The measured window is ``duration_s`` after ``warmup_s`` from the release of the first
     turns (every loop's first turn is sent at the same moment); with
@@ -50,6 +55,7 @@ class LoadSpec:
     preset: str = "codex"
     resume_tokens: int | None = None
     window_after_first_turns: bool = False
+    custom_workload: Workload | None = None
 
     def __post_init__(self) -> None:
         if not self.targets:
@@ -169,6 +175,22 @@ def client_stats(
         loops,
         connected,
     )
+
+
+def rollout_spans(records: Sequence[TurnRecord]) -> list[tuple[float, float, list[TurnRecord]]]:
+    """The rollouts that ended (the loop started another after them), each as (start, end,
+    its turns): start when its connection began opening (``connect_ms`` before its first
+    turn was sent), end when its last turn was answered."""
+    by_loop: dict[int, list[TurnRecord]] = {}
+    for r in sorted(records, key=lambda r: r.sent):
+        by_loop.setdefault(r.loop, []).append(r)
+    out = []
+    for turns in by_loop.values():
+        starts = [i for i, r in enumerate(turns) if r.kind != "steady"]
+        for a, b in pairwise(starts):
+            first, last = turns[a], turns[b - 1]
+            out.append((first.sent - (first.connect_ms or 0.0) / 1000, last.done, turns[a:b]))
+    return out
 
 
 def _q(values: Iterable[float]) -> dict[str, float | None]:

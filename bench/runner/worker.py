@@ -55,7 +55,7 @@ class LoadWorker:
     ) -> None:
         self.spec = spec
         self.node_id, self.node_ip = node_id, node_ip
-        w = workload(spec.preset, spec.seed, spec.resume_tokens)
+        w = spec.custom_workload or workload(spec.preset, spec.seed, spec.resume_tokens)
         self.enc = Encoder.build(w, spec.transport, spec.store, f"{spec.seed}/{loops[:1]}")
         self.records: list[TurnRecord] = []
         self.pace: Pace | None = None

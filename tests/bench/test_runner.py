@@ -17,7 +17,7 @@ from bench.runner.channels import Reply
 from bench.runner.cluster import client_nodes, no_client_nodes_message, placement
 from bench.runner.drive import PULL_EVERY_S, drive, shares
 from bench.runner.loop import Encoder, Loop, Pace, parse_reply
-from bench.runner.model import client_stats, window_usage
+from bench.runner.model import client_stats, rollout_spans, window_usage
 
 
 def test_a_client_is_saturated_by_its_lag_or_its_cpu_and_says_which():
@@ -223,3 +223,18 @@ def test_no_client_nodes_names_the_resource_and_the_yaml_key():
     msg = no_client_nodes_message()
     assert "`client`" in msg and "available_node_types.client" in msg and "resources: {client: 1}" in msg
     assert "\n" not in msg
+
+
+def test_a_rollout_spans_from_its_connection_to_its_last_answer_and_counts_once_it_ended():
+    def turn(loop: int, kind: str, sent: float, connect_ms: float | None = None) -> TurnRecord:
+        return TurnRecord(loop, kind, sent, 100.0, 50.0, True, connect_ms=connect_ms)
+
+    records = [
+        turn(0, "first", 1.0, connect_ms=500.0),
+        turn(0, "steady", 2.0),
+        turn(1, "first", 1.0),
+        turn(0, "rollout_first", 3.0, connect_ms=200.0),
+        turn(0, "steady", 4.0),  # the rollout still running: not counted
+    ]
+    spans = rollout_spans(records)
+    assert [(a, b, len(t)) for a, b, t in spans] == [(0.5, 2.1, 2)]
