@@ -54,6 +54,25 @@ def is_final(event: Event) -> bool:
     return event.get("type") in FINAL_EVENT_TYPES
 
 
+# The same types as they appear at the head of a raw frame (the server writes ``type`` first):
+# a load generator tells a frame's kind without parsing it (bench/runner).
+_FINAL_HEADS = tuple(f'"type":"{t}"' for t in sorted(FINAL_EVENT_TYPES))
+_FIRST_TOKEN_HEADS = tuple(f'"type":"{t}"' for t in sorted(FIRST_TOKEN_TYPES))
+HEAD_CHARS = 60
+
+
+def is_final_frame(raw: str) -> bool:
+    """A raw frame holding a final event (told from its head, unparsed)."""
+    head = raw[:HEAD_CHARS]
+    return any(t in head for t in _FINAL_HEADS)
+
+
+def is_first_token_frame(raw: str) -> bool:
+    """A raw frame holding an output delta (told from its head, unparsed)."""
+    head = raw[:HEAD_CHARS]
+    return any(t in head for t in _FIRST_TOKEN_HEADS)
+
+
 @dataclass
 class Answer:
     """The events a request was answered with, each stamped (``time.perf_counter``) on
@@ -120,6 +139,15 @@ class ResponsesSocket:
         answer = Answer(time.perf_counter(), len(data))
         await self.ws.send(data)
         return answer
+
+    async def send_raw(self, data: str) -> None:
+        """Send a client event already encoded (a load generator's pre-encoded create)."""
+        await self.ws.send(data)
+
+    async def recv_raw(self) -> str:
+        """The next server event as its raw text, unparsed (``on_event`` does not see it)."""
+        data = await self.ws.recv()
+        return data if isinstance(data, str) else data.decode()
 
     async def recv(self) -> Event:
         event = json.loads(await self.ws.recv())

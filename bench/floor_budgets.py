@@ -3,26 +3,17 @@ against its limit, judged on the median over rounds, with the rounds' spread."""
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
-from .stats import pct
+from .stats import spread
+
+ROUND_FIGURES = ("median", "p25", "p75", "min", "max", "n")
 
 
-def spread(xs: list[float | None]) -> dict[str, float] | None:
-    """Median, p25, p75, min and max of ``xs`` (rounded to µs), or ``None`` for none."""
-    vs = [x for x in xs if x is not None]
-    p25, p75 = pct(vs, 0.25), pct(vs, 0.75)
-    if p25 is None or p75 is None:
-        return None
-    return {
-        "median": round(statistics.median(vs), 3),
-        "p25": round(p25, 3),
-        "p75": round(p75, 3),
-        "min": round(min(vs), 3),
-        "max": round(max(vs), 3),
-        "n": len(vs),
-    }
+def rounds_spread(xs: list[float | None]) -> dict[str, float | int | None] | None:
+    """The rounds' median, p25, p75, min and max (rounded to µs) and how many, or ``None``
+    when no round measured it."""
+    return spread(xs, ROUND_FIGURES) if any(x is not None for x in xs) else None
 
 
 # The budgets (issue 43), per plain Codex-like turn, medians over rounds: (role, what it is, limit).
@@ -39,12 +30,12 @@ def budgets(s: dict[str, Any]) -> list[dict[str, Any]]:
     """Each budget against its measured spread over the rounds (the idle one: its one window)."""
     cpu = s.get("cpu_ms_per_turn", {})
     idle_total = sum(s.get("background_cpu_ms_per_s", {}).values()) or None
-    measured: list[dict[str, float] | None] = [
+    measured: list[dict[str, Any] | None] = [
         cpu.get("all"),
         s.get("api_tier_cpu_ratio"),
         s.get("api_tier_cpu_ratio_block"),
         cpu.get("inference"),
-        None if idle_total is None else spread([idle_total]),
+        None if idle_total is None else rounds_spread([idle_total]),
     ]
     rows = []
     for (role, unit, limit), m in zip(BUDGETS, measured):

@@ -1,8 +1,9 @@
-"""The statistics the benchmarks' summaries share, one copy of each: a quantile and a median."""
+"""The statistics the benchmarks' summaries share, one copy of each: a quantile, a median and a
+spread (chosen figures of a sample: its size, quantiles, extremes)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 
 def pct(values: Iterable[float], q: float) -> float | None:
@@ -16,7 +17,40 @@ def pct(values: Iterable[float], q: float) -> float | None:
     return v[lo] + (v[hi] - v[lo]) * (pos - lo)
 
 
-def median(values: Iterable[float | None], digits: int = 2) -> float | None:
-    """The median of the values that are not ``None``, rounded; ``None`` when there are none."""
+def median(values: Iterable[float | None], digits: int | None = 2) -> float | None:
+    """The median of the values that are not ``None``, rounded to ``digits`` (``None``: not
+    rounded); ``None`` when there are none."""
     m = pct([v for v in values if v is not None], 0.5)
-    return None if m is None else round(m, digits)
+    if m is None:
+        return None
+    return m if digits is None else round(m, digits)
+
+
+# The figures a spread can hold: the quantiles by their q, ``n`` the sample's size.
+QUANTILES = {
+    "median": 0.5,
+    "p25": 0.25,
+    "p50": 0.5,
+    "p75": 0.75,
+    "p90": 0.9,
+    "p99": 0.99,
+    "min": 0.0,
+    "max": 1.0,
+}
+MEDIAN_RANGE = ("median", "min", "max")
+
+
+def spread(
+    values: Iterable[float | None], keys: Sequence[str] = MEDIAN_RANGE, digits: int = 3
+) -> dict[str, float | int | None]:
+    """``keys`` (of :data:`QUANTILES` and ``n``) of the values that are not ``None``, in that
+    order, rounded to ``digits``; each ``None`` (``n`` 0) when there are none."""
+    vs = sorted(v for v in values if v is not None)
+    out: dict[str, float | int | None] = {}
+    for k in keys:
+        if k == "n":
+            out[k] = len(vs)
+        else:
+            x = pct(vs, QUANTILES[k])
+            out[k] = None if x is None else round(x, digits)
+    return out

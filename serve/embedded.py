@@ -132,6 +132,7 @@ def embedded_ray(
     metrics_port: int | None = None,
     network: bool = False,
     dev_node: bool = False,
+    resources: dict[str, float] | None = None,
 ) -> Iterator[None]:
     """Join ``address``, or start a single-node Ray sized for a small machine, unless this
     process is already connected to a Ray (then nothing is started, nor stopped).
@@ -146,6 +147,8 @@ def embedded_ray(
     ``dashboard`` and ``metrics_port`` (Ray's metrics export port, Prometheus format) apply
     to a Ray started here; a cluster you join has its own.  ``dev_node``: a Ray started here
     runs with :data:`DEV_NODE_ENV` (a small idle cost; :func:`embedded_server` sets it).
+    ``resources``: custom resources of a Ray started here (``{"client": 1}``: the node may run
+    the lab's load actors, bench/runner).
 
     On exit, a Ray started here is shut down with Serve and every actor; from a joined
     cluster this process only disconnects (``ray.shutdown()`` of a driver that joined stops
@@ -168,6 +171,8 @@ def embedded_ray(
         apply_ray_env(dev_node)
         kwargs["object_store_memory"] = object_store_mb * 1024 * 1024
         kwargs["num_cpus"] = num_cpus
+        if resources:
+            kwargs["resources"] = resources
         kwargs["include_dashboard"] = dashboard is not None
         if dashboard is not None:
             kwargs.update(dashboard_host=dashboard.host, dashboard_port=dashboard.port)

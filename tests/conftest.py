@@ -140,7 +140,8 @@ def ray_cluster(ray_start_lock_path):
     with contextlib.ExitStack() as stack:
         with ray_start_lock(ray_start_lock_path):
             # its end takes Serve and every actor with it
-            stack.enter_context(embedded_ray(object_store_mb=200, num_cpus=2))
+            # the `client` resource: the load runner's actors may run here (bench/runner)
+            stack.enter_context(embedded_ray(object_store_mb=200, num_cpus=2, resources={"client": 1}))
         yield ray
 
 

@@ -4,13 +4,15 @@
                                 [--preset codex] [--url URL] [--out results/capacity.json]
 
 For each N in ``--loops`` (one embedded server on the default configuration for all of them,
-or ``--url``), N loops run in ``--clients`` separate client processes (raw WebSocket
-clients, as little client work as possible: the creates are pre-encoded, only each answer's
-terminal frame is parsed).  A loop is one socket running the ``--preset`` workload of
-bench/workload.py: its rollout's first create resends the instructions, the tools and the
-resumed history (the ``codex`` preset's ~60k tokens: what a client reconnecting after a node
-drain sends), then turns chained with ``previous_response_id`` carrying the tool outputs,
-each after the tool's time; a rollout that ends starts the next on the same socket.
+``--url``, or ``--reference``: the bare-protocol reference server of bench/reference.py, to
+measure the client itself), N loops run in ``--clients`` separate client processes of the
+lab's load runner (bench/runner: the creates pre-encoded, only each answer's terminal frame
+parsed).  A loop is one socket running the ``--preset`` workload of bench/workload.py (the
+runner's ``capacity`` workload): its rollout's first create resends the instructions, the
+tools and the resumed history (the ``codex`` preset's ~60k tokens: what a client
+reconnecting after a node drain sends), then turns chained with ``previous_response_id``
+carrying the tool outputs, each after the tool's time; a rollout that ends starts the next
+on the same socket.
 
 1. every loop connects; then the N first turns are released at once (a reconnect storm);
 2. the loops run on for ``--duration`` seconds (steady state).
@@ -20,248 +22,26 @@ turn time less the server's reported queue + prefill + decode) for steady turns 
 and for the first turns apart (and a rollout's later first turns as ``rollout_first``);
 CPU per turn by process role over the steady window (gateway, session hosts, inference
 emulator, Ray's own; embedded server only) with Ray's idle background rate measured before;
-and whether every loop was served (connected, its first turn and at least one more
-completed, no error).  Writes JSON (``--out``).
+whether every loop was served (connected, its first turn and at least one more
+completed, no error); and the client processes' own CPU and event-loop lag over the steady
+window, a level whose clients were saturated marked invalid (bench/runner/model.py).
+Writes JSON (``--out``).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
-import multiprocessing
-import random
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .. import processes, results
 from .. import workload as wl
-from ..client import FINAL_EVENT_TYPES
-from ..rollouts import TIMINGS_KEY, model_seconds, server_timings
+from ..reference import ReferenceServer
+from ..runner import LoadSpec, run_local
 from ..stats import pct
-
-TERMINAL = tuple(f'"type":"{t}"' for t in sorted(FINAL_EVENT_TYPES))  # matched in the raw frames
-OUTPUT_POOL = 48  # distinct tool outputs per client process (drawn from the preset's sizes)
-HISTORY_POOL = 8  # distinct resumed histories (generating one costs the client ~0.1 s of CPU)
-
-
-def is_terminal(raw: str) -> bool:
-    head = raw[:60]
-    return any(t in head for t in TERMINAL)
-
-
-@dataclass
-class TurnRecord:
-    loop: int
-    kind: str  # "first" (released at once), "steady" (chained) or "rollout_first"
-    sent: float  # time.time() when sent
-    total_ms: float
-    model_ms: float | None
-    ok: bool
-    server: dict[str, float] | None = None  # the server's phase timings (ms), as reported
-
-
-# ----------------------------------------------------------------------------- client process
-
-
-@dataclass
-class ClientPlan:
-    url: str
-    loops: list[int]
-    preset: str
-    resume_tokens: int | None
-    duration_s: float
-    seed: int
-    store: bool = False  # the creates' ``store``
-
-
-class Loop:
-    """One socket's turns; pre-encoded fixed parts of its creates."""
-
-    def __init__(self, index: int, w: wl.Workload, fixed_json: str, outputs: list[str], state: dict) -> None:
-        self.index = index
-        self.w = w
-        self.state = state  # the client's shared {"end_at": ..., "firsts": pending first turns}
-        self.fixed_json = fixed_json  # '{"type":"response.create",...' without its closing brace
-        self.outputs = outputs
-        self.rollout = index
-        self.records: list[TurnRecord] = []
-        self.errors: list[str] = []
-        self.rng = random.Random(f"capacity/{index}")
-
-    def first_create(self) -> str:
-        """The rollout's first create: a resumed history (one of :data:`HISTORY_POOL`) and
-        the task; the model is told to call tools while the context holds fewer tool
-        results than that history's plus the rollout's rounds."""
-        rollout = self.rollout
-        history = wl.history(self.w, rollout % HISTORY_POOL)
-        items = history + [
-            {"role": "user", "content": [{"type": "input_text", "text": wl.task(self.w, rollout)}]}
-        ]
-        meta = wl.metadata(replace(self.w, resume_tokens=0), rollout)
-        resumed = sum(1 for item in history if item.get("type") == "function_call_output")
-        meta["emulator.tool_rounds"] = str(int(meta["emulator.tool_rounds"]) + resumed)
-        self.meta_json = json.dumps({**meta, TIMINGS_KEY: "1"})
-        return f'{self.fixed_json},"input":{json.dumps(items)},"metadata":{self.meta_json}}}'
-
-    def next_create(self, response: dict[str, Any]) -> str | None:
-        calls = [o for o in response.get("output", []) if o.get("type") == "function_call"]
-        if not calls:
-            return None
-        items = [
-            {
-                "type": "function_call_output",
-                "call_id": c["call_id"],
-                "output": self.outputs[self.rng.randrange(len(self.outputs))],
-            }
-            for c in calls
-        ]
-        return (
-            f'{self.fixed_json},"input":{json.dumps(items)},"metadata":{self.meta_json},'
-            f'"previous_response_id":{json.dumps(response["id"])}}}'
-        )
-
-    async def turn(self, ws: Any, create: str, kind: str) -> dict[str, Any] | None:
-        sent = time.time()
-        t0 = time.perf_counter()
-        await ws.send(create)
-        while True:
-            raw = await ws.recv()
-            if is_terminal(raw):
-                break
-        total = (time.perf_counter() - t0) * 1000
-        last = json.loads(raw)
-        response = last.get("response")
-        ok = last.get("type") == "response.completed"
-        server = server_timings(response) if response else None
-        model = model_seconds(server)
-        self.records.append(
-            TurnRecord(self.index, kind, sent, total, None if model is None else model * 1000, ok, server)
-        )
-        if not ok:
-            self.errors.append(raw[:200])
-            return None
-        return response
-
-    async def run(self, ws: Any, release_at: float) -> None:
-        create = self.first_create()
-        await asyncio.sleep(max(0.0, release_at - time.time()))
-        kind = "first"
-        while time.time() < self.state["end_at"]:
-            try:
-                response = await self.turn(ws, create, kind)
-            finally:
-                if kind == "first":
-                    self.state["firsts"] -= 1
-                    if self.state["firsts"] == 0:
-                        self.state["storm_over"].set()
-            if response is None:
-                return
-            nxt = self.next_create(response)
-            if nxt is None:  # the rollout ended: the next one on the same socket
-                self.rollout += 100_003
-                create, kind = self.first_create(), "rollout_first"
-                continue
-            await asyncio.sleep(wl.tool_time_s(self.w, self.rollout, len(self.records)))
-            create, kind = nxt, "steady"
-
-
-LAG_TICK_S = 0.01
-
-
-STALL_MS = 20.0  # a tick this late is kept with its time
-
-
-async def _watch_lag(into: list[float], stalls: list[tuple[float, float]]) -> None:
-    """How late this client's event loop wakes from a 10 ms sleep (ms), every tick: a
-    client too busy to read its sockets shows here, not as the server's time.  Ticks
-    later than :data:`STALL_MS` go to ``stalls`` with when they ended (``time.time()``)."""
-    while True:
-        t0 = time.perf_counter()
-        await asyncio.sleep(LAG_TICK_S)
-        late = (time.perf_counter() - t0 - LAG_TICK_S) * 1000
-        into.append(late)
-        if late >= STALL_MS:
-            stalls.append((time.time(), late))
-
-
-def _client_main(plan: ClientPlan, conn: Any) -> None:
-    """A client process: connect every loop, say so, wait for the release time, run."""
-    import websockets
-
-    w = replace(wl.PRESETS[plan.preset], seed=plan.seed)
-    if plan.resume_tokens is not None:
-        w = replace(w, resume_tokens=plan.resume_tokens)
-    fixed = {"model": w.model, "store": plan.store, "instructions": wl.instructions(w.system_tokens, w.seed)}
-    fixed["tools"] = wl.tools(w)
-    fixed_json = '{"type":"response.create",' + json.dumps(fixed)[1:-1]
-    rng = random.Random(f"capacity-outputs/{plan.seed}/{plan.loops[:1]}")
-    outputs = [wl.tool_output(w, rng.randrange(10**6), 0, 0, "shell") for _ in range(OUTPUT_POOL)]
-    state: dict[str, Any] = {"end_at": float("inf"), "firsts": len(plan.loops)}
-    loops = [Loop(i, w, fixed_json, outputs, state) for i in plan.loops]
-    for i in range(min(HISTORY_POOL, len(loops))):
-        loops[i].first_create()  # the histories, built before the release
-
-    async def main() -> dict[str, Any]:
-        url = plan.url.replace("http", "ws", 1) + "/v1/responses"
-        sockets: list[Any] = []
-        failed_connect = 0
-        sem = asyncio.Semaphore(64)
-
-        async def open_one() -> Any:
-            async with sem:
-                try:
-                    return await websockets.connect(url, max_size=None, compression=None, open_timeout=60)
-                except Exception:  # noqa: BLE001 - counted
-                    return None
-
-        sockets = await asyncio.gather(*(open_one() for _ in loops))
-        failed_connect = sum(s is None for s in sockets)
-        conn.send(("connected", len(loops) - failed_connect))
-        release_at = await asyncio.to_thread(conn.recv)
-        state["storm_over"] = asyncio.Event()
-
-        async def run(loop: Loop, ws: Any) -> None:
-            if ws is None:
-                loop.errors.append("connect failed")
-                state["firsts"] -= 1
-                if state["firsts"] == 0:
-                    state["storm_over"].set()
-                return
-            try:
-                await loop.run(ws, release_at)
-            except Exception as exc:  # noqa: BLE001 - a loop's failure is counted, not raised
-                loop.errors.append(f"{type(exc).__name__}: {exc}"[:200])
-
-        async def steer() -> None:
-            await state["storm_over"].wait()
-            conn.send(("storm", time.time()))
-            state["end_at"] = await asyncio.to_thread(conn.recv)
-
-        steering = asyncio.create_task(steer())
-        lag_ms: list[float] = []
-        stalls: list[tuple[float, float]] = []
-        watching = asyncio.create_task(_watch_lag(lag_ms, stalls))
-        await asyncio.gather(*(run(lp, ws) for lp, ws in zip(loops, sockets)))
-        await steering
-        watching.cancel()
-        await asyncio.gather(*(ws.close() for ws in sockets if ws is not None), return_exceptions=True)
-        return {
-            "records": [r.__dict__ for lp in loops for r in lp.records],
-            "errors": {lp.index: lp.errors for lp in loops if lp.errors},
-            "failed_connect": failed_connect,
-            "loop_lag_ms": sorted(lag_ms),
-            "stalls": stalls,
-        }
-
-    t_cpu = time.process_time()
-    out = asyncio.run(main())
-    out["client_cpu_s"] = time.process_time() - t_cpu
-    conn.send(("done", out))
-
 
 # ----------------------------------------------------------------------------- summaries
 
@@ -391,6 +171,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--idle-s", type=float, default=3.0, help="idle window measuring the background CPU rate")
     p.add_argument("--url", help="a running server's base URL (default: start an embedded one)")
+    p.add_argument(
+        "--reference",
+        action="store_true",
+        help="load the bare-protocol reference server (bench/reference.py): measures the client itself",
+    )
     p.add_argument("--config", type=Path, help="server config file for the embedded server")
     p.add_argument("--out", type=Path, default=Path("results/capacity.json"))
 
@@ -423,51 +208,45 @@ def one_level(
     *,
     store: bool = False,
 ) -> dict[str, Any]:
-    ctx = multiprocessing.get_context("spawn")
+    """N loops released at once, then ``args.duration`` s of steady state (the runner's
+    window after every first turn is answered), the server's CPU sampled throughout."""
     k = 1 if n <= 16 else max(1, args.clients)
-    shares = [list(range(i, n, k)) for i in range(k)]
-    pipes, workers = [], []
-    for share in shares:
-        parent, child = ctx.Pipe()
-        plan = ClientPlan(url, share, args.preset, args.resume_tokens, args.duration, args.seed, store)
-        proc = ctx.Process(target=_client_main, args=(plan, child), daemon=True)
-        proc.start()
-        pipes.append(parent)
-        workers.append(proc)
+    spec = LoadSpec(
+        targets=(url,),
+        loops=n,
+        duration_s=args.duration,
+        warmup_s=0.0,
+        seed=args.seed,
+        store=store,
+        preset=args.preset,
+        resume_tokens=args.resume_tokens,
+        window_after_first_turns=True,
+    )
+    sampler = Sampler(procs)
+    thread = threading.Thread(target=sampler.run, daemon=True)
+    thread.start()
     try:
-        connected = sum(p.recv()[1] for p in pipes)
-        sampler = Sampler(procs)
-        thread = threading.Thread(target=sampler.run, daemon=True)
-        thread.start()
-        release_at = time.time() + 1.0
-        for p in pipes:
-            p.send(release_at)
-        storm_end = max(p.recv()[1] for p in pipes)  # every client's first turns answered
-        end_at = storm_end + args.duration
-        for p in pipes:
-            p.send(end_at)
-        outs = [p.recv()[1] for p in pipes]
+        result = run_local(spec, processes=k)
+    finally:
         sampler.stop.set()
         thread.join()
-    finally:
-        for proc in workers:
-            proc.join(30)
-            if proc.is_alive():
-                proc.terminate()
-    records = [r for o in outs for r in o["records"]]
-    errors = {int(k): v for o in outs for k, v in o["errors"].items()}
-    out = summarise(n, records, errors, sampler.samples, idle, release_at, end_at)
-    out["connected"] = connected
+    records = [r.as_dict() for r in result.records]
+    window_start, end_at = result.window
+    out = summarise(n, records, result.errors, sampler.samples, idle, result.release_at, end_at)
+    out["connected"] = result.connected
     out["client_processes"] = k
-    out["client_cpu_s"] = round(sum(o["client_cpu_s"] for o in outs), 2)
-    out["client_cpu_pct_of_a_core"] = round(100 * out["client_cpu_s"] / max(end_at - release_at, 1e-9), 1)
-    out["client_loop_lag_ms"] = lag([x for o in outs for x in o["loop_lag_ms"]])
+    cpu_s = sum(c.cpu_s for c in result.clients)
+    out["client_cpu_s"] = round(cpu_s, 2)
+    out["client_cpu_pct_of_a_core"] = round(100 * cpu_s / max(end_at - window_start, 1e-9), 1)
+    out["client_loop_lag_ms"] = lag(result.lag_ms)
+    out["clients"] = [c.as_dict() for c in result.clients]
+    out["valid"] = not result.saturated
+    out["invalid_reason"] = result.reason
     # the clients' stalls in the steady window (s from its start, ms): at the moments the
     # server's slow turns were sent, they say the machine stalled, not the server alone
     out["client_stalls"] = sorted(
         (round(t - out["storm_end"], 2), round(ms, 1))
-        for o in outs
-        for t, ms in o["stalls"]
+        for t, ms in result.stalls
         if out["storm_end"] <= t <= end_at
     )
     return out
@@ -493,10 +272,15 @@ def print_level(s: dict[str, Any]) -> None:
         print(
             f"       steady tail (≥ {t['from_ms']} ms, {t['turns']} turns), medians ms: "
             + ", ".join(f"{k} {t[k]}" for k in (*TAIL_PHASES, "outside"))
-            + f"; clients: {s['client_cpu_pct_of_a_core']}% of a core, loop lag p99 {lg['p99']} / max {lg['max']} ms"
             + f"; waiting for a CPU, ms/turn: {s.get('runqueue_wait_ms_per_turn')}",
             flush=True,
         )
+    print(
+        f"       clients: {s['client_processes']} process(es), {s['client_cpu_pct_of_a_core']}% of a core, "
+        f"loop lag p99 {lg['p99']} / max {lg['max']} ms: "
+        + ("valid" if s["valid"] else f"INVALID, the clients were saturated ({s['invalid_reason']})"),
+        flush=True,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -506,12 +290,18 @@ def run(args: argparse.Namespace) -> int:
 
     levels = [int(x) for x in args.loops.split(",") if x]
     out: list[dict[str, Any]] = []
+
+    if args.url and args.reference:
+        raise SystemExit("bench capacity: --url and --reference exclude each other")
+    external = bool(args.url or args.reference)
     with (
         nullcontext(args.url)
         if args.url
+        else ReferenceServer()
+        if args.reference
         else embedded_server(local_config(args.config), name="capacity") as url
     ):
-        procs = {} if args.url else processes.server_processes()
+        procs = {} if external else processes.server_processes()
         idle: dict[str, float] = {}
         if procs:
             before = processes.cpu_by_role(procs)
@@ -533,6 +323,7 @@ def run(args: argparse.Namespace) -> int:
             "command": args.command,
             "levels": out,
             "workload": {"preset": args.preset, "resume_tokens": args.resume_tokens, "seed": args.seed},
+            "server": "reference" if args.reference else args.url or "embedded",
             "duration_s": args.duration,
         },
         args.run,

@@ -52,7 +52,7 @@ from serve.embedded import embedded_server, local_config
 from .. import processes, results
 from .. import workload as wl
 from ..client import ResponsesSocket, connect, is_final
-from ..floor_budgets import budgets, print_budgets, spread
+from ..floor_budgets import budgets, print_budgets, rounds_spread
 from ..rollouts import TIMINGS_KEY, model_seconds, server_timings
 from ..stats import median
 
@@ -397,15 +397,17 @@ def over_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         "reference_block_cpu_ms_per_turn",
         "api_tier_cpu_ratio_block",
     ):
-        out[key] = spread([r.get(key) for r in rounds])
+        out[key] = rounds_spread([r.get(key) for r in rounds])
     roles = sorted({k for r in rounds for k in r.get("cpu_ms_per_turn", {})})
-    out["cpu_ms_per_turn"] = {k: spread([r["cpu_ms_per_turn"].get(k) for r in rounds]) for k in roles}
+    out["cpu_ms_per_turn"] = {k: rounds_spread([r["cpu_ms_per_turn"].get(k) for r in rounds]) for k in roles}
     ray = sorted({k for r in rounds for k in r.get("ray_cpu_ms_per_turn_by_process", {})})
     out["ray_cpu_ms_per_turn_by_process"] = {
-        k: spread([r["ray_cpu_ms_per_turn_by_process"].get(k) for r in rounds]) for k in ray
+        k: rounds_spread([r["ray_cpu_ms_per_turn_by_process"].get(k) for r in rounds]) for k in ray
     }
     phases = sorted({k for r in rounds for k in r.get("server_phases_ms", {})})
-    out["server_phases_ms"] = {k: spread([r["server_phases_ms"].get(k) for r in rounds]) for k in phases}
+    out["server_phases_ms"] = {
+        k: rounds_spread([r["server_phases_ms"].get(k) for r in rounds]) for k in phases
+    }
     return out
 
 

@@ -47,7 +47,7 @@ import websockets
 
 from .. import results
 from ..client import TERMINAL_EVENT_TYPES
-from ..stats import pct
+from ..stats import pct, spread
 
 HEADER = "x-responses-ws-resume-token"
 MODEL = "emu-fast"
@@ -158,17 +158,7 @@ async def run_client(
         out.errors.append(repr(exc)[:300])
 
 
-def spread(values: list[float]) -> dict[str, float | int | None]:
-    def r(x: float | None) -> float | None:
-        return None if x is None else round(x, 2)
-
-    return {
-        "n": len(values),
-        "p50": r(pct(values, 0.5)),
-        "p99": r(pct(values, 0.99)),
-        "min": r(min(values, default=None)),
-        "max": r(max(values, default=None)),
-    }
+FIGURES = ("n", "p50", "p99", "min", "max")
 
 
 def summary(runs: list[ClientRun]) -> dict[str, Any]:
@@ -176,12 +166,14 @@ def summary(runs: list[ClientRun]) -> dict[str, Any]:
     steady = [s for s in samples if s.kind == "steady"]
     resumed = [s for s in samples if s.kind == "resume"]
     return {
-        "resume_first_event_ms": spread([s.first_ms for s in resumed]),
-        "resume_first_event_ms_other_node": spread([s.first_ms for s in resumed if s.moved]),
-        "resume_handshake_ms": spread([s.handshake_ms for s in resumed if s.handshake_ms is not None]),
-        "resume_terminal_ms": spread([s.total_ms for s in resumed]),
-        "steady_first_event_ms": spread([s.first_ms for s in steady]),
-        "steady_terminal_ms": spread([s.total_ms for s in steady]),
+        "resume_first_event_ms": spread([s.first_ms for s in resumed], FIGURES, 2),
+        "resume_first_event_ms_other_node": spread([s.first_ms for s in resumed if s.moved], FIGURES, 2),
+        "resume_handshake_ms": spread(
+            [s.handshake_ms for s in resumed if s.handshake_ms is not None], FIGURES, 2
+        ),
+        "resume_terminal_ms": spread([s.total_ms for s in resumed], FIGURES, 2),
+        "steady_first_event_ms": spread([s.first_ms for s in steady], FIGURES, 2),
+        "steady_terminal_ms": spread([s.total_ms for s in steady], FIGURES, 2),
         "resumes_moved_node": sum(s.moved for s in resumed),
         "resumes": len(resumed),
         "resume_cached_over_input": pct([s.cached_tokens / s.input_tokens for s in resumed], 0.5),

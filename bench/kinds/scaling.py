@@ -34,47 +34,57 @@ from typing import Any
 
 from serve.embedded import wait_ready
 
-from .. import agentloop_report as report
 from .. import plotting, results
 from .. import workload as wl
 from ..client import connect
 from ..cluster import SERVE_CLUSTER_CONFIG as CONFIG
 from ..cluster import SimulatedCluster, deploy_serve_config
 from ..processes import cpu_s, session_host_pids, uss_mb
-from ..rollouts import run_rollout
+from ..runner import LoadSpec, run_local
+from ..runner.model import rollout_spans
 from ..stats import pct
 from ..workload import Workload
 
+STEP_S = 15.0  # each load step's measured window
+STEP_WARMUP_S = 3.0
+
 
 async def load_step(url: str, m: int, w: Workload) -> dict:
-    t0 = time.perf_counter()
-    recs = await asyncio.gather(*(run_rollout("ws", url, w, 1000 * m + i) for i in range(m)))
-    wall = time.perf_counter() - t0
-    turns = [t for r in recs for t in r.turns if not t.error]
-    over = [v for t in turns if (v := report.overhead_ms(t)) is not None]
+    """``m`` concurrent agent loops (the load runner's ``codex`` workload: a new connection
+    per rollout, rollout after rollout) for :data:`STEP_S` after :data:`STEP_WARMUP_S`;
+    e2e of the rollouts that ended in the window, TTFT, the server's API overhead,
+    delivered tokens/s; ``clients_valid`` false when the client process was saturated."""
+    spec = LoadSpec(
+        targets=(url,),
+        loops=m,
+        workload="codex",
+        duration_s=STEP_S,
+        warmup_s=STEP_WARMUP_S,
+        custom_workload=w,
+    )
+    result = await asyncio.to_thread(run_local, spec)
+    t0, t1 = result.window
+    turns = [r for r in result.in_window() if r.ok]
+    spans = [(a, b, rs) for a, b, rs in rollout_spans(result.records) if t0 <= b <= t1]
+    e2e = [b - a for a, b, _ in spans]
+    connect = [rs[0].connect_ms for _, _, rs in spans if rs[0].connect_ms is not None]
+    over = [v for t in turns if (v := (t.server or {}).get("api_overhead")) is not None]
     ttft = [t.ttft_ms for t in turns if t.ttft_ms is not None]
+    wall = t1 - t0
     return {
         "rollouts": m,
-        "errors": [r.error for r in recs if r.error],
+        "rollouts_ended": len(spans),
+        "errors": [e for es in result.errors.values() for e in es],
         "wall_s": wall,
-        "e2e_s": {
-            "p50": pct([r.e2e_s for r in recs], 0.5),
-            "p90": pct([r.e2e_s for r in recs], 0.9),
-        },
-        "connect_ms_p50": pct([r.connect_ms for r in recs], 0.5),
-        "connect_ms_max": max(r.connect_ms for r in recs),
-        "ttft_ms": {
-            "p50": pct(ttft, 0.5),
-            "p90": pct(ttft, 0.9),
-            "p99": pct(ttft, 0.99),
-        },
-        "api_overhead_ms": {
-            "p50": pct(over, 0.5),
-            "p90": pct(over, 0.9),
-            "p99": pct(over, 0.99),
-        },
-        "delivered_tokens_per_s": sum(t.output_tokens for t in turns) / wall,
+        "e2e_s": {"p50": pct(e2e, 0.5), "p90": pct(e2e, 0.9)},
+        "connect_ms_p50": pct(connect, 0.5),
+        "connect_ms_max": max(connect, default=None),
+        "ttft_ms": {"p50": pct(ttft, 0.5), "p90": pct(ttft, 0.9), "p99": pct(ttft, 0.99)},
+        "api_overhead_ms": {"p50": pct(over, 0.5), "p90": pct(over, 0.9), "p99": pct(over, 0.99)},
+        "delivered_tokens_per_s": sum(t.output_tokens or 0 for t in turns) / wall,
         "turns_per_s": len(turns) / wall,
+        "clients_valid": not result.saturated,
+        "clients_invalid_reason": result.reason,
     }
 
 

@@ -27,6 +27,7 @@ from ..scale_model import (
     size,
     slope_error,
 )
+from ..stats import median, spread
 from . import network, shared_load
 from .balancer import command, session_counts
 from .harness import Harness
@@ -90,13 +91,6 @@ def level(h: Harness, k: int, args: argparse.Namespace) -> dict[str, Any]:
             label: v for label, v in cpu.items() if label not in processes.ROLES and label != "all"
         },
     }
-
-
-def spread(values: list[float | None]) -> dict[str, float | None]:
-    vs = [v for v in values if v is not None]
-    if not vs:
-        return {"median": None, "min": None, "max": None}
-    return {"median": round(statistics.median(vs), 3), "min": round(min(vs), 3), "max": round(max(vs), 3)}
 
 
 def summary(runs: list[dict[str, Any]], counts: list[int]) -> list[dict[str, Any]]:
@@ -501,11 +495,6 @@ def actors_per_node(level: dict[str, Any]) -> float | None:
     return statistics.mean(sum(v for t, v in counts.items() if t not in NOT_ACTORS) for counts in nodes)
 
 
-def median(values: list[float | None]) -> float:
-    vs = [v for v in values if v is not None]
-    return statistics.median(vs) if vs else 0.0
-
-
 def measured_inputs(
     payload: dict[str, Any], phase: str = "resume_store_false", margin: float = 0.0
 ) -> tuple[Measured, dict[str, float]]:
@@ -526,7 +515,7 @@ def measured_inputs(
         return Line(fitted.base, max(0.0, fitted.per_node + margin * slope_error(points, fitted)))
 
     def store(window: str, name: str) -> float:
-        return median([(net_store(lv, window) or {}).get(name) for lv in levels])
+        return median([(net_store(lv, window) or {}).get(name) for lv in levels], None) or 0.0
 
     loaded = [lv["store_false"] for lv in levels if lv["store_false"]["turns_per_s"]]
     m = Measured(
@@ -538,13 +527,14 @@ def measured_inputs(
         store_cpu_us_per_turn=store(phase, "cpu_us"),
         store_cmds_per_connection_s=store("resume_held", "cmds"),
         store_cpu_us_per_connection_s=store("resume_held", "cpu_us"),
-        actors_per_session_node=median([actors_per_node(lv) for lv in levels]) or 1.0,
+        actors_per_session_node=median([actors_per_node(lv) for lv in levels], None) or 1.0,
     )
     node = {
         "session_node_cpu_ms_per_turn": median(
-            [sum(p["session_node_cpu_ms_per_s"].values()) / p["turns_per_s"] for p in loaded]
-        ),
-        "s_between_a_loops_turns": median([p["loops"] / p["turns_per_s"] for p in loaded]),
+            [sum(p["session_node_cpu_ms_per_s"].values()) / p["turns_per_s"] for p in loaded], None
+        )
+        or 0.0,
+        "s_between_a_loops_turns": median([p["loops"] / p["turns_per_s"] for p in loaded], None) or 0.0,
     }
     return m, node
 
@@ -557,10 +547,11 @@ def deployment(node: dict[str, float], cores: int = NODE_CORES, headroom: float 
 
 
 def spread_text(values: list[float | None], fmt: str = "{:.3g}") -> str:
-    vs = [v for v in values if v is not None]
-    if not vs:
+    """The median and range of the values, as text ("-" for none)."""
+    s = spread(values, digits=12)
+    if s["median"] is None:
         return "-"
-    return f"{fmt.format(statistics.median(vs))} ({fmt.format(min(vs))}–{fmt.format(max(vs))})"
+    return f"{fmt.format(s['median'])} ({fmt.format(s['min'])}–{fmt.format(s['max'])})"
 
 
 def print_inputs(payload: dict[str, Any]) -> None:

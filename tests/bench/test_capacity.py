@@ -1,21 +1,12 @@
-"""bench capacity: the client's pre-encoded creates, the terminal-frame test, the summary."""
+"""bench capacity: the summary of a level (its loops: bench/runner, tests/bench/test_runner.py)."""
 
 from __future__ import annotations
 
-import json
-
-from bench import workload as wl
 from bench.kinds import capacity
 
 
 def record(loop, kind, sent, total_ms, model_ms=100.0, ok=True):
     return {"loop": loop, "kind": kind, "sent": sent, "total_ms": total_ms, "model_ms": model_ms, "ok": ok}
-
-
-def test_a_terminal_frame_is_told_by_its_type_at_the_head():
-    assert capacity.is_terminal('{"type":"response.completed","response":{}}')
-    assert capacity.is_terminal('{"type":"error","error":{}}')
-    assert not capacity.is_terminal('{"type":"response.output_text.delta","delta":"response.completed"}')
 
 
 def test_window_cpu_takes_the_samples_inside_the_window():
@@ -51,20 +42,6 @@ def test_a_loop_with_an_error_is_not_served():
     records = [record(0, "first", 0.0, 10.0), record(1, "first", 0.0, 10.0, ok=False)]
     s = capacity.summarise(2, records, {1: ["boom"]}, [], {}, release_at=0.0, end_at=5.0)
     assert not s["every_loop_served"] and s["loops_with_errors"] == 1 and "cpu_ms_per_turn" not in s
-
-
-def test_a_loop_chains_its_creates_with_the_tool_outputs():
-    w = wl.Workload(resume_tokens=0, shape=wl.CODEX, system_tokens=100, tool_def_tokens=200)
-    state = {"end_at": float("inf"), "firsts": 1}
-    loop = capacity.Loop(3, w, '{"type":"response.create","model":"emu-fast"', ["out-a", "out-b"], state)
-    first = json.loads(loop.first_create())
-    assert first["input"][-1]["role"] == "user" and "previous_response_id" not in first
-    assert first["metadata"][capacity.TIMINGS_KEY] == "1"
-    response = {"id": "resp_1", "output": [{"type": "function_call", "call_id": "c1"}]}
-    nxt = json.loads(loop.next_create(response))
-    assert nxt["previous_response_id"] == "resp_1" and nxt["input"][0]["call_id"] == "c1"
-    assert nxt["input"][0]["output"] in ("out-a", "out-b")
-    assert loop.next_create({"id": "resp_2", "output": [{"type": "message"}]}) is None
 
 
 def test_the_tail_says_which_server_phase_the_slowest_turns_spent_their_time_in():

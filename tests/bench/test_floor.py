@@ -56,9 +56,9 @@ def test_the_summary_subtracts_the_model_and_divides_by_the_reference():
 
 
 def test_the_spread_is_the_median_quartiles_and_extremes():
-    s = floor.spread([4.0, 1.0, 3.0, 2.0, 5.0, None])
+    s = floor.rounds_spread([4.0, 1.0, 3.0, 2.0, 5.0, None])
     assert s == {"median": 3.0, "p25": 2.0, "p75": 4.0, "min": 1.0, "max": 5.0, "n": 5}
-    assert floor.spread([]) is None
+    assert floor.rounds_spread([]) is None
 
 
 def test_cpu_per_turn_adds_the_api_tier_and_ray_background():
@@ -130,11 +130,11 @@ def test_the_client_costs_parse_the_same_frames_raw_and_with_the_sdk():
 def test_each_budget_is_judged_on_its_median_over_rounds():
     summary = {
         "cpu_ms_per_turn": {
-            "all": floor.spread([5.0, 7.0, 5.5]),
-            "inference": floor.spread([1.6, 1.7, 1.8]),
+            "all": floor.rounds_spread([5.0, 7.0, 5.5]),
+            "inference": floor.rounds_spread([1.6, 1.7, 1.8]),
         },
-        "api_tier_cpu_ratio": floor.spread([1.2, 1.4, 1.3]),
-        "api_tier_cpu_ratio_block": floor.spread([1.6, 1.7]),
+        "api_tier_cpu_ratio": floor.rounds_spread([1.2, 1.4, 1.3]),
+        "api_tier_cpu_ratio_block": floor.rounds_spread([1.6, 1.7]),
         "background_cpu_ms_per_s": {"gateway": 10.0, "ray": 45.0},
     }
     rows = {r["role"]: r for r in floor_budgets.budgets(summary)}

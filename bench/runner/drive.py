@@ -1,0 +1,75 @@
+"""The driver's side of a run, the same for client processes and Ray actors.
+
+A :class:`Fleet` calls one method of every worker (bench/runner/worker.py) and returns their
+answers.  :func:`drive`: connect every loop; release every first turn at once; the measured
+window (after the warm-up, or after every first turn was answered); records pulled in batches
+every :data:`PULL_EVERY_S` while it runs (``on_records`` sees each batch); the rest and each
+worker's own figures at the end.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from .model import LoadResult, LoadSpec, TurnRecord
+
+PULL_EVERY_S = 5.0
+RELEASE_DELAY_S = 1.0  # from the last connection open to the release of the first turns
+
+
+class Fleet(Protocol):
+    def call(self, method: str, *args: Any) -> list[Any]:
+        """``method(*args)`` on every worker, at once; their answers in order."""
+        ...
+
+
+def shares(loops: int, workers: int) -> list[list[int]]:
+    """Loop indices per worker, dealt round-robin (loop ``i`` to worker ``i % workers``)."""
+    k = max(1, min(workers, loops))
+    return [list(range(i, loops, k)) for i in range(k)]
+
+
+def drive(
+    fleet: Fleet,
+    spec: LoadSpec,
+    *,
+    on_records: Callable[[list[TurnRecord]], None] | None = None,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+) -> LoadResult:
+    connected = sum(fleet.call("connect"))
+    release_at = clock() + RELEASE_DELAY_S
+    fleet.call("start", release_at)
+    if spec.window_after_first_turns:
+        start = max(fleet.call("first_turns_answered"))
+    else:
+        start = release_at + spec.warmup_s
+    end = start + spec.duration_s
+    fleet.call("set_end", end)
+    records: list[TurnRecord] = []
+
+    def take(batches: Sequence[list[TurnRecord]]) -> None:
+        batch = [r for b in batches for r in b]
+        records.extend(batch)
+        if on_records is not None and batch:
+            on_records(batch)
+
+    while (left := end - clock()) > 0:
+        sleep(min(PULL_EVERY_S, left))
+        take(fleet.call("pull"))
+    outs = fleet.call("finish", (start, end))
+    take([o["records"] for o in outs])
+    errors = {int(k): v for o in outs for k, v in o["errors"].items()}
+    return LoadResult(
+        records,
+        [o["stats"] for o in outs],
+        window=(start, end),
+        release_at=release_at,
+        errors=errors,
+        connected=connected,
+        loops=spec.loops,
+        lag_ms=[x for o in outs for x in o["lag_ms"]],
+        stalls=[s for o in outs for s in o["stalls"]],
+    )

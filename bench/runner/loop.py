@@ -1,0 +1,291 @@
+"""The Codex-like loop: one agent's turns, its creates pre-encoded.
+
+A loop runs rollouts of a :mod:`bench.workload` preset one after another: a rollout's first
+create resends the instructions, the tools and a resumed history (the ``codex`` preset's
+~60k tokens: what a client reconnecting after a node drain sends) and the task; then turns
+carrying the tool outputs, each after the tool's time.  What a create holds beyond the
+new items is encoded once (:class:`Encoder`): the fixed part (model, instructions, tools),
+each resumed history, the tool outputs (a pool of :data:`OUTPUT_POOL` drawn from the
+preset's sizes; generating one costs the tokenizer's time).  Only the final event of each
+answer is parsed.
+
+The transports continue a conversation as bench/transports.py does: ``ws`` and
+``http-chained`` send the new items with ``previous_response_id`` (``http-chained`` with
+``store: true``, the server loads the stored conversation); ``http-full`` resends the whole
+conversation each turn, ``store: false``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .. import workload as wl
+from ..rollouts import TIMINGS_KEY, model_seconds, server_timings
+from .channels import Channel, Reply
+from .model import TurnRecord
+
+OUTPUT_POOL = 48  # distinct tool outputs per client process (drawn from the preset's sizes)
+HISTORY_POOL = 8  # distinct resumed histories (generating one costs the client ~0.1 s of CPU)
+ROLLOUT_STRIDE = 100_003  # a loop's next rollout index
+
+
+def workload(preset: str, seed: int, resume_tokens: int | None) -> wl.Workload:
+    w = replace(wl.PRESETS[preset], seed=seed)
+    return w if resume_tokens is None else replace(w, resume_tokens=resume_tokens)
+
+
+@dataclass
+class Encoder:
+    """A client process's pre-encoded parts of its creates for one transport."""
+
+    w: wl.Workload
+    transport: str
+    store: bool
+    outputs: list[str]  # tool outputs, each JSON-encoded
+    head: str = ""  # '{"type":"response.create","model":...,"tools":[...]' (no closing brace)
+    histories: dict[int, str] = field(default_factory=dict)  # pool index -> encoded items, comma-joined
+
+    def __post_init__(self) -> None:
+        store = (
+            True
+            if self.transport == "http-chained"
+            else False
+            if self.transport == "http-full"
+            else self.store
+        )
+        fixed = {
+            "model": self.w.model,
+            "store": store,
+            "instructions": wl.instructions(self.w.system_tokens, self.w.seed),
+        }
+        fixed["tools"] = wl.tools(self.w)
+        opening = '{"type":"response.create",' if self.transport == "ws" else '{"stream":true,'
+        self.head = opening + json.dumps(fixed)[1:-1]
+
+    @classmethod
+    def build(cls, w: wl.Workload, transport: str, store: bool, seed_key: str) -> Encoder:
+        rng = random.Random(f"capacity-outputs/{seed_key}")
+        outputs = [
+            json.dumps(wl.tool_output(w, rng.randrange(10**6), 0, 0, "shell")) for _ in range(OUTPUT_POOL)
+        ]
+        return cls(w, transport, store, outputs)
+
+    @property
+    def full(self) -> bool:
+        return self.transport == "http-full"
+
+    def history(self, rollout: int) -> tuple[str, int]:
+        """A resumed history's items, encoded (comma-joined, no brackets), and how many tool
+        results it holds."""
+        key = rollout % HISTORY_POOL
+        items = wl.history(self.w, key)
+        if key not in self.histories:
+            self.histories[key] = ",".join(json.dumps(i) for i in items)
+        return self.histories[key], sum(1 for i in items if i.get("type") == "function_call_output")
+
+    def body(self, items: str, meta_json: str, previous: str | None = None) -> str:
+        tail = "" if previous is None else f',"previous_response_id":{json.dumps(previous)}'
+        return f'{self.head},"input":[{items}],"metadata":{meta_json}{tail}}}'
+
+
+def output_items(response: dict[str, Any]) -> list[str]:
+    """A response's output as input items (encoded), for a full-history resend."""
+    out = []
+    for o in response.get("output", []):
+        if o.get("type") == "function_call":
+            item = {
+                "type": "function_call",
+                "call_id": o["call_id"],
+                "name": o["name"],
+                "arguments": o["arguments"],
+            }
+            out.append(json.dumps(item))
+        elif o.get("type") == "message":
+            text = "".join(c.get("text", "") for c in o.get("content", []))
+            out.append(json.dumps({"role": "assistant", "content": [{"type": "output_text", "text": text}]}))
+    return out
+
+
+@dataclass
+class Pace:
+    """A client process's shared clock: when its loops stop, and its first turns' count."""
+
+    firsts: int
+    end_at: float = float("inf")
+    storm_over: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def first_done(self) -> None:
+        self.firsts -= 1
+        if self.firsts <= 0:
+            self.storm_over.set()
+
+
+def parse_reply(reply: Reply) -> tuple[dict[str, Any] | None, bool, str | None]:
+    """The terminal event's Response, whether the turn completed, and its error code."""
+    if reply.status is not None:
+        return None, False, f"http_{reply.status}"
+    if not reply.raw:
+        return None, False, "stream_ended"
+    last = json.loads(reply.raw)
+    kind = last.get("type")
+    response = last.get("response")
+    if kind == "response.completed":
+        return response, True, None
+    if kind == "error":
+        err = last.get("error")
+        return None, False, (err.get("code") if isinstance(err, dict) else None) or "error"
+    err = (response or {}).get("error") or {}
+    return response, False, err.get("code") or str(kind)
+
+
+class Loop:
+    """One agent's turns.  ``new_channel`` makes its channel (opened before its first turn
+    by the client process; by the loop itself for each rollout when ``fresh_connection``)."""
+
+    def __init__(
+        self,
+        index: int,
+        target: str,
+        enc: Encoder,
+        pace: Pace,
+        sink: list[TurnRecord],
+        new_channel: Callable[[], Channel],
+        *,
+        fresh_connection: bool = False,
+    ) -> None:
+        self.index = index
+        self.target = target
+        self.enc = enc
+        self.pace = pace
+        self.sink = sink
+        self.new_channel = new_channel
+        self.fresh_connection = fresh_connection
+        self.channel = new_channel()
+        self.rollout = index
+        self.turns = 0
+        self.errors: list[str] = []
+        self.rng = random.Random(f"capacity/{index}")
+        self.meta_json = "{}"
+        self.conversation: list[str] = []  # http-full: every item so far, encoded
+        self._connect_ms: float | None = None
+
+    def first_create(self) -> str:
+        """The rollout's first create: a resumed history (one of :data:`HISTORY_POOL`) and
+        the task; the model is told to call tools while the context holds fewer tool
+        results than that history's plus the rollout's rounds."""
+        w, rollout = self.enc.w, self.rollout
+        history, resumed = self.enc.history(rollout)
+        task = json.dumps({"role": "user", "content": [{"type": "input_text", "text": wl.task(w, rollout)}]})
+        meta = wl.metadata(replace(w, resume_tokens=0), rollout)
+        meta["emulator.tool_rounds"] = str(int(meta["emulator.tool_rounds"]) + resumed)
+        self.meta_json = json.dumps({**meta, TIMINGS_KEY: "1"})
+        items = f"{history},{task}" if history else task
+        self.conversation = [items]
+        return self.enc.body(items, self.meta_json)
+
+    def next_create(self, response: dict[str, Any]) -> str | None:
+        calls = [o for o in response.get("output", []) if o.get("type") == "function_call"]
+        if not calls:
+            return None
+        outputs = self.enc.outputs
+        items = ",".join(
+            f'{{"type":"function_call_output","call_id":{json.dumps(c["call_id"])},'
+            f'"output":{outputs[self.rng.randrange(len(outputs))]}}}'
+            for c in calls
+        )
+        if self.enc.full:
+            self.conversation += [*output_items(response), items]
+            return self.enc.body(",".join(self.conversation), self.meta_json)
+        return self.enc.body(items, self.meta_json, response["id"])
+
+    async def open(self) -> None:
+        t0 = time.perf_counter()
+        await self.channel.open()
+        self._connect_ms = (time.perf_counter() - t0) * 1000
+
+    async def turn(self, create: str, kind: str) -> dict[str, Any] | None:
+        """Send ``create`` and wait for its final event; the Response when it completed."""
+        connect_ms, self._connect_ms = self._connect_ms, None
+        sent = time.time()
+        try:
+            reply = await self.channel.send(create)
+            response, ok, code = parse_reply(reply)
+        except Exception as exc:  # noqa: BLE001 - a failed turn is a record, not a crash
+            total = (time.time() - sent) * 1000
+            self.sink.append(
+                TurnRecord(
+                    self.index,
+                    kind,
+                    sent,
+                    total,
+                    None,
+                    False,
+                    None,
+                    self.target,
+                    error_code=type(exc).__name__,
+                )
+            )
+            self.errors.append(f"{type(exc).__name__}: {exc}"[:200])
+            return None
+        server = server_timings(response) if response else None
+        model = model_seconds(server)
+        usage = (response or {}).get("usage") or {}
+        self.sink.append(
+            TurnRecord(
+                self.index,
+                kind,
+                reply.sent,
+                reply.total_s * 1000,
+                None if model is None else model * 1000,
+                ok,
+                server,
+                self.target,
+                None if reply.ttft_s is None else reply.ttft_s * 1000,
+                code,
+                connect_ms,
+                usage.get("output_tokens"),
+            )
+        )
+        self.turns += 1
+        if not ok:
+            self.errors.append(reply.raw[:200])
+            return None
+        return response
+
+    async def next_rollout(self) -> str:
+        self.rollout += ROLLOUT_STRIDE
+        if self.fresh_connection:
+            await self.channel.close()
+            self.channel = self.new_channel()
+            await self.open()
+        return self.first_create()
+
+    async def run(self, release_at: float) -> None:
+        """Turns from ``release_at`` until the pace's end (a turn in flight then completes).
+        A failed turn ends the loop, unless it opens a connection per rollout: then the
+        next rollout starts on a new one."""
+        create = self.first_create()
+        await asyncio.sleep(max(0.0, release_at - time.time()))
+        kind = "first"
+        while time.time() < self.pace.end_at:
+            try:
+                response = await self.turn(create, kind)
+            finally:
+                if kind == "first":
+                    self.pace.first_done()
+            nxt = None if response is None else self.next_create(response)
+            if response is None and not self.fresh_connection:
+                return
+            if nxt is None:  # the rollout ended (or failed): the next one
+                if time.time() >= self.pace.end_at:
+                    return
+                create, kind = await self.next_rollout(), "rollout_first"
+                continue
+            await asyncio.sleep(wl.tool_time_s(self.enc.w, self.rollout, self.turns))
+            create, kind = nxt, "steady"

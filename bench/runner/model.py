@@ -1,0 +1,250 @@
+"""The load runner's data: what to run (:class:`LoadSpec`), every turn (:class:`TurnRecord`),
+each client process measured by itself (:class:`ClientStats`) and the whole
+(:class:`LoadResult`), with the saturation decision and the summary.  Pure: no network.
+
+A client is **saturated** when its event loop was late by more than
+:data:`LAG_P99_LIMIT_MS` at the 99th percentile of its 10 ms ticks, or it used more than
+:data:`CPU_LIMIT` of one core, over the measured window: its turn times then include its
+own queueing, and a step with a saturated client is invalid (never the server's latency).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from itertools import pairwise
+from typing import TYPE_CHECKING, Any
+
+from ..stats import pct
+
+if TYPE_CHECKING:
+    from ..workload import Workload
+
+LAG_P99_LIMIT_MS = 20.0  # a client's event-loop lag p99 above this: saturated
+CPU_LIMIT = 0.8  # a client process's CPU time over wall time above this: saturated
+TRANSPORTS = ("ws", "http-full", "http-chained")
+WORKLOADS = ("capacity", "codex")
+KINDS = ("first", "steady", "rollout_first")
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    """What the runner runs.  Loop ``i`` goes to ``targets[i % len(targets)]``.
+
+    ``workload``: ``capacity``, the Codex-like capacity loop (one connection per loop for the
+    whole run, rollouts one after another on it, each rollout's first create resending the
+    resumed history); ``codex``: the same preset as an agent session (a new connection per
+    rollout).  ``preset`` and ``resume_tokens`` pick the :mod:`bench.workload` preset;
+    ``custom_workload``, a :class:`~bench.workload.Workload` of its own, replaces them.
+
+    The measured window is ``duration_s`` after ``warmup_s`` from the release of the first
+    turns (every loop's first turn is sent at the same moment); with
+    ``window_after_first_turns`` it starts when every loop's first turn is answered instead
+    (a reconnect storm, then steady state)."""
+
+    targets: tuple[str, ...]
+    loops: int
+    transport: str = "ws"
+    workload: str = "capacity"
+    duration_s: float = 20.0
+    warmup_s: float = 5.0
+    seed: int = 0
+    api_key: str | None = None
+    store: bool = False
+    preset: str = "codex"
+    resume_tokens: int | None = None
+    window_after_first_turns: bool = False
+    custom_workload: Workload | None = None
+
+    def __post_init__(self) -> None:
+        if not self.targets:
+            raise ValueError("LoadSpec needs at least one target URL")
+        if self.loops < 1:
+            raise ValueError(f"LoadSpec.loops must be at least 1, not {self.loops}")
+        if self.transport not in TRANSPORTS:
+            raise ValueError(f"unknown transport {self.transport!r}; one of {', '.join(TRANSPORTS)}")
+        if self.workload not in WORKLOADS:
+            raise ValueError(f"unknown workload {self.workload!r}; one of {', '.join(WORKLOADS)}")
+
+    def target(self, loop: int) -> str:
+        return self.targets[loop % len(self.targets)]
+
+
+@dataclass
+class TurnRecord:
+    loop: int
+    kind: str  # "first" (released at once), "steady" (chained) or "rollout_first"
+    sent: float  # time.time() when sent
+    total_ms: float  # sent -> the terminal event
+    model_ms: float | None  # the server's queue + prefill + decode
+    ok: bool
+    server: dict[str, float] | None = None  # the server's phase timings (ms), as reported
+    target: str = ""
+    ttft_ms: float | None = None  # sent -> the first output delta
+    error_code: str | None = None  # the error's code, or the terminal status when not completed
+    connect_ms: float | None = None  # when this turn opened its connection (codex workload)
+    output_tokens: int | None = None
+
+    @property
+    def done(self) -> float:
+        return self.sent + self.total_ms / 1000
+
+    @property
+    def nonmodel_ms(self) -> float | None:
+        return None if self.model_ms is None else self.total_ms - self.model_ms
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class ClientStats:
+    """One load actor or client process, over the measured window, measured by itself."""
+
+    node_id: str | None
+    node_ip: str | None
+    pid: int
+    cpu_s: float
+    wall_s: float
+    cpu_fraction: float  # of one core
+    lag_p99_ms: float
+    lag_max_ms: float
+    saturated: bool
+    reason: str | None
+    loops: int = 0
+    connected: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def saturation(cpu_fraction: float, lag_p99_ms: float | None) -> str | None:
+    """Why a client with these figures is saturated, or ``None`` when it is not."""
+    reasons = []
+    if lag_p99_ms is not None and lag_p99_ms > LAG_P99_LIMIT_MS:
+        reasons.append(f"event-loop lag p99 {lag_p99_ms:.1f} ms > {LAG_P99_LIMIT_MS:g} ms")
+    if cpu_fraction > CPU_LIMIT:
+        reasons.append(f"CPU {100 * cpu_fraction:.0f} % of a core > {100 * CPU_LIMIT:.0f} %")
+    return "; ".join(reasons) or None
+
+
+def window_usage(
+    cpu: Sequence[tuple[float, float]], ticks: Sequence[tuple[float, float]], t0: float, t1: float
+) -> tuple[float, float, float | None, float | None]:
+    """CPU seconds and wall seconds between the first CPU sample at or after ``t0`` and the
+    last at or before ``t1`` (samples: (time, process CPU seconds so far)), and the lag p99
+    and max (ms) of the ticks (time, lateness ms) in ``[t0, t1]``."""
+    inside = [s for s in cpu if t0 <= s[0] <= t1]
+    if len(inside) >= 2:
+        (a, ca), (b, cb) = inside[0], inside[-1]
+        cpu_s, wall_s = cb - ca, b - a
+    else:
+        cpu_s, wall_s = 0.0, 0.0
+    late = [ms for t, ms in ticks if t0 <= t <= t1]
+    return cpu_s, wall_s, pct(late, 0.99), max(late, default=None)
+
+
+def client_stats(
+    node_id: str | None,
+    node_ip: str | None,
+    pid: int,
+    cpu: Sequence[tuple[float, float]],
+    ticks: Sequence[tuple[float, float]],
+    window: tuple[float, float],
+    *,
+    loops: int = 0,
+    connected: int = 0,
+) -> ClientStats:
+    cpu_s, wall_s, p99, worst = window_usage(cpu, ticks, *window)
+    fraction = cpu_s / wall_s if wall_s > 0 else 0.0
+    reason = saturation(fraction, p99)
+    if wall_s <= 0:
+        reason = "no CPU samples in the measured window"
+    return ClientStats(
+        node_id,
+        node_ip,
+        pid,
+        round(cpu_s, 3),
+        round(wall_s, 3),
+        round(fraction, 3),
+        round(p99 or 0.0, 3),
+        round(worst or 0.0, 3),
+        reason is not None,
+        reason,
+        loops,
+        connected,
+    )
+
+
+def rollout_spans(records: Sequence[TurnRecord]) -> list[tuple[float, float, list[TurnRecord]]]:
+    """The rollouts that ended (the loop started another after them), each as (start, end,
+    its turns): start when its connection began opening (``connect_ms`` before its first
+    turn was sent), end when its last turn was answered."""
+    by_loop: dict[int, list[TurnRecord]] = {}
+    for r in sorted(records, key=lambda r: r.sent):
+        by_loop.setdefault(r.loop, []).append(r)
+    out = []
+    for turns in by_loop.values():
+        starts = [i for i, r in enumerate(turns) if r.kind != "steady"]
+        for a, b in pairwise(starts):
+            first, last = turns[a], turns[b - 1]
+            out.append((first.sent - (first.connect_ms or 0.0) / 1000, last.done, turns[a:b]))
+    return out
+
+
+def _q(values: Iterable[float]) -> dict[str, float | None]:
+    v = sorted(values)
+    return {k: None if (x := pct(v, q)) is None else round(x, 3) for k, q in (("p50", 0.5), ("p99", 0.99))}
+
+
+@dataclass
+class LoadResult:
+    records: list[TurnRecord]
+    clients: list[ClientStats]
+    window: tuple[float, float] = (0.0, 0.0)  # the measured window (time.time())
+    release_at: float = 0.0  # when every loop's first turn was sent
+    errors: dict[int, list[str]] = field(default_factory=dict)  # by loop, a few of each
+    connected: int = 0
+    loops: int = 0
+    lag_ms: list[float] = field(default_factory=list)  # every client's ticks in the window
+    stalls: list[tuple[float, float]] = field(default_factory=list)  # (when, ms) ticks over 20 ms
+
+    @property
+    def saturated(self) -> bool:
+        """Any client saturated: the step is invalid."""
+        return any(c.saturated for c in self.clients)
+
+    @property
+    def reason(self) -> str | None:
+        bad = [c for c in self.clients if c.saturated]
+        if not bad:
+            return None
+        return "; ".join(f"client {c.node_ip or 'local'}/{c.pid}: {c.reason}" for c in bad)
+
+    def in_window(self) -> list[TurnRecord]:
+        """The turns answered inside the measured window."""
+        t0, t1 = self.window
+        return [r for r in self.records if t0 <= r.done <= t1]
+
+    def summary(self) -> dict[str, Any]:
+        """Turns/s, non-model time and TTFT p50/p99, failures by type over the measured
+        window; the clients' own figures and whether the step is valid."""
+        t0, t1 = self.window
+        rows = self.in_window()
+        ok = [r for r in rows if r.ok]
+        span = t1 - t0
+        failures = Counter(r.error_code or "error" for r in rows if not r.ok)
+        return {
+            "loops": self.loops,
+            "connected": self.connected,
+            "window_s": round(span, 3),
+            "turns": len(ok),
+            "turns_per_s": round(len(ok) / span, 2) if span > 0 else None,
+            "nonmodel_ms": _q(m for r in ok if (m := r.nonmodel_ms) is not None),
+            "ttft_ms": _q(r.ttft_ms for r in ok if r.ttft_ms is not None),
+            "failures": dict(failures),
+            "valid": not self.saturated,
+            "invalid_reason": self.reason,
+            "clients": [c.as_dict() for c in self.clients],
+        }

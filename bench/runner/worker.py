@@ -1,0 +1,169 @@
+"""One client process's share of the loops, and its measure of itself.
+
+:class:`LoadWorker` runs in a client process of this machine (bench/runner/local.py) or in a
+Ray actor on a client node (bench/runner/cluster.py); the driver calls, in order,
+:meth:`connect`, :meth:`start`, [:meth:`first_turns_answered`], :meth:`set_end`,
+:meth:`pull` any number of times, and :meth:`finish`.  Every turn's record stays here until
+pulled: records travel in batches, never one call per turn.
+
+It measures itself while it runs: its process CPU time, sampled every
+:data:`CPU_SAMPLE_S`, and its event loop's lateness waking from a :data:`LAG_TICK_S` sleep
+(a client too busy to read its sockets shows here, not as the server's time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .channels import Channel, HttpChannel, WsChannel, http_client
+from .loop import HISTORY_POOL, Encoder, Loop, Pace, workload
+from .model import ClientStats, LoadSpec, TurnRecord, client_stats
+
+LAG_TICK_S = 0.01
+CPU_SAMPLE_S = 0.5
+STALL_MS = 20.0  # a tick this late is kept with its time (a stall)
+CONNECT_CONCURRENCY = 64
+FINISH_TIMEOUT_S = 120.0  # turns in flight at the end of the window complete within this
+
+
+async def watch_lag(
+    ticks: list[tuple[float, float]], cpu: list[tuple[float, float]], stalls: list[tuple[float, float]]
+) -> None:
+    """Every tick: how late (ms) this process's event loop woke, with when; every
+    :data:`CPU_SAMPLE_S`: the process's CPU seconds so far."""
+    next_cpu = 0.0
+    while True:
+        t0 = time.perf_counter()
+        await asyncio.sleep(LAG_TICK_S)
+        late = (time.perf_counter() - t0 - LAG_TICK_S) * 1000
+        now = time.time()
+        ticks.append((now, late))
+        if late >= STALL_MS:
+            stalls.append((now, late))
+        if now >= next_cpu:
+            cpu.append((now, time.process_time()))
+            next_cpu = now + CPU_SAMPLE_S
+
+
+class LoadWorker:
+    def __init__(
+        self, spec: LoadSpec, loops: list[int], node_id: str | None = None, node_ip: str | None = None
+    ) -> None:
+        self.spec = spec
+        self.node_id, self.node_ip = node_id, node_ip
+        w = spec.custom_workload or workload(spec.preset, spec.seed, spec.resume_tokens)
+        self.enc = Encoder.build(w, spec.transport, spec.store, f"{spec.seed}/{loops[:1]}")
+        self.records: list[TurnRecord] = []
+        self.pace: Pace | None = None
+        self.loop_indices = loops
+        self.loops: list[Loop] = []
+        self.ready: list[bool] = []
+        self.http: dict[str, Any] = {}
+        self.ticks: list[tuple[float, float]] = []
+        self.cpu: list[tuple[float, float]] = []
+        self.stalls: list[tuple[float, float]] = []
+        self.tasks: list[asyncio.Task[None]] = []
+        self.watcher: asyncio.Task[None] | None = None
+        self.release_at = 0.0
+
+    def _channel(self, target: str) -> Channel:
+        if self.spec.transport == "ws":
+            return WsChannel(target, self.spec.api_key)
+        if target not in self.http:
+            self.http[target] = http_client(target, self.spec.api_key)
+        return HttpChannel(self.http[target])
+
+    def _maker(self, target: str) -> Callable[[], Channel]:
+        return lambda: self._channel(target)
+
+    async def connect(self) -> int:
+        """Build the loops, open their connections; how many opened."""
+        self.pace = Pace(len(self.loop_indices))
+        fresh = self.spec.workload == "codex"
+        for i in self.loop_indices:
+            target = self.spec.target(i)
+            self.loops.append(
+                Loop(
+                    i, target, self.enc, self.pace, self.records, self._maker(target), fresh_connection=fresh
+                )
+            )
+        for key in range(HISTORY_POOL):
+            self.enc.history(key)  # every resumed history, encoded before the release
+        sem = asyncio.Semaphore(CONNECT_CONCURRENCY)
+
+        async def open_one(lp: Loop) -> bool:
+            async with sem:
+                try:
+                    await lp.open()
+                    return True
+                except Exception as exc:  # noqa: BLE001 - counted
+                    lp.errors.append(f"connect: {type(exc).__name__}: {exc}"[:200])
+                    return False
+
+        self.ready = list(await asyncio.gather(*(open_one(lp) for lp in self.loops)))
+        self.watcher = asyncio.create_task(watch_lag(self.ticks, self.cpu, self.stalls))
+        return sum(self.ready)
+
+    async def start(self, release_at: float) -> None:
+        """Every loop sends its first turn at ``release_at`` (time.time())."""
+        assert self.pace is not None, "connect() first"
+        self.release_at = release_at
+
+        async def run(lp: Loop, ready: bool) -> None:
+            if not ready:
+                self.pace.first_done()  # type: ignore[union-attr]
+                return
+            try:
+                await lp.run(release_at)
+            except Exception as exc:  # noqa: BLE001 - a loop's failure is counted, not raised
+                lp.errors.append(f"{type(exc).__name__}: {exc}"[:200])
+
+        self.tasks = [asyncio.create_task(run(lp, ok)) for lp, ok in zip(self.loops, self.ready)]
+
+    async def first_turns_answered(self) -> float:
+        """When the last of this process's first turns was answered (time.time())."""
+        assert self.pace is not None
+        await self.pace.storm_over.wait()
+        return time.time()
+
+    async def set_end(self, end_at: float) -> None:
+        assert self.pace is not None
+        self.pace.end_at = end_at
+
+    async def pull(self) -> list[TurnRecord]:
+        """The records since the last pull."""
+        out, self.records[:] = list(self.records), []
+        return out
+
+    async def finish(self, window: tuple[float, float]) -> dict[str, Any]:
+        """Wait for the loops to stop, close everything; the remaining records, the
+        errors by loop and this process's :class:`ClientStats` over ``window``."""
+        if self.tasks:
+            _, pending = await asyncio.wait(self.tasks, timeout=FINISH_TIMEOUT_S)
+            for t in pending:
+                t.cancel()
+        if self.watcher is not None:
+            self.watcher.cancel()
+        await asyncio.gather(*(lp.channel.close() for lp in self.loops), return_exceptions=True)
+        await asyncio.gather(*(c.aclose() for c in self.http.values()), return_exceptions=True)
+        stats: ClientStats = client_stats(
+            self.node_id,
+            self.node_ip,
+            os.getpid(),
+            self.cpu,
+            self.ticks,
+            window,
+            loops=len(self.loops),
+            connected=sum(self.ready),
+        )
+        return {
+            "records": await self.pull(),
+            "errors": {lp.index: lp.errors[:5] for lp in self.loops if lp.errors},
+            "stats": stats,
+            "stalls": [s for s in self.stalls if window[0] <= s[0] <= window[1]],
+            "lag_ms": [ms for t, ms in self.ticks if window[0] <= t <= window[1]],
+        }

@@ -1,0 +1,47 @@
+"""The load runner against the embedded server: in a client process of this machine, and in
+a load actor on the embedded Ray's node (it carries the `client` resource, tests/conftest.py)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from bench.runner import LoadSpec, NoClientNodes, run_local, run_on_cluster
+
+# small resumed histories: the test is about the runner, not the server's prefill
+SPEC = {"loops": 2, "duration_s": 3.0, "warmup_s": 1.0, "resume_tokens": 1500}
+
+
+def check(result, spec: LoadSpec) -> None:
+    s = result.summary()
+    assert result.connected == spec.loops and not result.errors, result.errors
+    assert s["turns"] >= 2 and s["failures"] == {}, s
+    window = result.in_window()
+    assert {r.loop for r in result.records} == set(range(spec.loops))
+    assert all(r.ok and r.model_ms is not None and r.ttft_ms is not None for r in window)
+    assert all(r.target == spec.targets[0] for r in result.records)
+    (client,) = result.clients
+    assert client.pid != os.getpid() and client.loops == spec.loops and client.wall_s > 0
+    assert client.saturated == (client.reason is not None) and s["valid"] == (not client.saturated)
+
+
+def test_run_local_loads_the_server_from_a_client_process(server_url):
+    spec = LoadSpec(targets=(server_url,), **SPEC)
+    result = run_local(spec, processes=1)
+    check(result, spec)
+    assert result.clients[0].node_id is None
+
+
+def test_run_on_cluster_loads_it_from_a_load_actor_on_a_client_node(ray_cluster, server_url):
+    import ray
+
+    spec = LoadSpec(targets=(server_url,), transport="http-chained", **SPEC)
+    batches: list[int] = []
+    result = run_on_cluster(spec, actors=1, on_records=lambda b: batches.append(len(b)))
+    check(result, spec)
+    assert result.clients[0].node_id == ray.get_runtime_context().get_node_id()
+    assert result.clients[0].node_ip
+    assert sum(batches) == len(result.records)
+    with pytest.raises(NoClientNodes, match="no-such-resource"):
+        run_on_cluster(spec, resource="no-such-resource")
