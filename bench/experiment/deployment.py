@@ -71,13 +71,16 @@ def deploy_body(details: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
-def gateway_autoscales(details: dict[str, Any], app: str) -> bool:
+def gateway_autoscaling(details: dict[str, Any], app: str) -> dict[str, Any] | None:
+    """The gateway's autoscaling config in force (None: a fixed replica count)."""
     dep = details["applications"][app]["deployments"][GATEWAY]
-    return bool((dep.get("deployment_config") or {}).get("autoscaling_config"))
+    auto = (dep.get("deployment_config") or {}).get("autoscaling_config")
+    return {k: v for k, v in auto.items() if not k.startswith("_")} if auto else None
 
 
-def pinned(body: dict[str, Any], app: str, k: int, autoscaling: bool) -> dict[str, Any]:
-    """``body`` with the gateway of ``app`` pinned to ``k`` replicas."""
+def pinned(body: dict[str, Any], app: str, k: int, autoscaling: dict[str, Any] | None) -> dict[str, Any]:
+    """``body`` with the gateway of ``app`` pinned to ``k`` replicas: ``num_replicas``, or
+    the autoscaling config in force with ``min = max = initial = k``."""
     out = copy.deepcopy(body)
     for config in out["applications"]:
         if config.get("name", "default") != app:
@@ -87,9 +90,9 @@ def pinned(body: dict[str, Any], app: str, k: int, autoscaling: bool) -> dict[st
         if entry is None:
             entry = {"name": GATEWAY}
             overrides.append(entry)
-        if autoscaling:
+        if autoscaling is not None:
             entry.pop("num_replicas", None)
-            auto = dict(entry.get("autoscaling_config") or {})
+            auto = dict(autoscaling)
             auto.update({"min_replicas": k, "max_replicas": k, "initial_replicas": k})
             entry["autoscaling_config"] = auto
         else:
@@ -159,7 +162,7 @@ class Deployment:
         self.app = gateway_app(details)
         self.config = app_config(details, self.app)
         self.original = deploy_body(details)
-        self.autoscaling = gateway_autoscales(details, self.app)
+        self.autoscaling = gateway_autoscaling(details, self.app)
         self.port = server_port(self.config)
         self.changed = False
 

@@ -38,6 +38,8 @@ from .sampler import sampler_actor_class
 from .store_meter import StoreMeter
 
 READY_TIMEOUT_S = 60.0
+PIN_TIMEOUT_S = 180.0  # for the gateways of a new count to run, on nodes that are up
+AUTOSCALE_TIMEOUT_S = 900.0  # ... on nodes Ray's autoscaler has to add
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -89,11 +91,10 @@ class Experiment:
         self.deployment = Deployment(ServeRest(f"http://{context.dashboard_url}"))
         self.in_service = self.deployment.in_service()
         counts = opts.session_nodes or tuple(range(1, len(self.session) + 1))
-        if not counts or max(counts) > len(self.session):
-            raise SetupError(
-                f"--session-nodes asks for {max(counts, default=0)} session nodes in service; the cluster has "
-                f"{len(self.session)} (nodes with the `session` resource)"
-            )
+        if not counts:
+            raise SetupError("no session nodes: no live node has the `session` resource")
+        # more than are up: the pinned gateways wait for Ray's autoscaler to add their nodes
+        self.pin_timeout_s = PIN_TIMEOUT_S if max(counts) <= len(self.session) else AUTOSCALE_TIMEOUT_S
         wait_ready(self.in_service, self.deployment.port, 10.0)
         targets(self.in_service, self.session, self.deployment.port, opts.url, opts.url_is_balancer)
         s = opts.sweep
@@ -287,7 +288,8 @@ class Experiment:
             in_service = self.in_service
             for p in planned:
                 if p.session_nodes != current or len(in_service) != p.session_nodes:
-                    in_service = self.deployment.pin(p.session_nodes)
+                    in_service = self.deployment.pin(p.session_nodes, self.pin_timeout_s)
+                    self.session = with_role(alive_nodes(ray.nodes()), "session")  # the autoscaler's too
                     wait_ready(in_service, self.deployment.port, READY_TIMEOUT_S)
                     current = p.session_nodes
                 step = self.measure(p, in_service, samplers, store)

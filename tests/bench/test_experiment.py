@@ -214,11 +214,21 @@ def test_the_deployment_in_force_and_its_gateway_pinned():
     body = deploy_body(DETAILS)
     assert body["proxy_location"] == "Disabled" and len(body["applications"]) == 1
     assert server_port(body["applications"][0]) == 9000
-    fixed = pinned(body, "responses-ws", 3, autoscaling=False)
+    fixed = pinned(body, "responses-ws", 3, autoscaling=None)
     assert fixed["applications"][0]["deployments"] == [{"name": GATEWAY, "num_replicas": 3}]
-    auto = pinned(fixed, "responses-ws", 2, autoscaling=True)
+    auto = pinned(
+        fixed, "responses-ws", 2, autoscaling={"min_replicas": 1, "max_replicas": 10, "policy": "p"}
+    )
     assert auto["applications"][0]["deployments"] == [
-        {"name": GATEWAY, "autoscaling_config": {"min_replicas": 2, "max_replicas": 2, "initial_replicas": 2}}
+        {
+            "name": GATEWAY,
+            "autoscaling_config": {
+                "min_replicas": 2,
+                "max_replicas": 2,
+                "initial_replicas": 2,
+                "policy": "p",
+            },
+        }
     ]
     assert "deployments" not in body["applications"][0]  # the original is kept as it was
     running, live, status = running_gateways(DETAILS, "responses-ws")
