@@ -13,6 +13,7 @@ tables (bench/report); ``complete`` says whether every step ran."""
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import subprocess
@@ -332,13 +333,16 @@ class Experiment:
             doc["model"] = model
             for line in capacity.lines_text(model):
                 print(line)
-        live.update(doc)
         try:
             validate(doc)
-        except ValueError as exc:
+            live.update(doc)
+            paths = write_report(doc, self.opts.out)
+        except ValueError as exc:  # kept as measured, for the record; the report needs a valid one
             print(f"responses-ws bench scaling: scaling.json does not validate: {exc}", file=sys.stderr)
+            self.opts.out.mkdir(parents=True, exist_ok=True)
+            paths = {"scaling.json": self.opts.out / "scaling.json"}
+            paths["scaling.json"].write_text(json.dumps(doc, indent=1, default=str) + "\n")
             status = status or 1
-        paths = write_report(doc, self.opts.out)
         for name, path in sorted(paths.items()):
             print(f"{name}: {path}")
         return status

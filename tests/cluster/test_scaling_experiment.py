@@ -13,7 +13,10 @@ turns on the server's side (its Ray metrics, reported every 500 ms on this clust
 Checks: every load actor ran on the client node; each session node served turns in every
 step that had it in service and none in a step that did not; the steps are the sweep's;
 ``scaling.json`` validates against its schema; the gateway count is back to the deployed
-one at the end; a ``--url`` outside the cluster is refused with one line."""
+one at the end; a ``--url`` outside the cluster is refused with one line; Ctrl-C during a
+step ends the run with the partial report (``complete: false``) and no load actor or
+sampler left.  Not in the default tier: four Ray nodes and two runs take 1.5–2 minutes on
+a busy 2-core machine (the default tier has none to spare)."""
 
 from __future__ import annotations
 
@@ -148,6 +151,15 @@ class LoopbackCluster:
             assert time.monotonic() < deadline, f"app not running: {apps}"
             time.sleep(1)
 
+    def alive_actors(self) -> list[str]:
+        """The class names of the cluster's live actors (the dashboard's state API)."""
+        req = urllib.request.Request(
+            f"{self.dashboard}/api/v0/actors?limit=1000&filter_keys=state&filter_predicates=%3D&filter_values=ALIVE",
+            headers={"Authorization": f"Bearer {self.token}"},
+        )
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return [a["class_name"] for a in json.loads(r.read())["data"]["result"]["result"]]
+
     def stop(self) -> None:
         # the GCS last: SIGTERM beside the rest keeps it waiting for them (tests/support/ray_cluster.py)
         for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
@@ -176,13 +188,15 @@ def loopback(ray_start_lock_path, redis_server) -> Iterator[LoopbackCluster]:
         cluster.stop()
 
 
-def experiment(
-    cluster: LoopbackCluster, out: Path, *flags: str, timeout_s: float = 240
-) -> subprocess.CompletedProcess[str]:
+def command(cluster: LoopbackCluster, out: Path, *flags: str) -> tuple[list[str], dict[str, str]]:
     cmd = [str(Path(sys.executable).parent / "responses-ws"), "bench", "scaling", "--cluster", cluster.address,
            "--out", str(out), *flags]  # fmt: skip
-    env = {k: v for k, v in cluster.env.items() if k != MARKER}  # the driver is not the cluster's
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s, check=False)
+    return cmd, {k: v for k, v in cluster.env.items() if k != MARKER}  # the driver is not the cluster's
+
+
+def experiment(cluster: LoopbackCluster, out: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    cmd, env = command(cluster, out, *flags)
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240, check=False)
 
 
 def test_scaling_experiment_sweeps_the_session_nodes_of_a_loopback_cluster(loopback, tmp_path):
@@ -230,3 +244,31 @@ def test_scaling_experiment_sweeps_the_session_nodes_of_a_loopback_cluster(loopb
         time.sleep(0.5)
         gateway = cluster.rest("GET")["applications"]["responses-ws"]["deployments"]["Gateway"]
     assert gateway["target_num_replicas"] == 1
+
+    # Ctrl-C during the second step: the load actors end, the partial report is written
+    out = tmp_path / "interrupted"
+    cmd, env = command(cluster, out, "--session-nodes", "1", "--loops-per-node", "1,2", "--duration", "4",
+                       "--warmup", "1")  # fmt: skip
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # the first step's progress line
+            if line.startswith("[1/2]"):
+                break
+        deadline = time.monotonic() + 60
+        while "LoadActor" not in cluster.alive_actors():  # the second step's load runs
+            assert time.monotonic() < deadline and proc.poll() is None, "the second step did not start"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-3000:]
+    partial = json.loads((out / "scaling.json").read_text())
+    validate(partial)
+    assert partial["complete"] is False and len(partial["steps"]) == 1
+    deadline = time.monotonic() + 60
+    while {"LoadActor", "NodeSampler"} & set(cluster.alive_actors()):
+        assert time.monotonic() < deadline, cluster.alive_actors()
+        time.sleep(0.5)
