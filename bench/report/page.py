@@ -14,7 +14,7 @@ from typing import Any
 
 from .figures import charts
 from .progress import fmt_ms
-from .tables import NODE_COLUMNS, STEP_COLUMNS, Column, cell, dig, node_rows
+from .tables import NODE_COLUMNS, STEP_COLUMNS, Column, cell, dig, node_rows, versus
 
 Doc = Mapping[str, Any]
 
@@ -78,6 +78,15 @@ def cards(doc: Doc) -> str:
         )
         out.append(card(f"{fmt_ms(dig(best, 'nonmodel_ms', 'p99'))} ms", "p99 non-model time at that step"))
         out.append(card(f"{fmt_ms(dig(best, 'ttft_ms', 'p99'))} ms", "p99 time to first token at that step"))
+    for v in versus(doc):
+        if v["nonmodel_p50"] is not None and v["turns_per_s"] is not None:
+            out.append(
+                card(
+                    f"{v['nonmodel_p50']:+.0%} / {v['turns_per_s']:+.0%}",
+                    f"ws against {v['transport']}: non-model p50 / turns/s "
+                    f"(median of {v['pairs']} matched valid step pairs)",
+                )
+            )
     failed = sum(sum((s.get("failures") or {}).values()) for s in steps)
     out.append(
         card(f'<span class="{"bad" if failed else "good"}">{failed:,}</span>', "failed turns, all steps")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Callable, Mapping, Sequence
+from statistics import median
 from typing import Any
 
 Row = Mapping[str, Any]
@@ -131,6 +132,24 @@ def markdown(doc: Row) -> str:
     """``scaling.md``: the command, then the steps and the session nodes as tables."""
     prov = doc["provenance"]
     status = "" if doc.get("complete", True) else "\n**Partial run**: it ended before the sweep did.\n"
+    invalid = "".join(
+        f"- step {s['index']}: {s.get('invalid_reason') or 'clients saturated'}\n"
+        for s in doc["steps"]
+        if not s["valid"]
+    )
+    invalid_md = (
+        "\n## Invalid steps\n\nTheir load clients were saturated (or the step failed): their figures are "
+        f"the clients', not the server's.\n\n{invalid}"
+        if invalid
+        else ""
+    )
+    savings = "".join(
+        f"- ws against {v['transport']} ({v['pairs']} matched valid steps, medians): turns/s "
+        f"{cell_change(v['turns_per_s'])}, non-model p50 {cell_change(v['nonmodel_p50'])}, "
+        f"p99 {cell_change(v['nonmodel_p99'])}\n"
+        for v in versus(doc)
+    )
+    savings_md = f"\n## Transports\n\n{savings}" if savings else ""
     return (
         "# Scaling experiment\n\n"
         f"`{prov['command']}`\n\n"
@@ -140,4 +159,49 @@ def markdown(doc: Row) -> str:
         f"{to_markdown(table(doc['steps'], STEP_COLUMNS))}\n"
         "## Session nodes\n\n"
         f"{to_markdown(table(node_rows(doc), NODE_COLUMNS))}"
+        f"{invalid_md}{savings_md}"
     )
+
+
+def cell_change(value: float | None) -> str:
+    return "—" if value is None else f"{value:+.0%}"
+
+
+def change(pairs: Sequence[tuple[Row, Row]], get: Callable[[Row], Any]) -> float | None:
+    """The median of ``get(b) / get(o) - 1`` over the ``(o, b)`` pairs that have both."""
+    ratios = [vb / vo - 1 for vo, vb in ((get(o), get(b)) for o, b in pairs) if vo and vb is not None]
+    return median(ratios) if ratios else None
+
+
+def versus(doc: Row, base: str = "ws") -> list[dict[str, Any]]:
+    """What ``base`` changes against each other transport of the run: the median, over the
+    valid steps that match (same session nodes, loops per node and repeat), of ``base``'s
+    figure over the other's, less one (−0.4: 40 % less), for turns/s and p50/p99 non-model
+    time; with the number of matched pairs."""
+    by_key = {
+        (s["transport"], s["session_nodes"], s["loops_per_node"], s.get("repeat", 0)): s
+        for s in doc["steps"]
+        if s["valid"]
+    }
+    out = []
+    for other in dict.fromkeys(s["transport"] for s in doc["steps"]):
+        if other == base:
+            continue
+        pairs = [
+            (s, by_key[(base, *key[1:])])
+            for key, s in by_key.items()
+            if key[0] == other and (base, *key[1:]) in by_key
+        ]
+        if not pairs:
+            continue
+
+        out.append(
+            {
+                "transport": other,
+                "pairs": len(pairs),
+                "turns_per_s": change(pairs, lambda s: s["turns_per_s"]),
+                "nonmodel_p50": change(pairs, lambda s: dig(s, "nonmodel_ms", "p50")),
+                "nonmodel_p99": change(pairs, lambda s: dig(s, "nonmodel_ms", "p99")),
+            }
+        )
+    return out

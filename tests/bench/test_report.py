@@ -227,3 +227,34 @@ def test_the_live_page_refuses_a_document_that_breaks_the_schema(doc):
     del doc["steps"][0]["valid"]
     with pytest.raises(ValueError, match=r"at \$\.steps\[0\]: 'valid' is a required property"):
         page.update(doc)
+
+
+def test_what_ws_changes_against_another_transport_is_over_matched_valid_steps_only():
+    from bench.report.tables import versus
+
+    def step(transport, nodes, tps, p50, valid=True):
+        return {
+            "transport": transport,
+            "session_nodes": nodes,
+            "loops_per_node": 8,
+            "turns_per_s": tps,
+            "nonmodel_ms": {"p50": p50, "p99": None},
+            "valid": valid,
+        }
+
+    doc = {
+        "steps": [
+            step("ws", 1, 150.0, 2.0),
+            step("http-full", 1, 100.0, 4.0),  # +50 % turns/s, -50 % non-model
+            step("ws", 2, 300.0, 3.0),
+            step("http-full", 2, 200.0, 4.0),  # +50 %, -25 %
+            step("ws", 3, 900.0, 1.0),
+            step("http-full", 3, 100.0, 9.0, valid=False),  # saturated: not compared
+            step("http-chained", 4, 100.0, 9.0),  # no ws step to match
+        ]
+    }
+    (found,) = versus(doc)
+    assert found["transport"] == "http-full" and found["pairs"] == 2
+    assert found["turns_per_s"] == pytest.approx(0.5)
+    assert found["nonmodel_p50"] == pytest.approx(-0.375)
+    assert found["nonmodel_p99"] is None
