@@ -5,6 +5,7 @@ page redraws as steps arrive."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from functools import cache
@@ -91,7 +92,11 @@ def cards(doc: Doc) -> str:
     out.append(
         card(f'<span class="{"bad" if failed else "good"}">{failed:,}</span>', "failed turns, all steps")
     )
-    out.append(card(str(len(doc["load_nodes"])), "load (client) nodes"))
+    nodes = doc["provenance"]["nodes"]
+    roles = Counter(role for n in nodes for role in n["roles"])
+    composition = ", ".join(f"{count} {role}" for role, count in roles.most_common())
+    out.append(card(str(len(nodes)), f"nodes in the cluster ({composition or 'roles not recorded'})"))
+    out.append(card(str(len(doc["load_nodes"])), "nodes the load ran on"))
     return '<div class="cards">' + "".join(out) + "</div>"
 
 

@@ -258,3 +258,13 @@ def test_what_ws_changes_against_another_transport_is_over_matched_valid_steps_o
     assert found["turns_per_s"] == pytest.approx(0.5)
     assert found["nonmodel_p50"] == pytest.approx(-0.375)
     assert found["nonmodel_p99"] is None
+
+
+def test_the_schema_and_the_style_ship_with_the_lab_as_package_data():
+    import tomllib
+
+    root = Path(__file__).resolve().parents[2]
+    lab = tomllib.loads((root / "bench" / "pyproject.toml").read_text())["tool"]["setuptools"]
+    shipped = set(lab["package-data"]["bench.report"])
+    data = {p.name for p in (root / "bench" / "report").iterdir() if p.is_file() and p.suffix != ".py"}
+    assert shipped == data
