@@ -51,7 +51,8 @@ def banner(doc: Doc, live: bool) -> str:
     if doc.get("complete") is False:
         return (
             f'<div class="banner partial" id="status" data-state="partial">Partial run: it ended after '
-            f"{done}{of} steps (interrupted, or a step failed). The figures below are the steps it measured.</div>"
+            f"{done}{of} steps ({escape(doc.get('error') or 'interrupted, or a step failed')}). "
+            "The figures below are the steps it measured.</div>"
         )
     return f'<div class="banner done" id="status" data-state="complete">Complete: {done}{of} steps.</div>'
 
@@ -216,21 +217,48 @@ def provenance(doc: Doc) -> str:
 
 
 def model_section(doc: Doc) -> str:
+    """The re-fitted capacity model: its fitted lines as a table, its other figures, the
+    fit's error and the extrapolation (whatever keys its rows have)."""
     model = doc.get("model")
     if not model:
         return ""
     parts = ['<section id="model"><h2>Capacity model, re-fitted from this run</h2>']
-    fit = model.get("fit")
+    fit = dict(model.get("fit") or {})
+    lines = fit.pop("lines", None)
+    if isinstance(lines, Mapping) and lines:
+        rows = [
+            {"part": part, **(v if isinstance(v, Mapping) else {"value": v})} for part, v in lines.items()
+        ]
+        parts.append("<h3>Fitted lines</h3>" + html_table(rows, keyed_columns(rows)))
     if fit:
-        parts.append(kv([(k, f"<code>{escape(json.dumps(v))}</code>") for k, v in fit.items()]))
-    if model.get("error") is not None:
-        parts.append(f"<p>The fit's error: <code>{escape(json.dumps(model['error']))}</code></p>")
+        parts.append(kv([(k, escape(cell(v))) for k, v in fit.items()]))
+    others = [(k, v) for k, v in model.items() if k not in ("fit", "extrapolation")]
+    if others:
+        parts.append(
+            kv([("fit error" if k == "error" else k.replace("_", " "), escape(cell(v))) for k, v in others])
+        )
     rows = model.get("extrapolation") or []
     if rows:
-        keys = list(dict.fromkeys(k for r in rows for k in r))
-        parts.append("<h3>Extrapolation</h3>" + html_table(rows, [key_column(k) for k in keys]))
+        parts.append("<h3>Extrapolation</h3>" + html_table(rows, keyed_columns(rows)))
     parts.append("</section>")
     return "".join(parts)
+
+
+def keyed_columns(rows: Sequence[Mapping[str, Any]]) -> list[Column]:
+    """A column for every key of the rows, in their order."""
+    return [key_column(k) for k in dict.fromkeys(k for r in rows for k in r)]
+
+
+def notes_section(doc: Doc) -> str:
+    """What the run noted and what its samplers could not read."""
+    items = [escape(str(n)) for n in doc.get("notes") or ()]
+    for node, errors in (doc.get("sampler_errors") or {}).items():
+        items += [f"sampler on <code>{escape(node[:12])}</code>: {escape(str(e))}" for e in errors]
+    if not items:
+        return ""
+    return (
+        '<section id="notes"><h2>Notes</h2><ul>' + "".join(f"<li>{i}</li>" for i in items) + "</ul></section>"
+    )
 
 
 def tables_section(doc: Doc) -> str:
@@ -272,6 +300,7 @@ def body_html(doc: Doc, *, live: bool = False) -> str:
             invalid_section(doc),
             tables_section(doc),
             model_section(doc),
+            notes_section(doc),
             provenance(doc),
         ]
     )

@@ -32,7 +32,9 @@ def client_max(step: Row, key: str) -> float | None:
 def role_ms(step: Row, role: str) -> float | None:
     """A role's CPU ms a turn over the step's session nodes, weighted by the turns each served."""
     weighted = [
-        (n["turns"], v) for n in step.get("nodes") or () if (v := dig(n, "cpu_ms_per_turn", role)) is not None
+        (n["turns"], v)
+        for n in step.get("nodes") or ()
+        if n.get("turns") and (v := dig(n, "cpu_ms_per_turn", role)) is not None
     ]
     turns = sum(t for t, _ in weighted)
     return sum(t * v for t, v in weighted) / turns if turns else None
@@ -82,8 +84,13 @@ NODE_COLUMNS: Sequence[Column] = (
 
 
 def turns_share(step: Row, node: Row) -> float | None:
-    served = sum(n["turns"] for n in step.get("nodes") or ())
-    return node["turns"] / served if served else None
+    served = served_turns(step)
+    return node["turns"] / served if served and node.get("turns") is not None else None
+
+
+def served_turns(step: Row) -> int:
+    """The turns the step's session nodes served, as far as known (a node's may be null)."""
+    return sum(n.get("turns") or 0 for n in step.get("nodes") or ())
 
 
 def node_rows(doc: Row) -> list[Row]:
@@ -98,6 +105,10 @@ def cell(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, float):
         return f"{value:.4g}"
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k}={cell(v)}" for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return ", ".join(cell(v) for v in value)
     return str(value)
 
 

@@ -268,3 +268,36 @@ def test_the_schema_and_the_style_ship_with_the_lab_as_package_data():
     shipped = set(lab["package-data"]["bench.report"])
     data = {p.name for p in (root / "bench" / "report").iterdir() if p.is_file() and p.suffix != ".py"}
     assert shipped == data
+
+
+def test_a_node_whose_turns_are_not_known_renders_without_a_share(doc, tmp_path):
+    step = doc["steps"][2]
+    step["nodes"][1]["turns"] = None
+    written = write_report(doc, tmp_path)
+    nodes = list(csv.DictReader(io.StringIO(written["scaling-nodes.csv"].read_text())))
+    mine = [r for r in nodes if int(r["step"]) == 2]
+    assert [r["turns_share"] for r in mine] == ["1", ""]
+
+
+def test_a_partial_run_names_why_it_ended_and_the_notes_are_listed(doc):
+    doc.update(
+        complete=False,
+        error="SetupError: session node 10.77.0.12 is not ready",
+        notes=["no prefix-cache figure"],
+    )
+    doc["sampler_errors"] = {doc["steps"][0]["nodes"][0]["node_id"]: ["metrics endpoint refused"]}
+    html = report_html(doc)
+    assert "session node 10.77.0.12 is not ready" in html.split('id="status"')[1].split("</div>")[0]
+    assert "no prefix-cache figure" in html and "metrics endpoint refused" in html
+
+
+def test_the_capacity_model_is_drawn_from_its_fitted_lines_and_the_steps_measurements(doc):
+    html = report_html(doc)
+    figure = re.search(r'<figure class="chart" id="fig-model">.*?</figure>', html, re.S).group()
+    valid = [s for s in doc["steps"] if s["valid"]]
+    assert len(re.findall(r'<circle class="point"', figure)) == 3 * len(valid)  # three shared parts
+    assert figure.count('class="series-line"') == 3  # a fitted line each
+    model = html.split('id="model"')[1]
+    assert "Fitted lines" in model and "slope_standard_error" in model and "Extrapolation" in model
+    assert "gcs=0.155" in model  # a nested figure of a row, written out
+    assert "not measured" in model
