@@ -31,6 +31,7 @@ ROLES = (  # (key in cpu_ms_per_turn, legend, colour)
     ("ray", "Ray's own", "#59a14f"),
 )
 OTHER_COLOR = "#bab0ac"
+STEP_LABELS = "Under each step: #its index, then n session nodes · L loops; red: invalid."
 PERCENTILES = "Large points: p99; small faded points on finely dotted lines: p50."
 
 
@@ -179,7 +180,7 @@ def share(doc: Doc) -> BarChart:
         [(names[node], color_of(order, node)) for node in order],
         y_max=1.0,
         percent=True,
-        note="An even split is 1/N for N session nodes in service.",
+        note="An even split is 1/N for N session nodes in service. " + STEP_LABELS,
     )
 
 
@@ -214,7 +215,10 @@ def cpu(doc: Doc) -> BarChart:
         "CPU ms per turn",
         groups,
         legend,
-        note="Bars numbered by node: " + ", ".join(f"{i + 1} = {names[n]}" for i, n in enumerate(order)),
+        note="Bars numbered by node: "
+        + ", ".join(f"{i + 1} = {names[n]}" for i, n in enumerate(order))
+        + ". "
+        + STEP_LABELS,
     )
 
 
