@@ -68,6 +68,13 @@ def test_the_first_of_several_violations_is_named_and_the_rest_counted(doc):
         validate(doc)
 
 
+def test_the_first_violation_is_first_in_document_order(doc):
+    doc["steps"][10].update(valid="no")
+    doc["steps"][2].update(valid="no")
+    with pytest.raises(ValueError, match=r"at \$\.steps\[2\]\.valid"):
+        validate(doc)
+
+
 def test_fields_the_schema_does_not_name_are_allowed(doc):
     doc["steps"][0]["gateway_replicas"] = 2
     doc["extra"] = {"anything": True}
