@@ -101,12 +101,13 @@ def cards(doc: Doc) -> str:
     return '<div class="cards">' + "".join(out) + "</div>"
 
 
-def html_table(rows: Sequence[Any], columns: Sequence[Column], invalid: Sequence[bool] | None = None) -> str:
+def html_table(rows: Sequence[Any], columns: Sequence[Column], classes: Sequence[str] | None = None) -> str:
+    """A table of ``rows``; ``classes``: a CSS class a row (``invalid``, ``out``, or none)."""
     left = {"transport", "invalid_reason", "node_ip", "node_id", "roles", "resources", "code"}
     head = "".join(f'<th class="{"l" if name in left else ""}">{escape(name)}</th>' for name, _ in columns)
     body = []
     for i, row in enumerate(rows):
-        cls = ' class="invalid"' if invalid is not None and invalid[i] else ""
+        cls = f' class="{classes[i]}"' if classes is not None and classes[i] else ""
         cells = "".join(td(name, get(row), name in left) for name, get in columns)
         body.append(f"<tr{cls}>{cells}</tr>")
     return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
@@ -261,15 +262,23 @@ def notes_section(doc: Doc) -> str:
     )
 
 
+def row_kind(row: Mapping[str, Any]) -> str:
+    """A session node's row: its step invalid, out of service, or out of service yet serving."""
+    if not row["in_service"]:
+        return "stray" if row["node"].get("turns") else "out"
+    return "" if row["step"]["valid"] else "invalid"
+
+
 def tables_section(doc: Doc) -> str:
     steps = doc["steps"]
     out = [
         '<section id="tables"><h2>Steps</h2>',
-        html_table(steps, STEP_COLUMNS, [not s["valid"] for s in steps]),
-        "<h2>Session nodes, step by step</h2>",
+        html_table(steps, STEP_COLUMNS, ["" if s["valid"] else "invalid" for s in steps]),
+        '<h2>Session nodes, step by step</h2><p class="note">In each step, the nodes in service first; greyed: the nodes out of service (red if they served turns all the same).</p>',
     ]
     rows = node_rows(doc)
-    out.append(html_table(rows, NODE_COLUMNS, [not r["step"]["valid"] for r in rows]))
+    kinds = [row_kind(r) for r in rows]
+    out.append(html_table(rows, NODE_COLUMNS, kinds))
     failures = [
         {"step": s["index"], "code": code, "count": n}
         for s in steps

@@ -73,8 +73,9 @@ NODE_COLUMNS: Sequence[Column] = (
     ("loops", lambda r: r["step"]["loops"]),
     ("node_ip", lambda r: r["node"]["node_ip"]),
     ("node_id", lambda r: r["node"]["node_id"]),
-    ("turns", lambda r: r["node"]["turns"]),
-    ("turns_share", lambda r: turns_share(r["step"], r["node"])),
+    ("in_service", lambda r: r["in_service"]),
+    ("turns", lambda r: r["node"].get("turns")),
+    ("turns_share", lambda r: turns_share(r["step"], r["node"]) if r["in_service"] else None),
     ("connections_share", lambda r: r["node"].get("connections_share")),
     ("gateway_cpu_ms_per_turn", lambda r: dig(r["node"], "cpu_ms_per_turn", "gateway")),
     ("session_host_cpu_ms_per_turn", lambda r: dig(r["node"], "cpu_ms_per_turn", "session_host")),
@@ -94,7 +95,14 @@ def served_turns(step: Row) -> int:
 
 
 def node_rows(doc: Row) -> list[Row]:
-    return [{"step": s, "node": n} for s in doc["steps"] for n in s.get("nodes") or ()]
+    """A row a session node a step: those in service, then those out of it (whose turns
+    should be none)."""
+    return [
+        {"step": s, "node": n, "in_service": key == "nodes"}
+        for s in doc["steps"]
+        for key in ("nodes", "out_of_service")
+        for n in s.get(key) or ()
+    ]
 
 
 def cell(value: Any) -> str:

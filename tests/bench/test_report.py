@@ -104,11 +104,14 @@ def test_the_csv_has_a_row_a_step_and_a_row_a_session_node_a_step(doc, tmp_path)
     assert last["invalid_reason"] == doc["steps"][-1]["invalid_reason"]
     assert float(last["turns_per_s"]) == pytest.approx(doc["steps"][-1]["turns_per_s"], rel=1e-3)
     nodes = list(csv.DictReader(io.StringIO(written["scaling-nodes.csv"].read_text())))
-    assert len(nodes) == sum(len(s["nodes"]) for s in doc["steps"])
+    assert len(nodes) == 3 * len(doc["steps"])  # every session node, in service or not
     for step in doc["steps"]:
-        mine = [r for r in nodes if int(r["step"]) == step["index"]]
+        mine = [r for r in nodes if int(r["step"]) == step["index"] and r["in_service"] == "true"]
+        assert len(mine) == step["session_nodes"]
         assert sum(int(r["turns"]) for r in mine) == sum(n["turns"] for n in step["nodes"])
         assert sum(float(r["turns_share"]) for r in mine) == pytest.approx(1.0, abs=1e-3)
+        out = [r for r in nodes if int(r["step"]) == step["index"] and r["in_service"] == "false"]
+        assert [(r["turns"], r["turns_share"]) for r in out] == [("0", "")] * (3 - step["session_nodes"])
 
 
 def test_the_cpu_by_role_of_a_step_is_weighted_by_the_turns_each_node_served(doc):
@@ -282,7 +285,7 @@ def test_a_node_whose_turns_are_not_known_renders_without_a_share(doc, tmp_path)
     step["nodes"][1]["turns"] = None
     written = write_report(doc, tmp_path)
     nodes = list(csv.DictReader(io.StringIO(written["scaling-nodes.csv"].read_text())))
-    mine = [r for r in nodes if int(r["step"]) == 2]
+    mine = [r for r in nodes if int(r["step"]) == 2 and r["in_service"] == "true"]
     assert [r["turns_share"] for r in mine] == ["1", ""]
 
 
@@ -308,3 +311,10 @@ def test_the_capacity_model_is_drawn_from_its_fitted_lines_and_the_steps_measure
     assert "Fitted lines" in model and "slope_standard_error" in model and "Extrapolation" in model
     assert "gcs=0.155" in model  # a nested figure of a row, written out
     assert "not measured" in model
+
+
+def test_a_node_out_of_service_that_served_turns_stands_out(doc):
+    doc["steps"][0]["out_of_service"][0]["turns"] = 7
+    html = report_html(doc)
+    assert html.count('<tr class="stray">') == 1
+    assert html.count('<tr class="out">') == sum(len(s["out_of_service"]) for s in doc["steps"]) - 1
