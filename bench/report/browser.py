@@ -128,11 +128,12 @@ class Tab:
         """The whole page as a PNG, ``width`` pixels wide."""
         import base64
 
-        height = int(self.evaluate("document.documentElement.scrollHeight"))
-        self.call(
-            "Emulation.setDeviceMetricsOverride",
-            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
-        )
+        def size(height: int) -> None:
+            metrics = {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False}
+            self.call("Emulation.setDeviceMetricsOverride", metrics)
+
+        size(800)  # laid out at that width first: its height follows
+        size(int(self.evaluate("document.documentElement.scrollHeight")))
         data = self.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True})["data"]
         path.write_bytes(base64.b64decode(data))
         return path

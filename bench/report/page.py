@@ -102,13 +102,17 @@ def cards(doc: Doc) -> str:
 
 
 def html_table(rows: Sequence[Any], columns: Sequence[Column], classes: Sequence[str] | None = None) -> str:
-    """A table of ``rows``; ``classes``: a CSS class a row (``invalid``, ``out``, or none)."""
-    left = {"transport", "invalid_reason", "node_ip", "node_id", "roles", "resources", "code"}
-    head = "".join(f'<th class="{"l" if name in left else ""}">{escape(name)}</th>' for name, _ in columns)
+    """A table of ``rows``; ``classes``: a CSS class a row (``invalid``, ``out``, or none).
+    A column of text (any value a string) is aligned left, one of numbers right."""
+    values = [[get(row) for _, get in columns] for row in rows]
+    text = [any(isinstance(v[c], str) for v in values) for c in range(len(columns))]
+    head = "".join(
+        f'<th class="{"l" if text[c] else ""}">{escape(name)}</th>' for c, (name, _) in enumerate(columns)
+    )
     body = []
-    for i, row in enumerate(rows):
+    for i, row_values in enumerate(values):
         cls = f' class="{classes[i]}"' if classes is not None and classes[i] else ""
-        cells = "".join(td(name, get(row), name in left) for name, get in columns)
+        cells = "".join(td(name, row_values[c], text[c]) for c, (name, _) in enumerate(columns))
         body.append(f"<tr{cls}>{cells}</tr>")
     return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
 
