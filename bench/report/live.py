@@ -11,8 +11,10 @@ import threading
 from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs
 
 from .page import body_html, head, title_block
+from .schema import validate
 
 POLL_MS = 1000
 WILDCARD = ("", "0.0.0.0", "::")
@@ -22,10 +24,10 @@ SCRIPT = """
   var shown = -1;
   var status = document.getElementById("poll");
   function tick() {
-    fetch("figures.json", {cache: "no-store"})
+    fetch("figures.json?since=" + shown, {cache: "no-store"})
       .then(function (r) { return r.json(); })
       .then(function (data) {
-        if (data.revision !== shown) {
+        if (data.revision !== shown && data.html !== undefined) {
           document.getElementById("content").innerHTML = data.html;
           shown = data.revision;
           document.body.setAttribute("data-revision", String(shown));
@@ -37,25 +39,26 @@ SCRIPT = """
   }
   tick();
 })();
-""".replace("POLL_MS", str(POLL_MS))
+"""
 
 
-def shell() -> bytes:
+def shell(poll_ms: int = POLL_MS) -> bytes:
     waiting = '<div class="banner live" id="status" data-state="waiting">Waiting for the first step…</div>'
     return (
         head("Scaling experiment — live")
         + f'<body data-revision="-1"><main>{title_block(None)}'
         + '<p class="sub">Live: this page redraws as each step finishes. <span id="poll"></span></p>'
-        + f'<div id="content">{waiting}</div></main><script>{SCRIPT}</script></body></html>'
+        + f'<div id="content">{waiting}</div></main><script>{SCRIPT.replace("POLL_MS", str(poll_ms))}</script></body></html>'
     ).encode()
 
 
 class LivePage:
     """``LivePage(host, port)``: ``start()`` serves the page and returns its URL; ``update(doc)``
-    swaps in the document so far; ``stop()`` ends the server.  Port 0 takes a free one."""
+    swaps in the document so far; ``stop()`` ends the server.  Port 0 takes a free one; the
+    page asks for news every ``poll_ms``."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0):
-        self.host, self.port = host, port
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, poll_ms: int = POLL_MS):
+        self.host, self.port, self.poll_ms = host, port, poll_ms
         self._lock = threading.Lock()
         self._revision = -1
         self._figures = json.dumps({"revision": -1, "html": ""}).encode()
@@ -68,11 +71,12 @@ class LivePage:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                path = self.path.split("?", 1)[0]
+                path, _, query = self.path.partition("?")
                 if path in ("/", "/index.html"):
-                    self.reply(shell(), "text/html; charset=utf-8")
+                    self.reply(shell(page.poll_ms), "text/html; charset=utf-8")
                 elif path == "/figures.json":
-                    self.reply(page.figures(), "application/json")
+                    since = parse_qs(query).get("since", [""])[0]
+                    self.reply(page.figures(since), "application/json")
                 elif path == "/scaling.json":
                     self.reply(page.document(), "application/json")
                 else:
@@ -106,7 +110,9 @@ class LivePage:
         return f"http://{host}:{port}/"
 
     def update(self, doc: Mapping[str, Any]) -> None:
-        """Draw ``doc`` (the run so far) and serve it from the next poll on."""
+        """Draw ``doc`` (the run so far) and serve it from the next poll on; ``ValueError``
+        naming the first violation if ``doc`` does not match the schema of scaling.json."""
+        validate(doc)
         html = body_html(doc, live=True)
         with self._lock:
             self._revision += 1
@@ -115,8 +121,11 @@ class LivePage:
             ).encode()
             self._doc = json.dumps(doc).encode()
 
-    def figures(self) -> bytes:
+    def figures(self, since: str = "") -> bytes:
+        """The figures drawn last; only their revision when the page shows it already."""
         with self._lock:
+            if since == str(self._revision):
+                return json.dumps({"revision": self._revision}).encode()
             return self._figures
 
     def document(self) -> bytes:

@@ -36,6 +36,8 @@ class Series:
     markers: bool = True  # False: a line only (the model's curve)
     line: bool = True  # False: points only
     radius: float = 4.5
+    opacity: float = 1.0
+    in_legend: bool = True
 
 
 @dataclass(frozen=True)
@@ -217,7 +219,9 @@ def line_chart(chart: LineChart) -> str:
         )
         if path and s.line:
             dash = f' stroke-dasharray="{s.dash}"' if s.dash else ""
-            body.append(f'<path class="series-line" d="{path}" stroke="{s.color}"{dash} data-series="{i}"/>')
+            body.append(
+                f'<path class="series-line" d="{path}" stroke="{s.color}"{dash} opacity="{s.opacity}" data-series="{i}"/>'
+            )
         if not s.markers:
             continue
         for p in s.points:
@@ -228,7 +232,7 @@ def line_chart(chart: LineChart) -> str:
             if p.valid:
                 body.append(
                     f'<circle class="point{kind}"{step} data-valid="true" cx="{cx:.1f}" cy="{cy:.1f}" '
-                    f'r="{s.radius}" fill="{s.color}">{tip}</circle>'
+                    f'r="{s.radius}" fill="{s.color}" opacity="{s.opacity}">{tip}</circle>'
                 )
             else:
                 body.append(
@@ -236,7 +240,7 @@ def line_chart(chart: LineChart) -> str:
                     f'cy="{cy:.1f}" r="{s.radius + 0.5}" fill="#fff" stroke="{INVALID}" '
                     f'stroke-width="2">{tip}</circle>'
                 )
-    legend = [swatch(s.color, s.dash, s.markers) + escape(s.name) for s in chart.series]
+    legend = [swatch(s.color, s.dash, s.markers) + escape(s.name) for s in chart.series if s.in_legend]
     if any(not p.valid for p in points):
         legend.append(INVALID_KEY)
     return figure(chart.id, chart.title, svg(chart.id, body, chart.title), legend, chart.note)
