@@ -239,6 +239,18 @@ class Experiment:
                 self.doc["load_nodes"].append(entry)
         return step
 
+    def store_meter(self) -> StoreMeter | None:
+        """The store's meter, or None (not Redis, or not reachable from the driver: noted)."""
+        import redis
+
+        settings = self.deployment.config.get("args", {}).get("store") or {}
+        try:
+            meter = StoreMeter.for_config(settings)
+            return meter.start() if meter is not None else None
+        except (redis.RedisError, OSError) as exc:
+            self.doc.setdefault("notes", []).append(f"store not measured: {type(exc).__name__}: {exc}"[:300])
+            return None
+
     def sampler_errors(self, samplers: dict[str, Any]) -> dict[str, list[str]]:
         """What each node's sampler could not read (kept in scaling.json)."""
         import ray
@@ -282,9 +294,7 @@ class Experiment:
         previous = signal.signal(signal.SIGTERM, _interrupt)
         try:
             samplers = self.start_samplers(period)
-            store = StoreMeter.for_config(self.deployment.config.get("args", {}).get("store") or {})
-            if store is not None:
-                store.start()
+            store = self.store_meter()
             current = len(self.in_service)
             in_service = self.in_service
             for p in planned:
@@ -308,6 +318,9 @@ class Experiment:
             signal.signal(signal.SIGTERM, previous)
             try:
                 self.deployment.restore()
+            except Exception as exc:  # noqa: BLE001 - said in one line; the report is written anyway
+                print(f"responses-ws bench scaling: restoring the deployment: {exc}"[:500], file=sys.stderr)
+                status = status or 1
             finally:
                 self.doc["sampler_errors"] = self.sampler_errors(samplers)
                 for a in samplers.values():
