@@ -340,3 +340,34 @@ PROVENANCE = {
     "started_at": "2026-01-01T00:00:00+00:00",
     "nodes": [],
 }
+
+
+def test_a_session_node_not_ready_is_refused_in_one_line():
+    import http.server
+    import threading
+
+    from bench.experiment.deployment import InService
+    from bench.experiment.experiment import wait_ready
+
+    class NotReady(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b'{"ready": false, "store": "unreachable"}'
+            self.send_response(503)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotReady)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(SetupError) as err:
+            wait_ready([InService("a", "127.0.0.1")], server.server_address[1], timeout_s=0.0)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert "session node 127.0.0.1 is not ready" in err.value.message and "503" in err.value.message
+    assert "\n" not in err.value.message
