@@ -4,6 +4,11 @@
     sudo responses-ws bench scaling --real-nodes [--nodes 1,2,3] [--loops 16] [--duration 15] [--repeats 3]
     sudo responses-ws bench scaling --real-nodes --model [--nodes 1,2,3] [--loops-per-node 4] [--duration 8]
     responses-ws bench scaling --model-from results/scaling/shared-parts.json
+    responses-ws bench scaling --cluster auto --session-nodes 1,2 --loops-per-node 8 --duration 20 --out DIR
+
+``--cluster ADDRESS|auto`` runs it on your own Ray cluster (bench/experiment/): the load from
+Ray actors on the nodes with the ``client`` resource, the session nodes in service changed
+through the gateway's replica count, a report per step and per node.
 
 ``--real-nodes`` (root, haproxy and redis-server installed) runs on the multi-node harness
 instead (bench/multinode/scaling.py): session nodes in network namespaces of their own behind
@@ -39,6 +44,7 @@ from .. import workload as wl
 from ..client import connect
 from ..cluster import SERVE_CLUSTER_CONFIG as CONFIG
 from ..cluster import SimulatedCluster, deploy_serve_config
+from ..experiment import options as experiment_options
 from ..processes import cpu_s, session_host_pids, uss_mb
 from ..runner import LoadSpec, run_local
 from ..runner.model import rollout_spans
@@ -145,8 +151,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     real.add_argument("--real-nodes", action="store_true", help="on the multi-node harness (root)")
     real.add_argument("--nodes", default="1,2,3", help="session nodes in the balancer, interleaved")
     real.add_argument("--loops", type=int, default=16, help="concurrent Codex-like loops (bench capacity)")
-    real.add_argument("--duration", type=float, default=15.0, help="seconds of steady state per run")
-    real.add_argument("--repeats", type=int, default=3, help="rounds over the node counts")
+    real.add_argument(
+        "--duration", type=float, default=None, help="seconds of steady state per run (15; --cluster: 20)"
+    )
+    real.add_argument(
+        "--repeats", type=int, default=None, help="rounds over the node counts (3; --cluster: 1)"
+    )
     real.add_argument("--clients", type=int, default=2, help="client processes (for more than 16 loops)")
     real.add_argument("--preset", default="codex", choices=sorted(wl.PRESETS))
     real.add_argument("--resume-tokens", type=int, default=None, help="override the preset's resumed history")
@@ -158,7 +168,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="per node count a harness of its own: what the GCS, the Serve controller, the head's raylet and "
         "Redis carry per turn, per connection and per node, then the model's extrapolation",
     )
-    model.add_argument("--loops-per-node", type=int, default=4, help="the fixed load per session node")
+    model.add_argument(
+        "--loops-per-node",
+        default=None,
+        help="the fixed load per session node (4); --cluster: the load levels, comma-separated (8)",
+    )
     model.add_argument("--idle-s", type=float, default=6.0, help="the idle window before the load")
     model.add_argument(
         "--resume-grace", type=float, default=15.0, help="session.resume_grace_s once resume is on"
@@ -172,9 +186,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=Path,
         help="no harness: print the model's extrapolation from a --model results file",
     )
+    experiment_options.add_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.cluster is not None:
+        from ..experiment.experiment import run as run_experiment
+
+        try:
+            opts = experiment_options.from_args(args)
+        except ValueError as exc:
+            print(f"responses-ws bench scaling: {exc}", file=sys.stderr)
+            return 2
+        return run_experiment(opts)
+    args.duration = 15.0 if args.duration is None else args.duration
+    args.repeats = 3 if args.repeats is None else args.repeats
+    args.loops_per_node = 4 if args.loops_per_node is None else int(args.loops_per_node)
     if args.model_from is not None:
         from ..multinode import scaling as real_nodes
 

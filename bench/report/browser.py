@@ -128,11 +128,12 @@ class Tab:
         """The whole page as a PNG, ``width`` pixels wide."""
         import base64
 
-        height = int(self.evaluate("document.documentElement.scrollHeight"))
-        self.call(
-            "Emulation.setDeviceMetricsOverride",
-            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
-        )
+        def size(height: int) -> None:
+            metrics = {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False}
+            self.call("Emulation.setDeviceMetricsOverride", metrics)
+
+        size(800)  # laid out at that width first: its height follows
+        size(int(self.evaluate("document.documentElement.scrollHeight")))
         data = self.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True})["data"]
         path.write_bytes(base64.b64decode(data))
         return path
@@ -300,9 +301,17 @@ def opened(url: str, timeout: float = 30.0) -> Iterator[Tab]:
         yield browser.open(url, timeout)
 
 
-def check_page(url: str, selector: str = STEP_POINTS, timeout: float = 30.0) -> PageCheck:
-    """Load ``url``; its errors and the elements matching ``selector``."""
+def check_page(
+    url: str, selector: str = STEP_POINTS, timeout: float = 30.0, expect: int | None = None
+) -> PageCheck:
+    """Load ``url``; its errors and the elements matching ``selector`` — with ``expect``, once
+    that many are drawn or ``timeout`` has passed (the live page draws after its first poll)."""
     with opened(url, timeout) as tab:
+        if expect is not None:
+            with suppress(TimeoutError):
+                tab.wait_for(
+                    f"document.querySelectorAll({json.dumps(selector)}).length === {expect}", timeout
+                )
         points = tab.count(selector)
         tab.evaluate("1")  # the events sent before this answer are in
         return PageCheck(url, list(tab.errors), points)
@@ -322,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     url = args.url if "://" in args.url else Path(args.url).resolve().as_uri()
     try:
-        result = check_page(url, args.selector)
+        result = check_page(url, args.selector, expect=args.expect)
     except (BrowserError, TimeoutError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -19,7 +19,7 @@ from .svg import (
     bar_chart,
     line_chart,
 )
-from .tables import dig
+from .tables import dig, served_turns
 
 Doc = Mapping[str, Any]
 Step = Mapping[str, Any]
@@ -31,6 +31,7 @@ ROLES = (  # (key in cpu_ms_per_turn, legend, colour)
     ("ray", "Ray's own", "#59a14f"),
 )
 OTHER_COLOR = "#bab0ac"
+STEP_LABELS = "Under each step: #its index, then n session nodes · L loops; red: invalid."
 PERCENTILES = "Large points: p99; small faded points on finely dotted lines: p50."
 
 
@@ -159,7 +160,7 @@ def share(doc: Doc) -> BarChart:
     order, names = node_order(doc), node_names(doc)
     groups = []
     for s in doc["steps"]:
-        served = sum(n["turns"] for n in s.get("nodes") or ())
+        served = served_turns(s)
         segments = [
             Segment(
                 names[n["node_id"]],
@@ -168,7 +169,7 @@ def share(doc: Doc) -> BarChart:
                 f"{n['node_ip']}: {n['turns']} turns ({n['turns'] / served:.0%}) — step {s['index']}",
             )
             for n in s.get("nodes") or ()
-            if served
+            if served and n.get("turns") is not None
         ]
         groups.append(BarGroup(step_label(s), [Bar(segments)], s["index"], s["valid"]))
     return BarChart(
@@ -179,7 +180,7 @@ def share(doc: Doc) -> BarChart:
         [(names[node], color_of(order, node)) for node in order],
         y_max=1.0,
         percent=True,
-        note="An even split is 1/N for N session nodes in service.",
+        note="An even split is 1/N for N session nodes in service. " + STEP_LABELS,
     )
 
 
@@ -214,7 +215,10 @@ def cpu(doc: Doc) -> BarChart:
         "CPU ms per turn",
         groups,
         legend,
-        note="Bars numbered by node: " + ", ".join(f"{i + 1} = {names[n]}" for i, n in enumerate(order)),
+        note="Bars numbered by node: "
+        + ", ".join(f"{i + 1} = {names[n]}" for i, n in enumerate(order))
+        + ". "
+        + STEP_LABELS,
     )
 
 
@@ -245,40 +249,39 @@ def clients(
 
 
 def model_chart(doc: Doc) -> LineChart | None:
-    """The capacity model's extrapolation, when its rows give ``session_nodes`` and
-    ``turns_per_s``, with the run's valid steps."""
-    rows = [
-        r
-        for r in dig(doc, "model", "extrapolation") or ()
-        if isinstance(r.get("session_nodes"), int | float) and isinstance(r.get("turns_per_s"), int | float)
-    ]
-    if not rows:
+    """The capacity model's fitted lines (``model.fit.lines``: a shared part's busiest thread,
+    ``base_ms_per_s + per_node_ms_per_s × n``), drawn to twice the run's largest node count,
+    with what each valid step measured (its ``shared_cpu_ms_per_s``)."""
+    lines = dig(doc, "model", "fit", "lines")
+    if not isinstance(lines, Mapping) or not lines:
         return None
-    series = [
-        Series(
-            "model",
-            [Point(r["session_nodes"], r["turns_per_s"], None) for r in rows],
-            "#555",
-            "6 4",
-            markers=False,
-        )
-    ]
-    measured = [s for s in doc["steps"] if s["valid"]]
-    if measured:
-        series.append(
-            Series(
-                "measured (valid steps, every transport and load)",
-                [
-                    Point(s["session_nodes"], s["turns_per_s"], s["index"], True, step_tip(s))
-                    for s in measured
-                ],
-                PALETTE[0],
-                kind="measured",
-                line=False,
-            )
-        )
+    parts = list(lines)
+    reach = max(4, 2 * max((s["session_nodes"] for s in doc["steps"]), default=1))
+    series = []
+    for part in parts:
+        color = color_of(parts, part)
+        fit = lines[part] if isinstance(lines[part], Mapping) else {}
+        base, slope = fit.get("base_ms_per_s"), fit.get("per_node_ms_per_s")
+        if isinstance(base, int | float) and isinstance(slope, int | float):
+            ends = [Point(0, base, None), Point(reach, base + slope * reach, None)]
+            series.append(Series(part, ends, color, "6 4", markers=False))
+        measured = [
+            Point(s["session_nodes"], v, s["index"], True, f"{part}: {v:.1f} ms/s — {step_tip(s)}")
+            for s in doc["steps"]
+            if s["valid"] and isinstance(v := dig(s, "shared_cpu_ms_per_s", part), int | float)
+        ]
+        if measured:
+            series.append(Series(f"{part} (measured)", measured, color, line=False, in_legend=False))
+    if not series:
+        return None
     return LineChart(
-        "fig-model", "Capacity model: fitted and extrapolated", "session nodes", "turns/s", series
+        "fig-model",
+        "Capacity model: the shared parts' busiest thread against session nodes",
+        "session nodes",
+        "CPU ms per second (1000 = one core)",
+        series,
+        note="Points: what each valid step measured; dashed: the line fitted to them, drawn to "
+        f"{reach} session nodes. The extrapolation further out is in the table below.",
     )
 
 

@@ -11,6 +11,7 @@ import threading
 from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs
 
 from .page import body_html, head, title_block
 from .schema import validate
@@ -23,10 +24,10 @@ SCRIPT = """
   var shown = -1;
   var status = document.getElementById("poll");
   function tick() {
-    fetch("figures.json", {cache: "no-store"})
+    fetch("figures.json?since=" + shown, {cache: "no-store"})
       .then(function (r) { return r.json(); })
       .then(function (data) {
-        if (data.revision !== shown) {
+        if (data.revision !== shown && data.html !== undefined) {
           document.getElementById("content").innerHTML = data.html;
           shown = data.revision;
           document.body.setAttribute("data-revision", String(shown));
@@ -70,11 +71,12 @@ class LivePage:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                path = self.path.split("?", 1)[0]
+                path, _, query = self.path.partition("?")
                 if path in ("/", "/index.html"):
                     self.reply(shell(page.poll_ms), "text/html; charset=utf-8")
                 elif path == "/figures.json":
-                    self.reply(page.figures(), "application/json")
+                    since = parse_qs(query).get("since", [""])[0]
+                    self.reply(page.figures(since), "application/json")
                 elif path == "/scaling.json":
                     self.reply(page.document(), "application/json")
                 else:
@@ -119,8 +121,11 @@ class LivePage:
             ).encode()
             self._doc = json.dumps(doc).encode()
 
-    def figures(self) -> bytes:
+    def figures(self, since: str = "") -> bytes:
+        """The figures drawn last; only their revision when the page shows it already."""
         with self._lock:
+            if since == str(self._revision):
+                return json.dumps({"revision": self._revision}).encode()
             return self._figures
 
     def document(self) -> bytes:

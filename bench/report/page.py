@@ -5,6 +5,7 @@ page redraws as steps arrive."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from functools import cache
@@ -14,7 +15,7 @@ from typing import Any
 
 from .figures import charts
 from .progress import fmt_ms
-from .tables import NODE_COLUMNS, STEP_COLUMNS, Column, cell, dig, node_rows
+from .tables import NODE_COLUMNS, STEP_COLUMNS, Column, cell, dig, node_rows, versus
 
 Doc = Mapping[str, Any]
 
@@ -50,7 +51,8 @@ def banner(doc: Doc, live: bool) -> str:
     if doc.get("complete") is False:
         return (
             f'<div class="banner partial" id="status" data-state="partial">Partial run: it ended after '
-            f"{done}{of} steps (interrupted, or a step failed). The figures below are the steps it measured.</div>"
+            f"{done}{of} steps ({escape(doc.get('error') or 'interrupted, or a step failed')}). "
+            "The figures below are the steps it measured.</div>"
         )
     return f'<div class="banner done" id="status" data-state="complete">Complete: {done}{of} steps.</div>'
 
@@ -78,21 +80,39 @@ def cards(doc: Doc) -> str:
         )
         out.append(card(f"{fmt_ms(dig(best, 'nonmodel_ms', 'p99'))} ms", "p99 non-model time at that step"))
         out.append(card(f"{fmt_ms(dig(best, 'ttft_ms', 'p99'))} ms", "p99 time to first token at that step"))
+    for v in versus(doc):
+        if v["nonmodel_p50"] is not None and v["turns_per_s"] is not None:
+            out.append(
+                card(
+                    f"{v['nonmodel_p50']:+.0%} / {v['turns_per_s']:+.0%}",
+                    f"ws against {v['transport']}: non-model p50 / turns/s "
+                    f"(median of {v['pairs']} matched valid step pairs)",
+                )
+            )
     failed = sum(sum((s.get("failures") or {}).values()) for s in steps)
     out.append(
         card(f'<span class="{"bad" if failed else "good"}">{failed:,}</span>', "failed turns, all steps")
     )
-    out.append(card(str(len(doc["load_nodes"])), "load (client) nodes"))
+    nodes = doc["provenance"]["nodes"]
+    roles = Counter(role for n in nodes for role in n["roles"])
+    composition = ", ".join(f"{count} {role}" for role, count in roles.most_common())
+    out.append(card(str(len(nodes)), f"nodes in the cluster ({composition or 'roles not recorded'})"))
+    out.append(card(str(len(doc["load_nodes"])), "nodes the load ran on"))
     return '<div class="cards">' + "".join(out) + "</div>"
 
 
-def html_table(rows: Sequence[Any], columns: Sequence[Column], invalid: Sequence[bool] | None = None) -> str:
-    left = {"transport", "invalid_reason", "node_ip", "node_id", "roles", "resources", "code"}
-    head = "".join(f'<th class="{"l" if name in left else ""}">{escape(name)}</th>' for name, _ in columns)
+def html_table(rows: Sequence[Any], columns: Sequence[Column], classes: Sequence[str] | None = None) -> str:
+    """A table of ``rows``; ``classes``: a CSS class a row (``invalid``, ``out``, or none).
+    A column of text (any value a string) is aligned left, one of numbers right."""
+    values = [[get(row) for _, get in columns] for row in rows]
+    text = [any(isinstance(v[c], str) for v in values) for c in range(len(columns))]
+    head = "".join(
+        f'<th class="{"l" if text[c] else ""}">{escape(name)}</th>' for c, (name, _) in enumerate(columns)
+    )
     body = []
-    for i, row in enumerate(rows):
-        cls = ' class="invalid"' if invalid is not None and invalid[i] else ""
-        cells = "".join(td(name, get(row), name in left) for name, get in columns)
+    for i, row_values in enumerate(values):
+        cls = f' class="{classes[i]}"' if classes is not None and classes[i] else ""
+        cells = "".join(td(name, row_values[c], text[c]) for c, (name, _) in enumerate(columns))
         body.append(f"<tr{cls}>{cells}</tr>")
     return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
 
@@ -202,32 +222,67 @@ def provenance(doc: Doc) -> str:
 
 
 def model_section(doc: Doc) -> str:
+    """The re-fitted capacity model: its fitted lines as a table, its other figures, the
+    fit's error and the extrapolation (whatever keys its rows have)."""
     model = doc.get("model")
     if not model:
         return ""
     parts = ['<section id="model"><h2>Capacity model, re-fitted from this run</h2>']
-    fit = model.get("fit")
+    fit = dict(model.get("fit") or {})
+    lines = fit.pop("lines", None)
+    if isinstance(lines, Mapping) and lines:
+        rows = [
+            {"part": part, **(v if isinstance(v, Mapping) else {"value": v})} for part, v in lines.items()
+        ]
+        parts.append("<h3>Fitted lines</h3>" + html_table(rows, keyed_columns(rows)))
     if fit:
-        parts.append(kv([(k, f"<code>{escape(json.dumps(v))}</code>") for k, v in fit.items()]))
-    if model.get("error") is not None:
-        parts.append(f"<p>The fit's error: <code>{escape(json.dumps(model['error']))}</code></p>")
+        parts.append(kv([(k, escape(cell(v))) for k, v in fit.items()]))
+    others = [(k, v) for k, v in model.items() if k not in ("fit", "extrapolation")]
+    if others:
+        parts.append(
+            kv([("fit error" if k == "error" else k.replace("_", " "), escape(cell(v))) for k, v in others])
+        )
     rows = model.get("extrapolation") or []
     if rows:
-        keys = list(dict.fromkeys(k for r in rows for k in r))
-        parts.append("<h3>Extrapolation</h3>" + html_table(rows, [key_column(k) for k in keys]))
+        parts.append("<h3>Extrapolation</h3>" + html_table(rows, keyed_columns(rows)))
     parts.append("</section>")
     return "".join(parts)
+
+
+def keyed_columns(rows: Sequence[Mapping[str, Any]]) -> list[Column]:
+    """A column for every key of the rows, in their order."""
+    return [key_column(k) for k in dict.fromkeys(k for r in rows for k in r)]
+
+
+def notes_section(doc: Doc) -> str:
+    """What the run noted and what its samplers could not read."""
+    items = [escape(str(n)) for n in doc.get("notes") or ()]
+    for node, errors in (doc.get("sampler_errors") or {}).items():
+        items += [f"sampler on <code>{escape(node[:12])}</code>: {escape(str(e))}" for e in errors]
+    if not items:
+        return ""
+    return (
+        '<section id="notes"><h2>Notes</h2><ul>' + "".join(f"<li>{i}</li>" for i in items) + "</ul></section>"
+    )
+
+
+def row_kind(row: Mapping[str, Any]) -> str:
+    """A session node's row: its step invalid, out of service, or out of service yet serving."""
+    if not row["in_service"]:
+        return "stray" if row["node"].get("turns") else "out"
+    return "" if row["step"]["valid"] else "invalid"
 
 
 def tables_section(doc: Doc) -> str:
     steps = doc["steps"]
     out = [
         '<section id="tables"><h2>Steps</h2>',
-        html_table(steps, STEP_COLUMNS, [not s["valid"] for s in steps]),
-        "<h2>Session nodes, step by step</h2>",
+        html_table(steps, STEP_COLUMNS, ["" if s["valid"] else "invalid" for s in steps]),
+        '<h2>Session nodes, step by step</h2><p class="note">In each step, the nodes in service first; greyed: the nodes out of service (red if they served turns all the same).</p>',
     ]
     rows = node_rows(doc)
-    out.append(html_table(rows, NODE_COLUMNS, [not r["step"]["valid"] for r in rows]))
+    kinds = [row_kind(r) for r in rows]
+    out.append(html_table(rows, NODE_COLUMNS, kinds))
     failures = [
         {"step": s["index"], "code": code, "count": n}
         for s in steps
@@ -258,6 +313,7 @@ def body_html(doc: Doc, *, live: bool = False) -> str:
             invalid_section(doc),
             tables_section(doc),
             model_section(doc),
+            notes_section(doc),
             provenance(doc),
         ]
     )

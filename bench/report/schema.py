@@ -28,10 +28,15 @@ def _validator() -> Any:
     return Draft202012Validator(schema())
 
 
+def document_order(part: str | int) -> tuple[int, int, str]:
+    """A path element's sort key: list indexes by number (steps[2] before steps[10])."""
+    return (0, part, "") if isinstance(part, int) else (1, 0, part)
+
+
 def violations(doc: Any) -> list[str]:
     """Every way ``doc`` breaks the schema, one line each (``$.path: message``), in document
     order; empty when it is valid."""
-    errors = sorted(_validator().iter_errors(doc), key=lambda e: [str(p) for p in e.absolute_path])
+    errors = sorted(_validator().iter_errors(doc), key=lambda e: [document_order(p) for p in e.absolute_path])
     return [f"{e.json_path}: {e.message}" for e in errors]
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Callable, Mapping, Sequence
+from statistics import median
 from typing import Any
 
 Row = Mapping[str, Any]
@@ -31,7 +32,9 @@ def client_max(step: Row, key: str) -> float | None:
 def role_ms(step: Row, role: str) -> float | None:
     """A role's CPU ms a turn over the step's session nodes, weighted by the turns each served."""
     weighted = [
-        (n["turns"], v) for n in step.get("nodes") or () if (v := dig(n, "cpu_ms_per_turn", role)) is not None
+        (n["turns"], v)
+        for n in step.get("nodes") or ()
+        if n.get("turns") and (v := dig(n, "cpu_ms_per_turn", role)) is not None
     ]
     turns = sum(t for t, _ in weighted)
     return sum(t * v for t, v in weighted) / turns if turns else None
@@ -70,8 +73,9 @@ NODE_COLUMNS: Sequence[Column] = (
     ("loops", lambda r: r["step"]["loops"]),
     ("node_ip", lambda r: r["node"]["node_ip"]),
     ("node_id", lambda r: r["node"]["node_id"]),
-    ("turns", lambda r: r["node"]["turns"]),
-    ("turns_share", lambda r: turns_share(r["step"], r["node"])),
+    ("in_service", lambda r: r["in_service"]),
+    ("turns", lambda r: r["node"].get("turns")),
+    ("turns_share", lambda r: turns_share(r["step"], r["node"]) if r["in_service"] else None),
     ("connections_share", lambda r: r["node"].get("connections_share")),
     ("gateway_cpu_ms_per_turn", lambda r: dig(r["node"], "cpu_ms_per_turn", "gateway")),
     ("session_host_cpu_ms_per_turn", lambda r: dig(r["node"], "cpu_ms_per_turn", "session_host")),
@@ -81,12 +85,24 @@ NODE_COLUMNS: Sequence[Column] = (
 
 
 def turns_share(step: Row, node: Row) -> float | None:
-    served = sum(n["turns"] for n in step.get("nodes") or ())
-    return node["turns"] / served if served else None
+    served = served_turns(step)
+    return node["turns"] / served if served and node.get("turns") is not None else None
+
+
+def served_turns(step: Row) -> int:
+    """The turns the step's session nodes served, as far as known (a node's may be null)."""
+    return sum(n.get("turns") or 0 for n in step.get("nodes") or ())
 
 
 def node_rows(doc: Row) -> list[Row]:
-    return [{"step": s, "node": n} for s in doc["steps"] for n in s.get("nodes") or ()]
+    """A row a session node a step: those in service, then those out of it (whose turns
+    should be none)."""
+    return [
+        {"step": s, "node": n, "in_service": key == "nodes"}
+        for s in doc["steps"]
+        for key in ("nodes", "out_of_service")
+        for n in s.get(key) or ()
+    ]
 
 
 def cell(value: Any) -> str:
@@ -97,6 +113,10 @@ def cell(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, float):
         return f"{value:.4g}"
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k}={cell(v)}" for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return ", ".join(cell(v) for v in value)
     return str(value)
 
 
@@ -131,6 +151,24 @@ def markdown(doc: Row) -> str:
     """``scaling.md``: the command, then the steps and the session nodes as tables."""
     prov = doc["provenance"]
     status = "" if doc.get("complete", True) else "\n**Partial run**: it ended before the sweep did.\n"
+    invalid = "".join(
+        f"- step {s['index']}: {s.get('invalid_reason') or 'clients saturated'}\n"
+        for s in doc["steps"]
+        if not s["valid"]
+    )
+    invalid_md = (
+        "\n## Invalid steps\n\nTheir load clients were saturated (or the step failed): their figures are "
+        f"the clients', not the server's.\n\n{invalid}"
+        if invalid
+        else ""
+    )
+    savings = "".join(
+        f"- ws against {v['transport']} ({v['pairs']} matched valid steps, medians): turns/s "
+        f"{cell_change(v['turns_per_s'])}, non-model p50 {cell_change(v['nonmodel_p50'])}, "
+        f"p99 {cell_change(v['nonmodel_p99'])}\n"
+        for v in versus(doc)
+    )
+    savings_md = f"\n## Transports\n\n{savings}" if savings else ""
     return (
         "# Scaling experiment\n\n"
         f"`{prov['command']}`\n\n"
@@ -140,4 +178,49 @@ def markdown(doc: Row) -> str:
         f"{to_markdown(table(doc['steps'], STEP_COLUMNS))}\n"
         "## Session nodes\n\n"
         f"{to_markdown(table(node_rows(doc), NODE_COLUMNS))}"
+        f"{invalid_md}{savings_md}"
     )
+
+
+def cell_change(value: float | None) -> str:
+    return "—" if value is None else f"{value:+.0%}"
+
+
+def change(pairs: Sequence[tuple[Row, Row]], get: Callable[[Row], Any]) -> float | None:
+    """The median of ``get(b) / get(o) - 1`` over the ``(o, b)`` pairs that have both."""
+    ratios = [vb / vo - 1 for vo, vb in ((get(o), get(b)) for o, b in pairs) if vo and vb is not None]
+    return median(ratios) if ratios else None
+
+
+def versus(doc: Row, base: str = "ws") -> list[dict[str, Any]]:
+    """What ``base`` changes against each other transport of the run: the median, over the
+    valid steps that match (same session nodes, loops per node and repeat), of ``base``'s
+    figure over the other's, less one (−0.4: 40 % less), for turns/s and p50/p99 non-model
+    time; with the number of matched pairs."""
+    by_key = {
+        (s["transport"], s["session_nodes"], s["loops_per_node"], s.get("repeat", 0)): s
+        for s in doc["steps"]
+        if s["valid"]
+    }
+    out = []
+    for other in dict.fromkeys(s["transport"] for s in doc["steps"]):
+        if other == base:
+            continue
+        pairs = [
+            (s, by_key[(base, *key[1:])])
+            for key, s in by_key.items()
+            if key[0] == other and (base, *key[1:]) in by_key
+        ]
+        if not pairs:
+            continue
+
+        out.append(
+            {
+                "transport": other,
+                "pairs": len(pairs),
+                "turns_per_s": change(pairs, lambda s: s["turns_per_s"]),
+                "nonmodel_p50": change(pairs, lambda s: dig(s, "nonmodel_ms", "p50")),
+                "nonmodel_p99": change(pairs, lambda s: dig(s, "nonmodel_ms", "p99")),
+            }
+        )
+    return out

@@ -68,6 +68,13 @@ def test_the_first_of_several_violations_is_named_and_the_rest_counted(doc):
         validate(doc)
 
 
+def test_the_first_violation_is_first_in_document_order(doc):
+    doc["steps"][10].update(valid="no")
+    doc["steps"][2].update(valid="no")
+    with pytest.raises(ValueError, match=r"at \$\.steps\[2\]\.valid"):
+        validate(doc)
+
+
 def test_fields_the_schema_does_not_name_are_allowed(doc):
     doc["steps"][0]["gateway_replicas"] = 2
     doc["extra"] = {"anything": True}
@@ -97,11 +104,14 @@ def test_the_csv_has_a_row_a_step_and_a_row_a_session_node_a_step(doc, tmp_path)
     assert last["invalid_reason"] == doc["steps"][-1]["invalid_reason"]
     assert float(last["turns_per_s"]) == pytest.approx(doc["steps"][-1]["turns_per_s"], rel=1e-3)
     nodes = list(csv.DictReader(io.StringIO(written["scaling-nodes.csv"].read_text())))
-    assert len(nodes) == sum(len(s["nodes"]) for s in doc["steps"])
+    assert len(nodes) == 3 * len(doc["steps"])  # every session node, in service or not
     for step in doc["steps"]:
-        mine = [r for r in nodes if int(r["step"]) == step["index"]]
+        mine = [r for r in nodes if int(r["step"]) == step["index"] and r["in_service"] == "true"]
+        assert len(mine) == step["session_nodes"]
         assert sum(int(r["turns"]) for r in mine) == sum(n["turns"] for n in step["nodes"])
         assert sum(float(r["turns_share"]) for r in mine) == pytest.approx(1.0, abs=1e-3)
+        out = [r for r in nodes if int(r["step"]) == step["index"] and r["in_service"] == "false"]
+        assert [(r["turns"], r["turns_share"]) for r in out] == [("0", "")] * (3 - step["session_nodes"])
 
 
 def test_the_cpu_by_role_of_a_step_is_weighted_by_the_turns_each_node_served(doc):
@@ -204,8 +214,9 @@ def test_the_live_page_serves_the_document_so_far(doc):
         assert figures["revision"] == 0 and figures["steps"] == 2
         assert len(throughput_points(figures["html"])) == 2
         assert 'data-state="running"' in figures["html"]
+        assert json.loads(fetch(page.url + "figures.json?since=0")) == {"revision": 0}  # shown already
         page.update(doc)
-        assert json.loads(fetch(page.url + "figures.json"))["revision"] == 1
+        assert json.loads(fetch(page.url + "figures.json?since=0"))["revision"] == 1
         assert json.loads(fetch(page.url + "scaling.json")) == doc
         url = page.url
     with pytest.raises(OSError):
@@ -227,3 +238,84 @@ def test_the_live_page_refuses_a_document_that_breaks_the_schema(doc):
     del doc["steps"][0]["valid"]
     with pytest.raises(ValueError, match=r"at \$\.steps\[0\]: 'valid' is a required property"):
         page.update(doc)
+
+
+def test_what_ws_changes_against_another_transport_is_over_matched_valid_steps_only():
+    from bench.report.tables import versus
+
+    def step(transport, nodes, tps, p50, valid=True):
+        return {
+            "transport": transport,
+            "session_nodes": nodes,
+            "loops_per_node": 8,
+            "turns_per_s": tps,
+            "nonmodel_ms": {"p50": p50, "p99": None},
+            "valid": valid,
+        }
+
+    doc = {
+        "steps": [
+            step("ws", 1, 150.0, 2.0),
+            step("http-full", 1, 100.0, 4.0),  # +50 % turns/s, -50 % non-model
+            step("ws", 2, 300.0, 3.0),
+            step("http-full", 2, 200.0, 4.0),  # +50 %, -25 %
+            step("ws", 3, 900.0, 1.0),
+            step("http-full", 3, 100.0, 9.0, valid=False),  # saturated: not compared
+            step("http-chained", 4, 100.0, 9.0),  # no ws step to match
+        ]
+    }
+    (found,) = versus(doc)
+    assert found["transport"] == "http-full" and found["pairs"] == 2
+    assert found["turns_per_s"] == pytest.approx(0.5)
+    assert found["nonmodel_p50"] == pytest.approx(-0.375)
+    assert found["nonmodel_p99"] is None
+
+
+def test_the_schema_and_the_style_ship_with_the_lab_as_package_data():
+    import tomllib
+
+    root = Path(__file__).resolve().parents[2]
+    lab = tomllib.loads((root / "bench" / "pyproject.toml").read_text())["tool"]["setuptools"]
+    shipped = set(lab["package-data"]["bench.report"])
+    data = {p.name for p in (root / "bench" / "report").iterdir() if p.is_file() and p.suffix != ".py"}
+    assert shipped == data
+
+
+def test_a_node_whose_turns_are_not_known_renders_without_a_share(doc, tmp_path):
+    step = doc["steps"][2]
+    step["nodes"][1]["turns"] = None
+    written = write_report(doc, tmp_path)
+    nodes = list(csv.DictReader(io.StringIO(written["scaling-nodes.csv"].read_text())))
+    mine = [r for r in nodes if int(r["step"]) == 2 and r["in_service"] == "true"]
+    assert [r["turns_share"] for r in mine] == ["1", ""]
+
+
+def test_a_partial_run_names_why_it_ended_and_the_notes_are_listed(doc):
+    doc.update(
+        complete=False,
+        error="SetupError: session node 10.77.0.12 is not ready",
+        notes=["no prefix-cache figure"],
+    )
+    doc["sampler_errors"] = {doc["steps"][0]["nodes"][0]["node_id"]: ["metrics endpoint refused"]}
+    html = report_html(doc)
+    assert "session node 10.77.0.12 is not ready" in html.split('id="status"')[1].split("</div>")[0]
+    assert "no prefix-cache figure" in html and "metrics endpoint refused" in html
+
+
+def test_the_capacity_model_is_drawn_from_its_fitted_lines_and_the_steps_measurements(doc):
+    html = report_html(doc)
+    figure = re.search(r'<figure class="chart" id="fig-model">.*?</figure>', html, re.S).group()
+    valid = [s for s in doc["steps"] if s["valid"]]
+    assert len(re.findall(r'<circle class="point"', figure)) == 3 * len(valid)  # three shared parts
+    assert figure.count('class="series-line"') == 3  # a fitted line each
+    model = html.split('id="model"')[1]
+    assert "Fitted lines" in model and "slope_standard_error" in model and "Extrapolation" in model
+    assert "gcs=0.155" in model  # a nested figure of a row, written out
+    assert "not measured" in model
+
+
+def test_a_node_out_of_service_that_served_turns_stands_out(doc):
+    doc["steps"][0]["out_of_service"][0]["turns"] = 7
+    html = report_html(doc)
+    assert html.count('<tr class="stray">') == 1
+    assert html.count('<tr class="out">') == sum(len(s["out_of_service"]) for s in doc["steps"]) - 1

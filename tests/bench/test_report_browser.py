@@ -104,11 +104,13 @@ def test_the_live_page_redraws_as_steps_arrive(browser, doc):
         tab.close()
 
 
-def test_check_page_runs_a_browser_of_its_own_and_leaves_nothing(doc, tmp_path):
+def test_check_page_waits_for_the_live_pages_first_poll_and_leaves_nothing(doc):
+    """check_page runs a browser of its own; its profile directory is removed at the end."""
     import tempfile
 
     before = set(Path(tempfile.gettempdir()).glob("rws-chromium-*"))
-    report = write_report(doc, tmp_path)["report.html"]
-    result = check_page(report.as_uri())
-    assert result.errors == [] and result.points == len(doc["steps"])
-    assert set(Path(tempfile.gettempdir()).glob("rws-chromium-*")) == before, "the profile is removed"
+    with LivePage("127.0.0.1", 0, poll_ms=200) as live:
+        live.update(so_far(doc, 4))
+        result = check_page(live.url, expect=4)
+    assert result.errors == [] and result.points == 4
+    assert set(Path(tempfile.gettempdir()).glob("rws-chromium-*")) == before

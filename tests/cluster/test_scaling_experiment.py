@@ -1,0 +1,274 @@
+"""``responses-ws bench scaling --cluster ADDRESS`` on raylets on one machine (loopback, no
+root): the orchestration of the scaling experiment everywhere the default tier runs.
+
+Four ``ray start`` nodes on 127.0.0.1 as an operator starts them, each with the custom
+resources of its node type: the head (Serve's controller, the dashboard whose REST API the
+experiment uses, the inference replica: ``head``, ``accelerator``), two session nodes
+(``session``) and a client node (``client``).  configs/serve-cluster.yaml is deployed with
+``serve deploy``'s REST call (one gateway to begin with, the suite's redis-server as the
+store); the experiment then runs as a driver of the cluster with two session-node steps and
+two load levels.  The nodes share one address here, so the experiment counts each node's
+turns on the server's side (its Ray metrics, reported every 500 ms on this cluster).
+
+Checks: every load actor ran on the client node; each session node served turns in every
+step that had it in service and none in a step that did not; the steps are the sweep's;
+``scaling.json`` validates against its schema; the gateway count is back to the deployed
+one at the end; a ``--url`` outside the cluster is refused with one line; Ctrl-C during a
+step ends the run with the partial report (``complete: false``) and no load actor or
+sampler left.  Not in the default tier: four Ray nodes and two runs take 1.5–2 minutes on
+a busy 2-core machine (the default tier has none to spare)."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from bench.report import validate
+from bench.services import ray_start_command, wait_ray_started
+from serve.embedded import RAY_ENV, free_port
+from tests.support.children import ray_start_lock
+from tests.support.ray_cluster import MARKER, is_gcs, marked_pids
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = ROOT / "configs" / "serve-cluster.yaml"
+APPS = "/api/serve/applications/"
+NODES = (  # (name, resources) of each ray start, the head first
+    ("head", {"head": 1, "accelerator": 1}),
+    ("session1", {"session": 1}),
+    ("session2", {"session": 1}),
+    ("client", {"client": 1}),
+)
+MB = 1024 * 1024
+
+
+class LoopbackCluster:
+    """``ray start`` nodes on 127.0.0.1 in a temp dir of their own; :meth:`stop` ends every
+    process they started (a marker in their environment), by pid."""
+
+    def __init__(self) -> None:
+        self.temp_dir = Path(tempfile.mkdtemp(prefix="rws-exp-", dir="/tmp"))
+        self.marker = f"experiment-{os.getpid()}-{time.monotonic_ns()}"
+        self.gcs_port, self.dashboard_port = free_port(), free_port()
+        self.address = f"127.0.0.1:{self.gcs_port}"
+        self.dashboard = f"http://127.0.0.1:{self.dashboard_port}"
+        env = {
+            k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN")
+        }
+        env.update(RAY_ENV)
+        self.token = secrets.token_hex(32)
+        env.update(
+            {
+                MARKER: self.marker,
+                "RAY_metrics_report_interval_ms": "500",
+                "RAY_AUTH_MODE": "token",
+                "RAY_AUTH_TOKEN": self.token,
+            }
+        )
+        self.env = env
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, lock: Path) -> None:
+        for name, resources in NODES:
+            with ray_start_lock(lock):
+                self._start(name, resources)
+
+    def _start(self, name: str, resources: dict[str, int]) -> None:
+        ports = [
+            f"--{p}-port={free_port()}"
+            for p in ("node-manager", "object-manager", "metrics-export", "dashboard-agent-listen",
+                      "dashboard-agent-grpc", "runtime-env-agent")
+        ]  # fmt: skip
+        extra = [
+            "--node-ip-address=127.0.0.1",
+            f"--resources={json.dumps(resources)}",
+            f"--object-store-memory={80 * MB}",
+            *ports,
+        ]
+        if name == "head":
+            extra += [f"--dashboard-port={self.dashboard_port}", "--dashboard-host=127.0.0.1",
+                      f"--ray-client-server-port={free_port()}"]  # fmt: skip
+            cmd = ray_start_command(temp_dir=self.temp_dir, num_cpus=1, head_port=self.gcs_port, extra=extra)
+            cmd[cmd.index("--include-dashboard=false")] = "--include-dashboard=true"
+        else:
+            cmd = ray_start_command(temp_dir=self.temp_dir, num_cpus=1, address=self.address, extra=extra)
+        log = self.temp_dir / f"{name}.log"
+        with open(log, "w") as out:
+            proc = subprocess.Popen(
+                cmd, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        self.procs.append(proc)
+        wait_ray_started(proc, log, time.monotonic() + 120, name)
+
+    def rest(self, method: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(
+            self.dashboard + APPS,
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.token}"},
+        )
+        with urllib.request.urlopen(req, timeout=30) as r:
+            text = r.read()
+        return json.loads(text) if text else {}
+
+    def deploy(self, port: int, redis_url: str, timeout_s: float = 120) -> dict[str, Any]:
+        """configs/serve-cluster.yaml as ``serve deploy`` sends it, one gateway to start with."""
+        raw = yaml.safe_load(CONFIG.read_text())
+        args = raw["applications"][0]["args"]
+        args["server"]["port"] = port
+        args["server"]["gateway_replicas"] = 1
+        args["store"]["redis_url"] = redis_url
+        args["store"]["redis_password_file"] = None  # the suite's redis-server has none
+        args["session"]["warm_actors"] = 1
+        args["inference"]["scaling"]["autoscaling"].update({"min_replicas": 1, "max_replicas": 1})
+        deadline = time.monotonic() + timeout_s
+        while True:  # the dashboard's Serve module answers a few seconds after the head is up
+            try:
+                self.rest("PUT", raw)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1)
+        while True:
+            apps = self.rest("GET").get("applications", {})
+            if apps.get("responses-ws", {}).get("status") == "RUNNING":
+                return apps["responses-ws"]
+            assert time.monotonic() < deadline, f"app not running: {apps}"
+            time.sleep(1)
+
+    def alive_actors(self) -> list[str]:
+        """The class names of the cluster's live actors (the dashboard's state API)."""
+        req = urllib.request.Request(
+            f"{self.dashboard}/api/v0/actors?limit=1000&filter_keys=state&filter_predicates=%3D&filter_values=ALIVE",
+            headers={"Authorization": f"Bearer {self.token}"},
+        )
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return [a["class_name"] for a in json.loads(r.read())["data"]["result"]["result"]]
+
+    def stop(self) -> None:
+        # the GCS last: SIGTERM beside the rest keeps it waiting for them (tests/support/ray_cluster.py)
+        for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+            pids = {*marked_pids(self.marker), *(p.pid for p in self.procs if p.poll() is None)}
+            for pid in {p for p in pids if sig == signal.SIGKILL or not is_gcs(p)}:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+            deadline = time.monotonic() + wait_s
+            while time.monotonic() < deadline and marked_pids(self.marker):
+                time.sleep(0.2)
+        for p in self.procs:
+            p.wait(timeout=5)
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def loopback(ray_start_lock_path, redis_server) -> Iterator[LoopbackCluster]:
+    cluster = LoopbackCluster()
+    try:
+        cluster.start(ray_start_lock_path)
+        cluster.deploy(free_port(), redis_server)
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def command(cluster: LoopbackCluster, out: Path, *flags: str) -> tuple[list[str], dict[str, str]]:
+    cmd = [str(Path(sys.executable).parent / "responses-ws"), "bench", "scaling", "--cluster", cluster.address,
+           "--out", str(out), *flags]  # fmt: skip
+    return cmd, {k: v for k, v in cluster.env.items() if k != MARKER}  # the driver is not the cluster's
+
+
+def experiment(cluster: LoopbackCluster, out: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    cmd, env = command(cluster, out, *flags)
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240, check=False)
+
+
+def test_scaling_experiment_sweeps_the_session_nodes_of_a_loopback_cluster(loopback, tmp_path):
+    cluster = loopback
+    bad = experiment(cluster, tmp_path / "bad", "--url", "http://192.0.2.1:8765")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+    assert "is not one of the cluster's session nodes" in bad.stderr
+
+    out = tmp_path / "run"
+    run = experiment(
+        cluster, out, "--session-nodes", "1,2", "--loops-per-node", "1,2", "--duration", "3", "--warmup", "1"
+    )
+    assert run.returncode == 0, f"{run.stdout[-3000:]}\n{run.stderr[-5000:]}"
+    doc = json.loads((out / "scaling.json").read_text())
+    validate(doc)
+    assert doc["complete"] is True
+    assert (out / "report.html").is_file()
+
+    nodes = {n["node_id"]: n for n in doc["provenance"]["nodes"]}
+    clients = {i for i, n in nodes.items() if "client" in n["roles"]}
+    sessions = {i for i, n in nodes.items() if "session" in n["roles"]}
+    assert len(clients) == 1 and len(sessions) == 2
+    assert {n["node_id"] for n in doc["load_nodes"]} == clients
+    for step in doc["steps"]:
+        assert {c["node_id"] for c in step["clients"]} <= clients
+
+    planned = [(s["session_nodes"], s["loops_per_node"], s["transport"]) for s in doc["steps"]]
+    assert planned == [(1, 1, "ws"), (1, 2, "ws"), (2, 1, "ws"), (2, 2, "ws")]
+    assert [s["loops"] for s in doc["steps"]] == [1, 2, 2, 4]
+    for step in doc["steps"]:
+        assert step["turns"] > 0 and not step["failures"], step  # valid or not: this machine's load
+        assert step["turns_counted_by"] == "server"  # the nodes share one address here
+        in_service = {n["node_id"] for n in step["nodes"]}
+        assert len(in_service) == step["session_nodes"] and in_service <= sessions
+        # One machine: the gateways share one listening socket (serve/port_claim.py), so the
+        # kernel picks the node of each connection; the nodes in service served the turns.
+        assert sum(n["turns"] for n in step["nodes"]) > 0, step["nodes"]
+        out = {n["node_id"]: n["turns"] for n in step["out_of_service"]}
+        assert set(out) == sessions - in_service and not any(out.values()), step["out_of_service"]
+
+    # the deployment is back as it was: one gateway
+    gateway = cluster.rest("GET")["applications"]["responses-ws"]["deployments"]["Gateway"]
+    deadline = time.monotonic() + 60
+    while gateway["target_num_replicas"] != 1 and time.monotonic() < deadline:
+        time.sleep(0.5)
+        gateway = cluster.rest("GET")["applications"]["responses-ws"]["deployments"]["Gateway"]
+    assert gateway["target_num_replicas"] == 1
+
+    # Ctrl-C during the second step: the load actors end, the partial report is written
+    out = tmp_path / "interrupted"
+    cmd, env = command(cluster, out, "--session-nodes", "1", "--loops-per-node", "1,2", "--duration", "4",
+                       "--warmup", "1")  # fmt: skip
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # the first step's progress line
+            if line.startswith("[1/2]"):
+                break
+        deadline = time.monotonic() + 60
+        while "LoadActor" not in cluster.alive_actors():  # the second step's load runs
+            assert time.monotonic() < deadline and proc.poll() is None, "the second step did not start"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-3000:]
+    partial = json.loads((out / "scaling.json").read_text())
+    validate(partial)
+    assert partial["complete"] is False and len(partial["steps"]) == 1
+    deadline = time.monotonic() + 60
+    while {"LoadActor", "NodeSampler"} & set(cluster.alive_actors()):
+        assert time.monotonic() < deadline, cluster.alive_actors()
+        time.sleep(0.5)
