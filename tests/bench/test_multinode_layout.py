@@ -9,7 +9,7 @@ import pytest
 
 from bench.multinode import Harness, NodeSpec, Topology
 from bench.multinode.balancer import BalancerSettings, config, server_states, session_counts, session_servers
-from bench.multinode.harness import DEFAULT_SPECS, RAY_ENV
+from bench.multinode.harness import CLIENT_SPEC, DEFAULT_SPECS, RAY_ENV
 from bench.multinode.topology import foreign_routes, leftovers
 
 
@@ -112,3 +112,21 @@ def test_the_harness_leaves_serves_draining_settings_at_rays_defaults(monkeypatc
     env = Harness().env  # building one starts nothing
     assert not any("DRAINING" in k for k in env)
     assert {k: env[k] for k in RAY_ENV} == RAY_ENV and env["RAY_AUTH_TOKEN"]
+
+
+def test_the_tiers_client_node_and_job_server():
+    """The client node comes after the others (the session nodes keep their addresses), carries
+    the ``client`` resource and CPUs, and nothing else asks for it; the job server's address
+    is the head's, only when asked for; the nodes' PATH starts with this interpreter's scripts
+    (a job's ``responses-ws``)."""
+    import sys
+
+    h = Harness((*DEFAULT_SPECS, CLIENT_SPEC), job_server=True)
+    t = h.topology
+    assert [(n.name, n.address) for n in t.nodes][-1] == ("client1", "10.213.37.13")
+    assert [n.name for n in h.client_nodes] == ["client1"] and h.client_nodes[0].spec.num_cpus > 0
+    assert [n.name for n in h.session_nodes] == ["session1", "session2"]
+    assert h.job_address == "http://10.213.37.10:8265"
+    assert h.env["PATH"].split(":")[0] == str(Path(sys.executable).parent)
+    with pytest.raises(RuntimeError, match="job_server=True"):
+        _ = Harness().job_address
