@@ -15,7 +15,7 @@ step that had it in service and none in a step that did not; the steps are the s
 ``scaling.json`` validates against its schema; the gateway count is back to the deployed
 one at the end; a ``--url`` outside the cluster is refused with one line; Ctrl-C during a
 step ends the run with the partial report (``complete: false``) and no load actor or
-sampler left.  Not in the default tier: four Ray nodes and two runs take 1.5–2 minutes on
+sampler left; ``--transports ws,http-full`` interleaves the transports.  Not in the default tier: four Ray nodes and two runs take 1.5–2 minutes on
 a busy 2-core machine (the default tier has none to spare)."""
 
 from __future__ import annotations
@@ -245,19 +245,20 @@ def test_scaling_experiment_sweeps_the_session_nodes_of_a_loopback_cluster(loopb
         gateway = cluster.rest("GET")["applications"]["responses-ws"]["deployments"]["Gateway"]
     assert gateway["target_num_replicas"] == 1
 
-    # Ctrl-C during the second step: the load actors end, the partial report is written
+    # The transports interleaved; Ctrl-C during the third step: the load actors end, the
+    # partial report is written
     out = tmp_path / "interrupted"
-    cmd, env = command(cluster, out, "--session-nodes", "1", "--loops-per-node", "1,2", "--duration", "4",
-                       "--warmup", "1")  # fmt: skip
+    cmd, env = command(cluster, out, "--session-nodes", "1", "--loops-per-node", "1,2", "--duration", "3",
+                       "--warmup", "1", "--transports", "ws,http-full")  # fmt: skip
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
-        for line in proc.stdout:  # the first step's progress line
-            if line.startswith("[1/2]"):
+        for line in proc.stdout:  # the second step's progress line
+            if line.startswith("[2/4]"):
                 break
         deadline = time.monotonic() + 60
-        while "LoadActor" not in cluster.alive_actors():  # the second step's load runs
-            assert time.monotonic() < deadline and proc.poll() is None, "the second step did not start"
+        while "LoadActor" not in cluster.alive_actors():  # the third step's load runs
+            assert time.monotonic() < deadline and proc.poll() is None, "the third step did not start"
             time.sleep(0.2)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
@@ -267,7 +268,9 @@ def test_scaling_experiment_sweeps_the_session_nodes_of_a_loopback_cluster(loopb
     assert proc.returncode == 130, err[-3000:]
     partial = json.loads((out / "scaling.json").read_text())
     validate(partial)
-    assert partial["complete"] is False and len(partial["steps"]) == 1
+    assert partial["complete"] is False and partial["error"] == "interrupted"
+    assert [(s["transport"], s["loops"]) for s in partial["steps"]] == [("ws", 1), ("http-full", 1)]
+    assert partial["steps"][0]["turns"] > 0  # (a 3 s window can end before http-full's first turn here)
     deadline = time.monotonic() + 60
     while {"LoadActor", "NodeSampler"} & set(cluster.alive_actors()):
         assert time.monotonic() < deadline, cluster.alive_actors()
