@@ -232,12 +232,15 @@ def one_level(
         thread.join()
     records = [r.as_dict() for r in result.records]
     window_start, end_at = result.window
-    out = summarise(n, records, result.errors, sampler.samples, idle, result.release_at, end_at)
+    samples = sampler.samples if procs else []  # no server processes seen (--url, --reference): no CPU
+    out = summarise(n, records, result.errors, samples, idle, result.release_at, end_at)
     out["connected"] = result.connected
     out["client_processes"] = k
     cpu_s = sum(c.cpu_s for c in result.clients)
     out["client_cpu_s"] = round(cpu_s, 2)
     out["client_cpu_pct_of_a_core"] = round(100 * cpu_s / max(end_at - window_start, 1e-9), 1)
+    turns = (out["turns_per_s"] or 0.0) * (end_at - window_start)
+    out["client_turns_per_cpu_s"] = round(turns / cpu_s, 1) if cpu_s > 0 else None  # a client core's worth
     out["client_loop_lag_ms"] = lag(result.lag_ms)
     out["clients"] = [c.as_dict() for c in result.clients]
     out["valid"] = not result.saturated
@@ -276,7 +279,8 @@ def print_level(s: dict[str, Any]) -> None:
             flush=True,
         )
     print(
-        f"       clients: {s['client_processes']} process(es), {s['client_cpu_pct_of_a_core']}% of a core, "
+        f"       clients: {s['client_processes']} process(es), {s['client_cpu_pct_of_a_core']}% of a core "
+        f"({s['client_turns_per_cpu_s']} turns per CPU-second), "
         f"loop lag p99 {lg['p99']} / max {lg['max']} ms: "
         + ("valid" if s["valid"] else f"INVALID, the clients were saturated ({s['invalid_reason']})"),
         flush=True,
