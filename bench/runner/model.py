@@ -26,6 +26,7 @@ CPU_LIMIT = 0.8  # a client process's CPU time over wall time above this: satura
 TRANSPORTS = ("ws", "http-full", "http-chained")
 WORKLOADS = ("capacity", "codex")
 KINDS = ("first", "steady", "rollout_first")
+BUSY_NODE_WAIT = 0.1  # a saturated client that waited this share of the time for a core: said so
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,9 @@ class ClientStats:
     reason: str | None
     loops: int = 0
     connected: int = 0
+    # the share of the window its event loop's thread was runnable but waiting for a core
+    # (/proc/thread-self/schedstat): lag with a large wait is the node's other work, not the load
+    runqueue_wait_fraction: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -129,18 +133,22 @@ def saturation(cpu_fraction: float, lag_p99_ms: float | None) -> str | None:
     return "; ".join(reasons) or None
 
 
+def window_delta(samples: Sequence[tuple[float, float]], t0: float, t1: float) -> tuple[float, float]:
+    """How much a counter grew, and over how long, between its first sample at or after
+    ``t0`` and its last at or before ``t1`` (samples: (time, the counter so far))."""
+    inside = [s for s in samples if t0 <= s[0] <= t1]
+    if len(inside) < 2:
+        return 0.0, 0.0
+    (a, ca), (b, cb) = inside[0], inside[-1]
+    return cb - ca, b - a
+
+
 def window_usage(
     cpu: Sequence[tuple[float, float]], ticks: Sequence[tuple[float, float]], t0: float, t1: float
 ) -> tuple[float, float, float | None, float | None]:
-    """CPU seconds and wall seconds between the first CPU sample at or after ``t0`` and the
-    last at or before ``t1`` (samples: (time, process CPU seconds so far)), and the lag p99
-    and max (ms) of the ticks (time, lateness ms) in ``[t0, t1]``."""
-    inside = [s for s in cpu if t0 <= s[0] <= t1]
-    if len(inside) >= 2:
-        (a, ca), (b, cb) = inside[0], inside[-1]
-        cpu_s, wall_s = cb - ca, b - a
-    else:
-        cpu_s, wall_s = 0.0, 0.0
+    """CPU seconds and wall seconds in ``[t0, t1]`` (samples: (time, process CPU seconds so
+    far)), and the lag p99 and max (ms) of the ticks (time, lateness ms) in it."""
+    cpu_s, wall_s = window_delta(cpu, t0, t1)
     late = [ms for t, ms in ticks if t0 <= t <= t1]
     return cpu_s, wall_s, pct(late, 0.99), max(late, default=None)
 
@@ -155,10 +163,15 @@ def client_stats(
     *,
     loops: int = 0,
     connected: int = 0,
+    waits: Sequence[tuple[float, float]] = (),
 ) -> ClientStats:
     cpu_s, wall_s, p99, worst = window_usage(cpu, ticks, *window)
     fraction = cpu_s / wall_s if wall_s > 0 else 0.0
+    waited, over = window_delta(waits, *window)
+    wait = round(waited / over, 3) if over > 0 else None
     reason = saturation(fraction, p99)
+    if reason and wait is not None and wait >= BUSY_NODE_WAIT:
+        reason += f" (it waited for a core {100 * wait:.0f} % of the time: the node's cores were busy)"
     if wall_s <= 0:
         reason = "no CPU samples in the measured window"
     return ClientStats(
@@ -174,6 +187,7 @@ def client_stats(
         reason,
         loops,
         connected,
+        wait,
     )
 
 

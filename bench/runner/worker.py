@@ -30,11 +30,24 @@ CONNECT_CONCURRENCY = 64
 FINISH_TIMEOUT_S = 120.0  # turns in flight at the end of the window complete within this
 
 
+def runqueue_wait_s() -> float | None:
+    """Seconds this thread has been runnable but waiting for a core (Linux schedstat)."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 async def watch_lag(
-    ticks: list[tuple[float, float]], cpu: list[tuple[float, float]], stalls: list[tuple[float, float]]
+    ticks: list[tuple[float, float]],
+    cpu: list[tuple[float, float]],
+    stalls: list[tuple[float, float]],
+    waits: list[tuple[float, float]] | None = None,
 ) -> None:
     """Every tick: how late (ms) this process's event loop woke, with when; every
-    :data:`CPU_SAMPLE_S`: the process's CPU seconds so far."""
+    :data:`CPU_SAMPLE_S`: the process's CPU seconds so far (and into ``waits`` its event
+    loop thread's run-queue wait so far)."""
     next_cpu = 0.0
     while True:
         t0 = time.perf_counter()
@@ -46,6 +59,8 @@ async def watch_lag(
             stalls.append((now, late))
         if now >= next_cpu:
             cpu.append((now, time.process_time()))
+            if waits is not None and (w := runqueue_wait_s()) is not None:
+                waits.append((now, w))
             next_cpu = now + CPU_SAMPLE_S
 
 
@@ -66,6 +81,7 @@ class LoadWorker:
         self.ticks: list[tuple[float, float]] = []
         self.cpu: list[tuple[float, float]] = []
         self.stalls: list[tuple[float, float]] = []
+        self.waits: list[tuple[float, float]] = []
         self.tasks: list[asyncio.Task[None]] = []
         self.watcher: asyncio.Task[None] | None = None
         self.release_at = 0.0
@@ -105,7 +121,7 @@ class LoadWorker:
                     return False
 
         self.ready = list(await asyncio.gather(*(open_one(lp) for lp in self.loops)))
-        self.watcher = asyncio.create_task(watch_lag(self.ticks, self.cpu, self.stalls))
+        self.watcher = asyncio.create_task(watch_lag(self.ticks, self.cpu, self.stalls, self.waits))
         return sum(self.ready)
 
     async def start(self, release_at: float) -> None:
@@ -159,6 +175,7 @@ class LoadWorker:
             window,
             loops=len(self.loops),
             connected=sum(self.ready),
+            waits=self.waits,
         )
         return {
             "records": await self.pull(),

@@ -238,3 +238,14 @@ def test_a_rollout_spans_from_its_connection_to_its_last_answer_and_counts_once_
     ]
     spans = rollout_spans(records)
     assert [(a, b, len(t)) for a, b, t in spans] == [(0.5, 2.1, 2)]
+
+
+def test_a_lagging_client_that_waited_for_a_core_says_the_node_was_busy():
+    cpu = [(float(t), 0.1 * t) for t in range(5)]
+    ticks = [(1.0 + i / 100, 30.0) for i in range(100)]
+    waits = [(float(t), 0.5 * t) for t in range(5)]
+    stats = client_stats(None, None, 1, cpu, ticks, (0.0, 4.0), waits=waits)
+    assert stats.saturated and stats.runqueue_wait_fraction == 0.5
+    assert "waited for a core 50 %" in (stats.reason or "")
+    calm = client_stats(None, None, 1, cpu, ticks, (0.0, 4.0), waits=[(0.0, 0.0), (4.0, 0.0)])
+    assert calm.saturated and "waited" not in (calm.reason or "")
