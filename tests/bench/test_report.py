@@ -319,3 +319,48 @@ def test_a_node_out_of_service_that_served_turns_stands_out(doc):
     html = report_html(doc)
     assert html.count('<tr class="stray">') == 1
     assert html.count('<tr class="out">') == sum(len(s["out_of_service"]) for s in doc["steps"]) - 1
+
+
+LOOPBACK = Path(__file__).parent / "data" / "scaling-loopback.json"  # written by bench/experiment
+
+
+def test_a_document_the_experiment_wrote_validates_and_renders():
+    """scaling-loopback.json: what `responses-ws bench scaling --cluster` wrote on four `ray start`
+    nodes on loopback (tests/cluster/test_scaling_experiment.py's first run, kept as it was)."""
+    doc = json.loads(LOOPBACK.read_text())
+    validate(doc)
+    html = report_html(doc)
+    assert sorted(throughput_points(html), key=int) == [str(s["index"]) for s in doc["steps"]]
+    assert 'id="fig-model"' in html and 'id="fig-share"' in html
+    assert "1 session node  1 loop (1/node)" in progress_line(doc["steps"][0], len(doc["steps"]))
+
+
+def test_session_nodes_sharing_an_ip_are_told_apart_by_their_id():
+    from bench.report.figures import node_names
+
+    step = {
+        "nodes": [
+            {"node_id": "aaaaaa11", "node_ip": "10.0.0.1"},
+            {"node_id": "bbbbbb22", "node_ip": "10.0.0.1"},
+        ]
+    }
+    other = {"nodes": [{"node_id": "cccccc33", "node_ip": "10.0.0.2"}]}
+    assert node_names({"steps": [step, other]}) == {
+        "aaaaaa11": "10.0.0.1 (aaaaaa)",
+        "bbbbbb22": "10.0.0.1 (bbbbbb)",
+        "cccccc33": "10.0.0.2",
+    }
+
+
+@pytest.mark.parametrize(
+    ("lo", "hi", "ticks"),
+    [
+        (0, 7.3, [0, 2, 4, 6, 8]),
+        (0, 211, [0, 50, 100, 150, 200, 250]),
+        (-1.8, 9.6, [-2.5, 0, 2.5, 5, 7.5, 10]),
+    ],
+)
+def test_the_ticks_are_round_and_cover_the_values(lo, hi, ticks):
+    from bench.report.svg import nice_ticks
+
+    assert nice_ticks(lo, hi) == ticks
