@@ -214,9 +214,10 @@ def test_the_live_page_serves_the_document_so_far(doc):
         assert figures["revision"] == 0 and figures["steps"] == 2
         assert len(throughput_points(figures["html"])) == 2
         assert 'data-state="running"' in figures["html"]
-        assert json.loads(fetch(page.url + "figures.json?since=0")) == {"revision": 0}  # shown already
+        assert json.loads(fetch(page.url + "figures.json?since=0")) == {"revision": 0, "final": False}
         page.update(doc)
         assert json.loads(fetch(page.url + "figures.json?since=0"))["revision"] == 1
+        assert json.loads(fetch(page.url + "figures.json?since=1")) == {"revision": 1, "final": True}
         assert json.loads(fetch(page.url + "scaling.json")) == doc
         url = page.url
     with pytest.raises(OSError):
