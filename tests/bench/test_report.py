@@ -365,3 +365,19 @@ def test_the_ticks_are_round_and_cover_the_values(lo, hi, ticks):
     from bench.report.svg import nice_ticks
 
     assert nice_ticks(lo, hi) == ticks
+
+
+def test_the_report_is_written_again_from_a_scaling_json(doc, tmp_path, capsys):
+    from bench.report.__main__ import main
+
+    source = tmp_path / "copied" / "scaling.json"
+    source.parent.mkdir()
+    source.write_text(json.dumps(doc))
+    assert main([str(source), "--out", str(tmp_path / "again")]) == 0
+    assert (tmp_path / "again" / "report.html").is_file() and "report.html: " in capsys.readouterr().out
+    del doc["steps"][1]["turns"]
+    source.write_text(json.dumps(doc))
+    assert main([str(source), "--out", str(tmp_path / "refused")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "at $.steps[1]: 'turns' is a required property" in err
+    assert not (tmp_path / "refused").exists()
