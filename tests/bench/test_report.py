@@ -86,6 +86,9 @@ def test_write_report_writes_every_file(doc, tmp_path):
     assert set(written) == {"scaling.json", "report.html", "scaling.csv", "scaling-nodes.csv", "scaling.md"}
     assert json.loads(written["scaling.json"].read_text()) == doc
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(written)
+    from bench.report.page import DATA_FILES
+
+    assert set(DATA_FILES) <= set(written), "the report links only files written beside it"
 
 
 def test_write_report_refuses_an_invalid_document_and_writes_nothing(doc, tmp_path):
@@ -148,7 +151,10 @@ def test_the_report_draws_one_throughput_point_a_step_and_marks_the_invalid_one(
 def test_the_report_is_self_contained(doc):
     html = report_html(doc)
     assert "<script" not in html
-    assert not re.search(r'(src|href)="(?!data:|#)', html), "nothing is fetched"
+    assert "<img" not in html and '<link rel="stylesheet"' not in html and " src=" not in html
+    # links: the favicon (inline) and the run's own files beside the report, nothing else
+    links = set(re.findall(r'href="([^"]*)"', html))
+    assert links == {"data:,", "scaling.json", "scaling.csv", "scaling-nodes.csv", "scaling.md"}
     assert "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")
 
 
