@@ -62,7 +62,8 @@ class LoopbackCluster:
     def __init__(self) -> None:
         self.temp_dir = Path(tempfile.mkdtemp(prefix="rws-exp-", dir="/tmp"))
         self.marker = f"experiment-{os.getpid()}-{time.monotonic_ns()}"
-        self.gcs_port, self.dashboard_port = free_port(), free_port()
+        self.taken: set[int] = set()
+        self.gcs_port, self.dashboard_port = self.port(), self.port()
         self.address = f"127.0.0.1:{self.gcs_port}"
         self.dashboard = f"http://127.0.0.1:{self.dashboard_port}"
         env = {
@@ -81,6 +82,14 @@ class LoopbackCluster:
         self.env = env
         self.procs: list[subprocess.Popen[bytes]] = []
 
+    def port(self) -> int:
+        """A free port none of this cluster's others is (two free_port() calls in a row may
+        answer the same one: Ray refuses a port given to two of its components)."""
+        while (port := free_port()) in self.taken:
+            pass
+        self.taken.add(port)
+        return port
+
     def start(self, lock: Path) -> None:
         for name, resources in NODES:
             with ray_start_lock(lock):
@@ -88,7 +97,7 @@ class LoopbackCluster:
 
     def _start(self, name: str, resources: dict[str, int]) -> None:
         ports = [
-            f"--{p}-port={free_port()}"
+            f"--{p}-port={self.port()}"
             for p in ("node-manager", "object-manager", "metrics-export", "dashboard-agent-listen",
                       "dashboard-agent-grpc", "runtime-env-agent")
         ]  # fmt: skip
@@ -100,7 +109,7 @@ class LoopbackCluster:
         ]
         if name == "head":
             extra += [f"--dashboard-port={self.dashboard_port}", "--dashboard-host=127.0.0.1",
-                      f"--ray-client-server-port={free_port()}"]  # fmt: skip
+                      f"--ray-client-server-port={self.port()}"]  # fmt: skip
             cmd = ray_start_command(temp_dir=self.temp_dir, num_cpus=1, head_port=self.gcs_port, extra=extra)
             cmd[cmd.index("--include-dashboard=false")] = "--include-dashboard=true"
         else:
@@ -182,7 +191,7 @@ def loopback(ray_start_lock_path, redis_server) -> Iterator[LoopbackCluster]:
     cluster = LoopbackCluster()
     try:
         cluster.start(ray_start_lock_path)
-        cluster.deploy(free_port(), redis_server)
+        cluster.deploy(cluster.port(), redis_server)
         yield cluster
     finally:
         cluster.stop()
