@@ -46,7 +46,10 @@ Event = dict[str, Any]
 
 
 def ws_url(base_url: str, query: str = "") -> str:
-    """The WebSocket-mode endpoint of the server at ``base_url`` (``http://host:port``)."""
+    """The WebSocket-mode endpoint of the server at ``base_url`` (``http://host:port``; an
+    endpoint URL already, ``ws://host:port/v1/responses``, is kept as it is)."""
+    if base_url.startswith(("ws://", "wss://")):
+        return base_url + query
     return base_url.replace("http", "ws", 1) + "/v1/responses" + query
 
 
@@ -184,7 +187,8 @@ class connect:
     """Open a :class:`ResponsesSocket` to the server at ``base_url``: ``await connect(…)``
     or ``async with connect(…) as sock``.  ``api_key`` goes in ``Authorization``; ``query``
     is the upgrade URL's (``?mode=append``); ``compression="deflate"`` negotiates
-    permessage-deflate (off by default)."""
+    permessage-deflate (off by default); ``ping_interval`` (s, ``None``: no pings) is the
+    keepalive's, a pong due within as long."""
 
     def __init__(
         self,
@@ -195,12 +199,15 @@ class connect:
         compression: str | None = None,
         open_timeout: float = 10.0,
         on_event: Callable[[Event], None] | None = None,
+        ping_interval: float | None = 20.0,
     ) -> None:
         self._url = ws_url(base_url, query)
         self._options: dict[str, Any] = {
             "max_size": None,
             "compression": compression,
             "open_timeout": open_timeout,
+            "ping_interval": ping_interval,
+            "ping_timeout": ping_interval,
             "additional_headers": {"Authorization": f"Bearer {api_key}"} if api_key else None,
         }
         self._on_event = on_event

@@ -215,10 +215,10 @@ def runqueue_wait_s(pid: int) -> float:
 
 
 def wait_by_role(procs: dict[int, str]) -> dict[str, float]:
-    """:func:`runqueue_wait_s` summed by role."""
+    """:func:`runqueue_wait_s` summed by role (a label that is not a role the same way)."""
     out = dict.fromkeys(ROLES, 0.0)
     for pid, role in procs.items():
-        out[role] += runqueue_wait_s(pid)
+        out[role] = out.get(role, 0.0) + runqueue_wait_s(pid)
     return out
 
 

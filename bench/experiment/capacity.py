@@ -130,7 +130,8 @@ def lines_text(model: dict[str, Any]) -> list[str]:
         f"{fit['turns_per_node_s']:.0f} turns/s ({fit['session_node_cpu_ms_per_turn']:.2f} ms of its CPU a turn)",
         "  busiest thread, CPU ms/s = base + per_node x session nodes (slope's standard error): "
         + "; ".join(
-            f"{part} {v['base_ms_per_s']:g} + {v['per_node_ms_per_s']:g}n (±{v['slope_standard_error']:g})"
+            f"{part} {v['base_ms_per_s']:g} {'-' if v['per_node_ms_per_s'] < 0 else '+'} "
+            f"{abs(v['per_node_ms_per_s']):g}n (±{v['slope_standard_error']:g})"
             for part, v in fit["lines"].items()
         ),
     ]

@@ -207,6 +207,7 @@ def one_level(
     idle: dict[str, float],
     *,
     store: bool = False,
+    reference_pid: int | None = None,
 ) -> dict[str, Any]:
     """N loops released at once, then ``args.duration`` s of steady state (the runner's
     window after every first turn is answered), the server's CPU sampled throughout."""
@@ -222,7 +223,7 @@ def one_level(
         resume_tokens=args.resume_tokens,
         window_after_first_turns=True,
     )
-    sampler = Sampler(procs)
+    sampler = Sampler(procs or ({reference_pid: "reference"} if reference_pid else {}))
     thread = threading.Thread(target=sampler.run, daemon=True)
     thread.start()
     try:
@@ -232,12 +233,20 @@ def one_level(
         thread.join()
     records = [r.as_dict() for r in result.records]
     window_start, end_at = result.window
-    out = summarise(n, records, result.errors, sampler.samples, idle, result.release_at, end_at)
+    samples = sampler.samples if procs else []  # no server processes seen (--url, --reference): no CPU
+    out = summarise(n, records, result.errors, samples, idle, result.release_at, end_at)
     out["connected"] = result.connected
     out["client_processes"] = k
     cpu_s = sum(c.cpu_s for c in result.clients)
     out["client_cpu_s"] = round(cpu_s, 2)
     out["client_cpu_pct_of_a_core"] = round(100 * cpu_s / max(end_at - window_start, 1e-9), 1)
+    if reference_pid:  # the reference server's own CPU over the steady window
+        ref, a, b = window_cpu(sampler.samples, out["storm_end"], end_at)
+        out["reference_cpu_pct_of_a_core"] = (
+            round(100 * ref.get("reference", 0.0) / (b - a), 1) if b > a else None
+        )
+    turns = (out["turns_per_s"] or 0.0) * (end_at - window_start)
+    out["client_turns_per_cpu_s"] = round(turns / cpu_s, 1) if cpu_s > 0 else None  # a client core's worth
     out["client_loop_lag_ms"] = lag(result.lag_ms)
     out["clients"] = [c.as_dict() for c in result.clients]
     out["valid"] = not result.saturated
@@ -276,8 +285,15 @@ def print_level(s: dict[str, Any]) -> None:
             flush=True,
         )
     print(
-        f"       clients: {s['client_processes']} process(es), {s['client_cpu_pct_of_a_core']}% of a core, "
-        f"loop lag p99 {lg['p99']} / max {lg['max']} ms: "
+        f"       clients: {s['client_processes']} process(es), {s['client_cpu_pct_of_a_core']}% of a core "
+        f"({s['client_turns_per_cpu_s']} turns per CPU-second), "
+        f"loop lag p99 {lg['p99']} / max {lg['max']} ms"
+        + (
+            f" (the reference server: {s['reference_cpu_pct_of_a_core']}% of a core)"
+            if "reference_cpu_pct_of_a_core" in s
+            else ""
+        )
+        + ": "
         + ("valid" if s["valid"] else f"INVALID, the clients were saturated ({s['invalid_reason']})"),
         flush=True,
     )
@@ -294,11 +310,12 @@ def run(args: argparse.Namespace) -> int:
     if args.url and args.reference:
         raise SystemExit("bench capacity: --url and --reference exclude each other")
     external = bool(args.url or args.reference)
+    reference = ReferenceServer() if args.reference else None
     with (
         nullcontext(args.url)
         if args.url
-        else ReferenceServer()
-        if args.reference
+        else reference
+        if reference is not None
         else embedded_server(local_config(args.config), name="capacity") as url
     ):
         procs = {} if external else processes.server_processes()
@@ -314,7 +331,7 @@ def run(args: argparse.Namespace) -> int:
         for n in levels:
             if procs:  # hosts started for the previous level count too
                 procs = processes.server_processes()
-            level = one_level(url, n, args, procs, idle)
+            level = one_level(url, n, args, procs, idle, reference_pid=reference.pid if reference else None)
             print_level(level)
             out.append(level)
     results.write(

@@ -1,4 +1,4 @@
-"""Raw WebSocket clients through the balancer: each runs ``store:false`` chains (every turn
+"""WebSocket clients (the lab's one connection, bench/client.py) through the balancer: each runs ``store:false`` chains (every turn
 sends only its new input and ``previous_response_id``), notes how each connection ended
 (the close code, 1006 when the TCP connection ended without a close frame) and reconnects
 with a new chain, as a client that lost its connection must (``store:false`` ids die with
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import websockets
 
-from ..client import TERMINAL_EVENT_TYPES, output_text
+from ..client import TERMINAL_EVENT_TYPES, ResponsesSocket, connect, output_text
 
 MODEL = "emu-fast"
 
@@ -69,7 +69,7 @@ def error_code(event: dict) -> str | None:
 
 
 async def turn(
-    ws: websockets.ClientConnection,
+    ws: ResponsesSocket,
     text: str,
     previous: str | None,
     max_tokens: int | None,
@@ -92,12 +92,12 @@ async def turn(
         body["previous_response_id"] = previous
     if cache_key is not None:
         body["prompt_cache_key"] = cache_key
-    await ws.send(json.dumps(body))
+    await ws.send(body)
     if conn is not None:
         conn.creates += 1
         conn.in_flight = True  # sent: a close before its terminal event leaves it unanswered
     while True:
-        event = json.loads(await ws.recv())
+        event = await ws.recv()
         kind = event.get("type")
         if kind == "response.created" and conn is not None:
             conn.created += 1
@@ -132,9 +132,7 @@ async def run_client(
         client.history.append({"role": "developer", "content": f"Conversation {client.index}. {words}"})
     while not stop.is_set():
         try:
-            ws = await websockets.connect(
-                url, open_timeout=open_timeout_s, ping_interval=ping_interval_s, ping_timeout=ping_interval_s
-            )
+            ws = await connect(url, open_timeout=open_timeout_s, ping_interval=ping_interval_s)
         except (TimeoutError, OSError, websockets.InvalidHandshake) as exc:
             client.failed_connects += 1
             client.errors.append(f"connect: {exc!r}")
@@ -161,7 +159,7 @@ async def run_client(
                 if resend_history and error_code(event) == "server_shutting_down":
                     conn.shutting_down += 1
                     while True:  # until the server's close (1012, once the node drained) raises
-                        await ws.recv()
+                        await ws.recv_raw()
                 if event.get("type") != "response.completed":
                     client.errors.append(f"turn: {json.dumps(event)[:300]}")
                     break

@@ -308,11 +308,11 @@ def held_connections(
     net of ``background``."""
     import asyncio
 
-    import websockets
+    from ..client import connect
 
     async def hold() -> tuple[int, float, float]:
         socks = await asyncio.gather(
-            *(websockets.connect(h.ws_url, open_timeout=30) for _ in range(n)), return_exceptions=True
+            *(connect(h.ws_url, open_timeout=30) for _ in range(n)), return_exceptions=True
         )
         live = [s for s in socks if not isinstance(s, BaseException)]
         await asyncio.sleep(2.0)  # their first writes (the state as the connection opens) land

@@ -24,7 +24,7 @@ from .tables import dig, served_turns
 Doc = Mapping[str, Any]
 Step = Mapping[str, Any]
 
-DASHES = {"ws": "", "http-full": "6 4", "http-chained": "2 3"}
+DASHES = {"ws": "", "http-full": "6 4", "http-chained": "9 3 2 3"}  # p50: "3 3"
 ROLES = (  # (key in cpu_ms_per_turn, legend, colour)
     ("gateway", "gateway", "#4e79a7"),
     ("session_host", "session host", "#f28e2b"),
@@ -69,7 +69,7 @@ def throughput(doc: Doc) -> LineChart:
             if mine:
                 series.append(
                     Series(
-                        series_name(transport, f"{load} loops per node", many),
+                        series_name(transport, f"{load} loop{'s' if load != 1 else ''} per node", many),
                         [
                             Point(s["session_nodes"], s["turns_per_s"], s["index"], s["valid"], step_tip(s))
                             for s in mine
@@ -152,7 +152,11 @@ def node_order(doc: Doc) -> list[str]:
 
 
 def node_names(doc: Doc) -> dict[str, str]:
-    return {n["node_id"]: n["node_ip"] for s in doc["steps"] for n in s.get("nodes") or ()}
+    """Each session node's name in the charts: its IP, and the start of its id where nodes
+    share an IP (raylets on one machine)."""
+    ips = {n["node_id"]: n["node_ip"] for s in doc["steps"] for n in s.get("nodes") or ()}
+    shared = {ip for ip in ips.values() if list(ips.values()).count(ip) > 1}
+    return {i: f"{ip} ({i[:6]})" if ip in shared else ip for i, ip in ips.items()}
 
 
 def share(doc: Doc) -> BarChart:
@@ -166,7 +170,7 @@ def share(doc: Doc) -> BarChart:
                 names[n["node_id"]],
                 n["turns"] / served,
                 color_of(order, n["node_id"]),
-                f"{n['node_ip']}: {n['turns']} turns ({n['turns'] / served:.0%}) — step {s['index']}",
+                f"{names[n['node_id']]}: {n['turns']} turns ({n['turns'] / served:.0%}) — step {s['index']}",
             )
             for n in s.get("nodes") or ()
             if served and n.get("turns") is not None
@@ -194,7 +198,9 @@ def cpu(doc: Doc) -> BarChart:
         for n in s.get("nodes") or ():
             roles = n.get("cpu_ms_per_turn") or {}
             segments = [
-                Segment(legend, roles[key], color, f"{n['node_ip']} {legend}: {roles[key]:.2f} CPU ms/turn")
+                Segment(
+                    legend, roles[key], color, f"{names[n['node_id']]} {legend}: {roles[key]:.2f} CPU ms/turn"
+                )
                 for key, legend, color in ROLES
                 if roles.get(key) is not None
             ]
@@ -202,7 +208,9 @@ def cpu(doc: Doc) -> BarChart:
             if rest > 1e-9:
                 other_seen = True
                 segments.append(
-                    Segment("other", rest, OTHER_COLOR, f"{n['node_ip']} other: {rest:.2f} CPU ms/turn")
+                    Segment(
+                        "other", rest, OTHER_COLOR, f"{names[n['node_id']]} other: {rest:.2f} CPU ms/turn"
+                    )
                 )
             bars.append(Bar(segments, str(order.index(n["node_id"]) + 1)))
         groups.append(BarGroup(step_label(s), bars, s["index"], s["valid"]))

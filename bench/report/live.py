@@ -24,6 +24,7 @@ SCRIPT = """
   var shown = -1;
   var status = document.getElementById("poll");
   function tick() {
+    var last = false;
     fetch("figures.json?since=" + shown, {cache: "no-store"})
       .then(function (r) { return r.json(); })
       .then(function (data) {
@@ -32,10 +33,16 @@ SCRIPT = """
           shown = data.revision;
           document.body.setAttribute("data-revision", String(shown));
         }
-        status.textContent = "updated " + new Date().toLocaleTimeString() + " (revision " + shown + ")";
+        last = data.final === true && data.revision === shown;
+        if (last) {
+          document.body.setAttribute("data-final", "true");
+          status.textContent = "the run has ended: these are its final figures";
+        } else {
+          status.textContent = "updated " + new Date().toLocaleTimeString() + " (revision " + shown + ")";
+        }
       })
       .catch(function () { status.textContent = "the driver is not answering (the run may have ended)"; })
-      .finally(function () { setTimeout(tick, POLL_MS); });
+      .finally(function () { if (!last) { setTimeout(tick, POLL_MS); } });
   }
   tick();
 })();
@@ -55,7 +62,8 @@ def shell(poll_ms: int = POLL_MS) -> bytes:
 class LivePage:
     """``LivePage(host, port)``: ``start()`` serves the page and returns its URL; ``update(doc)``
     swaps in the document so far; ``stop()`` ends the server.  Port 0 takes a free one; the
-    page asks for news every ``poll_ms``."""
+    page asks for news every ``poll_ms`` until it has the figures of a finished run
+    (``provenance.finished_at`` set)."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, poll_ms: int = POLL_MS):
         self.host, self.port, self.poll_ms = host, port, poll_ms
@@ -63,6 +71,7 @@ class LivePage:
         self._revision = -1
         self._figures = json.dumps({"revision": -1, "html": ""}).encode()
         self._doc = b"null"
+        self._final = False
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -114,18 +123,20 @@ class LivePage:
         naming the first violation if ``doc`` does not match the schema of scaling.json."""
         validate(doc)
         html = body_html(doc, live=True)
+        final = doc["provenance"].get("finished_at") is not None  # the page stops asking
         with self._lock:
             self._revision += 1
             self._figures = json.dumps(
-                {"revision": self._revision, "steps": len(doc["steps"]), "html": html}
+                {"revision": self._revision, "steps": len(doc["steps"]), "final": final, "html": html}
             ).encode()
             self._doc = json.dumps(doc).encode()
+            self._final = final
 
     def figures(self, since: str = "") -> bytes:
         """The figures drawn last; only their revision when the page shows it already."""
         with self._lock:
             if since == str(self._revision):
-                return json.dumps({"revision": self._revision}).encode()
+                return json.dumps({"revision": self._revision, "final": self._final}).encode()
             return self._figures
 
     def document(self) -> bytes:

@@ -18,6 +18,12 @@ from .progress import fmt_ms
 from .tables import NODE_COLUMNS, STEP_COLUMNS, Column, cell, dig, node_rows, versus
 
 Doc = Mapping[str, Any]
+DATA_FILES = (
+    "scaling.json",
+    "scaling.csv",
+    "scaling-nodes.csv",
+    "scaling.md",
+)  # write.py writes them beside it
 
 
 @cache
@@ -344,7 +350,8 @@ def report_html(doc: Doc) -> str:
     return (
         head("Scaling experiment — report")
         + f'<body><main>{title_block(doc)}<div id="content">{body_html(doc)}</div>'
-        + "<footer>Written by <code>responses-ws bench scaling</code>. The data: scaling.json "
-        "(its schema: scaling.schema.json in the lab's bench/report package), scaling.csv, "
-        "scaling-nodes.csv, scaling.md.</footer></main></body></html>"
+        + "<footer>Written by <code>responses-ws bench scaling</code>. The data, beside this file: "
+        + ", ".join(f'<a href="{name}">{name}</a>' for name in DATA_FILES)
+        + " (scaling.json's schema: scaling.schema.json in the lab's bench/report package; "
+        "<code>python -m bench.report scaling.json</code> writes this report again).</footer></main></body></html>"
     )

@@ -25,7 +25,7 @@ def progress_line(step: Mapping[str, Any], total_steps: int) -> str:
         f"[{step['index'] + 1:>{width}}/{total_steps}]",
         f"{step['transport']:<12}",
         f"{nodes} session node{'s' if nodes != 1 else ''}",
-        f"{step['loops']} loops ({step['loops_per_node']}/node)",
+        f"{step['loops']} loop{'s' if step['loops'] != 1 else ''} ({step['loops_per_node']}/node)",
         f"{step['turns_per_s']:.1f} turns/s",
         f"non-model p50 {fmt_ms(nonmodel.get('p50'))} p99 {fmt_ms(nonmodel.get('p99'))} ms",
         f"TTFT p50 {fmt_ms(ttft.get('p50'))} p99 {fmt_ms(ttft.get('p99'))} ms",

@@ -195,8 +195,9 @@ def line_chart(chart: LineChart) -> str:
         x_ticks = [t for t in nice_ticks(x_lo, x_hi) if x_lo <= t <= x_hi] or distinct
     pad = (x_hi - x_lo) * 0.08 or 0.5
     x = Scale(x_lo - pad, x_hi + pad, LEFT, WIDTH - RIGHT)
-    y_ticks = nice_ticks(0.0, max(p.y for p in points) * 1.05 or 1.0)
-    y = Scale(0.0, y_ticks[-1], HEIGHT - BOTTOM, TOP)
+    low = min(0.0, min(p.y for p in points) * 1.05)  # 0, unless a line (a fit) goes below it
+    y_ticks = nice_ticks(low, max(p.y for p in points) * 1.05 or 1.0)
+    y = Scale(y_ticks[0], y_ticks[-1], HEIGHT - BOTTOM, TOP)
     body = frame(y_ticks, y, chart.y_label, chart.x_label)
     for t in x_ticks:
         px = x(t)

@@ -173,6 +173,7 @@ class Loop:
         self.rng = random.Random(f"capacity/{index}")
         self.meta_json = "{}"
         self.conversation: list[str] = []  # http-full: every item so far, encoded
+        self.in_turn = False  # a create sent, its final event not yet received
         self._connect_ms: float | None = None
 
     def first_create(self) -> str:
@@ -213,10 +214,12 @@ class Loop:
         """Send ``create`` and wait for its final event; the Response when it completed."""
         connect_ms, self._connect_ms = self._connect_ms, None
         sent = time.time()
+        self.in_turn = True
         try:
             reply = await self.channel.send(create)
             response, ok, code = parse_reply(reply)
         except Exception as exc:  # noqa: BLE001 - a failed turn is a record, not a crash
+            self.in_turn = False
             total = (time.time() - sent) * 1000
             self.sink.append(
                 TurnRecord(
@@ -233,6 +236,7 @@ class Loop:
             )
             self.errors.append(f"{type(exc).__name__}: {exc}"[:200])
             return None
+        self.in_turn = False
         server = server_timings(response) if response else None
         model = model_seconds(server)
         usage = (response or {}).get("usage") or {}
@@ -287,5 +291,10 @@ class Loop:
                     return
                 create, kind = await self.next_rollout(), "rollout_first"
                 continue
-            await asyncio.sleep(wl.tool_time_s(self.enc.w, self.rollout, self.turns))
+            pause = wl.tool_time_s(self.enc.w, self.rollout, self.turns)
+            left = self.pace.end_at - time.time()
+            if pause >= left:  # the tool would still run at the end: no more turns
+                await asyncio.sleep(max(0.0, left))
+                return
+            await asyncio.sleep(pause)
             create, kind = nxt, "steady"

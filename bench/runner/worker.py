@@ -28,6 +28,7 @@ CPU_SAMPLE_S = 0.5
 STALL_MS = 20.0  # a tick this late is kept with its time (a stall)
 CONNECT_CONCURRENCY = 64
 FINISH_TIMEOUT_S = 120.0  # turns in flight at the end of the window complete within this
+FINISH_POLL_S = 0.05
 
 
 def runqueue_wait_s() -> float | None:
@@ -158,10 +159,16 @@ class LoadWorker:
     async def finish(self, window: tuple[float, float]) -> dict[str, Any]:
         """Wait for the loops to stop, close everything; the remaining records, the
         errors by loop and this process's :class:`ClientStats` over ``window``."""
-        if self.tasks:
-            _, pending = await asyncio.wait(self.tasks, timeout=FINISH_TIMEOUT_S)
-            for t in pending:
-                t.cancel()
+        deadline = time.monotonic() + FINISH_TIMEOUT_S
+        while (pending := [lp for lp, t in zip(self.loops, self.tasks) if not t.done()]) and (
+            time.monotonic() < deadline
+        ):
+            if not any(lp.in_turn for lp in pending):
+                break  # the rest are in a tool's time (begun before the end was known): no more turns
+            await asyncio.sleep(FINISH_POLL_S)
+        for t in self.tasks:
+            t.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
         if self.watcher is not None:
             self.watcher.cancel()
         await asyncio.gather(*(lp.channel.close() for lp in self.loops), return_exceptions=True)

@@ -86,6 +86,9 @@ def test_write_report_writes_every_file(doc, tmp_path):
     assert set(written) == {"scaling.json", "report.html", "scaling.csv", "scaling-nodes.csv", "scaling.md"}
     assert json.loads(written["scaling.json"].read_text()) == doc
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(written)
+    from bench.report.page import DATA_FILES
+
+    assert set(DATA_FILES) <= set(written), "the report links only files written beside it"
 
 
 def test_write_report_refuses_an_invalid_document_and_writes_nothing(doc, tmp_path):
@@ -148,7 +151,10 @@ def test_the_report_draws_one_throughput_point_a_step_and_marks_the_invalid_one(
 def test_the_report_is_self_contained(doc):
     html = report_html(doc)
     assert "<script" not in html
-    assert not re.search(r'(src|href)="(?!data:|#)', html), "nothing is fetched"
+    assert "<img" not in html and '<link rel="stylesheet"' not in html and " src=" not in html
+    # links: the favicon (inline) and the run's own files beside the report, nothing else
+    links = set(re.findall(r'href="([^"]*)"', html))
+    assert links == {"data:,", "scaling.json", "scaling.csv", "scaling-nodes.csv", "scaling.md"}
     assert "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")
 
 
@@ -214,9 +220,10 @@ def test_the_live_page_serves_the_document_so_far(doc):
         assert figures["revision"] == 0 and figures["steps"] == 2
         assert len(throughput_points(figures["html"])) == 2
         assert 'data-state="running"' in figures["html"]
-        assert json.loads(fetch(page.url + "figures.json?since=0")) == {"revision": 0}  # shown already
+        assert json.loads(fetch(page.url + "figures.json?since=0")) == {"revision": 0, "final": False}
         page.update(doc)
         assert json.loads(fetch(page.url + "figures.json?since=0"))["revision"] == 1
+        assert json.loads(fetch(page.url + "figures.json?since=1")) == {"revision": 1, "final": True}
         assert json.loads(fetch(page.url + "scaling.json")) == doc
         url = page.url
     with pytest.raises(OSError):
@@ -319,3 +326,64 @@ def test_a_node_out_of_service_that_served_turns_stands_out(doc):
     html = report_html(doc)
     assert html.count('<tr class="stray">') == 1
     assert html.count('<tr class="out">') == sum(len(s["out_of_service"]) for s in doc["steps"]) - 1
+
+
+LOOPBACK = Path(__file__).parent / "data" / "scaling-loopback.json"  # written by bench/experiment
+
+
+def test_a_document_the_experiment_wrote_validates_and_renders():
+    """scaling-loopback.json: what `responses-ws bench scaling --cluster` wrote on four `ray start`
+    nodes on loopback (tests/cluster/test_scaling_experiment.py's first run, kept as it was)."""
+    doc = json.loads(LOOPBACK.read_text())
+    validate(doc)
+    html = report_html(doc)
+    assert sorted(throughput_points(html), key=int) == [str(s["index"]) for s in doc["steps"]]
+    assert 'id="fig-model"' in html and 'id="fig-share"' in html
+    assert "1 session node  1 loop (1/node)" in progress_line(doc["steps"][0], len(doc["steps"]))
+
+
+def test_session_nodes_sharing_an_ip_are_told_apart_by_their_id():
+    from bench.report.figures import node_names
+
+    step = {
+        "nodes": [
+            {"node_id": "aaaaaa11", "node_ip": "10.0.0.1"},
+            {"node_id": "bbbbbb22", "node_ip": "10.0.0.1"},
+        ]
+    }
+    other = {"nodes": [{"node_id": "cccccc33", "node_ip": "10.0.0.2"}]}
+    assert node_names({"steps": [step, other]}) == {
+        "aaaaaa11": "10.0.0.1 (aaaaaa)",
+        "bbbbbb22": "10.0.0.1 (bbbbbb)",
+        "cccccc33": "10.0.0.2",
+    }
+
+
+@pytest.mark.parametrize(
+    ("lo", "hi", "ticks"),
+    [
+        (0, 7.3, [0, 2, 4, 6, 8]),
+        (0, 211, [0, 50, 100, 150, 200, 250]),
+        (-1.8, 9.6, [-2.5, 0, 2.5, 5, 7.5, 10]),
+    ],
+)
+def test_the_ticks_are_round_and_cover_the_values(lo, hi, ticks):
+    from bench.report.svg import nice_ticks
+
+    assert nice_ticks(lo, hi) == ticks
+
+
+def test_the_report_is_written_again_from_a_scaling_json(doc, tmp_path, capsys):
+    from bench.report.__main__ import main
+
+    source = tmp_path / "copied" / "scaling.json"
+    source.parent.mkdir()
+    source.write_text(json.dumps(doc))
+    assert main([str(source), "--out", str(tmp_path / "again")]) == 0
+    assert (tmp_path / "again" / "report.html").is_file() and "report.html: " in capsys.readouterr().out
+    del doc["steps"][1]["turns"]
+    source.write_text(json.dumps(doc))
+    assert main([str(source), "--out", str(tmp_path / "refused")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "at $.steps[1]: 'turns' is a required property" in err
+    assert not (tmp_path / "refused").exists()

@@ -99,9 +99,10 @@ def test_the_live_page_redraws_as_steps_arrive(browser, doc):
         tab.wait_for(f"document.querySelectorAll('{STEP_POINTS}').length === {len(doc['steps'])}", timeout=15)
         assert tab.evaluate("document.getElementById('status').dataset.state") == "complete"
         assert tab.evaluate("+document.body.dataset.revision") == 3
-        tab.evaluate("1")
-        assert tab.errors == []
-        tab.close()
+        tab.wait_for("document.body.dataset.final === 'true'", timeout=15)  # a finished run: polling stops
+    tab.evaluate("new Promise(r => setTimeout(() => r(1), 600))")  # three polls' time after the server ended
+    assert tab.errors == []
+    tab.close()
 
 
 def test_check_page_waits_for_the_live_pages_first_poll_and_leaves_nothing(doc):

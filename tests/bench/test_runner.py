@@ -13,7 +13,7 @@ from bench.client import is_final_frame, is_first_token_frame
 from bench.reference import Frames
 from bench.rollouts import TIMINGS_KEY
 from bench.runner import LAG_P99_LIMIT_MS, ClientStats, LoadResult, LoadSpec, TurnRecord, saturation
-from bench.runner.channels import Reply
+from bench.runner.channels import Channel, Reply
 from bench.runner.cluster import client_nodes, no_client_nodes_message, placement
 from bench.runner.drive import PULL_EVERY_S, drive, shares
 from bench.runner.loop import Encoder, Loop, Pace, parse_reply
@@ -249,3 +249,36 @@ def test_a_lagging_client_that_waited_for_a_core_says_the_node_was_busy():
     assert "waited for a core 50 %" in (stats.reason or "")
     calm = client_stats(None, None, 1, cpu, ticks, (0.0, 4.0), waits=[(0.0, 0.0), (4.0, 0.0)])
     assert calm.saturated and "waited" not in (calm.reason or "")
+
+
+class AnsweringChannel(Channel):
+    """Answers every create at once with a completed response calling a tool."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    async def send(self, body: str) -> Reply:
+        self.sent.append(body)
+        call = {"type": "function_call", "call_id": f"c{len(self.sent)}", "name": "shell", "arguments": "{}"}
+        raw = json.dumps(
+            {"type": "response.completed", "response": {"id": f"r{len(self.sent)}", "output": [call]}}
+        )
+        return Reply(raw, 0.0, 0.001, 0.0005)
+
+
+def test_a_loop_whose_tool_would_outlast_the_window_stops_instead_of_sleeping_through_it():
+    import asyncio
+    import time
+
+    w = wl.Workload(resume_tokens=0, system_tokens=100, tool_def_tokens=200, tool_time_ms=600_000.0)
+    channel = AnsweringChannel()
+    sink: list[TurnRecord] = []
+
+    async def run() -> None:
+        pace = Pace(1, end_at=time.time() + 0.1)
+        loop = Loop(0, "http://t", Encoder(w, "ws", False, [json.dumps("out")]), pace, sink, lambda: channel)
+        await asyncio.wait_for(loop.run(release_at=0.0), timeout=60.0)  # not the tool's 5-15 minutes
+        assert pace.storm_over.is_set()
+
+    asyncio.run(run())
+    assert len(channel.sent) == 1 and [r.kind for r in sink] == ["first"] and sink[0].ok

@@ -15,7 +15,7 @@ step that had it in service and none in a step that did not; the steps are the s
 ``scaling.json`` validates against its schema; the gateway count is back to the deployed
 one at the end; a ``--url`` outside the cluster is refused with one line; Ctrl-C during a
 step ends the run with the partial report (``complete: false``) and no load actor or
-sampler left.  Not in the default tier: four Ray nodes and two runs take 1.5–2 minutes on
+sampler left; ``--transports ws,http-full`` interleaves the transports.  Not in the default tier: four Ray nodes and two runs take 1.5–2 minutes on
 a busy 2-core machine (the default tier has none to spare)."""
 
 from __future__ import annotations
@@ -62,7 +62,8 @@ class LoopbackCluster:
     def __init__(self) -> None:
         self.temp_dir = Path(tempfile.mkdtemp(prefix="rws-exp-", dir="/tmp"))
         self.marker = f"experiment-{os.getpid()}-{time.monotonic_ns()}"
-        self.gcs_port, self.dashboard_port = free_port(), free_port()
+        self.taken: set[int] = set()
+        self.gcs_port, self.dashboard_port = self.port(), self.port()
         self.address = f"127.0.0.1:{self.gcs_port}"
         self.dashboard = f"http://127.0.0.1:{self.dashboard_port}"
         env = {
@@ -81,6 +82,14 @@ class LoopbackCluster:
         self.env = env
         self.procs: list[subprocess.Popen[bytes]] = []
 
+    def port(self) -> int:
+        """A free port none of this cluster's others is (two free_port() calls in a row may
+        answer the same one: Ray refuses a port given to two of its components)."""
+        while (port := free_port()) in self.taken:
+            pass
+        self.taken.add(port)
+        return port
+
     def start(self, lock: Path) -> None:
         for name, resources in NODES:
             with ray_start_lock(lock):
@@ -88,7 +97,7 @@ class LoopbackCluster:
 
     def _start(self, name: str, resources: dict[str, int]) -> None:
         ports = [
-            f"--{p}-port={free_port()}"
+            f"--{p}-port={self.port()}"
             for p in ("node-manager", "object-manager", "metrics-export", "dashboard-agent-listen",
                       "dashboard-agent-grpc", "runtime-env-agent")
         ]  # fmt: skip
@@ -100,7 +109,7 @@ class LoopbackCluster:
         ]
         if name == "head":
             extra += [f"--dashboard-port={self.dashboard_port}", "--dashboard-host=127.0.0.1",
-                      f"--ray-client-server-port={free_port()}"]  # fmt: skip
+                      f"--ray-client-server-port={self.port()}"]  # fmt: skip
             cmd = ray_start_command(temp_dir=self.temp_dir, num_cpus=1, head_port=self.gcs_port, extra=extra)
             cmd[cmd.index("--include-dashboard=false")] = "--include-dashboard=true"
         else:
@@ -182,7 +191,7 @@ def loopback(ray_start_lock_path, redis_server) -> Iterator[LoopbackCluster]:
     cluster = LoopbackCluster()
     try:
         cluster.start(ray_start_lock_path)
-        cluster.deploy(free_port(), redis_server)
+        cluster.deploy(cluster.port(), redis_server)
         yield cluster
     finally:
         cluster.stop()
@@ -245,19 +254,20 @@ def test_scaling_experiment_sweeps_the_session_nodes_of_a_loopback_cluster(loopb
         gateway = cluster.rest("GET")["applications"]["responses-ws"]["deployments"]["Gateway"]
     assert gateway["target_num_replicas"] == 1
 
-    # Ctrl-C during the second step: the load actors end, the partial report is written
+    # The transports interleaved; Ctrl-C during the third step: the load actors end, the
+    # partial report is written
     out = tmp_path / "interrupted"
-    cmd, env = command(cluster, out, "--session-nodes", "1", "--loops-per-node", "1,2", "--duration", "4",
-                       "--warmup", "1")  # fmt: skip
+    cmd, env = command(cluster, out, "--session-nodes", "1", "--loops-per-node", "1,2", "--duration", "3",
+                       "--warmup", "1", "--transports", "ws,http-full")  # fmt: skip
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
-        for line in proc.stdout:  # the first step's progress line
-            if line.startswith("[1/2]"):
+        for line in proc.stdout:  # the second step's progress line
+            if line.startswith("[2/4]"):
                 break
         deadline = time.monotonic() + 60
-        while "LoadActor" not in cluster.alive_actors():  # the second step's load runs
-            assert time.monotonic() < deadline and proc.poll() is None, "the second step did not start"
+        while "LoadActor" not in cluster.alive_actors():  # the third step's load runs
+            assert time.monotonic() < deadline and proc.poll() is None, "the third step did not start"
             time.sleep(0.2)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
@@ -267,7 +277,9 @@ def test_scaling_experiment_sweeps_the_session_nodes_of_a_loopback_cluster(loopb
     assert proc.returncode == 130, err[-3000:]
     partial = json.loads((out / "scaling.json").read_text())
     validate(partial)
-    assert partial["complete"] is False and len(partial["steps"]) == 1
+    assert partial["complete"] is False and partial["error"] == "interrupted"
+    assert [(s["transport"], s["loops"]) for s in partial["steps"]] == [("ws", 1), ("http-full", 1)]
+    assert partial["steps"][0]["turns"] > 0  # (a 3 s window can end before http-full's first turn here)
     deadline = time.monotonic() + 60
     while {"LoadActor", "NodeSampler"} & set(cluster.alive_actors()):
         assert time.monotonic() < deadline, cluster.alive_actors()

@@ -45,3 +45,25 @@ def test_run_on_cluster_loads_it_from_a_load_actor_on_a_client_node(ray_cluster,
     assert sum(batches) == len(result.records)
     with pytest.raises(NoClientNodes, match="no-such-resource"):
         run_on_cluster(spec, resource="no-such-resource")
+
+
+def test_bench_capacity_measures_the_client_against_the_reference_server(tmp_path):
+    """The capacity kind on the runner, against the bare-protocol reference server."""
+    import json
+
+    from bench.commands import main
+
+    out = tmp_path / "capacity.json"
+    argv = ["--reference", "--clients", "1", "--loops", "20", "--duration", "3", "--resume-tokens", "1500"]
+    main(
+        ["bench", "capacity", *argv, "--out", str(out)]
+    )  # exit 1 when a loop's tool time outlasts the window
+    doc = json.loads(out.read_text())
+    assert doc["server"] == "reference" and doc["run"]["command"].startswith("responses-ws bench capacity")
+    (level,) = doc["levels"]
+    assert level["connected"] == 20 and level["first_turns_ms"]["completed"] == 20
+    assert level["steady_ms"]["turns"] > 0 and level["loops_with_errors"] == 0
+    assert "cpu_ms_per_turn" not in level  # no server processes of its own to measure
+    (client,) = level["clients"]
+    assert client["loops"] == 20 and client["wall_s"] > 0 and level["valid"] == (not client["saturated"])
+    assert level["reference_cpu_pct_of_a_core"] is not None and level["client_turns_per_cpu_s"] > 0
