@@ -33,6 +33,7 @@ from .model import TurnRecord
 OUTPUT_POOL = 48  # distinct tool outputs per client process (drawn from the preset's sizes)
 HISTORY_POOL = 8  # distinct resumed histories (generating one costs the client ~0.1 s of CPU)
 ROLLOUT_STRIDE = 100_003  # a loop's next rollout index
+FAILED_TURN_PAUSE_S = 1.0  # before a loop that opens a connection per rollout starts the next after a failure
 
 
 def workload(preset: str, seed: int, resume_tokens: int | None) -> wl.Workload:
@@ -284,8 +285,11 @@ class Loop:
                 if kind == "first":
                     self.pace.first_done()
             nxt = None if response is None else self.next_create(response)
-            if response is None and not self.fresh_connection:
-                return
+            if response is None:
+                if not self.fresh_connection:
+                    return
+                # a new rollout on a new connection, after a pause (no storm of failing turns)
+                await asyncio.sleep(max(0.0, min(FAILED_TURN_PAUSE_S, self.pace.end_at - time.time())))
             if nxt is None:  # the rollout ended (or failed): the next one
                 if time.time() >= self.pace.end_at:
                     return
