@@ -1,7 +1,7 @@
 """A node's capacity: N concurrent Codex-like loops, from client processes of their own.
 
     responses-ws bench capacity [--loops 1,16,64,256,1024] [--duration 30] [--clients 2]
-                                [--preset codex] [--url URL] [--out results/capacity.json]
+                                [--preset codex] [--url URL | --reference] [--out results/capacity.json]
 
 For each N in ``--loops`` (one embedded server on the default configuration for all of them,
 ``--url``, or ``--reference``: the bare-protocol reference server of bench/reference.py, to

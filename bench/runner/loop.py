@@ -33,6 +33,10 @@ from .model import TurnRecord
 OUTPUT_POOL = 48  # distinct tool outputs per client process (drawn from the preset's sizes)
 HISTORY_POOL = 8  # distinct resumed histories (generating one costs the client ~0.1 s of CPU)
 ROLLOUT_STRIDE = 100_003  # a loop's next rollout index
+# ``store`` a transport needs: the server loads http-chained's conversation from the store; http-full
+# resends it (ws: the spec's ``store``)
+STORE_BY_TRANSPORT = {"http-chained": True, "http-full": False}
+FAILED_TURN_PAUSE_S = 1.0  # before a loop that opens a connection per rollout starts the next after a failure
 
 
 def workload(preset: str, seed: int, resume_tokens: int | None) -> wl.Workload:
@@ -52,13 +56,7 @@ class Encoder:
     histories: dict[int, str] = field(default_factory=dict)  # pool index -> encoded items, comma-joined
 
     def __post_init__(self) -> None:
-        store = (
-            True
-            if self.transport == "http-chained"
-            else False
-            if self.transport == "http-full"
-            else self.store
-        )
+        store = STORE_BY_TRANSPORT.get(self.transport, self.store)
         fixed = {
             "model": self.w.model,
             "store": store,
@@ -284,8 +282,11 @@ class Loop:
                 if kind == "first":
                     self.pace.first_done()
             nxt = None if response is None else self.next_create(response)
-            if response is None and not self.fresh_connection:
-                return
+            if response is None:
+                if not self.fresh_connection:
+                    return
+                # a new rollout on a new connection, after a pause (no storm of failing turns)
+                await asyncio.sleep(max(0.0, min(FAILED_TURN_PAUSE_S, self.pace.end_at - time.time())))
             if nxt is None:  # the rollout ended (or failed): the next one
                 if time.time() >= self.pace.end_at:
                     return

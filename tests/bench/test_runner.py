@@ -282,3 +282,32 @@ def test_a_loop_whose_tool_would_outlast_the_window_stops_instead_of_sleeping_th
 
     asyncio.run(run())
     assert len(channel.sent) == 1 and [r.kind for r in sink] == ["first"] and sink[0].ok
+
+
+class RefusingChannel(AnsweringChannel):
+    async def send(self, body: str) -> Reply:
+        self.sent.append(body)
+        return Reply('{"type":"error","error":{"code":"rate_limit_exceeded"}}', 0.0, 0.001, None)
+
+
+def test_a_loop_with_a_connection_per_rollout_pauses_after_a_failed_turn_before_the_next():
+    import asyncio
+    import time
+
+    channels: list[RefusingChannel] = []
+
+    def new_channel() -> RefusingChannel:
+        channels.append(RefusingChannel())
+        return channels[-1]
+
+    sink: list[TurnRecord] = []
+
+    async def run() -> None:
+        pace = Pace(1, end_at=time.time() + 0.1)
+        enc = Encoder(small_workload(), "ws", False, [json.dumps("out")])
+        loop = Loop(0, "http://t", enc, pace, sink, new_channel, fresh_connection=True)
+        await asyncio.wait_for(loop.run(release_at=0.0), timeout=60.0)
+
+    asyncio.run(run())
+    assert [r.error_code for r in sink] == ["rate_limit_exceeded"]  # one, not a storm of them
+    assert sum(len(c.sent) for c in channels) == 1
