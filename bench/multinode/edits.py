@@ -11,8 +11,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-SHIPPED_SESSION_IPS = "10.0.0.11 10.0.0.12"  # configs/cluster-local.yaml's SESSION_IPS
-SHIPPED_CLIENT_IPS = ""  # and its CLIENT_IPS: no client host
+# configs/cluster-local.yaml's SESSION_IPS, CLIENT_IPS (no client host) and ALWAYS_UP
+SHIPPED_SESSION_IPS = " ".join(f"10.0.0.{i}" for i in range(11, 21))
+SHIPPED_CLIENT_IPS = ""
+SHIPPED_ALWAYS_UP = "5"
 TOKEN_MOUNT = "~/.responses-ws/ray-token"
 PASSWORD_MOUNT = "~/.responses-ws/redis-password"
 
@@ -32,10 +34,15 @@ def cluster_yaml(
     token_file: str,
     password_file: str,
     client_ips: list[str] | None = None,
+    always_up: int | None = None,
 ) -> dict[str, Any]:
     """configs/cluster-local.yaml (loaded) with the hosts' addresses, the roles by address
-    (``session_ips``, ``client_ips``; every other worker is an accelerator), the SSH login
-    and the local secret files."""
+    (``session_ips``, ``client_ips``; every other worker is an accelerator), how many of
+    ``workers`` (the first) are kept up (default: all), the SSH login and the local secret
+    files."""
+    up = len(workers) if always_up is None else always_up
+    if not 0 <= up <= len(workers):
+        raise EditError(f"always_up {up}: {len(workers)} workers")
     out = dict(config)
     out["provider"] = dict(config["provider"], head_ip=head, worker_ips=list(workers))
     out["auth"] = dict(config["auth"], ssh_user=user, ssh_private_key=key)
@@ -55,6 +62,13 @@ def cluster_yaml(
             raise EditError(f"worker_start_ray_commands: no single {name} line to edit")
         starts[hits[0]] = starts[hits[0]].replace(assignment, f'{name}="{" ".join(ips)}"')
     out["worker_start_ray_commands"] = starts
+    heads = list(config["head_start_ray_commands"])
+    assignment = f"ALWAYS_UP={SHIPPED_ALWAYS_UP} "
+    hits = [i for i, c in enumerate(heads) if assignment in c]
+    if len(hits) != 1:
+        raise EditError("head_start_ray_commands: no single ALWAYS_UP line to edit")
+    heads[hits[0]] = heads[hits[0]].replace(assignment, f"ALWAYS_UP={up} ")
+    out["head_start_ray_commands"] = heads
     return out
 
 
@@ -110,16 +124,21 @@ def haproxy_config(
     text: str,
     *,
     bind: str,
-    servers: dict[str, str],
     stats_socket: str,
+    servers: dict[str, str] | None = None,
+    slots: int | None = None,
     certificate: str | None = None,
     port: int | None = None,
 ) -> str:
     """configs/haproxy-sessions.cfg (or -tls.cfg) with its ``bind`` address (and port, where
-    given), ``server`` lines (``name → address``, port 8765 unless the address has one),
-    runtime socket and (TLS) certificate file replaced."""
-    lines, out, placed = text.splitlines(), [], False
-    for line in lines:
+    given), runtime socket and (TLS) certificate file replaced, and its session nodes: a
+    fixed list (``servers``, ``name → address``, port 8765 unless the address has one) in
+    place of its ``server``/``server-template`` lines, or ``slots`` for its
+    ``server-template`` (the addresses the balancer sync fills)."""
+    if servers is not None and slots is not None:
+        raise EditError("servers (a fixed list) or slots (for the sync), not both")
+    out, placed, templated = [], False, False
+    for line in text.splitlines():
         word = line.split()[:1]
         if word == ["bind"]:
             address, *options = line.split()[1:]
@@ -131,17 +150,22 @@ def haproxy_config(
             elif certificate is not None:
                 raise EditError("the bind line has no certificate to replace")
             out.append(" ".join([f"    bind {bind}:{port or shipped_port}", *options]))
-        elif word == ["server"]:
+        elif word in (["server"], ["server-template"]) and servers is not None:
             if not placed:
                 out += [
                     f"    server {name} {addr if ':' in addr else addr + ':8765'} check"
                     for name, addr in servers.items()
                 ]
                 placed = True
+        elif word == ["server-template"] and slots is not None:
+            out.append(re.sub(r" 1-\d+ ", f" 1-{slots} ", line))
+            templated = True
         elif word == ["stats"] and "socket" in line:
             out.append(re.sub(r"socket \S+", f"socket {stats_socket}", line))
         else:
             out.append(line)
-    if not placed:
+    if servers is not None and not placed:
         raise EditError("no server line")
+    if slots is not None and not templated:
+        raise EditError("no server-template line")
     return "\n".join(out) + "\n"

@@ -20,6 +20,7 @@ from ray.serve.schema import ServeDeploySchema
 
 from bench.multinode.edits import cluster_yaml, haproxy_config, serve_config, session_tier_bounds
 from inference.deployment import deployment_options
+from serve import local_node_type
 from serve.builder import gateway_options
 from serve.config import app_config_from_dict
 from tests.support.tls import make_ca, server_certificate
@@ -62,13 +63,25 @@ def test_the_cloud_yaml_reaches_ten_session_and_four_accelerator_nodes_at_once()
     assert prepared["available_node_types"]["session"]["max_workers"] >= SESSIONS
 
 
-def test_the_session_tier_bounds_match_the_session_node_type():
-    low, high = session_tier_bounds(shipped_server())
+def local_session_hosts(config: dict) -> tuple[int, int]:
+    """The local YAML's session hosts among its always-up ones, and all of them."""
+    (start,) = [c for c in config["worker_start_ray_commands"] if "SESSION_IPS=" in c]
+    sessions = start.split('SESSION_IPS="', 1)[1].split('"', 1)[0].split()
+    (head,) = [c for c in config["head_start_ray_commands"] if "ALWAYS_UP=" in c]
+    always_up = int(head.split("ALWAYS_UP=", 1)[1].split()[0])
+    first = config["provider"]["worker_ips"][:always_up]
+    return sum(ip in sessions for ip in first), len(sessions)
+
+
+def test_the_session_tier_bounds_match_the_session_nodes_of_both_yamls():
+    bounds = session_tier_bounds(shipped_server())
     session = load("cluster-aws.yaml")["available_node_types"]["session"]
+    local = local_session_hosts(load("cluster-local.yaml"))
     if "gateway_autoscaling" in shipped_server():
-        assert (low, high) == (session["min_workers"], session["max_workers"])
+        assert bounds == (session["min_workers"], session["max_workers"]) == local
     else:  # a fixed count: as many session nodes as gateways, within the node type's bounds
-        assert session["min_workers"] <= low == high <= session["max_workers"]
+        assert session["min_workers"] <= bounds[0] == bounds[1] <= session["max_workers"]
+    assert local[1] >= SESSIONS
 
 
 def test_the_inference_tier_fits_the_accelerator_nodes():
@@ -98,13 +111,16 @@ def roles(command: str, ips: list[str]) -> dict[str, str]:
 
 def test_a_ten_session_node_layout_from_the_documented_edits(tmp_path):
     shipped = load("cluster-local.yaml")
-    workers = SESSION_IPS + ACCELERATOR_IPS + CLIENT_IPS
+    # the always-up hosts first: one session host, the accelerators, the clients
+    workers = SESSION_IPS[:1] + ACCELERATOR_IPS + CLIENT_IPS + SESSION_IPS[1:]
+    always_up = 1 + ACCELERATORS + CLIENTS
     cluster = cluster_yaml(
         shipped,
         head=HEAD,
         workers=workers,
         session_ips=SESSION_IPS,
         client_ips=CLIENT_IPS,
+        always_up=always_up,
         user="ops",
         key="~/.ssh/ops",
         token_file="~/secrets/ray-token",
@@ -115,9 +131,24 @@ def test_a_ten_session_node_layout_from_the_documented_edits(tmp_path):
         "auth",
         "file_mounts",
         "worker_start_ray_commands",
+        "head_start_ray_commands",
     }
-    prepared = ray_schema_valid(cluster)
+    assert local_session_hosts(cluster) == (1, SESSIONS)
+    prepared = ray_schema_valid(cluster)  # what `ray up` writes to the head
     assert prepared["max_workers"] == len(workers) == SESSIONS + ACCELERATORS + CLIENTS
+    # the head's start command edits it for its autoscaler: a session host per launch
+    bootstrap = tmp_path / "ray_bootstrap_config.yaml"
+    bootstrap.write_text(json.dumps(prepared))
+    assert local_node_type.main([str(bootstrap), "--always-up", str(always_up)]) == 0
+    elastic = yaml.safe_load(bootstrap.read_text())
+    validate_config(elastic)
+    assert prepare_config(elastic) == elastic  # the autoscaler takes it as it is
+    assert elastic["available_node_types"][local_node_type.NODE_TYPE] == {
+        "node_config": {},
+        "resources": {"session": 1},
+        "min_workers": always_up,
+        "max_workers": len(workers),
+    }
     (start,) = [c for c in cluster["worker_start_ray_commands"] if "SESSION_IPS=" in c]
     given = roles(start, workers)
     assert [given[ip] for ip in SESSION_IPS] == ['{"session": 1}'] * SESSIONS
@@ -136,8 +167,15 @@ def test_a_ten_session_node_layout_from_the_documented_edits(tmp_path):
     assert deployment_options(config.inference)["autoscaling_config"]["max_replicas"] == 2 * ACCELERATORS
 
 
-@pytest.mark.parametrize("name", ["haproxy-sessions.cfg", "haproxy-sessions-tls.cfg"])
-def test_the_balancer_of_ten_session_nodes_passes_haproxys_check(name, tmp_path):
+@pytest.mark.parametrize(
+    ("name", "nodes"),
+    [
+        ("haproxy-sessions.cfg", "servers"),
+        ("haproxy-sessions-tls.cfg", "slots"),  # the balancer sync fills them
+        ("haproxy-sessions-tls.cfg", "servers"),  # a fixed set of nodes instead
+    ],
+)
+def test_the_balancer_of_ten_session_nodes_passes_haproxys_check(name, nodes, tmp_path):
     haproxy = shutil.which("haproxy")
     if haproxy is None:
         pytest.fail("haproxy is missing: make haproxy", pytrace=False)
@@ -148,14 +186,29 @@ def test_the_balancer_of_ten_session_nodes_passes_haproxys_check(name, tmp_path)
         ca = make_ca()
         certificate = tmp_path / "balancer.pem"
         certificate.write_bytes(server_certificate(ca, ["10.1.0.1"]).pem_with_key)
+    servers = {f"session{i + 1}": ip for i, ip in enumerate(SESSION_IPS)}
     text = haproxy_config(
         shipped,
         bind="10.1.0.1",
-        servers={f"session{i + 1}": ip for i, ip in enumerate(SESSION_IPS)},
         stats_socket=str(tmp_path / "haproxy.sock"),
+        servers=servers if nodes == "servers" else None,
+        slots=16 if nodes == "slots" else None,
         certificate=str(certificate) if certificate else None,
     )
-    assert "10.0.0." not in text and text.count(":8765 check") == SESSIONS
+    assert "10.0.0." not in text
+    if nodes == "servers":
+        lines = [line.split() for line in text.splitlines()]
+        assert [w[0] for w in lines if w[:1] in (["server"], ["server-template"])] == ["server"] * SESSIONS
+    else:
+        (template,) = [
+            line.split() for line in text.splitlines() if line.strip().startswith("server-template")
+        ]
+        assert template[2] == "1-16" and "check" in template
+        (shipped_template,) = [
+            line.split() for line in shipped.splitlines() if line.strip().startswith("server-")
+        ]
+        shipped_slots = int(shipped_template[2].split("-")[1])
+        assert shipped_slots >= load("cluster-aws.yaml")["available_node_types"]["session"]["max_workers"]
     assert ("ssl crt " + str(certificate) in text) == tls
     (tmp_path / name).write_text(text)
     check = subprocess.run(
