@@ -30,8 +30,15 @@ def test_the_cluster_yaml_edits_change_addresses_login_and_secret_files_only():
     }
     assert edited["auth"] == {"ssh_user": "root", "ssh_private_key": "/k"}
     assert 'SESSION_IPS="10.1.1.11 10.1.1.12"' in " ".join(edited["worker_start_ray_commands"])
+    assert "ALWAYS_UP=3 &&" in " ".join(edited["head_start_ray_commands"])  # every worker, by default
     changed = {k for k in shipped if shipped[k] != edited[k]}
-    assert changed == {"provider", "auth", "file_mounts", "worker_start_ray_commands"}
+    assert changed == {
+        "provider",
+        "auth",
+        "file_mounts",
+        "worker_start_ray_commands",
+        "head_start_ray_commands",
+    }
     assert edited["file_mounts"]["~/responses-ws"] == "."
 
 
