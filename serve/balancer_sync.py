@@ -35,9 +35,11 @@ from typing import Any
 log = logging.getLogger("responses_ws.balancer_sync")
 
 FREE_ADDRESS = "0.0.0.0"
-# HAProxy's server admin-state flags (``show servers state``'s srv_admin_state).
-MAINT_FLAGS = 0x01 | 0x02 | 0x04 | 0x20 | 0x40  # forced, inherited, config, resolution, hostname
-DRAIN_FLAGS = 0x08 | 0x10  # forced, inherited
+# HAProxy's server admin-state flags (``show servers state``'s srv_admin_state): its
+# SRV_ADMF_MAINT mask (forced, inherited, resolution) and SRV_ADMF_DRAIN (forced, inherited).
+# A template's ``disabled`` leaves 0x04 (CMAINT) set after ``state ready``: not maintenance.
+MAINT_FLAGS = 0x01 | 0x02 | 0x20
+DRAIN_FLAGS = 0x08 | 0x10
 
 
 class Want(enum.Enum):
@@ -145,12 +147,17 @@ def command(socket_path: str, line: str, timeout_s: float = 5.0) -> str:
     return b"".join(chunks).decode()
 
 
-def gateway_replicas(address: str, app: str, deployment: str) -> list[dict[str, Any]]:
-    """The gateway deployment's replicas from Serve's REST API (``serve status``'s source; a
-    token-auth cluster's token is read as the Ray CLI reads it, RAY_AUTH_TOKEN_PATH)."""
+def serve_client(address: str) -> Any:
+    """Serve's REST client (``serve status``'s; a token-auth cluster's token is read as the
+    Ray CLI reads it: RAY_AUTH_TOKEN_PATH)."""
     from ray.dashboard.modules.serve.sdk import ServeSubmissionClient
 
-    details = ServeSubmissionClient(address).get_serve_details()
+    return ServeSubmissionClient(address)
+
+
+def gateway_replicas(client: Any, app: str, deployment: str) -> list[dict[str, Any]]:
+    """The gateway deployment's replicas (each with its ``node_ip`` and ``state``)."""
+    details = client.get_serve_details()
     application = (details.get("applications") or {}).get(app)
     if application is None:
         return []
@@ -165,10 +172,13 @@ class BalancerSync:
     app: str = "responses-ws"
     deployment: str = "Gateway"
     port: int = 8765
+    _client: Any = None
 
     def once(self) -> list[str]:
         """One round: read, plan, apply; the commands sent."""
-        wanted = wanted_nodes(gateway_replicas(self.address, self.app, self.deployment))
+        if self._client is None:
+            self._client = serve_client(self.address)
+        wanted = wanted_nodes(gateway_replicas(self._client, self.app, self.deployment))
         slots = parse_servers_state(
             command(self.socket_path, f"show servers state {self.backend}"), self.backend
         )

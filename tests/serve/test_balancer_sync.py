@@ -9,12 +9,13 @@ import pytest
 from serve.balancer_sync import Slot, SyncError, Want, parse_servers_state, plan, wanted_nodes
 
 # `show servers state sessions` of HAProxy 2.6 with `server-template s 1-4 0.0.0.0:8765 check
-# disabled`, after s2 was given an address and `state ready` (s3: `state drain`).
+# disabled`, after s2 was given an address and `state ready` (admin state 4: the template's
+# `disabled` flag stays, the server is out of maintenance) and s3 `state drain` (12).
 STATE = """1
 # be_id be_name srv_id srv_name srv_addr srv_op_state srv_admin_state srv_uweight srv_iweight srv_time_since_last_change srv_check_status srv_check_result srv_check_health srv_check_state srv_agent_state bk_f_forced_id srv_f_forced_id srv_fqdn srv_port srvrecord srv_use_ssl srv_check_port srv_check_addr srv_agent_addr srv_agent_port
 3 sessions 1 s1 0.0.0.0 0 5 1 1 2 1 0 0 14 0 0 0 - 8765 - 0 0 - - 0
-3 sessions 2 s2 10.0.0.11 2 0 1 1 4 6 3 4 6 0 0 0 - 8765 - 0 0 - - 0
-3 sessions 3 s3 10.0.0.12 2 8 1 1 4 6 3 4 6 0 0 0 - 8765 - 0 0 - - 0
+3 sessions 2 s2 10.0.0.11 2 4 1 1 4 6 3 4 6 0 0 0 - 8765 - 0 0 - - 0
+3 sessions 3 s3 10.0.0.12 2 12 1 1 4 6 3 4 6 0 0 0 - 8765 - 0 0 - - 0
 3 sessions 4 s4 0.0.0.0 0 5 1 1 2 1 0 0 14 0 0 0 - 8765 - 0 0 - - 0
 """
 
