@@ -49,8 +49,8 @@ def test_the_serve_and_haproxy_edits():
     cfg = haproxy_config(
         (CONFIGS / "haproxy-sessions.cfg").read_text(),
         bind="10.1.1.1",
-        servers={"a": "10.1.1.11", "b": "10.1.1.12"},
         stats_socket="/tmp/x.sock",
     )
-    assert "    bind 10.1.1.1:8765" in cfg and "server a 10.1.1.11:8765 check" in cfg and "10.0.0." not in cfg
+    assert "    bind 10.1.1.1:8765" in cfg and "server-template s 1-16 0.0.0.0:8765 check disabled" in cfg
+    assert "10.0.0." not in cfg
     assert "stats socket /tmp/x.sock mode 600" in cfg
