@@ -276,4 +276,6 @@ def test_a_dashboard_that_does_not_answer_is_exit_2_with_one_line(capsys):
 
     assert main(["status", "--address", "http://127.0.0.1:1", "--timeout", "2"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("responses-ws status: Ray's dashboard at http://127.0.0.1:1")
+    assert err.count("\n") == 1 and err.startswith(
+        "responses-ws status: Ray's dashboard at http://127.0.0.1:1"
+    )
