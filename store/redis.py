@@ -45,7 +45,16 @@ from .base import (
     item_in,
     new_item_ids,
 )
-from .redisconn import Lua, Replication, connect, mget, run_replicated, set_replicated, unavailable
+from .redisconn import (
+    Lua,
+    Replication,
+    admitted,
+    connect,
+    mget,
+    run_replicated,
+    set_replicated,
+    unavailable,
+)
 from .replication import ReplicationObserver, ReplicationStatus, ReplicaView
 
 T = TypeVar("T")
@@ -170,6 +179,9 @@ class RedisStore:
         key = self.layout.record(record.id, record.owner)
         fields = [record.owner, repr(record.created_at), encode_body(record)]
         keys, args = self._lines([usage] if usage is not None else [])
+        item_ids = new_item_ids(record)
+        item_keys = [self.layout.item(i) for i in item_ids]
+        await self._write(lambda: admitted(self._redis, [key, *item_keys], self.replicas))
         await self._write(
             lambda: run_replicated(
                 self._redis, [(self._put_with_usage, [key, *keys], [*fields, *args])], self.replicas
@@ -177,7 +189,6 @@ class RedisStore:
         )
         # After the record: whoever finds an item's key finds its record.  The first response
         # that held an item keeps it (NX).
-        item_ids = new_item_ids(record)
         if item_ids:
             await self._write(
                 lambda: set_replicated(

@@ -130,6 +130,14 @@ async def _plan(client: Client, keys: Sequence[str], replicas: ReplicaView | Non
     return {name: (node, replicas.wait_for(name)) for name, node in nodes.items()}
 
 
+async def admitted(client: Client, keys: Sequence[str], replicas: ReplicaView | None) -> None:
+    """Raise :class:`~store.base.WriteUnavailable` now if the policy refuses a write to any
+    of ``keys``' shards: a write made of several (a record, then its items' keys) is refused
+    before its first part is written, not halfway."""
+    await ready(client)
+    await _plan(client, keys, replicas)
+
+
 def _queue_waits(client: Client, pipe: Any, plan: Plan, timeout_ms: int) -> int:
     """Queue one ``WAIT`` behind the writes to each node that waits for a replica; how many."""
     waits = 0
