@@ -144,17 +144,26 @@ def _store(s: StoreCheck) -> list[Finding]:
     if not s.ok:
         return [Finding("error", subject, f"unreachable: {s.detail}")]
     out = []
+    strict = (s.replication or {}).get("policy") == "strict"
     for shard in (s.replication or {}).get("shards", []):
-        if shard.get("degraded"):
-            out.append(
-                Finding(
-                    "warning",
-                    subject,
-                    f"shard {shard.get('primary')} degraded: {shard.get('replicas')} of "
-                    f"{shard.get('wanted')} replicas online",
-                )
-            )
+        level, reason = _shard(shard, strict)
+        if level:
+            out.append(Finding(level, subject, f"shard {shard.get('primary')} {reason}"))
     return out
+
+
+def _shard(shard: dict[str, Any], strict: bool) -> tuple[Level | None, str]:
+    """A store shard's replication (store.replication_status): unreachable, degraded (fewer
+    online replicas than wanted: its writes go on unreplicated, or are refused under the
+    strict policy, as Redis's min-replicas-to-write would) or fine."""
+    if shard.get("reachable") is False:
+        return "error", "did not answer (no primary: its writes fail until a replica is promoted)"
+    if not shard.get("degraded"):
+        return None, ""
+    have = f"{shard.get('replicas')} of {shard.get('wanted')} replicas online"
+    if strict:
+        return "error", f"degraded: {have}; its writes are refused (wait_replicas_policy strict)"
+    return "warning", f"degraded: {have}; its writes are not replicated"
 
 
 def findings(snap: Snapshot) -> list[Finding]:

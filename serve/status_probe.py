@@ -86,6 +86,12 @@ def nodes(doc: dict[str, Any]) -> tuple[Node, ...]:
     )
 
 
+def _last_line(text: str | None) -> str:
+    """A message's last line (Serve's deploy errors end with the exception)."""
+    lines = (text or "").strip().splitlines()
+    return lines[-1].strip() if lines else ""
+
+
 def applications(doc: dict[str, Any]) -> tuple[Application, ...]:
     """``/api/serve/applications/`` → each application, its deployments and their replicas."""
     out = []
@@ -95,7 +101,7 @@ def applications(doc: dict[str, Any]) -> tuple[Application, ...]:
             Application(
                 name=name,
                 status=app.get("status", "UNKNOWN"),
-                message=(app.get("message") or "").strip().splitlines()[-1:][0] if app.get("message") else "",
+                message=_last_line(app.get("message")),
                 deployments={d: info.get("status", "UNKNOWN") for d, info in deployments.items()},
                 replicas=tuple(
                     Replica(d, rep.get("state", "UNKNOWN"), rep.get("node_id"), rep.get("node_ip"))

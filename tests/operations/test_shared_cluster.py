@@ -114,6 +114,7 @@ def status_says_healthy_then_names_the_store(
         (node, 200)
     ]  # asked on 127.0.0.1: its host
     assert doc["store"]["checked"] and doc["store"]["ok"] and store.url in doc["store"]["target"]
+    assert not (doc["store"]["replication"] or {}).get("degraded")  # one server: no replica wanted
     store.pause()
     try:
         broken = run_status(args, cluster.env)

@@ -128,7 +128,43 @@ CASES = [
         ),
         HEALTHY,
         "warning",
-        "shard 10.0.0.5:6379 degraded: 0 of 1 replicas online",
+        "shard 10.0.0.5:6379 degraded: 0 of 1 replicas online; its writes are not replicated",
+    ),
+    (
+        "store shard degraded, strict",
+        snap(
+            store=StoreCheck(
+                "redis://x",
+                True,
+                True,
+                "ok",
+                replication={
+                    "policy": "strict",
+                    "shards": [{"primary": "10.0.0.5:6379", "replicas": 0, "wanted": 1, "degraded": True}],
+                },
+            )
+        ),
+        UNHEALTHY,
+        "error",
+        "shard 10.0.0.5:6379 degraded: 0 of 1 replicas online; its writes are refused",
+    ),
+    (
+        "store shard without a primary",
+        snap(
+            store=StoreCheck(
+                "redis://x",
+                True,
+                True,
+                "ok",
+                replication={
+                    "policy": "available",
+                    "shards": [{"primary": "10.0.0.5:6379", "reachable": False, "degraded": True}],
+                },
+            )
+        ),
+        UNHEALTHY,
+        "error",
+        "shard 10.0.0.5:6379 did not answer",
     ),
     (
         "store not checked from here",
