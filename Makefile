@@ -58,12 +58,12 @@ chromium:
 
 # The default tier: unit tests and the integration tests on one embedded Ray (docs/testing.md);
 # the slowest tests are listed at the end.
-test: $(STAMP) redis chromium $(CLIENTS)
+test: $(STAMP) redis haproxy chromium $(CLIENTS)
 	$(BIN)/pytest --durations=15
 
 # The operations tier: `responses-ws serve` as an operator runs it and `ray start` clusters
 # (tests/operations, tests/cluster), each child process with a Ray of its own.
-test-operations: $(STAMP) redis
+test-operations: $(STAMP) redis haproxy
 	$(BIN)/pytest -m operations --durations=10 tests/operations tests/cluster
 
 # The fast tier: pure logic, no Ray, no store server, no JS clients (tests/conftest.py marks).

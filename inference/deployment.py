@@ -29,6 +29,7 @@ from inference.engine import Engine
 from inference.pacing import AsyncioSleeper, MonotonicClock
 from inference.profiles import InferenceConfig, RoutingConfig
 from inference.routing import PrefixRouting, SessionAffinity, prefix_key
+from inference.serve_autoscaling import SEQUENCES, ReportsLoad, autoscaling_config
 from inference.types import InferenceEvent, InferenceRequest
 
 # A stopping replica (a redeploy replaces it too) lets the calls on its channel finish for up
@@ -138,8 +139,9 @@ def _inference_request(pending: PendingRequest) -> InferenceRequest | None:
     # Ray annotates RequestRouterConfig's **kwargs as dicts (ray/serve/config.py); it takes a class.
     request_router_config=RequestRouterConfig(request_router_class=SessionAffinityRouter),  # type: ignore[arg-type]
 )
-class InferenceDeployment:
-    """Emulated inference replica: ``generate`` (streaming), ``models`` and ``stats``."""
+class InferenceDeployment(ReportsLoad):
+    """Emulated inference replica: ``generate`` (streaming), ``models`` and ``stats``; its
+    load for the autoscaler is its batches' running and waiting sequences (:meth:`load`)."""
 
     def __init__(self, config: InferenceConfig | dict[str, Any]) -> None:
         allocator.tune()  # a prompt's ids arrive in buffers of hundreds of KB every turn
@@ -176,6 +178,11 @@ class InferenceDeployment:
         """Shutdown (Serve awaits it after routing stops): calls already on the channel
         finish; new ones are answered ``gone`` and their hosts go through Serve instead."""
         await self._channel.drain(CHANNEL_DRAIN_S)
+
+    def load(self) -> dict[str, float]:
+        """Running + waiting sequences: every call, through Serve or the direct channel
+        (``inference.scaling.autoscaling.target_sequences`` scales on it)."""
+        return {SEQUENCES: self._engine.sequences()}
 
     async def models(self) -> list[dict[str, Any]]:
         """The served models as OpenAI ``GET /v1/models`` entries."""
@@ -338,8 +345,22 @@ def deployment_options(config: InferenceConfig) -> dict[str, Any]:
         "max_ongoing_requests": scaling.max_ongoing_requests,
         "graceful_shutdown_timeout_s": GRACEFUL_SHUTDOWN_S,
     }
-    if scaling.autoscaling is not None:
-        options["autoscaling_config"] = scaling.autoscaling.model_dump()
+    auto = scaling.autoscaling
+    if auto is not None and auto.target_sequences is not None:
+        options["autoscaling_config"] = autoscaling_config(
+            metric=SEQUENCES,
+            target_per_replica=auto.target_sequences,
+            min_replicas=auto.min_replicas,
+            max_replicas=auto.max_replicas,
+            upscale_delay_s=auto.upscale_delay_s,
+            downscale_delay_s=auto.downscale_delay_s,
+            metrics_interval_s=auto.metrics_interval_s,
+            look_back_period_s=auto.look_back_period_s,
+        )
+    elif auto is not None:
+        options["autoscaling_config"] = auto.model_dump(
+            exclude={"target_sequences", "metrics_interval_s", "look_back_period_s"}
+        )
     else:
         options["num_replicas"] = config.replicas
     if scaling.session_affinity:

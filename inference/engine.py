@@ -437,6 +437,11 @@ class Engine:
                 waiter.set_result(now)
         self._rebatch(model, now)
 
+    def sequences(self) -> int:
+        """Sequences in every batch of this replica, running and waiting: its load as the
+        autoscaler sees it (calls over the direct channel included)."""
+        return sum(b.running + b.waiting for b in self._batches.values())
+
     def stats(self) -> dict[str, Any]:
         """Counters for this replica, including the prefix cache's and each batch's."""
         return {

@@ -223,15 +223,24 @@ class RoutingConfig(BaseModel):
 
 
 class AutoscalingConfig(BaseModel):
-    """Serve ``autoscaling_config`` for the inference deployment (a subset of its keys)."""
+    """Serve ``autoscaling_config`` for the inference deployment (a subset of its keys).
+
+    ``target_sequences`` set: each replica reports its running + waiting sequences (every
+    call, direct-channel ones included) and Serve keeps that many per replica
+    (inference/serve_autoscaling.py); ``metrics_interval_s`` and ``look_back_period_s`` are
+    how often a replica reports and over how long Serve averages.  Unset: Serve's own policy
+    on the requests it routes (``target_ongoing_requests``: first calls of a connection only)."""
 
     model_config = ConfigDict(extra="forbid")
 
     min_replicas: int = Field(default=1, ge=0)
     max_replicas: int = Field(default=4, ge=1)
+    target_sequences: float | None = Field(default=None, gt=0)
     target_ongoing_requests: float = Field(default=32, gt=0)
     upscale_delay_s: float = Field(default=2.0, ge=0)
     downscale_delay_s: float = Field(default=30.0, ge=0)
+    metrics_interval_s: float = Field(default=2.0, gt=0)
+    look_back_period_s: float = Field(default=10.0, gt=0)
 
     @model_validator(mode="after")
     def _bounds(self) -> AutoscalingConfig:

@@ -70,6 +70,11 @@ class Admission(Generic[S, L]):
         """Admitted WebSockets, handed over or being handed over."""
         return len(self._sockets)
 
+    @property
+    def http_connections(self) -> int:
+        """HTTP-mode connections with a request being served on a session host."""
+        return len(self._http)
+
     # ------------------------------------------------------------------ WebSockets
     def admit(self, owner: str, sock: S) -> OpenSocket[S, L]:
         """Count a WebSocket for ``owner``, or refuse it (:class:`TooManyConnections`).

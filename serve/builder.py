@@ -12,6 +12,7 @@ from typing import Any
 from ray.serve import Application, Deployment
 
 from inference.deployment import InferenceDeployment, deployment_options
+from inference.serve_autoscaling import CONNECTIONS, autoscaling_config
 from inference.whatif_deployment import WhatIfHop, WhatIfSafetyModel, whatif_options
 
 from .config import AppConfig, ServerConfig, app_config_from_dict
@@ -64,11 +65,24 @@ def gateway_options(server: ServerConfig) -> dict[str, Any]:
     if server.gateway_resources:
         actor["resources"] = dict(server.gateway_resources)
     options: dict[str, Any] = {
-        "num_replicas": server.gateway_replicas,
         "ray_actor_options": actor,
-        # Serve kills a replica this long after asking it to stop.
-        "graceful_shutdown_timeout_s": server.drain_timeout_s + 10,
+        # Serve kills a replica this long after asking it to stop (its drain's hold included).
+        "graceful_shutdown_timeout_s": server.drain_timeout_s + server.drain_health_grace_s + 10,
     }
+    auto = server.gateway_autoscaling
+    if auto is None:
+        options["num_replicas"] = server.gateway_replicas
+    else:
+        options["autoscaling_config"] = autoscaling_config(
+            metric=CONNECTIONS,
+            target_per_replica=server.target_connections_per_node,
+            min_replicas=auto.min_replicas,
+            max_replicas=auto.max_replicas,
+            upscale_delay_s=auto.upscale_delay_s,
+            downscale_delay_s=auto.downscale_delay_s,
+            metrics_interval_s=auto.metrics_interval_s,
+            look_back_period_s=auto.look_back_period_s,
+        )
     if server.gateway_max_replicas_per_node is not None:
         options["max_replicas_per_node"] = server.gateway_max_replicas_per_node
     elif not server.gateway_resources:

@@ -32,12 +32,51 @@ from .origins import LOOPBACK_ORIGINS, OriginPolicy
 API_KEYS_ENV = "RESPONSES_WS_API_KEYS"
 
 
+class GatewayAutoscaling(BaseModel):
+    """The session tier grows and shrinks with its connections (docs/deploy.md, "The session
+    tier autoscales"): each gateway replica reports its open connections, Serve keeps
+    ``server.target_connections_per_node`` per replica, between these bounds — with one
+    replica per session node (``gateway_max_replicas_per_node: 1``), a replica Serve adds
+    that no node can take makes Ray's autoscaler launch a session node, and one it removes
+    drains its node before Ray removes it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    min_replicas: int = Field(
+        1, ge=1, description="session nodes always up (the cluster YAML's session min_workers)"
+    )
+    max_replicas: int = Field(10, ge=1, description="the most session nodes (the session type's max_workers)")
+    upscale_delay_s: float = Field(
+        10.0, ge=0, description="load above target this long before a node is added"
+    )
+    downscale_delay_s: float = Field(
+        300.0, ge=0, description="load below target this long before a node is drained and removed"
+    )
+    metrics_interval_s: float = Field(2.0, gt=0, description="how often each replica reports its connections")
+    look_back_period_s: float = Field(10.0, gt=0, description="Serve averages the reports over this window")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> GatewayAutoscaling:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError("gateway_autoscaling.min_replicas must be <= max_replicas")
+        return self
+
+
 class ServerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     host: str = "127.0.0.1"
     port: int = Field(8765, ge=0, le=65535)
     gateway_replicas: int = Field(1, ge=1, description="gateway replicas sharing the port's listening socket")
+    gateway_autoscaling: GatewayAutoscaling | None = Field(
+        None, description="scale the gateway replicas on connections (replaces gateway_replicas)"
+    )
+    # docs/capacity.md, "A node's capacity": on the 2-core reference node 64 Codex-like loops
+    # kept the steady non-model p99 at 59-408 ms and 256 at 145 ms with 11 s first-turn storms;
+    # 32 connections a core is the shipped default for an 8-vCPU session node (docs/deploy.md).
+    target_connections_per_node: int = Field(
+        256, ge=1, description="open connections a session node is scaled to hold (gateway_autoscaling)"
+    )
     # A fleet of agents (RL rollouts, a reconnect storm) often shares one key: the per-key cap
     # is for fairness between keys, not a small number (docs/scaling.md sizes a node).
     max_connections: int = Field(16384, ge=1, description="open WebSockets per gateway replica; more → 503")
@@ -81,6 +120,15 @@ class ServerConfig(BaseModel):
     gateway_max_replicas_per_node: int | None = Field(
         None, ge=1, description="spread gateway replicas: at most this many per node"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fixed_count_wins(cls, data: Any) -> Any:
+        """``gateway_replicas`` given (a file, the environment, ``--set``) fixes the count:
+        ``gateway_autoscaling`` is then off, whatever a lower layer said."""
+        if isinstance(data, Mapping) and "gateway_replicas" in data and data.get("gateway_autoscaling"):
+            return {**data, "gateway_autoscaling": None}
+        return data
 
     @property
     def drain(self) -> DrainSettings:

@@ -41,6 +41,7 @@ from actors.host.drain import DrainPlan
 from actors.host.handoff import Ended, Link, Outcome, StateGone, handoff_path
 from actors.host.limits import connection_budget, raise_open_files
 from actors.logs import configure as configure_logs
+from inference.serve_autoscaling import CONNECTIONS, HTTP_IN_FLIGHT, ReportsLoad
 from store import open_writer, replay
 
 from .admission import Admission
@@ -89,7 +90,7 @@ def _connection_budget(cfg: AppConfig) -> tuple[int, int]:
 
 
 @serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=16)
-class Gateway:
+class Gateway(ReportsLoad):
     async def __init__(  # type: ignore[misc]  # Serve awaits an async constructor; mypy allows none
         self, config: dict, inference: DeploymentHandle, **services: DeploymentHandle
     ) -> None:
@@ -98,6 +99,9 @@ class Gateway:
         # are only held here.
         cfg = AppConfig.model_validate(config)
         self._cfg = cfg
+        # The only gateway on its node (one per session node): a stop by Serve (a scale-down)
+        # drains the node, so /readyz fails first and the balancer moves away before sockets close.
+        self._sole_on_node = cfg.server.gateway_max_replicas_per_node == 1
         open_files, max_connections = _connection_budget(cfg)
         check_ray_version()  # the drain watch reads Ray internals (serve/ray_drain.py)
         self._node_id = current_node_id()
@@ -111,7 +115,10 @@ class Gateway:
         self._foreign: dict[str, Link] = {}  # links to hosts of other gateways (resumes)
         prefix = uuid.uuid4().hex[:12]
         self._store = await open_writer(
-            cfg.store, f"gateway-{prefix}", on_failure=self._metrics.store_write_failed
+            cfg.store,
+            f"gateway-{prefix}",
+            on_failure=self._metrics.store_write_failed,
+            observer=self._metrics.store_replication,
         )
         self._here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         self._http_app = functools.partial(
@@ -264,7 +271,9 @@ class Gateway:
         deadline (``None``: none); ``node``: Ray drains the node (hold /readyz at 503 while
         the balancer notices) rather than Serve stopping this replica (the port's other
         listeners on the node go on: close ours now)."""
-        plan = DrainPlan.make(self._cfg.server.drain, remaining_s=remaining_s, hold=node)
+        plan = DrainPlan.make(
+            self._cfg.server.drain, remaining_s=remaining_s, hold=node or self._sole_on_node
+        )
         now = time.monotonic()
         cut_off = self._drain.cut_off
         begun = self._drain.begin(reason, plan, now)
@@ -356,6 +365,13 @@ class Gateway:
                 raise InvalidResumeToken() from None
             self._spawn(self._read_link(link, None))
         return link
+
+    def load(self) -> dict[str, float]:
+        """This node's connections for the session tier's autoscaling
+        (``server.target_connections_per_node``): open WebSockets (a response in flight on
+        one is counted as its connection) and HTTP requests being served."""
+        http = self._admission.http_connections
+        return {CONNECTIONS: self._admission.open_connections + http, HTTP_IN_FLIGHT: http}
 
     async def stats(self) -> dict[str, Any]:
         """Open sockets and the session-host pool (no keys, no ids): for operators and

@@ -38,6 +38,7 @@ ALLOWED = {
 RAY_MODULES = {
     "inference/deployment.py",
     "inference/whatif_deployment.py",
+    "inference/serve_autoscaling.py",  # every use of Serve's custom autoscaling metrics and policies
     "actors/backend/ray_serve.py",
     "actors/host/actor.py",
     "actors/host/host_metrics.py",
@@ -46,6 +47,7 @@ RAY_MODULES = {
     "serve/embedded.py",
     "serve/log_settings.py",
     "serve/gateway_metrics.py",
+    "serve/balancer_sync.py",  # Serve's REST client (as `serve status`), imported where used
     "serve/ray_drain.py",  # every use of Ray's unstable drain interfaces
     "actors/backend/serve_llm_client.py",
     "serve/serve_llm.py",

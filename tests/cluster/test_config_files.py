@@ -72,9 +72,15 @@ def test_cluster_serve_config_places_gateways_on_session_nodes_and_inference_on_
     assert gw["ray_actor_options"] == {"num_cpus": 0, "resources": {"session": 1.0}}
     assert gw["max_replicas_per_node"] == 1
     assert "max_surge_percent" not in gw  # one gateway per node: a replacement has to wait for the old one
+    assert "num_replicas" not in gw  # the session tier scales on its connections
+    assert gw["autoscaling_config"]["policy"]["policy_kwargs"] == {
+        "metric": "responses_ws_connections",
+        "target_per_replica": float(config.server.target_connections_per_node),
+    }
     inf = deployment_options(config.inference)
     assert inf["ray_actor_options"]["resources"] == {"accelerator": 1.0}
     assert inf["autoscaling_config"]["max_replicas"] >= 2
+    assert inf["autoscaling_config"]["policy"]["policy_kwargs"]["metric"] == "responses_ws_sequences"
     assert config.store.backend == "redis"  # state every node can reach
 
 

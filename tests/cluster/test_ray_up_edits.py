@@ -30,8 +30,15 @@ def test_the_cluster_yaml_edits_change_addresses_login_and_secret_files_only():
     }
     assert edited["auth"] == {"ssh_user": "root", "ssh_private_key": "/k"}
     assert 'SESSION_IPS="10.1.1.11 10.1.1.12"' in " ".join(edited["worker_start_ray_commands"])
+    assert "ALWAYS_UP=3 &&" in " ".join(edited["head_start_ray_commands"])  # every worker, by default
     changed = {k for k in shipped if shipped[k] != edited[k]}
-    assert changed == {"provider", "auth", "file_mounts", "worker_start_ray_commands"}
+    assert changed == {
+        "provider",
+        "auth",
+        "file_mounts",
+        "worker_start_ray_commands",
+        "head_start_ray_commands",
+    }
     assert edited["file_mounts"]["~/responses-ws"] == "."
 
 
@@ -42,8 +49,8 @@ def test_the_serve_and_haproxy_edits():
     cfg = haproxy_config(
         (CONFIGS / "haproxy-sessions.cfg").read_text(),
         bind="10.1.1.1",
-        servers={"a": "10.1.1.11", "b": "10.1.1.12"},
         stats_socket="/tmp/x.sock",
     )
-    assert "    bind 10.1.1.1:8765" in cfg and "server a 10.1.1.11:8765 check" in cfg and "10.0.0." not in cfg
+    assert "    bind 10.1.1.1:8765" in cfg and "server-template s 1-16 0.0.0.0:8765 check disabled" in cfg
+    assert "10.0.0." not in cfg
     assert "stats socket /tmp/x.sock mode 600" in cfg

@@ -72,7 +72,24 @@ def test_deployment_options_autoscaling_and_accelerator_placement():
     assert opts["autoscaling_config"]["target_ongoing_requests"] == 8
     assert opts["ray_actor_options"] == {"num_cpus": 0, "resources": {"accelerator": 1}}
     assert "PowerOfTwo" in opts["request_router_config"].request_router_class
+    assert "policy" not in opts["autoscaling_config"]  # Serve's own policy on its requests
     InferenceDeployment.options(**opts)
+
+
+def test_deployment_options_autoscale_on_the_replicas_sequences():
+    from inference.deployment import InferenceDeployment, deployment_options
+    from inference.profiles import AutoscalingConfig, ScalingConfig
+
+    auto = AutoscalingConfig(min_replicas=1, max_replicas=4, target_sequences=32, metrics_interval_s=1)
+    cfg = load_inference_config().model_copy(update={"scaling": ScalingConfig(autoscaling=auto)})
+    opts = deployment_options(cfg)
+    assert "target_ongoing_requests" not in opts["autoscaling_config"]
+    assert opts["autoscaling_config"]["metrics_interval_s"] == 1
+    assert opts["autoscaling_config"]["policy"] == {
+        "policy_function": "inference.serve_autoscaling:LoadPolicy",
+        "policy_kwargs": {"metric": "responses_ws_sequences", "target_per_replica": 32.0},
+    }
+    InferenceDeployment.options(**opts)  # Serve accepts it
 
 
 # --- the Serve request router, driven with stand-ins for Serve's replica and request ----

@@ -467,3 +467,21 @@ def test_max_output_tokens_can_cut_inside_the_reasoning(engine):
     assert [type(e) for e in events] == [Prefilled, ReasoningDone, Done]
     assert events[1].tokens == 10
     assert (events[-1].finish_reason, events[-1].output_tokens) == ("max_output_tokens", 10)
+
+
+def test_the_replicas_load_is_its_running_and_waiting_sequences(engine):
+    """What the replica reports to Serve's autoscaler (inference/serve_autoscaling.py): every
+    stream in its batches, however it was called."""
+
+    async def two_in_flight() -> tuple[int, int, int]:
+        streams = [engine.generate(request()) for _ in range(2)]
+        for s in streams:
+            await s.__anext__()
+        batch = engine.stats()["batches"]["emu-test"]
+        during = engine.sequences()
+        for s in streams:
+            await s.aclose()
+        return during, batch["running"] + batch["waiting"], engine.sequences()
+
+    during, batch, after = asyncio.run(two_in_flight())
+    assert (during, batch, after) == (2, 2, 0)

@@ -207,3 +207,14 @@ def test_resume_is_off_by_default_and_in_every_shipped_config():
         sections = [app.get("args", {}) for app in raw.get("applications", [])] or [raw]
         for args in sections:
             assert not (args.get("session") or {}).get("resume_grace_s"), path.name
+
+
+def test_the_session_tier_autoscales_unless_a_fixed_count_is_given():
+    auto = {"gateway_autoscaling": {"min_replicas": 1, "max_replicas": 4}}
+    assert app_config_from_dict({"server": auto}, environ={}).server.gateway_autoscaling is not None
+    fixed = app_config_from_dict({"server": auto}, environ={"RESPONSES_WS_SERVER__GATEWAY_REPLICAS": "2"})
+    assert fixed.server.gateway_autoscaling is None and fixed.server.gateway_replicas == 2
+    with pytest.raises(ValueError, match="min_replicas must be <= max_replicas"):
+        app_config_from_dict(
+            {"server": {"gateway_autoscaling": {"min_replicas": 3, "max_replicas": 2}}}, environ={}
+        )

@@ -31,6 +31,9 @@ def main(port: int, redis_url: str) -> dict:
 
         def edit(args: dict) -> None:
             args["server"]["port"] = port
+            args["server"]["gateway_replicas"] = (
+                2  # fixed, one per simulated session node (placement, not scaling)
+            )
             args["store"]["redis_url"] = redis_url
             args["store"]["redis_password_file"] = None  # the suite's redis-server has none
             args["session"]["warm_actors"] = 2  # keep the machine's memory for the test
