@@ -8,6 +8,8 @@ becomes ``server_error`` without leaking its text (docs/protocol.md §5.1, §5.2
 
 from __future__ import annotations
 
+from store import WriteUnavailable
+
 
 class APIError(Exception):
     status: int = 400
@@ -138,6 +140,31 @@ class ServerShuttingDown(APIError):
 
     def __init__(self) -> None:
         super().__init__("The server is shutting down; open a new connection and retry.")
+
+
+class StoreUnavailable(APIError):
+    """The store could not take a response's record or ledger line in time (its shard had no
+    primary during a failover, or ``store.wait_replicas_policy: strict`` refused a shard
+    short of replicas): the response is not stored and not billed, and the same request
+    retried a moment later is (docs/reliability.md, "The cluster store")."""
+
+    status = 503
+    type = "server_error"
+    code = "store_unavailable"
+    retry_after_s = 1
+
+    def __init__(self) -> None:
+        super().__init__(
+            "The response could not be stored or billed: the store is unavailable for a moment. "
+            "It was not billed; retry the request."
+        )
+
+
+def write_failure(exc: BaseException) -> APIError:
+    """The error a client sees for a response whose record or ledger line could not be
+    written: :class:`StoreUnavailable` (retryable) when the store could not take the write
+    now, else :class:`ServerError`."""
+    return StoreUnavailable() if isinstance(exc, WriteUnavailable) else ServerError()
 
 
 class InvalidResumeToken(APIError):

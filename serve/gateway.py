@@ -115,7 +115,10 @@ class Gateway(ReportsLoad):
         self._foreign: dict[str, Link] = {}  # links to hosts of other gateways (resumes)
         prefix = uuid.uuid4().hex[:12]
         self._store = await open_writer(
-            cfg.store, f"gateway-{prefix}", on_failure=self._metrics.store_write_failed
+            cfg.store,
+            f"gateway-{prefix}",
+            on_failure=self._metrics.store_write_failed,
+            observer=self._metrics.store_replication,
         )
         self._here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         self._http_app = functools.partial(

@@ -24,7 +24,14 @@ from actors.config import SessionConfig
 from actors.core.render import render_items
 from actors.core.session import Session
 from actors.core.timings import PhaseTimer
-from actors.errors import APIError, InvalidRequest, ModelNotFound, NotFound, PreviousResponseNotFound
+from actors.errors import (
+    APIError,
+    InvalidRequest,
+    ModelNotFound,
+    NotFound,
+    PreviousResponseNotFound,
+    StoreUnavailable,
+)
 from actors.host.connection import Connection
 from actors.ids import new_id
 from actors.protocol import (
@@ -59,8 +66,11 @@ from .origins import OriginPolicy
 
 
 def error_response(exc: BaseException) -> JSONResponse:
+    """The error's status and body, with ``Retry-After`` when it says when to retry."""
     status, body = http_error_body(exc)
-    return JSONResponse(body, status_code=status)
+    retry_after = exc.retry_after_s if isinstance(exc, APIError) else None
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def host_app(
@@ -164,6 +174,8 @@ def add_http_routes(
                 for event in batch:
                     if isinstance(event, ResponseCompleted | ResponseIncomplete | ResponseFailed):
                         conn.outgoing(event)  # its figures are taken now
+                        if isinstance(event, ResponseFailed) and _store_unavailable(event):
+                            return error_response(StoreUnavailable())  # 503, Retry-After
                         return json_body(event.response)
                 batch = await anext(events)
         finally:
@@ -267,6 +279,14 @@ class RoutingError(APIError):
             f"Invalid URL ({method} {path})" if status == 404 else f"Method {method} is not allowed."
         )
         self.status = status if 400 <= status < 500 else 404
+
+
+def _store_unavailable(event: ResponseFailed) -> bool:
+    """The response failed because the store could not take its record or line now: a
+    non-streamed request is answered 503 with ``Retry-After`` (a stream has started: its
+    ``response.failed`` carries the code)."""
+    error = event.response.error
+    return error is not None and error.code == StoreUnavailable.code
 
 
 def _not_found(response_id: str) -> NotFound:

@@ -50,6 +50,13 @@ class StoreRefused(RuntimeError):
     command): a misconfiguration, not an outage that waiting cures."""
 
 
+class WriteUnavailable(RuntimeError):
+    """The store cannot take a write now, and a moment later it may: its shard has no
+    primary (a failover under way), a connection to it was lost, or (``store.wait_replicas_policy:
+    strict``) it has fewer replicas than ``store.wait_replicas``.  Retryable: every write is
+    idempotent (docs/reliability.md, "The cluster store")."""
+
+
 class Store(Protocol):
     async def put(self, record: StoredResponse, usage: UsageEntry | None = None) -> None:
         """Insert or replace the record and, atomically with it, add ``usage``'s ledger line
@@ -104,6 +111,24 @@ class StoreConfig(BaseModel):
         ),
     )
     wait_timeout_ms: int = Field(1000, ge=1, description="redis: how long a write waits for wait_replicas")
+    wait_replicas_policy: Literal["available", "strict"] = Field(
+        "available",
+        description=(
+            "redis: a shard with fewer online replicas than wait_replicas (its replica lost, or a "
+            "promoted primary without one): available = its writes wait for the replicas it has "
+            "(logged, counted in responses_ws_store_degraded_writes); strict = they are refused "
+            "(store_unavailable, retryable), as Redis's min-replicas-to-write refuses them"
+        ),
+    )
+    write_retry_s: float = Field(
+        5.0,
+        ge=0,
+        description=(
+            "how long a write the store cannot take now (a shard without a primary during a "
+            "failover, a lost connection) is retried before its response fails with "
+            "store_unavailable"
+        ),
+    )
     redis_password_file: str | None = Field(
         None,
         description=(

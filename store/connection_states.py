@@ -43,7 +43,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from .redisconn import Lua, Replication, connect, ready, run_replicated
+from .redisconn import Lua, connect, ready, run_replicated
 from .splice import Splice, apply, diff
 
 log = logging.getLogger(__name__)
@@ -169,8 +169,6 @@ if f[3] then redis.call('PUBLISH', ARGV[5] .. f[3], ARGV[6] .. ' ' .. epoch) end
 return {epoch, f[4], f[5] or '', redis.call('LRANGE', KEYS[2], 0, -1)}
 """)
 
-NO_WAIT = Replication()
-
 
 @dataclass(slots=True)
 class _Written:
@@ -209,7 +207,7 @@ class ContinuityStore:
         return f"{self.key_prefix}holder:{holder}"
 
     async def _run(self, lua: Lua, conn_id: str, args: list[Any]) -> Any:
-        [answer] = await run_replicated(self._redis, [(lua, self._keys(conn_id), args)], NO_WAIT)
+        [answer] = await run_replicated(self._redis, [(lua, self._keys(conn_id), args)], None)
         return answer
 
     async def save(

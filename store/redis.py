@@ -17,8 +17,9 @@ owner's ledger is ``shards`` lists, ``usage:{<owner>|<b>}`` with ``billed:{<owne
 script.  A batch of lines is one script per slot (each atomic, each idempotent).  Each line
 is stamped with its shard's server clock (``TIME``, microseconds) so that :meth:`usage`
 merges the shards oldest first.  With :class:`~store.redisconn.Replication` every write
-returns only once that many replicas acknowledged it (``WAIT``), else raises
-:class:`~store.redisconn.NotReplicated`.
+returns only once its shard's replicas acknowledged it (``WAIT``; how many, shard by shard,
+:mod:`store.replication` decides), else raises :class:`~store.redisconn.NotReplicated`.  A
+write the store cannot take now raises :class:`~store.base.WriteUnavailable` (retryable).
 """
 
 from __future__ import annotations
@@ -29,13 +30,34 @@ import json
 import time
 import zlib
 from collections import defaultdict
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 from redis import exceptions as redis_errors
 
-from .base import StoredResponse, StoreRefused, UsageEntry, decode_record, encode_body, item_in, new_item_ids
-from .redisconn import Lua, Replication, connect, mget, run_replicated, set_replicated
+from .base import (
+    StoredResponse,
+    StoreRefused,
+    UsageEntry,
+    WriteUnavailable,
+    decode_record,
+    encode_body,
+    item_in,
+    new_item_ids,
+)
+from .redisconn import (
+    Lua,
+    Replication,
+    admitted,
+    connect,
+    mget,
+    run_replicated,
+    set_replicated,
+    unavailable,
+)
+from .replication import ReplicationObserver, ReplicationStatus, ReplicaView
+
+T = TypeVar("T")
 
 # The server's answers that refuse this client rather than fail for a while: a wrong or missing
 # password (WRONGPASS, NOAUTH), a denied command (NOPERM), protected mode's DENIED.
@@ -114,7 +136,8 @@ class RedisStore:
     The client connects lazily and is bound to the event loop that first uses it: open one
     per process and loop.  Every key starts with ``key_prefix``, so deployments (or tests)
     can share one server.  ``shards`` (cluster only) splits each owner's ledger; every write
-    waits for ``replication``.
+    waits for ``replication`` (its shard's share of it: :class:`~store.replication.ReplicaView`,
+    whose changes and degraded writes go to ``observer``).
     """
 
     def __init__(
@@ -126,11 +149,20 @@ class RedisStore:
         shards: int = 16,
         replication: Replication = NO_WAIT,
         password: str | None = None,
+        observer: ReplicationObserver | None = None,
     ) -> None:
         self.key_prefix = key_prefix
         self.layout = Layout(key_prefix, shards if cluster else 0)
         self.replication = replication
         self._redis = connect(url, cluster=cluster, password=password)
+        self.replicas = ReplicaView(
+            self._redis,
+            replication.replicas,
+            timeout_ms=replication.timeout_ms,
+            policy=replication.policy,
+            on_change=observer.changed if observer is not None else None,
+            on_degraded_write=observer.degraded_write if observer is not None else None,
+        )
         self._add_usage, self._put_with_usage = _scripts(CLOCK_STAMP if cluster else NO_STAMP)
 
     def _lines(self, entries: Sequence[UsageEntry]) -> tuple[list[str], list[str]]:
@@ -147,16 +179,41 @@ class RedisStore:
         key = self.layout.record(record.id, record.owner)
         fields = [record.owner, repr(record.created_at), encode_body(record)]
         keys, args = self._lines([usage] if usage is not None else [])
-        await run_replicated(
-            self._redis, [(self._put_with_usage, [key, *keys], [*fields, *args])], self.replication
+        item_ids = new_item_ids(record)
+        item_keys = [self.layout.item(i) for i in item_ids]
+        await self._write(lambda: admitted(self._redis, [key, *item_keys], self.replicas))
+        await self._write(
+            lambda: run_replicated(
+                self._redis, [(self._put_with_usage, [key, *keys], [*fields, *args])], self.replicas
+            )
         )
         # After the record: whoever finds an item's key finds its record.  The first response
         # that held an item keeps it (NX).
-        item_ids = new_item_ids(record)
         if item_ids:
-            await set_replicated(
-                self._redis, {self.layout.item(i): record.id for i in item_ids}, self.replication
+            await self._write(
+                lambda: set_replicated(
+                    self._redis, {self.layout.item(i): record.id for i in item_ids}, self.replicas
+                )
             )
+
+    async def _write(self, write: Callable[[], Awaitable[T]]) -> T:
+        """``write()``; a failure that says the store cannot take it now is raised as
+        :class:`~store.base.WriteUnavailable`, and the replicas are looked at again."""
+        try:
+            return await write()
+        except WriteUnavailable:
+            self.replicas.stale()
+            raise
+        except (redis_errors.RedisError, OSError) as exc:
+            if not unavailable(exc):
+                raise
+            self.replicas.stale()
+            raise WriteUnavailable(f"the store cannot take the write now: {exc}") from exc
+
+    def replication_status(self) -> ReplicationStatus:
+        """Every shard's replicas as the writes last saw them (refreshed every few seconds
+        while writes wait for replicas; empty before the first)."""
+        return self.replicas.status
 
     async def find_items(self, item_ids: Sequence[str], owner: str) -> dict[str, dict[str, Any]]:
         """The items of ``owner``'s stored responses with these ids (:meth:`store.Store.find_items`)."""
@@ -187,7 +244,9 @@ class RedisStore:
     async def delete(self, response_id: str, owner: str) -> bool:
         """``True`` if a record of ``owner`` was deleted."""
         key = self.layout.record(response_id, owner)
-        [deleted] = await run_replicated(self._redis, [(DELETE_IF_OWNER, [key], [owner])], NO_WAIT)
+        [deleted] = await self._write(
+            lambda: run_replicated(self._redis, [(DELETE_IF_OWNER, [key], [owner])], None)
+        )
         return int(deleted) > 0
 
     async def add_usage(self, entries: Sequence[UsageEntry]) -> None:
@@ -198,7 +257,7 @@ class RedisStore:
             by_slot[self.layout.ledger(e.owner, e.response_id)[0]].append(e)
         calls = [(self._add_usage, *self._lines(group)) for group in by_slot.values()]
         if calls:
-            await run_replicated(self._redis, calls, self.replication)
+            await self._write(lambda: run_replicated(self._redis, calls, self.replicas))
 
     async def usage(self, owner: str) -> list[UsageEntry]:
         """The ledger entries of ``owner``, oldest first (on a cluster: the shards merged by

@@ -1,6 +1,8 @@
 """The Redis client the cluster store's modules share: one standalone server or a Redis
-Cluster (:func:`connect`), Lua scripts run by SHA (:class:`Lua`), and writes that return
-only once a replica has them too (:func:`run_replicated`, ``WAIT``).
+Cluster (:func:`connect`), Lua scripts run by SHA (:class:`Lua`), writes that return only
+once their shard's replicas have them too (:func:`run_replicated`, ``WAIT``, as many as
+:class:`~store.replication.ReplicaView` says), and which failures mean the store cannot take
+a write now (:func:`unavailable`).
 
 On a Redis Cluster every script touches keys of one slot (the callers choose hash tags so);
 a write and its ``WAIT`` go down the same connection to the node that owns the slot (a
@@ -16,8 +18,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
+from redis import exceptions as redis_errors
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.exceptions import NoScriptError
+
+from .replication import Policy, ReplicaView
 
 Client = aioredis.Redis | RedisCluster
 
@@ -59,10 +64,44 @@ class Lua:
 @dataclass(frozen=True, slots=True)
 class Replication:
     """How many replicas must acknowledge a write before it returns (0: none waited for),
-    and for how long to wait (``WAIT numreplicas timeout``)."""
+    for how long to wait (``WAIT numreplicas timeout``), and what a shard with fewer does
+    (:mod:`store.replication`)."""
 
     replicas: int = 0
     timeout_ms: int = 1000
+    policy: Policy = "available"
+
+
+# The failures that say the store cannot take a write *now* (a failover under way, a
+# connection lost, a shard short of replicas): retryable, as WriteUnavailable.  Checked after
+# the refusals of this client (a wrong credential is a ConnectionError too, and not cured by
+# waiting).
+UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
+    redis_errors.ConnectionError,
+    redis_errors.TimeoutError,
+    redis_errors.ClusterError,
+    redis_errors.ClusterDownError,
+    redis_errors.TryAgainError,
+    redis_errors.AskError,  # MOVED too
+    redis_errors.ReadOnlyError,  # a primary demoted under the client
+    redis_errors.RedisClusterException,  # no node for a slot
+    NotReplicated,
+    OSError,
+    TimeoutError,
+)
+UNAVAILABLE_REPLIES = ("NOREPLICAS", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN")
+
+
+def unavailable(exc: BaseException) -> bool:
+    """``exc`` says the store cannot take a write now (retryable), not that this client is
+    refused or that the write is wrong."""
+    if isinstance(exc, redis_errors.AuthenticationError | redis_errors.NoPermissionError):
+        return False
+    if isinstance(exc, UNAVAILABLE_ERRORS):
+        return True
+    return isinstance(exc, redis_errors.ResponseError) and str(exc).lstrip("-").startswith(
+        UNAVAILABLE_REPLIES
+    )
 
 
 async def ready(client: Client) -> None:
@@ -71,56 +110,93 @@ async def ready(client: Client) -> None:
 
 
 def _owners(client: Client, keys: Sequence[str]) -> dict[str, Any]:
-    """The nodes ``keys`` live on now, by name (one server: none)."""
+    """The nodes ``keys`` live on now, by name (one server: ``{"": None}``)."""
     if not isinstance(client, RedisCluster):
-        return {}
+        return {"": None}
     return {n.name: n for n in (client.get_node_from_key(k) for k in keys) if n is not None}
 
 
-def _waits(client: Client, pipe: Any, keys: Sequence[str], replication: Replication) -> dict[str, Any]:
-    """Queue one ``WAIT`` behind the writes to each node that ``keys`` live on; those nodes."""
-    if not replication.replicas:
+# A write's waits: each node its keys live on, with the replicas to wait for there.
+Plan = dict[str, tuple[Any, int]]
+
+
+async def _plan(client: Client, keys: Sequence[str], replicas: ReplicaView | None) -> Plan:
+    """What to wait for on each node ``keys`` live on; raises
+    :class:`~store.base.WriteUnavailable` if the policy refuses a shard's write."""
+    if replicas is None or not replicas.wanted:
         return {}
-    if not isinstance(client, RedisCluster):
-        pipe.wait(replication.replicas, replication.timeout_ms)
-        return {"": None}
     nodes = _owners(client, keys)
-    for node in nodes.values():
-        pipe.wait(replication.replicas, replication.timeout_ms, target_nodes=node)
-    return nodes
+    await replicas.ensure(nodes)
+    return {name: (node, replicas.wait_for(name)) for name, node in nodes.items()}
+
+
+async def admitted(client: Client, keys: Sequence[str], replicas: ReplicaView | None) -> None:
+    """Raise :class:`~store.base.WriteUnavailable` now if the policy refuses a write to any
+    of ``keys``' shards: a write made of several (a record, then its items' keys) is refused
+    before its first part is written, not halfway."""
+    await ready(client)
+    await _plan(client, keys, replicas)
+
+
+def _queue_waits(client: Client, pipe: Any, plan: Plan, timeout_ms: int) -> int:
+    """Queue one ``WAIT`` behind the writes to each node that waits for a replica; how many."""
+    waits = 0
+    for node, n in plan.values():
+        if not n:
+            continue
+        if isinstance(client, RedisCluster):
+            pipe.wait(n, timeout_ms, target_nodes=node)
+        else:
+            pipe.wait(n, timeout_ms)
+        waits += 1
+    return waits
 
 
 def _checked(
-    client: Client, keys: Sequence[str], results: list[Any], nodes: dict[str, Any], replication: Replication
+    client: Client,
+    keys: Sequence[str],
+    results: list[Any],
+    plan: Plan,
+    replicas: ReplicaView | None,
+    *,
+    counted: bool = True,
 ) -> list[Any]:
     for result in results:
         if isinstance(result, Exception):
             raise result
-    waits = len(nodes)
-    if waits and isinstance(client, RedisCluster) and _owners(client, keys).keys() != nodes.keys():
+    if replicas is None or not plan:
+        return results
+    waits = [n for _, n in plan.values() if n]
+    timeout_ms = replicas.timeout_ms
+    if isinstance(client, RedisCluster) and _owners(client, keys).keys() != plan.keys():
         # A write was redirected (MOVED) to another node than the one its WAIT went to: that
         # WAIT says nothing about it.  Not acknowledged; the caller's retry waits on the new one.
-        raise NotReplicated(replication.replicas, 0, replication.timeout_ms)
-    for acknowledged in results[len(results) - waits :]:
-        if int(acknowledged) < replication.replicas:
-            raise NotReplicated(replication.replicas, int(acknowledged), replication.timeout_ms)
-    return results[: len(results) - waits]
+        raise NotReplicated(replicas.wanted, 0, timeout_ms)
+    for n, acknowledged in zip(waits, results[len(results) - len(waits) :], strict=True):
+        if int(acknowledged) < n:
+            raise NotReplicated(n, int(acknowledged), timeout_ms)
+    if counted and any(n < replicas.wanted for _, n in plan.values()):
+        replicas.degraded_write()
+    return results[: len(results) - len(waits)]
 
 
 async def run_replicated(
-    client: Client, calls: Sequence[tuple[Lua, Sequence[str], Sequence[Any]]], replication: Replication
+    client: Client, calls: Sequence[tuple[Lua, Sequence[str], Sequence[Any]]], replicas: ReplicaView | None
 ) -> list[Any]:
     """Run each ``(script, keys, args)`` (each on the node of its keys' slot), then wait for
-    ``replication``: the scripts' answers, or :class:`NotReplicated`."""
+    the replicas ``replicas`` says each node's write waits for (``None``: none): the
+    scripts' answers, or :class:`NotReplicated`, or :class:`~store.base.WriteUnavailable`
+    before anything is written when the policy refuses a shard's write."""
     await ready(client)
+    first_keys = [keys[0] for _, keys, _ in calls]
+    plan = await _plan(client, first_keys, replicas)
     for attempt in (1, 2):
         pipe = client.pipeline(transaction=False)
         for lua, keys, args in calls:
             # (a cluster's pipeline blocks its evalsha() helper; the command itself is routed
             # by its keys' slot)
             pipe.execute_command("EVALSHA", lua.sha, len(keys), *keys, *args)
-        first_keys = [keys[0] for _, keys, _ in calls]
-        nodes = _waits(client, pipe, first_keys, replication)
+        _queue_waits(client, pipe, plan, replicas.timeout_ms if replicas is not None else 0)
         results = await pipe.execute(raise_on_error=False)
         missing = [
             lua for (lua, _, _), r in zip(calls, results, strict=False) if isinstance(r, NoScriptError)
@@ -129,18 +205,20 @@ async def run_replicated(
             for lua in {m.source: m for m in missing}.values():
                 await client.script_load(lua.source)  # a cluster loads it on every primary
             continue
-        return _checked(client, first_keys, results, nodes, replication)
+        return _checked(client, first_keys, results, plan, replicas)
     raise AssertionError("unreachable")
 
 
-async def set_replicated(client: Client, values: dict[str, str], replication: Replication) -> None:
-    """``SET key value NX`` for each, then wait for ``replication``."""
+async def set_replicated(client: Client, values: dict[str, str], replicas: ReplicaView | None) -> None:
+    """``SET key value NX`` for each, then wait as :func:`run_replicated` does (the item
+    keys of a put: not counted as a write of their own)."""
     await ready(client)
+    plan = await _plan(client, list(values), replicas)
     pipe = client.pipeline(transaction=False)
     for key, value in values.items():
         pipe.set(key, value, nx=True)
-    nodes = _waits(client, pipe, list(values), replication)
-    _checked(client, list(values), await pipe.execute(raise_on_error=False), nodes, replication)
+    _queue_waits(client, pipe, plan, replicas.timeout_ms if replicas is not None else 0)
+    _checked(client, list(values), await pipe.execute(raise_on_error=False), plan, replicas, counted=False)
 
 
 async def mget(client: Client, keys: Sequence[str]) -> list[Any]:

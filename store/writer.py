@@ -13,7 +13,9 @@ Either way the lines of every connection of the process that wait at once share 
 (one task, in submission order: a group commit); journaled lines, already safe, wait up to
 ``linger_s`` for more to join their commit (a line awaited by its terminal event, a flush or
 a full batch commits at once).  Every write is idempotent (a line is unique by response
-id), so a failed write is retried once; one that fails again is logged (and raised to the
+id), so a failed write is retried once, and one the store cannot take now
+(:class:`~store.base.WriteUnavailable`: a failover under way) again and again, backing off,
+for ``retry_s`` (``store.write_retry_s``); one that fails still is logged (and raised to the
 caller that awaits it).
 """
 
@@ -22,12 +24,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from .base import Store, StoredResponse, UsageEntry
+from .base import Store, StoredResponse, UsageEntry, WriteUnavailable
 from .journal import Journal
 
 log = logging.getLogger(__name__)
@@ -35,19 +39,41 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_WRITING = 32  # puts at once, well under a Redis client's connection pool (100)
 MAX_BATCH = 256  # ledger lines per commit
 DEFAULT_LINGER_S = 0.05  # how long journaled lines wait for others to share their commit
+FIRST_BACKOFF_S = 0.05  # the wait before retrying a write the store could not take now, doubled
+MAX_BACKOFF_S = 0.5  # ... up to this
 
 
 class WriterClosed(RuntimeError):
     """A write after :meth:`StoreWriter.close`."""
 
 
-async def retried(write: Callable[[], Awaitable[None]]) -> None:
-    """``write``, and once more if it raised (writes are idempotent, so a write that landed
-    but whose answer was lost is not doubled); the second failure is raised."""
-    try:
-        await write()
-    except Exception:  # noqa: BLE001 - logged by the caller if the retry fails too
-        await write()
+async def retried(
+    write: Callable[[], Awaitable[None]],
+    retry_s: float = 0.0,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> None:
+    """``write``, and once more at once if it raised (writes are idempotent, so a write that
+    landed but whose answer was lost is not doubled); while it raises
+    :class:`~store.base.WriteUnavailable`, again after a backoff until ``retry_s`` has passed
+    since the first try.  The last failure is raised."""
+    started = clock()
+    backoff = FIRST_BACKOFF_S
+    for attempt in itertools.count():
+        try:
+            await write()
+            return
+        except WriteUnavailable:
+            left = retry_s - (clock() - started)
+            if attempt and left <= 0:
+                raise
+            if attempt:
+                await sleep(min(backoff, left))
+                backoff = min(2 * backoff, MAX_BACKOFF_S)
+        except Exception:  # logged by the caller if the retry fails too
+            if attempt:
+                raise
 
 
 class StoreWriter:
@@ -57,7 +83,8 @@ class StoreWriter:
     at the first line).  At most ``max_writing`` puts run at once (more wait their turn);
     ledger lines are committed by one task, up to ``MAX_BATCH`` a commit.  ``close()``
     finishes every write started before closing the store.  ``on_failure`` is called once
-    for every record or line that failed (after its retry).
+    for every record or line that failed (after its retries; ``retry_s``: how long one the
+    store cannot take now is retried).
     """
 
     def __init__(
@@ -69,6 +96,7 @@ class StoreWriter:
         journal: Journal | None = None,
         commit_lines: bool = False,
         linger_s: float = DEFAULT_LINGER_S,
+        retry_s: float = 0.0,
     ) -> None:
         if commit_lines and journal is not None:
             raise ValueError("a writer that commits its ledger lines keeps no journal")
@@ -84,6 +112,7 @@ class StoreWriter:
         self._puts: dict[str, asyncio.Task[None]] = {}  # the latest put of each id still writing
         self._wakeup = asyncio.Event()
         self._linger_s = linger_s
+        self._retry_s = retry_s  # how long a write the store cannot take now is retried
         self._now = asyncio.Event()  # commit what waits without lingering (a line awaited, a flush)
         self._task: asyncio.Task[None] | None = None
         self._closed = False
@@ -113,8 +142,11 @@ class StoreWriter:
     ) -> None:
         if previous is not None:
             await asyncio.wait([previous])
-        async with self._writing:
-            await retried(functools.partial(self.store.put, record, usage))
+        await retried(functools.partial(self._put_once, record, usage), self._retry_s)
+
+    async def _put_once(self, record: StoredResponse, usage: UsageEntry | None) -> None:
+        async with self._writing:  # not held while a retry backs off: other puts go on
+            await self.store.put(record, usage)
 
     def _put_done(self, response_id: str, task: asyncio.Task[None]) -> None:
         if self._puts.get(response_id) is task:
@@ -239,7 +271,7 @@ class StoreWriter:
             entries = [entry for entry, _, _ in batch]
             journaled = sum(1 for _, _, j in batch if j)
             try:
-                await retried(functools.partial(self.store.add_usage, entries))
+                await retried(functools.partial(self.store.add_usage, entries), self._retry_s)
             except Exception as exc:
                 log.error(
                     "store write failed: usage of %s", ", ".join(e.response_id for e in entries), exc_info=exc

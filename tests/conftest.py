@@ -57,6 +57,7 @@ FAULT_FILES = {
     "integration/test_crowd.py",
     "integration/test_ledger.py",
     "integration/test_node_drain.py",
+    "integration/test_store_failover.py",
 }
 GROUPS = ("embedded-ray-faults", "embedded-ray", "children")  # in the order the workers take them
 

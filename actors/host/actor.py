@@ -110,7 +110,10 @@ class SessionHost:
         self._models = await self._inference.warm()
         tokenizer.encode("warm up")
         self._store = await open_writer(
-            self._store_config, self._name, on_failure=self._host_metrics.store_write_failed
+            self._store_config,
+            self._name,
+            on_failure=self._host_metrics.store_write_failed,
+            observer=self._host_metrics.store_replication,
         )
         if self._http_app is not None:
             self._http = HttpServer(

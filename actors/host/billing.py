@@ -13,7 +13,9 @@ connection (:mod:`actors.host.connection`) asks :func:`billing` which way, and c
 ====================  ==========================================================================
 
 A journal that cannot keep the line, or a write that fails, turns the event into
-``response.failed`` without usage (not billed, :func:`failed_instead`).
+``response.failed`` without usage (not billed, :func:`failed_instead`), with the error the
+failure maps to (``store_unavailable`` for a write the store could not take now:
+:func:`actors.errors.write_failure`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from ..errors import ServerError
+from ..errors import APIError, ServerError
 from ..protocol import TERMINAL_EVENTS, ResponseErrorBody, ResponseFailed, ServerEvent
 
 
@@ -67,19 +69,21 @@ def billing(terminal: Terminal) -> Billing:
     raise AssertionError(f"no billing rule for {terminal}")  # pragma: no cover - RULES is total
 
 
-def failed_instead(event: ServerEvent) -> ResponseFailed:
+def failed_instead(event: ServerEvent, error: APIError | None = None) -> ResponseFailed:
     """``response.failed`` without usage (not billed) in place of a terminal event whose
     record or ledger line could not be written: same sequence number, the output as
-    generated; ``server_error`` unless the response had failed already."""
+    generated; ``error`` (``server_error`` if none) unless the response had failed already."""
     assert isinstance(event, TERMINAL_EVENTS)
-    error = event.response.error if isinstance(event, ResponseFailed) else None
+    failure = error or ServerError()
+    before = event.response.error if isinstance(event, ResponseFailed) else None
     response = event.response.model_copy(
         update={
             "status": "failed",
             "completed_at": None,
             "incomplete_details": None,
             "usage": None,
-            "error": error or ResponseErrorBody(code=ServerError.code, message=ServerError().message),
+            "error": before
+            or ResponseErrorBody(code=failure.code or ServerError.code, message=failure.message),
         }
     )
     return ResponseFailed(sequence_number=event.sequence_number, response=response, stream_id=event.stream_id)

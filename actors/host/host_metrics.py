@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from ray.util import metrics
 
+from store import ReplicationStatus
+
 
 def store_write_failures() -> metrics.Counter:
     """Failed writes of stored responses and usage lines (every process with a store writer)."""
@@ -19,6 +21,30 @@ def store_write_failures() -> metrics.Counter:
         "responses_ws_store_write_failures",
         description="Store writes (stored responses, usage lines) that failed",
     )
+
+
+class StoreReplicationMetrics:
+    """The Redis store's replication as this process's writes see it (a
+    :class:`store.ReplicationObserver`): its shards with fewer online replicas than
+    ``store.wait_replicas`` (a gauge: every process with a store writer reports its own
+    view, so take the maximum), and its writes taken with fewer (a counter)."""
+
+    def __init__(self) -> None:
+        self._shards = metrics.Gauge(
+            "responses_ws_store_degraded_shards",
+            description="Store shards with fewer online replicas than store.wait_replicas",
+        )
+        self._shards.set(0)
+        self._writes = metrics.Counter(
+            "responses_ws_store_degraded_writes",
+            description="Store writes acknowledged by fewer replicas than store.wait_replicas",
+        )
+
+    def changed(self, status: ReplicationStatus) -> None:
+        self._shards.set(sum(1 for shard in status.shards if shard.degraded))
+
+    def degraded_write(self) -> None:
+        self._writes.inc()
 
 
 def refusals() -> metrics.Counter:
@@ -62,6 +88,7 @@ class HostMetrics:
         self._connections.set_default_tags({"host": host})
         self._connections.set(0)
         self.store_write_failures = store_write_failures()
+        self.store_replication = StoreReplicationMetrics()
         self._refusals = refusals()
 
     def connections(self, n: int) -> None:

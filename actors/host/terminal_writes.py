@@ -1,7 +1,9 @@
 """The writes a terminal event waits on before its lane's events go (the choice of which is
 :mod:`actors.host.billing`): the record with its ledger line, the line committed, the line
 journaled, the connection's state.  A write that fails turns the event into
-``response.failed`` without usage (:func:`~actors.host.billing.failed_instead`)."""
+``response.failed`` without usage (:func:`~actors.host.billing.failed_instead`), with
+``store_unavailable`` (retryable) when the store could not take it now
+(:func:`~actors.errors.write_failure`)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from collections.abc import Awaitable, Callable
 
 from store import StoredResponse, StoreWriter, UsageEntry
 
+from ..errors import write_failure
 from .billing import failed_instead
 from .outbox import AwaitingWrite, Outbox
 
@@ -60,11 +63,11 @@ class TerminalWrites:
         stored = True
         try:
             await self._store.put(record, line)
-        except Exception:  # noqa: BLE001 - the writer logged it; the client learns the response failed
+        except Exception as exc:  # noqa: BLE001 - the writer logged it; the client learns the response failed
             log.warning(
                 "response %s failed: its record or ledger line could not be written", line.response_id
             )
-            waiting.event = failed_instead(waiting.event)
+            waiting.event = failed_instead(waiting.event, write_failure(exc))
             stored = False
         if checkpoint is not None and not await checkpoint():
             return None  # another holder has the connection: nothing more is sent
@@ -83,9 +86,9 @@ class TerminalWrites:
         billed = True
         try:
             await self._store.bill(line)
-        except Exception:  # noqa: BLE001 - the writer logged it; the client learns the response failed
+        except Exception as exc:  # noqa: BLE001 - the writer logged it; the client learns the response failed
             log.warning("response %s failed: its ledger line could not be committed", line.response_id)
-            waiting.event = failed_instead(waiting.event)
+            waiting.event = failed_instead(waiting.event, write_failure(exc))
             billed = False
         self._took("ledger_write", started)
         if billed and checkpoint is not None and not await checkpoint():

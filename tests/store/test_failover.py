@@ -84,8 +84,8 @@ async def load(
     while len(cluster.primaries()) < 3 and time.monotonic() < deadline:
         await asyncio.sleep(0.2)
     promoted_s = time.monotonic() - killed_at
-    # The promoted primary has no replica: its writes cannot be acknowledged (NotReplicated)
-    # until the old node is back, as its replica.
+    # The promoted primary has no replica: its writes wait for none (store.wait_replicas_policy:
+    # available) until the old node is back, as its replica.
     cluster.restart(victim)
     await asyncio.to_thread(cluster.wait_healthy)
     rejoined = set(stored) | set(billed)

@@ -23,10 +23,18 @@ from typing import Any
 import pytest
 from redis.crc import key_slot
 
-from store import Store, StoreConfig, StoredResponse, UsageEntry, open_store
+from store import (
+    ReplicationStatus,
+    Store,
+    StoreConfig,
+    StoredResponse,
+    UsageEntry,
+    WriteUnavailable,
+    open_store,
+    replication_status,
+)
 from store.journal import Journal
 from store.redis import RedisStore
-from store.redisconn import NotReplicated
 from store.sqlite import SQLiteStore
 from store.writer import StoreWriter, WriterClosed
 
@@ -687,24 +695,89 @@ def test_the_writer_refuses_writes_after_close(config: StoreConfig) -> None:
 # --- Redis: waiting for replicas ------------------------------------------------------------
 
 
-def test_a_write_no_replica_acknowledged_raises_not_replicated(redis_server: str) -> None:
-    """``store.wait_replicas: 1`` on a server without replicas: every write lands on the
-    primary, waits ``wait_timeout_ms`` and raises the typed failure (the session then sends
-    ``response.failed``, unbilled: docs/reliability.md)."""
+class Observed:
+    """A :class:`store.ReplicationObserver` that keeps what it is told."""
+
+    def __init__(self) -> None:
+        self.changes: list[ReplicationStatus] = []
+        self.degraded_writes = 0
+
+    def changed(self, status: ReplicationStatus) -> None:
+        self.changes.append(status)
+
+    def degraded_write(self) -> None:
+        self.degraded_writes += 1
+
+
+def test_a_server_without_the_replicas_wanted_takes_writes_unreplicated_and_says_so(
+    redis_server: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``store.wait_replicas: 1`` on a server without replicas, the default policy
+    (``available``): every write is taken at once (no ``WAIT`` for a replica it does not
+    have), counted as degraded, and the shard's state is logged once."""
     config = StoreConfig(
         backend="redis",
         redis_url=redis_server,
         key_prefix=f"test-{uuid.uuid4().hex}:",
         wait_replicas=1,
-        wait_timeout_ms=50,
+        wait_timeout_ms=5000,
+    )
+    observed = Observed()
+
+    async def scenario() -> None:
+        store = open_store(config, observer=observed)
+        try:
+            await store.put(record("resp_1"), usage_entry("resp_1"))
+            await store.add_usage([usage_entry("resp_2")])
+            await store.put(record("resp_3"), usage_entry("resp_3"))
+            assert await store.get("resp_1", ALICE) == record("resp_1")
+            assert [e.response_id for e in await store.usage(ALICE)] == ["resp_1", "resp_2", "resp_3"]
+            assert isinstance(store, RedisStore)
+            assert store.replication_status().as_dict()["shards"] == [
+                {"primary": "", "replicas": 0, "wanted": 1, "reachable": True, "degraded": True}
+            ]
+        finally:
+            await store.close()
+        assert (await replication_status(config)).degraded
+
+    with caplog.at_level(logging.WARNING, logger="store.replication"):
+        asyncio.run(scenario())
+    assert observed.degraded_writes == 3
+    [change] = observed.changes
+    assert change.degraded
+    [line] = [r.getMessage() for r in caplog.records]  # once, not once per write
+    assert "has 0 of 1 replicas online" in line and "available" in line
+
+
+def test_the_strict_policy_refuses_a_write_to_a_shard_short_of_replicas_before_writing(
+    redis_server: str,
+) -> None:
+    """``store.wait_replicas_policy: strict`` (what Redis's ``min-replicas-to-write`` does):
+    the write is refused with the retryable :class:`store.WriteUnavailable` and nothing of
+    it is written; the writer retries it for ``write_retry_s``, then raises it."""
+    config = StoreConfig(
+        backend="redis",
+        redis_url=redis_server,
+        key_prefix=f"test-{uuid.uuid4().hex}:",
+        wait_replicas=1,
+        wait_replicas_policy="strict",
     )
 
     async def scenario() -> None:
         async with opened(config) as store:
-            with pytest.raises(NotReplicated, match="0 of 1 replicas"):
+            with pytest.raises(WriteUnavailable, match=r"0 of 1 replicas.*strict"):
                 await store.put(record("resp_1"), usage_entry("resp_1"))
-            with pytest.raises(NotReplicated):
+            with pytest.raises(WriteUnavailable):
                 await store.add_usage([usage_entry("resp_2")])
+            assert await store.get("resp_1", ALICE) is None
+            assert await store.usage(ALICE) == []
+        writer = StoreWriter(open_store(config), retry_s=0.3)
+        with pytest.raises(WriteUnavailable):
+            await writer.put(record("resp_3"), usage_entry("resp_3"))
+        with pytest.raises(WriteUnavailable):
+            await writer.bill(usage_entry("resp_4"))
+        assert await writer.usage(ALICE) == []
+        await writer.close()
 
     asyncio.run(scenario())
 

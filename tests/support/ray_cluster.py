@@ -60,13 +60,14 @@ class LocalCluster:
         env.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32), MARKER: self.marker})
         self.env = env
         self.log = self.temp_dir / "ray-start.log"
-        ports = [
+        self.metrics_port = free_port()  # Ray's metrics export port (Prometheus text)
+        self.dashboard_url = f"http://127.0.0.1:{free_port()}"  # Ray's dashboard (`serve status`'s)
+        ports = [f"--metrics-export-port={self.metrics_port}"] + [
             f"--{name}-port={free_port()}"
             for name in (
                 "node-manager",
                 "object-manager",
                 "ray-client-server",
-                "metrics-export",
                 "dashboard-agent-listen",
                 "dashboard-agent-grpc",
                 "runtime-env-agent",
@@ -74,7 +75,13 @@ class LocalCluster:
         ]
         with open(self.log, "w") as out:
             self._proc = subprocess.Popen(
-                ray_start_command(temp_dir=self.temp_dir, num_cpus=2, head_port=self.port, extra=ports),
+                ray_start_command(
+                    temp_dir=self.temp_dir,
+                    num_cpus=2,
+                    head_port=self.port,
+                    extra=ports,
+                    dashboard_port=int(self.dashboard_url.rsplit(":", 1)[1]),
+                ),
                 env=env,
                 stdout=out,
                 stderr=subprocess.STDOUT,

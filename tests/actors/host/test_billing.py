@@ -28,3 +28,22 @@ def test_the_decisions():
     assert b(True, False, False, True) is Billing.JOURNAL_AND_STATE
     assert b(True, False, False, False) is Billing.JOURNAL
     assert [o for o in Billing if o.waits] == [Billing.WITH_RECORD, Billing.COMMIT, Billing.JOURNAL_AND_STATE]
+
+
+def test_a_write_that_failed_turns_the_terminal_event_into_failed_unbilled_with_its_error():
+    from actors.errors import StoreUnavailable
+    from actors.host.billing import failed_instead
+    from actors.protocol import ResponseCompleted, ResponseErrorBody, ResponseFailed, ResponseObject
+
+    response = ResponseObject(id="resp_1", created_at=1, status="completed", model="emu-fast")
+    completed = ResponseCompleted(sequence_number=7, response=response)
+    failed = failed_instead(completed, StoreUnavailable())
+    assert isinstance(failed, ResponseFailed) and failed.sequence_number == 7
+    assert failed.response.status == "failed" and failed.response.usage is None
+    assert failed.response.error is not None and failed.response.error.code == "store_unavailable"
+    assert failed_instead(completed).response.error.code == "server_error"  # type: ignore[union-attr]
+    before = ResponseErrorBody(code="rate_limit_exceeded", message="busy")
+    already = ResponseFailed(
+        sequence_number=3, response=response.model_copy(update={"status": "failed", "error": before})
+    )
+    assert failed_instead(already, StoreUnavailable()).response.error == before  # it had failed already
