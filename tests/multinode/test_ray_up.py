@@ -241,6 +241,8 @@ def test_ray_up_grows_and_shrinks_the_session_tier_with_its_connections_and_ray_
             ]
             procs.append(background([*sync, "--interval", "1"], work / "balancer-sync.log", env))
             wait_for(lambda: up_servers(sock) == {first.address}, 60, lambda: f"balancer: {slots(sock)}")
+        with steps.run("responses-ws status: healthy, the gateway on the first session node"):
+            status_shows(env, dashboard, serve_yaml, password, {first.address})
         url = f"http://{hosts.topology.bridge_address}:8765"
         load = Load(url, work)
         try:
@@ -261,6 +263,8 @@ def test_ray_up_grows_and_shrinks_the_session_tier_with_its_connections_and_ray_
                     240,
                     lambda: f"balancer: {slots(sock)}; {added.name} /readyz {ready(added.address)}",
                 )
+            with steps.run("responses-ws status: healthy, a gateway on each session node"):
+                status_shows(env, dashboard, serve_yaml, password, {first.address, added.address})
             with steps.run(
                 f"both nodes serve: {len(B_CLIENTS)} more SDK chains go to the new node (leastconn)"
             ):
@@ -292,12 +296,15 @@ def test_ray_up_grows_and_shrinks_the_session_tier_with_its_connections_and_ray_
                     lambda: f"{drained.name} drained: {load.describe(RESIDUAL)}",
                 )
                 drained_in = time.monotonic() - removed_at
-            with steps.run("Ray removes the drained node; the balancer frees its slot; the chains go on"):
+            with steps.run("Ray removes the drained node; the balancer frees its slot"):
                 wait_nodes(
                     hosts, head, lambda a: drained.address not in a, 240, f"{drained.name} still in Ray"
                 )
                 wait_for(lambda: up_servers(sock) == {kept.address}, 60, lambda: f"balancer: {slots(sock)}")
                 gone_at = time.monotonic()
+            with steps.run("responses-ws status: healthy, the gateway on the remaining session node"):
+                status_shows(env, dashboard, serve_yaml, password, {kept.address})
+            with steps.run("the chains go on on the remaining node"):
                 wait_for(
                     lambda: all(r.errors or served_since(r, gone_at) >= 2 for r in load.runs(RESIDUAL)),
                     120,
@@ -354,6 +361,50 @@ def test_ray_up_grows_and_shrinks_the_session_tier_with_its_connections_and_ray_
             f.unlink(missing_ok=True)
         with steps.run("teardown: hosts, namespaces, mounts, bridge"):
             hosts.stop()
+
+
+def cluster_status(env: dict[str, str], dashboard: str, serve_yaml: Path, password: Path) -> tuple[int, dict]:
+    """``responses-ws status --json`` (branch edge's command) as an operator runs it: its exit
+    status and document."""
+    res = subprocess.run(
+        [
+            str(RAY_BIN / "responses-ws"),
+            "status",
+            "--address",
+            dashboard,
+            "--config",
+            str(serve_yaml),
+            "--redis-password-file",
+            str(password),
+            "--json",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    try:
+        return res.returncode, json.loads(res.stdout)
+    except json.JSONDecodeError:
+        return res.returncode, {"stdout": res.stdout[-1000:], "stderr": res.stderr[-1000:]}
+
+
+def status_shows(env, dashboard, serve_yaml, password, gateways: set[str], timeout_s: float = 90) -> float:
+    """Wait until ``responses-ws status`` calls the cluster healthy with the gateway running on
+    exactly ``gateways``; how long that took."""
+    start, seen = time.monotonic(), {}
+
+    def check() -> bool:
+        code, doc = cluster_status(env, dashboard, serve_yaml, password)
+        seen.update(code=code, doc=doc)
+        placed = set((doc.get("replicas_by_node") or {}).get("responses-ws", {}).get("Gateway", {}))
+        return code == 0 and doc.get("healthy") is True and placed == gateways
+
+    wait_for(
+        check, timeout_s, lambda: f"responses-ws status: {seen.get('code')}: {str(seen.get('doc'))[:2000]}"
+    )
+    return time.monotonic() - start
 
 
 def small_targets(config: dict) -> dict:
