@@ -11,7 +11,7 @@ and:
 
 | a node's gateway replica       | its slot                                        |
 |--------------------------------|-------------------------------------------------|
-| RUNNING                        | ``addr`` set, ``state ready`` (the /readyz check decides UP) |
+| RUNNING                        | ``addr`` set, out of maintenance DOWN: UP once its /readyz passes ``rise`` checks |
 | STOPPING / PENDING_MIGRATION   | ``state drain``: no new connection, open ones go on |
 | gone (or never there)          | ``state maint``: the slot is free again          |
 
@@ -106,8 +106,11 @@ def plan(
             unplaced.append(address)
             continue
         s = free.pop(0)
-        commands.append(f"set server {backend}/{s.name} addr {address} port {port}")
-        commands.append(f"set server {backend}/{s.name} state ready")
+        # Out of maintenance HAProxy 2.6 starts a server UP until `fall` checks fail, and a
+        # `health down` in maintenance does not stick: out through `drain` (no new
+        # connections), then DOWN, then ready — UP only after `rise` checks of its /readyz pass.
+        for step in (f"addr {address} port {port}", "state drain", "health down", "state ready"):
+            commands.append(f"set server {backend}/{s.name} {step}")
     return commands, unplaced
 
 

@@ -270,7 +270,8 @@ class Gateway(ReportsLoad):
         """Begin (or tighten) this replica's drain: ``remaining_s`` before the node's
         deadline (``None``: none); ``node``: Ray drains the node (hold /readyz at 503 while
         the balancer notices) rather than Serve stopping this replica (the port's other
-        listeners on the node go on: close ours now)."""
+        listeners on the node go on: close ours now — after the same hold when this gateway
+        is alone on its node, as a scale-down of the session tier is)."""
         plan = DrainPlan.make(
             self._cfg.server.drain, remaining_s=remaining_s, hold=node or self._sole_on_node
         )

@@ -5,8 +5,9 @@ A drain has three phases from its start (docs/reliability.md, "Drains"):
 1. **hold** (``hold_s``): ``/readyz`` answers 503, upgrades are refused (503,
    ``Retry-After``), creates get ``server_shutting_down``, responses in flight go on; no
    socket closes yet, so the balancer's health check sees the node fail before any client
-   reconnects (and is sent back here).  Only a drain of the node has a hold; a Serve stop of
-   one gateway replica has none (the port's other listeners on the node go on).
+   reconnects (and is sent back here).  A drain of the node has a hold, and so has a Serve
+   stop of a gateway alone on its node; a Serve stop of one of several gateways sharing the
+   node's port has none (the port's other listeners on the node go on).
 2. **closing**: each socket whose responses have all ended closes with 1012, at most
    ``batch_size`` per ``batch_interval_s`` so that reconnects do not arrive as one storm.
 3. **cut-off** (``budget_s``): whatever is still open closes now, responses in flight or

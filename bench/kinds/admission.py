@@ -693,6 +693,7 @@ def simulated_cluster(port: int) -> Iterator[tuple[str, Any]]:
 
     def edit(a: dict) -> None:
         a["server"]["port"] = port
+        a["server"]["gateway_replicas"] = 2  # fixed, one per simulated session node (not autoscaled)
         a["store"] = {"backend": "sqlite", "data_dir": "/tmp/responses-ws-admission"}
 
     cluster = SimulatedCluster(session_nodes=2, accelerator_nodes=1, accelerators_per_node=2)

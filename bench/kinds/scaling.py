@@ -243,6 +243,7 @@ def run(args: argparse.Namespace) -> int:
 
             def edit(a: dict, mode: int = mode) -> None:
                 a["server"]["port"] = args.port
+                a["server"]["gateway_replicas"] = 2  # fixed, one per simulated session node
                 a["store"] = {"backend": "sqlite", "data_dir": "/tmp/responses-ws-scaling"}
                 a["session"]["connections_per_actor"] = mode
                 a["session"]["warm_actors"] = 8 if mode == 1 else mode
@@ -250,6 +251,7 @@ def run(args: argparse.Namespace) -> int:
                     {
                         "min_replicas": 1,
                         "max_replicas": 4,
+                        "target_sequences": None,  # Serve's own policy on its requests, as measured
                         "target_ongoing_requests": 2,
                         "upscale_delay_s": 1.0,
                     }

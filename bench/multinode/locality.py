@@ -88,6 +88,7 @@ def app_args(plan: Plan) -> Callable[[dict[str, Any]], None]:
             scaling.get("autoscaling") or {},
             min_replicas=plan.min_replicas,
             max_replicas=plan.max_replicas,
+            target_sequences=None,  # Serve's own policy on the first calls it routes (the plan's driver)
             target_ongoing_requests=1,
             upscale_delay_s=0.0,
             downscale_delay_s=5.0,

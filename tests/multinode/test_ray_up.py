@@ -1,11 +1,17 @@
 """`ray up` for real (docs/deploy.md, "From zero to a serving cluster"): four hosts with their
 own network, PID, mount and UTS namespaces, each running sshd (bench/multinode/hosts.py), the
 wheelhouse as their only package source; the shipped configs copied with only the documented
-edits (bench/multinode/edits.py); then, as the docs say and timed: ``ray up -y``, ``serve
-deploy``, HAProxy from configs/haproxy-sessions.cfg, the openai SDK and Codex CLI through it,
-``ray drain-node`` of a session node under that load, ``ray down -y``, and within 60 s no
-process but sshd on any host; then the hosts' teardown (also on failure), and nothing named
-``rwsup-`` left.  Runs first in the tier (conftest.py), before its harness starts."""
+edits (bench/multinode/edits.py), the session tier elastic (one session host always up, room
+for a second) and its targets small; then, as the docs say and timed: ``ray up -y``, ``serve
+deploy``, HAProxy from configs/haproxy-sessions.cfg with the balancer sync
+(serve/balancer_sync.py); the openai SDK and Codex CLI through it (plain TCP: the TLS config
+is tested on its own) beyond the first node's target, until Ray's autoscaler launches the
+second session host, the balancer adds it and new connections go there; then the load
+removed to one chain on each node, until Serve drains one node's gateway (Serve's choice:
+/readyz 503 first, 1012 once responses end: its client goes on on the other node, no turn
+lost) and Ray removes that host, and the balancer its slot; ``ray down -y``, and within 60 s no process but sshd on any host; then the hosts' teardown (also on
+failure), and nothing named ``rwsup-`` left.  Runs first in the tier (conftest.py), before its
+harness starts."""
 
 from __future__ import annotations
 
@@ -28,6 +34,7 @@ from bench.multinode.cleanup import BALANCER_PIDFILE, temp_dirs
 from bench.multinode.edits import cluster_yaml, haproxy_config, serve_config
 from bench.multinode.hosts import PREFIX, Hosts
 from bench.multinode.topology import leftovers
+from serve.balancer_sync import parse_servers_state
 from tests.multinode.test_real_clients import SdkRun, sdk_chain
 from tests.support.codex import CODEX, Egress, codex_home, run_codex, write_checkout
 from tests.support.wiretap import Wiretap
@@ -36,9 +43,13 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
 WHEELHOUSE = Path(os.environ.get("RWS_WHEELHOUSE", Path.home() / ".cache/responses-ws/wheelhouse"))
 RAY_BIN = Path(sys.executable).parent
-SDK_CLIENTS = 4
+TARGET = 2  # connections a session node is scaled to hold (server.target_connections_per_node)
+A_CLIENTS = range(4)  # the load beyond the first node's target, removed later
+B_CLIENTS = range(4, 6)  # started once both nodes serve: on the added node (leastconn)
+RESIDUAL = (0, 4)  # the load left: one chain on each node (the target of one): one node drained
 TURNS_AFTER_DRAIN = 3
-DRAIN_DEADLINE_S = 25
+DOWNSCALE_DELAY_S = 8.0  # Serve's, for the test (the shipped default: minutes)
+IDLE_TIMEOUT_MIN = 0.25  # Ray's autoscaler removes an idle host after this (the shipped default: 5)
 DOWN_WITHIN_S = 60.0
 # What `ray down` may leave on a host: its sshd (PID 1 and the sessions Ray's SSH control
 # masters still hold) and the `unshare` that started it.
@@ -123,69 +134,65 @@ def hosts() -> Path:
     assert left == [], left  # the hosts' mounts lived in their own mount namespaces
 
 
-def test_ray_up_serves_through_the_balancer_survives_a_drain_and_ray_down_leaves_nothing(hosts: Hosts):
+def test_ray_up_grows_and_shrinks_the_session_tier_with_its_connections_and_ray_down_leaves_nothing(
+    hosts: Hosts,
+):
     steps = Steps()
     assert hosts.temp_dir is not None
     work = hosts.temp_dir / "local"
     work.mkdir()
     head, workers = hosts.nodes[0], hosts.nodes[1:]
     sessions = [n for n in workers if n.spec.role == "session"]
+    first, added = sessions[0], sessions[-1]
+    # The always-up hosts first, the elastic session host last (bench/multinode/edits.py).
+    worker_order = [first, *[n for n in workers if n.spec.role != "session"], added]
     # The user's secrets (docs/deploy.md step 0), local files the YAML mounts on every host.
     token, password = work / "ray-token", work / "redis-password"
     token.write_text(secrets.token_hex(32) + "\n")
     password.write_text(secrets.token_hex(24) + "\n")
     cluster = work / "cluster-local.yaml"
-    cluster.write_text(
-        yaml.safe_dump(
-            cluster_yaml(
-                yaml.safe_load((CONFIGS / "cluster-local.yaml").read_text()),
-                head=head.address,
-                workers=[n.address for n in workers],
-                session_ips=[n.address for n in sessions],
-                user="root",
-                key=str(hosts.key),
-                token_file=str(token),
-                password_file=str(password),
-            )
-        )
+    elastic = cluster_yaml(
+        yaml.safe_load((CONFIGS / "cluster-local.yaml").read_text()),
+        head=head.address,
+        workers=[n.address for n in worker_order],
+        session_ips=[n.address for n in sessions],
+        always_up=len(worker_order) - 1,
+        user="root",
+        key=str(hosts.key),
+        token_file=str(token),
+        password_file=str(password),
     )
+    elastic["idle_timeout_minutes"] = IDLE_TIMEOUT_MIN  # the test's fast autoscaler (shipped: 5)
+    cluster.write_text(yaml.safe_dump(elastic))
     serve_yaml = work / "serve-cluster.yaml"
     serve_yaml.write_text(
         yaml.safe_dump(
-            serve_config(yaml.safe_load((CONFIGS / "serve-cluster.yaml").read_text()), head=head.address)
+            small_targets(
+                serve_config(yaml.safe_load((CONFIGS / "serve-cluster.yaml").read_text()), head=head.address)
+            )
         )
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     env.update(PATH=f"{RAY_BIN}:{env.get('PATH', '')}", RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token))
-    state = [
-        Path(f"/tmp/ray/cluster-{yaml.safe_load(cluster.read_text())['cluster_name']}.{s}")
-        for s in ("state", "lock")
-    ]
+    state = [Path(f"/tmp/ray/cluster-{elastic['cluster_name']}.{s}") for s in ("state", "lock")]
     for f in state:  # the local provider's record of an earlier run on this machine: these hosts are new
         f.unlink(missing_ok=True)
     dashboard = f"http://{head.address}:8265"
-    balancer_proc: subprocess.Popen | None = None
+    procs: list[subprocess.Popen] = []
     try:
         with steps.run("ray up -y (the head set up, Ray started)"):
             out = run([str(RAY_BIN / "ray"), "up", "-y", str(cluster)], env, work / "ray-up.log", 600)
         hard = host_shell(hosts, head, "ulimit -Hn").strip()
         if hard != "unlimited" and int(hard) < 65536:  # 20 000 on this machine: said, not ignored
             assert f"the hard limit {hard} is below 65536: raised to it" in out, out[-3000:]
-        with steps.run("every worker up in Ray with its role (the head's autoscaler v1)"):
-            deadline = time.monotonic() + 420
-            want = {head.address: "head", **{n.address: n.spec.role for n in workers}}
-            while True:
-                nodes = json.loads(host_shell(hosts, head, "python -", NODES_SCRIPT).strip().splitlines()[-1])
-                alive = {n["address"]: n for n in nodes if n["alive"]}
-                if set(want) <= set(alive):
-                    break
-                assert time.monotonic() < deadline, f"nodes alive: {sorted(alive)}; want {sorted(want)}"
-                time.sleep(3)
-        for address, role in want.items():
+        always = {head.address: "head", **{n.address: n.spec.role for n in worker_order[:-1]}}
+        with steps.run("the always-up workers in Ray with their roles (the head's autoscaler v1)"):
+            alive = wait_nodes(hosts, head, lambda a: set(always) <= set(a), 420, f"want {sorted(always)}")
+        for address, role in always.items():
             assert alive[address]["resources"].get(role, 0) >= 1, (address, role, alive[address]["resources"])
-        node_ids = {n.name: alive[n.address]["id"] for n in hosts.nodes}
+        assert added.address not in alive, "the elastic session host started before any load"
         up_to_ray = time.monotonic() - steps.t0
-        with steps.run("serve deploy configs/serve-cluster.yaml, every session node's /readyz 200"):
+        with steps.run("serve deploy configs/serve-cluster.yaml, the first session node's /readyz 200"):
             run(
                 [str(RAY_BIN / "serve"), "deploy", str(serve_yaml), "--address", dashboard],
                 env,
@@ -193,10 +200,9 @@ def test_ray_up_serves_through_the_balancer_survives_a_drain_and_ray_down_leaves
                 120,
             )
             deadline = time.monotonic() + 240
-            for n in sessions:
-                while (status := ready(n.address)) != 200:
-                    assert time.monotonic() < deadline, f"{n.name}: /readyz {status}"
-                    time.sleep(0.5)
+            while (status := ready(first.address)) != 200:
+                assert time.monotonic() < deadline, f"{first.name}: /readyz {status}"
+                time.sleep(0.5)
         serving = time.monotonic() - steps.t0
         status = run([str(RAY_BIN / "serve"), "status", "--address", dashboard], env, work / "status.log", 60)
         assert "RUNNING" in status and "UNHEALTHY" not in status, status
@@ -205,43 +211,114 @@ def test_ray_up_serves_through_the_balancer_survives_a_drain_and_ray_down_leaves
         listening = host_shell(hosts, head, "cat /proc/net/tcp")
         assert f"{ip_hex(head.address)}:{6390:04X}" in listening and f"00000000:{6390:04X}" not in listening
 
-        stats_socket = hosts.temp_dir / "haproxy.sock"
+        sock = hosts.temp_dir / "haproxy.sock"
         cfg = hosts.temp_dir / "haproxy.cfg"
         cfg.write_text(
             haproxy_config(
                 (CONFIGS / "haproxy-sessions.cfg").read_text(),
                 bind=hosts.topology.bridge_address,
-                servers={n.name: n.address for n in sessions},
-                stats_socket=str(stats_socket),
+                stats_socket=str(sock),
             )
         )
-        with steps.run("haproxy -f configs/haproxy-sessions.cfg, both servers UP"):
-            with open(hosts.temp_dir / "haproxy.log", "ab") as log:
-                balancer_proc = subprocess.Popen(
+        with steps.run("haproxy -f configs/haproxy-sessions.cfg and the balancer sync: the first node UP"):
+            procs.append(
+                background(
                     [shutil.which("haproxy") or "haproxy", "-db", "-f", str(cfg)],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
+                    hosts.temp_dir / "haproxy.log",
+                    env,
                 )
-            (hosts.temp_dir / BALANCER_PIDFILE).write_text(str(balancer_proc.pid))
-            deadline = time.monotonic() + 30
-            while True:
-                states = (
-                    balancer.server_states(balancer.command(stats_socket, "show stat"))
-                    if stats_socket.exists()
-                    else {}
-                )
-                if len(states) == len(sessions) and all(s.startswith("UP") for s in states.values()):
-                    break
-                assert balancer_proc.poll() is None and time.monotonic() < deadline, states
-                time.sleep(0.3)
+            )
+            (hosts.temp_dir / BALANCER_PIDFILE).write_text(str(procs[-1].pid))
+            wait_for(lambda: sock.exists(), 30, "no HAProxy runtime socket")
+            sync = [
+                sys.executable,
+                "-m",
+                "serve.balancer_sync",
+                "--address",
+                dashboard,
+                "--socket",
+                str(sock),
+            ]
+            procs.append(background([*sync, "--interval", "1"], work / "balancer-sync.log", env))
+            wait_for(lambda: up_servers(sock) == {first.address}, 60, lambda: f"balancer: {slots(sock)}")
+        with steps.run("responses-ws status: healthy, the gateway on the first session node"):
+            status_shows(env, dashboard, serve_yaml, password, {first.address})
         url = f"http://{hosts.topology.bridge_address}:8765"
-
-        with steps.run(
-            "the openai SDK and Codex CLI through the balancer, a session node drained under them"
-        ):
-            load = drain_under_load(url, hosts, work, env, node_ids, sessions[-1].name)
-        print(f"    {load}")
+        load = Load(url, work)
+        try:
+            with steps.run(
+                f"load beyond the first node's target ({len(A_CLIENTS)} SDK chains + Codex CLI, target "
+                f"{TARGET} connections a node): the autoscaler launches the second session node"
+            ):
+                load.start(A_CLIENTS)
+                load.start_codex()
+                load.wait_turns(A_CLIENTS, 1, 120)
+                grown = wait_nodes(
+                    hosts, head, lambda a: added.address in a, 420, f"{added.name} not launched"
+                )
+                assert grown[added.address]["resources"].get("session", 0) >= 1, grown[added.address]
+            with steps.run("its gateway ready (/readyz 200) and in the balancer (UP)"):
+                wait_for(
+                    lambda: up_servers(sock) == {first.address, added.address},
+                    240,
+                    lambda: f"balancer: {slots(sock)}; {added.name} /readyz {ready(added.address)}",
+                )
+            with steps.run("responses-ws status: healthy, a gateway on each session node"):
+                status_shows(env, dashboard, serve_yaml, password, {first.address, added.address})
+            with steps.run(
+                f"both nodes serve: {len(B_CLIENTS)} more SDK chains go to the new node (leastconn)"
+            ):
+                before = connections_to(sock, added.address)
+                load.start(B_CLIENTS)
+                load.wait_turns(B_CLIENTS, 2, 120)
+                load.wait_turns(A_CLIENTS, 3, 120)
+                sent = connections_to(sock, added.address) - before
+                assert sent >= len(B_CLIENTS), f"the balancer sent {sent} connections to {added.name}"
+            with steps.run(
+                f"load removed (Codex done, all but one chain on each node stop: {len(RESIDUAL)} connections, "
+                f"the target of one node): Serve drains a session node"
+            ):
+                load.join_codex(240)
+                load.stop([i for i in [*A_CLIENTS, *B_CLIENTS] if i not in RESIDUAL])
+                removed_at = time.monotonic()
+                wait_for(
+                    lambda: [ready(n.address) == 200 for n in (first, added)].count(False) == 1,
+                    180,
+                    lambda: (
+                        f"/readyz {[ready(n.address) for n in (first, added)]}; {load.describe(RESIDUAL)}"
+                    ),
+                )
+                drained, kept = (first, added) if ready(first.address) != 200 else (added, first)
+                movers = [RESIDUAL[0] if drained is first else RESIDUAL[1]]
+                wait_for(
+                    lambda: load.moved(movers, removed_at),
+                    120,
+                    lambda: f"{drained.name} drained: {load.describe(RESIDUAL)}",
+                )
+                drained_in = time.monotonic() - removed_at
+            with steps.run("Ray removes the drained node; the balancer frees its slot"):
+                wait_nodes(
+                    hosts, head, lambda a: drained.address not in a, 240, f"{drained.name} still in Ray"
+                )
+                wait_for(lambda: up_servers(sock) == {kept.address}, 60, lambda: f"balancer: {slots(sock)}")
+                gone_at = time.monotonic()
+            with steps.run("responses-ws status: healthy, the gateway on the remaining session node"):
+                status_shows(env, dashboard, serve_yaml, password, {kept.address})
+            with steps.run("the chains go on on the remaining node"):
+                wait_for(
+                    lambda: all(r.errors or served_since(r, gone_at) >= 2 for r in load.runs(RESIDUAL)),
+                    120,
+                    lambda: load.describe(RESIDUAL),
+                )
+        finally:
+            load.close()
+        problems = load.problems()
+        assert problems == [], problems
+        print(
+            f"    {load.summary(movers, removed_at)}; Serve drained {drained.name} "
+            f"({'the added node' if drained is added else 'the first node'}): its client moved "
+            f"{drained_in:.1f}s after the load was removed"
+        )
 
         with steps.run("ray down -y"):
             run([str(RAY_BIN / "ray"), "down", "-y", str(cluster)], env, work / "ray-down.log", 180)
@@ -250,8 +327,8 @@ def test_ray_up_serves_through_the_balancer_survives_a_drain_and_ray_down_leaves
             deadline = down_at + DOWN_WITHIN_S
             while True:
                 left = leftover_processes(hosts)
-                for name, procs in left.items():
-                    if not procs:
+                for name, procs_left in left.items():
+                    if not procs_left:
                         clean_at.setdefault(name, time.monotonic() - down_at)
                 if not any(left.values()) or time.monotonic() > deadline:
                     break
@@ -262,11 +339,11 @@ def test_ray_up_serves_through_the_balancer_survives_a_drain_and_ray_down_leaves
         )
         assert not any(left.values()), f"{DOWN_WITHIN_S:.0f}s after `ray down`: {left}"
         print(
-            f"  ray up to every node in Ray: {up_to_ray:.1f}s; to a serving cluster (ray up + serve deploy, "
-            f"/readyz 200 on both session nodes): {serving:.1f}s"
+            f"  ray up to the always-up nodes in Ray: {up_to_ray:.1f}s; to a serving cluster (ray up + "
+            f"serve deploy, /readyz 200): {serving:.1f}s"
         )
     except BaseException:
-        for name in ("ray-up.log", "ray-down.log", "deploy.log"):
+        for name in ("ray-up.log", "ray-down.log", "deploy.log", "balancer-sync.log"):
             p = work / name
             if p.exists():
                 print(f"--- {name} (end)\n{p.read_text(errors='replace')[-3000:]}")
@@ -277,13 +354,240 @@ def test_ray_up_serves_through_the_balancer_survives_a_drain_and_ray_down_leaves
                 print(f"--- {n.name}: {exc}")
         raise
     finally:
-        if balancer_proc is not None:
-            balancer_proc.kill()
-            balancer_proc.wait(timeout=10)
+        for proc in reversed(procs):
+            proc.kill()
+            proc.wait(timeout=10)
         for f in state:
             f.unlink(missing_ok=True)
         with steps.run("teardown: hosts, namespaces, mounts, bridge"):
             hosts.stop()
+
+
+def cluster_status(env: dict[str, str], dashboard: str, serve_yaml: Path, password: Path) -> tuple[int, dict]:
+    """``responses-ws status --json`` (branch edge's command) as an operator runs it: its exit
+    status and document."""
+    res = subprocess.run(
+        [
+            str(RAY_BIN / "responses-ws"),
+            "status",
+            "--address",
+            dashboard,
+            "--config",
+            str(serve_yaml),
+            "--redis-password-file",
+            str(password),
+            "--json",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    try:
+        return res.returncode, json.loads(res.stdout)
+    except json.JSONDecodeError:
+        return res.returncode, {"stdout": res.stdout[-1000:], "stderr": res.stderr[-1000:]}
+
+
+def status_shows(env, dashboard, serve_yaml, password, gateways: set[str], timeout_s: float = 90) -> float:
+    """Wait until ``responses-ws status`` calls the cluster healthy with the gateway running on
+    exactly ``gateways``; how long that took."""
+    start, seen = time.monotonic(), {}
+
+    def check() -> bool:
+        code, doc = cluster_status(env, dashboard, serve_yaml, password)
+        seen.update(code=code, doc=doc)
+        placed = set((doc.get("replicas_by_node") or {}).get("responses-ws", {}).get("Gateway", {}))
+        return code == 0 and doc.get("healthy") is True and placed == gateways
+
+    wait_for(
+        check, timeout_s, lambda: f"responses-ws status: {seen.get('code')}: {str(seen.get('doc'))[:2000]}"
+    )
+    return time.monotonic() - start
+
+
+def small_targets(config: dict) -> dict:
+    """The serve config with the test's small targets: a session node's target is
+    :data:`TARGET` connections, Serve reacts within seconds, inference stays within the one
+    accelerator node."""
+    for app in config["applications"]:
+        server = app["args"]["server"]
+        server["target_connections_per_node"] = TARGET
+        server["gateway_autoscaling"] = dict(
+            server["gateway_autoscaling"],
+            min_replicas=1,
+            max_replicas=2,
+            upscale_delay_s=1.0,
+            downscale_delay_s=DOWNSCALE_DELAY_S,
+            metrics_interval_s=1.0,
+            look_back_period_s=3.0,
+        )
+        app["args"]["inference"]["scaling"]["autoscaling"]["max_replicas"] = 2  # accelerator: 2
+    return config
+
+
+def wait_for(predicate, timeout_s: float, what) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, what() if callable(what) else what
+        time.sleep(0.5)
+
+
+def wait_nodes(hosts: Hosts, head, predicate, timeout_s: float, what: str) -> dict[str, dict]:
+    """Ray's alive nodes by address, once ``predicate`` holds for them."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        nodes = json.loads(host_shell(hosts, head, "python -", NODES_SCRIPT).strip().splitlines()[-1])
+        alive = {n["address"]: n for n in nodes if n["alive"]}
+        if predicate(alive):
+            return alive
+        assert time.monotonic() < deadline, f"{what}: nodes alive {sorted(alive)}"
+        time.sleep(3)
+
+
+def background(cmd: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen:
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True
+        )
+
+
+def slots(sock: Path) -> list[tuple[str, str, str, int]]:
+    """The balancer's slots: (name, address, status, connections sent)."""
+    placed = parse_servers_state(balancer.command(sock, "show servers state sessions"), "sessions")
+    stat = balancer.command(sock, "show stat")
+    states, counts = balancer.server_states(stat), balancer.session_counts(stat)
+    return [(s.name, s.address, states.get(s.name, ""), counts.get(s.name, 0)) for s in placed]
+
+
+def up_servers(sock: Path) -> set[str]:
+    return {addr for _, addr, status, _ in slots(sock) if status.startswith("UP")}
+
+
+def connections_to(sock: Path, address: str) -> int:
+    return sum(n for _, addr, status, n in slots(sock) if addr == address and status != "MAINT")
+
+
+class Load:
+    """SDK clients on stored chains (by index, each with its own stop) and one Codex session,
+    through the balancer."""
+
+    def __init__(self, url: str, work: Path) -> None:
+        self.url, self.work = url, work
+        self._runs: dict[int, SdkRun] = {}
+        self._stops: dict[int, threading.Event] = {}
+        self._threads: dict[int, threading.Thread] = {}
+        self._egress = Egress()
+        # Codex sends everything but loopback to its proxy (the test's egress, which refuses): a
+        # relay on 127.0.0.1 takes its connections to the balancer.
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        self._tap = Wiretap(host, int(port))
+        self._codex: dict[str, object] = {}
+        self._codex_thread: threading.Thread | None = None
+
+    def runs(self, indexes) -> list[SdkRun]:
+        return [self._runs[i] for i in indexes]
+
+    def start(self, indexes) -> None:
+        for i in indexes:
+            r, stop = SdkRun(i), threading.Event()
+
+            def chain(r: SdkRun = r, stop: threading.Event = stop) -> None:
+                try:
+                    sdk_chain(self.url, r, stop)
+                except Exception as exc:  # noqa: BLE001 - judged in problems()
+                    r.errors.append(f"{type(exc).__name__}: {exc}"[:300])
+
+            self._runs[i], self._stops[i] = r, stop
+            self._threads[i] = threading.Thread(target=chain, daemon=True)
+            self._threads[i].start()
+
+    def start_codex(self) -> None:
+        def codex() -> None:
+            checkout = self.work / "codex" / "checkout"
+            checkout.mkdir(parents=True)
+            write_checkout(checkout, {"README.md": "# demo\n", "src/main.py": "print('hello')\n"})
+            home = codex_home(self.work / "codex", self._tap.url, websockets=True)
+            try:
+                self._codex["run"] = run_codex(
+                    home,
+                    checkout,
+                    "List the files here and read the README.",
+                    self._egress,
+                    key="sk-codex",
+                    timeout_s=180,
+                )
+            except BaseException as exc:  # noqa: BLE001 - pytest.fail in a thread: judged below
+                self._codex["run"] = exc
+
+        self._codex_thread = threading.Thread(target=codex, daemon=True)
+        self._codex_thread.start()
+
+    def join_codex(self, timeout_s: float) -> None:
+        assert self._codex_thread is not None
+        self._codex_thread.join(timeout=timeout_s)
+
+    def wait_turns(self, indexes, n: int, timeout_s: float) -> None:
+        wait_for(
+            lambda: all(len(r.turns) >= n or r.errors for r in self.runs(indexes)),
+            timeout_s,
+            lambda: self.describe(indexes),
+        )
+
+    def stop(self, indexes) -> None:
+        for i in indexes:
+            self._stops[i].set()
+        for i in indexes:
+            self._threads[i].join(timeout=30)
+
+    def moved(self, indexes, since: float) -> bool:
+        """Every one of these clients was closed with 1012 after ``since`` and has completed
+        three turns since its reconnect."""
+        return all(
+            r.errors
+            or (
+                any(code == 1012 and at > since for at, code, _ in r.reconnects)
+                and served_since(r, since) >= TURNS_AFTER_DRAIN
+            )
+            for r in self.runs(indexes)
+        )
+
+    def describe(self, indexes) -> str:
+        return "; ".join(
+            f"sdk {r.index}: {len(r.turns)} turns, reconnects {[(c, a) for _, c, a in r.reconnects]}, "
+            f"errors {r.errors}"
+            for r in self.runs(indexes)
+        )
+
+    def close(self) -> None:
+        for stop in self._stops.values():
+            stop.set()
+        for t in self._threads.values():
+            t.join(timeout=30)
+        if self._codex_thread is not None:
+            self._codex_thread.join(timeout=30)
+        self._egress.close()
+        self._tap.close()
+
+    def problems(self) -> list[str]:
+        """Any failed turn, a client that stopped short, or Codex not ending with a completed turn."""
+        problems = [f"sdk {r.index}: {r.errors}" for r in self._runs.values() if r.errors]
+        run_ = self._codex.get("run")
+        kinds = [e["type"] for e in getattr(run_, "events", [])]
+        if getattr(run_, "returncode", None) != 0 or kinds[-1:] != ["turn.completed"]:
+            problems.append(f"codex: {run_!r}"[:2000])
+        return problems
+
+    def summary(self, moved, since: float) -> str:
+        runs = list(self._runs.values())
+        kinds = [e["type"] for e in getattr(self._codex.get("run"), "events", [])]
+        return (
+            f"{len(runs)} SDK chains: {sum(len(r.turns) for r in runs)} turns, none failed, "
+            f"{sum(r.resent for r in runs)} creates resent; {len(moved)} moved off the drained node "
+            f"(1012, then {min(served_since(r, since) for r in self.runs(moved))}+ turns each on the other); "
+            f"Codex exit 0, {len(kinds)} events, ended {kinds[-1:]}"
+        )
 
 
 def host_logs(hosts: Hosts, node) -> str:
@@ -325,116 +629,3 @@ def served_since(r: SdkRun, asked: float) -> int:
     """Turns the client completed after the drain command and after its last reconnect."""
     since = max([asked, *(at for at, _, _ in r.reconnects)])
     return sum(w > since for w, _, _ in r.turns)
-
-
-def settled(runs: list[SdkRun], asked: float, drained_address: str) -> bool:
-    """The drained node's gateway has left (its /readyz not 200), its clients reconnected on
-    its 1012, and every client completed turns since then."""
-    return (
-        ready(drained_address) != 200
-        and any(code == 1012 for r in runs for _, code, _ in r.reconnects)
-        and all(r.errors or served_since(r, asked) >= TURNS_AFTER_DRAIN for r in runs)
-    )
-
-
-def drain_under_load(
-    url: str, hosts: Hosts, work: Path, env: dict[str, str], node_ids: dict[str, str], drained: str
-) -> str:
-    """SDK clients on stored chains and one Codex session through the balancer; once every SDK
-    client has completed two turns, ``ray drain-node`` of ``drained``; every client must then
-    go on (the SDK: three more turns each, no error; Codex: exit 0 with ``turn.completed``)."""
-    runs = [SdkRun(i) for i in range(SDK_CLIENTS)]
-    drained_address = hosts.topology.node(drained).address
-    stop = threading.Event()
-    egress = Egress()
-    # Codex sends everything but loopback to its proxy (the test's egress, which refuses): a
-    # relay on 127.0.0.1 takes its connections to the balancer.
-    host, port = url.removeprefix("http://").rsplit(":", 1)
-    tap = Wiretap(host, int(port))
-    codex_out: dict[str, object] = {}
-
-    def sdk(r: SdkRun) -> None:
-        try:
-            sdk_chain(url, r, stop)
-        except Exception as exc:  # noqa: BLE001 - judged below
-            r.errors.append(f"{type(exc).__name__}: {exc}"[:300])
-
-    def codex() -> None:
-        checkout = work / "codex" / "checkout"
-        checkout.mkdir(parents=True)
-        write_checkout(checkout, {"README.md": "# demo\n", "src/main.py": "print('hello')\n"})
-        home = codex_home(work / "codex", tap.url, websockets=True)
-        try:
-            codex_out["run"] = run_codex(
-                home,
-                checkout,
-                "List the files here and read the README.",
-                egress,
-                key="sk-codex",
-                timeout_s=180,
-            )
-        except BaseException as exc:  # noqa: BLE001 - pytest.fail in a thread: judged below
-            codex_out["run"] = exc
-
-    threads = [threading.Thread(target=sdk, args=(r,), daemon=True) for r in runs]
-    threads.append(threading.Thread(target=codex, daemon=True))
-    try:
-        for t in threads:
-            t.start()
-        deadline = time.monotonic() + 120
-        while not all(len(r.turns) >= 2 or r.errors for r in runs):
-            assert time.monotonic() < deadline, [(len(r.turns), r.errors) for r in runs]
-            time.sleep(0.2)
-        asked = time.monotonic()
-        out = subprocess.run(
-            [
-                str(RAY_BIN / "ray"),
-                "drain-node",
-                f"--address={hosts.nodes[0].address}:6379",
-                f"--node-id={node_ids[drained]}",
-                "--reason=DRAIN_NODE_REASON_PREEMPTION",
-                "--reason-message=ray up test",
-                f"--deadline-remaining-seconds={DRAIN_DEADLINE_S}",
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert out.returncode == 0, out.stdout + out.stderr
-        end = time.monotonic() + 90
-        while time.monotonic() < end and not settled(runs, asked, drained_address):
-            time.sleep(0.2)
-        left_at = time.monotonic()
-        threads[-1].join(timeout=200)
-    finally:
-        stop.set()
-        for t in threads[:-1]:
-            t.join(timeout=30)
-        egress.close()
-        tap.close()
-    problems = [f"sdk {r.index}: {r.errors}" for r in runs if r.errors]
-    problems += [
-        f"sdk {r.index}: {served_since(r, asked)} turns after the drain and its reconnects {r.reconnects}"
-        for r in runs
-        if served_since(r, asked) < TURNS_AFTER_DRAIN
-    ]
-    reconnected = sum(any(code == 1012 for _, code, _ in r.reconnects) for r in runs)
-    if not reconnected:
-        problems.append(f"no SDK client was moved off {drained} (its 1012)")
-    if ready(drained_address) == 200:
-        problems.append(f"{drained} still ready after its drain")
-    run_ = codex_out.get("run")
-    kinds = [e["type"] for e in getattr(run_, "events", [])]
-    if getattr(run_, "returncode", None) != 0 or kinds[-1:] != ["turn.completed"]:
-        problems.append(f"codex: {run_!r}"[:2000])
-    assert problems == [], problems
-    return (
-        f"{SDK_CLIENTS} SDK clients: {sum(len(r.turns) for r in runs)} turns, "
-        f"{sum(sum(w > asked for w, _, _ in r.turns) for r in runs)} after `ray drain-node` of {drained}; "
-        f"{reconnected} moved off it (a 1012, then served again on the other node), "
-        f"{sum(r.resent for r in runs)} creates resent, none failed; the drained node's gateway left "
-        f"{left_at - asked:.1f}s after the drain command and every client had {TURNS_AFTER_DRAIN}+ turns since; "
-        f"Codex exit 0, {len(kinds)} events, ended {kinds[-1:]}"
-    )

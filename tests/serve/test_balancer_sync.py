@@ -61,7 +61,12 @@ def test_a_nodes_slot_follows_its_replicas_running_first():
         (
             [("s1", "10.0.0.11", "ready"), ("s2", "0.0.0.0", "maint")],
             {"10.0.0.11": Want.READY, "10.0.0.12": Want.READY},
-            ["set server sessions/s2 addr 10.0.0.12 port 8765", "set server sessions/s2 state ready"],
+            [
+                "set server sessions/s2 addr 10.0.0.12 port 8765",
+                "set server sessions/s2 state drain",
+                "set server sessions/s2 health down",
+                "set server sessions/s2 state ready",
+            ],
             [],
         ),
         # nothing changed: nothing sent
@@ -81,6 +86,8 @@ def test_a_nodes_slot_follows_its_replicas_running_first():
             [
                 "set server sessions/s1 state maint",
                 "set server sessions/s1 addr 10.0.0.12 port 8765",
+                "set server sessions/s1 state drain",
+                "set server sessions/s1 health down",
                 "set server sessions/s1 state ready",
             ],
             [],
@@ -89,7 +96,12 @@ def test_a_nodes_slot_follows_its_replicas_running_first():
         (
             [("s1", "10.0.0.11", "maint")],
             {"10.0.0.11": Want.READY},
-            ["set server sessions/s1 addr 10.0.0.11 port 8765", "set server sessions/s1 state ready"],
+            [
+                "set server sessions/s1 addr 10.0.0.11 port 8765",
+                "set server sessions/s1 state drain",
+                "set server sessions/s1 health down",
+                "set server sessions/s1 state ready",
+            ],
             [],
         ),
         # a node drained before it had a slot gets none; more nodes than slots: said
