@@ -39,6 +39,7 @@ from actors.errors import InvalidResumeToken
 from actors.host.actor import PhaseMetrics, SessionHost
 from actors.host.drain import DrainPlan
 from actors.host.handoff import Ended, Link, Outcome, StateGone, handoff_path
+from actors.host.host_metrics import StoreReplicationMetrics
 from actors.host.limits import connection_budget, raise_open_files
 from actors.logs import configure as configure_logs
 from inference.serve_autoscaling import CONNECTIONS, HTTP_IN_FLIGHT, ReportsLoad
@@ -118,7 +119,7 @@ class Gateway(ReportsLoad):
             cfg.store,
             f"gateway-{prefix}",
             on_failure=self._metrics.store_write_failed,
-            observer=self._metrics.store_replication,
+            observer=StoreReplicationMetrics(f"gateway-{prefix}"),
         )
         self._here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         self._http_app = functools.partial(

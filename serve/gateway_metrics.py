@@ -13,7 +13,7 @@ from typing import Any
 
 from ray.util import metrics
 
-from actors.host.host_metrics import StoreReplicationMetrics, refusals, store_write_failures
+from actors.host.host_metrics import refusals, store_write_failures
 
 
 class GatewayMetrics:
@@ -47,7 +47,6 @@ class GatewayMetrics:
             "responses_ws_pool_host_stops", description="Idle session hosts stopped"
         )
         self._store_failures = store_write_failures()
-        self.store_replication = StoreReplicationMetrics()
         self._seen = {"started": 0, "failed": 0, "stopped": 0}
 
     def refused(self, status: int) -> None:

@@ -152,7 +152,7 @@ def _queue_waits(client: Client, pipe: Any, plan: Plan, timeout_ms: int) -> int:
     return waits
 
 
-def _checked(
+async def _checked(
     client: Client,
     keys: Sequence[str],
     results: list[Any],
@@ -168,14 +168,20 @@ def _checked(
         return results
     waits = [n for _, n in plan.values() if n]
     timeout_ms = replicas.timeout_ms
-    if isinstance(client, RedisCluster) and _owners(client, keys).keys() != plan.keys():
-        # A write was redirected (MOVED) to another node than the one its WAIT went to: that
-        # WAIT says nothing about it.  Not acknowledged; the caller's retry waits on the new one.
-        raise NotReplicated(replicas.wanted, 0, timeout_ms)
     for n, acknowledged in zip(waits, results[len(results) - len(waits) :], strict=True):
         if int(acknowledged) < n:
             raise NotReplicated(n, int(acknowledged), timeout_ms)
-    if counted and any(n < replicas.wanted for _, n in plan.values()):
+    moved = _owners(client, keys).keys() - plan.keys() if isinstance(client, RedisCluster) else set()
+    if moved:
+        # A write was redirected (MOVED: a failover promoted a replica meanwhile) to another
+        # node than the one its WAIT went to, which says nothing about it.  It stands only if
+        # the new primary has no replica to wait for (a promoted one, under ``available``);
+        # else it is not acknowledged and the caller's retry waits on the new node.
+        await replicas.refresh()
+        if any(replicas.wait_for(name) for name in moved):  # (strict: refused)
+            raise NotReplicated(replicas.wanted, 0, timeout_ms)
+    degraded = moved or any(n < replicas.wanted for _, n in plan.values())
+    if counted and degraded:
         replicas.degraded_write()
     return results[: len(results) - len(waits)]
 
@@ -205,7 +211,7 @@ async def run_replicated(
             for lua in {m.source: m for m in missing}.values():
                 await client.script_load(lua.source)  # a cluster loads it on every primary
             continue
-        return _checked(client, first_keys, results, plan, replicas)
+        return await _checked(client, first_keys, results, plan, replicas)
     raise AssertionError("unreachable")
 
 
@@ -218,7 +224,8 @@ async def set_replicated(client: Client, values: dict[str, str], replicas: Repli
     for key, value in values.items():
         pipe.set(key, value, nx=True)
     _queue_waits(client, pipe, plan, replicas.timeout_ms if replicas is not None else 0)
-    _checked(client, list(values), await pipe.execute(raise_on_error=False), plan, replicas, counted=False)
+    results = await pipe.execute(raise_on_error=False)
+    await _checked(client, list(values), results, plan, replicas, counted=False)
 
 
 async def mget(client: Client, keys: Sequence[str]) -> list[Any]:

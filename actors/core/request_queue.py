@@ -77,6 +77,9 @@ class Request:
     # whether it is the lane's latest, the steer input that goes first, the items found so far.
     resolving: tuple[ContextEntry | None, bool, list[InputItem], dict[str, JSONObject]] | None = None
     turn: Turn | None = None  # from running on
+    # The lane's entry this response replaced when it finished: put back if its write fails,
+    # so that the same request sent again continues from where it did.
+    replaced: ContextEntry | None = None
 
 
 class Requests:

@@ -368,15 +368,22 @@ class Session:
         """The write of ``response_id``'s record and ledger line (or its line alone) returned,
         and its terminal event is sent: the response is no longer in flight.  If the write
         failed (``stored`` is false), the client is told the response failed, unbilled: no
-        lane continues from it any more."""
+        lane continues from it, and its lane is as it was before it (the request sent again
+        continues from the same response)."""
         cached = None if stored else self._lanes.find(response_id)
-        if cached is not None:
-            self._lanes.evict(cached[0])  # and what it cached stops counting against the budget
         request = self._requests.responding(response_id, Stage.FINISHING)
+        fx = Effects()
+        if cached is not None:
+            before = request.replaced if request is not None else None
+            if before is not None:
+                fx.evict += self._lanes.remember(cached[0], before)
+            else:
+                self._lanes.evict(cached[0])  # and what it cached stops counting against the budget
         if request is None:
-            return Effects()  # dropped meanwhile (the socket went away)
+            return fx  # dropped meanwhile (the socket went away)
         self._requests.drop(request)
-        return self._schedule()
+        fx += self._schedule()
+        return fx
 
     def _on_inference_error(self, turn_id: int, exc: BaseException) -> Effects:
         """The model call failed after ``response.created``: ``response.failed``."""
@@ -406,6 +413,7 @@ class Session:
         else:
             with turn.timer.phase("post"):
                 entry = finish.context_entry(turn)
+                request.replaced = self._lanes[turn.lane].latest
                 fx.evict += self._lanes.remember(turn.lane, entry)
                 fx.usage.append(self._usage(turn))
             report, terminal = finish.terminal(turn)

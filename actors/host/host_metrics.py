@@ -26,14 +26,17 @@ def store_write_failures() -> metrics.Counter:
 class StoreReplicationMetrics:
     """The Redis store's replication as this process's writes see it (a
     :class:`store.ReplicationObserver`): its shards with fewer online replicas than
-    ``store.wait_replicas`` (a gauge: every process with a store writer reports its own
-    view, so take the maximum), and its writes taken with fewer (a counter)."""
+    ``store.wait_replicas`` (a gauge, labelled with the ``process``'s name — a session host's
+    actor name, a gateway's writer name — since each reports its own view: take the
+    maximum), and its writes taken with fewer (a counter)."""
 
-    def __init__(self) -> None:
+    def __init__(self, process: str) -> None:
         self._shards = metrics.Gauge(
             "responses_ws_store_degraded_shards",
             description="Store shards with fewer online replicas than store.wait_replicas",
+            tag_keys=("process",),
         )
+        self._shards.set_default_tags({"process": process})
         self._shards.set(0)
         self._writes = metrics.Counter(
             "responses_ws_store_degraded_writes",
@@ -88,7 +91,7 @@ class HostMetrics:
         self._connections.set_default_tags({"host": host})
         self._connections.set(0)
         self.store_write_failures = store_write_failures()
-        self.store_replication = StoreReplicationMetrics()
+        self.store_replication = StoreReplicationMetrics(host)
         self._refusals = refusals()
 
     def connections(self, n: int) -> None:

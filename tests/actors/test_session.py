@@ -857,6 +857,22 @@ def test_a_response_whose_record_could_not_be_written_stops_counting_against_the
     assert err["error"]["code"] == "previous_response_not_found"
 
 
+def test_a_response_whose_write_failed_leaves_its_lane_as_it_was_so_the_same_request_can_be_sent_again():
+    """The store could not take a continuation's record or line (store_unavailable): the lane
+    goes back to its parent — a store:false one, which only the lane holds — and the same
+    request sent again continues from it."""
+    s = new_session()
+    parent = terminal(answer_text(s, send(s, input="first", store=False)))["id"]
+    done = answer_text(s, send(s, input="second", previous_response_id=parent), written=False)
+    (record,) = done.persist
+    assert s._lanes[None].latest.response_id == record.id
+    handled(s, Written(record.id, False))
+    assert s._lanes[None].latest is not None and s._lanes[None].latest.response_id == parent
+    again = answer_text(s, send(s, input="second", previous_response_id=parent))
+    assert terminal(again)["status"] == "completed"
+    assert terminal(again)["previous_response_id"] == parent
+
+
 def test_instructions_and_tools_resent_every_turn_are_reused_and_a_change_is_rendered_and_validated():
     from actors.core.render import tool_specs
     from actors.protocol import FunctionTool
