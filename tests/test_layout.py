@@ -536,3 +536,30 @@ def test_an_internal_import_in_the_lab_is_caught(tmp_path):
         "def f():\n    from actors.core.session import Session\n    import store.redis\n"
     )
     assert server_internals(lab_module) == {"inference.policy", "actors.core.session", "store.redis"}
+
+
+# The one way out of the session core: actors.core.driver.Driver hands a session its inputs
+# and carries out what it answers; no other product module calls ``handle``.
+SESSION_DRIVER = "actors/core/driver.py"
+
+
+def handle_calls(path: Path) -> list[str]:
+    """Every ``x.handle(...)`` call in ``path``."""
+    tree = ast.parse(path.read_text())
+    return [
+        f"{path.relative_to(ROOT).as_posix()}:{node.lineno} {ast.unparse(node.func)}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "handle"
+    ]
+
+
+def test_the_driver_is_the_only_caller_of_a_sessions_handle():
+    calls = {
+        call
+        for package in SERVER_PACKAGES
+        for path in modules(package)
+        if path.relative_to(ROOT).as_posix() != SESSION_DRIVER
+        for call in handle_calls(path)
+    }
+    assert not calls, f"Session.handle called outside {SESSION_DRIVER}: {sorted(calls)}"
+    assert handle_calls(ROOT / SESSION_DRIVER), "the driver no longer calls handle: move this test with it"

@@ -8,6 +8,7 @@ import asyncio
 import pytest
 
 from actors.core.inputs import Released
+from actors.core.session import Effects
 from actors.errors import InvalidResumeToken
 from actors.host.resume import Held, ResumeRegistry, make_token, new_secret, parse_token
 
@@ -17,9 +18,10 @@ class StubSession:
 
     released = False
 
-    def handle(self, event: object) -> None:
+    def handle(self, event: object) -> Effects:
         assert isinstance(event, Released)
         self.released = True
+        return Effects()
 
 
 def test_a_token_round_trips_and_anything_else_is_refused():
