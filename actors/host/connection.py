@@ -8,7 +8,7 @@ session's store loads, tokenises large inputs (:mod:`actors.host.render_pool`), 
 the session asks to persist through a :class:`~store.writer.StoreWriter`, and queues server
 events in its :class:`~actors.host.outbox.Outbox` for whoever holds the client (a WebSocket,
 an HTTP response), who drains them in batches.  Its lifecycle is
-:mod:`actors.host.connection_lifecycle`.  No Ray here.
+:mod:`actors.host.connection_lifecycle`.
 
 Read-your-writes: a ``store:true`` response's record is written *before* its terminal event
 is queued.  Until the write returns, the terminal event — and every later event of the same

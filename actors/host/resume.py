@@ -13,7 +13,7 @@ socket there), the connection, and a random secret checked in constant time.
 
 With the cluster store on Redis the state is also kept there at each turn boundary, sealed
 with the secret (:mod:`actors.host.continuity`), and the token (``rws2.<conn>.<secret>``)
-names only the connection: any host on any node can take it.  No Ray here.
+names only the connection: any host on any node can take it.
 """
 
 from __future__ import annotations

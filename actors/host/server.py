@@ -3,7 +3,6 @@
 Sockets arrive from the gateway by handoff (:mod:`.handoff`) with the upgrade request still
 unread; from then on client frames reach the session with no Ray hop at all; the only hop
 per turn is the one to inference (docs/architecture.md has the measurements behind this).
-No Ray in this module.
 """
 
 from __future__ import annotations

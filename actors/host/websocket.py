@@ -5,7 +5,7 @@ Bytes read go to ``receive_data``; of the events that come out, the upgrade requ
 answered by the owner's hook, data frames are assembled into messages handed to the owner
 with the time their first bytes arrived, pongs answer the keepalive pings (the protocol
 answers pings and the close itself).  What the protocol has to send leaves in one transport
-write per :meth:`WebSocket.flush`, so a batch of frames is one write.  No Ray here.
+write per :meth:`WebSocket.flush`, so a batch of frames is one write.
 """
 
 from __future__ import annotations
