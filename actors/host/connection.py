@@ -2,12 +2,13 @@
 :class:`~actors.core.driver.Port` its :class:`~actors.core.driver.Driver` carries the
 session's effects out through.
 
-It feeds client input into the session (through the driver, as every input), runs the model calls the session starts through an
-:class:`~actors.backend.InferenceClient` (its ``before_call`` hook first), answers the
-session's store loads, tokenises large inputs (:mod:`actors.host.render_pool`), writes what
-the session asks to persist through a :class:`~store.writer.StoreWriter`, and queues server
-events in its :class:`~actors.host.outbox.Outbox` for whoever holds the client (a WebSocket,
-an HTTP response), who drains them in batches.  Its lifecycle is
+It feeds client input into the session (through the driver, as every input), runs the
+model calls the session starts through an :class:`~actors.backend.InferenceClient` (its
+``before_call`` hook first), answers the session's store loads, tokenises large inputs
+(:mod:`actors.host.render_pool`), writes what the session asks to persist through a
+:class:`~store.writer.StoreWriter`, and queues server events in its
+:class:`~actors.host.outbox.Outbox` for whoever holds the client (a WebSocket, an HTTP
+response), who drains them in batches.  Its lifecycle is
 :mod:`actors.host.connection_lifecycle`.
 
 Read-your-writes: a ``store:true`` response's record is written *before* its terminal event

@@ -18,7 +18,7 @@ class TimedOut(AssertionError):
     """What the test waited for did not happen in time."""
 
 
-def wait_until(predicate: Callable[[], T], timeout_s: float, what: str, *, every_s: float = 0.02) -> T:
+def wait_until(predicate: Callable[[], T], timeout_s: float, what: str, *, every_s: float = 0.1) -> T:
     """``predicate()``'s first true value, looked at every ``every_s``; :class:`TimedOut`
     naming ``what`` after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
