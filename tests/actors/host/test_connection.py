@@ -860,7 +860,7 @@ def test_a_connection_hands_another_sessions_eviction_to_that_session(tmp_path):
         ):
             conn.feed(create(input=words, store=False))
             await client.until(lambda client=client: "response.completed" in client.types())
-        first, second = (s._lanes[None].latest for s in sessions)
+        first, second = (s.cached(None) for s in sessions)
         for conn in conns:
             await conn.close()
         await store.close()
