@@ -58,7 +58,9 @@ class Log:
         )
 
     def carry_out(self, fx: Effects) -> None:
-        self.calls.append(("carry_out", [e.type for e in fx.events]))
+        self.calls.append(
+            ("carry_out", [f"error {e.error.code}" if e.type == "error" else e.type for e in fx.events])
+        )
         self.response_ids |= {e.response.id for e in fx.events if hasattr(e, "response")}
         assert self.driver is not None
         while self.follow_up:
@@ -120,15 +122,15 @@ def test_a_bug_a_client_frame_hits_is_answered_with_server_error_and_the_session
     driver.drive(ClientFrame("trigger"))
     driver.drive(ClientFrame("not json"))
     assert port.calls == [
-        ("carry_out", ["error"]),
+        ("carry_out", ["error server_error"]),
         ("settled", []),
-        ("carry_out", ["error"]),
+        ("carry_out", ["error invalid_json"]),
         ("settled", []),
     ]
     with pytest.raises(KeyError):  # another input's bug is its caller's
         driver.drive(Disconnected())
     driver.drive(ClientFrame("not json"))  # and the driver is not left working
-    assert port.calls[-2] == ("carry_out", ["error"])
+    assert port.calls[-2] == ("carry_out", ["error invalid_json"])
 
 
 def test_another_sessions_lane_the_budget_took_is_handed_to_it():
