@@ -1,7 +1,6 @@
 """The Ray internals the benchmarks use, for want of a public API in the pinned Ray.
 
-The only module of the project that imports a private Ray module (``tests/test_layout.py``
-checks it).  Each function says what Ray 2.60 lacks; :data:`RAY_SERIES` is the Ray these were
+Each function says what Ray 2.60 lacks; :data:`RAY_SERIES` is the Ray these were
 written against, checked against the installed Ray and the project's pin by
 ``tests/bench/test_ray_internals.py``: a Ray upgrade fails there first.
 """

@@ -1,5 +1,1 @@
-"""Emulated inference: latency model, prefix cache, scripted output, Serve deployment.
-
-Only the Serve deployments (``deployment.py``, ``whatif_deployment.py``) import Ray;
-everything else is plain Python.
-"""
+"""Emulated inference: latency model, prefix cache, scripted output, Serve deployment."""

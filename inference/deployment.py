@@ -1,5 +1,5 @@
 """The Ray Serve deployment wrapping ``Engine`` (one per replica, with its own batches and
-prefix cache and Ray metrics) — the only module of ``inference`` that imports Ray.
+prefix cache and Ray metrics).
 
 Callers stream ``list[InferenceEvent]`` items with
 ``handle.options(stream=True, method_name="generate", session_id=session_key).remote(request)``;

@@ -208,6 +208,11 @@ class Front:
             short = False
             self._dispatch_soon(sock)
 
+    @property
+    def dispatching(self) -> int:
+        """Connections accepted and not yet served, handed over or refused."""
+        return len(self._tasks)
+
     def _dispatch_soon(self, sock: socket.socket) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         task = asyncio.get_running_loop().create_task(self._dispatch(sock))

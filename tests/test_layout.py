@@ -1,11 +1,20 @@
-"""The package layout: dependency direction, where Ray may be imported, no import cycles.
+"""The package layout's rules, stated here once (module docstrings do not restate them):
 
-``serve → actors → inference``; ``store`` is used by ``serve`` and ``actors`` and imports
-neither; ``bench`` is the lab, a client of the server and a distribution of its own
-(bench/pyproject.toml): no server module imports it (the CLI's ``bench``, ``demo`` and
-``replay`` load it by name when it is installed), and the server's wheel does not hold it.
-Of the lab's modules only the fuzz benchmark imports hypothesis.
-``investigations`` (run from a checkout, never in the wheel) may import all of them.
+- dependency direction ``serve → actors → inference``; ``store`` is used by ``serve`` and
+  ``actors`` and imports neither (:data:`ALLOWED`);
+- ``bench`` is the lab, a client of the server and a distribution of its own
+  (bench/pyproject.toml): no server module imports it (the CLI's ``bench``, ``demo`` and
+  ``replay`` load it by name when it is installed), and the server's wheel does not hold it;
+  of the lab's modules only the fuzz benchmark imports hypothesis (:data:`FUZZ_BENCHMARK`);
+  ``investigations`` (run from a checkout, never in the wheel) may import all of them;
+- the session core (``actors/core``) imports only the typed seam (:data:`CORE_MAY_IMPORT`);
+- only the modules of :data:`RAY_MODULES` import Ray;
+- only the modules of :data:`PRIVATE_IMPORTS_ALLOWED` import a private module of Ray or
+  websockets, and no product module reaches into a private name of a library or of another
+  module;
+- the server uses only websockets' documented sans-I/O API (:data:`WEBSOCKETS_API`);
+- ``actors.core.driver`` is the only caller of ``Session.handle`` (:data:`SESSION_DRIVER`);
+- no import cycles.
 """
 
 from __future__ import annotations
@@ -538,3 +547,30 @@ def test_an_internal_import_in_the_lab_is_caught(tmp_path):
         "def f():\n    from actors.core.session import Session\n    import store.redis\n"
     )
     assert server_internals(lab_module) == {"inference.policy", "actors.core.session", "store.redis"}
+
+
+# The one way out of the session core: actors.core.driver.Driver hands a session its inputs
+# and carries out what it answers; no other product module calls ``handle``.
+SESSION_DRIVER = "actors/core/driver.py"
+
+
+def handle_calls(path: Path) -> list[str]:
+    """Every ``x.handle(...)`` call in ``path``."""
+    tree = ast.parse(path.read_text())
+    return [
+        f"{path.relative_to(ROOT).as_posix()}:{node.lineno} {ast.unparse(node.func)}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "handle"
+    ]
+
+
+def test_the_driver_is_the_only_caller_of_a_sessions_handle():
+    calls = {
+        call
+        for package in SERVER_PACKAGES
+        for path in modules(package)
+        if path.relative_to(ROOT).as_posix() != SESSION_DRIVER
+        for call in handle_calls(path)
+    }
+    assert not calls, f"Session.handle called outside {SESSION_DRIVER}: {sorted(calls)}"
+    assert handle_calls(ROOT / SESSION_DRIVER), "the driver no longer calls handle: move this test with it"

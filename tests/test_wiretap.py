@@ -9,6 +9,7 @@ import json
 
 import websockets
 
+from tests.support.waiting import until
 from tests.support.wiretap import Wiretap
 
 
@@ -35,7 +36,9 @@ def test_the_wiretap_reads_compressed_messages_both_ways_and_the_close_code():
             port = server.sockets[0].getsockname()[1]
             with Wiretap("127.0.0.1", port) as tap:
                 await exchange(tap.url.replace("http", "ws"))
-                await asyncio.sleep(0.2)
+                await until(
+                    lambda: tap.connections and tap.connections[0].client_close_code, 5, "the close's echo"
+                )
                 (conn,) = tap.connections
                 assert conn.upgraded and conn.request.startswith("GET / ")
                 assert [m["n"] for _, m in conn.creates()] == [0, 1, 2]
@@ -60,7 +63,9 @@ def test_the_wiretap_tells_a_client_that_drops_its_socket_from_a_server_close():
                 await ws.send(json.dumps({"type": "response.create"}))
                 await ws.recv()
                 ws.transport.abort()  # no close frame: the TCP stream just ends
-                await asyncio.sleep(0.3)
+                await until(
+                    lambda: tap.connections and tap.connections[0].close_code, 5, "the tap to see the end"
+                )
                 (conn,) = tap.connections
                 assert (conn.close_code, conn.client_close_code, conn.ended_by) == (1006, None, "client")
 

@@ -1,7 +1,6 @@
 """The inference seam over Ray Serve: the emulator's deployment (``inference.deployment``)
 and, when on, the what-if services' deployments (``inference.whatif_deployment``), reached
-through ``DeploymentHandle``s by name.  With :mod:`actors.host.actor` and its metrics, the
-modules of ``actors/`` that import Ray.
+through ``DeploymentHandle``s by name.
 """
 
 from __future__ import annotations

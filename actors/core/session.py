@@ -50,6 +50,7 @@ from ..protocol import (
 from ..protocol.wire_types import JSONObject
 from . import finish, inject, resumable
 from . import inputs as ev
+from .context import ContextEntry
 from .history import History, Refused, Step
 from .lanes import HostBudget, Lanes
 from .prepare import Preparer, SharedParts
@@ -190,6 +191,11 @@ class Session:
         self._steering.drop_running()
         self._injections.clear()
         return Effects()
+
+    def cached(self, lane: str | None = None) -> ContextEntry | None:
+        """The conversation ``lane`` continues from: its latest response as the session
+        caches it (``None``: none yet, evicted, or no such lane)."""
+        return self._lanes[lane].latest if lane in self._lanes else None
 
     def snapshot(self) -> bytes:
         """The resumable state (:mod:`actors.core.resumable`): the lanes' latest responses

@@ -112,8 +112,9 @@ class Rollout:
 @dataclass(frozen=True, slots=True)
 class Load:
     """Fetch a stored response the connection's cache does not hold (docs/protocol.md §4),
-    answered with ``Session.on_loaded``; or, with ``item_ids``, the stored items an input's
-    ``item_reference`` items name (``response_id`` unused), answered with an ``ItemsLoaded`` input."""
+    answered with a :class:`~actors.core.inputs.HistoryLoaded` input; or, with ``item_ids``,
+    the stored items an input's ``item_reference`` items name (``response_id`` unused),
+    answered with an :class:`~actors.core.inputs.ItemsLoaded` input."""
 
     load_id: int
     response_id: str
@@ -123,8 +124,8 @@ class Load:
 
 @dataclass(frozen=True, slots=True)
 class Render:
-    """Tokenise a large input off the event loop and hand the ids back with
-    the session once handed ``Rendered`` (``SessionConfig.render_offload_chars``)."""
+    """Tokenise a large input off the event loop (``SessionConfig.render_offload_chars``),
+    answered with a :class:`~actors.core.inputs.Rendered` input."""
 
     render_id: int
     items: tuple[InputItem, ...]

@@ -1,5 +1,4 @@
-"""The session host actor: with its metrics (:mod:`.metrics`) and the Serve backend
-(:mod:`actors.backend.ray_serve`) the modules of ``actors/`` that import Ray.
+"""The session host actor.
 
 One ``SessionHost`` actor owns the state of the connections assigned to it — exactly one by
 default (``connections_per_actor``).  It terminates those WebSockets itself (the gateway

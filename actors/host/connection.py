@@ -1,12 +1,15 @@
-"""The asyncio driver of one :class:`~actors.core.session.Session`.
+"""The asyncio side of one :class:`~actors.core.session.Session`: the
+:class:`~actors.core.driver.Port` its :class:`~actors.core.driver.Driver` carries the
+session's effects out through.
 
-It feeds client input into the session, runs the model calls the session starts through an
-:class:`~actors.backend.InferenceClient` (its ``before_call`` hook first), answers the
-session's store loads, tokenises large inputs (:mod:`actors.host.render_pool`), writes what
-the session asks to persist through a :class:`~store.writer.StoreWriter`, and queues server
-events in its :class:`~actors.host.outbox.Outbox` for whoever holds the client (a WebSocket,
-an HTTP response), who drains them in batches.  Its lifecycle is
-:mod:`actors.host.connection_lifecycle`.  No Ray here.
+It feeds client input into the session (through the driver, as every input), runs the
+model calls the session starts through an :class:`~actors.backend.InferenceClient` (its
+``before_call`` hook first), answers the session's store loads, tokenises large inputs
+(:mod:`actors.host.render_pool`), writes what the session asks to persist through a
+:class:`~store.writer.StoreWriter`, and queues server events in its
+:class:`~actors.host.outbox.Outbox` for whoever holds the client (a WebSocket, an HTTP
+response), who drains them in batches.  Its lifecycle is
+:mod:`actors.host.connection_lifecycle`.
 
 Read-your-writes: a ``store:true`` response's record is written *before* its terminal event
 is queued.  Until the write returns, the terminal event — and every later event of the same
@@ -32,23 +35,21 @@ from inference.types import Done, InferenceRequest
 from store import StoreWriter
 
 from ..backend import EventStream, InferenceClient, ModelCall
+from ..core.driver import Driver
 from ..core.inputs import (
-    CallsStarted,
     ClientFrame,
     DrainStarted,
     HistoryLoaded,
     InferenceChunk,
     InferenceFailed,
     ItemsLoaded,
-    LaneEvicted,
     ParsedCreate,
     Rendered,
     Written,
 )
 from ..core.session import Effects, Load, Render, Session, Turn
 from ..core.timings import PhaseTimer, Report
-from ..errors import ServerError
-from ..protocol import TERMINAL_EVENTS, ErrorEvent, ResponseCreate, ServerEvent, error_event
+from ..protocol import TERMINAL_EVENTS, ErrorEvent, ResponseCreate, ServerEvent
 from .billing import Billing, Terminal, billing, failed_instead
 from .connection_lifecycle import SERVICE_RESTART, TRANSITIONS, Move, State
 from .outbox import Outbox
@@ -71,6 +72,7 @@ class Connection:
         renderer: RenderPool = RENDER_POOL,
     ) -> None:
         self.session = session
+        self._driver = Driver(session, self)
         self._renderer = renderer
         self._inference = inference
         self._store = store
@@ -113,23 +115,11 @@ class Connection:
         """One client frame, its first bytes ``received`` at that ``time.perf_counter()``
         if known.  Never raises: bad input becomes an error event, and a bug the input hit
         becomes ``server_error`` (logged, its text not sent)."""
-        if self.state.accepting:
-            try:
-                fx = self.session.handle(ClientFrame(data, received))
-            except Exception:
-                log.exception("unexpected error handling a client frame")
-                fx = Effects(events=[error_event(ServerError())])
-            self._apply(fx)
-        elif self.state is State.ENDING and self.session.draining:
-            # The drain ended the connection; its close frame has not left, so the client
-            # sent this without knowing: a create is answered (server_shutting_down), not
-            # dropped.  Only error events: nothing else runs now.
-            try:
-                fx = self.session.handle(ClientFrame(data, received))
-            except Exception:
-                log.exception("unexpected error handling a client frame")
-                fx = Effects(events=[error_event(ServerError())])
-            self._late.extend(e for e in fx.events if isinstance(e, ErrorEvent))
+        if self.state.accepting or (self.state is State.ENDING and self.session.draining):
+            # Ending: the drain ended the connection; its close frame has not left, so the
+            # client sent this without knowing: a create is answered (server_shutting_down),
+            # not dropped (carry_out).
+            self._driver.drive(ClientFrame(data, received))
 
     @property
     def has_late(self) -> bool:
@@ -144,28 +134,37 @@ class Connection:
     def create(self, create: ResponseCreate, timer: PhaseTimer | None = None) -> None:
         """A parsed create (the HTTP path, timed from the request's arrival)."""
         if self.state.accepting:
-            self._apply(self.session.handle(ParsedCreate(create, timer)))
+            self._driver.drive(ParsedCreate(create, timer))
 
-    def _apply(self, fx: Effects) -> None:
+    # -- the driver's port (actors.core.driver.Port)
+    def start(self, fx: Effects) -> None:
+        """Stop the model calls of ``fx.cancel``, start those of ``fx.start``."""
         for turn_id in fx.cancel:  # the response is over; stop its generation
             task = self._generations.pop(turn_id, None)
             if task is not None and task is not asyncio.current_task():
                 task.cancel()
         # Model calls first; then the session builds the started turns' responses and their
-        # response.created (CallsStarted), and this batch's events are queued, encoded and
-        # written.  A call starts here, not when its task first runs, unless a hook runs
-        # before it (then in its task, after the hook): over a direct channel its request
-        # has left by then.
-        opening = fx.opening
+        # response.created (the driver hands it CallsStarted), and this batch's events are
+        # queued, encoded and written.  A call starts here, not when its task first runs,
+        # unless a hook runs before it (then in its task, after the hook): over a direct
+        # channel its request has left by then.
         for turn in fx.start:
             stream = self._started(turn.request) if self._inference.before_call is None else None
             task = self._renderer.track(self._spawn(self._run(turn, stream)))
             self._generations[turn.turn_id] = task
             if stream is not None:
                 task.add_done_callback(functools.partial(self._close_if_cancelled, stream))
-        if opening:
-            fx.events += self.session.handle(CallsStarted(opening)).events
-        carry_evictions(fx)
+
+    def carry_out(self, fx: Effects) -> None:
+        """Send ``fx``'s events (billed as :mod:`actors.host.billing` says), keep its
+        figures, start its loads and renders."""
+        if self.state is State.ENDING and self.session.draining:
+            # A drain ended the connection and its close frame has not left: error events
+            # (a create's server_shutting_down) are written before it (take_late_answers).
+            late = [e for e in fx.events if isinstance(e, ErrorEvent)]
+            if late:
+                self._late += late
+                fx.events = [e for e in fx.events if not isinstance(e, ErrorEvent)]
         records = {record.id: record for record in fx.persist}
         lines = {entry.response_id: entry for entry in fx.usage}
         journaled: list[tuple[str, bool]] = []  # store:false responses billed: (id, line kept)
@@ -207,10 +206,12 @@ class Connection:
         for job in fx.render:
             if self._renderer.crowded:
                 self._renderer.track(self._spawn(self._render(job)))
-            else:
-                self._apply(self.session.handle(Rendered(job.render_id, tokens_of(job))))
+            else:  # handled once these effects are carried out (the driver queues it)
+                self._driver.drive(Rendered(job.render_id, tokens_of(job)))
         for response_id, kept in journaled:
-            self._apply(self.session.handle(Written(response_id, stored=kept)))
+            self._driver.drive(Written(response_id, stored=kept))
+
+    def settled(self) -> None:
         if self.state is State.DRAINING and self.session.idle:
             self._drained_now()
 
@@ -258,7 +259,7 @@ class Connection:
         response as done; ``None``: another holder has the connection, nothing more happens."""
         stored = await write
         if stored is not None:
-            self._apply(self.session.handle(Written(response_id, stored=stored)))
+            self._driver.drive(Written(response_id, stored=stored))
 
     def _spawn(self, coro: Coroutine[object, object, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coro)
@@ -273,17 +274,17 @@ class Connection:
             except Exception:
                 log.exception("looking up referenced items in the store failed")
                 found = {}
-            self._apply(self.session.handle(ItemsLoaded(load.load_id, found)))
+            self._driver.drive(ItemsLoaded(load.load_id, found))
             return
         try:
             record = await self._store.get(load.response_id, load.owner)
         except Exception:
             log.exception("loading %s from the store failed", load.response_id)
             record = None
-        self._apply(self.session.handle(HistoryLoaded(load.load_id, record)))
+        self._driver.drive(HistoryLoaded(load.load_id, record))
 
     async def _render(self, job: Render) -> None:
-        self._apply(self.session.handle(Rendered(job.render_id, await self._renderer.render(job))))
+        self._driver.drive(Rendered(job.render_id, await self._renderer.render(job)))
 
     def _started(self, request: InferenceRequest) -> EventStream | None:
         try:
@@ -318,19 +319,17 @@ class Connection:
                             # its record); a lone response, or one whose neighbours are
                             # still in prefill or rendering, does not wait.
                             await asyncio.sleep(0)
-                    self._apply(self.session.handle(InferenceChunk(turn.turn_id, chunk)))
+                    self._driver.drive(InferenceChunk(turn.turn_id, chunk))
                     if self._generations.get(turn.turn_id) is not me:
                         return  # cut short (e.g. the output classifier): closing cancels the call
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - reported as response.failed, text not leaked
             log.warning("inference failed for %s: %r", request.request_id, exc)
-            self._apply(self.session.handle(InferenceFailed(turn.turn_id, exc)))
+            self._driver.drive(InferenceFailed(turn.turn_id, exc))
         else:
             if not finished:  # a stream that ended without Done is a backend fault
-                self._apply(
-                    self.session.handle(InferenceFailed(turn.turn_id, RuntimeError("stream ended early")))
-                )
+                self._driver.drive(InferenceFailed(turn.turn_id, RuntimeError("stream ended early")))
         finally:
             if streaming:
                 self._renderer.streaming -= 1
@@ -358,7 +357,7 @@ class Connection:
         if not self._move(Move.DRAIN):
             return
         self._on_drained = on_drained
-        self._apply(self.session.handle(DrainStarted()))  # ends the connection if the session is idle
+        self._driver.drive(DrainStarted())  # ends the connection if the session is idle
 
     @property
     def drained(self) -> bool:
@@ -384,13 +383,6 @@ class Connection:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._outbox.end_now()
-
-
-def carry_evictions(fx: Effects) -> None:
-    """Hand each session whose lane the host's cache budget took for this one its
-    :class:`~actors.core.inputs.LaneEvicted` (it answers with nothing to do)."""
-    for eviction in fx.evict:
-        eviction.session.handle(LaneEvicted(eviction.lane, eviction.response_id))
 
 
 async def _close(stream: EventStream) -> None:

@@ -14,8 +14,6 @@ connection it holds, the host
 - lets go as soon as another holder claims it: told on its channel (a takeover, wherever the
   resume landed) or by a write or heartbeat that finds a newer epoch (it was partitioned
   away): the socket closes, 1000 for a takeover, 1012 (retryable) for a fenced holder.
-
-No Ray here.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ link when a socket has ended (:class:`Ended`) and when a connection state it par
 resume is gone (:class:`StateGone`).  So admitting a connection costs the gateway no Ray call at
 all; a link that reaches end-of-file means the host process died (its sockets then get a
 1011 close from the gateway's copy of each descriptor).  A file descriptor cannot cross
-nodes, so hosts run on their gateway's node (docs/architecture.md).  No Ray here.
+nodes, so hosts run on their gateway's node (docs/architecture.md).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ request — runs on hosts, which scale out, and never on the gateway's event loo
 accepts, peeks and hands over (docs/scaling.md).  A host that stands in for the HTTP hosts
 (serve/pool.py: none started in time) serves one request per connection
 (``keep_alive=False``): the response says ``Connection: close``, and the client's next
-request is routed again.  No Ray here.
+request is routed again.
 """
 
 from __future__ import annotations

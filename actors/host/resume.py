@@ -13,7 +13,7 @@ socket there), the connection, and a random secret checked in constant time.
 
 With the cluster store on Redis the state is also kept there at each turn boundary, sealed
 with the secret (:mod:`actors.host.continuity`), and the token (``rws2.<conn>.<secret>``)
-names only the connection: any host on any node can take it.  No Ray here.
+names only the connection: any host on any node can take it.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import hmac
 import secrets
 from dataclasses import dataclass, field
 
+from ..core.driver import QUIET, Driver
 from ..core.inputs import Released
 from ..core.session import Session
 from ..errors import InvalidResumeToken
@@ -122,7 +123,7 @@ class ResumeRegistry:
         if self._held.get(held.conn_id) is held:
             del self._held[held.conn_id]
         if not held.gone.done():  # a state another holder took is no longer the registry's
-            held.session.handle(Released())
+            Driver(held.session, QUIET).drive(Released())  # asks for nothing
             held.gone.set_result(None)
 
     def discard_parked(self) -> None:

@@ -3,7 +3,6 @@
 Sockets arrive from the gateway by handoff (:mod:`.handoff`) with the upgrade request still
 unread; from then on client frames reach the session with no Ray hop at all; the only hop
 per turn is the one to inference (docs/architecture.md has the measurements behind this).
-No Ray in this module.
 """
 
 from __future__ import annotations
@@ -31,13 +30,14 @@ from websockets.server import ServerProtocol
 from store.connection_states import Claimed
 
 from ..config import SessionConfig
+from ..core.driver import QUIET, Driver
 from ..core.inputs import Disconnected, StateRestored
 from ..core.session import Session
 from ..core.timings import METADATA_KEY, Report
 from ..errors import ConnectionLimitReached, InvalidResumeToken, ServerError, ServerShuttingDown
 from ..protocol import EventEncoder, ServerEvent, encode, error_event, http_error_body
 from .aftermath import Aftermath, SocketEnd, aftermath
-from .connection import Connection, carry_evictions
+from .connection import Connection
 from .connection_lifecycle import SERVICE_RESTART
 from .continuity import HostContinuity
 from .drain import CloseSchedule, DrainPlan, Phase
@@ -199,7 +199,7 @@ class SocketServer:
         else:
             wall_deadline, epoch = claimed.deadline, claimed.epoch
             if claimed.state is not None:
-                carry_evictions(session.handle(StateRestored(claimed.state)))
+                Driver(session, QUIET).drive(StateRestored(claimed.state))  # evictions at most
         deadline = loop.time() + (
             wall_deadline - wall if claimed is not None else self._config.connection_lifetime_s
         )
@@ -254,7 +254,7 @@ class SocketServer:
             with contextlib.suppress(BaseException):
                 await sender
             del self._live[handoff.sock_id]
-            held.session.handle(Disconnected())
+            Driver(held.session, QUIET).drive(Disconnected())  # asks for nothing
             held.socket = None
             outcome = self._after(ws, conn, held)
             if self.continuity is not None:

@@ -5,7 +5,7 @@ Bytes read go to ``receive_data``; of the events that come out, the upgrade requ
 answered by the owner's hook, data frames are assembled into messages handed to the owner
 with the time their first bytes arrived, pongs answer the keepalive pings (the protocol
 answers pings and the close itself).  What the protocol has to send leaves in one transport
-write per :meth:`WebSocket.flush`, so a batch of frames is one write.  No Ray here.
+write per :meth:`WebSocket.flush`, so a batch of frames is one write.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class WebSocket(asyncio.Protocol):
     """A server-side WebSocket: the upgrade answered by ``answer``, ``on_open`` called once
     it is accepted, messages handed to the receiver given to :meth:`receive`.
 
-    A message's arrival is the ``time.perf_counter()`` of the read that brought its first
+    A message's arrival is the ``clock()`` (``time.perf_counter``) of the read that brought its first
     bytes (a response's server time starts there, :mod:`actors.core.timings`): the read that
     completes its first frame, or the earliest one since a read that completed a frame,
     so bytes of a frame that follows another in the same read count from the next read."""
@@ -53,8 +53,10 @@ class WebSocket(asyncio.Protocol):
         ping_interval: float | None,
         ping_timeout: float | None,
         close_timeout: float = CLOSE_TIMEOUT_S,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.protocol = protocol
+        self._clock = clock
         self._answer = answer
         self._on_open = on_open
         self._ping_interval = ping_interval
@@ -149,7 +151,7 @@ class WebSocket(asyncio.Protocol):
         self.transport.set_write_buffer_limits(WRITE_LIMIT)
 
     def data_received(self, data: bytes) -> None:
-        read_at = time.perf_counter()
+        read_at = self._clock()
         if self._since is None:
             self._since = read_at
         self.protocol.receive_data(data)

@@ -15,6 +15,7 @@ from actors.core.session import Session
 from actors.host.connection import Connection
 from inference.types import Done, InferenceEvent, InferenceRequest, Prefilled, TextDelta
 from store import StoreConfig, StoreWriter, open_store
+from tests.support.waiting import until
 
 MODEL = "emu-fast"
 HOLD = "test.hold"  # metadata: the call waits after its first delta until the connection closes
@@ -77,14 +78,6 @@ def run(
     return events
 
 
-async def until(condition: Callable[[], bool]) -> None:
-    async def poll() -> None:
-        while not condition():
-            await asyncio.sleep(0.001)
-
-    await asyncio.wait_for(poll(), timeout=10)
-
-
 def terminals(events: list[dict]) -> list[dict]:
     return [e for e in events if e["type"] in ("response.completed", "response.failed")]
 
@@ -94,10 +87,10 @@ def test_the_hook_runs_before_each_model_call_and_sees_what_is_new_to_it(tmp_pat
 
     async def scenario(conn: Connection, events: list[dict]) -> None:
         conn.feed(create(input="a first message"))
-        await until(lambda: len(terminals(events)) == 1)
+        await until(lambda: len(terminals(events)) == 1, 10, "the first terminal event")
         first = terminals(events)[0]["response"]["id"]
         conn.feed(create(input="next", previous_response_id=first))
-        await until(lambda: len(terminals(events)) == 2)
+        await until(lambda: len(terminals(events)) == 2, 10, "the second terminal event")
 
     run(backend, scenario, tmp_path)
     one, two = backend.calls
@@ -116,7 +109,7 @@ def test_closing_the_connection_closes_the_backends_stream(tmp_path):
 
     async def scenario(conn: Connection, events: list[dict]) -> None:
         conn.feed(create(metadata={HOLD: "1"}))
-        await until(lambda: any(e["type"] == "response.output_text.delta" for e in events))
+        await until(lambda: any(e["type"] == "response.output_text.delta" for e in events), 10, "a delta")
         await conn.close()
 
     run(backend, scenario, tmp_path)
@@ -133,9 +126,9 @@ def test_a_failing_hook_fails_its_response_before_the_model_call_and_the_connect
 
     async def scenario(conn: Connection, events: list[dict]) -> None:
         conn.feed(create(metadata={"test.fail": "1"}))
-        await until(lambda: len(terminals(events)) == 1)
+        await until(lambda: len(terminals(events)) == 1, 10, "the first terminal event")
         conn.feed(create())
-        await until(lambda: len(terminals(events)) == 2)
+        await until(lambda: len(terminals(events)) == 2, 10, "the second terminal event")
 
     failed, completed = terminals(run(backend, scenario, tmp_path))
     assert failed["type"] == "response.failed"

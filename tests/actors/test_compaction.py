@@ -149,7 +149,7 @@ def test_the_compacted_window_holds_the_summary_then_the_answered_call_and_its_o
     second = fx.events[-1].response
     handled(s, Written(second.id, True))
     assert second.output[0].type == "compaction"
-    items = s._lanes[None].latest.items
+    items = s.cached(None).items
     assert [i["type"] for i in items] == ["message", "compaction", "function_call", "function_call_output"]
     assert items[1]["id"] == second.output[0].id
     assert "Summary of the earlier conversation" in compaction_text(items[1]["encrypted_content"])

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from actors.backend.direct import DirectCalls
 from inference.channel import ChannelServer, Endpoint
 from inference.types import Done, InferenceEvent, InferenceRequest, Prefilled, TextDelta
+from tests.support.waiting import until
 
 
 async def answer(request: InferenceRequest, replica: str) -> AsyncIterator[list[InferenceEvent]]:
@@ -54,10 +55,7 @@ async def run(direct: DirectCalls, request: InferenceRequest) -> list[InferenceE
 
 
 async def settle(direct: DirectCalls) -> None:
-    for _ in range(100):
-        if direct.channel_for("conn-1") is not None:
-            return
-        await asyncio.sleep(0.01)
+    await until(lambda: direct.channel_for("conn-1") is not None, 10, "the session's channel to open")
 
 
 def test_later_calls_of_a_session_go_over_its_replicas_channel() -> None:
@@ -112,10 +110,9 @@ def test_calls_streaming_on_a_draining_replicas_channel_finish_when_a_new_call_i
         await run(direct, req("t1"))
         await settle(direct)
         streaming = [asyncio.create_task(run(direct, req(rid))) for rid in ("t2", "t3")]
-        while len(replica.calls) < 2:
-            await asyncio.sleep(0.01)
+        await until(lambda: len(replica.calls) == 2, 10, "both calls to reach the replica")
         draining = asyncio.create_task(replica.server.drain(10))
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0)  # one loop turn: the drain's first step (no more calls) runs
         turned_away = await run(direct, req("t4"))  # "gone": the usual way
         gate.set()
         finished = await asyncio.gather(*streaming)

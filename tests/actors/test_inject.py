@@ -106,7 +106,7 @@ def test_a_multi_agent_response_waits_on_its_call_and_continues_with_the_injecte
     final = events[-1]
     assert final["type"] == "response.completed"
     assert [o["type"] for o in final["response"]["output"]] == ["function_call", "message"]
-    entry = s._lanes[lane].latest
+    entry = s.cached(lane)
     assert [i["type"] for i in entry.items] == ["message", "function_call", "function_call_output", "message"]
 
 
@@ -128,7 +128,7 @@ def test_input_for_a_call_still_open_while_the_model_runs_is_committed_when_the_
     assert done.events[-1].type == "response.completed"
     final = done.events[-1].response
     assert [o.type for o in final.output] == ["function_call", "function_call", "message", "message"]
-    items = s._lanes[None].latest.items
+    items = s.cached(None).items
     assert [i.get("output") for i in items if i["type"] == "function_call_output"] == ["x = 1", "y = 2"]
 
 
@@ -244,7 +244,7 @@ def test_item_references_in_a_running_responses_input_resolve_from_what_the_conn
     call = {"type": "function_call", "call_id": call_id, "name": "read_file", "arguments": "{}"}
     (other,) = create(s, stream_id="b", input=[call, output(call_id, "from lane b")]).start
     text(s, other)
-    held_id = s._lanes["b"].latest.items[1]["id"]
+    held_id = s.cached("b").items[1]["id"]
 
     def send(*items: dict) -> Effects:
         return handled(s, ClientFrame(json.dumps({"type": event, "response_id": rid, "input": list(items)})))
@@ -254,6 +254,6 @@ def test_item_references_in_a_running_responses_input_resolve_from_what_the_conn
     resumed = send({"type": "item_reference", "id": held_id})
     assert resumed.start == [turn] and turn.request.tool_results_in_context == 1
     done = text(s, turn)
-    items = s._lanes[None].latest.items
+    items = s.cached(None).items
     assert [i.get("output") for i in items if i["type"] == "function_call_output"] == ["from lane b"]
     assert done.events[-1].type == "response.completed"

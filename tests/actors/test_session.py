@@ -521,7 +521,7 @@ def test_incremental_rendering_equals_rendering_the_whole_conversation(turns):
         response = terminal(out)
         prev = response["id"]
         pending_calls = [o["call_id"] for o in response["output"] if o["type"] == "function_call"]
-    entry = s._lanes[None].latest
+    entry = s.cached(None)
     assert list(entry.tokens) == render_items(parse_items(entry.items))
     record = out.persist[0]
     rebuilt = from_record(record, s._prep.new_scan, PhaseTimer(lambda: 0.0))
@@ -770,7 +770,7 @@ def test_append_mode_runs_a_whole_rollout_in_one_response():
     assert [o["type"] for o in final["output"]] == ["function_call", "message"]
     assert events[-5]["output_index"] == 1, "the resumed output continues the same response"
     assert final["usage"]["output_tokens"] == 7 and final["usage"]["input_tokens"] > 2 * first_prompt - 1
-    entry = s._lanes[None].latest
+    entry = s.cached(None)
     assert [i["type"] for i in entry.items] == ["message", "function_call", "function_call_output", "message"]
     assert list(entry.tokens) == render_items(parse_items(entry.items))
 
@@ -796,9 +796,9 @@ def test_cache_memory_per_connection_is_bounded_oldest_lanes_first():
         ids.append(
             terminal(answer_text(s, send(s, input="some words " * 6, stream_id=lane, store=False)))["id"]
         )
-    cached = [lane for lane in ("a", "b", "c") if s._lanes[lane].latest is not None]
+    cached = [lane for lane in ("a", "b", "c") if s.cached(lane) is not None]
     assert cached[-1] == "c" and "a" not in cached
-    assert sum(len(s._lanes[x].latest.tokens) for x in cached) <= 60 or cached == ["c"]
+    assert sum(len(s.cached(x).tokens) for x in cached) <= 60 or cached == ["c"]
     (err,) = dumped(send(s, input="x", stream_id="a", store=False, previous_response_id=ids[0]))
     assert err["error"]["code"] == "previous_response_not_found"
 
@@ -837,11 +837,11 @@ def test_another_connections_eviction_is_an_effect_its_session_carries_out_when_
     )
     (eviction,) = fx.evict
     assert (eviction.session, eviction.lane, eviction.response_id) == (one, None, first)
-    assert one._lanes[None].latest is not None, "nothing changed in place"
+    assert one.cached(None) is not None, "nothing changed in place"
     assert host.owned(one._lanes) == 0, "but it no longer counts"
-    assert one.handle(LaneEvicted(None, "resp_other")).events == [] and one._lanes[None].latest is not None
+    assert one.handle(LaneEvicted(None, "resp_other")).events == [] and one.cached(None) is not None
     one.handle(LaneEvicted(eviction.lane, eviction.response_id))
-    assert one._lanes[None].latest is None
+    assert one.cached(None) is None
 
 
 def test_a_response_whose_record_could_not_be_written_stops_counting_against_the_hosts_budget():
@@ -849,9 +849,9 @@ def test_a_response_whose_record_could_not_be_written_stops_counting_against_the
     s = Session(SessionConfig(), [MODEL], session_key="conn-1", clock=lambda: 1_700_000_000.0, cache=host)
     done = answer_text(s, send(s, input="some words " * 15), written=False)
     (record,) = done.persist
-    assert host.total == len(s._lanes[None].latest.tokens) > 0
+    assert host.total == len(s.cached(None).tokens) > 0
     handled(s, Written(record.id, False))
-    assert s._lanes[None].latest is None
+    assert s.cached(None) is None
     assert host.total == 0, "an uncached conversation is not counted"
     (err,) = dumped(send(s, input="x", previous_response_id=record.id))
     assert err["error"]["code"] == "previous_response_not_found"

@@ -16,6 +16,7 @@ from inference import channel
 from inference.channel import ChannelClient, ChannelLost, ChannelServer, ChannelUnavailable, Endpoint
 from inference.profiles import UnknownModelProfile
 from inference.types import Done, InferenceEvent, InferenceRequest, Prefilled, TextDelta, ToolSpec
+from tests.support.waiting import until
 
 
 class Backend:
@@ -79,10 +80,7 @@ def test_closing_a_call_early_stops_it_in_the_backend() -> None:
         assert isinstance(first[0], Prefilled)
         await backend.held.wait()
         await stream.aclose()
-        for _ in range(100):
-            if "h" in backend.closed:
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: backend.closed, 5, "the backend to see the call closed")
         assert backend.closed == ["h"]
         assert await collect(client, req("after"))  # the channel is still usable
         client.close()
@@ -97,10 +95,7 @@ def test_a_call_starts_when_made_and_closing_it_unread_stops_it_in_the_backend()
         call = client.stream(req("h", "hold"))  # its request is written before this returns
         await backend.held.wait()  # the replica runs it, though nothing read from the call
         call.close()
-        for _ in range(100):
-            if "h" in backend.closed:
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: backend.closed, 5, "the backend to see the call closed")
         assert backend.closed == ["h"]
         with pytest.raises(StopAsyncIteration):
             await anext(call)
@@ -140,7 +135,7 @@ def test_a_draining_server_sends_new_calls_elsewhere_and_finishes_running_ones()
         running = client.stream(req("slow", "hold"))
         await anext(running)
         drained = asyncio.get_running_loop().create_task(server.drain(0.3))
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0)  # one loop turn: the drain's first step (no more calls) runs
         with pytest.raises(ChannelUnavailable):
             await collect(client, req("new"))
         await drained  # the held call did not finish within the timeout; it is still running

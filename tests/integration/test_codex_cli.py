@@ -28,7 +28,8 @@ from tests.support.codex import (
     snapshot,
     write_checkout,
 )
-from tests.support.server import start_app, stop_app, wait_for
+from tests.support.server import start_app, stop_app
+from tests.support.waiting import wait_until
 
 APP = "rws-codex"
 ROUNDS = 24  # tool calls per prompt before the model answers
@@ -108,7 +109,7 @@ def test_codex_exec_completes_its_turns_over_each_transport(transport, codex_ser
     # Every response Codex used is in the server's ledger under the transport asked for.
     used = {r["payload"]["response_id"] for r in records if r["type"] == "token_usage_record"}
     assert len(used) >= len(PROMPTS) * (ROUNDS + 1)
-    seen = wait_for(
+    seen = wait_until(
         lambda: (lambda got: got if len(got) == len(used) else None)(ledger(store, used)),
         timeout_s=20,
         what="the ledger lines of Codex's responses",

@@ -16,7 +16,8 @@ import pytest
 import websockets
 
 from bench.client import FINAL_EVENT_TYPES, output_text
-from tests.support.server import gateway_stats, start_app, stop_app, wait_for
+from tests.support.server import gateway_stats, start_app, stop_app
+from tests.support.waiting import wait_until
 from tests.support.wire import raw_collect
 
 BURST_APP = "rws-crowd"
@@ -115,7 +116,7 @@ def test_a_burst_of_100_connections_on_the_default_config_is_packed_on_a_few_hos
         assert stats["connections"] == BURST + before["connections"], (when, stats)
         assert stats["actors"] + stats["starting"] <= MAX_HOSTS, (when, stats)
     t2 = time.monotonic()
-    after = wait_for(lambda: settled(BURST_APP), 30.0, "every slot to be given back")
+    after = wait_until(lambda: settled(BURST_APP), 30.0, "every slot to be given back")
     print(
         f"\nburst: {BURST} opened in {measured['open_s']:.2f}s, {len(responses)} turns in "
         f"{measured['turns_s']:.2f}s; hosts before {before['actors']}, while open "
@@ -271,7 +272,7 @@ def test_a_redeploy_closes_every_socket_1012_and_the_sdk_reconnects_them_all(ray
         # The old gateway had all of them, the new one has all of them now, packed.
         assert before["open_connections"] == STORM and after["open_connections"] == STORM, (before, after)
         assert after["actors"] + after["starting"] <= MAX_HOSTS, after
-        settled_after = wait_for(
+        settled_after = wait_until(
             lambda: settled(STORM_APP), 30.0, "every slot of the new gateway to be given back"
         )
         assert settled_after["actors"] <= MAX_HOSTS

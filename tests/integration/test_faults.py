@@ -24,7 +24,8 @@ import websockets
 from ray import serve
 from websockets.exceptions import ConnectionClosed
 
-from tests.support.server import gateway_stats, start_app, stop_app, wait_for
+from tests.support.server import gateway_stats, start_app, stop_app
+from tests.support.waiting import wait_until
 from tests.support.wire import raw_collect, validated
 
 APP = "rws-faults"
@@ -105,13 +106,14 @@ def test_session_host_killed_mid_response_closes_all_its_connections_1011_and_no
 
     pid = run(main())
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    after = wait_for(
+    after = wait_until(
         lambda: (
             (s := gateway_stats(APP))["open_connections"] == 0
             and s["connections"] == 0
             and s["starting"] == 0
             and s
         ),
+        timeout_s=20,
         what="the pool to settle",
     )
     assert after["actors"] == before["actors"], "no leaked or missing session hosts"
@@ -146,12 +148,13 @@ def test_dedicated_actor_killed_mid_response_closes_1011_and_other_connections_a
 
     pid = run(main())
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    wait_for(
+    wait_until(
         lambda: (
             (s := gateway_stats(APP + "-dedicated"))["open_connections"] == 0
             and s["connections"] == 0
             and s["starting"] == 0
         ),
+        timeout_s=20,
         what="the pool to settle",
     )
 
@@ -249,15 +252,15 @@ def test_silent_peer_is_detected_by_keepalive_pings_and_its_generation_cancelled
                 )
             )
         )
-        wait_for(lambda: inference.stats.remote().result()["active"] >= 1, 10, "the generation to start")
+        wait_until(lambda: inference.stats.remote().result()["active"] >= 1, 10, "the generation to start")
         t0 = time.monotonic()
         # Pings every 0.5 s, 0.5 s to answer, then 2 s for a closing handshake that cannot
         # happen: the server gives up on us in about 3 s (the answer would take ~15 s).
-        wait_for(
+        wait_until(
             lambda: gateway_stats(APP)["open_connections"] == base_open, 15, "the dead peer to be dropped"
         )
         detected = time.monotonic() - t0
-        stats = wait_for(
+        stats = wait_until(
             lambda: (s := inference.stats.remote().result())["active"] == 0 and s,
             10,
             "the batch slot to be freed",
@@ -296,7 +299,7 @@ def test_graceful_shutdown_finishes_responses_in_flight_refuses_new_work_and_flu
             created = await until(ws, "response.created")
             deleting = threading.Thread(target=serve.delete, args=(DRAIN_APP,), daemon=True)
             deleting.start()
-            await asyncio.to_thread(wait_for, refuses_new_connections, 60, "the listener to close")
+            await asyncio.to_thread(wait_until, refuses_new_connections, 60, "the listener to close")
             await ws.send(create(input="one more"))  # arrives while draining
             events = []
             with pytest.raises(ConnectionClosed) as closed:

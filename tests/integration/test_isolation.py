@@ -26,6 +26,7 @@ from openai import OpenAI
 from serve.auth import fingerprint
 from serve.embedded import free_port
 from tests.support.server import ALICE, BOB, busy_profiles, start_app, stop_app
+from tests.support.waiting import wait_until
 from tests.support.wire import raw_collect, validated
 
 MODEL = "emu-fast"
@@ -612,13 +613,13 @@ def test_metric_labels_carry_no_ids_keys_or_user_text(ray_cluster, keyed_url):
                 )
 
     asyncio.run(ws_traffic())
-    deadline = time.monotonic() + 60  # Ray reports metrics every ~10 s
-    while True:
+
+    def exported() -> str | None:
         text = scrape(ray_cluster)
-        if phase_count(text) > before:
-            break
-        assert time.monotonic() < deadline, "the traffic above never reached the exported metrics"
-        time.sleep(1)
+        return text if phase_count(text) > before else None
+
+    # Ray reports metrics every ~10 s.
+    text = wait_until(exported, 60, "the traffic above to reach the exported metrics", every_s=1)
 
     secrets_ = {ALICE, BOB, fingerprint(ALICE), fingerprint(BOB), *SEEN_IDS, *MARKERS}
     assert len(SEEN_IDS) > 3 and len(MARKERS) > 3

@@ -61,17 +61,18 @@ class Socket:
 async def client(url: str, streaming: bool, started: asyncio.Event, draining: asyncio.Event) -> Socket:
     seen = Socket(streaming)
     async with websockets.connect(url, ping_interval=None) as ws:
-        if streaming:
+        if streaming:  # started once its response is created (below)
             await ws.send(create(metadata=STREAMING))
             seen.creates_sent += 1
-        started.set()
+        else:
+            started.set()
 
         async def sender() -> None:
             await draining.wait()
             while True:  # creates keep coming while the node drains, until the close
                 await ws.send(create(input="more"))
                 seen.creates_sent += 1
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(0.05)  # the pace of a client that keeps sending: the workload
 
         task = asyncio.create_task(sender())
         try:
@@ -79,6 +80,7 @@ async def client(url: str, streaming: bool, started: asyncio.Event, draining: as
                 event = validated(await ws.recv())
                 if event["type"] == "response.created":
                     seen.created.append(event["response"]["id"])
+                    started.set()
                 elif event["type"] == "response.completed":
                     seen.completed.append(event["response"]["id"])
                     seen.last_terminal_at = time.monotonic()
@@ -122,7 +124,7 @@ def test_a_node_drain_fails_readyz_first_answers_every_create_and_closes_1012_in
         tasks = [asyncio.create_task(client(ws, i < 2, started[i], draining)) for i in range(8)]
         for s in started:
             await asyncio.wait_for(s.wait(), 30)
-        await asyncio.sleep(0.5)  # the two streaming responses are under way
+        # (the two streaming responses are under way: created)
         t0 = time.monotonic()
         await asyncio.to_thread(node_draining, app, time.time() + 60)
         draining.set()
@@ -189,8 +191,7 @@ def test_a_deadline_too_close_for_a_response_cuts_it_off_with_1012_before_the_de
     async def main() -> tuple[Socket, float, float]:
         started = asyncio.Event()
         task = asyncio.create_task(client_long(ws, started))
-        await asyncio.wait_for(started.wait(), 30)
-        await asyncio.sleep(0.5)
+        await asyncio.wait_for(started.wait(), 30)  # its response is created
         deadline = time.time() + 5.0  # the node is killed in 5 s; the response needs ~14
         t0 = time.monotonic()
         await asyncio.to_thread(node_draining, app, deadline)
@@ -201,12 +202,12 @@ def test_a_deadline_too_close_for_a_response_cuts_it_off_with_1012_before_the_de
         seen = Socket(True)
         async with websockets.connect(url, ping_interval=None) as conn:
             await conn.send(create(metadata=LONG))
-            started.set()
             try:
                 while True:
                     event = validated(await conn.recv())
                     if event["type"] == "response.created":
                         seen.created.append(event["response"]["id"])
+                        started.set()
                     elif event["type"] == "response.completed":
                         seen.completed.append(event["response"]["id"])
             except ConnectionClosed as closed:

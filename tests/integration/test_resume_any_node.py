@@ -28,6 +28,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from bench.client import output_text
 from tests.support.balancer import Balancer
 from tests.support.server import start_app, stop_app
+from tests.support.waiting import until, wait_until
 from tests.support.wire import raw_collect
 
 HEADER = "x-responses-ws-resume-token"
@@ -209,12 +210,13 @@ def test_a_store_false_chain_survives_a_host_crash_and_a_drain_with_the_same_out
             f"resume {what}: reconnect to the terminal event of the next turn {ms:.1f} ms, cached_tokens={cached}"
         )
     assert got == expected
-    deadline = time.monotonic() + 10  # the normal close deleted the state: no content left
-    while kept := [
-        k for k in cluster.redis.keys(f"{cluster.prefix}conn:*") if holds_content(cluster.redis, k)
-    ]:
-        assert time.monotonic() < deadline, kept
-        time.sleep(0.1)
+    wait_until(  # the normal close deleted the state: no content left
+        lambda: (
+            not [k for k in cluster.redis.keys(f"{cluster.prefix}conn:*") if holds_content(cluster.redis, k)]
+        ),
+        10,
+        "the closed connections' states to be deleted",
+    )
 
 
 def holds_content(redis, key) -> bool:
@@ -243,7 +245,19 @@ def test_an_expired_or_never_issued_token_gets_invalid_resume_token(cluster):
         token = ws.response.headers[HEADER]
         await turn(ws, 0, None)
         await ws.close()
-        await asyncio.sleep(0.5)
+        conn_id = token.split(".")[1]
+        await until(
+            lambda: (
+                not [
+                    k
+                    for k in cluster.redis.keys(f"{cluster.prefix}conn:*{conn_id}*")
+                    if holds_content(cluster.redis, k)
+                ]
+            ),
+            10,
+            "the closed connection's state to be deleted",
+            every_s=0.05,
+        )
         with pytest.raises(InvalidStatus) as refused:
             async with connect(port, token):
                 pass

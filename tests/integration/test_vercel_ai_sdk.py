@@ -26,7 +26,8 @@ import httpx
 import pytest
 
 from tests.support.schemas import Checker
-from tests.support.server import start_app, stop_app, wait_for
+from tests.support.server import start_app, stop_app
+from tests.support.waiting import wait_until
 
 CLIENTS = Path(__file__).parent.parent / "clients"
 SCRIPTS = CLIENTS / "vercel"
@@ -116,7 +117,7 @@ def test_stream_text_chat_runs_its_tool_steps_and_second_turn_over_each_transpor
         assert report["httpCalls"] == [], "a request went over HTTP, not the socket"
     # Every step's response is in the server's ledger under the transport asked for.
     responses = report["responseIds"] + second["responseIds"]
-    seen = wait_for(lambda: ledger(store, responses), timeout_s=20, what="the ledger lines of the chat")
+    seen = wait_until(lambda: ledger(store, responses), timeout_s=20, what="the ledger lines of the chat")
     assert set(seen.values()) == {transport}, seen
     # The second turn sent the first turn's answer as an item_reference; the server stored the
     # message it names in its place.

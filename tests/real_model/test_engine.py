@@ -12,7 +12,7 @@ import json
 import pytest
 
 from tests.real_model.conftest import MODEL, chained_turns, engine_running, generating
-from tests.support.server import wait_for
+from tests.support.waiting import wait_until
 
 # Long enough instructions that the prompt spans full KV blocks (vLLM's CPU build caches
 # and reports whole 128-token blocks).
@@ -90,7 +90,7 @@ def test_a_client_that_goes_away_stops_the_generation(real_url, engine_url):
         assert engine_running(engine_url) >= 1  # generating, with ~2000 tokens to go
     # Closed: the session host cancels the call, the HTTP stream to the engine closes, and
     # vLLM aborts the request (2000 tokens would take minutes here).
-    wait_for(lambda: engine_running(engine_url) == 0, timeout_s=30, what="the engine to stop generating")
+    wait_until(lambda: engine_running(engine_url) == 0, timeout_s=30, what="the engine to stop generating")
 
 
 def test_the_openai_sdk_runs_an_agent_loop_with_stored_history(client):

@@ -11,7 +11,8 @@ import itertools
 
 from tests.real_model.conftest import LLM_APP, MODEL, chained_turns, generating, ray_engine_running
 from tests.real_model.test_engine import INSTRUCTIONS
-from tests.support.server import on_handle_loop, wait_for
+from tests.support.server import on_handle_loop
+from tests.support.waiting import wait_until
 
 
 def test_the_model_is_a_deployment_of_the_app_listed_beside_the_emulated_ones(llm_url, llm_backend):
@@ -89,7 +90,7 @@ def test_a_client_that_goes_away_stops_the_engines_generation(llm_url):
     with generating(llm_url, "sk-serve-llm"):
         # Generating, with ~2000 tokens to go (minutes here); the engine's gauge reaches
         # Ray's metrics endpoint within its report interval.
-        wait_for(lambda: ray_engine_running() >= 1, timeout_s=60, what="the engine's running request")
+        wait_until(lambda: ray_engine_running() >= 1, timeout_s=60, what="the engine's running request")
     # Closed: the session host cancels the handle's response, Serve cancels the call in the
     # replica, and vLLM aborts the request.
-    wait_for(lambda: ray_engine_running() == 0, timeout_s=60, what="the engine to stop generating")
+    wait_until(lambda: ray_engine_running() == 0, timeout_s=60, what="the engine to stop generating")

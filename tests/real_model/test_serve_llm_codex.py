@@ -17,7 +17,7 @@ import pytest
 
 from tests.real_model.conftest import MODEL, ray_engine_total
 from tests.support.codex import CATALOG, CODEX, Egress, codex_home, rollout_records, run_codex, write_checkout
-from tests.support.server import wait_for
+from tests.support.waiting import wait_until
 
 PROMPT = "Say hello in one short sentence. Do not run any command."
 
@@ -70,7 +70,7 @@ def test_codex_exec_runs_its_loop_against_the_real_model_over_a_websocket(llm_ur
     assert used and billed > 0
     # The answer came from the engine: it generated at least what Codex was billed for
     # (its counter reaches Ray's metrics endpoint within the report interval).
-    wait_for(
+    wait_until(
         lambda: ray_engine_total("generation_tokens") - generated >= billed,
         timeout_s=60,
         what="the engine's generated tokens to count Codex's output",

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from serve.front import is_responses_upgrade
+from tests.support.waiting import until
 
 
 def head(request_line: str, *headers: str) -> bytes:
@@ -76,7 +79,7 @@ def test_a_closed_front_leaves_the_shared_port_to_the_other_listener(loop_kind, 
         )
         old, new = front(old_listener, "old"), front(new_listener, "new")
         running = [asyncio.create_task(old.run()), asyncio.create_task(new.run())]
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0)  # one loop turn: both accept loops wait in accept(), as a close meets them
         old.close()
 
         async def one():
@@ -131,6 +134,17 @@ def idle_front(listener, refused: list[int], **options):
     )
 
 
+class Records(logging.Handler):
+    """The messages logged to it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
 async def answer_of(reader, writer, data: bytes | None = None) -> bytes:
     """What the server sends until it closes; the error's repr if it resets."""
     import asyncio
@@ -162,13 +176,13 @@ def test_a_closing_front_answers_every_connection_it_holds_503_with_retry_after(
         front = idle_front(listener, refused)
         running = asyncio.create_task(front.run())
         waiting = [await asyncio.open_connection("127.0.0.1", port) for _ in range(5)]
-        await asyncio.sleep(0.1)  # accepted, waiting for a head
+        await until(lambda: front.dispatching == 5, 5, "the five to be accepted")  # waiting for a head
         running.cancel()  # nothing accepts from now on: these queue in the kernel
         await asyncio.gather(running, return_exceptions=True)
         queued = [await asyncio.open_connection("127.0.0.1", port) for _ in range(20)]
         for _, writer in queued:
             writer.write(upgrade_head())
-        await asyncio.sleep(0.1)
+            await writer.drain()  # the head is in the kernel's buffer on the front's side
         front.close()
         answers = await asyncio.gather(
             *(answer_of(r, w, upgrade_head()) for r, w in waiting), *(answer_of(r, w) for r, w in queued)
@@ -264,21 +278,24 @@ def test_a_front_out_of_descriptors_keeps_accepting_once_some_are_freed(loop_kin
             clients.append(c)
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         resource.setrlimit(resource.RLIMIT_NOFILE, (_limit_leaving(4), hard))
+        failures = Records()
+        logging.getLogger("serve.front").addHandler(failures)
         try:
             running = asyncio.create_task(front.run())
-            for _ in range(50):
-                await asyncio.sleep(0.02)
-                if len(held) >= 4:
-                    break
-            await asyncio.sleep(0.2)  # accept() meets EMFILE now
+            # accept() meets EMFILE: the front says so, and waits to try again (or, the bug,
+            # its accept loop ends).
+            await until(
+                lambda: (failures.messages and front.dispatching == 0) or running.done(),
+                10,
+                "accept() to meet the limit, the sockets taken before it handed over",
+            )
             at_limit = len(held)
             alive = not running.done()
         finally:
             resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-        for _ in range(100):  # descriptors to spare again: the queued rest are taken
-            if len(held) == len(clients):
-                break
-            await asyncio.sleep(0.02)
+            logging.getLogger("serve.front").removeHandler(failures)
+        if alive:  # descriptors to spare again: the queued rest are taken
+            await until(lambda: len(held) == len(clients), 10, "the queued rest to be taken")
         running.cancel()
         await asyncio.gather(running, return_exceptions=True)
         front.close()

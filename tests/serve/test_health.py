@@ -23,7 +23,7 @@ async def read_only_database() -> None:
 
 
 async def never_answers() -> None:
-    await asyncio.sleep(3600)
+    await asyncio.sleep(3600)  # a probe that hangs: the thing under test (its caller's timeout)
 
 
 def probes(

@@ -23,7 +23,7 @@ HOLD = textwrap.dedent("""
     from serve.port_claim import claim
     listener, _ = claim("127.0.0.1", int(sys.argv[1]), sys.argv[2], bind_socket)
     print("claimed", flush=True)
-    time.sleep(600)
+    time.sleep(600)  # a process holding the port until the test ends it: the thing under test
 """)
 
 

@@ -9,7 +9,11 @@
 - :mod:`.serve_process`, :mod:`.ray_cluster` — ``responses-ws serve`` as a child process, a
   ``ray start`` cluster of a test's own;
 - :mod:`.children` — starting those children together, one Ray start after another (across
-  the parallel workers too: ``ray_start_lock``).
+  the parallel workers too: ``ray_start_lock``);
+- :mod:`.waiting` — waiting for a condition with a deadline (never a fixed sleep), and an
+  event loop whose clock a test moves on;
+- :mod:`.session_driver` — the session core driven by the product's driver, its effects
+  recorded.
 
 What a client reads off the wire (the final event types, a response's ``output_text``) is the
 lab's client, :mod:`bench.client`, and how a ``redis-server`` or a ``ray start`` node is

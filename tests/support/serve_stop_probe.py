@@ -37,9 +37,7 @@ def main() -> dict:
                         name="rws-stop-probe",
                     )
                 )
-                while not redeploy.done():
-                    await asyncio.sleep(0.05)
-                redeploy.result()
+                await redeploy  # raises what the redeploy raised
                 t_ready = time.monotonic()
                 try:
                     await asyncio.wait_for(ws.recv(), MIN_DRAINING_PERIOD_S + 20)

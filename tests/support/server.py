@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
-import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from inference.profiles import load_inference_config
 from serve.embedded import deploy, local_config
+from tests.support.waiting import wait_until
 
 T = TypeVar("T")
 
@@ -71,15 +71,7 @@ def _handle_loop() -> asyncio.AbstractEventLoop:
 
 
 def wait_for(
-    predicate: Callable[[], Any], timeout_s: float = 20.0, what: str = "condition", every_s: float = 0.1
-) -> Any:
-    """Poll ``predicate`` until it returns something true (returned); AssertionError after
-    ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(every_s)
+    predicate: Callable[[], T], timeout_s: float = 20.0, what: str = "condition", every_s: float = 0.1
+) -> T:
+    """:func:`tests.support.waiting.wait_until` with the defaults this module's callers had."""
+    return wait_until(predicate, timeout_s, what, every_s=every_s)

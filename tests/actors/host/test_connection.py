@@ -23,6 +23,7 @@ from store import StoreConfig, StoredResponse, UsageEntry, open_store
 from store.journal import Journal, replay
 from store.journal import read as read_journal
 from store.writer import StoreWriter
+from tests.support.waiting import until
 
 MODEL = "emu-fast"
 HOLD = "test.hold"  # metadata: the model call waits for ``ScriptedInference.release`` mid-answer
@@ -157,11 +158,7 @@ class Client:
         return [e["type"] for e in self.events if e.get("stream_id") == lane]
 
     async def until(self, condition: Callable[[], bool]) -> None:
-        async def poll() -> None:
-            while not condition():
-                await asyncio.sleep(0.001)
-
-        await asyncio.wait_for(poll(), timeout=10)
+        await until(condition, 10, f"the condition of line {condition.__code__.co_firstlineno}")
 
 
 def create(**body) -> str:
@@ -694,11 +691,9 @@ def test_streams_ending_together_send_every_last_token_before_any_terminal_event
         drains = [asyncio.get_running_loop().create_task(drain(i, c)) for i, c in enumerate(conns)]
         for conn in conns:
             conn.feed(create(store=False))
-        while inference.first_sent < len(conns):
-            await asyncio.sleep(0.001)
+        await until(lambda: inference.first_sent == len(conns), 10, "every call's first chunk")
         inference.release.set()
-        while sum(t == "response.completed" for _, t in sent) < len(conns):
-            await asyncio.sleep(0.001)
+        await until(lambda: sum(t == "response.completed" for _, t in sent) == len(conns), 10, "every answer")
         for conn in conns:
             await conn.close()
         await asyncio.gather(*drains, return_exceptions=True)
@@ -865,7 +860,7 @@ def test_a_connection_hands_another_sessions_eviction_to_that_session(tmp_path):
         ):
             conn.feed(create(input=words, store=False))
             await client.until(lambda client=client: "response.completed" in client.types())
-        first, second = (s._lanes[None].latest for s in sessions)
+        first, second = (s.cached(None) for s in sessions)
         for conn in conns:
             await conn.close()
         await store.close()

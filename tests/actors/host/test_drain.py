@@ -10,10 +10,12 @@ import base64
 import os
 import socket
 import uuid
+from typing import Any
 
 from actors.config import SessionConfig
 from actors.host.handoff import Handoff, HandoffReceiver, Link, Outcome, handoff_path
 from actors.host.server import SocketServer
+from tests.support.waiting import MovableClockLoop, until
 
 
 def upgrade_request() -> bytes:
@@ -43,14 +45,13 @@ def test_sockets_sent_before_the_drain_still_arrive_after_the_receiver_closes():
         receiver = HandoffReceiver(handoff_path(f"test-{uuid.uuid4().hex}"), on_socket)
         receiver.start()
         link = Link.connect(receiver.path)
-        await asyncio.sleep(0.05)  # the host takes the link
-        receiver.close()  # the drain begins: no more links
         pairs = [socket.socketpair() for _ in range(3)]
-        for i, (mine, _) in enumerate(pairs):
+        await link.send(Handoff("s0"), pairs[0][0].fileno())
+        await until(lambda: arrived == ["s0"], 5, "the host to take the link (its first socket)")
+        receiver.close()  # the drain begins: no more links
+        for i, (mine, _) in enumerate(pairs[1:], start=1):
             await link.send(Handoff(f"s{i}"), mine.fileno())
-        async with asyncio.timeout(5):
-            while len(arrived) < 3:
-                await asyncio.sleep(0.01)
+        await until(lambda: len(arrived) == 3, 5, "the sockets sent after the receiver closed")
         try:
             Link.connect(receiver.path)
             raise AssertionError("a closed receiver took a new link")
@@ -90,14 +91,15 @@ def test_an_upgrade_that_reaches_a_draining_host_is_refused_503_with_retry_after
     assert b"\r\nRetry-After: 1\r\n" in answer and b'"code": "server_shutting_down"' in answer, answer
 
 
-class LaggingLoop(asyncio.SelectorEventLoop):
-    """An event loop whose clock can be moved on, as a host's loop that lags behind sees it:
-    every timer due in the meantime fires at once."""
+class LaggingLoop(MovableClockLoop):
+    """A host's loop that lags behind (:meth:`advance`), counting the sockets it has taken."""
 
-    lag_s = 0.0
+    accepted = 0  # sockets taken by a protocol (connect_accepted_socket)
 
-    def time(self) -> float:
-        return super().time() + self.lag_s
+    async def connect_accepted_socket(self, *args: Any, **kwargs: Any) -> Any:
+        taken = await super().connect_accepted_socket(*args, **kwargs)
+        self.accepted += 1
+        return taken
 
 
 def test_a_host_that_lags_past_websockets_opening_timeout_still_answers_the_upgrade():
@@ -117,9 +119,8 @@ def test_a_host_that_lags_past_websockets_opening_timeout_still_answers_the_upgr
         await server.drain(1.0)  # its answer (503) needs no session
         client, sock = tcp_pair()
         serving = loop.create_task(server.serve(sock, Handoff("s1", conn_id="c1", owner="o")))
-        await asyncio.sleep(0.05)  # the socket is taken; its request is not read yet
-        loop.lag_s = 11.0
-        await asyncio.sleep(0.05)  # what fell due in those 11 s runs
+        await until(lambda: loop.accepted, 5, "the host to take the socket")  # its request not read yet
+        await loop.advance(11.0, turns=10)  # what fell due in those 11 s runs, and what it starts
         client.sendall(upgrade_request())
         await asyncio.wait_for(serving, 5)
         sock.close()

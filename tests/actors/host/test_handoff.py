@@ -6,6 +6,7 @@ import asyncio
 import socket
 
 from actors.host.handoff import Ended, Handoff, Link, Outcome, SocketKind, StateGone
+from tests.support.waiting import until
 
 
 def test_many_concurrent_handoffs_all_arrive_with_their_descriptors_while_the_peer_is_slow():
@@ -20,7 +21,9 @@ def test_many_concurrent_handoffs_all_arrive_with_their_descriptors_while_the_pe
             asyncio.create_task(gateway.send(Handoff(f"s{i}", conn_id=f"c{i}"), mine.fileno()))
             for i, (mine, _) in enumerate(clients)
         ]
-        await asyncio.sleep(0.05)  # the host is busy: the queue fills, senders wait
+        # The host is busy: the queue fills, the senders after it wait.
+        await until(lambda: senders[0].done(), 5, "the first handoff to be queued")
+        assert not all(s.done() for s in senders), "the link's queue holds them all: nobody waits"
         got = []
         async with asyncio.timeout(10):
             async for message, sock in host.messages():

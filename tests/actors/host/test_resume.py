@@ -8,8 +8,10 @@ import asyncio
 import pytest
 
 from actors.core.inputs import Released
+from actors.core.session import Effects
 from actors.errors import InvalidResumeToken
 from actors.host.resume import Held, ResumeRegistry, make_token, new_secret, parse_token
+from tests.support.waiting import MovableClockLoop, run_with_movable_clock
 
 
 class StubSession:
@@ -17,9 +19,10 @@ class StubSession:
 
     released = False
 
-    def handle(self, event: object) -> None:
+    def handle(self, event: object) -> Effects:
         assert isinstance(event, Released)
         self.released = True
+        return Effects()
 
 
 def test_a_token_round_trips_and_anything_else_is_refused():
@@ -31,9 +34,10 @@ def test_a_token_round_trips_and_anything_else_is_refused():
 
 
 def test_check_needs_the_right_secret_and_owner_and_a_parked_state_expires():
-    async def main():
-        registry = ResumeRegistry(grace_s=0.05)
-        held = Held("c1", "owner-a", "s3cret", session=StubSession(), lifetime_deadline=0.0)
+    async def main(loop: MovableClockLoop) -> None:
+        registry = ResumeRegistry(grace_s=60.0)
+        session = StubSession()
+        held = Held("c1", "owner-a", "s3cret", session=session, lifetime_deadline=0.0)
         registry.add(held)
         assert registry.check("c1", "s3cret", "owner-a") is held
         for conn, secret, owner in (
@@ -45,12 +49,15 @@ def test_check_needs_the_right_secret_and_owner_and_a_parked_state_expires():
                 registry.check(conn, secret, owner)
         registry.park(held)
         registry.claim(held)  # a resume stops the countdown
-        await asyncio.sleep(0.1)
-        assert registry.check("c1", "s3cret", "owner-a") is held
+        await loop.advance(120.0)
+        assert registry.check("c1", "s3cret", "owner-a") is held and not session.released
         registry.park(held)
-        await asyncio.wait_for(registry.wait_gone("c1"), 1)
-        assert len(registry) == 0
+        await loop.advance(59.0)
+        assert registry.check("c1", "s3cret", "owner-a") is held, "still within its grace"
+        await loop.advance(2.0)
+        assert session.released and len(registry) == 0
+        await asyncio.wait_for(registry.wait_gone("c1"), 1)  # gone: returns at once
         with pytest.raises(InvalidResumeToken):
             registry.check("c1", "s3cret", "owner-a")
 
-    asyncio.run(main())
+    run_with_movable_clock(main)

@@ -5,8 +5,8 @@ the frame cap, and the keepalive that gives up on a peer that stopped answering.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import socket
-import time
 
 import pytest
 from websockets.asyncio.client import connect
@@ -15,6 +15,7 @@ from websockets.http11 import Request, Response
 from websockets.server import ServerProtocol
 
 from actors.host.websocket import WebSocket
+from tests.support.waiting import until
 
 
 async def _accept(ws: WebSocket, request: Request) -> Response:
@@ -22,11 +23,21 @@ async def _accept(ws: WebSocket, request: Request) -> Response:
 
 
 def test_a_message_arrives_with_its_first_bytes_and_a_ping_before_it_does_not_count():
-    async def main() -> list[tuple[float, float, str]]:  # times after the frame's first write, s
-        got: list[tuple[float, float, str]] = []  # (arrival, read, message)
+    """The host's clock counts its reads: a message's arrival is the number of the read that
+    brought its first bytes."""
+
+    async def main() -> list[tuple[int, int, str]]:
+        reads = itertools.count(1)
+        last_read = 0
+        got: list[tuple[int, int, str]] = []  # (arrival, the read that completed it, message)
+
+        def clock() -> float:
+            nonlocal last_read
+            last_read = next(reads)
+            return float(last_read)
 
         def received(message: str | bytes, arrived: float) -> None:
-            got.append((arrived, time.perf_counter(), message))
+            got.append((int(arrived), last_read, str(message)))
 
         host_side, client_side = socket.socketpair()
         loop = asyncio.get_running_loop()
@@ -37,31 +48,31 @@ def test_a_message_arrives_with_its_first_bytes_and_a_ping_before_it_does_not_co
                 lambda ws: ws.receive(received),
                 ping_interval=None,
                 ping_timeout=None,
+                clock=clock,
             ),
             host_side,
         )
         async with connect("ws://host/v1/responses", sock=client_side, compression=None) as ws:
-            await ws.ping()  # a control frame alone: no message begins
-            await asyncio.sleep(0.03)
+            await (await ws.ping())  # a control frame alone: no message begins (read: its pong is back)
+            pinged = last_read
             frame = Frame(Opcode.TEXT, b'{"type":"response.create"}' * 4000).serialize(
                 mask=True, extensions=[]
             )
-            sent_at = time.perf_counter()
             ws.transport.write(frame[:1000])
-            await asyncio.sleep(0.03)  # the rest of the frame comes 30 ms later
-            ws.transport.write(frame[1000:])
+            await until(lambda: last_read > pinged, 5, "the host to read the frame's first part")
+            first_part = last_read
+            ws.transport.write(frame[1000:])  # the rest, in a later read
             await ws.send("two")
             await ws.send("three")
-            async with asyncio.timeout(5):
-                while len(got) < 3:
-                    await asyncio.sleep(0.005)
-            return [(arrived - sent_at, read - sent_at, message) for arrived, read, message in got]
+            await until(lambda: len(got) == 3, 5, "three messages")
+            assert pinged < first_part
+            return [(arrived - first_part, completed - first_part, m) for arrived, completed, m in got]
 
     (first, first_read, big), (second, _, two), (third, _, three) = asyncio.run(main())
     assert big.startswith('{"type"') and (two, three) == ("two", "three")
-    assert 0 <= first < 0.01, "the first bytes, not the ping before them nor the rest 30 ms later"
-    assert first_read >= 0.03
-    assert first + 0.025 <= second <= third, "the later messages came with or after the frame's rest"
+    assert first == 0, "the first bytes' read, not the ping's before them nor the rest's after"
+    assert first_read > 0, "handed over once its rest was read"
+    assert first < second <= third, "the later messages came with or after the frame's rest"
 
 
 def _serve(
