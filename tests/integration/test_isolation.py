@@ -404,6 +404,7 @@ def dead_store_url(ray_cluster):
             "store.backend": "redis",
             "store.redis_url": f"redis://127.0.0.1:{free_port()}/0",
             "store.ledger": "journal",
+            "store.write_retry_s": 0,  # one retry at once: the store does not come back here
         },
     )
     yield url
@@ -456,11 +457,11 @@ def test_an_unreachable_store_gives_typed_errors_without_internals(dead_store_ur
 
     rid, stored, from_other_socket, calls, usable, still_streaming = asyncio.run(main())
     # The record is written before the terminal event (read-your-writes): a store that cannot
-    # take it fails that response with a typed server_error, never a silent loss.
+    # take it fails that response with the typed, retryable store_unavailable, never a silent loss.
     assert stored[-1]["type"] == "response.failed", (
         "a stored response the store could not take is not completed"
     )
-    assert stored[-1]["response"]["error"]["code"] == "server_error"
+    assert stored[-1]["response"]["error"]["code"] == "store_unavailable"
     assert_clean(stored[-1]["response"]["error"]["message"])
     err = only_error(from_other_socket)
     assert err["error"]["code"] == "previous_response_not_found", "an unreachable store reads as not found"

@@ -38,6 +38,7 @@ from openai.types.shared import ErrorObject
 from pydantic import TypeAdapter
 
 from tests.support import openresponses as orv
+from tests.support.wire import as_the_sdk_checks_it
 
 SDK = "openai SDK"
 OPEN_RESPONSES = "Open Responses"
@@ -170,7 +171,7 @@ class Checker:
     # -- Responses
     def response(self, raw: str | bytes) -> dict[str, Any]:
         """A Response object: an HTTP JSON body, or the ``response`` of a lifecycle event."""
-        _SDK_RESPONSE.validate_json(raw, strict=True)
+        _SDK_RESPONSE.validate_json(as_the_sdk_checks_it(raw), strict=True)
         self._ok(SDK, "Response")
         data = json.loads(raw)
         self.open_responses(orv.response_schema(), data)
@@ -179,7 +180,7 @@ class Checker:
     # -- streaming events
     def sse_event(self, raw: str) -> dict[str, Any]:
         """The ``data:`` of one SSE frame."""
-        _SDK_SSE_EVENT.validate_json(raw, strict=True)
+        _SDK_SSE_EVENT.validate_json(as_the_sdk_checks_it(raw), strict=True)
         self._ok(SDK, "ResponseStreamEvent")
         data = json.loads(raw)
         self._event(data)
@@ -187,7 +188,7 @@ class Checker:
 
     def ws_event(self, raw: str) -> dict[str, Any]:
         """One WebSocket text frame."""
-        _SDK_WS_EVENT.validate_json(raw, strict=True)
+        _SDK_WS_EVENT.validate_json(as_the_sdk_checks_it(raw), strict=True)
         self._ok(SDK, "ResponsesServerEvent")
         data = json.loads(raw)
         if data["type"] in EXTENSIONS:
