@@ -6,8 +6,10 @@ caller's own ``until``); the :class:`Answer` holds them with the client-side tim
 ``on_event`` sees every event received (a checker's hook, bench/chains.py).  Open one with
 ``sock = await connect(url)`` or ``async with connect(url) as sock:``.
 
+Every WebSocket the lab opens goes through :func:`connect` (tests/test_layout.py checks it).
 The hostile-frame fuzzer (bench/fuzz_oracle.py) is not a client of this kind: it sends
-raw bytes and invalid UTF-8 over a synchronous socket on purpose.
+raw bytes and invalid UTF-8 over a synchronous socket on purpose; the reference and bare
+servers (bench/reference.py, bench/kinds/floor.py) are servers, not clients.
 """
 
 from __future__ import annotations
