@@ -6,8 +6,10 @@ caller's own ``until``); the :class:`Answer` holds them with the client-side tim
 ``on_event`` sees every event received (a checker's hook, bench/chains.py).  Open one with
 ``sock = await connect(url)`` or ``async with connect(url) as sock:``.
 
+Every WebSocket the lab opens goes through :func:`connect` (tests/test_layout.py checks it).
 The hostile-frame fuzzer (bench/fuzz_oracle.py) is not a client of this kind: it sends
-raw bytes and invalid UTF-8 over a synchronous socket on purpose.
+raw bytes and invalid UTF-8 over a synchronous socket on purpose; the reference and bare
+servers (bench/reference.py, bench/kinds/floor.py) are servers, not clients.
 """
 
 from __future__ import annotations
@@ -179,6 +181,10 @@ class ResponsesSocket:
         except TimeoutError:
             return out
 
+    def abort(self) -> None:
+        """Drop the TCP connection without a close frame (the network lost)."""
+        self.ws.transport.abort()
+
     async def close(self) -> None:
         await self.ws.close()
 
@@ -188,7 +194,8 @@ class connect:
     or ``async with connect(…) as sock``.  ``api_key`` goes in ``Authorization``; ``query``
     is the upgrade URL's (``?mode=append``); ``compression="deflate"`` negotiates
     permessage-deflate (off by default); ``ping_interval`` (s, ``None``: no pings) is the
-    keepalive's, a pong due within as long."""
+    keepalive's, a pong due within as long; ``additional_headers`` go on the upgrade request
+    (a resume token).  ``base_url`` may be the endpoint's ``ws://`` URL itself."""
 
     def __init__(
         self,
@@ -200,7 +207,11 @@ class connect:
         open_timeout: float = 10.0,
         on_event: Callable[[Event], None] | None = None,
         ping_interval: float | None = 20.0,
+        additional_headers: dict[str, str] | None = None,
     ) -> None:
+        headers = dict(additional_headers or {})
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
         self._url = ws_url(base_url, query)
         self._options: dict[str, Any] = {
             "max_size": None,
@@ -208,7 +219,7 @@ class connect:
             "open_timeout": open_timeout,
             "ping_interval": ping_interval,
             "ping_timeout": ping_interval,
-            "additional_headers": {"Authorization": f"Bearer {api_key}"} if api_key else None,
+            "additional_headers": headers or None,
         }
         self._on_event = on_event
         self._socket: ResponsesSocket | None = None

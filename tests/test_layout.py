@@ -574,3 +574,64 @@ def test_the_driver_is_the_only_caller_of_a_sessions_handle():
     }
     assert not calls, f"Session.handle called outside {SESSION_DRIVER}: {sorted(calls)}"
     assert handle_calls(ROOT / SESSION_DRIVER), "the driver no longer calls handle: move this test with it"
+
+
+# The lab keeps one WebSocket client (bench/client.py): no other lab module opens a connection
+# with websockets itself (catching websockets' exception types is fine).
+WEBSOCKET_CLIENT = "bench/client.py"
+OWN_SOCKETS = {
+    "bench/fuzz_oracle.py": "sends raw bytes and invalid UTF-8 over a synchronous socket on purpose",
+    "bench/report/browser.py": "speaks Chromium's DevTools protocol, not the Responses API",
+}
+CLIENT_MODULES = (
+    "websockets.client",
+    "websockets.asyncio.client",
+    "websockets.sync.client",
+    "websockets.legacy.client",
+)
+
+
+def websocket_connects(path: Path) -> set[str]:
+    """The ways ``path`` opens a WebSocket with websockets itself: ``websockets.connect``
+    called, ``connect`` imported from websockets, or one of its client modules imported."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith(CLIENT_MODULES)}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "websockets":
+            if node.module.startswith(CLIENT_MODULES):
+                found.add(node.module)
+            found |= {f"{node.module}.connect" for a in node.names if a.name == "connect"}
+        elif (
+            isinstance(node, ast.Attribute)
+            and node.attr == "connect"
+            and ast.unparse(node.value).startswith("websockets")
+        ):
+            found.add(f"{ast.unparse(node.value)}.connect")
+    return found
+
+
+def test_the_lab_opens_websockets_only_through_its_one_client():
+    own = {
+        rel: sorted(found)
+        for path in modules("bench")
+        if (rel := path.relative_to(ROOT).as_posix()) not in {WEBSOCKET_CLIENT, *OWN_SOCKETS}
+        and (found := websocket_connects(path))
+    }
+    assert not own, f"open WebSockets through bench.client.connect: {own}"
+
+
+def test_a_websocket_opened_around_the_one_client_is_caught(tmp_path):
+    lab_module = tmp_path / "kind.py"
+    lab_module.write_text(
+        "import websockets\nfrom websockets.exceptions import ConnectionClosed\n"
+        "from websockets.sync.client import connect\n"
+        "async def f(url):\n    return await websockets.connect(url)\n"
+        "def g():\n    import websockets.asyncio.client\n"
+    )
+    assert websocket_connects(lab_module) == {
+        "websockets.sync.client",
+        "websockets.sync.client.connect",
+        "websockets.connect",
+        "websockets.asyncio.client",
+    }

@@ -40,11 +40,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import websockets
 from websockets.exceptions import ConnectionClosed, InvalidMessage, InvalidStatus
 
 from .. import results
-from ..client import TERMINAL_EVENT_TYPES, ws_url
+from ..client import TERMINAL_EVENT_TYPES, ResponsesSocket, connect
 from ..reconcile import Seen, read_ledger, reconcile
 
 APP = "responses-ws-drain"
@@ -159,7 +158,7 @@ class Client:
         while not stop.is_set():
             self.carried_over()
             try:
-                ws = await websockets.connect(ws_url(self.url), max_size=None, open_timeout=OPEN_TIMEOUT_S)
+                sock = await connect(self.url, open_timeout=OPEN_TIMEOUT_S, compression="deflate")
             except InvalidStatus as exc:
                 self.tally.add(*classify_refusal(exc))
                 await asyncio.sleep(self.rng.uniform(0.5, 1.0))  # Retry-After: 1
@@ -174,32 +173,32 @@ class Client:
                 self.tally.add("upgrade_reset", repr(exc))
             else:
                 self.tally.add("opened")
-                await self.serve_socket(ws, stop)
+                await self.serve_socket(sock, stop)
                 continue
             await asyncio.sleep(0.5)
 
-    async def serve_socket(self, ws: Any, stop: asyncio.Event) -> None:
+    async def serve_socket(self, sock: ResponsesSocket, stop: asyncio.Event) -> None:
         try:
             for _ in range(self.plan.turns):
                 if stop.is_set():
                     break
-                await self.turn(ws)
+                await self.turn(sock)
                 await asyncio.sleep(self.rng.uniform(0.5, 1.5) * self.plan.think_ms / 1000)
-            await ws.close()
+            await sock.close()
             self.tally.add("client_closed")
         except Refused:
             # Told to go: the server closes the socket (1012) once nothing runs on it.
             try:
                 async with asyncio.timeout(10):
-                    async for message in ws:
+                    async for message in sock.ws:
                         self.tally.add("error_other", f"after server_shutting_down: {message[:100]!r}")
             except TimeoutError:
                 self.tally.add("closed_other_code", "no close within 10 s of server_shutting_down")
-                await ws.close()
+                await sock.close()
             except ConnectionClosed as exc:
                 self.closed(exc)
             else:
-                self.closed(ConnectionClosed(ws.protocol.close_rcvd, ws.protocol.close_sent))
+                self.closed(ConnectionClosed(sock.ws.protocol.close_rcvd, sock.ws.protocol.close_sent))
         except ConnectionClosed as exc:
             self.closed(exc)
         await asyncio.sleep(self.rng.uniform(0.0, 0.3))
@@ -220,13 +219,13 @@ class Client:
         if self.pending is not None:
             self.tally.add("resent")
 
-    async def turn(self, ws: Any) -> None:
+    async def turn(self, sock: ResponsesSocket) -> None:
         body = self.pending = self.pending or turn_body(self.rng, self.plan, self.previous)
-        await ws.send(json.dumps({"type": "response.create", **body}))
+        await sock.send({"type": "response.create", **body})
         self.tally.in_turn += 1
         try:
             while True:
-                event = json.loads(await ws.recv())
+                event = await sock.recv()
                 kind = event.get("type")
                 if kind == "response.created":
                     self.seen.created(event["response"], "websocket")

@@ -32,11 +32,10 @@ from typing import Any
 
 import httpx
 import psutil
-import websockets
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from .. import results
-from ..client import TERMINAL_EVENT_TYPES, ws_url
+from ..client import TERMINAL_EVENT_TYPES, connect
 from ..reconcile import Line, Seen, read_ledger, reconcile
 from ..stats import pct
 
@@ -98,18 +97,15 @@ async def ws_client(
     """A socket's turns, and new sockets after drops, until ``stop`` (``key``: the API key sent)."""
     previous: str | None = None  # continued on the next socket only if it was stored
     chain = 0
-    headers = {"Authorization": f"Bearer {key}"} if key else None
     while not stop.is_set():
         try:
-            async with websockets.connect(
-                ws_url(url), max_size=None, open_timeout=30, additional_headers=headers
-            ) as ws:
+            async with connect(url, api_key=key, open_timeout=30, compression="deflate") as sock:
                 while not stop.is_set():
                     body = turn_body(rng, plan, previous if chain < MAX_CHAIN else None)
                     chain = chain + 1 if "previous_response_id" in body else 1
-                    await ws.send(json.dumps({"type": "response.create", **body}))
+                    await sock.send({"type": "response.create", **body})
                     last = time.perf_counter()
-                    while (ended := observe(seen, json.loads(await ws.recv()), "websocket")) is None:
+                    while (ended := observe(seen, await sock.recv(), "websocket")) is None:
                         last = time.perf_counter()
                     gaps.append((time.perf_counter() - last) * 1000)  # the wait for the line (and record)
                     stats["turns"] += 1

@@ -43,10 +43,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import websockets
-
 from .. import results
-from ..client import TERMINAL_EVENT_TYPES
+from ..client import TERMINAL_EVENT_TYPES, ResponsesSocket, connect
 from ..stats import pct, spread
 
 HEADER = "x-responses-ws-resume-token"
@@ -98,13 +96,15 @@ def body(plan: Plan, client: int, i: int, previous: str | None) -> dict[str, Any
     return out
 
 
-async def timed_turn(ws: Any, create: dict[str, Any], started: float) -> tuple[float, float, dict]:
+async def timed_turn(
+    sock: ResponsesSocket, create: dict[str, Any], started: float
+) -> tuple[float, float, dict]:
     """Send ``create``; (ms to its first event, ms to its terminal event, the response),
     both from ``started`` (perf_counter)."""
-    await ws.send(json.dumps(create))
+    await sock.send(create)
     first_ms = None
     while True:
-        event = json.loads(await ws.recv())
+        event = await sock.recv()
         if first_ms is None:
             first_ms = (time.perf_counter() - started) * 1000.0
         kind = event.get("type")
@@ -120,40 +120,49 @@ def usage(response: dict) -> tuple[int, int]:
 
 
 async def run_client(
-    url: str, plan: Plan, client: int, locate: Callable[[int], str | None], out: ClientRun
+    url: str,
+    plan: Plan,
+    client: int,
+    locate: Callable[[int], str | None],
+    out: ClientRun,
+    api_key: str | None = None,
 ) -> None:
-    ws = await websockets.connect(url, max_size=None, open_timeout=60)
-    assert ws.response is not None
-    token = ws.response.headers[HEADER]
-    node = locate(ws.local_address[1])
+    sock = await connect(url, api_key=api_key, open_timeout=60, compression="deflate")
+    assert sock.ws.response is not None
+    token = sock.ws.response.headers[HEADER]
+    node = locate(sock.local_address[1])
     try:
-        _, _, response = await timed_turn(ws, body(plan, client, 0, None), time.perf_counter())  # not timed
+        _, _, response = await timed_turn(sock, body(plan, client, 0, None), time.perf_counter())  # not timed
         previous, i = response["id"], 1
         for r in range(plan.resumes + 1):
             for _ in range(plan.steady):
                 first, total, response = await timed_turn(
-                    ws, body(plan, client, i, previous), time.perf_counter()
+                    sock, body(plan, client, i, previous), time.perf_counter()
                 )
                 cached, prompt = usage(response)
                 out.samples.append(Sample("steady", first, total, cached, prompt, node))
                 previous, i = response["id"], i + 1
             if r == plan.resumes:
                 break
-            ws.transport.abort()  # the network lost: no close frame
+            sock.abort()  # the network lost: no close frame
             await asyncio.sleep(0.05)
             started = time.perf_counter()
-            ws = await websockets.connect(
-                url, additional_headers={HEADER: token}, max_size=None, open_timeout=60
+            sock = await connect(
+                url,
+                api_key=api_key,
+                additional_headers={HEADER: token},
+                open_timeout=60,
+                compression="deflate",
             )
             handshake = (time.perf_counter() - started) * 1000.0
-            first, total, response = await timed_turn(ws, body(plan, client, i, previous), started)
-            before, node = node, locate(ws.local_address[1])
+            first, total, response = await timed_turn(sock, body(plan, client, i, previous), started)
+            before, node = node, locate(sock.local_address[1])
             cached, prompt = usage(response)
             out.samples.append(
                 Sample("resume", first, total, cached, prompt, node, node != before, handshake)
             )
             previous, i = response["id"], i + 1
-        await ws.close()
+        await sock.close()
     except Exception as exc:  # noqa: BLE001 - reported and counted, the other clients go on
         out.errors.append(repr(exc)[:300])
 
@@ -191,9 +200,11 @@ def fmt(d: dict[str, Any]) -> str:
     )
 
 
-async def drive(url: str, plan: Plan, locate: Callable[[int], str | None]) -> list[ClientRun]:
+async def drive(
+    url: str, plan: Plan, locate: Callable[[int], str | None], api_key: str | None = None
+) -> list[ClientRun]:
     runs = [ClientRun() for _ in range(plan.clients)]
-    await asyncio.gather(*(run_client(url, plan, c, locate, runs[c]) for c in range(plan.clients)))
+    await asyncio.gather(*(run_client(url, plan, c, locate, runs[c], api_key) for c in range(plan.clients)))
     return runs
 
 

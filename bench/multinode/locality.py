@@ -35,11 +35,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import redis
-import websockets
 
 from store.state_reader import serving_replica
 
-from ..client import TERMINAL_EVENT_TYPES
+from ..client import TERMINAL_EVENT_TYPES, ResponsesSocket, connect
 from .cleanup import LOCALITY_PREFIX
 from .harness import Harness
 from .locality_figures import Moves, Turn, check_cached, imbalance, moves, spread
@@ -159,9 +158,15 @@ class Session:
     turns: list[Turn] = field(default_factory=list)
     nodes: list[str | None] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
-    ws: Any = None
+    sock: ResponsesSocket | None = None
     token: str = ""
     previous: str | None = None
+
+    @property
+    def ws(self) -> ResponsesSocket:
+        """The session's open socket."""
+        assert self.sock is not None, f"session {self.index} is not open"
+        return self.sock
 
     def create(self) -> dict[str, Any]:
         i = len(self.turns)
@@ -190,13 +195,14 @@ class Session:
 
     async def open(self, url: str, token: str | None = None) -> None:
         headers = {HEADER: token} if token else {}
-        self.ws = await websockets.connect(url, additional_headers=headers, max_size=None, open_timeout=60)
-        self.token = token or self.ws.response.headers[HEADER]
+        self.sock = await connect(url, additional_headers=headers, open_timeout=60, compression="deflate")
+        assert self.sock.ws.response is not None
+        self.token = token or self.sock.ws.response.headers[HEADER]
 
     async def turn(self, node: str | None = None) -> Turn:
-        await self.ws.send(json.dumps(self.create()))
+        await self.ws.send(self.create())
         while True:
-            event = json.loads(await self.ws.recv())
+            event = await self.ws.recv()
             kind = event.get("type")
             if kind == "error" or (kind in TERMINAL_EVENT_TYPES and kind != "response.completed"):
                 raise RuntimeError(f"session {self.index}: {json.dumps(event)[:300]}")
@@ -230,7 +236,7 @@ class Session:
 
     async def resume(self, url: str, node: str | None) -> Turn:
         """Drop the socket (a TCP abort: the state stays resumable) and resume at ``url``."""
-        self.ws.transport.abort()
+        self.ws.abort()
         await asyncio.sleep(0.05)
         await self.open(url, self.token)
         return await self.turn(node)
