@@ -3,9 +3,9 @@ own network, PID, mount and UTS namespaces, each running sshd (bench/multinode/h
 wheelhouse as their only package source; the shipped configs copied with only the documented
 edits (bench/multinode/edits.py), the session tier elastic (one session host always up, room
 for a second) and its targets small; then, as the docs say and timed: ``ray up -y``, ``serve
-deploy``, HAProxy from configs/haproxy-sessions.cfg with the balancer sync
-(serve/balancer_sync.py); the openai SDK and Codex CLI through it (plain TCP: the TLS config
-is tested on its own) beyond the first node's target, until Ray's autoscaler launches the
+deploy``, HAProxy from configs/haproxy-sessions-tls.cfg (a certificate of a CA the test makes)
+with the balancer sync (serve/balancer_sync.py); the openai SDK (``wss://``) and Codex CLI
+through it, trusting that CA (``SSL_CERT_FILE``), beyond the first node's target, until Ray's autoscaler launches the
 second session host, the balancer adds it and new connections go there; then the load
 removed to one chain on each node, until Serve drains one node's gateway (Serve's choice:
 /readyz 503 first, 1012 once responses end: its client goes on on the other node, no turn
@@ -37,12 +37,14 @@ from bench.multinode.topology import leftovers
 from serve.balancer_sync import parse_servers_state
 from tests.multinode.test_real_clients import SdkRun, sdk_chain
 from tests.support.codex import CODEX, Egress, codex_home, run_codex, write_checkout
+from tests.support.tls import make_ca, server_certificate
 from tests.support.wiretap import Wiretap
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
 WHEELHOUSE = Path(os.environ.get("RWS_WHEELHOUSE", Path.home() / ".cache/responses-ws/wheelhouse"))
 RAY_BIN = Path(sys.executable).parent
+TLS_PORT = 8443  # the balancer's TLS listener (the shipped config binds 443: one of its documented edits)
 TARGET = 2  # connections a session node is scaled to hold (server.target_connections_per_node)
 A_CLIENTS = range(4)  # the load beyond the first node's target, removed later
 B_CLIENTS = range(4, 6)  # started once both nodes serve: on the added node (leastconn)
@@ -135,7 +137,7 @@ def hosts() -> Path:
 
 
 def test_ray_up_grows_and_shrinks_the_session_tier_with_its_connections_and_ray_down_leaves_nothing(
-    hosts: Hosts,
+    hosts: Hosts, monkeypatch: pytest.MonkeyPatch
 ):
     steps = Steps()
     assert hosts.temp_dir is not None
@@ -213,14 +215,28 @@ def test_ray_up_grows_and_shrinks_the_session_tier_with_its_connections_and_ray_
 
         sock = hosts.temp_dir / "haproxy.sock"
         cfg = hosts.temp_dir / "haproxy.cfg"
+        # TLS at the edge: the balancer's certificate from a CA every client here trusts (the
+        # SDK's httpx and websockets, and Codex, read SSL_CERT_FILE); Codex reaches the
+        # balancer through a relay on 127.0.0.1 (below), so that name is in the certificate too.
+        ca = make_ca()
+        (hosts.temp_dir / "ca.pem").write_bytes(ca.pem)
+        certificate = hosts.temp_dir / "balancer.pem"
+        certificate.write_bytes(
+            server_certificate(ca, [hosts.topology.bridge_address, "127.0.0.1"]).pem_with_key
+        )
+        monkeypatch.setenv("SSL_CERT_FILE", str(hosts.temp_dir / "ca.pem"))
         cfg.write_text(
             haproxy_config(
-                (CONFIGS / "haproxy-sessions.cfg").read_text(),
+                (CONFIGS / "haproxy-sessions-tls.cfg").read_text(),
                 bind=hosts.topology.bridge_address,
                 stats_socket=str(sock),
+                certificate=str(certificate),
+                port=TLS_PORT,
             )
         )
-        with steps.run("haproxy -f configs/haproxy-sessions.cfg and the balancer sync: the first node UP"):
+        with steps.run(
+            "haproxy -f configs/haproxy-sessions-tls.cfg and the balancer sync: the first node UP"
+        ):
             procs.append(
                 background(
                     [shutil.which("haproxy") or "haproxy", "-db", "-f", str(cfg)],
@@ -243,7 +259,7 @@ def test_ray_up_grows_and_shrinks_the_session_tier_with_its_connections_and_ray_
             wait_for(lambda: up_servers(sock) == {first.address}, 60, lambda: f"balancer: {slots(sock)}")
         with steps.run("responses-ws status: healthy, the gateway on the first session node"):
             status_shows(env, dashboard, serve_yaml, password, {first.address})
-        url = f"http://{hosts.topology.bridge_address}:8765"
+        url = f"https://{hosts.topology.bridge_address}:{TLS_PORT}"
         load = Load(url, work)
         try:
             with steps.run(
@@ -481,7 +497,7 @@ class Load:
         self._egress = Egress()
         # Codex sends everything but loopback to its proxy (the test's egress, which refuses): a
         # relay on 127.0.0.1 takes its connections to the balancer.
-        host, port = url.removeprefix("http://").rsplit(":", 1)
+        host, port = url.removeprefix("https://").rsplit(":", 1)
         self._tap = Wiretap(host, int(port))
         self._codex: dict[str, object] = {}
         self._codex_thread: threading.Thread | None = None
@@ -508,7 +524,9 @@ class Load:
             checkout = self.work / "codex" / "checkout"
             checkout.mkdir(parents=True)
             write_checkout(checkout, {"README.md": "# demo\n", "src/main.py": "print('hello')\n"})
-            home = codex_home(self.work / "codex", self._tap.url, websockets=True)
+            home = codex_home(
+                self.work / "codex", self._tap.url.replace("http://", "https://", 1), websockets=True
+            )
             try:
                 self._codex["run"] = run_codex(
                     home,
