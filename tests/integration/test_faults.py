@@ -352,7 +352,7 @@ def test_a_redeploy_under_load_resets_nothing_loses_no_terminal_event_and_no_sto
             redeploys=1,
             every_s=2.0,
             tail_s=3.0,
-            turns=4,
+            turns=8,  # chains longer than the redeploy: their sockets are open when the old gateway closes
             think_ms=200,
             min_tokens=40,
             max_tokens=120,
