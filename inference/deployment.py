@@ -350,12 +350,7 @@ def deployment_options(config: InferenceConfig) -> dict[str, Any]:
         options["autoscaling_config"] = autoscaling_config(
             metric=SEQUENCES,
             target_per_replica=auto.target_sequences,
-            min_replicas=auto.min_replicas,
-            max_replicas=auto.max_replicas,
-            upscale_delay_s=auto.upscale_delay_s,
-            downscale_delay_s=auto.downscale_delay_s,
-            metrics_interval_s=auto.metrics_interval_s,
-            look_back_period_s=auto.look_back_period_s,
+            bounds=auto,
         )
     elif auto is not None:
         options["autoscaling_config"] = auto.model_dump(

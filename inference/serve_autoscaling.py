@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import ray
 from ray.serve.config import AutoscalingContext
@@ -83,26 +83,34 @@ class LoadPolicy:
         return want, state
 
 
-def autoscaling_config(
-    *,
-    metric: str,
-    target_per_replica: float,
-    min_replicas: int,
-    max_replicas: int,
-    upscale_delay_s: float,
-    downscale_delay_s: float,
-    metrics_interval_s: float,
-    look_back_period_s: float,
-) -> dict[str, Any]:
-    """A deployment's ``autoscaling_config`` that scales on ``metric`` with :class:`LoadPolicy`."""
+class Bounds(Protocol):
+    """A tier's autoscaling settings (the gateway's and the inference tier's config models)."""
+
+    @property
+    def min_replicas(self) -> int: ...
+    @property
+    def max_replicas(self) -> int: ...
+    @property
+    def upscale_delay_s(self) -> float: ...
+    @property
+    def downscale_delay_s(self) -> float: ...
+    @property
+    def metrics_interval_s(self) -> float: ...
+    @property
+    def look_back_period_s(self) -> float: ...
+
+
+def autoscaling_config(*, metric: str, target_per_replica: float, bounds: Bounds) -> dict[str, Any]:
+    """A deployment's ``autoscaling_config`` that scales on ``metric`` with :class:`LoadPolicy`,
+    within ``bounds``."""
     check_ray_version()
     return {
-        "min_replicas": min_replicas,
-        "max_replicas": max_replicas,
-        "upscale_delay_s": upscale_delay_s,
-        "downscale_delay_s": downscale_delay_s,
-        "metrics_interval_s": metrics_interval_s,
-        "look_back_period_s": look_back_period_s,
+        "min_replicas": bounds.min_replicas,
+        "max_replicas": bounds.max_replicas,
+        "upscale_delay_s": bounds.upscale_delay_s,
+        "downscale_delay_s": bounds.downscale_delay_s,
+        "metrics_interval_s": bounds.metrics_interval_s,
+        "look_back_period_s": bounds.look_back_period_s,
         "policy": {
             "policy_function": f"{__name__}:{LoadPolicy.__name__}",
             "policy_kwargs": {"metric": metric, "target_per_replica": float(target_per_replica)},

@@ -76,12 +76,7 @@ def gateway_options(server: ServerConfig) -> dict[str, Any]:
         options["autoscaling_config"] = autoscaling_config(
             metric=CONNECTIONS,
             target_per_replica=server.target_connections_per_node,
-            min_replicas=auto.min_replicas,
-            max_replicas=auto.max_replicas,
-            upscale_delay_s=auto.upscale_delay_s,
-            downscale_delay_s=auto.downscale_delay_s,
-            metrics_interval_s=auto.metrics_interval_s,
-            look_back_period_s=auto.look_back_period_s,
+            bounds=auto,
         )
     if server.gateway_max_replicas_per_node is not None:
         options["max_replicas_per_node"] = server.gateway_max_replicas_per_node

@@ -10,6 +10,7 @@ import pytest
 import ray
 from ray.serve.config import AutoscalingConfig, AutoscalingContext
 
+from inference.profiles import AutoscalingConfig as Bounds
 from inference.serve_autoscaling import (
     CONNECTIONS,
     PINNED_RAY,
@@ -90,12 +91,14 @@ def test_the_config_is_one_serve_parses_into_this_policy():
     cfg = autoscaling_config(
         metric=SEQUENCES,
         target_per_replica=32,
-        min_replicas=1,
-        max_replicas=4,
-        upscale_delay_s=2,
-        downscale_delay_s=30,
-        metrics_interval_s=1,
-        look_back_period_s=5,
+        bounds=Bounds(
+            min_replicas=1,
+            max_replicas=4,
+            upscale_delay_s=2,
+            downscale_delay_s=30,
+            metrics_interval_s=1,
+            look_back_period_s=5,
+        ),
     )
     parsed = AutoscalingConfig(**cfg)
     assert (parsed.min_replicas, parsed.max_replicas, parsed.metrics_interval_s) == (1, 4, 1)

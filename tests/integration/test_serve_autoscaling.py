@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ray import serve
 
+from inference.profiles import AutoscalingConfig as Bounds
 from inference.serve_autoscaling import CONNECTIONS, ReportsLoad, autoscaling_config
 
 APP = "rws-autoscale-probe"
@@ -47,12 +48,14 @@ def test_replicas_follow_the_load_they_report(ray_cluster, tmp_path):
     config = autoscaling_config(
         metric=CONNECTIONS,
         target_per_replica=2,
-        min_replicas=1,
-        max_replicas=3,
-        upscale_delay_s=0,
-        downscale_delay_s=0,
-        metrics_interval_s=0.5,
-        look_back_period_s=1,
+        bounds=Bounds(
+            min_replicas=1,
+            max_replicas=3,
+            upscale_delay_s=0,
+            downscale_delay_s=0,
+            metrics_interval_s=0.5,
+            look_back_period_s=1,
+        ),
     )
     serve.run(Probe.options(autoscaling_config=config).bind(str(load)), name=APP, route_prefix=None)
     try:
