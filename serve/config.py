@@ -159,7 +159,7 @@ class AppConfig(BaseModel):
     store: StoreConfig = Field(StoreConfig(), description="where stored responses and usage lines go")
     inference: InferenceConfig = Field(
         default_factory=load_inference_config,
-        description="the emulated models and their deployment; defaults: the packaged inference/models.yaml",
+        description="the emulated models and their deployment; defaults: the packaged models.yaml",
     )
     logs: LogSettings = Field(
         LogSettings(), description="the app's own loggers: the gateway and its session hosts"

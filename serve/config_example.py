@@ -35,7 +35,7 @@ HEADER = """\
 # or a scalar is replaced whole; later sources win key by key:
 #   defaults < this file < RESPONSES_WS_<SECTION>__<KEY>=<yaml> in the environment
 #   < --set section.key=<yaml> < --host/--port        (docs/operations.md, Configuration)
-# The inference section's defaults are the packaged inference/models.yaml.
+# The inference section's defaults, written out below, are the packaged models.yaml.
 """
 WIDTH = 100
 REQUIRED = "<required>"
