@@ -1,6 +1,6 @@
 """Typed configuration of the whole application, composed once in :mod:`serve.builder`.
 
-Four sections, ``server``, ``session``, ``store`` and ``inference``, from four sources; a
+Five sections, ``server``, ``session``, ``store``, ``inference`` and ``logs``, from four sources; a
 later source wins key by key (sections and nested mappings are merged at every depth; a
 list or a scalar is replaced whole):
 
