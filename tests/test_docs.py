@@ -139,3 +139,12 @@ def test_the_map_lists_every_bench_kind():
     variants = [f"`{v.name}`" for kind in KINDS.values() for v in kind.variants]
     assert [v for v in variants if v not in row] == []
     assert [a for a in ALIASES if f"`{a}`" not in row] == []
+
+
+def test_the_protocol_reference_stays_in_pages_a_reader_can_search():
+    """docs/protocol.md is the index; each page of the reference stays under ~30 KB."""
+    pages = sorted((ROOT / "docs").glob("protocol*.md"))
+    assert len(pages) > 1
+    assert {p.name: p.stat().st_size for p in pages if p.stat().st_size > 30_000} == {}
+    index = (ROOT / "docs" / "protocol.md").read_text()
+    assert [p.name for p in pages if p.name != "protocol.md" and f"]({p.name})" not in index] == []
