@@ -119,3 +119,19 @@ def test_the_file_loads_as_the_defaults():
     assert app_config_from_dict(yaml.safe_load(EXAMPLE.read_text()), environ={}) == app_config_from_dict(
         {}, environ={}
     )
+
+
+def test_the_readmes_config_table_names_keys_that_exist():
+    """README.md's table of the keys that matter most: every key it names is a key."""
+    readme = (ROOT / "README.md").read_text()
+    rows = [
+        line for line in readme.splitlines() if re.match(r"\| `(server|session|store|inference|logs)\.", line)
+    ]
+    named = set()
+    for row in rows:
+        first = row.split("|")[1]
+        keys = re.findall(r"`([\w.]+)`", first)
+        section = keys[0].rsplit(".", 1)[0]
+        named |= {key if "." in key else f"{section}.{key}" for key in keys}
+    assert len(rows) > 10
+    assert sorted(named - model_keys(AppConfig)) == []
