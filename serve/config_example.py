@@ -195,7 +195,7 @@ def render(config: AppConfig | None = None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m serve.config_example", description=__doc__.split("\n\n")[0]
+        prog="python -m serve.config_example", description=(__doc__ or "").split("\n\n")[0]
     )
     parser.add_argument(
         "--check", type=Path, metavar="FILE", help="exit 1 if FILE differs from what would be written"
