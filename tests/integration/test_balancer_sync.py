@@ -85,8 +85,7 @@ def test_the_sync_fills_drains_and_frees_haproxy_slots(nodes, tmp_path):
     try:
         wait_for(sock.exists, 10, lambda: "no runtime socket")
         serve = Serve()
-        sync = BalancerSync("http://unused", str(sock), port=port)
-        sync._client = serve  # the REST client's seam: what Serve would answer
+        sync = BalancerSync("http://unused", str(sock), port=port, client=serve)  # what Serve would answer
 
         def table() -> dict[str, tuple[str, str]]:
             placed = parse_servers_state(balancer.command(sock, "show servers state sessions"), "sessions")
