@@ -10,7 +10,6 @@ import http.server
 import shutil
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -48,10 +47,13 @@ class Serve:
 
 
 def wait_for(predicate, timeout_s: float, what) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, what()
-        time.sleep(0.1)
+    """Until ``predicate()`` holds; the failure says ``what()`` (the state at the deadline)."""
+    from tests.support.waiting import TimedOut, wait_until
+
+    try:
+        wait_until(predicate, timeout_s, "the balancer's state")
+    except TimedOut as exc:
+        raise AssertionError(what()) from exc
 
 
 @pytest.fixture
