@@ -175,13 +175,13 @@ class BalancerSync:
     app: str = "responses-ws"
     deployment: str = "Gateway"
     port: int = 8765
-    _client: Any = None
+    client: Any = None  # Serve's REST client (what answers ``get_serve_details``); None: one for ``address``
 
     def once(self) -> list[str]:
         """One round: read, plan, apply; the commands sent."""
-        if self._client is None:
-            self._client = serve_client(self.address)
-        wanted = wanted_nodes(gateway_replicas(self._client, self.app, self.deployment))
+        if self.client is None:
+            self.client = serve_client(self.address)
+        wanted = wanted_nodes(gateway_replicas(self.client, self.app, self.deployment))
         slots = parse_servers_state(
             command(self.socket_path, f"show servers state {self.backend}"), self.backend
         )

@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import subprocess
 import sys
@@ -66,6 +67,27 @@ RAY_MODULES = {
 FUZZ_BENCHMARK = {"bench.kinds.fuzz", "bench.fuzz_cases"}  # the only installed modules that import hypothesis
 
 
+def tree(path: Path) -> ast.Module:
+    """``path`` parsed (once for each text the session reads: the rules below walk the same
+    modules many times).  The trees are shared: no rule changes them."""
+    return _parsed(path.read_text())
+
+
+def walk(path: Path) -> tuple[ast.AST, ...]:
+    """Every node of :func:`tree`, in :func:`ast.walk`'s order."""
+    return _walked(path.read_text())
+
+
+@functools.cache
+def _parsed(text: str) -> ast.Module:
+    return ast.parse(text)
+
+
+@functools.cache
+def _walked(text: str) -> tuple[ast.AST, ...]:
+    return tuple(ast.walk(_parsed(text)))
+
+
 def modules(package: str) -> list[Path]:
     return sorted((ROOT / package).rglob("*.py"))
 
@@ -77,15 +99,15 @@ def module_name(path: Path) -> str:
 
 def imported(path: Path, *, top_level_only: bool = False) -> set[str]:
     """Absolute names of the modules ``path`` imports (relative imports resolved)."""
-    tree = ast.parse(path.read_text())
+    module = tree(path)
     here = module_name(path).split(".")
     if path.name != "__init__.py":
         here = here[:-1]
-    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    nodes = module.body if top_level_only else walk(path)
     if top_level_only:  # also imports under a top-level if/try (not inside functions)
         nodes = [
             n
-            for stmt in tree.body
+            for stmt in module.body
             for n in ast.walk(stmt)
             if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
         ]
@@ -319,14 +341,12 @@ def private_reach_ins(path: Path) -> list[str]:
     ``_name`` is not bound in the module itself, and ``super()._name``: a private method or
     attribute of an object of a library (``counter._record``), a base class's or another
     module's."""
-    tree = ast.parse(path.read_text())
-    bound = {
-        n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
-    }
-    bound |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)}
-    bound |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    nodes = walk(path)
+    bound = {n.name for n in nodes if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)}
+    bound |= {n.attr for n in nodes if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)}
+    bound |= {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     found = []
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.Attribute) and _private(node.attr):
             on_super = isinstance(node.value, ast.Call) and ast.unparse(node.value.func) == "super"
             mine = isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
@@ -387,7 +407,7 @@ def _is_deployment_bind(node: ast.AST) -> bool:
 def test_the_app_builder_is_the_only_bind_site():
     for package in PACKAGES:
         for path in modules(package):
-            binds = [n for n in ast.walk(ast.parse(path.read_text())) if _is_deployment_bind(n)]
+            binds = [n for n in walk(path) if _is_deployment_bind(n)]
             assert not binds or path.relative_to(ROOT).as_posix() == "serve/builder.py", path
 
 
@@ -429,8 +449,13 @@ def third_party_imports(paths: list[Path]) -> set[str]:
     return {n for n in names if n not in sys.stdlib_module_names and n not in project and n != "__future__"}
 
 
+@functools.cache
+def _installed() -> dict[str, list[str]]:
+    return metadata.packages_distributions()  # what is installed: read once a run
+
+
 def distributions(import_names: set[str]) -> set[str]:
-    by_import = metadata.packages_distributions()
+    by_import = _installed()
     dists = set()
     for name in import_names:
         if name in PROVIDED_BY:
@@ -538,7 +563,7 @@ LAB_PUBLIC = {
 def imported_modules(path: Path) -> set[str]:
     """The modules ``path`` imports from (``from X import y`` → ``X``), absolute ones only."""
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in walk(path):
         if isinstance(node, ast.Import):
             names |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
@@ -578,10 +603,9 @@ SESSION_DRIVER = "actors/core/driver.py"
 
 def handle_calls(path: Path) -> list[str]:
     """Every ``x.handle(...)`` call in ``path``."""
-    tree = ast.parse(path.read_text())
     return [
         f"{path.relative_to(ROOT).as_posix()}:{node.lineno} {ast.unparse(node.func)}"
-        for node in ast.walk(tree)
+        for node in walk(path)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "handle"
     ]
 
@@ -617,7 +641,7 @@ def websocket_connects(path: Path) -> set[str]:
     """The ways ``path`` opens a WebSocket with websockets itself: ``websockets.connect``
     called, ``connect`` imported from websockets, or one of its client modules imported."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in walk(path):
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.startswith(CLIENT_MODULES)}
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "websockets":

@@ -10,7 +10,6 @@ import http.server
 import shutil
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -48,10 +47,13 @@ class Serve:
 
 
 def wait_for(predicate, timeout_s: float, what) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, what()
-        time.sleep(0.1)
+    """Until ``predicate()`` holds; the failure says ``what()`` (the state at the deadline)."""
+    from tests.support.waiting import TimedOut, wait_until
+
+    try:
+        wait_until(predicate, timeout_s, "the balancer's state")
+    except TimedOut as exc:
+        raise AssertionError(what()) from exc
 
 
 @pytest.fixture
@@ -85,8 +87,7 @@ def test_the_sync_fills_drains_and_frees_haproxy_slots(nodes, tmp_path):
     try:
         wait_for(sock.exists, 10, lambda: "no runtime socket")
         serve = Serve()
-        sync = BalancerSync("http://unused", str(sock), port=port)
-        sync._client = serve  # the REST client's seam: what Serve would answer
+        sync = BalancerSync("http://unused", str(sock), port=port, client=serve)  # what Serve would answer
 
         def table() -> dict[str, tuple[str, str]]:
             placed = parse_servers_state(balancer.command(sock, "show servers state sessions"), "sessions")

@@ -20,8 +20,7 @@ from tests.support.server import gateway_stats, start_app, stop_app
 from tests.support.waiting import wait_until
 from tests.support.wire import raw_collect
 
-BURST_APP = "rws-crowd"
-STORM_APP = "rws-crowd-storm"
+CROWD_APP = "rws-crowd"  # the default config: the burst's, then the storm's (which redeploys it)
 MODEL = "emu-fast"
 SHORT = {"emulator.tool_rounds": "0", "emulator.text_tokens": "4"}
 OPEN_TIMEOUT_S = 10.0  # websockets' default, and the SDK's
@@ -64,18 +63,20 @@ def assert_one_response(events: list[dict]) -> dict:
 
 
 @pytest.fixture(scope="module")
-def burst_url(ray_cluster):
-    url = start_app(BURST_APP)  # the default session config: only the port is chosen
+def crowd_url(ray_cluster):
+    """The default config (only the port is chosen), one app for the module: the burst, then
+    the storm, which ends it with a redeploy (it comes last)."""
+    url = start_app(CROWD_APP)
     yield url
-    stop_app(BURST_APP)
+    stop_app(CROWD_APP)
 
 
-def test_a_burst_of_100_connections_on_the_default_config_is_packed_on_a_few_hosts(burst_url):
+def test_a_burst_of_100_connections_on_the_default_config_is_packed_on_a_few_hosts(crowd_url):
     """~100 WebSockets opened at once (10 s open timeout), a few turns on each: every one
     opens and every turn completes with contiguous sequence numbers; the pool packs them
     (not one host per connection), and every slot is given back after the close."""
-    ws_url = burst_url.replace("http", "ws", 1) + "/v1/responses"
-    before = gateway_stats(BURST_APP)
+    ws_url = crowd_url.replace("http", "ws", 1) + "/v1/responses"
+    before = gateway_stats(CROWD_APP)
     measured: dict[str, Any] = {}
 
     async def turns(ws, i: int) -> list[dict]:
@@ -96,11 +97,11 @@ def test_a_burst_of_100_connections_on_the_default_config_is_packed_on_a_few_hos
         try:
             failures = [repr(exc) for exc in opened if isinstance(exc, BaseException)]
             assert not failures, f"{len(failures)} of {BURST} did not open: {failures[:3]}"
-            measured["while_open"] = await asyncio.to_thread(gateway_stats, BURST_APP)
+            measured["while_open"] = await asyncio.to_thread(gateway_stats, CROWD_APP)
             t1 = time.monotonic()
             measured["responses"] = await asyncio.gather(*(turns(ws, i) for i, ws in enumerate(sockets)))
             measured["turns_s"] = time.monotonic() - t1
-            measured["after_turns"] = await asyncio.to_thread(gateway_stats, BURST_APP)
+            measured["after_turns"] = await asyncio.to_thread(gateway_stats, CROWD_APP)
         finally:
             await asyncio.gather(*(ws.close() for ws in sockets), return_exceptions=True)
 
@@ -116,7 +117,7 @@ def test_a_burst_of_100_connections_on_the_default_config_is_packed_on_a_few_hos
         assert stats["connections"] == BURST + before["connections"], (when, stats)
         assert stats["actors"] + stats["starting"] <= MAX_HOSTS, (when, stats)
     t2 = time.monotonic()
-    after = wait_until(lambda: settled(BURST_APP), 30.0, "every slot to be given back")
+    after = wait_until(lambda: settled(CROWD_APP), 30.0, "every slot to be given back")
     print(
         f"\nburst: {BURST} opened in {measured['open_s']:.2f}s, {len(responses)} turns in "
         f"{measured['turns_s']:.2f}s; hosts before {before['actors']}, while open "
@@ -149,7 +150,7 @@ def record_failed_connects(monkeypatch) -> list[tuple[float, str]]:
     return failed
 
 
-def test_a_redeploy_closes_every_socket_1012_and_the_sdk_reconnects_them_all(ray_cluster, monkeypatch):
+def test_a_redeploy_closes_every_socket_1012_and_the_sdk_reconnects_them_all(crowd_url, monkeypatch):
     """N openai-SDK connections (``on_reconnecting`` given: the SDK reconnects by itself)
     each complete a turn; a redeploy drains the gateway, which closes every socket with 1012;
     every client reconnects with the SDK's backoff to the new gateway and completes a turn
@@ -157,7 +158,7 @@ def test_a_redeploy_closes_every_socket_1012_and_the_sdk_reconnects_them_all(ray
     from openai import AsyncOpenAI
 
     failed_connects = record_failed_connects(monkeypatch)
-    url = start_app(STORM_APP)  # the default config
+    url = crowd_url  # the default config (the burst's sockets closed and their slots given back)
     port = int(url.rsplit(":", 1)[1])
     client = AsyncOpenAI(base_url=url + "/v1", api_key="sk-test", max_retries=0)
     reconnects: list[list[Any]] = [[] for _ in range(STORM)]  # the ReconnectingEvents per client
@@ -222,59 +223,56 @@ def test_a_redeploy_closes_every_socket_1012_and_the_sdk_reconnects_them_all(ray
         agents = asyncio.gather(*(agent(i) for i in range(STORM)))
         try:
             await until_all("first", agents, 120)
-            measured["before"] = await asyncio.to_thread(gateway_stats, STORM_APP)
+            measured["before"] = await asyncio.to_thread(gateway_stats, CROWD_APP)
             measured["redeploy_at"] = time.monotonic()
             # A changed config for the same app on the same port: Serve starts a new gateway
             # replica (it shares the port's listening socket), then stops the old one, which
             # drains: it stops listening and closes its idle sockets with 1012 at once.
-            await asyncio.to_thread(start_app, STORM_APP, **{"server.port": port, "session.max_inflight": 8})
+            await asyncio.to_thread(start_app, CROWD_APP, **{"server.port": port, "session.max_inflight": 8})
             measured["redeployed_s"] = time.monotonic() - measured["redeploy_at"]
             await until_all("served_at", agents, 120)
-            measured["after"] = await asyncio.to_thread(gateway_stats, STORM_APP)
+            measured["after"] = await asyncio.to_thread(gateway_stats, CROWD_APP)
             release.set()
             await asyncio.wait_for(agents, 30)
         finally:
             agents.cancel()
             await asyncio.gather(agents, return_exceptions=True)
 
-    try:
-        run(main())
-        before, after = measured["before"], measured["after"]
-        attempts = [len(evs) for evs in reconnects]
-        t0 = measured["redeploy_at"]
-        closed = sorted(s["closed_at"] - t0 for s in served)
-        back = sorted(s["served_at"] - t0 for s in served)
-        print(
-            f"\nstorm: {STORM} SDK connections; the redeploy call took {measured['redeployed_s']:.2f}s; "
-            f"1012 seen {closed[0]:.2f}..{closed[-1]:.2f}s after it began; {sum(attempts)} reconnect attempts "
-            f"(at most {max(attempts)} on one connection); served again by {back[len(back) // 2]:.2f}s (median), "
-            f"{back[-1]:.2f}s (all); new gateway: {after}"
-        )
-        # Every client saw the server's 1012 and reconnected on its own.
-        codes = [[ev.close_code for ev in evs] for evs in reconnects]
-        assert all(evs and evs[0].attempt == 1 for evs in reconnects), codes
-        assert {c for cs in codes for c in cs} == {1012}, codes
-        # ... on its first attempt (~0.5 s later): the new gateway was listening before the
-        # old one closed its sockets, and the old one no longer was.  (Serve's default
-        # rolling update stops first: the port was closed for the new replica's start-up,
-        # which cost every client 3-4 of the SDK's 5 backoff rounds; and a listener closed
-        # under a pending accept kept taking a share of the connections, to reset them.)
-        assert max(attempts) == 1, (
-            "reconnect attempts per client",
-            sorted(attempts),
-            "failed connects",
-            [(round(at - t0, 2), why) for at, why in failed_connects],
-        )
-        # Every one was served on both sides of the redeploy.
-        ids = {s[k]["id"] for s in served for k in ("first", "second")}
-        assert len(ids) == 2 * STORM
-        assert all(output_text(s["second"]) for s in served)
-        # The old gateway had all of them, the new one has all of them now, packed.
-        assert before["open_connections"] == STORM and after["open_connections"] == STORM, (before, after)
-        assert after["actors"] + after["starting"] <= MAX_HOSTS, after
-        settled_after = wait_until(
-            lambda: settled(STORM_APP), 30.0, "every slot of the new gateway to be given back"
-        )
-        assert settled_after["actors"] <= MAX_HOSTS
-    finally:
-        stop_app(STORM_APP)
+    run(main())
+    before, after = measured["before"], measured["after"]
+    attempts = [len(evs) for evs in reconnects]
+    t0 = measured["redeploy_at"]
+    closed = sorted(s["closed_at"] - t0 for s in served)
+    back = sorted(s["served_at"] - t0 for s in served)
+    print(
+        f"\nstorm: {STORM} SDK connections; the redeploy call took {measured['redeployed_s']:.2f}s; "
+        f"1012 seen {closed[0]:.2f}..{closed[-1]:.2f}s after it began; {sum(attempts)} reconnect attempts "
+        f"(at most {max(attempts)} on one connection); served again by {back[len(back) // 2]:.2f}s (median), "
+        f"{back[-1]:.2f}s (all); new gateway: {after}"
+    )
+    # Every client saw the server's 1012 and reconnected on its own.
+    codes = [[ev.close_code for ev in evs] for evs in reconnects]
+    assert all(evs and evs[0].attempt == 1 for evs in reconnects), codes
+    assert {c for cs in codes for c in cs} == {1012}, codes
+    # ... on its first attempt (~0.5 s later): the new gateway was listening before the
+    # old one closed its sockets, and the old one no longer was.  (Serve's default
+    # rolling update stops first: the port was closed for the new replica's start-up,
+    # which cost every client 3-4 of the SDK's 5 backoff rounds; and a listener closed
+    # under a pending accept kept taking a share of the connections, to reset them.)
+    assert max(attempts) == 1, (
+        "reconnect attempts per client",
+        sorted(attempts),
+        "failed connects",
+        [(round(at - t0, 2), why) for at, why in failed_connects],
+    )
+    # Every one was served on both sides of the redeploy.
+    ids = {s[k]["id"] for s in served for k in ("first", "second")}
+    assert len(ids) == 2 * STORM
+    assert all(output_text(s["second"]) for s in served)
+    # The old gateway had all of them, the new one has all of them now, packed.
+    assert before["open_connections"] == STORM and after["open_connections"] == STORM, (before, after)
+    assert after["actors"] + after["starting"] <= MAX_HOSTS, after
+    settled_after = wait_until(
+        lambda: settled(CROWD_APP), 30.0, "every slot of the new gateway to be given back"
+    )
+    assert settled_after["actors"] <= MAX_HOSTS

@@ -13,7 +13,6 @@ import json
 import re
 import secrets
 import socket
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -26,7 +25,7 @@ from openai import OpenAI
 from serve.auth import fingerprint
 from serve.embedded import free_port
 from tests.support.server import ALICE, BOB, busy_profiles, start_app, stop_app
-from tests.support.waiting import wait_until
+from tests.support.waiting import until, wait_until
 from tests.support.wire import raw_collect, validated
 
 MODEL = "emu-fast"
@@ -102,13 +101,12 @@ async def next_of(ws: Any, prefix: str, timeout_s: float = 60.0) -> dict[str, An
 
 async def wait_stored(http: httpx.AsyncClient, response_id: str, key: str, timeout_s: float = 15.0) -> dict:
     """The owner's GET of a response a session actor stored (its writes are write-behind)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
+
+    async def stored() -> httpx.Response | None:
         r = await http.get(f"/v1/responses/{response_id}", headers=auth(key))
-        if r.status_code == 200 or time.monotonic() > deadline:
-            assert r.status_code == 200, (r.status_code, r.text)
-            return r.json()
-        await asyncio.sleep(0.1)
+        return r if r.status_code == 200 else None
+
+    return (await until(stored, timeout_s, f"the owner's GET of {response_id}", every_s=0.1)).json()
 
 
 # --------------------------------------------------- store:false ids stay on their socket

@@ -35,10 +35,11 @@ def running(app: str) -> int:
 
 
 def wait_for(predicate, timeout_s: float, what: str) -> float:
+    """Seconds until ``predicate()`` holds (Serve's controller decides every few tenths)."""
+    from tests.support.waiting import wait_until
+
     start = time.monotonic()
-    while not predicate():
-        assert time.monotonic() - start < timeout_s, what
-        time.sleep(0.25)
+    wait_until(predicate, timeout_s, what, every_s=0.25)
     return time.monotonic() - start
 
 

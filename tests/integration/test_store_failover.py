@@ -30,12 +30,13 @@ from bench.reconcile import Seen, owner_of, read_redis_ledger, reconcile
 from store.redis import Layout
 from tests.support.redis import Cluster
 from tests.support.server import start_app, stop_app
+from tests.support.waiting import until
 
 MODEL = "emu-fast"
 CLIENTS = 20
 TURNS = 12  # a chain's turns (each completed once)
 THINK_S = 0.5  # between a client's turns: the chains span the kill and the promotion
-KILL_AFTER_S = 1.5
+KILL_AFTER_TURNS = CLIENTS  # the kill once this many turns completed: every chain under way
 RETRY_S = 0.3  # a client's wait before retrying a turn refused with store_unavailable
 PROMOTION_TIMEOUT_S = 30.0
 RUN_TIMEOUT_S = 75.0
@@ -99,7 +100,7 @@ async def chain(url: str, c: int, run: Run, prefix: str) -> None:
                 now = time.monotonic()
                 if kind == "error":
                     run.unexpected.append(f"error {event.get('error')}")
-                    await asyncio.sleep(RETRY_S)
+                    await asyncio.sleep(RETRY_S)  # the client's back-off: part of the load
                     continue
                 response = event["response"]
                 run.seen.finished(kind, response)
@@ -112,8 +113,8 @@ async def chain(url: str, c: int, run: Run, prefix: str) -> None:
                     run.refused.append((now, response["id"], key))
                 else:
                     run.unexpected.append(f"{kind} {error}")
-                await asyncio.sleep(RETRY_S)
-            await asyncio.sleep(THINK_S)
+                await asyncio.sleep(RETRY_S)  # the client's back-off: part of the load
+            await asyncio.sleep(THINK_S)  # the client's think time: part of the load
     run.chains_done += 1
 
 
@@ -190,7 +191,7 @@ def test_a_primary_killed_under_20_clients_fails_turns_only_while_its_shard_has_
 
         async def scenario() -> float:
             clients = [asyncio.create_task(chain(url, c, run, prefix)) for c in range(CLIENTS)]
-            await asyncio.sleep(KILL_AFTER_S)
+            await until(lambda: len(run.completed) >= KILL_AFTER_TURNS, 60, "the chains' first turns")
             killed_at = time.monotonic()
             cluster.kill(victim)
             watcher = threading.Thread(target=watch_promotion, args=(cluster, killed_at, promotion))

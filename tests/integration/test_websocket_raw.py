@@ -15,6 +15,7 @@ from ray import serve
 from websockets.exceptions import ConnectionClosed
 
 from tests.support.server import start_app, stop_app
+from tests.support.waiting import wait_until
 from tests.support.wire import raw_collect, validated
 
 MODEL = "emu-fast"
@@ -128,13 +129,13 @@ def test_other_paths_are_not_upgraded(server_url):
 
 
 def stats_after_cancel(handle, before: dict) -> dict:
-    """The replica's stats once a generation was cancelled and its slot freed (or after 10 s)."""
-    deadline = time.monotonic() + 10
-    while True:
+    """The replica's stats once a generation was cancelled and its slot freed."""
+
+    def freed() -> dict | None:
         after = handle.stats.remote().result()
-        if (after["cancelled"] > before["cancelled"] and after["active"] == 0) or time.monotonic() > deadline:
-            return after
-        time.sleep(0.1)
+        return after if after["cancelled"] > before["cancelled"] and after["active"] == 0 else None
+
+    return wait_until(freed, 10, "a generation cancelled and its slot freed")
 
 
 def test_check_50_client_disconnect_mid_response_cancels_generation(ws_url):

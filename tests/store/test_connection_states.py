@@ -14,7 +14,9 @@ import pytest
 from cryptography.exceptions import InvalidTag
 
 from store.connection_states import ContinuityStore, Fenced, seal, secret_hash, unseal
+from store.redisconn import Client, connect
 from store.splice import Splice, apply, diff
+from tests.support.waiting import until
 
 OWNER, OTHER = "key_alice", "key_bob"
 STATE = b'{"v":1,"lanes":[{"items":[{"type":"message","content":"the private chain"}]}]}'
@@ -35,8 +37,24 @@ def make(request, redis_server, redis_cluster):
     def make(ttl_s: float = 30.0) -> ContinuityStore:
         return ContinuityStore(url, prefix, ttl_s=ttl_s, cluster=cluster)
 
+    def client() -> Client:
+        """A client of the same server, the test's own (what an operator's redis-cli sees)."""
+        return connect(url, cluster=cluster)
+
     make.url, make.cluster = url, cluster  # for a synchronous client of the same server
+    make.client = client
     return make
+
+
+async def expired(store: ContinuityStore) -> bool:
+    """Nothing of the store's is left in Redis (its keys' TTL passed: Redis's clock, not ours)."""
+    return not await store.keys()
+
+
+async def subscribed(redis: Client, store: ContinuityStore) -> bool:
+    """A channel under the store's prefix has a subscriber (PUBSUB CHANNELS: on every node of
+    a cluster)."""
+    return bool(await redis.pubsub_channels(f"{store.key_prefix}*"))
 
 
 async def first_holder(store: ContinuityStore, conn: str, secret: str, holder: str = "host-a") -> None:
@@ -56,14 +74,16 @@ def test_sealed_state_reads_back_only_with_the_secret():
 def test_the_server_keeps_the_secrets_hash_and_ciphertext_only_with_a_ttl(make):
     async def main():
         store = make(ttl_s=30)
+        redis = make.client()
         try:
             await first_holder(store, "c1", "s3cret")
-            raw = await store._redis.hgetall(store.key("c1"))
+            raw = await redis.hgetall(store.key("c1"))
             assert raw["hash"] == secret_hash("s3cret") and "s3cret" not in str(raw)
             assert "private" not in str(raw)
-            assert 0 < await store._redis.pttl(store.key("c1")) <= 30_000
+            assert 0 < await redis.pttl(store.key("c1")) <= 30_000
         finally:
             await store.close()
+            await redis.aclose()
 
     run(main())
 
@@ -88,6 +108,7 @@ def test_a_claim_needs_the_secret_and_the_owner_and_bumps_the_epoch(make):
 def test_a_stale_holder_can_neither_write_nor_refresh_nor_delete(make):
     async def main():
         store = make()
+        redis = make.client()
         try:
             await first_holder(store, "c1", "s3cret")
             claimed = await store.claim("c1", "s3cret", OWNER, "host-b")
@@ -104,10 +125,11 @@ def test_a_stale_holder_can_neither_write_nor_refresh_nor_delete(make):
             await store.save("c1", 3, "s3cret", owner=OWNER, deadline=1e9, holder="host-c", state=b"{}")
             assert await store.touch("c1", 3)
             await store.forget("c1", 3)
-            assert await store._redis.hgetall(store.key("c1")) == {"epoch": "ended"}, "no content kept"
+            assert await redis.hgetall(store.key("c1")) == {"epoch": "ended"}, "no content kept"
             assert await store.keys() == [store.key("c1")], "the log went with it"
         finally:
             await store.close()
+            await redis.aclose()
 
     run(main())
 
@@ -143,17 +165,18 @@ def test_concurrent_claims_get_distinct_epochs_and_only_the_last_one_writes(make
 
 def test_the_old_holder_is_told_when_another_takes_its_connection(make):
     async def main():
-        old, new = make(), make()
+        old, new, redis = make(), make(), make.client()
         told: asyncio.Queue[str] = asyncio.Queue()
         try:
             old.listen("host-a", told.put_nowait)
-            await asyncio.sleep(0.2)  # subscribed
+            await until(lambda: subscribed(redis, old), 5, "the old holder's subscription", every_s=0.02)
             await first_holder(old, "c1", "s3cret", holder="host-a")
             assert await new.claim("c1", "s3cret", OWNER, "host-b") is not None
             assert await asyncio.wait_for(told.get(), 5) == "c1 2"
         finally:
             await old.close()
             await new.close()
+            await redis.aclose()
 
     run(main())
 
@@ -163,7 +186,7 @@ def test_an_expired_state_is_not_claimable_and_a_live_holder_may_write_it_again(
         store = make(ttl_s=0.2)
         try:
             await first_holder(store, "c1", "s3cret")
-            await asyncio.sleep(0.4)
+            await until(lambda: expired(store), 5, "the state's expiry (its TTL, in Redis)", every_s=0.02)
             assert await store.claim("c1", "s3cret", OWNER, "host-b") is None
             assert not await store.touch("c1", 1)  # expired: the holder writes it again
             await first_holder(store, "c1", "s3cret")
@@ -180,6 +203,7 @@ def test_after_a_normal_close_no_late_write_brings_the_state_back(make):
 
     async def main():
         store = make()
+        redis = make.client()
         try:
             await first_holder(store, "c1", "s3cret")
             claimed = await store.claim("c1", "s3cret", OWNER, "host-b")
@@ -193,10 +217,11 @@ def test_after_a_normal_close_no_late_write_brings_the_state_back(make):
                 with pytest.raises(Fenced):
                     await store.touch("c1", epoch)
             assert await store.claim("c1", "s3cret", OWNER, "host-c") is None
-            assert await store._redis.hgetall(store.key("c1")) == {"epoch": "ended"}
-            assert 0 < await store._redis.pttl(store.key("c1")) <= store.ttl_ms
+            assert await redis.hgetall(store.key("c1")) == {"epoch": "ended"}
+            assert 0 < await redis.pttl(store.key("c1")) <= store.ttl_ms
         finally:
             await store.close()
+            await redis.aclose()
 
     run(main())
 
@@ -235,6 +260,7 @@ def test_a_splice_of_a_grown_state_is_the_growth_whatever_the_length():
 def test_checkpoints_append_changes_and_compact_and_a_claim_rebuilds_the_latest(make):
     async def main():
         store = make()
+        redis = make.client()
         reader = make()
         try:
             turns = states(40)
@@ -246,8 +272,8 @@ def test_checkpoints_append_changes_and_compact_and_a_claim_rebuilds_the_latest(
             median = sorted(sizes)[len(sizes) // 2]
             assert median < 400, "most checkpoints wrote only their change"
             assert max(sizes[-20:]) > 10 * median, "a compaction wrote a snapshot now and then"
-            raw = await store._redis.hgetall(store.key("c1"))
-            log = await store._redis.lrange(store.key("c1") + ":log", 0, -1)
+            raw = await redis.hgetall(store.key("c1"))
+            log = await redis.lrange(store.key("c1") + ":log", 0, -1)
             assert int(raw["seq"]) == len(log) and "turn" not in str(raw) + str(log), "sealed"
             claimed = await reader.claim("c1", "s3cret", OWNER, "host-b")
             assert claimed is not None and claimed.state == turns[-1] and claimed.epoch == 2
@@ -262,6 +288,7 @@ def test_checkpoints_append_changes_and_compact_and_a_claim_rebuilds_the_latest(
             assert again is not None and again.state == more[-1]
         finally:
             await store.close()
+            await redis.aclose()
             await reader.close()
 
     run(main())
@@ -270,18 +297,20 @@ def test_checkpoints_append_changes_and_compact_and_a_claim_rebuilds_the_latest(
 def test_log_entries_cannot_be_reordered_or_moved(make):
     async def main():
         store = make()
+        redis = make.client()
         try:
             turns = [state(20), state(21), state(22)]  # a snapshot, then two changes
             for turn in turns:
                 await store.save("c1", 1, "s3cret", owner=OWNER, deadline=1e9, holder="host-a", state=turn)
             log_key = store.key("c1") + ":log"
-            first, second = await store._redis.lrange(log_key, 0, -1)
-            await store._redis.delete(log_key)
-            await store._redis.rpush(log_key, second, first)
+            first, second = await redis.lrange(log_key, 0, -1)
+            await redis.delete(log_key)
+            await redis.rpush(log_key, second, first)
             with pytest.raises(InvalidTag):
                 await store.claim("c1", "s3cret", OWNER, "host-b")
         finally:
             await store.close()
+            await redis.aclose()
 
     run(main())
 
@@ -293,7 +322,9 @@ def test_a_change_on_an_expired_state_writes_a_snapshot(make):
             turns = [state(20), state(21), state(22)]
             for turn in turns[:2]:
                 await store.save("c1", 1, "s3cret", owner=OWNER, deadline=1e9, holder="host-a", state=turn)
-            await asyncio.sleep(0.4)  # expired: the change has no base
+            await until(
+                lambda: expired(store), 5, "the state's expiry (its TTL, in Redis)", every_s=0.02
+            )  # no base
             await store.save("c1", 1, "s3cret", owner=OWNER, deadline=1e9, holder="host-a", state=turns[2])
             claimed = await store.claim("c1", "s3cret", OWNER, "host-b")
             assert claimed is not None and claimed.state == turns[2]

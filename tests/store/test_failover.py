@@ -19,10 +19,12 @@ from store import StoreConfig, StoredResponse, UsageEntry, open_store
 from store.redis import RedisStore
 from store.writer import StoreWriter
 from tests.support.redis import Cluster
+from tests.support.waiting import until
 
 OWNERS = ("key_alice", "key_bob", "key_carol")
 WRITERS = 16
-LOAD_AFTER_REJOIN_S = 1.0
+ACKED_BEFORE_KILL = 200  # writes acknowledged before the kill: the load is under way
+ACKED_AFTER_REJOIN = 200  # and after the old node rejoined: a third of them on its slots
 PROMOTION_TIMEOUT_S = 30.0
 
 
@@ -43,9 +45,9 @@ def record(rid: str, owner: str) -> StoredResponse:
 async def load(
     config: StoreConfig, cluster: Cluster
 ) -> tuple[dict[str, str], dict[str, str], set[str], dict]:
-    """Writers putting records with their lines and billing lines; after a second a primary
-    is killed, its replica promoted, the old node started again (now its replica), and the load
-    goes on a second more.  The ids acknowledged (records and store:false lines, by owner),
+    """Writers putting records with their lines and billing lines; once ACKED_BEFORE_KILL writes
+    are acknowledged a primary is killed, its replica promoted, the old node started again (now
+    its replica), and the load goes on for ACKED_AFTER_REJOIN more.  The ids acknowledged (records and store:false lines, by owner),
     every id tried, and counts."""
     writer = StoreWriter(open_store(config))
     stored: dict[str, str] = {}  # acknowledged: record and line
@@ -71,10 +73,12 @@ async def load(
                     billed[rid] = owner
             except Exception:  # noqa: BLE001 - a write the client sees fail (not acknowledged)
                 failures += 1
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(0.05)  # the client's back-off: part of the load, not a wait
 
     tasks = [asyncio.create_task(write(w)) for w in range(WRITERS)]
-    await asyncio.sleep(1.0)
+    await until(
+        lambda: len(stored) + len(billed) >= ACKED_BEFORE_KILL, 60, "writes acknowledged before the kill"
+    )
     [victim, *_] = cluster.primaries()
     slots = cluster.slots_of(victim)
     acked_before = len(stored) + len(billed)
@@ -89,7 +93,11 @@ async def load(
     cluster.restart(victim)
     await asyncio.to_thread(cluster.wait_healthy)
     rejoined = set(stored) | set(billed)
-    await asyncio.sleep(LOAD_AFTER_REJOIN_S)
+    await until(
+        lambda: len(stored) + len(billed) >= len(rejoined) + ACKED_AFTER_REJOIN,
+        60,
+        "writes acknowledged after the old primary rejoined",
+    )
     stop.set()
     await asyncio.gather(*tasks)
     await writer.close()

@@ -37,6 +37,7 @@ from store.journal import Journal
 from store.redis import RedisStore
 from store.sqlite import SQLiteStore
 from store.writer import StoreWriter, WriterClosed
+from tests.support.waiting import turns, until
 
 ROOT = Path(__file__).resolve().parents[2]
 ALICE, BOB = "key_alice", "key_bob"
@@ -430,22 +431,33 @@ def test_a_closed_sqlite_store_refuses_calls(tmp_path: Path) -> None:
 
 
 class Interposed:
-    """A real store whose ``put`` first runs ``before_put`` (to hold a write back, or fail it)."""
+    """A real store whose ``put`` first runs ``before_put`` (to hold a write back, or fail it);
+    ``calls`` names the store's methods called so far, in order."""
 
     def __init__(self, inner: Store, before_put: Callable[[StoredResponse], Awaitable[None]]) -> None:
         self.inner = inner
         self.before_put = before_put
+        self.calls: list[str] = []
 
     async def put(self, record: StoredResponse, usage: UsageEntry | None = None) -> None:
+        self.calls.append("put")
         await self.before_put(record)
         await self.inner.put(record, usage)
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
+        attr = getattr(self.inner, name)
+        if not callable(attr):
+            return attr
+
+        def called(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append(name)
+            return attr(*args, **kwargs)
+
+        return called
 
 
 def held_back(inner: Store) -> tuple[Interposed, asyncio.Event]:
-    """The store, and the gate every put waits for."""
+    """The store, and the gate every put waits for (``calls`` has ``"put"`` once one waits)."""
     gate = asyncio.Event()
 
     async def wait_for_gate(_: StoredResponse) -> None:
@@ -459,7 +471,8 @@ def test_a_put_is_in_the_store_when_it_returns(config: StoreConfig) -> None:
         store, gate = held_back(open_store(config))
         writer = StoreWriter(store)
         putting = asyncio.create_task(writer.put(record("resp_1")))
-        await asyncio.sleep(0.01)
+        await until(lambda: "put" in store.calls, 5, "the put at the store's gate")
+        await turns()
         assert not putting.done(), "the caller waits for the write"
         gate.set()
         await putting
@@ -503,12 +516,13 @@ def test_a_put_outlives_its_cancelled_caller_and_reads_and_deletes_wait_for_it(c
         store, gate = held_back(open_store(config))
         writer = StoreWriter(store)
         putting = asyncio.create_task(writer.put(record("resp_1")))
-        await asyncio.sleep(0)
+        await until(lambda: "put" in store.calls, 5, "the put at the store's gate")
         putting.cancel()  # e.g. the client went away: the record is still written
         reading = asyncio.create_task(writer.get("resp_1", ALICE))
         deleting = asyncio.create_task(writer.delete("resp_1", ALICE))
-        await asyncio.sleep(0.01)
-        assert not reading.done() and not deleting.done(), "else the put would bring the record back"
+        await turns()
+        assert store.calls == ["put"], "else the put would bring the record back"
+        assert not reading.done() and not deleting.done()
         gate.set()
         assert await reading == record("resp_1")
         assert await deleting is True
@@ -563,11 +577,12 @@ def test_a_billed_line_is_committed_when_bill_returns_and_lines_waiting_at_once_
         store.gate.clear()
         writer = StoreWriter(store)
         first = asyncio.create_task(writer.bill(usage_entry("resp_1", output_tokens=1)))
-        await asyncio.sleep(0.01)
+        await until(lambda: store.commits, 5, "the first commit at the store's gate")
+        await turns()
         assert store.commits == [["resp_1"]] and not first.done(), "the caller waits for the commit"
         rest = [asyncio.create_task(writer.bill(usage_entry(f"resp_{i}", output_tokens=i))) for i in (2, 3)]
-        await asyncio.sleep(0.01)
-        assert writer.pending == 3
+        await turns()
+        assert writer.pending == 3 and store.commits == [["resp_1"]], "the others wait for the first"
         store.gate.set()
         await asyncio.gather(first, *rest)
         assert store.commits == [["resp_1"], ["resp_2", "resp_3"]], "one commit for the lines that waited"
@@ -595,9 +610,9 @@ def test_journaled_lines_linger_to_share_a_commit_and_an_awaited_line_or_a_flush
         store = Counted(open_store(config))
         writer = StoreWriter(store, journal=Journal(tmp_path / "j", "host"), linger_s=30.0)
         writer.bill_behind(usage_entry("resp_1", output_tokens=1))
-        await asyncio.sleep(0.01)
+        await turns()
         writer.bill_behind(usage_entry("resp_2", output_tokens=2))
-        await asyncio.sleep(0.01)
+        await turns()
         assert store.commits == [], "lingering (the lines are journaled)"
         await asyncio.wait_for(writer.bill(usage_entry("resp_3", output_tokens=3)), 5)
         assert store.commits == [["resp_1", "resp_2", "resp_3"]]

@@ -12,7 +12,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from typing import Any
 
 from bench.services import redis_server_command
 from serve.embedded import free_port
+from tests.support.waiting import TimedOut, wait_until
 
 
 @dataclass(frozen=True)
@@ -45,14 +45,16 @@ def run_status(args: list[str], env: dict[str, str], timeout_s: float = 60) -> S
 
 def poll_status(args: list[str], env: dict[str, str], until: Any, timeout_s: float, what: str) -> StatusRun:
     """Run it until ``until(run)`` holds; AssertionError with the last run after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        run = run_status(args, env)
-        if until(run):
-            return run
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}; last run: {run}")
-        time.sleep(0.5)
+    runs: list[StatusRun] = []
+
+    def looked() -> StatusRun | None:
+        runs.append(run_status(args, env))
+        return runs[-1] if until(runs[-1]) else None
+
+    try:
+        return wait_until(looked, timeout_s, what, every_s=0.5)
+    except TimedOut as exc:
+        raise AssertionError(f"timed out waiting for {what}; last run: {runs[-1]}") from exc
 
 
 @dataclass
@@ -97,10 +99,10 @@ def private_redis(directory: Path) -> Iterator[PrivateRedis]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 10
-        while not _answers(port, password):
-            assert proc.poll() is None and time.monotonic() < deadline, "redis-server did not start"
-            time.sleep(0.05)
+        wait_until(
+            lambda: proc.poll() is not None or _answers(port, password), 10, "redis-server", every_s=0.05
+        )
+        assert proc.poll() is None, "redis-server did not start"
         yield PrivateRedis(proc, f"redis://127.0.0.1:{port}/0", password_file)
     finally:
         if proc.poll() is None:

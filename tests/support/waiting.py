@@ -7,8 +7,9 @@ instead (see tests/actors/host/test_resume.py)."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -31,17 +32,29 @@ def wait_until(predicate: Callable[[], T], timeout_s: float, what: str, *, every
         time.sleep(every_s)  # polling, under the deadline above
 
 
-async def until(predicate: Callable[[], T], timeout_s: float, what: str, *, every_s: float = 0.001) -> T:
-    """:func:`wait_until` on the running event loop: other tasks run between looks."""
+async def until(
+    predicate: Callable[[], T | Awaitable[T]], timeout_s: float, what: str, *, every_s: float = 0.001
+) -> T:
+    """:func:`wait_until` on the running event loop: other tasks run between looks;
+    ``predicate`` may be a coroutine function (its answer is awaited)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while True:
-        value = predicate()
+        answer = predicate()
+        value = await answer if inspect.isawaitable(answer) else answer
         if value:
             return value
         if loop.time() >= deadline:
             raise TimedOut(f"timed out after {timeout_s} s waiting for {what}")
         await asyncio.sleep(every_s)  # polling, under the deadline above
+
+
+async def turns(n: int = 10) -> None:
+    """Let the running loop turn ``n`` times with no time passing: every task ready now takes
+    its next steps.  For a check that something did *not* happen: what would have happened at
+    once (a call, a task's end) has happened by then."""
+    for _ in range(n):
+        await asyncio.sleep(0)
 
 
 class MovableClockLoop(asyncio.SelectorEventLoop):
