@@ -31,16 +31,22 @@ Writes JSON (``--out``).
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import capacity_report as report
 from .. import processes, results
 from .. import workload as wl
-from ..reference import ReferenceServer
+from ..reference import ReferenceServer, record
 from ..runner import LoadSpec, run_local
+from ..runner.channels import Channel
+from ..runner.loop import Encoder, Loop, Pace
+from ..runner.loop import workload as loop_workload
 from ..stats import pct
 
 # ----------------------------------------------------------------------------- summaries
@@ -107,6 +113,14 @@ def window_cpu(
     return {k: cb[k] - ca.get(k, 0.0) for k in cb}, a, b
 
 
+def answered_between(records: list[dict[str, Any]], a: float, b: float) -> int:
+    """Turns (not the storm's first ones) answered between ``a`` and ``b``: the turns a CPU
+    window's time is shared by."""
+    return sum(
+        1 for r in records if r["ok"] and r["kind"] != "first" and a <= r["sent"] + r["total_ms"] / 1000 <= b
+    )
+
+
 def summarise(
     n: int,
     records: list[dict[str, Any]],
@@ -164,17 +178,25 @@ def summarise(
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--loops", default="1,16,64,256,1024", help="comma-separated loop counts, run in turn")
-    p.add_argument("--duration", type=float, default=30.0, help="seconds of steady state per loop count")
+    p.add_argument("--duration", type=float, default=20.0, help="seconds of steady state per loop count")
     p.add_argument("--clients", type=int, default=2, help="client processes (for more than 16 loops)")
-    p.add_argument("--preset", default="codex", choices=sorted(wl.PRESETS))
+    p.add_argument("--preset", default="crowd", choices=sorted(wl.PRESETS))
     p.add_argument("--resume-tokens", type=int, default=None, help="override the preset's resumed history")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--idle-s", type=float, default=3.0, help="idle window measuring the background CPU rate")
     p.add_argument("--url", help="a running server's base URL (default: start an embedded one)")
     p.add_argument(
+        "--no-reference",
+        dest="with_reference",
+        action="store_false",
+        help="skip the bare-protocol reference run beside each loop count",
+    )
+    p.add_argument(
+        "--reference-only",
         "--reference",
+        dest="reference_only",
         action="store_true",
-        help="load the bare-protocol reference server (bench/reference.py): measures the client itself",
+        help="load the bare-protocol reference alone, its frames synthesized: measures the client itself",
     )
     p.add_argument("--config", type=Path, help="server config file for the embedded server")
     p.add_argument("--out", type=Path, default=Path("results/capacity.json"))
@@ -245,6 +267,10 @@ def one_level(
         out["reference_cpu_pct_of_a_core"] = (
             round(100 * ref.get("reference", 0.0) / (b - a), 1) if b > a else None
         )
+        answered = answered_between(records, a, b)
+        out["reference_cpu_ms_per_turn"] = (
+            round(ref.get("reference", 0.0) * 1000 / answered, 3) if answered and b > a else None
+        )
     turns = (out["turns_per_s"] or 0.0) * (end_at - window_start)
     out["client_turns_per_cpu_s"] = round(turns / cpu_s, 1) if cpu_s > 0 else None  # a client core's worth
     out["client_loop_lag_ms"] = lag(result.lag_ms)
@@ -299,6 +325,63 @@ def print_level(s: dict[str, Any]) -> None:
     )
 
 
+def record_frames(url: str, args: argparse.Namespace) -> dict[str, list[str]]:
+    """This server's answers to the crowd's creates, recorded for the reference: a loop's
+    first create, the chained create after it, and one more told that the rollout has called
+    its tools (``emulator.tool_rounds`` 0: the rollout's text answer)."""
+    w = loop_workload(args.preset, args.seed, args.resume_tokens)
+    lp = Loop(0, url, Encoder.build(w, "ws", False, "record"), Pace(1), [], Channel)
+
+    def make(kind: str, previous: dict[str, Any] | None) -> str:
+        if previous is None:
+            return lp.first_create()
+        create = lp.next_create(previous)
+        if create is None:
+            raise RuntimeError(
+                f"recording the reference's frames: the server answered the {kind} turn's previous one in text"
+            )
+        if kind != "final":
+            return create
+        body = json.loads(create)
+        body["metadata"]["emulator.tool_rounds"] = "0"
+        return json.dumps(body)
+
+    return asyncio.run(record(url, make))
+
+
+def paired_level(
+    url: str,
+    ref: ReferenceServer,
+    n: int,
+    args: argparse.Namespace,
+    procs: dict[int, str],
+    idle: dict[str, float],
+    reference_first: bool,
+) -> dict[str, Any]:
+    """One loop count against this server and against the reference, back to back (the
+    reference first when ``reference_first``); this server's level with the reference's
+    beside it (``reference``) and the comparison (``vs_reference``, ``cpu_beside``)."""
+    runs: dict[str, dict[str, Any]] = {}
+    for side in ("reference", "server") if reference_first else ("server", "reference"):
+        if side == "server":
+            runs[side] = one_level(url, n, args, processes.server_processes() if procs else {}, idle)
+        else:
+            runs[side] = one_level(ref.url, n, args, {}, {}, reference_pid=ref.pid)
+        print(f"  [{side}]", end="", flush=True)
+        print_level(runs[side])
+    server, reference = runs["server"], runs["reference"]
+    vs, cpu = report.compare(server, reference), report.cpu_beside(server, reference)
+    for line in report.lines(n, vs, cpu):
+        print(line, flush=True)
+    return {
+        **server,
+        "reference": reference,
+        "vs_reference": vs,
+        "cpu_beside": cpu,
+        "reference_first": reference_first,
+    }
+
+
 def run(args: argparse.Namespace) -> int:
     from contextlib import nullcontext
 
@@ -306,11 +389,10 @@ def run(args: argparse.Namespace) -> int:
 
     levels = [int(x) for x in args.loops.split(",") if x]
     out: list[dict[str, Any]] = []
-
-    if args.url and args.reference:
-        raise SystemExit("bench capacity: --url and --reference exclude each other")
-    external = bool(args.url or args.reference)
-    reference = ReferenceServer() if args.reference else None
+    answers: dict[str, Any] = {}
+    if args.url and args.reference_only:
+        raise SystemExit("bench capacity: --url and --reference-only exclude each other")
+    reference = ReferenceServer() if args.reference_only else None
     with (
         nullcontext(args.url)
         if args.url
@@ -318,7 +400,7 @@ def run(args: argparse.Namespace) -> int:
         if reference is not None
         else embedded_server(local_config(args.config), name="capacity") as url
     ):
-        procs = {} if external else processes.server_processes()
+        procs = {} if args.url or reference else processes.server_processes()
         idle: dict[str, float] = {}
         if procs:
             before = processes.cpu_by_role(procs)
@@ -328,22 +410,40 @@ def run(args: argparse.Namespace) -> int:
                 for k, v in processes.role_delta(processes.cpu_by_role(procs), before).items()
             }
             print(f"idle background CPU ms per s by role: {idle}", flush=True)
-        for n in levels:
-            if procs:  # hosts started for the previous level count too
-                procs = processes.server_processes()
-            level = one_level(url, n, args, procs, idle, reference_pid=reference.pid if reference else None)
-            print_level(level)
-            out.append(level)
+        if reference is not None or not args.with_reference:
+            for n in levels:
+                if procs:  # hosts started for the previous level count too
+                    procs = processes.server_processes()
+                level = one_level(
+                    url, n, args, procs, idle, reference_pid=reference.pid if reference else None
+                )
+                print_level(level)
+                out.append(level)
+        else:
+            recorded = record_frames(url, args)
+            answers = {
+                k: {"frames": len(v), "bytes": sum(len(f.encode()) for f in v)} for k, v in recorded.items()
+            }
+            print(f"the reference answers with this server's frames (templated): {answers}", flush=True)
+            paired = ReferenceServer(recorded=recorded)
+            with paired:
+                for i, n in enumerate(levels):  # the order swapped every other loop count
+                    out.append(paired_level(url, paired, n, args, procs, idle, reference_first=i % 2 == 1))
     results.write(
         args.out,
         {
             "command": args.command,
             "levels": out,
             "workload": {"preset": args.preset, "resume_tokens": args.resume_tokens, "seed": args.seed},
-            "server": "reference" if args.reference else args.url or "embedded",
+            "server": "reference" if reference else args.url or "embedded",
+            "reference_answers": answers or None,  # beside this server: its recorded frames, counted
+            "targets": {key: target for key, _, _, target in report.FIGURES if target is not None},
             "duration_s": args.duration,
         },
         args.run,
     )
     print(f"wrote {args.out}")
-    return 0 if all(level["every_loop_served"] for level in out) else 1
+    served = all(level["every_loop_served"] for level in out) and all(
+        level["reference"]["every_loop_served"] for level in out if "reference" in level
+    )
+    return 0 if served else 1
