@@ -83,8 +83,11 @@ def verdict(row: dict[str, Any]) -> str:
     return f"target ≤ {row['target']:g}×: {'met' if row['met'] else 'OVER'}"
 
 
-def lines(loops: int, vs: dict[str, dict[str, Any]], cpu: dict[str, Any]) -> list[str]:
-    """The comparison of one level, a line a figure, then the CPU per turn."""
+def lines(
+    loops: int, vs: dict[str, dict[str, Any]], cpu: dict[str, Any], lag: dict[str, Any] | None = None
+) -> list[str]:
+    """The comparison of one level, a line a figure, the host's event-loop lag under the storm
+    (``lag``: the level's ``host_loop_lag_ms``), then the CPU per turn."""
     out = [f"{loops:>5} loops, this server / the reference under the same crowd:"]
     for key, _, _, _ in FIGURES:
         row = vs[key]
@@ -93,6 +96,11 @@ def lines(loops: int, vs: dict[str, dict[str, Any]], cpu: dict[str, Any]) -> lis
             f"         {label(loops, key)}: {row['server']} / {row['reference']} = {ratio_text}"
             + (f"  ({verdict(row)})" if row["target"] is not None else "")
         )
+    storm = (lag or {}).get("storm")
+    out.append(
+        "         the session host's event-loop lag under the storm (its loop_lag timing): "
+        + (f"p99 {storm['p99']} ms, max {storm['max']} ms" if storm else "not reported by this server")
+    )
     s = cpu["server"]
     if s:
         out.append(

@@ -7,7 +7,7 @@ answers it at once, model time zero, with frames encoded ahead:
 - **recorded** (``--frames FILE``, ``-`` for standard input; :func:`record`): the very frames a server answered a
   first turn, a steady turn and a rollout's last turn with, recorded from it (the response,
   item and call ids and the ``previous_response_id`` templated, the timings in
-  ``metadata["responses_ws.timings"]`` zeroed) — ``bench capacity``'s reference beside this
+  ``metadata["responses_ws.timings"]`` zeroed, the host's ``loop_lag`` left out) — ``bench capacity``'s reference beside this
   server, the same crowd in the same run;
 - **synthesized** (no ``--frames``; :class:`Frames`): a Response echoing the connection's
   first create's model, instructions and tools, a function call of one arguments delta, or a
@@ -175,7 +175,9 @@ def zero_timings(raw: str, response: dict[str, Any]) -> str:
         return raw
     if not isinstance(phases, dict):
         return raw
-    zero = json.dumps(dict.fromkeys(phases, 0.0) or json.loads(TIMINGS), separators=(",", ":"))
+    # the host's event-loop lag is no phase, and the reference has no host: left out
+    kept = [k for k in phases if k != "loop_lag"]
+    zero = json.dumps(dict.fromkeys(kept, 0.0) or json.loads(TIMINGS), separators=(",", ":"))
     encoded = json.dumps(old)
     if encoded in raw:
         return raw.replace(encoded, json.dumps(zero), 1)

@@ -91,6 +91,26 @@ def tail(
     return out
 
 
+LOOP_LAG = "loop_lag"  # a response's timing: its session host's event-loop lag while it was on the server
+
+
+def host_loop_lag(records: list[dict[str, Any]], kind: str) -> dict[str, Any] | None:
+    """The session host's event-loop lag the server reported with each ``kind`` turn (its
+    ``loop_lag`` timing, ms: the longest the host's loop kept ready work waiting while the
+    response was on the server): p50/p99/max over them; ``None`` when it reports none."""
+    lags = sorted(
+        r["server"][LOOP_LAG]
+        for r in records
+        if r["kind"] == kind and r["ok"] and r.get("server") and LOOP_LAG in r["server"]
+    )
+    if not lags:
+        return None
+    return {
+        "turns": len(lags),
+        **{k: _ms(pct(lags, q)) for k, q in (("p50", 0.5), ("p99", 0.99), ("max", 1.0))},
+    }
+
+
 def lag(samples: list[float]) -> dict[str, Any]:
     """The client processes' event-loop lag (ms): p50/p99/max over their ticks."""
     s = sorted(samples)
@@ -148,6 +168,10 @@ def summarise(
         },
         "steady_ms": nonmodel(steady, "steady"),
         "steady_tail": tail(steady, "steady", origin=storm_end),
+        "host_loop_lag_ms": {
+            "storm": host_loop_lag(records, "first"),
+            "steady": host_loop_lag(steady, "steady"),
+        },
         "storm_end": storm_end,
         "rollout_first_ms": nonmodel(steady, "rollout_first"),
         "steady_window_s": round(end_at - storm_end, 3),
@@ -310,6 +334,17 @@ def print_level(s: dict[str, Any]) -> None:
             + f"; waiting for a CPU, ms/turn: {s.get('runqueue_wait_ms_per_turn')}",
             flush=True,
         )
+    hl = s.get("host_loop_lag_ms") or {}
+    if hl.get("storm") or hl.get("steady"):
+        print(
+            "       the session host's event-loop lag (its loop_lag timing), ms: "
+            + "; ".join(
+                f"{name} p50 {v['p50']} / p99 {v['p99']} / max {v['max']}"
+                for name, v in (("storm", hl.get("storm")), ("steady", hl.get("steady")))
+                if v
+            ),
+            flush=True,
+        )
     print(
         f"       clients: {s['client_processes']} process(es), {s['client_cpu_pct_of_a_core']}% of a core "
         f"({s['client_turns_per_cpu_s']} turns per CPU-second), "
@@ -371,7 +406,7 @@ def paired_level(
         print_level(runs[side])
     server, reference = runs["server"], runs["reference"]
     vs, cpu = report.compare(server, reference), report.cpu_beside(server, reference)
-    for line in report.lines(n, vs, cpu):
+    for line in report.lines(n, vs, cpu, server.get("host_loop_lag_ms")):
         print(line, flush=True)
     return {
         **server,

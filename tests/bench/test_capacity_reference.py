@@ -155,3 +155,26 @@ def test_synthesized_answers_end_in_a_call_or_a_message():
         call[-1]["response"]["output"][0]["type"] == "function_call" and call[-1]["response"]["id"] == "c_1"
     )
     assert text[-1]["response"]["output"][0]["type"] == "message"
+
+
+def test_the_hosts_loop_lag_is_read_from_the_servers_timings_when_it_reports_it():
+    def turn(kind, lag=None):
+        server = {"api_overhead": 2.0} if lag is None else {"api_overhead": 2.0, "loop_lag": lag}
+        return {"kind": kind, "ok": True, "sent": 0.0, "total_ms": 10.0, "model_ms": 1.0, "server": server}
+
+    storm = [turn("first", float(ms)) for ms in range(1, 101)]
+    got = capacity.host_loop_lag([*storm, turn("steady", 500.0)], "first")
+    assert got is not None and got["turns"] == 100 and got["max"] == 100.0 and 50.0 <= got["p50"] <= 51.0
+    assert capacity.host_loop_lag([turn("first"), turn("steady")], "first") is None
+    vs = report.compare(level(4.3, 19.8, 1000.0, 94.5), level(1.7, 5.0, 138.0, 100.6))
+    beside = report.cpu_beside({}, {})
+    assert "p99 99.01 ms, max 100.0 ms" in "\n".join(
+        report.lines(256, vs, beside, {"storm": {**got, "p99": 99.01}})
+    )
+    assert "not reported by this server" in "\n".join(report.lines(256, vs, beside, {"storm": None}))
+
+
+def test_the_references_timings_leave_the_hosts_loop_lag_out():
+    frames = reference.template(server_answer(timings='{"queue":1.0,"decode":2.0,"loop_lag":40.0}'))
+    done = json.loads(reference.fill(reference.compile_frames(frames), "c_1", "")[-1])["response"]
+    assert json.loads(done["metadata"]["responses_ws.timings"]) == {"queue": 0.0, "decode": 0.0}
