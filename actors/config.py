@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from inference.whatif import WhatIfConfig
+from inference.emulator.whatif import WhatIfConfig
 
 from .core.safety import SafetyConfig
 

@@ -10,7 +10,7 @@ jitter; the shipped ``emu-fast`` lends them its prefill and stream shape):
 
 from __future__ import annotations
 
-from inference.profiles import InferenceConfig, load_inference_config
+from inference.emulator.profiles import InferenceConfig, load_inference_config
 
 
 def bench_inference_config(replicas: int | None = None) -> InferenceConfig:

@@ -108,7 +108,7 @@ def model_ttft_ms(response: dict[str, Any], profile: Any) -> tuple[float | None,
     if t and "prefill" in t:
         return t.get("queue", 0.0) + t["prefill"], "timings"
     if profile is not None:
-        from inference.pacing import ttft_ms
+        from inference.emulator.pacing import ttft_ms
 
         usage = response.get("usage") or {}
         cached = (usage.get("input_tokens_details") or {}).get("cached_tokens", 0)

@@ -109,12 +109,12 @@ ModelTime = Callable[[int, int, int], float]  # (input, cached, output tokens) -
 
 
 def emulator_model_time(model: str) -> ModelTime | None:
-    """The emulator's modelled TTFT + decode time for a turn, from inference/models.yaml.
+    """The emulator's modelled TTFT + decode time for a turn, from inference/emulator/models.yaml.
 
     ``cached_tokens`` as reported is rounded down to 128 (OpenAI's rule), so the estimate
     may charge up to 127 tokens of prefill too many (~2.5 ms on emu-fast)."""
-    from inference.pacing import decode_s, ttft_ms
-    from inference.profiles import load_inference_config
+    from inference.emulator.pacing import decode_s, ttft_ms
+    from inference.emulator.profiles import load_inference_config
 
     try:
         profile = load_inference_config().profile(model)

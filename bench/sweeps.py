@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from inference.profiles import InferenceConfig, ModelProfile
+from inference.emulator.profiles import InferenceConfig, ModelProfile
 
 from . import breakdown, plotting
 from .rollouts import RolloutRecord

@@ -1,5 +1,5 @@
 """Which replica serves a request (pure decisions; the Serve request router in
-``inference.deployment`` calls them with the live replicas and the real clock).
+``inference.emulator.deployment`` calls them with the live replicas and the real clock).
 
 Two rules, as the hosted API's prompt cache is described (docs/emulator.md):
 

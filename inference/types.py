@@ -45,7 +45,7 @@ def _pickled_by_fields(cls: type[_T]) -> type[_T]:
 @dataclass(frozen=True, slots=True)
 class Breakpoint:
     """A prompt-cache breakpoint: the prompt's first ``offset`` tokens are a reusable prefix
-    (``inference.breakpoint_cache``).  ``ttl``: its own minimum lifetime (``None``: the
+    (``inference.emulator.breakpoint_cache``).  ``ttl``: its own minimum lifetime (``None``: the
     request's).  ``implicit``: the end of an earlier request's prompt in the conversation,
     where that request's implicit breakpoint was written: a match candidate, never written."""
 
@@ -86,7 +86,7 @@ class InferenceRequest:
     ``generate=False`` only prefills (fills the prefix cache) and produces no output.
     ``cache_mode``, ``cache_ttl`` and ``breakpoints`` are the create's prompt-caching
     options and the breakpoints in its prompt, for a profile whose prefix cache follows the
-    breakpoint rule (``inference.breakpoint_cache``); the block rule ignores them.
+    breakpoint rule (``inference.emulator.breakpoint_cache``); the block rule ignores them.
     """
 
     request_id: str

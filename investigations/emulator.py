@@ -30,9 +30,9 @@ from typing import Any
 from bench import bench_profiles as profiles
 from bench import ray_internals, results
 from inference import chat_format as cf
-from inference.batching import steady_tokens_per_s
-from inference.pacing import decode_s, ttft_ms
-from inference.profiles import InferenceConfig
+from inference.emulator.batching import steady_tokens_per_s
+from inference.emulator.pacing import decode_s, ttft_ms
+from inference.emulator.profiles import InferenceConfig
 from inference.tokenizer import encode
 from inference.types import Done, FunctionCallDelta, InferenceRequest, Prefilled, TextDelta, ToolSpec
 from serve.embedded import embedded_ray, embedded_server, local_config

@@ -66,7 +66,7 @@ def median_ms(m: ModuleType, turn) -> float:  # type: ignore[no-untyped-def]
 def main() -> None:
     compare(
         __doc__,
-        "inference/prefix_cache.py",
+        "inference/emulator/prefix_cache.py",
         "10bcebe",
         lambda m: median_ms(m, _earlier_turn),
         lambda m: median_ms(m, _this_turn),

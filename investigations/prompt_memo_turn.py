@@ -54,7 +54,7 @@ def median_ms(m: ModuleType, turn) -> float:  # type: ignore[no-untyped-def]
 def main() -> None:
     compare(
         __doc__,
-        "inference/prompt_memo.py",
+        "inference/emulator/prompt_memo.py",
         "f4398ab",
         lambda m: median_ms(m, _earlier_turn),
         lambda m: median_ms(m, _this_turn),

@@ -11,9 +11,9 @@ from typing import Any
 
 from ray.serve import Application, Deployment
 
-from inference.deployment import InferenceDeployment, deployment_options
+from inference.emulator.deployment import InferenceDeployment, deployment_options
+from inference.emulator.whatif_deployment import WhatIfHop, WhatIfSafetyModel, whatif_options
 from inference.serve_autoscaling import CONNECTIONS, autoscaling_config
-from inference.whatif_deployment import WhatIfHop, WhatIfSafetyModel, whatif_options
 
 from .config import AppConfig, ServerConfig, app_config_from_dict
 from .gateway import Gateway
@@ -92,6 +92,6 @@ def gateway_options(server: ServerConfig) -> dict[str, Any]:
 def app_builder(args: dict[str, Any]) -> Application:
     """Entry point for ``serve run``/``serve deploy`` config files: ``args`` holds the
     sections of :class:`AppConfig` (a partial ``inference`` section refines
-    the packaged inference/models.yaml, as in a ``--config`` file; the environment applies
+    the packaged inference/emulator/models.yaml, as in a ``--config`` file; the environment applies
     on top, serve/config.py)."""
     return build_application(app_config_from_dict(args))

@@ -4,7 +4,7 @@ Four sections, ``server``, ``session``, ``store`` and ``inference``, from four s
 later source wins key by key (sections and nested mappings are merged at every depth; a
 list or a scalar is replaced whole):
 
-1. the defaults (the models; ``inference`` from the packaged ``inference/models.yaml``);
+1. the defaults (the models; ``inference`` from the packaged ``inference/emulator/models.yaml``);
 2. a YAML file: ``--config FILE``, or a Serve config file's ``args:``;
 3. the environment: ``RESPONSES_WS_<SECTION>__<KEY>[__<KEY>…]=<YAML value>``, e.g.
    ``RESPONSES_WS_SESSION__CONNECTIONS_PER_ACTOR=64`` (:func:`environment_layer`);
@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from actors.config import SessionConfig
 from actors.host.drain import DrainSettings
 from actors.logs import LogSettings
-from inference.profiles import InferenceConfig, load_inference_config
+from inference.emulator.profiles import InferenceConfig, load_inference_config
 from store import StoreConfig
 
 from .origins import LOOPBACK_ORIGINS, OriginPolicy
@@ -255,7 +255,7 @@ def app_config_from_dict(
     with the environment and then ``flags`` (dotted keys) merged on top.
 
     Every section refines its defaults: a partial ``inference`` section refines the
-    packaged profiles file (inference/models.yaml), a partial ``session.safety`` the
+    packaged profiles file (inference/emulator/models.yaml), a partial ``session.safety`` the
     classifier's defaults, and so on."""
     environ = os.environ if environ is None else environ
     merged: dict[str, Any] = {"inference": load_inference_config().model_dump()}

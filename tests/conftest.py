@@ -149,7 +149,7 @@ def ray_cluster(ray_start_lock_path):
 @pytest.fixture(scope="session")
 def server_url(ray_cluster) -> str:
     """The main test server: emu-fast/emu-gpu, the model calls tools for 20 rounds."""
-    from inference.profiles import load_inference_config
+    from inference.emulator.profiles import load_inference_config
     from tests.support.server import start_app
 
     inference = load_inference_config().model_copy(deep=True)

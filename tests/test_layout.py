@@ -45,8 +45,8 @@ ALLOWED = {
     },  # run from a checkout, not in the wheel
 }
 RAY_MODULES = {
-    "inference/deployment.py",
-    "inference/whatif_deployment.py",
+    "inference/emulator/deployment.py",
+    "inference/emulator/whatif_deployment.py",
     "inference/serve_autoscaling.py",  # every use of Serve's custom autoscaling metrics and policies
     "actors/backend/ray_serve.py",
     "actors/host/actor.py",
@@ -452,10 +452,10 @@ def test_each_extra_declares_what_its_commands_and_tests_import():
 def test_the_default_model_profiles_are_package_data():
     """Shipped inside the inference package (a wheel has no configs/ directory)."""
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    assert "models.yaml" in setuptools["package-data"]["inference"]
-    assert (ROOT / "inference" / "models.yaml").is_file()
-    assert not (ROOT / "configs" / "models.yaml").exists(), "one copy only: inference/models.yaml"
-    from inference.profiles import DEFAULT_CONFIG, load_inference_config
+    assert "models.yaml" in setuptools["package-data"]["inference.emulator"]
+    assert (ROOT / "inference" / "emulator" / "models.yaml").is_file()
+    assert not (ROOT / "configs" / "models.yaml").exists(), "one copy only: inference/emulator/models.yaml"
+    from inference.emulator.profiles import DEFAULT_CONFIG, load_inference_config
 
     assert DEFAULT_CONFIG.is_file() and load_inference_config().default_model == "emu-fast"
 
@@ -505,8 +505,8 @@ def test_the_investigations_stay_out_of_the_wheel():
 LAB_PUBLIC = {
     "serve.embedded",
     "serve.config",
-    "inference.profiles",
-    "inference.pacing",
+    "inference.emulator.profiles",
+    "inference.emulator.pacing",
     "inference.tokenizer",
     "inference.chat_format",
     "store.state_reader",  # a connection's resumable state, read with its token (docs/reliability.md)
@@ -521,7 +521,7 @@ def imported_modules(path: Path) -> set[str]:
             names |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
             names.add(node.module)
-            if node.module in SERVER_PACKAGES:  # ``from inference import chat_format``
+            if (ROOT / node.module.replace(".", "/")).is_dir():  # ``from inference import chat_format``
                 names |= {f"{node.module}.{a.name}" for a in node.names}
                 names.discard(node.module)
     return names
@@ -543,10 +543,10 @@ def test_an_internal_import_in_the_lab_is_caught(tmp_path):
     lab_module = tmp_path / "kind.py"
     lab_module.write_text(
         "from serve.embedded import embedded_server\n"
-        "from inference import chat_format, policy\n"
+        "from inference import chat_format\nfrom inference.emulator import pacing, policy\n"
         "def f():\n    from actors.core.session import Session\n    import store.redis\n"
     )
-    assert server_internals(lab_module) == {"inference.policy", "actors.core.session", "store.redis"}
+    assert server_internals(lab_module) == {"inference.emulator.policy", "actors.core.session", "store.redis"}
 
 
 # The one way out of the session core: actors.core.driver.Driver hands a session its inputs

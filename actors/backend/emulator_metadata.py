@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from inference import scenario as scripted
-from inference.policy import InvalidMetadata, metadata_overrides
+from inference.emulator import scenario as scripted
+from inference.emulator.policy import InvalidMetadata, metadata_overrides
 
 from ..errors import InvalidRequest
 

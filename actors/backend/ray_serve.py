@@ -1,5 +1,5 @@
-"""The inference seam over Ray Serve: the emulator's deployment (``inference.deployment``)
-and, when on, the what-if services' deployments (``inference.whatif_deployment``), reached
+"""The inference seam over Ray Serve: the emulator's deployment (``inference.emulator.deployment``)
+and, when on, the what-if services' deployments (``inference.emulator.whatif_deployment``), reached
 through ``DeploymentHandle``s by name.
 """
 
@@ -12,8 +12,8 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 
 from inference.channel import Endpoint
+from inference.emulator.whatif import HopConfig, SafetyModelConfig
 from inference.types import InferenceEvent, InferenceRequest
-from inference.whatif import HopConfig, SafetyModelConfig
 
 from ..config import SessionConfig
 from . import BeforeCall, EventStream
@@ -73,7 +73,7 @@ class ServeInference:
     async def _via_serve(self, request: InferenceRequest) -> AsyncGenerator[list[InferenceEvent], None]:
         """One streaming call through Serve.  A request with a ``session_key`` carries it as Serve's
         ``session_id``, which the inference deployment's router pins to one replica
-        (prefix-cache locality, ``inference.deployment.SessionAffinityRouter``)."""
+        (prefix-cache locality, ``inference.emulator.deployment.SessionAffinityRouter``)."""
         generate = self._generate
         if request.session_key:
             generate = generate.options(session_id=request.session_key)  # shares the router

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from inference.whatif import WhatIfConfig
+from inference.emulator.whatif import WhatIfConfig
 
 from . import ModelCall
 

@@ -85,7 +85,7 @@ def usage_line(turn: Turn, *, owner: str, transport: str, created_at: float) -> 
 
 def failure(exc: BaseException) -> dict[str, str]:
     """The ``response.failed`` error of a model call that raised ``exc``: its code if the
-    wire has it (and a scripted scenario's message, inference.scenario), else ``server_error``."""
+    wire has it (and a scripted scenario's message, inference.emulator.scenario), else ``server_error``."""
     code = getattr(exc, "code", None)
     fail = {"code": code if code in RESPONSE_ERROR_CODES else "server_error"}
     message = getattr(exc, "public_message", None)

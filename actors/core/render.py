@@ -152,7 +152,7 @@ class MarkedTokens(NamedTuple):
     """Items rendered, with the prompt-cache breakpoints among their tokens (offsets into
     ``tokens``): each content part's ``prompt_cache_breakpoint``, at the exact end of the
     part, and (``implicit``) the start of each run of model output, where the prompt of the
-    request that produced it ended (inference.breakpoint_cache)."""
+    request that produced it ended (inference.emulator.breakpoint_cache)."""
 
     tokens: list[int]
     marks: tuple[Breakpoint, ...]

@@ -17,7 +17,7 @@ import json
 import statistics
 from pathlib import Path
 
-from inference.profiles import load_inference_config
+from inference.emulator.profiles import load_inference_config
 from serve.config import AppConfig
 from serve.embedded import embedded_server, local_config
 

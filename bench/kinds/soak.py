@@ -96,7 +96,7 @@ async def soak(url: str, plan: SoakPlan, *, app: str = APP, runs: int = 1) -> di
     dict (bench/soak_report.py).  One invariant check spans all runs (ids stay unique)."""
     profile = None
     with contextlib.suppress(Exception):
-        from inference.profiles import load_inference_config
+        from inference.emulator.profiles import load_inference_config
 
         profile = load_inference_config().profile(plan.model)
     check, load, per_run = RunCheck(), Load(), []

@@ -14,8 +14,8 @@ from actors.config import SessionConfig
 from actors.core.inputs import ClientFrame, InferenceChunk
 from actors.core.render import render_items
 from actors.core.session import Session
-from inference.engine import Engine
-from inference.profiles import load_inference_config
+from inference.emulator.engine import Engine
+from inference.emulator.profiles import load_inference_config
 from inference.types import Done
 from tests.support.session_driver import handled
 

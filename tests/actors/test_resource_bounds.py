@@ -10,8 +10,8 @@ import zlib
 import pytest
 
 from actors.core.render import compaction_text
-from inference.policy import InvalidMetadata, metadata_overrides
-from inference.schema_values import Unsatisfiable, value_for_schema
+from inference.emulator.policy import InvalidMetadata, metadata_overrides
+from inference.emulator.schema_values import Unsatisfiable, value_for_schema
 
 
 @pytest.mark.parametrize(

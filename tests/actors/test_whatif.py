@@ -13,7 +13,7 @@ from actors.config import SessionConfig
 from actors.core.inputs import ClientFrame, InferenceChunk
 from actors.core.session import Session, Turn
 from actors.core.timings import PhaseTimer
-from inference.whatif import HopConfig, SafetyModelConfig, WhatIfConfig
+from inference.emulator.whatif import HopConfig, SafetyModelConfig, WhatIfConfig
 from store import StoredResponse
 from tests.actors.test_session import MODEL, answer_text, send
 from tests.support.session_driver import handled

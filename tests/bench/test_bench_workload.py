@@ -117,7 +117,7 @@ def test_the_floor_is_the_server_reported_model_time_plus_tool_time():
 
 def test_the_overhead_benchmark_asks_only_for_policy_values_the_server_accepts():
     from bench.kinds.floor_length import META
-    from inference.policy import metadata_overrides
+    from inference.emulator.policy import metadata_overrides
 
     assert metadata_overrides(META.items())["tool_rounds"] == 10_000  # raises InvalidMetadata if not
 

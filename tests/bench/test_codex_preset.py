@@ -12,7 +12,7 @@ from bench import breakdown, sweeps
 from bench import workload as wl
 from bench.rollouts import RolloutRecord, TurnRecord
 from inference import tokenizer
-from inference.profiles import load_inference_config
+from inference.emulator.profiles import load_inference_config
 
 CODEX = wl.PRESETS["codex"]
 

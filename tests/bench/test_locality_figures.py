@@ -48,6 +48,6 @@ def test_an_over_report_or_a_lost_prefix_fails_the_check():
 
 def test_the_clients_cached_tokens_rule_is_the_servers():
     from bench.multinode.locality_figures import reported_cached_tokens as clients
-    from inference.prefix_cache import reported_cached_tokens as servers
+    from inference.emulator.prefix_cache import reported_cached_tokens as servers
 
     assert [clients(n) for n in range(0, 5000, 7)] == [servers(n) for n in range(0, 5000, 7)]

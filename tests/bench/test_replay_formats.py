@@ -12,7 +12,7 @@ from bench.replay import log_formats as formats
 from bench.replay import synth
 from bench.replay.driver import ToolTime
 from bench.replay.shape import Call, Input, ShapeFile, StepShape, Text, ToolOutput, Usage, build
-from inference import scenario as sc
+from inference.emulator import scenario as sc
 from inference.tokenizer import encode
 
 DATA = Path(__file__).parent / "data" / "replay"
@@ -214,6 +214,6 @@ def test_output_the_breakdown_does_not_explain_is_replayed_as_hidden_reasoning()
 
 
 def test_the_scripted_turn_key_is_the_emulators():
-    from inference.scenario import TURN_KEY
+    from inference.emulator.scenario import TURN_KEY
 
     assert synth.TURN_KEY == TURN_KEY

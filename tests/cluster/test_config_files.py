@@ -13,7 +13,7 @@ import yaml
 from ray.autoscaler._private.util import prepare_config, validate_config
 from ray.serve.schema import ServeDeploySchema
 
-from inference.deployment import deployment_options
+from inference.emulator.deployment import deployment_options
 from serve.builder import gateway_options
 from serve.config import app_config_from_dict
 

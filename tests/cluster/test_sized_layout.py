@@ -19,7 +19,7 @@ from ray.autoscaler._private.util import prepare_config, validate_config
 from ray.serve.schema import ServeDeploySchema
 
 from bench.multinode.edits import cluster_yaml, haproxy_config, serve_config, session_tier_bounds
-from inference.deployment import deployment_options
+from inference.emulator.deployment import deployment_options
 from serve import local_node_type
 from serve.builder import gateway_options
 from serve.config import app_config_from_dict

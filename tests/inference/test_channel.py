@@ -14,7 +14,7 @@ import pytest
 
 from inference import channel
 from inference.channel import ChannelClient, ChannelLost, ChannelServer, ChannelUnavailable, Endpoint
-from inference.profiles import UnknownModelProfile
+from inference.emulator.profiles import UnknownModelProfile
 from inference.types import Done, InferenceEvent, InferenceRequest, Prefilled, TextDelta, ToolSpec
 from tests.support.waiting import until
 

@@ -10,7 +10,7 @@ import pytest
 import ray
 from ray.serve.config import AutoscalingConfig, AutoscalingContext
 
-from inference.profiles import AutoscalingConfig as Bounds
+from inference.emulator.profiles import AutoscalingConfig as Bounds
 from inference.serve_autoscaling import (
     CONNECTIONS,
     PINNED_RAY,

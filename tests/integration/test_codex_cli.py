@@ -38,7 +38,7 @@ PROMPTS = (
     "Set a goal to make the parser tests pass, then fix the failing test.",
     "Apply a patch that renames the helper in src/utils/io.py.",
 )
-# A small checkout with the files the scripted model's paths name (inference/schema_values.py).
+# A small checkout with the files the scripted model's paths name (inference/emulator/schema_values.py).
 CHECKOUT = {
     "README.md": "# demo\n\nA checkout Codex works in during the test.\n",
     "pyproject.toml": '[project]\nname = "demo"\nversion = "0.1.0"\n',

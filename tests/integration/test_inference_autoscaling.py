@@ -11,8 +11,8 @@ import time
 from ray import serve
 
 from inference.channel import ChannelClient
-from inference.deployment import InferenceDeployment, deployment_options
-from inference.profiles import AutoscalingConfig, ScalingConfig, load_inference_config
+from inference.emulator.deployment import InferenceDeployment, deployment_options
+from inference.emulator.profiles import AutoscalingConfig, ScalingConfig, load_inference_config
 from inference.types import InferenceRequest
 
 APP = "rws-inference-autoscale"

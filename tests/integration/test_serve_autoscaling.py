@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ray import serve
 
-from inference.profiles import AutoscalingConfig as Bounds
+from inference.emulator.profiles import AutoscalingConfig as Bounds
 from inference.serve_autoscaling import CONNECTIONS, ReportsLoad, autoscaling_config
 
 APP = "rws-autoscale-probe"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from inference import scenario as sc
+from inference.emulator import scenario as sc
 from serve.cli import scenario_file
 from serve.config import load_app_config
 

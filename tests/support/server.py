@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from inference.profiles import load_inference_config
+from inference.emulator.profiles import load_inference_config
 from serve.embedded import deploy, local_config
 from tests.support.waiting import wait_until
 

@@ -1,7 +1,7 @@
 """Opt-in "what-if" services: the hosted API's per-request services as explicit cost models.
 
 Never the default.  With ``session.whatif`` switched on, every model call is preceded by
-calls to two emulated services (Serve deployments in :mod:`inference.whatif_deployment`):
+calls to two emulated services (Serve deployments in :mod:`inference.emulator.whatif_deployment`):
 
 * a **neural safety classifier** on an accelerator: a fixed overhead per call, then the
   tokens it reads at a throughput shared by the replica's calls (one accelerator: work queues
@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from inference.pacing import Clock, Sleeper
+from inference.emulator.pacing import Clock, Sleeper
 
 PROMPT_GUARD = "Prompt-Guard-86M model card, huggingface.co/meta-llama/Prompt-Guard-86M"
 LATENCY_NUMBERS = "'Latency numbers every programmer should know' (J. Dean, P. Norvig)"

@@ -11,12 +11,12 @@ from array import array
 import pytest
 
 from inference import chat_format as cf
-from inference.engine import Engine
-from inference.policy import prompt_digest
-from inference.prefix_cache import as_bytes, block_keys
-from inference.prompt_memo import Known, PromptMemo, digest_of
+from inference.emulator.engine import Engine
+from inference.emulator.policy import prompt_digest
+from inference.emulator.prefix_cache import as_bytes, block_keys
+from inference.emulator.prompt_memo import Known, PromptMemo, digest_of
 from inference.types import Done, InferenceRequest
-from tests.inference.conftest import FakeClock
+from tests.inference.emulator.conftest import FakeClock
 
 BLOCK = 4
 

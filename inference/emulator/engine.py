@@ -32,12 +32,13 @@ from collections.abc import AsyncGenerator, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from inference import breakpoint_cache, chat_format
-from inference.batching import Batch, DecodeSchedule
-from inference.breakpoint_cache import BreakpointCache, prefix_key
-from inference.jitter import RequestJitter
-from inference.pacing import Chunker, Clock, ItemWindow, Sleeper, decode_work, paced_chunks, ttft_ms
-from inference.policy import (
+from inference import chat_format
+from inference.emulator import breakpoint_cache
+from inference.emulator.batching import Batch, DecodeSchedule
+from inference.emulator.breakpoint_cache import BreakpointCache, prefix_key
+from inference.emulator.jitter import RequestJitter
+from inference.emulator.pacing import Chunker, Clock, ItemWindow, Sleeper, decode_work, paced_chunks, ttft_ms
+from inference.emulator.policy import (
     FunctionCallSegment,
     OutputPlan,
     ReasoningSegment,
@@ -46,7 +47,7 @@ from inference.policy import (
     plan,
     policy_for,
 )
-from inference.prefix_cache import (
+from inference.emulator.prefix_cache import (
     Lookup,
     PrefixCache,
     as_bytes,
@@ -54,8 +55,8 @@ from inference.prefix_cache import (
     chain_keys,
     reported_cached_tokens,
 )
-from inference.profiles import InferenceConfig, ModelProfile
-from inference.prompt_memo import Digest, Known, PromptMemo, digest_of
+from inference.emulator.profiles import InferenceConfig, ModelProfile
+from inference.emulator.prompt_memo import Digest, Known, PromptMemo, digest_of
 from inference.tokenizer import Detokenizer, decode, token_bytes
 from inference.types import (
     Done,
@@ -199,7 +200,7 @@ class Engine:
 
     def _intake(self, request: InferenceRequest, arrived: float) -> _Call:
         """A request's model, its prompt's bytes and what this replica remembers of its
-        session's conversation (``inference.prompt_memo``)."""
+        session's conversation (``inference.emulator.prompt_memo``)."""
         profile = self._config.profile(request.model)
         root = self._root(profile.id, request.cache_scope)
         data = as_bytes(request.prompt_token_ids)
@@ -378,7 +379,7 @@ class Engine:
 
     def _cache_kv(self, call: _Call, output: Sequence[int] = ()) -> None:
         """Cache the KV of the call's prompt followed by ``output`` under the block rule, and
-        remember them as its session's conversation (``inference.prompt_memo``): the
+        remember them as its session's conversation (``inference.emulator.prompt_memo``): the
         breakpoint rule's keys chain on the same block keys.  Only the blocks past what the
         lookup computed are hashed."""
         prompt, block = call.request.prompt_token_ids, self._cache.block_tokens
@@ -403,7 +404,7 @@ class Engine:
     def _serve_breakpoints(
         self, request: InferenceRequest, data: bytes, root: int, known: Known | None
     ) -> tuple[Lookup, tuple[int, int]]:
-        """The breakpoint rule (``inference.breakpoint_cache``): read the longest held
+        """The breakpoint rule (``inference.emulator.breakpoint_cache``): read the longest held
         candidate, write the request's breakpoints; the prompt's block keys (hashed only past
         what ``known`` holds) for the memo."""
         n = len(data) // 4

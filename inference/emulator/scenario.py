@@ -16,7 +16,7 @@ Where a scenario comes from (docs/replay.md, "Scripted scenarios"):
 - a request's ``metadata["emulator.turn"]``: one turn as JSON, followed by that response
   whatever its context holds (what ``responses-ws replay`` sends, one per recorded step).
 
-A request's metadata wins over the configuration.  ``inference.policy.plan`` turns the
+A request's metadata wins over the configuration.  ``inference.emulator.policy.plan`` turns the
 turn :func:`turn_for` selects into its output plan (``scripted_plan``).
 """
 

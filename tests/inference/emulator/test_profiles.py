@@ -7,7 +7,7 @@ import pickle
 import pytest
 from pydantic import ValidationError
 
-from inference.profiles import (
+from inference.emulator.profiles import (
     InferenceConfig,
     ModelProfile,
     PolicyConfig,

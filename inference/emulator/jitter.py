@@ -15,7 +15,7 @@ import math
 import random
 from hashlib import blake2b
 
-from inference.profiles import JitterConfig
+from inference.emulator.profiles import JitterConfig
 
 
 def lognormal_mean_one(rng: random.Random, sigma: float) -> float:

@@ -9,11 +9,11 @@ from array import array
 import pytest
 
 from inference import chat_format as cf
-from inference import engine as engine_module
-from inference.engine import Engine
-from inference.pacing import decode_s, token_deadlines
-from inference.policy import FunctionCallSegment, OutputPlan, TextSegment, plan
-from inference.profiles import UnknownModelProfile
+from inference.emulator import engine as engine_module
+from inference.emulator.engine import Engine
+from inference.emulator.pacing import decode_s, token_deadlines
+from inference.emulator.policy import FunctionCallSegment, OutputPlan, TextSegment, plan
+from inference.emulator.profiles import UnknownModelProfile
 from inference.tokenizer import decode, encode
 from inference.types import (
     Done,

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 
-from inference.profiles import BatchingConfig
+from inference.emulator.profiles import BatchingConfig
 
 
 class EngineOverloaded(RuntimeError):

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from inference.prefix_cache import PrefixCache, block_keys, reported_cached_tokens
+from inference.emulator.prefix_cache import PrefixCache, block_keys, reported_cached_tokens
 
 B = 4  # block size in these tests
 

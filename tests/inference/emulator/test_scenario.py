@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from inference import policy as pol
-from inference import scenario as sc
 from inference.chat_format import render_function_call, render_function_call_output, render_message
-from inference.profiles import PolicyConfig
+from inference.emulator import policy as pol
+from inference.emulator import scenario as sc
+from inference.emulator.profiles import PolicyConfig
 from inference.tokenizer import decode, encode
 from inference.types import InferenceRequest
 
-EXAMPLE = Path(__file__).parents[2] / "configs" / "scenario.example.yaml"  # quoted in docs/replay.md
+EXAMPLE = Path(__file__).parents[3] / "configs" / "scenario.example.yaml"  # quoted in docs/replay.md
 
 
 def request(prompt, **kw) -> InferenceRequest:

@@ -27,7 +27,7 @@ tokens and ``max_entries`` entries.  (Simplification: evicting an entry frees wh
 even if a longer entry still extends it.)
 
 Keys: an entry's key chains on the prompt's block keys (``prefix_cache.block_keys``, which a
-pinned session computes only for blocks it has not seen, ``inference.prompt_memo``) and
+pinned session computes only for blocks it has not seen, ``inference.emulator.prompt_memo``) and
 hashes the at most ``block_tokens - 1`` tokens after the last full block: a lookup hashes a
 handful of short tails, never the whole prompt.
 """

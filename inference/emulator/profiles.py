@@ -1,4 +1,4 @@
-"""Typed configuration of the emulated inference backend (``inference/models.yaml``, the
+"""Typed configuration of the emulated inference backend (``inference/emulator/models.yaml``, the
 defaults shipped inside the package).
 
 One pydantic model per concept: a ``ModelProfile`` is the latency and load model of one
@@ -19,10 +19,10 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from inference.scenario import Scenario
+from inference.emulator.scenario import Scenario
 
 # Package data (pyproject.toml): found the same way in a checkout, an editable install and a wheel.
-DEFAULT_CONFIG = resources.files("inference").joinpath("models.yaml")
+DEFAULT_CONFIG = resources.files("inference.emulator").joinpath("models.yaml")
 
 
 class UnknownModelProfile(LookupError):
@@ -43,7 +43,7 @@ class UnknownModelProfile(LookupError):
 
 
 class BatchingConfig(BaseModel):
-    """Continuous batching on one replica (``inference.batching``).
+    """Continuous batching on one replica (``inference.emulator.batching``).
 
     At most ``max_running`` sequences are in the batch; later requests wait FIFO in a queue
     of at most ``max_waiting`` (beyond it a request is refused with ``EngineOverloaded``).
@@ -72,7 +72,7 @@ class BatchingConfig(BaseModel):
 
 
 class JitterConfig(BaseModel):
-    """Seeded lognormal jitter with mean 1 (``inference.jitter``).
+    """Seeded lognormal jitter with mean 1 (``inference.emulator.jitter``).
 
     One factor per request multiplies its prefill time and every one of its token times;
     one factor per token multiplies that token's time.  ``sigma`` is the standard deviation
@@ -124,7 +124,7 @@ class ModelProfile(BaseModel):
     source: str = ""
     owned_by: str = "responses-ws"
     # The prompt-cache rule (docs/emulator.md): "blocks", reuse in 128-token steps from 1024
-    # (inference.prefix_cache); "breakpoints", the breakpoint rule (inference.breakpoint_cache).
+    # (inference.emulator.prefix_cache); "breakpoints", the breakpoint rule (inference.emulator.breakpoint_cache).
     prompt_cache: Literal["blocks", "breakpoints"] = "blocks"
 
     @model_validator(mode="after")
@@ -135,14 +135,14 @@ class ModelProfile(BaseModel):
 
 
 class PolicyConfig(BaseModel):
-    """The scripted policy (``inference.policy``).
+    """The scripted policy (``inference.emulator.policy``).
 
     The model calls a tool until the conversation holds ``tool_rounds`` tool results, then
     answers with ``text_tokens`` tokens of text; every response first thinks for
     ``reasoning_tokens`` hidden tokens (0: none) — or, with ``reasoning_tokens_p90`` above
     it, for a length drawn per response from the lognormal of that median and 90th
     percentile.  ``seed`` varies all choices.  A request
-    can override each of them through its ``metadata`` (``inference.policy.METADATA_KEYS``).
+    can override each of them through its ``metadata`` (``inference.emulator.policy.METADATA_KEYS``).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -153,12 +153,12 @@ class PolicyConfig(BaseModel):
     reasoning_tokens: int = Field(default=0, ge=0, le=65_536)
     reasoning_tokens_p90: int = Field(default=0, ge=0, le=65_536)
     seed: int = 0
-    # A scripted scenario every conversation follows (inference.scenario); None: the policy.
+    # A scripted scenario every conversation follows (inference.emulator.scenario); None: the policy.
     scenario: Scenario | None = None
 
 
 class PrefixCacheConfig(BaseModel):
-    """Each replica's prefix (KV) cache (``inference.prefix_cache``): ``capacity_tokens``
+    """Each replica's prefix (KV) cache (``inference.emulator.prefix_cache``): ``capacity_tokens``
     of KV held in blocks of ``block_tokens`` (a divisor of 128, so the reported cached
     tokens, in 128-token steps, never exceed what was reused); 0 disables it.
 
@@ -200,7 +200,7 @@ class PrefixCacheConfig(BaseModel):
 
 class RoutingConfig(BaseModel):
     """How a request picks its replica (``inference.routing``; the Serve request router in
-    ``inference.deployment`` reads this when ``scaling.session_affinity`` is on).
+    ``inference.emulator.deployment`` reads this when ``scaling.session_affinity`` is on).
 
     A WebSocket connection is pinned to one replica for its life; its first request, and
     every stateless (HTTP) request, goes where its *prefix route* says: rendezvous hashing
@@ -250,7 +250,7 @@ class AutoscalingConfig(BaseModel):
 
 
 class ScalingConfig(BaseModel):
-    """How Serve runs the replicas (``inference.deployment.deployment_options``).
+    """How Serve runs the replicas (``inference.emulator.deployment.deployment_options``).
 
     ``autoscaling`` (if set) replaces the fixed ``InferenceConfig.replicas``.  With
     ``accelerator_resource`` set, each replica asks for ``accelerator_per_replica`` of that
@@ -300,7 +300,7 @@ class InferenceConfig(BaseModel):
 
 
 def load_inference_config(path: Path | None = None) -> InferenceConfig:
-    """Read and validate the YAML config; ``path`` defaults to the packaged ``inference/models.yaml``."""
+    """Read and validate the YAML config; ``path`` defaults to the packaged ``inference/emulator/models.yaml``."""
     text = (
         path.read_text(encoding="utf-8") if path is not None else DEFAULT_CONFIG.read_text(encoding="utf-8")
     )

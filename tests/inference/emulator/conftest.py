@@ -1,6 +1,6 @@
 """Fixtures for the inference tests: a fake clock and small, explicit configs.
 
-Tests build their own profiles rather than reading ``inference/models.yaml`` so that tuning
+Tests build their own profiles rather than reading ``inference/emulator/models.yaml`` so that tuning
 the shipped numbers never changes what a test asserts.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from inference.profiles import InferenceConfig, ModelProfile, PolicyConfig
+from inference.emulator.profiles import InferenceConfig, ModelProfile, PolicyConfig
 
 
 class FakeClock:

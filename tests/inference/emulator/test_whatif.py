@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from inference.whatif import (
+from inference.emulator.whatif import (
     Hop,
     HopConfig,
     SafetyModel,
@@ -16,7 +16,7 @@ from inference.whatif import (
     hop_seconds,
     parameters,
 )
-from tests.inference.conftest import FakeClock
+from tests.inference.emulator.conftest import FakeClock
 
 
 def test_the_services_are_off_by_default():

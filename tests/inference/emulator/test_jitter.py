@@ -10,10 +10,10 @@ import statistics
 import pytest
 
 from inference import chat_format as cf
-from inference.engine import Engine
-from inference.jitter import RequestJitter, lognormal_mean_one
-from inference.pacing import decode_s, ttft_ms
-from inference.profiles import JitterConfig
+from inference.emulator.engine import Engine
+from inference.emulator.jitter import RequestJitter, lognormal_mean_one
+from inference.emulator.pacing import decode_s, ttft_ms
+from inference.emulator.profiles import JitterConfig
 from inference.types import InferenceRequest
 
 

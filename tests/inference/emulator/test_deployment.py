@@ -8,12 +8,12 @@ import gc
 from types import SimpleNamespace
 
 from inference import chat_format as cf
-from inference.profiles import load_inference_config
+from inference.emulator.profiles import load_inference_config
 from inference.types import Done, InferenceRequest, Prefilled
 
 
 def test_replica_class_streams_lists_models_and_reports_stats():
-    from inference.deployment import InferenceDeployment
+    from inference.emulator.deployment import InferenceDeployment
 
     cfg = load_inference_config()
     replica = InferenceDeployment.func_or_class(cfg.model_dump())  # dict config, as YAML args
@@ -31,7 +31,7 @@ def test_replica_class_streams_lists_models_and_reports_stats():
 
 
 def test_deployment_options_fixed_replicas_cpu_free_and_session_affinity():
-    from inference.deployment import (
+    from inference.emulator.deployment import (
         CHANNEL_DRAIN_S,
         InferenceDeployment,
         SessionAffinityRouter,
@@ -53,8 +53,8 @@ def test_deployment_options_fixed_replicas_cpu_free_and_session_affinity():
 
 
 def test_deployment_options_autoscaling_and_accelerator_placement():
-    from inference.deployment import InferenceDeployment, deployment_options
-    from inference.profiles import AutoscalingConfig, ScalingConfig
+    from inference.emulator.deployment import InferenceDeployment, deployment_options
+    from inference.emulator.profiles import AutoscalingConfig, ScalingConfig
 
     cfg = load_inference_config().model_copy(
         update={
@@ -77,8 +77,8 @@ def test_deployment_options_autoscaling_and_accelerator_placement():
 
 
 def test_deployment_options_autoscale_on_the_replicas_sequences():
-    from inference.deployment import InferenceDeployment, deployment_options
-    from inference.profiles import AutoscalingConfig, ScalingConfig
+    from inference.emulator.deployment import InferenceDeployment, deployment_options
+    from inference.emulator.profiles import AutoscalingConfig, ScalingConfig
 
     auto = AutoscalingConfig(min_replicas=1, max_replicas=4, target_sequences=32, metrics_interval_s=1)
     cfg = load_inference_config().model_copy(update={"scaling": ScalingConfig(autoscaling=auto)})
@@ -96,7 +96,7 @@ def test_deployment_options_autoscale_on_the_replicas_sequences():
 
 
 def _router(**routing):
-    from inference.deployment import SessionAffinityRouter
+    from inference.emulator.deployment import SessionAffinityRouter
 
     router = object.__new__(SessionAffinityRouter)  # no Serve machinery needed for the decision
     router.initialize_state(**routing)

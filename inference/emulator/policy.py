@@ -38,7 +38,7 @@ are real cl100k text that takes decode time and counts in ``usage.output_tokens`
 kept in the context (docs/emulator.md, "Reasoning").
 
 ``emulator.scenario`` and ``emulator.turn`` carry a scripted scenario or one scripted turn
-(``inference.scenario``); with one, or with the configuration's ``scenario``, ``plan``
+(``inference.emulator.scenario``); with one, or with the configuration's ``scenario``, ``plan``
 follows the script.
 
 Other metadata keys are ignored; a listed key with a value that is not a valid number
@@ -60,9 +60,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from inference import scenario as scripted
-from inference.profiles import PolicyConfig
-from inference.schema_values import Unsatisfiable, changes_files, scratch_path, value_for_schema
+from inference.emulator import scenario as scripted
+from inference.emulator.profiles import PolicyConfig
+from inference.emulator.schema_values import Unsatisfiable, changes_files, scratch_path, value_for_schema
 from inference.tokenizer import decode, encode
 from inference.types import InferenceRequest, ToolSpec
 
@@ -222,7 +222,7 @@ def plan(
     """The output of one response: hidden reasoning if asked for, then one function call or
     one text answer (see module doc) — or what the scenario says.  ``prompt_seed``: the
     plan's seed (the digest of the prompt and ``policy.seed``) computed by the caller, who
-    may know most of it already (``inference.prompt_memo``)."""
+    may know most of it already (``inference.emulator.prompt_memo``)."""
     turn = scripted.turn_for(request, policy.scenario) if policy.scenario is not None else None
     if turn is not None:
         return scripted_plan(request, turn, policy.seed)
@@ -249,7 +249,7 @@ def plan(
 
 
 def scripted_plan(request: InferenceRequest, turn: scripted.ScriptedTurn, seed: int) -> OutputPlan:
-    """A scenario turn's output (``inference.scenario``): reasoning, text, then its calls;
+    """A scenario turn's output (``inference.emulator.scenario``): reasoning, text, then its calls;
     raises ``InjectedError`` for an error turn.  Synthetic text and reasoning are seeded by
     ``seed`` and the turn, never the prompt, so they are the same on every transport."""
     if turn.error is not None:
@@ -354,7 +354,7 @@ def text_answer(n_tokens: int, rng: random.Random) -> tuple[int, ...]:
     joined with spaces as one text, then cut.  The ids are that text's encoding (real BPE
     merges across sentence boundaries) put together from each sentence's own: no merge
     crosses the space between two corpus sentences, so the pieces add up to the whole
-    (``tests/inference/test_policy.py`` checks it against encoding the text), at a fraction
+    (``tests/inference/emulator/test_policy.py`` checks it against encoding the text), at a fraction
     of the cost of encoding thousands of tokens per response."""
     return _answer(n_tokens, rng)[0]
 

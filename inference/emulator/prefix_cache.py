@@ -20,7 +20,7 @@ it, and the least recent block is always the end of a chain (a block no held blo
 on).  So a use of a chain stamps only its last block; a block whose every successor is gone
 inherits the latest stamp among them, and eviction takes the end block with the oldest
 stamp (a heap).  The order is the one refreshing each chain's blocks tail first would give
-(``tests/inference/test_prefix_cache.py`` checks it against that model), at a cost per use
+(``tests/inference/emulator/test_prefix_cache.py`` checks it against that model), at a cost per use
 that does not grow with the conversation.
 
 Simplification: blocks that running requests are using are not pinned against eviction

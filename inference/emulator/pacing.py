@@ -17,8 +17,8 @@ from bisect import bisect_right
 from collections.abc import AsyncIterator, Sequence
 from typing import Protocol, overload
 
-from inference.alarm import alarm_for
-from inference.profiles import ModelProfile
+from inference.emulator.alarm import alarm_for
+from inference.emulator.profiles import ModelProfile
 
 
 class Clock(Protocol):
@@ -46,7 +46,7 @@ class AsyncioSleeper:
     """The real sleeper, on the event loop alone.  The loop's timers fire up to a
     millisecond late (its selector waits in whole milliseconds, rounded up), so a
     ``precise`` sleep (a response's first and last tokens) waits on the loop's
-    :class:`inference.alarm.Alarm` instead: a kernel timer the loop watches, which wakes it
+    :class:`inference.emulator.alarm.Alarm` instead: a kernel timer the loop watches, which wakes it
     within microseconds of the deadline, at the cost of a system call or two.  Without one
     (not Linux) a precise sleep is the loop's timer too.  ``clock`` must be the monotonic
     clock the deadlines are on."""

@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from inference.pacing import (
+from inference.emulator.pacing import (
     AsyncioSleeper,
     Chunker,
     ItemWindow,

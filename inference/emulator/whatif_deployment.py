@@ -1,10 +1,10 @@
 """The what-if services as Ray Serve deployments (opt-in, docs/whatif.md).
 
-Each replica holds one cost model of :mod:`inference.whatif` on the real monotonic clock and
+Each replica holds one cost model of :mod:`inference.emulator.whatif` on the real monotonic clock and
 really waits; ``num_cpus=0`` (they only sleep).  Callers send a token count, not the text:
 what is emulated is the service's time, and shipping the text through Ray would add a cost
-the hosted service does not have.  The app builder in ``serve/`` binds them (this module
-never calls ``.bind()``) with :func:`whatif_options`.
+the hosted service does not have.  The app builder in ``serve/`` binds them with
+:func:`whatif_options`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 
 from ray import serve
 
-from inference.pacing import AsyncioSleeper, MonotonicClock
-from inference.whatif import Hop, HopConfig, SafetyModel, SafetyModelConfig, ServiceReply
+from inference.emulator.pacing import AsyncioSleeper, MonotonicClock
+from inference.emulator.whatif import Hop, HopConfig, SafetyModel, SafetyModelConfig, ServiceReply
 
 RECENT = 256  # token counts of the latest calls a replica keeps for stats()
 

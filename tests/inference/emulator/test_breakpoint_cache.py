@@ -8,11 +8,11 @@ from array import array
 
 import pytest
 
-from inference.breakpoint_cache import MATCH_WINDOW, TTL_S, BreakpointCache, plan, prefix_key
-from inference.engine import Engine
-from inference.prefix_cache import as_bytes, block_keys
+from inference.emulator.breakpoint_cache import MATCH_WINDOW, TTL_S, BreakpointCache, plan, prefix_key
+from inference.emulator.engine import Engine
+from inference.emulator.prefix_cache import as_bytes, block_keys
 from inference.types import Breakpoint, InferenceRequest, Prefilled
-from tests.inference.conftest import FakeClock, config, profile
+from tests.inference.emulator.conftest import FakeClock, config, profile
 
 B = 4
 
@@ -151,7 +151,7 @@ def test_the_engine_reads_and_writes_by_breakpoints_and_hashes_only_new_blocks(m
         hashed.append(len(tokens) // block_tokens - len(known[: len(tokens) // block_tokens]))
         return real(tokens, block_tokens, known, root)
 
-    monkeypatch.setattr("inference.engine.block_keys", counting)
+    monkeypatch.setattr("inference.emulator.engine.block_keys", counting)
     turn2 = turn1 + list(range(900, 910))
     p2 = _prefilled(
         engine, turn2, breakpoints=(bp(len(system), "12h"), bp(len(turn1), implicit=True)), generate=False

@@ -9,10 +9,16 @@ import itertools
 import pytest
 
 from inference import chat_format as cf
-from inference.batching import Batch, DecodeSchedule, EngineOverloaded, steady_tokens_per_s, step_factor
-from inference.engine import Engine
-from inference.pacing import decode_s, ttft_ms
-from inference.profiles import BatchingConfig, PolicyConfig
+from inference.emulator.batching import (
+    Batch,
+    DecodeSchedule,
+    EngineOverloaded,
+    steady_tokens_per_s,
+    step_factor,
+)
+from inference.emulator.engine import Engine
+from inference.emulator.pacing import decode_s, ttft_ms
+from inference.emulator.profiles import BatchingConfig, PolicyConfig
 from inference.types import Done, InferenceRequest, Prefilled, TextDelta
 
 PROMPT = tuple(cf.render_message("user", "Fix the bug."))

@@ -3,8 +3,8 @@ is new.
 
 A connection's prompt is its previous prompt, the previous output and the new input: a
 prefix the replica has already hashed twice — into the prefix cache's chained block keys
-(``inference.prefix_cache``) and into the digest that seeds the scripted output
-(``inference.policy.prompt_digest``); doing it again would cost time linear in the whole
+(``inference.emulator.prefix_cache``) and into the digest that seeds the scripted output
+(``inference.emulator.policy.prompt_digest``); doing it again would cost time linear in the whole
 conversation on every turn.  :class:`PromptMemo` keeps, per session, the last conversation
 it cached (the prompt's bytes, the very object the request brought, and the output's), its
 block keys and the digest's state after its prompt; a new prompt that starts with exactly

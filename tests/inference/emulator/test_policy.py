@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from inference import policy as pol
 from inference.chat_format import render_message
-from inference.profiles import PolicyConfig
-from inference.schema_values import value_for_schema
+from inference.emulator import policy as pol
+from inference.emulator.profiles import PolicyConfig
+from inference.emulator.schema_values import value_for_schema
 from inference.tokenizer import decode, encode
 from inference.types import InferenceRequest, ToolSpec
 
@@ -153,7 +153,7 @@ def test_text_answer_is_the_encoding_of_the_joined_sentences(n):
 
 @pytest.mark.parametrize("sizes", [range(0, 120), (2000, 2001, 4999)])
 def test_a_text_segment_is_canonical_exactly_when_its_ids_encode_back(sizes):
-    """The engine renders a canonical answer with its own ids (inference.engine), so the
+    """The engine renders a canonical answer with its own ids (inference.emulator.engine), so the
     flag must never claim what encoding the text would not give."""
     for n in sizes:
         for seed in range(3):
@@ -334,7 +334,7 @@ def test_generated_arguments_are_deterministic(schema, seed):
 
 
 def test_metadata_overrides_tool_rounds_text_length_and_seed():
-    from inference.policy import policy_for
+    from inference.emulator.policy import policy_for
 
     base = PolicyConfig(tool_rounds=3, text_tokens=48, seed=0)
     req = InferenceRequest(
@@ -353,7 +353,7 @@ def test_metadata_overrides_tool_rounds_text_length_and_seed():
 
 
 def test_a_text_length_knob_shapes_the_answer_and_tool_rounds_end_the_loop():
-    from inference.policy import policy_for
+    from inference.emulator.policy import policy_for
 
     tool = ToolSpec("t", {"type": "object", "properties": {}})
     req = InferenceRequest(
@@ -378,7 +378,7 @@ def test_a_text_length_knob_shapes_the_answer_and_tool_rounds_end_the_loop():
     ],
 )
 def test_an_invalid_knob_value_is_a_typed_error(key, value):
-    from inference.policy import InvalidMetadata, policy_for
+    from inference.emulator.policy import InvalidMetadata, policy_for
 
     with pytest.raises(InvalidMetadata) as info:
         policy_for(InferenceRequest("r", "m", [1], metadata=((key, value),)), PolicyConfig())
@@ -401,7 +401,7 @@ def test_the_plan_follows_the_tool_outputs():
 
 
 def test_reasoning_length_is_drawn_per_response_from_its_lognormal():
-    from inference.policy import ReasoningSegment
+    from inference.emulator.policy import ReasoningSegment
 
     policy = PolicyConfig(reasoning_tokens=100, reasoning_tokens_p90=500)
     lengths = []
@@ -422,7 +422,7 @@ def test_reasoning_length_is_drawn_per_response_from_its_lognormal():
 
 
 def test_shell_commands_are_read_only():
-    from inference.schema_values import COMMANDS
+    from inference.emulator.schema_values import COMMANDS
 
     schema = {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}
     seen = {json.loads(pol.arguments_for(schema, random.Random(i)))["cmd"] for i in range(200)}
@@ -442,7 +442,7 @@ WRITE = {
 
 @pytest.mark.parametrize("name", ["write_file", "apply_patch", "deleteFile", "remove-dir", "fs.move"])
 def test_a_tool_that_changes_files_gets_paths_that_exist_nowhere(name):
-    from inference.schema_values import PATHS, SCRATCH_DIR
+    from inference.emulator.schema_values import PATHS, SCRATCH_DIR
 
     tool = ToolSpec(name, WRITE)
     for i in range(20):
@@ -455,7 +455,7 @@ def test_a_tool_that_changes_files_gets_paths_that_exist_nowhere(name):
 
 
 def test_a_tool_that_reads_gets_ordinary_paths():
-    from inference.schema_values import PATHS
+    from inference.emulator.schema_values import PATHS
 
     seg = only_segment(pol.plan(request(tools=(READ,)), POLICY))
     assert json.loads(seg.arguments)["path"] in PATHS
@@ -476,7 +476,7 @@ def test_numbers_are_whole_when_the_bounds_allow_it():
 
 
 def test_a_patch_tool_gets_a_patch_of_a_path_that_exists_nowhere():
-    from inference.schema_values import PATHS, SCRATCH_DIR
+    from inference.emulator.schema_values import PATHS, SCRATCH_DIR
 
     tool = ToolSpec("apply_patch", custom=True)
     for i in range(10):

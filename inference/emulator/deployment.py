@@ -23,11 +23,12 @@ from ray.serve.config import RequestRouterConfig
 from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
 from ray.util import metrics
 
-from inference import allocator, policy
+from inference import allocator
 from inference.channel import ChannelServer, Endpoint
-from inference.engine import Engine
-from inference.pacing import AsyncioSleeper, MonotonicClock
-from inference.profiles import InferenceConfig, RoutingConfig
+from inference.emulator import policy
+from inference.emulator.engine import Engine
+from inference.emulator.pacing import AsyncioSleeper, MonotonicClock
+from inference.emulator.profiles import InferenceConfig, RoutingConfig
 from inference.routing import PrefixRouting, SessionAffinity, prefix_key
 from inference.serve_autoscaling import SEQUENCES, ReportsLoad, autoscaling_config
 from inference.types import InferenceEvent, InferenceRequest
