@@ -4,7 +4,8 @@ Each level's figures (bench/kinds/capacity.py's ``summarise``) measured under th
 against this server and against the reference (bench/reference.py) become
 ``server / reference = ratio`` (:func:`compare`), each against its target where it has one
 (:data:`FIGURES`); the CPU per turn by role of this server's processes stands beside the
-reference process's own (:func:`cpu_beside`).  :func:`lines` renders them for the terminal.
+reference process's own (:func:`cpu_beside`).  :func:`lines` renders them for the terminal,
+:func:`print_level` one side's level.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ FIGURES: tuple[tuple[str, str, tuple[str, str], float | None], ...] = (
 )
 # the one-loop level's steady p50 is "one loop alone" (its label in the report)
 ALONE = "one loop alone, non-model p50 (ms)"
+# the server's phases the slowest steady turns are broken down by (bench/kinds/capacity.py's tail)
+TAIL_PHASES = ("render", "parse_validate", "backend", "other", "api_overhead", "queue", "prefill", "decode")
 # CPU per turn by role, in the order printed (bench/processes.py's roles)
 CPU_ROLES = ("gateway", "session_host", "inference", "ray", "ray_background", "api_tier", "all")
 
@@ -121,3 +124,52 @@ def lines(
             f"         CPU ms/turn: the reference {cpu['reference']} (this server's processes not seen)"
         )
     return out
+
+
+def print_level(s: dict[str, Any]) -> None:
+    f, st, cpu = s["first_turns_ms"], s["steady_ms"], s.get("cpu_ms_per_turn")
+    print(
+        f"{s['loops']:>5} loops: {s['turns_per_s']} turns/s; steady non-model p50 {st['p50']} / p99 {st['p99']} ms "
+        f"({st['turns']} turns); first turns released at once p50 {f['p50']} / p99 {f['p99']} ms "
+        f"({f['completed']}/{s['loops']} in {f['storm_s']} s); served {s['loops_served']}/{s['loops']}"
+        f"{'' if s['every_loop_served'] else ' — NOT every loop served'}"
+        + (
+            f"; CPU/turn gateway {cpu['gateway']} + host {cpu['session_host']} = API {cpu['api_tier']}, "
+            f"inference {cpu['inference']}, Ray {cpu['ray']} (background {cpu['ray_background']}) ms"
+            if cpu
+            else ""
+        ),
+        flush=True,
+    )
+    t, lg = s.get("steady_tail") or {}, s["client_loop_lag_ms"]
+    if t:
+        print(
+            f"       steady tail (≥ {t['from_ms']} ms, {t['turns']} turns), medians ms: "
+            + ", ".join(f"{k} {t[k]}" for k in (*TAIL_PHASES, "outside"))
+            + f"; waiting for a CPU, ms/turn: {s.get('runqueue_wait_ms_per_turn')}",
+            flush=True,
+        )
+    hl = s.get("host_loop_lag_ms") or {}
+    if hl.get("storm") or hl.get("steady"):
+        print(
+            "       the session host's event-loop lag (its loop_lag timing), ms: "
+            + "; ".join(
+                f"{name} p50 {v['p50']} / p99 {v['p99']} / max {v['max']}"
+                for name, v in (("storm", hl.get("storm")), ("steady", hl.get("steady")))
+                if v
+            ),
+            flush=True,
+        )
+    print(
+        f"       clients: {s['client_processes']} process(es), {s['client_cpu_pct_of_a_core']}% of a core "
+        f"({s['client_turns_per_cpu_s']} turns per CPU-second), "
+        f"loop lag p99 {lg['p99']} / max {lg['max']} ms"
+        + (
+            f" (the reference server: {s['reference_cpu_pct_of_a_core']}% of a core)"
+            if "reference_cpu_pct_of_a_core" in s
+            else ""
+        )
+        + ": "
+        + ("valid" if s["valid"] else f"INVALID, the clients were saturated ({s['invalid_reason']})"),
+        flush=True,
+    )

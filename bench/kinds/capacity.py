@@ -1,31 +1,39 @@
-"""A node's capacity: N concurrent Codex-like loops, from client processes of their own.
+"""A node's capacity: N concurrent Codex-like loops against this server and, in the same run,
+against the bare-protocol reference; each figure as ``server / reference = ratio``.
 
-    responses-ws bench capacity [--loops 1,16,64,256,1024] [--duration 30] [--clients 2]
-                                [--preset codex] [--url URL | --reference] [--out results/capacity.json]
+    responses-ws bench capacity [--loops 1,16,64,256,1024] [--duration 20] [--clients 2]
+                                [--preset crowd] [--url URL] [--no-reference | --reference-only]
+                                [--out results/capacity.json]
 
 For each N in ``--loops`` (one embedded server on the default configuration for all of them,
-``--url``, or ``--reference``: the bare-protocol reference server of bench/reference.py, to
-measure the client itself), N loops run in ``--clients`` separate client processes of the
-lab's load runner (bench/runner: the creates pre-encoded, only each answer's terminal frame
-parsed).  A loop is one socket running the ``--preset`` workload of bench/workload.py (the
-runner's ``capacity`` workload): its rollout's first create resends the instructions, the
-tools and the resumed history (the ``codex`` preset's ~60k tokens: what a client
-reconnecting after a node drain sends), then turns chained with ``previous_response_id``
-carrying the tool outputs, each after the tool's time; a rollout that ends starts the next
-on the same socket.
+or ``--url``), N loops run in ``--clients`` separate client processes of the lab's load
+runner (bench/runner: the creates pre-encoded, only each answer's terminal frame parsed).  A
+loop is one socket running the ``--preset`` workload of bench/workload.py (``crowd``: ~30 KB
+of instructions and tools resent with every create, ~300-word tool outputs, 1-3 s of tool
+time; ``codex``: a ~60k-token resumed history at each rollout's first create), turns chained
+with ``previous_response_id`` carrying the tool outputs, each after the tool's time; a
+rollout that ends starts the next on the same socket.
 
-1. every loop connects; then the N first turns are released at once (a reconnect storm);
+1. every loop connects; then the N first turns are released at once (the storm);
 2. the loops run on for ``--duration`` seconds (steady state).
 
-Reported per N: turns/s in the steady window; p50/p99 non-model time per turn (the client's
-turn time less the server's reported queue + prefill + decode) for steady turns (chained)
+The reference (bench/reference.py: one process, ``websockets``, every create parsed, model
+time zero) answers with the frames this server answered the crowd with, recorded before the
+first N (:func:`record_frames`); each N runs against both back to back, the order swapped
+every other N (:func:`paired_level`; a level is a storm and a steady window of N sockets:
+two crowds at once would load each other).  ``--no-reference`` skips it;
+``--reference-only`` loads it alone, its answers synthesized (the client's own capacity).
+
+Reported per N and side: turns/s in the steady window; p50/p99 non-model time per turn (the
+client's turn time less the server's reported queue + prefill + decode) for steady turns
 and for the first turns apart (and a rollout's later first turns as ``rollout_first``);
-CPU per turn by process role over the steady window (gateway, session hosts, inference
-emulator, Ray's own; embedded server only) with Ray's idle background rate measured before;
-whether every loop was served (connected, its first turn and at least one more
-completed, no error); and the client processes' own CPU and event-loop lag over the steady
-window, a level whose clients were saturated marked invalid (bench/runner/model.py).
-Writes JSON (``--out``).
+the session host's event-loop lag under the storm where the server reports it (each
+response's ``loop_lag`` timing); CPU per turn by process role over the steady window
+(gateway, session hosts, inference emulator, Ray's own; embedded server only) with Ray's
+idle background rate measured before, and the reference process's own; whether every loop
+was served; and the client processes' own CPU and event-loop lag, a level whose clients were
+saturated marked invalid (bench/runner/model.py).  Then the comparison
+(bench/capacity_report.py).  Writes JSON (``--out``).
 """
 
 from __future__ import annotations
@@ -62,7 +70,6 @@ def nonmodel(records: list[dict[str, Any]], kind: str) -> dict[str, Any]:
 
 
 WAIT = "wait:"  # a sample's key prefix for a role's run-queue wait (s)
-TAIL_PHASES = ("render", "parse_validate", "backend", "other", "api_overhead", "queue", "prefill", "decode")
 
 
 def tail(
@@ -80,7 +87,7 @@ def tail(
     cut = pct(sorted(r["total_ms"] - r["model_ms"] for r in rows), q) or 0.0
     slow = [r for r in rows if r["total_ms"] - r["model_ms"] >= cut]
     out: dict[str, Any] = {"turns": len(slow), "from_ms": _ms(cut)}
-    for phase in TAIL_PHASES:
+    for phase in report.TAIL_PHASES:
         out[phase] = _ms(pct(sorted(r["server"].get(phase, 0.0) for r in slow), 0.5))
     outside = sorted(r["total_ms"] - r["model_ms"] - r["server"].get("api_overhead", 0.0) for r in slow)
     out["outside"] = _ms(pct(outside, 0.5))
@@ -311,55 +318,6 @@ def one_level(
     return out
 
 
-def print_level(s: dict[str, Any]) -> None:
-    f, st, cpu = s["first_turns_ms"], s["steady_ms"], s.get("cpu_ms_per_turn")
-    print(
-        f"{s['loops']:>5} loops: {s['turns_per_s']} turns/s; steady non-model p50 {st['p50']} / p99 {st['p99']} ms "
-        f"({st['turns']} turns); first turns released at once p50 {f['p50']} / p99 {f['p99']} ms "
-        f"({f['completed']}/{s['loops']} in {f['storm_s']} s); served {s['loops_served']}/{s['loops']}"
-        f"{'' if s['every_loop_served'] else ' — NOT every loop served'}"
-        + (
-            f"; CPU/turn gateway {cpu['gateway']} + host {cpu['session_host']} = API {cpu['api_tier']}, "
-            f"inference {cpu['inference']}, Ray {cpu['ray']} (background {cpu['ray_background']}) ms"
-            if cpu
-            else ""
-        ),
-        flush=True,
-    )
-    t, lg = s.get("steady_tail") or {}, s["client_loop_lag_ms"]
-    if t:
-        print(
-            f"       steady tail (≥ {t['from_ms']} ms, {t['turns']} turns), medians ms: "
-            + ", ".join(f"{k} {t[k]}" for k in (*TAIL_PHASES, "outside"))
-            + f"; waiting for a CPU, ms/turn: {s.get('runqueue_wait_ms_per_turn')}",
-            flush=True,
-        )
-    hl = s.get("host_loop_lag_ms") or {}
-    if hl.get("storm") or hl.get("steady"):
-        print(
-            "       the session host's event-loop lag (its loop_lag timing), ms: "
-            + "; ".join(
-                f"{name} p50 {v['p50']} / p99 {v['p99']} / max {v['max']}"
-                for name, v in (("storm", hl.get("storm")), ("steady", hl.get("steady")))
-                if v
-            ),
-            flush=True,
-        )
-    print(
-        f"       clients: {s['client_processes']} process(es), {s['client_cpu_pct_of_a_core']}% of a core "
-        f"({s['client_turns_per_cpu_s']} turns per CPU-second), "
-        f"loop lag p99 {lg['p99']} / max {lg['max']} ms"
-        + (
-            f" (the reference server: {s['reference_cpu_pct_of_a_core']}% of a core)"
-            if "reference_cpu_pct_of_a_core" in s
-            else ""
-        )
-        + ": "
-        + ("valid" if s["valid"] else f"INVALID, the clients were saturated ({s['invalid_reason']})"),
-        flush=True,
-    )
-
-
 def record_frames(url: str, args: argparse.Namespace) -> dict[str, list[str]]:
     """This server's answers to the crowd's creates, recorded for the reference: a loop's
     first create, the chained create after it, and one more told that the rollout has called
@@ -403,7 +361,7 @@ def paired_level(
         else:
             runs[side] = one_level(ref.url, n, args, {}, {}, reference_pid=ref.pid)
         print(f"  [{side}]", end="", flush=True)
-        print_level(runs[side])
+        report.print_level(runs[side])
     server, reference = runs["server"], runs["reference"]
     vs, cpu = report.compare(server, reference), report.cpu_beside(server, reference)
     for line in report.lines(n, vs, cpu, server.get("host_loop_lag_ms")):
@@ -452,7 +410,7 @@ def run(args: argparse.Namespace) -> int:
                 level = one_level(
                     url, n, args, procs, idle, reference_pid=reference.pid if reference else None
                 )
-                print_level(level)
+                report.print_level(level)
                 out.append(level)
         else:
             recorded = record_frames(url, args)
