@@ -8,10 +8,14 @@ back*, and a final text answer.  The emulated model's behaviour is shaped per re
 through ``metadata`` (docs/emulator.md): ``emulator.tool_rounds``, ``emulator.text_tokens``
 and ``emulator.reasoning_tokens``.  Nothing here touches the network.
 
-Two presets (:data:`PRESETS`): ``uniform``, the fixed-size loop the benchmark has always
-run (sizes uniform in ±50 % around their means), and ``codex``, sizes drawn from lognormal
-distributions fitted to published Codex CLI trace statistics (:data:`CODEX`; every figure and
-its source is in docs/benchmark.md, "The codex preset").
+Three presets (:data:`PRESETS`): ``uniform``, the fixed-size loop (sizes uniform in ±50 %
+around their means); ``codex``, sizes drawn from lognormal distributions fitted to published
+Codex CLI trace statistics (:data:`CODEX`; every figure and its source is in
+docs/benchmark.md, "The codex preset"), its first create resending a resumed session; and
+``crowd``, a crowd of Codex-like loops starting fresh: ~4000-word instructions and 8 tools
+(~30 KB together) resent with every create, ~300-word tool outputs, ~2 s of tool time, no
+resumed history, so the first creates of a crowd share everything but their task
+(``bench capacity``'s default: the protocol's cost, not a prefill queue).
 """
 
 from __future__ import annotations
@@ -300,6 +304,16 @@ PRESETS: dict[str, Workload] = {
     # cached prefixes: p50 116k, p90 202k; the context sweep covers 10k-200k).
     "codex": Workload(
         system_tokens=5000, tool_def_tokens=2000, task_tokens=150, resume_tokens=60_000, shape=CODEX
+    ),
+    # ~4000 words of instructions (22 KB), 8 tools of ~150 words each (9 KB): ~30 KB a
+    # create resends; a tool output of ~450 tokens (~1.8 KB of code or log, ~300 words),
+    # 1-3 s of tool time, 8 calls a rollout (Codex's median)
+    "crowd": Workload(
+        system_tokens=4030,
+        tool_def_tokens=1500,
+        tool_output_tokens=450,
+        tool_time_ms=2000.0,
+        tool_rounds=8,
     ),
 }
 

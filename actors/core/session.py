@@ -90,8 +90,12 @@ class Session:
         formats: Mapping[str, ChatFormat] | None = None,
         check_metadata: CheckMetadata = _no_check,
         prompt_parts: SharedParts | None = None,
+        loop_lag: Callable[[float], float] | None = None,
     ) -> None:
+        """``loop_lag``: the host's event-loop stall since a time on ``perf``'s clock
+        (:mod:`actors.core.loop_lag`), each response's ``loop_lag`` timing; none: not reported."""
         self.config = config
+        self._loop_lag = loop_lag
         self._check_metadata = check_metadata
         # A model without a format of its own: cl100k.  ``prompt_parts``: the host's
         # renderings of instructions and tools, shared by its connections (actors.core.prompt_parts).
@@ -213,7 +217,7 @@ class Session:
             new_scan=self._prep.new_scan,
             fmt=lambda name: formats.get(name or "", self._prep.format("")),
             owner=self.owner,
-            timer=PhaseTimer(self._perf),
+            timer=PhaseTimer(self._perf, lag=self._loop_lag),
         )
 
     def _on_release(self) -> Effects:
@@ -225,7 +229,7 @@ class Session:
     def _on_frame(self, data: str | bytes, received: float | None = None) -> Effects:
         """One client frame (its first bytes ``received`` at that time on the session's
         ``perf`` clock, if known).  Errors become ``error`` events; the session stays usable."""
-        timer = PhaseTimer(self._perf, received)
+        timer = PhaseTimer(self._perf, received, self._loop_lag)
         try:
             with timer.phase("parse_validate"):
                 event = parse_client_event(data)
@@ -243,7 +247,7 @@ class Session:
 
     def _on_create(self, event: ResponseCreate, timer: PhaseTimer | None = None) -> Effects:
         """A parsed ``response.create`` (the HTTP path enters here, with its own timer)."""
-        timer = timer or PhaseTimer(self._perf)
+        timer = timer or PhaseTimer(self._perf, lag=self._loop_lag)
         lane = event.stream_id
         if self._draining:
             return Effects(events=[error_event(ServerShuttingDown(), stream_id=lane)])
@@ -440,7 +444,7 @@ class Session:
             self._requests.add(
                 turn.lane,
                 successor(turn.create, turn.builder.response.id, steer_input),
-                PhaseTimer(self._perf),
+                PhaseTimer(self._perf, lag=self._loop_lag),
                 first=True,
             )
         fx += self._schedule()

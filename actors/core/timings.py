@@ -4,8 +4,10 @@ API phases (``parse_validate``, ``history_load``, ``render``, ``classify``,
 ``model_resolution``, ``post``, and a hook's calls before each model call,
 :meth:`PhaseTimer.service`), the model's (``queue``, ``prefill``, ``decode``), and
 ``api_overhead`` (the response's time on the server less the model's), ``backend`` and
-``other``: what each covers, where the clock starts and stops (:meth:`Report.restamp`), and
-how a client asks for them is docs/performance.md, "Timings users can see".
+``other``; on a session host also ``loop_lag``, the longest its event loop kept ready work
+waiting while the response was on the server (:mod:`actors.core.loop_lag`), not a phase and
+not in the sums: what each covers, where the clock starts and stops (:meth:`Report.restamp`),
+and how a client asks for them is docs/performance.md, "Timings users can see".
 """
 
 from __future__ import annotations
@@ -21,11 +23,19 @@ INFERENCE_PHASES = ("queue", "prefill", "decode")
 
 
 class PhaseTimer:
-    __slots__ = ("_perf", "_queued_at", "_waiting_since", "inference_wait_ms", "ms", "started")
+    __slots__ = ("_lag", "_perf", "_queued_at", "_waiting_since", "inference_wait_ms", "ms", "started")
 
-    def __init__(self, perf: Callable[[], float], started: float | None = None) -> None:
-        """``started``: when the request reached the server, on ``perf``'s clock (now if not given)."""
+    def __init__(
+        self,
+        perf: Callable[[], float],
+        started: float | None = None,
+        lag: Callable[[float], float] | None = None,
+    ) -> None:
+        """``started``: when the request reached the server, on ``perf``'s clock (now if not
+        given).  ``lag``: the event loop's worst stall (s) since a time on ``perf``'s clock
+        (:meth:`actors.core.loop_lag.LoopLag.worst_since`), reported as ``loop_lag``."""
         self._perf = perf
+        self._lag = lag
         self.ms: dict[str, float] = dict.fromkeys(API_PHASES + INFERENCE_PHASES, 0.0)
         self.started = perf() if started is None else started
         self._waiting_since: float | None = None
@@ -81,6 +91,8 @@ class PhaseTimer:
         out["api_overhead"] = round(overhead, 3)
         api = sum(v for k, v in self.ms.items() if k not in INFERENCE_PHASES) + backend  # services too
         out["other"] = round(max(0.0, overhead - api), 3)
+        if self._lag is not None:
+            out["loop_lag"] = round(self._lag(self.started) * 1000.0, 3)
         return out
 
 

@@ -42,6 +42,7 @@ from .handoff import Ended, Handoff, HandoffReceiver, Link, Outcome, SocketKind,
 from .host_metrics import HostMetrics, PhaseMetrics
 from .http import HttpServer
 from .limits import raise_open_files
+from .loop_watch import LoopWatch
 from .server import SocketServer
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,7 @@ class SessionHost:
         self._http: HttpServer | None = None
         self._cache: HostBudget = CacheBudget(config.host_max_cached_tokens)  # shared by its connections
         self._prompt_parts: SharedParts = PromptParts()  # instructions and tools, rendered once a host
+        self._loop_watch = LoopWatch()  # each response's loop_lag timing; runs while WebSockets are open
         self._draining: asyncio.Task[None] | None = None
 
     async def ready(self) -> str:
@@ -154,6 +156,7 @@ class SessionHost:
             formats=self._formats,
             check_metadata=self._inference.check_metadata,
             prompt_parts=self._prompt_parts,
+            loop_lag=self._loop_watch.worst_since,
         )
 
     def _connect(self, session: Session) -> Connection:
@@ -195,6 +198,10 @@ class SessionHost:
 
     def _count_websockets(self, delta: int) -> None:
         self._websockets += delta
+        if self._websockets > 0:
+            self._loop_watch.start()
+        else:
+            self._loop_watch.stop()
         self._host_metrics.connections(self._websockets)
 
     async def stats(self) -> dict[str, str | int | bool]:

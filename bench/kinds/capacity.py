@@ -1,46 +1,60 @@
-"""A node's capacity: N concurrent Codex-like loops, from client processes of their own.
+"""A node's capacity: N concurrent Codex-like loops against this server and, in the same run,
+against the bare-protocol reference; each figure as ``server / reference = ratio``.
 
-    responses-ws bench capacity [--loops 1,16,64,256,1024] [--duration 30] [--clients 2]
-                                [--preset codex] [--url URL | --reference] [--out results/capacity.json]
+    responses-ws bench capacity [--loops 1,16,64,256,1024] [--duration 20] [--clients 2]
+                                [--preset crowd] [--url URL] [--no-reference | --reference-only]
+                                [--out results/capacity.json]
 
 For each N in ``--loops`` (one embedded server on the default configuration for all of them,
-``--url``, or ``--reference``: the bare-protocol reference server of bench/reference.py, to
-measure the client itself), N loops run in ``--clients`` separate client processes of the
-lab's load runner (bench/runner: the creates pre-encoded, only each answer's terminal frame
-parsed).  A loop is one socket running the ``--preset`` workload of bench/workload.py (the
-runner's ``capacity`` workload): its rollout's first create resends the instructions, the
-tools and the resumed history (the ``codex`` preset's ~60k tokens: what a client
-reconnecting after a node drain sends), then turns chained with ``previous_response_id``
-carrying the tool outputs, each after the tool's time; a rollout that ends starts the next
-on the same socket.
+or ``--url``), N loops run in ``--clients`` separate client processes of the lab's load
+runner (bench/runner: the creates pre-encoded, only each answer's terminal frame parsed).  A
+loop is one socket running the ``--preset`` workload of bench/workload.py (``crowd``: ~30 KB
+of instructions and tools resent with every create, ~300-word tool outputs, 1-3 s of tool
+time; ``codex``: a ~60k-token resumed history at each rollout's first create), turns chained
+with ``previous_response_id`` carrying the tool outputs, each after the tool's time; a
+rollout that ends starts the next on the same socket.
 
-1. every loop connects; then the N first turns are released at once (a reconnect storm);
+1. every loop connects; then the N first turns are released at once (the storm);
 2. the loops run on for ``--duration`` seconds (steady state).
 
-Reported per N: turns/s in the steady window; p50/p99 non-model time per turn (the client's
-turn time less the server's reported queue + prefill + decode) for steady turns (chained)
+The reference (bench/reference.py: one process, ``websockets``, every create parsed, model
+time zero) answers with the frames this server answered the crowd with, recorded before the
+first N (:func:`record_frames`); each N runs against both back to back, the order swapped
+every other N (:func:`paired_level`; a level is a storm and a steady window of N sockets:
+two crowds at once would load each other).  ``--no-reference`` skips it;
+``--reference-only`` loads it alone, its answers synthesized (the client's own capacity).
+
+Reported per N and side: turns/s in the steady window; p50/p99 non-model time per turn (the
+client's turn time less the server's reported queue + prefill + decode) for steady turns
 and for the first turns apart (and a rollout's later first turns as ``rollout_first``);
-CPU per turn by process role over the steady window (gateway, session hosts, inference
-emulator, Ray's own; embedded server only) with Ray's idle background rate measured before;
-whether every loop was served (connected, its first turn and at least one more
-completed, no error); and the client processes' own CPU and event-loop lag over the steady
-window, a level whose clients were saturated marked invalid (bench/runner/model.py).
-Writes JSON (``--out``).
+the session host's event-loop lag under the storm where the server reports it (each
+response's ``loop_lag`` timing); CPU per turn by process role over the steady window
+(gateway, session hosts, inference emulator, Ray's own; embedded server only) with Ray's
+idle background rate measured before, and the reference process's own; whether every loop
+was served; and the client processes' own CPU and event-loop lag, a level whose clients were
+saturated marked invalid (bench/runner/model.py).  Then the comparison
+(bench/capacity_report.py).  Writes JSON (``--out``).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import capacity_report as report
 from .. import processes, results
 from .. import workload as wl
-from ..reference import ReferenceServer
+from ..reference import ReferenceServer, record
 from ..runner import LoadSpec, run_local
+from ..runner.channels import Channel
+from ..runner.loop import Encoder, Loop, Pace
+from ..runner.loop import workload as loop_workload
 from ..stats import pct
 
 # ----------------------------------------------------------------------------- summaries
@@ -56,7 +70,6 @@ def nonmodel(records: list[dict[str, Any]], kind: str) -> dict[str, Any]:
 
 
 WAIT = "wait:"  # a sample's key prefix for a role's run-queue wait (s)
-TAIL_PHASES = ("render", "parse_validate", "backend", "other", "api_overhead", "queue", "prefill", "decode")
 
 
 def tail(
@@ -74,7 +87,7 @@ def tail(
     cut = pct(sorted(r["total_ms"] - r["model_ms"] for r in rows), q) or 0.0
     slow = [r for r in rows if r["total_ms"] - r["model_ms"] >= cut]
     out: dict[str, Any] = {"turns": len(slow), "from_ms": _ms(cut)}
-    for phase in TAIL_PHASES:
+    for phase in report.TAIL_PHASES:
         out[phase] = _ms(pct(sorted(r["server"].get(phase, 0.0) for r in slow), 0.5))
     outside = sorted(r["total_ms"] - r["model_ms"] - r["server"].get("api_overhead", 0.0) for r in slow)
     out["outside"] = _ms(pct(outside, 0.5))
@@ -83,6 +96,26 @@ def tail(
     t0 = min(r["sent"] for r in rows) if origin is None else origin
     out["sent_s"] = sorted(round(r["sent"] - t0, 2) for r in slow)
     return out
+
+
+LOOP_LAG = "loop_lag"  # a response's timing: its session host's event-loop lag while it was on the server
+
+
+def host_loop_lag(records: list[dict[str, Any]], kind: str) -> dict[str, Any] | None:
+    """The session host's event-loop lag the server reported with each ``kind`` turn (its
+    ``loop_lag`` timing, ms: the longest the host's loop kept ready work waiting while the
+    response was on the server): p50/p99/max over them; ``None`` when it reports none."""
+    lags = sorted(
+        r["server"][LOOP_LAG]
+        for r in records
+        if r["kind"] == kind and r["ok"] and r.get("server") and LOOP_LAG in r["server"]
+    )
+    if not lags:
+        return None
+    return {
+        "turns": len(lags),
+        **{k: _ms(pct(lags, q)) for k, q in (("p50", 0.5), ("p99", 0.99), ("max", 1.0))},
+    }
 
 
 def lag(samples: list[float]) -> dict[str, Any]:
@@ -105,6 +138,14 @@ def window_cpu(
         return {}, t0, t0
     (a, ca), (b, cb) = inside[0], inside[-1]
     return {k: cb[k] - ca.get(k, 0.0) for k in cb}, a, b
+
+
+def answered_between(records: list[dict[str, Any]], a: float, b: float) -> int:
+    """Turns (not the storm's first ones) answered between ``a`` and ``b``: the turns a CPU
+    window's time is shared by."""
+    return sum(
+        1 for r in records if r["ok"] and r["kind"] != "first" and a <= r["sent"] + r["total_ms"] / 1000 <= b
+    )
 
 
 def summarise(
@@ -134,6 +175,10 @@ def summarise(
         },
         "steady_ms": nonmodel(steady, "steady"),
         "steady_tail": tail(steady, "steady", origin=storm_end),
+        "host_loop_lag_ms": {
+            "storm": host_loop_lag(records, "first"),
+            "steady": host_loop_lag(steady, "steady"),
+        },
         "storm_end": storm_end,
         "rollout_first_ms": nonmodel(steady, "rollout_first"),
         "steady_window_s": round(end_at - storm_end, 3),
@@ -164,17 +209,25 @@ def summarise(
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--loops", default="1,16,64,256,1024", help="comma-separated loop counts, run in turn")
-    p.add_argument("--duration", type=float, default=30.0, help="seconds of steady state per loop count")
+    p.add_argument("--duration", type=float, default=20.0, help="seconds of steady state per loop count")
     p.add_argument("--clients", type=int, default=2, help="client processes (for more than 16 loops)")
-    p.add_argument("--preset", default="codex", choices=sorted(wl.PRESETS))
+    p.add_argument("--preset", default="crowd", choices=sorted(wl.PRESETS))
     p.add_argument("--resume-tokens", type=int, default=None, help="override the preset's resumed history")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--idle-s", type=float, default=3.0, help="idle window measuring the background CPU rate")
     p.add_argument("--url", help="a running server's base URL (default: start an embedded one)")
     p.add_argument(
+        "--no-reference",
+        dest="with_reference",
+        action="store_false",
+        help="skip the bare-protocol reference run beside each loop count",
+    )
+    p.add_argument(
+        "--reference-only",
         "--reference",
+        dest="reference_only",
         action="store_true",
-        help="load the bare-protocol reference server (bench/reference.py): measures the client itself",
+        help="load the bare-protocol reference alone, its frames synthesized: measures the client itself",
     )
     p.add_argument("--config", type=Path, help="server config file for the embedded server")
     p.add_argument("--out", type=Path, default=Path("results/capacity.json"))
@@ -245,6 +298,10 @@ def one_level(
         out["reference_cpu_pct_of_a_core"] = (
             round(100 * ref.get("reference", 0.0) / (b - a), 1) if b > a else None
         )
+        answered = answered_between(records, a, b)
+        out["reference_cpu_ms_per_turn"] = (
+            round(ref.get("reference", 0.0) * 1000 / answered, 3) if answered and b > a else None
+        )
     turns = (out["turns_per_s"] or 0.0) * (end_at - window_start)
     out["client_turns_per_cpu_s"] = round(turns / cpu_s, 1) if cpu_s > 0 else None  # a client core's worth
     out["client_loop_lag_ms"] = lag(result.lag_ms)
@@ -261,42 +318,61 @@ def one_level(
     return out
 
 
-def print_level(s: dict[str, Any]) -> None:
-    f, st, cpu = s["first_turns_ms"], s["steady_ms"], s.get("cpu_ms_per_turn")
-    print(
-        f"{s['loops']:>5} loops: {s['turns_per_s']} turns/s; steady non-model p50 {st['p50']} / p99 {st['p99']} ms "
-        f"({st['turns']} turns); first turns released at once p50 {f['p50']} / p99 {f['p99']} ms "
-        f"({f['completed']}/{s['loops']} in {f['storm_s']} s); served {s['loops_served']}/{s['loops']}"
-        f"{'' if s['every_loop_served'] else ' — NOT every loop served'}"
-        + (
-            f"; CPU/turn gateway {cpu['gateway']} + host {cpu['session_host']} = API {cpu['api_tier']}, "
-            f"inference {cpu['inference']}, Ray {cpu['ray']} (background {cpu['ray_background']}) ms"
-            if cpu
-            else ""
-        ),
-        flush=True,
-    )
-    t, lg = s.get("steady_tail") or {}, s["client_loop_lag_ms"]
-    if t:
-        print(
-            f"       steady tail (≥ {t['from_ms']} ms, {t['turns']} turns), medians ms: "
-            + ", ".join(f"{k} {t[k]}" for k in (*TAIL_PHASES, "outside"))
-            + f"; waiting for a CPU, ms/turn: {s.get('runqueue_wait_ms_per_turn')}",
-            flush=True,
-        )
-    print(
-        f"       clients: {s['client_processes']} process(es), {s['client_cpu_pct_of_a_core']}% of a core "
-        f"({s['client_turns_per_cpu_s']} turns per CPU-second), "
-        f"loop lag p99 {lg['p99']} / max {lg['max']} ms"
-        + (
-            f" (the reference server: {s['reference_cpu_pct_of_a_core']}% of a core)"
-            if "reference_cpu_pct_of_a_core" in s
-            else ""
-        )
-        + ": "
-        + ("valid" if s["valid"] else f"INVALID, the clients were saturated ({s['invalid_reason']})"),
-        flush=True,
-    )
+def record_frames(url: str, args: argparse.Namespace) -> dict[str, list[str]]:
+    """This server's answers to the crowd's creates, recorded for the reference: a loop's
+    first create, the chained create after it, and one more told that the rollout has called
+    its tools (``emulator.tool_rounds`` 0: the rollout's text answer)."""
+    w = loop_workload(args.preset, args.seed, args.resume_tokens)
+    lp = Loop(0, url, Encoder.build(w, "ws", False, "record"), Pace(1), [], Channel)
+
+    def make(kind: str, previous: dict[str, Any] | None) -> str:
+        if previous is None:
+            return lp.first_create()
+        create = lp.next_create(previous)
+        if create is None:
+            raise RuntimeError(
+                f"recording the reference's frames: the server answered the {kind} turn's previous one in text"
+            )
+        if kind != "final":
+            return create
+        body = json.loads(create)
+        body["metadata"]["emulator.tool_rounds"] = "0"
+        return json.dumps(body)
+
+    return asyncio.run(record(url, make))
+
+
+def paired_level(
+    url: str,
+    ref: ReferenceServer,
+    n: int,
+    args: argparse.Namespace,
+    procs: dict[int, str],
+    idle: dict[str, float],
+    reference_first: bool,
+) -> dict[str, Any]:
+    """One loop count against this server and against the reference, back to back (the
+    reference first when ``reference_first``); this server's level with the reference's
+    beside it (``reference``) and the comparison (``vs_reference``, ``cpu_beside``)."""
+    runs: dict[str, dict[str, Any]] = {}
+    for side in ("reference", "server") if reference_first else ("server", "reference"):
+        if side == "server":
+            runs[side] = one_level(url, n, args, processes.server_processes() if procs else {}, idle)
+        else:
+            runs[side] = one_level(ref.url, n, args, {}, {}, reference_pid=ref.pid)
+        print(f"  [{side}]", end="", flush=True)
+        report.print_level(runs[side])
+    server, reference = runs["server"], runs["reference"]
+    vs, cpu = report.compare(server, reference), report.cpu_beside(server, reference)
+    for line in report.lines(n, vs, cpu, server.get("host_loop_lag_ms")):
+        print(line, flush=True)
+    return {
+        **server,
+        "reference": reference,
+        "vs_reference": vs,
+        "cpu_beside": cpu,
+        "reference_first": reference_first,
+    }
 
 
 def run(args: argparse.Namespace) -> int:
@@ -306,11 +382,10 @@ def run(args: argparse.Namespace) -> int:
 
     levels = [int(x) for x in args.loops.split(",") if x]
     out: list[dict[str, Any]] = []
-
-    if args.url and args.reference:
-        raise SystemExit("bench capacity: --url and --reference exclude each other")
-    external = bool(args.url or args.reference)
-    reference = ReferenceServer() if args.reference else None
+    answers: dict[str, Any] = {}
+    if args.url and args.reference_only:
+        raise SystemExit("bench capacity: --url and --reference-only exclude each other")
+    reference = ReferenceServer() if args.reference_only else None
     with (
         nullcontext(args.url)
         if args.url
@@ -318,7 +393,7 @@ def run(args: argparse.Namespace) -> int:
         if reference is not None
         else embedded_server(local_config(args.config), name="capacity") as url
     ):
-        procs = {} if external else processes.server_processes()
+        procs = {} if args.url or reference else processes.server_processes()
         idle: dict[str, float] = {}
         if procs:
             before = processes.cpu_by_role(procs)
@@ -328,22 +403,40 @@ def run(args: argparse.Namespace) -> int:
                 for k, v in processes.role_delta(processes.cpu_by_role(procs), before).items()
             }
             print(f"idle background CPU ms per s by role: {idle}", flush=True)
-        for n in levels:
-            if procs:  # hosts started for the previous level count too
-                procs = processes.server_processes()
-            level = one_level(url, n, args, procs, idle, reference_pid=reference.pid if reference else None)
-            print_level(level)
-            out.append(level)
+        if reference is not None or not args.with_reference:
+            for n in levels:
+                if procs:  # hosts started for the previous level count too
+                    procs = processes.server_processes()
+                level = one_level(
+                    url, n, args, procs, idle, reference_pid=reference.pid if reference else None
+                )
+                report.print_level(level)
+                out.append(level)
+        else:
+            recorded = record_frames(url, args)
+            answers = {
+                k: {"frames": len(v), "bytes": sum(len(f.encode()) for f in v)} for k, v in recorded.items()
+            }
+            print(f"the reference answers with this server's frames (templated): {answers}", flush=True)
+            paired = ReferenceServer(recorded=recorded)
+            with paired:
+                for i, n in enumerate(levels):  # the order swapped every other loop count
+                    out.append(paired_level(url, paired, n, args, procs, idle, reference_first=i % 2 == 1))
     results.write(
         args.out,
         {
             "command": args.command,
             "levels": out,
             "workload": {"preset": args.preset, "resume_tokens": args.resume_tokens, "seed": args.seed},
-            "server": "reference" if args.reference else args.url or "embedded",
+            "server": "reference" if reference else args.url or "embedded",
+            "reference_answers": answers or None,  # beside this server: its recorded frames, counted
+            "targets": {key: target for key, _, _, target in report.FIGURES if target is not None},
             "duration_s": args.duration,
         },
         args.run,
     )
     print(f"wrote {args.out}")
-    return 0 if all(level["every_loop_served"] for level in out) else 1
+    served = all(level["every_loop_served"] for level in out) and all(
+        level["reference"]["every_loop_served"] for level in out if "reference" in level
+    )
+    return 0 if served else 1

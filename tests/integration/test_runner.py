@@ -47,23 +47,33 @@ def test_run_on_cluster_loads_it_from_a_load_actor_on_a_client_node(ray_cluster,
         run_on_cluster(spec, resource="no-such-resource")
 
 
-def test_bench_capacity_measures_the_client_against_the_reference_server(tmp_path):
-    """The capacity kind on the runner, against the bare-protocol reference server."""
+def test_bench_capacity_runs_the_reference_beside_the_server_with_its_frames(tmp_path, server_url):
+    """The capacity kind on the runner: the same loops against this server, then against the
+    bare-protocol reference answering with the frames recorded from it, compared."""
     import json
 
     from bench.commands import main
 
     out = tmp_path / "capacity.json"
-    argv = ["--reference", "--clients", "1", "--loops", "20", "--duration", "3", "--resume-tokens", "1500"]
+    argv = ["--url", server_url, "--clients", "1", "--loops", "4", "--duration", "2", "--preset", "uniform"]
     main(
         ["bench", "capacity", *argv, "--out", str(out)]
     )  # exit 1 when a loop's tool time outlasts the window
     doc = json.loads(out.read_text())
-    assert doc["server"] == "reference" and doc["run"]["command"].startswith("responses-ws bench capacity")
+    assert doc["server"] == server_url and doc["run"]["command"].startswith("responses-ws bench capacity")
+    assert (
+        doc["reference_answers"]["steady"]["frames"] > 3 and doc["reference_answers"]["final"]["frames"] > 3
+    )
     (level,) = doc["levels"]
-    assert level["connected"] == 20 and level["first_turns_ms"]["completed"] == 20
-    assert level["steady_ms"]["turns"] > 0 and level["loops_with_errors"] == 0
-    assert "cpu_ms_per_turn" not in level  # no server processes of its own to measure
-    (client,) = level["clients"]
-    assert client["loops"] == 20 and client["wall_s"] > 0 and level["valid"] == (not client["saturated"])
-    assert level["reference_cpu_pct_of_a_core"] is not None and level["client_turns_per_cpu_s"] > 0
+    ref = level["reference"]
+    for side in (level, ref):
+        assert side["connected"] == 4 and side["first_turns_ms"]["completed"] == 4
+        assert side["steady_ms"]["turns"] > 0 and side["loops_with_errors"] == 0
+    # the reference's model time is zero, and its figures are read as the server's are
+    assert ref["steady_tail"]["prefill"] == 0.0 and ref["steady_tail"]["decode"] == 0.0
+    assert (
+        ref["reference_cpu_ms_per_turn"] > 0 and "cpu_ms_per_turn" not in level
+    )  # --url: no server processes
+    vs = level["vs_reference"]["steady_p99"]
+    assert vs["server"] == level["steady_ms"]["p99"] and vs["reference"] == ref["steady_ms"]["p99"]
+    assert vs["target"] == 2.0 and vs["ratio"] == round(vs["server"] / vs["reference"], 2)
