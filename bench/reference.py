@@ -4,11 +4,12 @@ One process, the ``websockets`` library (no compression, as the lab's clients co
 model, no store, no history.  It parses every ``response.create`` (``json.loads``) and
 answers it at once, model time zero, with frames encoded ahead:
 
-- **recorded** (``--frames FILE``, ``-`` for standard input; :func:`record`): the very frames a server answered a
-  first turn, a steady turn and a rollout's last turn with, recorded from it (the response,
-  item and call ids and the ``previous_response_id`` templated, the timings in
-  ``metadata["responses_ws.timings"]`` zeroed, the host's ``loop_lag`` left out) — ``bench capacity``'s reference beside this
-  server, the same crowd in the same run;
+- **recorded** (``--frames FILE``, ``-`` for standard input; :func:`record`): the very
+  frames a server answered a first turn, a steady turn and a rollout's last turn with,
+  recorded from it (the response, item and call ids and the ``previous_response_id``
+  templated, the timings in ``metadata["responses_ws.timings"]`` zeroed, the host's
+  ``loop_lag`` left out) — ``bench capacity``'s reference beside this server, the same
+  crowd in the same run;
 - **synthesized** (no ``--frames``; :class:`Frames`): a Response echoing the connection's
   first create's model, instructions and tools, a function call of one arguments delta, or a
   short text message — the client's own capacity (``bench capacity --reference-only``).

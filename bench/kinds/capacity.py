@@ -286,7 +286,7 @@ def one_level(
         thread.join()
     records = [r.as_dict() for r in result.records]
     window_start, end_at = result.window
-    samples = sampler.samples if procs else []  # no server processes seen (--url, --reference): no CPU
+    samples = sampler.samples if procs else []  # no server processes seen (--url, the reference): no CPU
     out = summarise(n, records, result.errors, samples, idle, result.release_at, end_at)
     out["connected"] = result.connected
     out["client_processes"] = k
