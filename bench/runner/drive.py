@@ -62,6 +62,9 @@ def drive(
     outs = fleet.call("finish", (start, end))
     take([o["records"] for o in outs])
     errors = {int(k): v for o in outs for k, v in o["errors"].items()}
+    checks = [o["check"] for o in outs if o.get("check") is not None]
+    for other in checks[1:]:
+        checks[0].merge(other)
     return LoadResult(
         records,
         [o["stats"] for o in outs],
@@ -72,4 +75,5 @@ def drive(
         loops=spec.loops,
         lag_ms=[x for o in outs for x in o["lag_ms"]],
         stalls=[s for o in outs for s in o["stalls"]],
+        check=checks[0] if checks else None,
     )

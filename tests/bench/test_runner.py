@@ -77,6 +77,8 @@ def test_a_spec_refuses_what_the_runner_cannot_run():
         LoadSpec(targets=("http://a",), loops=1, transport="carrier-pigeon")
     with pytest.raises(ValueError, match="target"):
         LoadSpec(targets=(), loops=1)
+    with pytest.raises(ValueError, match="check_events"):
+        LoadSpec(targets=("http://a",), loops=1, transport="http-full", check_events=True)
     spec = LoadSpec(targets=("http://a", "http://b"), loops=3)
     assert [spec.target(i) for i in range(3)] == ["http://a", "http://b", "http://a"]
 
