@@ -11,7 +11,7 @@ from . import workload as wl
 from .invariants import RunCheck
 from .processes import flatness
 from .runner import LoadResult, LoadSpec, TurnRecord
-from .stats import median, pct
+from .stats import median, pct, spread
 
 
 @dataclass(frozen=True)
@@ -77,8 +77,7 @@ def turn_of_chain(records: Sequence[TurnRecord]) -> list[tuple[int, TurnRecord]]
     return out
 
 
-def _dist(values: list[float]) -> dict[str, float | None]:
-    return {"p50": pct(values, 0.5), "p90": pct(values, 0.9), "p99": pct(values, 0.99), "n": len(values)}
+DIST = ("p50", "p90", "p99", "n")  # the figures of each latency's spread
 
 
 def memory_summary(
@@ -159,22 +158,20 @@ def summarise(
         "connections": {
             "loops": plan.connections,
             "opened": check.counts["connections"],
-            "connect_ms": _dist([r.connect_ms for r in every if r.connect_ms is not None]),
+            "connect_ms": spread((r.connect_ms for r in every), DIST),
         },
         "turns": {
             "completed": len(turns),
             "per_s": len(turns) / active if active else None,
             "creates": check.counts["creates"],
         },
-        "ttft_ms": _dist([r.ttft_ms for r in turns if r.ttft_ms is not None]),
-        "model_ttft_ms": _dist([m for _, m in model if m is not None]),
-        "ttft_overhead_ms": _dist(list(overhead.values())),
-        "queue_ms": _dist([q for r in turns if (q := (r.server or {}).get("queue")) is not None]),
+        "ttft_ms": spread((r.ttft_ms for r in turns), DIST),
+        "model_ttft_ms": spread((m for _, m in model), DIST),
+        "ttft_overhead_ms": spread(overhead.values(), DIST),
+        "queue_ms": spread(((r.server or {}).get("queue") for r in turns), DIST),
         "ttft_overhead_p50_ms_by_turn": {t: pct(v, 0.5) for t, v in sorted(by_turn.items())},
         "load_avg_1m_median": median((s["load_avg_1m"] for s in timeline), None),
-        "server_api_overhead_ms": _dist(
-            [a for r in turns if (a := (r.server or {}).get("api_overhead")) is not None]
-        ),
+        "server_api_overhead_ms": spread(((r.server or {}).get("api_overhead") for r in turns), DIST),
         "clients": {
             "valid": all(not load.saturated for load in loads),
             "invalid_reason": "; ".join(x for load in loads if (x := load.reason)) or None,

@@ -59,7 +59,7 @@ def test_twenty_connections_by_five_turns_twice_keep_every_invariant(ray_cluster
     # one actor holds all twenty (no actor starts mid-test: they take seconds on a loaded machine)
     url = start_app(SOAK_APP, **{"session.connections_per_actor": 32, "session.warm_actors": 1})
     try:
-        plan = SoakPlan(connections=20, turns=5, ramp_s=1.0, duration_s=3.0, think_ms=50, sample_s=1.0)
+        plan = SoakPlan(connections=20, turns=5, ramp_s=0.5, duration_s=1.5, think_ms=50, sample_s=1.0)
         result = soak(url, plan, app=SOAK_APP, runs=2)  # ids must stay unique across runs
     finally:
         # The gateway drains before it stops (docs/reliability.md): let that happen in the background.
