@@ -27,7 +27,7 @@ ON_THE_RUNNER = ("bench.runner", "bench.kinds.capacity.one_level")
 # Modules that open connections themselves, and what they measure that is not a loop's turns.
 OWN_CONNECTIONS = {
     "bench/kinds/scaling.py": "idle connections held (memory and CPU per connection), no turns",
-    "bench/kinds/admission.py": "connects: bursts, arrival ramps, held sockets, one turn on each",
+    "bench/kinds/admission.py": "connects: bursts, arrival ramps, held sockets (then turns on the sockets it opened)",
     "bench/kinds/streams.py": "the delivery rate of N streams of one long answer each",
     "bench/kinds/floor.py": "one socket's per-turn cost against a reference server, sequential turns",
     "bench/kinds/floor_hotpath.py": "one socket's per-turn overhead with an instant model",
