@@ -29,6 +29,7 @@ class SoakPlan:
     seed: int = 0
     sample_s: float | None = 3.0  # memory sampling period; None: no sampling
     clients: int = 1  # client processes
+    chains: int | None = None  # chains per loop, then it stops (duration_s: a cap); None: until duration_s
 
     def workload(self, run: int = 0) -> wl.Workload:
         return wl.Workload(
@@ -45,14 +46,16 @@ class SoakPlan:
 
     def spec(self, url: str, run: int = 0) -> LoadSpec:
         """Run ``run`` of the plan on the load runner: a chain per connection (its ``codex``
-        workload), every event checked; the measured window starts after the ramp."""
+        workload), every event checked; the measured window starts after the ramp, or with
+        ``chains`` at the first turn and ends when every loop ran its chains."""
         return LoadSpec(
             targets=(url,),
             loops=self.connections,
             workload="codex",
             duration_s=self.duration_s,
-            warmup_s=self.ramp_s,
+            warmup_s=self.ramp_s if self.chains is None else 0.0,
             ramp_s=self.ramp_s,
+            rollouts_per_loop=self.chains,
             seed=self.seed + run,
             custom_workload=self.workload(run),
             check_events=True,
@@ -212,7 +215,7 @@ def render_table(result: dict[str, Any]):
             "loops (a connection each) / connections opened",
             f"{result['connections']['loops']} / {result['connections']['opened']}",
         ),
-        ("turns/s (after the ramp)", _f(result["turns"]["per_s"])),
+        ("turns/s (the measured window)", _f(result["turns"]["per_s"])),
         (
             "clients valid (not saturated)",
             "yes" if result["clients"]["valid"] else result["clients"]["invalid_reason"],

@@ -1,6 +1,6 @@
 """Load and soak: hundreds of WebSocket agent chains at once, every event of every response checked.
 
-    responses-ws bench soak --connections 200 --turns 30 [--per-actor 128] [--duration 60] [--runs 1]
+    responses-ws bench soak --connections 200 --turns 30 [--per-actor 128] [--duration 60] [--runs 1] [--chains N]
 
 Starts an embedded server (its own Ray, stopped at the end) unless ``--url`` is given and
 runs ``--connections`` agent loops on the lab's load runner (bench/runner, ``run_local``,
@@ -9,7 +9,8 @@ chains of ``--turns`` turns (``store:false``, each turn after the first chained 
 previous response and carrying the tool outputs, ``--think-ms`` of tool time between turns),
 one connection per chain, a new chain on a new connection after each, until ``--duration``
 seconds after the ramp, when every loop stops at its next turn boundary (a soak with
-connection churn).  ``--runs N`` repeats all of it N times on the same server and samples the
+connection churn); with ``--chains N`` each loop stops after N chains instead (every turn
+counted, ``--duration`` then only caps the run).  ``--runs N`` repeats all of it N times on the same server and samples the
 server's memory with no connection open after each run (a leak grows it run after run).
 
 Every create and event goes through bench/invariants.py (the runner's ``check_events``); any
@@ -48,6 +49,7 @@ from ..stats import pct
 
 APP = "responses-ws-soak"
 SETTLE_S = 3.0  # after a run, before sampling idle memory: closes and flushes finish
+CHAINS_CAP_S = 3600.0  # with --chains and no --duration: the run's cap
 
 
 def process_groups(app: str) -> dict[str, str]:
@@ -162,9 +164,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--duration",
         type=float,
-        default=d.duration_s,
-        help="seconds after the ramp; each chain is followed by a fresh one on a new connection until then",
+        default=None,
+        help=f"seconds after the ramp (default {d.duration_s:g}); each chain is followed by a fresh one "
+        f"on a new connection until then; with --chains a cap (default {CHAINS_CAP_S:g})",
     )
+    p.add_argument("--chains", type=int, default=None, help="chains per loop, then the loop stops")
     p.add_argument(
         "--runs", type=int, default=1, help="repeat the whole plan; idle memory is sampled after each"
     )
@@ -198,13 +202,14 @@ def run(args: argparse.Namespace) -> int:
     plan = SoakPlan(
         connections=args.connections,
         turns=args.turns,
-        duration_s=args.duration,
+        duration_s=args.duration or (SoakPlan.duration_s if args.chains is None else CHAINS_CAP_S),
         ramp_s=args.ramp_s,
         think_ms=args.think_ms,
         tool_output_tokens=args.tool_output_tokens,
         sample_s=None if args.url else args.sample_s,
         seed=args.seed,
         clients=args.clients,
+        chains=args.chains,
     )
     server: dict[str, Any] = {"url": args.url or "embedded"}
     if args.url:

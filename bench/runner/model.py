@@ -48,7 +48,9 @@ class LoadSpec:
 
     ``check_events`` (``ws`` only): every event of every answer is parsed and checked by
     bench/invariants.py (the soak's stream invariants; the result's ``check``), not only the
-    final one: a heavier client, for correctness under load rather than the client's capacity."""
+    final one: a heavier client, for correctness under load rather than the client's capacity.
+    ``rollouts_per_loop``: each loop stops after that many rollouts, and the run ends when every
+    loop has (at the latest at the window's end)."""
 
     targets: tuple[str, ...]
     loops: int
@@ -65,6 +67,7 @@ class LoadSpec:
     custom_workload: Workload | None = None
     ramp_s: float = 0.0
     check_events: bool = False
+    rollouts_per_loop: int | None = None
 
     def __post_init__(self) -> None:
         if not self.targets:

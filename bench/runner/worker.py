@@ -104,7 +104,7 @@ class LoadWorker:
 
     async def connect(self) -> int:
         """Build the loops, open their connections; how many opened."""
-        self.pace = Pace(len(self.loop_indices))
+        self.pace = Pace(len(self.loop_indices), rollouts=self.spec.rollouts_per_loop)
         fresh = self.spec.workload == "codex"
         for i in self.loop_indices:
             target = self.spec.target(i)
@@ -157,6 +157,10 @@ class LoadWorker:
     async def set_end(self, end_at: float) -> None:
         assert self.pace is not None
         self.pace.end_at = end_at
+
+    async def running(self) -> int:
+        """How many of this process's loops are still running."""
+        return sum(not t.done() for t in self.tasks)
 
     async def pull(self) -> list[TurnRecord]:
         """The records since the last pull."""
