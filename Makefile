@@ -128,14 +128,15 @@ ray-up-hosts:
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq openssh-server rsync python3.11-venv; rc=$$?; \
 	  [ -z "$$policy" ] || $(SUDO) rm -f /usr/sbin/policy-rc.d; exit $$rc; }
 
-# The hosts' only package source: wheels of every runtime dependency, built with the hosts' own
+# The hosts' only package source: wheels of every runtime dependency of the server and the lab
+# (the cluster YAMLs install both), built with the hosts' own
 # interpreter (pip reaches the registry here, on the machine; the hosts reach nothing).
 WHEELHOUSE ?= $(HOME)/.cache/responses-ws/wheelhouse
-$(WHEELHOUSE)/.built: pyproject.toml | ray-up-hosts
+$(WHEELHOUSE)/.built: pyproject.toml bench/pyproject.toml | ray-up-hosts
 	rm -rf $(WHEELHOUSE) $(WHEELHOUSE).venv
 	$(HOST_PY) -m venv $(WHEELHOUSE).venv
-	$(WHEELHOUSE).venv/bin/pip wheel --quiet --wheel-dir $(WHEELHOUSE) . "setuptools>=77" wheel 2>&1 | grep -v "is ignored: it is neither" || true
-	rm -rf $(WHEELHOUSE).venv $(WHEELHOUSE)/responses_ws-*.whl  # each host installs the project from its source
+	$(WHEELHOUSE).venv/bin/pip wheel --quiet --wheel-dir $(WHEELHOUSE) . ./bench "setuptools>=77" wheel 2>&1 | grep -v "is ignored: it is neither" || true
+	rm -rf $(WHEELHOUSE).venv $(WHEELHOUSE)/responses_ws-*.whl $(WHEELHOUSE)/responses_ws_bench-*.whl  # each host installs the project from its source
 	ls $(WHEELHOUSE)/ray-*.whl >/dev/null
 	touch $@
 

@@ -25,7 +25,7 @@ Layout (docs/benchmark.md, "Layout"):
   :mod:`bench.sweeps`, :mod:`bench.results` (the one results writer), :mod:`bench.plotting`
   (the one matplotlib setup), :mod:`bench.processes` (memory and CPU of the server's Ray
   processes), :mod:`bench.cluster` (a simulated multi-node cluster); the soak's
-  :mod:`bench.chains`, :mod:`bench.invariants`, :mod:`bench.soak_report`; the ledger and drain kinds' :mod:`bench.reconcile`; the fuzzer's
+  :mod:`bench.invariants` (the stream invariants the runner checks for it) and :mod:`bench.soak_report`; the ledger and drain kinds' :mod:`bench.reconcile`; the fuzzer's
   :mod:`bench.fuzz_cases` and :mod:`bench.fuzz_oracle`; the replay's :mod:`bench.replay`
   (recorded sessions read into shapes, re-synthesised and driven step by step).
 

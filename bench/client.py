@@ -3,7 +3,7 @@
 :class:`ResponsesSocket` sends a client event and reads server events (JSON objects as
 dicts), stamping each on arrival, until the answer ends (:data:`FINAL_EVENT_TYPES`, or a
 caller's own ``until``); the :class:`Answer` holds them with the client-side timings.
-``on_event`` sees every event received (a checker's hook, bench/chains.py).  Open one with
+Open one with
 ``sock = await connect(url)`` or ``async with connect(url) as sock:``.
 
 Every WebSocket the lab opens goes through :func:`connect` (tests/test_layout.py checks it).
@@ -14,7 +14,6 @@ servers (bench/reference.py, bench/kinds/floor.py) are servers, not clients.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Callable, Generator
@@ -127,11 +126,8 @@ class Answer:
 
 
 class ResponsesSocket:
-    def __init__(
-        self, ws: websockets.ClientConnection, on_event: Callable[[Event], None] | None = None
-    ) -> None:
+    def __init__(self, ws: websockets.ClientConnection) -> None:
         self.ws = ws
-        self.on_event = on_event
 
     @property
     def local_address(self) -> tuple[str, int]:
@@ -150,15 +146,12 @@ class ResponsesSocket:
         await self.ws.send(data)
 
     async def recv_raw(self) -> str:
-        """The next server event as its raw text, unparsed (``on_event`` does not see it)."""
+        """The next server event as its raw text, unparsed."""
         data = await self.ws.recv()
         return data if isinstance(data, str) else data.decode()
 
     async def recv(self) -> Event:
-        event = json.loads(await self.ws.recv())
-        if self.on_event is not None:
-            self.on_event(event)
-        return event
+        return json.loads(await self.ws.recv())
 
     async def request(self, event: Event, *, until: Callable[[Event], bool] = is_final) -> Answer:
         """Send ``event`` and read events up to the first one ``until`` accepts."""
@@ -171,15 +164,6 @@ class ResponsesSocket:
     async def create(self, **body: Any) -> Answer:
         """A ``response.create`` with ``body``, answered up to its final event."""
         return await self.request({"type": "response.create", **body})
-
-    async def drain(self, quiet_s: float) -> list[Event]:
-        """Events that arrive until none has for ``quiet_s`` (stray ones, after an answer)."""
-        out = []
-        try:
-            while True:  # websockets' recv() is cancellation-safe
-                out.append(await asyncio.wait_for(self.recv(), quiet_s))
-        except TimeoutError:
-            return out
 
     def abort(self) -> None:
         """Drop the TCP connection without a close frame (the network lost)."""
@@ -205,7 +189,6 @@ class connect:
         query: str = "",
         compression: str | None = None,
         open_timeout: float = 10.0,
-        on_event: Callable[[Event], None] | None = None,
         ping_interval: float | None = 20.0,
         additional_headers: dict[str, str] | None = None,
     ) -> None:
@@ -221,11 +204,10 @@ class connect:
             "ping_timeout": ping_interval,
             "additional_headers": headers or None,
         }
-        self._on_event = on_event
         self._socket: ResponsesSocket | None = None
 
     async def _open(self) -> ResponsesSocket:
-        return ResponsesSocket(await websockets.connect(self._url, **self._options), self._on_event)
+        return ResponsesSocket(await websockets.connect(self._url, **self._options))
 
     def __await__(self) -> Generator[Any, None, ResponsesSocket]:
         return self._open().__await__()

@@ -103,6 +103,16 @@ class RunCheck:
         else:
             self._ids.add(ident)
 
+    def merge(self, other: RunCheck) -> None:
+        """Fold in another client process's check of the same run: its counts, violations and
+        examples; an id both saw is a ``duplicate_id``."""
+        self.counts.update(other.counts)
+        self.violations.update(other.violations)
+        self.examples.extend(other.examples[: max(0, MAX_EXAMPLES - len(self.examples))])
+        for ident in sorted(other._ids & self._ids):
+            self.violate("duplicate_id", "-", None, f"id {ident} seen by two client processes or runs")
+        self._ids |= other._ids
+
     @property
     def ok(self) -> bool:
         return not self.violations

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -106,12 +105,9 @@ def output_as_input(output: list[dict[str, Any]]) -> list[dict[str, Any]]:
 class WebSocketTransport(Transport):
     name = "ws"
     query: ClassVar[str] = ""  # the upgrade URL's query (append mode opts in there)
-    on_event: Callable[[Event], None] | None = None  # sees every event received
 
     async def open(self) -> None:
-        self.socket: ResponsesSocket = await connect(
-            self.base_url, api_key=self.api_key, query=self.query, on_event=self.on_event
-        )
+        self.socket: ResponsesSocket = await connect(self.base_url, api_key=self.api_key, query=self.query)
         self._prev: str | None = None
 
     async def close(self) -> None:

@@ -12,10 +12,12 @@ and named in ``not_measured``."""
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..scale_model import Deployment, Limits, Line, Measured, fit_line, size, slope_error
+from ..stats import median
+from .nodes import Node
 
 SIZES = (10, 100, 1000)
 PARTS = {
@@ -24,11 +26,6 @@ PARTS = {
     "head_raylet": "head_raylet_thread_ms_per_s",
 }
 HEADROOM = 0.5  # a session node planned to half of its cores (as bench/multinode/scaling.py)
-
-
-def _median(values: Sequence[float | None]) -> float | None:
-    vs = [v for v in values if v is not None]
-    return statistics.median(vs) if vs else None
 
 
 def points(steps: Sequence[dict[str, Any]], part: str) -> list[tuple[float, float]]:
@@ -46,11 +43,24 @@ def node_cpu_ms_per_turn(step: dict[str, Any]) -> float | None:
     return statistics.mean(totals) if totals else None
 
 
-def refit(steps: Sequence[dict[str, Any]], node_cores: float) -> dict[str, Any] | None:
+def node_cores(session: Sequence[Node], host_cpus: Mapping[str, int]) -> tuple[float, str]:
+    """The cores of the largest session node, and where the figure comes from: the cores its
+    machine gives its processes (reported by the sampler there), else Ray's ``CPU`` resource
+    (0 on a node started with ``num_cpus=0``, as the multi-node harness's are)."""
+    machine = [host_cpus[n.node_id] for n in session if n.node_id in host_cpus]
+    if machine:
+        return float(max(machine)), "the node's machine"
+    return max((n.cpus for n in session), default=1.0), "Ray's CPU resource"
+
+
+def refit(
+    steps: Sequence[dict[str, Any]], node_cores: float, cores_source: str = "given"
+) -> dict[str, Any] | None:
     """The model's fit, extrapolation and error from ``steps`` (only the valid ones are
-    used); None when no valid step has the figures."""
+    used) for a session node of ``node_cores`` (``cores_source`` says whose figure it is);
+    None when no valid step has the figures."""
     valid = [s for s in steps if s.get("valid") and s.get("turns_per_s")]
-    cpu_per_turn = _median([node_cpu_ms_per_turn(s) for s in valid])
+    cpu_per_turn = median([node_cpu_ms_per_turn(s) for s in valid], None)
     if not valid or not cpu_per_turn:
         return None
     lines: dict[str, dict[str, Any]] = {}
@@ -70,12 +80,12 @@ def refit(steps: Sequence[dict[str, Any]], node_cores: float) -> dict[str, Any] 
         }
     store = [s.get("store") or {} for s in valid]
     store_fig = {
-        "cmds": _median([x.get("commands_per_turn") for x in store]) or 0.0,
-        "bytes": _median([x.get("bytes_per_turn") for x in store]) or 0.0,
-        "cpu_us": _median([x.get("cpu_us_per_turn") for x in store]) or 0.0,
+        "cmds": median([x.get("commands_per_turn") for x in store], None) or 0.0,
+        "bytes": median([x.get("bytes_per_turn") for x in store], None) or 0.0,
+        "cpu_us": median([x.get("cpu_us_per_turn") for x in store], None) or 0.0,
     }
-    actors = _median([s.get("actors_per_session_node") for s in valid]) or 1.0
-    pace = _median([s["loops"] / s["turns_per_s"] for s in valid]) or 0.0
+    actors = median([s.get("actors_per_session_node") for s in valid], None) or 1.0
+    pace = median([s["loops"] / s["turns_per_s"] for s in valid], None) or 0.0
     turns = node_cores * 1000.0 * HEADROOM / cpu_per_turn
     dep = Deployment(turns_per_node_s=turns, connections_per_node=turns * pace)
     lim = Limits()
@@ -112,6 +122,7 @@ def refit(steps: Sequence[dict[str, Any]], node_cores: float) -> dict[str, Any] 
             "store_per_turn": store_fig,
             "actors_per_session_node": actors,
             "node_cores": node_cores,
+            "node_cores_source": cores_source,
             "turns_per_node_s": round(turns, 1),
             "steps_used": len(valid),
         },
@@ -126,7 +137,8 @@ def lines_text(model: dict[str, Any]) -> list[str]:
     fit = model["fit"]
     out = [
         "capacity model re-fitted from this run's valid steps ("
-        f"{fit['steps_used']}): a session node of {fit['node_cores']:g} cores at half of them carries "
+        f"{fit['steps_used']}): a session node of {fit['node_cores']:g} cores "
+        f"({fit.get('node_cores_source', 'given')}) at half of them carries "
         f"{fit['turns_per_node_s']:.0f} turns/s ({fit['session_node_cpu_ms_per_turn']:.2f} ms of its CPU a turn)",
         "  busiest thread, CPU ms/s = base + per_node x session nodes (slope's standard error): "
         + "; ".join(

@@ -86,6 +86,7 @@ class Experiment:
                 "REST API on it (start the head with --include-dashboard=true, as `ray up` does)"
             )
         self.gcs_port = int(ray.get_runtime_context().gcs_address.rsplit(":", 1)[1])
+        self.host_cpus: dict[str, int] = {}  # node id -> its machine's cores, from its sampler
         self.nodes = alive_nodes(ray.nodes())
         require_client_nodes(self.nodes)
         self.session = with_role(self.nodes, "session")
@@ -137,7 +138,11 @@ class Experiment:
             out[n.node_id] = cls.options(
                 scheduling_strategy=NodeAffinitySchedulingStrategy(n.node_id, soft=False)
             ).remote(self.gcs_port if "head" in n.roles else None, metrics, (os.getpid(),), period_s)
-        ray.get([a.start.remote() for a in out.values()], timeout=120)
+        started = ray.get([a.start.remote() for a in out.values()], timeout=120)
+        self.host_cpus.update({s["node_id"]: s["host_cpus"] for s in started})
+        for n in self.doc["provenance"]["nodes"]:
+            if n["node_id"] in self.host_cpus:
+                n["host_cpus"] = self.host_cpus[n["node_id"]]
         return out
 
     # ------------------------------------------------------------------ one step
@@ -340,8 +345,8 @@ class Experiment:
                 f"responses-ws bench scaling: the run ended early ({error}); writing the partial report",
                 file=sys.stderr,
             )
-        cores = max((n.cpus for n in self.session), default=1.0)
-        model = capacity.refit(doc["steps"], cores)
+        cores, source = capacity.node_cores(self.session, self.host_cpus)
+        model = capacity.refit(doc["steps"], cores, source)
         if model is not None:
             doc["model"] = model
             for line in capacity.lines_text(model):

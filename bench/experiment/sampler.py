@@ -188,6 +188,12 @@ class NodeSamplerCore:
         self._thread.join(timeout=5)
 
 
+def host_cpus() -> int:
+    """The cores this process may run on (its machine's, as the OS gives them; a node started
+    with ``num_cpus=0`` still runs on them)."""
+    return len(os.sched_getaffinity(0))
+
+
 def sampler_actor_class() -> Any:
     """The Ray actor class (Ray imported here: the lab imports this module without Ray)."""
     import ray
@@ -205,7 +211,11 @@ def sampler_actor_class() -> Any:
 
         def start(self) -> dict[str, Any]:
             found = self.core.start()
-            return {"node_id": ray.get_runtime_context().get_node_id(), "raylet_found": found}
+            return {
+                "node_id": ray.get_runtime_context().get_node_id(),
+                "raylet_found": found,
+                "host_cpus": host_cpus(),
+            }
 
         def since(self, t: float) -> list[tuple[float, dict[str, float]]]:
             return self.core.since(t)

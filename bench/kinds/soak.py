@@ -1,36 +1,37 @@
-"""Load and soak: hundreds of WebSocket agent chains at once, every response checked.
+"""Load and soak: hundreds of WebSocket agent chains at once, every event of every response checked.
 
-    responses-ws bench soak --connections 200 --turns 30 [--per-actor 128] [--duration 240] [--runs 1]
+    responses-ws bench soak --connections 200 --turns 30 [--per-actor 128] [--duration 60] [--runs 1] [--chains N]
 
 Starts an embedded server (its own Ray, stopped at the end) unless ``--url`` is given and
-opens ``--connections`` raw WebSockets from this one asyncio process, staggered over
-``--ramp-s``, each running agent-like chains of ``--turns`` turns with ``--think-ms`` of
-tool time between turns (bench/chains.py).  Without ``--duration`` each connection runs one
-chain; with it, a finished chain reconnects and starts a fresh one until the duration is
-over, when every chain stops at its next turn boundary (a soak with connection churn;
-first chains are cut short to spread connection ages).
-``--runs N`` repeats all of it N times on the same server and samples the server's memory
-with no connection open after each run (a leak grows it run after run).
+runs ``--connections`` agent loops on the lab's load runner (bench/runner, ``run_local``,
+``--clients`` client processes), their first turns spread over ``--ramp-s``: each loop runs
+chains of ``--turns`` turns (``store:false``, each turn after the first chained on the
+previous response and carrying the tool outputs, ``--think-ms`` of tool time between turns),
+one connection per chain, a new chain on a new connection after each, until ``--duration``
+seconds after the ramp, when every loop stops at its next turn boundary (a soak with
+connection churn); with ``--chains N`` each loop stops after N chains instead (every turn
+counted, ``--duration`` then only caps the run).  ``--runs N`` repeats all of it N times on the same server and samples the
+server's memory with no connection open after each run (a leak grows it run after run).
 
-Every event of every response goes through bench/invariants.py; any violation makes the
-command exit 1.  Measured: connections held at once, turns and turns/s, TTFT as the client
-sees it (create sent → first output delta) and TTFT overhead = client TTFT minus the
-emulator's own time to first token for that request (``queue + prefill``, which the
-inference replica reports per response through the server's ``responses_ws.timings``
-metadata; the emulator's profile formula on the reported usage is the fallback), and the
-private memory (USS) of the session actors and the gateway, sampled every ``--sample-s``:
-per connection, and flat or not over time (bench/processes.py ``flatness``).  Writes JSON
-(``--out``) and prints a table (bench/soak_report.py).
+Every create and event goes through bench/invariants.py (the runner's ``check_events``); any
+violation makes the command exit 1.  Measured, after the ramp: turns and turns/s, TTFT as the
+client sees it (create sent → first output delta) and TTFT overhead = client TTFT minus the
+emulator's own time to first token for that request (``queue + prefill``, which the inference
+replica reports per response through the server's ``responses_ws.timings`` metadata), each
+client process's own CPU and event-loop lag (a saturated client makes the run's latencies
+invalid: bench/runner), and the private memory (USS) of the session actors and the gateway,
+sampled every ``--sample-s``: per connection, and flat or not over time (bench/processes.py
+``flatness``).  Writes JSON (``--out``) and prints a table (bench/soak_report.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import os
 import platform
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -40,14 +41,15 @@ import psutil
 from serve.embedded import embedded_server, local_config
 
 from .. import results
-from ..chains import Load, SoakPlan, run_slot
 from ..invariants import RunCheck
 from ..processes import CpuMeter, sample_uss
-from ..soak_report import render_table, summarise
+from ..runner import LoadResult, TurnRecord, run_local
+from ..soak_report import SoakPlan, model_ttft_ms, render_table, summarise
 from ..stats import pct
 
 APP = "responses-ws-soak"
 SETTLE_S = 3.0  # after a run, before sampling idle memory: closes and flushes finish
+CHAINS_CAP_S = 3600.0  # with --chains and no --duration: the run's cap
 
 
 def process_groups(app: str) -> dict[str, str]:
@@ -58,97 +60,115 @@ def process_groups(app: str) -> dict[str, str]:
     }
 
 
-async def _sample(
-    groups: dict[str, str],
-    load: Load,
-    t0: float,
-    every: float,
-    stop: asyncio.Event,
-    timeline: list[dict[str, Any]],
-    cpu: CpuMeter,
-) -> None:
-    """Every ``every`` seconds until ``stop`` (and once more then): memory, CPU, load."""
-    seen = 0
-    while True:
-        snap = await asyncio.to_thread(sample_uss, groups)
-        recent, seen = load.overhead_ms[seen:], len(load.overhead_ms)
-        for v in snap.values():
-            cpu.add(v["cpu_s"])
-        timeline.append(
-            {
-                "t_s": round(time.monotonic() - t0, 2),
-                "open": load.open,
-                "turns": load.turns,
-                "load_avg_1m": os.getloadavg()[0],
-                "ttft_overhead_p50_ms": pct(recent, 0.5),
-                **{f"{g}_uss_mb": round(v["uss_mb"], 1) for g, v in snap.items()},
-                **{f"{g}_processes": v["processes"] for g, v in snap.items()},
-            }
-        )
-        if stop.is_set():
-            return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), every)
+class Sampler:
+    """Every ``every`` seconds until stopped (and once more then), in a thread of its own:
+    the server's memory and CPU, the turns so far and the machine's load."""
+
+    def __init__(self, groups: dict[str, str], every: float, records: list[TurnRecord]) -> None:
+        self.groups, self.every, self.records = groups, every, records
+        self.timeline: list[dict[str, Any]] = []
+        self.cpu = CpuMeter()
+        self.stop = threading.Event()
+        self.t0 = time.time()
+        self.thread = threading.Thread(target=self._run, name="soak-sampler", daemon=True)
+
+    def _run(self) -> None:
+        seen = 0
+        while True:  # one sample more once stopped: the end's
+            stopped = self.stop.is_set()
+            snap = sample_uss(self.groups)
+            recent, seen = self.records[seen:], len(self.records)
+            for v in snap.values():
+                self.cpu.add(v["cpu_s"])
+            now = time.time()
+            self.timeline.append(
+                {
+                    "t": now,
+                    "t_s": round(now - self.t0, 2),
+                    "turns": seen,
+                    "load_avg_1m": os.getloadavg()[0],
+                    "ttft_overhead_p50_ms": pct(
+                        (o for r in recent if (o := overhead_ms(r)) is not None), 0.5
+                    ),
+                    **{f"{g}_uss_mb": round(v["uss_mb"], 1) for g, v in snap.items()},
+                    **{f"{g}_processes": v["processes"] for g, v in snap.items()},
+                }
+            )
+            if stopped:
+                return
+            self.stop.wait(self.every)
+
+    def __enter__(self) -> Sampler:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
 
 
-async def soak(url: str, plan: SoakPlan, *, app: str = APP, runs: int = 1) -> dict[str, Any]:
+def overhead_ms(r: TurnRecord) -> float | None:
+    model = model_ttft_ms(r.server)
+    return None if r.ttft_ms is None or model is None else r.ttft_ms - model
+
+
+def soak(url: str, plan: SoakPlan, *, app: str = APP, runs: int = 1) -> dict[str, Any]:
     """Run the plan ``runs`` times against the server at ``url``; the result as a JSON-able
     dict (bench/soak_report.py).  One invariant check spans all runs (ids stay unique)."""
-    profile = None
-    with contextlib.suppress(Exception):
-        from inference.emulator.profiles import load_inference_config
-
-        profile = load_inference_config().profile(plan.model)
-    check, load, per_run = RunCheck(), Load(), []
-    timeline: list[dict[str, Any]] = []
+    check, loads, per_run = RunCheck(), [], []
+    records: list[TurnRecord] = []
     groups = process_groups(app)
     sampling = plan.sample_s is not None
-    baseline = await asyncio.to_thread(sample_uss, groups) if sampling else None
-    meter, me = CpuMeter(), psutil.Process()
-    me0 = me.cpu_times()
-    stop = asyncio.Event()
-    t0 = time.monotonic()
-    sampler = (
-        asyncio.create_task(_sample(groups, load, t0, plan.sample_s, stop, timeline, meter))
-        if plan.sample_s is not None
-        else None
-    )
-    for run in range(runs):
-        start, turns = time.monotonic(), load.turns
-        t_end = start + plan.duration_s if plan.duration_s else None
-        await asyncio.gather(
-            *(run_slot(s, url, plan, check, load, t_end, profile, run=run) for s in range(plan.connections))
-        )
-        entry: dict[str, Any] = {"run": run, "wall_s": time.monotonic() - start, "turns": load.turns - turns}
-        if sampling and runs > 1:
-            await asyncio.sleep(SETTLE_S)
-            idle = await asyncio.to_thread(sample_uss, groups)
-            entry["idle_mb"] = {g: round(v["uss_mb"], 1) for g, v in idle.items()}
-            print(
-                f"run {run + 1}/{runs}: {entry['turns']} turns in {entry['wall_s']:.0f} s, idle USS "
-                f"{entry['idle_mb']}, violations so far {dict(check.violations)}",
-                flush=True,
-            )
-        per_run.append(entry)
-    wall = time.monotonic() - t0
-    stop.set()
-    if sampler is not None:
-        await sampler
+    baseline = sample_uss(groups) if sampling else None
+    me = psutil.Process()
+    me0, t0 = me.cpu_times(), time.time()
+    sampler = Sampler(groups, plan.sample_s or 1.0, records)
+    with sampler if sampling else contextlib.nullcontext():
+        for run in range(runs):
+            result: LoadResult = run_local(plan.spec(url, run), plan.clients, on_records=records.extend)
+            assert result.check is not None  # check_events
+            check.merge(result.check)
+            loads.append(result)
+            s = result.summary()
+            entry: dict[str, Any] = {
+                "run": run,
+                "window_s": s["window_s"],
+                "turns": s["turns"],
+                "valid": s["valid"],
+                "invalid_reason": s["invalid_reason"],
+            }
+            if sampling and runs > 1:
+                time.sleep(SETTLE_S)
+                idle = sample_uss(groups)
+                entry["idle_mb"] = {g: round(v["uss_mb"], 1) for g, v in idle.items()}
+                print(
+                    f"run {run + 1}/{runs}: {entry['turns']} turns in {entry['window_s']:.0f} s, idle USS "
+                    f"{entry['idle_mb']}, violations so far {dict(check.violations)}",
+                    flush=True,
+                )
+            per_run.append(entry)
+    wall = time.time() - t0
     me1 = me.cpu_times()
     cpu = {
-        "server_cores": meter.used_s() / wall if sampling else None,
-        "client_process_cores": (me1.user + me1.system - me0.user - me0.system) / wall,
+        "server_cores": sampler.cpu.used_s() / wall if sampling else None,
+        "client_process_cores": sum(c.cpu_fraction for r in loads for c in r.clients) / max(1, runs),
+        "driver_cores": (me1.user + me1.system - me0.user - me0.system) / wall,
     }
-    return summarise(plan, check, load, timeline, baseline, per_run, cpu)
+    return summarise(plan, check, loads, sampler.timeline, baseline, per_run, cpu)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     d = SoakPlan()
-    p.add_argument("--connections", type=int, default=d.connections)
+    p.add_argument("--connections", type=int, default=d.connections, help="agent loops, one connection each")
     p.add_argument("--turns", type=int, default=d.turns, help="turns per chain (one connection)")
     p.add_argument(
-        "--duration", type=float, default=None, help="seconds; finished chains reconnect until then"
+        "--duration",
+        type=float,
+        default=None,
+        help=f"seconds after the ramp (default {d.duration_s:g}); each chain is followed by a fresh one "
+        f"on a new connection until then; with --chains a cap (default {CHAINS_CAP_S:g})",
     )
+    p.add_argument("--chains", type=int, default=None, help="chains per loop, then the loop stops")
     p.add_argument(
         "--runs", type=int, default=1, help="repeat the whole plan; idle memory is sampled after each"
     )
@@ -164,11 +184,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="session.warm_actors, free connection slots kept ready (default: --per-actor / 8)",
     )
-    p.add_argument("--ramp-s", type=float, default=d.ramp_s)
+    p.add_argument("--ramp-s", type=float, default=d.ramp_s, help="the first turns spread over this long")
     p.add_argument("--think-ms", type=float, default=d.think_ms)
     p.add_argument("--tool-output-tokens", type=int, default=d.tool_output_tokens)
     p.add_argument("--sample-s", type=float, default=d.sample_s)
     p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--clients", type=int, default=d.clients, help="client processes sharing the loops")
     p.add_argument(
         "--url",
         default=None,
@@ -181,16 +202,18 @@ def run(args: argparse.Namespace) -> int:
     plan = SoakPlan(
         connections=args.connections,
         turns=args.turns,
-        duration_s=args.duration,
+        duration_s=args.duration or (SoakPlan.duration_s if args.chains is None else CHAINS_CAP_S),
         ramp_s=args.ramp_s,
         think_ms=args.think_ms,
         tool_output_tokens=args.tool_output_tokens,
         sample_s=None if args.url else args.sample_s,
         seed=args.seed,
+        clients=args.clients,
+        chains=args.chains,
     )
     server: dict[str, Any] = {"url": args.url or "embedded"}
     if args.url:
-        result = asyncio.run(soak(args.url, plan, runs=args.runs))
+        result = soak(args.url, plan, runs=args.runs)
     else:
         warm = args.warm if args.warm is not None else max(1, args.per_actor // 8)
         server.update(connections_per_actor=args.per_actor, warm_actors=warm)
@@ -204,7 +227,7 @@ def run(args: argparse.Namespace) -> int:
             )
             with embedded_server(config, name=APP, object_store_mb=200) as url:
                 time.sleep(2.0)  # the warm pool fills
-                result = asyncio.run(soak(url, plan, runs=args.runs))
+                result = soak(url, plan, runs=args.runs)
     result["server"] = server
     result["command"] = args.command
     result["machine"] = {

@@ -11,13 +11,25 @@ and the client-side timings.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..client import ResponsesSocket, connect, is_final_frame, is_first_token_frame
+from ..client import (
+    FINAL_EVENT_TYPES,
+    FIRST_TOKEN_TYPES,
+    ResponsesSocket,
+    connect,
+    is_final_frame,
+    is_first_token_frame,
+)
+from ..invariants import ConnectionCheck
 
 OPEN_TIMEOUT_S = 60.0
+DRAIN_S = 0.05  # a checked channel's wait for stray events before it closes
 HTTP_TIMEOUT_S = 300.0
 
 
@@ -70,6 +82,59 @@ class WsChannel(Channel):
         if self.socket is not None:
             sock, self.socket = self.socket, None
             await sock.close()
+
+
+class CheckedWsChannel(WsChannel):
+    """A WebSocket channel whose every create and event goes through a
+    :class:`~bench.invariants.ConnectionCheck` (every frame parsed): a refused or broken
+    connection is a ``connection`` violation, the events that arrive within :data:`DRAIN_S`
+    after the last answer are shown to the check on close (strays), and a create left
+    unanswered then is lost."""
+
+    def __init__(self, base_url: str, api_key: str | None, check: ConnectionCheck) -> None:
+        super().__init__(base_url, api_key)
+        self.check = check
+
+    def _broken(self, what: str, exc: Exception) -> None:
+        self.check.run.violate(
+            "connection", self.check.name, None, f"{what}{type(exc).__name__}: {exc}"[:300]
+        )
+
+    async def open(self) -> None:
+        try:
+            await super().open()
+        except Exception as exc:
+            self._broken("connect: ", exc)
+            raise
+
+    async def send(self, body: str) -> Reply:
+        sock = self.socket
+        assert sock is not None, "open() first"
+        self.check.create_sent(json.loads(body).get("previous_response_id"))
+        sent = time.time()
+        t0 = time.perf_counter()
+        ttft = None
+        try:
+            await sock.send_raw(body)
+            while True:
+                raw = await sock.recv_raw()
+                event = json.loads(raw)
+                self.check.feed(event)
+                if ttft is None and event.get("type") in FIRST_TOKEN_TYPES:
+                    ttft = time.perf_counter() - t0
+                if event.get("type") in FINAL_EVENT_TYPES:
+                    return Reply(raw, sent, time.perf_counter() - t0, ttft)
+        except Exception as exc:
+            self._broken("", exc)
+            raise
+
+    async def close(self) -> None:
+        if self.socket is not None:
+            with contextlib.suppress(Exception):  # websockets' recv() is cancellation-safe
+                while True:
+                    self.check.feed(json.loads(await asyncio.wait_for(self.socket.recv_raw(), DRAIN_S)))
+            self.check.close()
+        await super().close()
 
 
 class HttpChannel(Channel):

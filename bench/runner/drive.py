@@ -4,7 +4,8 @@ A :class:`Fleet` calls one method of every worker (bench/runner/worker.py) and r
 answers.  :func:`drive`: connect every loop; release every first turn at once; the measured
 window (after the warm-up, or after every first turn was answered); records pulled in batches
 every :data:`PULL_EVERY_S` while it runs (``on_records`` sees each batch); the rest and each
-worker's own figures at the end.
+worker's own figures at the end.  With ``rollouts_per_loop`` the window ends early once every
+loop has run its rollouts.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, Protocol
 from .model import LoadResult, LoadSpec, TurnRecord
 
 PULL_EVERY_S = 5.0
+DONE_POLL_S = 0.5  # with rollouts_per_loop: how often the driver asks whether every loop ended
 RELEASE_DELAY_S = 1.0  # from the last connection open to the release of the first turns
 
 
@@ -57,11 +59,17 @@ def drive(
             on_records(batch)
 
     while (left := end - clock()) > 0:
-        sleep(min(PULL_EVERY_S, left))
+        sleep(min(PULL_EVERY_S if spec.rollouts_per_loop is None else DONE_POLL_S, left))
         take(fleet.call("pull"))
+        if spec.rollouts_per_loop is not None and not sum(fleet.call("running")):
+            end = max(start, min(end, clock()))  # every loop ran its rollouts: the window ends now
+            break
     outs = fleet.call("finish", (start, end))
     take([o["records"] for o in outs])
     errors = {int(k): v for o in outs for k, v in o["errors"].items()}
+    checks = [o["check"] for o in outs if o.get("check") is not None]
+    for other in checks[1:]:
+        checks[0].merge(other)
     return LoadResult(
         records,
         [o["stats"] for o in outs],
@@ -72,4 +80,5 @@ def drive(
         loops=spec.loops,
         lag_ms=[x for o in outs for x in o["lag_ms"]],
         stalls=[s for o in outs for s in o["stalls"]],
+        check=checks[0] if checks else None,
     )

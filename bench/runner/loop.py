@@ -116,6 +116,7 @@ class Pace:
 
     firsts: int
     end_at: float = float("inf")
+    rollouts: int | None = None  # a loop's rollouts before it stops (None: until ``end_at``)
     storm_over: asyncio.Event = field(default_factory=asyncio.Event)
 
     def first_done(self) -> None:
@@ -172,6 +173,7 @@ class Loop:
         self.meta_json = "{}"
         self.conversation: list[str] = []  # http-full: every item so far, encoded
         self.in_turn = False  # a create sent, its final event not yet received
+        self.rollouts_done = 0
         self._connect_ms: float | None = None
 
     def first_create(self) -> str:
@@ -288,7 +290,8 @@ class Loop:
                 # a new rollout on a new connection, after a pause (no storm of failing turns)
                 await asyncio.sleep(max(0.0, min(FAILED_TURN_PAUSE_S, self.pace.end_at - time.time())))
             if nxt is None:  # the rollout ended (or failed): the next one
-                if time.time() >= self.pace.end_at:
+                self.rollouts_done += 1
+                if time.time() >= self.pace.end_at or self.rollouts_done == self.pace.rollouts:
                     return
                 create, kind = await self.next_rollout(), "rollout_first"
                 continue

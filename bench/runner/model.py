@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ..stats import pct
 
 if TYPE_CHECKING:
+    from ..invariants import RunCheck
     from ..workload import Workload
 
 LAG_P99_LIMIT_MS = 20.0  # a client's event-loop lag p99 above this: saturated
@@ -42,7 +43,14 @@ class LoadSpec:
     The measured window is ``duration_s`` after ``warmup_s`` from the release of the first
     turns (every loop's first turn is sent at the same moment); with
     ``window_after_first_turns`` it starts when every loop's first turn is answered instead
-    (a reconnect storm, then steady state)."""
+    (a reconnect storm, then steady state).  ``ramp_s`` spreads the first turns over that long
+    (loop ``i`` at ``i / loops`` of it) instead.
+
+    ``check_events`` (``ws`` only): every event of every answer is parsed and checked by
+    bench/invariants.py (the soak's stream invariants; the result's ``check``), not only the
+    final one: a heavier client, for correctness under load rather than the client's capacity.
+    ``rollouts_per_loop``: each loop stops after that many rollouts, and the run ends when every
+    loop has (at the latest at the window's end)."""
 
     targets: tuple[str, ...]
     loops: int
@@ -57,6 +65,9 @@ class LoadSpec:
     resume_tokens: int | None = None
     window_after_first_turns: bool = False
     custom_workload: Workload | None = None
+    ramp_s: float = 0.0
+    check_events: bool = False
+    rollouts_per_loop: int | None = None
 
     def __post_init__(self) -> None:
         if not self.targets:
@@ -67,6 +78,8 @@ class LoadSpec:
             raise ValueError(f"unknown transport {self.transport!r}; one of {', '.join(TRANSPORTS)}")
         if self.workload not in WORKLOADS:
             raise ValueError(f"unknown workload {self.workload!r}; one of {', '.join(WORKLOADS)}")
+        if self.check_events and self.transport != "ws":
+            raise ValueError("LoadSpec.check_events checks WebSocket event streams: transport 'ws' only")
 
     def target(self, loop: int) -> str:
         return self.targets[loop % len(self.targets)]
@@ -223,6 +236,7 @@ class LoadResult:
     loops: int = 0
     lag_ms: list[float] = field(default_factory=list)  # every client's ticks in the window
     stalls: list[tuple[float, float]] = field(default_factory=list)  # (when, ms) ticks over 20 ms
+    check: RunCheck | None = None  # with ``check_events``: every stream's invariants, all clients
 
     @property
     def saturated(self) -> bool:

@@ -19,7 +19,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .channels import Channel, HttpChannel, WsChannel, http_client
+from ..invariants import RunCheck
+from .channels import Channel, CheckedWsChannel, HttpChannel, WsChannel, http_client
 from .loop import HISTORY_POOL, Encoder, Loop, Pace, workload
 from .model import ClientStats, LoadSpec, TurnRecord, client_stats
 
@@ -86,8 +87,12 @@ class LoadWorker:
         self.tasks: list[asyncio.Task[None]] = []
         self.watcher: asyncio.Task[None] | None = None
         self.release_at = 0.0
+        self.check = RunCheck() if spec.check_events else None
 
     def _channel(self, target: str) -> Channel:
+        if self.check is not None:
+            name = f"{os.getpid()}.{self.check.counts['connections']}"
+            return CheckedWsChannel(target, self.spec.api_key, self.check.connection(name))
         if self.spec.transport == "ws":
             return WsChannel(target, self.spec.api_key)
         if target not in self.http:
@@ -99,7 +104,7 @@ class LoadWorker:
 
     async def connect(self) -> int:
         """Build the loops, open their connections; how many opened."""
-        self.pace = Pace(len(self.loop_indices))
+        self.pace = Pace(len(self.loop_indices), rollouts=self.spec.rollouts_per_loop)
         fresh = self.spec.workload == "codex"
         for i in self.loop_indices:
             target = self.spec.target(i)
@@ -126,16 +131,18 @@ class LoadWorker:
         return sum(self.ready)
 
     async def start(self, release_at: float) -> None:
-        """Every loop sends its first turn at ``release_at`` (time.time())."""
+        """Every loop sends its first turn at ``release_at`` (time.time()), or loop ``i`` at
+        ``i / loops`` of the spec's ``ramp_s`` after it."""
         assert self.pace is not None, "connect() first"
         self.release_at = release_at
+        step = self.spec.ramp_s / self.spec.loops
 
         async def run(lp: Loop, ready: bool) -> None:
             if not ready:
                 self.pace.first_done()  # type: ignore[union-attr]
                 return
             try:
-                await lp.run(release_at)
+                await lp.run(release_at + lp.index * step)
             except Exception as exc:  # noqa: BLE001 - a loop's failure is counted, not raised
                 lp.errors.append(f"{type(exc).__name__}: {exc}"[:200])
 
@@ -150,6 +157,10 @@ class LoadWorker:
     async def set_end(self, end_at: float) -> None:
         assert self.pace is not None
         self.pace.end_at = end_at
+
+    async def running(self) -> int:
+        """How many of this process's loops are still running."""
+        return sum(not t.done() for t in self.tasks)
 
     async def pull(self) -> list[TurnRecord]:
         """The records since the last pull."""
@@ -190,4 +201,5 @@ class LoadWorker:
             "stats": stats,
             "stalls": [s for s in self.stalls if window[0] <= s[0] <= window[1]],
             "lag_ms": [ms for t, ms in self.ticks if window[0] <= t <= window[1]],
+            "check": self.check,
         }

@@ -20,7 +20,7 @@ from bench.experiment.deployment import (
     server_port,
 )
 from bench.experiment.errors import SetupError
-from bench.experiment.nodes import addresses_distinct, alive_nodes, require_client_nodes, targets
+from bench.experiment.nodes import Node, addresses_distinct, alive_nodes, require_client_nodes, targets
 from bench.experiment.options import add_arguments, from_args
 from bench.experiment.plan import PlannedStep, Sweep, parse_counts, redeploys, steps
 from bench.experiment.sampler import metrics_values
@@ -330,6 +330,22 @@ def test_the_capacity_model_is_refitted_from_the_valid_steps():
     assert {e["slopes"] for e in model["extrapolation"]} == {"fitted", "slopes + 2 s.e."}
     assert any("1000 session nodes" in line for line in capacity.lines_text(model))
     assert capacity.refit([model_step(1, 1.0, valid=False)], 8) is None
+
+
+def test_the_model_plans_a_session_node_of_its_machines_cores_not_rays_cpu_resource():
+    """A node started with ``num_cpus=0`` (the multi-node harness's) has no CPU resource: the
+    model takes the cores its sampler counted on the node's machine, and says so."""
+    session = [
+        Node("a", "10.0.0.2", ("session",), {"session": 1.0}, 0.0, None),
+        Node("b", "10.0.0.3", ("session",), {"session": 1.0}, 0.0, None),
+    ]
+    assert capacity.node_cores(session, {"a": 2, "b": 4, "head": 16}) == (4.0, "the node's machine")
+    assert capacity.node_cores(session, {}) == (0.0, "Ray's CPU resource")
+    model = capacity.refit(
+        [model_step(1, 10.0), model_step(2, 12.0)], *capacity.node_cores(session, {"a": 2})
+    )
+    assert model is not None and model["fit"]["node_cores"] == 2.0
+    assert "2 cores (the node's machine)" in capacity.lines_text(model)[0]
 
 
 PROVENANCE = {

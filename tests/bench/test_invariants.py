@@ -232,6 +232,18 @@ def test_ids_must_be_unique_across_the_whole_run():
     assert check.violations["duplicate_id"] == 3
 
 
+def test_checks_of_one_run_by_several_client_processes_merge_and_keep_ids_unique_across_them():
+    one = run((None, text_answer("resp_1", "msg_1")))
+    other = run(
+        (None, text_answer("resp_1", "msg_2")),
+        (None, _mutated(text_answer("resp_3", "msg_3"), lambda e: e[4].update(sequence_number=9))),
+    )
+    one.merge(other)
+    assert one.counts["creates"] == 3 and one.counts["connections"] == 2
+    assert one.violations["duplicate_id"] == 1 and one.violations["sequence"] >= 1
+    assert {e.kind for e in one.examples} == {"duplicate_id", "sequence"}
+
+
 def test_the_chain_must_hold_previous_response_id_echoed_and_no_error():
     check = run((None, call_answer("resp_1")), ("resp_1", text_answer("resp_2", prev=None)))
     assert check.violations["chain"] == 1

@@ -77,6 +77,8 @@ def test_a_spec_refuses_what_the_runner_cannot_run():
         LoadSpec(targets=("http://a",), loops=1, transport="carrier-pigeon")
     with pytest.raises(ValueError, match="target"):
         LoadSpec(targets=(), loops=1)
+    with pytest.raises(ValueError, match="check_events"):
+        LoadSpec(targets=("http://a",), loops=1, transport="http-full", check_events=True)
     spec = LoadSpec(targets=("http://a", "http://b"), loops=3)
     assert [spec.target(i) for i in range(3)] == ["http://a", "http://b", "http://a"]
 
@@ -94,6 +96,7 @@ class FakeFleet:
         self.workers = workers
         self.calls: list[str] = []
         self.turn = 0
+        self.loops_end_at = 0.0  # each worker's loops run until then
 
     def clock(self) -> float:
         return self.now
@@ -108,6 +111,7 @@ class FakeFleet:
             "start": None,
             "first_turns_answered": self.now + 2.0,
             "set_end": None,
+            "running": int(self.now < self.loops_end_at),
         }
         if method in answers:
             return [answers[method]] * self.workers
@@ -140,6 +144,15 @@ def test_the_window_can_start_when_every_first_turn_is_answered():
     spec = LoadSpec(targets=("http://a",), loops=1, duration_s=1.0, window_after_first_turns=True)
     result = drive(fleet, spec, clock=fleet.clock, sleep=fleet.sleep)
     assert "first_turns_answered" in fleet.calls and result.window == (1002.0, 1003.0)
+
+
+def test_with_rollouts_per_loop_the_window_ends_once_every_loop_ran_them():
+    fleet = FakeFleet(workers=2)
+    fleet.loops_end_at = 1003.2
+    spec = LoadSpec(targets=("http://a",), loops=4, duration_s=60.0, warmup_s=0.0, rollouts_per_loop=1)
+    result = drive(fleet, spec, clock=fleet.clock, sleep=fleet.sleep)
+    assert fleet.calls.count("running") == 7 and fleet.calls[-1] == "finish"  # polled every 0.5 s
+    assert result.window == (1001.0, 1003.5)  # ended at the first poll that found every loop done
 
 
 def small_workload() -> wl.Workload:
@@ -288,6 +301,34 @@ class RefusingChannel(AnsweringChannel):
     async def send(self, body: str) -> Reply:
         self.sent.append(body)
         return Reply('{"type":"error","error":{"code":"rate_limit_exceeded"}}', 0.0, 0.001, None)
+
+
+def test_a_loop_stops_after_its_rollouts_when_told_how_many():
+    import asyncio
+    import time
+
+    sink: list[TurnRecord] = []
+    done = '{"type":"response.completed","response":{"id":"r1","output":[],"status":"completed"}}'
+
+    class TextChannel(AnsweringChannel):  # every answer a text: each rollout is one turn
+        async def send(self, body: str) -> Reply:
+            self.sent.append(body)
+            return Reply(done, time.time(), 0.001, None)
+
+    channels: list[TextChannel] = []
+
+    def new_channel() -> TextChannel:
+        channels.append(TextChannel())
+        return channels[-1]
+
+    async def run() -> None:
+        pace = Pace(1, end_at=time.time() + 60.0, rollouts=2)
+        enc = Encoder(small_workload(), "ws", False, [json.dumps("out")])
+        loop = Loop(0, "http://t", enc, pace, sink, new_channel, fresh_connection=True)
+        await asyncio.wait_for(loop.run(release_at=0.0), timeout=30.0)
+
+    asyncio.run(run())
+    assert [r.kind for r in sink] == ["first", "rollout_first"] and len(channels) == 2
 
 
 def test_a_loop_with_a_connection_per_rollout_pauses_after_a_failed_turn_before_the_next():

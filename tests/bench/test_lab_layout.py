@@ -1,0 +1,93 @@
+"""The lab's one runner: the kinds that apply load (concurrent agent loops, turn after turn) run
+them on bench/runner, and every other module that opens WebSocket-mode connections itself
+(through bench/client.py, tests/test_layout.py) is listed here with what it measures instead
+of a loop's turns."""
+
+from __future__ import annotations
+
+import ast
+import functools
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+# The kinds that apply load: their loops run on the load runner (directly, or through the
+# capacity kind's level), none opens a socket for them.
+LOAD_KINDS = {
+    "bench/kinds/capacity.py",
+    "bench/kinds/scaling.py",
+    "bench/kinds/soak.py",
+    "bench/multinode/scaling.py",
+}
+ON_THE_RUNNER = ("bench.runner", "bench.kinds.capacity.one_level")
+# Modules that open connections themselves, and what they measure that is not a loop's turns.
+OWN_CONNECTIONS = {
+    "bench/kinds/scaling.py": "idle connections held (memory and CPU per connection), no turns",
+    "bench/kinds/admission.py": "connects: bursts, arrival ramps, held sockets (then turns on the sockets it opened)",
+    "bench/kinds/streams.py": "the delivery rate of N streams of one long answer each",
+    "bench/kinds/floor.py": "one socket's per-turn cost against a reference server, sequential turns",
+    "bench/kinds/floor_hotpath.py": "one socket's per-turn overhead with an instant model",
+    "bench/kinds/floor_length.py": "one conversation's per-turn overhead as it grows",
+    "bench/kinds/memory.py": "one connection's memory as its cache grows",
+    "bench/kinds/neighbours.py": "a probe turn on an open socket beside HTTP load and resumed sockets",
+    "bench/kinds/ledger.py": "turns reconciled with the usage ledger across SIGKILLs",
+    "bench/kinds/resume.py": "a reconnect's time to the next turn's first event",
+    "bench/kinds/drain.py": "sockets mid-turn across a redeploy: nothing reset, lost or unanswered",
+    "bench/kinds/fidelity.py": "one conversation on a real engine and on its emulated twin",
+    "bench/multinode/scaling.py": "connections held through the balancer: the store's cost each, no turns",
+    "bench/multinode/load.py": "chains with faults injected on real nodes: every turn's fate",
+    "bench/multinode/locality.py": "one client's resumes against the node that holds its state",
+    "bench/transports.py": "one agent turn per transport, the agentloop kind's side-by-side rollouts",
+    "bench/rollouts.py": "the agentloop kind's rollouts, interleaved over the transports",
+    "bench/runner/channels.py": "the runner's own channel",
+}
+
+
+WORDS = ("client", "runner", "transports", "rollouts", "websockets", "capacity")  # worth parsing
+
+
+def imported(path: Path) -> set[str]:
+    """``module.name`` of every ``from X import name`` (relative ``X`` resolved) and every
+    ``import X`` in the module (none looked for in a module that names none of :data:`WORDS`)."""
+    text = path.read_text()
+    if not any(w in text for w in WORDS):
+        return set()
+    tree = ast.parse(text)
+    package = ".".join(path.relative_to(BENCH.parent).with_suffix("").parts[:-1])
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+            mod = ".".join(x for x in (base, node.module or "") if x)
+            out |= {f"{mod}.{a.name}" for a in node.names} | {mod}
+    return out
+
+
+@functools.cache  # parsed once for both tests
+def lab_modules() -> dict[str, set[str]]:
+    paths = (p for p in sorted(BENCH.rglob("*.py")) if "build" not in p.relative_to(BENCH).parts)
+    return {str(p.relative_to(BENCH.parent)): imported(p) for p in paths}
+
+
+def test_the_kinds_that_apply_load_run_it_on_the_load_runner():
+    mods = lab_modules()
+    for path in LOAD_KINDS:
+        names = mods[path]
+        assert any(n.startswith(ON_THE_RUNNER) for n in names), f"{path} applies load without bench/runner"
+        own = {"bench.transports", "bench.rollouts", "websockets"} & names
+        assert not own, f"{path} applies load with a client of its own: {own}"
+
+
+def test_every_module_that_opens_connections_itself_says_what_it_measures_instead():
+    opens = {path for path, names in lab_modules().items() if "bench.client.connect" in names}
+    assert opens == set(OWN_CONNECTIONS), (
+        "open connections for a load through bench/runner; a module that measures something else "
+        f"is listed in OWN_CONNECTIONS: unlisted {sorted(opens - set(OWN_CONNECTIONS))}, "
+        f"listed but opening none {sorted(set(OWN_CONNECTIONS) - opens)}"
+    )
