@@ -34,7 +34,9 @@ class ModelBackend(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     id: str = Field(min_length=1, description="the model id clients ask for (listed by /v1/models)")
-    kind: Literal["openai", "serve_llm", "emulator"] = "openai"
+    kind: Literal["openai", "serve_llm", "emulator"] = Field(
+        "openai", description="what serves it: openai (an engine by url) | serve_llm | emulator"
+    )
     tokenizer: str = Field(min_length=1, description="folder with the model's tokenizer and chat template")
     url: str | None = Field(
         None, min_length=1, description="openai: the engine's base URL, e.g. http://127.0.0.1:8000/v1"
@@ -64,7 +66,7 @@ class ModelBackend(BaseModel):
         True, description="scope the engine's prefix cache per API key (vLLM cache_salt)"
     )
     timeout_s: float = Field(300.0, gt=0, description="one model call, at most")
-    owned_by: str = "responses-ws"
+    owned_by: str = Field("responses-ws", description="owned_by in /v1/models")
 
     @model_validator(mode="after")
     def _kind_has_what_it_needs(self) -> ModelBackend:
@@ -157,7 +159,9 @@ class SessionConfig(BaseModel):
     ping_interval_s: float | None = Field(
         20.0, description="keepalive pings to detect dead peers; None disables"
     )
-    ping_timeout_s: float | None = 20.0
+    ping_timeout_s: float | None = Field(
+        20.0, description="a ping unanswered this long drops the peer; None waits forever"
+    )
     resume_grace_s: float = Field(
         0.0,
         ge=0,
@@ -186,9 +190,13 @@ class SessionConfig(BaseModel):
         "all its connections (~13-15 bytes each); beyond it the least recently "
         "used lanes of any of its connections are evicted",
     )
-    safety: SafetyConfig = SafetyConfig()
+    safety: SafetyConfig = Field(
+        SafetyConfig(), description="the incremental safety classifier (actors/core/safety.py)"
+    )
     # Opt-in emulated per-request services of a hosted API (docs/whatif.md); off by default.
-    whatif: WhatIfConfig = WhatIfConfig()
+    whatif: WhatIfConfig = Field(
+        WhatIfConfig(), description="opt-in emulated per-request services, never the default (docs/whatif.md)"
+    )
     direct_inference: bool = Field(
         True,
         description="a connection's model calls after its first go "
@@ -200,7 +208,7 @@ class SessionConfig(BaseModel):
         description="models served by a real engine (docs/backends.md); the other models are the emulator's",
     )
     inference_app: str = Field("responses-ws", description="Serve application of the inference deployment")
-    inference_deployment: str = "InferenceDeployment"
+    inference_deployment: str = Field("InferenceDeployment", description="the inference deployment's name")
 
     @property
     def hard_connections_per_actor(self) -> int:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, TextIO
 
 PACKAGES = ("actors", "serve", "inference", "store")
@@ -37,8 +37,10 @@ class LogSettings:
     """``level`` and ``encoding`` as Ray's ``LoggingConfig`` and Serve's ``logging_config``
     name them."""
 
-    level: str = "WARNING"
-    encoding: Encoding = "TEXT"
+    level: str = field(
+        default="WARNING", metadata={"description": "DEBUG | INFO | WARNING | ERROR | CRITICAL (--log-level)"}
+    )
+    encoding: Encoding = field(default="TEXT", metadata={"description": "TEXT | JSON (--log-format)"})
 
     def __post_init__(self) -> None:
         if self.level not in LEVELS:

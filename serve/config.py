@@ -1,6 +1,6 @@
 """Typed configuration of the whole application, composed once in :mod:`serve.builder`.
 
-Four sections, ``server``, ``session``, ``store`` and ``inference``, from four sources; a
+Five sections, ``server``, ``session``, ``store``, ``inference`` and ``logs``, from four sources; a
 later source wins key by key (sections and nested mappings are merged at every depth; a
 list or a scalar is replaced whole):
 
@@ -65,8 +65,8 @@ class GatewayAutoscaling(BaseModel):
 class ServerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    host: str = "127.0.0.1"
-    port: int = Field(8765, ge=0, le=65535)
+    host: str = Field("127.0.0.1", description="the address the gateway listens on (--host)")
+    port: int = Field(8765, ge=0, le=65535, description="the port of HTTP and WebSocket alike (--port)")
     gateway_replicas: int = Field(1, ge=1, description="gateway replicas sharing the port's listening socket")
     gateway_autoscaling: GatewayAutoscaling | None = Field(
         None, description="scale the gateway replicas on connections (replaces gateway_replicas)"
@@ -150,11 +150,20 @@ class ServerConfig(BaseModel):
 class AppConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    server: ServerConfig = ServerConfig()
-    session: SessionConfig = SessionConfig()
-    store: StoreConfig = StoreConfig()
-    inference: InferenceConfig = Field(default_factory=load_inference_config)
-    logs: LogSettings = LogSettings()
+    server: ServerConfig = Field(
+        ServerConfig(), description="the gateway: its port, limits, API keys, drains"
+    )
+    session: SessionConfig = Field(
+        SessionConfig(), description="the session hosts: per-connection limits, the pool, caches, backends"
+    )
+    store: StoreConfig = Field(StoreConfig(), description="where stored responses and usage lines go")
+    inference: InferenceConfig = Field(
+        default_factory=load_inference_config,
+        description="the emulated models and their deployment; defaults: the packaged models.yaml",
+    )
+    logs: LogSettings = Field(
+        LogSettings(), description="the app's own loggers: the gateway and its session hosts"
+    )
 
     @model_validator(mode="after")
     def _emulated_backends_have_profiles(self) -> AppConfig:

@@ -89,7 +89,9 @@ class Store(Protocol):
 class StoreConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    backend: Literal["sqlite", "redis"] = "sqlite"
+    backend: Literal["sqlite", "redis"] = Field(
+        "sqlite", description="sqlite (embedded: a file in data_dir) | redis (multi-node clusters)"
+    )
     data_dir: str = Field("data", description="sqlite: directory of responses.sqlite3 (created)")
     redis_url: str = Field(
         "redis://127.0.0.1:6379/0",

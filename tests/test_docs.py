@@ -73,6 +73,39 @@ def test_every_relative_link_in_the_pages_exists():
     assert broken == []
 
 
+# A link's #fragment into a page of the docs names one of its headings, as GitHub makes
+# anchors of them: lower case, punctuation dropped, spaces as hyphens, repeats numbered.
+FRAGMENT_LINK = re.compile(r"\]\(([^)\s#]*\.md|)#([^)\s]+)\)")
+HEADING = re.compile(r"^#{1,6} +(.+?) *#*$", re.M)
+FENCE = re.compile(r"^```.*?^```", re.M | re.S)
+
+
+def anchors(page: Path) -> set[str]:
+    seen: dict[str, int] = {}
+    out = set()
+    for heading in HEADING.findall(FENCE.sub("", page.read_text())):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        count = seen.get(slug, 0)
+        seen[slug] = count + 1
+        out.add(slug if count == 0 else f"{slug}-{count}")
+    return out
+
+
+def test_anchors_follow_githubs_rule():
+    page = ROOT / "docs" / "protocol-transport.md"
+    assert {"1-transport", "11-endpoint-and-upgrade", "6-http-mode"} <= anchors(page)
+
+
+def test_every_link_to_a_section_names_a_heading_of_its_page():
+    broken = []
+    for page in PAGES:
+        for target, fragment in FRAGMENT_LINK.findall(FENCE.sub("", page.read_text())):
+            linked = (page.parent / target) if target else page
+            if linked.is_file() and fragment not in anchors(linked):
+                broken.append(f"{page.relative_to(ROOT)}: {target}#{fragment}")
+    assert broken == []
+
+
 # A path of the project named in `code` in a page: it exists (a module moved or renamed is
 # renamed in the docs too).  Examples of a client's files are not the project's.
 PROJECT_PATH = re.compile(
@@ -106,3 +139,12 @@ def test_the_map_lists_every_bench_kind():
     variants = [f"`{v.name}`" for kind in KINDS.values() for v in kind.variants]
     assert [v for v in variants if v not in row] == []
     assert [a for a in ALIASES if f"`{a}`" not in row] == []
+
+
+def test_the_protocol_reference_stays_in_pages_a_reader_can_search():
+    """docs/protocol.md is the index; each page of the reference stays under ~30 KB."""
+    pages = sorted((ROOT / "docs").glob("protocol*.md"))
+    assert len(pages) > 1
+    assert {p.name: p.stat().st_size for p in pages if p.stat().st_size > 30_000} == {}
+    index = (ROOT / "docs" / "protocol.md").read_text()
+    assert [p.name for p in pages if p.name != "protocol.md" and f"]({p.name})" not in index] == []

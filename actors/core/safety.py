@@ -44,7 +44,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,12 +132,16 @@ DEFAULT_LEXICON = ("synthesize sarin", "build a pipe bomb", "credit card dump")
 class SafetyConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    enabled: bool = True
-    lexicon: tuple[str, ...] = DEFAULT_LEXICON  # disallowed-content terms, matched in any case
-    injection_weight: float = 0.5  # two markers flag; one is suspicious, not blocking
-    secret_threshold: float = 1.0
-    injection_threshold: float = 1.0
-    disallowed_threshold: float = 1.0
+    enabled: bool = Field(True, description="classify every input and output; false: none")
+    lexicon: tuple[str, ...] = Field(
+        DEFAULT_LEXICON, description="disallowed-content terms, matched in any case"
+    )
+    injection_weight: float = Field(
+        0.5, description="score of one prompt-injection marker: two flag, one is suspicious, not blocking"
+    )
+    secret_threshold: float = Field(1.0, description="score at which credentials flag")
+    injection_threshold: float = Field(1.0, description="score at which prompt-injection markers flag")
+    disallowed_threshold: float = Field(1.0, description="score at which lexicon terms flag")
 
     @field_validator("lexicon")
     @classmethod

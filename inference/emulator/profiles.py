@@ -59,10 +59,16 @@ class BatchingConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_running: int = Field(default=64, ge=1)
-    max_waiting: int = Field(default=1024, ge=0)
-    knee: int = Field(default=16, ge=1)
-    itl_growth_per_seq: float = Field(default=0.0, ge=0)
+    max_running: int = Field(default=64, ge=1, description="sequences in the batch, at most")
+    max_waiting: int = Field(
+        default=1024, ge=0, description="requests waiting for the batch, FIFO; beyond it a request is refused"
+    )
+    knee: int = Field(
+        default=16, ge=1, description="sequences past which the step is compute-bound: throughput stays flat"
+    )
+    itl_growth_per_seq: float = Field(
+        default=0.0, ge=0, description="inter-token latency growth per extra sequence below the knee"
+    )
 
     @model_validator(mode="after")
     def _knee_within_batch(self) -> BatchingConfig:
@@ -83,9 +89,13 @@ class JitterConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    request_sigma: float = Field(default=0.0, ge=0, le=2)
-    token_sigma: float = Field(default=0.0, ge=0, le=2)
-    seed: int = 0
+    request_sigma: float = Field(
+        default=0.0, ge=0, le=2, description="lognormal sigma of a request's factor on all its times; 0 = off"
+    )
+    token_sigma: float = Field(
+        default=0.0, ge=0, le=2, description="lognormal sigma of each token's factor; 0 = off"
+    )
+    seed: int = Field(0, description="seeds the jitter, with the request id")
 
 
 class ModelProfile(BaseModel):
@@ -109,23 +119,37 @@ class ModelProfile(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    id: str = Field(min_length=1)
-    description: str = ""
-    decode_tokens_per_s: float = Field(gt=0)
-    burst_tokens_per_s: float | None = Field(default=None, gt=0)
-    burst_tokens: int = Field(default=0, ge=0)
-    prefill_tokens_per_s: float = Field(gt=0)
-    prefill_overhead_ms: float = Field(ge=0)
-    chunk_ms: float = Field(default=5.0, gt=0)
-    min_chunk_tokens: int = Field(default=8, ge=1)
-    max_items_per_s: float | None = Field(default=1600.0, gt=0)
-    batching: BatchingConfig = BatchingConfig()
-    jitter: JitterConfig = JitterConfig()
-    source: str = ""
-    owned_by: str = "responses-ws"
+    id: str = Field(min_length=1, description="the model id clients ask for (listed by /v1/models)")
+    description: str = Field("", description="one line on what it emulates")
+    decode_tokens_per_s: float = Field(
+        gt=0, description="output tokens per second per stream, after the burst"
+    )
+    burst_tokens_per_s: float | None = Field(
+        default=None, gt=0, description="rate of a response's first burst_tokens; null = no burst"
+    )
+    burst_tokens: int = Field(default=0, ge=0, description="output tokens at the burst rate; 0 = no burst")
+    prefill_tokens_per_s: float = Field(gt=0, description="uncached prompt tokens processed per second")
+    prefill_overhead_ms: float = Field(ge=0, description="fixed time before a response's first token")
+    chunk_ms: float = Field(
+        default=5.0, gt=0, description="due tokens go out as one stream item at least this often"
+    )
+    min_chunk_tokens: int = Field(default=8, ge=1, description="or as soon as this many are due")
+    max_items_per_s: float | None = Field(
+        default=1600.0,
+        gt=0,
+        description="stream items per second one replica sends for this model; past it every "
+        "stream's chunk window grows (tokens held, never early); null = no cap",
+    )
+    batching: BatchingConfig = Field(BatchingConfig(), description="continuous batching on one replica")
+    jitter: JitterConfig = Field(JitterConfig(), description="seeded lognormal jitter with mean 1")
+    source: str = Field("", description="where the numbers come from")
+    owned_by: str = Field("responses-ws", description="owned_by in /v1/models")
     # The prompt-cache rule (docs/emulator.md): "blocks", reuse in 128-token steps from 1024
-    # (inference.emulator.prefix_cache); "breakpoints", the breakpoint rule (inference.emulator.breakpoint_cache).
-    prompt_cache: Literal["blocks", "breakpoints"] = "blocks"
+    # (inference.emulator.prefix_cache); "breakpoints", the breakpoint rule
+    # (inference.emulator.breakpoint_cache).
+    prompt_cache: Literal["blocks", "breakpoints"] = Field(
+        "blocks", description="the prompt-cache rule: blocks (128-token steps from 1024) | breakpoints"
+    )
 
     @model_validator(mode="after")
     def _burst_needs_rate(self) -> ModelProfile:
@@ -147,14 +171,30 @@ class PolicyConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    tool_rounds: int = Field(default=3, ge=0, le=10_000)
+    tool_rounds: int = Field(
+        default=3,
+        ge=0,
+        le=10_000,
+        description="the model calls a tool until the conversation holds this many results",
+    )
     # Bounded: planning an answer runs on the replica's event loop (~0.15 s per 64k tokens).
-    text_tokens: int = Field(default=48, ge=1, le=65_536)
-    reasoning_tokens: int = Field(default=0, ge=0, le=65_536)
-    reasoning_tokens_p90: int = Field(default=0, ge=0, le=65_536)
-    seed: int = 0
-    # A scripted scenario every conversation follows (inference.emulator.scenario); None: the policy.
-    scenario: Scenario | None = None
+    text_tokens: int = Field(default=48, ge=1, le=65_536, description="length of the final text answer")
+    reasoning_tokens: int = Field(
+        default=0,
+        ge=0,
+        le=65_536,
+        description="hidden reasoning tokens before every response (the median); 0 = none",
+    )
+    reasoning_tokens_p90: int = Field(
+        default=0,
+        ge=0,
+        le=65_536,
+        description="above reasoning_tokens: lengths drawn from a lognormal with this 90th percentile",
+    )
+    seed: int = Field(0, description="varies all the policy's choices")
+    scenario: Scenario | None = Field(
+        None, description="a scripted scenario every conversation follows (docs/replay.md); null: the policy"
+    )
 
 
 class PrefixCacheConfig(BaseModel):
@@ -172,9 +212,11 @@ class PrefixCacheConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    block_tokens: int = Field(default=32, ge=1)
-    capacity_tokens: int = Field(default=1 << 20, ge=0)
-    max_entries: int = Field(default=65_536, ge=1)  # the breakpoint rule's entries
+    block_tokens: int = Field(default=32, ge=1, description="tokens per cached block (a divisor of 128)")
+    capacity_tokens: int = Field(
+        default=1 << 20, ge=0, description="tokens of KV each replica holds; 0 = off"
+    )
+    max_entries: int = Field(default=65_536, ge=1, description="entries of the breakpoint rule's cache")
 
     @model_validator(mode="before")
     @classmethod
@@ -216,10 +258,18 @@ class RoutingConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    prefix_tokens: int = Field(default=256, ge=0)
-    prefix_requests_per_min: int = Field(default=15, ge=1)
-    max_pinned_sessions: int = Field(default=65_536, ge=1)
-    max_routed_prefixes: int = Field(default=65_536, ge=1)
+    prefix_tokens: int = Field(
+        default=256, ge=0, description="prompt tokens hashed into a request's prefix route"
+    )
+    prefix_requests_per_min: int = Field(
+        default=15,
+        ge=1,
+        description="requests of one route per replica per minute before the overflow moves on",
+    )
+    max_pinned_sessions: int = Field(
+        default=65_536, ge=1, description="connections pinned to replicas, remembered"
+    )
+    max_routed_prefixes: int = Field(default=65_536, ge=1, description="prefix routes remembered")
 
 
 class AutoscalingConfig(BaseModel):
@@ -233,14 +283,28 @@ class AutoscalingConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    min_replicas: int = Field(default=1, ge=0)
-    max_replicas: int = Field(default=4, ge=1)
-    target_sequences: float | None = Field(default=None, gt=0)
-    target_ongoing_requests: float = Field(default=32, gt=0)
-    upscale_delay_s: float = Field(default=2.0, ge=0)
-    downscale_delay_s: float = Field(default=30.0, ge=0)
-    metrics_interval_s: float = Field(default=2.0, gt=0)
-    look_back_period_s: float = Field(default=10.0, gt=0)
+    min_replicas: int = Field(default=1, ge=0, description="replicas always up")
+    max_replicas: int = Field(default=4, ge=1, description="replicas at most")
+    target_sequences: float | None = Field(
+        default=None,
+        gt=0,
+        description="running + waiting sequences kept per replica; null: Serve's own policy",
+    )
+    target_ongoing_requests: float = Field(
+        default=32, gt=0, description="Serve's own policy: routed requests per replica"
+    )
+    upscale_delay_s: float = Field(
+        default=2.0, ge=0, description="load above target this long before a replica is added"
+    )
+    downscale_delay_s: float = Field(
+        default=30.0, ge=0, description="load below target this long before a replica is removed"
+    )
+    metrics_interval_s: float = Field(
+        default=2.0, gt=0, description="how often a replica reports its sequences"
+    )
+    look_back_period_s: float = Field(
+        default=10.0, gt=0, description="Serve averages the reports over this window"
+    )
 
     @model_validator(mode="after")
     def _bounds(self) -> AutoscalingConfig:
@@ -261,11 +325,17 @@ class ScalingConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    autoscaling: AutoscalingConfig | None = None
-    accelerator_resource: str | None = None
-    accelerator_per_replica: float = Field(default=1.0, gt=0)
-    max_ongoing_requests: int = Field(default=2048, ge=1)
-    session_affinity: bool = True  # off: Serve's default router (no pins, no prefix routes)
+    autoscaling: AutoscalingConfig | None = Field(
+        None, description="Serve autoscaling (replaces replicas); null = fixed"
+    )
+    accelerator_resource: str | None = Field(
+        None, description="a custom Ray resource each replica asks for, e.g. accelerator; null = none"
+    )
+    accelerator_per_replica: float = Field(default=1.0, gt=0, description="how much of it a replica asks for")
+    max_ongoing_requests: int = Field(default=2048, ge=1, description="Serve calls a replica takes at once")
+    session_affinity: bool = Field(
+        True, description="pin connections and route by prefix; false: Serve's default router"
+    )
 
 
 class InferenceConfig(BaseModel):
@@ -273,13 +343,19 @@ class InferenceConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    profiles: list[ModelProfile] = Field(min_length=1)
-    policy: PolicyConfig = PolicyConfig()
-    prefix_cache: PrefixCacheConfig = PrefixCacheConfig()
-    routing: RoutingConfig = RoutingConfig()
-    replicas: int = Field(default=1, ge=1)
-    scaling: ScalingConfig = ScalingConfig()
-    default_model: str
+    profiles: list[ModelProfile] = Field(
+        min_length=1, description="the emulated models: each one's latency model"
+    )
+    policy: PolicyConfig = Field(PolicyConfig(), description="the scripted model: tool calls, then text")
+    prefix_cache: PrefixCacheConfig = Field(
+        PrefixCacheConfig(), description="each replica's prefix (KV) cache, scoped per API key"
+    )
+    routing: RoutingConfig = Field(RoutingConfig(), description="which replica a request goes to")
+    replicas: int = Field(
+        default=1, ge=1, description="fixed replica count, unless scaling.autoscaling is set"
+    )
+    scaling: ScalingConfig = Field(ScalingConfig(), description="how Serve runs the replicas")
+    default_model: str = Field(description="the model of a request that names none (a profile id)")
 
     @model_validator(mode="after")
     def _ids_unique_and_default_known(self) -> InferenceConfig:

@@ -51,9 +51,11 @@ class ScriptedCall(_Strict):
     """One function call: ``arguments`` exactly (a JSON string, or an object dumped as
     JSON), or JSON arguments of ``arguments_tokens`` cl100k tokens (``{"input": "…"}``)."""
 
-    name: Annotated[str, Field(min_length=1)]
-    arguments: str | dict[str, Any] | None = None
-    arguments_tokens: Tokens | None = None
+    name: Annotated[str, Field(min_length=1, description="the function called")]
+    arguments: str | dict[str, Any] | None = Field(
+        None, description="its arguments exactly (JSON text or an object)"
+    )
+    arguments_tokens: Tokens | None = Field(None, description="or JSON arguments of this many tokens")
 
     @model_validator(mode="after")
     def _one_source(self) -> ScriptedCall:
@@ -72,18 +74,24 @@ class ScriptedCall(_Strict):
 class ScriptedError(_Strict):
     """Fail the response: ``response.failed`` with this code and message."""
 
-    code: Literal["server_error", "rate_limit_exceeded", "invalid_prompt"] = "server_error"
-    message: Annotated[str, Field(min_length=1, max_length=512)] = "Injected by the scenario."
+    code: Literal["server_error", "rate_limit_exceeded", "invalid_prompt"] = Field(
+        "server_error", description="response.failed's error code"
+    )
+    message: Annotated[str, Field(min_length=1, max_length=512, description="and its message")] = (
+        "Injected by the scenario."
+    )
 
 
 class ScriptedTurn(_Strict):
     """One response, in order: reasoning, then text, then the calls (or only an error)."""
 
-    reasoning_tokens: Tokens = 0
-    text: str | None = None
-    text_tokens: Annotated[int, Field(ge=1, le=65_536)] | None = None
-    calls: list[ScriptedCall] = []
-    error: ScriptedError | None = None
+    reasoning_tokens: Tokens = Field(0, description="hidden reasoning tokens first")
+    text: str | None = Field(None, description="the answer's text exactly")
+    text_tokens: Annotated[int, Field(ge=1, le=65_536)] | None = Field(
+        None, description="or text of this many tokens"
+    )
+    calls: list[ScriptedCall] = Field([], description="function calls after the text")
+    error: ScriptedError | None = Field(None, description="or only this: the response fails")
 
     @model_validator(mode="after")
     def _coherent(self) -> ScriptedTurn:
@@ -100,8 +108,12 @@ class ScriptedTurn(_Strict):
 class Scenario(_Strict):
     """Turn *i* answers the conversation's *i*-th model request (module doc)."""
 
-    turns: Annotated[list[ScriptedTurn], Field(min_length=1)]
-    after_last: Literal["policy", "repeat_last"] = "policy"
+    turns: Annotated[
+        list[ScriptedTurn], Field(min_length=1, description="turn i answers the i-th model request")
+    ]
+    after_last: Literal["policy", "repeat_last"] = Field(
+        "policy", description="past the last turn: the seeded policy again, or the last turn repeated"
+    )
 
 
 class InjectedError(RuntimeError):

@@ -98,8 +98,11 @@ class HopConfig(BaseModel):
 class WhatIfConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    safety_model: SafetyModelConfig = SafetyModelConfig()
-    hop: HopConfig = HopConfig()
+    safety_model: SafetyModelConfig = Field(
+        SafetyModelConfig(),
+        description="a neural safety classifier on an accelerator, before every model call",
+    )
+    hop: HopConfig = Field(HopConfig(), description="an intermediate-service hop, before every model call")
 
     @property
     def enabled(self) -> bool:
