@@ -44,6 +44,7 @@ OWN_CONNECTIONS = {
     "bench/transports.py": "one agent turn per transport, the agentloop kind's side-by-side rollouts",
     "bench/rollouts.py": "the agentloop kind's rollouts, interleaved over the transports",
     "bench/runner/channels.py": "the runner's own channel",
+    "bench/reference.py": "one turn of each kind recorded from the server, the reference's answers",
 }
 
 
