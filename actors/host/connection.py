@@ -7,8 +7,9 @@ model calls the session starts through an :class:`~actors.backend.InferenceClien
 ``before_call`` hook first), answers the session's store loads, tokenises large inputs
 (:mod:`actors.host.render_pool`), writes what the session asks to persist through a
 :class:`~store.writer.StoreWriter`, and queues server events in its
-:class:`~actors.host.outbox.Outbox` for whoever holds the client (a WebSocket, an HTTP
-response), who drains them in batches.  Its lifecycle is
+:class:`~actors.host.outbox.Outbox` for whoever holds the client (a WebSocket's
+:class:`~actors.host.sender.Sender`, an HTTP response), who drains them in batches, with
+the figures of its finished responses for their observers (:mod:`actors.host.figures`).  Its lifecycle is
 :mod:`actors.host.connection_lifecycle`.
 
 Read-your-writes: a ``store:true`` response's record is written *before* its terminal event
@@ -48,13 +49,14 @@ from ..core.inputs import (
     Written,
 )
 from ..core.session import Effects, Load, Render, Session, Turn
-from ..core.timings import PhaseTimer, Report
-from ..protocol import TERMINAL_EVENTS, ErrorEvent, ResponseCreate, ServerEvent
-from .billing import Billing, Terminal, billing, failed_instead
+from ..core.timings import PhaseTimer
+from ..protocol import ErrorEvent, ResponseCreate, ServerEvent
+from .billing import Bill, Billing, billed, failed_instead
 from .connection_lifecycle import SERVICE_RESTART, TRANSITIONS, Move, State
+from .figures import Figures, Observe
 from .outbox import Outbox
 from .render_pool import RENDER_POOL, RenderPool, tokens_of
-from .terminal_writes import TerminalWrites
+from .terminal_writes import Checkpoint, TerminalWrites
 
 log = logging.getLogger(__name__)
 
@@ -68,27 +70,29 @@ class Connection:
         session: Session,
         inference: InferenceClient,
         store: StoreWriter,
-        observe: Callable[[str, dict[str, float]], None] | None = None,
+        observe: Observe | None = None,
         renderer: RenderPool = RENDER_POOL,
+        checkpoint: Checkpoint | None = None,
     ) -> None:
+        """``observe``: where the host records each response's figures
+        (:mod:`actors.host.figures`); ``checkpoint`` (resume on any node,
+        :mod:`actors.host.continuity`): writes the session's state before a turn's terminal
+        event is sent, ``False`` if another holder has the connection (the event is not sent,
+        the socket is being closed)."""
         self.session = session
         self._driver = Driver(session, self)
         self._renderer = renderer
         self._inference = inference
         self._store = store
-        self._observe = observe
         self._outbox = Outbox()
         self._writes = TerminalWrites(store, self._outbox, session.transport, observe)
-        self._reports: dict[str, Report] = {}  # by response id, until its terminal event is sent
+        self.figures = Figures(session.transport, observe)  # the sender's figures stage
         self._tasks: set[asyncio.Task[None]] = set()
         self._generations: dict[int, asyncio.Task[None]] = {}
         self.state = State.OPEN
         self.close_code: int | None = None  # of the close the server sends, once it ends the connection
         self.close_reason = ""
-        # Resume on any node (actors.host.continuity): writes the session's state before a
-        # turn's terminal event is sent; ``False``: another holder has the connection, and
-        # the event is not sent (the socket is being closed).
-        self.checkpoint: Callable[[], Awaitable[bool]] | None = None
+        self._checkpoint = checkpoint
         self._on_drained: Callable[[Connection], None] | None = None  # see drain()
         self._drained = False  # idle while draining: ended, or handed to on_drained
         # Answers to client frames read after a drain ended the connection but before its
@@ -157,7 +161,7 @@ class Connection:
 
     def carry_out(self, fx: Effects) -> None:
         """Send ``fx``'s events (billed as :mod:`actors.host.billing` says), keep its
-        figures, start its loads and renders."""
+        figures for their observers, start its loads and renders."""
         if self.state is State.ENDING and self.session.draining:
             # A drain ended the connection and its close frame has not left: error events
             # (a create's server_shutting_down) are written before it (take_late_answers).
@@ -165,23 +169,18 @@ class Connection:
             if late:
                 self._late += late
                 fx.events = [e for e in fx.events if not isinstance(e, ErrorEvent)]
-        records = {record.id: record for record in fx.persist}
-        lines = {entry.response_id: entry for entry in fx.usage}
         journaled: list[tuple[str, bool]] = []  # store:false responses billed: (id, line kept)
-        for event in fx.events:
-            line = lines.pop(event.response.id, None) if isinstance(event, TERMINAL_EVENTS) else None
-            record = records.pop(line.response_id, None) if line is not None else None
-            how = billing(
-                Terminal(
-                    line is not None,
-                    record is not None,
-                    self._store.commits_lines,
-                    self.checkpoint is not None,
-                )
-            )
-            if line is None:  # Billing.UNBILLED
-                self._outbox.send(event)
+        for item in billed(
+            fx.events,
+            fx.usage,
+            fx.persist,
+            commits_lines=self._store.commits_lines,
+            checkpoints=self._checkpoint is not None,
+        ):
+            if not isinstance(item, Bill):  # Billing.UNBILLED
+                self._outbox.send(item)
                 continue
+            event, how, line = item.event, item.how, item.line
             if how is Billing.JOURNAL or how is Billing.JOURNAL_AND_STATE:
                 kept = self._writes.journal(line)
                 if not kept or how is Billing.JOURNAL:
@@ -190,17 +189,16 @@ class Connection:
                     continue
             waiting = self._outbox.await_write(event)
             if how is Billing.WITH_RECORD:
-                assert record is not None
-                write = self._writes.persist(line, record, waiting, self.checkpoint)
+                assert item.record is not None
+                write = self._writes.persist(line, item.record, waiting, self._checkpoint)
             elif how is Billing.COMMIT:
-                write = self._writes.bill(line, waiting, self.checkpoint)
+                write = self._writes.bill(line, waiting, self._checkpoint)
             else:  # journaled; sent once the state is written
-                assert self.checkpoint is not None
-                write = self._writes.checkpointed(waiting, self.checkpoint)
+                assert self._checkpoint is not None
+                write = self._writes.checkpointed(waiting, self._checkpoint)
             self._spawn(self._written_after(line.response_id, write))
-        assert not records and not lines, "a record and a ledger line come with their terminal event"
-        for report in fx.timings:  # taken again, and recorded, as the sender encodes the event
-            self._reports[report.response_id] = report
+        if fx.timings:  # taken again, and recorded, as the sender encodes the event
+            self.figures.keep(fx.timings)
         for load in fx.load:
             self._spawn(self._load(load))
         for job in fx.render:
@@ -226,33 +224,9 @@ class Connection:
             self._on_drained(self)
 
     def outgoing(self, event: ServerEvent) -> ServerEvent:
-        """``event``, about to be encoded and written by the sender: a terminal event's
-        figures are taken again now (:meth:`restamp`), so the server's ``api_overhead`` holds
-        everything before this frame."""
-        report = self.figures_to_restamp(event, always=True)
-        if report is not None:
-            self.restamp(report)
-        return event
-
-    def figures_to_restamp(self, event: ServerEvent, *, always: bool = False) -> Report | None:
-        """The figures of a terminal event about to be sent, if its frame carries figures
-        that may still change (or, ``always``, any it has): the sender takes them
-        (:meth:`restamp`) once it has encoded and written the rest of the frame."""
-        if not isinstance(event, TERMINAL_EVENTS):
-            return None
-        report = self._reports.get(event.response.id)
-        if report is None or not (always or (report.into is not None and not report.final)):
-            return None
-        return self._reports.pop(event.response.id)
-
-    def restamp(self, report: Report) -> dict[str, float]:
-        """The response's figures taken again now (:meth:`actors.core.timings.Report.restamp`),
-        and recorded once the sender has written its frame (a dozen histograms are not
-        the client's wait)."""
-        ms = report.restamp()
-        if self._observe is not None:
-            asyncio.get_running_loop().call_soon(self._observe, self.session.transport, ms)
-        return ms
+        """``event``, about to be encoded and written whole by whoever holds the client (an
+        HTTP response's SSE chunk): its figures are taken now (:meth:`Figures.outgoing`)."""
+        return self.figures.outgoing(event)
 
     async def _written_after(self, response_id: str, write: Awaitable[bool | None]) -> None:
         """Once ``write`` returns (and its lane's events have gone), the session counts the
