@@ -3,14 +3,13 @@
 session's effects out through.
 
 It feeds client input into the session (through the driver, as every input), runs the
-model calls the session starts through an :class:`~actors.backend.InferenceClient` (its
-``before_call`` hook first), answers the session's store loads, tokenises large inputs
-(:mod:`actors.host.render_pool`), writes what the session asks to persist through a
-:class:`~store.writer.StoreWriter`, and queues server events in its
-:class:`~actors.host.outbox.Outbox` for whoever holds the client (a WebSocket's
-:class:`~actors.host.sender.Sender`, an HTTP response), who drains them in batches, with
-the figures of its finished responses for their observers (:mod:`actors.host.figures`).  Its lifecycle is
-:mod:`actors.host.connection_lifecycle`.
+model calls the session starts (:mod:`actors.host.model_calls`), answers the session's
+store loads, tokenises large inputs (:mod:`actors.host.render_pool`), writes what the
+session asks to persist through a :class:`~store.writer.StoreWriter`, and queues server
+events in its :class:`~actors.host.outbox.Outbox` for whoever holds the client (a
+WebSocket's :class:`~actors.host.sender.Sender`, an HTTP response), who drains them in
+batches, with the figures of its finished responses for their observers
+(:mod:`actors.host.figures`).  Its lifecycle is :mod:`actors.host.connection_lifecycle`.
 
 Read-your-writes: a ``store:true`` response's record is written *before* its terminal event
 is queued.  Until the write returns, the terminal event — and every later event of the same
@@ -27,33 +26,29 @@ not wait for a commit.  A write that fails turns the terminal event into
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 
-from inference.types import Done, InferenceRequest
 from store import StoreWriter
 
-from ..backend import EventStream, InferenceClient, ModelCall
+from ..backend import InferenceClient
 from ..core.driver import Driver
 from ..core.inputs import (
     ClientFrame,
     DrainStarted,
     HistoryLoaded,
-    InferenceChunk,
-    InferenceFailed,
     ItemsLoaded,
     ParsedCreate,
     Rendered,
     Written,
 )
-from ..core.session import Effects, Load, Render, Session, Turn
+from ..core.session import Effects, Load, Render, Session
 from ..core.timings import PhaseTimer
 from ..protocol import ErrorEvent, ResponseCreate, ServerEvent
 from .billing import Bill, Billing, billed, failed_instead
 from .connection_lifecycle import SERVICE_RESTART, TRANSITIONS, Move, State
 from .figures import Figures, Observe
+from .model_calls import ModelCalls
 from .outbox import Outbox
 from .render_pool import RENDER_POOL, RenderPool, tokens_of
 from .terminal_writes import Checkpoint, TerminalWrites
@@ -82,13 +77,12 @@ class Connection:
         self.session = session
         self._driver = Driver(session, self)
         self._renderer = renderer
-        self._inference = inference
         self._store = store
         self._outbox = Outbox()
         self._writes = TerminalWrites(store, self._outbox, session.transport, observe)
         self.figures = Figures(session.transport, observe)  # the sender's figures stage
         self._tasks: set[asyncio.Task[None]] = set()
-        self._generations: dict[int, asyncio.Task[None]] = {}
+        self._calls = ModelCalls(inference, renderer, self._driver.drive, self._spawn)
         self.state = State.OPEN
         self.close_code: int | None = None  # of the close the server sends, once it ends the connection
         self.close_reason = ""
@@ -142,22 +136,9 @@ class Connection:
 
     # -- the driver's port (actors.core.driver.Port)
     def start(self, fx: Effects) -> None:
-        """Stop the model calls of ``fx.cancel``, start those of ``fx.start``."""
-        for turn_id in fx.cancel:  # the response is over; stop its generation
-            task = self._generations.pop(turn_id, None)
-            if task is not None and task is not asyncio.current_task():
-                task.cancel()
-        # Model calls first; then the session builds the started turns' responses and their
-        # response.created (the driver hands it CallsStarted), and this batch's events are
-        # queued, encoded and written.  A call starts here, not when its task first runs,
-        # unless a hook runs before it (then in its task, after the hook): over a direct
-        # channel its request has left by then.
-        for turn in fx.start:
-            stream = self._started(turn.request) if self._inference.before_call is None else None
-            task = self._renderer.track(self._spawn(self._run(turn, stream)))
-            self._generations[turn.turn_id] = task
-            if stream is not None:
-                task.add_done_callback(functools.partial(self._close_if_cancelled, stream))
+        """Stop the model calls of ``fx.cancel``, start those of ``fx.start``
+        (:class:`~actors.host.model_calls.ModelCalls`)."""
+        self._calls.start(fx)
 
     def carry_out(self, fx: Effects) -> None:
         """Send ``fx``'s events (billed as :mod:`actors.host.billing` says), keep its
@@ -260,56 +241,6 @@ class Connection:
     async def _render(self, job: Render) -> None:
         self._driver.drive(Rendered(job.render_id, await self._renderer.render(job)))
 
-    def _started(self, request: InferenceRequest) -> EventStream | None:
-        try:
-            return self._inference.stream(request)
-        except Exception:  # noqa: BLE001 - not started: the task makes the call, and reports what it raises
-            return None
-
-    def _close_if_cancelled(self, stream: EventStream, task: asyncio.Task[None]) -> None:
-        """A call started for a task cancelled before it ran (which would have closed it) is
-        closed here; closing a call twice is harmless."""
-        if task.cancelled():
-            self._spawn(_close(stream))
-
-    async def _run(self, turn: Turn, started: EventStream | None = None) -> None:
-        me = asyncio.current_task()
-        request = turn.request
-        finished = streaming = False
-        try:
-            if self._inference.before_call is not None:  # then nothing started the call yet
-                await self._inference.before_call(ModelCall.of(turn))
-            call = started if started is not None else self._inference.stream(request)
-            async with contextlib.aclosing(call) as stream:
-                async for chunk in stream:
-                    if not streaming:
-                        streaming = True
-                        self._renderer.streaming += 1
-                    if any(isinstance(ev, Done) for ev in chunk):
-                        finished = True
-                        if self._renderer.streaming > 1:
-                            # Other responses of this process are streaming: their tokens
-                            # due now go out before this one's end (its terminal event,
-                            # its record); a lone response, or one whose neighbours are
-                            # still in prefill or rendering, does not wait.
-                            await asyncio.sleep(0)
-                    self._driver.drive(InferenceChunk(turn.turn_id, chunk))
-                    if self._generations.get(turn.turn_id) is not me:
-                        return  # cut short (e.g. the output classifier): closing cancels the call
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - reported as response.failed, text not leaked
-            log.warning("inference failed for %s: %r", request.request_id, exc)
-            self._driver.drive(InferenceFailed(turn.turn_id, exc))
-        else:
-            if not finished:  # a stream that ended without Done is a backend fault
-                self._driver.drive(InferenceFailed(turn.turn_id, RuntimeError("stream ended early")))
-        finally:
-            if streaming:
-                self._renderer.streaming -= 1
-            if self._generations.get(turn.turn_id) is me:
-                del self._generations[turn.turn_id]
-
     # -- outbound
     async def events(self) -> AsyncIterator[list[ServerEvent | str]]:
         """Batches of events (or pre-encoded frames), in order, until the connection ends."""
@@ -357,7 +288,3 @@ class Connection:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._outbox.end_now()
-
-
-async def _close(stream: EventStream) -> None:
-    await stream.aclose()
