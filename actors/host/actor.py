@@ -11,6 +11,7 @@ each of them before it: docs/whatif.md).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import socket
 import time
@@ -41,9 +42,12 @@ from .drain import DrainPlan
 from .handoff import Ended, Handoff, HandoffReceiver, Link, Outcome, SocketKind, StateGone, handoff_path
 from .host_metrics import HostMetrics, PhaseMetrics
 from .http import HttpServer
+from .lifecycle import close_taken_over
 from .limits import raise_open_files
 from .loop_watch import LoopWatch
-from .server import SocketServer
+from .resume import ResumeRegistry
+from .server import Served, SocketServer
+from .terminal_writes import Checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +95,7 @@ class SessionHost:
         self._inference = ModelRouter.of(self._serve, config)  # the real models' engines too
         self._formats = model_formats(config)
         self._models: list[str] = []
-        self._sockets = SocketServer(config, name, self._new_session, self._connect)
+        self._sockets: SocketServer | None = None  # once ready: it needs the store's continuity
         self._receiver = HandoffReceiver(handoff_path(name), self._on_socket)
         self._metrics = PhaseMetrics()
         self._host_metrics = HostMetrics(name)
@@ -102,6 +106,7 @@ class SessionHost:
         self._prompt_parts: SharedParts = PromptParts()  # instructions and tools, rendered once a host
         self._loop_watch = LoopWatch()  # each response's loop_lag timing; runs while WebSockets are open
         self._draining: asyncio.Task[None] | None = None
+        self._continuity: HostContinuity | None = None  # resume on any node (a Redis store)
 
     async def ready(self) -> str:
         """Warm up before a connection is assigned; returns the handoff path.
@@ -126,8 +131,10 @@ class SessionHost:
                     on_refused=self._host_metrics.refused,
                 )
             )
+        registry = ResumeRegistry(self._config.resume_grace_s)
+        continuity: HostContinuity | None = None
         if self._config.resume_grace_s > 0 and self._store_config.backend == "redis":
-            self._sockets.continuity = continuity = HostContinuity(
+            continuity = HostContinuity(
                 ContinuityStore(
                     self._store_config.redis_url,
                     self._store_config.key_prefix,
@@ -137,10 +144,18 @@ class SessionHost:
                 ),
                 self._name,
                 self._config.resume_grace_s,
-                self._sockets.close_taken_over,
+                functools.partial(close_taken_over, registry),
             )
             continuity.start()
-        self._sockets.start()
+        self._continuity = continuity
+        self._sockets = SocketServer(
+            self._config,
+            self._name,
+            self._new_session,
+            self._connect,
+            registry=registry,
+            continuity=continuity,
+        )
         self._receiver.start()
         return self._receiver.path
 
@@ -159,9 +174,9 @@ class SessionHost:
             loop_lag=self._loop_watch.worst_since,
         )
 
-    def _connect(self, session: Session) -> Connection:
+    def _connect(self, session: Session, checkpoint: Checkpoint | None) -> Connection:
         assert self._store is not None
-        return Connection(session, self._inference, self._store, self._metrics.observe)
+        return Connection(session, self._inference, self._store, self._metrics.observe, checkpoint=checkpoint)
 
     async def _on_socket(self, sock: socket.socket, handoff: Handoff, link: Link) -> None:
         """Serve one handed-over socket; report its end (and, for a connection state it
@@ -175,16 +190,16 @@ class SessionHost:
             finally:
                 link.notify(Ended(handoff.sock_id, Outcome.CLOSED))
             return
-        outcome = Outcome.REFUSED
+        assert self._sockets is not None  # sockets arrive once ready
+        served = Served(Outcome.REFUSED, None)
         self._count_websockets(+1)
-        created = None
         try:
-            outcome = await self._sockets.serve(sock, handoff)
+            served = await self._sockets.serve(sock, handoff)
         except Exception:
             log.exception("serving a WebSocket failed")
             sock.close()
         finally:
-            created = self._sockets.created.pop(handoff.sock_id, None)
+            outcome = served.outcome
             self._count_websockets(-1)
             link.notify(Ended(handoff.sock_id, outcome))
             # The client no longer waits on us: make its stored responses and ledger durable.
@@ -192,8 +207,8 @@ class SessionHost:
             await self._store.flush()
             if self._sockets.idle:
                 allocator.release()  # what its connections freed goes back to the OS
-        if created is not None and outcome.keeps_slot:  # the state this socket brought (or took) here
-            await asyncio.shield(created.gone)
+        if served.created is not None and outcome.keeps_slot:  # the state this socket brought (or took) here
+            await asyncio.shield(served.created.gone)
             link.notify(StateGone(handoff.conn_id))
 
     def _count_websockets(self, delta: int) -> None:
@@ -209,7 +224,7 @@ class SessionHost:
         return {
             "name": self._name,
             "websockets": self._websockets,
-            "idle": self._sockets.idle,
+            "idle": self._sockets is None or self._sockets.idle,
             "direct_calls": self._serve.direct_calls,
         }
 
@@ -223,7 +238,8 @@ class SessionHost:
         Called again while draining (a node's deadline learnt later), the stricter plan
         wins; each call returns when the drain is done."""
         if self._draining is not None:
-            await self._sockets.drain(plan)
+            if self._sockets is not None:
+                await self._sockets.drain(plan)
             await asyncio.shield(self._draining)
             return
         self._draining = asyncio.get_running_loop().create_task(self._drain(plan))
@@ -233,10 +249,11 @@ class SessionHost:
         budget = plan if isinstance(plan, int | float) else plan.budget_s
         self._receiver.close()
         await asyncio.gather(
-            self._sockets.drain(plan), *([self._http.drain(budget)] if self._http is not None else [])
+            *([self._sockets.drain(plan)] if self._sockets is not None else []),
+            *([self._http.drain(budget)] if self._http is not None else []),
         )
         self._serve.close()
-        if self._sockets.continuity is not None:
-            await self._sockets.continuity.close()
+        if self._continuity is not None:
+            await self._continuity.close()
         if self._store is not None:
             await self._store.close()

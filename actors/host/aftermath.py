@@ -1,5 +1,5 @@
 """What becomes of a connection's state when its socket has ended: a pure decision, as a
-table (the session host, :meth:`actors.host.server.SocketServer._after`, carries it out).
+table (:meth:`actors.host.lifecycle.Lifecycle.settle` carries it out).
 
 ==================  ===========================================================================
 ``MOVED``           another socket resumed it here (superseded): it lives on there

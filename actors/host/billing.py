@@ -1,7 +1,9 @@
 """How a terminal event is billed before it is sent: a pure decision, as a table.
 
-A terminal event with usage has a ledger line; a ``store:true`` one has its record too.  The
-connection (:mod:`actors.host.connection`) asks :func:`billing` which way, and carries it out:
+A terminal event with usage has a ledger line; a ``store:true`` one has its record too.
+:func:`billed` pairs a batch's terminal events with their lines and records and asks
+:func:`billing` which way each goes; the connection (:mod:`actors.host.connection`) carries
+it out:
 
 ====================  ==========================================================================
 ``UNBILLED``          no line (a failure before inference ran): sent at once
@@ -21,7 +23,10 @@ failure maps to (``store_unavailable`` for a write the store could not take now:
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from store import StoredResponse, UsageEntry
 
 from ..errors import APIError, ServerError
 from ..protocol import TERMINAL_EVENTS, ResponseErrorBody, ResponseFailed, ServerEvent
@@ -67,6 +72,46 @@ def billing(terminal: Terminal) -> Billing:
         if all(p is None or p == f for p, f in zip(pattern, facts, strict=True)):
             return outcome
     raise AssertionError(f"no billing rule for {terminal}")  # pragma: no cover - RULES is total
+
+
+@dataclass(frozen=True, slots=True)
+class Bill:
+    """A terminal event with its ledger line (and its record, ``store:true``), and the way
+    it is billed."""
+
+    event: ServerEvent
+    how: Billing
+    line: UsageEntry
+    record: StoredResponse | None
+
+
+def billed(
+    events: Sequence[ServerEvent],
+    usage: Sequence[UsageEntry],
+    persist: Sequence[StoredResponse],
+    *,
+    commits_lines: bool,
+    checkpoints: bool,
+) -> Sequence[ServerEvent | Bill]:
+    """A batch's events in order, each terminal event that has a ledger line as its
+    :class:`Bill`; the rest (``UNBILLED``) as they are.  Every line and record belongs to a
+    terminal event of the batch."""
+    if not usage:
+        assert not persist, "a record comes with its ledger line"
+        return events
+    records = {record.id: record for record in persist}
+    lines = {entry.response_id: entry for entry in usage}
+    out: list[ServerEvent | Bill] = []
+    for event in events:
+        line = lines.pop(event.response.id, None) if isinstance(event, TERMINAL_EVENTS) else None
+        if line is None:
+            out.append(event)
+            continue
+        record = records.pop(line.response_id, None)
+        how = billing(Terminal(True, record is not None, commits_lines, checkpoints))
+        out.append(Bill(event, how, line, record))
+    assert not records and not lines, "a record and a ledger line come with their terminal event"
+    return out
 
 
 def failed_instead(event: ServerEvent, error: APIError | None = None) -> ResponseFailed:

@@ -3,13 +3,13 @@
 session's effects out through.
 
 It feeds client input into the session (through the driver, as every input), runs the
-model calls the session starts through an :class:`~actors.backend.InferenceClient` (its
-``before_call`` hook first), answers the session's store loads, tokenises large inputs
-(:mod:`actors.host.render_pool`), writes what the session asks to persist through a
-:class:`~store.writer.StoreWriter`, and queues server events in its
-:class:`~actors.host.outbox.Outbox` for whoever holds the client (a WebSocket, an HTTP
-response), who drains them in batches.  Its lifecycle is
-:mod:`actors.host.connection_lifecycle`.
+model calls the session starts (:mod:`actors.host.model_calls`), answers the session's
+store loads, tokenises large inputs (:mod:`actors.host.render_pool`), writes what the
+session asks to persist through a :class:`~store.writer.StoreWriter`, and queues server
+events in its :class:`~actors.host.outbox.Outbox` for whoever holds the client (a
+WebSocket's :class:`~actors.host.sender.Sender`, an HTTP response), who drains them in
+batches, with the figures of its finished responses for their observers
+(:mod:`actors.host.figures`).  Its lifecycle is :mod:`actors.host.connection_lifecycle`.
 
 Read-your-writes: a ``store:true`` response's record is written *before* its terminal event
 is queued.  Until the write returns, the terminal event — and every later event of the same
@@ -26,35 +26,32 @@ not wait for a commit.  A write that fails turns the terminal event into
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 
-from inference.types import Done, InferenceRequest
 from store import StoreWriter
 
-from ..backend import EventStream, InferenceClient, ModelCall
+from ..backend import InferenceClient
 from ..core.driver import Driver
 from ..core.inputs import (
     ClientFrame,
     DrainStarted,
     HistoryLoaded,
-    InferenceChunk,
-    InferenceFailed,
     ItemsLoaded,
     ParsedCreate,
     Rendered,
     Written,
 )
-from ..core.session import Effects, Load, Render, Session, Turn
-from ..core.timings import PhaseTimer, Report
-from ..protocol import TERMINAL_EVENTS, ErrorEvent, ResponseCreate, ServerEvent
-from .billing import Billing, Terminal, billing, failed_instead
+from ..core.session import Effects, Load, Render, Session
+from ..core.timings import PhaseTimer
+from ..protocol import ErrorEvent, ResponseCreate, ServerEvent
+from .billing import Bill, Billing, billed, failed_instead
 from .connection_lifecycle import SERVICE_RESTART, TRANSITIONS, Move, State
+from .figures import Figures, Observe
+from .model_calls import ModelCalls
 from .outbox import Outbox
 from .render_pool import RENDER_POOL, RenderPool, tokens_of
-from .terminal_writes import TerminalWrites
+from .terminal_writes import Checkpoint, TerminalWrites
 
 log = logging.getLogger(__name__)
 
@@ -68,27 +65,28 @@ class Connection:
         session: Session,
         inference: InferenceClient,
         store: StoreWriter,
-        observe: Callable[[str, dict[str, float]], None] | None = None,
+        observe: Observe | None = None,
         renderer: RenderPool = RENDER_POOL,
+        checkpoint: Checkpoint | None = None,
     ) -> None:
+        """``observe``: where the host records each response's figures
+        (:mod:`actors.host.figures`); ``checkpoint`` (resume on any node,
+        :mod:`actors.host.continuity`): writes the session's state before a turn's terminal
+        event is sent, ``False`` if another holder has the connection (the event is not sent,
+        the socket is being closed)."""
         self.session = session
         self._driver = Driver(session, self)
         self._renderer = renderer
-        self._inference = inference
         self._store = store
-        self._observe = observe
         self._outbox = Outbox()
         self._writes = TerminalWrites(store, self._outbox, session.transport, observe)
-        self._reports: dict[str, Report] = {}  # by response id, until its terminal event is sent
+        self.figures = Figures(session.transport, observe)  # the sender's figures stage
         self._tasks: set[asyncio.Task[None]] = set()
-        self._generations: dict[int, asyncio.Task[None]] = {}
+        self._calls = ModelCalls(inference, renderer, self._driver.drive, self._spawn)
         self.state = State.OPEN
         self.close_code: int | None = None  # of the close the server sends, once it ends the connection
         self.close_reason = ""
-        # Resume on any node (actors.host.continuity): writes the session's state before a
-        # turn's terminal event is sent; ``False``: another holder has the connection, and
-        # the event is not sent (the socket is being closed).
-        self.checkpoint: Callable[[], Awaitable[bool]] | None = None
+        self._checkpoint = checkpoint
         self._on_drained: Callable[[Connection], None] | None = None  # see drain()
         self._drained = False  # idle while draining: ended, or handed to on_drained
         # Answers to client frames read after a drain ended the connection but before its
@@ -138,26 +136,13 @@ class Connection:
 
     # -- the driver's port (actors.core.driver.Port)
     def start(self, fx: Effects) -> None:
-        """Stop the model calls of ``fx.cancel``, start those of ``fx.start``."""
-        for turn_id in fx.cancel:  # the response is over; stop its generation
-            task = self._generations.pop(turn_id, None)
-            if task is not None and task is not asyncio.current_task():
-                task.cancel()
-        # Model calls first; then the session builds the started turns' responses and their
-        # response.created (the driver hands it CallsStarted), and this batch's events are
-        # queued, encoded and written.  A call starts here, not when its task first runs,
-        # unless a hook runs before it (then in its task, after the hook): over a direct
-        # channel its request has left by then.
-        for turn in fx.start:
-            stream = self._started(turn.request) if self._inference.before_call is None else None
-            task = self._renderer.track(self._spawn(self._run(turn, stream)))
-            self._generations[turn.turn_id] = task
-            if stream is not None:
-                task.add_done_callback(functools.partial(self._close_if_cancelled, stream))
+        """Stop the model calls of ``fx.cancel``, start those of ``fx.start``
+        (:class:`~actors.host.model_calls.ModelCalls`)."""
+        self._calls.start(fx)
 
     def carry_out(self, fx: Effects) -> None:
         """Send ``fx``'s events (billed as :mod:`actors.host.billing` says), keep its
-        figures, start its loads and renders."""
+        figures for their observers, start its loads and renders."""
         if self.state is State.ENDING and self.session.draining:
             # A drain ended the connection and its close frame has not left: error events
             # (a create's server_shutting_down) are written before it (take_late_answers).
@@ -165,23 +150,18 @@ class Connection:
             if late:
                 self._late += late
                 fx.events = [e for e in fx.events if not isinstance(e, ErrorEvent)]
-        records = {record.id: record for record in fx.persist}
-        lines = {entry.response_id: entry for entry in fx.usage}
         journaled: list[tuple[str, bool]] = []  # store:false responses billed: (id, line kept)
-        for event in fx.events:
-            line = lines.pop(event.response.id, None) if isinstance(event, TERMINAL_EVENTS) else None
-            record = records.pop(line.response_id, None) if line is not None else None
-            how = billing(
-                Terminal(
-                    line is not None,
-                    record is not None,
-                    self._store.commits_lines,
-                    self.checkpoint is not None,
-                )
-            )
-            if line is None:  # Billing.UNBILLED
-                self._outbox.send(event)
+        for item in billed(
+            fx.events,
+            fx.usage,
+            fx.persist,
+            commits_lines=self._store.commits_lines,
+            checkpoints=self._checkpoint is not None,
+        ):
+            if not isinstance(item, Bill):  # Billing.UNBILLED
+                self._outbox.send(item)
                 continue
+            event, how, line = item.event, item.how, item.line
             if how is Billing.JOURNAL or how is Billing.JOURNAL_AND_STATE:
                 kept = self._writes.journal(line)
                 if not kept or how is Billing.JOURNAL:
@@ -190,17 +170,16 @@ class Connection:
                     continue
             waiting = self._outbox.await_write(event)
             if how is Billing.WITH_RECORD:
-                assert record is not None
-                write = self._writes.persist(line, record, waiting, self.checkpoint)
+                assert item.record is not None
+                write = self._writes.persist(line, item.record, waiting, self._checkpoint)
             elif how is Billing.COMMIT:
-                write = self._writes.bill(line, waiting, self.checkpoint)
+                write = self._writes.bill(line, waiting, self._checkpoint)
             else:  # journaled; sent once the state is written
-                assert self.checkpoint is not None
-                write = self._writes.checkpointed(waiting, self.checkpoint)
+                assert self._checkpoint is not None
+                write = self._writes.checkpointed(waiting, self._checkpoint)
             self._spawn(self._written_after(line.response_id, write))
-        assert not records and not lines, "a record and a ledger line come with their terminal event"
-        for report in fx.timings:  # taken again, and recorded, as the sender encodes the event
-            self._reports[report.response_id] = report
+        if fx.timings:  # taken again, and recorded, as the sender encodes the event
+            self.figures.keep(fx.timings)
         for load in fx.load:
             self._spawn(self._load(load))
         for job in fx.render:
@@ -226,33 +205,9 @@ class Connection:
             self._on_drained(self)
 
     def outgoing(self, event: ServerEvent) -> ServerEvent:
-        """``event``, about to be encoded and written by the sender: a terminal event's
-        figures are taken again now (:meth:`restamp`), so the server's ``api_overhead`` holds
-        everything before this frame."""
-        report = self.figures_to_restamp(event, always=True)
-        if report is not None:
-            self.restamp(report)
-        return event
-
-    def figures_to_restamp(self, event: ServerEvent, *, always: bool = False) -> Report | None:
-        """The figures of a terminal event about to be sent, if its frame carries figures
-        that may still change (or, ``always``, any it has): the sender takes them
-        (:meth:`restamp`) once it has encoded and written the rest of the frame."""
-        if not isinstance(event, TERMINAL_EVENTS):
-            return None
-        report = self._reports.get(event.response.id)
-        if report is None or not (always or (report.into is not None and not report.final)):
-            return None
-        return self._reports.pop(event.response.id)
-
-    def restamp(self, report: Report) -> dict[str, float]:
-        """The response's figures taken again now (:meth:`actors.core.timings.Report.restamp`),
-        and recorded once the sender has written its frame (a dozen histograms are not
-        the client's wait)."""
-        ms = report.restamp()
-        if self._observe is not None:
-            asyncio.get_running_loop().call_soon(self._observe, self.session.transport, ms)
-        return ms
+        """``event``, about to be encoded and written whole by whoever holds the client (an
+        HTTP response's SSE chunk): its figures are taken now (:meth:`Figures.outgoing`)."""
+        return self.figures.outgoing(event)
 
     async def _written_after(self, response_id: str, write: Awaitable[bool | None]) -> None:
         """Once ``write`` returns (and its lane's events have gone), the session counts the
@@ -285,56 +240,6 @@ class Connection:
 
     async def _render(self, job: Render) -> None:
         self._driver.drive(Rendered(job.render_id, await self._renderer.render(job)))
-
-    def _started(self, request: InferenceRequest) -> EventStream | None:
-        try:
-            return self._inference.stream(request)
-        except Exception:  # noqa: BLE001 - not started: the task makes the call, and reports what it raises
-            return None
-
-    def _close_if_cancelled(self, stream: EventStream, task: asyncio.Task[None]) -> None:
-        """A call started for a task cancelled before it ran (which would have closed it) is
-        closed here; closing a call twice is harmless."""
-        if task.cancelled():
-            self._spawn(_close(stream))
-
-    async def _run(self, turn: Turn, started: EventStream | None = None) -> None:
-        me = asyncio.current_task()
-        request = turn.request
-        finished = streaming = False
-        try:
-            if self._inference.before_call is not None:  # then nothing started the call yet
-                await self._inference.before_call(ModelCall.of(turn))
-            call = started if started is not None else self._inference.stream(request)
-            async with contextlib.aclosing(call) as stream:
-                async for chunk in stream:
-                    if not streaming:
-                        streaming = True
-                        self._renderer.streaming += 1
-                    if any(isinstance(ev, Done) for ev in chunk):
-                        finished = True
-                        if self._renderer.streaming > 1:
-                            # Other responses of this process are streaming: their tokens
-                            # due now go out before this one's end (its terminal event,
-                            # its record); a lone response, or one whose neighbours are
-                            # still in prefill or rendering, does not wait.
-                            await asyncio.sleep(0)
-                    self._driver.drive(InferenceChunk(turn.turn_id, chunk))
-                    if self._generations.get(turn.turn_id) is not me:
-                        return  # cut short (e.g. the output classifier): closing cancels the call
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - reported as response.failed, text not leaked
-            log.warning("inference failed for %s: %r", request.request_id, exc)
-            self._driver.drive(InferenceFailed(turn.turn_id, exc))
-        else:
-            if not finished:  # a stream that ended without Done is a backend fault
-                self._driver.drive(InferenceFailed(turn.turn_id, RuntimeError("stream ended early")))
-        finally:
-            if streaming:
-                self._renderer.streaming -= 1
-            if self._generations.get(turn.turn_id) is me:
-                del self._generations[turn.turn_id]
 
     # -- outbound
     async def events(self) -> AsyncIterator[list[ServerEvent | str]]:
@@ -383,7 +288,3 @@ class Connection:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._outbox.end_now()
-
-
-async def _close(stream: EventStream) -> None:
-    await stream.aclose()

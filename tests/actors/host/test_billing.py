@@ -47,3 +47,34 @@ def test_a_write_that_failed_turns_the_terminal_event_into_failed_unbilled_with_
         sequence_number=3, response=response.model_copy(update={"status": "failed", "error": before})
     )
     assert failed_instead(already, StoreUnavailable()).response.error == before  # it had failed already
+
+
+def test_a_batch_is_billed_in_order_each_terminal_event_with_its_own_line_and_record():
+    from actors.host.billing import Bill, billed
+    from actors.protocol import ResponseCompleted, ResponseInProgress, ResponseObject
+    from store import StoredResponse, UsageEntry
+
+    def response(rid: str, status: str = "completed") -> ResponseObject:
+        return ResponseObject(id=rid, created_at=1, status=status, model="emu-fast")
+
+    def line(rid: str) -> UsageEntry:
+        return UsageEntry(rid, "o", "emu-fast", "websocket", 10, 0, 2, 1.0)
+
+    progress = ResponseInProgress(sequence_number=1, response=response("resp_a", "in_progress"))
+    stored = ResponseCompleted(sequence_number=2, response=response("resp_a"))
+    journaled = ResponseCompleted(sequence_number=5, response=response("resp_b"))
+    unbilled = ResponseCompleted(sequence_number=3, response=response("resp_c"))
+    record = StoredResponse("resp_a", "o", 1.0, {}, [], [])
+    lines = [line("resp_b"), line("resp_a")]
+
+    out = billed(
+        [progress, stored, unbilled, journaled], lines, [record], commits_lines=False, checkpoints=False
+    )
+    assert out == [
+        progress,
+        Bill(stored, Billing.WITH_RECORD, lines[1], record),
+        unbilled,
+        Bill(journaled, Billing.JOURNAL, lines[0], None),
+    ]
+    events = [progress, unbilled]
+    assert billed(events, [], [], commits_lines=True, checkpoints=True) is events, "no line: nothing to pair"

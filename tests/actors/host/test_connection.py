@@ -609,8 +609,36 @@ def test_a_terminal_events_figures_count_its_wait_to_be_encoded_and_a_stored_one
     assert record.response["metadata"] == sent["metadata"]
 
 
+def test_a_response_nobody_observes_leaves_no_figures_for_the_sender_and_an_observed_one_does():
+    """The figures stage (actors.host.figures) has work only for a response whose client asked
+    for the figures or whose host records them: otherwise its terminal event is encoded and
+    written as it is, with no restamp and no splice."""
+
+    async def pending_after_a_turn(metadata: dict[str, str], observe: bool) -> bool:
+        session = Session(SessionConfig(), [MODEL], session_key="s", clock=lambda: 0.0)
+        gated = GatedStore()
+        gated.gate.set()
+        writer = StoreWriter(gated)
+        conn = Connection(
+            session, ScriptedInference(), writer, observe=(lambda t, r: None) if observe else None
+        )
+        try:
+            conn.feed(create(store=False, metadata=metadata))
+            events = conn.events()
+            while not any(e.type == "response.completed" for e in await asyncio.wait_for(anext(events), 10)):
+                pass
+            return conn.figures.pending
+        finally:
+            await conn.close()
+            await writer.close()
+
+    asked = {"responses_ws.timings": "1"}
+    assert asyncio.run(pending_after_a_turn({}, observe=False)) is False
+    assert asyncio.run(pending_after_a_turn(asked, observe=False)) is True
+    assert asyncio.run(pending_after_a_turn({}, observe=True)) is True
+
+
 def test_a_terminal_frame_with_figures_goes_in_fragments_whose_figures_count_writing_the_first():
-    from actors.host.server import _figures_last
     from actors.protocol import EventEncoder, encode
 
     async def main() -> tuple[float, dict, str, str, dict]:
@@ -630,9 +658,9 @@ def test_a_terminal_frame_with_figures_goes_in_fragments_whose_figures_count_wri
             while terminal is None:
                 terminal = next((e for e in await anext(events) if e.type == "response.completed"), None)
             early = json.loads(terminal.response.metadata["responses_ws.timings"])["api_overhead"]
-            report = conn.figures_to_restamp(terminal)
-            assert report is not None and conn.figures_to_restamp(terminal) is None  # handed out once
-            head, rest = _figures_last(terminal, report, conn, EventEncoder(), "f" * 32)
+            report = conn.figures.take(terminal)
+            assert report is not None and conn.figures.take(terminal) is None  # handed out once
+            head, rest = conn.figures.split(terminal, report, EventEncoder(), "f" * 32)
             assert rest is not None
             now[0] += 0.004  # encoding, compressing and writing the head took 4 ms
             tail = rest()

@@ -72,18 +72,17 @@ def test_an_upgrade_that_reaches_a_draining_host_is_refused_503_with_retry_after
 
     async def main() -> tuple[Outcome, bytes]:
         server = SocketServer(SessionConfig(), "host", unused, unused)  # type: ignore[arg-type]
-        server.start()
         await server.drain(1.0)  # nothing open: it returns at once, draining
         client, sock = tcp_pair()
         client.sendall(upgrade_request())
-        outcome = await asyncio.wait_for(server.serve(sock, Handoff("s1", conn_id="c1", owner="o")), 5)
+        served = await asyncio.wait_for(server.serve(sock, Handoff("s1", conn_id="c1", owner="o")), 5)
         sock.close()  # the gateway's copy closes on the host's Ended notice
         client.settimeout(5)
         answer = b""
         while chunk := client.recv(65536):
             answer += chunk
         client.close()
-        return outcome, answer
+        return served.outcome, answer
 
     outcome, answer = asyncio.run(main())
     assert outcome is Outcome.REFUSED
@@ -115,7 +114,6 @@ def test_a_host_that_lags_past_websockets_opening_timeout_still_answers_the_upgr
         loop = asyncio.get_running_loop()
         assert isinstance(loop, LaggingLoop)
         server = SocketServer(SessionConfig(), "host", unused, unused)  # type: ignore[arg-type]
-        server.start()
         await server.drain(1.0)  # its answer (503) needs no session
         client, sock = tcp_pair()
         serving = loop.create_task(server.serve(sock, Handoff("s1", conn_id="c1", owner="o")))

@@ -1,0 +1,109 @@
+"""The one seam through which measurement reaches a connection's hot path: a response's
+server figures (:mod:`actors.core.timings`) as its terminal event leaves.
+
+Two observers want them: the client, when its create's ``metadata`` has
+``"responses_ws.timings": "1"`` (the figures go into the terminal response's metadata: ``bench
+floor`` and ``bench capacity`` ask for them), and the host's phase histogram
+(``responses_ws_phase_seconds``, the ``observe`` sink a session host passes in).  A connection
+keeps a finished response's :class:`~actors.core.timings.Report` only when one of them is
+there (:meth:`Figures.keep`); the sender consults this stage only while a report is kept
+(:attr:`Figures.pending`), so a response nobody observes is encoded and written with no
+restamp, no splice and nothing recorded.
+
+Where a report is kept, its figures are taken again as the sender is about to encode the
+terminal event (:meth:`Figures.outgoing`), so ``api_overhead`` holds everything before that
+frame; over a WebSocket a frame that carries them goes in fragments (:func:`split`), its
+figures taken once the bulk is written.  Recording them (a dozen histogram observations)
+waits until the frame has been written: it is not the client's wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Iterable
+
+from ..core.timings import METADATA_KEY, Report
+from ..protocol import TERMINAL_EVENTS, ServerEvent
+
+Observe = Callable[[str, dict[str, float]], None]  # (transport, milliseconds by phase)
+Tail = Callable[[], str]  # the rest of a terminal frame whose first part is out (:func:`split`)
+
+
+class Figures:
+    """One connection's figures on their way out: the reports of its finished responses
+    that someone observes, by response id, until their terminal event is sent."""
+
+    def __init__(self, transport: str, observe: Observe | None) -> None:
+        self._transport = transport
+        self._observe = observe
+        self._reports: dict[str, Report] = {}
+
+    def keep(self, reports: Iterable[Report]) -> None:
+        """The reports of responses that just finished: kept if their client asked for the
+        figures or the host records them, dropped otherwise."""
+        for report in reports:
+            if report.into is not None or self._observe is not None:
+                self._reports[report.response_id] = report
+
+    @property
+    def pending(self) -> bool:
+        """A kept report waits for its terminal event: the sender runs this stage."""
+        return bool(self._reports)
+
+    def take(self, event: ServerEvent, *, always: bool = False) -> Report | None:
+        """The report of the terminal event ``event``, handed out once: if its frame carries
+        figures that may still change (or, ``always``, if any is kept)."""
+        if not isinstance(event, TERMINAL_EVENTS):
+            return None
+        report = self._reports.get(event.response.id)
+        if report is None or not (always or (report.into is not None and not report.final)):
+            return None
+        return self._reports.pop(event.response.id)
+
+    def restamp(self, report: Report) -> dict[str, float]:
+        """The response's figures taken again now (:meth:`actors.core.timings.Report.restamp`),
+        and recorded once the sender has written its frame."""
+        ms = report.restamp()
+        if self._observe is not None:
+            asyncio.get_running_loop().call_soon(self._observe, self._transport, ms)
+        return ms
+
+    def outgoing(self, event: ServerEvent) -> ServerEvent:
+        """``event``, about to be encoded and written whole (an SSE chunk, a frame without
+        figures): a terminal event's figures are taken again now."""
+        report = self.take(event, always=True)
+        if report is not None:
+            self.restamp(report)
+        return event
+
+    def split(
+        self, event: ServerEvent, report: Report, encode: Callable[[ServerEvent], str], mark: str
+    ) -> tuple[str, Tail | None]:
+        """A terminal event whose client asked for the figures, as the fragments of one message
+        (RFC 6455 §5.4): the text up to the figures, and what makes the rest — called once that
+        part has been encoded, compressed and written, it takes the figures, which go with the
+        few bytes after them (a response's metadata comes after its output and its echoed
+        instructions and tools).  No rest (``None``): the text is the whole frame (the event
+        could not be encoded; ``encode`` gave the server_error frame in its place).
+
+        The one place figures are spliced into encoded JSON, by choice: the event is encoded
+        once with ``mark`` (text no client spells) where the figures go, and the figures
+        replace it once the bulk is written, so they hold the terminal frame's own work but
+        its last bytes (docs/performance.md).  Taken as data before the frame is encoded, they
+        would leave its encoding, compression and write out of ``api_overhead``."""
+        assert report.into is not None
+        report.into[METADATA_KEY] = mark
+        text = encode(event)
+        quoted = json.dumps(mark)
+        at = text.find(quoted)
+        if at < 0:
+            self.restamp(report)
+            return text, None
+
+        def rest() -> str:
+            self.restamp(report)  # writes the figures into the metadata
+            assert report.into is not None
+            return json.dumps(report.into[METADATA_KEY], ensure_ascii=False) + text[at + len(quoted) :]
+
+        return text[:at], rest
