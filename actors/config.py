@@ -27,7 +27,7 @@ class ModelBackend(BaseModel):
     deployment (vLLM engine) of the same application, built from ``model_source`` by
     ``serve.builder`` and called through its handle.  ``emulator``: the emulator's profile of
     the same id, fed the model's own token ids (its cache and timing model over the real
-    model's token counts: docs/emulator.md, "Against a real engine").  Each renders with the
+    model's token counts: docs/emulator-fidelity.md, "Against a real engine").  Each renders with the
     model's own tokenizer and chat template, read from the ``tokenizer`` folder (a Hugging
     Face model folder)."""
 

@@ -6,7 +6,7 @@ The settings are the app config's ``logs`` section (``serve.config.AppConfig``):
 ``LoggingConfig``) and to Serve (the application's ``logging_config``); a Serve config file
 sets it in ``args.logs``, beside Serve's own ``logging_config``.  The gateway applies it with
 :func:`configure` to itself and to every session host it starts, so one setting covers the
-whole app.  No Ray here.
+whole app.
 
 :func:`configure` sets the level of the project's loggers.  Where Ray already put a handler
 on the root logger (a job ``LoggingConfig``: ``responses-ws serve``) that handler formats

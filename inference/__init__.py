@@ -1,1 +1,3 @@
-"""Emulated inference: latency model, prefix cache, scripted output, Serve deployment."""
+"""The inference seam every backend shares: request and event types, the tokenizer, the chat
+formats, the direct channel to a replica, routing, Serve's custom autoscaling; the emulated
+backend is :mod:`inference.emulator`."""

@@ -3,7 +3,7 @@ connection per (host process, replica), multiplexing that host's model calls.
 
 A connection's later turns go where its first went (its pinned replica), so after the
 first call through Serve's handle (a router decision, a gRPC call and two thread hops) a
-host streams them over this channel instead.  No Ray here: the deployment serves a :class:`ChannelServer`, and the
+host streams them over this channel instead.  The deployment serves a :class:`ChannelServer`, and the
 session's backend (``actors.backend.ray_serve``) learns its endpoint through Serve and keeps
 a :class:`ChannelClient` per replica.
 

@@ -1,4 +1,4 @@
-"""Serve's custom-metrics autoscaling, the one module that touches it (Ray 2.60).
+"""Serve's custom-metrics autoscaling (Ray 2.60).
 
 Serve counts the requests that pass through its handles and proxies; neither tier's load does:
 WebSocket connections reach the gateway's own listener, and a connection's model calls after
@@ -18,8 +18,6 @@ The pure core is :func:`desired_replicas`.  Serve's custom metrics are new in th
 series (``record_autoscaling_stats`` is looked up by name, the context's fields are
 documented but young): :func:`check_ray_version` refuses another Ray than :data:`PINNED_RAY`,
 and tests/inference/test_serve_autoscaling.py fails when the installed Ray moves.
-
-Both tiers import this module (inference sits below serve), so it lives in ``inference``.
 """
 
 from __future__ import annotations

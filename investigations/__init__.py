@@ -5,7 +5,7 @@ options; they need the ``bench`` extra, as ``responses-ws bench`` does).  Not in
 - :mod:`investigations.burst`: first turns of resumed sessions all at once, how long each
   socket waits (docs/performance.md);
 - :mod:`investigations.emulator`: the emulated inference deployment against its own model,
-  driven through its Serve handle from this process (docs/emulator.md, "Fidelity");
+  driven through its Serve handle from this process (docs/emulator-fidelity.md);
 - :mod:`investigations.handover`: a listener leaving the port under a connection flood, a
   ``SO_REUSEPORT`` group against one shared socket (docs/reliability.md).
 

@@ -11,7 +11,7 @@ jitter) and ``emu-fast`` as shipped (its first 256 tokens are the 4000 tok/s bur
 Sections: one stream (delivered rate and TTFT against the model), a concurrency sweep
 (1, 8, 32 streams on one replica against ``steady_tokens_per_s``), and the prefix cache
 over a 20-turn tool loop, pinned (Serve ``session_id``) and unpinned, on 2 replicas.
-Results are printed and saved as JSON; docs/emulator.md summarises them.  It drives the
+Results are printed and saved as JSON; docs/emulator-fidelity.md summarises them.  It drives the
 inference deployment's own interface in-process, so it lives here, beside the product, and
 not in the lab (which is a client of the server's wire).
 """

@@ -8,7 +8,7 @@ so the app checks each one again: a request whose ``Origin`` is outside
 refusals), whatever came before it on the connection.  A request from an allowed page gets
 the CORS headers that let the page read the answer, and a preflight (``OPTIONS`` with
 ``Access-Control-Request-Method``) is answered here with what the page may send.  Requests
-without an ``Origin`` (SDKs, CLIs, curl) are untouched.  No Ray here.
+without an ``Origin`` (SDKs, CLIs, curl) are untouched.
 """
 
 from __future__ import annotations

@@ -5,8 +5,7 @@ WebSocket upgrade of ``/v1/responses`` is handed, still unread, to a session act
 node (:mod:`actors.host.handoff`); so is every other HTTP connection except health checks and
 the model list, which uvicorn's HTTP protocol serves here with the gateway's ASGI app (as it
 does everything when no host is live).  A request head with an ``Origin`` outside
-``server.allowed_origins`` is refused here first, upgrade or HTTP (serve/origins.py).  No
-Ray here.
+``server.allowed_origins`` is refused here first, upgrade or HTTP (serve/origins.py).
 """
 
 from __future__ import annotations

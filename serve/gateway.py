@@ -9,8 +9,7 @@ connection; health checks and the model list are answered here.  Where a socket 
 serve/socket_routing.py; what the gateway holds per connection, and the limits,
 serve/admission.py; the replica's drain, serve/replica_drain.py; the host pool,
 serve/pool.py.  This class starts and stops the hosts, reads their links and wires the
-pieces to Ray.  Which
-modules import Ray is tests/test_layout.py's list; docs/architecture.md and
+pieces to Ray.  docs/architecture.md and
 docs/scaling.md have the measurements behind this design.
 """
 

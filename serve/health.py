@@ -9,7 +9,7 @@
 The checks, each bounded by ``timeout_s``: ``listener`` (accepting connections),
 ``draining`` (not shutting down), ``inference`` (the inference deployment answers) and
 ``store`` (a small write to the response store succeeds).  What they look at is behind the
-:class:`Probes` seam: the gateway implements it, unit tests use fakes.  No Ray here.
+:class:`Probes` seam: the gateway implements it, unit tests use fakes.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ and the head's Redis within ``grace_s`` plus a few seconds.  A head that comes b
 the grace (``ray up`` restarting it) changes nothing.
 
 The decision is :func:`decide` (pure, an injected clock); the loop around it only probes,
-sleeps and acts.  No Ray import: it must work while Ray is gone.
+sleeps and acts.  It must work while Ray is gone.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ stops (a redeploy's old gateway) closes only its own descriptor.  Closing a list
 group resets the connections the kernel queued on it and has not yet handed to ``accept``
 (Linux moves them to another listener only with ``net.ipv4.tcp_migrate_req=1``); with one
 socket, they stay queued for the replicas that go on.  Only when no member answers does a
-replica bind its own socket into the group (``SO_REUSEPORT``).  No Ray here.
+replica bind its own socket into the group (``SO_REUSEPORT``).
 """
 
 from __future__ import annotations

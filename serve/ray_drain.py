@@ -1,4 +1,4 @@
-"""Every use of Ray's unstable drain interfaces, in one place, pinned to the Ray it was
+"""Ray's unstable drain interfaces, pinned to the Ray they were
 written for (:data:`RAY_SERIES`).
 
 Ray marks a node *draining* before it goes away: ``ray drain-node`` (a hidden command that
@@ -15,7 +15,7 @@ its processes).  None of this has a public API in Ray 2.60:
   deployment's destructor under direct ingress, unless
   ``RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S`` says otherwise.
 
-Every other module uses these functions, never the calls behind them; a Ray of another
+A Ray of another
 series fails :func:`check_ray_version` with a message saying what to re-check.  The test is
 tests/cluster/test_ray_drain.py (a head and a worker node, a real drain)."""
 

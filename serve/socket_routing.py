@@ -3,7 +3,7 @@ drain, resume token), admitted against the limits (serve/admission.py), given a 
 (a pool slot, or the host a resume token names) and handed over that host's link; an HTTP
 connection goes to a host of HTTP mode, or is served by the gateway when none is live.  A
 refusal is an HTTP answer on the upgrade (400/401/429/503, ``Retry-After`` where it helps):
-no socket opens.  No Ray here; serve/gateway.py wires it."""
+no socket opens.  serve/gateway.py wires it."""
 
 from __future__ import annotations
 

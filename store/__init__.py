@@ -4,7 +4,7 @@ module per backend (:mod:`.sqlite`, :mod:`.redis`; the Redis client, a server or
 Cluster, and its replicated writes in :mod:`.redisconn`), the write-through :mod:`.writer`,
 and :func:`open_store`; each shard's replicas, what a write waits for and
 :func:`replication_status`: :mod:`.replication`.  Resumable connections' states: :mod:`.connection_states` (its per-turn
-changes: :mod:`.splice`).  Used by ``serve/`` and ``actors/``; imports neither.
+changes: :mod:`.splice`).
 """
 
 from __future__ import annotations

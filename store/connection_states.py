@@ -1,5 +1,5 @@
 """A connection's state in the cluster store, so a resume works on any node (docs/reliability.md,
-"Resuming on any node").  Redis only; no Ray, and nothing of ``actors/`` or ``serve/``.
+"Resuming on any node").  Redis only.
 
 One hash per connection, ``<prefix>conn:{<conn_id>}``, and beside it (one hash tag: one slot
 of a Redis Cluster) the list ``<prefix>conn:{<conn_id>}:log``:

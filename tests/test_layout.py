@@ -8,6 +8,8 @@
   of the lab's modules only the fuzz benchmark imports hypothesis (:data:`FUZZ_BENCHMARK`);
   ``investigations`` (run from a checkout, never in the wheel) may import all of them;
 - the session core (``actors/core``) imports only the typed seam (:data:`CORE_MAY_IMPORT`);
+- ``inference``'s own modules are the seam every backend shares; the emulated backend is the
+  package :data:`EMULATOR`, which no module of the seam imports;
 - only the modules of :data:`RAY_MODULES` import Ray;
 - only the modules of :data:`PRIVATE_IMPORTS_ALLOWED` import a private module of Ray or
   websockets, and no product module reaches into a private name of a library or of another
@@ -134,6 +136,26 @@ def test_the_session_core_imports_only_the_typed_seam():
         if name.split(".")[0] in PACKAGES
         and not any(name == ok or name.startswith(ok + ".") for ok in CORE_MAY_IMPORT)
         and name not in CORE_MAY_IMPORT_FROM_STORE
+    }
+    assert not wrong, sorted(wrong)
+
+
+# inference/ holds the seam the session and every backend share (the request and event types,
+# the tokenizer, the chat formats, the direct channel, routing, Serve's custom autoscaling);
+# the emulated backend is a package of its own inside it, which the seam never imports: a real
+# backend runs on the seam alone.
+EMULATOR = "inference.emulator"
+
+
+def test_the_inference_seam_does_not_import_the_emulator():
+    emulator = [p for p in modules("inference") if module_name(p).startswith(EMULATOR)]
+    seam = [p for p in modules("inference") if p not in emulator]
+    assert emulator and seam, "inference/ has no emulator package or no seam: move this test with them"
+    wrong = {
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in seam
+        for name in imported(path)
+        if name == EMULATOR or name.startswith(EMULATOR + ".")
     }
     assert not wrong, sorted(wrong)
 

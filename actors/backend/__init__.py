@@ -5,7 +5,7 @@ chunks of :mod:`inference.types` events (closing the stream cancels the call), a
 that lists the models.  A backend implements it in a module of its own beside this one
 (:mod:`.ray_serve`: the emulator's Serve deployment).  A backend's ``before_call`` is the one
 hook the connection awaits before each of its calls (:class:`BeforeCall`, given the
-:class:`ModelCall`; the opt-in what-if services, :mod:`actors.backend.whatif_hook`).  No Ray here: unit
+:class:`ModelCall`; the opt-in what-if services, :mod:`actors.backend.whatif_hook`).  Unit
 tests put the shipped fake behind the protocol (:mod:`.canned`, ``CannedClient``).
 """
 

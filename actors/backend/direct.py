@@ -6,7 +6,7 @@ host holds a channel to that replica, the key's calls stream over it: one TCP co
 per (host, replica), shared by the host's connections.  A call the channel could not start
 (the replica is stopping, or the channel is gone before any output) is made the usual way,
 which also re-pins the key if its replica died; a channel lost mid-call fails that call, as
-losing the replica would through Serve.  No Ray here: the usual way and the endpoint lookup
+losing the replica would through Serve.  The usual way and the endpoint lookup
 are given (:mod:`.ray_serve` gives Serve's).
 """
 

@@ -3,7 +3,7 @@ server): streamed ``POST {url}/completions`` with the conversation's token ids a
 (:mod:`.completions` builds the request and reads the chunks).
 
 Closing the stream early (a cancelled turn, a client gone) closes the HTTP response, and the
-engine aborts the request (vLLM stops generating when its client disconnects).  No Ray here.
+engine aborts the request (vLLM stops generating when its client disconnects).
 """
 
 from __future__ import annotations

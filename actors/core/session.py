@@ -4,8 +4,8 @@ One way in: :meth:`Session.handle` takes an input (a frozen record of
 :mod:`actors.core.inputs`: a client frame, a loaded history, a rendered input, an inference
 chunk, a write done, a drain, an eviction…) and returns the
 :class:`~actors.core.turn.Effects` its driver must carry out (server events to send, model
-calls to start, records to write); the session never calls its driver.  No Ray, no
-asyncio, no I/O: the connection (:mod:`actors.host.connection`) carries the effects out.
+calls to start, records to write); the session never calls its driver.  The
+connection (:mod:`actors.host.connection`) carries the effects out.
 
 The session dispatches, schedules and decides when a response ends; each job lives in a
 module of its own: a starting request's history and input in :mod:`actors.core.history`, its

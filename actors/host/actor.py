@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 
 class HttpAppFactory(Protocol):
     """Builds the ASGI app of HTTP mode on a host from the host's own store writer, inference
-    client, model ids and metrics (the gateway passes it in: actors/ never imports serve/)."""
+    client, model ids and metrics (the gateway passes it in)."""
 
     def __call__(
         self,

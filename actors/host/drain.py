@@ -1,4 +1,4 @@
-"""The decisions of a drain, as pure logic with an injected clock (no Ray, no sockets).
+"""The decisions of a drain, as pure logic with an injected clock.
 
 A drain has three phases from its start (docs/reliability.md, "Drains"):
 

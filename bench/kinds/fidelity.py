@@ -1,7 +1,7 @@
 """The emulator against a real engine: the same conversation on a real model and on the
 emulator's twin of it (a ``kind: emulator`` model rendered with the real model's tokenizer),
 turn by turn over one WebSocket each — input, cached and output tokens as usage reports
-them, and the client-seen time to the first token and decode rate (docs/emulator.md,
+them, and the client-seen time to the first token and decode rate (docs/emulator-fidelity.md,
 "Against a real engine").  The twin answers each turn with as many tokens as the engine
 did on it, so both conversations grow alike.
 
