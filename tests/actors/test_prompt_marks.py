@@ -36,3 +36,15 @@ def test_a_new_prefix_or_another_conversation_is_computed_whole():
     assert memo(250, b, inputs) == prompt_breakpoints(250, b, inputs)  # another lane's conversation
     assert memo(250, None, ()) == ()
     assert memo(250, a, inputs) == prompt_breakpoints(250, a, inputs)
+
+
+def test_a_continuing_turn_reuses_the_previous_turns_breakpoints_themselves():
+    """The same objects, so the direct channel's compare with its kept breakpoints is by
+    identity (inference.channel: a continuing prompt sends only the new ones)."""
+    memo = PromptMarks()
+    marks = (Breakpoint(10, implicit=True), Breakpoint(20, implicit=True))
+    first = memo(100, entry(marks, 30), (Breakpoint(0, implicit=True),))
+    grown = entry((*marks, Breakpoint(30, implicit=True), Breakpoint(40, implicit=True)), 50)
+    second = memo(100, grown, (Breakpoint(0, implicit=True),))
+    assert len(second) == len(first) + 2  # the output's mark and the new input's
+    assert all(a is b for a, b in zip(first, second, strict=False))
