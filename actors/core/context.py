@@ -198,7 +198,8 @@ def extend(
     tokens = array("I", parent.tokens) if parent else array("I")
     tokens.extend(input_tokens)
     marks = list(input_marks)
-    if output and not ends_in_output((parent.items if parent else []) + inputs):
+    # Whether the conversation so far ends in output: its last item (not a copy of them all).
+    if output and not ends_in_output(inputs or (parent.items if parent else [])):
         marks.append(Breakpoint(len(input_tokens), implicit=True))
     joined = join_marks(parent, marks)
     if output_tokens is None:
