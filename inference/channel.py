@@ -11,7 +11,7 @@ Wire: the client first sends the server's token (``TOKEN_BYTES`` raw bytes, comp
 anything is decoded), then frames of a 4-byte big-endian length and a pickle (the endpoint
 and its token come through Ray, which pickles between the same processes anyway):
 
-- client → server: ``("go", rid, InferenceRequest, tools_key, base, keep)``, ``("stop", rid)``,
+- client → server: ``("go", rid, InferenceRequest, tools_key, base, keep, marks_base)``, ``("stop", rid)``,
   ``("tools", key, tools)``, ``("forget", key)``, ``("forget_prompt", session_key)``;
 - server → client: ``("chunk", rid, list[InferenceEvent])``, ``("end", rid)``,
   ``("error", rid, exception)``, ``("gone", rid)`` — the replica is shutting down and did
@@ -30,7 +30,10 @@ linear in the conversation.  So each side keeps the last prompt sent for a sessi
 client, byte for byte) carries only the token ids after it (``base``: the kept prompt's
 length); the server rebuilds the whole prompt before the call starts, so the engine sees
 what it would have.  The client keeps at most ``PROMPT_BYTES`` of prompts, least recently
-used first out, and tells the server which it dropped (``"forget_prompt"``).
+used first out, and tells the server which it dropped (``"forget_prompt"``).  The prompt's
+cache breakpoints go the same way: a continuing prompt's ``go`` carries only the breakpoints
+after the session's kept ones (``marks_base``: how many of those it starts with), so a long
+conversation's hundreds of breakpoints are not pickled and rebuilt every turn.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .types import InferenceEvent, InferenceRequest, ToolSpec
+from .types import Breakpoint, InferenceEvent, InferenceRequest, ToolSpec
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +138,7 @@ class ChannelServer:
         calls: dict[int, asyncio.Task[None]] = {}
         tool_sets: dict[int, tuple[ToolSpec, ...]] = {}  # as the client named them
         prompts: dict[str, array[int]] = {}  # each session's last prompt, as the client keeps it
+        marks: dict[str, tuple[Breakpoint, ...]] = {}  # and that prompt's breakpoints
         try:
             token = await asyncio.wait_for(reader.readexactly(TOKEN_BYTES), 10.0)
             if not hmac.compare_digest(token, self._token):
@@ -146,7 +150,9 @@ class ChannelServer:
                     rid, request, tools_key = msg[1], msg[2], msg[3]
                     if tools_key is not None:
                         request = dataclasses.replace(request, tools=tool_sets[tools_key])
-                    request = _whole_prompt(request, prompts, base=msg[4], keep=msg[5])
+                    request = _whole_prompt(
+                        request, prompts, marks, base=msg[4], keep=msg[5], marks_base=msg[6]
+                    )
                     if self._draining:
                         out.send(("gone", rid))
                         continue
@@ -166,6 +172,7 @@ class ChannelServer:
                     tool_sets.pop(msg[1], None)
                 elif msg[0] == "forget_prompt":
                     prompts.pop(msg[1], None)
+                    marks.pop(msg[1], None)
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
             pass  # the host went away (or never authenticated)
         finally:
@@ -227,6 +234,7 @@ class ChannelClient:
         self._next_key = 0
         # Each session's last prompt as sent (its bytes), least recently used first.
         self._prompts: OrderedDict[str, bytes] = OrderedDict()
+        self._marks: dict[str, tuple[Breakpoint, ...]] = {}  # the kept prompts' breakpoints
         self._prompt_bytes = 0
         self.open = False
         self._retired = False  # takes no more calls; closes once the running ones end
@@ -273,10 +281,10 @@ class ChannelClient:
     def _go(self, rid: int, request: InferenceRequest) -> bytes:
         """The ``go`` of ``request`` (and, before it, its tools if they were not sent yet, and
         what the prompts kept on both sides must drop)."""
-        out, request, base, keep = self._prompt_of(request)
+        out, request, base, keep, marks_base = self._prompt_of(request)
         tools = request.tools
         if not tools:
-            return out + _frame(("go", rid, request, None, base, keep))
+            return out + _frame(("go", rid, request, None, base, keep, marks_base))
         known = self._tool_sets.get(id(tools))
         if known is not None and known[1] is tools:
             key = known[0]
@@ -287,33 +295,46 @@ class ChannelClient:
             out += _frame(("tools", key, tools))
             if len(self._tool_sets) > TOOL_SETS:
                 out += _frame(("forget", self._tool_sets.popitem(last=False)[1][0]))
-        return out + _frame(("go", rid, dataclasses.replace(request, tools=()), key, base, keep))
+        return out + _frame(("go", rid, dataclasses.replace(request, tools=()), key, base, keep, marks_base))
 
-    def _prompt_of(self, request: InferenceRequest) -> tuple[bytes, InferenceRequest, int | None, bool]:
+    def _prompt_of(self, request: InferenceRequest) -> tuple[bytes, InferenceRequest, int | None, bool, int]:
         """``request`` with only the prompt's ids after the session's kept prompt (``base``
-        of them) when it starts with it, whether both sides keep this prompt, and the
-        ``forget_prompt`` frames of the prompts that makes room for."""
+        of them) when it starts with it, and then only the breakpoints after the kept
+        prompt's (``marks_base`` of them) when they start with those; whether both sides
+        keep this prompt, and the ``forget_prompt`` frames of the prompts that makes room for."""
         session, prompt = request.session_key, request.prompt_token_ids
         if session is None or not isinstance(prompt, array) or prompt.typecode != "I":
-            return b"", request, None, False
+            return b"", request, None, False, 0
         data = prompt.tobytes()
         kept = self._prompts.pop(session, None)
+        kept_marks = self._marks.pop(session, ())
+        marks = request.breakpoints
         base: int | None = None
+        marks_base = 0
         if kept is not None:
             self._prompt_bytes -= len(kept)
             if len(kept) <= len(data) and data.startswith(kept):
                 base = len(kept) // 4
-                request = dataclasses.replace(request, prompt_token_ids=prompt[base:])
+                # The same breakpoint objects turn after turn (actors.core.context.PromptMarks):
+                # the tuples compare by identity, in C.
+                n = len(kept_marks)
+                if n and n <= len(marks) and marks[:n] == kept_marks:
+                    marks_base = n
+                request = dataclasses.replace(
+                    request, prompt_token_ids=prompt[base:], breakpoints=marks[marks_base:]
+                )
         if len(data) > PROMPT_BYTES:  # not kept (the server drops its copy at every go)
-            return b"", request, base, False
+            return b"", request, base, False, marks_base
         out = b""
         self._prompts[session] = data
+        self._marks[session] = marks
         self._prompt_bytes += len(data)
         while self._prompt_bytes > PROMPT_BYTES:
             gone, dropped = self._prompts.popitem(last=False)
+            self._marks.pop(gone, None)
             self._prompt_bytes -= len(dropped)
             out += _frame(("forget_prompt", gone))
-        return out, request, base, True
+        return out, request, base, True, marks_base
 
     def stream(self, request: InferenceRequest) -> ChannelCall:
         """One model call, as ``InferenceClient.stream``, started now: its ``go`` is written
@@ -386,22 +407,32 @@ class ChannelCall:
 
 
 def _whole_prompt(
-    request: InferenceRequest, prompts: dict[str, array[int]], *, base: int | None, keep: bool
+    request: InferenceRequest,
+    prompts: dict[str, array[int]],
+    marks: dict[str, tuple[Breakpoint, ...]],
+    *,
+    base: int | None,
+    keep: bool,
+    marks_base: int = 0,
 ) -> InferenceRequest:
     """The server's side of the kept prompts: ``request`` with its whole prompt (the session's
-    kept one and the ids after it, when ``base``), kept as the session's when ``keep``."""
+    kept one and the ids after it, when ``base``) and its whole breakpoints (the first
+    ``marks_base`` of the kept prompt's and those after), kept as the session's when ``keep``."""
     session = request.session_key
     if session is None:
         return request
     kept = prompts.pop(session, None)  # a go replaces it, or drops it (``keep`` false)
+    kept_marks = marks.pop(session, ())
     if base is not None:
-        if kept is None or len(kept) != base:
+        if kept is None or len(kept) != base or len(kept_marks) < marks_base:
             raise ConnectionError("channel: a prompt continues one this side does not keep")
         whole = array("I", kept)
         whole.extend(request.prompt_token_ids)
-        request = dataclasses.replace(request, prompt_token_ids=whole)
+        breakpoints = kept_marks[:marks_base] + request.breakpoints if marks_base else request.breakpoints
+        request = dataclasses.replace(request, prompt_token_ids=whole, breakpoints=breakpoints)
     if keep:
         prompts[session] = request.prompt_token_ids  # type: ignore[assignment]  # an array: the client keeps only those
+        marks[session] = request.breakpoints
     return request
 
 

@@ -41,6 +41,7 @@ from actors.host.handoff import Ended, Link, Outcome, StateGone, handoff_path
 from actors.host.host_metrics import StoreReplicationMetrics
 from actors.host.limits import connection_budget, raise_open_files
 from actors.logs import configure as configure_logs
+from inference import collector
 from inference.serve_autoscaling import CONNECTIONS, HTTP_IN_FLIGHT, ReportsLoad
 from store import open_writer, replay
 
@@ -132,6 +133,7 @@ class Gateway(ReportsLoad):
         self._background: set[asyncio.Task[None]] = set()  # referenced until done (asyncio keeps weak refs)
         await self._init_hosts(cfg, open_files, max_connections, prefix)
         self._start_serving(inference)
+        collector.freeze_startup()  # a full collection under load walks only the connections' objects
 
     def _init_drain_state(self) -> None:
         self._drain = ReplicaDrain()

@@ -99,9 +99,38 @@ def prompt_breakpoints(
 ) -> tuple[Breakpoint, ...]:
     """The breakpoints of a prompt made of ``prefix_len`` tokens (tools, instructions), the
     parent's conversation and the input (``input_marks``), as prompt offsets."""
-    return tuple(
-        Breakpoint(prefix_len + m.offset, m.ttl, m.implicit) for m in join_marks(parent, input_marks)
-    )
+    return _shifted(join_marks(parent, input_marks), prefix_len)
+
+
+def _shifted(marks: Sequence[Breakpoint], by: int) -> tuple[Breakpoint, ...]:
+    return tuple(Breakpoint(by + m.offset, m.ttl, m.implicit) for m in marks)
+
+
+class PromptMarks:
+    """:func:`prompt_breakpoints` for one connection's turns, the last answer kept: a
+    conversation's marks only grow at its end, so a turn's prompt offsets are the previous
+    turn's and those of the marks added since — a tuple compare and concatenation (C) instead
+    of a new breakpoint for every mark of the conversation each turn (a hundred-turn
+    conversation has hundreds).  Any other case is computed whole.  Not thread-safe."""
+
+    __slots__ = ("_joined", "_out", "_prefix")
+
+    def __init__(self) -> None:
+        self._joined: tuple[Breakpoint, ...] = ()
+        self._prefix = -1
+        self._out: tuple[Breakpoint, ...] = ()
+
+    def __call__(
+        self, prefix_len: int, parent: ContextEntry | None, input_marks: Sequence[Breakpoint]
+    ) -> tuple[Breakpoint, ...]:
+        joined = join_marks(parent, input_marks)
+        known = len(self._joined)
+        if prefix_len == self._prefix and known <= len(joined) and joined[:known] == self._joined:
+            out = self._out + _shifted(joined[known:], prefix_len)  # the shared ones compare by identity
+        else:
+            out = _shifted(joined, prefix_len)
+        self._joined, self._prefix, self._out = joined, prefix_len, out
+        return out
 
 
 def item_id(item: InputItem) -> str:
@@ -169,7 +198,8 @@ def extend(
     tokens = array("I", parent.tokens) if parent else array("I")
     tokens.extend(input_tokens)
     marks = list(input_marks)
-    if output and not ends_in_output((parent.items if parent else []) + inputs):
+    # Whether the conversation so far ends in output: its last item (not a copy of them all).
+    if output and not ends_in_output(inputs or (parent.items if parent else [])):
         marks.append(Breakpoint(len(input_tokens), implicit=True))
     joined = join_marks(parent, marks)
     if output_tokens is None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from inference.types import InferenceRequest
 
@@ -16,7 +16,7 @@ from ..errors import InvalidRequest
 from ..ids import new_id
 from ..protocol import PromptCacheOptions
 from . import compaction, inject
-from .context import input_dicts, prompt_breakpoints
+from .context import PromptMarks, input_dicts
 from .prepare import Preparer
 from .render import MarkedTokens
 from .request_queue import Request
@@ -36,6 +36,7 @@ class TurnStart:
     transport: str
     append_mode: bool
     clock: Callable[[], float]
+    marks: PromptMarks = field(default_factory=PromptMarks)  # the last turn's prompt breakpoints
 
     def turn(self, request: Request, rendered: MarkedTokens) -> Turn:
         """The started turn of a checked request (:attr:`Request.checked`) whose input is
@@ -91,7 +92,7 @@ class TurnStart:
             metadata=tuple(sorted((create.metadata or {}).items())),
             cache_mode=caching.mode,
             cache_ttl=caching.ttl,
-            breakpoints=prompt_breakpoints(prefix_len, parent, rendered.marks),
+            breakpoints=self.marks(prefix_len, parent, rendered.marks),
         )
         timer.wait_inference()
         # The call is ready: the response and its first events are made once the driver

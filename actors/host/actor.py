@@ -21,7 +21,7 @@ from typing import Protocol
 import ray
 from starlette.types import ASGIApp
 
-from inference import allocator, tokenizer
+from inference import allocator, collector, tokenizer
 from store import StoreConfig, StoreWriter, open_writer, redis_password
 from store.connection_states import ContinuityStore
 
@@ -157,6 +157,7 @@ class SessionHost:
             continuity=continuity,
         )
         self._receiver.start()
+        collector.freeze_startup()  # a full collection under load walks only the connections' objects
         return self._receiver.path
 
     def _new_session(self, conn_id: str, owner: str, append_mode: bool) -> Session:

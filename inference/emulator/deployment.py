@@ -23,7 +23,7 @@ from ray.serve.config import RequestRouterConfig
 from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
 from ray.util import metrics
 
-from inference import allocator
+from inference import allocator, collector
 from inference.channel import ChannelServer, Endpoint
 from inference.emulator import policy
 from inference.emulator.engine import Engine
@@ -159,6 +159,7 @@ class InferenceDeployment(ReportsLoad):
         self._channel = ChannelServer(self.generate, self._replica)
         # Load the tokenizer and the policy's corpus now (~0.2 s), not on the first request.
         policy.text_answer(1, random.Random(0))
+        collector.freeze_startup()  # a full collection under load walks only the calls' objects
 
     async def generate(self, request: InferenceRequest) -> AsyncGenerator[list[InferenceEvent], None]:
         """Stream one response; see ``Engine.generate``.  Errors (``UnknownModelProfile``,

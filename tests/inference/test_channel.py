@@ -15,7 +15,7 @@ import pytest
 from inference import channel
 from inference.channel import ChannelClient, ChannelLost, ChannelServer, ChannelUnavailable, Endpoint
 from inference.emulator.profiles import UnknownModelProfile
-from inference.types import Done, InferenceEvent, InferenceRequest, Prefilled, TextDelta, ToolSpec
+from inference.types import Breakpoint, Done, InferenceEvent, InferenceRequest, Prefilled, TextDelta, ToolSpec
 from tests.support.waiting import until
 
 
@@ -28,10 +28,12 @@ class Backend:
         self.held = asyncio.Event()
         self.tools: dict[str, tuple[ToolSpec, ...]] = {}  # what each call's request held
         self.prompts: dict[str, list[int]] = {}
+        self.marks: dict[str, tuple[Breakpoint, ...]] = {}
 
     async def generate(self, request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
         self.tools[request.request_id] = request.tools
         self.prompts[request.request_id] = list(request.prompt_token_ids)
+        self.marks[request.request_id] = request.breakpoints
         try:
             if request.model == "missing":
                 raise UnknownModelProfile("missing")
@@ -218,6 +220,40 @@ def test_a_session_prompt_that_continues_its_last_goes_as_the_new_ids_and_arrive
         assert backend.prompts == {rid: list(prompt) for rid, _, prompt in calls}
         assert sent[1] < 1_000 < 4 * 4_000 < min(sent[0], sent[2], sent[4])  # a2: the 100 new ids only
         assert list(client._prompts) == ["s"] and len(client._prompts["s"]) == 4 * 4_000
+        client.close()
+        await server.drain(1.0)
+
+    asyncio.run(main())
+
+
+def test_a_continuing_prompts_breakpoints_go_as_the_new_ones_and_arrive_whole() -> None:
+    """A continuing prompt whose breakpoints start with the kept prompt's carries only the
+    breakpoints after them; the server hands the generator the whole tuple.  Breakpoints
+    that do not continue the kept ones (a changed prefix) go whole."""
+
+    async def main() -> None:
+        backend = Backend()
+        server, client = await started(backend)
+        marks = tuple(Breakpoint(100 + 10 * i, implicit=True) for i in range(300))
+        grown = (*marks, Breakpoint(3_100, "12h"), Breakpoint(3_200, implicit=True))
+        moved = tuple(Breakpoint(b.offset + 5, b.ttl, b.implicit) for b in grown)
+        prompt = array("I", range(4_000))
+        calls = [
+            ("a1", marks, prompt),
+            ("a2", grown, array("I", [*prompt, 1, 2])),
+            ("a3", moved, array("I", [*prompt, 1, 2, 3])),
+        ]
+        sent: list[int] = []
+        assert client._writer is not None
+        write = client._writer.write
+        client._writer.write = lambda data: sent.append(len(data)) or write(data)  # type: ignore[method-assign]
+        for rid, bp, ids in calls:
+            request = InferenceRequest(
+                request_id=rid, model="ok", prompt_token_ids=ids, session_key="s", breakpoints=bp
+            )
+            assert [type(e) for e in await collect(client, request)][-1] is Done
+        assert backend.marks == {rid: bp for rid, bp, _ in calls}
+        assert sent[1] < 1_000 < sent[2]  # a2: two breakpoints and two ids; a3: every breakpoint again
         client.close()
         await server.drain(1.0)
 
