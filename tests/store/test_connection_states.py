@@ -12,6 +12,7 @@ import uuid
 
 import pytest
 from cryptography.exceptions import InvalidTag
+from redis.asyncio.cluster import RedisCluster
 
 from store.connection_states import ContinuityStore, Fenced, seal, secret_hash, unseal
 from store.redisconn import Client, connect
@@ -52,9 +53,12 @@ async def expired(store: ContinuityStore) -> bool:
 
 
 async def subscribed(redis: Client, store: ContinuityStore) -> bool:
-    """A channel under the store's prefix has a subscriber (PUBSUB CHANNELS: on every node of
-    a cluster)."""
-    return bool(await redis.pubsub_channels(f"{store.key_prefix}*"))
+    """A channel under the store's prefix has a subscriber (PUBSUB CHANNELS; a cluster's nodes
+    each list only their own subscribers, so every node is asked)."""
+    pattern = f"{store.key_prefix}*"
+    if isinstance(redis, RedisCluster):
+        return bool(await redis.pubsub_channels(pattern, target_nodes=RedisCluster.ALL_NODES))
+    return bool(await redis.pubsub_channels(pattern))
 
 
 async def first_holder(store: ContinuityStore, conn: str, secret: str, holder: str = "host-a") -> None:
