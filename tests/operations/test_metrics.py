@@ -100,7 +100,7 @@ async def traffic(url: str) -> None:
 def declared_metrics() -> list[str]:
     """The names of the metrics the product's code declares (``metrics.Counter("…")``)."""
     names = []
-    for path in [*ROOT.glob("actors/**/*.py"), *ROOT.glob("serve/*.py"), *ROOT.glob("inference/*.py")]:
+    for path in [*ROOT.glob("actors/**/*.py"), *ROOT.glob("serve/*.py"), *ROOT.glob("inference/**/*.py")]:
         for node in ast.walk(ast.parse(path.read_text())):
             if (
                 isinstance(node, ast.Call)

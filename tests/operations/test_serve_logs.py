@@ -73,7 +73,7 @@ def warning_reaches_the_terminal(server: ServeProcess) -> str:
 
 def test_a_session_host_warning_reaches_the_serve_terminal_as_text(operator_server: ServeProcess):
     line = warning_reaches_the_terminal(operator_server)
-    assert "WARNING" in line and "connection.py" in line and "actor_name=rws-" in line
+    assert "WARNING" in line and "model_calls.py" in line and "actor_name=rws-" in line
 
 
 def test_a_session_host_warning_reaches_the_serve_terminal_as_json(json_logs_server: ServeProcess):
@@ -110,6 +110,6 @@ def test_the_app_config_logs_section_reaches_the_session_hosts(ray_cluster, tmp_
             time.sleep(0.5)
         assert found, "no JSON warning in the workers' logs"
         entry = json.loads(found[-1])
-        assert entry["levelname"] == "WARNING" and entry["name"] == "actors.host.connection"
+        assert entry["levelname"] == "WARNING" and entry["name"] == "actors.host.model_calls"
     finally:
         stop_app("rws-json-logs")
