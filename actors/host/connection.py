@@ -178,7 +178,7 @@ class Connection:
                 assert self._checkpoint is not None
                 write = self._writes.checkpointed(waiting, self._checkpoint)
             self._spawn(self._written_after(line.response_id, write))
-        if fx.timings:  # taken again, and recorded, as the sender encodes the event
+        if fx.timings:  # recorded, and kept if their client asked (actors.host.figures)
             self.figures.keep(fx.timings)
         for load in fx.load:
             self._spawn(self._load(load))

@@ -1,20 +1,23 @@
 """The one seam through which measurement reaches a connection's hot path: a response's
-server figures (:mod:`actors.core.timings`) as its terminal event leaves.
+server figures (:mod:`actors.core.timings`) once it has finished.
 
-Two observers want them: the client, when its create's ``metadata`` has
-``"responses_ws.timings": "1"`` (the figures go into the terminal response's metadata: ``bench
-floor`` and ``bench capacity`` ask for them), and the host's phase histogram
-(``responses_ws_phase_seconds``, the ``observe`` sink a session host passes in).  A connection
-keeps a finished response's :class:`~actors.core.timings.Report` only when one of them is
-there (:meth:`Figures.keep`); the sender consults this stage only while a report is kept
-(:attr:`Figures.pending`), so a response nobody observes is encoded and written with no
-restamp, no splice and nothing recorded.
+Two observers want them: the host's phase histogram (``responses_ws_phase_seconds``, the
+``observe`` sink a session host passes in), which records each response's figures as they
+were taken when it finished (:meth:`Figures.keep`, a loop step after its events are queued,
+so not in the client's wait); and the client, when its create's ``metadata`` has
+``"responses_ws.timings": "1"`` (the figures go into the terminal response's metadata:
+``bench floor`` and ``bench capacity`` ask for them).  Only for the client are they taken
+again as the terminal event leaves: a connection keeps a finished response's
+:class:`~actors.core.timings.Report` only when its client asked and its figures may still
+change (a stored response's record holds them as sent), and the sender consults this stage
+only while a report is kept (:attr:`Figures.pending`).  So a response whose client did not
+ask is encoded and written with no restamp and no splice, whether or not the host records
+its figures.
 
 Where a report is kept, its figures are taken again as the sender is about to encode the
 terminal event (:meth:`Figures.outgoing`), so ``api_overhead`` holds everything before that
 frame; over a WebSocket a frame that carries them goes in fragments (:func:`split`), its
-figures taken once the bulk is written.  Recording them (a dozen histogram observations)
-waits until the frame has been written: it is not the client's wait.
+figures taken once the bulk is written.
 """
 
 from __future__ import annotations
@@ -40,10 +43,14 @@ class Figures:
         self._reports: dict[str, Report] = {}
 
     def keep(self, reports: Iterable[Report]) -> None:
-        """The reports of responses that just finished: kept if their client asked for the
-        figures or the host records them, dropped otherwise."""
+        """The reports of responses that just finished: recorded by the host's observer, if
+        there is one, in a later loop step, as they are; kept for their terminal event only if
+        its client asked for the figures and they may still change."""
+        observe = self._observe
         for report in reports:
-            if report.into is not None or self._observe is not None:
+            if observe is not None:
+                asyncio.get_running_loop().call_soon(observe, self._transport, report.ms)
+            if report.into is not None and not report.final:
                 self._reports[report.response_id] = report
 
     @property
@@ -51,30 +58,19 @@ class Figures:
         """A kept report waits for its terminal event: the sender runs this stage."""
         return bool(self._reports)
 
-    def take(self, event: ServerEvent, *, always: bool = False) -> Report | None:
-        """The report of the terminal event ``event``, handed out once: if its frame carries
-        figures that may still change (or, ``always``, if any is kept)."""
+    def take(self, event: ServerEvent) -> Report | None:
+        """The kept report of the terminal event ``event``, handed out once (``None``: its
+        frame carries no figures that change)."""
         if not isinstance(event, TERMINAL_EVENTS):
             return None
-        report = self._reports.get(event.response.id)
-        if report is None or not (always or (report.into is not None and not report.final)):
-            return None
-        return self._reports.pop(event.response.id)
-
-    def restamp(self, report: Report) -> dict[str, float]:
-        """The response's figures taken again now (:meth:`actors.core.timings.Report.restamp`),
-        and recorded once the sender has written its frame."""
-        ms = report.restamp()
-        if self._observe is not None:
-            asyncio.get_running_loop().call_soon(self._observe, self._transport, ms)
-        return ms
+        return self._reports.pop(event.response.id, None)
 
     def outgoing(self, event: ServerEvent) -> ServerEvent:
-        """``event``, about to be encoded and written whole (an SSE chunk, a frame without
-        figures): a terminal event's figures are taken again now."""
-        report = self.take(event, always=True)
+        """``event``, about to be encoded and written whole (an SSE chunk): a terminal event's
+        figures, if its client asked for them, are taken again now."""
+        report = self.take(event)
         if report is not None:
-            self.restamp(report)
+            report.restamp()
         return event
 
     def split(
@@ -98,11 +94,11 @@ class Figures:
         quoted = json.dumps(mark)
         at = text.find(quoted)
         if at < 0:
-            self.restamp(report)
+            report.restamp()
             return text, None
 
         def rest() -> str:
-            self.restamp(report)  # writes the figures into the metadata
+            report.restamp()  # writes the figures into the metadata
             assert report.into is not None
             return json.dumps(report.into[METADATA_KEY], ensure_ascii=False) + text[at + len(quoted) :]
 

@@ -83,9 +83,9 @@ class Sender:
         for item in batch:
             if isinstance(item, str):
                 ws.send_text(item.encode())
-            elif not figures.pending:  # nobody observes: no figures stage
-                ws.send_text(self._encode(item).encode())
-            elif (report := figures.take(item)) is not None:
+            elif not figures.pending or (report := figures.take(item)) is None:
+                ws.send_text(self._encode(item).encode())  # no figures to take as it leaves
+            else:
                 head, tail = figures.split(item, report, self._encode, self._mark)
                 if tail is None:
                     ws.send_text(head.encode())
@@ -93,8 +93,6 @@ class Sender:
                 ws.send_text(head.encode(), fin=False)
                 ws.flush()
                 ws.send_continuation(tail().encode(), fin=True)
-            else:
-                ws.send_text(self._encode(figures.outgoing(item)).encode())
         ws.flush()
 
     def _encode(self, event: ServerEvent) -> str:
