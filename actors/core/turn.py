@@ -5,6 +5,7 @@ events when the session is told its call has left."""
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -124,12 +125,24 @@ class Load:
 
 @dataclass(frozen=True, slots=True)
 class Render:
-    """Tokenise a large input off the event loop (``SessionConfig.render_offload_chars``),
-    answered with a :class:`~actors.core.inputs.Rendered` input."""
+    """Tokenise a large input (``SessionConfig.render_offload_chars``) where
+    :data:`RENDER_SITE` says, answered with a :class:`~actors.core.inputs.Rendered` input."""
 
     render_id: int
     items: tuple[InputItem, ...]
     fmt: ChatFormat = CL100K
+
+
+class RenderSite(enum.Enum):
+    """Where the host tokenises a :class:`Render`'s input."""
+
+    INLINE = "inline"  # on the event loop, as the effects are carried out (tiktoken is faster there)
+    WORKER = "worker"  # on a worker thread: the loop keeps serving (tiktoken releases the GIL)
+
+
+# Where a render runs, by whether the host process has other work in flight (model calls and
+# renders of its connections, actors.host.render_pool): inline would hold that work up.
+RENDER_SITE: dict[bool, RenderSite] = {False: RenderSite.INLINE, True: RenderSite.WORKER}
 
 
 @dataclass(frozen=True, slots=True)

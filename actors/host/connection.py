@@ -44,9 +44,10 @@ from ..core.inputs import (
 )
 from ..core.session import Effects, Load, Render, Session
 from ..core.timings import PhaseTimer
-from ..protocol import ErrorEvent, ResponseCreate, ServerEvent
+from ..core.turn import RenderSite
+from ..protocol import ResponseCreate, ServerEvent
 from .billing import Bill, Billing, billed, failed_instead
-from .connection_lifecycle import SERVICE_RESTART, TRANSITIONS, Move, State
+from .connection_lifecycle import FRAMES, SERVICE_RESTART, TRANSITIONS, Frames, Move, State, late_answers
 from .figures import Figures, Observe
 from .model_calls import ModelCalls
 from .outbox import Outbox
@@ -112,11 +113,9 @@ class Connection:
     def feed(self, data: str | bytes, received: float | None = None) -> None:
         """One client frame, its first bytes ``received`` at that ``time.perf_counter()``
         if known.  Never raises: bad input becomes an error event, and a bug the input hit
-        becomes ``server_error`` (logged, its text not sent)."""
-        if self.state.accepting or (self.state is State.ENDING and self.session.draining):
-            # Ending: the drain ended the connection; its close frame has not left, so the
-            # client sent this without knowing: a create is answered (server_shutting_down),
-            # not dropped (carry_out).
+        becomes ``server_error`` (logged, its text not sent).  Read or not as :data:`FRAMES`
+        says for the connection's state."""
+        if FRAMES[self.state] is not Frames.IGNORED:
             self._driver.drive(ClientFrame(data, received))
 
     @property
@@ -142,14 +141,11 @@ class Connection:
 
     def carry_out(self, fx: Effects) -> None:
         """Send ``fx``'s events (billed as :mod:`actors.host.billing` says), keep its
-        figures for their observers, start its loads and renders."""
-        if self.state is State.ENDING and self.session.draining:
-            # A drain ended the connection and its close frame has not left: error events
-            # (a create's server_shutting_down) are written before it (take_late_answers).
-            late = [e for e in fx.events if isinstance(e, ErrorEvent)]
-            if late:
-                self._late += late
-                fx.events = [e for e in fx.events if not isinstance(e, ErrorEvent)]
+        figures for their observers, start its loads and renders; answers to frames read
+        after a drain ended the connection wait for the sender (:meth:`take_late_answers`)."""
+        if FRAMES[self.state] is Frames.BEFORE_CLOSE:
+            late, fx.events = late_answers(fx.events)
+            self._late += late
         journaled: list[tuple[str, bool]] = []  # store:false responses billed: (id, line kept)
         for item in billed(
             fx.events,
@@ -183,10 +179,10 @@ class Connection:
         for load in fx.load:
             self._spawn(self._load(load))
         for job in fx.render:
-            if self._renderer.crowded:
-                self._renderer.track(self._spawn(self._render(job)))
-            else:  # handled once these effects are carried out (the driver queues it)
+            if self._renderer.site is RenderSite.INLINE:  # handled once these effects are carried out
                 self._driver.drive(Rendered(job.render_id, tokens_of(job)))
+            else:
+                self._renderer.track(self._spawn(self._render(job)))
         for response_id, kept in journaled:
             self._driver.drive(Written(response_id, stored=kept))
 

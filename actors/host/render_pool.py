@@ -9,16 +9,16 @@ import os
 from concurrent.futures import Executor, ThreadPoolExecutor
 
 from ..core.render import MarkedTokens, render_marked
-from ..core.turn import Render
+from ..core.turn import RENDER_SITE, Render, RenderSite
 
 log = logging.getLogger(__name__)
 
 
 class RenderPool:
-    """On a worker thread while this process's connections have other work in flight, so the
-    loop keeps serving them (tiktoken releases the GIL); inline when nothing else runs, as
-    tiktoken is slower off the main thread (docs/performance.md).  One per process; its
-    threads (one per core, at most four) are made on first use."""
+    """Where this process's connections tokenise their large inputs (:attr:`site`, as
+    :data:`~actors.core.turn.RENDER_SITE` says: tiktoken is slower off the main thread,
+    docs/performance.md), and the worker threads for it: one per core, at most four, made on
+    first use.  One per process."""
 
     def __init__(self, executor: Executor | None = None) -> None:
         self._executor = executor
@@ -26,8 +26,9 @@ class RenderPool:
         self.streaming = 0  # of those model calls, the ones whose output has begun and not ended
 
     @property
-    def crowded(self) -> bool:
-        return self.in_flight > 0
+    def site(self) -> RenderSite:
+        """Where a render starting now runs."""
+        return RENDER_SITE[self.in_flight > 0]
 
     async def render(self, job: Render) -> MarkedTokens | None:
         if self._executor is None:

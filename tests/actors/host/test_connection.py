@@ -14,6 +14,7 @@ from actors.backend.canned import CannedCall, CannedClient
 from actors.config import SessionConfig
 from actors.core.inputs import ClientFrame
 from actors.core.session import Session
+from actors.core.turn import RENDER_SITE, RenderSite
 from actors.host.connection import Connection
 from actors.host.connection_lifecycle import State
 from actors.host.render_pool import RenderPool
@@ -352,11 +353,11 @@ def test_the_connection_state_moves_one_way_and_says_who_ended_it():
         inference.release.set()
         store.gate.set()
         await client.until(lambda: client.ended)  # idle: the server ends it, "service restart"
-        assert conn.state is State.ENDING and conn.server_ended
+        assert conn.state is State.DRAIN_ENDING and conn.server_ended
         assert (conn.close_code, conn.close_reason) == (1012, "service restart")
-        conn.feed(create())  # ignored once ending
+        conn.feed(create())  # answered before the close frame, not started
         conn.drain()
-        assert conn.state is State.ENDING
+        assert conn.state is State.DRAIN_ENDING
         await conn.close()
         assert conn.state is State.CLOSED and conn.server_ended
         assert client.types().count("response.created") == 1
@@ -538,6 +539,25 @@ def test_a_lone_large_input_is_tokenised_inline_and_one_beside_a_running_respons
         await client.until(lambda: completed(client, "a"))
 
     render_scenario(pool, scenario)
+
+
+def test_a_render_runs_inline_while_the_process_has_nothing_else_in_flight():
+    async def main() -> list[RenderSite]:
+        renderer = RenderPool()  # its threads are made on first use: none here
+        sites = [renderer.site]
+        gate = asyncio.Event()
+
+        async def model_call() -> None:
+            await gate.wait()
+
+        task = renderer.track(asyncio.get_running_loop().create_task(model_call()))
+        sites.append(renderer.site)
+        gate.set()
+        await task
+        return [*sites, renderer.site]
+
+    assert asyncio.run(main()) == [RenderSite.INLINE, RenderSite.WORKER, RenderSite.INLINE]
+    assert set(RENDER_SITE.values()) == set(RenderSite)
 
 
 def test_a_render_that_fails_is_server_error_and_the_socket_stays_usable(monkeypatch, caplog):
@@ -837,7 +857,7 @@ def test_a_call_is_started_before_its_response_and_first_events_are_built():
 def test_a_create_read_after_the_drain_ended_the_connection_is_answered_before_the_close():
     async def scenario(conn, store, inference, client):
         conn.drain()  # idle: it ends at once, its close frame not yet written
-        assert conn.state is State.ENDING
+        assert conn.state is State.DRAIN_ENDING
         conn.feed(create(stream_id="late"))  # the client sent it before it saw the close
         late = [json.loads(e.model_dump_json()) for e in conn.take_late_answers()]
         assert [(e["type"], e["error"]["code"], e.get("stream_id")) for e in late] == [
