@@ -1,5 +1,6 @@
 """What becomes of a connection's state when its socket has ended: a pure decision, as a
-table (:meth:`actors.host.lifecycle.Lifecycle.settle` carries it out).
+table (:meth:`actors.host.lifecycle.Lifecycle.settle` carries it out), and what the gateway
+is told of it (:data:`OUTCOME`).
 
 ==================  ===========================================================================
 ``MOVED``           another socket resumed it here (superseded): it lives on there
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+
+from .handoff import Outcome
 
 
 class Aftermath(enum.Enum):
@@ -59,3 +62,15 @@ def aftermath(end: SocketEnd) -> Aftermath:
         if all(getattr(end, name) is value for name, value in needs.items()):
             return outcome
     raise AssertionError("the last rule matches everything")  # pragma: no cover
+
+
+# What the gateway hears of each (actors.host.handoff.Outcome): a state that lives on keeps its
+# host slot until the host says it is gone.
+OUTCOME: dict[Aftermath, Outcome] = {
+    Aftermath.MOVED: Outcome.MOVED,
+    Aftermath.FENCED: Outcome.CLOSED,
+    Aftermath.ENDED: Outcome.CLOSED,
+    Aftermath.HANDED_ON: Outcome.CLOSED,
+    Aftermath.PARKED: Outcome.PARKED,
+    Aftermath.DISCARDED: Outcome.CLOSED,
+}

@@ -19,7 +19,7 @@ from ..core.driver import QUIET, Driver
 from ..core.inputs import Disconnected, StateRestored
 from ..core.session import Session
 from ..errors import InvalidResumeToken
-from .aftermath import Aftermath, SocketEnd, aftermath
+from .aftermath import OUTCOME, Aftermath, SocketEnd, aftermath
 from .connection import Connection
 from .continuity import HostContinuity
 from .handoff import Handoff, Outcome
@@ -116,15 +116,12 @@ class Lifecycle:
                 parking=self._registry.enabled,
             )
         )
-        outcome = Outcome.CLOSED
         if how is Aftermath.MOVED:
             held.detached.set()
-            outcome = Outcome.MOVED
         elif how is Aftermath.PARKED:
             self._registry.park(held)
             if continuity is not None:
                 continuity.parked(held)
-            outcome = Outcome.PARKED
         else:
             if continuity is not None and how is Aftermath.ENDED:
                 continuity.ended(held)  # for good: deleted from the store too
@@ -133,7 +130,7 @@ class Lifecycle:
             self._registry.discard(held)
         if continuity is not None:
             await continuity.settled(held)
-        return outcome
+        return OUTCOME[how]
 
 
 async def close_taken_over(registry: ResumeRegistry, held: Held, code: int, reason: str) -> None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
-from actors.host.aftermath import Aftermath, SocketEnd, aftermath
+from actors.host.aftermath import OUTCOME, Aftermath, SocketEnd, aftermath
+from actors.host.handoff import Outcome
 
 FACTS = [f.name for f in dataclasses.fields(SocketEnd)]
 
@@ -44,3 +45,9 @@ def test_named_cases():
     assert aftermath(SocketEnd(**{**on, "draining": True, "server_ended": True})) is Aftermath.HANDED_ON
     assert aftermath(SocketEnd(**{**on, "server_ended": True})) is Aftermath.ENDED  # a limit, outside a drain
     assert aftermath(SocketEnd(**{**on, "client_closed": True})) is Aftermath.ENDED
+
+
+def test_the_gateway_hears_of_a_state_that_lives_on_and_it_keeps_its_slot():
+    assert set(OUTCOME) == set(Aftermath)
+    assert {a for a, o in OUTCOME.items() if o.keeps_slot} == {Aftermath.MOVED, Aftermath.PARKED}
+    assert OUTCOME[Aftermath.MOVED] is Outcome.MOVED and OUTCOME[Aftermath.PARKED] is Outcome.PARKED
