@@ -25,7 +25,10 @@ The first HTTP connections wait for it, up to ``admission_wait_s``; past that a 
 host stands in, and that connection closes after its request (its next one is routed again).  With ``http_hosts`` 0 HTTP shares the WebSocket
 hosts: another than new WebSockets go to, and the pool keeps two hosts while HTTP runs.
 
-Pure policy: the clock, host creation and killing are injected (tests drive it with fakes).
+:class:`ActorPool` runs the pool on the gateway's event loop: it holds the hosts, owns the
+tasks that start them and the admission wait's timeout, and kills the hosts it stops; its
+decisions are the pure functions of :mod:`serve.pool_policy`.  The clock, host creation and
+killing are injected (tests/serve/test_pool.py drives it with fakes of them).
 """
 
 from __future__ import annotations
@@ -33,32 +36,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from actors.host.limits import connection_budget
+from . import pool_policy as policies
+from .pool_policy import ArrivalRate, Host, PoolPolicy, policy_from
 
 log = logging.getLogger(__name__)
-
-RATE_WINDOW_S = 5.0  # the arrival rate is an exponentially decaying average over about this long
-HEADROOM = 1.5  # slots kept for arrivals during one start, times this
-
-
-@dataclass(frozen=True, slots=True)
-class PoolPolicy:
-    soft: int  # connections per host the pool aims for
-    hard: int  # connections per host, at most
-    warm: int  # free slots kept ready, at least
-    max_hosts: int
-    max_starting: int
-    idle_timeout_s: float
-    admission_wait_s: float
-    startup_s: float = 2.0  # first guess of a host's start-up time; then measured
-    http_hosts: int = (
-        0  # hosts for HTTP mode alone (started on demand, then kept); 0: HTTP shares the WebSocket hosts
-    )
 
 
 class NoCapacity(Exception):
@@ -67,17 +52,6 @@ class NoCapacity(Exception):
     def __init__(self, retry_after_s: int) -> None:
         super().__init__("no session host can take the connection")
         self.retry_after_s = retry_after_s
-
-
-@dataclass(eq=False)
-class Host:
-    name: str
-    handle: Any  # what ``create`` returned (the gateway's actor + link)
-    started_at: float
-    connections: int = 0
-    http: int = 0  # HTTP connections it serves now
-    idle_since: float | None = None
-    http_only: bool = False  # a host of HTTP mode: WebSockets never go to it
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,24 +67,6 @@ class HttpLease:
 
     host: Host
     keep_alive: bool = True
-
-
-@dataclass
-class ArrivalRate:
-    """Arrivals per second, exponentially decaying over ``window_s``."""
-
-    window_s: float = RATE_WINDOW_S
-    rate: float = 0.0
-    at: float | None = None
-
-    def now(self, t: float) -> float:
-        if self.at is None:
-            return 0.0
-        return self.rate * math.exp(-(t - self.at) / self.window_s)
-
-    def add(self, t: float) -> None:
-        self.rate = self.now(t) + 1.0 / self.window_s
-        self.at = t
 
 
 @dataclass
@@ -149,21 +105,9 @@ class ActorPool:
         self.counters = _Counters()
 
     # ------------------------------------------------------------------ admission
-    def _admission_target(self) -> Host | None:
-        """Where the next connection goes: the fullest host below the soft target (packing
-        leaves the newest hosts idle, to stop; ties to the oldest), else the emptiest below
-        the hard cap."""
-        p = self.policy
-        below_soft = [h for h in self._hosts if h.connections < p.soft]
-        if below_soft:
-            return max(below_soft, key=lambda h: h.connections)
-        return min(
-            (h for h in self._hosts if h.connections < p.hard), key=lambda h: h.connections, default=None
-        )
-
     def try_acquire(self) -> Lease | None:
-        """A slot on a live host (:meth:`_admission_target`), or ``None``."""
-        host = self._admission_target()
+        """A slot on a live host (:func:`~serve.pool_policy.admission_target`), or ``None``."""
+        host = policies.admission_target(self._hosts, self.policy)
         if host is None:
             return None
         host.connections += 1
@@ -231,9 +175,7 @@ class ActorPool:
                 return HttpLease(self._take_http(min(self._http_hosts, key=lambda h: h.http)))
         if not self._hosts:
             return None
-        target = self._admission_target()
-        others = [h for h in self._hosts if h is not target] or self._hosts
-        host = self._take_http(min(reversed(others), key=lambda h: (h.http, h.connections)))
+        host = self._take_http(policies.shared_http_host(self._hosts, p))
         if not p.http_hosts and len(self._hosts) + len(self._starting) < min(2, p.max_hosts):
             self._start_one()
         return HttpLease(host, keep_alive=not p.http_hosts)
@@ -260,25 +202,24 @@ class ActorPool:
     # ------------------------------------------------------------------ sizing
     @property
     def retry_after_s(self) -> int:
-        return max(1, math.ceil(self._startup_s))
+        return policies.retry_after_s(self._startup_s)
 
     def wanted_free(self) -> int:
-        """Free slots to keep: ``warm``, or the arrivals expected during one start."""
-        p = self.policy
-        expected = self._arrivals.now(self._clock()) * self._startup_s * HEADROOM
-        return min(max(p.warm, math.ceil(expected)), p.max_hosts * p.soft)
+        """Free slots to keep (:func:`~serve.pool_policy.wanted_free`)."""
+        return policies.wanted_free(self.policy, self._arrivals.now(self._clock()), self._startup_s)
 
     def free_slots(self) -> int:
-        soft = self.policy.soft
-        return sum(max(0, soft - h.connections) for h in self._hosts) + len(self._starting) * soft
+        return policies.free_slots(self._hosts, len(self._starting), self.policy.soft)
 
     def _scale_out(self) -> None:
-        p = self.policy
-        need = self.wanted_free() + self._waiting
-        while (
-            self.free_slots() < need
-            and len(self._starting) < p.max_starting
-            and len(self._hosts) + len(self._starting) < p.max_hosts
+        for _ in range(
+            policies.starts_wanted(
+                self.policy,
+                free=self.free_slots(),
+                need=self.wanted_free() + self._waiting,
+                live=len(self._hosts),
+                starting=len(self._starting),
+            )
         ):
             self._start_one()
 
@@ -297,7 +238,7 @@ class ActorPool:
             self.counters.start_failures += 1
             return None
         took = self._clock() - t0
-        self._startup_s = 0.7 * self._startup_s + 0.3 * took if self.counters.started else took
+        self._startup_s = policies.next_startup_s(self._startup_s, took, first=not self.counters.started)
         self.counters.started += 1
         host = Host(
             name, handle, started_at=self._clock(), idle_since=None if http else self._clock(), http_only=http
@@ -313,25 +254,12 @@ class ActorPool:
             self._scale_out()  # demand may have grown while it started
 
     def tick(self) -> None:
-        """Periodically: stop hosts idle for ``idle_timeout_s``, newest first, while the
-        other live hosts keep twice the wanted free slots (and ``warm``), and never the last
-        live host; then start what is missing.  HTTP hosts are kept."""
-        now = self._clock()
-        p = self.policy
-        keep = max(2 * self.wanted_free(), p.warm)
-        live_free = sum(max(0, p.soft - h.connections) for h in self._hosts)
-        for host in reversed(list(self._hosts)):
-            if len(self._hosts) == 1 or live_free - p.soft < keep:
-                break
-            if (
-                host.connections
-                or host.http
-                or host.idle_since is None
-                or now - host.idle_since < p.idle_timeout_s
-            ):
-                continue
+        """Periodically: stop the idle hosts :func:`~serve.pool_policy.idle_to_stop` names,
+        then start what is missing.  HTTP hosts are kept."""
+        for host in policies.idle_to_stop(
+            self._hosts, self.policy, now=self._clock(), wanted=self.wanted_free()
+        ):
             self._hosts.remove(host)
-            live_free -= p.soft
             self.counters.stopped += 1
             self._kill(host.handle)
         self._scale_out()
@@ -349,10 +277,9 @@ class ActorPool:
     def stats(self) -> dict[str, int]:
         """``actors``, ``free_slots``, ``starting`` and ``connections`` are the WebSocket
         hosts'; ``http_actors`` the HTTP hosts (live)."""
-        soft = self.policy.soft
         return {
             "actors": len(self._hosts),
-            "free_slots": sum(max(0, soft - h.connections) for h in self._hosts),
+            "free_slots": policies.free_slots(self._hosts, 0, self.policy.soft),
             "starting": len(self._starting),
             "connections": sum(h.connections for h in self._hosts),
             "http_actors": len(self._http_hosts),
@@ -365,25 +292,6 @@ class ActorPool:
             self._kill(host.handle)
         self._hosts.clear()
         self._http_hosts.clear()
-
-
-def policy_from(config: Any, open_files: int | None = None) -> PoolPolicy:
-    """The pool's policy from :class:`actors.config.SessionConfig`; a host's hard cap is
-    what ``open_files`` (the hosts' open-file limit, as the gateway's) leaves, if lower."""
-    hard = config.hard_connections_per_actor
-    if open_files is not None:
-        hard = connection_budget(open_files, hard)
-    soft = min(config.connections_per_actor, hard)
-    return PoolPolicy(
-        soft=soft,
-        hard=hard,
-        warm=config.spare_slots,
-        max_hosts=config.max_actors,
-        max_starting=config.max_starting_actors,
-        idle_timeout_s=config.actor_idle_timeout_s,
-        admission_wait_s=config.admission_wait_s,
-        http_hosts=config.http_actors,
-    )
 
 
 __all__ = [
