@@ -1,7 +1,8 @@
 """The session host actor.
 
-One ``SessionHost`` actor owns the state of the connections assigned to it — exactly one by
-default (``connections_per_actor``).  It terminates those WebSockets itself (the gateway
+One ``SessionHost`` actor owns the state of the connections assigned to it — up to
+``connections_per_actor`` of them (1024 by default; the gateway's pool packs them,
+serve/pool.py).  It terminates those WebSockets itself (the gateway
 hands the accepted socket over, see :mod:`actors.host.server`), so client frames reach the
 session core without a Ray hop; the one hop per turn is the model call through the
 inference seam (:mod:`actors.backend`; plus, with the opt-in what-if services on, one call to

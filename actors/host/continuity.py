@@ -10,7 +10,9 @@ connection it holds, the host
 - refreshes its expiry every third of the grace window while the client is connected
   (:meth:`_heartbeat`), so a crash leaves it resumable for between ⅔ of the grace and the
   grace; a parked or drained state expires a grace after the socket ended;
-- deletes it when the client closes normally (code 1000) or the server ends the connection;
+- deletes it when the client closes normally (code 1000) or the server ends the connection
+  outside a drain (a drain's close keeps it, to be resumed on another node:
+  :mod:`actors.host.aftermath`);
 - lets go as soon as another holder claims it: told on its channel (a takeover, wherever the
   resume landed) or by a write or heartbeat that finds a newer epoch (it was partitioned
   away): the socket closes, 1000 for a takeover, 1012 (retryable) for a fenced holder.

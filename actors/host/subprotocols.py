@@ -3,7 +3,7 @@
 Some clients offer the subprotocol ``openai-beta.responses.v1`` and expect it echoed in
 ``Sec-WebSocket-Protocol`` (a browser fails the connection otherwise).  The server selects
 it when it is offered, and only then; an upgrade that offers no subprotocol, or only others,
-is accepted without one, as before.
+is accepted without one.
 """
 
 from __future__ import annotations
