@@ -22,7 +22,7 @@ Values already in the environment win (:func:`apply`).  This module does not imp
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from importlib.metadata import version as installed_version
 
 RAY_SERIES = "2.60."
@@ -133,7 +133,7 @@ def settings(*, dev_node: bool = False) -> dict[str, str]:
     return {**RAY_ENV, **(DEV_NODE_ENV if dev_node else {})}
 
 
-def apply(*, dev_node: bool = False, environ: os._Environ[str] | dict[str, str] | None = None) -> None:
+def apply(*, dev_node: bool = False, environ: MutableMapping[str, str] | None = None) -> None:
     """Put :func:`settings` in ``environ`` (this process's environment by default; values already
     set win); Ray processes started afterwards inherit them."""
     env = os.environ if environ is None else environ
