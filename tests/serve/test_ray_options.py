@@ -39,9 +39,8 @@ def test_the_installed_ray_still_reads_each_setting(key: str):
     if where == ray_options.RAYCONFIG:
         assert key.startswith("RAY_")
         binary = ray_package() / "core/src/ray/raylet/raylet"
-        assert key.removeprefix("RAY_").encode() in binary.read_bytes(), (
-            f"{key}: not in the raylet's RayConfig"
-        )
+        name = b"\0" + key.removeprefix("RAY_").encode() + b"\0"  # the entry's name, a C string of its own
+        assert name in binary.read_bytes(), f"{key}: not in the raylet's RayConfig"
     else:
         assert f'"{key}"' in (ray_package() / where).read_text(), f"{key}: not read by ray/{where}"
 
