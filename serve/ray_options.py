@@ -69,10 +69,6 @@ RAY_ENV = {
 #   (an idle worker process is stopped up to 1 s later).
 # - The autoscaler's monitor (``monitor.py``: a single node here has nothing to scale) updates
 #   its load figures and ``ray status`` every 30 s, not 5 s.
-# - No event-loop statistics in Ray's C++ parts (raylet, GCS, each worker's core): Ray times
-#   every handler of its event loops to print them in its debug dumps (``debug_state*.txt``)
-#   and to warn of a slow handler; off, those sections and warnings are absent.  Set
-#   ``RAY_event_stats=1`` to have them back while debugging Ray itself.
 DEV_NODE_ENV = {
     "RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "1",
     "RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "0",
@@ -85,7 +81,6 @@ DEV_NODE_ENV = {
     "RAY_raylet_check_gc_period_milliseconds": "1000",
     "RAY_kill_idle_workers_interval_ms": "1000",
     "AUTOSCALER_UPDATE_INTERVAL_S": "30",
-    "RAY_event_stats": "0",
 }
 
 # Ray's switch for a single-node Ray (its default on macOS and Windows) makes 127.0.0.1 the
@@ -115,7 +110,6 @@ READ_BY: Mapping[str, str] = {
     "RAY_raylet_check_gc_period_milliseconds": RAYCONFIG,
     "RAY_kill_idle_workers_interval_ms": RAYCONFIG,
     "AUTOSCALER_UPDATE_INTERVAL_S": "autoscaler/_private/constants.py",
-    "RAY_event_stats": RAYCONFIG,
 }
 
 
