@@ -9,7 +9,8 @@ the gateway, the session host, the inference replica) and each of their threads,
 (``/proc/<pid>/task/<tid>/schedstat``) and the context switches (``/proc/<pid>/task/<tid>/status``:
 each voluntary one is a wake-up after a sleep) at the start and the end of ``--window-s``.
 Prints CPU ms per second and switches per second by process, its busiest threads beneath
-(thread names as the kernel knows them), and the total; ``--out`` writes them as JSON.
+(thread names as the kernel knows them), and the total; ``--out`` writes them as JSON
+(threads of at least 0.05 ms/s or 0.5 switches/s).
 This process's own threads are left out.
 """
 
@@ -159,12 +160,12 @@ def main() -> None:
                     "name": p.name,
                     "cpu_ms_per_s": round(p.cpu_ms_per_s, 2),
                     "switches_per_s": round(p.switches_per_s, 1),
-                    "threads": p.threads,
+                    "threads": [t for t in p.threads if t[1] >= 0.05 or t[2] >= 0.5],
                 }
                 for p in result
             ],
         }
-        args.out.write_text(json.dumps(doc, indent=1) + "\n")
+        args.out.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
 
 
 if __name__ == "__main__":
