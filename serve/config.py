@@ -88,7 +88,15 @@ class ServerConfig(BaseModel):
     )
     # Drains (docs/reliability.md, "Drains"; the pure logic: actors/host/drain.py).
     drain_poll_interval_s: float = Field(
-        0.5, gt=0, description="how often the gateway asks Ray whether its node is draining (one GCS read)"
+        0.5,
+        gt=0,
+        description="how often the gateway checks whether Serve is stopping its replica (in process)",
+    )
+    node_drain_poll_interval_s: float = Field(
+        2.0,
+        gt=0,
+        description="how often the gateway asks Ray whether its node is draining (one GCS read; "
+        "also as soon as Serve stops the replica)",
     )
     drain_health_grace_s: float = Field(
         6.0,

@@ -32,6 +32,7 @@ from typing import Any
 
 from actors.logs import LogSettings
 
+from . import ray_options
 from .config import AppConfig, load_app_config
 from .log_settings import ray_logging_config, serve_logging_config
 
@@ -39,66 +40,17 @@ log = logging.getLogger(__name__)
 
 APP_NAME = "responses-ws"
 
-# Serve's throughput mode (no per-request logging, user code on the replica's own loop,
-# gRPC between handles and replicas) cuts a turn's Serve hop roughly in half on this
-# machine (docs/architecture.md).  It must be in the environment of every Ray process, so
-# it is set before an embedded Ray starts; a cluster you join must be started with it.
-# That mode also turns on Serve's direct ingress, which keeps a stopping ingress replica
-# "reachable" for 30 s before its destructor runs.  The gateway does not depend on it (its
-# drain watch sees Serve's stop at once: docs/reliability.md); 1 s only lets a drained
-# replica's process go sooner (and ``serve.delete`` return sooner).
-#
-# Serve's replicas and every process holding a handle (the gateway, each session host)
-# export their cached request metrics every RAY_SERVE_METRICS_EXPORT_INTERVAL_MS (100 ms by
-# default: ten wake-ups a second in each, idle or not); once a second is as fresh as any
-# scrape (docs/capacity.md, "Ray's own processes").
-RAY_ENV = {
-    "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
-    "RAY_USAGE_STATS_ENABLED": "0",
-    "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "1",
-    "RAY_SERVE_METRICS_EXPORT_INTERVAL_MS": "1000",
-}
-
-# A Ray that :func:`embedded_ray` starts is a development node (``responses-ws serve`` and
-# ``demo`` without ``--address``, the benchmarks): Ray's and Serve's background loops are
-# set for a small idle cost, each with its trade-off (docs/capacity.md, "Ray's own
-# processes").  A cluster (``ray start``, configs/cluster-*.yaml) keeps Ray's defaults
-# unless its operator sets these; so does the test suite's (``embedded_ray`` alone).
-#
-# - Serve's controller reconciles every 1 s, not 0.1 s: a deploy, a replica's death or a
-#   scaling decision is acted on up to 0.9 s later.
-# - No direct ingress: throughput mode turns it on, and with it Serve starts a proxy on the
-#   head node even with the HTTP proxy disabled (``proxy_location="Disabled"``); the gateway
-#   listens on its own port and never uses it.  A stopping gateway replica is no longer kept
-#   "reachable" for the direct-ingress draining period (the gateway drains by itself).
-# - The dashboard agent checks that its raylet lives every 2 s, not 0.4 s (it exits up to
-#   2 s after the raylet), and samples the node's processes for Ray's node metrics
-#   (``ray_node_*``, the dashboard's node view) every 30 s, not 5 s.
-# - The log monitor looks for new log files every 5 s, not on each of its 0.1 s polls (Ray
-#   globs the session's log directory each poll below 1000 files): a new worker's first
-#   lines reach the driver's console up to 5 s later; no line is lost.
-DEV_NODE_ENV = {
-    "RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "1",
-    "RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "0",
-    "LOG_NAME_UPDATE_INTERVAL_S": "5",
-    "RAY_SERVE_ENABLE_DIRECT_INGRESS": "0",
-    "RAY_DASHBOARD_AGENT_CHECK_PARENT_INTERVAL_S": "2",
-    "REPORTER_UPDATE_INTERVAL_MS": "30000",
-}
-
-
-# A Ray started here is this machine's alone: Ray's switch for a single-node Ray (its default
-# on macOS and Windows) makes 127.0.0.1 the node's address, and the GCS, raylet, agents,
-# workers and dashboard then listen there instead of on every interface and the machine's
-# address.  Ray reads it when ``ray`` is first imported (docs/reliability.md).
-LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+# Ray's settings from the environment (Serve's throughput mode, a development node's idle
+# settings, loopback only) live in serve/ray_options.py, pinned to the Ray they were read against.
+RAY_ENV = ray_options.RAY_ENV
+DEV_NODE_ENV = ray_options.DEV_NODE_ENV
+LOOPBACK_ENV = ray_options.LOOPBACK_ENV
 
 
 def apply_ray_env(dev_node: bool = False) -> None:
     """Put :data:`RAY_ENV` (and :data:`DEV_NODE_ENV` for a ``dev_node``) in this process's
     environment (values already set win); Ray processes started afterwards inherit it."""
-    for key, value in {**RAY_ENV, **(DEV_NODE_ENV if dev_node else {})}.items():
-        os.environ.setdefault(key, value)
+    ray_options.apply(dev_node=dev_node)
 
 
 def free_port() -> int:

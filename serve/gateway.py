@@ -187,6 +187,7 @@ class Gateway(ReportsLoad):
                 self._poller,
                 node_draining=self.node_draining,
                 replica_stopping=lambda: self.begin_drain("Serve is stopping this replica", None, node=False),
+                node_interval=self._cfg.server.node_drain_poll_interval_s,
             )
         )
 

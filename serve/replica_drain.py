@@ -60,27 +60,35 @@ async def watch(
     *,
     node_draining: Callable[[float | None], Awaitable[None]],
     replica_stopping: Callable[[], Awaitable[None]],
+    node_interval: float | None = None,
+    read_node_drain: Callable[[str], NodeDrain | None] = node_drain,
+    serve_stopping: Callable[[], bool] = serve_replica_stopping,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> None:
-    """Poll Ray (every ``interval`` seconds) for a drain of this node, and Serve for the stop
-    of this replica; either begins the drain at once, whatever Serve's draining-period
-    settings."""
+    """Check Serve's stop of this replica every ``interval`` seconds (an attribute of this
+    process), and read Ray's drain state of this node every ``node_interval`` (a GCS read, off
+    the event loop; ``interval`` when ``None``) and whenever Serve's stop is first seen; either
+    begins the drain at once, whatever Serve's draining-period settings."""
     loop = asyncio.get_running_loop()
     failing = False
     seen: NodeDrain | None = None
     stopping = False
+    every = max(1, round((node_interval or interval) / interval))  # ticks between GCS reads
+    tick = 0
     while True:
         try:
-            # Serve's controller stops the replicas of a draining node, often before this
-            # poll sees the drain: read the node's drain state first, so that such a stop
-            # gets the node drain's hold (/readyz 503 while the balancer notices).
-            stops = not stopping and serve_replica_stopping()
-            # A blocking GCS read, off the event loop; a slow GCS delays only the watch.
-            drain = await asyncio.wait_for(
-                loop.run_in_executor(poller, node_drain, node_id), max(5.0, interval)
-            )
-            if drain is not None and drain != seen:  # a new drain, or a new deadline
-                seen = drain
-                await node_draining(drain.deadline)
+            # Serve's controller stops the replicas of a draining node, often before the watch
+            # sees the drain: on a stop, read the node's drain state first, so that such a
+            # stop gets the node drain's hold (/readyz 503 while the balancer notices).
+            stops = not stopping and serve_stopping()
+            if stops or tick % every == 0:
+                # A blocking GCS read, off the event loop; a slow GCS delays only the watch.
+                drain = await asyncio.wait_for(
+                    loop.run_in_executor(poller, read_node_drain, node_id), max(5.0, interval)
+                )
+                if drain is not None and drain != seen:  # a new drain, or a new deadline
+                    seen = drain
+                    await node_draining(drain.deadline)
             if stops:
                 stopping = True
                 await replica_stopping()
@@ -91,4 +99,5 @@ async def watch(
             if not failing:  # log when it starts failing, not every poll
                 log.warning("cannot read whether this node is draining", exc_info=True)
             failing = True
-        await asyncio.sleep(interval)
+        tick += 1
+        await sleep(interval)
