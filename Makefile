@@ -131,7 +131,9 @@ ray-up-hosts:
 # The hosts' only package source: wheels of every runtime dependency of the server and the lab
 # (the cluster YAMLs install both), built with the hosts' own
 # interpreter (pip reaches the registry here, on the machine; the hosts reach nothing).
-# The project's own two wheels are removed (each host installs the project from its source).
+# The project's own two wheels are removed (each host installs the project from its source);
+# they are built from a copy of the checkout's files (setuptools writes build/ beside the
+# sources, which the lints and tests/test_layout.py would read while the build runs beside them).
 # Built again only when the two pyproject files' content changes (their hash in .built, not
 # their time: a fresh checkout's files are newer than any wheelhouse).
 WHEELHOUSE ?= $(HOME)/.cache/responses-ws/wheelhouse
@@ -139,10 +141,11 @@ WHEELHOUSE_KEY := $(shell cat pyproject.toml bench/pyproject.toml | sha256sum | 
 wheelhouse: ray-up-hosts
 	@if [ "$$(cat $(WHEELHOUSE)/.built 2>/dev/null)" = "$(WHEELHOUSE_KEY)" ] && ls $(WHEELHOUSE)/ray-*.whl >/dev/null 2>&1; then \
 	  echo "wheelhouse $(WHEELHOUSE) is up to date ($(WHEELHOUSE_KEY))"; else \
-	  set -e; rm -rf $(WHEELHOUSE) $(WHEELHOUSE).venv; \
+	  set -e; rm -rf $(WHEELHOUSE) $(WHEELHOUSE).venv $(WHEELHOUSE).src; \
 	  $(HOST_PY) -m venv $(WHEELHOUSE).venv; \
-	  { $(WHEELHOUSE).venv/bin/pip wheel --quiet --wheel-dir $(WHEELHOUSE) . ./bench "setuptools>=77" wheel 2>&1 | grep -v "is ignored: it is neither" || true; }; \
-	  rm -rf $(WHEELHOUSE).venv $(WHEELHOUSE)/responses_ws-*.whl $(WHEELHOUSE)/responses_ws_bench-*.whl; \
+	  mkdir -p $(WHEELHOUSE).src; git ls-files -z | xargs -0 cp --parents -t $(WHEELHOUSE).src; \
+	  { $(WHEELHOUSE).venv/bin/pip wheel --quiet --wheel-dir $(WHEELHOUSE) $(WHEELHOUSE).src $(WHEELHOUSE).src/bench "setuptools>=77" wheel 2>&1 | grep -v "is ignored: it is neither" || true; }; \
+	  rm -rf $(WHEELHOUSE).venv $(WHEELHOUSE).src $(WHEELHOUSE)/responses_ws-*.whl $(WHEELHOUSE)/responses_ws_bench-*.whl; \
 	  ls $(WHEELHOUSE)/ray-*.whl >/dev/null; \
 	  echo $(WHEELHOUSE_KEY) > $(WHEELHOUSE)/.built; fi
 
