@@ -131,16 +131,23 @@ ray-up-hosts:
 # The hosts' only package source: wheels of every runtime dependency of the server and the lab
 # (the cluster YAMLs install both), built with the hosts' own
 # interpreter (pip reaches the registry here, on the machine; the hosts reach nothing).
+# The project's own two wheels are removed (each host installs the project from its source);
+# they are built from a copy of the checkout's files (setuptools writes build/ beside the
+# sources, which the lints and tests/test_layout.py would read while the build runs beside them).
+# Built again only when the two pyproject files' content changes (their hash in .built, not
+# their time: a fresh checkout's files are newer than any wheelhouse).
 WHEELHOUSE ?= $(HOME)/.cache/responses-ws/wheelhouse
-$(WHEELHOUSE)/.built: pyproject.toml bench/pyproject.toml | ray-up-hosts
-	rm -rf $(WHEELHOUSE) $(WHEELHOUSE).venv
-	$(HOST_PY) -m venv $(WHEELHOUSE).venv
-	$(WHEELHOUSE).venv/bin/pip wheel --quiet --wheel-dir $(WHEELHOUSE) . ./bench "setuptools>=77" wheel 2>&1 | grep -v "is ignored: it is neither" || true
-	rm -rf $(WHEELHOUSE).venv $(WHEELHOUSE)/responses_ws-*.whl $(WHEELHOUSE)/responses_ws_bench-*.whl  # each host installs the project from its source
-	ls $(WHEELHOUSE)/ray-*.whl >/dev/null
-	touch $@
-
-wheelhouse: $(WHEELHOUSE)/.built
+WHEELHOUSE_KEY := $(shell cat pyproject.toml bench/pyproject.toml | sha256sum | cut -c1-16)
+wheelhouse: ray-up-hosts
+	@if [ "$$(cat $(WHEELHOUSE)/.built 2>/dev/null)" = "$(WHEELHOUSE_KEY)" ] && ls $(WHEELHOUSE)/ray-*.whl >/dev/null 2>&1; then \
+	  echo "wheelhouse $(WHEELHOUSE) is up to date ($(WHEELHOUSE_KEY))"; else \
+	  set -e; rm -rf $(WHEELHOUSE) $(WHEELHOUSE).venv $(WHEELHOUSE).src; \
+	  $(HOST_PY) -m venv $(WHEELHOUSE).venv; \
+	  mkdir -p $(WHEELHOUSE).src; git ls-files -z | xargs -0 cp --parents -t $(WHEELHOUSE).src; \
+	  { $(WHEELHOUSE).venv/bin/pip wheel --quiet --wheel-dir $(WHEELHOUSE) $(WHEELHOUSE).src $(WHEELHOUSE).src/bench "setuptools>=77" wheel 2>&1 | grep -v "is ignored: it is neither" || true; }; \
+	  rm -rf $(WHEELHOUSE).venv $(WHEELHOUSE).src $(WHEELHOUSE)/responses_ws-*.whl $(WHEELHOUSE)/responses_ws_bench-*.whl; \
+	  ls $(WHEELHOUSE)/ray-*.whl >/dev/null; \
+	  echo $(WHEELHOUSE_KEY) > $(WHEELHOUSE)/.built; fi
 
 # The multi-node tier (tests/multinode): real Ray nodes in network namespaces of their own on a
 # bridge, Redis on the head, HAProxy in front (bench/multinode, docs/deploy.md), and `ray up` on

@@ -175,6 +175,25 @@ def keyed_url(ray_cluster) -> str:
     return start_app("rws-keys", **{"server.api_keys": [ALICE, BOB]})
 
 
+# The ledgered server's model calls tools this many rounds before it answers (a Codex prompt's
+# task, tests/integration/test_codex_cli.py); the other clients on it set theirs per request.
+LEDGERED_TOOL_ROUNDS = 24
+
+
+@pytest.fixture(scope="session")
+def ledgered_server(ray_cluster, tmp_path_factory) -> tuple[str, Path]:
+    """A server whose store, and the usage ledger the tests read, is an SQLite file in a temp
+    directory of its own: its URL and that file.  Shared by the modules of the clients whose
+    responses are looked up there (Codex CLI, the Vercel AI SDK), each by its responses' ids."""
+    from tests.support.server import start_app
+
+    data = tmp_path_factory.mktemp("ledgered-store")
+    url = start_app(
+        "rws-ledgered", **{"store.data_dir": str(data), "inference.policy.tool_rounds": LEDGERED_TOOL_ROUNDS}
+    )
+    return url, data / "responses.sqlite3"
+
+
 @pytest.fixture(scope="session")
 def ws_url(server_url) -> str:
     from bench.client import ws_url

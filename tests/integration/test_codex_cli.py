@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import LEDGERED_TOOL_ROUNDS
 from tests.support.codex import (
     CODEX,
     Egress,
@@ -28,11 +29,9 @@ from tests.support.codex import (
     snapshot,
     write_checkout,
 )
-from tests.support.server import start_app, stop_app
 from tests.support.waiting import wait_until
 
-APP = "rws-codex"
-ROUNDS = 24  # tool calls per prompt before the model answers
+ROUNDS = LEDGERED_TOOL_ROUNDS  # tool calls per prompt before the model answers
 PROMPTS = (
     "List the files here and read the README.",
     "Set a goal to make the parser tests pass, then fix the failing test.",
@@ -50,15 +49,12 @@ CHECKOUT = {
 
 
 @pytest.fixture(scope="module")
-def codex_server(ray_cluster, tmp_path_factory):
-    """A server of its own: a ledger in a temp directory, the model calling tools for
-    ``ROUNDS`` rounds."""
+def codex_server(ledgered_server):
+    """The session's ledgered server (tests/conftest.py): a ledger in a temp directory, the
+    model calling tools for ``ROUNDS`` rounds."""
     if not CODEX.exists():
         pytest.fail(f"{CODEX} is missing: run `make clients`", pytrace=False)
-    data = tmp_path_factory.mktemp("codex-store")
-    url = start_app(APP, **{"store.data_dir": str(data), "inference.policy.tool_rounds": ROUNDS})
-    yield url, data / "responses.sqlite3"
-    stop_app(APP)
+    return ledgered_server
 
 
 @pytest.fixture(scope="module")

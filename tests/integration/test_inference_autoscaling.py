@@ -14,6 +14,7 @@ from inference.channel import ChannelClient
 from inference.emulator.deployment import InferenceDeployment, deployment_options
 from inference.emulator.profiles import AutoscalingConfig, ScalingConfig, load_inference_config
 from inference.types import InferenceRequest
+from tests.support.server import stop_app
 
 APP = "rws-inference-autoscale"
 
@@ -83,7 +84,7 @@ def test_calls_over_the_direct_channel_scale_the_inference_tier(ray_cluster):
         up, down = asyncio.run(scenario())
         print(f"2 channel calls: 1 -> 2 replicas in {up:.1f}s; back to 1 in {down:.1f}s after they ended")
     finally:
-        serve.delete(APP)
+        stop_app(APP)  # nothing after this test needs it gone: no wait for its replicas
 
 
 async def drain(call) -> None:

@@ -17,6 +17,7 @@ from websockets.exceptions import InvalidStatus
 
 from bench.client import ws_url
 from serve.embedded import DeployFailed, deploy, local_config
+from tests.support.server import stop_app
 from tests.support.wire import raw_collect
 
 CREATE = {
@@ -77,8 +78,6 @@ def test_http_from_a_foreign_page_is_refused_and_without_origin_served(server_ur
 
 
 def test_another_application_on_the_port_fails_to_deploy_and_the_first_serves_on(server_url):
-    from ray import serve
-
     port = int(server_url.rsplit(":", 1)[1])
     try:
         with pytest.raises(DeployFailed) as failed:
@@ -86,7 +85,7 @@ def test_another_application_on_the_port_fails_to_deploy_and_the_first_serves_on
             # before it reaches the port (~2 s each), and none would serve.
             deploy(local_config(**{"server.port": port, "session.warm_actors": 0}), name="rws-intruder")
     finally:
-        serve.delete("rws-intruder")
+        stop_app("rws-intruder")  # what the failed deploy started goes without a wait for it
     assert f"port {port} is already in use by another responses-ws server (pid " in str(failed.value)
     assert "ServeReplica:responses-ws:Gateway" in str(failed.value)
     assert all(post(server_url, {})[0] == 200 for _ in range(10))

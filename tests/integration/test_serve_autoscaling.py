@@ -11,6 +11,7 @@ from ray import serve
 
 from inference.emulator.profiles import AutoscalingConfig as Bounds
 from inference.serve_autoscaling import CONNECTIONS, ReportsLoad, autoscaling_config
+from tests.support.server import stop_app
 
 APP = "rws-autoscale-probe"
 
@@ -67,4 +68,4 @@ def test_replicas_follow_the_load_they_report(ray_cluster, tmp_path):
         down = wait_for(lambda: running(APP) == 1, 60, "no scale-down to min_replicas when the load went")
         print(f"1 -> 3 replicas in {up:.1f}s, back to 1 in {down:.1f}s")
     finally:
-        serve.delete(APP)
+        stop_app(APP)  # nothing after this test needs it gone: no wait for its replicas

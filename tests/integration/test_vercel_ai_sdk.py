@@ -26,7 +26,6 @@ import httpx
 import pytest
 
 from tests.support.schemas import Checker
-from tests.support.server import start_app, stop_app
 from tests.support.waiting import wait_until
 
 CLIENTS = Path(__file__).parent.parent / "clients"
@@ -79,15 +78,6 @@ def test_stream_text_runs_a_multi_step_tool_loop_over_sse(server_url):
     assert report["errors"] == []
     assert report["streamed"].endswith(report["text"]) and report["text"]
     assert_tool_loop(report, server_url)
-
-
-@pytest.fixture(scope="module")
-def ledgered_server(ray_cluster, tmp_path_factory):
-    """A server of its own, its store (and usage ledger) in a temp directory the test reads."""
-    data = tmp_path_factory.mktemp("vercel-store")
-    url = start_app("rws-vercel", **{"store.data_dir": str(data)})
-    yield url, data / "responses.sqlite3"
-    stop_app("rws-vercel")
 
 
 def ledger(path: Path, response_ids: list[str]) -> dict[str, str] | None:

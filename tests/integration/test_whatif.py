@@ -13,7 +13,7 @@ import pytest
 import websockets
 from ray import serve
 
-from tests.support.server import start_app
+from tests.support.server import start_app, stop_app
 from tests.support.wire import raw_collect
 
 APP = "rws-whatif"
@@ -35,7 +35,7 @@ def whatif_url(ray_cluster):
         },
     )
     yield url
-    serve.delete(APP)
+    stop_app(APP)  # nothing after this module needs it gone: no wait for its replicas' ends
 
 
 class Charges:

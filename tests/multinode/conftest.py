@@ -24,6 +24,7 @@ import pytest
 
 from bench.multinode import Harness
 from bench.multinode.harness import CLIENT_SPEC, DEFAULT_SPECS
+from tests.support.waiting import wait_until
 
 INFERENCE_REPLICAS = 2  # the head carries ``accelerator: 2``: both run there
 RESUME_GRACE_S = 30.0  # resume on any node (the Redis store on the head): test_resume.py
@@ -40,6 +41,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     are their own; then test_scaling_experiment.py, while every node of the tier's is up."""
     first = ("test_ray_up.py", "test_locality.py", "test_scaling_experiment.py")
     items.sort(key=lambda item: first.index(item.path.name) if item.path.name in first else len(first))
+
+
+def wait_up(harness: Harness, timeout_s: float = 30.0) -> None:
+    """Wait until the balancer sees every session node ``UP``."""
+    wait_until(
+        lambda: all(v.startswith("UP") for v in harness.server_states().values()),
+        timeout_s,
+        "every session node UP in the balancer",
+        every_s=0.3,
+    )
 
 
 def tier_args(args: dict) -> None:

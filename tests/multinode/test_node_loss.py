@@ -18,7 +18,8 @@ import time
 
 from bench.multinode import Harness
 from bench.multinode.load import Client, run_load
-from tests.multinode.conftest import INFERENCE_REPLICAS
+from tests.multinode.conftest import INFERENCE_REPLICAS, wait_up
+from tests.support.waiting import wait_until
 
 # Sockets in mid-conversation when the drain starts (issue 37 asks for 200).
 DRAIN_CLIENTS = int(os.environ.get("RWS_MULTINODE_DRAIN_CLIENTS", "200"))
@@ -78,13 +79,6 @@ def test_sigkill_of_a_session_node_affects_only_its_clients(harness: Harness):
     assert harness.server_states()[victim].startswith("DOWN")
 
 
-def wait_up(harness: Harness, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not all(v.startswith("UP") for v in harness.server_states().values()):
-        assert time.monotonic() < deadline, harness.server_states()
-        time.sleep(0.3)
-
-
 def test_a_drain_under_load_fails_the_health_check_first_and_loses_nothing(harness: Harness):
     """``ray drain-node`` (preemption) of a session node with a deadline, the node killed at
     the deadline, under Codex-like clients (each resends its whole conversation, with a
@@ -108,16 +102,20 @@ def test_a_drain_under_load_fails_the_health_check_first_and_loses_nothing(harne
     probes: list[tuple[float, int | None, str]] = []  # (when, /readyz of the node, balancer's state)
     stop_probing = threading.Event()
 
-    def probe() -> None:
+    def probe() -> None:  # a sample every 0.1 s (the resolution of "503 before the first close")
         while not stop_probing.is_set():
             probes.append(
                 (time.monotonic(), harness.ready(node, timeout_s=1.0), harness.server_states()[node])
             )
-            time.sleep(0.1)
+            stop_probing.wait(0.1)
 
     def drain(clients: list[Client]) -> None:
         threading.Thread(target=probe, daemon=True).start()
-        time.sleep(1.0)
+        wait_until(  # the probes see the node ready before the drain: its 503 is the drain's
+            lambda: any(status == 200 and state.startswith("UP") for _, status, state in probes),
+            10.0,
+            f"a /readyz 200 of {node}, UP in the balancer, before the drain",
+        )
         asked.append(time.monotonic())
         drains.append(harness.drain(node, deadline_s=DRAIN_DEADLINE_S, reason_message="multinode tier"))
 

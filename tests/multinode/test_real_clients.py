@@ -10,6 +10,7 @@ node killed before and drains it again."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import threading
@@ -24,9 +25,9 @@ from openai.types.websocket_reconnection import ReconnectingEvent
 from bench.multinode import Harness
 from bench.multinode.balancer import command
 from bench.multinode.load import error_code
-from tests.multinode.conftest import CODEX_TOOL_ROUNDS
-from tests.multinode.test_node_loss import wait_up
+from tests.multinode.conftest import CODEX_TOOL_ROUNDS, wait_up
 from tests.support.codex import CODEX, CodexRun, Egress, codex_home, run_codex, write_checkout
+from tests.support.waiting import TimedOut, wait_until
 from tests.support.wiretap import Tapped, Wiretap
 
 CODEX_SESSIONS = int(os.environ.get("RWS_MULTINODE_CODEX_SESSIONS", "2"))
@@ -109,7 +110,7 @@ def sdk_chain(base_url: str, run: SdkRun, stop: threading.Event) -> None:
                     run.errors.append(f"{event.type}: {event.model_dump_json()[:300]}")
                     return
             pending.clear()
-            time.sleep(0.3)
+            time.sleep(0.3)  # the client's think time between turns: the load it puts on the server
 
 
 def first_served(conns: list[Tapped], after: float) -> tuple[Tapped, float, dict] | None:
@@ -180,41 +181,51 @@ def test_codex_cli_and_the_openai_sdk_pass_through_a_drain(harness: Harness, tmp
     try:
         for t in threads:
             t.start()
+
         # Drain once every client is on ``node`` and has completed a response there.
-        deadline = time.monotonic() + 90
-        while not all(
-            any(c.server == node and c.events("response.completed") for c in tap.connections)
-            for tap in codex_taps + sdk_taps
-        ):
-            assert time.monotonic() < deadline, [
-                [(c.server, len(c.received)) for c in t.connections] for t in codex_taps + sdk_taps
-            ]
-            assert not codex_runs, (
-                f"a Codex session ended before the drain ({sorted(codex_runs)}); the clients' connections "
-                "(node, responses completed, close code): "
-                + repr(
-                    [
-                        [
-                            (c.server, len(c.events("response.completed")), c.close_code)
-                            for c in tap.connections
-                        ]
-                        for tap in codex_taps + sdk_taps
-                    ]
-                )
-                + f"; SDK errors {[r.errors for r in sdk_runs]}"
+        def connections() -> str:
+            return "the clients' connections (node, responses completed, close code): " + repr(
+                [
+                    [(c.server, len(c.events("response.completed")), c.close_code) for c in tap.connections]
+                    for tap in codex_taps + sdk_taps
+                ]
             )
-            time.sleep(0.2)
+
+        def all_served_on_node() -> bool:
+            if all(
+                any(c.server == node and c.events("response.completed") for c in tap.connections)
+                for tap in codex_taps + sdk_taps
+            ):
+                return True
+            assert not codex_runs, (
+                f"a Codex session ended before the drain ({sorted(codex_runs)}); {connections()}"
+                f"; SDK errors {[r.errors for r in sdk_runs]}"
+            )
+            return False
+
+        try:
+            wait_until(all_served_on_node, 90, f"every client served on {node}", every_s=0.2)
+        except TimedOut as exc:
+            raise AssertionError(f"{exc}; {connections()}") from None
         command(harness.stats_socket, f"set server sessions/{other} state ready")
-        time.sleep(1.0)
+        wait_until(  # the balancer may send the clients' next connections to ``other`` again
+            lambda: harness.server_states()[other].startswith("UP"),
+            10,
+            f"{other} UP in the balancer",
+        )
         asked = time.monotonic()
         drain = harness.drain(node, deadline_s=DEADLINE_S, reason_message="multinode real clients")
         for t in threads[:CODEX_SESSIONS]:
             t.join(timeout=240)
-        end = time.monotonic() + 60
-        while time.monotonic() < end and not all(
-            sum(w > asked for w, _, _ in r.turns) >= SDK_TURNS_AFTER or r.errors for r in sdk_runs
-        ):
-            time.sleep(0.2)
+        with contextlib.suppress(TimedOut):  # what is missing is judged below, client by client
+            wait_until(
+                lambda: all(
+                    sum(w > asked for w, _, _ in r.turns) >= SDK_TURNS_AFTER or r.errors for r in sdk_runs
+                ),
+                60,
+                f"{SDK_TURNS_AFTER} SDK turns after the drain",
+                every_s=0.2,
+            )
     finally:
         stop.set()
         command(harness.stats_socket, f"set server sessions/{other} state ready")

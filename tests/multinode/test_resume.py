@@ -17,6 +17,7 @@ Runs after test_node_loss.py (which leaves one session node killed): restarts it
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import time
@@ -33,6 +34,8 @@ from bench.client import FINAL_EVENT_TYPES, output_text
 from bench.multinode import Harness
 from store.connection_states import conn_key as store_conn_key
 from store.state_reader import read_state
+from tests.multinode.conftest import wait_up
+from tests.support.waiting import TimedOut, wait_until
 
 HEADER = "x-responses-ws-resume-token"
 TURNS = 20
@@ -138,7 +141,7 @@ class Raw:
                 status = getattr(getattr(exc, "response", None), "status_code", None)
                 assert status in (None, 502, 503), exc
                 assert time.monotonic() < deadline, f"no resume within {timeout_s}s: {exc!r}"
-                time.sleep(0.5)
+                time.sleep(0.5)  # the client's back-off between reconnects, as a real client's
         self.ws.send(json.dumps({"type": "response.create", **body(i, self.chain.previous)}))
         first = json.loads(self.ws.recv(timeout=OPEN_S))
         self.chain.resume_ms.append((time.perf_counter() - started) * 1000.0)
@@ -204,17 +207,13 @@ class Sdk:
 
 
 def node_of(harness: Harness, port: int, timeout_s: float = 5.0) -> str | None:
-    deadline = time.monotonic() + timeout_s
-    while (node := harness.connection_servers().get(port)) is None and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return node
-
-
-def wait_up(harness: Harness, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not all(v.startswith("UP") for v in harness.server_states().values()):
-        assert time.monotonic() < deadline, harness.server_states()
-        time.sleep(0.3)
+    """The session node the balancer sent the client's socket from ``port`` to (``show sess``
+    lists it once the balancer has connected it); ``None`` if it never does."""
+    with contextlib.suppress(TimedOut):
+        return wait_until(
+            lambda: harness.connection_servers().get(port), timeout_s, f"the balancer's node of :{port}"
+        )
+    return None
 
 
 def all_up(harness: Harness) -> None:
@@ -311,16 +310,16 @@ def test_expired_and_never_issued_tokens_get_invalid_resume_token(harness, store
     raw.turn(0)
     _, conn_id, _ = raw.token.split(".", 2)
     key = conn_key(conn_id)
+    # The state's expiry taken away here: the host's last refresh once it sees the drop (it
+    # parks the state for the grace window) sets it again, which shows the refresh is done.
+    # (A heartbeat, every third of the grace, could set it first: a rare, harmless early look.)
+    assert store.persist(key)
     raw.ws.socket.shutdown(socket.SHUT_RDWR)  # dropped: no close frame, the state stays parked
     raw.ws.close()
-    time.sleep(1.0)  # the host has seen the drop and refreshed the state once
-    assert store.exists(key)
+    wait_until(lambda: store.pttl(key) > 0, 10, "the host's refresh of the dropped connection's state")
     store.pexpire(key, 1)  # what the grace's TTL does, now
     store.pexpire(key + ":log", 1)
-    deadline = time.monotonic() + 10
-    while store.exists(key):
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until(lambda: not store.exists(key), 10, "the state's expiry", every_s=0.05)
     for token in (raw.token, f"rws2.{conn_id}x.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"):
         with pytest.raises(InvalidStatus) as refused:
             connect(harness.ws_url, additional_headers={HEADER: token}, open_timeout=OPEN_S).close()

@@ -15,7 +15,8 @@ from typing import Any
 from actors.config import SessionConfig
 from actors.host.handoff import Handoff, HandoffReceiver, Link, Outcome, handoff_path
 from actors.host.server import SocketServer
-from tests.support.waiting import MovableClockLoop, until
+from actors.host.websocket import CLOSE_TIMEOUT_S
+from tests.support.waiting import MovableClockLoop, run_with_movable_clock, until
 
 
 def upgrade_request() -> bytes:
@@ -24,6 +25,29 @@ def upgrade_request() -> bytes:
         f"GET /v1/responses HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
         f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
     ).encode()
+
+
+def read_to_eof(client: socket.socket) -> bytes:
+    """What the client reads until the host half-closes the socket (a refused upgrade's
+    answer ends with the host's EOF); the client does not close its end."""
+    client.settimeout(5)
+    answer = b""
+    while chunk := client.recv(65536):
+        answer += chunk
+    return answer
+
+
+async def refused_and_cut_off(
+    loop: MovableClockLoop, client: socket.socket, serving: asyncio.Task[Any]
+) -> bytes:
+    """The refused upgrade's answer as the client reads it; then the host's close timeout
+    passes on the loop's clock (no wall time) and the host cuts off the client, which never
+    closed its end: ``serving`` ends."""
+    answer = await loop.run_in_executor(None, read_to_eof, client)
+    assert not serving.done()  # the host waits for the client to close its end
+    await loop.advance(CLOSE_TIMEOUT_S, turns=10)
+    await asyncio.wait_for(serving, 5)
+    return answer
 
 
 def tcp_pair() -> tuple[socket.socket, socket.socket]:
@@ -70,21 +94,18 @@ def test_an_upgrade_that_reaches_a_draining_host_is_refused_503_with_retry_after
     def unused(*args: object) -> object:
         raise AssertionError("a refused upgrade starts no session")
 
-    async def main() -> tuple[Outcome, bytes]:
+    async def main(loop: MovableClockLoop) -> tuple[Outcome, bytes]:
         server = SocketServer(SessionConfig(), "host", unused, unused)  # type: ignore[arg-type]
         await server.drain(1.0)  # nothing open: it returns at once, draining
         client, sock = tcp_pair()
         client.sendall(upgrade_request())
-        served = await asyncio.wait_for(server.serve(sock, Handoff("s1", conn_id="c1", owner="o")), 5)
+        serving = loop.create_task(server.serve(sock, Handoff("s1", conn_id="c1", owner="o")))
+        answer = await refused_and_cut_off(loop, client, serving)
         sock.close()  # the gateway's copy closes on the host's Ended notice
-        client.settimeout(5)
-        answer = b""
-        while chunk := client.recv(65536):
-            answer += chunk
         client.close()
-        return served.outcome, answer
+        return serving.result().outcome, answer
 
-    outcome, answer = asyncio.run(main())
+    outcome, answer = run_with_movable_clock(main)
     assert outcome is Outcome.REFUSED
     assert answer.startswith(b"HTTP/1.1 503 Service Unavailable\r\n"), answer
     assert b"\r\nRetry-After: 1\r\n" in answer and b'"code": "server_shutting_down"' in answer, answer
@@ -120,12 +141,8 @@ def test_a_host_that_lags_past_websockets_opening_timeout_still_answers_the_upgr
         await until(lambda: loop.accepted, 5, "the host to take the socket")  # its request not read yet
         await loop.advance(11.0, turns=10)  # what fell due in those 11 s runs, and what it starts
         client.sendall(upgrade_request())
-        await asyncio.wait_for(serving, 5)
+        answer = await refused_and_cut_off(loop, client, serving)
         sock.close()
-        client.settimeout(5)
-        answer = b""
-        while chunk := client.recv(65536):
-            answer += chunk
         client.close()
         return answer
 
