@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic_core import to_json
 
-DEFAULT_MAX_CHARS = 4_000_000  # of JSON kept: ~100 distinct 30 KB echoes
+DEFAULT_MAX_CHARS = 1_000_000  # of JSON kept: ~30 distinct 30 KB echoes (a storm needs one text and one list)
 MIN_CHARS = 256  # shorter JSON is encoded each time (keeping it would cost more than it saves)
 
 
