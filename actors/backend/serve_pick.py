@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 import ray
+from ray.serve._private.request_router.replica_wrapper import ReplicaSelection
 from ray.serve.handle import DeploymentHandle
 
 from inference.types import InferenceRequest
@@ -34,5 +35,6 @@ async def picked_replica(handle: DeploymentHandle[Any], request: InferenceReques
     picks for ``request`` (its ``session_key`` as Serve's ``session_id``, as the call itself
     would carry it)."""
     routed = handle.options(session_id=request.session_key) if request.session_key else handle
+    selection: ReplicaSelection
     async with routed._choose_replica((request,), {"_reserve": False}) as selection:
         return str(selection.replica_id)

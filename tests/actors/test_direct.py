@@ -192,3 +192,12 @@ def test_a_first_call_cut_short_stops_the_call_on_the_replica() -> None:
         direct.close()
 
     asyncio.run(main())
+
+
+def test_the_routers_pick_is_used_on_the_ray_series_it_was_written_against_only() -> None:
+    """actors/backend/serve_pick.py uses Serve's private pick-only routing: the installed Ray
+    must be its series (this fails when Ray moves: read the router again, then re-pin)."""
+    from actors.backend import serve_pick
+
+    assert serve_pick.supported(), "Ray moved: check DeploymentHandle._choose_replica(_reserve=False)"
+    assert serve_pick.supported("2.60.1") and not serve_pick.supported("2.61.0")
