@@ -157,9 +157,10 @@ def test_check_50_client_disconnect_mid_response_cancels_generation(ws_url):
 
 
 def test_later_turns_go_over_the_direct_channel_and_a_disconnect_still_cancels_them(ws_url):
-    """A connection's first call goes through Serve; its next ones stream over the host's
-    direct channel to the pinned replica (inference.channel), and leaving mid-response
-    still stops the generation and frees its batch slot."""
+    """A connection's first call goes through Serve while its host holds no channel to the
+    replica picked for it; its next ones stream over the host's direct channel to the pinned
+    replica (inference.channel), and leaving mid-response still stops the generation and
+    frees its batch slot."""
     handle = serve.get_deployment_handle("InferenceDeployment", app_name="responses-ws")
     before = handle.stats.remote().result()
 
