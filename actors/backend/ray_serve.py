@@ -20,7 +20,6 @@ from ..config import SessionConfig
 from . import BeforeCall, EventStream, serve_pick
 from .direct import DirectCalls
 from .emulator_metadata import check_emulator_metadata
-from .serve_pick import picked_replica
 from .whatif_hook import WhatIfServices
 
 
@@ -39,7 +38,9 @@ class ServeInference:
         self.before_call: BeforeCall | None = (
             WhatIfServices(config.whatif, self._services) if config.whatif.enabled else None
         )
-        pick = functools.partial(picked_replica, self._generate) if serve_pick.supported() else None
+        pick = (
+            functools.partial(serve_pick.picked_replica, self._generate) if serve_pick.supported() else None
+        )
         self._direct = (
             DirectCalls(self._via_serve, self._endpoint, time.monotonic, pick)
             if config.direct_inference
