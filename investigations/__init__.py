@@ -4,6 +4,8 @@ options; they need the ``bench`` extra, as ``responses-ws bench`` does).  Not in
 
 - :mod:`investigations.burst`: first turns of resumed sessions all at once, how long each
   socket waits (docs/performance.md);
+- :mod:`investigations.first_create`: a crowd's first creates on one session host, the
+  host's CPU per first create by phase, in this process (docs/performance.md);
 - :mod:`investigations.emulator`: the emulated inference deployment against its own model,
   driven through its Serve handle from this process (docs/emulator-fidelity.md);
 - :mod:`investigations.handover`: a listener leaving the port under a connection flood, a

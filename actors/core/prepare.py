@@ -12,6 +12,7 @@ with no shared cache — the stateless baseline redoes all of it.
 
 from __future__ import annotations
 
+import marshal
 import re
 from array import array
 from collections.abc import Collection, Mapping, Sequence
@@ -105,7 +106,7 @@ class Preparer:
             if self._shared is None or not tools:
                 self._tools = prepared_tools(tools, fmt)
             else:
-                key = _TOOLS_JSON.dump_json(list(tools)).decode()
+                key = tools_key(tools)
                 self._tools = self._shared.tools.get((fmt.name, key), lambda: prepared_tools(tools, fmt))
             self._tools_seen = (list(tools), fmt.name)
         return self._tools
@@ -137,6 +138,18 @@ class Preparer:
             if verdict.flagged:
                 raise ContentFiltered(verdict.categories)
         return scan
+
+
+def tools_key(tools: Sequence[Tool]) -> str:
+    """The tools' content exactly, as a key of the host's shared parts: ``marshal``'s bytes
+    (format 2: no back-references, so equal content writes equal bytes; types kept, ``true``
+    is not ``1``) of each tool's class, fields and extra keys, ~10 µs for a coding agent's
+    tools against ~80 µs to encode them as JSON; JSON for a value marshal cannot write."""
+    try:
+        parts = [(type(t).__name__, t.__dict__, t.__pydantic_extra__) for t in tools]
+        return "m" + marshal.dumps(parts, 2).decode("latin-1")
+    except ValueError:
+        return "j" + _TOOLS_JSON.dump_json(list(tools)).decode()
 
 
 def prepared_tools(tools: Sequence[Tool], fmt: ChatFormat) -> Tools:

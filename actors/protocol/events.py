@@ -6,15 +6,14 @@ the one encode point, so the outbound wire reads as one list."""
 
 from __future__ import annotations
 
-import copy
 import secrets
 from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import Field, FieldSerializationInfo, SerializerFunctionWrapHandler, field_serializer
-from pydantic_core import to_json
 
 from ..errors import APIError, ServerError
+from .echoes import PROCESS_ECHOES, EchoJSON
 from .items import Outbound, OutputItem, OutputText
 from .requests import ReasoningConfig, TextConfig
 from .wire_types import JSONObject
@@ -418,24 +417,25 @@ class EventEncoder:
     same, reusing the JSON of the echoed ``instructions`` and ``tools``: a coding agent resends
     the same tens of KB of them with every create, and three events of every response echo
     them (``response.created``, ``response.in_progress`` and the terminal one).  The Response
-    is encoded with a placeholder for each, which is then replaced with the JSON kept from the
-    last time the value was the same (comparing them is far cheaper than encoding them,
-    docs/performance.md).  The placeholder is random per encoder, so
-    no client text can spell it."""
+    is encoded with a placeholder for each, which is then replaced with the JSON of the value:
+    the one kept from the last time it was the same (the same object: a response's three
+    echoing events share one, a connection keeps its tools' echo, actors.core.prepare; or an
+    equal text), else the process's (:class:`~actors.protocol.echoes.EchoJSON`: a host's
+    connections share one tool list and resend one text, encoded once a process).  The
+    placeholder is random per encoder, so no client text can spell it."""
 
-    def __init__(self) -> None:
+    def __init__(self, echoes: EchoJSON | None = None) -> None:
         self._marker = secrets.token_hex(16)
-        # field → (the value encoded, a copy of it, its JSON): the same object again (a
-        # response's three echoing events share one; a connection keeps its tools' echo,
-        # actors.core.prepare) is not compared at all; values are never changed once sent.
-        self._kept: dict[str, tuple[Any, Any, str]] = {}
+        self._echoes = PROCESS_ECHOES if echoes is None else echoes
+        # field → (the value encoded last, its JSON); values are never changed once sent
+        self._kept: dict[str, tuple[Any, str]] = {}
 
     def placeholder(self, field: str, value: Any) -> str:
         kept = self._kept.get(field)
-        if kept is None or not (kept[0] is value or kept[1] == value):
-            self._kept[field] = (value, copy.deepcopy(value), to_json(value).decode())
+        if kept is None or not (kept[0] is value or (isinstance(value, str) and kept[0] == value)):
+            self._kept[field] = (value, self._echoes.json(value))
         elif kept[0] is not value:
-            self._kept[field] = (value, kept[1], kept[2])  # equal: the next one may be this one
+            self._kept[field] = (value, kept[1])  # an equal text: the next one may be this one
         return f"{self._marker}:{field}"
 
     def __call__(self, obj: ServerEvent | HttpBody) -> str:
@@ -448,7 +448,7 @@ class EventEncoder:
         parts: list[str] = []
         pos = 0
         for at, field in cuts:  # both placeholders are in the response, once each
-            parts += (text[pos:at], self._kept[field][2])
+            parts += (text[pos:at], self._kept[field][1])
             pos = at + len(self._marker) + len(field) + 3
         parts.append(text[pos:])
         return "".join(parts)

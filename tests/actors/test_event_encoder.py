@@ -9,8 +9,12 @@ import json
 
 import pytest
 
+from actors.config import SessionConfig
+from actors.core.prompt_parts import PromptParts
+from actors.core.session import Session
 from actors.protocol import EventEncoder, encode
-from tests.actors.test_protocol_schema import SCENARIOS, TOOL, create, session
+from actors.protocol.echoes import EchoJSON
+from tests.actors.test_protocol_schema import MODEL, SCENARIOS, TOOL, create, session
 
 WIDE = {
     "type": "function",
@@ -80,3 +84,43 @@ def test_a_connection_echoes_unchanged_tools_as_one_list_and_changed_ones_afresh
         assert all(encoder(e) == encode(e) for e in events)
     assert echoes[0] is echoes[1] and echoes[2] is echoes[3] and echoes[1] is not echoes[2]
     assert [len(e) for e in echoes] == [1, 1, 2, 2]
+
+
+def test_connections_of_a_host_share_the_echoes_json_and_write_what_encode_writes():
+    """Two connections of one host (sharing its prompt parts, as a session host's do) echo
+    the same text and the host's one prepared tool list: the second takes both JSONs from
+    the process's :class:`EchoJSON`; a tool list that is equal but another object is
+    encoded afresh (tools are known by identity)."""
+    echoes, parts = EchoJSON(), PromptParts()
+    _, answer = SCENARIOS["function call"]
+    text = "You are a coding agent. " * 40
+    tools = [TOOL, WIDE, {**TOOL, "name": "write_file"}]
+    echoed = []
+    for i in range(2):
+        s = Session(SessionConfig(), [MODEL], session_key=f"c{i}", clock=lambda: 1.7e9, prompt_parts=parts)
+        events = answer(
+            s, create(s, store=False, input=f"go {i}", instructions="".join(text), tools=tools)
+        ).events
+        encoder = EventEncoder(echoes)
+        assert all(encoder(e) == encode(e) for e in events)
+        echoed.append(events[0].response.tools)
+    assert echoed[0] is echoed[1]
+    assert (echoes.misses, echoes.hits) == (2, 2)  # text and tools once each; the second connection hits both
+    equal_list = list(echoed[0])
+    assert equal_list == echoed[0] and echoes.json(equal_list) == encode_list(equal_list)
+    assert echoes.misses == 3
+
+
+def test_the_echoes_keep_the_most_recent_within_their_bound():
+    echoes = EchoJSON(max_chars=1000)
+    texts = [f"{i}" * 300 for i in range(5)]
+    for text in texts:
+        assert echoes.json(text) == json.dumps(text)
+    assert len(echoes) == 3  # 302 chars each: the two oldest went
+    echoes.json(texts[2])
+    echoes.json("short")  # short JSON is not kept
+    assert (echoes.hits, echoes.misses, len(echoes)) == (1, 5, 3)
+
+
+def encode_list(tools: list) -> str:
+    return json.dumps(tools, separators=(",", ":"), ensure_ascii=False)

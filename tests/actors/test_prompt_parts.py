@@ -62,3 +62,22 @@ def test_the_cache_is_bounded_by_the_size_of_its_keys_least_recently_used_first(
     assert len(parts.instructions) == 3
     _first_turn(parts, texts[1], [])
     assert parts.instructions.misses == 5, "b was the least recently used: rendered again"
+
+
+def test_tool_lists_share_a_rendering_exactly_when_their_content_is_the_same():
+    """The shared key is the tools' content with its types and order: ``true`` is not ``1``,
+    nor ``1`` ``1.0``, and keys in another order echo in another order."""
+    parts: SharedParts = PromptParts()
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}}
+    tool = {**TOOL, "parameters": schema, "strict": True}
+    variants = [
+        tool,
+        {**tool, "parameters": {**schema, "properties": {"n": {"type": "integer", "minimum": 1.0}}}},
+        {**tool, "parameters": {"properties": schema["properties"], "type": "object"}},
+        {**tool, "x_extra": 1},
+        {**tool, "x_extra": True},
+    ]
+    for variant in variants:
+        _first_turn(parts, "x", [variant])
+    _first_turn(parts, "x", [json.loads(json.dumps(tool))])
+    assert (parts.tools.misses, parts.tools.hits) == (5, 1)
