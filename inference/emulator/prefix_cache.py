@@ -42,6 +42,23 @@ from dataclasses import dataclass
 
 CACHING_MIN_TOKENS = 1024
 CACHING_STEP_TOKENS = 128
+# A held block's state is one int: its stamp, then its successors' count (``_COUNT_BITS``),
+# then its parent's key (``_KEY_BITS``, offset to be non-negative).
+_NO_PARENT = -1  # a chain's first block's parent: ``hash`` never returns -1, so no block's key
+_KEY_BITS = 64  # a key is a 64-bit signed ``hash``
+_KEY_OFFSET = 1 << (_KEY_BITS - 1)
+_KEY_MASK = (1 << _KEY_BITS) - 1
+_COUNT_BITS = 32  # a block's successors (blocks chaining on it)
+_COUNT_MASK = (1 << _COUNT_BITS) - 1
+_ONE_SUCCESSOR = 1 << _KEY_BITS
+_STAMP_SHIFT = _KEY_BITS + _COUNT_BITS
+_LOW_MASK = (1 << _STAMP_SHIFT) - 1
+
+
+def _entry(stamp: int, key: int) -> int:
+    """An end block's heap entry: one int ordered as ``(stamp, key)`` (an int, not a tuple,
+    so the heap's entries are nothing the collector tracks either)."""
+    return stamp << _KEY_BITS | (key + _KEY_OFFSET)
 
 
 def reported_cached_tokens(reused_tokens: int) -> int:
@@ -107,24 +124,21 @@ class Lookup:
     keys: tuple[int, ...]
 
 
-@dataclass(slots=True)
-class _Block:
-    """A held block: the block before it in its chain (``None``: the chain's first), how many
-    held blocks chain on it, and its stamp (see the module doc)."""
-
-    parent: int | None
-    successors: int
-    stamp: int
-
-
 class PrefixCache:
     """Bounded LRU of block keys; ``capacity_blocks == 0`` disables caching."""
 
     def __init__(self, capacity_blocks: int, block_tokens: int) -> None:
         self._capacity = capacity_blocks
         self._block = block_tokens
-        self._blocks: dict[int, _Block] = {}
-        self._ends: list[tuple[int, int]] = []  # (stamp, key) of end blocks; stale entries skipped
+        # A held block's state, one int keyed by the block's key (see ``_NO_PARENT``): the block
+        # before it in its chain, how many held blocks chain on it, and its stamp (see the
+        # module doc).  Ints only: the collector does not track such a dict, so a replica
+        # holding tens of thousands of blocks, evicting as many as it adds, gives it nothing
+        # to walk (objects per block would pile up in its youngest generation unseen, each
+        # eviction's free offsetting an insert's allocation in its count, then be walked
+        # all at once on the event loop).
+        self._state: dict[int, int] = {}
+        self._ends: list[int] = []  # end blocks as ``_entry(stamp, key)``, a heap; stale entries skipped
         self._stamp = 0
         self.lookups = 0
         self.hit_blocks = 0
@@ -139,7 +153,11 @@ class PrefixCache:
 
     def __len__(self) -> int:
         """Blocks held."""
-        return len(self._blocks)
+        return len(self._state)
+
+    def __contains__(self, key: object) -> bool:
+        """Whether the block of this key (:func:`block_keys`) is held."""
+        return key in self._state
 
     def lookup(self, prompt: Sequence[int], root: int = 0, known: Sequence[int] = ()) -> Lookup:
         """Reuse the longest cached block prefix of ``prompt`` (see module doc); ``known``:
@@ -172,24 +190,43 @@ class PrefixCache:
         """:meth:`insert` of blocks by their keys (:func:`block_keys`)."""
         if not self._capacity:
             return 0
-        blocks = self._blocks
+        state = self._state
         held = self._held(keys)
         if held == len(keys):
             if keys:
                 self._use(keys[-1])
             return 0
-        parent = keys[held - 1] if held else None
-        if parent is not None:
-            blocks[parent].successors += 1
-        for i in range(held, len(keys) - 1):
-            blocks[keys[i]] = _Block(parent, 1, 0)
-            parent = keys[i]
-        blocks[keys[-1]] = _Block(parent, 0, 0)
-        self._use(keys[-1])
-        evicted = 0
-        while len(blocks) > self._capacity:
-            self._evict_one()
-            evicted += 1
+        new = keys[held:]
+        parent = keys[held - 1] if held else _NO_PARENT
+        if held:
+            state[parent] += _ONE_SUCCESSOR
+        for key in new:
+            state[key] = _ONE_SUCCESSOR | (parent + _KEY_OFFSET)
+            parent = key
+        state[parent] -= _ONE_SUCCESSOR
+        self._use(parent)
+        evicted = len(state) - self._capacity
+        if evicted <= 0:
+            return 0
+        ends = self._ends
+        for _ in range(evicted):  # the least recently used blocks: the end blocks with the oldest stamps
+            while True:
+                entry = heapq.heappop(ends)
+                key = (entry & _KEY_MASK) - _KEY_OFFSET
+                value = state.get(key)
+                # held, with no successor and the stamp it had when pushed
+                if value is not None and value >> _KEY_BITS == (entry >> _KEY_BITS) << _COUNT_BITS:
+                    break
+            del state[key]
+            parent = (value & _KEY_MASK) - _KEY_OFFSET
+            if parent != _NO_PARENT:
+                up = state[parent] - _ONE_SUCCESSOR
+                if up >> _STAMP_SHIFT < entry >> _KEY_BITS:  # it inherits the newer stamp
+                    up = (entry >> _KEY_BITS) << _STAMP_SHIFT | (up & _LOW_MASK)
+                state[parent] = up
+                if not (up >> _KEY_BITS) & _COUNT_MASK:
+                    self._push_end(parent)
+                    ends = self._ends  # a rebuild replaces it
         self.evicted_blocks += evicted
         return evicted
 
@@ -197,32 +234,19 @@ class PrefixCache:
         """A chain up to ``key`` was used: it is the most recent (its blocks before ``key``
         through their stamps' inheritance, module doc)."""
         self._stamp += 1
-        block = self._blocks[key]
-        block.stamp = self._stamp
-        if not block.successors:
-            self._push_end(key, block)
+        value = self._state[key]
+        self._state[key] = self._stamp << _STAMP_SHIFT | (value & _LOW_MASK)
+        if not (value >> _KEY_BITS) & _COUNT_MASK:
+            self._push_end(key)
 
-    def _push_end(self, key: int, block: _Block) -> None:
-        heapq.heappush(self._ends, (block.stamp, key))
-        if len(self._ends) > 2 * len(self._blocks) + 64:  # stale entries: rebuild from the ends held
-            self._ends = [(b.stamp, k) for k, b in self._blocks.items() if not b.successors]
+    def _push_end(self, key: int) -> None:
+        state = self._state
+        heapq.heappush(self._ends, _entry(state[key] >> _STAMP_SHIFT, key))
+        if len(self._ends) > 2 * len(state) + 64:  # stale entries: rebuild from the ends held
+            self._ends = [
+                _entry(v >> _STAMP_SHIFT, k) for k, v in state.items() if not (v >> _KEY_BITS) & _COUNT_MASK
+            ]
             heapq.heapify(self._ends)
-
-    def _evict_one(self) -> None:
-        """Drop the least recently used block: the end block with the oldest stamp."""
-        blocks = self._blocks
-        while True:
-            stamp, key = heapq.heappop(self._ends)
-            block = blocks.get(key)
-            if block is not None and not block.successors and block.stamp == stamp:
-                break
-        del blocks[key]
-        if block.parent is not None:
-            parent = blocks[block.parent]
-            parent.successors -= 1
-            parent.stamp = max(parent.stamp, stamp)
-            if not parent.successors:
-                self._push_end(block.parent, parent)
 
     def _held(self, keys: Sequence[int]) -> int:
         """How many of a chain's ``keys``, from its start, are held.  Held blocks are closed
@@ -232,7 +256,7 @@ class PrefixCache:
         lo, hi = 0, len(keys)
         while lo < hi:
             mid = (lo + hi) // 2
-            if keys[mid] in self._blocks:
+            if keys[mid] in self._state:
                 lo = mid + 1
             else:
                 hi = mid
@@ -243,7 +267,7 @@ class PrefixCache:
         order or counters (for tests and diagnostics)."""
         held = 0
         for key in block_keys(tokens, self._block, root=root):
-            if key not in self._blocks:
+            if key not in self._state:
                 break
             held += self._block
         return held
@@ -252,7 +276,7 @@ class PrefixCache:
         blocks = self.hit_blocks + self.miss_blocks
         return {
             "block_tokens": self._block,
-            "blocks": len(self._blocks),
+            "blocks": len(self._state),
             "capacity_blocks": self._capacity,
             "lookups": self.lookups,
             "hit_blocks": self.hit_blocks,
