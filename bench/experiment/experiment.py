@@ -214,6 +214,8 @@ class Experiment:
             store=store.window(t0, t1) if store is not None else None,
             shared_ms_per_s=window.busiest_thread_ms_per_s(deltas[head], t1 - t0) if head else {},
             counted=counted,
+            connect_failures=result.connect_failures,
+            unconnected=result.loops - result.connected,
         )
         step = figures.step_figures(
             {

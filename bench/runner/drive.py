@@ -11,6 +11,7 @@ loop has run its rollouts.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -67,6 +68,9 @@ def drive(
     outs = fleet.call("finish", (start, end))
     take([o["records"] for o in outs])
     errors = {int(k): v for o in outs for k, v in o["errors"].items()}
+    connect_failures: Counter[str] = Counter()
+    for o in outs:
+        connect_failures.update(o.get("connect_failures") or {})
     checks = [o["check"] for o in outs if o.get("check") is not None]
     for other in checks[1:]:
         checks[0].merge(other)
@@ -81,4 +85,5 @@ def drive(
         lag_ms=[x for o in outs for x in o["lag_ms"]],
         stalls=[s for o in outs for s in o["stalls"]],
         check=checks[0] if checks else None,
+        connect_failures=dict(connect_failures),
     )

@@ -21,6 +21,7 @@ import asyncio
 import json
 import random
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -28,6 +29,7 @@ from typing import Any
 from .. import workload as wl
 from ..rollouts import TIMINGS_KEY, model_seconds, server_timings
 from .channels import Channel, Reply
+from .connecting import open_with_retry
 from .model import TurnRecord
 
 OUTPUT_POOL = 48  # distinct tool outputs per client process (drawn from the preset's sizes)
@@ -157,6 +159,7 @@ class Loop:
         new_channel: Callable[[], Channel],
         *,
         fresh_connection: bool = False,
+        connect_failures: Counter[str] | None = None,
     ) -> None:
         self.index = index
         self.target = target
@@ -165,6 +168,7 @@ class Loop:
         self.sink = sink
         self.new_channel = new_channel
         self.fresh_connection = fresh_connection
+        self.connect_failures: Counter[str] = Counter() if connect_failures is None else connect_failures
         self.channel = new_channel()
         self.rollout = index
         self.turns = 0
@@ -206,8 +210,10 @@ class Loop:
         return self.enc.body(items, self.meta_json, response["id"])
 
     async def open(self) -> None:
+        """Open the channel, retried (bench/runner/connecting.py); each failed attempt counted
+        in ``connect_failures``."""
         t0 = time.perf_counter()
-        await self.channel.open()
+        await open_with_retry(self.channel.open, self.connect_failures)
         self._connect_ms = (time.perf_counter() - t0) * 1000
 
     async def turn(self, create: str, kind: str) -> dict[str, Any] | None:

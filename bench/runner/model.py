@@ -237,6 +237,8 @@ class LoadResult:
     lag_ms: list[float] = field(default_factory=list)  # every client's ticks in the window
     stalls: list[tuple[float, float]] = field(default_factory=list)  # (when, ms) ticks over 20 ms
     check: RunCheck | None = None  # with ``check_events``: every stream's invariants, all clients
+    # failed connection attempts by type (``connect:http_503``, ...), retried or not (bench/runner/connecting.py)
+    connect_failures: dict[str, int] = field(default_factory=dict)
 
     @property
     def saturated(self) -> bool:
@@ -263,6 +265,7 @@ class LoadResult:
         ok = [r for r in rows if r.ok]
         span = t1 - t0
         failures = Counter(r.error_code or "error" for r in rows if not r.ok)
+        failures.update(self.connect_failures)
         return {
             "loops": self.loops,
             "connected": self.connected,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -88,6 +89,7 @@ class LoadWorker:
         self.watcher: asyncio.Task[None] | None = None
         self.release_at = 0.0
         self.check = RunCheck() if spec.check_events else None
+        self.connect_failures: Counter[str] = Counter()  # failed connection attempts, by type
 
     def _channel(self, target: str) -> Channel:
         if self.check is not None:
@@ -110,7 +112,14 @@ class LoadWorker:
             target = self.spec.target(i)
             self.loops.append(
                 Loop(
-                    i, target, self.enc, self.pace, self.records, self._maker(target), fresh_connection=fresh
+                    i,
+                    target,
+                    self.enc,
+                    self.pace,
+                    self.records,
+                    self._maker(target),
+                    fresh_connection=fresh,
+                    connect_failures=self.connect_failures,
                 )
             )
         for key in range(HISTORY_POOL):
@@ -202,4 +211,5 @@ class LoadWorker:
             "stalls": [s for s in self.stalls if window[0] <= s[0] <= window[1]],
             "lag_ms": [ms for t, ms in self.ticks if window[0] <= t <= window[1]],
             "check": self.check,
+            "connect_failures": dict(self.connect_failures),
         }
