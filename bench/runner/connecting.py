@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
 PREFIX = "connect:"
 BACKOFF_S = (0.25, 0.5, 1.0, 2.0)  # before the 2nd, 3rd, ... attempt
@@ -81,3 +82,13 @@ async def open_with_retry(
             if delay is None:
                 raise
         await sleep(delay)
+
+
+@dataclass
+class ConnectLog:
+    """A client process's opens: at most ``attempts`` each, the failed attempts by type and
+    every successful open as (when it began, time.time(); how long it took, ms)."""
+
+    attempts: int = ATTEMPTS
+    failures: Counter[str] = field(default_factory=Counter)
+    opened: list[tuple[float, float]] = field(default_factory=list)
