@@ -3,12 +3,23 @@ the driver says, at the latest at the spec's deadline, and the workers end eithe
 
 from __future__ import annotations
 
+import asyncio
+import json
+import time
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from bench import workload as wl
 from bench.runner import ClientStats, LoadRun, LoadSpec
+from bench.runner.channels import Channel, Reply
 from bench.runner.drive import RELEASE_DELAY_S
+from bench.runner.worker import LoadWorker
+
+BARE = wl.Workload(
+    tool_rounds=0, system_tokens=0, tool_def_tokens=0, task_tokens=1, text_tokens=8, tool_output_tokens=1
+)
 
 pytestmark = pytest.mark.unit
 
@@ -99,3 +110,85 @@ def test_a_spec_refuses_negative_rollouts_and_no_attempt():
         spec(rollouts_per_loop=-1)
     with pytest.raises(ValueError, match="connect_attempts"):
         spec(connect_attempts=0)
+
+
+COMPLETED = '{"type":"response.completed","response":{"id":"resp_1","output":[],"usage":{"output_tokens":1}}}'
+
+
+class Socket(Channel):
+    """A connection that opens (or is refused with 503 ``refusals`` times) and answers every
+    create at once, completed with no tool call."""
+
+    def __init__(self, refusals: int = 0) -> None:
+        self.refusals = refusals
+        self.up = False
+        self.sent: list[str] = []
+
+    async def open(self) -> None:
+        if self.refusals:
+            self.refusals -= 1
+            exc = Exception("server rejected WebSocket connection: HTTP 503")
+            exc.response = SimpleNamespace(status_code=503, headers={"Retry-After": "0"})  # type: ignore[attr-defined]
+            raise exc
+        self.up = True
+
+    @property
+    def is_open(self) -> bool:
+        return self.up
+
+    async def send(self, body: str) -> Reply:
+        self.sent.append(body)
+        return Reply(COMPLETED, time.time(), 0.001, 0.0005)
+
+    async def close(self) -> None:
+        self.up = False
+
+
+def run_worker(spec: LoadSpec, sockets: list[Socket]) -> tuple[dict[str, Any], list[int]]:
+    """A worker's calls in the driver's order on ``sockets`` (one a loop); what ``opened``
+    answered after every loop arrived and after the held turns."""
+    worker = LoadWorker(spec, list(range(spec.loops)))
+    made = iter(sockets)
+    worker._channel = lambda target: next(made)  # type: ignore[method-assign]
+
+    async def main() -> tuple[dict[str, Any], list[int]]:
+        await worker.connect()
+        await worker.start(time.time())
+        await worker.set_end(time.time() + 60)
+        while await worker.running():
+            await asyncio.sleep(0.01)
+        seen = [await worker.opened()]
+        seen.append(await worker.held_turns(2))
+        seen.append(await worker.opened())
+        await worker.set_end(time.time())
+        return await worker.finish((0.0, time.time())), seen
+
+    return asyncio.run(main())
+
+
+def test_arriving_connections_send_their_creates_and_are_held_for_more_turns():
+    spec = LoadSpec(
+        targets=("http://a",), loops=3, custom_workload=BARE, arrivals=True, ramp_s=0.03, rollouts_per_loop=1
+    )
+    sockets = [Socket(), Socket(refusals=1), Socket()]
+    out, seen = run_worker(spec, sockets)
+    assert seen == [3, 6, 3]  # all held; 2 turns on each; still held
+    kinds = sorted(r.kind for r in out["records"])
+    assert kinds == ["first"] * 3 + ["held"] * 6 and all(r.ok for r in out["records"])
+    assert len(out["connects"]) == 3 and out["connect_failures"] == {"connect:http_503": 1}  # retried
+    assert out["stats"].connected == 3 and not any(s.up for s in sockets)  # finish closed them
+    first = json.loads(sockets[0].sent[0])
+    assert "instructions" not in first and "tools" not in first  # a bare create
+
+
+def test_connect_only_arrivals_closed_at_once_and_a_refusal_not_retried_when_told():
+    spec = LoadSpec(
+        targets=("http://a",), loops=2, custom_workload=BARE, arrivals=True, rollouts_per_loop=0,
+        hold=False, connect_attempts=1,
+    )  # fmt: skip
+    out, seen = run_worker(spec, [Socket(), Socket(refusals=1)])
+    assert seen == [0, 0, 0] and out["records"] == []  # opened and closed, no turn sent
+    assert len(out["connects"]) == 1 and out["connect_failures"] == {"connect:http_503": 1}
+    assert out["stats"].connected == 1 and out["errors"] == {
+        1: ["connect: Exception: server rejected WebSocket connection: HTTP 503"]
+    }
