@@ -162,6 +162,7 @@ class LoadRun:
         except BaseException:
             close(True)
             raise
+        self._deadline = self._drive.end
 
     @property
     def release_at(self) -> float:
@@ -169,8 +170,8 @@ class LoadRun:
 
     @property
     def deadline(self) -> float:
-        """When the loops stop if :meth:`stop` was not called before (time.time())."""
-        return self._drive.end
+        """When the loops stop if :meth:`stop` is not called before (time.time())."""
+        return self._deadline
 
     def running(self) -> int:
         """Loops still running (arriving, or in their rollouts; a held connection is not)."""

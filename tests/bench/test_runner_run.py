@@ -73,7 +73,7 @@ def test_a_run_goes_on_until_stopped_and_its_window_ends_then():
     fleet.now = 1010.0
     result = run.stop()
     assert ("set_end", (1010.0,)) in fleet.calls and fleet.calls[-1] == ("finish", ((1001.0, 1010.0),))
-    assert result.window == (1001.0, 1010.0) and closed == [False]
+    assert result.window == (1001.0, 1010.0) and closed == [False] and run.deadline == 1061.0
     # with arrivals every loop connected at its release: the workers' count
     assert result.connected == 2 and result.connects == [(1001.0, 5.0), (1001.5, 7.0)]
     assert result.summary()["failures"] == {"connect:http_503": 1}
