@@ -265,7 +265,12 @@ def test_scaling_experiment_sweeps_the_session_nodes_of_a_loopback_cluster(loopb
     out = tmp_path / "interrupted"
     cmd, env = command(cluster, out, "--session-nodes", "1", "--loops-per-node", "1,2", "--duration", "6",
                        "--warmup", "1", "--transports", "ws,http-full")  # fmt: skip
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Ctrl-C at a terminal: SIGINT at its default in the run (a suite started in the background
+    # of a shell, as `cmd &`, ignores SIGINT, and the run would inherit that)
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
     try:
         assert proc.stdout is not None
         for line in proc.stdout:  # the second step's progress line
