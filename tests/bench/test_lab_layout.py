@@ -18,6 +18,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 # The kinds that apply load: their loops run on the load runner (directly, or through the
 # capacity kind's level), none opens a socket for them.
 LOAD_KINDS = {
+    "bench/kinds/admission.py",
     "bench/kinds/capacity.py",
     "bench/kinds/scaling.py",
     "bench/kinds/soak.py",
@@ -27,7 +28,6 @@ ON_THE_RUNNER = ("bench.runner", "bench.kinds.capacity.one_level")
 # Modules that open connections themselves, and what they measure that is not a loop's turns.
 OWN_CONNECTIONS = {
     "bench/kinds/scaling.py": "idle connections held (memory and CPU per connection), no turns",
-    "bench/kinds/admission.py": "connects: bursts, arrival ramps, held sockets (then turns on the sockets it opened)",
     "bench/kinds/streams.py": "the delivery rate of N streams of one long answer each",
     "bench/kinds/floor.py": "one socket's per-turn cost against a reference server, sequential turns",
     "bench/kinds/floor_hotpath.py": "one socket's per-turn overhead with an instant model",
