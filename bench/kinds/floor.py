@@ -41,7 +41,6 @@ import asyncio
 import json
 import multiprocessing
 import random
-import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -363,7 +362,9 @@ def summarise(
         "turns": len(turns),
         "server_nonmodel_ms": median(ours, 3),
         "reference_ms": median(ref, 3),
-        "ratio": round(statistics.median(ours) / statistics.median(ref), 2) if ours and ref else None,
+        "ratio": round(m_ours / m_ref, 2)
+        if (m_ours := median(ours, None)) and (m_ref := median(ref, None))
+        else None,
         "server_api_overhead_ms": median(api, 3),
         "server_backend_ms": median([t.backend_ms for t in turns if t.backend_ms is not None], 3),
         "frames_per_turn": median([len(t.frames) for t in turns], 3),

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import statistics
 from pathlib import Path
 
 from inference.emulator.profiles import load_inference_config
@@ -23,6 +22,7 @@ from serve.embedded import embedded_server, local_config
 
 from .. import results
 from ..client import connect
+from ..stats import median, pct
 
 
 def bench_config(warm_actors: int = 1) -> AppConfig:
@@ -84,18 +84,18 @@ async def measure(url: str, turns: int, streams: int, tokens: int, store: bool =
     rates = await asyncio.gather(*(stream_rate(url, tokens) for _ in range(streams))) or [0.0]
     return {
         "turn_ms": {
-            "median": statistics.median(laps),
-            "p90": statistics.quantiles(laps, n=10)[-1],
+            "median": median(laps, None),
+            "p90": pct(laps, 0.9),
             "min": min(laps),
             "n": len(laps),
         },
-        "created_ms": {"median": statistics.median(created)},
-        "terminal_gap_ms": {"median": statistics.median(gaps), "p90": statistics.quantiles(gaps, n=10)[-1]},
+        "created_ms": {"median": median(created, None)},
+        "terminal_gap_ms": {"median": median(gaps, None), "p90": pct(gaps, 0.9)},
         "store": store,
         "streams": streams,
         "stream_tokens_per_s": {
             "each": [round(r, 1) for r in rates],
-            "median": statistics.median(rates),
+            "median": median(rates, None),
             "min": min(rates),
             "target": 1000.0,
         },

@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import json
 import random
-import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from serve.embedded import embedded_server, local_config
 
 from .. import plotting, results
 from ..client import ResponsesSocket, connect
+from ..stats import median
 
 MODEL = "emu-fast"
 API_KEY = "sk-bench"
@@ -161,9 +161,9 @@ async def measure(base: str, sizes: list[int], turns: int, seed: int) -> dict[st
                         "size": size,
                         "transport": chain.name,
                         "prompt_tokens": chain.prompt_tokens,
-                        "api_overhead_ms": statistics.median(x["api_overhead"] for x in t),
+                        "api_overhead_ms": median((x["api_overhead"] for x in t), None),
                     }
-                    row.update({p: statistics.median(x[p] for x in t) for p in PHASES})
+                    row.update({p: median((x[p] for x in t), None) for p in PHASES})
                     rows.append(row)
                     print(
                         f"{size:>7} {chain.name:<13} prompt {chain.prompt_tokens:>7}  "

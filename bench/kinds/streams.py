@@ -28,7 +28,6 @@ import argparse
 import asyncio
 import json
 import multiprocessing
-import statistics
 import time
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -40,6 +39,7 @@ from .. import bench_profiles as profiles
 from .. import results
 from ..client import connect
 from ..processes import actor_pids, cpu_by_pid, session_host_pids
+from ..stats import median
 
 MODEL = "bench-flat"
 TARGET_TOK_S = 1000.0
@@ -131,7 +131,7 @@ def summarise(streams: list[dict[str, Any]], cpu: dict[str, float]) -> dict[str,
         "rate_tok_s": {
             "min": round(rates[0], 1),
             "p10": round(rates[len(rates) // 10], 1),
-            "median": round(statistics.median(rates), 1),
+            "median": median(rates, 1),
             "max": round(rates[-1], 1),
             "each": [round(r, 1) for r in rates],
         },
@@ -143,8 +143,8 @@ def summarise(streams: list[dict[str, Any]], cpu: dict[str, float]) -> dict[str,
         "at_95pct": sum(r >= 0.95 * TARGET_TOK_S for r in rates),
         "aggregate_tok_s": round(total / wall, 1),
         "wall_s": round(wall, 3),
-        "ttft_ms": {"median": round(statistics.median(ttft), 1), "max": round(max(ttft), 1)},
-        "deltas_per_stream_median": statistics.median(s["deltas"] for s in ok),
+        "ttft_ms": {"median": median(ttft, 1), "max": round(max(ttft), 1)},
+        "deltas_per_stream_median": median((s["deltas"] for s in ok), None),
         "tokens_per_delta": round(total / sum(s["deltas"] for s in ok), 2),
         "cpu_cores": {k: round(v / wall, 3) for k, v in cpu.items()},
         "cpu_ms_per_1k_tokens": {k: round(v * 1e6 / total, 1) for k, v in cpu.items()},
@@ -236,9 +236,9 @@ def run(args: argparse.Namespace) -> int:
         "max_items_per_s": args.max_items_per_s,
         "rounds": rounds,
         "summary": {
-            "min_tok_s_median_of_rounds": statistics.median(mins),
-            "median_tok_s_median_of_rounds": statistics.median(medians),
-            "aggregate_tok_s_median_of_rounds": statistics.median(r["aggregate_tok_s"] for r in rounds),
+            "min_tok_s_median_of_rounds": median(mins, None),
+            "median_tok_s_median_of_rounds": median(medians, None),
+            "aggregate_tok_s_median_of_rounds": median((r["aggregate_tok_s"] for r in rounds), None),
             "all_at_95pct_rounds": sum(r["at_95pct"] == args.streams for r in rounds),
         },
     }

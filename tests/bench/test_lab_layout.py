@@ -48,7 +48,16 @@ OWN_CONNECTIONS = {
 }
 
 
-WORDS = ("client", "runner", "transports", "rollouts", "websockets", "capacity")  # worth parsing
+WORDS = (
+    "client",
+    "runner",
+    "transports",
+    "rollouts",
+    "websockets",
+    "capacity",
+    "statistics",
+    "stats",
+)  # worth parsing
 
 
 def imported(path: Path) -> set[str]:
@@ -92,3 +101,32 @@ def test_every_module_that_opens_connections_itself_says_what_it_measures_instea
         f"is listed in OWN_CONNECTIONS: unlisted {sorted(opens - set(OWN_CONNECTIONS))}, "
         f"listed but opening none {sorted(set(OWN_CONNECTIONS) - opens)}"
     )
+
+
+# A function whose name says it summarises a sample (a median, a mean, a spread, quantiles).
+SUMMARY_WORDS = ("median", "mean", "spread", "quantile", "percentile", "pct", "stdev")
+
+
+def test_the_lab_computes_its_statistics_with_the_one_stats_module():
+    """No lab module but bench/stats.py imports ``statistics``, and a function named for a
+    summary figure outside it takes its figures from bench/stats.py (it names them, the one
+    module computes them): two medians with different answers cannot come back."""
+    mods = lab_modules()
+    own = sorted(path for path, names in mods.items() if path != "bench/stats.py" and "statistics" in names)
+    assert not own, (
+        f"import bench.stats (pct, median, mean, spread, pstdev, line) instead of statistics: {own}"
+    )
+    for path in mods:
+        if path == "bench/stats.py":
+            continue
+        tree = ast.parse((BENCH.parent / path).read_text())
+        named = [
+            n.name
+            for n in ast.walk(tree)
+            if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+            and any(w in n.name for w in SUMMARY_WORDS)
+        ]
+        if named:
+            assert any(n.startswith("bench.stats") for n in mods[path]), (
+                f"{path} defines {named} without bench/stats.py: compute the figures there"
+            )
