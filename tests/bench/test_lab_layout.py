@@ -1,7 +1,7 @@
-"""The lab's one runner: the kinds that apply load (concurrent agent loops, turn after turn) run
-them on bench/runner, and every other module that opens WebSocket-mode connections itself
-(through bench/client.py, tests/test_layout.py) is listed here with what it measures instead
-of a loop's turns."""
+"""The lab's one runner and one client: the kinds that apply load (concurrent agent loops or
+streams, turn after turn) run it on bench/runner, and every other module that opens
+WebSocket-mode connections itself (through bench/client.py, tests/test_layout.py) is listed
+here with the reason of :data:`REASONS` it may, and what it measures instead of a load's turns."""
 
 from __future__ import annotations
 
@@ -21,30 +21,66 @@ LOAD_KINDS = {
     "bench/kinds/capacity.py",
     "bench/kinds/scaling.py",
     "bench/kinds/soak.py",
+    "bench/kinds/streams.py",
     "bench/multinode/scaling.py",
 }
 ON_THE_RUNNER = ("bench.runner", "bench.kinds.capacity.one_level")
-# Modules that open connections themselves, and what they measure that is not a loop's turns.
+# The rule: a module opens connections of its own only to measure what a load's per-turn
+# records (bench/runner's TurnRecord: a turn's times, its tokens, how it ended) cannot hold.
+REASONS = {
+    "probe": "one socket's turns, one at a time: a probe's latency or cost beside (or without) a load",
+    "connections": "connections themselves: opened, held or resumed, their cost or handshake, few or no turns",
+    "faults": "each socket's or turn's fate across kills, drains and redeploys: close codes, nodes, counts",
+    "client": "the lab's own clients: the runner's channel, the agentloop kind's transports, the reference",
+}
+# Modules that open connections themselves: (their reason, what they measure).
 OWN_CONNECTIONS = {
-    "bench/kinds/scaling.py": "idle connections held (memory and CPU per connection), no turns",
-    "bench/kinds/admission.py": "connects: bursts, arrival ramps, held sockets (then turns on the sockets it opened)",
-    "bench/kinds/streams.py": "the delivery rate of N streams of one long answer each",
-    "bench/kinds/floor.py": "one socket's per-turn cost against a reference server, sequential turns",
-    "bench/kinds/floor_hotpath.py": "one socket's per-turn overhead with an instant model",
-    "bench/kinds/floor_length.py": "one conversation's per-turn overhead as it grows",
-    "bench/kinds/memory.py": "one connection's memory as its cache grows",
-    "bench/kinds/neighbours.py": "a probe turn on an open socket beside HTTP load and resumed sockets",
-    "bench/kinds/ledger.py": "turns reconciled with the usage ledger across SIGKILLs",
-    "bench/kinds/resume.py": "a reconnect's time to the next turn's first event",
-    "bench/kinds/drain.py": "sockets mid-turn across a redeploy: nothing reset, lost or unanswered",
-    "bench/kinds/fidelity.py": "one conversation on a real engine and on its emulated twin",
-    "bench/multinode/scaling.py": "connections held through the balancer: the store's cost each, no turns",
-    "bench/multinode/load.py": "chains with faults injected on real nodes: every turn's fate",
-    "bench/multinode/locality.py": "one client's resumes against the node that holds its state",
-    "bench/transports.py": "one agent turn per transport, the agentloop kind's side-by-side rollouts",
-    "bench/rollouts.py": "the agentloop kind's rollouts, interleaved over the transports",
-    "bench/runner/channels.py": "the runner's own channel",
-    "bench/reference.py": "one turn of each kind recorded from the server, the reference's answers",
+    "bench/kinds/scaling.py": (
+        "connections",
+        "idle connections held (memory and CPU per connection), no turns",
+    ),
+    "bench/kinds/admission.py": (
+        "connections",
+        "connects: bursts, arrival ramps, held sockets (then turns on the sockets it opened)",
+    ),
+    "bench/kinds/floor.py": (
+        "probe",
+        "one socket's per-turn cost against a reference server, sequential turns",
+    ),
+    "bench/kinds/floor_hotpath.py": ("probe", "one socket's per-turn overhead with an instant model"),
+    "bench/kinds/memory.py": ("probe", "one connection's memory as its cache grows"),
+    "bench/kinds/neighbours.py": (
+        "connections",
+        "a probe turn on an open socket while fresh sockets resume stored conversations at once "
+        "(previous_response_id of a stored response: no runner loop sends one) beside HTTP load",
+    ),
+    "bench/kinds/fidelity.py": ("probe", "one conversation on a real engine and on its emulated twin"),
+    "bench/multinode/locality.py": ("probe", "one client's resumes against the node that holds its state"),
+    "bench/kinds/resume.py": ("connections", "a reconnect's time to the next turn's first event"),
+    "bench/multinode/scaling.py": (
+        "connections",
+        "connections held through the balancer: the store's cost each, no turns",
+    ),
+    "bench/kinds/ledger.py": ("faults", "turns reconciled with the usage ledger across SIGKILLs"),
+    "bench/kinds/drain.py": (
+        "faults",
+        "sockets mid-turn across a redeploy: nothing reset, lost or unanswered",
+    ),
+    "bench/multinode/load.py": (
+        "faults",
+        "chains through the balancer across node kills and drains: each socket's node, close code, "
+        "creates answered",
+    ),
+    "bench/transports.py": (
+        "client",
+        "one agent turn per transport, the agentloop kind's side-by-side rollouts",
+    ),
+    "bench/rollouts.py": ("client", "the agentloop kind's rollouts, interleaved over the transports"),
+    "bench/runner/channels.py": ("client", "the runner's own channel"),
+    "bench/reference.py": (
+        "client",
+        "one turn of each kind recorded from the server, the reference's answers",
+    ),
 }
 
 
@@ -94,7 +130,30 @@ def test_the_kinds_that_apply_load_run_it_on_the_load_runner():
         assert not own, f"{path} applies load with a client of its own: {own}"
 
 
+def opens_sockets_by_the_many(path: str) -> bool:
+    """The module calls ``connect`` inside a comprehension (how N sockets are opened at once)."""
+    tree = ast.parse((BENCH.parent / path).read_text())
+    comps = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+    return any(
+        isinstance(call, ast.Call)
+        and (getattr(call.func, "id", None) == "connect" or getattr(call.func, "attr", None) == "connect")
+        for comp in ast.walk(tree)
+        if isinstance(comp, comps)
+        for call in ast.walk(comp)
+    )
+
+
+def test_a_probe_opens_its_sockets_one_at_a_time():
+    """A module that opens its own sockets as a probe does not open many at once: that is a
+    load, and a load runs on bench/runner."""
+    probes = [path for path, (reason, _) in OWN_CONNECTIONS.items() if reason == "probe"]
+    many = [path for path in probes if opens_sockets_by_the_many(path)]
+    assert not many, f"these probes open sockets by the many (a load: run it on bench/runner): {many}"
+    assert opens_sockets_by_the_many("bench/multinode/scaling.py")  # the check sees a gather of connects
+
+
 def test_every_module_that_opens_connections_itself_says_what_it_measures_instead():
+    assert {reason for reason, _ in OWN_CONNECTIONS.values()} <= set(REASONS)
     opens = {path for path, names in lab_modules().items() if "bench.client.connect" in names}
     assert opens == set(OWN_CONNECTIONS), (
         "open connections for a load through bench/runner; a module that measures something else "
