@@ -116,13 +116,12 @@ async def exchange(sock: ResponsesSocket, create: str, frames: int | None = None
     last frame's arrival (before the client parses it) — the client's own work on either side
     is left out, the same for this server and the reference."""
     got: list[str] = []
-    await sock.ws.send(create)
+    await sock.send_raw(create)
     t0 = time.perf_counter()
     while True:
-        raw = await sock.ws.recv()
+        raw = await sock.recv_raw()
         arrived = time.perf_counter()
         event = json.loads(raw)
-        assert isinstance(raw, str)  # the server sends text frames
         got.append(raw)
         if len(got) == frames or (frames is None and is_final(event)):
             return got, (arrived - t0) * 1000
