@@ -189,3 +189,30 @@ def test_the_lab_computes_its_statistics_with_the_one_stats_module():
             assert any(n.startswith("bench.stats") for n in mods[path]), (
                 f"{path} defines {named} without bench/stats.py: compute the figures there"
             )
+
+
+# What each kind measures, one quantity a kind: kinds measuring the same quantity are one kind
+# with variants (``bench floor [hotpath|length]``, ``bench ledger [nodes]``); each row says, in
+# one line, what keeps the kind apart from the others.
+QUANTITIES = {
+    "agentloop": "where an agent rollout's time goes (tool, prefill, decode, API) per transport, side by side",
+    "floor": "a turn's time outside the model on one socket: against a reference, instant model, growing",
+    "memory": "a connection's memory per cached token and its plateau at the cap (bytes, not time)",
+    "streams": "the delivery rate of many concurrent streams (tok/s a stream, not a turn's overhead)",
+    "neighbours": "a probe turn's slowdown beside other load on the same host (a ratio to idle)",
+    "capacity": "a node's turns/s, latency and CPU by role under N loops (the load runner)",
+    "scaling": "turns/s and per-node CPU against the number of session nodes (the load runner)",
+    "soak": "stream invariants and memory over a long run of checked loops (the load runner)",
+    "admission": "connects at scale: bursts, ramps, refusals, memory and CPU per held connection",
+    "ledger": "the usage ledger reconciled with the clients across kills: hosts, or whole nodes",
+    "resume": "a reconnect's time to the next turn's first event, against a steady turn",
+    "drain": "sockets mid-turn across a redeploy: nothing reset, lost or unanswered",
+    "fuzz": "hostile frames and requests: every answer judged",
+    "fidelity": "the emulated twin's cached tokens and timing against a real engine",
+}
+
+
+def test_each_kind_measures_one_quantity_of_its_own():
+    from bench import KINDS
+
+    assert set(QUANTITIES) == set(KINDS), "say what a new kind measures (or make it a variant of one)"
