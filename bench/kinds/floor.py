@@ -166,7 +166,7 @@ async def drive(url: str, mode: str, fixed: dict[str, Any], outputs: list[str]) 
     """The turns against this server alone, recording each create and what came back."""
     run = Run(mode)
     async with connect(url, compression=MODES[mode]) as sock:
-        run.deflate = bool(sock.ws.protocol.extensions)
+        run.deflate = sock.deflate
         prev: dict[str, Any] | None = None
         for output in outputs:
             turn, prev = await server_turn(sock, build_create(fixed, output, prev))
@@ -300,7 +300,7 @@ async def interleaved_round(
         connect(url, compression=MODES[mode]) as sock,
         connect(ref.url, compression=MODES[mode]) as rsock,
     ):
-        run.deflate = bool(sock.ws.protocol.extensions)
+        run.deflate = sock.deflate
         titles = processes.titles({pid: role for pid, role in procs.items() if role == "ray"})
         ray0 = processes.cpu_by_role(titles)
         cpu0, rcpu0, t0 = processes.cpu_by_role(procs), processes.cpu_precise_s(ref.pid), time.perf_counter()

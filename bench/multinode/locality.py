@@ -196,8 +196,7 @@ class Session:
     async def open(self, url: str, token: str | None = None) -> None:
         headers = {HEADER: token} if token else {}
         self.sock = await connect(url, additional_headers=headers, open_timeout=60, compression="deflate")
-        assert self.sock.ws.response is not None
-        self.token = token or self.sock.ws.response.headers[HEADER]
+        self.token = token or self.sock.upgrade_headers[HEADER]
 
     async def turn(self, node: str | None = None) -> Turn:
         await self.ws.send(self.create())

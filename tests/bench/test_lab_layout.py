@@ -96,13 +96,17 @@ WORDS = (
 )  # worth parsing
 
 
+@functools.cache  # each module parsed once for every test
+def parsed(path: Path) -> ast.Module:
+    return ast.parse(path.read_text())
+
+
 def imported(path: Path) -> set[str]:
     """``module.name`` of every ``from X import name`` (relative ``X`` resolved) and every
     ``import X`` in the module (none looked for in a module that names none of :data:`WORDS`)."""
-    text = path.read_text()
-    if not any(w in text for w in WORDS):
+    if not any(w in path.read_text() for w in WORDS):
         return set()
-    tree = ast.parse(text)
+    tree = parsed(path)
     package = ".".join(path.relative_to(BENCH.parent).with_suffix("").parts[:-1])
     out: set[str] = set()
     for node in ast.walk(tree):
@@ -132,7 +136,7 @@ def test_the_kinds_that_apply_load_run_it_on_the_load_runner():
 
 def opens_sockets_by_the_many(path: str) -> bool:
     """The module calls ``connect`` inside a comprehension (how N sockets are opened at once)."""
-    tree = ast.parse((BENCH.parent / path).read_text())
+    tree = parsed(BENCH.parent / path)
     comps = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
     return any(
         isinstance(call, ast.Call)
@@ -178,7 +182,7 @@ def test_the_lab_computes_its_statistics_with_the_one_stats_module():
     for path in mods:
         if path == "bench/stats.py":
             continue
-        tree = ast.parse((BENCH.parent / path).read_text())
+        tree = parsed(BENCH.parent / path)
         named = [
             n.name
             for n in ast.walk(tree)
@@ -216,3 +220,30 @@ def test_each_kind_measures_one_quantity_of_its_own():
     from bench import KINDS
 
     assert set(QUANTITIES) == set(KINDS), "say what a new kind measures (or make it a variant of one)"
+
+
+# The modules besides bench/client.py that use the ``websockets`` library itself, and why: none
+# is a client of the server's WebSocket mode through the lab's one client.
+OWN_WEBSOCKETS = {
+    "bench/fuzz_oracle.py": "hostile frames: raw bytes and invalid UTF-8 over a synchronous socket, on purpose",
+    "bench/report/browser.py": "Chromium's DevTools protocol (the report's browser check), not the server",
+    "bench/kinds/floor.py": "the minimal reference server it measures against (a server, not a client)",
+    "bench/reference.py": "the bare-protocol reference server (a server, not a client)",
+    "bench/kinds/admission.py": "the kinds' last own reach into the library: its refusals and closes by type",
+}
+
+
+def test_the_lab_has_one_websocket_client():
+    """Only bench/client.py imports ``websockets`` to talk to the server; a kind catches the
+    client's errors as bench/client.py names them (``ConnectionClosed``, ``close_code``, the
+    upgrade's refusals) and reads what it needs through its socket's methods."""
+    users = {
+        path
+        for path, names in lab_modules().items()
+        if any(n == "websockets" or n.startswith("websockets.") for n in names)
+    }
+    assert users - {"bench/client.py"} == set(OWN_WEBSOCKETS), (
+        "catch the client's errors from bench/client.py instead of importing websockets: "
+        f"{sorted(users - {'bench/client.py'} - set(OWN_WEBSOCKETS))}; listed but not using it: "
+        f"{sorted(set(OWN_WEBSOCKETS) - users)}"
+    )
