@@ -179,10 +179,10 @@ def summarise(result: LoadResult, server_cores: dict[str, float]) -> dict[str, A
 def run_rounds(url: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     procs = max(1, min(args.client_procs, args.streams))
     run_local(spec(url, args.streams, 1), procs)  # the path is warm before the rounds
-    groups = {"host": session_host_pids(), "replica": actor_pids(REPLICA_CLASS)}
-    print("pids: " + ", ".join(f"{k} {v}" for k, v in groups.items()), flush=True)
     rounds = []
     for i in range(args.repeats):
+        groups = {"host": session_host_pids(), "replica": actor_pids(REPLICA_CLASS)}
+        print("pids: " + ", ".join(f"{k} {v}" for k, v in groups.items()), flush=True)
         with CpuSampler(groups) as sampler:
             result = run_local(spec(url, args.streams, args.tokens), procs)
         done = [r for r in result.records if r.ok]
