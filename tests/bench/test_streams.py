@@ -48,3 +48,10 @@ def test_a_stream_workload_is_one_text_answer_without_a_tool_call():
     w = spec.custom_workload
     assert w is not None and w.model == streams.MODEL and w.tool_rounds == 0 and w.text_tokens == 2000
     assert spec.rollouts_per_loop == 1 and spec.loops == 64 and spec.warmup_s == 0
+
+
+def test_a_stream_create_sends_no_tools():
+    from bench import workload as wl
+
+    w = streams.stream_workload(2000)
+    assert wl.tools(w) == [] and len(wl.tools(wl.Workload(tool_def_tokens=100))) > 0
