@@ -155,9 +155,15 @@ class ServeRest:
 class Deployment:
     """The deployment as found at the start, and the pinning of its gateway count."""
 
-    def __init__(self, rest: ServeRest, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        rest: ServeRest,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.rest = rest
         self.clock = clock
+        self.sleep = sleep
         details = rest.details()
         self.app = gateway_app(details)
         self.config = app_config(details, self.app)
@@ -169,24 +175,43 @@ class Deployment:
     def in_service(self) -> list[InService]:
         return running_gateways(self.rest.details(), self.app)[0]
 
+    def settled(self, timeout_s: float) -> list[InService]:
+        """The session nodes in service once no gateway is starting or stopping (every live
+        replica RUNNING, the deployment HEALTHY).  A gateway that Serve is stopping (a
+        redeploy's, a previous run's restore) refuses new connections with 503 while it
+        drains, and on a machine whose nodes share one address it still takes its share of
+        them: a sweep begun before that is over measures the change, not the step.
+        :class:`SetupError` when it does not settle within ``timeout_s``."""
+        try:
+            return self.wait_for(None, timeout_s)
+        except RuntimeError as exc:
+            raise SetupError(f"the deployment is changing: {exc}; run again once it has settled") from None
+
     def pin(self, k: int, timeout_s: float = 180.0) -> list[InService]:
         """Deploy with ``k`` gateways and wait until exactly ``k`` run and no other is live."""
         self.changed = True
         self.rest.deploy(pinned(self.original, self.app, k, self.autoscaling))
         return self.wait_for(k, timeout_s)
 
-    def wait_for(self, k: int, timeout_s: float) -> list[InService]:
+    def wait_for(self, k: int | None, timeout_s: float) -> list[InService]:
+        """Until exactly ``k`` gateways run (``None``: any number, at least one) and no other
+        replica is live, the deployment HEALTHY."""
         deadline = self.clock() + timeout_s
         while True:
             running, live, status = running_gateways(self.rest.details(), self.app)
-            if len(running) == k and live == k and status == "HEALTHY":
+            if (
+                len(running) == live
+                and (len(running) == k if k is not None else live > 0)
+                and status == "HEALTHY"
+            ):
                 return running
             if self.clock() > deadline:
+                wanted = "" if k is None else f" at {k} replicas"
                 raise RuntimeError(
-                    f"the gateway did not settle at {k} replicas in {timeout_s:.0f}s "
+                    f"the gateway did not settle{wanted} in {timeout_s:.0f}s "
                     f"({len(running)} running, {live} live, {status})"
                 )
-            time.sleep(0.5)
+            self.sleep(0.5)
 
     def restore(self) -> None:
         """Deploy the config found at the start again (no wait: Serve applies it)."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -39,6 +40,8 @@ from .sampler import sampler_actor_class
 from .store_meter import StoreMeter
 
 READY_TIMEOUT_S = 60.0
+GCS_CONNECT_TIMEOUT_S = 5.0
+SETTLE_TIMEOUT_S = 120.0  # for a deployment change under way at the start (a gateway stopping) to end
 PIN_TIMEOUT_S = 180.0  # for the gateways of a new count to run, on nodes that are up
 AUTOSCALE_TIMEOUT_S = 900.0  # ... on nodes Ray's autoscaler has to add
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,6 +59,23 @@ def git_commit() -> str | None:
         ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
     )
     return out.stdout.strip() or None
+
+
+def require_gcs(address: str, timeout_s: float = GCS_CONNECT_TIMEOUT_S) -> None:
+    """A TCP connection to the GCS at ``address`` (``HOST:PORT``; ``auto`` is Ray's to find)
+    opens, else :class:`SetupError` in one line: ``ray.init`` would retry for minutes."""
+    if address == "auto" or address.startswith("ray://"):
+        return
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise SetupError(f"--cluster {address!r} is not HOST:PORT (the head's GCS address) or auto")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise SetupError(
+            f"no Ray cluster answers at {address} ({exc}); --cluster takes the head's GCS address "
+            "(HOST:6379 by default) or auto inside a Ray job or on the head"
+        ) from None
 
 
 def wait_ready(nodes: list[InService], port: int, timeout_s: float) -> None:
@@ -79,6 +99,7 @@ class Experiment:
         import ray
 
         self.opts = opts
+        require_gcs(opts.address)
         context = ray.init(address=opts.address, log_to_driver=False, logging_level=logging.WARNING)
         if not context.dashboard_url:
             raise SetupError(
@@ -91,7 +112,7 @@ class Experiment:
         require_client_nodes(self.nodes)
         self.session = with_role(self.nodes, "session")
         self.deployment = Deployment(ServeRest(f"http://{context.dashboard_url}"))
-        self.in_service = self.deployment.in_service()
+        self.in_service = self.deployment.settled(SETTLE_TIMEOUT_S)
         counts = opts.session_nodes or tuple(range(1, len(self.session) + 1))
         if not counts:
             raise SetupError("no session nodes: no live node has the `session` resource")
@@ -214,6 +235,8 @@ class Experiment:
             store=store.window(t0, t1) if store is not None else None,
             shared_ms_per_s=window.busiest_thread_ms_per_s(deltas[head], t1 - t0) if head else {},
             counted=counted,
+            connect_failures=result.connect_failures,
+            unconnected=result.loops - result.connected,
         )
         step = figures.step_figures(
             {

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, is_dataclass
+from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any, Protocol
 
 from ..stats import pct
@@ -172,6 +172,8 @@ class Measured:
     store: tuple[float, float, float] | None  # (commands, bytes in, Redis CPU s) over the window
     shared_ms_per_s: Mapping[str, float]  # the head's single-threaded parts: busiest thread CPU ms/s
     counted: Mapping[str, tuple[float | None, float | None]] | None = None  # see per_node
+    connect_failures: Mapping[str, int] = field(default_factory=dict)  # failed opens by type, retried or not
+    unconnected: int = 0  # loops whose connection did not open after its retries
 
 
 def step_figures(head: Mapping[str, Any], m: Measured) -> dict[str, Any]:
@@ -183,6 +185,8 @@ def step_figures(head: Mapping[str, Any], m: Measured) -> dict[str, Any]:
     invalid = None
     if m.saturated:
         invalid = f"client saturated: {m.saturated_reason or 'lag or CPU over the limit'}"
+    elif m.unconnected:
+        invalid = f"{m.unconnected} loop{'s' if m.unconnected != 1 else ''} could not connect"
     elif not ok:
         invalid = "no turn completed"
     return {
@@ -193,7 +197,7 @@ def step_figures(head: Mapping[str, Any], m: Measured) -> dict[str, Any]:
         "turns_per_s": round(len(ok) / m.duration_s, 3) if m.duration_s > 0 else 0.0,
         "nonmodel_ms": quantiles(nonmodel),
         "ttft_ms": quantiles(ttft),
-        "failures": failures(m.turns),
+        "failures": {**failures(m.turns), **m.connect_failures},
         "clients": [as_dict(c) for c in m.clients],
         "nodes": per_node(m.turns, m.nodes, m.cpu_ms, m.counted),
         "turns_counted_by": "client" if m.counted is None else "server",

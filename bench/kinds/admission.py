@@ -1,9 +1,10 @@
 """Admission at scale: bursts, arrival ramps, held connections, memory and CPU per connection.
 
 Against an embedded server on the default configuration (or ``--url``, or ``--cluster``),
-from one client process on the same machine, in this order:
+its connections opened by the lab's load runner (bench/runner, ``start_local``: one client
+process of this machine, ``--idle-clients`` in the idle phase), in this order:
 
-- ``warm``: sequential connects to a warm, idle server;
+- ``warm``: connects to a warm, idle server, one every :data:`WARM_GAP_S`, each closed;
 - ``ramp`` (first of the loads, so its memory is measured on a fresh server): connections
   arriving at R/s, held open; connect latency percentiles; the server's private memory (USS
   of the session hosts and the gateway) per held connection, measured as a delta from before
@@ -14,38 +15,46 @@ from one client process on the same machine, in this order:
   openai SDK), then T turns on each;
 - ``idle`` (opt-in): many mostly idle connections held for a while: memory and idle CPU,
   then one turn on every one of them;
-- ``http_load``: a fresh connect and ``/healthz`` while concurrent HTTP clients send
-  ~75k-token stateless requests (the gateway hands HTTP work to session hosts).
+- ``http_load``: fresh connects and ``/healthz`` while concurrent HTTP clients (the runner's
+  ``http-full`` loops, until stopped) send ~75k-token stateless requests (the gateway hands
+  HTTP work to session hosts).
 
-Server CPU per admitted connection is split by process: the gateway (accept, peek, handoff)
-and the session hosts (WebSocket handshake, session set-up).  Prints a summary, writes JSON
-and a PNG (connect latency against arrival rate; memory against connections).
-docs/scaling.md has the results and the fd limits the large phases need.
+A connect is not retried here (the runner's ``connect_attempts=1``): a refusal is what these
+phases measure, counted by type.  Server CPU per admitted connection is split by process:
+the gateway (accept, peek, handoff) and the session hosts (WebSocket handshake, session
+set-up).  Prints a summary, writes JSON and a PNG (connect latency against arrival rate;
+memory against connections).  docs/admission.md has the results and the fd limits the large
+phases need.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import multiprocessing
 import resource
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import websockets
-
-from .. import plotting, results
-from ..client import ResponsesSocket, connect
+from .. import admission_report as report
+from .. import results
+from .. import workload as wl
 from ..processes import actor_pids, cpu_by_pid, session_host_pids, uss_mb
+from ..runner import LoadRun, LoadSpec, start_local
 from ..stats import pct
 
-SHORT = {"emulator.tool_rounds": "0", "emulator.text_tokens": "8"}
 PHASES = ("warm", "burst", "ramp", "idle", "http_load")
+# one short create (``emu-fast``, no instructions or tools, no tool call, 8 tokens of text)
+SHORT = wl.Workload(
+    tool_rounds=0, system_tokens=0, tool_def_tokens=0, task_tokens=1, text_tokens=8, tool_output_tokens=1
+)
+DEADLINE_S = 900.0  # a phase's runs stop by then whatever happens (the runner's deadline)
+WARM_GAP_S = 0.02  # between the warm phase's connects (each ~2-10 ms: one at a time)
+PROBE_GAP_S = 0.1  # between the http_load probe's connects
+POLL_S = 0.1
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -142,273 +151,6 @@ def delta(after: dict, before: dict, n: int) -> dict[str, Any]:
     }
 
 
-@dataclass
-class Opened:
-    sockets: list[ResponsesSocket] = field(default_factory=list)
-    connect_s: list[float] = field(default_factory=list)
-    started_s: list[float] = field(default_factory=list)  # each connect's start (perf_counter)
-    failures: dict[str, int] = field(default_factory=dict)
-    turn_s: list[float] = field(default_factory=list)  # the create sent on open (``--ramp-create``)
-    turn_failures: dict[str, int] = field(default_factory=dict)
-
-    def fail(self, exc: BaseException) -> None:
-        if isinstance(exc, websockets.InvalidStatus):
-            kind = f"http {exc.response.status_code}"
-        elif isinstance(exc, TimeoutError):
-            kind = "open timeout"
-        else:
-            kind = type(exc).__name__
-        self.failures[kind] = self.failures.get(kind, 0) + 1
-
-    def summary(self) -> dict[str, Any]:
-        ms = sorted(s * 1000 for s in self.connect_s)
-        return {
-            "opened": len(self.connect_s),
-            "failures": self.failures,
-            "connect_ms": {
-                "p50": pct(ms, 0.5),
-                "p90": pct(ms, 0.9),
-                "p99": pct(ms, 0.99),
-                "max": ms[-1] if ms else None,
-            },
-            "per_second": per_second(self.started_s, self.connect_s),
-            **({"create_on_open": self.turns()} if self.turn_s or self.turn_failures else {}),
-        }
-
-    def turns(self) -> dict[str, Any]:
-        """The creates sent as the connections opened: completed, failures by cause, and the
-        turn's time (create sent to its terminal event) percentiles."""
-        ms = sorted(s * 1000 for s in self.turn_s)
-        return {
-            "completed": len(ms),
-            "failures": self.turn_failures,
-            "turn_ms": {
-                "p50": pct(ms, 0.5),
-                "p90": pct(ms, 0.9),
-                "p99": pct(ms, 0.99),
-                "max": ms[-1] if ms else None,
-            },
-        }
-
-
-def per_second(started: list[float], took: list[float]) -> list[list[float]]:
-    """[second of the arrival, connects started in it, their p50 ms, their max ms] for each
-    second from the first start: where in a ramp the slow connects were (a host starting)."""
-    if not started:
-        return []
-    t0 = min(started)
-    bins: dict[int, list[float]] = {}
-    for t, s in zip(started, took):
-        bins.setdefault(int(t - t0), []).append(s * 1000)
-    return [
-        [sec, len(v), round(pct(sorted(v), 0.5) or 0.0, 1), round(max(v), 1)]
-        for sec, v in sorted(bins.items())
-    ]
-
-
-async def open_one(url: str, opened: Opened, open_timeout: float, create: bool = False) -> None:
-    """Open one connection (``create``: and send one short create as soon as it is open)."""
-    t0 = time.perf_counter()
-    try:
-        sock = await connect(url, open_timeout=open_timeout)
-    except Exception as exc:  # noqa: BLE001 - counted by kind
-        opened.fail(exc)
-        return
-    opened.connect_s.append(time.perf_counter() - t0)
-    opened.started_s.append(t0)
-    opened.sockets.append(sock)
-    if create:
-        failed, took = await one_turn(sock)
-        if failed is None:
-            opened.turn_s.append(took)
-        else:
-            opened.turn_failures[failed] = opened.turn_failures.get(failed, 0) + 1
-
-
-async def _memory_curve(meter: ServerMeter, before: dict, opened: Opened, curve: list) -> None:
-    """(connections open, server MiB added) about once a second while a ramp runs."""
-    if not before:
-        return
-    while True:
-        await asyncio.sleep(1.0)
-        now = await asyncio.to_thread(meter.sample)
-        added = (now["hosts_uss_mb"] + now["gateway_uss_mb"]) - (
-            before["hosts_uss_mb"] + before["gateway_uss_mb"]
-        )
-        curve.append((len(opened.sockets), added))
-
-
-async def open_many(
-    url: str,
-    n: int,
-    *,
-    rate: float | None,
-    open_timeout: float,
-    progress=None,
-    into: Opened | None = None,
-    create: bool = False,
-) -> Opened:
-    """``n`` connections, all at once (``rate`` None) or arriving at ``rate`` per second;
-    ``create``: each sends one short create as it opens."""
-    opened = into if into is not None else Opened()
-    tasks = []
-    start = time.perf_counter()
-    for i in range(n):
-        if rate:
-            await asyncio.sleep(max(0.0, start + i / rate - time.perf_counter()))
-        tasks.append(asyncio.create_task(open_one(url, opened, open_timeout, create)))
-        if progress is not None:
-            tasks[-1].add_done_callback(lambda _: progress())
-    await asyncio.gather(*tasks)
-    return opened
-
-
-def failure_kind(exc: BaseException) -> str:
-    """A failed turn's cause, as counted: the close's code and reason, or the exception's type."""
-    if isinstance(exc, websockets.ConnectionClosed):
-        rcvd, sent = exc.rcvd, exc.sent
-        by = "server" if rcvd is not None and (sent is None or exc.rcvd_then_sent) else "client"
-        frame = rcvd if by == "server" else sent
-        if frame is None:
-            return "closed without a close frame"
-        return f"closed by {by}: {frame.code} {frame.reason}".strip()
-    return type(exc).__name__
-
-
-async def one_turn(sock: ResponsesSocket) -> tuple[str | None, float]:
-    """One short turn: (None, its time) if it completed, else (why, the time to the failure)."""
-    t0 = time.perf_counter()
-    try:
-        answer = await sock.create(model="emu-fast", input="hi", store=False, metadata=SHORT)
-    except Exception as exc:  # noqa: BLE001 - a closed socket counts as a failed turn, by cause
-        return failure_kind(exc), time.perf_counter() - t0
-    last = answer.last or {}
-    if last.get("type") == "response.completed":
-        return None, time.perf_counter() - t0
-    error = (last.get("error") or (last.get("response") or {}).get("error") or {}).get("code")
-    return f"{last.get('type')}: {error}", time.perf_counter() - t0
-
-
-async def turns_on_all(sockets: list[ResponsesSocket], turns: int) -> dict[str, Any]:
-    failures: dict[str, int] = {}
-
-    async def chain(sock: ResponsesSocket) -> tuple[int, list[float]]:
-        done, times = 0, []
-        for _ in range(turns):
-            failed, s = await one_turn(sock)
-            times.append(s)
-            if failed is not None:
-                failures[failed] = failures.get(failed, 0) + 1
-                break
-            done += 1
-        return done, times
-
-    t0 = time.perf_counter()
-    chains = await asyncio.gather(*(chain(s) for s in sockets))
-    wall = time.perf_counter() - t0
-    ms = sorted(t * 1000 for _, ts in chains for t in ts)
-    return {
-        "turns_completed": sum(d for d, _ in chains),
-        "turns_wanted": turns * len(sockets),
-        "failures": failures,
-        "wall_s": wall,
-        "turns_per_s": sum(d for d, _ in chains) / wall if wall else None,
-        "turn_ms": {"p50": pct(ms, 0.5), "p99": pct(ms, 0.99)},
-        "all_ms": ms,
-    }
-
-
-def merge_turns(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    """One :func:`turns_on_all` result from those of several client processes (run at once)."""
-    ms = sorted(t for p in parts for t in p["all_ms"])
-    failures: dict[str, int] = {}
-    for p in parts:
-        for kind, n in p["failures"].items():
-            failures[kind] = failures.get(kind, 0) + n
-    done, wall = sum(p["turns_completed"] for p in parts), max(p["wall_s"] for p in parts)
-    return {
-        "turns_completed": done,
-        "turns_wanted": sum(p["turns_wanted"] for p in parts),
-        "failures": failures,
-        "wall_s": wall,
-        "turns_per_s": done / wall if wall else None,
-        "turn_ms": {"p50": pct(ms, 0.5), "p99": pct(ms, 0.99)},
-    }
-
-
-async def close_all(sockets: list[ResponsesSocket]) -> None:
-    await asyncio.gather(*(s.close() for s in sockets), return_exceptions=True)
-
-
-# ----------------------------------------------------------------------------- phases
-
-
-async def warm_phase(url: str, n: int) -> dict[str, Any]:
-    """Sequential connects to a warm, idle server (each closed before the next)."""
-    opened = Opened()
-    for _ in range(n):
-        await open_one(url, opened, 10.0)
-        if opened.sockets:
-            await opened.sockets.pop().close()
-    return {**opened.summary(), "opened": len(opened.connect_s)}
-
-
-async def burst_phase(url: str, args, meter: ServerMeter, progress) -> dict[str, Any]:
-    before = meter.sample()
-    opened = await open_many(url, args.burst, rate=None, open_timeout=args.open_timeout, progress=progress)
-    after_open = meter.sample()
-    out = {
-        "connections": args.burst,
-        **opened.summary(),
-        "admission": delta(after_open, before, len(opened.sockets)),
-    }
-    out["turns"] = await turns_on_all(opened.sockets, args.burst_turns)
-    del out["turns"]["all_ms"]
-    await close_all(opened.sockets)
-    return out
-
-
-async def ramp_phase(
-    url: str, rate: float, args, meter: ServerMeter, progress, on_held: Any = None
-) -> dict[str, Any]:
-    await asyncio.sleep(2.0)  # let the previous phase's connections finish closing
-    before = meter.sample()
-    curve: list[tuple[int, float]] = []
-    opened = Opened()
-    sampling = asyncio.create_task(_memory_curve(meter, before, opened, curve))
-    create = getattr(args, "ramp_create", False)
-    opened = await open_many(
-        url, args.ramp, rate=rate, open_timeout=30.0, progress=progress, into=opened, create=create
-    )
-    await asyncio.sleep(1.0)
-    sampling.cancel()
-    held = meter.sample()
-    out = {
-        "rate": rate,
-        "connections": args.ramp,
-        **opened.summary(),
-        "held": delta(held, before, len(opened.sockets)),
-        "memory_curve": curve,
-    }
-    if on_held is not None:  # where the hosts holding them run (simulated cluster: per node role)
-        out["placement"] = on_held()
-    out["one_turn_on_all"] = await turns_on_all(opened.sockets, 1)
-    del out["one_turn_on_all"]["all_ms"]  # the percentiles are kept
-    after_turn = meter.sample()
-    if held and after_turn:
-        n = max(out["one_turn_on_all"]["turns_completed"], 1)
-        out["one_turn_on_all"]["server_cpu_ms_per_turn"] = (
-            (
-                (after_turn["hosts_cpu_s"] + after_turn["gateway_cpu_s"])
-                - (held["hosts_cpu_s"] + held["gateway_cpu_s"])
-            )
-            * 1000
-            / n
-        )
-    await close_all(opened.sockets)
-    return out
-
-
 CLIENT_OPEN_FILES = 65536
 
 
@@ -426,79 +168,6 @@ def raise_open_files(wanted: int = CLIENT_OPEN_FILES) -> int:
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
-def _idle_client(url: str, n: int, rate: float, conn: Any) -> None:
-    """A client process of the idle phase: open ``n`` at ``rate``/s, say so, hold them; on
-    the word, one turn on each; on the next, close them."""
-    raise_open_files()
-
-    async def main() -> None:
-        opened = await open_many(url, n, rate=rate, open_timeout=30.0)
-        conn.send((opened.connect_s, opened.started_s, opened.failures))
-        await asyncio.to_thread(conn.recv)
-        conn.send(await turns_on_all(opened.sockets, 1))
-        await asyncio.to_thread(conn.recv)
-        await close_all(opened.sockets)
-
-    asyncio.run(main())
-    conn.send("closed")
-
-
-async def idle_phase(url: str, args, meter: ServerMeter, progress) -> dict[str, Any]:
-    """Many connections held idle (from ``--idle-clients`` processes: each has its own
-    open-file limit), then one turn on each."""
-    await asyncio.sleep(2.0)
-    before = meter.sample()
-    k = max(1, args.idle_clients)
-    ctx = multiprocessing.get_context("spawn")
-    pipes, procs = [], []
-    for i in range(k):
-        parent, child = ctx.Pipe()
-        share = args.idle // k + (i < args.idle % k)
-        proc = ctx.Process(target=_idle_client, args=(url, share, args.idle_rate / k, child), daemon=True)
-        proc.start()
-        pipes.append(parent)
-        procs.append(proc)
-    opened = Opened()
-    try:
-        for p in pipes:
-            connect_s, started_s, failures = await asyncio.to_thread(p.recv)
-            opened.connect_s += connect_s
-            opened.started_s += started_s
-            for kind, n in failures.items():
-                opened.failures[kind] = opened.failures.get(kind, 0) + n
-        held = len(opened.connect_s)
-        await asyncio.sleep(2.0)
-        start = meter.sample()
-        await asyncio.sleep(args.idle_s)
-        end = meter.sample()
-        out = {
-            "connections": args.idle,
-            "client_processes": k,
-            **opened.summary(),
-            "held": delta(start, before, held),
-        }
-        if start and end and held:
-            cpu = (end["hosts_cpu_s"] + end["gateway_cpu_s"]) - (
-                start["hosts_cpu_s"] + start["gateway_cpu_s"]
-            )
-            out["idle_cpu_pct_of_a_core"] = 100 * cpu / (end["t"] - start["t"])
-            out["idle_cpu_us_per_conn_per_s"] = 1e6 * cpu / (end["t"] - start["t"]) / held
-        for p in pipes:  # every held one still works: the turns start together
-            p.send("turn")
-        out["one_turn_on_all"] = merge_turns([await asyncio.to_thread(p.recv) for p in pipes])
-        for p in pipes:
-            p.send("close")
-        for p in pipes:
-            await asyncio.to_thread(p.recv)
-    finally:
-        for proc in procs:
-            proc.join(30)
-            if proc.is_alive():
-                proc.terminate()
-    progress()
-    return out
-
-
 def _get(url: str) -> float:
     t0 = time.perf_counter()
     with urllib.request.urlopen(url, timeout=30) as resp:
@@ -506,54 +175,198 @@ def _get(url: str) -> float:
     return time.perf_counter() - t0
 
 
-async def http_load_phase(url: str, args) -> dict[str, Any]:
-    """Connect and /healthz latency, idle and while HTTP clients send large stateless requests."""
-    import httpx
+# ----------------------------------------------------------------------------- phases
 
-    words = " ".join(f"word{i % 997}" for i in range(int(args.http_tokens / 2.2)))
-    body = {
-        "model": "emu-fast",
-        "input": [{"role": "user", "content": words}],
-        "store": False,
-        "metadata": SHORT,
+
+def arrivals(
+    url: str,
+    n: int,
+    *,
+    rate: float | None,
+    open_timeout: float,
+    create_turns: int = 0,
+    hold: bool = True,
+) -> LoadSpec:
+    """``n`` connections arriving at ``rate`` a second (None: all at once), none retried,
+    each sending ``create_turns`` short creates as it opens, then held (or closed)."""
+    return LoadSpec(
+        targets=(url,),
+        loops=n,
+        custom_workload=SHORT,
+        arrivals=True,
+        ramp_s=n / rate if rate else 0.0,
+        rollouts_per_loop=create_turns,
+        hold=hold,
+        open_timeout_s=open_timeout,
+        connect_attempts=1,
+        duration_s=DEADLINE_S,
+        warmup_s=0.0,
+    )
+
+
+def arrived(run: LoadRun, every: Callable[[], None] | None = None, period_s: float = POLL_S) -> None:
+    """Until every connection of ``run`` arrived (and its creates were answered): ``every``
+    each ``period_s`` meanwhile.  Bounded by the run's deadline."""
+    while run.running() and time.time() < run.deadline:
+        time.sleep(period_s)
+        if every is not None:
+            every()
+
+
+def turns_on_held(run: LoadRun, turns: int) -> tuple[int, float]:
+    """``turns`` turns on every held connection at once: (connections held, wall seconds)."""
+    held = run.opened()
+    t0 = time.perf_counter()
+    run.held_turns(turns)
+    return held, time.perf_counter() - t0
+
+
+def warm_phase(url: str, n: int) -> dict[str, Any]:
+    """Connects to a warm, idle server, one every :data:`WARM_GAP_S`, each closed at once."""
+    with start_local(arrivals(url, n, rate=1 / WARM_GAP_S, open_timeout=10.0, hold=False)) as run:
+        arrived(run)
+        result = run.stop()
+    return report.connects(result)
+
+
+def burst_phase(url: str, args, meter: ServerMeter, progress) -> dict[str, Any]:
+    before = meter.sample()
+    with start_local(arrivals(url, args.burst, rate=None, open_timeout=args.open_timeout)) as run:
+        arrived(run, lambda: progress(run.opened()))
+        after_open = meter.sample()
+        held, wall = turns_on_held(run, args.burst_turns)
+        result = run.stop()
+    out = {
+        "connections": args.burst,
+        **report.connects(result),
+        "admission": delta(after_open, before, len(result.connects)),
+        "turns": report.held_turns(result.records, args.burst_turns * held, wall),
     }
+    return out
 
-    async def probe(n: int) -> dict[str, Any]:
-        connects, health = [], []
-        for _ in range(n):
-            opened = Opened()
-            await open_one(url, opened, 10.0)
-            connects += opened.connect_s
-            await close_all(opened.sockets)
-            health.append(await asyncio.to_thread(_get, f"{url}/healthz"))
-            await asyncio.sleep(0.05)
-        c, h = sorted(s * 1000 for s in connects), sorted(s * 1000 for s in health)
+
+def ramp_phase(
+    url: str, rate: float, args, meter: ServerMeter, progress, on_held: Any = None
+) -> dict[str, Any]:
+    time.sleep(2.0)  # let the previous phase's connections finish closing
+    before = meter.sample()
+    curve: list[tuple[int, float]] = []
+    create = int(getattr(args, "ramp_create", False))
+    spec = arrivals(url, args.ramp, rate=rate, open_timeout=30.0, create_turns=create)
+    with start_local(spec) as run:
+
+        def sample() -> None:  # (connections open, server MiB added) about once a second
+            n = run.opened()
+            progress(n)
+            if before:
+                now = meter.sample()
+                curve.append(
+                    (
+                        n,
+                        (now["hosts_uss_mb"] + now["gateway_uss_mb"])
+                        - (before["hosts_uss_mb"] + before["gateway_uss_mb"]),
+                    )
+                )
+
+        arrived(run, sample, period_s=1.0)
+        time.sleep(1.0)
+        held_sample = meter.sample()
+        placement = on_held() if on_held is not None else None  # simulated cluster: per node role
+        held, wall = turns_on_held(run, 1)
+        after_turn = meter.sample()
+        result = run.stop()
+    out: dict[str, Any] = {
+        "rate": rate,
+        "connections": args.ramp,
+        **report.connects(result),
+        "held": delta(held_sample, before, len(result.connects)),
+        "memory_curve": curve,
+    }
+    if placement is not None:
+        out["placement"] = placement
+    out["one_turn_on_all"] = turns = report.held_turns(result.records, held, wall)
+    if held_sample and after_turn:
+        n = max(turns["turns_completed"], 1)
+        turns["server_cpu_ms_per_turn"] = (
+            (
+                (after_turn["hosts_cpu_s"] + after_turn["gateway_cpu_s"])
+                - (held_sample["hosts_cpu_s"] + held_sample["gateway_cpu_s"])
+            )
+            * 1000
+            / n
+        )
+    return out
+
+
+def idle_phase(url: str, args, meter: ServerMeter, progress) -> dict[str, Any]:
+    """Many connections held idle (from ``--idle-clients`` client processes: each has its own
+    open-file limit), then one turn on each."""
+    time.sleep(2.0)
+    before = meter.sample()
+    k = max(1, args.idle_clients)
+    spec = arrivals(url, args.idle, rate=args.idle_rate, open_timeout=30.0)
+    with start_local(spec, processes=k) as run:
+        arrived(run)
+        held = run.opened()
+        time.sleep(2.0)
+        start = meter.sample()
+        time.sleep(args.idle_s)
+        end = meter.sample()
+        _, wall = turns_on_held(run, 1)  # every held one still works: the turns start together
+        result = run.stop()
+    out: dict[str, Any] = {
+        "connections": args.idle,
+        "client_processes": k,
+        **report.connects(result),
+        "held": delta(start, before, held),
+    }
+    if start and end and held:
+        cpu = (end["hosts_cpu_s"] + end["gateway_cpu_s"]) - (start["hosts_cpu_s"] + start["gateway_cpu_s"])
+        out["idle_cpu_pct_of_a_core"] = 100 * cpu / (end["t"] - start["t"])
+        out["idle_cpu_us_per_conn_per_s"] = 1e6 * cpu / (end["t"] - start["t"]) / held
+    out["one_turn_on_all"] = report.held_turns(result.records, held, wall)
+    progress(1)
+    return out
+
+
+def http_load_phase(url: str, args) -> dict[str, Any]:
+    """Connect and /healthz latency, idle and while HTTP clients send large stateless requests
+    (the runner's ``http-full`` loops, one request a rollout, until stopped)."""
+
+    def probe(n: int) -> dict[str, Any]:
+        health = []
+        spec = arrivals(url, n, rate=1 / PROBE_GAP_S, open_timeout=10.0, hold=False)
+        with start_local(spec) as run:
+            time.sleep(max(0.0, run.release_at - time.time()))
+            for _ in range(n):
+                health.append(_get(f"{url}/healthz") * 1000)
+                time.sleep(0.05)
+            arrived(run)
+            result = run.stop()
+        c, h = sorted(ms for _, ms in result.connects), sorted(health)
         return {
             "connect_ms": {"p50": pct(c, 0.5), "p90": pct(c, 0.9)},
             "healthz_ms": {"p50": pct(h, 0.5), "p90": pct(h, 0.9)},
         }
 
-    idle = await probe(20)
-    stop = asyncio.Event()
-    requests = 0
-
-    async def client() -> None:
-        nonlocal requests
-        async with httpx.AsyncClient(timeout=120) as http:
-            while not stop.is_set():
-                r = await http.post(f"{url}/v1/responses", json=body)
-                r.raise_for_status()
-                requests += 1
-
-    clients = [asyncio.create_task(client()) for _ in range(args.http_clients)]
-    await asyncio.sleep(2.0)
-    loaded = await probe(20)
-    stop.set()
-    await asyncio.gather(*clients, return_exceptions=True)
+    idle = probe(20)
+    big = wl.Workload(
+        tool_rounds=0, system_tokens=0, tool_def_tokens=0, task_tokens=1, text_tokens=8,
+        tool_output_tokens=1, resume_tokens=args.http_tokens,
+    )  # fmt: skip
+    spec = LoadSpec(
+        targets=(url,), loops=args.http_clients, transport="http-full", custom_workload=big,
+        duration_s=DEADLINE_S, warmup_s=0.0,
+    )  # fmt: skip
+    with start_local(spec) as load:
+        time.sleep(max(0.0, load.release_at - time.time()) + 2.0)
+        loaded = probe(20)
+        result = load.stop()
     return {
         "http_clients": args.http_clients,
         "http_tokens": args.http_tokens,
-        "http_requests": requests,
+        "http_requests": sum(r.ok for r in result.records),
+        "http_failures": report.failures(result.records),
         "idle": idle,
         "under_http_load": loaded,
     }
@@ -562,99 +375,7 @@ async def http_load_phase(url: str, args) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- the command
 
 
-def _plot(result: dict, path: Path) -> None:
-    ramps = result.get("ramp", [])
-    fig, (ax1, ax2) = plotting.pyplot().subplots(1, 2, figsize=(11, 4))
-    if ramps:
-        rates = [r["rate"] for r in ramps]
-        for q in ("p50", "p90", "p99"):
-            ax1.plot(rates, [r["connect_ms"][q] for r in ramps], marker="o", label=q)
-        ax1.set_xlabel("arrival rate (connections/s)")
-        ax1.set_ylabel("connect latency (ms)")
-        ax1.set_yscale("log")
-        ax1.legend()
-        ax1.set_title("connect latency vs arrival rate")
-    curves = [(r["rate"], r["memory_curve"]) for r in ramps if r.get("memory_curve")]
-    for rate, curve in curves[:1]:  # the first ramp starts from the freshest server
-        xs, ys = zip(*curve)
-        ax2.plot(xs, ys, marker=".", label=f"ramp at {rate:.0f}/s")
-        ax2.set_xlabel("connections open")
-        ax2.set_ylabel("server private memory added (MiB)")
-        ax2.legend()
-        ax2.set_title("memory vs connections")
-    plotting.save(fig, path)
-
-
-def _print_summary(result: dict) -> None:
-    from rich.console import Console
-
-    c = Console(width=110)
-    if "warm" in result:
-        c.print(
-            f"warm, idle server: connect p50 {result['warm']['connect_ms']['p50']:.1f} ms "
-            f"(p90 {result['warm']['connect_ms']['p90']:.1f})"
-        )
-    if "burst" in result:
-        b = result["burst"]
-        t = b["turns"]
-        c.print(
-            f"burst {b['connections']}: opened {b['opened']}, failures {b['failures'] or 'none'}, connect p50 "
-            f"{b['connect_ms']['p50']:.0f} / p99 {b['connect_ms']['p99']:.0f} ms; turns {t['turns_completed']}/"
-            f"{t['turns_wanted']} in {t['wall_s']:.1f} s"
-        )
-    for r in result.get("ramp", []):
-        h, t = r.get("held", {}), r["one_turn_on_all"]
-        c.print(
-            f"ramp {r['connections']} at {r['rate']:.0f}/s: opened {r['opened']}, failures {r['failures'] or 'none'}, "
-            f"connect p50 {r['connect_ms']['p50']:.1f} / p99 {r['connect_ms']['p99']:.1f} ms; "
-            + (
-                f"{h['server_mib_per_conn']:.2f} MiB/conn held ({h['hosts_before']}→{h['hosts_after']} hosts), "
-                f"CPU per conn: gateway {h['gateway_cpu_ms_per_conn']:.2f} + hosts {h['existing_hosts_cpu_ms_per_conn']:.2f} ms "
-                f"(+ {h['new_hosts_cpu_s']:.1f} s starting hosts); "
-                if h
-                else ""
-            )
-            + f"one turn on all: {t['turns_completed']}/{t['turns_wanted']} in {t['wall_s']:.1f} s"
-            + (f" (failed: {t['failures']})" if t.get("failures") else "")
-        )
-        if "create_on_open" in r:
-            o = r["create_on_open"]
-            c.print(
-                f"  the create sent on open: {o['completed']} completed, failures {o['failures'] or 'none'}, "
-                f"turn p50 {o['turn_ms']['p50']:.1f} / p99 {o['turn_ms']['p99']:.1f} ms"
-            )
-        c.print(
-            "  per second of the ramp (connects started, p50 / max ms): "
-            + " ".join(f"{sec}:{n} {p50:.0f}/{mx:.0f}" for sec, n, p50, mx in r.get("per_second", []))
-        )
-    if "idle" in result:
-        i = result["idle"]
-        h = i.get("held", {})
-        c.print(
-            f"idle {i['connections']}: opened {i['opened']}, failures {i['failures'] or 'none'}; "
-            + (
-                f"{h['server_mib_per_conn']:.2f} MiB/conn, idle CPU {i.get('idle_cpu_pct_of_a_core', 0):.1f}% of a core "
-                f"({i.get('idle_cpu_us_per_conn_per_s', 0):.1f} µs/conn/s)"
-                if h
-                else ""
-            )
-            + (
-                f"; one turn on all: {i['one_turn_on_all']['turns_completed']}/{i['one_turn_on_all']['turns_wanted']} "
-                f"in {i['one_turn_on_all']['wall_s']:.1f} s (failed: {i['one_turn_on_all']['failures'] or 'none'})"
-                if "one_turn_on_all" in i
-                else ""
-            )
-        )
-    if "http_load" in result:
-        hl = result["http_load"]
-        c.print(
-            f"under {hl['http_clients']} HTTP clients (~{hl['http_tokens'] // 1000}k tokens, {hl['http_requests']} requests): "
-            f"connect p50 {hl['idle']['connect_ms']['p50']:.1f} → {hl['under_http_load']['connect_ms']['p50']:.1f} ms, "
-            f"/healthz p50 {hl['idle']['healthz_ms']['p50']:.1f} → {hl['under_http_load']['healthz_ms']['p50']:.1f} ms"
-        )
-
-
-async def _measure(url: str, args, meter: ServerMeter, on_held: Any = None) -> dict[str, Any]:
+def measure(url: str, args, meter: ServerMeter, on_held: Any = None) -> dict[str, Any]:
     from rich.progress import Progress
 
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
@@ -664,22 +385,24 @@ async def _measure(url: str, args, meter: ServerMeter, on_held: Any = None) -> d
     result: dict[str, Any] = {}
     with Progress(transient=True) as bar:
         if "warm" in phases:
-            result["warm"] = await warm_phase(url, args.warm_connects)
+            result["warm"] = warm_phase(url, args.warm_connects)
         if "ramp" in phases:
             result["ramp"] = []
             for rate in [float(r) for r in args.rates.split(",")]:
                 task = bar.add_task(f"ramp {args.ramp} at {rate:.0f}/s", total=args.ramp)
                 result["ramp"].append(
-                    await ramp_phase(url, rate, args, meter, lambda task=task: bar.advance(task), on_held)
+                    ramp_phase(
+                        url, rate, args, meter, lambda n, task=task: bar.update(task, completed=n), on_held
+                    )
                 )
         if "burst" in phases:
             task = bar.add_task(f"burst of {args.burst}", total=args.burst)
-            result["burst"] = await burst_phase(url, args, meter, lambda: bar.advance(task))
+            result["burst"] = burst_phase(url, args, meter, lambda n: bar.update(task, completed=n))
         if "idle" in phases:
             task = bar.add_task(f"idle {args.idle}", total=1)
-            result["idle"] = await idle_phase(url, args, meter, lambda: bar.advance(task))
+            result["idle"] = idle_phase(url, args, meter, lambda n: bar.update(task, completed=n))
         if "http_load" in phases:
-            result["http_load"] = await http_load_phase(url, args)
+            result["http_load"] = http_load_phase(url, args)
     return result
 
 
@@ -715,10 +438,10 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     if args.cluster:
         with simulated_cluster(args.port) as (url, cluster):
-            result = asyncio.run(_measure(url, args, ServerMeter(enabled=True), on_held=cluster.placement))
+            result = measure(url, args, ServerMeter(enabled=True), on_held=cluster.placement)
     else:
         with nullcontext(args.url) if config is None else embedded_server(config, name="admission") as url:
-            result = asyncio.run(_measure(url, args, ServerMeter(enabled=args.url is None)))
+            result = measure(url, args, ServerMeter(enabled=args.url is None))
     payload = {
         "command": args.command,
         "fd_limit": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
@@ -740,8 +463,8 @@ def run(args: argparse.Namespace) -> int:
     }
     results.write(args.out, payload, args.run)
     png = args.out.with_suffix(".png")
-    _plot(result, png)
-    _print_summary(result)
+    report.plot(result, png)
+    report.print_summary(result)
     print(f"wrote {args.out} and {png}")
     failed = any(p.get("failures") for p in [result.get("burst", {}), *result.get("ramp", [])])
     return 1 if failed else 0

@@ -5,10 +5,15 @@ each measuring itself; a step whose clients were saturated is invalid.
     from bench.runner import LoadSpec, run_local, run_on_cluster
     result = run_local(LoadSpec(targets=("http://127.0.0.1:8000",), loops=16, duration_s=20))
     result.summary()  # turns/s, p50/p99 non-model time and TTFT, failures, valid or not
+
+    with start_local(spec) as run:  # until told to stop (at the latest at the spec's deadline)
+        ...  # measure something else meanwhile; run.running(), run.opened(), run.held_turns(1)
+        result = run.stop()
 """
 
 from .cluster import NoClientNodes, run_on_cluster
-from .local import run_local
+from .drive import LoadRun
+from .local import run_local, start_local
 from .model import (
     CPU_LIMIT,
     LAG_P99_LIMIT_MS,
@@ -24,10 +29,12 @@ __all__ = [
     "LAG_P99_LIMIT_MS",
     "ClientStats",
     "LoadResult",
+    "LoadRun",
     "LoadSpec",
     "NoClientNodes",
     "TurnRecord",
     "run_local",
     "run_on_cluster",
     "saturation",
+    "start_local",
 ]

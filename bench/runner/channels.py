@@ -48,6 +48,11 @@ class Channel:
     async def open(self) -> None:
         pass
 
+    @property
+    def is_open(self) -> bool:
+        """A connection of its own is open (an HTTP channel shares its process's pool: no)."""
+        return False
+
     async def send(self, body: str) -> Reply:
         raise NotImplementedError
 
@@ -56,13 +61,18 @@ class Channel:
 
 
 class WsChannel(Channel):
-    def __init__(self, base_url: str, api_key: str | None) -> None:
+    def __init__(self, base_url: str, api_key: str | None, open_timeout_s: float = OPEN_TIMEOUT_S) -> None:
         self.base_url = base_url
         self.api_key = api_key
+        self.open_timeout_s = open_timeout_s
         self.socket: ResponsesSocket | None = None
 
     async def open(self) -> None:
-        self.socket = await connect(self.base_url, api_key=self.api_key, open_timeout=OPEN_TIMEOUT_S)
+        self.socket = await connect(self.base_url, api_key=self.api_key, open_timeout=self.open_timeout_s)
+
+    @property
+    def is_open(self) -> bool:
+        return self.socket is not None
 
     async def send(self, body: str) -> Reply:
         sock = self.socket

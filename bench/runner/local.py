@@ -11,7 +11,7 @@ import multiprocessing
 from collections.abc import Callable
 from typing import Any
 
-from .drive import drive, shares
+from .drive import LoadRun, drive, shares
 from .model import LoadResult, LoadSpec, TurnRecord
 
 JOIN_TIMEOUT_S = 30.0
@@ -80,3 +80,10 @@ def run_local(
         raise
     fleet.close()
     return result
+
+
+def start_local(spec: LoadSpec, processes: int = 1) -> LoadRun:
+    """Start ``spec`` in ``processes`` client processes of this machine and return at once:
+    the run goes on until :meth:`LoadRun.stop` (at the latest until the spec's window ends)."""
+    fleet = ProcessFleet(spec, processes)
+    return LoadRun(fleet, spec, lambda now: fleet.close(now=now))

@@ -28,6 +28,7 @@ from typing import Any
 from .. import workload as wl
 from ..rollouts import TIMINGS_KEY, model_seconds, server_timings
 from .channels import Channel, Reply
+from .connecting import ConnectLog, open_with_retry
 from .model import TurnRecord
 
 OUTPUT_POOL = 48  # distinct tool outputs per client process (drawn from the preset's sizes)
@@ -57,12 +58,11 @@ class Encoder:
 
     def __post_init__(self) -> None:
         store = STORE_BY_TRANSPORT.get(self.transport, self.store)
-        fixed = {
-            "model": self.w.model,
-            "store": store,
-            "instructions": wl.instructions(self.w.system_tokens, self.w.seed),
-        }
-        fixed["tools"] = wl.tools(self.w)
+        fixed: dict[str, Any] = {"model": self.w.model, "store": store}
+        if self.w.system_tokens > 0:  # a workload of none sends none (a bare create)
+            fixed["instructions"] = wl.instructions(self.w.system_tokens, self.w.seed)
+        if self.w.tool_def_tokens > 0:
+            fixed["tools"] = wl.tools(self.w)
         opening = '{"type":"response.create",' if self.transport == "ws" else '{"stream":true,'
         self.head = opening + json.dumps(fixed)[1:-1]
 
@@ -157,6 +157,7 @@ class Loop:
         new_channel: Callable[[], Channel],
         *,
         fresh_connection: bool = False,
+        connects: ConnectLog | None = None,
     ) -> None:
         self.index = index
         self.target = target
@@ -165,6 +166,7 @@ class Loop:
         self.sink = sink
         self.new_channel = new_channel
         self.fresh_connection = fresh_connection
+        self.connects = ConnectLog() if connects is None else connects
         self.channel = new_channel()
         self.rollout = index
         self.turns = 0
@@ -206,9 +208,17 @@ class Loop:
         return self.enc.body(items, self.meta_json, response["id"])
 
     async def open(self) -> None:
-        t0 = time.perf_counter()
-        await self.channel.open()
+        """Open the channel, retried (bench/runner/connecting.py); each failed attempt and
+        the open's time logged in ``connects``."""
+        began, t0 = time.time(), time.perf_counter()
+        await open_with_retry(self.channel.open, self.connects.failures, attempts=self.connects.attempts)
         self._connect_ms = (time.perf_counter() - t0) * 1000
+        self.connects.opened.append((began, self._connect_ms))
+
+    def held_create(self) -> str:
+        """A new rollout's first create, for a connection held open (no new connection)."""
+        self.rollout += ROLLOUT_STRIDE
+        return self.first_create()
 
     async def turn(self, create: str, kind: str) -> dict[str, Any] | None:
         """Send ``create`` and wait for its final event; the Response when it completed."""

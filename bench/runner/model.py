@@ -17,6 +17,7 @@ from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from ..stats import pct
+from .connecting import ATTEMPTS
 
 if TYPE_CHECKING:
     from ..invariants import RunCheck
@@ -49,8 +50,15 @@ class LoadSpec:
     ``check_events`` (``ws`` only): every event of every answer is parsed and checked by
     bench/invariants.py (the soak's stream invariants; the result's ``check``), not only the
     final one: a heavier client, for correctness under load rather than the client's capacity.
-    ``rollouts_per_loop``: each loop stops after that many rollouts, and the run ends when every
-    loop has (at the latest at the window's end)."""
+    ``rollouts_per_loop``: each loop stops after that many rollouts (0: it only connects), and
+    the run ends when every loop has (at the latest at the window's end).
+
+    ``arrivals``: each loop opens its connection at its release (all at once, or spread over
+    ``ramp_s``: connections arriving at ``loops / ramp_s`` a second), timed, rather than all
+    before the release; the result's ``connects``.  ``hold``: a loop that stopped before the
+    run's end keeps its connection open until the run ends (False: it closes it at once).
+    ``open_timeout_s`` bounds one open; ``connect_attempts`` (1: none retried) bounds its
+    retries (bench/runner/connecting.py)."""
 
     targets: tuple[str, ...]
     loops: int
@@ -68,6 +76,10 @@ class LoadSpec:
     ramp_s: float = 0.0
     check_events: bool = False
     rollouts_per_loop: int | None = None
+    arrivals: bool = False
+    hold: bool = True
+    open_timeout_s: float = 60.0
+    connect_attempts: int = ATTEMPTS
 
     def __post_init__(self) -> None:
         if not self.targets:
@@ -78,6 +90,10 @@ class LoadSpec:
             raise ValueError(f"unknown transport {self.transport!r}; one of {', '.join(TRANSPORTS)}")
         if self.workload not in WORKLOADS:
             raise ValueError(f"unknown workload {self.workload!r}; one of {', '.join(WORKLOADS)}")
+        if self.rollouts_per_loop is not None and self.rollouts_per_loop < 0:
+            raise ValueError(f"LoadSpec.rollouts_per_loop must be at least 0, not {self.rollouts_per_loop}")
+        if self.connect_attempts < 1:
+            raise ValueError(f"LoadSpec.connect_attempts must be at least 1, not {self.connect_attempts}")
         if self.check_events and self.transport != "ws":
             raise ValueError("LoadSpec.check_events checks WebSocket event streams: transport 'ws' only")
 
@@ -237,6 +253,9 @@ class LoadResult:
     lag_ms: list[float] = field(default_factory=list)  # every client's ticks in the window
     stalls: list[tuple[float, float]] = field(default_factory=list)  # (when, ms) ticks over 20 ms
     check: RunCheck | None = None  # with ``check_events``: every stream's invariants, all clients
+    # failed connection attempts by type (``connect:http_503``, ...), retried or not (bench/runner/connecting.py)
+    connect_failures: dict[str, int] = field(default_factory=dict)
+    connects: list[tuple[float, float]] = field(default_factory=list)  # (began, time.time(); ms) each open
 
     @property
     def saturated(self) -> bool:
@@ -263,6 +282,7 @@ class LoadResult:
         ok = [r for r in rows if r.ok]
         span = t1 - t0
         failures = Counter(r.error_code or "error" for r in rows if not r.ok)
+        failures.update(self.connect_failures)
         return {
             "loops": self.loops,
             "connected": self.connected,

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..invariants import RunCheck
 from .channels import Channel, CheckedWsChannel, HttpChannel, WsChannel, http_client
+from .connecting import ConnectLog
 from .loop import HISTORY_POOL, Encoder, Loop, Pace, workload
 from .model import ClientStats, LoadSpec, TurnRecord, client_stats
 
@@ -88,13 +89,14 @@ class LoadWorker:
         self.watcher: asyncio.Task[None] | None = None
         self.release_at = 0.0
         self.check = RunCheck() if spec.check_events else None
+        self.connects = ConnectLog(spec.connect_attempts)  # every open and failed attempt
 
     def _channel(self, target: str) -> Channel:
         if self.check is not None:
             name = f"{os.getpid()}.{self.check.counts['connections']}"
             return CheckedWsChannel(target, self.spec.api_key, self.check.connection(name))
         if self.spec.transport == "ws":
-            return WsChannel(target, self.spec.api_key)
+            return WsChannel(target, self.spec.api_key, self.spec.open_timeout_s)
         if target not in self.http:
             self.http[target] = http_client(target, self.spec.api_key)
         return HttpChannel(self.http[target])
@@ -103,18 +105,30 @@ class LoadWorker:
         return lambda: self._channel(target)
 
     async def connect(self) -> int:
-        """Build the loops, open their connections; how many opened."""
+        """Build the loops, open their connections (with ``arrivals``: none yet, each opens at
+        its release); how many opened."""
         self.pace = Pace(len(self.loop_indices), rollouts=self.spec.rollouts_per_loop)
         fresh = self.spec.workload == "codex"
         for i in self.loop_indices:
             target = self.spec.target(i)
             self.loops.append(
                 Loop(
-                    i, target, self.enc, self.pace, self.records, self._maker(target), fresh_connection=fresh
+                    i,
+                    target,
+                    self.enc,
+                    self.pace,
+                    self.records,
+                    self._maker(target),
+                    fresh_connection=fresh,
+                    connects=self.connects,
                 )
             )
         for key in range(HISTORY_POOL):
             self.enc.history(key)  # every resumed history, encoded before the release
+        if self.spec.arrivals:
+            self.ready = [False] * len(self.loops)
+            self.watcher = asyncio.create_task(watch_lag(self.ticks, self.cpu, self.stalls, self.waits))
+            return 0
         sem = asyncio.Semaphore(CONNECT_CONCURRENCY)
 
         async def open_one(lp: Loop) -> bool:
@@ -132,21 +146,39 @@ class LoadWorker:
 
     async def start(self, release_at: float) -> None:
         """Every loop sends its first turn at ``release_at`` (time.time()), or loop ``i`` at
-        ``i / loops`` of the spec's ``ramp_s`` after it."""
+        ``i / loops`` of the spec's ``ramp_s`` after it; with ``arrivals`` it opens its
+        connection then.  A loop that stops before the run's end keeps its connection open
+        (``hold``) or closes it."""
         assert self.pace is not None, "connect() first"
+        pace, spec = self.pace, self.spec
         self.release_at = release_at
-        step = self.spec.ramp_s / self.spec.loops
+        step = spec.ramp_s / spec.loops
 
-        async def run(lp: Loop, ready: bool) -> None:
-            if not ready:
-                self.pace.first_done()  # type: ignore[union-attr]
-                return
+        async def run(k: int, lp: Loop) -> None:
+            at = release_at + lp.index * step
+            ran = False
             try:
-                await lp.run(release_at + lp.index * step)
+                if spec.arrivals:
+                    await asyncio.sleep(max(0.0, at - time.time()))
+                    try:
+                        await lp.open()
+                    except Exception as exc:  # noqa: BLE001 - counted by type in connects.failures
+                        lp.errors.append(f"connect: {type(exc).__name__}: {exc}"[:200])
+                        return
+                    self.ready[k] = True
+                if not self.ready[k] or spec.rollouts_per_loop == 0:
+                    return
+                ran = True
+                await lp.run(at)
             except Exception as exc:  # noqa: BLE001 - a loop's failure is counted, not raised
                 lp.errors.append(f"{type(exc).__name__}: {exc}"[:200])
+            finally:
+                if not ran:
+                    pace.first_done()  # no first turn: the storm is over for this loop
+                if not spec.hold:
+                    await lp.channel.close()
 
-        self.tasks = [asyncio.create_task(run(lp, ok)) for lp, ok in zip(self.loops, self.ready)]
+        self.tasks = [asyncio.create_task(run(k, lp)) for k, lp in enumerate(self.loops)]
 
     async def first_turns_answered(self) -> float:
         """When the last of this process's first turns was answered (time.time())."""
@@ -161,6 +193,26 @@ class LoadWorker:
     async def running(self) -> int:
         """How many of this process's loops are still running."""
         return sum(not t.done() for t in self.tasks)
+
+    async def opened(self) -> int:
+        """How many of this process's connections are open."""
+        return sum(lp.channel.is_open for lp in self.loops)
+
+    async def held_turns(self, turns: int) -> int:
+        """``turns`` turns, one after another, on every connection held open (its loop
+        stopped), all at once; each a new rollout's first create (kind ``held``).  How many
+        completed."""
+        held = [lp for lp, t in zip(self.loops, self.tasks) if t.done() and lp.channel.is_open]
+
+        async def chain(lp: Loop) -> int:
+            done = 0
+            for _ in range(turns):
+                if await lp.turn(lp.held_create(), "held") is None:
+                    break
+                done += 1
+            return done
+
+        return sum(await asyncio.gather(*(chain(lp) for lp in held)))
 
     async def pull(self) -> list[TurnRecord]:
         """The records since the last pull."""
@@ -202,4 +254,6 @@ class LoadWorker:
             "stalls": [s for s in self.stalls if window[0] <= s[0] <= window[1]],
             "lag_ms": [ms for t, ms in self.ticks if window[0] <= t <= window[1]],
             "check": self.check,
+            "connect_failures": dict(self.connects.failures),
+            "connects": self.connects.opened,
         }

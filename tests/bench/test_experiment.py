@@ -140,6 +140,15 @@ def test_a_saturated_client_makes_the_step_invalid():
     assert not figures.step_figures(HEAD, measured([T(0, A, ok=False)]))["valid"]
 
 
+def test_connect_failures_are_counted_by_type_and_a_loop_left_unconnected_invalidates_the_step():
+    retried = figures.step_figures(HEAD, measured([T(0, A)], connect_failures={"connect:http_503": 1}))
+    assert retried["valid"] and retried["failures"] == {"connect:http_503": 1}  # a retry succeeded: shown
+    step = figures.step_figures(
+        HEAD, measured([T(0, A)], connect_failures={"connect:http_503": 5}, unconnected=1)
+    )
+    assert not step["valid"] and step["invalid_reason"] == "1 loop could not connect"
+
+
 def test_a_window_counts_from_the_samples_inside_it_scaled_to_its_length():
     samples = [
         (0.0, {"cpu/gateway/1": 1.0}),

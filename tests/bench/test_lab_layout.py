@@ -18,6 +18,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 # The kinds that apply load: their loops run on the load runner (directly, or through the
 # capacity kind's level), none opens a socket for them.
 LOAD_KINDS = {
+    "bench/kinds/admission.py",
     "bench/kinds/capacity.py",
     "bench/kinds/scaling.py",
     "bench/kinds/soak.py",
@@ -38,10 +39,6 @@ OWN_CONNECTIONS = {
     "bench/kinds/scaling.py": (
         "connections",
         "idle connections held (memory and CPU per connection), no turns",
-    ),
-    "bench/kinds/admission.py": (
-        "connections",
-        "connects: bursts, arrival ramps, held sockets (then turns on the sockets it opened)",
     ),
     "bench/kinds/floor.py": (
         "probe",
@@ -229,7 +226,6 @@ OWN_WEBSOCKETS = {
     "bench/report/browser.py": "Chromium's DevTools protocol (the report's browser check), not the server",
     "bench/kinds/floor.py": "the minimal reference server it measures against (a server, not a client)",
     "bench/reference.py": "the bare-protocol reference server (a server, not a client)",
-    "bench/kinds/admission.py": "the kinds' last own reach into the library: its refusals and closes by type",
 }
 
 

@@ -196,6 +196,8 @@ def test_the_progress_line(doc):
     assert "non-model p50 4.3 p99 14.9 ms" in first and first.endswith("ok")
     failed = progress_line(doc["steps"][3], total)
     assert "2 failed" in failed
+    retried = progress_line({**doc["steps"][0], "failures": {"connect:http_503": 1}}, total)
+    assert "1 connect attempt failed" in retried and "1 failed" not in retried  # no failed turn
     last = progress_line(doc["steps"][-1], total)
     assert last.startswith(f"[{total}/{total}]") and "http-full" in last
     assert last.endswith(f"INVALID ({doc['steps'][-1]['invalid_reason']})")

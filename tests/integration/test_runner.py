@@ -4,10 +4,12 @@ a load actor on the embedded Ray's node (it carries the `client` resource, tests
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
-from bench.runner import LoadSpec, NoClientNodes, run_local, run_on_cluster
+from bench import workload as wl
+from bench.runner import LoadSpec, NoClientNodes, run_local, run_on_cluster, start_local
 
 # small resumed histories: the test is about the runner, not the server's prefill
 SPEC = {"loops": 2, "duration_s": 3.0, "warmup_s": 1.0, "resume_tokens": 1500}
@@ -31,6 +33,30 @@ def test_run_local_loads_the_server_from_a_client_process(server_url):
     result = run_local(spec, processes=1)
     check(result, spec)
     assert result.clients[0].node_id is None
+
+
+def test_start_local_runs_until_stopped_with_connections_arriving_and_held(server_url):
+    """Connections arriving over a ramp, each with one bare create as it opens, held; one more
+    turn on each held connection; stopped long before the deadline."""
+    bare = wl.Workload(tool_rounds=0, system_tokens=0, tool_def_tokens=0, task_tokens=1, text_tokens=8)
+    spec = LoadSpec(
+        targets=(server_url,), loops=3, custom_workload=bare, arrivals=True, ramp_s=0.3, rollouts_per_loop=1,
+        duration_s=120.0, warmup_s=0.0, connect_attempts=1,
+    )  # fmt: skip
+    with start_local(spec) as run:
+        deadline = time.monotonic() + 60
+        while run.running():  # every connection arrived and sent its create
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert run.opened() == 3
+        assert run.held_turns(1) == 3
+        result = run.stop()
+    assert result.window[1] < run.deadline and result.connected == 3 and not result.connect_failures
+    assert len(result.connects) == 3 and all(ms > 0 for _, ms in result.connects)
+    began = sorted(b for b, _ in result.connects)
+    assert began[-1] - began[0] >= 0.15  # arrivals over the ramp, not at once
+    kinds = sorted(r.kind for r in result.records)
+    assert kinds == ["first"] * 3 + ["held"] * 3 and all(r.ok for r in result.records), result.errors
 
 
 def test_run_on_cluster_loads_it_from_a_load_actor_on_a_client_node(ray_cluster, server_url):
