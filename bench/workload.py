@@ -279,7 +279,7 @@ class Workload:
     model: str = "emu-fast"
     tool_rounds: int = 20  # tool calls before the model answers in text
     system_tokens: int = 3000  # instructions
-    tool_def_tokens: int = 1500  # all tool definitions together (0: no tools)
+    tool_def_tokens: int = 1500  # all tool definitions together
     task_tokens: int = 120  # the user's task message
     tool_output_tokens: int = 800  # mean size of one tool output (uniform in ±50 %)
     text_tokens: int = 150  # the final answer
@@ -428,11 +428,8 @@ def _tools(tool_def_tokens: int, seed: int) -> tuple[tuple[str, str, tuple], ...
 
 
 def tools(w: Workload) -> list[dict]:
-    """Function tools in the Responses API's flat shape, as Codex sends them (none when
-    ``tool_def_tokens`` is 0)."""
-    out: list[dict] = []
-    if w.tool_def_tokens <= 0:
-        return out
+    """Function tools in the Responses API's flat shape, as Codex sends them."""
+    out = []
     for name, description, props in _tools(w.tool_def_tokens, w.seed):
         properties = dict(props)
         out.append(

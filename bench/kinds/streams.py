@@ -12,8 +12,8 @@ streams are loops of the lab's load runner (bench/runner, :func:`~bench.runner.r
 ``--client-procs`` client processes of their own (outside the server, each measuring its own
 CPU and event-loop lag: a round whose clients were saturated is marked invalid).  A round is
 one run of the runner: every loop opens its socket, and at the common release sends one
-``store:false`` create (a one-rollout workload: no tools, a few dozen tokens of instructions
-and task) for ``--tokens`` tokens of text.  One unmeasured round of one-token answers
+``store:false`` create (a one-rollout workload: no tools, no instructions, a short task) for
+``--tokens`` tokens of text.  One unmeasured round of one-token answers
 warms the path first.
 
 Per stream, as its client receives it: delivered rate = tokens after the first / time from
@@ -61,9 +61,9 @@ def server_config(streams: int, max_items_per_s: str | None) -> Any:
 
 
 def stream_workload(tokens: int) -> Workload:
-    """One create a rollout: a text answer of ``tokens`` tokens, no tools, the shortest
-    instructions and task the workload makes (a few dozen tokens: what the host parses and
-    renders for a stream is next to nothing)."""
+    """One create a rollout: a text answer of ``tokens`` tokens; no tools, no instructions,
+    the shortest task the workload makes (what the host parses and renders for a stream is
+    next to nothing)."""
     return Workload(
         model=MODEL,
         tool_rounds=0,

@@ -50,8 +50,8 @@ def test_a_stream_workload_is_one_text_answer_without_a_tool_call():
     assert spec.rollouts_per_loop == 1 and spec.loops == 64 and spec.warmup_s == 0
 
 
-def test_a_stream_create_sends_no_tools():
-    from bench import workload as wl
+def test_a_stream_create_sends_no_tools_and_no_instructions():
+    from bench.runner.loop import Encoder
 
-    w = streams.stream_workload(2000)
-    assert wl.tools(w) == [] and len(wl.tools(wl.Workload(tool_def_tokens=100))) > 0
+    head = Encoder.build(streams.stream_workload(2000), "ws", False, "0").head
+    assert '"tools"' not in head and '"instructions"' not in head and streams.MODEL in head
