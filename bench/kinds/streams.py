@@ -150,8 +150,9 @@ def summarise(result: LoadResult, server_cores: dict[str, float]) -> dict[str, A
     ttft = [r.ttft_ms for r in ok if r.ttft_ms is not None]
     return {
         "streams": len(streams),
-        "errors": [r.error_code or "error" for r in streams if not r.ok]
-        + [e for errs in result.errors.values() for e in errs if e.startswith("connect")],
+        "connected": result.connected,
+        "errors": [r.error_code or "error" for r in streams if not r.ok],
+        "connect_failures": result.connect_failures,  # attempts retried or not, by type
         "rate_tok_s": {
             "min": round(rates[0], 1),
             "p10": round(pct(rates, 0.1) or 0.0, 1),
