@@ -86,7 +86,8 @@ KINDS: dict[str, Kind] = {
                     "non-model time and CPU per turn against a minimal server sending the same frames",
                 ),
                 Variant(
-                    "hotpath", "per-turn server overhead with an instant model, sustained streaming rate"
+                    "hotpath",
+                    "per-turn server overhead with an instant model; --streams: a round of bench streams",
                 ),
                 Variant("length", "per-turn API overhead against conversation length, WebSocket vs HTTP"),
             ),

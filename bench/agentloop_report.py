@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -10,7 +9,7 @@ from typing import Any
 
 from . import plotting
 from .rollouts import PHASES, RolloutRecord
-from .stats import pct
+from .stats import mean, pct
 
 
 def _dist(values: Iterable[float]) -> dict[str, float | None]:
@@ -18,7 +17,7 @@ def _dist(values: Iterable[float]) -> dict[str, float | None]:
     return {
         "median": pct(v, 0.5),
         "p90": pct(v, 0.9),
-        "mean": statistics.fmean(v) if v else None,
+        "mean": mean(v),
         "n": len(v),
     }
 
@@ -71,7 +70,7 @@ def summarise(records: Sequence[RolloutRecord]) -> dict[str, Any]:
             "nonmodel_ms_est": _dist(x for t in turns if (x := nonmodel_ms(t)) is not None),
             "api_overhead_ms": _dist(x for t in turns if (x := overhead_ms(t)) is not None),
             "phases_mean_ms": (
-                {p: statistics.fmean(sv.get(p, 0.0) for sv in server) for p in PHASES} if server else None
+                {p: mean(sv.get(p, 0.0) for sv in server) for p in PHASES} if server else None
             ),
             "request_kb": _dist(t.request_bytes / 1024 for t in turns),
             "input_tokens_last_turn": _dist(r.turns[-1].input_tokens for r in ok if r.turns),

@@ -6,10 +6,13 @@ caller's own ``until``); the :class:`Answer` holds them with the client-side tim
 Open one with
 ``sock = await connect(url)`` or ``async with connect(url) as sock:``.
 
-Every WebSocket the lab opens goes through :func:`connect` (tests/test_layout.py checks it).
-The hostile-frame fuzzer (bench/fuzz_oracle.py) is not a client of this kind: it sends
-raw bytes and invalid UTF-8 over a synchronous socket on purpose; the reference and bare
-servers (bench/reference.py, bench/kinds/floor.py) are servers, not clients.
+Every WebSocket the lab opens goes through :func:`connect` (tests/test_layout.py checks it),
+and what a kind catches of it is named here (:class:`ConnectionClosed`, :func:`close_code`,
+the refusals of an upgrade): no other client module imports ``websockets``
+(tests/bench/test_lab_layout.py).  The hostile-frame fuzzer (bench/fuzz_oracle.py) is not a
+client of this kind: it sends raw bytes and invalid UTF-8 over a synchronous socket on
+purpose; the reference and bare servers (bench/reference.py, bench/kinds/floor.py) are
+servers, not clients.
 """
 
 from __future__ import annotations
@@ -21,6 +24,27 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import websockets
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidMessage, InvalidStatus
+
+# What a kind catches: a socket closed (by either side, or the TCP connection lost), and an upgrade
+# refused (``InvalidStatus``: an HTTP answer; ``InvalidMessage``: none) or failed otherwise.
+__all__ = [
+    "Answer",
+    "ConnectionClosed",
+    "InvalidHandshake",
+    "InvalidMessage",
+    "InvalidStatus",
+    "ResponsesSocket",
+    "close_code",
+    "connect",
+]
+ABNORMAL_CLOSE = 1006  # no close frame: the TCP connection ended without one (RFC 6455 §7.1.5)
+
+
+def close_code(exc: ConnectionClosed) -> int:
+    """The close code the server sent, :data:`ABNORMAL_CLOSE` when it sent none."""
+    return exc.rcvd.code if exc.rcvd is not None else ABNORMAL_CLOSE
+
 
 # The terminal events of a response, as the wire names them (docs/protocol.md §3): the client's
 # own copy of the protocol, checked against the server's by tests/bench/test_client.py.
@@ -128,6 +152,26 @@ class Answer:
 class ResponsesSocket:
     def __init__(self, ws: websockets.ClientConnection) -> None:
         self.ws = ws
+
+    @property
+    def deflate(self) -> bool:
+        """The server accepted the client's permessage-deflate offer."""
+        return bool(self.ws.protocol.extensions)
+
+    @property
+    def upgrade_headers(self) -> websockets.datastructures.Headers:
+        """The headers of the server's answer to the upgrade (a resume token's among them)."""
+        assert self.ws.response is not None  # an open connection was answered
+        return self.ws.response.headers
+
+    async def until_closed(self, on_frame: Callable[[str], None] = lambda raw: None) -> ConnectionClosed:
+        """Read frames (each to ``on_frame``) until the connection ends; how it ended."""
+        try:
+            async for message in self.ws:
+                on_frame(message if isinstance(message, str) else message.decode())
+        except ConnectionClosed as exc:
+            return exc
+        return ConnectionClosed(self.ws.protocol.close_rcvd, self.ws.protocol.close_sent)
 
     @property
     def local_address(self) -> tuple[str, int]:

@@ -95,7 +95,8 @@ def flatness(
     ``min_band_mb`` (USS moves by a few MiB as allocator arenas and GC generations come and go)."""
     import itertools
     import math
-    import statistics
+
+    from .stats import line, mean, pstdev
 
     n = len(values)
     if n < 6:
@@ -108,13 +109,10 @@ def flatness(
             "slope_mb_per_sample": None,
         }
     middle, last, tail = values[n // 3 : 2 * n // 3], values[2 * n // 3 :], values[n // 3 :]
-    m_mean, l_mean = statistics.fmean(middle), statistics.fmean(last)
-    noise = statistics.pstdev([b - a for a, b in itertools.pairwise(tail)]) / math.sqrt(2)
+    m_mean, l_mean = mean(middle) or 0.0, mean(last) or 0.0
+    noise = pstdev([b - a for a, b in itertools.pairwise(tail)]) / math.sqrt(2)
     band = max(3 * noise, rel_band * m_mean, min_band_mb)
-    xs = range(len(tail))
-    x_mean, y_mean = statistics.fmean(xs), statistics.fmean(tail)
-    sxx = sum((x - x_mean) ** 2 for x in xs)
-    slope = sum((x - x_mean) * (y - y_mean) for x, y in zip(xs, tail)) / sxx if sxx else 0.0
+    slope = (line(range(len(tail)), tail) or (0.0, 0.0))[0]
     return {
         "flat": abs(l_mean - m_mean) <= band,
         "middle_mb": m_mean,

@@ -20,6 +20,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .stats import line
+
 CORE_MS_PER_S = 1000.0  # what one core gives a single-threaded process, CPU ms per second
 UNBOUNDED = 10**9  # session nodes a part never limits (its demand does not grow with them)
 
@@ -56,12 +58,12 @@ def fit_line(points: Sequence[tuple[float, float]]) -> Line:
         raise ValueError("no points to fit")
     xs = [float(x) for x, _ in points]
     ys = [float(y) for _, y in points]
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    sxx = sum((x - mx) ** 2 for x in xs)
-    if sxx == 0:
+    fitted = line(xs, ys)
+    if fitted is None:
+        mx, my = xs[0], sum(ys) / len(ys)
         return Line(0.0, my / mx if mx else 0.0)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
-    return Line(my - slope * mx, slope)
+    slope, intercept = fitted
+    return Line(intercept, slope)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,11 @@
-"""The statistics the benchmarks' summaries share, one copy of each: a quantile, a median and a
-spread (chosen figures of a sample: its size, quantiles, extremes)."""
+"""The statistics the lab's summaries share, one copy of each: a quantile, a median, a mean, a
+spread (chosen figures of a sample: its size, quantiles, extremes), the population standard
+deviation and a least-squares line.  No other lab module computes its own
+(tests/bench/test_lab_layout.py: none imports ``statistics``)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 
 
@@ -54,3 +57,31 @@ def spread(
             x = pct(vs, QUANTILES[k])
             out[k] = None if x is None else round(x, digits)
     return out
+
+
+def mean(values: Iterable[float | None]) -> float | None:
+    """The arithmetic mean of the values that are not ``None``; ``None`` when there are none."""
+    vs = [v for v in values if v is not None]
+    return math.fsum(vs) / len(vs) if vs else None
+
+
+def pstdev(values: Iterable[float]) -> float:
+    """The population standard deviation (0.0 for fewer than two values)."""
+    vs = list(values)
+    m = mean(vs)
+    if m is None or len(vs) < 2:
+        return 0.0
+    return math.sqrt(math.fsum((v - m) ** 2 for v in vs) / len(vs))
+
+
+def line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float] | None:
+    """The least-squares line through the points ``(xs[i], ys[i])`` as ``(slope, intercept)``;
+    ``None`` when there are none or every ``x`` is the same (no slope to fit)."""
+    mx, my = mean(xs), mean(ys)
+    if mx is None or my is None:
+        return None
+    sxx = math.fsum((x - mx) ** 2 for x in xs)
+    if sxx == 0:
+        return None
+    slope = math.fsum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+    return slope, my - slope * mx

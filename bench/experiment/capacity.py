@@ -11,12 +11,11 @@ and named in ``not_measured``."""
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..scale_model import Deployment, Limits, Line, Measured, fit_line, size, slope_error
-from ..stats import median
+from ..stats import mean, median
 from .nodes import Node
 
 SIZES = (10, 100, 1000)
@@ -40,7 +39,7 @@ def node_cpu_ms_per_turn(step: dict[str, Any]) -> float | None:
     totals = [
         n["cpu_ms_per_turn"]["total"] for n in step["nodes"] if n["cpu_ms_per_turn"].get("total") is not None
     ]
-    return statistics.mean(totals) if totals else None
+    return mean(totals)
 
 
 def node_cores(session: Sequence[Node], host_cpus: Mapping[str, int]) -> tuple[float, str]:

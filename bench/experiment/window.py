@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..stats import mean
+
 Sample = tuple[float, dict[str, float]]
 GAUGES = ("metrics/running", "metrics/replicas", "metrics/sockets")
 
@@ -58,8 +60,7 @@ def busiest_thread_ms_per_s(d: dict[str, float], span: float) -> dict[str, float
 
 
 def gauge_mean(samples: Sequence[Sample], key: str) -> float | None:
-    values = [s[1][key] for s in samples if key in s[1]]
-    return sum(values) / len(values) if values else None
+    return mean(s[1][key] for s in samples if key in s[1])
 
 
 def running_per_replica(samples: Sequence[Sample]) -> float | None:

@@ -40,10 +40,16 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from websockets.exceptions import ConnectionClosed, InvalidMessage, InvalidStatus
 
 from .. import results
-from ..client import TERMINAL_EVENT_TYPES, ResponsesSocket, connect
+from ..client import (
+    TERMINAL_EVENT_TYPES,
+    ConnectionClosed,
+    InvalidMessage,
+    InvalidStatus,
+    ResponsesSocket,
+    connect,
+)
 from ..reconcile import Seen, read_ledger, reconcile
 
 APP = "responses-ws-drain"
@@ -188,17 +194,17 @@ class Client:
             self.tally.add("client_closed")
         except Refused:
             # Told to go: the server closes the socket (1012) once nothing runs on it.
+            def stray(raw: str) -> None:
+                self.tally.add("error_other", f"after server_shutting_down: {raw[:100]!r}")
+
             try:
                 async with asyncio.timeout(10):
-                    async for message in sock.ws:
-                        self.tally.add("error_other", f"after server_shutting_down: {message[:100]!r}")
+                    how = await sock.until_closed(stray)
             except TimeoutError:
                 self.tally.add("closed_other_code", "no close within 10 s of server_shutting_down")
                 await sock.close()
-            except ConnectionClosed as exc:
-                self.closed(exc)
             else:
-                self.closed(ConnectionClosed(sock.ws.protocol.close_rcvd, sock.ws.protocol.close_sent))
+                self.closed(how)
         except ConnectionClosed as exc:
             self.closed(exc)
         await asyncio.sleep(self.rng.uniform(0.0, 0.3))

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import uuid
 from pathlib import Path
 from typing import Any
 
 from bench import results
 from bench.client import connect
+from bench.stats import line, mean, median
 from serve.embedded import embedded_server, local_config
 
 QUESTIONS = (
@@ -95,14 +95,12 @@ def fit_timing(runs: list[list[dict[str, Any]]]) -> dict[str, float]:
     turns = list(zip(*runs))
     xs = [t[0]["input_tokens"] - t[0]["cached_tokens"] for t in turns]
     ys = [min(s["ttft_ms"] for s in t) for t in turns]
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    sxx = sum((x - mx) ** 2 for x in xs)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else 0.0
+    slope, intercept = line(xs, ys) or (0.0, mean(ys) or 0.0)
     decode = [max(rates) for t in turns if (rates := [s["decode_tok_s"] for s in t if s["decode_tok_s"]])]
     return {
-        "prefill_overhead_ms": round(max(0.0, my - slope * mx), 1),
+        "prefill_overhead_ms": round(max(0.0, intercept), 1),
         "prefill_tokens_per_s": round(1000.0 / slope, 0) if slope > 0 else float("inf"),
-        "decode_tokens_per_s": round(statistics.median(decode), 1) if decode else float("nan"),
+        "decode_tokens_per_s": median(decode, 1) or float("nan"),
     }
 
 
@@ -112,7 +110,7 @@ def summary(runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
         {
             **{k: run_turns[0][k] for k in ("turn", "input_tokens", "cached_tokens", "output_tokens")},
             "cached_tokens_runs": sorted({t["cached_tokens"] for t in run_turns}),
-            **{k: statistics.median(t[k] for t in run_turns) for k in ("ttft_ms", "total_ms")},
+            **{k: median((t[k] for t in run_turns), None) for k in ("ttft_ms", "total_ms")},
         }
         for run_turns in zip(*runs)
     ]

@@ -41,7 +41,6 @@ import asyncio
 import json
 import multiprocessing
 import random
-import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,13 +116,12 @@ async def exchange(sock: ResponsesSocket, create: str, frames: int | None = None
     last frame's arrival (before the client parses it) — the client's own work on either side
     is left out, the same for this server and the reference."""
     got: list[str] = []
-    await sock.ws.send(create)
+    await sock.send_raw(create)
     t0 = time.perf_counter()
     while True:
-        raw = await sock.ws.recv()
+        raw = await sock.recv_raw()
         arrived = time.perf_counter()
         event = json.loads(raw)
-        assert isinstance(raw, str)  # the server sends text frames
         got.append(raw)
         if len(got) == frames or (frames is None and is_final(event)):
             return got, (arrived - t0) * 1000
@@ -168,7 +166,7 @@ async def drive(url: str, mode: str, fixed: dict[str, Any], outputs: list[str]) 
     """The turns against this server alone, recording each create and what came back."""
     run = Run(mode)
     async with connect(url, compression=MODES[mode]) as sock:
-        run.deflate = bool(sock.ws.protocol.extensions)
+        run.deflate = sock.deflate
         prev: dict[str, Any] | None = None
         for output in outputs:
             turn, prev = await server_turn(sock, build_create(fixed, output, prev))
@@ -302,7 +300,7 @@ async def interleaved_round(
         connect(url, compression=MODES[mode]) as sock,
         connect(ref.url, compression=MODES[mode]) as rsock,
     ):
-        run.deflate = bool(sock.ws.protocol.extensions)
+        run.deflate = sock.deflate
         titles = processes.titles({pid: role for pid, role in procs.items() if role == "ray"})
         ray0 = processes.cpu_by_role(titles)
         cpu0, rcpu0, t0 = processes.cpu_by_role(procs), processes.cpu_precise_s(ref.pid), time.perf_counter()
@@ -363,7 +361,9 @@ def summarise(
         "turns": len(turns),
         "server_nonmodel_ms": median(ours, 3),
         "reference_ms": median(ref, 3),
-        "ratio": round(statistics.median(ours) / statistics.median(ref), 2) if ours and ref else None,
+        "ratio": round(m_ours / m_ref, 2)
+        if (m_ours := median(ours, None)) and (m_ref := median(ref, None))
+        else None,
         "server_api_overhead_ms": median(api, 3),
         "server_backend_ms": median([t.backend_ms for t in turns if t.backend_ms is not None], 3),
         "frames_per_turn": median([len(t.frames) for t in turns], 3),

@@ -2,11 +2,13 @@
 
     responses-ws bench floor hotpath [--turns 200] [--streams 8] [--out results/hotpath.json]
 
-Starts an embedded server with two bench-only profiles next to the normal ones:
-``bench-zero`` (no prefill overhead, effectively instant decode) so that a one-token turn's
-round trip is the server's own overhead, and ``bench-1k`` (1000 tok/s sustained, no burst)
-for the streaming-rate check.  The plain WebSocket client (bench/client.py, with
-permessage-deflate as these numbers were always measured) keeps client cost low.
+Starts an embedded server with the bench profiles (:mod:`bench.bench_profiles`): on
+``bench-zero`` (no prefill overhead, effectively instant decode) a one-token turn's round trip
+is the server's own overhead, timed on one socket of the plain WebSocket client
+(bench/client.py, offering permessage-deflate as these numbers were always measured).  Then,
+unless ``--streams 0``, ``--streams`` streams of ``--tokens`` tokens at once on ``bench-flat``
+(1000 tok/s each): one round of ``responses-ws bench streams`` on the load runner, each
+stream's delivered rate.
 """
 
 from __future__ import annotations
@@ -14,38 +16,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import statistics
 from pathlib import Path
+from typing import Any
 
-from inference.emulator.profiles import load_inference_config
-from serve.config import AppConfig
-from serve.embedded import embedded_server, local_config
+from serve.embedded import embedded_server
 
 from .. import results
 from ..client import connect
-
-
-def bench_config(warm_actors: int = 1) -> AppConfig:
-    inference = load_inference_config().model_dump()
-    inference["profiles"] += [
-        {
-            "id": "bench-zero",
-            "decode_tokens_per_s": 1e9,
-            "prefill_tokens_per_s": 1e12,
-            "prefill_overhead_ms": 0,
-        },
-        {
-            "id": "bench-1k",
-            "decode_tokens_per_s": 1000,
-            "prefill_tokens_per_s": 1e9,
-            "prefill_overhead_ms": 0,
-        },
-    ]
-    inference["policy"]["text_tokens"] = 2000
-    # The parallel streams measure streaming, not actor start-up: they start on warm actors.
-    return local_config(
-        **{"session.warm_actors": warm_actors, **{f"inference.{k}": v for k, v in inference.items()}}
-    )
+from ..runner import run_local
+from ..stats import median, pct
+from . import streams as streams_kind
 
 
 async def overhead(url: str, turns: int, store: bool = False) -> tuple[list[float], list[float], list[float]]:
@@ -68,37 +48,30 @@ async def overhead(url: str, turns: int, store: bool = False) -> tuple[list[floa
     return out, created, gaps
 
 
-async def stream_rate(url: str, tokens: int) -> float:
-    async with connect(url, compression="deflate") as sock:
-        answer = await sock.create(model="bench-1k", input="write", store=False, max_output_tokens=tokens)
-        stamps = [
-            t for e, t in zip(answer.events, answer.stamps) if e["type"] == "response.output_text.delta"
-        ]
-        assert answer.response is not None  # create returns on its final event
-        out_tokens = answer.response["usage"]["output_tokens"]
-        return out_tokens / (stamps[-1] - stamps[0]) if len(stamps) > 1 else 0.0
-
-
-async def measure(url: str, turns: int, streams: int, tokens: int, store: bool = False) -> dict:
+async def measure(url: str, turns: int, store: bool = False) -> dict[str, Any]:
     laps, created, gaps = await overhead(url, turns, store)
-    rates = await asyncio.gather(*(stream_rate(url, tokens) for _ in range(streams))) or [0.0]
     return {
-        "turn_ms": {
-            "median": statistics.median(laps),
-            "p90": statistics.quantiles(laps, n=10)[-1],
-            "min": min(laps),
-            "n": len(laps),
-        },
-        "created_ms": {"median": statistics.median(created)},
-        "terminal_gap_ms": {"median": statistics.median(gaps), "p90": statistics.quantiles(gaps, n=10)[-1]},
+        "turn_ms": {"median": median(laps, None), "p90": pct(laps, 0.9), "min": min(laps), "n": len(laps)},
+        "created_ms": {"median": median(created, None)},
+        "terminal_gap_ms": {"median": median(gaps, None), "p90": pct(gaps, 0.9)},
         "store": store,
+    }
+
+
+def stream_rates(url: str, streams: int, tokens: int) -> dict[str, Any]:
+    """``streams`` streams of ``tokens`` tokens at once on bench-flat: one round of
+    ``responses-ws bench streams`` (one client process), each stream's delivered rate."""
+    result = run_local(streams_kind.spec(url, streams, tokens))
+    rates = [streams_kind.rate(r) for r in streams_kind.answered(result.records)] or [0.0]
+    return {
         "streams": streams,
         "stream_tokens_per_s": {
-            "each": [round(r, 1) for r in rates],
-            "median": statistics.median(rates),
+            "each": [round(r, 1) for r in sorted(rates)],
+            "median": median(rates, None),
             "min": min(rates),
-            "target": 1000.0,
+            "target": streams_kind.TARGET_TOK_S,
         },
+        "stream_clients_valid": not result.saturated,
     }
 
 
@@ -111,8 +84,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    with embedded_server(bench_config(warm_actors=args.streams + 1)) as url:
-        result = asyncio.run(measure(url, args.turns, args.streams, args.tokens, args.store))
+    with embedded_server(streams_kind.server_config(args.streams, None)) as url:
+        result = asyncio.run(measure(url, args.turns, args.store))
+        if args.streams:
+            result.update(stream_rates(url, args.streams, args.tokens))
     result["command"] = args.command
     results.write(args.out, result, args.run)
     print(json.dumps(result, indent=2))

@@ -5,7 +5,8 @@
 Three conversations grow side by side to each target size (in prompt tokens): ``ws`` (one
 socket, ``store:false``, ``previous_response_id``, only new items), ``http-chained``
 (``previous_response_id`` to a stored response) and ``http-full`` (the whole history resent,
-``store:false``).  At every size each transport runs ``--turns`` small turns (one tool
+``store:false``), each over bench/transports.py's transport of that name (the agentloop kind's:
+the HTTP ones stream, SSE).  At every size each transport runs ``--turns`` small turns (one tool
 output of a few dozen tokens), interleaved, and reads the server's own per-phase timings
 from the response metadata (``responses_ws.timings``).  "API overhead" is the server's time
 on a turn outside waiting for inference.  Prints a table, writes JSON and a PNG plot.
@@ -15,19 +16,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import random
-import statistics
 import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from serve.embedded import embedded_server, local_config
 
 from .. import plotting, results
-from ..client import ResponsesSocket, connect
+from ..stats import median
+from ..transports import TRANSPORTS
 
 MODEL = "emu-fast"
 API_KEY = "sk-bench"
@@ -38,6 +38,13 @@ TOOL = {
     "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
 }
 META = {"responses_ws.timings": "1", "emulator.tool_rounds": "10000", "emulator.text_tokens": "8"}
+# What every create sends besides its input (the transport adds ``store`` and the chaining).
+BASE = {
+    "model": MODEL,
+    "tools": [TOOL],
+    "metadata": META,
+    "instructions": "You are a coding agent. Use the tools.",
+}
 WORDS = [
     "alpha",
     "beta",
@@ -80,58 +87,25 @@ def filler(n_words: int, rng: random.Random) -> str:
 
 
 class Chain:
-    """One growing conversation over one transport."""
+    """One growing conversation over one transport of bench/transports.py."""
 
     def __init__(self, name: str, base: str) -> None:
         self.name = name
-        self.base = base
-        self.prev: str | None = None
-        self.history: list[dict] = []  # http-full resends all of it
+        self.transport = TRANSPORTS[name](base, API_KEY)
         self.calls: list[str] = []
         self.prompt_tokens = 0
-        self.ws: ResponsesSocket | None = None
 
-    async def open(self) -> None:
-        if self.name == "ws":  # permessage-deflate on, as the published numbers were measured
-            self.ws = await connect(self.base, api_key=API_KEY, compression="deflate")
-
-    async def close(self) -> None:
-        if self.ws is not None:
-            await self.ws.close()
-
-    async def turn(self, http: httpx.AsyncClient, text: str) -> dict[str, float]:
+    async def turn(self, text: str) -> dict[str, float]:
         new = (
             [{"type": "function_call_output", "call_id": self.calls[0], "output": text}]
             if self.calls
             else [{"role": "user", "content": text}]
         )
-        body: dict[str, Any] = {
-            "model": MODEL,
-            "tools": [TOOL],
-            "metadata": META,
-            "instructions": "You are a coding agent. Use the tools.",
-        }
-        if self.name == "http-full":
-            body.update(input=self.history + new, store=False)
-        else:
-            body.update(input=new, previous_response_id=self.prev, store=self.name == "http-chained")
-        if self.ws is not None:
-            answer = await self.ws.create(**body)
-            if answer.response is None:
-                raise RuntimeError(answer.error)
-            response = answer.response
-        else:
-            r = await http.post(
-                self.base + "/v1/responses",
-                json=body,
-                timeout=300,
-                headers={"Authorization": f"Bearer {API_KEY}"},
-            )
-            r.raise_for_status()
-            response = r.json()
-        self.prev = response["id"]
+        out = await self.transport.turn(BASE, new)
+        if out.error or out.response is None:
+            raise RuntimeError(f"{self.name}: {out.error}")
+        response = out.response
         self.calls = [o["call_id"] for o in response["output"] if o["type"] == "function_call"]
-        self.history += new + [{k: v for k, v in o.items() if k != "status"} for o in response["output"]]
         self.prompt_tokens = response["usage"]["input_tokens"]
         return json.loads(response["metadata"]["responses_ws.timings"])
 
@@ -140,40 +114,40 @@ async def measure(base: str, sizes: list[int], turns: int, seed: int) -> dict[st
     rng = random.Random(seed)
     chains = [Chain(n, base) for n in ("ws", "http-chained", "http-full")]
     rows: list[dict[str, Any]] = []
-    async with httpx.AsyncClient() as http:
+    try:
         for chain in chains:
-            await chain.open()
-        try:
-            for size in sizes:
-                while min(c.prompt_tokens for c in chains) < size:  # grow all three alike
-                    gap = size - min(c.prompt_tokens for c in chains)
-                    text = filler(min(max(gap * 3 // 4, 10), 6000), rng)
-                    for chain in chains:
-                        await chain.turn(http, text)
-                samples: dict[str, list[dict[str, float]]] = {c.name: [] for c in chains}
-                for _ in range(turns):
-                    text = filler(30, rng)
-                    for chain in chains:
-                        samples[chain.name].append(await chain.turn(http, text))
+            await chain.transport.open()
+        for size in sizes:
+            while min(c.prompt_tokens for c in chains) < size:  # grow all three alike
+                gap = size - min(c.prompt_tokens for c in chains)
+                text = filler(min(max(gap * 3 // 4, 10), 6000), rng)
                 for chain in chains:
-                    t = samples[chain.name]
-                    row = {
-                        "size": size,
-                        "transport": chain.name,
-                        "prompt_tokens": chain.prompt_tokens,
-                        "api_overhead_ms": statistics.median(x["api_overhead"] for x in t),
-                    }
-                    row.update({p: statistics.median(x[p] for x in t) for p in PHASES})
-                    rows.append(row)
-                    print(
-                        f"{size:>7} {chain.name:<13} prompt {chain.prompt_tokens:>7}  "
-                        f"overhead {row['api_overhead_ms']:8.2f} ms  "
-                        + " ".join(f"{p}={row[p]:.2f}" for p in PHASES),
-                        flush=True,
-                    )
-        finally:
+                    await chain.turn(text)
+            samples: dict[str, list[dict[str, float]]] = {c.name: [] for c in chains}
+            for _ in range(turns):
+                text = filler(30, rng)
+                for chain in chains:
+                    samples[chain.name].append(await chain.turn(text))
             for chain in chains:
-                await chain.close()
+                t = samples[chain.name]
+                row = {
+                    "size": size,
+                    "transport": chain.name,
+                    "prompt_tokens": chain.prompt_tokens,
+                    "api_overhead_ms": median((x["api_overhead"] for x in t), None),
+                }
+                row.update({p: median((x[p] for x in t), None) for p in PHASES})
+                rows.append(row)
+                print(
+                    f"{size:>7} {chain.name:<13} prompt {chain.prompt_tokens:>7}  "
+                    f"overhead {row['api_overhead_ms']:8.2f} ms  "
+                    + " ".join(f"{p}={row[p]:.2f}" for p in PHASES),
+                    flush=True,
+                )
+    finally:
+        for chain in chains:
+            with contextlib.suppress(Exception):  # a transport that never opened
+                await chain.transport.close()
     return {"sizes": sizes, "turns_per_size": turns, "rows": rows}
 
 

@@ -32,10 +32,9 @@ from typing import Any
 
 import httpx
 import psutil
-from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from .. import results
-from ..client import TERMINAL_EVENT_TYPES, connect
+from ..client import TERMINAL_EVENT_TYPES, ConnectionClosed, InvalidHandshake, connect
 from ..reconcile import Line, Seen, read_ledger, reconcile
 from ..stats import pct
 

@@ -30,7 +30,6 @@ import argparse
 import asyncio
 import json
 import random
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +43,7 @@ from serve.embedded import embedded_ray, embedded_server, local_config
 from .. import results
 from ..client import ResponsesSocket, connect
 from ..processes import flatness, session_host_pids, uss_mb
+from ..stats import line, mean
 
 TEXT = {"emulator.tool_rounds": "0", "emulator.text_tokens": "16"}
 MODEL = "emu-fast"
@@ -281,13 +281,12 @@ def analyse(run: dict[str, Any], cap: int) -> dict[str, Any]:
     growth = [s for s in samples if first_evict is None or s["turn"] < first_evict]
     xs = [s["connection_cached_tokens"] for s in growth]
     ys = [s["uss_mb"] * 2**20 for s in growth]
-    slope = intercept = r2 = None
-    if len(xs) >= 3:
-        mx, my = statistics.fmean(xs), statistics.fmean(ys)
-        sxx = sum((x - mx) ** 2 for x in xs)
-        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
-        intercept = my - slope * mx
-        ss_res = sum((y - (intercept + slope * x)) ** 2 for x, y in zip(xs, ys))
+    fit = line(xs, ys) if len(xs) >= 3 else None
+    slope, intercept = fit if fit is not None else (None, None)
+    r2 = None
+    if fit is not None:
+        my = mean(ys) or 0.0
+        ss_res = sum((y - (fit[1] + fit[0] * x)) ** 2 for x, y in zip(xs, ys))
         ss_tot = sum((y - my) ** 2 for y in ys)
         r2 = 1 - ss_res / ss_tot if ss_tot else None
     after = [s for s in samples if first_evict is not None and s["turn"] >= first_evict]
@@ -299,11 +298,11 @@ def analyse(run: dict[str, Any], cap: int) -> dict[str, Any]:
         "fit_intercept_mb": intercept / 2**20 if intercept is not None else None,
         "fit_r2": r2,
         "uss_mb_before_first_eviction": growth[-1]["uss_mb"] if growth else None,
-        "plateau_uss_mb": {"mean": statistics.fmean(uss_after), "max": max(uss_after), "min": min(uss_after)}
+        "plateau_uss_mb": {"mean": mean(uss_after), "max": max(uss_after), "min": min(uss_after)}
         if uss_after
         else None,
         "plateau_flatness": flatness(uss_after) if len(uss_after) >= 6 else None,
-        "predicted_uss_mb_at_cap": (intercept + slope * cap) / 2**20 if slope is not None else None,
+        "predicted_uss_mb_at_cap": (fit[1] + fit[0] * cap) / 2**20 if fit is not None else None,
         "peak_connection_cached_tokens": max(s["connection_cached_tokens"] for s in samples),
         "evictions": sum(len(s["evicted"]) for s in samples),
         "eviction_checks_ok": sum(c["ok"] for c in run["eviction_checks"]),

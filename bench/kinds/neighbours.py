@@ -37,7 +37,6 @@ import multiprocessing
 import os
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import time
@@ -51,7 +50,7 @@ from .. import results
 from .. import workload as wl
 from ..client import ResponsesSocket, connect
 from ..rollouts import TIMINGS_KEY, _base, model_seconds, server_timings
-from ..stats import median
+from ..stats import mean, median, spread
 
 PROBE_KEY = "sk-bench-probe"
 NEIGHBOUR_KEY = "sk-bench-neighbour"  # a prefix-cache scope of its own: neighbours never evict the probe's
@@ -399,15 +398,11 @@ class PySpy:
 def quantiles(values: list[float]) -> dict[str, float | int | None]:
     """p50, p90, the mean and the largest (a turn that met a stall weighs in the mean and max
     but hardly in the p50: fewer turns fit while the loop stalls), and how many."""
-    xs = sorted(values)
-    if not xs:
-        return {"p50": None, "p90": None, "mean": None, "max": None, "n": 0}
+    m = mean(values)
     return {
-        "p50": round(statistics.median(xs), 2),
-        "p90": round(xs[min(len(xs) - 1, int(0.9 * len(xs)))], 2),
-        "mean": round(statistics.fmean(xs), 2),
-        "max": round(xs[-1], 2),
-        "n": len(xs),
+        **spread(values, ("p50", "p90"), 2),
+        "mean": None if m is None else round(m, 2),
+        **spread(values, ("max", "n"), 2),
     }
 
 

@@ -128,8 +128,7 @@ async def run_client(
     api_key: str | None = None,
 ) -> None:
     sock = await connect(url, api_key=api_key, open_timeout=60, compression="deflate")
-    assert sock.ws.response is not None
-    token = sock.ws.response.headers[HEADER]
+    token = sock.upgrade_headers[HEADER]
     node = locate(sock.local_address[1])
     try:
         _, _, response = await timed_turn(sock, body(plan, client, 0, None), time.perf_counter())  # not timed

@@ -13,9 +13,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import websockets
-
-from ..client import TERMINAL_EVENT_TYPES, ResponsesSocket, connect, output_text
+from ..client import (
+    TERMINAL_EVENT_TYPES,
+    ConnectionClosed,
+    InvalidHandshake,
+    ResponsesSocket,
+    close_code,
+    connect,
+    output_text,
+)
 
 MODEL = "emu-fast"
 
@@ -133,7 +139,7 @@ async def run_client(
     while not stop.is_set():
         try:
             ws = await connect(url, open_timeout=open_timeout_s, ping_interval=ping_interval_s)
-        except (TimeoutError, OSError, websockets.InvalidHandshake) as exc:
+        except (TimeoutError, OSError, InvalidHandshake) as exc:
             client.failed_connects += 1
             client.errors.append(f"connect: {exc!r}")
             await asyncio.sleep(reconnect_s)
@@ -177,9 +183,9 @@ async def run_client(
                 await asyncio.sleep(think_s)
             await ws.close()
             conn.closed_at = time.monotonic()
-        except websockets.ConnectionClosed as exc:
+        except ConnectionClosed as exc:
             conn.closed_at = time.monotonic()
-            conn.close_code = exc.rcvd.code if exc.rcvd is not None else 1006
+            conn.close_code = close_code(exc)
             await asyncio.sleep(reconnect_s)
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import statistics
 import threading
 import time
 import urllib.request
@@ -39,9 +38,10 @@ import redis
 from store.state_reader import serving_replica
 
 from ..client import TERMINAL_EVENT_TYPES, ResponsesSocket, connect
+from ..stats import spread
 from .cleanup import LOCALITY_PREFIX
 from .harness import Harness
-from .locality_figures import Moves, Turn, check_cached, imbalance, moves, spread
+from .locality_figures import Moves, Turn, check_cached, imbalance, moves, pins_per_replica
 from .topology import NodeSpec
 
 SPECS = (
@@ -196,8 +196,7 @@ class Session:
     async def open(self, url: str, token: str | None = None) -> None:
         headers = {HEADER: token} if token else {}
         self.sock = await connect(url, additional_headers=headers, open_timeout=60, compression="deflate")
-        assert self.sock.ws.response is not None
-        self.token = token or self.sock.ws.response.headers[HEADER]
+        self.token = token or self.sock.upgrade_headers[HEADER]
 
     async def turn(self, node: str | None = None) -> Turn:
         await self.ws.send(self.create())
@@ -329,7 +328,7 @@ async def experiment(h: Harness, plan: Plan) -> dict[str, Any]:
     for _ in range(2):
         await asyncio.gather(*(s.turn(node) for s, node in zip(sessions, where, strict=True)))
     pins = {str(s.index): s.turns[-1].replica for s in sessions}
-    pinned = spread(pins, ids(full))
+    pinned = pins_per_replica(pins, ids(full))
 
     # Each session resumes on the other session node: a new host, no pin in its router.
     names = [n.name for n in h.session_nodes]
@@ -391,13 +390,7 @@ async def experiment(h: Harness, plan: Plan) -> dict[str, Any]:
 
 
 def _shares(values: Sequence[float | None]) -> dict[str, Any]:
-    got = [v for v in values if v is not None]
-    return {
-        "n": len(got),
-        "median": round(statistics.median(got), 3) if got else None,
-        "min": round(min(got), 3) if got else None,
-        "max": round(max(got), 3) if got else None,
-    }
+    return spread(values, ("n", "median", "min", "max"))
 
 
 def _per_node(pinned: dict[str, int], placement: list[dict[str, str]]) -> dict[str, int]:

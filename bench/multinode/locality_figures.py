@@ -32,7 +32,7 @@ class Turn:
     at: float = 0.0
 
 
-def spread(pins: Mapping[str, str], replicas: Iterable[str]) -> dict[str, int]:
+def pins_per_replica(pins: Mapping[str, str], replicas: Iterable[str]) -> dict[str, int]:
     """Sessions pinned to each live replica (those with none included), session → replica."""
     counts = Counter(pins.values())
     return {r: counts.get(r, 0) for r in sorted(set(replicas))}

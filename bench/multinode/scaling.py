@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -27,7 +26,7 @@ from ..scale_model import (
     size,
     slope_error,
 )
-from ..stats import median, spread
+from ..stats import mean, median, spread
 from . import network, shared_load
 from .balancer import command, session_counts
 from .harness import Harness
@@ -387,7 +386,7 @@ def model_level(k: int, args: argparse.Namespace) -> dict[str, Any]:
                 level[name] = load_phase(h, sampler, k, args, store, background)
                 print(f"  {name}: {level[name]}", flush=True)
             level["actors_by_node"] = actors_by_node(h)
-            level["actors_per_session_node"] = statistics.mean(
+            level["actors_per_session_node"] = mean(
                 sum(level["actors_by_node"][n.name].values()) for n in h.session_nodes
             )
         finally:
@@ -492,7 +491,7 @@ def actors_per_node(level: dict[str, Any]) -> float | None:
     nodes = [counts for name, counts in level.get("actors_by_node", {}).items() if name != "head"]
     if not nodes:
         return None
-    return statistics.mean(sum(v for t, v in counts.items() if t not in NOT_ACTORS) for counts in nodes)
+    return mean(sum(v for t, v in counts.items() if t not in NOT_ACTORS) for counts in nodes)
 
 
 def measured_inputs(
@@ -571,8 +570,8 @@ def print_inputs(payload: dict[str, Any]) -> None:
             for name, v in lv[window].get(key, {}).items():
                 by_name.setdefault(name, []).append(v)
         names = ", ".join(
-            f"{k} {statistics.median(v):.2f}"
-            for k, v in sorted(by_name.items(), key=lambda kv: -statistics.median(kv[1]))
+            f"{k} {median(v, None) or 0.0:.2f}"
+            for k, v in sorted(by_name.items(), key=lambda kv: -(median(kv[1], None) or 0.0))
         )
         print(
             f"| {window} | {spread_text([n['cmds'] if n else None for n in nets])} | "
@@ -589,7 +588,7 @@ def print_inputs(payload: dict[str, Any]) -> None:
         def rpc(method: str, ws: list[dict[str, Any]] = ws) -> list[float | None]:
             return [w["gcs_rpcs_by_method_per_s"].get(method) for w in ws if w["gcs_rpcs_per_s"] is not None]
 
-        raylets = [statistics.mean(w["session_raylet_cpu_ms_per_s"].values()) for w in ws]
+        raylets = [mean(w["session_raylet_cpu_ms_per_s"].values()) for w in ws]
         print(
             f"| {lv['session_nodes']} | {spread_text(col('gcs_cpu_ms_per_s'))} | "
             f"{spread_text(col('gcs_busiest_thread_cpu_ms_per_s'))} | {spread_text(col('gcs_rpcs_per_s'))} | "

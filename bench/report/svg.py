@@ -9,7 +9,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from html import escape
-from statistics import median
+
+from ..stats import pct
 
 WIDTH, HEIGHT = 560, 330
 LEFT, RIGHT, TOP, BOTTOM = 62, 14, 14, 58
@@ -215,7 +216,7 @@ def line_chart(chart: LineChart) -> str:
             if p.valid:
                 by_x.setdefault(p.x, []).append(p.y)
         path = " ".join(
-            f"{'M' if j == 0 else 'L'}{x(px) + dodge:.1f},{y(median(ys)):.1f}"
+            f"{'M' if j == 0 else 'L'}{x(px) + dodge:.1f},{y(pct(ys, 0.5) or 0.0):.1f}"
             for j, (px, ys) in enumerate(sorted(by_x.items()))
         )
         if path and s.line:

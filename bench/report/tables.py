@@ -7,8 +7,9 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Callable, Mapping, Sequence
-from statistics import median
 from typing import Any
+
+from ..stats import median
 
 Row = Mapping[str, Any]
 Column = tuple[str, Callable[[Row], Any]]
@@ -189,7 +190,7 @@ def cell_change(value: float | None) -> str:
 def change(pairs: Sequence[tuple[Row, Row]], get: Callable[[Row], Any]) -> float | None:
     """The median of ``get(b) / get(o) - 1`` over the ``(o, b)`` pairs that have both."""
     ratios = [vb / vo - 1 for vo, vb in ((get(o), get(b)) for o, b in pairs) if vo and vb is not None]
-    return median(ratios) if ratios else None
+    return median(ratios, None)
 
 
 def versus(doc: Row, base: str = "ws") -> list[dict[str, Any]]:

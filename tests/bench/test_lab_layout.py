@@ -1,7 +1,7 @@
-"""The lab's one runner: the kinds that apply load (concurrent agent loops, turn after turn) run
-them on bench/runner, and every other module that opens WebSocket-mode connections itself
-(through bench/client.py, tests/test_layout.py) is listed here with what it measures instead
-of a loop's turns."""
+"""The lab's one runner and one client: the kinds that apply load (concurrent agent loops or
+streams, turn after turn) run it on bench/runner, and every other module that opens
+WebSocket-mode connections itself (through bench/client.py, tests/test_layout.py) is listed
+here with the reason of :data:`REASONS` it may, and what it measures instead of a load's turns."""
 
 from __future__ import annotations
 
@@ -22,42 +22,88 @@ LOAD_KINDS = {
     "bench/kinds/capacity.py",
     "bench/kinds/scaling.py",
     "bench/kinds/soak.py",
+    "bench/kinds/streams.py",
     "bench/multinode/scaling.py",
 }
 ON_THE_RUNNER = ("bench.runner", "bench.kinds.capacity.one_level")
-# Modules that open connections themselves, and what they measure that is not a loop's turns.
+# The rule: a module opens connections of its own only to measure what a load's per-turn
+# records (bench/runner's TurnRecord: a turn's times, its tokens, how it ended) cannot hold.
+REASONS = {
+    "probe": "one socket's turns, one at a time: a probe's latency or cost beside (or without) a load",
+    "connections": "connections themselves: opened, held or resumed, their cost or handshake, few or no turns",
+    "faults": "each socket's or turn's fate across kills, drains and redeploys: close codes, nodes, counts",
+    "client": "the lab's own clients: the runner's channel, the agentloop kind's transports, the reference",
+}
+# Modules that open connections themselves: (their reason, what they measure).
 OWN_CONNECTIONS = {
-    "bench/kinds/scaling.py": "idle connections held (memory and CPU per connection), no turns",
-    "bench/kinds/streams.py": "the delivery rate of N streams of one long answer each",
-    "bench/kinds/floor.py": "one socket's per-turn cost against a reference server, sequential turns",
-    "bench/kinds/floor_hotpath.py": "one socket's per-turn overhead with an instant model",
-    "bench/kinds/floor_length.py": "one conversation's per-turn overhead as it grows",
-    "bench/kinds/memory.py": "one connection's memory as its cache grows",
-    "bench/kinds/neighbours.py": "a probe turn on an open socket beside HTTP load and resumed sockets",
-    "bench/kinds/ledger.py": "turns reconciled with the usage ledger across SIGKILLs",
-    "bench/kinds/resume.py": "a reconnect's time to the next turn's first event",
-    "bench/kinds/drain.py": "sockets mid-turn across a redeploy: nothing reset, lost or unanswered",
-    "bench/kinds/fidelity.py": "one conversation on a real engine and on its emulated twin",
-    "bench/multinode/scaling.py": "connections held through the balancer: the store's cost each, no turns",
-    "bench/multinode/load.py": "chains with faults injected on real nodes: every turn's fate",
-    "bench/multinode/locality.py": "one client's resumes against the node that holds its state",
-    "bench/transports.py": "one agent turn per transport, the agentloop kind's side-by-side rollouts",
-    "bench/rollouts.py": "the agentloop kind's rollouts, interleaved over the transports",
-    "bench/runner/channels.py": "the runner's own channel",
-    "bench/reference.py": "one turn of each kind recorded from the server, the reference's answers",
+    "bench/kinds/scaling.py": (
+        "connections",
+        "idle connections held (memory and CPU per connection), no turns",
+    ),
+    "bench/kinds/floor.py": (
+        "probe",
+        "one socket's per-turn cost against a reference server, sequential turns",
+    ),
+    "bench/kinds/floor_hotpath.py": ("probe", "one socket's per-turn overhead with an instant model"),
+    "bench/kinds/memory.py": ("probe", "one connection's memory as its cache grows"),
+    "bench/kinds/neighbours.py": (
+        "connections",
+        "a probe turn on an open socket while fresh sockets resume stored conversations at once "
+        "(previous_response_id of a stored response: no runner loop sends one) beside HTTP load",
+    ),
+    "bench/kinds/fidelity.py": ("probe", "one conversation on a real engine and on its emulated twin"),
+    "bench/multinode/locality.py": ("probe", "one client's resumes against the node that holds its state"),
+    "bench/kinds/resume.py": ("connections", "a reconnect's time to the next turn's first event"),
+    "bench/multinode/scaling.py": (
+        "connections",
+        "connections held through the balancer: the store's cost each, no turns",
+    ),
+    "bench/kinds/ledger.py": ("faults", "turns reconciled with the usage ledger across SIGKILLs"),
+    "bench/kinds/drain.py": (
+        "faults",
+        "sockets mid-turn across a redeploy: nothing reset, lost or unanswered",
+    ),
+    "bench/multinode/load.py": (
+        "faults",
+        "chains through the balancer across node kills and drains: each socket's node, close code, "
+        "creates answered",
+    ),
+    "bench/transports.py": (
+        "client",
+        "one agent turn per transport, the agentloop kind's side-by-side rollouts",
+    ),
+    "bench/rollouts.py": ("client", "the agentloop kind's rollouts, interleaved over the transports"),
+    "bench/runner/channels.py": ("client", "the runner's own channel"),
+    "bench/reference.py": (
+        "client",
+        "one turn of each kind recorded from the server, the reference's answers",
+    ),
 }
 
 
-WORDS = ("client", "runner", "transports", "rollouts", "websockets", "capacity")  # worth parsing
+WORDS = (
+    "client",
+    "runner",
+    "transports",
+    "rollouts",
+    "websockets",
+    "capacity",
+    "statistics",
+    "stats",
+)  # worth parsing
+
+
+@functools.cache  # each module parsed once for every test
+def parsed(path: Path) -> ast.Module:
+    return ast.parse(path.read_text())
 
 
 def imported(path: Path) -> set[str]:
     """``module.name`` of every ``from X import name`` (relative ``X`` resolved) and every
     ``import X`` in the module (none looked for in a module that names none of :data:`WORDS`)."""
-    text = path.read_text()
-    if not any(w in text for w in WORDS):
+    if not any(w in path.read_text() for w in WORDS):
         return set()
-    tree = ast.parse(text)
+    tree = parsed(path)
     package = ".".join(path.relative_to(BENCH.parent).with_suffix("").parts[:-1])
     out: set[str] = set()
     for node in ast.walk(tree):
@@ -85,10 +131,115 @@ def test_the_kinds_that_apply_load_run_it_on_the_load_runner():
         assert not own, f"{path} applies load with a client of its own: {own}"
 
 
+def opens_sockets_by_the_many(path: str) -> bool:
+    """The module calls ``connect`` inside a comprehension (how N sockets are opened at once)."""
+    tree = parsed(BENCH.parent / path)
+    comps = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+    return any(
+        isinstance(call, ast.Call)
+        and (getattr(call.func, "id", None) == "connect" or getattr(call.func, "attr", None) == "connect")
+        for comp in ast.walk(tree)
+        if isinstance(comp, comps)
+        for call in ast.walk(comp)
+    )
+
+
+def test_a_probe_opens_its_sockets_one_at_a_time():
+    """A module that opens its own sockets as a probe does not open many at once: that is a
+    load, and a load runs on bench/runner."""
+    probes = [path for path, (reason, _) in OWN_CONNECTIONS.items() if reason == "probe"]
+    many = [path for path in probes if opens_sockets_by_the_many(path)]
+    assert not many, f"these probes open sockets by the many (a load: run it on bench/runner): {many}"
+    assert opens_sockets_by_the_many("bench/multinode/scaling.py")  # the check sees a gather of connects
+
+
 def test_every_module_that_opens_connections_itself_says_what_it_measures_instead():
+    assert {reason for reason, _ in OWN_CONNECTIONS.values()} <= set(REASONS)
     opens = {path for path, names in lab_modules().items() if "bench.client.connect" in names}
     assert opens == set(OWN_CONNECTIONS), (
         "open connections for a load through bench/runner; a module that measures something else "
         f"is listed in OWN_CONNECTIONS: unlisted {sorted(opens - set(OWN_CONNECTIONS))}, "
         f"listed but opening none {sorted(set(OWN_CONNECTIONS) - opens)}"
+    )
+
+
+# A function whose name says it summarises a sample (a median, a mean, a spread, quantiles).
+SUMMARY_WORDS = ("median", "mean", "spread", "quantile", "percentile", "pct", "stdev")
+
+
+def test_the_lab_computes_its_statistics_with_the_one_stats_module():
+    """No lab module but bench/stats.py imports ``statistics``, and a function named for a
+    summary figure outside it takes its figures from bench/stats.py (it names them, the one
+    module computes them): two medians with different answers cannot come back."""
+    mods = lab_modules()
+    own = sorted(path for path, names in mods.items() if path != "bench/stats.py" and "statistics" in names)
+    assert not own, (
+        f"import bench.stats (pct, median, mean, spread, pstdev, line) instead of statistics: {own}"
+    )
+    for path in mods:
+        if path == "bench/stats.py":
+            continue
+        tree = parsed(BENCH.parent / path)
+        named = [
+            n.name
+            for n in ast.walk(tree)
+            if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+            and any(w in n.name for w in SUMMARY_WORDS)
+        ]
+        if named:
+            assert any(n.startswith("bench.stats") for n in mods[path]), (
+                f"{path} defines {named} without bench/stats.py: compute the figures there"
+            )
+
+
+# What each kind measures, one quantity a kind: kinds measuring the same quantity are one kind
+# with variants (``bench floor [hotpath|length]``, ``bench ledger [nodes]``); each row says, in
+# one line, what keeps the kind apart from the others.
+QUANTITIES = {
+    "agentloop": "where an agent rollout's time goes (tool, prefill, decode, API) per transport, side by side",
+    "floor": "a turn's time outside the model on one socket: against a reference, instant model, growing",
+    "memory": "a connection's memory per cached token and its plateau at the cap (bytes, not time)",
+    "streams": "the delivery rate of many concurrent streams (tok/s a stream, not a turn's overhead)",
+    "neighbours": "a probe turn's slowdown beside other load on the same host (a ratio to idle)",
+    "capacity": "a node's turns/s, latency and CPU by role under N loops (the load runner)",
+    "scaling": "turns/s and per-node CPU against the number of session nodes (the load runner)",
+    "soak": "stream invariants and memory over a long run of checked loops (the load runner)",
+    "admission": "connects at scale: bursts, ramps, refusals, memory and CPU per held connection",
+    "ledger": "the usage ledger reconciled with the clients across kills: hosts, or whole nodes",
+    "resume": "a reconnect's time to the next turn's first event, against a steady turn",
+    "drain": "sockets mid-turn across a redeploy: nothing reset, lost or unanswered",
+    "fuzz": "hostile frames and requests: every answer judged",
+    "fidelity": "the emulated twin's cached tokens and timing against a real engine",
+}
+
+
+def test_each_kind_measures_one_quantity_of_its_own():
+    from bench import KINDS
+
+    assert set(QUANTITIES) == set(KINDS), "say what a new kind measures (or make it a variant of one)"
+
+
+# The modules besides bench/client.py that use the ``websockets`` library itself, and why: none
+# is a client of the server's WebSocket mode through the lab's one client.
+OWN_WEBSOCKETS = {
+    "bench/fuzz_oracle.py": "hostile frames: raw bytes and invalid UTF-8 over a synchronous socket, on purpose",
+    "bench/report/browser.py": "Chromium's DevTools protocol (the report's browser check), not the server",
+    "bench/kinds/floor.py": "the minimal reference server it measures against (a server, not a client)",
+    "bench/reference.py": "the bare-protocol reference server (a server, not a client)",
+}
+
+
+def test_the_lab_has_one_websocket_client():
+    """Only bench/client.py imports ``websockets`` to talk to the server; a kind catches the
+    client's errors as bench/client.py names them (``ConnectionClosed``, ``close_code``, the
+    upgrade's refusals) and reads what it needs through its socket's methods."""
+    users = {
+        path
+        for path, names in lab_modules().items()
+        if any(n == "websockets" or n.startswith("websockets.") for n in names)
+    }
+    assert users - {"bench/client.py"} == set(OWN_WEBSOCKETS), (
+        "catch the client's errors from bench/client.py instead of importing websockets: "
+        f"{sorted(users - {'bench/client.py'} - set(OWN_WEBSOCKETS))}; listed but not using it: "
+        f"{sorted(set(OWN_WEBSOCKETS) - users)}"
     )

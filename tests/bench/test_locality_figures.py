@@ -1,8 +1,8 @@
-from bench.multinode.locality_figures import Turn, check_cached, imbalance, moves, spread
+from bench.multinode.locality_figures import Turn, check_cached, imbalance, moves, pins_per_replica
 
 
-def test_spread_counts_every_live_replica_and_imbalance_is_the_fullest_over_the_mean():
-    counts = spread({"a": "r1", "b": "r1", "c": "r2"}, ["r1", "r2", "r3"])
+def test_pins_per_replica_counts_every_live_replica_and_imbalance_is_the_fullest_over_the_mean():
+    counts = pins_per_replica({"a": "r1", "b": "r1", "c": "r2"}, ["r1", "r2", "r3"])
     assert counts == {"r1": 2, "r2": 1, "r3": 0}
     assert imbalance(counts) == 2.0
     assert imbalance({"r1": 2, "r2": 2}) == 1.0
