@@ -47,30 +47,12 @@ def first_creates(connections: int) -> list[str]:
 def one_round(frames: list[str]) -> dict[str, float]:
     from actors.backend.emulator_metadata import check_emulator_metadata
     from actors.config import SessionConfig
-    from actors.core.driver import Driver
-    from actors.core.inputs import ClientFrame, InferenceChunk, Input, Written
+    from actors.core.inputs import ClientFrame, InferenceChunk, Written
     from actors.core.prompt_parts import PromptParts
-    from actors.core.session import Effects, Session
+    from actors.core.session import Session
     from actors.protocol import EventEncoder
     from inference.types import Done, FunctionCallDelta, Prefilled
-
-    class Port:
-        def __init__(self) -> None:
-            self.fx = Effects()
-
-        def start(self, fx: Effects) -> None:
-            pass
-
-        def carry_out(self, fx: Effects) -> None:
-            self.fx += fx
-
-        def settled(self) -> None:
-            pass
-
-    def handled(session: Session, event: Input) -> Effects:
-        port = Port()
-        Driver(session, port).drive(event)
-        return port.fx
+    from tests.support.session_driver import handled
 
     call = json.dumps({"command": ["bash", "-lc", "pytest -x tests/test_parser.py"]})
     parts: PromptParts[Any] = PromptParts()

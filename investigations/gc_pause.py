@@ -28,33 +28,15 @@ def crowd(connections: int, turns: int, freeze: bool) -> dict[str, Any]:
 
     from actors.backend.emulator_metadata import check_emulator_metadata
     from actors.config import SessionConfig
-    from actors.core.driver import Driver
-    from actors.core.inputs import ClientFrame, InferenceChunk, Input, Rendered, Written
+    from actors.core.inputs import ClientFrame, InferenceChunk, Rendered, Written
     from actors.core.prompt_parts import PromptParts
     from actors.core.render import render_marked
-    from actors.core.session import Effects, Session
+    from actors.core.session import Session
     from actors.protocol.events import EventEncoder
     from bench.kinds import floor
     from inference import collector, tokenizer
     from inference.types import Done, FunctionCallDelta, Prefilled
-
-    class Port:
-        def __init__(self) -> None:
-            self.fx = Effects()
-
-        def start(self, fx: Effects) -> None:
-            pass
-
-        def carry_out(self, fx: Effects) -> None:
-            self.fx += fx
-
-        def settled(self) -> None:
-            pass
-
-    def handled(session: Session, event: Input) -> Effects:
-        port = Port()
-        Driver(session, port).drive(event)
-        return port.fx
+    from tests.support.session_driver import handled
 
     tokenizer.encode("warm up")
     if freeze:
