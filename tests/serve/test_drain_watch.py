@@ -13,10 +13,16 @@ from serve.ray_drain import NodeDrain
 from serve.replica_drain import watch
 
 
-def run_watch(ticks: int, *, stop_at: int | None = None, drain_from: int | None = None) -> list[str]:
-    """Run the watch for ``ticks`` ticks (interval 0.5 s, node reads every 2 s); Serve stops the
-    replica from tick ``stop_at``, Ray drains the node from tick ``drain_from``.  Returns what
-    happened, in order."""
+def run_watch(
+    ticks: int,
+    *,
+    stop_at: int | None = None,
+    drain_from: int | None = None,
+    node_interval: float | None = 2.0,
+) -> list[str]:
+    """Run the watch for ``ticks`` ticks (interval 0.5 s, node reads every ``node_interval``: 2 s
+    unless told, every tick when ``None``); Serve stops the replica from tick ``stop_at``, Ray
+    drains the node from tick ``drain_from``.  Returns what happened, in order."""
     events: list[str] = []
     tick = 0
 
@@ -48,7 +54,7 @@ def run_watch(ticks: int, *, stop_at: int | None = None, drain_from: int | None 
                 poller,
                 node_draining=node_draining,
                 replica_stopping=replica_stopping,
-                node_interval=2.0,
+                node_interval=node_interval,
                 read_node_drain=read_node_drain,
                 serve_stopping=serve_stopping,
                 sleep=sleep,
@@ -77,28 +83,4 @@ def test_serves_stop_alone_begins_the_replicas_drain_once():
 
 
 def test_without_a_node_interval_every_tick_reads_the_node():
-    events: list[str] = []
-
-    async def sleep(interval: float) -> None:
-        if len(events) == 3:
-            raise asyncio.CancelledError
-
-    async def nothing(*_: object) -> None:
-        pass
-
-    async def main() -> None:
-        with ThreadPoolExecutor(1) as poller:
-            await watch(
-                "n1",
-                0.5,
-                poller,
-                node_draining=nothing,
-                replica_stopping=nothing,
-                read_node_drain=lambda node_id: events.append(node_id),  # type: ignore[func-returns-value]
-                serve_stopping=lambda: False,
-                sleep=sleep,
-            )
-
-    with pytest.raises(asyncio.CancelledError):
-        asyncio.run(main())
-    assert events == ["n1", "n1", "n1"]
+    assert run_watch(3, node_interval=None) == ["read 0", "read 1", "read 2"]
