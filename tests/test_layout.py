@@ -52,7 +52,6 @@ RAY_MODULES = {
     "inference/emulator/whatif_deployment.py",
     "inference/serve_autoscaling.py",  # every use of Serve's custom autoscaling metrics and policies
     "actors/backend/ray_serve.py",
-    "actors/backend/serve_pick.py",  # every use of Serve's private pick-only routing
     "actors/host/actor.py",
     "actors/host/host_metrics.py",
     "serve/gateway.py",
@@ -306,9 +305,6 @@ PRIVATE_IMPORTS_ALLOWED = {
     "bench/ray_internals.py": "the benchmarks' Ray internals, checked against the pinned Ray",
     "serve/ray_drain.py": "Ray's drain interfaces (no public API in 2.60), pinned to the Ray series "
     "and tested on a real drain (tests/cluster/test_ray_drain.py)",
-    "actors/backend/serve_pick.py": "the replica Serve's router picks without a call (no public API in "
-    "2.60), used on the pinned Ray series only and tested on a real app "
-    "(tests/integration/test_websocket_raw.py)",
 }
 
 

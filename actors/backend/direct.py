@@ -1,13 +1,9 @@
-"""A connection's model calls go straight to its pinned replica (``inference.channel``).
+"""A connection's later model calls go straight to its pinned replica (``inference.channel``).
 
 The first call of a session key goes the backend's usual way (through Serve, whose router
 pins the key to a replica); its ``Prefilled`` names the replica.  From then on, once the
 host holds a channel to that replica, the key's calls stream over it: one TCP connection
-per (host, replica), shared by the host's connections.  Given ``pick`` (the replica the
-usual way's router picks for a call, pinning its key as it would for the call itself), a
-key's first call goes over a channel too when the host already holds one to the replica
-picked: after a reconnect storm's first turns, the host's other connections' channels
-carry them.  A call the channel could not start
+per (host, replica), shared by the host's connections.  A call the channel could not start
 (the replica is stopping, or the channel is gone before any output) is made the usual way,
 which also re-pins the key if its replica died; a channel lost mid-call fails that call, as
 losing the replica would through Serve.  The usual way and the endpoint lookup
@@ -31,8 +27,6 @@ log = logging.getLogger(__name__)
 Stream = Callable[[InferenceRequest], AsyncGenerator[list[InferenceEvent], None]]
 # The endpoint of the replica a session key is pinned to (asked through the key's route).
 FindEndpoint = Callable[[str], Awaitable[Endpoint]]
-# The replica the usual way would send a call to (its router pins the call's key there).
-Pick = Callable[[InferenceRequest], Awaitable[str]]
 
 MAX_PINS = 65536  # session keys remembered per host (LRU); a forgotten one is re-learnt
 RETRY_S = 30.0  # after a failed attempt to open a replica's channel
@@ -41,13 +35,10 @@ RETRY_S = 30.0  # after a failed attempt to open a replica's channel
 class DirectCalls:
     """Routes each call over its session's replica channel when there is one, else ``usual``."""
 
-    def __init__(
-        self, usual: Stream, find: FindEndpoint, clock: Callable[[], float], pick: Pick | None = None
-    ) -> None:
+    def __init__(self, usual: Stream, find: FindEndpoint, clock: Callable[[], float]) -> None:
         self._usual = usual
         self._find = find
         self._clock = clock
-        self._pick = pick
         self._pins: OrderedDict[str, str] = OrderedDict()  # session key -> replica tag
         self._channels: dict[str, ChannelClient] = {}
         self._opening: dict[str, asyncio.Task[None]] = {}
@@ -74,35 +65,7 @@ class DirectCalls:
                 return _Direct(self, channel, channel.stream(request), request)
             except ChannelUnavailable as exc:
                 self._not_taken(channel, exc)
-        elif self._pick is not None and request.session_key and self._channels:
-            return self._picked(request)
         return self._usual_route(request)
-
-    async def _picked(self, request: InferenceRequest) -> AsyncGenerator[list[InferenceEvent], None]:
-        """A call whose key has no channel here yet, while the host holds some: over the
-        channel to the replica the router picks for it, if the host holds that one open;
-        else (or if the pick fails) the usual way."""
-        assert self._pick is not None and request.session_key
-        try:
-            replica = await self._pick(request)
-        except Exception as exc:  # noqa: BLE001 - the usual route routes it again
-            log.info("no replica picked for a first call (%r): through the usual route", exc)
-            replica = ""
-        channel = self._channels.get(replica)
-        stream: EventStream | None = None
-        if channel is not None and channel.open:
-            try:
-                stream = _Direct(self, channel, channel.stream(request), request)
-                self._pin(request.session_key, replica)
-            except ChannelUnavailable as exc:
-                self._not_taken(channel, exc)
-        if stream is None:
-            stream = self._usual_route(request)
-        try:
-            async for chunk in stream:
-                yield chunk
-        finally:
-            await stream.aclose()
 
     async def _usual_route(self, request: InferenceRequest) -> AsyncGenerator[list[InferenceEvent], None]:
         first = True
@@ -120,7 +83,10 @@ class DirectCalls:
         replica = next((ev.replica for ev in chunk if isinstance(ev, Prefilled)), "")
         if not replica:
             return
-        self._pin(key, replica)
+        self._pins[key] = replica
+        self._pins.move_to_end(key)
+        while len(self._pins) > MAX_PINS:
+            self._pins.popitem(last=False)
         channel = self._channels.get(replica)
         if channel is not None and not channel.open:
             self._forget(channel)
@@ -131,12 +97,6 @@ class DirectCalls:
             return
         task = asyncio.get_running_loop().create_task(self._open(key, replica))
         self._opening[replica] = task  # referenced until done (the loop holds tasks weakly)
-
-    def _pin(self, key: str, replica: str) -> None:
-        self._pins[key] = replica
-        self._pins.move_to_end(key)
-        while len(self._pins) > MAX_PINS:
-            self._pins.popitem(last=False)
 
     async def _open(self, key: str, replica: str) -> None:
         try:

@@ -5,7 +5,6 @@ through ``DeploymentHandle``s by name.
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import AsyncGenerator, Mapping
 
@@ -17,7 +16,7 @@ from inference.emulator.whatif import HopConfig, SafetyModelConfig
 from inference.types import InferenceEvent, InferenceRequest
 
 from ..config import SessionConfig
-from . import BeforeCall, EventStream, serve_pick
+from . import BeforeCall, EventStream
 from .direct import DirectCalls
 from .emulator_metadata import check_emulator_metadata
 from .whatif_hook import WhatIfServices
@@ -26,9 +25,8 @@ from .whatif_hook import WhatIfServices
 class ServeInference:
     """:class:`~actors.backend.InferenceClient` over the inference deployment's handle; its
     ``before_call`` is the what-if services when ``session.whatif`` turns any on.  With
-    ``session.direct_inference`` (the default) a connection's calls stream over a direct
-    channel to its pinned replica (:mod:`.direct`): those after its first, and its first too
-    when the host holds a channel to the replica the router picks (:mod:`.serve_pick`)."""
+    ``session.direct_inference`` (the default) a connection's calls after its first stream
+    over a direct channel to its pinned replica (:mod:`.direct`)."""
 
     def __init__(self, config: SessionConfig) -> None:
         handle = serve.get_deployment_handle(config.inference_deployment, app_name=config.inference_app)
@@ -38,13 +36,8 @@ class ServeInference:
         self.before_call: BeforeCall | None = (
             WhatIfServices(config.whatif, self._services) if config.whatif.enabled else None
         )
-        pick = (
-            functools.partial(serve_pick.picked_replica, self._generate) if serve_pick.supported() else None
-        )
         self._direct = (
-            DirectCalls(self._via_serve, self._endpoint, time.monotonic, pick)
-            if config.direct_inference
-            else None
+            DirectCalls(self._via_serve, self._endpoint, time.monotonic) if config.direct_inference else None
         )
 
     async def warm(self) -> list[str]:

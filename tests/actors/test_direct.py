@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from actors.backend.direct import DirectCalls, Pick
+from actors.backend.direct import DirectCalls
 from inference.channel import ChannelServer, Endpoint
 from inference.types import Done, InferenceEvent, InferenceRequest, Prefilled, TextDelta
 from tests.support.waiting import until
@@ -30,7 +30,7 @@ class Replica:
             yield chunk
 
 
-def setup(replica: Replica, pick: Pick | None = None) -> tuple[DirectCalls, list[str], list[str]]:
+def setup(replica: Replica) -> tuple[DirectCalls, list[str], list[str]]:
     usual_calls: list[str] = []
     asked: list[str] = []
 
@@ -43,7 +43,7 @@ def setup(replica: Replica, pick: Pick | None = None) -> tuple[DirectCalls, list
         asked.append(key)
         return await replica.server.start("127.0.0.1")
 
-    return DirectCalls(usual, find, lambda: 0.0, pick), usual_calls, asked
+    return DirectCalls(usual, find, lambda: 0.0), usual_calls, asked
 
 
 def req(rid: str, key: str | None = "conn-1") -> InferenceRequest:
@@ -122,82 +122,3 @@ def test_calls_streaming_on_a_draining_replicas_channel_finish_when_a_new_call_i
         direct.close()
 
     asyncio.run(main())
-
-
-def test_a_sessions_first_call_goes_over_the_channel_to_the_replica_the_router_picks() -> None:
-    """Once the host holds a channel (another session's first call opened it), a new
-    session's first call goes over it when the router picks that replica, and stays pinned
-    there; a pick of a replica the host has no channel to, or a pick that fails, leaves the
-    call to the usual way."""
-
-    async def main() -> None:
-        replica = Replica()
-        picks: list[str] = []
-        answers = {"conn-2": "r1", "conn-3": "r9"}
-
-        async def pick(request: InferenceRequest) -> str:
-            assert request.session_key is not None
-            picks.append(request.session_key)
-            if request.session_key not in answers:
-                raise RuntimeError("no replica")
-            return answers[request.session_key]
-
-        direct, usual, _ = setup(replica, pick)  # ServeInference's pick asks Serve's router
-        await run(direct, req("t1"))  # no channel yet: the usual way, not even a pick
-        await settle(direct)
-        first = await run(direct, req("n1", key="conn-2"))
-        assert [type(e) for e in first] == [Prefilled, TextDelta, Done]
-        assert replica.calls == ["n1"] and usual == ["t1"] and picks == ["conn-2"]
-        assert direct.channel_for("conn-2") is not None
-        await run(direct, req("n2", key="conn-2"))  # pinned: no pick again
-        assert replica.calls == ["n1", "n2"] and picks == ["conn-2"]
-        for key, rid in (("conn-3", "o1"), ("conn-4", "f1")):  # r9: no channel here; conn-4: the pick fails
-            events = await run(direct, req(rid, key=key))
-            assert [type(e) for e in events] == [Prefilled, TextDelta, Done]
-        assert usual == ["t1", "o1", "f1"] and replica.calls == ["n1", "n2"]
-        assert direct.direct_calls == 2
-        direct.close()
-
-    asyncio.run(main())
-
-
-def test_a_first_call_cut_short_stops_the_call_on_the_replica() -> None:
-    async def main() -> None:
-        replica = Replica()
-        stopped: list[str] = []
-
-        async def slow(request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
-            replica.calls.append(request.request_id)
-            try:
-                yield [Prefilled(3, 0, 0.0, 1.0, replica="r1"), TextDelta("hi", 1)]
-                if request.request_id != "t1":
-                    await asyncio.Event().wait()  # until stopped
-                yield [Done("stop", 1, 1.0)]
-            except asyncio.CancelledError:
-                stopped.append(request.request_id)
-                raise
-
-        async def pick(request: InferenceRequest) -> str:
-            return "r1"
-
-        replica.server = ChannelServer(slow, "r1")
-        direct, _, _ = setup(replica, pick)
-        await run(direct, req("t1"))
-        await settle(direct)
-        stream = direct.stream(req("n1", key="conn-2"))
-        chunk = await anext(stream)
-        assert isinstance(chunk[0], Prefilled) and replica.calls == ["n1"]
-        await stream.aclose()  # the connection stops the response
-        await until(lambda: stopped == ["n1"], 10, "the replica to stop the call")
-        direct.close()
-
-    asyncio.run(main())
-
-
-def test_the_routers_pick_is_used_on_the_ray_series_it_was_written_against_only() -> None:
-    """actors/backend/serve_pick.py uses Serve's private pick-only routing: the installed Ray
-    must be its series (this fails when Ray moves: read the router again, then re-pin)."""
-    from actors.backend import serve_pick
-
-    assert serve_pick.supported(), "Ray moved: check DeploymentHandle._choose_replica(_reserve=False)"
-    assert serve_pick.supported("2.60.1") and not serve_pick.supported("2.61.0")
