@@ -19,10 +19,15 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
+TURNS_MAX = 64  # the distinct tool outputs a connection cycles through
 
-def crowd(connections: int, turns: int, freeze: bool) -> dict[str, Any]:
+
+def build(connections: int, freeze: bool) -> tuple[list[Any], Callable[[int, int], None]]:
+    """``connections`` session cores in this process (start-up objects frozen first if
+    ``freeze``) and the function that runs connection ``k``'s turn ``i`` on them."""
     import ray  # a server process holds Ray's objects too
     import ray.serve  # noqa: F401
 
@@ -42,7 +47,7 @@ def crowd(connections: int, turns: int, freeze: bool) -> dict[str, Any]:
     if freeze:
         collector.freeze_startup()
     spec = argparse.Namespace(
-        tool_output_tokens=300, seed=1, model="emu-fast", instruction_words=4000, tools=8, turns=turns
+        tool_output_tokens=300, seed=1, model="emu-fast", instruction_words=4000, tools=8, turns=TURNS_MAX
     )
     fixed, outputs = floor.creates_for(spec)
     parts: PromptParts[Any] = PromptParts()
@@ -60,18 +65,10 @@ def crowd(connections: int, turns: int, freeze: bool) -> dict[str, Any]:
     ]
     previous: list[dict[str, Any] | None] = [None] * connections
     call = json.dumps({"command": ["bash", "-lc", "pytest -x tests/test_parser.py"]})
-    pauses: dict[int, list[float]] = {0: [], 1: [], 2: []}
-    began = [0.0]
-
-    def timed(phase: str, info: dict[str, Any]) -> None:
-        if phase == "start":
-            began[0] = time.perf_counter()
-        else:
-            pauses[info["generation"]].append((time.perf_counter() - began[0]) * 1000)
 
     def turn(k: int, i: int) -> None:
         session = sessions[k]
-        fx = handled(session, ClientFrame(floor.build_create(fixed, outputs[i], previous[k])))
+        fx = handled(session, ClientFrame(floor.build_create(fixed, outputs[i % len(outputs)], previous[k])))
         while fx.render:
             job = fx.render.pop(0)
             fx += handled(session, Rendered(job.render_id, render_marked(job.items, job.fmt)))
@@ -90,6 +87,20 @@ def crowd(connections: int, turns: int, freeze: bool) -> dict[str, Any]:
             for line in fx.usage:
                 events += handled(session, Written(line.response_id, stored=True)).events
         previous[k] = json.loads(encode(events[-1]))["response"]
+
+    return sessions, turn
+
+
+def crowd(connections: int, turns: int, freeze: bool) -> dict[str, Any]:
+    _, turn = build(connections, freeze)
+    pauses: dict[int, list[float]] = {0: [], 1: [], 2: []}
+    began = [0.0]
+
+    def timed(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            began[0] = time.perf_counter()
+        else:
+            pauses[info["generation"]].append((time.perf_counter() - began[0]) * 1000)
 
     gc.callbacks.append(timed)
     cpu = time.process_time()

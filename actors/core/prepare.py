@@ -72,7 +72,9 @@ class Preparer:
         self._models = frozenset(models)
         self._formats = dict(formats or {})  # a model's own chat format; else cl100k (the emulator's)
         self._resolved: dict[str, str] = {}
-        self._tools_seen: tuple[list[object], str] | None = None
+        # The last tools' content (``tools_key``: a string, nothing the collector tracks), not
+        # the parsed definitions: those go with their request.
+        self._tools_seen: tuple[str, str] | None = None
         self._tools = Tools((), [], [])
         self._instructions: tuple[str | None, str, array[int]] = (None, CL100K.name, array("I"))
         self._safety = safety
@@ -102,13 +104,13 @@ class Preparer:
     def tools(self, tools: Sequence[Tool], fmt: ChatFormat = CL100K) -> Tools:
         """The request's tools (``create.tools``) prepared (:class:`Tools`); reused while the
         definitions and the format are unchanged."""
-        if self._tools_seen is None or tools != self._tools_seen[0] or fmt.name != self._tools_seen[1]:
+        key = tools_key(tools) if tools else ""
+        if self._tools_seen != (key, fmt.name):
             if self._shared is None or not tools:
                 self._tools = prepared_tools(tools, fmt)
             else:
-                key = tools_key(tools)
                 self._tools = self._shared.tools.get((fmt.name, key), lambda: prepared_tools(tools, fmt))
-            self._tools_seen = (list(tools), fmt.name)
+            self._tools_seen = (key, fmt.name)
         return self._tools
 
     def instructions(self, text: str | None, fmt: ChatFormat = CL100K) -> array[int]:

@@ -252,7 +252,11 @@ class Steering:
         self._stopped = {rid: q for rid, q in self._stopped.items() if q.lane != lane}
         if not calls:
             return [], held.items if held else []
+        # The response is over: its steering events number on from its last, and the
+        # builder (its response, classifier, every event's state) is not kept while the
+        # client runs the tools.
         queued = held or _Queued(lane, builder.response.id, builder)
+        queued.numbering = Resumed(queued.numbering.seq)
         queued.calls = calls
         self._stopped[builder.response.id] = queued
         events: list[ServerEvent] = [queued.pending(sub.ref) for sub in queued.unannounced]
