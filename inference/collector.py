@@ -10,11 +10,29 @@ connections keep have grown by a quarter.  :func:`freeze_startup`, called once a
 is warm, collects once and moves everything alive to the permanent generation
 (``gc.freeze``): later collections walk only what was made since.  Nothing it froze is
 ever collected, so it is called after start-up, not while serving.
+
+A session host serving a crowd makes almost no reference cycles: what a turn makes is freed
+by reference counting when the turn, or the connection's next turn, lets go of it
+(docs/performance.md, "What a session host's heap holds").  Every collection still walks
+the young objects, and every object a turn keeps until the connection's next turn is
+promoted, so with CPython's default thresholds (700, 10, 10) the host paused for a
+collection that found nothing over a dozen times a second, for a gen-1 collection every
+second and a full one every few seconds.  :data:`SERVING_THRESHOLDS` (:func:`serving`)
+collects the youngest generation ten times less often: each collection walks more young
+objects, but the objects a turn keeps until the next are mostly gone before a gen-1
+collection could promote them, so gen-1 and full collections are rarer still.  The bound
+on what waits to be collected stays a fixed number of allocations (ten times the
+default's), so memory stays bounded (tests/inference/test_collector.py).
 """
 
 from __future__ import annotations
 
 import gc
+
+# gen-0 after this many more tracked allocations than deallocations; gen-1 after this
+# many gen-0 collections; a full collection after this many gen-1 ones (and only when
+# what was promoted since the last is a quarter of what it walks: CPython's own rule).
+SERVING_THRESHOLDS = (7000, 10, 10)
 
 
 def freeze_startup() -> int:
@@ -25,4 +43,12 @@ def freeze_startup() -> int:
     return gc.get_freeze_count()
 
 
-__all__ = ["freeze_startup"]
+def serving() -> tuple[int, int, int]:
+    """Collect as :data:`SERVING_THRESHOLDS` says from now on; returns the thresholds it
+    replaced."""
+    before = gc.get_threshold()
+    gc.set_threshold(*SERVING_THRESHOLDS)
+    return before
+
+
+__all__ = ["SERVING_THRESHOLDS", "freeze_startup", "serving"]

@@ -159,6 +159,7 @@ class SessionHost:
         )
         self._receiver.start()
         collector.freeze_startup()  # a full collection under load walks only the connections' objects
+        collector.serving()  # and collections come as rarely as its connections' garbage allows
         return self._receiver.path
 
     def _new_session(self, conn_id: str, owner: str, append_mode: bool) -> Session:

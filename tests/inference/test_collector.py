@@ -1,12 +1,16 @@
 """freeze_startup: what a process holds once started moves to the permanent generation, so
 a full collection afterwards walks only what was made since (run in a child process: a
-freeze cannot be undone in this one)."""
+freeze cannot be undone in this one).  serving: the session host's thresholds still collect
+every cycle, and keep the heap bounded."""
 
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 import sys
+
+from inference.collector import SERVING_THRESHOLDS, serving
 
 CHILD = """
 import gc, json
@@ -26,3 +30,42 @@ def test_the_start_up_objects_are_frozen_and_later_ones_are_not():
     assert figures["frozen"] == figures["count"] > 10_000
     assert figures["frozen"] >= figures["tracked"] * 0.9  # little of it was garbage
     assert 1000 <= figures["after"] < figures["frozen"] / 5  # the walk sees what came later
+
+
+def test_serving_thresholds_keep_the_heap_bounded_and_cycles_collected():
+    """A crowd's turns, each replacing its connection's state with a new one that holds a
+    reference cycle (so only the collector frees the old one): under the serving thresholds
+    every cycle is still collected, and the heap, counted, stops growing."""
+    connections, turns = 256, 60_000
+    collected = [0, 0, 0]
+
+    def count(phase: str, info: dict) -> None:
+        if phase == "stop":
+            collected[info["generation"]] += info["collected"]
+
+    before = serving()
+    gc.callbacks.append(count)
+    try:
+        assert gc.get_threshold() == SERVING_THRESHOLDS
+        gc.collect()
+        baseline = len(gc.get_objects())
+        states: list[object] = [None] * connections
+        peaks = []
+        for t in range(turns):
+            state: dict[str, object] = {"items": [[t], [t + 1]], "marks": (t,)}
+            state["self"] = state  # a cycle: freed only by a collection
+            states[t % connections] = state
+            if t % 5_000 == 4_999:
+                peaks.append(len(gc.get_objects()) - baseline)
+        made = turns * 4  # tracked objects: the dict, its list and the list's two lists
+        states.clear()
+        gc.collect()
+        after = len(gc.get_objects()) - baseline
+    finally:
+        gc.callbacks.remove(count)
+        gc.set_threshold(*before)
+    first, second = peaks[: len(peaks) // 2], peaks[len(peaks) // 2 :]
+    assert max(second) <= max(first) * 1.5  # no growth with the number of turns
+    assert max(peaks) < made / 4  # most of what was made was freed while the crowd ran
+    assert collected[1] + collected[2] > 0  # cycles that outlived a gen-0 collection too
+    assert after < 1000
