@@ -8,13 +8,15 @@ Imports what a server process imports, freezes the start-up objects as a host do
 this process (``investigations.gc_pause``'s crowd: the product's driver, Codex-like turns
 round-robin, no Ray, no sockets).  Prints, as JSON:
 
-- ``kept``: the objects the collector tracks once the crowd is built (after a full
-  collection; the frozen start-up objects are not walked and not counted), in all and per
-  connection, by type — what every full collection walks;
-- ``per_round``: how the kept heap grew over one more round (one turn a connection);
-- ``made_per_turn``: the tracked objects one steady turn allocates (counted with the
-  collector off over a round) by type — what gen-0 collections see, and, when a turn is
-  still in flight at its collection, promote.
+- ``held_by_sessions``: the objects the collector tracks that the session cores reach once
+  the crowd is built (after a full collection; the frozen start-up objects are not walked
+  and not counted), in all and per connection, by type — what every full collection walks
+  for them (``tracked``: all the process's, the driver's own included);
+- ``one_session_by_attribute``: one session's, by the attribute that reaches them (what
+  another session reaches too, the host's shared parts, left out);
+- ``made_per_turn``: the tracked objects a round of steady turns left in the youngest
+  generation (the collector off meanwhile), per turn, by type — what gen-0 collections
+  walk, and promote when a turn is still in flight at its collection.
 """
 
 from __future__ import annotations
@@ -26,10 +28,6 @@ from collections import Counter
 from typing import Any
 
 from .gc_pause import build
-
-
-def census() -> Counter[str]:
-    return Counter(type(o).__qualname__ for o in gc.get_objects())
 
 
 def per(counts: Counter[str], n: int, top: int) -> dict[str, float]:
@@ -86,28 +84,28 @@ def measure(connections: int, turns: int, top: int) -> dict[str, Any]:
         for k in range(connections):
             turn(k, i)
     gc.collect()
-    kept = census()
+    tracked = {id(o) for o in gc.get_objects()}
+    held = Counter(type(o).__qualname__ for o in _closure(sessions, tracked))
     gc.disable()
     before = len(gc.get_objects(generation=0))
     for k in range(connections):
         turn(k, turns)
-    made = Counter(type(o).__qualname__ for o in gc.get_objects(generation=0))
-    made_n = len(gc.get_objects(generation=0)) - before
+    young = gc.get_objects(generation=0)
+    made = Counter(type(o).__qualname__ for o in young)
+    made_n = len(young) - before
+    del young
     gc.enable()
-    gc.collect()
-    after = census()
-    grew = after - kept
     return {
-        "one_session_by_attribute": owned(sessions[0], sessions[1]),
         "connections": connections,
         "turns": turns,
         "frozen": gc.get_freeze_count(),
-        "kept": {"total": sum(kept.values()), "per_connection": round(sum(kept.values()) / connections, 1)},
-        "kept_per_connection_by_type": per(kept, connections, top),
-        "per_round": {
-            "grew": sum(after.values()) - sum(kept.values()),
-            "by_type": per(grew, connections, top),
+        "tracked": len(tracked),
+        "held_by_sessions": {
+            "total": sum(held.values()),
+            "per_connection": round(sum(held.values()) / connections, 1),
         },
+        "held_per_connection_by_type": per(held, connections, top),
+        "one_session_by_attribute": owned(sessions[0], sessions[1]),
         "made_per_turn": {"total": round(made_n / connections, 1), "by_type": per(made, connections, top)},
     }
 
