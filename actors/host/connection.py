@@ -242,6 +242,7 @@ class Connection:
         """Batches of events (or pre-encoded frames), in order, until the connection ends."""
         async for batch in self._outbox.batches():
             yield batch
+            del batch  # not kept while the next is awaited (Outbox.batches)
 
     def finish_with(self, frame: str) -> None:
         """Send ``frame`` as the last one and end ``events`` (e.g. the lifetime limit error)."""

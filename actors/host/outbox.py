@@ -78,16 +78,25 @@ class Outbox:
         self._queue.put_nowait(None)
 
     async def batches(self) -> AsyncIterator[list[ServerEvent | str]]:
-        """Batches of events (or pre-encoded frames), in order, until the end."""
+        """Batches of events (or pre-encoded frames), in order, until the end.  A batch
+        handed out is not kept while the next is awaited: a response's terminal event holds
+        the whole response, and a coding agent's next create comes seconds later."""
         while True:
-            first = await self._queue.get()
-            if first is None:
+            batch, ended = self._batch(await self._queue.get())
+            if batch:
+                yield batch
+            if ended:
                 return
-            batch = [first]
-            while not self._queue.empty():
-                nxt = self._queue.get_nowait()
-                if nxt is None:
-                    yield batch
-                    return
-                batch.append(nxt)
-            yield batch
+            del batch
+
+    def _batch(self, first: ServerEvent | str | None) -> tuple[list[ServerEvent | str], bool]:
+        """``first`` and what is queued behind it; whether the end came with them."""
+        if first is None:
+            return [], True
+        batch = [first]
+        while not self._queue.empty():
+            nxt = self._queue.get_nowait()
+            if nxt is None:
+                return batch, True
+            batch.append(nxt)
+        return batch, False

@@ -47,6 +47,7 @@ class Sender:
         try:
             async for batch in conn.events():
                 self._send(batch)
+                del batch  # sent: not kept while the client runs its tools (Outbox.batches)
                 await ws.drained()
             await self._answer_late()
             await ws.close(conn.close_code or 1000, conn.close_reason)
