@@ -15,9 +15,9 @@ A session host serving a crowd makes almost no reference cycles: what a turn mak
 by reference counting when the turn, or the connection's next turn, lets go of it
 (docs/performance.md, "What a session host's heap holds").  Every collection still walks
 the young objects, and every object a turn keeps until the connection's next turn is
-promoted, so with CPython's default thresholds (700, 10, 10) the host paused for a
-collection that found nothing over a dozen times a second, for a gen-1 collection every
-second and a full one every few seconds.  :data:`SERVING_THRESHOLDS` (:func:`serving`)
+promoted, so with CPython's default thresholds (700, 10, 10) a host under 256 loops paused
+for a collection that found nothing about 19 times a second, for a gen-1 collection twice
+a second and for a full one (30-40 ms) every eight seconds.  :data:`SERVING_THRESHOLDS` (:func:`serving`)
 collects the youngest generation ten times less often: each collection walks more young
 objects, but the objects a turn keeps until the next are mostly gone before a gen-1
 collection could promote them, so gen-1 and full collections are rarer still.  The bound
