@@ -13,6 +13,7 @@ from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 
 from inference.channel import Endpoint
 from inference.emulator.whatif import HopConfig, SafetyModelConfig
+from inference.routing import routes_of
 from inference.types import InferenceEvent, InferenceRequest
 
 from ..config import SessionConfig
@@ -25,8 +26,10 @@ from .whatif_hook import WhatIfServices
 class ServeInference:
     """:class:`~actors.backend.InferenceClient` over the inference deployment's handle; its
     ``before_call`` is the what-if services when ``session.whatif`` turns any on.  With
-    ``session.direct_inference`` (the default) a connection's calls after its first stream
-    over a direct channel to its pinned replica (:mod:`.direct`)."""
+    ``session.direct_inference`` (the default) a connection's calls stream over a direct
+    channel to its pinned replica (:mod:`.direct`): those after its first, and its first too
+    when the host holds a channel to the replica the deployment's router in this process
+    would pick for it (its :class:`~inference.routing.Routes`, :meth:`_pick`)."""
 
     def __init__(self, config: SessionConfig) -> None:
         handle = serve.get_deployment_handle(config.inference_deployment, app_name=config.inference_app)
@@ -36,8 +39,11 @@ class ServeInference:
         self.before_call: BeforeCall | None = (
             WhatIfServices(config.whatif, self._services) if config.whatif.enabled else None
         )
+        self._app = config.inference_app
         self._direct = (
-            DirectCalls(self._via_serve, self._endpoint, time.monotonic) if config.direct_inference else None
+            DirectCalls(self._via_serve, self._endpoint, time.monotonic, self._pick)
+            if config.direct_inference
+            else None
         )
 
     async def warm(self) -> list[str]:
@@ -55,6 +61,13 @@ class ServeInference:
 
     def stream(self, request: InferenceRequest) -> EventStream:
         return self._via_serve(request) if self._direct is None else self._direct.stream(request)
+
+    def _pick(self, request: InferenceRequest) -> str | None:
+        """The replica the inference deployment's router in this process (made by the
+        handle's first call) would send ``request`` to, its key pinned there; ``None`` before
+        the router has heard of any replica."""
+        routes = routes_of(self._app)
+        return None if routes is None else routes.first_call(request)
 
     async def _endpoint(self, session_key: str) -> Endpoint:
         """The channel endpoint of the replica ``session_key`` is pinned to (the router
