@@ -260,6 +260,12 @@ class Routes:
         with self._lock:
             return self._affinity.choose(key, live, first)
 
+    def pin(self, key: str, replica: str) -> None:
+        """Pin ``key`` to ``replica`` (e.g. a key of the caller's own, to reach that replica
+        through the router)."""
+        with self._lock:
+            self._affinity.pin(key, replica)
+
     def first_call(self, request: InferenceRequest) -> str | None:
         """Where the router would send ``request`` (a connection's call: it has a session
         key), pinning its key there as the router would; ``None`` while no replica is known

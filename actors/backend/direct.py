@@ -70,7 +70,7 @@ class DirectCalls:
         its way when this returns), so the iterator must be closed even if it is never
         iterated; a call the channel cannot take goes the usual way, nothing lost."""
         channel = self.channel_for(request.session_key)
-        if channel is None and self._channels and self._pick is not None and request.session_key:
+        if channel is None and self._pick is not None and request.session_key:
             channel = self._picked(request.session_key, request)
         if channel is not None:
             try:
@@ -88,10 +88,13 @@ class DirectCalls:
         except Exception as exc:  # noqa: BLE001 - the usual route routes it again
             log.info("no replica picked for a call (%r): through the usual route", exc)
             return None
-        channel = self._channels.get(replica) if replica else None
-        if channel is None or not channel.open:
+        if not replica:
             return None
-        self._pin(key, channel.endpoint.replica)
+        channel = self._channels.get(replica)
+        if channel is None or not channel.open:
+            self.open(key, replica)  # for the next calls picked there (this one: the usual way)
+            return None
+        self._pin(key, replica)
         return channel
 
     async def _usual_route(self, request: InferenceRequest) -> AsyncGenerator[list[InferenceEvent], None]:
@@ -111,16 +114,25 @@ class DirectCalls:
         if not replica:
             return
         self._pin(key, replica)
+        self.open(key, replica)
+
+    def open(self, key: str, replica: str) -> asyncio.Task[None] | None:
+        """Start opening the channel to ``replica`` (found through ``key``'s route, which
+        must lead there) unless it is open, opening, or failed to open within ``RETRY_S``;
+        the task opening it, if it is opening."""
         channel = self._channels.get(replica)
         if channel is not None and not channel.open:
             self._forget(channel)
-        if replica in self._channels or replica in self._opening:
-            return
+        if replica in self._channels:
+            return None
+        if replica in self._opening:
+            return self._opening[replica]
         failed = self._failed.get(replica)
         if failed is not None and self._clock() - failed < RETRY_S:
-            return
+            return None
         task = asyncio.get_running_loop().create_task(self._open(key, replica))
         self._opening[replica] = task  # referenced until done (the loop holds tasks weakly)
+        return task
 
     def _pin(self, key: str, replica: str) -> None:
         self._pins[key] = replica

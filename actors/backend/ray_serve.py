@@ -5,6 +5,7 @@ through ``DeploymentHandle``s by name.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncGenerator, Mapping
 
@@ -54,7 +55,24 @@ class ServeInference:
         async for _ in self.stream(probe):
             pass
         await self._services.warm()
+        await self._open_channels()
         return models
+
+    async def _open_channels(self) -> None:
+        """Open the direct channel to each replica running now, so that a storm of first
+        calls finds them open (:meth:`_pick` sends those to them): each through a key of
+        the host's own pinned to that replica (``warm-up:<replica>``)."""
+        routes = routes_of(self._app)
+        if self._direct is None or routes is None:
+            return
+        opening = []
+        for replica in routes.live:
+            key = f"warm-up:{replica}"
+            routes.pin(key, replica)
+            task = self._direct.open(key, replica)
+            if task is not None:
+                opening.append(task)
+        await asyncio.gather(*opening)
 
     def check_metadata(self, metadata: Mapping[str, str]) -> None:
         check_emulator_metadata(metadata)

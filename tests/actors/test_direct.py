@@ -144,9 +144,10 @@ def test_a_sessions_first_call_goes_over_the_channel_to_the_replica_picked_for_i
             return answers[request.session_key]
 
         direct, usual, _ = setup(replica, pick)
-        await run(direct, req("t1"))  # no channel yet: the usual way, not even a pick
+        await run(direct, req("t1"))  # no channel yet (the pick fails): the usual way
         await settle(direct)
-        assert picks == []
+        assert picks == ["conn-1"]
+        picks.clear()
         first = await run(direct, req("n1", key="conn-2"))
         assert [type(e) for e in first] == [Prefilled, TextDelta, Done]
         assert replica.calls == ["n1"] and usual == ["t1"] and picks == ["conn-2"]
@@ -159,5 +160,33 @@ def test_a_sessions_first_call_goes_over_the_channel_to_the_replica_picked_for_i
         assert usual == ["t1", "o1", "o2", "f1"] and replica.calls == ["n1", "n2"]
         assert direct.direct_calls == 2
         direct.close()
+
+    asyncio.run(main())
+
+
+def test_a_pick_of_a_replica_without_a_channel_opens_one_for_the_next_calls() -> None:
+    """The first call picked for a replica the host holds no channel to goes the usual way
+    and starts opening that replica's channel at once; so does :meth:`DirectCalls.open`
+    (a host's warm-up); a second ask while it opens shares the opening."""
+
+    async def main() -> None:
+        replica = Replica()
+        direct, usual, asked = setup(replica, lambda request: "r1")
+        stream = direct.stream(req("t1", key="conn-7"))  # not iterated: the opening started anyway
+        assert usual == [] and asked == []
+        await until(lambda: asked == ["conn-7"], 10, "the channel's endpoint to be asked")
+        await stream.aclose()
+        await until(lambda: direct.channel_for("conn-7") is not None or "r1" in direct._channels, 10, "open")
+        await run(direct, req("t2", key="conn-8"))  # a new key, picked there: over the channel
+        assert replica.calls == ["t2"] and usual == []
+
+        other = Replica()
+        again, _, asked2 = setup(other)
+        task = again.open("warm-up:r1", "r1")
+        assert task is not None and again.open("warm-up:r1", "r1") is task
+        await task
+        assert asked2 == ["warm-up:r1"] and again.open("warm-up:r1", "r1") is None  # open now
+        direct.close()
+        again.close()
 
     asyncio.run(main())
