@@ -139,32 +139,42 @@ class PrefixRouting:
         self._clock = clock
         self._window = window_s
         self._capacity = capacity
-        self._routed: OrderedDict[str, deque[tuple[float, str]]] = OrderedDict()
+        # per route: its requests in the window (oldest first) and how many each replica took
+        self._routed: OrderedDict[str, tuple[deque[tuple[float, str]], dict[str, int]]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._routed)
 
-    def recent(self, key: str) -> dict[str, int]:
-        """Requests of ``key`` each replica took within the window, as of now."""
-        routed = self._routed.get(key)
-        if routed is None:
+    def _current(self, key: str) -> dict[str, int]:
+        """``key``'s live counts with the requests older than the window dropped (each
+        request is dropped once: a storm of one route costs O(1) a request, not O(n))."""
+        entry = self._routed.get(key)
+        if entry is None:
             return {}
+        routed, counts = entry
         horizon = self._clock() - self._window
         while routed and routed[0][0] <= horizon:
-            routed.popleft()
-        counts: dict[str, int] = {}
-        for _, replica in routed:
-            counts[replica] = counts.get(replica, 0) + 1
+            _, replica = routed.popleft()
+            left = counts[replica] - 1
+            if left:
+                counts[replica] = left
+            else:
+                del counts[replica]
         return counts
+
+    def recent(self, key: str) -> dict[str, int]:
+        """Requests of ``key`` each replica took within the window, as of now."""
+        return dict(self._current(key))
 
     def choose(self, key: str, replicas: Sequence[str]) -> list[str]:
         """Route one request of ``key`` among the live ``replicas`` and count it; returns
         every replica in preference order, the chosen one first (the rest in rank order, for
         a caller that must fall back when the chosen one is full)."""
         order = ranked(key, replicas)
-        chosen = spill(order, self.recent(key), self._limit)
-        routed = self._routed.setdefault(key, deque())
+        chosen = spill(order, self._current(key), self._limit)
+        routed, counts = self._routed.setdefault(key, (deque(), {}))
         routed.append((self._clock(), chosen))
+        counts[chosen] = counts.get(chosen, 0) + 1
         self._routed.move_to_end(key)
         while len(self._routed) > self._capacity:
             self._routed.popitem(last=False)

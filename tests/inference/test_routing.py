@@ -180,3 +180,19 @@ def test_a_process_publishes_one_routes_a_deployment() -> None:
     assert made is not None
     assert routes_of("test-app/one-state", lambda: Routes()) is made
     assert routes_of("test-app/one-state") is made and routes_of("test-app/none") is None
+
+
+def test_a_routes_counts_follow_its_window_request_by_request() -> None:
+    """The per-replica counts are kept as requests come and go (a storm of one route is
+    counted without recounting its window each request)."""
+    now = [0.0]
+    routing = PrefixRouting(requests_per_min=10, clock=lambda: now[0], window_s=60.0)
+    for i in range(100):
+        now[0] = i * 0.5  # 100 requests over 50 s: all in the window
+        routing.choose("k", ["a", "b", "c"])
+    counts = routing.recent("k")
+    assert sum(counts.values()) == 100 and set(counts) == {"a", "b", "c"}
+    now[0] = 79.5  # the window starts after 19.5 s: the first 40 requests are out of it
+    assert sum(routing.recent("k").values()) == 60
+    now[0] = 200.0
+    assert routing.recent("k") == {}
