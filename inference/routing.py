@@ -34,8 +34,8 @@ session actor counts what it routed), and only the requests routed by prefix cou
 pinned connection's later requests go to their pin without being counted.
 
 **One state a process.**  A process's pins, prefix counts and the live replicas its Serve
-router last heard of are one :class:`Routes`, published by the deployment's name
-(:func:`routes_of`).  The Serve request router decides with it on Serve's routing thread;
+router last heard of are one :class:`Routes`, published by the inference app's name
+(:func:`routes_of`; one deployment of the app routes by these rules).  The Serve request router decides with it on Serve's routing thread;
 a session host decides a connection's first call with the same object on its own event
 loop (:meth:`Routes.first_call`), so a first call it sends over a direct channel is pinned
 exactly as the router would have pinned it, and a call that then goes through Serve after
@@ -290,9 +290,9 @@ _PUBLISHED: dict[str, Routes] = {}
 
 
 def routes_of(deployment: str, make: Callable[[], Routes] | None = None) -> Routes | None:
-    """This process's :class:`Routes` of ``deployment`` (an ``app/deployment`` name): the
-    one published, else ``make()``'s, published now; ``None`` when there is none and no
-    ``make``."""
+    """This process's :class:`Routes` published as ``deployment`` (the inference app's name:
+    the router publishes by its ``app_name``): the one published, else ``make()``'s,
+    published now; ``None`` when there is none and no ``make``."""
     routes = _PUBLISHED.get(deployment)
     if routes is None and make is not None:
         routes = _PUBLISHED.setdefault(deployment, make())
