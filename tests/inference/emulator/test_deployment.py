@@ -172,23 +172,6 @@ def test_a_requests_decision_is_dropped_with_the_request():
     assert not router._decided._routes
 
 
-def test_a_new_key_is_pinned_to_its_conversations_replica_while_it_lives():
-    """A connection resumed in another process (a new session key for this router) names the
-    replica that served its conversation (its first turn was spilled there by another
-    router): it is pinned there, not where this router's prefix route goes; a hint naming a
-    replica gone takes the route."""
-    from dataclasses import replace
-
-    router, replicas = _router(), _replicas("x", "y")
-    route = _choose(router, replicas, _pending(_req("r0"), session="c0"))[0][0]
-    other = "y" if route == "x" else "x"
-    hinted = replace(_req("r1"), replica_hint=other)
-    assert _choose(router, replicas, _pending(hinted, session="c1")) == [[other]]
-    assert _choose(router, replicas, _pending(_req("r2"), session="c1")) == [[other]]  # pinned
-    gone = replace(_req("r3"), replica_hint="z")
-    assert _choose(router, replicas, _pending(gone, session="c2")) == [[route]]
-
-
 def test_a_session_hosts_first_call_pick_and_the_router_share_one_state():
     """The router publishes its state at Serve's replica updates; the session host's pick
     (``Routes.first_call``) pins a key where the router would, and the router, asked later
@@ -206,3 +189,20 @@ def test_a_session_hosts_first_call_pick_and_the_router_share_one_state():
     assert routes.live == ("x", "y")  # one state a process: the newer view of the replicas
     if picked in ("x", "y"):
         assert _choose(other, _replicas("x", "y"), _pending(_req("h3"), session="conn-9")) == [[picked]]
+
+
+def test_a_new_key_is_pinned_to_its_conversations_replica_while_it_lives():
+    """A connection resumed in another process (a new session key for this router) names the
+    replica that served its conversation (its first turn was spilled there by another
+    router): it is pinned there, not where this router's prefix route goes; a hint naming a
+    replica gone takes the route."""
+    from dataclasses import replace
+
+    router, replicas = _router(), _replicas("x", "y")
+    route = _choose(router, replicas, _pending(_req("r0"), session="c0"))[0][0]
+    other = "y" if route == "x" else "x"
+    hinted = replace(_req("r1"), replica_hint=other)
+    assert _choose(router, replicas, _pending(hinted, session="c1")) == [[other]]
+    assert _choose(router, replicas, _pending(_req("r2"), session="c1")) == [[other]]  # pinned
+    gone = replace(_req("r3"), replica_hint="z")
+    assert _choose(router, replicas, _pending(gone, session="c2")) == [[route]]
