@@ -32,16 +32,27 @@ and ``prompt_cache_key`` before requests overflow to other machines.
 The request counts are per router (per calling process: each gateway replica and each
 session actor counts what it routed), and only the requests routed by prefix count — a
 pinned connection's later requests go to their pin without being counted.
+
+**One state a process.**  A process's pins, prefix counts and the live replicas its Serve
+router last heard of are one :class:`Routes`, published by the inference app's name
+(:func:`routes_of`; one deployment of the app routes by these rules).  The Serve request router decides with it on Serve's routing thread;
+a session host decides a connection's first call with the same object on its own event
+loop (:meth:`Routes.first_call`), so a first call it sends over a direct channel is pinned
+exactly as the router would have pinned it, and a call that then goes through Serve after
+all finds its key already pinned there.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from array import array
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from hashlib import blake2b
+
+from .types import InferenceRequest
 
 PREFIX_TOKENS = 256
 """Prompt tokens hashed into a stateless request's route (the hosted API: "typically the
@@ -128,32 +139,42 @@ class PrefixRouting:
         self._clock = clock
         self._window = window_s
         self._capacity = capacity
-        self._routed: OrderedDict[str, deque[tuple[float, str]]] = OrderedDict()
+        # per route: its requests in the window (oldest first) and how many each replica took
+        self._routed: OrderedDict[str, tuple[deque[tuple[float, str]], dict[str, int]]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._routed)
 
-    def recent(self, key: str) -> dict[str, int]:
-        """Requests of ``key`` each replica took within the window, as of now."""
-        routed = self._routed.get(key)
-        if routed is None:
+    def _current(self, key: str) -> dict[str, int]:
+        """``key``'s live counts with the requests older than the window dropped (each
+        request is dropped once: a storm of one route costs O(1) a request, not O(n))."""
+        entry = self._routed.get(key)
+        if entry is None:
             return {}
+        routed, counts = entry
         horizon = self._clock() - self._window
         while routed and routed[0][0] <= horizon:
-            routed.popleft()
-        counts: dict[str, int] = {}
-        for _, replica in routed:
-            counts[replica] = counts.get(replica, 0) + 1
+            _, replica = routed.popleft()
+            left = counts[replica] - 1
+            if left:
+                counts[replica] = left
+            else:
+                del counts[replica]
         return counts
+
+    def recent(self, key: str) -> dict[str, int]:
+        """Requests of ``key`` each replica took within the window, as of now."""
+        return dict(self._current(key))
 
     def choose(self, key: str, replicas: Sequence[str]) -> list[str]:
         """Route one request of ``key`` among the live ``replicas`` and count it; returns
         every replica in preference order, the chosen one first (the rest in rank order, for
         a caller that must fall back when the chosen one is full)."""
         order = ranked(key, replicas)
-        chosen = spill(order, self.recent(key), self._limit)
-        routed = self._routed.setdefault(key, deque())
+        chosen = spill(order, self._current(key), self._limit)
+        routed, counts = self._routed.setdefault(key, (deque(), {}))
         routed.append((self._clock(), chosen))
+        counts[chosen] = counts.get(chosen, 0) + 1
         self._routed.move_to_end(key)
         while len(self._routed) > self._capacity:
             self._routed.popitem(last=False)
@@ -194,3 +215,85 @@ class SessionAffinity:
             pin = first() if first is not None else rendezvous(key, replicas)
             self.pin(key, pin)
         return pin
+
+
+class Routes:
+    """One process's routing state for one deployment: the session pins, the prefix counts
+    and the live replicas its router last heard of (``update``), shared by threads under a
+    lock (module doc, "One state a process")."""
+
+    def __init__(
+        self,
+        *,
+        prefix_tokens: int = PREFIX_TOKENS,
+        requests_per_min: int = PREFIX_REQUESTS_PER_MIN,
+        max_pins: int = 65_536,
+        max_prefixes: int = 65_536,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._prefix_tokens = prefix_tokens
+        self._affinity = SessionAffinity(max_pins)
+        self._prefix = PrefixRouting(requests_per_min, clock, capacity=max_prefixes)
+        self._lock = threading.RLock()  # the router's thread and the host's loop
+        self.live: tuple[str, ...] = ()
+
+    def update(self, live: Sequence[str]) -> None:
+        """The replicas now running (the router's view of the deployment)."""
+        self.live = tuple(sorted(live))
+
+    def prefix(self, request: InferenceRequest, live: Sequence[str]) -> list[str]:
+        """Route a stateless request (or a new key's first) by its prefix and count it: every
+        live replica, the chosen first (:meth:`PrefixRouting.choose`)."""
+        key = prefix_key(
+            request.prompt_token_ids, request.cache_scope, request.prompt_cache_key, self._prefix_tokens
+        )
+        with self._lock:
+            return self._prefix.choose(key, live)
+
+    def session(
+        self,
+        key: str,
+        request: InferenceRequest | None,
+        live: Sequence[str],
+        route: Callable[[], str] | None = None,
+    ) -> str:
+        """The replica of session ``key`` among ``live``: its pin, else (pinned now) the
+        replica its request names (``replica_hint``) while live, else its prefix route
+        (``route``, or :meth:`prefix`'s first), else — no request — rendezvous of the key."""
+        first: Callable[[], str] | None = None
+        if request is not None:
+            hint = request.replica_hint
+            if hint and hint in live:
+                first = lambda: hint  # noqa: E731 - a value as the deferred choice
+            else:
+                first = route or (lambda: self.prefix(request, live)[0])
+        with self._lock:
+            return self._affinity.choose(key, live, first)
+
+    def pin(self, key: str, replica: str) -> None:
+        """Pin ``key`` to ``replica`` (e.g. a key of the caller's own, to reach that replica
+        through the router)."""
+        with self._lock:
+            self._affinity.pin(key, replica)
+
+    def first_call(self, request: InferenceRequest) -> str | None:
+        """Where the router would send ``request`` (a connection's call: it has a session
+        key), pinning its key there as the router would; ``None`` while no replica is known
+        to run or for a call without a key (then the caller routes it through Serve)."""
+        live = self.live
+        if not live or not request.session_key:
+            return None
+        return self.session(request.session_key, request, live)
+
+
+_PUBLISHED: dict[str, Routes] = {}
+
+
+def routes_of(deployment: str, make: Callable[[], Routes] | None = None) -> Routes | None:
+    """This process's :class:`Routes` published as ``deployment`` (the inference app's name:
+    the router publishes by its ``app_name``): the one published, else ``make()``'s,
+    published now; ``None`` when there is none and no ``make``."""
+    routes = _PUBLISHED.get(deployment)
+    if routes is None and make is not None:
+        routes = _PUBLISHED.setdefault(deployment, make())
+    return routes

@@ -6,6 +6,8 @@ options; they need the ``bench`` extra, as ``responses-ws bench`` does).  Not in
   socket waits (docs/performance.md);
 - :mod:`investigations.first_create`: a crowd's first creates on one session host, the
   host's CPU per first create by phase, in this process (docs/performance.md);
+- :mod:`investigations.storm_cpu`: the CPU each server role spends on ``bench capacity``'s
+  storm of first turns, per first create, from each process's own CPU time;
 - :mod:`investigations.emulator`: the emulated inference deployment against its own model,
   driven through its Serve handle from this process (docs/emulator-fidelity.md);
 - :mod:`investigations.handover`: a listener leaving the port under a connection flood, a

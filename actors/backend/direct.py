@@ -1,9 +1,14 @@
-"""A connection's later model calls go straight to its pinned replica (``inference.channel``).
+"""A connection's model calls go straight to its pinned replica (``inference.channel``).
 
-The first call of a session key goes the backend's usual way (through Serve, whose router
-pins the key to a replica); its ``Prefilled`` names the replica.  From then on, once the
-host holds a channel to that replica, the key's calls stream over it: one TCP connection
-per (host, replica), shared by the host's connections.  A call the channel could not start
+A session key's call goes the backend's usual way (through Serve, whose router pins the key
+to a replica) until the host holds a channel to the key's replica; its ``Prefilled`` names
+the replica.  From then on the key's calls stream over it: one TCP connection per (host,
+replica), shared by the host's connections.  Given ``pick`` (where the usual way's router
+sends a key's call, pinning the key there as it would: ``inference.routing.Routes``), a
+key's first call goes over a channel too when the host already holds one to the replica
+picked: in a storm of first turns, the channels the host's other connections opened carry
+them; a pick of a replica the host holds no channel to (a replica just added) goes the usual
+way, which opens one.  A call the channel could not start
 (the replica is stopping, or the channel is gone before any output) is made the usual way,
 which also re-pins the key if its replica died; a channel lost mid-call fails that call, as
 losing the replica would through Serve.  The usual way and the endpoint lookup
@@ -27,6 +32,8 @@ log = logging.getLogger(__name__)
 Stream = Callable[[InferenceRequest], AsyncGenerator[list[InferenceEvent], None]]
 # The endpoint of the replica a session key is pinned to (asked through the key's route).
 FindEndpoint = Callable[[str], Awaitable[Endpoint]]
+# The replica the usual way's router would send a call to, its key pinned there (or None).
+Pick = Callable[[InferenceRequest], "str | None"]
 
 MAX_PINS = 65536  # session keys remembered per host (LRU); a forgotten one is re-learnt
 RETRY_S = 30.0  # after a failed attempt to open a replica's channel
@@ -35,10 +42,13 @@ RETRY_S = 30.0  # after a failed attempt to open a replica's channel
 class DirectCalls:
     """Routes each call over its session's replica channel when there is one, else ``usual``."""
 
-    def __init__(self, usual: Stream, find: FindEndpoint, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, usual: Stream, find: FindEndpoint, clock: Callable[[], float], pick: Pick | None = None
+    ) -> None:
         self._usual = usual
         self._find = find
         self._clock = clock
+        self._pick = pick
         self._pins: OrderedDict[str, str] = OrderedDict()  # session key -> replica tag
         self._channels: dict[str, ChannelClient] = {}
         self._opening: dict[str, asyncio.Task[None]] = {}
@@ -60,12 +70,32 @@ class DirectCalls:
         its way when this returns), so the iterator must be closed even if it is never
         iterated; a call the channel cannot take goes the usual way, nothing lost."""
         channel = self.channel_for(request.session_key)
+        if channel is None and self._pick is not None and request.session_key:
+            channel = self._picked(request.session_key, request)
         if channel is not None:
             try:
                 return _Direct(self, channel, channel.stream(request), request)
             except ChannelUnavailable as exc:
                 self._not_taken(channel, exc)
         return self._usual_route(request)
+
+    def _picked(self, key: str, request: InferenceRequest) -> ChannelClient | None:
+        """The open channel to the replica picked for ``key``'s call (its key pinned to
+        it here too), or ``None``: the call goes the usual way."""
+        assert self._pick is not None
+        try:
+            replica = self._pick(request)
+        except Exception as exc:  # noqa: BLE001 - the usual route routes it again
+            log.info("no replica picked for a call (%r): through the usual route", exc)
+            return None
+        if not replica:
+            return None
+        channel = self._channels.get(replica)
+        if channel is None or not channel.open:
+            self.open(key, replica)  # for the next calls picked there (this one: the usual way)
+            return None
+        self._pin(key, replica)
+        return channel
 
     async def _usual_route(self, request: InferenceRequest) -> AsyncGenerator[list[InferenceEvent], None]:
         first = True
@@ -83,20 +113,32 @@ class DirectCalls:
         replica = next((ev.replica for ev in chunk if isinstance(ev, Prefilled)), "")
         if not replica:
             return
+        self._pin(key, replica)
+        self.open(key, replica)
+
+    def open(self, key: str, replica: str) -> asyncio.Task[None] | None:
+        """Start opening the channel to ``replica`` (found through ``key``'s route, which
+        must lead there) unless it is open, opening, or failed to open within ``RETRY_S``;
+        the task opening it, if it is opening."""
+        channel = self._channels.get(replica)
+        if channel is not None and not channel.open:
+            self._forget(channel)
+        if replica in self._channels:
+            return None
+        if replica in self._opening:
+            return self._opening[replica]
+        failed = self._failed.get(replica)
+        if failed is not None and self._clock() - failed < RETRY_S:
+            return None
+        task = asyncio.get_running_loop().create_task(self._open(key, replica))
+        self._opening[replica] = task  # referenced until done (the loop holds tasks weakly)
+        return task
+
+    def _pin(self, key: str, replica: str) -> None:
         self._pins[key] = replica
         self._pins.move_to_end(key)
         while len(self._pins) > MAX_PINS:
             self._pins.popitem(last=False)
-        channel = self._channels.get(replica)
-        if channel is not None and not channel.open:
-            self._forget(channel)
-        if replica in self._channels or replica in self._opening:
-            return
-        failed = self._failed.get(replica)
-        if failed is not None and self._clock() - failed < RETRY_S:
-            return
-        task = asyncio.get_running_loop().create_task(self._open(key, replica))
-        self._opening[replica] = task  # referenced until done (the loop holds tasks weakly)
 
     async def _open(self, key: str, replica: str) -> None:
         try:

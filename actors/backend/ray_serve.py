@@ -5,6 +5,7 @@ through ``DeploymentHandle``s by name.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncGenerator, Mapping
 
@@ -13,6 +14,7 @@ from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 
 from inference.channel import Endpoint
 from inference.emulator.whatif import HopConfig, SafetyModelConfig
+from inference.routing import routes_of
 from inference.types import InferenceEvent, InferenceRequest
 
 from ..config import SessionConfig
@@ -25,8 +27,10 @@ from .whatif_hook import WhatIfServices
 class ServeInference:
     """:class:`~actors.backend.InferenceClient` over the inference deployment's handle; its
     ``before_call`` is the what-if services when ``session.whatif`` turns any on.  With
-    ``session.direct_inference`` (the default) a connection's calls after its first stream
-    over a direct channel to its pinned replica (:mod:`.direct`)."""
+    ``session.direct_inference`` (the default) a connection's calls stream over a direct
+    channel to its pinned replica (:mod:`.direct`): those after its first, and its first too
+    when the host holds a channel to the replica the deployment's router in this process
+    would pick for it (its :class:`~inference.routing.Routes`, :meth:`_pick`)."""
 
     def __init__(self, config: SessionConfig) -> None:
         handle = serve.get_deployment_handle(config.inference_deployment, app_name=config.inference_app)
@@ -36,8 +40,11 @@ class ServeInference:
         self.before_call: BeforeCall | None = (
             WhatIfServices(config.whatif, self._services) if config.whatif.enabled else None
         )
+        self._app = config.inference_app
         self._direct = (
-            DirectCalls(self._via_serve, self._endpoint, time.monotonic) if config.direct_inference else None
+            DirectCalls(self._via_serve, self._endpoint, time.monotonic, self._pick)
+            if config.direct_inference
+            else None
         )
 
     async def warm(self) -> list[str]:
@@ -48,13 +55,37 @@ class ServeInference:
         async for _ in self.stream(probe):
             pass
         await self._services.warm()
+        await self._open_channels()
         return models
+
+    async def _open_channels(self) -> None:
+        """Open the direct channel to each replica running now, so that a storm of first
+        calls finds them open (:meth:`_pick` sends those to them): each through a key of
+        the host's own pinned to that replica (``warm-up:<replica>``)."""
+        routes = routes_of(self._app)
+        if self._direct is None or routes is None:
+            return
+        opening = []
+        for replica in routes.live:
+            key = f"warm-up:{replica}"
+            routes.pin(key, replica)
+            task = self._direct.open(key, replica)
+            if task is not None:
+                opening.append(task)
+        await asyncio.gather(*opening)
 
     def check_metadata(self, metadata: Mapping[str, str]) -> None:
         check_emulator_metadata(metadata)
 
     def stream(self, request: InferenceRequest) -> EventStream:
         return self._via_serve(request) if self._direct is None else self._direct.stream(request)
+
+    def _pick(self, request: InferenceRequest) -> str | None:
+        """The replica the inference deployment's router in this process (made by the
+        handle's first call) would send ``request`` to, its key pinned there; ``None`` before
+        the router has heard of any replica."""
+        routes = routes_of(self._app)
+        return None if routes is None else routes.first_call(request)
 
     async def _endpoint(self, session_key: str) -> Endpoint:
         """The channel endpoint of the replica ``session_key`` is pinned to (the router

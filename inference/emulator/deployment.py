@@ -29,7 +29,7 @@ from inference.emulator import policy
 from inference.emulator.engine import Engine
 from inference.emulator.pacing import AsyncioSleeper, MonotonicClock
 from inference.emulator.profiles import InferenceConfig, RoutingConfig
-from inference.routing import PrefixRouting, SessionAffinity, prefix_key
+from inference.routing import Routes, routes_of
 from inference.serve_autoscaling import SEQUENCES, ReportsLoad, autoscaling_config
 from inference.types import InferenceEvent, InferenceRequest
 
@@ -59,12 +59,26 @@ class SessionAffinityRouter(RequestRouter):
         self._setup(RoutingConfig.model_validate(kwargs))
 
     def _setup(self, config: RoutingConfig) -> None:
-        self._config = config
-        self._affinity = SessionAffinity(config.max_pinned_sessions)
-        self._prefix = PrefixRouting(
-            config.prefix_requests_per_min, time.monotonic, capacity=config.max_routed_prefixes
+        self._routes = Routes(
+            prefix_tokens=config.prefix_tokens,
+            requests_per_min=config.prefix_requests_per_min,
+            max_pins=config.max_pinned_sessions,
+            max_prefixes=config.max_routed_prefixes,
         )
         self._decided = _Decisions()
+
+    def update_replicas(self, replicas: list[RunningReplica]) -> None:
+        """Serve's new set of running replicas; also this process's :class:`Routes`' view
+        of them, published by the app's name (``inference.routing.routes_of``), where a
+        session host decides a connection's first call with the same pins and counts."""
+        super().update_replicas(replicas)
+        self._publish(self.app_name, [r.replica_id.unique_id for r in replicas])
+
+    def _publish(self, app: str, live: list[str]) -> None:
+        if not hasattr(self, "_routes"):
+            self._setup(RoutingConfig())
+        self._routes = routes_of(app, lambda: self._routes) or self._routes  # one state a process
+        self._routes.update(live)
 
     async def choose_replicas(
         self,
@@ -73,7 +87,7 @@ class SessionAffinityRouter(RequestRouter):
     ) -> list[list[RunningReplica]]:
         if not candidate_replicas:
             return []
-        if not hasattr(self, "_prefix"):
+        if not hasattr(self, "_routes"):
             self._setup(RoutingConfig())
         by_id = {r.replica_id.unique_id: r for r in candidate_replicas}
         live = sorted(by_id)
@@ -82,13 +96,8 @@ class SessionAffinityRouter(RequestRouter):
         session = pending_request.metadata.session_id
         request = _inference_request(pending_request)
         if session:  # pinned for life; a new key is pinned where its conversation was, or its route goes
-            first = None
-            if request is not None:
-                hinted = request.replica_hint if request.replica_hint in by_id else None
-                first = (
-                    (lambda: hinted) if hinted else (lambda: self._route(pending_request, request, live)[0])
-                )
-            return [[by_id[self._affinity.choose(session, live, first)]]]
+            route = None if request is None else (lambda: self._route(pending_request, request, live)[0])
+            return [[by_id[self._routes.session(session, request, live, route)]]]
         if request is not None:
             order = self._route(pending_request, request, live)
             return [[by_id[order[0]]], [by_id[r] for r in order[1:]]]
@@ -99,13 +108,7 @@ class SessionAffinityRouter(RequestRouter):
         reuses the pending request for its retries)."""
         order = [r for r in self._decided.get(pending) if r in live]
         if not order:
-            key = prefix_key(
-                request.prompt_token_ids,
-                request.cache_scope,
-                request.prompt_cache_key,
-                self._config.prefix_tokens,
-            )
-            order = self._prefix.choose(key, live)
+            order = self._routes.prefix(request, live)
             self._decided.put(pending, order)
         return order
 

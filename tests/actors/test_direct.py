@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from actors.backend.direct import DirectCalls
+from actors.backend.direct import DirectCalls, Pick
 from inference.channel import ChannelServer, Endpoint
 from inference.types import Done, InferenceEvent, InferenceRequest, Prefilled, TextDelta
 from tests.support.waiting import until
@@ -30,7 +30,7 @@ class Replica:
             yield chunk
 
 
-def setup(replica: Replica) -> tuple[DirectCalls, list[str], list[str]]:
+def setup(replica: Replica, pick: Pick | None = None) -> tuple[DirectCalls, list[str], list[str]]:
     usual_calls: list[str] = []
     asked: list[str] = []
 
@@ -43,7 +43,7 @@ def setup(replica: Replica) -> tuple[DirectCalls, list[str], list[str]]:
         asked.append(key)
         return await replica.server.start("127.0.0.1")
 
-    return DirectCalls(usual, find, lambda: 0.0), usual_calls, asked
+    return DirectCalls(usual, find, lambda: 0.0, pick), usual_calls, asked
 
 
 def req(rid: str, key: str | None = "conn-1") -> InferenceRequest:
@@ -120,5 +120,73 @@ def test_calls_streaming_on_a_draining_replicas_channel_finish_when_a_new_call_i
         assert [type(e) for e in turned_away] == [Prefilled, TextDelta, Done] and usual == ["t1", "t4"]
         assert all([type(e) for e in events] == [Prefilled, TextDelta, Done] for events in finished)
         direct.close()
+
+    asyncio.run(main())
+
+
+def test_a_sessions_first_call_goes_over_the_channel_to_the_replica_picked_for_it() -> None:
+    """Once the host holds a channel (another session's first call opened it), a new
+    session's first call goes over it when the pick (the router's rule,
+    ``inference.routing.Routes.first_call``) names that replica, and stays pinned there; a
+    pick of a replica the host has no channel to, no pick, or a pick that fails leaves the
+    call to the usual way."""
+
+    async def main() -> None:
+        replica = Replica()
+        picks: list[str] = []
+        answers = {"conn-2": "r1", "conn-3": "r9", "conn-4": None}
+
+        def pick(request: InferenceRequest) -> str | None:
+            assert request.session_key is not None
+            picks.append(request.session_key)
+            if request.session_key not in answers:
+                raise RuntimeError("no router")
+            return answers[request.session_key]
+
+        direct, usual, _ = setup(replica, pick)
+        await run(direct, req("t1"))  # no channel yet (the pick fails): the usual way
+        await settle(direct)
+        assert picks == ["conn-1"]
+        picks.clear()
+        first = await run(direct, req("n1", key="conn-2"))
+        assert [type(e) for e in first] == [Prefilled, TextDelta, Done]
+        assert replica.calls == ["n1"] and usual == ["t1"] and picks == ["conn-2"]
+        assert direct.channel_for("conn-2") is not None
+        await run(direct, req("n2", key="conn-2"))  # pinned: no pick again
+        assert replica.calls == ["n1", "n2"] and picks == ["conn-2"]
+        for key, rid in (("conn-3", "o1"), ("conn-4", "o2"), ("conn-5", "f1")):
+            events = await run(direct, req(rid, key=key))
+            assert [type(e) for e in events] == [Prefilled, TextDelta, Done]
+        assert usual == ["t1", "o1", "o2", "f1"] and replica.calls == ["n1", "n2"]
+        assert direct.direct_calls == 2
+        direct.close()
+
+    asyncio.run(main())
+
+
+def test_a_pick_of_a_replica_without_a_channel_opens_one_for_the_next_calls() -> None:
+    """The first call picked for a replica the host holds no channel to goes the usual way
+    and starts opening that replica's channel at once; so does :meth:`DirectCalls.open`
+    (a host's warm-up); a second ask while it opens shares the opening."""
+
+    async def main() -> None:
+        replica = Replica()
+        direct, usual, asked = setup(replica, lambda request: "r1")
+        stream = direct.stream(req("t1", key="conn-7"))  # not iterated: the opening started anyway
+        assert usual == [] and asked == []
+        await until(lambda: asked == ["conn-7"], 10, "the channel's endpoint to be asked")
+        await stream.aclose()
+        await until(lambda: direct.channel_for("conn-7") is not None or "r1" in direct._channels, 10, "open")
+        await run(direct, req("t2", key="conn-8"))  # a new key, picked there: over the channel
+        assert replica.calls == ["t2"] and usual == []
+
+        other = Replica()
+        again, _, asked2 = setup(other)
+        task = again.open("warm-up:r1", "r1")
+        assert task is not None and again.open("warm-up:r1", "r1") is task
+        await task
+        assert asked2 == ["warm-up:r1"] and again.open("warm-up:r1", "r1") is None  # open now
+        direct.close()
+        again.close()
 
     asyncio.run(main())

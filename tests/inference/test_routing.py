@@ -5,7 +5,17 @@ from __future__ import annotations
 
 from collections import Counter
 
-from inference.routing import PrefixRouting, SessionAffinity, prefix_key, ranked, rendezvous, spill
+from inference.routing import (
+    PrefixRouting,
+    Routes,
+    SessionAffinity,
+    prefix_key,
+    ranked,
+    rendezvous,
+    routes_of,
+    spill,
+)
+from inference.types import InferenceRequest
 
 
 def test_rendezvous_is_stable_and_spreads_keys():
@@ -142,3 +152,47 @@ def test_different_prefixes_spread_over_the_replicas():
     routing = PrefixRouting(15, Clock())
     homes = Counter(routing.choose(prefix_key([i] * 300, "key:a", None), ["a", "b"])[0] for i in range(400))
     assert min(homes.values()) > 150
+
+
+def _call(rid: str, key: str | None, hint: str | None = None) -> InferenceRequest:
+    return InferenceRequest(
+        rid, "emu-fast", list(range(300)), session_key=key, cache_scope="key:a", replica_hint=hint
+    )
+
+
+def test_a_first_call_is_decided_as_the_router_decides_it_and_pins_its_key() -> None:
+    """``Routes.first_call`` (a session host's pick) pins a new key where the prefix route
+    goes, counting it; the router's own decision for the key's later calls is that pin."""
+    routes = Routes(requests_per_min=1)
+    assert routes.first_call(_call("a", "c1")) is None  # no replica heard of yet
+    routes.update(["y", "x", "z"])
+    assert routes.live == ("x", "y", "z")
+    assert routes.first_call(_call("s", None)) is None  # a stateless call: the router's
+    order = ranked(prefix_key(list(range(300)), "key:a", None), ["x", "y", "z"])
+    assert routes.first_call(_call("a", "c1")) == order[0]
+    assert routes.first_call(_call("b", "c2")) == order[1]  # one a minute: the 2nd spills
+    assert routes.session("c1", _call("c", "c1"), ["x", "y", "z"]) == order[0]  # pinned
+    assert routes.first_call(_call("d", "c3", hint=order[2])) == order[2]  # its conversation's
+
+
+def test_a_process_publishes_one_routes_a_deployment() -> None:
+    made = routes_of("test-app/one-state", lambda: Routes())
+    assert made is not None
+    assert routes_of("test-app/one-state", lambda: Routes()) is made
+    assert routes_of("test-app/one-state") is made and routes_of("test-app/none") is None
+
+
+def test_a_routes_counts_follow_its_window_request_by_request() -> None:
+    """The per-replica counts are kept as requests come and go (a storm of one route is
+    counted without recounting its window each request)."""
+    now = [0.0]
+    routing = PrefixRouting(requests_per_min=10, clock=lambda: now[0], window_s=60.0)
+    for i in range(100):
+        now[0] = i * 0.5  # 100 requests over 50 s: all in the window
+        routing.choose("k", ["a", "b", "c"])
+    counts = routing.recent("k")
+    assert sum(counts.values()) == 100 and set(counts) == {"a", "b", "c"}
+    now[0] = 79.5  # the window starts after 19.5 s: the first 40 requests are out of it
+    assert sum(routing.recent("k").values()) == 60
+    now[0] = 200.0
+    assert routing.recent("k") == {}

@@ -209,6 +209,35 @@ def test_later_turns_go_over_the_direct_channel_and_a_disconnect_still_cancels_t
     assert after["active"] == 0, "the batch slot was freed"
 
 
+def test_a_new_connections_first_turn_goes_over_a_channel_its_host_holds(ws_url):
+    """Once a session host holds a channel to the replica the deployment's router would pick
+    for a new connection (an earlier connection's turn opened it), that connection's first
+    turn streams over it too (``inference.routing.Routes.first_call``, published by the
+    router of the host's handle): fresh one-turn connections, until one's turn is counted on
+    the channel."""
+    handle = serve.get_deployment_handle("InferenceDeployment", app_name="responses-ws")
+
+    def channel_calls() -> int:
+        return handle.stats.remote().result()["channel_calls"]
+
+    async def one_turn() -> str:
+        async with websockets.connect(ws_url) as ws:
+            await ws.send(create(input="hi", max_output_tokens=4))
+            while (event := validated(await ws.recv()))["type"] not in (
+                "response.completed",
+                "response.incomplete",
+            ):
+                pass
+            return event["type"]
+
+    for _ in range(20):  # the gateway may hand a connection to another host, with no channel yet
+        before = channel_calls()
+        assert run(one_turn()) == "response.incomplete"
+        if channel_calls() > before:
+            return
+    raise AssertionError("no connection's first turn went over a direct channel")
+
+
 def test_check_07_47_48_idle_connection_lives_until_the_lifetime_then_gets_the_limit_error(limits_url):
     async def main():
         async with websockets.connect(limits_url) as ws:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+from dataclasses import replace
 from types import SimpleNamespace
 
 from inference import chat_format as cf
@@ -169,6 +170,25 @@ def test_a_requests_decision_is_dropped_with_the_request():
     del pending  # Serve dropped the request: its decision goes with it
     gc.collect()
     assert not router._decided._routes
+
+
+def test_a_session_hosts_first_call_pick_and_the_router_share_one_state():
+    """The router publishes its state at Serve's replica updates; the session host's pick
+    (``Routes.first_call``) pins a key where the router would, and the router, asked later
+    for that key, answers the pin; a second router of the app in the process shares it."""
+    from inference.routing import routes_of
+
+    router, replicas = _router(), _replicas("x", "y", "z")
+    router._publish("test-app-shared", ["x", "y", "z"])
+    routes = routes_of("test-app-shared")
+    assert routes is not None and routes.live == ("x", "y", "z")
+    picked = routes.first_call(replace(_req("h1"), session_key="conn-9"))
+    assert _choose(router, replicas, _pending(_req("h2"), session="conn-9")) == [[picked]]
+    other = _router()
+    other._publish("test-app-shared", ["x", "y"])
+    assert routes.live == ("x", "y")  # one state a process: the newer view of the replicas
+    if picked in ("x", "y"):
+        assert _choose(other, _replicas("x", "y"), _pending(_req("h3"), session="conn-9")) == [[picked]]
 
 
 def test_a_new_key_is_pinned_to_its_conversations_replica_while_it_lives():
