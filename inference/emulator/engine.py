@@ -41,11 +41,11 @@ from inference.emulator.pacing import Chunker, Clock, ItemWindow, Sleeper, decod
 from inference.emulator.policy import (
     FunctionCallSegment,
     OutputPlan,
+    PolicyMemo,
     ReasoningSegment,
     Segment,
     TextSegment,
     plan,
-    policy_for,
 )
 from inference.emulator.prefix_cache import (
     Lookup,
@@ -127,6 +127,7 @@ class Engine:
         self._cache = PrefixCache(pc.capacity_blocks, pc.block_tokens)
         self._breakpoints = BreakpointCache(pc.capacity_tokens, pc.max_entries)  # profiles of that rule
         self._memo = PromptMemo()  # each session's conversation as last cached: hash only what is new
+        self._policies = PolicyMemo(config.policy)  # each distinct metadata's policy, validated once
         self._batches = {p.id: Batch(p.batching) for p in config.profiles}
         self._schedules: dict[str, dict[Hashable, DecodeSchedule]] = {p.id: {} for p in config.profiles}
         self._windows = {p.id: ItemWindow.of(p) for p in config.profiles}
@@ -209,7 +210,7 @@ class Engine:
 
     def _plan(self, call: _Call) -> OutputPlan:
         """The scripted output; its seed is the prompt's digest, continued from the memo's."""
-        policy = policy_for(call.request, self._config.policy)
+        policy = self._policies.policy(call.request)
 
         def prompt_seed() -> int:
             value, call.digest = digest_of(call.data, policy.seed, call.known)
