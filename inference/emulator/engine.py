@@ -508,7 +508,7 @@ class _SegmentStream:
         self._detokenizer = Detokenizer()
         # Each token's bytes, taken now (the stream is made while its prompt is in prefill),
         # so sending a chunk joins bytes instead of calling the tokenizer as tokens fall due.
-        self._bytes = [] if isinstance(segment, ReasoningSegment) else token_bytes(segment.token_ids)
+        self._bytes = [] if isinstance(segment, ReasoningSegment) else _token_bytes(segment.token_ids)
         self._parts: list[str] = []
         self._carried = 0
         self._taken = 0  # of the segment's tokens
@@ -562,6 +562,21 @@ class _SegmentStream:
         if isinstance(seg, FunctionCallSegment):
             return _render(seg, seg.arguments, seg.token_ids)
         return _render(seg, decode(seg.token_ids), seg.token_ids if seg.canonical else None)
+
+
+_TOKEN_BYTES: dict[int, bytes] = {}  # each token's bytes as met (at most the vocabulary; ints and
+# bytes only, so the collector does not track it)
+
+
+def _token_bytes(ids: Sequence[int]) -> list[bytes]:
+    """:func:`inference.tokenizer.token_bytes` of ``ids``, each token's taken from the tokenizer
+    once a process: a response's few dozen tokens are dict lookups, not tokenizer calls."""
+    known = _TOKEN_BYTES
+    try:
+        return [known[t] for t in ids]
+    except KeyError:
+        known.update(zip(ids, token_bytes(ids)))
+        return [known[t] for t in ids]
 
 
 def _render(seg: TextSegment | FunctionCallSegment, text: str, encoded: Sequence[int] | None) -> list[int]:

@@ -485,3 +485,14 @@ def test_the_replicas_load_is_its_running_and_waiting_sequences(engine):
 
     during, batch, after = asyncio.run(two_in_flight())
     assert (during, batch, after) == (2, 2, 0)
+
+
+def test_token_bytes_are_the_tokenizers_and_their_memo_is_not_walked_by_the_collector():
+    import gc
+
+    from inference.tokenizer import token_bytes
+
+    ids = encode('{"path": "src/naïve/日本語.py"}') + encode(" plain words")
+    assert engine_module._token_bytes(ids) == token_bytes(ids)  # filled on a miss
+    assert engine_module._token_bytes(ids) == token_bytes(ids)  # read back
+    assert not gc.is_tracked(engine_module._TOKEN_BYTES)
