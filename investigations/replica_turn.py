@@ -11,17 +11,21 @@ function tools and the knobs of ``bench/workload.py``, ~450 tokens of tool outpu
 1-3 s between turns, each answer's ids appended).  After ``--seconds`` / 4 of warm-up it
 reads the replica's CPU (``/proc/<pid>/stat``, every thread) over ``--seconds`` and prints
 milliseconds per turn, the turns, and how late the answers' last items arrived after their
-deadline (the replica's loop and the channel; p50/p99, ms).  Profile the replica with
-``py-spy record --pid`` (its pid is printed first).
+deadline (the replica's loop and the channel; p50/p99, ms).  ``--profile FILE``: the replica
+runs under ``cProfile`` and writes its statistics to ``FILE`` when the driver stops it
+(read them with ``python -m pstats FILE``; the profiler slows the replica several-fold, so
+that round's CPU figure is not the replica's own).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -30,8 +34,9 @@ from pathlib import Path
 from typing import Any
 
 
-def serve() -> None:
-    """The replica process: prints its endpoint as one JSON line, serves until killed."""
+def serve(profile: str | None = None) -> None:
+    """The replica process: prints its endpoint as one JSON line, serves until terminated
+    (``SIGTERM``; with ``profile``, its ``cProfile`` statistics are written there first)."""
     from inference import allocator, collector
     from inference.channel import ChannelServer
     from inference.emulator import policy
@@ -48,12 +53,20 @@ def serve() -> None:
         endpoint = await server.start("127.0.0.1")
         policy.text_answer(1, random.Random(0))
         collector.freeze_startup()
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
         print(
             json.dumps({"port": endpoint.port, "token": endpoint.token.hex(), "pid": os.getpid()}), flush=True
         )
-        await asyncio.Event().wait()
+        await stop.wait()
 
+    profiler = cProfile.Profile() if profile else None
+    if profiler is not None:
+        profiler.enable()
     asyncio.run(main())
+    if profiler is not None and profile:
+        profiler.disable()
+        profiler.dump_stats(profile)
 
 
 def _cpu_s(pid: int) -> float:
@@ -61,13 +74,14 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def drive(sessions: int, seconds: float) -> dict[str, Any]:
+def drive(sessions: int, seconds: float, profile: str | None = None) -> dict[str, Any]:
     from bench import workload
     from inference.channel import ChannelClient, Endpoint
     from inference.types import Done, InferenceRequest, Prefilled, ToolSpec
 
+    serving = ["--serve"] + (["--profile", profile] if profile else [])
     replica = subprocess.Popen(
-        [sys.executable, "-m", "investigations.replica_turn", "--serve"], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-m", "investigations.replica_turn", *serving], stdout=subprocess.PIPE, text=True
     )
     try:
         assert replica.stdout is not None
@@ -145,8 +159,12 @@ def drive(sessions: int, seconds: float) -> dict[str, Any]:
 
         return asyncio.run(crowd())
     finally:
-        replica.kill()
-        replica.wait()
+        replica.terminate()
+        try:
+            replica.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            replica.kill()
+            replica.wait()
 
 
 def main() -> None:
@@ -154,13 +172,14 @@ def main() -> None:
     p.add_argument("--sessions", type=int, default=256)
     p.add_argument("--seconds", type=float, default=20.0)
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--profile", help="write the replica's cProfile statistics to this file")
     p.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # the replica process
     args = p.parse_args()
     if args.serve:
-        serve()
+        serve(args.profile)
         return
     for r in range(args.rounds):
-        print(f"round {r + 1}: {json.dumps(drive(args.sessions, args.seconds))}", flush=True)
+        print(f"round {r + 1}: {json.dumps(drive(args.sessions, args.seconds, args.profile))}", flush=True)
 
 
 if __name__ == "__main__":
