@@ -218,3 +218,27 @@ def test_the_real_sleeper_never_wakes_early_and_a_cancelled_sleep_does_not_distu
     assert len(woke) == 41 and was_cancelled
     assert all(now >= t for t, now in woke)
     assert [t for t, _ in woke] == sorted(t for t, _ in woke)
+
+
+def test_only_the_first_and_the_last_items_ask_for_a_precise_wake_up(make_profile):
+    class Recorder:
+        def __init__(self) -> None:
+            self.t, self.asked = 0.0, []
+
+        def now(self) -> float:
+            return self.t
+
+        async def sleep_until(self, t: float, precise: bool = False) -> None:
+            self.asked.append((t, precise))
+            self.t = max(self.t, t)
+
+    async def items(n: int) -> list[tuple[int, int]]:
+        clock = Recorder()
+        chunker = Chunker(token_deadlines(make_profile(), 0.0, n), 0.0, ItemWindow(5.0, 8))
+        out = [r async for r in paced_chunks(chunker, clock, clock)]
+        assert [p for _, p in clock.asked] == [True] + [False] * (len(out) - 2) + [True] * (len(out) > 1)
+        return out
+
+    assert asyncio.run(items(1)) == [(0, 1)]
+    ranges = asyncio.run(items(40))
+    assert ranges[0] == (0, 1) and ranges[-1][1] == 40 and len(ranges) > 2
