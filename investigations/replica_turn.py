@@ -10,8 +10,9 @@ as a session host's calls go: the ``crowd`` preset's shape (7500 shared prompt t
 function tools and the knobs of ``bench/workload.py``, ~450 tokens of tool output a turn,
 1-3 s between turns, each answer's ids appended).  After ``--seconds`` / 4 of warm-up it
 reads the replica's CPU (``/proc/<pid>/stat``, every thread) over ``--seconds`` and prints
-milliseconds per turn, the turns, and how late the answers' last items arrived after their
-deadline (the replica's loop and the channel; p50/p99, ms).  ``--profile FILE``: the replica
+milliseconds per turn, how long its threads waited for a core per turn (``schedstat``), the
+turns, and how late the answers' last items arrived after their deadline (the replica's
+loop and the channel; p50/p99, ms).  ``--profile FILE``: the replica
 runs under ``cProfile`` and writes its statistics to ``FILE`` when the driver stops it
 (read them with ``python -m pstats FILE``; the profiler slows the replica several-fold, so
 that round's CPU figure is not the replica's own).
@@ -67,6 +68,18 @@ def serve(profile: str | None = None) -> None:
     if profiler is not None and profile:
         profiler.disable()
         profiler.dump_stats(profile)
+
+
+def _schedstat_ms(pid: int) -> tuple[float, float]:
+    """The process's threads' time on a core and waiting for one (ms, ``schedstat``)."""
+    run = wait = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "schedstat").read_text().split()
+        except OSError:  # a thread that ended
+            continue
+        run, wait = run + int(fields[0]), wait + int(fields[1])
+    return run / 1e6, wait / 1e6
 
 
 def _cpu_s(pid: int) -> float:
@@ -137,9 +150,9 @@ def drive(sessions: int, seconds: float, profile: str | None = None) -> dict[str
             stop = asyncio.Event()
             tasks = [asyncio.create_task(conversation(client, i, stop)) for i in range(sessions)]
             await asyncio.sleep(seconds / 4)
-            t0, cpu0 = time.monotonic(), _cpu_s(where["pid"])
+            t0, cpu0, sched0 = time.monotonic(), _cpu_s(where["pid"]), _schedstat_ms(where["pid"])
             await asyncio.sleep(seconds)
-            t1, cpu1 = time.monotonic(), _cpu_s(where["pid"])
+            t1, cpu1, sched1 = time.monotonic(), _cpu_s(where["pid"]), _schedstat_ms(where["pid"])
             stop.set()
             for task in tasks:
                 task.cancel()
@@ -151,6 +164,7 @@ def drive(sessions: int, seconds: float, profile: str | None = None) -> dict[str
                 "turns": n,
                 "turns_per_s": round(n / (t1 - t0), 1),
                 "replica_cpu_ms_per_turn": round((cpu1 - cpu0) * 1000.0 / max(n, 1), 3),
+                "replica_waited_for_a_core_ms_per_turn": round((sched1[1] - sched0[1]) / max(n, 1), 3),
                 "late_ms": {
                     "p50": round(tail[len(tail) // 2], 2),
                     "p99": round(tail[int(0.99 * (len(tail) - 1))], 2),
