@@ -191,7 +191,8 @@ def test_under_load_items_leave_on_the_window_grid_and_never_early(make_profile,
 @pytest.mark.parametrize("precise", [False, True])
 def test_the_real_sleeper_never_wakes_early_and_a_cancelled_sleep_does_not_disturb_the_others(precise):
     """Many sleeps at once, on the real clock (the loop's timer, or the loop's alarm for
-    precise ones): each returns at or after its deadline, in deadline order, and one cancelled
+    precise ones): each returns at or after its deadline, in deadline order (to within the
+    loop's millisecond), and one cancelled
     midway neither wakes nor holds back the rest."""
     clock = MonotonicClock()
     sleeper = AsyncioSleeper(clock)
@@ -217,7 +218,10 @@ def test_the_real_sleeper_never_wakes_early_and_a_cancelled_sleep_does_not_distu
     woke, was_cancelled = asyncio.run(main())
     assert len(woke) == 41 and was_cancelled
     assert all(now >= t for t, now in woke)
-    assert [t for t, _ in woke] == sorted(t for t, _ in woke)
+    # in deadline order, up to the loop's own granularity: a sleep its timer ends a hair
+    # early sleeps again, so on a loaded machine deadlines under a millisecond apart may swap
+    order = [t for t, _ in woke]
+    assert all(later > earlier - 0.001 for earlier, later in itertools.pairwise(order))
 
 
 def test_only_the_first_and_the_last_items_ask_for_a_precise_wake_up(make_profile):
