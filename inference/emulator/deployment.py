@@ -159,7 +159,7 @@ class InferenceDeployment(ReportsLoad):
         self._engine = Engine(self._config, clock, AsyncioSleeper(clock), self._metrics, self._replica)
         self._created = int(time.time())
         self._rate_task: asyncio.Task[None] | None = None
-        self._channel = ChannelServer(self.generate, self._replica)
+        self._channel = ChannelServer(self._engine.generate, self._replica)  # no hop through generate
         # Load the tokenizer and the policy's corpus now (~0.2 s), not on the first request.
         policy.text_answer(1, random.Random(0))
         collector.freeze_startup()  # a full collection under load walks only the calls' objects
@@ -168,16 +168,21 @@ class InferenceDeployment(ReportsLoad):
         """Stream one response; see ``Engine.generate``.  Errors (``UnknownModelProfile``,
         ``UnknownToolChoice``, ``InvalidMetadata``, ``EngineOverloaded``) are raised, never
         yielded.  If the caller goes away, the generator is closed and the batch slot freed."""
-        if self._rate_task is None:
-            self._rate_task = asyncio.get_running_loop().create_task(self._report_rate())
+        self._report()
         async for chunk in self._engine.generate(request):
             yield chunk
 
     async def channel(self) -> Endpoint:
         """Where this replica's direct channel listens (started on first ask), on the node's
         address: a session host streams its pinned connections' later calls over it
-        (``inference.channel``)."""
+        (``inference.channel``), straight into the engine."""
+        self._report()
         return await self._channel.start(ray.util.get_node_ip_address())
+
+    def _report(self) -> None:
+        """Start the once-a-second metrics report (:meth:`_report_rate`) if it is not running."""
+        if self._rate_task is None:
+            self._rate_task = asyncio.get_running_loop().create_task(self._report_rate())
 
     async def __del__(self) -> None:
         """Shutdown (Serve awaits it after routing stops): calls already on the channel

@@ -41,11 +41,11 @@ from inference.emulator.pacing import Chunker, Clock, ItemWindow, Sleeper, decod
 from inference.emulator.policy import (
     FunctionCallSegment,
     OutputPlan,
+    PolicyMemo,
     ReasoningSegment,
     Segment,
     TextSegment,
     plan,
-    policy_for,
 )
 from inference.emulator.prefix_cache import (
     Lookup,
@@ -127,6 +127,7 @@ class Engine:
         self._cache = PrefixCache(pc.capacity_blocks, pc.block_tokens)
         self._breakpoints = BreakpointCache(pc.capacity_tokens, pc.max_entries)  # profiles of that rule
         self._memo = PromptMemo()  # each session's conversation as last cached: hash only what is new
+        self._policies = PolicyMemo(config.policy)  # each distinct metadata's policy, validated once
         self._batches = {p.id: Batch(p.batching) for p in config.profiles}
         self._schedules: dict[str, dict[Hashable, DecodeSchedule]] = {p.id: {} for p in config.profiles}
         self._windows = {p.id: ItemWindow.of(p) for p in config.profiles}
@@ -209,7 +210,7 @@ class Engine:
 
     def _plan(self, call: _Call) -> OutputPlan:
         """The scripted output; its seed is the prompt's digest, continued from the memo's."""
-        policy = policy_for(call.request, self._config.policy)
+        policy = self._policies.policy(call.request)
 
         def prompt_seed() -> int:
             value, call.digest = digest_of(call.data, policy.seed, call.known)
@@ -507,7 +508,7 @@ class _SegmentStream:
         self._detokenizer = Detokenizer()
         # Each token's bytes, taken now (the stream is made while its prompt is in prefill),
         # so sending a chunk joins bytes instead of calling the tokenizer as tokens fall due.
-        self._bytes = [] if isinstance(segment, ReasoningSegment) else token_bytes(segment.token_ids)
+        self._bytes = [] if isinstance(segment, ReasoningSegment) else _token_bytes(segment.token_ids)
         self._parts: list[str] = []
         self._carried = 0
         self._taken = 0  # of the segment's tokens
@@ -561,6 +562,21 @@ class _SegmentStream:
         if isinstance(seg, FunctionCallSegment):
             return _render(seg, seg.arguments, seg.token_ids)
         return _render(seg, decode(seg.token_ids), seg.token_ids if seg.canonical else None)
+
+
+_TOKEN_BYTES: dict[int, bytes] = {}  # each token's bytes as met (at most the vocabulary; ints and
+# bytes only, so the collector does not track it)
+
+
+def _token_bytes(ids: Sequence[int]) -> list[bytes]:
+    """:func:`inference.tokenizer.token_bytes` of ``ids``, each token's taken from the tokenizer
+    once a process: a response's few dozen tokens are dict lookups, not tokenizer calls."""
+    known = _TOKEN_BYTES
+    try:
+        return [known[t] for t in ids]
+    except KeyError:
+        known.update(zip(ids, token_bytes(ids)))
+        return [known[t] for t in ids]
 
 
 def _render(seg: TextSegment | FunctionCallSegment, text: str, encoded: Sequence[int] | None) -> list[int]:

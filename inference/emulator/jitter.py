@@ -29,9 +29,12 @@ class RequestJitter:
     """The jitter factors of one request: ``request`` (one number) and ``token(i)``."""
 
     def __init__(self, config: JitterConfig, request_id: str) -> None:
+        self._token_sigma = config.token_sigma
+        if config.request_sigma == 0 and config.token_sigma == 0:  # zero-jitter mode: no RNG to seed
+            self.request = 1.0
+            return
         digest = blake2b(request_id.encode(), digest_size=8, person=b"emu-jitter").digest()
         self._rng = random.Random(config.seed * 0x9E3779B97F4A7C15 ^ int.from_bytes(digest, "little"))
-        self._token_sigma = config.token_sigma
         self.request = lognormal_mean_one(self._rng, config.request_sigma)
 
     def tokens(self, n: int) -> list[float]:

@@ -239,11 +239,11 @@ class Chunker:
     def last_emit(self) -> float:
         return self._last_emit
 
-    @property
-    def next_is_first_or_last(self) -> bool:
-        """The next item holds the first token, or the last (only meaningful while not ``done``)."""
+    def first_or_last(self, t: float) -> bool:
+        """Whether the next item, due at ``t`` (:meth:`next_emit_time`), holds the first token
+        or the last (only meaningful while not ``done``)."""
         sched = self._schedule
-        return self._sent == 0 or self.next_emit_time() >= sched.deadline(len(sched) - 1)
+        return self._sent == 0 or t >= sched.deadline(len(sched) - 1)
 
     def next_emit_time(self) -> float:
         """When the next item is due (only meaningful while not ``done``)."""
@@ -274,7 +274,8 @@ class Chunker:
 async def paced_chunks(chunker: Chunker, clock: Clock, sleeper: Sleeper) -> AsyncIterator[tuple[int, int]]:
     """Yield token ranges ``(start, end)`` as they come due, until every token is sent."""
     while not chunker.done:
-        await sleeper.sleep_until(chunker.next_emit_time(), precise=chunker.next_is_first_or_last)
+        t = chunker.next_emit_time()
+        await sleeper.sleep_until(t, precise=chunker.first_or_last(t))
         start, end = chunker.take(clock.now())
         if end > start:
             yield start, end

@@ -213,6 +213,34 @@ def policy_for(request: InferenceRequest, base: PolicyConfig) -> PolicyConfig:
     return base.model_copy(update=updates) if updates else base
 
 
+class PolicyMemo:
+    """:func:`policy_for` made once per distinct ``metadata``: a client's creates resend the
+    same few knobs turn after turn, and validating them (pydantic, per key) was about a
+    quarter of the engine's work on a steady turn.  The policies are immutable in use, so
+    requests with equal metadata share one.  Bounded: forgets all past ``capacity``
+    distinct metadata.  A request whose metadata is invalid raises each time, nothing kept."""
+
+    def __init__(self, base: PolicyConfig, capacity: int = 1024) -> None:
+        self._base = base
+        self._capacity = capacity
+        self._known: dict[tuple[tuple[str, str], ...], PolicyConfig] = {}
+
+    def __len__(self) -> int:
+        return len(self._known)
+
+    def policy(self, request: InferenceRequest) -> PolicyConfig:
+        metadata = request.metadata
+        if not metadata:
+            return self._base
+        known = self._known.get(metadata)
+        if known is None:
+            known = policy_for(request, self._base)
+            if len(self._known) >= self._capacity:
+                self._known.clear()
+            self._known[metadata] = known
+        return known
+
+
 _MODES = ("auto", "none", "required")
 
 

@@ -20,6 +20,7 @@ admit one.  Strings come from a small vocabulary chosen by the property name (pa
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import math
 import random
@@ -118,6 +119,7 @@ def scratch_path(rng: random.Random) -> str:
     return f"{SCRATCH_DIR}{rng.getrandbits(32):08x}/{PATHS[rng.randrange(len(PATHS))]}"
 
 
+@functools.lru_cache(maxsize=1024)  # asked once a call of the tool: the same few names
 def changes_files(tool_name: str) -> bool:
     """Whether a tool's name says it may change files (``write_file``, ``apply_patch``,
     ``deleteFile``…): a word of its name, split at ``_``, ``-``, ``.``, spaces and case."""

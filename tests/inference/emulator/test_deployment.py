@@ -206,3 +206,25 @@ def test_a_new_key_is_pinned_to_its_conversations_replica_while_it_lives():
     assert _choose(router, replicas, _pending(_req("r2"), session="c1")) == [[other]]  # pinned
     gone = replace(_req("r3"), replica_hint="z")
     assert _choose(router, replicas, _pending(gone, session="c2")) == [[route]]
+
+
+def test_a_call_over_the_channel_streams_from_the_engine_and_starts_the_metrics_report():
+    from inference.channel import ChannelClient
+    from inference.emulator.deployment import InferenceDeployment
+
+    replica = InferenceDeployment.func_or_class(load_inference_config())
+    req = InferenceRequest("r", "emu-fast", cf.render_message("user", "hi"), session_key="s")
+
+    async def main():
+        client = ChannelClient(await replica.channel())
+        await client.connect()
+        try:
+            chunks = [chunk async for chunk in client.stream(req)]
+        finally:
+            client.close()
+        return chunks, await replica.stats(), replica._rate_task
+
+    chunks, stats, reporting = asyncio.run(main())
+    assert isinstance(chunks[0][0], Prefilled) and isinstance(chunks[-1][-1], Done)
+    assert stats["channel_calls"] == 1 and stats["completed"] == 1
+    assert reporting is not None  # started with the channel, not by a call through Serve

@@ -485,3 +485,54 @@ def test_the_replicas_load_is_its_running_and_waiting_sequences(engine):
 
     during, batch, after = asyncio.run(two_in_flight())
     assert (during, batch, after) == (2, 2, 0)
+
+
+def test_token_bytes_are_the_tokenizers_and_their_memo_is_not_walked_by_the_collector():
+    import gc
+
+    from inference.tokenizer import token_bytes
+
+    ids = encode('{"path": "src/naïve/日本語.py"}') + encode(" plain words")
+    assert engine_module._token_bytes(ids) == token_bytes(ids)  # filled on a miss
+    assert engine_module._token_bytes(ids) == token_bytes(ids)  # read back
+    assert not gc.is_tracked(engine_module._TOKEN_BYTES)
+
+
+class _LateClock:
+    """The fake clock, but every wake-up comes ``late_s`` after its deadline (a replica whose
+    event loop or process is held up), and the replica's own work before its first sleep
+    takes ``work_s``."""
+
+    def __init__(self, late_s: float, work_s: float) -> None:
+        self.t, self.late_s, self.work_s, self.started = 0.0, late_s, work_s, False
+
+    def now(self) -> float:
+        return self.t
+
+    async def sleep_until(self, t: float, precise: bool = False) -> None:
+        if not self.started:
+            self.started, self.t = True, self.t + self.work_s
+        self.t = max(self.t, t + self.late_s)
+
+
+@pytest.mark.parametrize(("late_ms", "work_ms"), [(0.0, 0.0), (7.0, 0.0), (0.0, 30.0), (12.0, 4.0)])
+def test_the_replicas_own_delays_are_never_reported_as_the_models_time(make_config, late_ms, work_ms):
+    """The model's figures (queue, prefill, decode) are the emulated hardware's alone, the
+    same however late the replica wakes or however long its own work takes: those delays
+    stay in the caller's wait beyond them (a host's ``backend`` timing), not in the
+    model's time."""
+    late = _LateClock(late_ms / 1000, work_ms / 1000)
+    eng = Engine(make_config(prefix_cache={"block_tokens": 4}), late, late)
+    timed = run(eng, request(), late)
+    p = eng.config.profile("emu-test")
+    prefill_ms = p.prefill_overhead_ms + len(PROMPT) * 1000 / p.prefill_tokens_per_s
+    n = eng.config.policy.text_tokens
+    prefilled, done = timed[0][1][0], timed[-1][1][-1]
+    assert prefilled.queue_ms == 0.0 and prefilled.prefill_ms == pytest.approx(prefill_ms)
+    assert done.decode_ms == pytest.approx(decode_s(p, n) * 1000)
+    model_s = (prefilled.queue_ms + prefilled.prefill_ms + done.decode_ms) / 1000
+    beyond_ms = (timed[-1][0] - model_s) * 1000  # the caller's wait beyond the model's time (sent at 0)
+    # a late wake-up shows there (at most by its lateness: a late item takes every token
+    # then due); work that outlasts prefill only delays the items the stream then catches up
+    assert (beyond_ms > 1e-6) == (late_ms > 0)
+    assert -1e-6 <= beyond_ms <= late_ms + 1e-6

@@ -385,6 +385,30 @@ def test_an_invalid_knob_value_is_a_typed_error(key, value):
     assert info.value.key == key and info.value.code == "invalid_value" and key in str(info.value)
 
 
+def test_a_policy_memo_gives_policy_for_and_validates_each_distinct_metadata_once(monkeypatch):
+    base = PolicyConfig(tool_rounds=3, text_tokens=48, seed=0)
+    memo = pol.PolicyMemo(base, capacity=2)
+    knobs = (("emulator.text_tokens", "7"), ("emulator.seed", "9"))
+    made = []
+    real = pol.policy_for
+    monkeypatch.setattr(pol, "policy_for", lambda req, b: made.append(req.metadata) or real(req, b))
+
+    first = memo.policy(InferenceRequest("r1", "m", [1], metadata=knobs))
+    again = memo.policy(InferenceRequest("r2", "m", [1, 2], metadata=knobs))
+    assert first == real(InferenceRequest("r", "m", [1], metadata=knobs), base) and again is first
+    assert made == [knobs]
+    assert memo.policy(InferenceRequest("r3", "m", [1])) is base and made == [knobs]
+    for key in (("emulator.seed", "1"),), (("emulator.seed", "2"),):  # past capacity: forgets
+        memo.policy(InferenceRequest("r", "m", [1], metadata=key))
+    assert len(memo) <= 2
+    held = len(memo)
+    bad = InferenceRequest("r", "m", [1], metadata=(("emulator.text_tokens", "0"),))
+    for _ in range(2):  # an invalid knob raises every time, nothing kept
+        with pytest.raises(pol.InvalidMetadata):
+            memo.policy(bad)
+    assert len(memo) == held and made[-2:] == [bad.metadata, bad.metadata]
+
+
 def test_the_plan_follows_the_tool_outputs():
     from inference.chat_format import render_function_call, render_function_call_output
 
