@@ -17,7 +17,9 @@ from .local import run_local, start_local
 from .model import (
     CPU_LIMIT,
     LAG_P99_LIMIT_MS,
+    Chains,
     ClientStats,
+    ConnectionRecord,
     LoadResult,
     LoadSpec,
     TurnRecord,
@@ -27,7 +29,9 @@ from .model import (
 __all__ = [
     "CPU_LIMIT",
     "LAG_P99_LIMIT_MS",
+    "Chains",
     "ClientStats",
+    "ConnectionRecord",
     "LoadResult",
     "LoadRun",
     "LoadSpec",

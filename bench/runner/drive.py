@@ -115,14 +115,17 @@ class Drive:
             window=(start, self.end),
             release_at=self.release_at,
             errors=errors,
-            # with arrivals each loop connects at its release: as the workers counted
-            connected=sum(c.connected for c in stats) if self.spec.arrivals else self.connected,
+            # with arrivals (or chains) each loop connects at its release: as the workers counted
+            connected=sum(c.connected for c in stats)
+            if self.spec.arrivals or self.spec.workload == "chains"
+            else self.connected,
             loops=self.spec.loops,
             lag_ms=[x for o in outs for x in o["lag_ms"]],
             stalls=[s for o in outs for s in o["stalls"]],
             check=checks[0] if checks else None,
             connect_failures=dict(connect_failures),
             connects=[c for o in outs for c in o.get("connects", ())],
+            connections=[c for o in outs for c in o.get("connections", ())],
         )
 
 

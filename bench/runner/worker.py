@@ -20,10 +20,12 @@ from collections.abc import Callable
 from typing import Any
 
 from ..invariants import RunCheck
-from .channels import Channel, CheckedWsChannel, HttpChannel, WsChannel, http_client
+from .chains import ChainLoop
+from .channels import Channel, CheckedWsChannel, Connections, HttpChannel, WsChannel, http_client
 from .connecting import ConnectLog
+from .locate import Locator
 from .loop import HISTORY_POOL, Encoder, Loop, Pace, workload
-from .model import ClientStats, LoadSpec, TurnRecord, client_stats
+from .model import ClientStats, ConnectionRecord, LoadSpec, TurnRecord, client_stats
 
 LAG_TICK_S = 0.01
 CPU_SAMPLE_S = 0.5
@@ -78,7 +80,7 @@ class LoadWorker:
         self.records: list[TurnRecord] = []
         self.pace: Pace | None = None
         self.loop_indices = loops
-        self.loops: list[Loop] = []
+        self.loops: list[Loop | ChainLoop] = []
         self.ready: list[bool] = []
         self.http: dict[str, Any] = {}
         self.ticks: list[tuple[float, float]] = []
@@ -90,24 +92,53 @@ class LoadWorker:
         self.release_at = 0.0
         self.check = RunCheck() if spec.check_events else None
         self.connects = ConnectLog(spec.connect_attempts)  # every open and failed attempt
+        self.locator = None if spec.locate is None else Locator(spec.locate)
+        self.connections = Connections(self._locate if self.locator is not None else None)
 
-    def _channel(self, target: str) -> Channel:
+    async def _locate(self, record: ConnectionRecord) -> None:
+        assert self.locator is not None
+        record.server = await self.locator.find(record.local_port)
+
+    def _ws(self, target: str, loop: int) -> WsChannel:
+        ping = self.spec.chains.ping_interval_s if self.spec.workload == "chains" else None
+        return WsChannel(
+            target,
+            self.spec.api_key,
+            self.spec.open_timeout_s,
+            connections=self.connections,
+            loop=loop,
+            **({} if ping is None else {"ping_interval_s": ping}),
+        )
+
+    def _channel(self, target: str, loop: int) -> Channel:
         if self.check is not None:
             name = f"{os.getpid()}.{self.check.counts['connections']}"
             return CheckedWsChannel(target, self.spec.api_key, self.check.connection(name))
         if self.spec.transport == "ws":
-            return WsChannel(target, self.spec.api_key, self.spec.open_timeout_s)
+            return self._ws(target, loop)
         if target not in self.http:
             self.http[target] = http_client(target, self.spec.api_key)
         return HttpChannel(self.http[target])
 
-    def _maker(self, target: str) -> Callable[[], Channel]:
-        return lambda: self._channel(target)
+    def _maker(self, target: str, loop: int) -> Callable[[], Channel]:
+        return lambda: self._channel(target, loop)
+
+    def _ws_maker(self, target: str, loop: int) -> Callable[[], WsChannel]:
+        return lambda: self._ws(target, loop)
 
     async def connect(self) -> int:
         """Build the loops, open their connections (with ``arrivals``: none yet, each opens at
         its release); how many opened."""
         self.pace = Pace(len(self.loop_indices), rollouts=self.spec.rollouts_per_loop)
+        if self.spec.workload == "chains":  # each loop opens its connections itself, one a chain
+            for i in self.loop_indices:
+                target = self.spec.target(i)
+                chains = self.spec.chains
+                maker = self._ws_maker(target, i)
+                self.loops.append(ChainLoop(i, target, chains, self.pace, self.records, maker, self.connects))
+            self.ready = [True] * len(self.loops)
+            self.watcher = asyncio.create_task(watch_lag(self.ticks, self.cpu, self.stalls, self.waits))
+            return 0
         fresh = self.spec.workload == "codex"
         for i in self.loop_indices:
             target = self.spec.target(i)
@@ -118,7 +149,7 @@ class LoadWorker:
                     self.enc,
                     self.pace,
                     self.records,
-                    self._maker(target),
+                    self._maker(target, i),
                     fresh_connection=fresh,
                     connects=self.connects,
                 )
@@ -131,7 +162,7 @@ class LoadWorker:
             return 0
         sem = asyncio.Semaphore(CONNECT_CONCURRENCY)
 
-        async def open_one(lp: Loop) -> bool:
+        async def open_one(lp: Loop | ChainLoop) -> bool:
             async with sem:
                 try:
                     await lp.open()
@@ -154,7 +185,7 @@ class LoadWorker:
         self.release_at = release_at
         step = spec.ramp_s / spec.loops
 
-        async def run(k: int, lp: Loop) -> None:
+        async def run(k: int, lp: Loop | ChainLoop) -> None:
             at = release_at + lp.index * step
             ran = False
             try:
@@ -202,7 +233,11 @@ class LoadWorker:
         """``turns`` turns, one after another, on every connection held open (its loop
         stopped), all at once; each a new rollout's first create (kind ``held``).  How many
         completed."""
-        held = [lp for lp, t in zip(self.loops, self.tasks) if t.done() and lp.channel.is_open]
+        held = [
+            lp
+            for lp, t in zip(self.loops, self.tasks)
+            if t.done() and lp.channel.is_open and isinstance(lp, Loop)
+        ]
 
         async def chain(lp: Loop) -> int:
             done = 0
@@ -244,7 +279,10 @@ class LoadWorker:
             self.ticks,
             window,
             loops=len(self.loops),
-            connected=sum(self.ready),
+            # chains: the loops that opened a connection (each opens its own, one a chain)
+            connected=len({r.loop for r in self.connections.records})
+            if self.spec.workload == "chains"
+            else sum(self.ready),
             waits=self.waits,
         )
         return {
@@ -256,4 +294,5 @@ class LoadWorker:
             "check": self.check,
             "connect_failures": dict(self.connects.failures),
             "connects": self.connects.opened,
+            "connections": self.connections.records,
         }

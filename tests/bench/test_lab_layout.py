@@ -23,6 +23,7 @@ LOAD_KINDS = {
     "bench/kinds/scaling.py",
     "bench/kinds/soak.py",
     "bench/kinds/streams.py",
+    "bench/multinode/load.py",
     "bench/multinode/scaling.py",
 }
 ON_THE_RUNNER = ("bench.runner", "bench.kinds.capacity.one_level")
@@ -62,11 +63,6 @@ OWN_CONNECTIONS = {
     "bench/kinds/drain.py": (
         "faults",
         "sockets mid-turn across a redeploy: nothing reset, lost or unanswered",
-    ),
-    "bench/multinode/load.py": (
-        "faults",
-        "chains through the balancer across node kills and drains: each socket's node, close code, "
-        "creates answered",
     ),
     "bench/transports.py": (
         "client",
