@@ -25,6 +25,8 @@ from .model import LoadResult, LoadSpec, TurnRecord
 PULL_EVERY_S = 5.0
 DONE_POLL_S = 0.5  # with rollouts_per_loop: how often the driver asks whether every loop ended
 RELEASE_DELAY_S = 1.0  # from the last connection open to the release of the first turns
+# chains open no connection before the release: only the ``start`` call must reach every worker first
+CHAINS_RELEASE_DELAY_S = 0.25
 
 
 class Fleet(Protocol):
@@ -63,7 +65,8 @@ class Drive:
         released, the window set."""
         fleet, spec = self.fleet, self.spec
         self.connected = sum(fleet.call("connect"))
-        self.release_at = self.clock() + RELEASE_DELAY_S
+        delay = CHAINS_RELEASE_DELAY_S if spec.workload == "chains" else RELEASE_DELAY_S
+        self.release_at = self.clock() + delay
         fleet.call("start", self.release_at)
         if spec.window_after_first_turns:
             self.start = max(fleet.call("first_turns_answered"))

@@ -75,8 +75,7 @@ class LoadWorker:
     ) -> None:
         self.spec = spec
         self.node_id, self.node_ip = node_id, node_ip
-        w = spec.custom_workload or workload(spec.preset, spec.seed, spec.resume_tokens)
-        self.enc = Encoder.build(w, spec.transport, spec.store, f"{spec.seed}/{loops[:1]}")
+        self._encoder: Encoder | None = None  # built when a loop needs it (chains send their own)
         self.records: list[TurnRecord] = []
         self.pace: Pace | None = None
         self.loop_indices = loops
@@ -122,6 +121,17 @@ class LoadWorker:
 
     def _maker(self, target: str, loop: int) -> Callable[[], Channel]:
         return lambda: self._channel(target, loop)
+
+    @property
+    def enc(self) -> Encoder:
+        """The pre-encoded parts of the creates of the spec's workload (built once)."""
+        if self._encoder is None:
+            spec = self.spec
+            w = spec.custom_workload or workload(spec.preset, spec.seed, spec.resume_tokens)
+            self._encoder = Encoder.build(
+                w, spec.transport, spec.store, f"{spec.seed}/{self.loop_indices[:1]}"
+            )
+        return self._encoder
 
     def _ws_maker(self, target: str, loop: int) -> Callable[[], WsChannel]:
         return lambda: self._ws(target, loop)
