@@ -22,6 +22,7 @@ from .model import (
     ConnectionRecord,
     LoadResult,
     LoadSpec,
+    Resume,
     TurnRecord,
     saturation,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "LoadRun",
     "LoadSpec",
     "NoClientNodes",
+    "Resume",
     "TurnRecord",
     "run_local",
     "run_on_cluster",

@@ -48,6 +48,8 @@ class Reply:
     total_s: float
     ttft_s: float | None
     status: int | None = None  # HTTP status when not 200
+    gap_s: float | None = None  # ws: from the frame (or the send) before the final one to it
+    first_s: float | None = None  # ws: the send -> the answer's first frame
 
 
 SHUTTING_DOWN = "server_shutting_down"  # the error a stopping server answers a create with
@@ -95,6 +97,7 @@ class Channel:
     :class:`Connections`."""
 
     record: ConnectionRecord | None = None
+    created: str | None = None  # the last send's ``response.created`` event (raw), once it came
 
     async def open(self) -> None:
         pass
@@ -126,11 +129,15 @@ class WsChannel(Channel):
         ping_interval_s: float | None = PING_INTERVAL_S,
         connections: Connections | None = None,
         loop: int = 0,
+        compression: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         self.base_url = base_url
+        self.headers = headers  # on the upgrade request (a resume token)
         self.api_key = api_key
         self.open_timeout_s = open_timeout_s
         self.ping_interval_s = ping_interval_s
+        self.compression = compression
         self.connections, self.loop = connections, loop
         self.socket: ResponsesSocket | None = None
         self._watch: asyncio.Task[None] | None = None
@@ -141,6 +148,8 @@ class WsChannel(Channel):
             api_key=self.api_key,
             open_timeout=self.open_timeout_s,
             ping_interval=self.ping_interval_s,
+            compression=self.compression,
+            additional_headers=self.headers,
         )
         if self.connections is not None:
             self.record = self.connections.opened(self.loop, self.socket.local_address[1])
@@ -160,6 +169,20 @@ class WsChannel(Channel):
     def is_open(self) -> bool:
         return self.socket is not None
 
+    def upgrade_header(self, name: str) -> str | None:
+        """A header of the server's answer to the upgrade (a resume token's)."""
+        assert self.socket is not None, "open() first"
+        return self.socket.upgrade_headers.get(name)
+
+    def abort(self) -> None:
+        """Drop the TCP connection without a close frame (a lost network); the client ended it."""
+        if self.socket is not None:
+            sock, self.socket = self.socket, None
+            self._ended(None)
+            sock.abort()
+            if self._watch is not None:
+                self._watch.cancel()
+
     async def wait_closed(self) -> int:
         """Wait until the server ends the connection; its close code."""
         sock = self.socket
@@ -174,17 +197,25 @@ class WsChannel(Channel):
         sent = time.time()
         t0 = time.perf_counter()
         ttft = None
+        self.created = None
         try:
             await sock.send_raw(body)
             if record is not None:
                 record.creates += 1
                 record.in_flight = True
+            before, first = t0, None
             while True:
                 raw = await sock.recv_raw()
+                now = time.perf_counter()
+                if first is None:
+                    first = now - t0
+                if self.created is None and frame_type(raw) == "response.created":
+                    self.created = raw
                 if ttft is None and is_first_token_frame(raw):
-                    ttft = time.perf_counter() - t0
+                    ttft = now - t0
                 if note_frame(record, raw) if record is not None else is_final_frame(raw):
-                    return Reply(raw, sent, time.perf_counter() - t0, ttft)
+                    return Reply(raw, sent, now - t0, ttft, gap_s=now - before, first_s=first)
+                before = now
         except ConnectionClosed as exc:
             self._ended(close_code(exc))
             raise
@@ -261,6 +292,7 @@ class HttpChannel(Channel):
         sent = time.time()
         t0 = time.perf_counter()
         ttft = None
+        self.created = None
         async with self.client.stream(
             "POST", "/v1/responses", content=body.encode(), headers={"Content-Type": "application/json"}
         ) as r:
@@ -271,6 +303,8 @@ class HttpChannel(Channel):
                 if not line.startswith("data:"):
                     continue
                 data = line[5:].lstrip()
+                if self.created is None and frame_type(data) == "response.created":
+                    self.created = data
                 if ttft is None and is_first_token_frame(data):
                     ttft = time.perf_counter() - t0
                 if is_final_frame(data):

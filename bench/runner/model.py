@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 LAG_P99_LIMIT_MS = 20.0  # a client's event-loop lag p99 above this: saturated
 CPU_LIMIT = 0.8  # a client process's CPU time over wall time above this: saturated
 TRANSPORTS = ("ws", "http-full", "http-chained")
-WORKLOADS = ("capacity", "codex", "chains")
+WORKLOADS = ("capacity", "codex", "chains", "resume")
 KINDS = ("first", "steady", "rollout_first")
 BUSY_NODE_WAIT = 0.1  # a saturated client that waited this share of the time for a core: said so
 
@@ -40,7 +40,25 @@ class Chains:
     resending all of it with a ``prompt_cache_key`` (a >1024-token prefix first), a turn left
     without ``response.completed`` sent again on the next connection, and after
     ``server_shutting_down`` it waits for the server's close.  ``ping_interval_s``: the
-    connections' keepalive (None: no pings)."""
+    connections' keepalive (None: no pings); ``compression``: ``"deflate"`` negotiates
+    permessage-deflate.
+
+    ``store_share`` of the turns are ``store:true`` (drawn per turn, seeded by the loop);
+    ``text_tokens`` (least, most): each turn asks the emulated model for that many output
+    tokens, drawn per turn, and no tool call; ``think_s`` varies by ``think_spread`` either
+    way.  ``chains_per_connection``: a connection's chains before the loop opens another.
+    With ``continue_stored`` a new connection continues the last completed response when it
+    was stored (a ``store:false`` one dies with its connection), and a turn that failed starts
+    a new chain on the same connection; with ``resend_unstarted`` as well the loop follows
+    docs/reliability.md across a drain: a create that got no ``response.created`` (its
+    connection ended under it, or it was answered ``server_shutting_down``) is sent again on
+    the next connection (its record ``resent``), and after ``server_shutting_down`` it waits
+    for the server's close, at most ``close_wait_s`` when given (longer: its connection's
+    ``left_open``; ``resend_history`` waits the same way).
+
+    Over ``http-full`` (no connection of its own) each turn is a streamed ``POST`` of its
+    own, without ``previous_response_id``; a turn whose request failed is recorded with the
+    error ``http_error:<type>`` and the next sent ``reconnect_s`` later."""
 
     turns_per_chain: int = 4
     think_s: float = 0.2
@@ -49,6 +67,57 @@ class Chains:
     ping_interval_s: float | None = 5.0
     resend_history: bool = False
     model: str = "emu-fast"
+    store_share: float = 0.0
+    text_tokens: tuple[int, int] | None = None
+    think_spread: float = 0.0
+    continue_stored: bool = False
+    resend_unstarted: bool = False
+    chains_per_connection: int = 1
+    close_wait_s: float | None = None
+    compression: str | None = None
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.store_share <= 1.0:
+            raise ValueError(f"Chains.store_share is a share, 0 to 1, not {self.store_share}")
+        if self.text_tokens is not None and not 0 < self.text_tokens[0] <= self.text_tokens[1]:
+            raise ValueError(
+                f"Chains.text_tokens is (least, most), 0 < least <= most, not {self.text_tokens}"
+            )
+        if not 0.0 <= self.think_spread < 1.0:
+            raise ValueError(f"Chains.think_spread is a share of think_s below 1, not {self.think_spread}")
+        if self.continue_stored and self.resend_history:
+            raise ValueError("Chains.continue_stored chains by previous_response_id: not with resend_history")
+        if self.resend_unstarted and not self.continue_stored:
+            raise ValueError("Chains.resend_unstarted resends a chain's create: with continue_stored")
+        if self.chains_per_connection < 1 or self.turns_per_chain < 1:
+            raise ValueError("Chains.turns_per_chain and chains_per_connection must be at least 1")
+
+
+@dataclass(frozen=True)
+class Resume:
+    """The ``resume`` workload (bench/runner/resume.py): each loop one ``store:false`` chain on
+    one session, then done.  Its first create (``first_input``; ``{loop}`` in it is the loop's
+    index) is not timed; then ``resumes`` times: ``steady`` turns on the open connection, the
+    connection dropped (a TCP abort, no close frame: a lost network), ``pause_s`` later a new
+    one opened with the session's resume token (the upgrade answer's ``header``) and the next
+    turn sent on it (kind ``resume``, its ``connect_ms`` the reconnect's handshake); then
+    ``steady`` more turns.  Later inputs are ``next_input`` (``{turn}``: the turn's number);
+    ``text_tokens`` output tokens a turn, no tool call.  A turn that does not complete ends
+    its loop (the result's ``errors``)."""
+
+    resumes: int = 12
+    steady: int = 2
+    first_input: str = "go"
+    next_input: str = "step {turn}: go on"
+    text_tokens: int | None = None
+    model: str = "emu-fast"
+    header: str = "x-responses-ws-resume-token"
+    pause_s: float = 0.05
+    compression: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.resumes < 0 or self.steady < 0:
+            raise ValueError("Resume.resumes and steady must be at least 0")
 
 
 @dataclass(frozen=True)
@@ -80,7 +149,8 @@ class LoadSpec:
     ``open_timeout_s`` bounds one open; ``connect_attempts`` (1: none retried) bounds its
     retries (bench/runner/connecting.py).
 
-    ``chains`` shapes the ``chains`` workload.  ``locate`` (``ws`` only): where each
+    ``chains`` shapes the ``chains`` workload, ``resume`` the ``resume`` workload (with
+    ``rollouts_per_loop=1`` the run ends when every loop has resumed its session).  ``locate`` (``ws`` only): where each
     connection went, a callable returning local port → the server serving it for the
     connections it knows (the balancer's runtime API, bench/multinode/balancer.py); it runs in
     the client processes (picklable, blocking: called in a thread), each connection looked up
@@ -108,6 +178,7 @@ class LoadSpec:
     connect_attempts: int = ATTEMPTS
     chains: Chains = field(default_factory=Chains)
     locate: Callable[[], dict[int, str]] | None = None
+    resume: Resume = field(default_factory=Resume)
 
     def __post_init__(self) -> None:
         if not self.targets:
@@ -124,12 +195,14 @@ class LoadSpec:
             raise ValueError(f"LoadSpec.connect_attempts must be at least 1, not {self.connect_attempts}")
         if self.check_events and self.transport != "ws":
             raise ValueError("LoadSpec.check_events checks WebSocket event streams: transport 'ws' only")
-        if (self.workload == "chains" or self.locate is not None) and self.transport != "ws":
-            raise ValueError(
-                "LoadSpec's chains workload and locate are WebSocket connections': transport 'ws' only"
-            )
-        if self.workload == "chains" and (self.check_events or self.arrivals):
-            raise ValueError("LoadSpec.check_events and arrivals run the capacity or codex loop, not chains")
+        if self.locate is not None and self.transport != "ws":
+            raise ValueError("LoadSpec.locate finds WebSocket connections: transport 'ws' only")
+        if self.workload == "chains" and self.transport not in ("ws", "http-full"):
+            raise ValueError("LoadSpec's chains workload runs on transport 'ws' or 'http-full'")
+        if self.workload in ("chains", "resume") and (self.check_events or self.arrivals):
+            raise ValueError("LoadSpec.check_events and arrivals run the capacity or codex loop")
+        if self.workload == "resume" and self.transport != "ws":
+            raise ValueError("LoadSpec's resume workload resumes WebSocket sessions: transport 'ws' only")
 
     def target(self, loop: int) -> str:
         return self.targets[loop % len(self.targets)]
@@ -151,6 +224,17 @@ class TurnRecord:
     output_tokens: int | None = None
     connection: int | None = None  # ws: the loop's connection it went on (ConnectionRecord.index)
     cached_tokens: int | None = None  # the usage's ``input_tokens_details.cached_tokens``
+    # ws chains: the response this create started (from ``response.created``, else the terminal
+    # event), its ``store`` flag, the terminal event's type (None: none came) and its usage's
+    # ``input_tokens`` (None: it carried no usage); ``resent``: a create sent again after its
+    # connection ended without ``response.created`` (Chains.continue_stored)
+    response_id: str | None = None
+    store: bool | None = None
+    terminal: str | None = None
+    input_tokens: int | None = None
+    resent: bool = False
+    final_gap_ms: float | None = None  # ws chains: from the event before the terminal one to it
+    first_event_ms: float | None = None  # the resume workload: sent -> the answer's first event
 
     @property
     def done(self) -> float:
@@ -159,6 +243,14 @@ class TurnRecord:
     @property
     def nonmodel_ms(self) -> float | None:
         return None if self.model_ms is None else self.total_ms - self.model_ms
+
+    @property
+    def usage(self) -> tuple[int, int, int] | None:
+        """(input, cached, output) tokens as the terminal event's usage reported them (None:
+        it carried none), as the usage ledger's line holds them (bench/reconcile.py)."""
+        if self.input_tokens is None:
+            return None
+        return self.input_tokens, self.cached_tokens or 0, self.output_tokens or 0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -182,6 +274,7 @@ class ConnectionRecord:
     shutting_down: int = 0  # creates answered with the error ``server_shutting_down``
     in_flight: bool = False  # a create sent and its final event not received (at the end: cut)
     stopped: bool = False  # the run ended before the loop was done with it
+    left_open: bool = False  # told server_shutting_down, not closed by the server in Chains.close_wait_s
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -319,6 +412,9 @@ class LoadResult:
     connect_failures: dict[str, int] = field(default_factory=dict)
     connects: list[tuple[float, float]] = field(default_factory=list)  # (began, time.time(); ms) each open
     connections: list[ConnectionRecord] = field(default_factory=list)  # ws: every connection opened
+    # chains: failed opens answered with an HTTP refusal that is not a typed ask to retry (a 503
+    # with Retry-After and an error body whose code asks for one: bench/runner/connecting.py), by type
+    connect_untyped: dict[str, int] = field(default_factory=dict)
 
     @property
     def saturated(self) -> bool:

@@ -14,18 +14,20 @@ It measures itself while it runs: its process CPU time, sampled every
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import time
 from collections.abc import Callable
 from typing import Any
 
 from ..invariants import RunCheck
-from .chains import ChainLoop
+from .chains import ChainLoop, HttpChainLoop
 from .channels import Channel, CheckedWsChannel, Connections, HttpChannel, WsChannel, http_client
 from .connecting import ConnectLog
 from .locate import Locator
 from .loop import HISTORY_POOL, Encoder, Loop, Pace, workload
 from .model import ClientStats, ConnectionRecord, LoadSpec, TurnRecord, client_stats
+from .resume import ResumeLoop
 
 LAG_TICK_S = 0.01
 CPU_SAMPLE_S = 0.5
@@ -79,7 +81,7 @@ class LoadWorker:
         self.records: list[TurnRecord] = []
         self.pace: Pace | None = None
         self.loop_indices = loops
-        self.loops: list[Loop | ChainLoop] = []
+        self.loops: list[Loop | ChainLoop | ResumeLoop] = []
         self.ready: list[bool] = []
         self.http: dict[str, Any] = {}
         self.ticks: list[tuple[float, float]] = []
@@ -98,14 +100,20 @@ class LoadWorker:
         assert self.locator is not None
         record.server = await self.locator.find(record.local_port)
 
-    def _ws(self, target: str, loop: int) -> WsChannel:
-        ping = self.spec.chains.ping_interval_s if self.spec.workload == "chains" else None
+    def _ws(self, target: str, loop: int, headers: dict[str, str] | None = None) -> WsChannel:
+        spec = self.spec
+        ping = spec.chains.ping_interval_s if spec.workload == "chains" else None
+        compression = {"chains": spec.chains.compression, "resume": spec.resume.compression}.get(
+            spec.workload
+        )
         return WsChannel(
             target,
-            self.spec.api_key,
-            self.spec.open_timeout_s,
+            spec.api_key,
+            spec.open_timeout_s,
             connections=self.connections,
             loop=loop,
+            compression=compression,
+            headers=headers,
             **({} if ping is None else {"ping_interval_s": ping}),
         )
 
@@ -140,12 +148,31 @@ class LoadWorker:
         """Build the loops, open their connections (with ``arrivals``: none yet, each opens at
         its release); how many opened."""
         self.pace = Pace(len(self.loop_indices), rollouts=self.spec.rollouts_per_loop)
+        if self.spec.workload == "resume":  # each loop opens its session's connections itself
+            for i in self.loop_indices:
+                target = self.spec.target(i)
+                opener = functools.partial(self._ws, target, i)
+                self.loops.append(
+                    ResumeLoop(i, target, self.spec.resume, self.pace, self.records, opener, self.connects)
+                )
+            self.ready = [True] * len(self.loops)
+            self.watcher = asyncio.create_task(watch_lag(self.ticks, self.cpu, self.stalls, self.waits))
+            return 0
         if self.spec.workload == "chains":  # each loop opens its connections itself, one a chain
             for i in self.loop_indices:
                 target = self.spec.target(i)
                 chains = self.spec.chains
-                maker = self._ws_maker(target, i)
-                self.loops.append(ChainLoop(i, target, chains, self.pace, self.records, maker, self.connects))
+                if self.spec.transport != "ws":
+                    maker = self._maker(target, i)
+                    http = HttpChainLoop(i, target, chains, self.pace, self.records, maker, self.spec.seed)
+                    self.loops.append(http)
+                    continue
+                ws_maker = self._ws_maker(target, i)
+                self.loops.append(
+                    ChainLoop(
+                        i, target, chains, self.pace, self.records, ws_maker, self.connects, self.spec.seed
+                    )
+                )
             self.ready = [True] * len(self.loops)
             self.watcher = asyncio.create_task(watch_lag(self.ticks, self.cpu, self.stalls, self.waits))
             return 0
@@ -172,7 +199,7 @@ class LoadWorker:
             return 0
         sem = asyncio.Semaphore(CONNECT_CONCURRENCY)
 
-        async def open_one(lp: Loop | ChainLoop) -> bool:
+        async def open_one(lp: Loop | ChainLoop | ResumeLoop) -> bool:
             async with sem:
                 try:
                     await lp.open()
@@ -195,7 +222,7 @@ class LoadWorker:
         self.release_at = release_at
         step = spec.ramp_s / spec.loops
 
-        async def run(k: int, lp: Loop | ChainLoop) -> None:
+        async def run(k: int, lp: Loop | ChainLoop | ResumeLoop) -> None:
             at = release_at + lp.index * step
             ran = False
             try:
@@ -234,6 +261,10 @@ class LoadWorker:
     async def running(self) -> int:
         """How many of this process's loops are still running."""
         return sum(not t.done() for t in self.tasks)
+
+    async def in_turn(self) -> int:
+        """How many of this process's loops wait for the answer to a create now."""
+        return sum(lp.in_turn for lp in self.loops)
 
     async def opened(self) -> int:
         """How many of this process's connections are open."""
@@ -289,9 +320,9 @@ class LoadWorker:
             self.ticks,
             window,
             loops=len(self.loops),
-            # chains: the loops that opened a connection (each opens its own, one a chain)
+            # chains, resume: the loops that opened a connection (each opens its own)
             connected=len({r.loop for r in self.connections.records})
-            if self.spec.workload == "chains"
+            if self.spec.workload in ("chains", "resume")
             else sum(self.ready),
             waits=self.waits,
         )
@@ -303,6 +334,7 @@ class LoadWorker:
             "lag_ms": [ms for t, ms in self.ticks if window[0] <= t <= window[1]],
             "check": self.check,
             "connect_failures": dict(self.connects.failures),
+            "connect_untyped": dict(self.connects.untyped),
             "connects": self.connects.opened,
             "connections": self.connections.records,
         }

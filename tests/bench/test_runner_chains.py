@@ -166,12 +166,13 @@ def test_codex_resends_its_conversation_and_after_a_drain_the_turn_it_lost_on_a_
     assert [r.cached_tokens for r in loop.sink if r.ok] == [0, 1024, 0]
 
 
-def test_the_chains_workload_is_a_websocket_ones():
-    with pytest.raises(ValueError, match="transport 'ws' only"):
-        LoadSpec(targets=("http://a",), loops=1, workload="chains", transport="http-full")
+def test_the_chains_workload_runs_on_websockets_or_plain_http():
+    with pytest.raises(ValueError, match="'ws' or 'http-full'"):
+        LoadSpec(targets=("http://a",), loops=1, workload="chains", transport="http-chained")
+    LoadSpec(targets=("http://a",), loops=1, workload="chains", transport="http-full")
     with pytest.raises(ValueError, match="transport 'ws' only"):
         LoadSpec(targets=("http://a",), loops=1, transport="http-full", locate=dict)
-    with pytest.raises(ValueError, match="not chains"):
+    with pytest.raises(ValueError, match="capacity or codex loop"):
         LoadSpec(targets=("http://a",), loops=1, workload="chains", arrivals=True)
 
 
