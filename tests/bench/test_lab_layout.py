@@ -20,6 +20,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 LOAD_KINDS = {
     "bench/kinds/admission.py",
     "bench/kinds/capacity.py",
+    "bench/kinds/drain.py",
     "bench/kinds/scaling.py",
     "bench/kinds/soak.py",
     "bench/kinds/streams.py",
@@ -69,11 +70,6 @@ OWN_CONNECTIONS = {
         "every response's id, store flag and usage as the clients saw them, reconciled line by line "
         "with the usage ledger across SIGKILLs",
     ),
-    "bench/kinds/drain.py": (
-        "faults",
-        "sockets mid-turn across a redeploy: each upgrade refusal typed, each create resent after 1012, "
-        "every response reconciled with the ledger",
-    ),
     "bench/transports.py": (
         "client",
         "one agent turn per transport, the agentloop kind's side-by-side rollouts",
@@ -89,7 +85,6 @@ OWN_CONNECTIONS = {
 # runner does not do that they need.  A module new here moves to bench/runner instead.
 LOADS_OFF_THE_RUNNER = {
     "bench/kinds/ledger.py": "the runner's records hold no response ids, store flags or usage to reconcile",
-    "bench/kinds/drain.py": "the runner's records hold no response ids or usage; no upgrade refusal typed by body",
     "bench/kinds/resume.py": "the runner has no resume token: no reconnect to the same session",
     "bench/multinode/locality.py": "the runner has no resume token: no reconnect to the same session",
 }
