@@ -16,26 +16,28 @@ pytestmark = pytest.mark.unit
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 # The kinds that apply load: their loops run on the load runner (directly, or through the
-# capacity kind's level), none opens a socket for them.
+# capacity kind's level or the ledger kind's clients), none opens a socket for them.
 LOAD_KINDS = {
     "bench/kinds/admission.py",
     "bench/kinds/capacity.py",
     "bench/kinds/drain.py",
+    "bench/kinds/ledger.py",
+    "bench/kinds/ledger_nodes.py",
     "bench/kinds/scaling.py",
     "bench/kinds/soak.py",
     "bench/kinds/streams.py",
     "bench/multinode/load.py",
     "bench/multinode/scaling.py",
 }
-ON_THE_RUNNER = ("bench.runner", "bench.kinds.capacity.one_level")
+ON_THE_RUNNER = ("bench.runner", "bench.kinds.capacity.one_level", "bench.kinds.ledger.Clients")
 # The rule: a module opens connections of its own only to measure what a load's records
-# (bench/runner's TurnRecord: a turn's times, its tokens, how it ended; ConnectionRecord: a
-# connection's node, its creates and answers, its close code) cannot hold.  Each reason is
-# checked where the code can show it (:func:`test_each_reason_holds_where_the_code_can_show_it`).
+# (bench/runner's TurnRecord: a turn's times, its tokens, how it ended, its response and usage;
+# ConnectionRecord: a connection's node, its creates and answers, its close code) cannot hold.
+# Each reason is checked where the code can show it
+# (:func:`test_each_reason_holds_where_the_code_can_show_it`).
 REASONS = {
     "probe": "one socket's turns, one at a time: a probe's latency or cost beside (or without) a load",
     "connections": "connections themselves: opened, held or resumed, their cost or handshake, few or no turns",
-    "faults": "each socket's or turn's fate across the kills or redeploys it makes: nothing lost, billed once",
     "resume": "a session's state across a dropped socket: its resume token, the node and replica it comes back to",
     "client": "the lab's own clients: the runner's channel, the agentloop kind's transports, the reference",
 }
@@ -65,11 +67,6 @@ OWN_CONNECTIONS = {
         "resume",
         "a reconnect with the resume token after a TCP abort, to the next turn's first event",
     ),
-    "bench/kinds/ledger.py": (
-        "faults",
-        "every response's id, store flag and usage as the clients saw them, reconciled line by line "
-        "with the usage ledger across SIGKILLs",
-    ),
     "bench/transports.py": (
         "client",
         "one agent turn per transport, the agentloop kind's side-by-side rollouts",
@@ -84,12 +81,9 @@ OWN_CONNECTIONS = {
 # The modules that run many clients of their own at once (a load, off the runner), and what the
 # runner does not do that they need.  A module new here moves to bench/runner instead.
 LOADS_OFF_THE_RUNNER = {
-    "bench/kinds/ledger.py": "the runner's records hold no response ids, store flags or usage to reconcile",
     "bench/kinds/resume.py": "the runner has no resume token: no reconnect to the same session",
     "bench/multinode/locality.py": "the runner has no resume token: no reconnect to the same session",
 }
-# What a fault module does to the server (a name it calls or reads).
-FAULT_NAMES = ("SIGKILL", "kill", "drain", "redeploy")
 
 
 WORDS = (
@@ -213,8 +207,8 @@ def test_the_checks_see_sockets_and_clients_opened_by_the_many():
 
 def test_each_reason_holds_where_the_code_can_show_it():
     """A probe opens its sockets one at a time and runs no clients at once; a module that runs
-    many clients of its own at once is a load and says what keeps it off the runner; a fault
-    module names the fault it makes; a lab client is used by another lab module."""
+    many clients of its own at once is a load and says what keeps it off the runner; a lab
+    client is used by another lab module."""
     mods = lab_modules()
     loads = {path for path in OWN_CONNECTIONS if runs_clients_by_the_many(module(path))}
     assert loads == set(LOADS_OFF_THE_RUNNER), (
@@ -225,9 +219,6 @@ def test_each_reason_holds_where_the_code_can_show_it():
         tree = module(path)
         if reason == "probe":
             assert not opens_sockets_by_the_many(tree) and path not in loads, f"{path}: a load, not a probe"
-        if reason == "faults":
-            names = {getattr(n, "attr", None) or getattr(n, "id", None) for n in ast.walk(tree)}
-            assert names & set(FAULT_NAMES), f"{path}: makes none of the faults {FAULT_NAMES}"
         if reason == "client":
             name = path.removesuffix(".py").replace("/", ".")
             users = [p for p, names in mods.items() if p != path and any(n.startswith(name) for n in names)]
