@@ -23,6 +23,7 @@ LOAD_KINDS = {
     "bench/kinds/drain.py",
     "bench/kinds/ledger.py",
     "bench/kinds/ledger_nodes.py",
+    "bench/kinds/resume.py",
     "bench/kinds/scaling.py",
     "bench/kinds/soak.py",
     "bench/kinds/streams.py",
@@ -63,10 +64,6 @@ OWN_CONNECTIONS = {
         "resume",
         "each session's replica pin and cached tokens across a resume on the other node and Serve's scaling",
     ),
-    "bench/kinds/resume.py": (
-        "resume",
-        "a reconnect with the resume token after a TCP abort, to the next turn's first event",
-    ),
     "bench/transports.py": (
         "client",
         "one agent turn per transport, the agentloop kind's side-by-side rollouts",
@@ -81,8 +78,10 @@ OWN_CONNECTIONS = {
 # The modules that run many clients of their own at once (a load, off the runner), and what the
 # runner does not do that they need.  A module new here moves to bench/runner instead.
 LOADS_OFF_THE_RUNNER = {
-    "bench/kinds/resume.py": "the runner has no resume token: no reconnect to the same session",
-    "bench/multinode/locality.py": "the runner has no resume token: no reconnect to the same session",
+    "bench/multinode/locality.py": (
+        "its sessions' phases (replica pins, a resume moved to the other node, Serve scaling the replicas "
+        "under load) are steps the runner's resume workload does not take"
+    ),
 }
 
 
