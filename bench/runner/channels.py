@@ -134,6 +134,7 @@ class WsChannel(Channel):
     ) -> None:
         self.base_url = base_url
         self.headers = headers  # on the upgrade request (a resume token)
+        self.open_ms: float | None = None  # the last open's handshake
         self.api_key = api_key
         self.open_timeout_s = open_timeout_s
         self.ping_interval_s = ping_interval_s
@@ -143,6 +144,7 @@ class WsChannel(Channel):
         self._watch: asyncio.Task[None] | None = None
 
     async def open(self) -> None:
+        began = time.perf_counter()
         self.socket = await connect(
             self.base_url,
             api_key=self.api_key,
@@ -151,6 +153,7 @@ class WsChannel(Channel):
             compression=self.compression,
             additional_headers=self.headers,
         )
+        self.open_ms = (time.perf_counter() - began) * 1000  # the handshake alone (no lookup after it)
         if self.connections is not None:
             self.record = self.connections.opened(self.loop, self.socket.local_address[1])
             self._watch = asyncio.create_task(self._watch_close(self.socket))
