@@ -131,10 +131,14 @@ class WsChannel(Channel):
         loop: int = 0,
         compression: str | None = None,
         headers: dict[str, str] | None = None,
+        lookup_in_background: bool = False,
     ) -> None:
         self.base_url = base_url
         self.headers = headers  # on the upgrade request (a resume token)
         self.open_ms: float | None = None  # the last open's handshake
+        # the connections' on_open (where it went) beside the first create rather than before it
+        self.lookup_in_background = lookup_in_background
+        self._lookup: asyncio.Task[None] | None = None
         self.api_key = api_key
         self.open_timeout_s = open_timeout_s
         self.ping_interval_s = ping_interval_s
@@ -158,7 +162,11 @@ class WsChannel(Channel):
             self.record = self.connections.opened(self.loop, self.socket.local_address[1])
             self._watch = asyncio.create_task(self._watch_close(self.socket))
             if self.connections.on_open is not None:
-                await self.connections.on_open(self.record)
+                lookup = self.connections.on_open(self.record)
+                if self.lookup_in_background:
+                    self._lookup = asyncio.create_task(lookup)  # type: ignore[arg-type]
+                else:
+                    await lookup
 
     async def _watch_close(self, sock: ResponsesSocket) -> None:
         self._ended(await sock.wait_closed())

@@ -114,6 +114,7 @@ class LoadWorker:
             loop=loop,
             compression=compression,
             headers=headers,
+            lookup_in_background=spec.workload == "resume",  # a resume's first create is not delayed
             **({} if ping is None else {"ping_interval_s": ping}),
         )
 
