@@ -17,15 +17,14 @@ from .local import run_local, start_local
 from .model import (
     CPU_LIMIT,
     LAG_P99_LIMIT_MS,
-    Chains,
     ClientStats,
     ConnectionRecord,
     LoadResult,
     LoadSpec,
-    Resume,
     TurnRecord,
     saturation,
 )
+from .workloads import Chains, Resume
 
 __all__ = [
     "CPU_LIMIT",

@@ -25,7 +25,8 @@ from ..client import ConnectionClosed, frame_type, output_text
 from .channels import SHUTTING_DOWN, Channel, Reply, WsChannel
 from .connecting import ConnectLog, open_with_retry
 from .loop import Pace, parse_reply
-from .model import Chains, TurnRecord
+from .model import TurnRecord
+from .workloads import Chains
 
 # Codex's instructions: a prefix of >1024 tokens, so a resumed conversation's turns can be cached
 PREFIX = " ".join(["the quick brown fox jumps over a lazy dog"] * 150)

@@ -15,7 +15,8 @@ from ..client import frame_type
 from .channels import Channel, WsChannel
 from .connecting import ConnectLog, open_with_retry
 from .loop import Pace, parse_reply
-from .model import Resume, TurnRecord
+from .model import TurnRecord
+from .workloads import Resume
 
 
 class ResumeLoop:
