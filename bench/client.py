@@ -25,6 +25,7 @@ from typing import Any
 
 import websockets
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidMessage, InvalidStatus
+from websockets.protocol import State
 
 # What a kind catches: a socket closed (by either side, or the TCP connection lost), and an upgrade
 # refused (``InvalidStatus``: an HTTP answer; ``InvalidMessage``: none) or failed otherwise.
@@ -99,6 +100,16 @@ def is_first_token_frame(raw: str) -> bool:
     """A raw frame holding an output delta (told from its head, unparsed)."""
     head = raw[:HEAD_CHARS]
     return any(t in head for t in _FIRST_TOKEN_HEADS)
+
+
+def frame_type(raw: str) -> str | None:
+    """A raw frame's event type, told from its head (unparsed); None when the head holds none."""
+    start = raw.find('"type":"', 0, HEAD_CHARS)
+    if start < 0:
+        return None
+    start += 8
+    end = raw.find('"', start)
+    return raw[start:end] if end > start else None
 
 
 @dataclass
@@ -208,6 +219,22 @@ class ResponsesSocket:
     async def create(self, **body: Any) -> Answer:
         """A ``response.create`` with ``body``, answered up to its final event."""
         return await self.request({"type": "response.create", **body})
+
+    def close_code(self) -> int:
+        """How the connection ended: the close code the server sent, :data:`ABNORMAL_CLOSE`
+        when it sent none."""
+        received = self.ws.protocol.close_rcvd
+        return received.code if received is not None else ABNORMAL_CLOSE
+
+    @property
+    def ended(self) -> bool:
+        """The server closed the connection, or the TCP connection ended (not this end's close)."""
+        return self.ws.protocol.close_rcvd is not None or self.ws.state is State.CLOSED
+
+    async def wait_closed(self) -> int:
+        """Wait until the connection ends; its :meth:`close_code`."""
+        await self.ws.wait_closed()
+        return self.close_code()
 
     def abort(self) -> None:
         """Drop the TCP connection without a close frame (the network lost)."""

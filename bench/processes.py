@@ -7,6 +7,9 @@ callers on an event loop sample from a thread.
 
 from __future__ import annotations
 
+import threading
+import time
+
 import psutil
 
 from . import ray_internals
@@ -232,3 +235,56 @@ def cpu_by_role(procs: dict[int, str]) -> dict[str, float]:
 def role_delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
     """``after - before`` per role, in ms."""
     return {role: (after.get(role, 0.0) - before.get(role, 0.0)) * 1000 for role in after}
+
+
+WAIT = "wait:"  # a sample's key prefix for a group's run-queue wait (s)
+
+
+class CpuSampler:
+    """CPU seconds so far of each group of processes (``procs``: pid → group, a role or any
+    label), sampled every ``period_s`` in a thread of the driver while a run goes on, once
+    more when it stops; with ``waits`` also each group's run-queue wait so far (keys
+    ``wait:<group>``).  ``samples``: (time.time(), seconds so far by key).
+
+        with CpuSampler({pid: "host", ...}, 0.05) as sampler:
+            ...  # the load
+        sampler.cores(t0, t1)  # {"host": 0.42, ...}
+    """
+
+    def __init__(self, procs: dict[int, str], period_s: float, *, waits: bool = False) -> None:
+        self.procs = procs
+        self.period_s = period_s
+        self.waits = waits
+        self.samples: list[tuple[float, dict[str, float]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def sample(self) -> None:
+        now, cpu = time.time(), cpu_by_role(self.procs)
+        if self.waits:
+            cpu.update({f"{WAIT}{role}": s for role, s in wait_by_role(self.procs).items()})
+        self.samples.append((now, cpu))
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.period_s)
+        self.sample()
+
+    def __enter__(self) -> CpuSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def cores(self, t0: float, t1: float) -> dict[str, float]:
+        """Each group's cores (CPU seconds / wall seconds) between the first sample at or
+        after ``t0`` and the last at or before ``t1`` (0 with fewer than two samples)."""
+        inside = [s for s in self.samples if t0 <= s[0] <= t1]
+        groups = sorted(set(self.procs.values()))
+        if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
+            return dict.fromkeys(groups, 0.0)
+        (a, ca), (b, cb) = inside[0], inside[-1]
+        return {g: (cb.get(g, 0.0) - ca.get(g, 0.0)) / (b - a) for g in groups}

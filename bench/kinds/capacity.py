@@ -41,9 +41,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +67,8 @@ def nonmodel(records: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     return {"turns": len(ms), **{k: _ms(pct(ms, q)) for k, q in (("p50", 0.5), ("p99", 0.99), ("max", 1.0))}}
 
 
-WAIT = "wait:"  # a sample's key prefix for a role's run-queue wait (s)
+WAIT = processes.WAIT  # a sample's key prefix for a role's run-queue wait (s)
+CPU_SAMPLE_S = 1.0  # the server's processes' CPU by role, sampled by the driver while a loop count runs
 
 
 def tail(
@@ -233,25 +232,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=Path("results/capacity.json"))
 
 
-@dataclass
-class Sampler:
-    """CPU by role of the server's processes, once a second, in a thread."""
-
-    procs: dict[int, str]
-    samples: list[tuple[float, dict[str, float]]] = field(default_factory=list)
-    stop: threading.Event = field(default_factory=threading.Event)
-
-    def sample(self) -> None:
-        waits = {f"{WAIT}{role}": s for role, s in processes.wait_by_role(self.procs).items()}
-        self.samples.append((time.time(), {**processes.cpu_by_role(self.procs), **waits}))
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            self.sample()
-            self.stop.wait(1.0)
-        self.sample()
-
-
 def one_level(
     url: str,
     n: int,
@@ -276,14 +256,11 @@ def one_level(
         resume_tokens=args.resume_tokens,
         window_after_first_turns=True,
     )
-    sampler = Sampler(procs or ({reference_pid: "reference"} if reference_pid else {}))
-    thread = threading.Thread(target=sampler.run, daemon=True)
-    thread.start()
-    try:
+    sampler = processes.CpuSampler(
+        procs or ({reference_pid: "reference"} if reference_pid else {}), CPU_SAMPLE_S, waits=True
+    )
+    with sampler:
         result = run_local(spec, processes=k)
-    finally:
-        sampler.stop.set()
-        thread.join()
     records = [r.as_dict() for r in result.records]
     window_start, end_at = result.window
     samples = sampler.samples if procs else []  # no server processes seen (--url, the reference): no CPU

@@ -3,7 +3,8 @@
     responses-ws bench drain [--connections 300] [--redeploys 3] [--every 20]
 
 Starts an embedded server (its own Ray and a fresh SQLite store, both gone at the end) and
-runs ``--connections`` WebSocket clients.  Each runs turns on emu-gpu of ``--min-tokens`` to
+runs ``--connections`` WebSocket clients on the load runner (bench/runner's ``chains``
+workload with ``continue_stored``; one client process).  Each runs turns on emu-gpu of ``--min-tokens`` to
 ``--max-tokens`` output tokens (seconds each, so most sockets are mid-turn at any moment),
 ``store:true`` for ``--store-share`` of them, chained with ``previous_response_id``, with
 ``--think-ms`` between turns; after ``--turns`` turns it closes and opens a new connection,
@@ -19,43 +20,35 @@ without an HTTP answer (the client's ``InvalidMessage``), refused without a type
 ``Retry-After``, or not answered in 30 s; a connection refused at the port; a socket closed
 without a close frame or with another code than 1012; an ``error`` other than
 ``server_shutting_down``; a response that started (``response.created``) and got no
-terminal event, or ended ``response.failed``; a stored response that completed and cannot be fetched afterwards; and any
-mismatch of the usage ledger against what the clients saw (bench/reconcile.py).  Exits 1
-on any.
+terminal event, or ended ``response.failed``; a stored response that completed and cannot be
+fetched afterwards; and any mismatch of the usage ledger against what the clients saw (each
+turn's record: its response id, ``store`` flag, terminal event and usage; bench/reconcile.py).
+Exits 1 on any.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import random
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from .. import results
-from ..client import (
-    TERMINAL_EVENT_TYPES,
-    ConnectionClosed,
-    InvalidMessage,
-    InvalidStatus,
-    ResponsesSocket,
-    connect,
-)
-from ..reconcile import Seen, read_ledger, reconcile
+from ..reconcile import Response, Seen, read_ledger, reconcile
+from ..runner import Chains, LoadResult, LoadSpec, start_local
+from ..runner.channels import SHUTTING_DOWN
 
 APP = "responses-ws-drain"
 OPEN_TIMEOUT_S = 30.0
-END_GRACE_S = 60.0  # for the turns running when the load stops
-TYPED_REFUSALS = frozenset({"server_shutting_down", "server_overloaded"})  # 503 codes that ask for a retry
+RUN_LIMIT_S = 3600.0  # the load's deadline if it is not stopped before (it is, after the tail)
 VIOLATIONS = (
     "upgrade_unanswered",
     "upgrade_reset",
@@ -69,6 +62,14 @@ VIOLATIONS = (
     "response_failed",
     "stored_lost",
 )
+# a failed open's type (bench/runner/connecting.py) -> its case here; any other: upgrade_reset
+CONNECT_CASES = {
+    "connect:InvalidMessage": "upgrade_unanswered",  # closed before it answered the upgrade
+    "connect:ConnectionRefusedError": "port_closed",
+    "connect:TimeoutError": "upgrade_timeout",
+}
+ABNORMAL_CLOSE = 1006
+CLOSE_WAIT_S = 10.0  # for the server's close after server_shutting_down
 
 
 @dataclass(frozen=True)
@@ -86,178 +87,101 @@ class Plan:
     seed: int = 0
 
 
-@dataclass
-class Tally:
-    """What the clients saw, case by case, with a few examples of each violation."""
-
-    counts: Counter[str] = field(default_factory=Counter)
-    examples: list[str] = field(default_factory=list)
-    in_turn: int = 0  # clients waiting for the answer to a create now
-
-    t0: float = field(default_factory=time.monotonic)
-
-    def add(self, case: str, detail: str = "") -> None:
-        self.counts[case] += 1
-        if case in VIOLATIONS and len(self.examples) < 20:  # when: against the redeploy log's at_s
-            self.examples.append(f"{time.monotonic() - self.t0:.1f} s {case}: {detail}"[:300])
-
-    @property
-    def violations(self) -> int:
-        return sum(self.counts[case] for case in VIOLATIONS)
-
-
-class Refused(Exception):
-    """The create was answered ``server_shutting_down``: resend it on a new connection."""
-
-
-def turn_body(rng: random.Random, plan: Plan, previous: str | None) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "model": plan.model,
-        "input": "go",
-        "store": rng.random() < plan.store_share,
-        "metadata": {
-            "emulator.tool_rounds": "0",
-            "emulator.text_tokens": str(rng.randint(plan.min_tokens, plan.max_tokens)),
-        },
-    }
-    if previous is not None:
-        body["previous_response_id"] = previous
-    return body
-
-
-def classify_refusal(exc: InvalidStatus) -> tuple[str, str]:
-    """A refused upgrade: typed (503, ``Retry-After``, an OpenAI error body asking for a retry)
-    or not."""
-    response = exc.response
-    try:
-        code = json.loads(response.body or b"{}")["error"]["code"]
-    except (ValueError, KeyError, TypeError):
-        code = None
-    typed = response.status_code == 503 and "Retry-After" in response.headers and code in TYPED_REFUSALS
-    return (
-        "upgrade_refused_typed" if typed else "upgrade_refused_untyped",
-        f"{response.status_code} {code} {bytes(response.body or b'')[:80]!r}",
+def load_spec(url: str, plan: Plan) -> LoadSpec:
+    """The clients as the runner runs them: chains of ``plan.turns`` turns, a new connection
+    after each, started over the first second; a client told to go continues on a new
+    connection as docs/reliability.md asks (``Chains.continue_stored``, ``resend_unstarted``)."""
+    chains = Chains(
+        turns_per_chain=plan.turns,
+        think_s=plan.think_ms / 1000,
+        think_spread=0.5,
+        text_tokens=(plan.min_tokens, plan.max_tokens),
+        store_share=plan.store_share,
+        continue_stored=True,
+        resend_unstarted=True,
+        close_wait_s=CLOSE_WAIT_S,
+        reconnect_s=0.5,  # the refusals' Retry-After is 1 s
+        ping_interval_s=20.0,
+        compression="deflate",
+        model=plan.model,
+    )
+    return LoadSpec(
+        targets=(url,),
+        loops=plan.connections,
+        workload="chains",
+        chains=chains,
+        ramp_s=1.0,
+        warmup_s=0.0,
+        duration_s=RUN_LIMIT_S,
+        open_timeout_s=OPEN_TIMEOUT_S,
+        connect_attempts=1,
+        seed=plan.seed,
     )
 
 
-class Client:
-    """One client: connections one after another, turns on each, every create answered or
-    resent."""
+def tally(result: LoadResult, t0: float) -> tuple[Counter[str], list[str]]:
+    """What the clients saw, case by case (from the run's turn and connection records), with a
+    few examples of each violation, each at its time from ``t0`` (time.time())."""
+    counts: Counter[str] = Counter()
+    examples: list[tuple[float, str]] = []
 
-    def __init__(self, url: str, plan: Plan, seen: Seen, tally: Tally, rng: random.Random) -> None:
-        self.url, self.plan, self.seen, self.tally, self.rng = url, plan, seen, tally, rng
-        self.previous: str | None = None  # the response the next create continues
-        self.pending: dict[str, Any] | None = None  # a create that got no terminal event: resent
-        self.started: str | None = None  # the response of the create in flight, once created
+    def add(case: str, at: float, detail: str = "", n: int = 1) -> None:
+        counts[case] += n
+        if case in VIOLATIONS:
+            examples.append((at, f"{at - t0:.1f} s {case}: {detail}"[:300]))
 
-    def carried_over(self) -> None:
-        """On a new socket only a stored response can be continued (a ``store:false`` id
-        belongs to the socket that made it)."""
-        if self.previous is not None and not self.seen.responses[self.previous].store:
-            self.previous = None
-        if self.pending is not None and self.pending.get("previous_response_id") != self.previous:
-            self.pending.pop("previous_response_id", None)
-            if self.previous is not None:
-                self.pending["previous_response_id"] = self.previous
-
-    async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            self.carried_over()
-            try:
-                sock = await connect(self.url, open_timeout=OPEN_TIMEOUT_S, compression="deflate")
-            except InvalidStatus as exc:
-                self.tally.add(*classify_refusal(exc))
-                await asyncio.sleep(self.rng.uniform(0.5, 1.0))  # Retry-After: 1
-                continue
-            except InvalidMessage as exc:  # closed before it answered the upgrade
-                self.tally.add("upgrade_unanswered", repr(exc.__cause__ or exc))
-            except ConnectionRefusedError as exc:
-                self.tally.add("port_closed", repr(exc))
-            except TimeoutError as exc:
-                self.tally.add("upgrade_timeout", repr(exc))
-            except OSError as exc:  # reset, broken pipe
-                self.tally.add("upgrade_reset", repr(exc))
-            else:
-                self.tally.add("opened")
-                await self.serve_socket(sock, stop)
-                continue
-            await asyncio.sleep(0.5)
-
-    async def serve_socket(self, sock: ResponsesSocket, stop: asyncio.Event) -> None:
-        try:
-            for _ in range(self.plan.turns):
-                if stop.is_set():
-                    break
-                await self.turn(sock)
-                await asyncio.sleep(self.rng.uniform(0.5, 1.5) * self.plan.think_ms / 1000)
-            await sock.close()
-            self.tally.add("client_closed")
-        except Refused:
-            # Told to go: the server closes the socket (1012) once nothing runs on it.
-            def stray(raw: str) -> None:
-                self.tally.add("error_other", f"after server_shutting_down: {raw[:100]!r}")
-
-            try:
-                async with asyncio.timeout(10):
-                    how = await sock.until_closed(stray)
-            except TimeoutError:
-                self.tally.add("closed_other_code", "no close within 10 s of server_shutting_down")
-                await sock.close()
-            else:
-                self.closed(how)
-        except ConnectionClosed as exc:
-            self.closed(exc)
-        await asyncio.sleep(self.rng.uniform(0.0, 0.3))
-
-    def closed(self, exc: ConnectionClosed) -> None:
-        """The server ended the socket; the create in flight, if any, is resent."""
-        if exc.rcvd is None:
-            self.tally.add("closed_abnormally", repr(exc))
-        elif exc.rcvd.code == 1012:
-            self.tally.add("closed_1012")
-            self.tally.counts[f"reason {exc.rcvd.reason!r}"] += 1
+    for kind, n in result.connect_failures.items():
+        if kind.startswith("connect:http_"):
+            untyped = result.connect_untyped.get(kind, 0)
+            counts["upgrade_refused_typed"] += n - untyped
+            if untyped:
+                add("upgrade_refused_untyped", t0, f"{untyped} x {kind}", untyped)
         else:
-            self.tally.add("closed_other_code", repr(exc))
-        if self.started is not None:
-            self.tally.add("lost_terminal", f"{self.started} (then {exc!r})")
-            self.started = None
-            self.pending = None  # it ran: not resent
-        if self.pending is not None:
-            self.tally.add("resent")
-
-    async def turn(self, sock: ResponsesSocket) -> None:
-        body = self.pending = self.pending or turn_body(self.rng, self.plan, self.previous)
-        await sock.send({"type": "response.create", **body})
-        self.tally.in_turn += 1
-        try:
-            while True:
-                event = await sock.recv()
-                kind = event.get("type")
-                if kind == "response.created":
-                    self.seen.created(event["response"], "websocket")
-                    self.started = event["response"]["id"]
-                elif kind in TERMINAL_EVENT_TYPES:
-                    response = event["response"]
-                    self.seen.finished(kind, response)
-                    self.tally.add(kind)
-                    if kind == "response.failed":  # the emulated model never fails on its own
-                        self.tally.add("response_failed", f"{response['id']}: {response.get('error')}")
-                    self.started, self.pending = None, None
-                    self.previous = response["id"] if kind == "response.completed" else None
-                    return
-                elif kind == "error":
-                    code = (event.get("error") or {}).get("code")
-                    if code == "server_shutting_down" and self.started is None:
-                        self.tally.add("create_refused_draining")
-                        raise Refused()
-                    self.tally.add("error_other", json.dumps(event)[:200])
-                    self.started, self.pending, self.previous = None, None, None
-                    return
-        finally:
-            self.tally.in_turn -= 1
+            case = CONNECT_CASES.get(kind, "upgrade_reset")
+            add(case, t0, f"{n} x {kind}", n)
+    for c in result.connections:
+        counts["opened"] += 1
+        at = c.closed or c.opened
+        if c.left_open:
+            add(
+                "closed_other_code",
+                at,
+                f"port {c.local_port}: no close within {CLOSE_WAIT_S:g} s of server_shutting_down",
+            )
+        elif c.close_code == 1012:
+            counts["closed_1012"] += 1
+        elif c.close_code == ABNORMAL_CLOSE:
+            add("closed_abnormally", at, f"port {c.local_port}")
+        elif c.close_code is not None:
+            add("closed_other_code", at, f"port {c.local_port}: {c.close_code}")
+        elif not c.stopped and c.closed is not None:
+            counts["client_closed"] += 1
+    for r in result.records:
+        counts["resent"] += r.resent
+        if r.terminal is not None:
+            counts[r.terminal] += 1
+            if r.terminal == "response.failed":  # the emulated model never fails on its own
+                add("response_failed", r.done, f"{r.response_id}: {r.error_code}")
+        elif (r.error_code or "").startswith("closed_"):
+            if r.response_id is not None:
+                add("lost_terminal", r.done, f"{r.response_id} (then {r.error_code})")
+        elif r.error_code == SHUTTING_DOWN and r.response_id is None:
+            counts["create_refused_draining"] += 1
+        else:
+            add("error_other", r.done, f"{r.response_id}: {r.error_code}")
+    return counts, [text for _, text in sorted(examples)[:20]]
 
 
-async def fetch_stored(url: str, seen: Seen, tally: Tally) -> int:
+def seen_of(result: LoadResult) -> Seen:
+    """Every response the clients saw start or end, with its store flag, terminal and usage."""
+    seen = Seen()
+    for r in result.records:
+        if r.response_id is not None:
+            seen.responses[r.response_id] = Response("websocket", bool(r.store), r.terminal, r.usage)
+    return seen
+
+
+async def fetch_stored(url: str, seen: Seen, counts: Counter[str], examples: list[str]) -> int:
     """Every stored response a client saw complete, fetched from the store by id."""
     ids = [rid for rid, r in seen.responses.items() if r.store and r.terminal == "response.completed"]
     queue = asyncio.Queue[str]()
@@ -269,7 +193,9 @@ async def fetch_stored(url: str, seen: Seen, tally: Tally) -> int:
             rid = queue.get_nowait()
             got = await http.get(f"/v1/responses/{rid}")
             if got.status_code != 200 or got.json().get("status") != "completed":
-                tally.add("stored_lost", f"{rid}: {got.status_code} {got.text[:100]}")
+                counts["stored_lost"] += 1
+                if len(examples) < 20:
+                    examples.append(f"stored_lost: {rid}: {got.status_code} {got.text[:100]}")
 
     async with httpx.AsyncClient(base_url=url, timeout=30) as http:
         await asyncio.gather(*(worker(http) for _ in range(8)))
@@ -282,53 +208,52 @@ async def redeploys(
     """Run the clients against the server at ``url`` (its SQLite store in ``data_dir``) and
     call ``redeploy(k)`` (blocking: it returns once the new gateway serves) ``plan.redeploys``
     times; the verdict."""
-    seen, tally, stop = Seen(), Tally(), asyncio.Event()
-    rng = random.Random(plan.seed)
-    clients = [Client(url, plan, seen, tally, random.Random(rng.random())) for _ in range(plan.connections)]
-    t0 = tally.t0
-    tasks = []
-    for client in clients:  # staggered over the first second
-        tasks.append(asyncio.create_task(client.run(stop)))
-        await asyncio.sleep(1.0 / plan.connections)
+    t0 = time.time()
+    run = await asyncio.to_thread(start_local, load_spec(url, plan))
     log: list[dict[str, Any]] = []
-    for k in range(plan.redeploys):
-        await asyncio.sleep(plan.every_s)
-        began, mid_turn, closed = time.monotonic(), tally.in_turn, tally.counts["closed_1012"]
-        await asyncio.to_thread(redeploy, k)
-        log.append(
-            {
-                "at_s": round(began - t0, 1),
-                "took_s": round(time.monotonic() - began, 1),
-                "mid_turn_at_start": mid_turn,
-                "mid_turn_when_done": tally.in_turn,
-                "closed_1012_before": closed,
-            }
+    with run:
+        await asyncio.sleep(max(0.0, run.release_at + 1.0 - time.time()))  # every client started
+        for k in range(plan.redeploys):
+            await asyncio.sleep(plan.every_s)
+            began, mid_turn = time.time(), await asyncio.to_thread(run.in_turn)
+            await asyncio.to_thread(redeploy, k)
+            log.append(
+                {
+                    "at_s": round(began - t0, 1),
+                    "took_s": round(time.time() - began, 1),
+                    "mid_turn_at_start": mid_turn,
+                    "mid_turn_when_done": await asyncio.to_thread(run.in_turn),
+                    "began": began,
+                }
+            )
+        last = time.time()
+        await asyncio.sleep(plan.tail_s)
+        result = await asyncio.to_thread(run.stop)
+    wall = time.time() - t0
+    ends = [*(e["began"] for e in log[1:]), float("inf")]
+    for entry, end in zip(log, ends):
+        began = entry.pop("began")
+        entry["closed_1012"] = sum(
+            1 for c in result.connections if c.close_code == 1012 and began <= (c.closed or 0.0) < end
         )
-    completed = tally.counts["response.completed"]
-    await asyncio.sleep(plan.tail_s)
-    stop.set()
-    _, late = await asyncio.wait(tasks, timeout=END_GRACE_S)
-    for task in late:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    wall = time.monotonic() - t0
-    for entry, after in zip(log, [*(e["closed_1012_before"] for e in log[1:]), tally.counts["closed_1012"]]):
-        entry["closed_1012"] = after - entry.pop("closed_1012_before")
     await asyncio.sleep(1.0)  # the last sockets' store writes
-    stored = await fetch_stored(url, seen, tally)
+    counts, examples = tally(result, t0)
+    seen = seen_of(result)
+    stored = await fetch_stored(url, seen, counts, examples)
     ledger = reconcile(seen, read_ledger(data_dir))
-    counts = dict(sorted(tally.counts.items()))
+    completed_after = sum(1 for r in result.records if r.terminal == "response.completed" and r.done >= last)
     return {
         "plan": asdict(plan),
         "wall_s": round(wall, 1),
         "redeploy_log": log,
         "responses_seen": len(seen.responses),
         "stored_fetched": stored,
-        "counts": counts,
-        "completed_after_last_redeploy": tally.counts["response.completed"] - completed,
-        "violations": tally.violations + ledger["mismatches"],
-        "examples": tally.examples,
+        "counts": dict(sorted(counts.items())),
+        "completed_after_last_redeploy": completed_after,
+        "violations": sum(counts[case] for case in VIOLATIONS) + ledger["mismatches"],
+        "examples": examples,
         "ledger": ledger,
+        "clients": [c.as_dict() for c in result.clients],
     }
 
 

@@ -5,7 +5,9 @@
 Starts an embedded server (its own Ray and a fresh SQLite store, both gone at the end) with
 ``--per-actor`` connections per session host, then runs ``--ws`` WebSocket clients (short
 turns, chained with ``previous_response_id``, ``store`` true for ``--store-share`` of them)
-and ``--http`` HTTP clients (``POST /v1/responses`` with SSE) for ``--duration`` seconds.
+and ``--http`` HTTP clients (``POST /v1/responses`` with SSE) for ``--duration`` seconds, on
+the load runner (bench/runner's ``chains`` workload; each turn's record holds its response
+id, ``store`` flag, terminal event and usage).
 Every ``--kill-every`` seconds one session host serving this server's port, picked at
 random, gets SIGKILL; its clients see their sockets end and reconnect.  Afterwards every
 ledger line is read from the store and reconciled against what the clients saw
@@ -20,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import random
 import signal
@@ -34,14 +35,15 @@ import httpx
 import psutil
 
 from .. import results
-from ..client import TERMINAL_EVENT_TYPES, ConnectionClosed, InvalidHandshake, connect
-from ..reconcile import Line, Seen, read_ledger, reconcile
+from ..reconcile import Line, Response, Seen, read_ledger, reconcile
+from ..runner import Chains, LoadResult, LoadRun, LoadSpec, start_local
 from ..stats import pct
 
 APP = "responses-ws-ledger"
 MODEL = "emu-fast"
 MAX_CHAIN = 12  # turns before a client starts a new conversation
-END_GRACE_S = 20.0  # for the turns running when the duration ends
+CHAINS_A_CONNECTION = 1_000_000  # a WebSocket client keeps its connection while it lasts
+RUN_LIMIT_S = 3600.0  # the clients' deadline if they are not stopped before (they are)
 
 
 @dataclass(frozen=True)
@@ -55,92 +57,80 @@ class Plan:
     seed: int = 0
 
 
-def turn_body(rng: random.Random, plan: Plan, previous: str | None) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "model": MODEL,
-        "input": "go",
-        "store": rng.random() < plan.store_share,
-        "metadata": {
-            "emulator.tool_rounds": "0",
-            "emulator.text_tokens": str(rng.randint(1, plan.max_text_tokens)),
-        },
+def load_specs(url: str, plan: Plan, key: str | None = None) -> list[LoadSpec]:
+    """The clients as the runner runs them (``key``: the API key they send): ``plan.ws``
+    WebSocket clients, each on one connection while it lasts, chains of :data:`MAX_CHAIN`
+    short turns (``previous_response_id``; a stored response continued on the next
+    connection, a failed turn starting a new chain), and ``plan.http`` HTTP clients, each turn
+    a streamed ``POST`` of its own; ``store`` true for ``plan.store_share`` of the turns."""
+    chains = Chains(
+        turns_per_chain=MAX_CHAIN,
+        chains_per_connection=CHAINS_A_CONNECTION,
+        think_s=0.0,
+        text_tokens=(1, plan.max_text_tokens),
+        store_share=plan.store_share,
+        continue_stored=True,
+        reconnect_s=0.2,
+        ping_interval_s=20.0,
+        compression="deflate",
+        model=MODEL,
+    )
+    common: dict[str, Any] = {
+        "targets": (url,),
+        "workload": "chains",
+        "chains": chains,
+        "api_key": key,
+        "warmup_s": 0.0,
+        "duration_s": RUN_LIMIT_S,
+        "open_timeout_s": 30.0,
+        "connect_attempts": 1,
+        "seed": plan.seed,
     }
-    if previous is not None:
-        body["previous_response_id"] = previous
-    return body
+    out = [LoadSpec(loops=plan.ws, transport="ws", **common)] if plan.ws else []
+    return out + ([LoadSpec(loops=plan.http, transport="http-full", **common)] if plan.http else [])
 
 
-def observe(seen: Seen, event: dict[str, Any], transport: str) -> str | None:
-    """Record ``event``; the response id once it ends the response (or ``""`` for an error)."""
-    kind = event.get("type")
-    if kind == "response.created":
-        seen.created(event["response"], transport)
-    elif isinstance(kind, str) and kind in TERMINAL_EVENT_TYPES:
-        seen.finished(kind, event["response"])
-        return event["response"]["id"]
-    elif kind == "error":
-        return ""
-    return None
+class Clients:
+    """The clients of a ledger run on the load runner (one client process per transport):
+    :meth:`start`, then :meth:`stop` once the faults are done; what they saw."""
+
+    def __init__(self, runs: list[LoadRun]) -> None:
+        self.runs = runs
+
+    @classmethod
+    async def start(cls, url: str, plan: Plan, key: str | None = None) -> Clients:
+        specs = load_specs(url, plan, key)
+        return cls(list(await asyncio.gather(*(asyncio.to_thread(start_local, s) for s in specs))))
+
+    async def stop(self) -> list[LoadResult]:
+        """End every client (a turn in flight is answered first, or cut after the runner's
+        grace); their results, the WebSocket clients' first."""
+        return list(await asyncio.gather(*(asyncio.to_thread(r.stop) for r in self.runs)))
 
 
-async def ws_client(
-    url: str,
-    plan: Plan,
-    seen: Seen,
-    stats: dict[str, int],
-    stop: asyncio.Event,
-    rng: random.Random,
-    gaps: list[float],
-    key: str | None = None,
-) -> None:
-    """A socket's turns, and new sockets after drops, until ``stop`` (``key``: the API key sent)."""
-    previous: str | None = None  # continued on the next socket only if it was stored
-    chain = 0
-    while not stop.is_set():
-        try:
-            async with connect(url, api_key=key, open_timeout=30, compression="deflate") as sock:
-                while not stop.is_set():
-                    body = turn_body(rng, plan, previous if chain < MAX_CHAIN else None)
-                    chain = chain + 1 if "previous_response_id" in body else 1
-                    await sock.send({"type": "response.create", **body})
-                    last = time.perf_counter()
-                    while (ended := observe(seen, await sock.recv(), "websocket")) is None:
-                        last = time.perf_counter()
-                    gaps.append((time.perf_counter() - last) * 1000)  # the wait for the line (and record)
-                    stats["turns"] += 1
-                    r = seen.responses.get(ended)
-                    previous = ended if r is not None and r.terminal == "response.completed" else None
-        except (ConnectionClosed, InvalidHandshake, OSError, TimeoutError):
-            stats["ws_dropped"] += 1
-            r = seen.responses.get(previous or "")
-            previous = previous if r is not None and r.store else None
-            await asyncio.sleep(0.2)
-
-
-async def http_client(
-    url: str,
-    plan: Plan,
-    seen: Seen,
-    stats: dict[str, int],
-    stop: asyncio.Event,
-    rng: random.Random,
-    key: str | None = None,
-) -> None:
-    """Streamed HTTP turns until ``stop`` (``key``: the API key sent)."""
-    headers = {"Authorization": f"Bearer {key}"} if key else None
-    async with httpx.AsyncClient(base_url=url, timeout=60, headers=headers) as http:
-        while not stop.is_set():
-            try:
-                async with http.stream(
-                    "POST", "/v1/responses", json={**turn_body(rng, plan, None), "stream": True}
-                ) as r:
-                    async for line in r.aiter_lines():
-                        if line.startswith("data: {"):
-                            observe(seen, json.loads(line[6:]), "http")
-                stats["turns"] += 1
-            except httpx.HTTPError:
+def seen_by(results: list[LoadResult]) -> tuple[Seen, dict[str, int], list[float]]:
+    """Every response the clients saw start or end (its ``store`` flag, terminal event and
+    usage), their turns and drops (a WebSocket connection the server or the network ended, or
+    one that failed to open; an HTTP request that failed), and each WebSocket turn's wait from
+    its last event to its terminal one (ms)."""
+    seen, gaps = Seen(), []
+    stats = {"turns": 0, "ws_dropped": 0, "http_dropped": 0}
+    for result in results:
+        for r in result.records:
+            if r.response_id is not None:
+                transport = "websocket" if r.connection is not None else "http"
+                seen.responses[r.response_id] = Response(transport, bool(r.store), r.terminal, r.usage)
+            code = r.error_code or ""
+            if code.startswith("http_error:"):
                 stats["http_dropped"] += 1
-                await asyncio.sleep(0.2)
+            elif not code.startswith("closed_"):
+                stats["turns"] += 1
+            if r.final_gap_ms is not None:
+                gaps.append(r.final_gap_ms)
+        # only the WebSocket clients open connections of their own (an HTTP client's pool counts none)
+        stats["ws_dropped"] += sum(result.connect_failures.values())
+        stats["ws_dropped"] += sum(1 for c in result.connections if c.close_code is not None)
+    return seen, stats, gaps
 
 
 def hosts_serving(port: int) -> list[psutil.Process]:
@@ -197,26 +187,17 @@ async def faults(url: str, data_dir: str | Path, plan: Plan) -> dict[str, Any]:
     """Run the clients and the killer against the server at ``url`` (whose SQLite store is
     ``data_dir``); the reconciled result."""
     port = int(url.rsplit(":", 1)[1])
-    seen, stats = Seen(), {"turns": 0, "ws_dropped": 0, "http_dropped": 0}
     kills: list[dict[str, Any]] = []
     stop, rng, t0 = asyncio.Event(), random.Random(plan.seed), time.monotonic()
-    gaps: list[float] = []
-    clients = [
-        asyncio.create_task(ws_client(url, plan, seen, stats, stop, random.Random(rng.random()), gaps))
-        for _ in range(plan.ws)
-    ]
-    clients += [
-        asyncio.create_task(http_client(url, plan, seen, stats, stop, random.Random(rng.random())))
-        for _ in range(plan.http)
-    ]
-    killing = asyncio.create_task(killer(port, plan, kills, stop, rng, t0))
-    await asyncio.sleep(plan.duration_s)
-    stop.set()
-    await killing
-    _, late = await asyncio.wait(clients, timeout=END_GRACE_S)
-    for task in late:
-        task.cancel()
-    await asyncio.gather(*clients, return_exceptions=True)
+    clients = await Clients.start(url, plan)
+    try:
+        killing = asyncio.create_task(killer(port, plan, kills, stop, rng, t0))
+        await asyncio.sleep(plan.duration_s)
+        stop.set()
+        await killing
+    finally:
+        results = await clients.stop()
+    seen, stats, gaps = seen_by(results)
     await asyncio.sleep(1.0)  # connections closing: nothing more is written after a terminal event
     lines = read_ledger(data_dir)
     verdict = reconcile(seen, lines)
@@ -230,6 +211,7 @@ async def faults(url: str, data_dir: str | Path, plan: Plan) -> dict[str, Any]:
         **stats,
         "turns_per_s": round(stats["turns"] / plan.duration_s, 1),
         "ws_terminal_gap_ms": {"p50": pct(gaps, 0.5), "p90": pct(gaps, 0.9)},
+        "clients": [c.as_dict() for r in results for c in r.clients],
         "reconcile": verdict,
     }
 

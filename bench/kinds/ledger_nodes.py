@@ -31,7 +31,6 @@ import argparse
 import asyncio
 import json
 import os
-import random
 import secrets
 import time
 from dataclasses import asdict, dataclass
@@ -40,9 +39,9 @@ from typing import Any
 
 from .. import results
 from ..multinode import Harness, network
-from ..reconcile import Seen, journal_lines, owner_of, read_redis_ledger, reconcile
+from ..reconcile import journal_lines, owner_of, read_redis_ledger, reconcile
 from ..stats import pct
-from .ledger import END_GRACE_S, http_client, ws_client
+from .ledger import Clients, seen_by
 from .ledger import Plan as ClientPlan
 
 
@@ -60,7 +59,9 @@ class Plan:
 
     def clients(self) -> ClientPlan:
         """The ``bench ledger`` clients' plan: every turn ``store:false``."""
-        return ClientPlan(ws=self.ws, http=self.http, store_share=0.0, max_text_tokens=self.max_text_tokens)
+        return ClientPlan(
+            ws=self.ws, http=self.http, store_share=0.0, max_text_tokens=self.max_text_tokens, seed=self.seed
+        )
 
 
 def lose_disk(journal_dir: Path, pids: list[int]) -> dict[str, int]:
@@ -106,33 +107,17 @@ async def kill_nodes(harness: Harness, plan: Plan, t0: float, kills: list[dict[s
 async def soak(harness: Harness, plan: Plan) -> dict[str, Any]:
     """Run the clients through ``harness``'s balancer while session nodes are killed and
     restarted; the reconciled result."""
-    seen, stats = Seen(), {"turns": 0, "ws_dropped": 0, "http_dropped": 0}
-    stop, rng, t0 = asyncio.Event(), random.Random(plan.seed), time.monotonic()
-    gaps: list[float] = []
+    t0 = time.monotonic()
     clients_plan = plan.clients()
     # A key of this run's own: the ledger read back is this soak's, not the cluster's other work.
     key = f"sk-nodeledger-{secrets.token_hex(8)}"
-    clients = [
-        asyncio.create_task(
-            ws_client(harness.url, clients_plan, seen, stats, stop, random.Random(rng.random()), gaps, key)
-        )
-        for _ in range(plan.ws)
-    ]
-    clients += [
-        asyncio.create_task(
-            http_client(harness.url, clients_plan, seen, stats, stop, random.Random(rng.random()), key)
-        )
-        for _ in range(plan.http)
-    ]
+    clients = await Clients.start(harness.url, clients_plan, key)
     kills: list[dict[str, Any]] = []
     try:
         await kill_nodes(harness, plan, t0, kills)
     finally:
-        stop.set()
-        _, late = await asyncio.wait(clients, timeout=END_GRACE_S)
-        for task in late:
-            task.cancel()
-        await asyncio.gather(*clients, return_exceptions=True)
+        results = await clients.stop()
+    seen, stats, gaps = seen_by(results)
     soak_s = time.monotonic() - t0
     await asyncio.sleep(1.0)  # connections closing: nothing more is written after a terminal event
     lines = await read_redis_ledger(harness.redis_url, [owner_of(key)])

@@ -15,7 +15,8 @@ network namespaces of their own, Redis on the head, HAProxy in front; needs root
 replicas, and tears it down at the end; ``--url`` runs against a deployment of yours (its
 balancer), which must have resume on and the Redis store.
 
-``--clients`` clients run ``store:false`` chains at once through the balancer.  Each chain
+``--clients`` clients run ``store:false`` chains at once through the balancer, on the load
+runner (bench/runner's ``resume`` workload).  Each chain
 starts with one long input (``--prefix-tokens`` tokens: the same instructions for every
 client, then the client's own task), then alternates ``--steady`` turns on an open socket
 with a resume: the client drops its socket (a TCP abort, no close frame: as a lost network
@@ -36,21 +37,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .. import results
-from ..client import TERMINAL_EVENT_TYPES, ResponsesSocket, connect
+from ..runner import LoadResult, LoadSpec, Resume, run_local
 from ..stats import pct, spread
 
 HEADER = "x-responses-ws-resume-token"
 MODEL = "emu-fast"
 GRACE_S = 60.0  # the harness's resume grace
 INSTRUCTIONS = "You are a careful coding agent working in a repository. " * 40  # ~440 tokens, shared
+RUN_LIMIT_S = 1800.0  # the load's deadline: every session has resumed long before
 
 
 @dataclass(frozen=True)
@@ -82,88 +82,65 @@ class ClientRun:
     errors: list[str] = field(default_factory=list)
 
 
-def body(plan: Plan, client: int, i: int, previous: str | None) -> dict[str, Any]:
-    task = f"client {client} task: " + "inspect the module and report " * (plan.prefix_tokens // 6)
-    out: dict[str, Any] = {
-        "type": "response.create",
-        "model": MODEL,
-        "store": False,
-        "input": INSTRUCTIONS + task if i == 0 else f"step {i}: go on",
-        "metadata": {"emulator.tool_rounds": "0", "emulator.text_tokens": str(plan.text_tokens)},
-    }
-    if previous is not None:
-        out["previous_response_id"] = previous
-    return out
+def load_spec(
+    url: str, plan: Plan, locate: Callable[[], dict[int, str]] | None = None, api_key: str | None = None
+) -> LoadSpec:
+    """The clients as the runner runs them: one session each (bench/runner's ``resume``
+    workload), the run over when every one has resumed ``plan.resumes`` times."""
+    task = "client {loop} task: " + "inspect the module and report " * (plan.prefix_tokens // 6)
+    resume = Resume(
+        resumes=plan.resumes,
+        steady=plan.steady,
+        first_input=INSTRUCTIONS + task,
+        next_input="step {turn}: go on",
+        text_tokens=plan.text_tokens,
+        model=MODEL,
+        header=HEADER,
+        compression="deflate",
+    )
+    return LoadSpec(
+        targets=(url,),
+        loops=plan.clients,
+        workload="resume",
+        resume=resume,
+        locate=locate,
+        api_key=api_key,
+        warmup_s=0.0,
+        duration_s=RUN_LIMIT_S,
+        rollouts_per_loop=1,
+        open_timeout_s=60.0,
+    )
 
 
-async def timed_turn(
-    sock: ResponsesSocket, create: dict[str, Any], started: float
-) -> tuple[float, float, dict]:
-    """Send ``create``; (ms to its first event, ms to its terminal event, the response),
-    both from ``started`` (perf_counter)."""
-    await sock.send(create)
-    first_ms = None
-    while True:
-        event = await sock.recv()
-        if first_ms is None:
-            first_ms = (time.perf_counter() - started) * 1000.0
-        kind = event.get("type")
-        if kind == "error" or (kind in TERMINAL_EVENT_TYPES and kind != "response.completed"):
-            raise RuntimeError(f"turn failed: {json.dumps(event)[:300]}")
-        if kind == "response.completed":
-            return first_ms, (time.perf_counter() - started) * 1000.0, event["response"]
-
-
-def usage(response: dict) -> tuple[int, int]:
-    u = response["usage"]
-    return int(u["input_tokens_details"]["cached_tokens"]), int(u["input_tokens"])
-
-
-async def run_client(
-    url: str,
-    plan: Plan,
-    client: int,
-    locate: Callable[[int], str | None],
-    out: ClientRun,
-    api_key: str | None = None,
-) -> None:
-    sock = await connect(url, api_key=api_key, open_timeout=60, compression="deflate")
-    token = sock.upgrade_headers[HEADER]
-    node = locate(sock.local_address[1])
-    try:
-        _, _, response = await timed_turn(sock, body(plan, client, 0, None), time.perf_counter())  # not timed
-        previous, i = response["id"], 1
-        for r in range(plan.resumes + 1):
-            for _ in range(plan.steady):
-                first, total, response = await timed_turn(
-                    sock, body(plan, client, i, previous), time.perf_counter()
-                )
-                cached, prompt = usage(response)
-                out.samples.append(Sample("steady", first, total, cached, prompt, node))
-                previous, i = response["id"], i + 1
-            if r == plan.resumes:
-                break
-            sock.abort()  # the network lost: no close frame
-            await asyncio.sleep(0.05)
-            started = time.perf_counter()
-            sock = await connect(
-                url,
-                api_key=api_key,
-                additional_headers={HEADER: token},
-                open_timeout=60,
-                compression="deflate",
+def client_runs(result: LoadResult, clients: int) -> list[ClientRun]:
+    """Each client's samples (its steady turns and resumes; the first turn is not timed), from
+    the runner's records: a resume timed from the start of the reconnect (its handshake, then
+    the turn), on the node its connection went to; its errors."""
+    nodes = {(c.loop, c.index): c.server for c in result.connections}
+    runs = [ClientRun(errors=list(result.errors.get(c, []))) for c in range(clients)]
+    for r in sorted(result.records, key=lambda r: r.sent):
+        if r.kind not in ("steady", "resume") or not r.ok or r.first_event_ms is None:
+            continue
+        node = nodes.get((r.loop, r.connection if r.connection is not None else -1))
+        cached, prompt = r.cached_tokens or 0, r.input_tokens or 0
+        if r.kind == "steady":
+            runs[r.loop].samples.append(Sample("steady", r.first_event_ms, r.total_ms, cached, prompt, node))
+            continue
+        handshake = r.connect_ms or 0.0
+        before = nodes.get((r.loop, (r.connection or 0) - 1))
+        runs[r.loop].samples.append(
+            Sample(
+                "resume",
+                handshake + r.first_event_ms,
+                handshake + r.total_ms,
+                cached,
+                prompt,
+                node,
+                node != before,
+                r.connect_ms,
             )
-            handshake = (time.perf_counter() - started) * 1000.0
-            first, total, response = await timed_turn(sock, body(plan, client, i, previous), started)
-            before, node = node, locate(sock.local_address[1])
-            cached, prompt = usage(response)
-            out.samples.append(
-                Sample("resume", first, total, cached, prompt, node, node != before, handshake)
-            )
-            previous, i = response["id"], i + 1
-        await sock.close()
-    except Exception as exc:  # noqa: BLE001 - reported and counted, the other clients go on
-        out.errors.append(repr(exc)[:300])
+        )
+    return runs
 
 
 FIGURES = ("n", "p50", "p99", "min", "max")
@@ -200,11 +177,13 @@ def fmt(d: dict[str, Any]) -> str:
 
 
 async def drive(
-    url: str, plan: Plan, locate: Callable[[int], str | None], api_key: str | None = None
+    url: str, plan: Plan, locate: Callable[[], dict[int, str]] | None = None, api_key: str | None = None
 ) -> list[ClientRun]:
-    runs = [ClientRun() for _ in range(plan.clients)]
-    await asyncio.gather(*(run_client(url, plan, c, locate, runs[c], api_key) for c in range(plan.clients)))
-    return runs
+    """Run the clients against ``url`` on the load runner (``locate``: local port -> session
+    node of the connections open now, picklable: it runs in the client process); each one's
+    samples and errors."""
+    result = await asyncio.to_thread(run_local, load_spec(url, plan, locate, api_key))
+    return client_runs(result, plan.clients)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -249,7 +228,7 @@ def run(args: argparse.Namespace) -> int:
     where: dict[str, Any]
     if args.url:
         url = args.url.rstrip("/").replace("http", "ws", 1) + "/v1/responses"
-        runs = asyncio.run(drive(url, plan, lambda port: None))
+        runs = asyncio.run(drive(url, plan))
         where = {"url": args.url}
     else:
         from ..multinode import Harness
@@ -260,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
             scaling["autoscaling"] = dict(scaling.get("autoscaling") or {}, min_replicas=2, max_replicas=2)
 
         with Harness(edit_args=edit) as h:
-            runs = asyncio.run(drive(h.ws_url, plan, lambda port: h.connection_servers().get(port)))
+            runs = asyncio.run(drive(h.ws_url, plan, h.connection_lookup))
             where = {"harness": [f"{n.name}={n.address}" for n in h.topology.nodes], "balancer": h.url}
     s = summary(runs)
     result = {

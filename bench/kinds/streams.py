@@ -28,8 +28,6 @@ The target (docs/performance.md): every stream at >= 95 % of 1000 tok/s.
 from __future__ import annotations
 
 import argparse
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +35,8 @@ from serve.embedded import embedded_server, local_config
 
 from .. import bench_profiles as profiles
 from .. import results
-from ..processes import actor_pids, cpu_by_pid, session_host_pids
+from ..processes import CpuSampler, actor_pids, session_host_pids
 from ..runner import LoadResult, LoadSpec, TurnRecord, run_local
-from ..runner.model import window_delta
 from ..stats import median, pct
 from ..workload import Workload
 
@@ -84,40 +81,6 @@ def spec(url: str, streams: int, tokens: int) -> LoadSpec:
         warmup_s=0.0,
         duration_s=ROUND_LIMIT_S,
     )
-
-
-class CpuSampler:
-    """The CPU seconds of each group of pids, sampled every :data:`CPU_SAMPLE_S` in a thread
-    of the driver while a round runs: (time.time(), CPU seconds so far) per group."""
-
-    def __init__(self, groups: dict[str, list[int]]) -> None:
-        self.groups = groups
-        self.samples: dict[str, list[tuple[float, float]]] = {k: [] for k in groups}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            now = time.time()
-            for k, pids in self.groups.items():
-                self.samples[k].append((now, sum(cpu_by_pid(pids).values())))
-            self._stop.wait(CPU_SAMPLE_S)
-
-    def __enter__(self) -> CpuSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def cores(self, t0: float, t1: float) -> dict[str, float]:
-        """Each group's cores (CPU seconds / wall seconds) between ``t0`` and ``t1``."""
-        out = {}
-        for k, samples in self.samples.items():
-            cpu, wall = window_delta(samples, t0, t1)
-            out[k] = cpu / wall if wall > 0 else 0.0
-        return out
 
 
 def answered(records: list[TurnRecord]) -> list[TurnRecord]:
@@ -184,7 +147,8 @@ def run_rounds(url: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     for i in range(args.repeats):
         groups = {"host": session_host_pids(), "replica": actor_pids(REPLICA_CLASS)}
         print("pids: " + ", ".join(f"{k} {v}" for k, v in groups.items()), flush=True)
-        with CpuSampler(groups) as sampler:
+        by_pid = {pid: group for group, pids in groups.items() for pid in pids}
+        with CpuSampler(by_pid, CPU_SAMPLE_S) as sampler:
             result = run_local(spec(url, args.streams, args.tokens), procs)
         done = [r for r in result.records if r.ok]
         if not done:

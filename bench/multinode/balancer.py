@@ -103,3 +103,9 @@ def session_servers(show_sess: str) -> dict[int, str]:
             if port.isdigit():
                 out[int(port)] = fields["srv"]
     return out
+
+
+def sessions_at(socket_path: Path) -> dict[int, str]:
+    """:func:`session_servers` of the balancer whose runtime API listens at ``socket_path``
+    (a lookup a load's client processes call: bench/runner's ``locate``)."""
+    return session_servers(command(socket_path, "show sess"))

@@ -423,7 +423,12 @@ class Harness:
 
     def connection_servers(self) -> dict[int, str]:
         """Client source port → the session node the balancer sent that connection to."""
-        return balancer.session_servers(balancer.command(self.stats_socket, "show sess"))
+        return balancer.sessions_at(self.stats_socket)
+
+    @property
+    def connection_lookup(self) -> Callable[[], dict[int, str]]:
+        """:meth:`connection_servers` as a picklable call (a load's client processes make it)."""
+        return functools.partial(balancer.sessions_at, self.stats_socket)
 
     # ------------------------------------------------------------------ faults
 

@@ -15,7 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import processes, results
+from ..kinds.admission import arrivals, arrived
 from ..kinds.capacity import one_level
+from ..runner import start_local
 from ..scale_model import (
     Deployment,
     Limits,
@@ -299,29 +301,31 @@ def load_phase(
     }
 
 
+SETTLE_S = 2.0  # held connections' first writes (the state as a connection opens) land before the window
+
+
+def hold_open(url: str, n: int, hold_s: float) -> tuple[int, float, float]:
+    """``n`` WebSockets opened at once and held without a turn (the load runner's connect-only
+    loops: bench/kinds/admission.py's ``arrivals``), :data:`SETTLE_S`, then ``hold_s``: how
+    many were held, and that window's start and end (time.time())."""
+    with start_local(arrivals(url, n, rate=None, open_timeout=30.0)) as run:
+        arrived(run)
+        held = run.opened()
+        time.sleep(SETTLE_S)
+        t0 = time.time()
+        time.sleep(hold_s)
+        t1 = time.time()
+        run.stop()
+    return held, t0, t1
+
+
 def held_connections(
     h: Harness, sampler: shared_load.SharedSampler, n: int, hold_s: float, background: dict[str, float]
 ) -> dict[str, Any]:
-    """``n`` WebSockets opened through the balancer and held without a turn for ``hold_s``:
-    the store's commands and CPU per connection per second (with resume on: the heartbeats),
-    net of ``background``."""
-    import asyncio
-
-    from ..client import connect
-
-    async def hold() -> tuple[int, float, float]:
-        socks = await asyncio.gather(
-            *(connect(h.ws_url, open_timeout=30) for _ in range(n)), return_exceptions=True
-        )
-        live = [s for s in socks if not isinstance(s, BaseException)]
-        await asyncio.sleep(2.0)  # their first writes (the state as the connection opens) land
-        t0 = time.time()
-        await asyncio.sleep(hold_s)
-        t1 = time.time()
-        await asyncio.gather(*(s.close() for s in live), return_exceptions=True)
-        return len(live), t0, t1
-
-    held, t0, t1 = asyncio.run(hold())
+    """``n`` WebSockets opened through the balancer and held without a turn for ``hold_s``
+    (:func:`hold_open`): the store's commands and CPU per connection per second (with resume
+    on: the heartbeats), net of ``background``."""
+    held, t0, t1 = hold_open(h.ws_url, n, hold_s)
     rates, span = shared_load.window(sampler.samples, t0, t1)
     net = net_of(rates, background)
     return {

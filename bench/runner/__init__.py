@@ -18,20 +18,25 @@ from .model import (
     CPU_LIMIT,
     LAG_P99_LIMIT_MS,
     ClientStats,
+    ConnectionRecord,
     LoadResult,
     LoadSpec,
     TurnRecord,
     saturation,
 )
+from .workloads import Chains, Resume
 
 __all__ = [
     "CPU_LIMIT",
     "LAG_P99_LIMIT_MS",
+    "Chains",
     "ClientStats",
+    "ConnectionRecord",
     "LoadResult",
     "LoadRun",
     "LoadSpec",
     "NoClientNodes",
+    "Resume",
     "TurnRecord",
     "run_local",
     "run_on_cluster",

@@ -15,20 +15,28 @@ import asyncio
 import contextlib
 import json
 import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ..client import (
     FINAL_EVENT_TYPES,
     FIRST_TOKEN_TYPES,
+    TERMINAL_EVENT_TYPES,
+    ConnectionClosed,
     ResponsesSocket,
+    close_code,
     connect,
+    frame_type,
     is_final_frame,
     is_first_token_frame,
 )
 from ..invariants import ConnectionCheck
+from .model import ConnectionRecord
 
 OPEN_TIMEOUT_S = 60.0
+PING_INTERVAL_S = 20.0  # the keepalive's (bench/client.py's default)
 DRAIN_S = 0.05  # a checked channel's wait for stray events before it closes
 HTTP_TIMEOUT_S = 300.0
 
@@ -40,10 +48,56 @@ class Reply:
     total_s: float
     ttft_s: float | None
     status: int | None = None  # HTTP status when not 200
+    gap_s: float | None = None  # ws: from the frame (or the send) before the final one to it
+    first_s: float | None = None  # ws: the send -> the answer's first frame
+
+
+SHUTTING_DOWN = "server_shutting_down"  # the error a stopping server answers a create with
+
+
+class Connections:
+    """A client process's WebSocket connections, each a :class:`ConnectionRecord` from its open
+    (numbered per loop); ``on_open`` (e.g. a :class:`~bench.runner.locate.Locator`'s lookup)
+    runs on each before its first create."""
+
+    def __init__(self, on_open: Callable[[ConnectionRecord], Awaitable[None]] | None = None) -> None:
+        self.records: list[ConnectionRecord] = []
+        self.on_open = on_open
+        self._per_loop: Counter[int] = Counter()
+
+    def opened(self, loop: int, local_port: int) -> ConnectionRecord:
+        record = ConnectionRecord(loop, self._per_loop[loop], time.time(), local_port)
+        self._per_loop[loop] += 1
+        self.records.append(record)
+        return record
+
+
+def note_frame(record: ConnectionRecord, raw: str) -> bool:
+    """Count a server frame on its connection's record; whether it is the answer's final one."""
+    kind = frame_type(raw)
+    if kind == "response.created":
+        record.created += 1
+        return False
+    if kind in TERMINAL_EVENT_TYPES:
+        record.terminals += 1
+        record.completed += kind == "response.completed"
+    elif kind == "error":
+        err = json.loads(raw).get("error")
+        if (err.get("code") if isinstance(err, dict) else None) == SHUTTING_DOWN:
+            record.shutting_down += 1
+    else:
+        return False
+    record.in_flight = False
+    return True
 
 
 class Channel:
-    """A loop's way to the server; :meth:`open` before the first turn."""
+    """A loop's way to the server; :meth:`open` before the first turn.  A WebSocket channel
+    keeps its connection's :class:`ConnectionRecord` (``record``) when given a
+    :class:`Connections`."""
+
+    record: ConnectionRecord | None = None
+    created: str | None = None  # the last send's ``response.created`` event (raw), once it came
 
     async def open(self) -> None:
         pass
@@ -61,37 +115,129 @@ class Channel:
 
 
 class WsChannel(Channel):
-    def __init__(self, base_url: str, api_key: str | None, open_timeout_s: float = OPEN_TIMEOUT_S) -> None:
+    """One WebSocket connection.  With ``connections`` (and the ``loop`` it belongs to) it
+    keeps a :class:`ConnectionRecord`: every create and the frames answering it counted, and
+    how the connection ended (watched while it is open: a close between turns is seen when it
+    happens), the server's close code unless the client closed it."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None,
+        open_timeout_s: float = OPEN_TIMEOUT_S,
+        *,
+        ping_interval_s: float | None = PING_INTERVAL_S,
+        connections: Connections | None = None,
+        loop: int = 0,
+        compression: str | None = None,
+        headers: dict[str, str] | None = None,
+        lookup_in_background: bool = False,
+    ) -> None:
         self.base_url = base_url
+        self.headers = headers  # on the upgrade request (a resume token)
+        self.open_ms: float | None = None  # the last open's handshake
+        # the connections' on_open (where it went) beside the first create rather than before it
+        self.lookup_in_background = lookup_in_background
+        self._lookup: asyncio.Task[None] | None = None
         self.api_key = api_key
         self.open_timeout_s = open_timeout_s
+        self.ping_interval_s = ping_interval_s
+        self.compression = compression
+        self.connections, self.loop = connections, loop
         self.socket: ResponsesSocket | None = None
+        self._watch: asyncio.Task[None] | None = None
 
     async def open(self) -> None:
-        self.socket = await connect(self.base_url, api_key=self.api_key, open_timeout=self.open_timeout_s)
+        began = time.perf_counter()
+        self.socket = await connect(
+            self.base_url,
+            api_key=self.api_key,
+            open_timeout=self.open_timeout_s,
+            ping_interval=self.ping_interval_s,
+            compression=self.compression,
+            additional_headers=self.headers,
+        )
+        self.open_ms = (time.perf_counter() - began) * 1000  # the handshake alone (no lookup after it)
+        if self.connections is not None:
+            self.record = self.connections.opened(self.loop, self.socket.local_address[1])
+            self._watch = asyncio.create_task(self._watch_close(self.socket))
+            if self.connections.on_open is not None:
+                lookup = self.connections.on_open(self.record)
+                if self.lookup_in_background:
+                    self._lookup = asyncio.create_task(lookup)  # type: ignore[arg-type]
+                else:
+                    await lookup
+
+    async def _watch_close(self, sock: ResponsesSocket) -> None:
+        self._ended(await sock.wait_closed())
+
+    def _ended(self, code: int | None) -> None:
+        """The connection ended now (``code``: the server's; None: the client closed it)."""
+        if self.record is not None and self.record.closed is None:
+            self.record.closed, self.record.close_code = time.time(), code
 
     @property
     def is_open(self) -> bool:
         return self.socket is not None
 
-    async def send(self, body: str) -> Reply:
+    def upgrade_header(self, name: str) -> str | None:
+        """A header of the server's answer to the upgrade (a resume token's)."""
+        assert self.socket is not None, "open() first"
+        return self.socket.upgrade_headers.get(name)
+
+    def abort(self) -> None:
+        """Drop the TCP connection without a close frame (a lost network); the client ended it."""
+        if self.socket is not None:
+            sock, self.socket = self.socket, None
+            self._ended(None)
+            sock.abort()
+            if self._watch is not None:
+                self._watch.cancel()
+
+    async def wait_closed(self) -> int:
+        """Wait until the server ends the connection; its close code."""
         sock = self.socket
+        assert sock is not None, "open() first"
+        code = await sock.wait_closed()
+        self._ended(code)
+        return code
+
+    async def send(self, body: str) -> Reply:
+        sock, record = self.socket, self.record
         assert sock is not None, "open() first"
         sent = time.time()
         t0 = time.perf_counter()
         ttft = None
-        await sock.send_raw(body)
-        while True:
-            raw = await sock.recv_raw()
-            if ttft is None and is_first_token_frame(raw):
-                ttft = time.perf_counter() - t0
-            if is_final_frame(raw):
-                return Reply(raw, sent, time.perf_counter() - t0, ttft)
+        self.created = None
+        try:
+            await sock.send_raw(body)
+            if record is not None:
+                record.creates += 1
+                record.in_flight = True
+            before, first = t0, None
+            while True:
+                raw = await sock.recv_raw()
+                now = time.perf_counter()
+                if first is None:
+                    first = now - t0
+                if self.created is None and frame_type(raw) == "response.created":
+                    self.created = raw
+                if ttft is None and is_first_token_frame(raw):
+                    ttft = now - t0
+                if note_frame(record, raw) if record is not None else is_final_frame(raw):
+                    return Reply(raw, sent, now - t0, ttft, gap_s=now - before, first_s=first)
+                before = now
+        except ConnectionClosed as exc:
+            self._ended(close_code(exc))
+            raise
 
     async def close(self) -> None:
         if self.socket is not None:
             sock, self.socket = self.socket, None
+            self._ended(sock.close_code() if sock.ended else None)
             await sock.close()
+            if self._watch is not None:
+                self._watch.cancel()
 
 
 class CheckedWsChannel(WsChannel):
@@ -157,6 +303,7 @@ class HttpChannel(Channel):
         sent = time.time()
         t0 = time.perf_counter()
         ttft = None
+        self.created = None
         async with self.client.stream(
             "POST", "/v1/responses", content=body.encode(), headers={"Content-Type": "application/json"}
         ) as r:
@@ -167,6 +314,8 @@ class HttpChannel(Channel):
                 if not line.startswith("data:"):
                     continue
                 data = line[5:].lstrip()
+                if self.created is None and frame_type(data) == "response.created":
+                    self.created = data
                 if ttft is None and is_first_token_frame(data):
                     ttft = time.perf_counter() - t0
                 if is_final_frame(data):

@@ -12,6 +12,7 @@ or the server's ``Retry-After`` when it gave one, at most :data:`RETRY_AFTER_CAP
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -41,6 +42,25 @@ def failure(exc: BaseException) -> tuple[str, float | None]:
             after = None
         return f"http_{status}", after
     return type(exc).__name__, None
+
+
+TYPED_CODES = frozenset({"server_shutting_down", "server_overloaded"})  # a 503's codes that ask for a retry
+
+
+def typed_refusal(exc: BaseException) -> bool | None:
+    """Whether a refused upgrade asked for a retry as docs/reliability.md says (a 503 with
+    ``Retry-After`` and an OpenAI error body whose code is one of :data:`TYPED_CODES`); None
+    when ``exc`` is no HTTP refusal (reset, refused port, timeout)."""
+    response = getattr(exc, "response", None)
+    status = getattr(response, "status_code", None)
+    if not isinstance(status, int):
+        return None
+    try:
+        code = json.loads(getattr(response, "body", None) or b"{}")["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        code = None
+    headers = getattr(response, "headers", None) or {}
+    return status == 503 and "Retry-After" in headers and code in TYPED_CODES
 
 
 def retry_delay(kind: str, attempt: int, retry_after: float | None, attempts: int = ATTEMPTS) -> float | None:
@@ -87,8 +107,15 @@ async def open_with_retry(
 @dataclass
 class ConnectLog:
     """A client process's opens: at most ``attempts`` each, the failed attempts by type and
-    every successful open as (when it began, time.time(); how long it took, ms)."""
+    every successful open as (when it began, time.time(); how long it took, ms); the chains
+    count the refusals that were not typed (``untyped``, by type)."""
 
     attempts: int = ATTEMPTS
     failures: Counter[str] = field(default_factory=Counter)
     opened: list[tuple[float, float]] = field(default_factory=list)
+    untyped: Counter[str] = field(default_factory=Counter)  # HTTP refusals not typed (typed_refusal)
+
+    def refused(self, exc: BaseException) -> None:
+        """Count a failed open that was an HTTP refusal without a typed ask to retry."""
+        if typed_refusal(exc) is False:
+            self.untyped[PREFIX + failure(exc)[0]] += 1

@@ -25,6 +25,8 @@ from .model import LoadResult, LoadSpec, TurnRecord
 PULL_EVERY_S = 5.0
 DONE_POLL_S = 0.5  # with rollouts_per_loop: how often the driver asks whether every loop ended
 RELEASE_DELAY_S = 1.0  # from the last connection open to the release of the first turns
+# chains and resume open no connection before the release: only ``start`` must reach every worker first
+CHAINS_RELEASE_DELAY_S = 0.25
 
 
 class Fleet(Protocol):
@@ -63,7 +65,8 @@ class Drive:
         released, the window set."""
         fleet, spec = self.fleet, self.spec
         self.connected = sum(fleet.call("connect"))
-        self.release_at = self.clock() + RELEASE_DELAY_S
+        delay = CHAINS_RELEASE_DELAY_S if spec.workload in ("chains", "resume") else RELEASE_DELAY_S
+        self.release_at = self.clock() + delay
         fleet.call("start", self.release_at)
         if spec.window_after_first_turns:
             self.start = max(fleet.call("first_turns_answered"))
@@ -103,8 +106,10 @@ class Drive:
         self.take([o["records"] for o in outs])
         errors = {int(k): v for o in outs for k, v in o["errors"].items()}
         connect_failures: Counter[str] = Counter()
+        untyped: Counter[str] = Counter()
         for o in outs:
             connect_failures.update(o.get("connect_failures") or {})
+            untyped.update(o.get("connect_untyped") or {})
         checks = [o["check"] for o in outs if o.get("check") is not None]
         for other in checks[1:]:
             checks[0].merge(other)
@@ -115,14 +120,18 @@ class Drive:
             window=(start, self.end),
             release_at=self.release_at,
             errors=errors,
-            # with arrivals each loop connects at its release: as the workers counted
-            connected=sum(c.connected for c in stats) if self.spec.arrivals else self.connected,
+            # with arrivals (or chains, resume) each loop connects at its release: as the workers counted
+            connected=sum(c.connected for c in stats)
+            if self.spec.arrivals or self.spec.workload in ("chains", "resume")
+            else self.connected,
             loops=self.spec.loops,
             lag_ms=[x for o in outs for x in o["lag_ms"]],
             stalls=[s for o in outs for s in o["stalls"]],
             check=checks[0] if checks else None,
             connect_failures=dict(connect_failures),
             connects=[c for o in outs for c in o.get("connects", ())],
+            connections=[c for o in outs for c in o.get("connections", ())],
+            connect_untyped=dict(untyped),
         )
 
 
@@ -176,6 +185,10 @@ class LoadRun:
     def running(self) -> int:
         """Loops still running (arriving, or in their rollouts; a held connection is not)."""
         return sum(self._drive.fleet.call("running"))
+
+    def in_turn(self) -> int:
+        """Loops waiting for the answer to a create now."""
+        return sum(self._drive.fleet.call("in_turn"))
 
     def opened(self) -> int:
         """Connections open now."""

@@ -242,6 +242,7 @@ class Loop:
                     None,
                     self.target,
                     error_code=type(exc).__name__,
+                    connection=None if self.channel.record is None else self.channel.record.index,
                 )
             )
             self.errors.append(f"{type(exc).__name__}: {exc}"[:200])
@@ -250,6 +251,8 @@ class Loop:
         server = server_timings(response) if response else None
         model = model_seconds(server)
         usage = (response or {}).get("usage") or {}
+        cached = (usage.get("input_tokens_details") or {}).get("cached_tokens")
+        conn = self.channel.record
         self.sink.append(
             TurnRecord(
                 self.index,
@@ -264,6 +267,8 @@ class Loop:
                 code,
                 connect_ms,
                 usage.get("output_tokens"),
+                None if conn is None else conn.index,
+                None if cached is None else int(cached),
             )
         )
         self.turns += 1

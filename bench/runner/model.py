@@ -11,13 +11,14 @@ own queueing, and a step with a saturated client is invalid (never the server's 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from ..stats import pct
 from .connecting import ATTEMPTS
+from .workloads import Chains, Resume
 
 if TYPE_CHECKING:
     from ..invariants import RunCheck
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 LAG_P99_LIMIT_MS = 20.0  # a client's event-loop lag p99 above this: saturated
 CPU_LIMIT = 0.8  # a client process's CPU time over wall time above this: saturated
 TRANSPORTS = ("ws", "http-full", "http-chained")
-WORKLOADS = ("capacity", "codex")
+WORKLOADS = ("capacity", "codex", "chains", "resume")
 KINDS = ("first", "steady", "rollout_first")
 BUSY_NODE_WAIT = 0.1  # a saturated client that waited this share of the time for a core: said so
 
@@ -58,7 +59,14 @@ class LoadSpec:
     before the release; the result's ``connects``.  ``hold``: a loop that stopped before the
     run's end keeps its connection open until the run ends (False: it closes it at once).
     ``open_timeout_s`` bounds one open; ``connect_attempts`` (1: none retried) bounds its
-    retries (bench/runner/connecting.py)."""
+    retries (bench/runner/connecting.py).
+
+    ``chains`` shapes the ``chains`` workload, ``resume`` the ``resume`` workload (with
+    ``rollouts_per_loop=1`` the run ends when every loop has resumed its session).  ``locate`` (``ws`` only): where each
+    connection went, a callable returning local port → the server serving it for the
+    connections it knows (the balancer's runtime API, bench/multinode/balancer.py); it runs in
+    the client processes (picklable, blocking: called in a thread), each connection looked up
+    once it opened (its :class:`ConnectionRecord`'s ``server``)."""
 
     targets: tuple[str, ...]
     loops: int
@@ -80,6 +88,9 @@ class LoadSpec:
     hold: bool = True
     open_timeout_s: float = 60.0
     connect_attempts: int = ATTEMPTS
+    chains: Chains = field(default_factory=Chains)
+    locate: Callable[[], dict[int, str]] | None = None
+    resume: Resume = field(default_factory=Resume)
 
     def __post_init__(self) -> None:
         if not self.targets:
@@ -96,6 +107,14 @@ class LoadSpec:
             raise ValueError(f"LoadSpec.connect_attempts must be at least 1, not {self.connect_attempts}")
         if self.check_events and self.transport != "ws":
             raise ValueError("LoadSpec.check_events checks WebSocket event streams: transport 'ws' only")
+        if self.locate is not None and self.transport != "ws":
+            raise ValueError("LoadSpec.locate finds WebSocket connections: transport 'ws' only")
+        if self.workload == "chains" and self.transport not in ("ws", "http-full"):
+            raise ValueError("LoadSpec's chains workload runs on transport 'ws' or 'http-full'")
+        if self.workload in ("chains", "resume") and (self.check_events or self.arrivals):
+            raise ValueError("LoadSpec.check_events and arrivals run the capacity or codex loop")
+        if self.workload == "resume" and self.transport != "ws":
+            raise ValueError("LoadSpec's resume workload resumes WebSocket sessions: transport 'ws' only")
 
     def target(self, loop: int) -> str:
         return self.targets[loop % len(self.targets)]
@@ -115,6 +134,19 @@ class TurnRecord:
     error_code: str | None = None  # the error's code, or the terminal status when not completed
     connect_ms: float | None = None  # when this turn opened its connection (codex workload)
     output_tokens: int | None = None
+    connection: int | None = None  # ws: the loop's connection it went on (ConnectionRecord.index)
+    cached_tokens: int | None = None  # the usage's ``input_tokens_details.cached_tokens``
+    # ws chains: the response this create started (from ``response.created``, else the terminal
+    # event), its ``store`` flag, the terminal event's type (None: none came) and its usage's
+    # ``input_tokens`` (None: it carried no usage); ``resent``: a create sent again after its
+    # connection ended without ``response.created`` (Chains.continue_stored)
+    response_id: str | None = None
+    store: bool | None = None
+    terminal: str | None = None
+    input_tokens: int | None = None
+    resent: bool = False
+    final_gap_ms: float | None = None  # ws chains: from the event before the terminal one to it
+    first_event_ms: float | None = None  # the resume workload: sent -> the answer's first event
 
     @property
     def done(self) -> float:
@@ -124,8 +156,43 @@ class TurnRecord:
     def nonmodel_ms(self) -> float | None:
         return None if self.model_ms is None else self.total_ms - self.model_ms
 
+    @property
+    def usage(self) -> tuple[int, int, int] | None:
+        """(input, cached, output) tokens as the terminal event's usage reported them (None:
+        it carried none), as the usage ledger's line holds them (bench/reconcile.py)."""
+        if self.input_tokens is None:
+            return None
+        return self.input_tokens, self.cached_tokens or 0, self.output_tokens or 0
+
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass
+class ConnectionRecord:
+    """One WebSocket connection of a loop, from its open to its end (bench/runner/channels.py)."""
+
+    loop: int
+    index: int  # the loop's connections in order, from 0 (TurnRecord.connection)
+    opened: float  # time.time() when it opened
+    local_port: int
+    server: str | None = None  # where it went, from the spec's ``locate`` (None: not known)
+    closed: float | None = None  # time.time() when it ended (None: open at the end of the run)
+    close_code: int | None = None  # the server's (1006: no close frame); None: open, or the client closed it
+    creates: int = 0  # ``response.create`` sent
+    created: int = 0  # ``response.created`` received
+    terminals: int = 0  # terminal events received
+    completed: int = 0  # ``response.completed`` received
+    shutting_down: int = 0  # creates answered with the error ``server_shutting_down``
+    in_flight: bool = False  # a create sent and its final event not received (at the end: cut)
+    stopped: bool = False  # the run ended before the loop was done with it
+    left_open: bool = False  # told server_shutting_down, not closed by the server in Chains.close_wait_s
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def open_at(self, t: float) -> bool:
+        return self.opened <= t and (self.closed is None or self.closed >= t)
 
 
 @dataclass
@@ -256,6 +323,10 @@ class LoadResult:
     # failed connection attempts by type (``connect:http_503``, ...), retried or not (bench/runner/connecting.py)
     connect_failures: dict[str, int] = field(default_factory=dict)
     connects: list[tuple[float, float]] = field(default_factory=list)  # (began, time.time(); ms) each open
+    connections: list[ConnectionRecord] = field(default_factory=list)  # ws: every connection opened
+    # chains: failed opens answered with an HTTP refusal that is not a typed ask to retry (a 503
+    # with Retry-After and an error body whose code asks for one: bench/runner/connecting.py), by type
+    connect_untyped: dict[str, int] = field(default_factory=dict)
 
     @property
     def saturated(self) -> bool:
@@ -292,6 +363,7 @@ class LoadResult:
             "nonmodel_ms": _q(m for r in ok if (m := r.nonmodel_ms) is not None),
             "ttft_ms": _q(r.ttft_ms for r in ok if r.ttft_ms is not None),
             "failures": dict(failures),
+            "closes": dict(Counter(c.close_code for c in self.connections if c.close_code is not None)),
             "valid": not self.saturated,
             "invalid_reason": self.reason,
             "clients": [c.as_dict() for c in self.clients],

@@ -14,16 +14,20 @@ It measures itself while it runs: its process CPU time, sampled every
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import time
 from collections.abc import Callable
 from typing import Any
 
 from ..invariants import RunCheck
-from .channels import Channel, CheckedWsChannel, HttpChannel, WsChannel, http_client
+from .chains import ChainLoop, HttpChainLoop
+from .channels import Channel, CheckedWsChannel, Connections, HttpChannel, WsChannel, http_client
 from .connecting import ConnectLog
+from .locate import Locator
 from .loop import HISTORY_POOL, Encoder, Loop, Pace, workload
-from .model import ClientStats, LoadSpec, TurnRecord, client_stats
+from .model import ClientStats, ConnectionRecord, LoadSpec, TurnRecord, client_stats
+from .resume import ResumeLoop
 
 LAG_TICK_S = 0.01
 CPU_SAMPLE_S = 0.5
@@ -73,12 +77,11 @@ class LoadWorker:
     ) -> None:
         self.spec = spec
         self.node_id, self.node_ip = node_id, node_ip
-        w = spec.custom_workload or workload(spec.preset, spec.seed, spec.resume_tokens)
-        self.enc = Encoder.build(w, spec.transport, spec.store, f"{spec.seed}/{loops[:1]}")
+        self._encoder: Encoder | None = None  # built when a loop needs it (chains send their own)
         self.records: list[TurnRecord] = []
         self.pace: Pace | None = None
         self.loop_indices = loops
-        self.loops: list[Loop] = []
+        self.loops: list[Loop | ChainLoop | ResumeLoop] = []
         self.ready: list[bool] = []
         self.http: dict[str, Any] = {}
         self.ticks: list[tuple[float, float]] = []
@@ -90,24 +93,90 @@ class LoadWorker:
         self.release_at = 0.0
         self.check = RunCheck() if spec.check_events else None
         self.connects = ConnectLog(spec.connect_attempts)  # every open and failed attempt
+        self.locator = None if spec.locate is None else Locator(spec.locate)
+        self.connections = Connections(self._locate if self.locator is not None else None)
 
-    def _channel(self, target: str) -> Channel:
+    async def _locate(self, record: ConnectionRecord) -> None:
+        assert self.locator is not None
+        record.server = await self.locator.find(record.local_port)
+
+    def _ws(self, target: str, loop: int, headers: dict[str, str] | None = None) -> WsChannel:
+        spec = self.spec
+        ping = spec.chains.ping_interval_s if spec.workload == "chains" else None
+        compression = {"chains": spec.chains.compression, "resume": spec.resume.compression}.get(
+            spec.workload
+        )
+        return WsChannel(
+            target,
+            spec.api_key,
+            spec.open_timeout_s,
+            connections=self.connections,
+            loop=loop,
+            compression=compression,
+            headers=headers,
+            lookup_in_background=spec.workload == "resume",  # a resume's first create is not delayed
+            **({} if ping is None else {"ping_interval_s": ping}),
+        )
+
+    def _channel(self, target: str, loop: int) -> Channel:
         if self.check is not None:
             name = f"{os.getpid()}.{self.check.counts['connections']}"
             return CheckedWsChannel(target, self.spec.api_key, self.check.connection(name))
         if self.spec.transport == "ws":
-            return WsChannel(target, self.spec.api_key, self.spec.open_timeout_s)
+            return self._ws(target, loop)
         if target not in self.http:
             self.http[target] = http_client(target, self.spec.api_key)
         return HttpChannel(self.http[target])
 
-    def _maker(self, target: str) -> Callable[[], Channel]:
-        return lambda: self._channel(target)
+    def _maker(self, target: str, loop: int) -> Callable[[], Channel]:
+        return lambda: self._channel(target, loop)
+
+    @property
+    def enc(self) -> Encoder:
+        """The pre-encoded parts of the creates of the spec's workload (built once)."""
+        if self._encoder is None:
+            spec = self.spec
+            w = spec.custom_workload or workload(spec.preset, spec.seed, spec.resume_tokens)
+            self._encoder = Encoder.build(
+                w, spec.transport, spec.store, f"{spec.seed}/{self.loop_indices[:1]}"
+            )
+        return self._encoder
+
+    def _ws_maker(self, target: str, loop: int) -> Callable[[], WsChannel]:
+        return lambda: self._ws(target, loop)
 
     async def connect(self) -> int:
         """Build the loops, open their connections (with ``arrivals``: none yet, each opens at
         its release); how many opened."""
         self.pace = Pace(len(self.loop_indices), rollouts=self.spec.rollouts_per_loop)
+        if self.spec.workload == "resume":  # each loop opens its session's connections itself
+            for i in self.loop_indices:
+                target = self.spec.target(i)
+                opener = functools.partial(self._ws, target, i)
+                self.loops.append(
+                    ResumeLoop(i, target, self.spec.resume, self.pace, self.records, opener, self.connects)
+                )
+            self.ready = [True] * len(self.loops)
+            self.watcher = asyncio.create_task(watch_lag(self.ticks, self.cpu, self.stalls, self.waits))
+            return 0
+        if self.spec.workload == "chains":  # each loop opens its connections itself, one a chain
+            for i in self.loop_indices:
+                target = self.spec.target(i)
+                chains = self.spec.chains
+                if self.spec.transport != "ws":
+                    maker = self._maker(target, i)
+                    http = HttpChainLoop(i, target, chains, self.pace, self.records, maker, self.spec.seed)
+                    self.loops.append(http)
+                    continue
+                ws_maker = self._ws_maker(target, i)
+                self.loops.append(
+                    ChainLoop(
+                        i, target, chains, self.pace, self.records, ws_maker, self.connects, self.spec.seed
+                    )
+                )
+            self.ready = [True] * len(self.loops)
+            self.watcher = asyncio.create_task(watch_lag(self.ticks, self.cpu, self.stalls, self.waits))
+            return 0
         fresh = self.spec.workload == "codex"
         for i in self.loop_indices:
             target = self.spec.target(i)
@@ -118,7 +187,7 @@ class LoadWorker:
                     self.enc,
                     self.pace,
                     self.records,
-                    self._maker(target),
+                    self._maker(target, i),
                     fresh_connection=fresh,
                     connects=self.connects,
                 )
@@ -131,7 +200,7 @@ class LoadWorker:
             return 0
         sem = asyncio.Semaphore(CONNECT_CONCURRENCY)
 
-        async def open_one(lp: Loop) -> bool:
+        async def open_one(lp: Loop | ChainLoop | ResumeLoop) -> bool:
             async with sem:
                 try:
                     await lp.open()
@@ -154,7 +223,7 @@ class LoadWorker:
         self.release_at = release_at
         step = spec.ramp_s / spec.loops
 
-        async def run(k: int, lp: Loop) -> None:
+        async def run(k: int, lp: Loop | ChainLoop | ResumeLoop) -> None:
             at = release_at + lp.index * step
             ran = False
             try:
@@ -194,6 +263,10 @@ class LoadWorker:
         """How many of this process's loops are still running."""
         return sum(not t.done() for t in self.tasks)
 
+    async def in_turn(self) -> int:
+        """How many of this process's loops wait for the answer to a create now."""
+        return sum(lp.in_turn for lp in self.loops)
+
     async def opened(self) -> int:
         """How many of this process's connections are open."""
         return sum(lp.channel.is_open for lp in self.loops)
@@ -202,7 +275,11 @@ class LoadWorker:
         """``turns`` turns, one after another, on every connection held open (its loop
         stopped), all at once; each a new rollout's first create (kind ``held``).  How many
         completed."""
-        held = [lp for lp, t in zip(self.loops, self.tasks) if t.done() and lp.channel.is_open]
+        held = [
+            lp
+            for lp, t in zip(self.loops, self.tasks)
+            if t.done() and lp.channel.is_open and isinstance(lp, Loop)
+        ]
 
         async def chain(lp: Loop) -> int:
             done = 0
@@ -244,7 +321,10 @@ class LoadWorker:
             self.ticks,
             window,
             loops=len(self.loops),
-            connected=sum(self.ready),
+            # chains, resume: the loops that opened a connection (each opens its own)
+            connected=len({r.loop for r in self.connections.records})
+            if self.spec.workload in ("chains", "resume")
+            else sum(self.ready),
             waits=self.waits,
         )
         return {
@@ -255,5 +335,7 @@ class LoadWorker:
             "lag_ms": [ms for t, ms in self.ticks if window[0] <= t <= window[1]],
             "check": self.check,
             "connect_failures": dict(self.connects.failures),
+            "connect_untyped": dict(self.connects.untyped),
             "connects": self.connects.opened,
+            "connections": self.connections.records,
         }

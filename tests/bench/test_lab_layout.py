@@ -16,29 +16,37 @@ pytestmark = pytest.mark.unit
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 # The kinds that apply load: their loops run on the load runner (directly, or through the
-# capacity kind's level), none opens a socket for them.
+# capacity kind's level or the ledger kind's clients), none opens a socket for them.
 LOAD_KINDS = {
     "bench/kinds/admission.py",
     "bench/kinds/capacity.py",
+    "bench/kinds/drain.py",
+    "bench/kinds/ledger.py",
+    "bench/kinds/ledger_nodes.py",
+    "bench/kinds/resume.py",
     "bench/kinds/scaling.py",
     "bench/kinds/soak.py",
     "bench/kinds/streams.py",
+    "bench/multinode/load.py",
     "bench/multinode/scaling.py",
 }
-ON_THE_RUNNER = ("bench.runner", "bench.kinds.capacity.one_level")
-# The rule: a module opens connections of its own only to measure what a load's per-turn
-# records (bench/runner's TurnRecord: a turn's times, its tokens, how it ended) cannot hold.
+ON_THE_RUNNER = ("bench.runner", "bench.kinds.capacity.one_level", "bench.kinds.ledger.Clients")
+# The rule: a module opens connections of its own only to measure what a load's records
+# (bench/runner's TurnRecord: a turn's times, its tokens, how it ended, its response and usage;
+# ConnectionRecord: a connection's node, its creates and answers, its close code) cannot hold.
+# Each reason is checked where the code can show it
+# (:func:`test_each_reason_holds_where_the_code_can_show_it`).
 REASONS = {
     "probe": "one socket's turns, one at a time: a probe's latency or cost beside (or without) a load",
     "connections": "connections themselves: opened, held or resumed, their cost or handshake, few or no turns",
-    "faults": "each socket's or turn's fate across kills, drains and redeploys: close codes, nodes, counts",
+    "resume": "a session's state across a dropped socket: its resume token, the node and replica it comes back to",
     "client": "the lab's own clients: the runner's channel, the agentloop kind's transports, the reference",
 }
 # Modules that open connections themselves: (their reason, what they measure).
 OWN_CONNECTIONS = {
     "bench/kinds/scaling.py": (
         "connections",
-        "idle connections held (memory and CPU per connection), no turns",
+        "idle connections opened one at a time (how fast the gateways take them), memory and CPU each",
     ),
     "bench/kinds/floor.py": (
         "probe",
@@ -52,21 +60,9 @@ OWN_CONNECTIONS = {
         "(previous_response_id of a stored response: no runner loop sends one) beside HTTP load",
     ),
     "bench/kinds/fidelity.py": ("probe", "one conversation on a real engine and on its emulated twin"),
-    "bench/multinode/locality.py": ("probe", "one client's resumes against the node that holds its state"),
-    "bench/kinds/resume.py": ("connections", "a reconnect's time to the next turn's first event"),
-    "bench/multinode/scaling.py": (
-        "connections",
-        "connections held through the balancer: the store's cost each, no turns",
-    ),
-    "bench/kinds/ledger.py": ("faults", "turns reconciled with the usage ledger across SIGKILLs"),
-    "bench/kinds/drain.py": (
-        "faults",
-        "sockets mid-turn across a redeploy: nothing reset, lost or unanswered",
-    ),
-    "bench/multinode/load.py": (
-        "faults",
-        "chains through the balancer across node kills and drains: each socket's node, close code, "
-        "creates answered",
+    "bench/multinode/locality.py": (
+        "resume",
+        "each session's replica pin and cached tokens across a resume on the other node and Serve's scaling",
     ),
     "bench/transports.py": (
         "client",
@@ -77,6 +73,14 @@ OWN_CONNECTIONS = {
     "bench/reference.py": (
         "client",
         "one turn of each kind recorded from the server, the reference's answers",
+    ),
+}
+# The modules that run many clients of their own at once (a load, off the runner), and what the
+# runner does not do that they need.  A module new here moves to bench/runner instead.
+LOADS_OFF_THE_RUNNER = {
+    "bench/multinode/locality.py": (
+        "its sessions' phases (replica pins, a resume moved to the other node, Serve scaling the replicas "
+        "under load) are steps the runner's resume workload does not take"
     ),
 }
 
@@ -131,26 +135,93 @@ def test_the_kinds_that_apply_load_run_it_on_the_load_runner():
         assert not own, f"{path} applies load with a client of its own: {own}"
 
 
-def opens_sockets_by_the_many(path: str) -> bool:
+REPEATED = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.For, ast.AsyncFor, ast.While)
+
+
+def called(call: ast.AST) -> str | None:
+    """The name a call calls (``f(…)``, ``x.f(…)``), None for anything else."""
+    if not isinstance(call, ast.Call):
+        return None
+    return getattr(call.func, "id", None) or getattr(call.func, "attr", None)
+
+
+def opens_sockets_by_the_many(tree: ast.Module) -> bool:
     """The module calls ``connect`` inside a comprehension (how N sockets are opened at once)."""
-    tree = parsed(BENCH.parent / path)
     comps = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
     return any(
-        isinstance(call, ast.Call)
-        and (getattr(call.func, "id", None) == "connect" or getattr(call.func, "attr", None) == "connect")
+        called(call) == "connect"
         for comp in ast.walk(tree)
         if isinstance(comp, comps)
         for call in ast.walk(comp)
     )
 
 
-def test_a_probe_opens_its_sockets_one_at_a_time():
-    """A module that opens its own sockets as a probe does not open many at once: that is a
-    load, and a load runs on bench/runner."""
-    probes = [path for path, (reason, _) in OWN_CONNECTIONS.items() if reason == "probe"]
-    many = [path for path in probes if opens_sockets_by_the_many(path)]
-    assert not many, f"these probes open sockets by the many (a load: run it on bench/runner): {many}"
-    assert opens_sockets_by_the_many("bench/multinode/scaling.py")  # the check sees a gather of connects
+def runs_clients_by_the_many(tree: ast.Module) -> set[str]:
+    """The functions of the module that open sockets (they call ``connect``) which it starts
+    many at once: called in a comprehension or a loop and not awaited there (a task, a
+    gather's member), where ``await f()`` and ``asyncio.run(f())`` run one after another."""
+    openers = {
+        f.name
+        for f in ast.walk(tree)
+        if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)
+        and any(called(c) == "connect" for c in ast.walk(f))
+    }
+    one_by_one = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Await)}
+    one_by_one |= {id(n.args[0]) for n in ast.walk(tree) if called(n) == "run" and getattr(n, "args", None)}
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, REPEATED):
+            body = node.body if isinstance(node, ast.For | ast.AsyncFor | ast.While) else [node]
+            out |= {
+                name
+                for part in body
+                for c in ast.walk(part)
+                if (name := called(c)) in openers and id(c) not in one_by_one
+            }
+    return out
+
+
+def module(path: str) -> ast.Module:
+    return parsed(BENCH.parent / path)
+
+
+def test_the_checks_see_sockets_and_clients_opened_by_the_many():
+    many_sockets = ast.parse(
+        "async def f(n):\n    return await asyncio.gather(*(connect(u) for _ in range(n)))"
+    )
+    many_clients = ast.parse(
+        "async def client(u):\n    async with connect(u) as s: ...\n"
+        "async def main(n):\n    await asyncio.gather(*[client(u) for _ in range(n)])"
+    )
+    one_by_one = ast.parse(
+        "async def client(u):\n    async with connect(u) as s: ...\n"
+        "def main(n):\n    for _ in range(n):\n        asyncio.run(client(u))\n"
+        "async def amain(n):\n    for _ in range(n):\n        await client(u)"
+    )
+    assert opens_sockets_by_the_many(many_sockets) and not opens_sockets_by_the_many(many_clients)
+    assert (
+        runs_clients_by_the_many(many_clients) == {"client"} and runs_clients_by_the_many(one_by_one) == set()
+    )
+
+
+def test_each_reason_holds_where_the_code_can_show_it():
+    """A probe opens its sockets one at a time and runs no clients at once; a module that runs
+    many clients of its own at once is a load and says what keeps it off the runner; a lab
+    client is used by another lab module."""
+    mods = lab_modules()
+    loads = {path for path in OWN_CONNECTIONS if runs_clients_by_the_many(module(path))}
+    assert loads == set(LOADS_OFF_THE_RUNNER), (
+        f"run these loads on bench/runner: {sorted(loads - set(LOADS_OFF_THE_RUNNER))}; "
+        f"listed as loads but running none: {sorted(set(LOADS_OFF_THE_RUNNER) - loads)}"
+    )
+    for path, (reason, _) in OWN_CONNECTIONS.items():
+        tree = module(path)
+        if reason == "probe":
+            assert not opens_sockets_by_the_many(tree) and path not in loads, f"{path}: a load, not a probe"
+        if reason == "client":
+            name = path.removesuffix(".py").replace("/", ".")
+            users = [p for p, names in mods.items() if p != path and any(n.startswith(name) for n in names)]
+            assert users, f"{path}: a client no other lab module uses"
 
 
 def test_every_module_that_opens_connections_itself_says_what_it_measures_instead():

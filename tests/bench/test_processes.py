@@ -34,3 +34,30 @@ def test_precise_cpu_counts_this_process_threads():
     while time.process_time() - t0 < 0.02:
         pass
     assert processes.cpu_precise_s(os.getpid()) > before
+
+
+def test_the_sampler_samples_its_groups_until_stopped_and_once_more():
+    sampler = processes.CpuSampler({os.getpid(): "host"}, 0.01, waits=True)
+    with sampler:
+        deadline = 1e6
+        while len(sampler.samples) < 2 and deadline:  # a bounded wait for the thread's samples
+            deadline -= 1
+            sum(range(1000))
+    assert len(sampler.samples) >= 3  # the thread's, and one at the stop
+    times = [t for t, _ in sampler.samples]
+    assert times == sorted(times)
+    last = sampler.samples[-1][1]
+    assert last["host"] > 0 and "wait:host" in last and last["ray"] == 0
+
+
+def test_the_sampler_reports_each_group_s_cores_between_two_times():
+    sampler = processes.CpuSampler({1: "host", 2: "host", 3: "replica"}, 1.0)
+    sampler.samples = [
+        (10.0, {"host": 1.0, "replica": 0.0}),
+        (11.0, {"host": 1.5, "replica": 0.25}),
+        (12.0, {"host": 2.0, "replica": 1.0}),
+        (13.0, {"host": 9.0, "replica": 9.0}),
+    ]
+    assert sampler.cores(10.0, 12.0) == {"host": 0.5, "replica": 0.5}
+    assert sampler.cores(10.5, 12.5) == {"host": 0.5, "replica": 0.75}
+    assert sampler.cores(11.5, 12.5) == {"host": 0.0, "replica": 0.0}  # one sample: no window

@@ -149,7 +149,7 @@ def run_worker(spec: LoadSpec, sockets: list[Socket]) -> tuple[dict[str, Any], l
     answered after every loop arrived and after the held turns."""
     worker = LoadWorker(spec, list(range(spec.loops)))
     made = iter(sockets)
-    worker._channel = lambda target: next(made)  # type: ignore[method-assign]
+    worker._channel = lambda target, loop: next(made)  # type: ignore[method-assign]
 
     async def main() -> tuple[dict[str, Any], list[int]]:
         await worker.connect()

@@ -268,12 +268,12 @@ def test_an_expired_or_never_issued_token_gets_invalid_resume_token(cluster):
 
 def test_bench_resume_resumes_every_chain_through_the_labs_client(cluster):
     """``responses-ws bench resume``'s clients, small: each drops its socket (a TCP abort) and
-    resumes with its token through bench.client.connect, and its chain goes on."""
+    resumes with its token (the load runner's ``resume`` workload), and its chain goes on."""
     from bench.kinds.resume import Plan, drive, summary
 
     plan = Plan(clients=2, resumes=2, steady=1, prefix_tokens=200, text_tokens=8)
     url = f"ws://127.0.0.1:{cluster('rws-any-c')}/v1/responses"
-    s = summary(run(drive(url, plan, lambda port: None, api_key=KEY)))
+    s = summary(run(drive(url, plan, api_key=KEY)))
     assert s["errors"] == []
     assert s["resumes"] == plan.clients * plan.resumes
     assert s["resume_first_event_ms"]["n"] == plan.clients * plan.resumes

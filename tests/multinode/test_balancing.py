@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 
 from bench.multinode import Harness
-from bench.multinode.load import run_load
+from bench.multinode.load import clients_figures, run_load
 
 
 def test_clients_through_the_balancer_are_served_by_both_session_nodes(harness: Harness):
-    clients = asyncio.run(
-        run_load(
-            harness.ws_url, clients=8, duration_s=8.0, servers=harness.connection_servers, turns_per_chain=3
-        )
+    load = run_load(
+        harness.ws_url, clients=8, duration_s=8.0, servers=harness.connection_lookup, turns_per_chain=3
     )
+    clients = load.clients
     conns = [c for cl in clients for c in cl.connections]
     per_node = Counter(c.server for c in conns)
     turns = Counter()
@@ -23,6 +21,7 @@ def test_clients_through_the_balancer_are_served_by_both_session_nodes(harness: 
     print(
         f"\n{len(conns)} connections, {sum(turns.values())} turns; by session node: "
         + ", ".join(f"{n}: {per_node[n]} connections, {turns[n]} turns" for n in sorted(per_node, key=str))
+        + f"; the load's clients: {clients_figures(load.result)}"
     )
     assert [e for cl in clients for e in cl.errors] == []
     assert [c.close_code for c in conns if c.close_code is not None] == []

@@ -9,7 +9,6 @@ this order."""
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import os
 import statistics
@@ -17,7 +16,7 @@ import threading
 import time
 
 from bench.multinode import Harness
-from bench.multinode.load import Client, run_load
+from bench.multinode.load import clients_figures, run_load
 from tests.multinode.conftest import INFERENCE_REPLICAS, wait_up
 from tests.support.waiting import wait_until
 
@@ -31,21 +30,20 @@ def test_sigkill_of_a_session_node_affects_only_its_clients(harness: Harness):
     victim, survivor = (n.name for n in harness.session_nodes[:2])
     killed: dict[str, float] = {}
 
-    def kill(clients: list[Client]) -> None:
+    def kill() -> None:
         killed["at"] = time.monotonic()
         killed["processes"] = harness.kill(victim)
 
-    clients = asyncio.run(
-        run_load(
-            harness.ws_url,
-            clients=12,
-            duration_s=20.0,
-            servers=harness.connection_servers,
-            during=kill,
-            during_at_s=6.0,
-            turns_per_chain=10_000,  # one connection per client until something closes it
-        )
+    load = run_load(
+        harness.ws_url,
+        clients=12,
+        duration_s=20.0,
+        servers=harness.connection_lookup,
+        during=kill,
+        during_at_s=6.0,
+        turns_per_chain=10_000,  # one connection per client until something closes it
     )
+    clients = load.clients
     t = killed["at"]
     on = {c.index: c.connection_at(t) for c in clients}
     assert all(conn is not None and conn.server in (victim, survivor) for conn in on.values()), on
@@ -68,7 +66,7 @@ def test_sigkill_of_a_session_node_affects_only_its_clients(harness: Harness):
         f"p50 {statistics.median(back):.2f}s, max {max(back):.2f}s after their close\n"
         f"  {survivor}'s clients: {sum(len(c.closes) for c in spared)} closes, "
         f"{sum(sum(x > t for x in on[c.index].completions) for c in spared)} turns completed after the kill"
-        f"\n  balancer: {harness.server_states()}"
+        f"\n  balancer: {harness.server_states()}\n  the load's clients: {clients_figures(load.result)}"
     )
     assert hit and spared
     assert all(code in (1006, 1011, 1012) for code in codes), codes
@@ -109,7 +107,7 @@ def test_a_drain_under_load_fails_the_health_check_first_and_loses_nothing(harne
             )
             stop_probing.wait(0.1)
 
-    def drain(clients: list[Client]) -> None:
+    def drain() -> None:
         threading.Thread(target=probe, daemon=True).start()
         wait_until(  # the probes see the node ready before the drain: its 503 is the drain's
             lambda: any(status == 200 and state.startswith("UP") for _, status, state in probes),
@@ -121,22 +119,21 @@ def test_a_drain_under_load_fails_the_health_check_first_and_loses_nothing(harne
 
     asked: list[float] = []  # when ``ray drain-node`` was started
     try:
-        clients = asyncio.run(
-            run_load(
-                harness.ws_url,
-                clients=DRAIN_CLIENTS,
-                duration_s=DRAIN_AT_S + DRAIN_DEADLINE_S + 6.0,
-                servers=harness.connection_servers,
-                during=drain,
-                during_at_s=DRAIN_AT_S,
-                turns_per_chain=10_000,
-                think_s=0.5,
-                reconnect_s=0.5,
-                open_timeout_s=30.0,
-                ping_interval_s=None,
-                resend_history=True,
-            )
+        load = run_load(
+            harness.ws_url,
+            clients=DRAIN_CLIENTS,
+            duration_s=DRAIN_AT_S + DRAIN_DEADLINE_S + 6.0,
+            servers=harness.connection_lookup,
+            during=drain,
+            during_at_s=DRAIN_AT_S,
+            turns_per_chain=10_000,
+            think_s=0.5,
+            reconnect_s=0.5,
+            open_timeout_s=30.0,
+            ping_interval_s=None,
+            resend_history=True,
         )
+        clients = load.clients
     finally:
         stop_probing.set()
     (d,) = drains
@@ -182,7 +179,7 @@ def test_a_drain_under_load_fails_the_health_check_first_and_loses_nothing(harne
         f"{sum(on[c.index] is not None and on[c.index].server is None for c in clients)} not located; "
         f"turns in all: {sum(x.turns for c in clients for x in c.connections if x.server == node)} turns "
         f"on {node}, {sum(x.turns for c in clients for x in c.connections if x.server == other)} on {other}, "
-        f"{sum(c.failed_connects for c in clients)} failed connects, connections by node "
+        f"{load.failed_connects} failed connects, connections by node "
         f"{collections.Counter(x.server for c in clients for x in c.connections)}\n"
         f"  /readyz 503 first at {rel(first_503)}, balancer DOWN at {rel(first_down)}; "
         f"{node}'s sockets closed {rel(first_close)}-{rel(max(closed, default=None))}, codes {codes}\n"
@@ -196,7 +193,8 @@ def test_a_drain_under_load_fails_the_health_check_first_and_loses_nothing(harne
         f"{sum(n > 0 for n in first_cached)}/{len(first_cached)} (median {statistics.median(first_cached) if first_cached else 0}"
         f", steady-state turns' median {statistics.median(steady) if steady else 0})\n"
         f"  {other}'s clients: {sum(len(c.closes) for c in spared)} closes; errors "
-        f"{[e for c in clients for e in c.errors][:5]}; balancer: {harness.server_states()}"
+        f"{[e for c in clients for e in c.errors][:5]}; balancer: {harness.server_states()}\n"
+        f"  the load's clients: {clients_figures(load.result)}"
     )
     assert d.killed_at is not None and d.killed_at >= d.deadline_at
     assert len(hit) >= len(clients) // 4 and spared, (len(hit), len(spared))
