@@ -80,6 +80,9 @@ class LoopbackCluster:
             {
                 MARKER: self.marker,
                 "RAY_metrics_report_interval_ms": "500",
+                # Serve's controller reconciles every 0.25 s (a development node's 1 s when this
+                # process runs one): each step's new gateway count runs sooner
+                "RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "0.25",
                 "RAY_AUTH_MODE": "token",
                 "RAY_AUTH_TOKEN": self.token,
             }
