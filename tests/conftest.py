@@ -39,6 +39,9 @@ MULTINODE_DIR = "multinode"
 # in the order the tests need them) start in the background while the tests that need none
 # of them run first.
 LAST_TIERS = ("operations", "cluster")
+# Their tests are `operations` (`make test-operations`), except one marked `default_tier`: the
+# scaling experiment's loopback case (tests/cluster/test_scaling_experiment.py), which runs
+# in `make test`, last.
 CHILDREN = ("operator_server", "json_logs_server", "shared_ray_cluster", "cluster_scenario")
 # Parallel workers (not what `make test` runs: docs/testing.md): `pytest -n 2 --dist
 # loadgroup --no-loadscope-reorder`.  A Ray lives in one worker process, so the tests that
@@ -80,6 +83,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "operations: tests/operations and tests/cluster, Rays of their own (make test-operations)"
     )
+    config.addinivalue_line(
+        "markers", "default_tier: a test of tests/operations or tests/cluster that runs in the default tier"
+    )
     config.addinivalue_line("markers", "xdist_group(name): pytest-xdist keeps a group on one worker")
 
 
@@ -99,7 +105,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.real_model)
         if tier(item) == MULTINODE_DIR:
             item.add_marker(pytest.mark.multinode)
-        if tier(item) in LAST_TIERS:
+        if tier(item) in LAST_TIERS and item.get_closest_marker("default_tier") is None:
             item.add_marker(pytest.mark.operations)
         # A test of no group goes with its module: a worker takes a module at a time (one
         # test at a time, it would wait for the scheduler between every two tests).
@@ -131,18 +137,31 @@ def ray_start_lock_path(tmp_path_factory) -> Path:
     return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "ray-start.lock"
 
 
+# The embedded Ray's Serve controller reconciles every 0.25 s, not a development node's 1 s
+# (serve/ray_options.py DEV_NODE_ENV): an app the suite deploys (`start_app`, ~30 of them) runs
+# ~3 s sooner, a redeploy's or a deletion's steps follow each other sooner, at no idle cost
+# measured (docs/testing.md).  Only the embedded Ray's processes get it: the programs the
+# tests start afterwards (`responses-ws serve`, `ray start` nodes) get the development node's.
+SUITE_RAY_ENV = {"RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "0.25"}
+
+
 @pytest.fixture(scope="session")
 def ray_cluster(ray_start_lock_path):
     import ray
 
-    from serve.embedded import embedded_ray
+    from serve.embedded import DEV_NODE_ENV, embedded_ray
     from tests.support.children import ray_start_lock
 
+    added = {k: v for k, v in SUITE_RAY_ENV.items() if k not in os.environ}  # a value set by hand wins
     with contextlib.ExitStack() as stack:
         with ray_start_lock(ray_start_lock_path):
-            # its end takes Serve and every actor with it
-            # the `client` resource: the load runner's actors may run here (bench/runner)
-            stack.enter_context(embedded_ray(object_store_mb=200, num_cpus=2, resources={"client": 1}))
+            os.environ.update(added)
+            try:
+                # its end takes Serve and every actor with it
+                # the `client` resource: the load runner's actors may run here (bench/runner)
+                stack.enter_context(embedded_ray(object_store_mb=200, num_cpus=2, resources={"client": 1}))
+            finally:
+                os.environ.update({k: DEV_NODE_ENV[k] for k in added})  # what embedded_ray puts there
         yield ray
 
 
