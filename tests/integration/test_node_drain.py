@@ -53,7 +53,8 @@ class Socket:
     other_errors: list[dict] = field(default_factory=list)
     completed: list[str] = field(default_factory=list)
     created: list[str] = field(default_factory=list)
-    created_after_refusal: list[str] = field(default_factory=list)  # must stay empty
+    created_seq: list[int] = field(default_factory=list)  # each created response's create: its place
+    sent_before_refusal: int | None = None  # creates sent when the first refusal arrived
     close_code: int | None = None
     closed_at: float = 0.0
     last_terminal_at: float = 0.0
@@ -71,7 +72,7 @@ async def client(url: str, streaming: bool, started: asyncio.Event, draining: as
         async def sender() -> None:
             await draining.wait()
             while True:  # creates keep coming while the node drains, until the close
-                await ws.send(create(input="more"))
+                await ws.send(create(input="more", metadata={"seq": str(seen.creates_sent)}))
                 seen.creates_sent += 1
                 await asyncio.sleep(0.05)  # the pace of a client that keeps sending: the workload
 
@@ -81,14 +82,15 @@ async def client(url: str, streaming: bool, started: asyncio.Event, draining: as
                 event = validated(await ws.recv())
                 if event["type"] == "response.created":
                     seen.created.append(event["response"]["id"])
-                    if seen.refused:
-                        seen.created_after_refusal.append(event["response"]["id"])
+                    seen.created_seq.append(int((event["response"].get("metadata") or {}).get("seq", 0)))
                     started.set()
                 elif event["type"] == "response.completed":
                     seen.completed.append(event["response"]["id"])
                     seen.last_terminal_at = time.monotonic()
                 elif event["type"] == "error":
                     if event["error"]["code"] == "server_shutting_down" and event["status"] == 503:
+                        if not seen.refused:
+                            seen.sent_before_refusal = seen.creates_sent
                         seen.refused += 1
                     else:
                         seen.other_errors.append(event)
@@ -174,10 +176,13 @@ def test_a_node_drain_fails_readyz_first_answers_every_create_and_closes_1012_in
         assert s.other_errors == [], s.other_errors
         # Every response that started ended before its socket closed.  A create sent in the
         # moment before the session host learnt of the drain may still run (the first "more"
-        # can beat the host's notice on a loaded machine); none sent after the socket's first
-        # refusal does.
+        # can beat the host's notice on a loaded machine: queued behind the streaming response,
+        # it starts after later creates were refused); none sent after the socket's first
+        # refusal does: every response created is one of the creates sent before it (each
+        # create names its place in the socket's sending order in its metadata, echoed).
         assert s.created == s.completed and len(s.created) >= (1 if s.streaming else 0), s
-        assert s.created_after_refusal == [] and s.refused > 0, s
+        assert s.refused > 0 and s.sent_before_refusal is not None, s
+        assert all(seq < s.sent_before_refusal for seq in s.created_seq), s
         assert s.last_terminal_at <= s.closed_at
         # Every create was answered (a refusal, or the response itself), but at most the one
         # on the wire when the close frame left.
