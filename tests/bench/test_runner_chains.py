@@ -70,7 +70,7 @@ def test_a_connection_is_located_only_in_a_reading_begun_after_it_opened():
         while not calls:
             await asyncio.sleep(0.001)
         found = asyncio.create_task(locator.find(7))
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0)  # one turn of the loop: `found` notes its opening and waits on that reading
         gate.set()
         early.cancel()
         unknown = await Locator(lambda: {}, every_s=0.01, timeout_s=0.05).find(7)
