@@ -28,6 +28,7 @@ LOAD_KINDS = {
     "bench/kinds/soak.py",
     "bench/kinds/streams.py",
     "bench/multinode/load.py",
+    "bench/multinode/locality.py",
     "bench/multinode/scaling.py",
 }
 ON_THE_RUNNER = ("bench.runner", "bench.kinds.capacity.one_level", "bench.kinds.ledger.Clients")
@@ -39,7 +40,6 @@ ON_THE_RUNNER = ("bench.runner", "bench.kinds.capacity.one_level", "bench.kinds.
 REASONS = {
     "probe": "one socket's turns, one at a time: a probe's latency or cost beside (or without) a load",
     "connections": "connections themselves: opened, held or resumed, their cost or handshake, few or no turns",
-    "resume": "a session's state across a dropped socket: its resume token, the node and replica it comes back to",
     "client": "the lab's own clients: the runner's channel, the agentloop kind's transports, the reference",
 }
 # Modules that open connections themselves: (their reason, what they measure).
@@ -60,10 +60,6 @@ OWN_CONNECTIONS = {
         "(previous_response_id of a stored response: no runner loop sends one) beside HTTP load",
     ),
     "bench/kinds/fidelity.py": ("probe", "one conversation on a real engine and on its emulated twin"),
-    "bench/multinode/locality.py": (
-        "resume",
-        "each session's replica pin and cached tokens across a resume on the other node and Serve's scaling",
-    ),
     "bench/transports.py": (
         "client",
         "one agent turn per transport, the agentloop kind's side-by-side rollouts",
@@ -77,12 +73,7 @@ OWN_CONNECTIONS = {
 }
 # The modules that run many clients of their own at once (a load, off the runner), and what the
 # runner does not do that they need.  A module new here moves to bench/runner instead.
-LOADS_OFF_THE_RUNNER = {
-    "bench/multinode/locality.py": (
-        "its sessions' phases (replica pins, a resume moved to the other node, Serve scaling the replicas "
-        "under load) are steps the runner's resume workload does not take"
-    ),
-}
+LOADS_OFF_THE_RUNNER: dict[str, str] = {}
 
 
 WORDS = (
