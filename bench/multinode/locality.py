@@ -19,16 +19,17 @@ balancer, two turns each (the pins); each session drops its socket and resumes o
 session node (a new host, whose router has no pin: the conversation's replica comes with
 its state), one turn; the pressure stops while the sessions keep turning (scale-down), then
 starts again (scale-up); each change is over once ``settle`` sees the new replica set and
-every session ran ``turns_after`` more turns.
+every session ran ``turns_after`` more turns.  The sessions run on the load runner (its
+``resume`` workload, stepped: ``Resume(steps=True)``), each turn's replica asked of the store
+in the client process (:class:`ReplicaOf`, ``Resume.inspect``); so does the pressure (its
+``chains`` over ``http-full``, :class:`Pressure`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import threading
+import functools
 import time
-import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -37,7 +38,7 @@ import redis
 
 from store.state_reader import serving_replica
 
-from ..client import TERMINAL_EVENT_TYPES, ResponsesSocket, connect
+from ..runner import Chains, LoadResult, LoadRun, LoadSpec, Resume, start_local
 from ..stats import spread
 from .cleanup import LOCALITY_PREFIX
 from .harness import Harness
@@ -58,6 +59,7 @@ GRACE_S = 60.0
 SUBNET = "10.213.41.0/24"  # its own names and network (LOCALITY_PREFIX): not the tier's harness
 INSTRUCTIONS = "You are a careful coding agent working in a repository. " * 40  # ~440 tokens
 RESUMED_TURN = 2  # two turns through the balancer, then the resume on the other node
+RUN_LIMIT_S = 3600.0  # the load's deadline: the experiment ends it long before
 
 
 @dataclass(frozen=True)
@@ -101,152 +103,127 @@ def harness(plan: Plan, **kwargs: Any) -> Harness:
 
 
 class Pressure:
-    """``n`` threads, each sending one stateless request after another through the balancer
-    while on (:meth:`start`, :meth:`stop`; a request in flight at the stop finishes)."""
+    """``n`` loops of stateless requests through the balancer, one after another, each with
+    ``tokens`` hidden reasoning tokens, while on: a load run of its own each time it is
+    started (the runner's chains over ``http-full``: a ``POST`` a turn), ended by
+    :meth:`stop` (the requests in flight complete)."""
 
     def __init__(self, url: str, n: int, tokens: int) -> None:
-        self.url, self.n, self.tokens = url + "/v1/responses", n, tokens
-        self._on = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self.sent = 0
-        self.errors: list[str] = []
+        chains = Chains(
+            think_s=0.0, reconnect_s=0.5, text_tokens=(1, 1), reasoning_tokens=tokens, model=MODEL
+        )
+        self.spec = LoadSpec(
+            targets=(url,),
+            loops=n,
+            transport="http-full",
+            workload="chains",
+            chains=chains,
+            warmup_s=0.0,
+            duration_s=RUN_LIMIT_S,
+        )
+        self.load: LoadRun | None = None
+        self.runs: list[LoadResult] = []
 
     def start(self) -> None:
-        self._on.set()
-        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(self.n)]
-        for t in self._threads:
-            t.start()
+        self.load = start_local(self.spec)
 
     def stop(self) -> None:
-        self._on.clear()
+        if self.load is not None:
+            self.runs.append(self.load.stop())
+            self.load = None
 
-    def join(self) -> None:
-        for t in self._threads:
-            t.join(timeout=120)
+    @property
+    def sent(self) -> int:
+        """Requests completed."""
+        return sum(r.ok for run in self.runs for r in run.records)
 
-    def _run(self) -> None:
-        body = {
-            "model": MODEL,
-            "store": False,
-            "input": "pressure",
-            "metadata": {
-                "emulator.reasoning_tokens": str(self.tokens),
-                "emulator.text_tokens": "1",
-                "emulator.tool_rounds": "0",
-            },
-        }
-        data = json.dumps(body).encode()
-        while self._on.is_set():
-            req = urllib.request.Request(self.url, data, {"Content-Type": "application/json"})
-            try:
-                with urllib.request.urlopen(req, timeout=120) as r:
-                    r.read()
-                self.sent += 1
-            except OSError as exc:
-                self.errors.append(repr(exc)[:200])
-                time.sleep(0.5)
+    @property
+    def errors(self) -> list[str]:
+        """The failed requests' errors, and the loops'."""
+        failed = [r.error_code or "error" for run in self.runs for r in run.records if not r.ok]
+        return failed + [e for run in self.runs for es in run.errors.values() for e in es]
+
+
+@dataclass(frozen=True)
+class ReplicaOf:
+    """The inference replica that served a session's response, read from the cluster store
+    (the lane's latest response and its replica, unsealed with the session's token): the
+    runner asks it after every turn (``Resume.inspect``, in its client process; picklable)."""
+
+    redis_url: str
+    timeout_s: float = 10.0
+
+    def __call__(self, token: str, response_id: str) -> str:
+        store = _redis(self.redis_url)
+        deadline = time.monotonic() + self.timeout_s
+        while (replica := serving_replica(store, token, KEY_PREFIX, response_id)) is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{response_id} not in the store")
+            time.sleep(0.05)
+        return replica
+
+
+@functools.cache  # one client a process
+def _redis(url: str) -> redis.Redis:
+    return redis.Redis.from_url(url, decode_responses=True)
+
+
+def first_input(plan: Plan) -> str:
+    """A session's first input (``{loop}``: its index): its own task, past the 1024 tokens
+    from which ``cached_tokens`` is reported, after the shared instructions when on."""
+    shared = INSTRUCTIONS if plan.shared_instructions else ""
+    words = (plan.prefix_tokens - len(shared) // 5) // 5  # a word of it is ~5 tokens
+    return shared + "session {loop} opens its task: " + "read the file and report " * words
+
+
+def load_spec(h: Harness, plan: Plan) -> LoadSpec:
+    """The sessions as the runner runs them: the resume workload stepped by the experiment
+    (``Resume.steps``), each session opened through the balancer, each turn's replica read
+    from the store (:class:`ReplicaOf`), each connection's node from the balancer."""
+    resume = Resume(
+        first_input=first_input(plan),
+        next_input="session {loop} step {turn}: go on",
+        text_tokens=plan.text_tokens,
+        model=MODEL,
+        header=HEADER,
+        compression="deflate",
+        seeded=True,
+        steps=True,
+        inspect=ReplicaOf(h.redis_url),
+    )
+    return LoadSpec(
+        targets=(h.ws_url,),
+        loops=plan.sessions,
+        workload="resume",
+        resume=resume,
+        locate=h.connection_lookup,
+        warmup_s=0.0,
+        duration_s=RUN_LIMIT_S,
+        open_timeout_s=60.0,
+    )
 
 
 @dataclass
 class Session:
-    """One client's conversation: a ``store:false`` chain whose turns record the replica that
-    served them (from the store) and their usage."""
+    """One client's conversation as the runner recorded it: a ``store:false`` chain whose
+    turns carry the replica that served them and their usage, and the node of each."""
 
-    index: int
-    plan: Plan
-    store: redis.Redis
     turns: list[Turn] = field(default_factory=list)
     nodes: list[str | None] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    sock: ResponsesSocket | None = None
-    token: str = ""
-    previous: str | None = None
 
-    @property
-    def ws(self) -> ResponsesSocket:
-        """The session's open socket."""
-        assert self.sock is not None, f"session {self.index} is not open"
-        return self.sock
 
-    def create(self) -> dict[str, Any]:
-        i = len(self.turns)
-        shared = INSTRUCTIONS if self.plan.shared_instructions else ""
-        task = f"session {self.index} opens its task: "
-        words = (self.plan.prefix_tokens - len(shared) // 5) // 5  # a word of it is ~5 tokens
-        text = (
-            shared + task + "read the file and report " * words
-            if i == 0
-            else f"session {self.index} step {i}: go on"
-        )
-        out: dict[str, Any] = {
-            "type": "response.create",
-            "model": MODEL,
-            "store": False,
-            "input": text,
-            "metadata": {
-                "emulator.tool_rounds": "0",
-                "emulator.text_tokens": str(self.plan.text_tokens),
-                "emulator.seed": str(self.index),
-            },
-        }
-        if self.previous is not None:
-            out["previous_response_id"] = self.previous
-        return out
-
-    async def open(self, url: str, token: str | None = None) -> None:
-        headers = {HEADER: token} if token else {}
-        self.sock = await connect(url, additional_headers=headers, open_timeout=60, compression="deflate")
-        self.token = token or self.sock.upgrade_headers[HEADER]
-
-    async def turn(self, node: str | None = None) -> Turn:
-        await self.ws.send(self.create())
-        while True:
-            event = await self.ws.recv()
-            kind = event.get("type")
-            if kind == "error" or (kind in TERMINAL_EVENT_TYPES and kind != "response.completed"):
-                raise RuntimeError(f"session {self.index}: {json.dumps(event)[:300]}")
-            if kind == "response.completed":
-                break
-        response = event["response"]
-        replica = await self._replica(response["id"])
-        usage = response["usage"]
-        t = Turn(
-            replica,
-            int(usage["input_tokens"]),
-            int(usage["input_tokens_details"]["cached_tokens"]),
-            time.monotonic(),
-        )
-        self.turns.append(t)
-        self.nodes.append(node)
-        self.previous = response["id"]
-        return t
-
-    async def _replica(self, response_id: str, timeout_s: float = 10.0) -> str:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            replica = await asyncio.to_thread(
-                serving_replica, self.store, self.token, KEY_PREFIX, response_id
-            )
-            if replica is not None:
-                return replica
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"session {self.index}: {response_id} not in the store")
-            await asyncio.sleep(0.05)
-
-    async def resume(self, url: str, node: str | None) -> Turn:
-        """Drop the socket (a TCP abort: the state stays resumable) and resume at ``url``."""
-        self.ws.abort()
-        await asyncio.sleep(0.05)
-        await self.open(url, self.token)
-        return await self.turn(node)
-
-    async def loop(self, stop: asyncio.Event) -> None:
-        try:
-            while not stop.is_set():
-                await self.turn(self.nodes[-1] if self.nodes else None)
-                await asyncio.sleep(self.plan.think_s)
-        except Exception as exc:  # noqa: BLE001 - counted; the other sessions go on
-            self.errors.append(repr(exc)[:300])
+def sessions(result: LoadResult, plan: Plan, node_at: dict[str, str]) -> list[Session]:
+    """Each session's completed turns, in order, with the node its connection went to (the
+    node whose URL it was opened at, ``node_at``; else, through the balancer, its answer)."""
+    conns = {(c.loop, c.index): c for c in result.connections}
+    out = [Session() for _ in range(plan.sessions)]
+    for r in sorted(result.records, key=lambda r: r.sent):
+        if not r.ok or r.note is None:
+            continue
+        c = conns.get((r.loop, r.connection if r.connection is not None else -1))
+        out[r.loop].turns.append(Turn(r.note, r.input_tokens or 0, r.cached_tokens or 0, r.done))
+        out[r.loop].nodes.append(None if c is None else node_at.get(c.target) or c.server)
+    return out
 
 
 @dataclass
@@ -265,93 +242,108 @@ def ids(placement: list[dict[str, str]]) -> list[str]:
     return sorted(p["replica"] for p in placement)
 
 
-async def settle(h: Harness, plan: Plan, n: int) -> list[dict[str, str]]:
+def settle(h: Harness, plan: Plan, n: int) -> list[dict[str, str]]:
     t = plan.settle_timeout_s
-    return await asyncio.to_thread(
-        h.driver, "settle", DEPLOYMENT, str(n), "--timeout", str(t), timeout_s=t + 60
-    )
+    return h.driver("settle", DEPLOYMENT, str(n), "--timeout", str(t), timeout_s=t + 60)
 
 
-async def change(
+@dataclass
+class Span:
+    """One change of the replica set while the sessions turned: each session's completed turns
+    when it began and when it ended, and what the deployment did."""
+
+    name: str
+    placement: list[dict[str, str]]
+    after: list[dict[str, str]]
+    start: dict[int, int]
+    end: dict[int, int]
+    seconds_to_settle: float
+
+
+def change(
     h: Harness,
     plan: Plan,
-    sessions: list[Session],
+    load: LoadRun,
     name: str,
     toggle: Callable[[], None],
     placement: list[dict[str, str]],
     target: int,
-) -> Change:
+) -> Span:
     """Sessions turning while ``toggle`` changes the load, until the replica set is ``target``
-    replicas and every session ran ``turns_after`` turns on it."""
-    before = {str(s.index): s.turns[-1].replica for s in sessions}
-    start = {s.index: len(s.turns) for s in sessions}
-    stop = asyncio.Event()
-    loops = [asyncio.create_task(s.loop(stop)) for s in sessions]
+    replicas and every session still well ran ``turns_after`` turns on it."""
+    start = {k: n for k, (n, _) in load.progress().items()}
+    load.go(plan.think_s)
     t0 = time.monotonic()
     toggle()
     try:
-        after = await settle(h, plan, target)
+        after = settle(h, plan, target)
         settled = time.monotonic()
-        mark = {s.index: len(s.turns) for s in sessions}
-        while any(len(s.turns) - mark[s.index] < plan.turns_after for s in sessions if not s.errors):
-            await asyncio.sleep(0.2)
+        mark = load.progress()
+        deadline = settled + plan.settle_timeout_s
+        while time.monotonic() < deadline and any(
+            n - mark[k][0] < plan.turns_after for k, (n, failed) in load.progress().items() if not failed
+        ):
+            time.sleep(0.2)
     finally:
-        stop.set()
-        await asyncio.gather(*loops)
-    seen = {str(s.index): [t.replica for t in s.turns[start[s.index] :]] for s in sessions}
+        load.halt()
+    end = {k: n for k, (n, _) in load.progress().items()}
+    return Span(name, placement, after, start, end, round(settled - t0, 1))
+
+
+def changed(span: Span, turns: list[Session]) -> Change:
+    """A :class:`Change` from the sessions' turns across ``span``."""
+    before = {str(i): s.turns[span.start[i] - 1].replica for i, s in enumerate(turns)}
+    seen = {str(i): [t.replica for t in s.turns[span.start[i] : span.end[i]]] for i, s in enumerate(turns)}
     return Change(
-        name,
-        placement,
-        after,
-        moves(before, seen, ids(placement), ids(after)),
-        round(settled - t0, 1),
-        sum(len(s.turns) - start[s.index] for s in sessions),
+        span.name,
+        span.placement,
+        span.after,
+        moves(before, seen, ids(span.placement), ids(span.after)),
+        span.seconds_to_settle,
+        sum(span.end[i] - span.start[i] for i in range(len(turns))),
     )
 
 
-def node_of(h: Harness, port: int, timeout_s: float = 5.0) -> str | None:
-    deadline = time.monotonic() + timeout_s
-    while (node := h.connection_servers().get(port)) is None and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return node
+def steps_failed(load: LoadRun, step: str) -> RuntimeError:
+    failed = sorted(k for k, (_, bad) in load.progress().items() if bad)
+    return RuntimeError(f"sessions {failed} failed in the {step}: see the load's errors")
 
 
-async def experiment(h: Harness, plan: Plan) -> dict[str, Any]:
-    store = redis.Redis.from_url(h.redis_url, decode_responses=True)
+def run(h: Harness, plan: Plan) -> dict[str, Any]:
+    """The experiment's phases (the module's docstring), its sessions on the load runner."""
     pressure = Pressure(h.url, plan.pressure, plan.pressure_tokens)
-    deployed = await settle(h, plan, plan.min_replicas)
-    pressure.start()
-    full = await settle(h, plan, plan.max_replicas)
-    sessions = [Session(i, plan, store) for i in range(plan.sessions)]
-    await asyncio.gather(*(s.open(h.ws_url) for s in sessions))
-    where = [await asyncio.to_thread(node_of, h, s.ws.local_address[1]) for s in sessions]
-    for _ in range(2):
-        await asyncio.gather(*(s.turn(node) for s, node in zip(sessions, where, strict=True)))
-    pins = {str(s.index): s.turns[-1].replica for s in sessions}
-    pinned = pins_per_replica(pins, ids(full))
-
-    # Each session resumes on the other session node: a new host, no pin in its router.
     names = [n.name for n in h.session_nodes]
-    others = [next(n for n in names if n != node) if node in names else names[0] for node in where]
-    await asyncio.gather(
-        *(
-            s.resume(h.node_url(o).replace("http", "ws", 1) + "/v1/responses", o)
-            for s, o in zip(sessions, others, strict=True)
-        )
-    )
-    resumed = [(s.turns[-2], s.turns[-1]) for s in sessions]
+    node_url = {n: h.node_url(n).replace("http", "ws", 1) + "/v1/responses" for n in names}
+    # Each session resumes on the other session node: a new host, no pin in its router.
+    others: dict[str | None, str] = {n: node_url[next(o for o in names if o != n)] for n in names}
+    others[None] = node_url[names[0]]
+    deployed = settle(h, plan, plan.min_replicas)
+    try:
+        pressure.start()
+        full = settle(h, plan, plan.max_replicas)
+        with start_local(load_spec(h, plan)) as load:  # the sessions open through the balancer
+            if load.turns(RESUMED_TURN) < plan.sessions:  # the pins
+                raise steps_failed(load, "first turns")
+            if load.resume(others) < plan.sessions:
+                raise steps_failed(load, "resume on the other node")
+            down = change(h, plan, load, "scale-down", pressure.stop, full, plan.min_replicas)
+            up = change(h, plan, load, "scale-up", pressure.start, down.after, plan.max_replicas)
+            pressure.stop()
+            result = load.stop()
+    finally:
+        pressure.stop()  # also when a step failed: its client process ends
+    ss = sessions(result, plan, {u: n for n, u in node_url.items()})
+    if any(len(s.turns) <= RESUMED_TURN for s in ss):  # a session's early turn missing its record
+        raise RuntimeError(f"sessions without their first turns: {result.errors}")
+    pins = {str(i): s.turns[RESUMED_TURN - 1].replica for i, s in enumerate(ss)}
+    pinned = pins_per_replica(pins, ids(full))
+    resumed = [(s.turns[RESUMED_TURN - 1], s.turns[RESUMED_TURN]) for s in ss]
+    changes = [changed(down, ss), changed(up, ss)]
 
-    down = await change(h, plan, sessions, "scale-down", pressure.stop, full, plan.min_replicas)
-    up = await change(h, plan, sessions, "scale-up", pressure.start, down.replicas_after, plan.max_replicas)
-    pressure.stop()
-    await asyncio.to_thread(pressure.join)
-    for s in sessions:
-        await s.ws.close()
-
-    checks = {str(s.index): check_cached(s.turns) for s in sessions}
+    checks = {str(i): check_cached(s.turns) for i, s in enumerate(ss)}
     flat = [c for cs in checks.values() for c in cs]
     kept = [c.share for c in flat if c.kind == "kept" and c.share is not None]
-    resumed_checks = [checks[str(s.index)][RESUMED_TURN] for s in sessions]
+    resumed_checks = [cs[RESUMED_TURN] for cs in checks.values()]
     return {
         "plan": asdict(plan),
         "nodes": {n.name: n.address for n in h.topology.nodes},
@@ -368,7 +360,7 @@ async def experiment(h: Harness, plan: Plan) -> dict[str, Any]:
             "cached_share": _shares([c.share for c in resumed_checks]),
             "found_whole_prefix": sum(c.kind == "kept" and c.ok for c in resumed_checks),
         },
-        "changes": [_change(c) for c in (down, up)],
+        "changes": [_change(c) for c in changes],
         "cached_tokens": {
             "turns": len(flat),
             "by_kind": {k: sum(c.kind == k for c in flat) for k in ("first", "kept", "moved", "returned")},
@@ -382,11 +374,16 @@ async def experiment(h: Harness, plan: Plan) -> dict[str, Any]:
             "moved_turns_cached": [c.cached for c in flat if c.kind == "moved"],
         },
         "sessions": {
-            str(s.index): {"turns": [asdict(t) for t in s.turns], "nodes": s.nodes} for s in sessions
+            str(i): {"turns": [asdict(t) for t in s.turns], "nodes": s.nodes} for i, s in enumerate(ss)
         },
-        "errors": [e for s in sessions for e in s.errors],
+        "errors": [e for k in sorted(result.errors) for e in result.errors[k]],
         "pressure": {"requests": pressure.sent, "errors": pressure.errors[:5]},
     }
+
+
+async def experiment(h: Harness, plan: Plan) -> dict[str, Any]:
+    """:func:`run` off the event loop (the runner's calls block)."""
+    return await asyncio.to_thread(run, h, plan)
 
 
 def _shares(values: Sequence[float | None]) -> dict[str, Any]:

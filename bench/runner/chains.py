@@ -93,6 +93,8 @@ class ChainLoop:
             head = self.stored_head if create.store else self.head
             if create.tokens is not None:
                 meta = {"emulator.tool_rounds": "0", "emulator.text_tokens": str(create.tokens)}
+                if self.chains.reasoning_tokens is not None:
+                    meta["emulator.reasoning_tokens"] = str(self.chains.reasoning_tokens)
                 tail += f',"metadata":{json.dumps(meta)}'
         return f'{head},"input":[{items}]{tail}}}'
 

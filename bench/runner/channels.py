@@ -65,8 +65,8 @@ class Connections:
         self.on_open = on_open
         self._per_loop: Counter[int] = Counter()
 
-    def opened(self, loop: int, local_port: int) -> ConnectionRecord:
-        record = ConnectionRecord(loop, self._per_loop[loop], time.time(), local_port)
+    def opened(self, loop: int, local_port: int, target: str = "") -> ConnectionRecord:
+        record = ConnectionRecord(loop, self._per_loop[loop], time.time(), local_port, target=target)
         self._per_loop[loop] += 1
         self.records.append(record)
         return record
@@ -159,7 +159,7 @@ class WsChannel(Channel):
         )
         self.open_ms = (time.perf_counter() - began) * 1000  # the handshake alone (no lookup after it)
         if self.connections is not None:
-            self.record = self.connections.opened(self.loop, self.socket.local_address[1])
+            self.record = self.connections.opened(self.loop, self.socket.local_address[1], self.base_url)
             self._watch = asyncio.create_task(self._watch_close(self.socket))
             if self.connections.on_open is not None:
                 lookup = self.connections.on_open(self.record)
@@ -179,6 +179,13 @@ class WsChannel(Channel):
     @property
     def is_open(self) -> bool:
         return self.socket is not None
+
+    async def located(self) -> ConnectionRecord | None:
+        """Its record once the connections' ``on_open`` (where it went) ran on it, also when
+        that ran in the background (``lookup_in_background``)."""
+        if self._lookup is not None:
+            await asyncio.gather(self._lookup, return_exceptions=True)
+        return self.record
 
     def upgrade_header(self, name: str) -> str | None:
         """A header of the server's answer to the upgrade (a resume token's)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from .model import LoadResult, LoadSpec, TurnRecord
@@ -198,6 +198,29 @@ class LoadRun:
         """``turns`` turns, one after another, on every connection held open (all at once);
         each a new rollout's first create, recorded with kind ``held``.  How many completed."""
         return sum(self._drive.fleet.call("held_turns", turns))
+
+    # ---- the resume workload's steps (Resume.steps): every session of the run at once
+
+    def turns(self, turns: int) -> int:
+        """``turns`` turns on every session, in lockstep; how many sessions completed them."""
+        return sum(self._drive.fleet.call("session_turns", turns))
+
+    def resume(self, targets: Mapping[str | None, str]) -> int:
+        """Every session resumed at ``targets[the server its connection is on]`` (``None``:
+        not known) with one turn there; how many did."""
+        return sum(self._drive.fleet.call("session_resume", dict(targets)))
+
+    def go(self, think_s: float) -> None:
+        """Every session turning, ``think_s`` between its turns, until :meth:`halt`."""
+        self._drive.fleet.call("session_go", think_s)
+
+    def halt(self) -> None:
+        """Stop :meth:`go`'s turns (the turns in flight complete)."""
+        self._drive.fleet.call("session_halt")
+
+    def progress(self) -> dict[int, tuple[int, bool]]:
+        """Each session's completed turns so far and whether it failed, by loop."""
+        return {k: v for answer in self._drive.fleet.call("session_progress") for k, v in answer.items()}
 
     def stop(self) -> LoadResult:
         """End the run now; its result (the window ends now, or ended at the deadline)."""

@@ -147,6 +147,7 @@ class TurnRecord:
     resent: bool = False
     final_gap_ms: float | None = None  # ws chains: from the event before the terminal one to it
     first_event_ms: float | None = None  # the resume workload: sent -> the answer's first event
+    note: str | None = None  # the resume workload: Resume.inspect's answer for this turn's response
 
     @property
     def done(self) -> float:
@@ -187,6 +188,7 @@ class ConnectionRecord:
     in_flight: bool = False  # a create sent and its final event not received (at the end: cut)
     stopped: bool = False  # the run ended before the loop was done with it
     left_open: bool = False  # told server_shutting_down, not closed by the server in Chains.close_wait_s
+    target: str = ""  # the URL it was opened at (a resume step's may be a node's own, not the spec's)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

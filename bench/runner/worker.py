@@ -118,6 +118,9 @@ class LoadWorker:
             **({} if ping is None else {"ping_interval_s": ping}),
         )
 
+    def _session_ws(self, loop: int, target: str, headers: dict[str, str] | None) -> WsChannel:
+        return self._ws(target, loop, headers)
+
     def _channel(self, target: str, loop: int) -> Channel:
         if self.check is not None:
             name = f"{os.getpid()}.{self.check.counts['connections']}"
@@ -152,7 +155,7 @@ class LoadWorker:
         if self.spec.workload == "resume":  # each loop opens its session's connections itself
             for i in self.loop_indices:
                 target = self.spec.target(i)
-                opener = functools.partial(self._ws, target, i)
+                opener = functools.partial(self._session_ws, i)
                 self.loops.append(
                     ResumeLoop(i, target, self.spec.resume, self.pace, self.records, opener, self.connects)
                 )
@@ -291,6 +294,40 @@ class LoadWorker:
 
         return sum(await asyncio.gather(*(chain(lp) for lp in held)))
 
+    # ---- the resume workload's steps (Resume.steps): every session of this process at once
+
+    async def _sessions(self) -> list[ResumeLoop]:
+        """This process's sessions that are well, once every one opened (or failed to)."""
+        if self.tasks:
+            await asyncio.wait(self.tasks)
+        return [lp for lp in self.loops if isinstance(lp, ResumeLoop) and not lp.failed]
+
+    async def session_turns(self, turns: int) -> int:
+        """``turns`` turns on every session, in lockstep (each round's turns sent at once);
+        how many sessions completed them all."""
+        for _ in range(turns):
+            sessions = await self._sessions()
+            await asyncio.gather(*(lp.step(lp.next_turn) for lp in sessions))
+        return len(await self._sessions())
+
+    async def session_resume(self, targets: dict[str | None, str]) -> int:
+        """Every session resumed at ``targets[the server its connection is on]`` and one turn
+        sent there; how many did both."""
+        sessions = await self._sessions()
+        return sum(await asyncio.gather(*(lp.resume_by_server(targets) for lp in sessions)))
+
+    async def session_go(self, think_s: float) -> None:
+        """Every session turning, ``think_s`` between its turns, until :meth:`session_halt`."""
+        for lp in await self._sessions():
+            lp.go(think_s)
+
+    async def session_halt(self) -> None:
+        await asyncio.gather(*(lp.halt() for lp in self.loops if isinstance(lp, ResumeLoop)))
+
+    async def session_progress(self) -> dict[int, tuple[int, bool]]:
+        """Each session's completed turns so far, and whether it failed."""
+        return {lp.index: (lp.completed, lp.failed) for lp in self.loops if isinstance(lp, ResumeLoop)}
+
     async def pull(self) -> list[TurnRecord]:
         """The records since the last pull."""
         out, self.records[:] = list(self.records), []
@@ -309,6 +346,7 @@ class LoadWorker:
         for t in self.tasks:
             t.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self.session_halt()
         if self.watcher is not None:
             self.watcher.cancel()
         await asyncio.gather(*(lp.channel.close() for lp in self.loops), return_exceptions=True)

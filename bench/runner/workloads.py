@@ -4,6 +4,7 @@ workload's (:class:`Chains`: bench/runner/chains.py) and the ``resume`` workload
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -21,7 +22,8 @@ class Chains:
 
     ``store_share`` of the turns are ``store:true`` (drawn per turn, seeded by the loop);
     ``text_tokens`` (least, most): each turn asks the emulated model for that many output
-    tokens, drawn per turn, and no tool call; ``think_s`` varies by ``think_spread`` either
+    tokens, drawn per turn, and no tool call (``reasoning_tokens``: that many hidden
+    reasoning tokens before them); ``think_s`` varies by ``think_spread`` either
     way.  ``chains_per_connection``: a connection's chains before the loop opens another.
     With ``continue_stored`` a new connection continues the last completed response when it
     was stored (a ``store:false`` one dies with its connection), and a turn that failed starts
@@ -51,8 +53,11 @@ class Chains:
     chains_per_connection: int = 1
     close_wait_s: float | None = None
     compression: str | None = None
+    reasoning_tokens: int | None = None
 
     def __post_init__(self) -> None:
+        if self.reasoning_tokens is not None and self.text_tokens is None:
+            raise ValueError("Chains.reasoning_tokens shapes the emulated model's answer: with text_tokens")
         if not 0.0 <= self.store_share <= 1.0:
             raise ValueError(f"Chains.store_share is a share, 0 to 1, not {self.store_share}")
         if self.text_tokens is not None and not 0 < self.text_tokens[0] <= self.text_tokens[1]:
@@ -78,8 +83,18 @@ class Resume:
     one opened with the session's resume token (the upgrade answer's ``header``) and the next
     turn sent on it (kind ``resume``, its ``connect_ms`` the reconnect's handshake); then
     ``steady`` more turns.  Later inputs are ``next_input`` (``{turn}``: the turn's number);
-    ``text_tokens`` output tokens a turn, no tool call.  A turn that does not complete ends
-    its loop (the result's ``errors``)."""
+    ``text_tokens`` output tokens a turn, no tool call (with ``seeded`` the emulated model's
+    seed is the loop's index).  A turn that does not complete ends its loop (the result's
+    ``errors``).
+
+    With ``steps`` the loops take no turn by themselves: each opens its session at the
+    release and the driver steps them all at once (:class:`~bench.runner.drive.LoadRun`'s
+    ``turns``, ``resume``, ``go`` and ``halt``: turns in lockstep, a resume each at a target
+    chosen by the node its connection is on, turns ``think_s`` apart until halted).
+    ``inspect`` (picklable, blocking: it runs in a thread of the client process) is asked
+    after each completed turn, with the session's resume token and the response's id, for a
+    note its record keeps (``TurnRecord.note``: e.g. the replica that served it, as the
+    session's state in the store says)."""
 
     resumes: int = 12
     steady: int = 2
@@ -90,6 +105,9 @@ class Resume:
     header: str = "x-responses-ws-resume-token"
     pause_s: float = 0.05
     compression: str | None = None
+    seeded: bool = False
+    steps: bool = False
+    inspect: Callable[[str, str], str | None] | None = None
 
     def __post_init__(self) -> None:
         if self.resumes < 0 or self.steady < 0:

@@ -28,6 +28,7 @@ LOAD_KINDS = {
     "bench/kinds/soak.py",
     "bench/kinds/streams.py",
     "bench/multinode/load.py",
+    "bench/multinode/locality.py",
     "bench/multinode/scaling.py",
 }
 ON_THE_RUNNER = ("bench.runner", "bench.kinds.capacity.one_level", "bench.kinds.ledger.Clients")
@@ -39,7 +40,6 @@ ON_THE_RUNNER = ("bench.runner", "bench.kinds.capacity.one_level", "bench.kinds.
 REASONS = {
     "probe": "one socket's turns, one at a time: a probe's latency or cost beside (or without) a load",
     "connections": "connections themselves: opened, held or resumed, their cost or handshake, few or no turns",
-    "resume": "a session's state across a dropped socket: its resume token, the node and replica it comes back to",
     "client": "the lab's own clients: the runner's channel, the agentloop kind's transports, the reference",
 }
 # Modules that open connections themselves: (their reason, what they measure).
@@ -60,10 +60,6 @@ OWN_CONNECTIONS = {
         "(previous_response_id of a stored response: no runner loop sends one) beside HTTP load",
     ),
     "bench/kinds/fidelity.py": ("probe", "one conversation on a real engine and on its emulated twin"),
-    "bench/multinode/locality.py": (
-        "resume",
-        "each session's replica pin and cached tokens across a resume on the other node and Serve's scaling",
-    ),
     "bench/transports.py": (
         "client",
         "one agent turn per transport, the agentloop kind's side-by-side rollouts",
@@ -76,11 +72,13 @@ OWN_CONNECTIONS = {
     ),
 }
 # The modules that run many clients of their own at once (a load, off the runner), and what the
-# runner does not do that they need.  A module new here moves to bench/runner instead.
+# runner does not do that they need: each is to move to bench/runner; a module new here moves instead.
 LOADS_OFF_THE_RUNNER = {
-    "bench/multinode/locality.py": (
-        "its sessions' phases (replica pins, a resume moved to the other node, Serve scaling the replicas "
-        "under load) are steps the runner's resume workload does not take"
+    "bench/kinds/neighbours.py": (
+        "its burst: fresh sockets each sending, at one moment, a first create continuing a stored "
+        "response written before the run (previous_response_id given to the loop), which no runner "
+        "workload sends; and its HTTP clients, stateless ~75k-token requests back to back (the runner's "
+        "http-full loops with a one-turn custom workload would send them)"
     ),
 }
 
@@ -157,14 +155,19 @@ def opens_sockets_by_the_many(tree: ast.Module) -> bool:
 
 
 def runs_clients_by_the_many(tree: ast.Module) -> set[str]:
-    """The functions of the module that open sockets (they call ``connect``) which it starts
-    many at once: called in a comprehension or a loop and not awaited there (a task, a
-    gather's member), where ``await f()`` and ``asyncio.run(f())`` run one after another."""
+    """The functions of the module that open sockets (they call ``connect``) or send a turn on
+    one (coroutines that call ``create``) which it starts many at once: called in a
+    comprehension or a loop and not awaited there (a task, a gather's member), where
+    ``await f()`` and ``asyncio.run(f())`` run one after another."""
     openers = {
         f.name
         for f in ast.walk(tree)
         if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)
         and any(called(c) == "connect" for c in ast.walk(f))
+    } | {
+        f.name
+        for f in ast.walk(tree)
+        if isinstance(f, ast.AsyncFunctionDef) and any(called(c) == "create" for c in ast.walk(f))
     }
     one_by_one = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Await)}
     one_by_one |= {id(n.args[0]) for n in ast.walk(tree) if called(n) == "run" and getattr(n, "args", None)}
@@ -198,9 +201,21 @@ def test_the_checks_see_sockets_and_clients_opened_by_the_many():
         "def main(n):\n    for _ in range(n):\n        asyncio.run(client(u))\n"
         "async def amain(n):\n    for _ in range(n):\n        await client(u)"
     )
+    many_turns = ast.parse(
+        "async def turn(s):\n    return await s.create(input='go')\n"
+        "async def main(socks):\n    await asyncio.gather(*(turn(s) for s in socks))\n"
+        "async def probe(s, n):\n    for _ in range(n):\n        await turn(s)"
+    )
     assert opens_sockets_by_the_many(many_sockets) and not opens_sockets_by_the_many(many_clients)
     assert (
         runs_clients_by_the_many(many_clients) == {"client"} and runs_clients_by_the_many(one_by_one) == set()
+    )
+    assert runs_clients_by_the_many(many_turns) == {"turn"}
+    assert (
+        runs_clients_by_the_many(
+            ast.parse(ast.unparse(many_turns.body[0]) + "\n" + ast.unparse(many_turns.body[2]))
+        )
+        == set()
     )
 
 

@@ -146,7 +146,8 @@ def test_a_connection_left_open_after_server_shutting_down_is_said_so():
 
 def test_the_new_chains_options_are_checked():
     for bad in ({"store_share": 1.5}, {"text_tokens": (0, 3)}, {"text_tokens": (5, 3)},
-                {"think_spread": 1.0}, {"continue_stored": True, "resend_history": True}):  # fmt: skip
+                {"think_spread": 1.0}, {"continue_stored": True, "resend_history": True},
+                {"reasoning_tokens": 40}):  # fmt: skip
         with pytest.raises(ValueError, match="Chains"):
             Chains(**bad)  # type: ignore[arg-type]
 
@@ -235,3 +236,16 @@ def test_http_chains_post_each_turn_on_its_own_and_record_a_failed_request_by_ty
         ("last", False, "response.completed", None, None),
     ]
     assert sink[0].usage == (10, 2, 3)
+
+
+def test_http_chains_ask_for_hidden_reasoning_when_told():
+    pace, sent, sink = Pace(1), [], []  # type: ignore[var-annotated]
+    script: list[list[str] | Exception | None] = [[created("a", False), completed("a", False)], None]
+    chains = Chains(think_s=0.0, text_tokens=(1, 1), reasoning_tokens=4000)
+    loop = HttpChainLoop(0, "http://unused", chains, pace, sink, lambda: ScriptedHttp(script, sent, pace))
+    asyncio.run(loop.run(time.time()))
+    metas = [json.loads(b)["metadata"] for b in sent]
+    assert len(metas) == 2 and all(
+        m == {"emulator.tool_rounds": "0", "emulator.text_tokens": "1", "emulator.reasoning_tokens": "4000"}
+        for m in metas
+    )

@@ -47,6 +47,11 @@ class Fleet:
             "running": 1,
             "opened": 2,
             "held_turns": 2,
+            "session_turns": 2,
+            "session_resume": 1,
+            "session_go": None,
+            "session_halt": None,
+            "session_progress": {0: (3, False), 1: (2, True)},
             "finish": {
                 "records": [],
                 "errors": {},
@@ -78,6 +83,22 @@ def test_a_run_goes_on_until_stopped_and_its_window_ends_then():
     assert result.connected == 2 and result.connects == [(1001.0, 5.0), (1001.5, 7.0)]
     assert result.summary()["failures"] == {"connect:http_503": 1}
     assert run.stop() is result and closed == [False]  # once
+
+
+def test_a_stepped_run_steps_every_worker_and_adds_their_answers():
+    fleet = Fleet()
+    run = LoadRun(fleet, spec(), lambda now: None, clock=fleet.clock)
+    assert (run.turns(2), run.resume({"s1": "ws://s2", None: "ws://s1"})) == (2, 1)
+    run.go(0.5)
+    run.halt()
+    assert run.progress() == {0: (3, False), 1: (2, True)}
+    assert [c for c in fleet.calls if c[0].startswith("session_")] == [
+        ("session_turns", (2,)),
+        ("session_resume", ({"s1": "ws://s2", None: "ws://s1"},)),
+        ("session_go", (0.5,)),
+        ("session_halt", ()),
+        ("session_progress", ()),
+    ]
 
 
 def test_stopped_after_its_deadline_the_window_is_the_deadlines():
