@@ -9,7 +9,6 @@ that order, so machine drift and load hit all transports alike.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -17,9 +16,9 @@ from typing import Any
 
 from . import breakpoints as bp
 from . import workload as wl
+from .conversation import TIMINGS_KEY, model_seconds, server_timings
 from .transports import TRANSPORTS, TurnOutcome
 
-TIMINGS_KEY = "responses_ws.timings"
 PHASES = (
     "parse_validate",
     "history_load",
@@ -31,7 +30,6 @@ PHASES = (
     "decode",
     "post",
 )
-INFERENCE_PHASES = ("queue", "prefill", "decode")
 
 
 @dataclass
@@ -68,28 +66,6 @@ class RolloutRecord:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def server_timings(response: dict[str, Any] | None) -> dict[str, float] | None:
-    """The server's phase timings (``metadata["responses_ws.timings"]``, a JSON string of
-    milliseconds), or ``None`` when the server does not report them."""
-    raw = ((response or {}).get("metadata") or {}).get(TIMINGS_KEY)
-    if not raw or raw == "1":
-        return None
-    try:
-        data = json.loads(raw)
-    except (TypeError, ValueError):
-        return None
-    if not isinstance(data, dict):
-        return None
-    return {k: float(v) for k, v in data.items() if isinstance(v, (int, float))}
-
-
-def model_seconds(server: dict[str, float] | None) -> float | None:
-    """Seconds of emulated model time (queue + prefill + decode) in server timings."""
-    if not server:
-        return None
-    return sum(server.get(p, 0.0) for p in INFERENCE_PHASES) / 1000.0
 
 
 def rollout_model_s(turns: Sequence[TurnRecord], whole: dict[str, float] | None) -> float | None:
@@ -144,10 +120,6 @@ def _record(turn: int, out: TurnOutcome, model_time: ModelTime | None) -> TurnRe
     return rec
 
 
-def _base(w: wl.Workload) -> dict[str, Any]:
-    return {"model": w.model, "instructions": wl.instructions(w.system_tokens, w.seed), "tools": wl.tools(w)}
-
-
 def first_input(w: wl.Workload, rollout: int) -> list[dict[str, Any]]:
     """The first request's input: the resumed history (if any), then the task."""
     task = {"role": "user", "content": [{"type": "input_text", "text": wl.task(w, rollout)}]}
@@ -167,7 +139,7 @@ async def warm_resumed(url: str, w: wl.Workload, rollouts: Sequence[int], api_ke
             history = wl.history(w, r)
             if w.breakpoints:  # marked as the first turn will send it, so that turn reads it
                 history = bp.place(history, first=True, ttl=w.breakpoint_ttl, resumed=len(history))
-            answer = await socket.create(**_base(w), input=history, store=False, generate=False)
+            answer = await socket.create(**wl.fixed(w), input=history, store=False, generate=False)
             if answer.response is None or answer.response.get("status") != "completed":
                 raise RuntimeError(f"warming rollout {r}'s history failed: {answer.last}")
     finally:
@@ -187,7 +159,7 @@ async def run_rollout(
     """One agent rollout; its end-to-end time includes connecting and the tool time."""
     rec = RolloutRecord(transport, rollout, wl.rounds(w, rollout))
     t = TRANSPORTS[transport](url, api_key)
-    base = {**_base(w), "metadata": {**wl.metadata(w, rollout), TIMINGS_KEY: "1"}}
+    base = {**wl.fixed(w), "metadata": {**wl.metadata(w, rollout), TIMINGS_KEY: "1"}}
     new_items = first_input(w, rollout)
     if w.breakpoints:
         new_items = bp.place(new_items, first=True, ttl=w.breakpoint_ttl, resumed=len(new_items) - 1)

@@ -5,12 +5,11 @@ A transport owns whatever state its way of continuing a conversation needs and t
 client-side timings.  To add one, subclass :class:`Transport` and decorate it with
 :func:`register`.
 
-- ``ws``: one WebSocket per rollout, ``store:false``, ``previous_response_id``, only the new
-  items (WebSocket mode, docs/protocol.md §2).
-- ``http-chained``: ``POST /v1/responses`` (SSE) with ``previous_response_id`` and
-  ``store:true``: the server loads the stored conversation every turn.
-- ``http-full``: ``POST /v1/responses`` (SSE), ``store:false``, the whole history resent every
-  turn (as Codex's HTTP fallback does).
+- ``ws``: one WebSocket per rollout (and ``append``, its opt-in append mode);
+- ``http-chained`` and ``http-full``: ``POST /v1/responses`` (SSE).
+
+How each continues a conversation (its ``store``, ``previous_response_id`` or the whole
+conversation resent) is bench/conversation.py's, the load runner's too.
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ from typing import Any, ClassVar
 import httpx
 
 from .client import Answer, Event, ResponsesSocket, connect, is_final
+from .conversation import output_as_input, store_for
 
 TRANSPORTS: dict[str, type[Transport]] = {}
 
@@ -82,25 +82,6 @@ class Transport(ABC):
         and this turn's new input items; wait for the terminal event."""
 
 
-def output_as_input(output: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A response's output items as input items for a full-history resend."""
-    items = []
-    for o in output:
-        if o.get("type") == "function_call":
-            items.append(
-                {
-                    "type": "function_call",
-                    "call_id": o["call_id"],
-                    "name": o["name"],
-                    "arguments": o["arguments"],
-                }
-            )
-        elif o.get("type") == "message":
-            text = "".join(c.get("text", "") for c in o.get("content", []))
-            items.append({"role": "assistant", "content": [{"type": "output_text", "text": text}]})
-    return items
-
-
 @register
 class WebSocketTransport(Transport):
     name = "ws"
@@ -117,7 +98,7 @@ class WebSocketTransport(Transport):
         self._prev = None
 
     async def turn(self, base, new_items):
-        body = {**base, "input": new_items, "store": False}
+        body = {**base, "input": new_items, "store": store_for(self.name)}
         if self._prev:
             body["previous_response_id"] = self._prev
         out = TurnOutcome.of(await self.socket.create(**body))
@@ -169,7 +150,7 @@ class HttpChainedTransport(_HttpTransport):
         self._prev = None
 
     async def turn(self, base, new_items):
-        body = {**base, "input": new_items, "store": True}
+        body = {**base, "input": new_items, "store": store_for(self.name)}
         if self._prev:
             body["previous_response_id"] = self._prev
         out = await self._post(body)
@@ -190,7 +171,7 @@ class HttpFullTransport(_HttpTransport):
 
     async def turn(self, base, new_items):
         self._history.extend(new_items)
-        out = await self._post({**base, "input": self._history, "store": False})
+        out = await self._post({**base, "input": self._history, "store": store_for(self.name)})
         if out.response:
             self._history.extend(output_as_input(out.response.get("output", [])))
         return out
@@ -215,7 +196,7 @@ class AppendTransport(WebSocketTransport):
 
     async def turn(self, base, new_items):
         if self._response_id is None:
-            event = {"type": "response.create", **base, "input": new_items, "store": False}
+            event = {"type": "response.create", **base, "input": new_items, "store": store_for("ws")}
         else:
             event = {"type": "response.append", "response_id": self._response_id, "input": new_items}
         answer = await self.socket.request(event, until=_paused_or_final)

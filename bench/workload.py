@@ -449,6 +449,11 @@ def tools(w: Workload) -> list[dict]:
     return out
 
 
+def fixed(w: Workload) -> dict[str, Any]:
+    """What every create of the workload's rollouts carries: the model, instructions and tools."""
+    return {"model": w.model, "instructions": instructions(w.system_tokens, w.seed), "tools": tools(w)}
+
+
 def task(w: Workload, rollout: int) -> str:
     rng = random.Random(f"task/{w.seed}/{rollout}")
     return "The test suite fails after the last change. Find the cause and fix it. " + _prose(

@@ -26,7 +26,8 @@ from typing import Any
 from bench import results
 from bench import workload as wl
 from bench.client import connect
-from bench.rollouts import TIMINGS_KEY, _base, first_input, warm_resumed
+from bench.conversation import TIMINGS_KEY
+from bench.rollouts import first_input, warm_resumed
 from serve.embedded import embedded_server, local_config
 
 API_KEY = "sk-bench"
@@ -58,7 +59,7 @@ def tokenise_where(w: wl.Workload, repeats: int = 10) -> dict[str, float]:
 async def first_turn(url: str, w: wl.Workload, rollout: int, go: asyncio.Event) -> dict[str, Any]:
     socket = await connect(url, api_key=API_KEY)
     try:
-        body = {**_base(w), "metadata": {**wl.metadata(w, rollout), TIMINGS_KEY: "1"}}
+        body = {**wl.fixed(w), "metadata": {**wl.metadata(w, rollout), TIMINGS_KEY: "1"}}
         await go.wait()
         t0 = time.perf_counter()
         answer = await socket.create(**body, input=first_input(w, rollout), store=False)

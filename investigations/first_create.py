@@ -31,7 +31,7 @@ from typing import Any
 
 def first_creates(connections: int) -> list[str]:
     from bench import workload as wl
-    from bench.rollouts import TIMINGS_KEY
+    from bench.conversation import TIMINGS_KEY
     from bench.runner.loop import Encoder, workload
 
     w = workload("crowd", 0, None)

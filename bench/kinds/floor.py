@@ -51,8 +51,8 @@ from serve.embedded import embedded_server, local_config
 from .. import processes, results
 from .. import workload as wl
 from ..client import ResponsesSocket, connect, is_final
+from ..conversation import TIMINGS_KEY, model_seconds, server_timings
 from ..floor_budgets import budgets, print_budgets, rounds_spread
-from ..rollouts import TIMINGS_KEY, model_seconds, server_timings
 from ..stats import median
 
 MODES = {"deflate": "deflate", "plain": None}  # name → the client's `compression`

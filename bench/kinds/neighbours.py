@@ -49,7 +49,7 @@ from serve.embedded import APP_NAME, embedded_server, local_config
 from .. import results
 from .. import workload as wl
 from ..client import ResponsesSocket, connect
-from ..rollouts import TIMINGS_KEY, _base, model_seconds, server_timings
+from ..conversation import TIMINGS_KEY, model_seconds, server_timings
 from ..stats import mean, median, spread
 
 PROBE_KEY = "sk-bench-probe"
@@ -198,7 +198,7 @@ async def store_histories(url: str, w: wl.Workload, count: int) -> list[str]:
     ids = []
     try:
         for r in range(count):
-            answer = await sock.create(**_base(w), input=wl.history(w, r), store=True, generate=False)
+            answer = await sock.create(**wl.fixed(w), input=wl.history(w, r), store=True, generate=False)
             if answer.response is None or answer.response.get("status") != "completed":
                 raise RuntimeError(f"storing rollout {r}'s history failed: {answer.last}")
             ids.append(answer.response["id"])
@@ -213,7 +213,7 @@ async def resumed_first_turn(
     task = {"role": "user", "content": [{"type": "input_text", "text": wl.task(w, rollout)}]}
     metadata = {TIMINGS_KEY: "1", "emulator.tool_rounds": "0", "emulator.text_tokens": str(output_tokens)}
     answer = await sock.create(
-        **_base(w),
+        **wl.fixed(w),
         input=[task],
         previous_response_id=previous,
         store=False,

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from bench import breakpoints
-from bench.rollouts import TIMINGS_KEY, model_seconds, server_timings
+from bench.conversation import TIMINGS_KEY, model_seconds, server_timings
 from bench.transports import TRANSPORTS
 
 from . import synth

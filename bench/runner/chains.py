@@ -24,7 +24,7 @@ from typing import Any
 from ..client import ConnectionClosed, frame_type, output_text
 from .channels import SHUTTING_DOWN, Channel, Reply, WsChannel
 from .connecting import ConnectLog, open_with_retry
-from .loop import Pace, parse_reply
+from .loop import Pace, parse_reply, usage_fields
 from .model import TurnRecord
 from .workloads import Chains
 
@@ -47,43 +47,34 @@ def started(channel: Channel) -> dict[str, Any] | None:
     return None if channel.created is None else json.loads(channel.created).get("response")
 
 
-class ChainLoop:
-    """One client's chains until the pace's end.  The same surface as
+class ChainTurns:
+    """What a ``chains`` loop's turns share over any transport: the creates' fixed head (its
+    :meth:`fields`, a stored one's ``store`` flipped), each create's own parts drawn per turn,
+    the think time, the answered turn's record.  The same surface as
     :class:`~bench.runner.loop.Loop` for the worker: ``run``, ``channel``, ``in_turn``, ``errors``."""
 
     def __init__(
-        self,
-        index: int,
-        target: str,
-        chains: Chains,
-        pace: Pace,
-        sink: list[TurnRecord],
-        new_channel: Callable[[], WsChannel],
-        connects: ConnectLog,
-        seed: int = 0,
+        self, index: int, target: str, chains: Chains, pace: Pace, sink: list[TurnRecord], seed: int = 0
     ) -> None:
         self.index, self.target, self.chains = index, target, chains
-        self.pace, self.sink, self.new_channel, self.connects = pace, sink, new_channel, connects
+        self.pace, self.sink = pace, sink
         self.channel: Channel = Channel()  # none open yet
         self.in_turn = False
         self.errors: list[str] = []
         self.turns = 0
-        fixed: dict[str, object] = {"type": "response.create", "model": chains.model, "store": False}
-        if chains.max_tokens is not None:
-            fixed["max_output_tokens"] = chains.max_tokens
-        if chains.resend_history:
-            fixed["prompt_cache_key"] = f"client-{index}"
+        fixed = self.fields()
         self.head = json.dumps(fixed)[:-1]  # no closing brace
         self.stored_head = json.dumps({**fixed, "store": True})[:-1]
         self.rng = random.Random(f"chains/{seed}/{index}")
-        self.pending: Create | None = None  # continue_stored: a create to send again on the next connection
-        self.last: tuple[str, bool] | None = None  # continue_stored: the last completed response, stored
-        self.history: list[str] = []  # with resend_history: the conversation's items, encoded
-        if chains.resend_history:
-            first = {"role": "developer", "content": f"Conversation {index}. {PREFIX}"}
-            self.history.append(json.dumps(first))
-        self.done = 0  # with resend_history: the conversation's completed turns
+        self.history: list[str] = []  # a conversation resent whole (ChainLoop's resend_history), encoded
         self._first = True
+
+    def fields(self) -> dict[str, object]:
+        """The fixed fields of every create (``store`` false)."""
+        fixed: dict[str, object] = {"model": self.chains.model, "store": False}
+        if self.chains.max_tokens is not None:
+            fixed["max_output_tokens"] = self.chains.max_tokens
+        return fixed
 
     def body(self, text: str, previous: str | None, create: Create | None = None) -> str:
         items = ",".join([*self.history, json.dumps({"role": "user", "content": text})])
@@ -109,12 +100,79 @@ class ChainLoop:
         return c.think_s * (1 + self.rng.uniform(-c.think_spread, c.think_spread) if c.think_spread else 1)
 
     async def open(self) -> None:
-        """Nothing to open before the release: the loop opens a connection for each chain."""
+        """Nothing to open before the release: the loop opens its connections itself."""
+
+    async def run(self, release_at: float) -> None:
+        """Turns from ``release_at`` until the pace's end."""
+        raise NotImplementedError
 
     def _first_done(self) -> None:
         if self._first:
             self._first = False
             self.pace.first_done()
+
+    def record(
+        self,
+        channel: Channel,
+        reply: Reply,
+        parsed: tuple[dict[str, Any] | None, bool, str | None],
+        kind: str,
+        resent: bool,
+    ) -> TurnRecord:
+        """The answered turn's record: its times, how it ended, its response and usage."""
+        response, ok, code = parsed
+        begun = started(channel) or {}
+        terminal = frame_type(reply.raw) if response is not None else None
+        store = (response or begun).get("store")
+        return TurnRecord(
+            self.index,
+            kind,
+            reply.sent,
+            reply.total_s * 1000,
+            None,
+            ok,
+            None,
+            self.target,
+            None if reply.ttft_s is None else reply.ttft_s * 1000,
+            code,
+            connection=None if channel.record is None else channel.record.index,
+            response_id=(response or begun).get("id"),
+            store=None if store is None else bool(store),
+            terminal=terminal,
+            resent=resent,
+            final_gap_ms=None if reply.gap_s is None else reply.gap_s * 1000,
+            **usage_fields(response),
+        )
+
+
+class ChainLoop(ChainTurns):
+    """One client's chains over WebSocket connections, one a chain, until the pace's end."""
+
+    def __init__(
+        self,
+        index: int,
+        target: str,
+        chains: Chains,
+        pace: Pace,
+        sink: list[TurnRecord],
+        new_channel: Callable[[], WsChannel],
+        connects: ConnectLog,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(index, target, chains, pace, sink, seed)
+        self.new_channel, self.connects = new_channel, connects
+        self.pending: Create | None = None  # continue_stored: a create to send again on the next connection
+        self.last: tuple[str, bool] | None = None  # continue_stored: the last completed response, stored
+        if chains.resend_history:
+            first = {"role": "developer", "content": f"Conversation {index}. {PREFIX}"}
+            self.history.append(json.dumps(first))
+        self.done = 0  # with resend_history: the conversation's completed turns
+
+    def fields(self) -> dict[str, object]:
+        fixed: dict[str, object] = {"type": "response.create", **super().fields()}
+        if self.chains.resend_history:
+            fixed["prompt_cache_key"] = f"client-{self.index}"
+        return fixed
 
     async def run(self, release_at: float) -> None:
         """Chains from ``release_at`` until the pace's end."""
@@ -236,45 +294,8 @@ class ChainLoop:
         self.turns += 1
         return reply.raw, response if ok else None, code
 
-    def record(
-        self,
-        channel: Channel,
-        reply: Reply,
-        parsed: tuple[dict[str, Any] | None, bool, str | None],
-        kind: str,
-        resent: bool,
-    ) -> TurnRecord:
-        """The answered turn's record: its times, how it ended, its response and usage."""
-        response, ok, code = parsed
-        begun = started(channel) or {}
-        terminal = frame_type(reply.raw) if response is not None else None
-        usage = (response or {}).get("usage") or {}
-        cached = (usage.get("input_tokens_details") or {}).get("cached_tokens")
-        store = (response or begun).get("store")
-        return TurnRecord(
-            self.index,
-            kind,
-            reply.sent,
-            reply.total_s * 1000,
-            None,
-            ok,
-            None,
-            self.target,
-            None if reply.ttft_s is None else reply.ttft_s * 1000,
-            code,
-            output_tokens=usage.get("output_tokens"),
-            connection=None if channel.record is None else channel.record.index,
-            cached_tokens=None if cached is None else int(cached),
-            response_id=(response or begun).get("id"),
-            store=None if store is None else bool(store),
-            terminal=terminal,
-            input_tokens=usage.get("input_tokens"),
-            resent=resent,
-            final_gap_ms=None if reply.gap_s is None else reply.gap_s * 1000,
-        )
 
-
-class HttpChainLoop(ChainLoop):
+class HttpChainLoop(ChainTurns):
     """The chains over ``http-full``: every turn a streamed ``POST /v1/responses`` of its own
     (no ``previous_response_id``) through the client process's pool for the target, recorded
     as a ws chain's turn is (its response, ``store``, terminal event and usage); a request
@@ -291,18 +312,16 @@ class HttpChainLoop(ChainLoop):
         new_channel: Callable[[], Channel],
         seed: int = 0,
     ) -> None:
-        super().__init__(index, target, chains, pace, sink, lambda: None, ConnectLog(), seed)  # type: ignore[arg-type,return-value]
-        self.new_http = new_channel
-        fixed: dict[str, object] = {"model": chains.model, "store": False, "stream": True}
-        if chains.max_tokens is not None:
-            fixed["max_output_tokens"] = chains.max_tokens
-        self.head = json.dumps(fixed)[:-1]
-        self.stored_head = json.dumps({**fixed, "store": True})[:-1]
+        super().__init__(index, target, chains, pace, sink, seed)
+        self.new_channel = new_channel
+
+    def fields(self) -> dict[str, object]:
+        return {**super().fields(), "stream": True}
 
     async def run(self, release_at: float) -> None:
         """Turns from ``release_at`` until the pace's end."""
         await asyncio.sleep(max(0.0, release_at - time.time()))
-        channel = self.channel = self.new_http()
+        channel = self.channel = self.new_channel()
         try:
             n = 0
             while time.time() < self.pace.end_at:

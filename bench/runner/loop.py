@@ -9,10 +9,8 @@ each resumed history, the tool outputs (a pool of :data:`OUTPUT_POOL` drawn from
 preset's sizes; generating one costs the tokenizer's time).  Only the final event of each
 answer is parsed.
 
-The transports continue a conversation as bench/transports.py does: ``ws`` and
-``http-chained`` send the new items with ``previous_response_id`` (``http-chained`` with
-``store: true``, the server loads the stored conversation); ``http-full`` resends the whole
-conversation each turn, ``store: false``.
+The transports continue a conversation as bench/conversation.py says (``ws``'s ``store`` is
+the spec's).
 """
 
 from __future__ import annotations
@@ -23,10 +21,10 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypedDict
 
 from .. import workload as wl
-from ..rollouts import TIMINGS_KEY, model_seconds, server_timings
+from ..conversation import RESENDS, TIMINGS_KEY, model_seconds, output_as_input, server_timings, store_for
 from .channels import Channel, Reply
 from .connecting import ConnectLog, open_with_retry
 from .model import TurnRecord
@@ -34,9 +32,6 @@ from .model import TurnRecord
 OUTPUT_POOL = 48  # distinct tool outputs per client process (drawn from the preset's sizes)
 HISTORY_POOL = 8  # distinct resumed histories (generating one costs the client ~0.1 s of CPU)
 ROLLOUT_STRIDE = 100_003  # a loop's next rollout index
-# ``store`` a transport needs: the server loads http-chained's conversation from the store; http-full
-# resends it (ws: the spec's ``store``)
-STORE_BY_TRANSPORT = {"http-chained": True, "http-full": False}
 FAILED_TURN_PAUSE_S = 1.0  # before a loop that opens a connection per rollout starts the next after a failure
 
 
@@ -57,7 +52,7 @@ class Encoder:
     histories: dict[int, str] = field(default_factory=dict)  # pool index -> encoded items, comma-joined
 
     def __post_init__(self) -> None:
-        store = STORE_BY_TRANSPORT.get(self.transport, self.store)
+        store = store_for(self.transport, self.store)
         fixed: dict[str, Any] = {"model": self.w.model, "store": store}
         if self.w.system_tokens > 0:  # a workload of none sends none (a bare create)
             fixed["instructions"] = wl.instructions(self.w.system_tokens, self.w.seed)
@@ -76,7 +71,7 @@ class Encoder:
 
     @property
     def full(self) -> bool:
-        return self.transport == "http-full"
+        return self.transport in RESENDS
 
     def history(self, rollout: int) -> tuple[str, int]:
         """A resumed history's items, encoded (comma-joined, no brackets), and how many tool
@@ -90,24 +85,6 @@ class Encoder:
     def body(self, items: str, meta_json: str, previous: str | None = None) -> str:
         tail = "" if previous is None else f',"previous_response_id":{json.dumps(previous)}'
         return f'{self.head},"input":[{items}],"metadata":{meta_json}{tail}}}'
-
-
-def output_items(response: dict[str, Any]) -> list[str]:
-    """A response's output as input items (encoded), for a full-history resend."""
-    out = []
-    for o in response.get("output", []):
-        if o.get("type") == "function_call":
-            item = {
-                "type": "function_call",
-                "call_id": o["call_id"],
-                "name": o["name"],
-                "arguments": o["arguments"],
-            }
-            out.append(json.dumps(item))
-        elif o.get("type") == "message":
-            text = "".join(c.get("text", "") for c in o.get("content", []))
-            out.append(json.dumps({"role": "assistant", "content": [{"type": "output_text", "text": text}]}))
-    return out
 
 
 @dataclass
@@ -141,6 +118,25 @@ def parse_reply(reply: Reply) -> tuple[dict[str, Any] | None, bool, str | None]:
         return None, False, (err.get("code") if isinstance(err, dict) else None) or "error"
     err = (response or {}).get("error") or {}
     return response, False, err.get("code") or str(kind)
+
+
+class Usage(TypedDict):
+    input_tokens: int | None
+    cached_tokens: int | None
+    output_tokens: int | None
+
+
+def usage_fields(response: dict[str, Any] | None) -> Usage:
+    """A Response's usage as a :class:`TurnRecord`'s fields: ``input_tokens``,
+    ``cached_tokens`` (``input_tokens_details.cached_tokens``) and ``output_tokens``, each None
+    where the usage says nothing (or the answer carried none)."""
+    usage = (response or {}).get("usage") or {}
+    cached = (usage.get("input_tokens_details") or {}).get("cached_tokens")
+    return Usage(
+        input_tokens=usage.get("input_tokens"),
+        cached_tokens=None if cached is None else int(cached),
+        output_tokens=usage.get("output_tokens"),
+    )
 
 
 class Loop:
@@ -203,7 +199,7 @@ class Loop:
             for c in calls
         )
         if self.enc.full:
-            self.conversation += [*output_items(response), items]
+            self.conversation += [*map(json.dumps, output_as_input(response.get("output", []))), items]
             return self.enc.body(",".join(self.conversation), self.meta_json)
         return self.enc.body(items, self.meta_json, response["id"])
 
@@ -250,8 +246,6 @@ class Loop:
         self.in_turn = False
         server = server_timings(response) if response else None
         model = model_seconds(server)
-        usage = (response or {}).get("usage") or {}
-        cached = (usage.get("input_tokens_details") or {}).get("cached_tokens")
         conn = self.channel.record
         self.sink.append(
             TurnRecord(
@@ -266,9 +260,9 @@ class Loop:
                 None if reply.ttft_s is None else reply.ttft_s * 1000,
                 code,
                 connect_ms,
-                usage.get("output_tokens"),
-                None if conn is None else conn.index,
-                None if cached is None else int(cached),
+                connection=None if conn is None else conn.index,
+                first_event_ms=None if reply.first_s is None else reply.first_s * 1000,
+                **usage_fields(response),
             )
         )
         self.turns += 1

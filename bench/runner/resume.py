@@ -19,7 +19,7 @@ from typing import Any
 from ..client import frame_type
 from .channels import Channel, WsChannel
 from .connecting import ConnectLog, open_with_retry
-from .loop import Pace, parse_reply
+from .loop import Pace, parse_reply, usage_fields
 from .model import TurnRecord
 from .workloads import Resume
 
@@ -88,8 +88,6 @@ class ResumeLoop:
         finally:
             self.in_turn = False
         response, ok, code = parse_reply(reply)
-        usage = (response or {}).get("usage") or {}
-        cached = (usage.get("input_tokens_details") or {}).get("cached_tokens")
         note, failure = None, None
         inspect = self.resume.inspect
         if ok and response is not None and inspect is not None and self.token is not None:
@@ -109,13 +107,11 @@ class ResumeLoop:
                 ttft_ms=None if reply.ttft_s is None else reply.ttft_s * 1000,
                 error_code=code,
                 connect_ms=connect_ms,
-                output_tokens=usage.get("output_tokens"),
                 connection=channel.record.index,
-                cached_tokens=None if cached is None else int(cached),
                 response_id=(response or {}).get("id"),
                 store=False,
                 terminal=None if response is None else frame_type(reply.raw),
-                input_tokens=usage.get("input_tokens"),
+                **usage_fields(response),
                 first_event_ms=None if reply.first_s is None else reply.first_s * 1000,
                 note=note,
             )

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..invariants import RunCheck
-from .chains import ChainLoop, HttpChainLoop
+from .chains import ChainLoop, ChainTurns, HttpChainLoop
 from .channels import Channel, CheckedWsChannel, Connections, HttpChannel, WsChannel, http_client
 from .connecting import ConnectLog
 from .locate import Locator
@@ -81,7 +81,7 @@ class LoadWorker:
         self.records: list[TurnRecord] = []
         self.pace: Pace | None = None
         self.loop_indices = loops
-        self.loops: list[Loop | ChainLoop | ResumeLoop] = []
+        self.loops: list[Loop | ChainTurns | ResumeLoop] = []
         self.ready: list[bool] = []
         self.http: dict[str, Any] = {}
         self.ticks: list[tuple[float, float]] = []
@@ -203,7 +203,7 @@ class LoadWorker:
             return 0
         sem = asyncio.Semaphore(CONNECT_CONCURRENCY)
 
-        async def open_one(lp: Loop | ChainLoop | ResumeLoop) -> bool:
+        async def open_one(lp: Loop | ChainTurns | ResumeLoop) -> bool:
             async with sem:
                 try:
                     await lp.open()
@@ -226,7 +226,7 @@ class LoadWorker:
         self.release_at = release_at
         step = spec.ramp_s / spec.loops
 
-        async def run(k: int, lp: Loop | ChainLoop | ResumeLoop) -> None:
+        async def run(k: int, lp: Loop | ChainTurns | ResumeLoop) -> None:
             at = release_at + lp.index * step
             ran = False
             try:

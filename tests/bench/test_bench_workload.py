@@ -7,9 +7,10 @@ import json
 
 from bench import workload as wl
 from bench.agentloop_report import summarise
-from bench.rollouts import RolloutRecord, TurnRecord, interleaved_jobs, rollout_model_s, server_timings
+from bench.conversation import output_as_input, server_timings
+from bench.rollouts import RolloutRecord, TurnRecord, interleaved_jobs, rollout_model_s
 from bench.stats import pct
-from bench.transports import TRANSPORTS, output_as_input
+from bench.transports import TRANSPORTS
 from inference import tokenizer
 
 

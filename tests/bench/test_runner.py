@@ -10,8 +10,8 @@ import pytest
 
 from bench import workload as wl
 from bench.client import is_final_frame, is_first_token_frame
+from bench.conversation import TIMINGS_KEY
 from bench.reference import Frames
-from bench.rollouts import TIMINGS_KEY
 from bench.runner import LAG_P99_LIMIT_MS, ClientStats, LoadResult, LoadSpec, TurnRecord, saturation
 from bench.runner.channels import Channel, Reply
 from bench.runner.cluster import client_nodes, no_client_nodes_message, placement

@@ -13,16 +13,14 @@ import pytest
 
 from bench.runner import Chains, ConnectionRecord, LoadResult, LoadSpec, TurnRecord
 from bench.runner.chains import ChainLoop
-from bench.runner.channels import SHUTTING_DOWN, Connections, Reply, WsChannel, note_frame
+from bench.runner.channels import Connections, note_frame
 from bench.runner.connecting import ConnectLog
 from bench.runner.locate import Locator
 from bench.runner.loop import Pace
 
+from .scripted import SHUTTING, Scripted, Step, frame
+
 pytestmark = pytest.mark.unit
-
-
-def frame(event: dict) -> str:
-    return json.dumps(event, separators=(",", ":"))  # as the server writes it: the type at the head
 
 
 def completed(rid: str, cached: int = 0) -> str:
@@ -31,7 +29,6 @@ def completed(rid: str, cached: int = 0) -> str:
     return frame({"type": "response.completed", "response": {"id": rid, "output": out, "usage": usage}})
 
 
-SHUTTING = frame({"type": "error", "error": {"code": SHUTTING_DOWN, "message": "draining"}})
 FAILED = frame({"type": "response.failed", "response": {"id": "r", "error": {"code": "server_error"}}})
 
 
@@ -80,46 +77,16 @@ def test_a_connection_is_located_only_in_a_reading_begun_after_it_opened():
     assert found == "new-node" and unknown is None
 
 
-class Scripted(WsChannel):
-    """A connection whose answers are scripted (final frames, in order); ``None`` in the script
-    ends the run (the pace's end) instead of answering; after ``server_shutting_down`` the
-    server closes it with 1012."""
-
-    def __init__(
-        self, script: list[str | None], sent: list[str], pace: Pace, connections: Connections
-    ) -> None:
-        super().__init__("http://unused", None, connections=connections)
-        self.script, self.sent, self.pace = script, sent, pace
-
-    async def open(self) -> None:
-        assert self.connections is not None
-        self.record = self.connections.opened(0, 40000 + len(self.connections.records))
-
-    async def send(self, body: str) -> Reply:
-        assert self.record is not None
-        self.sent.append(body)
-        self.record.creates += 1
-        raw = self.script.pop(0)
-        if raw is None:
-            self.pace.end_at = 0.0
-            raw = completed("last")
-        note_frame(self.record, raw)
-        return Reply(raw, time.time(), 0.001, None)
-
-    async def wait_closed(self) -> int:
-        self._ended(1012)
-        return 1012
-
-    async def close(self) -> None:
-        self._ended(None)
-
-
-def run_chains(
-    chains: Chains, script: list[str | None]
-) -> tuple[ChainLoop, list[dict], list[ConnectionRecord]]:
+def run_chains(chains: Chains, script: list[Step]) -> tuple[ChainLoop, list[dict], list[ConnectionRecord]]:
     pace, sent, conns, sink = Pace(1), [], Connections(), []  # type: ignore[var-annotated]
     loop = ChainLoop(
-        0, "http://unused", chains, pace, sink, lambda: Scripted(script, sent, pace, conns), ConnectLog()
+        0,
+        "http://unused",
+        chains,
+        pace,
+        sink,
+        lambda: Scripted(script, sent, pace, conns, completed("last")),
+        ConnectLog(),
     )
     asyncio.run(loop.run(time.time()))
     return loop, [json.loads(b) for b in sent], conns.records

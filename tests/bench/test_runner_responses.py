@@ -13,18 +13,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from bench.client import ConnectionClosed
 from bench.runner import Chains, TurnRecord
 from bench.runner.chains import ChainLoop, HttpChainLoop
-from bench.runner.channels import SHUTTING_DOWN, Connections, HttpChannel, Reply, WsChannel, note_frame
+from bench.runner.channels import SHUTTING_DOWN, Connections, HttpChannel, Reply
 from bench.runner.connecting import ConnectLog, typed_refusal
 from bench.runner.loop import Pace
 
+from .scripted import CLOSED, SHUTTING, Scripted, Step, frame
+
 pytestmark = pytest.mark.unit
-
-
-def frame(event: dict) -> str:
-    return json.dumps(event, separators=(",", ":"))
 
 
 def created(rid: str, store: bool) -> str:
@@ -36,48 +33,19 @@ def completed(rid: str, store: bool) -> str:
     return frame({"type": "response.completed", "response": {"id": rid, "store": store, "usage": usage}})
 
 
-SHUTTING = frame({"type": "error", "error": {"code": SHUTTING_DOWN, "message": "draining"}})
-CLOSED = "closed"  # the connection ends under the turn (1012)
-
-Step = tuple[str | None, str] | None  # (response.created or None, the final frame or CLOSED); None: the end
-
-
-class Scripted(WsChannel):
-    def __init__(self, script: list[Step], sent: list[str], pace: Pace, connections: Connections) -> None:
-        super().__init__("http://unused", None, connections=connections)
-        self.script, self.sent, self.pace = script, sent, pace
-
-    async def open(self) -> None:
-        assert self.connections is not None
-        self.record = self.connections.opened(0, 40000 + len(self.connections.records))
-
-    async def send(self, body: str) -> Reply:
-        assert self.record is not None
-        self.sent.append(body)
-        self.record.creates += 1
-        step = self.script.pop(0)
-        if step is None:
-            self.pace.end_at = 0.0
-            step = (created("last", False), completed("last", False))
-        self.created, final = step
-        if final == CLOSED:
-            self._ended(1012)
-            raise ConnectionClosed(None, None)
-        note_frame(self.record, final)
-        return Reply(final, time.time(), 0.001, None)
-
-    async def wait_closed(self) -> int:
-        self._ended(1012)
-        return 1012
-
-    async def close(self) -> None:
-        self._ended(None)
+LAST = (created("last", False), completed("last", False))  # the answer to the run's last create
 
 
 def run_chains(chains: Chains, script: list[Step]) -> tuple[ChainLoop, list[dict]]:
     pace, sent, conns, sink = Pace(1), [], Connections(), []  # type: ignore[var-annotated]
     loop = ChainLoop(
-        0, "http://unused", chains, pace, sink, lambda: Scripted(script, sent, pace, conns), ConnectLog()
+        0,
+        "http://unused",
+        chains,
+        pace,
+        sink,
+        lambda: Scripted(script, sent, pace, conns, LAST),
+        ConnectLog(),
     )
     asyncio.run(loop.run(time.time()))
     return loop, [json.loads(b) for b in sent]
@@ -138,7 +106,7 @@ def test_a_connection_left_open_after_server_shutting_down_is_said_so():
     script: list[Step] = [(None, SHUTTING), None]
     chains = Chains(think_s=0.0, continue_stored=True, resend_unstarted=True, close_wait_s=0.01)
     loop = ChainLoop(
-        0, "http://unused", chains, pace, sink, lambda: Stays(script, sent, pace, conns), ConnectLog()
+        0, "http://unused", chains, pace, sink, lambda: Stays(script, sent, pace, conns, LAST), ConnectLog()
     )
     asyncio.run(loop.run(time.time()))
     assert [r.left_open for r in conns.records] == [True, False] and loop.sink[-1].resent
