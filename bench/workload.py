@@ -286,6 +286,9 @@ class Workload:
     tool_time_ms: float = 20.0  # simulated client-side tool execution, mean (uniform ±50 %)
     seed: int = 0
     resume_tokens: int = 0  # an earlier session's history before the task (~tokens)
+    # a document of ~tokens of prose before it, the same in every rollout (one user message: a
+    # stateless client's large prompt, resent whole with each request)
+    document_tokens: int = 0
     shape: Shape | None = None
     extra_metadata: dict[str, str] = field(default_factory=dict)
     # Prompt-cache breakpoints as a client places them (bench.breakpoints): after the
@@ -503,9 +506,20 @@ def metadata(w: Workload, rollout: int) -> dict[str, str]:
 def history(w: Workload, rollout: int) -> list[dict[str, Any]]:
     """The earlier session rollout ``rollout`` resumes: ~``resume_tokens`` tokens of past
     requests (a user message, tool calls with their outputs, the answer), as input items a
-    client resending the conversation sends; empty when ``resume_tokens`` is 0.  Cached:
-    callers must not change the items."""
-    return list(_history(w.seed, rollout, w.resume_tokens, w.task_tokens, w.tool_output_tokens, w.shape))
+    client resending the conversation sends; empty when ``resume_tokens`` is 0; after the
+    workload's document (``document_tokens``) when it has one.  Cached: callers must not change
+    the items."""
+    past = _history(w.seed, rollout, w.resume_tokens, w.task_tokens, w.tool_output_tokens, w.shape)
+    return [*_document(w.seed, w.document_tokens), *past]
+
+
+@lru_cache(maxsize=4)
+def _document(seed: int, tokens: int) -> tuple[dict[str, Any], ...]:
+    """The workload's document: one user message of ~``tokens`` tokens of prose (none for 0)."""
+    if tokens <= 0:
+        return ()
+    text = _prose(random.Random(f"document/{seed}"), tokens)
+    return ({"role": "user", "content": [{"type": "input_text", "text": text}]},)
 
 
 @lru_cache(maxsize=64)

@@ -62,6 +62,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--text-tokens", type=int, default=None, help="final answer (uniform preset)")
     p.add_argument("--tool-time-ms", type=float, default=None, help="(codex: the median)")
     p.add_argument("--resume-tokens", type=int, default=None, help="resumed session's history, tokens")
+    p.add_argument(
+        "--document-tokens",
+        type=int,
+        default=None,
+        help="a document before it, the same every rollout, tokens",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--breakpoints",
@@ -103,6 +109,7 @@ def workload_from(args: argparse.Namespace, tool_rounds: int | None = None) -> W
             ("text_tokens", args.text_tokens),
             ("tool_time_ms", args.tool_time_ms),
             ("resume_tokens", args.resume_tokens),
+            ("document_tokens", getattr(args, "document_tokens", None)),
         )
         if value is not None
     }

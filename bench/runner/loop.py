@@ -154,6 +154,7 @@ class Loop:
         *,
         fresh_connection: bool = False,
         connects: ConnectLog | None = None,
+        continues: str | None = None,
     ) -> None:
         self.index = index
         self.target = target
@@ -173,20 +174,23 @@ class Loop:
         self.in_turn = False  # a create sent, its final event not yet received
         self.rollouts_done = 0
         self._connect_ms: float | None = None
+        self.continues = continues  # the stored response the first rollout continues (LoadSpec.continues)
 
     def first_create(self) -> str:
         """The rollout's first create: a resumed history (one of :data:`HISTORY_POOL`) and
         the task; the model is told to call tools while the context holds fewer tool
-        results than that history's plus the rollout's rounds."""
+        results than that history's plus the rollout's rounds.  The loop's first rollout,
+        when it continues a stored response (``continues``), sends the task alone with it."""
         w, rollout = self.enc.w, self.rollout
-        history, resumed = self.enc.history(rollout)
+        previous, self.continues = self.continues, None
+        history, resumed = self.enc.history(rollout) if previous is None else ("", 0)
         task = json.dumps({"role": "user", "content": [{"type": "input_text", "text": wl.task(w, rollout)}]})
         meta = wl.metadata(replace(w, resume_tokens=0), rollout)
         meta["emulator.tool_rounds"] = str(int(meta["emulator.tool_rounds"]) + resumed)
         self.meta_json = json.dumps({**meta, TIMINGS_KEY: "1"})
         items = f"{history},{task}" if history else task
         self.conversation = [items]
-        return self.enc.body(items, self.meta_json)
+        return self.enc.body(items, self.meta_json, previous)
 
     def next_create(self, response: dict[str, Any]) -> str | None:
         calls = [o for o in response.get("output", []) if o.get("type") == "function_call"]

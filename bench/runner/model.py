@@ -61,6 +61,12 @@ class LoadSpec:
     ``open_timeout_s`` bounds one open; ``connect_attempts`` (1: none retried) bounds its
     retries (bench/runner/connecting.py).
 
+    ``continues`` (the ``capacity`` or ``codex`` workload, not over ``http-full``): loop ``i``'s
+    first create continues the stored response ``continues[i]`` (``previous_response_id``),
+    sending its task alone instead of a resumed history (the stored conversation holds it; its
+    tool results count in the emulator's ``tool_rounds``: a workload of ``tool_rounds=0``
+    answers at once).
+
     ``chains`` shapes the ``chains`` workload, ``resume`` the ``resume`` workload (with
     ``rollouts_per_loop=1`` the run ends when every loop has resumed its session).  ``locate`` (``ws`` only): where each
     connection went, a callable returning local port → the server serving it for the
@@ -91,6 +97,7 @@ class LoadSpec:
     chains: Chains = field(default_factory=Chains)
     locate: Callable[[], dict[int, str]] | None = None
     resume: Resume = field(default_factory=Resume)
+    continues: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.targets:
@@ -113,6 +120,15 @@ class LoadSpec:
             raise ValueError("LoadSpec's chains workload runs on transport 'ws' or 'http-full'")
         if self.workload in ("chains", "resume") and (self.check_events or self.arrivals):
             raise ValueError("LoadSpec.check_events and arrivals run the capacity or codex loop")
+        if self.continues and (
+            len(self.continues) != self.loops
+            or self.workload not in ("capacity", "codex")
+            or self.transport == "http-full"
+        ):
+            raise ValueError(
+                "LoadSpec.continues names one stored response a loop, for the capacity or codex "
+                "workload, not over http-full (it resends the conversation)"
+            )
         if self.workload == "resume" and self.transport != "ws":
             raise ValueError("LoadSpec's resume workload resumes WebSocket sessions: transport 'ws' only")
 

@@ -193,6 +193,7 @@ class LoadWorker:
                     self._maker(target, i),
                     fresh_connection=fresh,
                     connects=self.connects,
+                    continues=self.spec.continues[i] if self.spec.continues else None,
                 )
             )
         for key in range(HISTORY_POOL):

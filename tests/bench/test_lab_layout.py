@@ -23,6 +23,7 @@ LOAD_KINDS = {
     "bench/kinds/drain.py",
     "bench/kinds/ledger.py",
     "bench/kinds/ledger_nodes.py",
+    "bench/kinds/neighbours.py",
     "bench/kinds/resume.py",
     "bench/kinds/scaling.py",
     "bench/kinds/soak.py",
@@ -55,9 +56,9 @@ OWN_CONNECTIONS = {
     "bench/kinds/floor_hotpath.py": ("probe", "one socket's per-turn overhead with an instant model"),
     "bench/kinds/memory.py": ("probe", "one connection's memory as its cache grows"),
     "bench/kinds/neighbours.py": (
-        "connections",
-        "a probe turn on an open socket while fresh sockets resume stored conversations at once "
-        "(previous_response_id of a stored response: no runner loop sends one) beside HTTP load",
+        "probe",
+        "a probe turn on an open socket beside the runner's loads (HTTP clients, a burst of resumed "
+        "first turns); the stored responses the burst continues written before, one at a time",
     ),
     "bench/kinds/fidelity.py": ("probe", "one conversation on a real engine and on its emulated twin"),
     "bench/transports.py": (
@@ -73,14 +74,7 @@ OWN_CONNECTIONS = {
 }
 # The modules that run many clients of their own at once (a load, off the runner), and what the
 # runner does not do that they need: each is to move to bench/runner; a module new here moves instead.
-LOADS_OFF_THE_RUNNER = {
-    "bench/kinds/neighbours.py": (
-        "its burst: fresh sockets each sending, at one moment, a first create continuing a stored "
-        "response written before the run (previous_response_id given to the loop), which no runner "
-        "workload sends; and its HTTP clients, stateless ~75k-token requests back to back (the runner's "
-        "http-full loops with a one-turn custom workload would send them)"
-    ),
-}
+LOADS_OFF_THE_RUNNER: dict[str, str] = {}
 
 
 WORDS = (
