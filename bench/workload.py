@@ -26,210 +26,9 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
-from inference.tokenizer import decode, encode
+from .texts import CODE_LINES, IDENT, LOG_LINES, fill, prose
 
 Z90 = 1.2815515655446004  # the standard normal's 0.9 quantile
-
-# Words that cl100k encodes as one token each (with a leading space), so text sizes are
-# close to their target in tokens; the measured sizes are reported in the results anyway.
-WORDS = [
-    "the",
-    "a",
-    "to",
-    "of",
-    "and",
-    "in",
-    "is",
-    "that",
-    "for",
-    "it",
-    "with",
-    "as",
-    "on",
-    "be",
-    "this",
-    "are",
-    "by",
-    "or",
-    "from",
-    "at",
-    "an",
-    "not",
-    "you",
-    "your",
-    "use",
-    "code",
-    "file",
-    "test",
-    "tests",
-    "function",
-    "class",
-    "method",
-    "value",
-    "values",
-    "return",
-    "error",
-    "errors",
-    "call",
-    "calls",
-    "change",
-    "changes",
-    "before",
-    "after",
-    "when",
-    "if",
-    "then",
-    "else",
-    "each",
-    "every",
-    "only",
-    "must",
-    "should",
-    "never",
-    "always",
-    "run",
-    "command",
-    "output",
-    "input",
-    "read",
-    "write",
-    "path",
-    "line",
-    "lines",
-    "module",
-    "package",
-    "import",
-    "type",
-    "types",
-    "check",
-    "result",
-    "results",
-    "new",
-    "old",
-    "first",
-    "last",
-    "next",
-    "make",
-    "sure",
-    "keep",
-    "what",
-    "which",
-    "where",
-    "why",
-    "how",
-    "user",
-    "agent",
-    "tool",
-    "tools",
-    "patch",
-    "diff",
-    "repository",
-    "branch",
-    "commit",
-    "build",
-    "fix",
-    "bug",
-    "issue",
-    "data",
-    "list",
-    "string",
-    "number",
-    "object",
-    "field",
-    "name",
-    "names",
-    "state",
-    "config",
-    "server",
-    "client",
-    "request",
-    "response",
-    "time",
-    "small",
-    "large",
-    "short",
-    "long",
-    "simple",
-    "clear",
-    "exact",
-    "same",
-    "other",
-    "more",
-    "less",
-    "most",
-    "all",
-    "any",
-    "some",
-    "no",
-    "one",
-    "two",
-    "three",
-    "work",
-    "works",
-    "working",
-    "need",
-    "needs",
-    "do",
-    "does",
-    "done",
-    "can",
-    "will",
-    "may",
-    "also",
-    "just",
-    "now",
-    "here",
-    "there",
-]
-
-CODE_LINES = (
-    "def {n}(self, {a}, {b}=None):",
-    "    if {a} is None:",
-    "        return {b}",
-    "    result = self._{n}({a})",
-    "    for item in {a}:",
-    "        total += item.{b}",
-    '    raise ValueError(f"bad {a}: {{{a}!r}}")',
-    "class {N}({N}Base):",
-    '    """{doc}"""',
-    "import {a}",
-    "from .{a} import {n}",
-    "    return {a}.{n}({b})",
-    "    assert {a} == {b}, {a}",
-    "    self.{a} = {b}",
-    "",
-)
-LOG_LINES = (
-    "tests/test_{a}.py::test_{n}_{b} PASSED",
-    "tests/test_{a}.py::test_{n} FAILED",
-    "E       AssertionError: assert {a} == {b}",
-    "E       +  where {a} = {n}({b})",
-    "{a}.py:{num}: in {n}",
-    "    {a} = {n}({b})",
-    "---------- captured log call ----------",
-    "WARNING  {a}:{n}.py:{num} {doc}",
-    "===== {num} passed, 1 failed in 0.{num}s =====",
-)
-IDENT = (
-    "config",
-    "session",
-    "store",
-    "parser",
-    "render",
-    "token",
-    "cache",
-    "lane",
-    "value",
-    "item",
-    "path",
-    "state",
-    "event",
-    "frame",
-    "buffer",
-    "handle",
-    "limit",
-    "count",
-)
 
 
 @dataclass(frozen=True)
@@ -328,45 +127,6 @@ def rounds(w: Workload, rollout: int) -> int:
     return round(w.shape.tool_rounds.draw(random.Random(f"rounds/{w.seed}/{rollout}")))
 
 
-def _prose(rng: random.Random, tokens: int) -> str:
-    words = [rng.choice(WORDS) for _ in range(max(tokens, 1))]
-    out, sentence = [], []
-    for i, w in enumerate(words):
-        sentence.append(w)
-        if len(sentence) >= rng.randint(8, 18) or i == len(words) - 1:
-            out.append(" ".join(sentence).capitalize() + ".")
-            sentence = []
-    return " ".join(out)
-
-
-def prose_text(rng: random.Random, tokens: int) -> str:
-    """English-like prose of exactly ``tokens`` cl100k tokens before decoding (the last word
-    may be cut, and re-encode a token apart)."""
-    if tokens <= 0:
-        return ""
-    return decode(encode(_prose(rng, tokens))[:tokens])
-
-
-def _fill(rng: random.Random, templates: tuple[str, ...], tokens: int) -> str:
-    """Code-like or log-like lines of ``tokens`` cl100k tokens (the last line cut to fit)."""
-    lines: list[str] = []
-    ids: list[int] = []
-    while len(ids) < tokens:
-        for _ in range(max(1, (tokens - len(ids)) // 7)):  # ~7 tokens a line: about enough
-            lines.append(
-                rng.choice(templates).format(
-                    n=rng.choice(IDENT),
-                    a=rng.choice(IDENT),
-                    b=rng.choice(IDENT),
-                    N=rng.choice(IDENT).title(),
-                    num=rng.randint(10, 999),
-                    doc=" ".join(rng.choice(WORDS) for _ in range(5)),
-                )
-            )
-        ids = encode("\n".join(lines))
-    return decode(ids[:tokens])
-
-
 @lru_cache(maxsize=16)
 def instructions(system_tokens: int, seed: int) -> str:
     rng = random.Random(f"instructions/{seed}")
@@ -374,7 +134,7 @@ def instructions(system_tokens: int, seed: int) -> str:
         "You are a coding agent running in a terminal. You read files, run commands and "
         "apply patches to complete the user's task. "
     )
-    return head + _prose(rng, system_tokens - 30)
+    return head + prose(rng, system_tokens - 30)
 
 
 _TOOL_SHAPES: tuple[tuple[str, dict], ...] = (
@@ -427,7 +187,7 @@ _TOOL_SHAPES: tuple[tuple[str, dict], ...] = (
 def _tools(tool_def_tokens: int, seed: int) -> tuple[tuple[str, str, tuple], ...]:
     rng = random.Random(f"tools/{seed}")
     per_tool = max(20, tool_def_tokens // len(_TOOL_SHAPES) - 40)
-    return tuple((name, _prose(rng, per_tool), tuple(props.items())) for name, props in _TOOL_SHAPES)
+    return tuple((name, prose(rng, per_tool), tuple(props.items())) for name, props in _TOOL_SHAPES)
 
 
 def tools(w: Workload) -> list[dict]:
@@ -459,7 +219,7 @@ def fixed(w: Workload) -> dict[str, Any]:
 
 def task(w: Workload, rollout: int) -> str:
     rng = random.Random(f"task/{w.seed}/{rollout}")
-    return "The test suite fails after the last change. Find the cause and fix it. " + _prose(
+    return "The test suite fails after the last change. Find the cause and fix it. " + prose(
         rng, w.task_tokens
     )
 
@@ -471,7 +231,7 @@ def tool_output(w: Workload, rollout: int, turn: int, call: int, tool_name: str)
     else:
         size = round(w.shape.tool_output_tokens.draw(rng))
     templates = LOG_LINES if tool_name in ("shell", "run_tests") else CODE_LINES
-    return _fill(rng, templates, size)
+    return fill(rng, templates, size)
 
 
 def tool_time_s(w: Workload, rollout: int, turn: int) -> float:
@@ -518,7 +278,7 @@ def _document(seed: int, tokens: int) -> tuple[dict[str, Any], ...]:
     """The workload's document: one user message of ~``tokens`` tokens of prose (none for 0)."""
     if tokens <= 0:
         return ()
-    text = _prose(random.Random(f"document/{seed}"), tokens)
+    text = prose(random.Random(f"document/{seed}"), tokens)
     return ({"role": "user", "content": [{"type": "input_text", "text": text}]},)
 
 
@@ -543,9 +303,7 @@ def _history(
     budget = w.resume_tokens
     past = 0
     while budget > 0:
-        items.append(
-            {"role": "user", "content": [{"type": "input_text", "text": _prose(rng, w.task_tokens)}]}
-        )
+        items.append({"role": "user", "content": [{"type": "input_text", "text": prose(rng, w.task_tokens)}]})
         budget -= w.task_tokens
         for step in range(rounds(w, 10_000 + rollout * 100 + past)):
             name = _TOOL_SHAPES[rng.randrange(4)][0]  # shell, apply_patch, read_file, list_dir
@@ -563,7 +321,7 @@ def _history(
             budget -= 20 + len(output) // 4
             if budget <= 0:
                 break
-        items.append({"role": "assistant", "content": [{"type": "output_text", "text": _prose(rng, 120)}]})
+        items.append({"role": "assistant", "content": [{"type": "output_text", "text": prose(rng, 120)}]})
         budget -= 120
         past += 1
     return tuple(items)

@@ -54,6 +54,7 @@ from ..client import ResponsesSocket, connect, is_final
 from ..conversation import TIMINGS_KEY, model_seconds, server_timings
 from ..floor_budgets import budgets, print_budgets, rounds_spread
 from ..stats import median
+from ..texts import WORDS
 
 MODES = {"deflate": "deflate", "plain": None}  # name → the client's `compression`
 
@@ -92,7 +93,7 @@ def workload_tools(count: int, seed: int) -> list[dict[str, Any]]:
 
 def instructions(words: int, seed: int) -> str:
     rng = random.Random(f"floor/{seed}")
-    return " ".join(rng.choice(wl.WORDS) for _ in range(words))
+    return " ".join(rng.choice(WORDS) for _ in range(words))
 
 
 def creates_for(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:

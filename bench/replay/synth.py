@@ -10,7 +10,7 @@ import json
 import random
 from typing import Any
 
-from ..workload import prose_text
+from ..texts import prose_text
 from .shape import InputShape, SessionShape, StepShape
 
 METADATA_VALUE_LIMIT = 512  # characters, per metadata value (the create's metadata)
