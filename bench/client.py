@@ -11,7 +11,7 @@ and what a kind catches of it is named here (:class:`ConnectionClosed`, :func:`c
 the refusals of an upgrade): no other client module imports ``websockets``
 (tests/bench/test_lab_layout.py).  The hostile-frame fuzzer (bench/fuzz_oracle.py) is not a
 client of this kind: it sends raw bytes and invalid UTF-8 over a synchronous socket on
-purpose; the reference and bare servers (bench/reference.py, bench/kinds/floor.py) are
+purpose; the reference and bare servers (bench/reference.py, bench/floor_reference.py) are
 servers, not clients.
 """
 

@@ -288,3 +288,18 @@ class CpuSampler:
             return dict.fromkeys(groups, 0.0)
         (a, ca), (b, cb) = inside[0], inside[-1]
         return {g: (cb.get(g, 0.0) - ca.get(g, 0.0)) / (b - a) for g in groups}
+
+
+def settle(
+    procs: dict[int, str], idle_ms_per_s: float, *, window_s: float = 1.0, timeout_s: float = 15.0
+) -> float:
+    """Wait until the server's processes are back at their idle CPU rate (a ``window_s``
+    window within 25 % or 10 ms/s of ``idle_ms_per_s``, all processes), at most ``timeout_s``;
+    the last window's rate (ms of CPU a second)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        t0, before = time.perf_counter(), sum(cpu_precise_s(pid) for pid in procs)
+        time.sleep(window_s)
+        rate = (sum(cpu_precise_s(pid) for pid in procs) - before) * 1000 / (time.perf_counter() - t0)
+        if rate <= max(idle_ms_per_s * 1.25, idle_ms_per_s + 10) or time.monotonic() > deadline:
+            return rate

@@ -39,12 +39,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import multiprocessing
 import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from serve.embedded import embedded_server, local_config
 
@@ -52,30 +51,12 @@ from .. import processes, results
 from .. import workload as wl
 from ..client import ResponsesSocket, connect, is_final
 from ..conversation import TIMINGS_KEY, model_seconds, server_timings
-from ..floor_budgets import budgets, print_budgets, rounds_spread
-from ..stats import median
+from ..floor_budgets import budgets, print_budgets
+from ..floor_reference import Reference
+from ..floor_report import Run, Turn, client_costs, fmt, over_rounds, summarise
 from ..texts import WORDS
 
 MODES = {"deflate": "deflate", "plain": None}  # name → the client's `compression`
-
-
-@dataclass
-class Turn:
-    create: str  # the create as sent (replayed to the reference verbatim)
-    frames: list[str]  # the server's answer, as received
-    total_ms: float
-    model_ms: float | None = None  # server-reported queue + prefill + decode
-    api_overhead_ms: float | None = None
-    backend_ms: float | None = None  # the server's model call beyond the model's time
-    phases: dict[str, float] = field(default_factory=dict)  # the server's timings, all of them
-
-
-@dataclass
-class Run:
-    mode: str
-    turns: list[Turn] = field(default_factory=list)
-    deflate: bool = False  # the server accepted the client's permessage-deflate offer
-    cpu_ms: float | None = None  # the server's processes' CPU over the run (embedded server only)
 
 
 def workload_tools(count: int, seed: int) -> list[dict[str, Any]]:
@@ -175,77 +156,10 @@ async def drive(url: str, mode: str, fixed: dict[str, Any], outputs: list[str]) 
     return run
 
 
-def _reference_main(turns: list[list[str]], ready: Any) -> None:
-    """The reference server (its own process): answers the i-th create of a connection with
-    turn i's frames, re-encoded from parsed events, and does nothing else.  It offers
-    permessage-deflate with the library's defaults, as a minimal ``websockets`` server does;
-    the client's mode decides whether it is negotiated."""
-    from websockets.asyncio.server import serve
-
-    events = [[json.loads(f) for f in frames] for frames in turns]
-
-    async def handler(ws: Any) -> None:
-        for answer in events:
-            json.loads(await ws.recv())
-            for event in answer:  # encoded as the server encodes (compact, UTF-8)
-                await ws.send(json.dumps(event, separators=(",", ":"), ensure_ascii=False))
-        await ws.wait_closed()
-
-    async def main() -> None:
-        async with serve(handler, "127.0.0.1", 0, compression="deflate", max_size=None) as server:
-            ready.send(server.sockets[0].getsockname()[1])
-            await asyncio.Future()
-
-    asyncio.run(main())
-
-
-class Reference:
-    """The reference server in a process of its own, answering a connection's i-th create
-    with ``recorded``'s turn i."""
-
-    def __init__(self, recorded: Run) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        parent, child = ctx.Pipe()
-        self.proc = ctx.Process(
-            target=_reference_main, args=([t.frames for t in recorded.turns], child), daemon=True
-        )
-        self.proc.start()
-        if not parent.poll(60):
-            self.close()
-            raise RuntimeError("the reference server did not start")
-        self.url = f"http://127.0.0.1:{parent.recv()}"
-
-    @property
-    def pid(self) -> int:
-        assert self.proc.pid is not None
-        return self.proc.pid
-
-    def close(self) -> None:
-        self.proc.terminate()
-        self.proc.join(10)
-
-
 async def drive_reference(url: str, run: Run) -> list[float]:
     """The same creates against the reference alone; each turn's client-observed time (ms)."""
     async with connect(url, compression=MODES[run.mode]) as sock:
         return [(await exchange(sock, t.create, len(t.frames)))[1] for t in run.turns]
-
-
-def settle(
-    procs: dict[int, str], idle_ms_per_s: float, *, window_s: float = 1.0, timeout_s: float = 15.0
-) -> float:
-    """Wait until the server's processes are back at their idle CPU rate (a ``window_s``
-    window within 25 % or 10 ms/s of ``idle_ms_per_s``, all processes), at most ``timeout_s``;
-    the last window's rate (ms of CPU a second)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        t0, before = time.perf_counter(), sum(processes.cpu_precise_s(pid) for pid in procs)
-        time.sleep(window_s)
-        rate = (
-            (sum(processes.cpu_precise_s(pid) for pid in procs) - before) * 1000 / (time.perf_counter() - t0)
-        )
-        if rate <= max(idle_ms_per_s * 1.25, idle_ms_per_s + 10) or time.monotonic() > deadline:
-            return rate
 
 
 def reference_block(ref: Reference, recorded: Run, rounds: int) -> list[float]:
@@ -322,147 +236,6 @@ async def interleaved_round(
             k: v for k, v in processes.role_delta(processes.cpu_by_role(titles), ray0).items() if k in ray0
         }
     return Round(run, ref_ms, cpu, rcpu, wall, {k: ray[k] for k in set(titles.values())})
-
-
-# ----------------------------------------------------------------------------- summaries
-
-
-def cpu_per_turn(
-    cpu_ms: dict[str, float], turns: int, background_ms_per_s: dict[str, float], wall_s: float
-) -> dict[str, float]:
-    """CPU ms per turn by role over a round, with the API tier (gateway + session hosts),
-    all of the server's processes, and Ray's idle background over the round's length."""
-    if not cpu_ms or not turns:
-        return {}
-    out = {role: round(ms / turns, 3) for role, ms in cpu_ms.items()}
-    out["api_tier"] = round((cpu_ms.get("gateway", 0.0) + cpu_ms.get("session_host", 0.0)) / turns, 3)
-    out["all"] = round(sum(cpu_ms.values()) / turns, 3)
-    out["ray_background"] = round(background_ms_per_s.get("ray", 0.0) * wall_s / turns, 3)
-    return out
-
-
-def summarise(
-    run: Run,
-    reference: list[float],
-    reference_cpu_ms: float,
-    skip: int,
-    *,
-    cpu_ms: dict[str, float] | None = None,
-    background_ms_per_s: dict[str, float] | None = None,
-    wall_s: float = 0.0,
-) -> dict[str, Any]:
-    """One run's (or round's) figures: medians over its turns past the first ``skip``; CPU
-    over all its turns."""
-    turns = run.turns[skip:]
-    ours = [t.total_ms - t.model_ms for t in turns if t.model_ms is not None]
-    ref = reference[skip:]
-    api = [t.api_overhead_ms for t in turns if t.api_overhead_ms is not None]
-    n = len(run.turns)
-    out: dict[str, Any] = {
-        "turns": len(turns),
-        "server_nonmodel_ms": median(ours, 3),
-        "reference_ms": median(ref, 3),
-        "ratio": round(m_ours / m_ref, 2)
-        if (m_ours := median(ours, None)) and (m_ref := median(ref, None))
-        else None,
-        "server_api_overhead_ms": median(api, 3),
-        "server_backend_ms": median([t.backend_ms for t in turns if t.backend_ms is not None], 3),
-        "frames_per_turn": median([len(t.frames) for t in turns], 3),
-        "bytes_per_turn": median([sum(len(f) for f in t.frames) for t in turns], 3),
-        "server_deflate": run.deflate,
-        "server_cpu_ms_per_turn": None if run.cpu_ms is None else round(run.cpu_ms / n, 3),
-        "reference_cpu_ms_per_turn": round(reference_cpu_ms / n, 3) if n else None,
-    }
-    if cpu_ms:
-        by_role = cpu_per_turn(cpu_ms, n, background_ms_per_s or {}, wall_s)
-        out["cpu_ms_per_turn"] = by_role
-        out["server_cpu_ms_per_turn"] = by_role["all"]
-        ref_cpu = out["reference_cpu_ms_per_turn"]
-        out["api_tier_cpu_ratio"] = round(by_role["api_tier"] / ref_cpu, 2) if ref_cpu else None
-    out["client_minus_server_ms"] = round(out["server_nonmodel_ms"] - out["server_api_overhead_ms"], 3)
-    names = sorted({k for t in turns for k in t.phases})
-    out["server_phases_ms"] = {k: median([t.phases[k] for t in turns if k in t.phases], 3) for k in names}
-    return out
-
-
-SPREAD_KEYS = ("server_nonmodel_ms", "reference_ms", "ratio", "server_api_overhead_ms", "server_backend_ms")
-
-
-def over_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
-    """The spread over rounds of each round's medians (and of its CPU per turn by role)."""
-    out: dict[str, Any] = {"rounds": len(rounds)}
-    for key in (
-        *SPREAD_KEYS,
-        "reference_cpu_ms_per_turn",
-        "api_tier_cpu_ratio",
-        "reference_block_cpu_ms_per_turn",
-        "api_tier_cpu_ratio_block",
-    ):
-        out[key] = rounds_spread([r.get(key) for r in rounds])
-    roles = sorted({k for r in rounds for k in r.get("cpu_ms_per_turn", {})})
-    out["cpu_ms_per_turn"] = {k: rounds_spread([r["cpu_ms_per_turn"].get(k) for r in rounds]) for k in roles}
-    ray = sorted({k for r in rounds for k in r.get("ray_cpu_ms_per_turn_by_process", {})})
-    out["ray_cpu_ms_per_turn_by_process"] = {
-        k: rounds_spread([r["ray_cpu_ms_per_turn_by_process"].get(k) for r in rounds]) for k in ray
-    }
-    phases = sorted({k for r in rounds for k in r.get("server_phases_ms", {})})
-    out["server_phases_ms"] = {
-        k: rounds_spread([r["server_phases_ms"].get(k) for r in rounds]) for k in phases
-    }
-    return out
-
-
-def fmt(s: dict[str, float] | None, unit: str = " ms") -> str:
-    """``median (p25-p75, min-max)``."""
-    if not s:
-        return "n/a"
-    return f"{s['median']:.2f}{unit} (p25-p75 {s['p25']:.2f}-{s['p75']:.2f}, min-max {s['min']:.2f}-{s['max']:.2f})"
-
-
-# ----------------------------------------------------------------------------- the client's own cost
-
-
-def client_costs(run: Run, skip: int, repeat: int = 3) -> dict[str, float | None]:
-    """ms per turn, median over the recorded turns (each the best of ``repeat``): the raw
-    client's ``json.loads`` of every frame against the openai SDK's parse of the same frames
-    into its event types (``construct_type_unchecked(..., ResponsesServerEvent)``, what its
-    ``recv()`` does), and the create's encoding both ways (``json.dumps`` against the SDK's
-    ``maybe_transform`` then ``json.dumps``)."""
-    from openai._models import construct_type_unchecked
-    from openai._utils import maybe_transform
-    from openai.types.responses.responses_client_event_param import ResponsesClientEventParam
-    from openai.types.responses.responses_server_event import ResponsesServerEvent
-
-    def best(fn: Any) -> float:
-        times = []
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1000)
-        return min(times)
-
-    rows: dict[str, list[float]] = {
-        "raw_parse_ms": [],
-        "sdk_parse_ms": [],
-        "raw_encode_ms": [],
-        "sdk_encode_ms": [],
-    }
-    for turn in run.turns[skip:]:
-        body = json.loads(turn.create)
-        rows["raw_parse_ms"].append(best(lambda t=turn: [json.loads(f) for f in t.frames]))
-        rows["sdk_parse_ms"].append(
-            best(
-                lambda t=turn: [
-                    construct_type_unchecked(value=json.loads(f), type_=cast(Any, ResponsesServerEvent))
-                    for f in t.frames
-                ]
-            )
-        )
-        rows["raw_encode_ms"].append(best(lambda b=body: json.dumps(b)))
-        rows["sdk_encode_ms"].append(
-            best(lambda b=body: json.dumps(maybe_transform(b, ResponsesClientEventParam)))
-        )
-    return {k: median(v, 3) for k, v in rows.items()}
 
 
 # ----------------------------------------------------------------------------- the command
@@ -553,7 +326,7 @@ def measure(url: str, modes: list[str], args: argparse.Namespace, embedded: bool
             # The reference alone, once this server's processes are back at their idle rate:
             # interleaved, the server's after-turn work (billing, metrics, the checkpoint)
             # runs while the reference's turn is timed, and the ratio must not depend on it.
-            settled = settle(procs, sum(idle.values())) if procs else None
+            settled = processes.settle(procs, sum(idle.values())) if procs else None
             block = reference_block(ref, recorded, args.rounds)
         finally:
             ref.close()

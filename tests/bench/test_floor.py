@@ -6,6 +6,8 @@ import argparse
 import json
 
 from bench import floor_budgets
+from bench import floor_report as report
+from bench.floor_budgets import rounds_spread
 from bench.kinds import floor
 
 
@@ -32,10 +34,10 @@ def test_the_reference_answers_each_create_with_that_turns_frames():
         [json.dumps({"type": "response.created", "n": i}), json.dumps({"type": "response.completed", "n": i})]
         for i in range(3)
     ]
-    run = floor.Run(
+    run = report.Run(
         "deflate",
         [
-            floor.Turn(json.dumps({"type": "response.create", "i": i}), f, 1.0, 0.5)
+            report.Turn(json.dumps({"type": "response.create", "i": i}), f, 1.0, 0.5)
             for i, f in enumerate(frames)
         ],
     )
@@ -45,9 +47,9 @@ def test_the_reference_answers_each_create_with_that_turns_frames():
 
 def test_the_summary_subtracts_the_model_and_divides_by_the_reference():
     turns = [
-        floor.Turn("{}", ["a", "bb"], total_ms=10.0 + i, model_ms=6.0, api_overhead_ms=1.0) for i in range(5)
+        report.Turn("{}", ["a", "bb"], total_ms=10.0 + i, model_ms=6.0, api_overhead_ms=1.0) for i in range(5)
     ]
-    s = floor.summarise(floor.Run("plain", turns, cpu_ms=50.0), [2.0] * 5, 20.0, skip=1)
+    s = report.summarise(report.Run("plain", turns, cpu_ms=50.0), [2.0] * 5, 20.0, skip=1)
     assert s["turns"] == 4
     assert s["server_nonmodel_ms"] == 6.5  # median of 5, 6, 7, 8 after the skipped turn
     assert s["ratio"] == 3.25 and s["client_minus_server_ms"] == 5.5
@@ -56,24 +58,24 @@ def test_the_summary_subtracts_the_model_and_divides_by_the_reference():
 
 
 def test_the_spread_is_the_median_quartiles_and_extremes():
-    s = floor.rounds_spread([4.0, 1.0, 3.0, 2.0, 5.0, None])
+    s = rounds_spread([4.0, 1.0, 3.0, 2.0, 5.0, None])
     assert s == {"median": 3.0, "p25": 2.0, "p75": 4.0, "min": 1.0, "max": 5.0, "n": 5}
-    assert floor.rounds_spread([]) is None
+    assert rounds_spread([]) is None
 
 
 def test_cpu_per_turn_adds_the_api_tier_and_ray_background():
     cpu = {"gateway": 10.0, "session_host": 70.0, "inference": 40.0, "ray": 30.0}
-    out = floor.cpu_per_turn(cpu, 10, {"ray": 2.0}, wall_s=5.0)
+    out = report.cpu_per_turn(cpu, 10, {"ray": 2.0}, wall_s=5.0)
     assert out["gateway"] == 1.0 and out["session_host"] == 7.0
     assert out["api_tier"] == 8.0 and out["all"] == 15.0
     assert out["ray_background"] == 1.0  # 2 ms/s over 5 s, across 10 turns
-    assert floor.cpu_per_turn({}, 10, {}, 1.0) == {}
+    assert report.cpu_per_turn({}, 10, {}, 1.0) == {}
 
 
 def test_a_round_with_cpu_by_role_reports_the_api_tier_against_the_reference():
-    turns = [floor.Turn("{}", ["a"], total_ms=10.0, model_ms=6.0, api_overhead_ms=1.0) for _ in range(4)]
+    turns = [report.Turn("{}", ["a"], total_ms=10.0, model_ms=6.0, api_overhead_ms=1.0) for _ in range(4)]
     cpu = {"gateway": 4.0, "session_host": 36.0, "inference": 8.0, "ray": 12.0}
-    s = floor.summarise(floor.Run("plain", turns), [2.0] * 4, 16.0, 0, cpu_ms=cpu, wall_s=1.0)
+    s = report.summarise(report.Run("plain", turns), [2.0] * 4, 16.0, 0, cpu_ms=cpu, wall_s=1.0)
     assert s["cpu_ms_per_turn"]["api_tier"] == 10.0 and s["server_cpu_ms_per_turn"] == 15.0
     assert s["reference_cpu_ms_per_turn"] == 4.0 and s["api_tier_cpu_ratio"] == 2.5
 
@@ -89,7 +91,7 @@ def test_over_rounds_spreads_each_rounds_medians():
         }
         for x in (3.0, 5.0, 4.0)
     ]
-    s = floor.over_rounds(rounds)
+    s = report.over_rounds(rounds)
     assert s["rounds"] == 3
     assert s["server_nonmodel_ms"]["median"] == 4.0 and s["server_nonmodel_ms"]["min"] == 3.0
     assert s["ratio"]["median"] == 2.0 and s["cpu_ms_per_turn"]["api_tier"]["max"] == 5.0
@@ -121,8 +123,10 @@ def test_the_client_costs_parse_the_same_frames_raw_and_with_the_sdk():
             }
         )
     ]
-    run = floor.Run("plain", [floor.Turn(json.dumps({"type": "response.create", "model": "m"}), frames, 1.0)])
-    costs = floor.client_costs(run, skip=0, repeat=1)
+    run = report.Run(
+        "plain", [report.Turn(json.dumps({"type": "response.create", "model": "m"}), frames, 1.0)]
+    )
+    costs = report.client_costs(run, skip=0, repeat=1)
     assert set(costs) == {"raw_parse_ms", "sdk_parse_ms", "raw_encode_ms", "sdk_encode_ms"}
     assert all(v >= 0 for v in costs.values())
 
@@ -130,11 +134,11 @@ def test_the_client_costs_parse_the_same_frames_raw_and_with_the_sdk():
 def test_each_budget_is_judged_on_its_median_over_rounds():
     summary = {
         "cpu_ms_per_turn": {
-            "all": floor.rounds_spread([5.0, 7.0, 5.5]),
-            "inference": floor.rounds_spread([1.6, 1.7, 1.8]),
+            "all": rounds_spread([5.0, 7.0, 5.5]),
+            "inference": rounds_spread([1.6, 1.7, 1.8]),
         },
-        "api_tier_cpu_ratio": floor.rounds_spread([1.2, 1.4, 1.3]),
-        "api_tier_cpu_ratio_block": floor.rounds_spread([1.6, 1.7]),
+        "api_tier_cpu_ratio": rounds_spread([1.2, 1.4, 1.3]),
+        "api_tier_cpu_ratio_block": rounds_spread([1.6, 1.7]),
         "background_cpu_ms_per_s": {"gateway": 10.0, "ray": 45.0},
     }
     rows = {r["role"]: r for r in floor_budgets.budgets(summary)}

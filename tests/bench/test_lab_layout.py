@@ -304,7 +304,7 @@ def test_each_kind_measures_one_quantity_of_its_own():
 OWN_WEBSOCKETS = {
     "bench/fuzz_oracle.py": "hostile frames: raw bytes and invalid UTF-8 over a synchronous socket, on purpose",
     "bench/report/browser.py": "Chromium's DevTools protocol (the report's browser check), not the server",
-    "bench/kinds/floor.py": "the minimal reference server it measures against (a server, not a client)",
+    "bench/floor_reference.py": "the floor kind's minimal reference server (a server, not a client)",
     "bench/reference.py": "the bare-protocol reference server (a server, not a client)",
 }
 
