@@ -65,6 +65,9 @@ OWN_CONNECTIONS = {
         "client",
         "one agent turn per transport, the agentloop kind's side-by-side rollouts",
     ),
+    # With --concurrency above 1 the agentloop kind is a load off the runner: its rollouts
+    # interleave the transports (append too) over the same conversations (per-rollout tool
+    # outputs, breakpoints, a cache warm-up per rollout and key), which no runner loop sends.
     "bench/rollouts.py": ("client", "the agentloop kind's rollouts, interleaved over the transports"),
     "bench/runner/channels.py": ("client", "the runner's own channel"),
     "bench/reference.py": (
