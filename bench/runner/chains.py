@@ -24,7 +24,7 @@ from typing import Any
 from ..client import ConnectionClosed, frame_type, output_text
 from .channels import SHUTTING_DOWN, Channel, Reply, WsChannel
 from .connecting import ConnectLog, open_with_retry
-from .loop import Pace, parse_reply, usage_fields
+from .loop import Pace, answered, parse_reply, usage_fields
 from .model import TurnRecord
 from .workloads import Chains
 
@@ -124,23 +124,18 @@ class ChainTurns:
         begun = started(channel) or {}
         terminal = frame_type(reply.raw) if response is not None else None
         store = (response or begun).get("store")
-        return TurnRecord(
+        return answered(
             self.index,
             kind,
-            reply.sent,
-            reply.total_s * 1000,
-            None,
+            reply,
             ok,
-            None,
             self.target,
-            None if reply.ttft_s is None else reply.ttft_s * 1000,
             code,
             connection=None if channel.record is None else channel.record.index,
             response_id=(response or begun).get("id"),
             store=None if store is None else bool(store),
             terminal=terminal,
             resent=resent,
-            final_gap_ms=None if reply.gap_s is None else reply.gap_s * 1000,
             **usage_fields(response),
         )
 

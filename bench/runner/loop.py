@@ -139,6 +139,27 @@ def usage_fields(response: dict[str, Any] | None) -> Usage:
     )
 
 
+def answered(
+    index: int, kind: str, reply: Reply, ok: bool, target: str, code: str | None, **fields: Any
+) -> TurnRecord:
+    """An answered turn's :class:`TurnRecord`: the reply's client-side times (sent, total, to
+    the first output delta, to the first event, the final event's gap), ``fields`` besides."""
+    return TurnRecord(
+        index,
+        kind,
+        reply.sent,
+        reply.total_s * 1000,
+        fields.pop("model_ms", None),
+        ok,
+        target=target,
+        ttft_ms=None if reply.ttft_s is None else reply.ttft_s * 1000,
+        error_code=code,
+        first_event_ms=None if reply.first_s is None else reply.first_s * 1000,
+        final_gap_ms=None if reply.gap_s is None else reply.gap_s * 1000,
+        **fields,
+    )
+
+
 class Loop:
     """One agent's turns.  ``new_channel`` makes its channel (opened before its first turn
     by the client process; by the loop itself for each rollout when ``fresh_connection``)."""
@@ -252,20 +273,17 @@ class Loop:
         model = model_seconds(server)
         conn = self.channel.record
         self.sink.append(
-            TurnRecord(
+            answered(
                 self.index,
                 kind,
-                reply.sent,
-                reply.total_s * 1000,
-                None if model is None else model * 1000,
+                reply,
                 ok,
-                server,
                 self.target,
-                None if reply.ttft_s is None else reply.ttft_s * 1000,
                 code,
-                connect_ms,
+                model_ms=None if model is None else model * 1000,
+                server=server,
+                connect_ms=connect_ms,
                 connection=None if conn is None else conn.index,
-                first_event_ms=None if reply.first_s is None else reply.first_s * 1000,
                 **usage_fields(response),
             )
         )

@@ -19,7 +19,7 @@ from typing import Any
 from ..client import frame_type
 from .channels import Channel, WsChannel
 from .connecting import ConnectLog, open_with_retry
-from .loop import Pace, parse_reply, usage_fields
+from .loop import Pace, answered, parse_reply, usage_fields
 from .model import TurnRecord
 from .workloads import Resume
 
@@ -96,24 +96,20 @@ class ResumeLoop:
             except Exception as exc:  # noqa: BLE001 - the turn fails with it
                 ok, code, failure = False, "inspect", f"inspect: {type(exc).__name__}: {exc}"
         self.sink.append(
-            TurnRecord(
+            answered(
                 self.index,
                 kind,
-                reply.sent,
-                reply.total_s * 1000,
-                None,
+                reply,
                 ok,
-                target=self.target,
-                ttft_ms=None if reply.ttft_s is None else reply.ttft_s * 1000,
-                error_code=code,
+                self.target,
+                code,
                 connect_ms=connect_ms,
                 connection=channel.record.index,
                 response_id=(response or {}).get("id"),
                 store=False,
                 terminal=None if response is None else frame_type(reply.raw),
-                **usage_fields(response),
-                first_event_ms=None if reply.first_s is None else reply.first_s * 1000,
                 note=note,
+                **usage_fields(response),
             )
         )
         if not ok or response is None:
