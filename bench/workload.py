@@ -85,8 +85,8 @@ class Workload:
     tool_time_ms: float = 20.0  # simulated client-side tool execution, mean (uniform ±50 %)
     seed: int = 0
     resume_tokens: int = 0  # an earlier session's history before the task (~tokens)
-    # a document of ~tokens of prose before it, the same in every rollout (one user message: a
-    # stateless client's large prompt, resent whole with each request)
+    # a document of that many tokens before it, the same in every rollout (one user message of
+    # numbered words: a stateless client's large prompt, resent whole with each request)
     document_tokens: int = 0
     shape: Shape | None = None
     extra_metadata: dict[str, str] = field(default_factory=dict)
@@ -270,15 +270,16 @@ def history(w: Workload, rollout: int) -> list[dict[str, Any]]:
     workload's document (``document_tokens``) when it has one.  Cached: callers must not change
     the items."""
     past = _history(w.seed, rollout, w.resume_tokens, w.task_tokens, w.tool_output_tokens, w.shape)
-    return [*_document(w.seed, w.document_tokens), *past]
+    return [*_document(w.document_tokens), *past]
 
 
 @lru_cache(maxsize=4)
-def _document(seed: int, tokens: int) -> tuple[dict[str, Any], ...]:
-    """The workload's document: one user message of ~``tokens`` tokens of prose (none for 0)."""
+def _document(tokens: int) -> tuple[dict[str, Any], ...]:
+    """The workload's document: one user message of ``tokens`` cl100k tokens, numbered words
+    (``word0 word1 … word996``, two tokens each, over again); none for 0."""
     if tokens <= 0:
         return ()
-    text = prose(random.Random(f"document/{seed}"), tokens)
+    text = " ".join(f"word{i % 997}" for i in range(tokens // 2))
     return ({"role": "user", "content": [{"type": "input_text", "text": text}]},)
 
 

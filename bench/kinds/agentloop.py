@@ -66,7 +66,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--document-tokens",
         type=int,
         default=None,
-        help="a document before it, the same every rollout, tokens",
+        help="a document of numbered words before it, the same every rollout, tokens",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(

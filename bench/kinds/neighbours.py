@@ -10,7 +10,8 @@ create sent → terminal event read.  Every round measures the probe in three ph
 
 - ``idle``: nothing else runs;
 - ``http``: ``--http-clients`` loops of the load runner over ``http-full`` send ~``--http-tokens``-token
-  stateless requests (``store:false``; one document, the same every request, and a short task)
+  stateless requests (``store:false``; a document of numbered words, the same every request,
+  and a short task)
   back to back over a keep-alive pool; the probe's turns start ``--http-warmup-s`` after their release;
 - ``burst``: ``--sockets`` loops of the load runner, each on a fresh WebSocket, send a resumed
   first turn at the same moment: the ``codex`` preset's instructions and tools, a task, and
