@@ -1,6 +1,6 @@
 """Noisy neighbours on a packed host: how much a turn on an open socket slows while others load the server.
 
-    responses-ws bench neighbours [--rounds 3] [--probe-turns 100] [--http-clients 4] [--http-tokens 75000]
+    responses-ws bench neighbours [--rounds 3] [--probe-turns 100] [--http-clients 4] [--http-tokens 68000]
                                   [--sockets 32] [--bursts 4] [--config FILE] [--url URL] [--py-spy DIR]
                                   [--out results/neighbours.json]
 
@@ -9,7 +9,7 @@ tokens, ``store:false``, chained with ``previous_response_id``), each timed from
 create sent → terminal event read.  Every round measures the probe in three phases, in turn:
 
 - ``idle``: nothing else runs;
-- ``http``: ``--http-clients`` loops of the load runner over ``http-full`` send ~``--http-tokens``-token
+- ``http``: ``--http-clients`` loops of the load runner over ``http-full`` send ``--http-tokens``-token
   stateless requests (``store:false``; a document of numbered words, the same every request,
   and a short task)
   back to back over a keep-alive pool; the probe's turns start ``--http-warmup-s`` after their release;
@@ -291,7 +291,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--probe-model", default="emu-fast")
     p.add_argument("--probe-output-tokens", type=int, default=8)
     p.add_argument("--http-clients", type=int, default=4)
-    p.add_argument("--http-tokens", type=int, default=75_000, help="approximate tokens per HTTP request")
+    p.add_argument(
+        "--http-tokens", type=int, default=68_000, help="cl100k tokens of each HTTP request's document"
+    )
     p.add_argument(
         "--http-warmup-s", type=float, default=3.0, help="HTTP load before the probe's turns count"
     )
