@@ -134,11 +134,12 @@ def burst_workload(output_tokens: int) -> wl.Workload:
 
 def burst_spec(url: str, stored: list[str], output_tokens: int) -> LoadSpec:
     """A burst: a loop a stored response, each on its own connection opened before the release,
-    one turn continuing it, all released at once."""
+    one turn continuing it, all released at once; the connections closed once every turn was
+    answered (none while the others' turns run)."""
     return LoadSpec(
         targets=(url,), loops=len(stored), custom_workload=burst_workload(output_tokens),
         continues=tuple(stored), rollouts_per_loop=1, warmup_s=0.0, duration_s=DEADLINE_S,
-        api_key=NEIGHBOUR_KEY, hold=False,
+        api_key=NEIGHBOUR_KEY,
     )  # fmt: skip
 
 

@@ -34,7 +34,7 @@ def loop_of(spec: LoadSpec, index: int = 1) -> Loop:
 
 def test_a_burst_loop_continues_its_stored_response_with_the_task_alone_once():
     spec = neighbours.burst_spec("http://a", ["resp_a", "resp_b"], 16)
-    assert spec.loops == 2 and spec.rollouts_per_loop == 1 and spec.transport == "ws" and not spec.hold
+    assert spec.loops == 2 and spec.rollouts_per_loop == 1 and spec.transport == "ws" and spec.hold
     loop = loop_of(spec)
     first = json.loads(loop.first_create())
     codex = wl.PRESETS["codex"]
