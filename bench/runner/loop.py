@@ -140,7 +140,14 @@ def usage_fields(response: dict[str, Any] | None) -> Usage:
 
 
 def answered(
-    index: int, kind: str, reply: Reply, ok: bool, target: str, code: str | None, **fields: Any
+    index: int,
+    kind: str,
+    reply: Reply,
+    ok: bool,
+    target: str,
+    code: str | None,
+    model_ms: float | None = None,
+    **fields: Any,
 ) -> TurnRecord:
     """An answered turn's :class:`TurnRecord`: the reply's client-side times (sent, total, to
     the first output delta, to the first event, the final event's gap), ``fields`` besides."""
@@ -149,7 +156,7 @@ def answered(
         kind,
         reply.sent,
         reply.total_s * 1000,
-        fields.pop("model_ms", None),
+        model_ms,
         ok,
         target=target,
         ttft_ms=None if reply.ttft_s is None else reply.ttft_s * 1000,
