@@ -13,9 +13,12 @@ and its token come through Ray, which pickles between the same processes anyway)
 
 - client → server: ``("go", rid, InferenceRequest, tools_key, base, keep, marks_base)``, ``("stop", rid)``,
   ``("tools", key, tools)``, ``("forget", key)``, ``("forget_prompt", session_key)``;
-- server → client: ``("chunk", rid, list[InferenceEvent])``, ``("end", rid)``,
-  ``("error", rid, exception)``, ``("gone", rid)`` — the replica is shutting down and did
-  not start the call: the caller makes it elsewhere.
+- server → client: each frame is a list of messages, all those of one turn of the server's
+  event loop (the chunks of every call due on one tick, a call's last chunk with its
+  ``end``): one pickle and one read for them all.  Messages: ``("chunk", rid,
+  list[InferenceEvent])``, ``("end", rid)``, ``("error", rid, exception)``, ``("gone",
+  rid)`` — the replica is shutting down and did not start the call: the caller makes it
+  elsewhere.
 
 A connection's tool definitions are the same object from turn to turn while unchanged
 (``actors.core.prepare.Preparer``), and pickling them is most of a request's cost: the
@@ -85,16 +88,26 @@ class ChannelLost(ConnectionError):
     """The connection to the replica ended while a call was streaming."""
 
 
-def _frame(msg: tuple[Any, ...]) -> bytes:
+def _frame(msg: tuple[Any, ...] | list[tuple[Any, ...]]) -> bytes:
     body = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
     return _LEN.pack(len(body)) + body
 
 
-async def _read(reader: asyncio.StreamReader) -> tuple[Any, ...]:
+async def _read(reader: asyncio.StreamReader) -> Any:
+    """One frame's message: a tuple from the client, a list of tuples from the server."""
     (n,) = _LEN.unpack(await reader.readexactly(_LEN.size))
     if n > MAX_FRAME:
         raise ConnectionError(f"channel frame of {n} bytes")
     return pickle.loads(await reader.readexactly(n))  # an authenticated peer (the token came through Ray)
+
+
+def _sendable(msg: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``msg``, or the ``error`` of its call if it does not pickle."""
+    try:
+        pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
+        return msg
+    except Exception as exc:  # noqa: BLE001 - sent as a plain error, its type lost
+        return ("error", msg[1], RuntimeError(f"{type(exc).__name__}: {exc}"))
 
 
 def _picklable(exc: BaseException) -> BaseException:
@@ -196,23 +209,30 @@ class ChannelServer:
 
 
 class _Sender:
-    """The server's frames on one connection, written once per turn of the event loop: the
-    chunks of all the calls due on one tick (under load the streams share one grid,
-    ``pacing.ItemWindow``), and a call's last chunk with its ``end``, leave in one write."""
+    """The server's messages on one connection, sent once per turn of the event loop as one
+    frame: the chunks of all the calls due on one tick (under load the streams share one
+    grid, ``pacing.ItemWindow``), and a call's last chunk with its ``end``, leave in one
+    pickle and one write, and the host reads them in one.  A message's events are frozen
+    (``inference.types``), so pickling them at the end of the tick sends what they were."""
 
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self._writer = writer
-        self._frames: list[bytes] = []
+        self._messages: list[tuple[Any, ...]] = []
 
     def send(self, msg: tuple[Any, ...]) -> None:
-        if not self._frames:
+        if not self._messages:
             asyncio.get_running_loop().call_soon(self._flush)
-        self._frames.append(_frame(msg))
+        self._messages.append(msg)
 
     def _flush(self) -> None:
-        frames, self._frames = self._frames, []
-        if not self._writer.is_closing():
-            self._writer.writelines(frames)
+        messages, self._messages = self._messages, []
+        if self._writer.is_closing():
+            return
+        try:
+            frame = _frame(messages)
+        except Exception:  # noqa: BLE001 - one message that does not pickle fails its call alone
+            frame = b"".join(_frame([_sendable(msg)]) for msg in messages)
+        self._writer.write(frame)
 
     async def drained(self) -> None:
         """Backpressure: return once the connection's buffer is below its limit."""
@@ -247,11 +267,12 @@ class ChannelClient:
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
         try:
+            calls = self._calls
             while True:
-                msg = await _read(reader)
-                queue = self._calls.get(msg[1])
-                if queue is not None:
-                    queue.put_nowait(msg)
+                for msg in await _read(reader):
+                    queue = calls.get(msg[1])
+                    if queue is not None:
+                        queue.put_nowait(msg)
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
             pass
         finally:

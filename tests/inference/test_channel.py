@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from array import array
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -260,19 +261,28 @@ def test_a_continuing_prompts_breakpoints_go_as_the_new_ones_and_arrive_whole() 
     asyncio.run(main())
 
 
-def test_the_frames_sent_on_one_tick_leave_in_one_write() -> None:
-    """The server's frames of one turn of the event loop go out together, in order; the
-    next tick's in a write of their own."""
+def test_the_messages_sent_on_one_tick_leave_in_one_frame() -> None:
+    """The server's messages of one turn of the event loop go out together, in order, in one
+    frame (one pickle, one write); the next tick's in a frame of their own; a message that
+    does not pickle fails its own call and no other."""
 
     class Writer:
         def __init__(self) -> None:
-            self.writes: list[list[bytes]] = []
+            self.writes: list[bytes] = []
 
         def is_closing(self) -> bool:
             return False
 
-        def writelines(self, frames: list[bytes]) -> None:
-            self.writes.append(list(frames))
+        def write(self, data: bytes) -> None:
+            self.writes.append(data)
+
+    def frames(data: bytes) -> list[Any]:
+        out = []
+        while data:
+            n = int.from_bytes(data[:4], "big")
+            out.append(channel.pickle.loads(data[4 : 4 + n]))
+            data = data[4 + n :]
+        return out
 
     async def main() -> None:
         writer = Writer()
@@ -283,9 +293,16 @@ def test_the_frames_sent_on_one_tick_leave_in_one_write() -> None:
         await asyncio.sleep(0)
         out.send(("end", 2))
         await asyncio.sleep(0)
-        sizes = [len(w) for w in writer.writes]
-        decoded = [channel.pickle.loads(f[4:]) for w in writer.writes for f in w]
-        assert sizes == [3, 1]
-        assert decoded == [("chunk", 1, ["a"]), ("chunk", 2, ["b"]), ("end", 1), ("end", 2)]
+        assert [frames(w) for w in writer.writes] == [
+            [[("chunk", 1, ["a"]), ("chunk", 2, ["b"]), ("end", 1)]],
+            [[("end", 2)]],
+        ]
+        out.send(("chunk", 3, ["c"]))
+        out.send(("chunk", 4, [lambda: None]))
+        await asyncio.sleep(0)
+        sent = frames(writer.writes[-1])
+        assert sent[0] == [("chunk", 3, ["c"])]
+        assert [m[:2] for m in sent[1]] == [("error", 4)]
+        assert isinstance(sent[1][0][2], RuntimeError)
 
     asyncio.run(main())
