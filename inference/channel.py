@@ -160,11 +160,15 @@ class ChannelServer:
             while True:
                 msg = await _read(reader)
                 if msg[0] == "go":
-                    rid, request, tools_key = msg[1], msg[2], msg[3]
-                    if tools_key is not None:
-                        request = dataclasses.replace(request, tools=tool_sets[tools_key])
+                    rid, tools_key = msg[1], msg[3]
                     request = _whole_prompt(
-                        request, prompts, marks, base=msg[4], keep=msg[5], marks_base=msg[6]
+                        msg[2],
+                        prompts,
+                        marks,
+                        base=msg[4],
+                        keep=msg[5],
+                        marks_base=msg[6],
+                        tools=None if tools_key is None else tool_sets[tools_key],
                     )
                     if self._draining:
                         out.send(("gone", rid))
@@ -302,9 +306,10 @@ class ChannelClient:
     def _go(self, rid: int, request: InferenceRequest) -> bytes:
         """The ``go`` of ``request`` (and, before it, its tools if they were not sent yet, and
         what the prompts kept on both sides must drop)."""
-        out, request, base, keep, marks_base = self._prompt_of(request)
+        out, changes, base, keep, marks_base = self._prompt_of(request)
         tools = request.tools
         if not tools:
+            request = dataclasses.replace(request, **changes) if changes else request
             return out + _frame(("go", rid, request, None, base, keep, marks_base))
         known = self._tool_sets.get(id(tools))
         if known is not None and known[1] is tools:
@@ -316,16 +321,19 @@ class ChannelClient:
             out += _frame(("tools", key, tools))
             if len(self._tool_sets) > TOOL_SETS:
                 out += _frame(("forget", self._tool_sets.popitem(last=False)[1][0]))
-        return out + _frame(("go", rid, dataclasses.replace(request, tools=()), key, base, keep, marks_base))
+        request = dataclasses.replace(request, tools=(), **changes)  # one copy for both
+        return out + _frame(("go", rid, request, key, base, keep, marks_base))
 
-    def _prompt_of(self, request: InferenceRequest) -> tuple[bytes, InferenceRequest, int | None, bool, int]:
-        """``request`` with only the prompt's ids after the session's kept prompt (``base``
-        of them) when it starts with it, and then only the breakpoints after the kept
-        prompt's (``marks_base`` of them) when they start with those; whether both sides
-        keep this prompt, and the ``forget_prompt`` frames of the prompts that makes room for."""
+    def _prompt_of(self, request: InferenceRequest) -> tuple[bytes, dict[str, Any], int | None, bool, int]:
+        """The changes that leave ``request`` with only the prompt's ids after the session's
+        kept prompt (``base`` of them) when it starts with it, and then only the breakpoints
+        after the kept prompt's (``marks_base`` of them) when they start with those; whether
+        both sides keep this prompt, and the ``forget_prompt`` frames of the prompts that
+        makes room for."""
+        changes: dict[str, Any] = {}
         session, prompt = request.session_key, request.prompt_token_ids
         if session is None or not isinstance(prompt, array) or prompt.typecode != "I":
-            return b"", request, None, False, 0
+            return b"", changes, None, False, 0
         data = prompt.tobytes()
         kept = self._prompts.pop(session, None)
         kept_marks = self._marks.pop(session, ())
@@ -341,11 +349,9 @@ class ChannelClient:
                 n = len(kept_marks)
                 if n and n <= len(marks) and marks[:n] == kept_marks:
                     marks_base = n
-                request = dataclasses.replace(
-                    request, prompt_token_ids=prompt[base:], breakpoints=marks[marks_base:]
-                )
+                changes.update(prompt_token_ids=prompt[base:], breakpoints=marks[marks_base:])
         if len(data) > PROMPT_BYTES:  # not kept (the server drops its copy at every go)
-            return b"", request, base, False, marks_base
+            return b"", changes, base, False, marks_base
         out = b""
         self._prompts[session] = data
         self._marks[session] = marks
@@ -355,7 +361,7 @@ class ChannelClient:
             self._marks.pop(gone, None)
             self._prompt_bytes -= len(dropped)
             out += _frame(("forget_prompt", gone))
-        return out, request, base, True, marks_base
+        return out, changes, base, True, marks_base
 
     def stream(self, request: InferenceRequest) -> ChannelCall:
         """One model call, as ``InferenceClient.stream``, started now: its ``go`` is written
@@ -435,13 +441,16 @@ def _whole_prompt(
     base: int | None,
     keep: bool,
     marks_base: int = 0,
+    tools: tuple[ToolSpec, ...] | None = None,
 ) -> InferenceRequest:
     """The server's side of the kept prompts: ``request`` with its whole prompt (the session's
     kept one and the ids after it, when ``base``) and its whole breakpoints (the first
-    ``marks_base`` of the kept prompt's and those after), kept as the session's when ``keep``."""
+    ``marks_base`` of the kept prompt's and those after), kept as the session's when ``keep``;
+    and with ``tools`` when given (the tools tuple its ``go`` named), in the same copy."""
+    changes: dict[str, Any] = {} if tools is None else {"tools": tools}
     session = request.session_key
     if session is None:
-        return request
+        return dataclasses.replace(request, **changes) if changes else request
     kept = prompts.pop(session, None)  # a go replaces it, or drops it (``keep`` false)
     kept_marks = marks.pop(session, ())
     if base is not None:
@@ -450,7 +459,9 @@ def _whole_prompt(
         whole = array("I", kept)
         whole.extend(request.prompt_token_ids)
         breakpoints = kept_marks[:marks_base] + request.breakpoints if marks_base else request.breakpoints
-        request = dataclasses.replace(request, prompt_token_ids=whole, breakpoints=breakpoints)
+        changes.update(prompt_token_ids=whole, breakpoints=breakpoints)
+    if changes:
+        request = dataclasses.replace(request, **changes)
     if keep:
         prompts[session] = request.prompt_token_ids  # type: ignore[assignment]  # an array: the client keeps only those
         marks[session] = request.breakpoints
