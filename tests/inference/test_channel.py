@@ -190,9 +190,9 @@ def test_tools_are_sent_once_per_tuple_and_every_call_gets_its_own(monkeypatch) 
 
 
 def test_a_session_prompt_that_continues_its_last_goes_as_the_new_ids_and_arrives_whole(monkeypatch) -> None:
-    """Each call of a session gets its whole prompt; one that starts with the session's last
-    prompt carries only the ids after it; one that does not, and one past the kept bytes
-    (the oldest session's prompt forgotten on both sides), go whole."""
+    """Each call of a session gets its whole prompt, and its tools; one that starts with the
+    session's last prompt carries only the ids after it; one that does not, and one past the
+    kept bytes (the oldest session's prompt forgotten on both sides), go whole."""
     monkeypatch.setattr(channel, "PROMPT_BYTES", 4 * 10_000)
 
     async def main() -> None:
@@ -213,12 +213,14 @@ def test_a_session_prompt_that_continues_its_last_goes_as_the_new_ids_and_arrive
         assert client._writer is not None
         write = client._writer.write
         client._writer.write = lambda data: sent.append(len(data)) or write(data)  # type: ignore[method-assign]
+        tools = (ToolSpec("shell", {"type": "object"}),)
         for rid, session, prompt in calls:
             request = InferenceRequest(
-                request_id=rid, model="ok", prompt_token_ids=prompt, session_key=session
+                request_id=rid, model="ok", prompt_token_ids=prompt, session_key=session, tools=tools
             )
             assert [type(e) for e in await collect(client, request)][-1] is Done
         assert backend.prompts == {rid: list(prompt) for rid, _, prompt in calls}
+        assert backend.tools == {rid: tools for rid, _, _ in calls}
         assert sent[1] < 1_000 < 4 * 4_000 < min(sent[0], sent[2], sent[4])  # a2: the 100 new ids only
         assert list(client._prompts) == ["s"] and len(client._prompts["s"]) == 4 * 4_000
         client.close()
