@@ -13,9 +13,12 @@ and its token come through Ray, which pickles between the same processes anyway)
 
 - client → server: ``("go", rid, InferenceRequest, tools_key, base, keep, marks_base)``, ``("stop", rid)``,
   ``("tools", key, tools)``, ``("forget", key)``, ``("forget_prompt", session_key)``;
-- server → client: ``("chunk", rid, list[InferenceEvent])``, ``("end", rid)``,
-  ``("error", rid, exception)``, ``("gone", rid)`` — the replica is shutting down and did
-  not start the call: the caller makes it elsewhere.
+- server → client: each frame is a list of messages, all those of one turn of the server's
+  event loop (the chunks of every call due on one tick, a call's last chunk with its
+  ``end``): one pickle and one read for them all.  Messages: ``("chunk", rid,
+  list[InferenceEvent])``, ``("end", rid)``, ``("error", rid, exception)``, ``("gone",
+  rid)`` — the replica is shutting down and did not start the call: the caller makes it
+  elsewhere.
 
 A connection's tool definitions are the same object from turn to turn while unchanged
 (``actors.core.prepare.Preparer``), and pickling them is most of a request's cost: the
@@ -85,16 +88,26 @@ class ChannelLost(ConnectionError):
     """The connection to the replica ended while a call was streaming."""
 
 
-def _frame(msg: tuple[Any, ...]) -> bytes:
+def _frame(msg: tuple[Any, ...] | list[tuple[Any, ...]]) -> bytes:
     body = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
     return _LEN.pack(len(body)) + body
 
 
-async def _read(reader: asyncio.StreamReader) -> tuple[Any, ...]:
+async def _read(reader: asyncio.StreamReader) -> Any:
+    """One frame's message: a tuple from the client, a list of tuples from the server."""
     (n,) = _LEN.unpack(await reader.readexactly(_LEN.size))
     if n > MAX_FRAME:
         raise ConnectionError(f"channel frame of {n} bytes")
     return pickle.loads(await reader.readexactly(n))  # an authenticated peer (the token came through Ray)
+
+
+def _sendable(msg: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``msg``, or the ``error`` of its call if it does not pickle."""
+    try:
+        pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
+        return msg
+    except Exception as exc:  # noqa: BLE001 - sent as a plain error, its type lost
+        return ("error", msg[1], RuntimeError(f"{type(exc).__name__}: {exc}"))
 
 
 def _picklable(exc: BaseException) -> BaseException:
@@ -147,11 +160,15 @@ class ChannelServer:
             while True:
                 msg = await _read(reader)
                 if msg[0] == "go":
-                    rid, request, tools_key = msg[1], msg[2], msg[3]
-                    if tools_key is not None:
-                        request = dataclasses.replace(request, tools=tool_sets[tools_key])
+                    rid, tools_key = msg[1], msg[3]
                     request = _whole_prompt(
-                        request, prompts, marks, base=msg[4], keep=msg[5], marks_base=msg[6]
+                        msg[2],
+                        prompts,
+                        marks,
+                        base=msg[4],
+                        keep=msg[5],
+                        marks_base=msg[6],
+                        tools=None if tools_key is None else tool_sets[tools_key],
                     )
                     if self._draining:
                         out.send(("gone", rid))
@@ -196,23 +213,30 @@ class ChannelServer:
 
 
 class _Sender:
-    """The server's frames on one connection, written once per turn of the event loop: the
-    chunks of all the calls due on one tick (under load the streams share one grid,
-    ``pacing.ItemWindow``), and a call's last chunk with its ``end``, leave in one write."""
+    """The server's messages on one connection, sent once per turn of the event loop as one
+    frame: the chunks of all the calls due on one tick (under load the streams share one
+    grid, ``pacing.ItemWindow``), and a call's last chunk with its ``end``, leave in one
+    pickle and one write, and the host reads them in one.  A message's events are frozen
+    (``inference.types``), so pickling them at the end of the tick sends what they were."""
 
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self._writer = writer
-        self._frames: list[bytes] = []
+        self._messages: list[tuple[Any, ...]] = []
 
     def send(self, msg: tuple[Any, ...]) -> None:
-        if not self._frames:
+        if not self._messages:
             asyncio.get_running_loop().call_soon(self._flush)
-        self._frames.append(_frame(msg))
+        self._messages.append(msg)
 
     def _flush(self) -> None:
-        frames, self._frames = self._frames, []
-        if not self._writer.is_closing():
-            self._writer.writelines(frames)
+        messages, self._messages = self._messages, []
+        if self._writer.is_closing():
+            return
+        try:
+            frame = _frame(messages)
+        except Exception:  # noqa: BLE001 - one message that does not pickle fails its call alone
+            frame = b"".join(_frame([_sendable(msg)]) for msg in messages)
+        self._writer.write(frame)
 
     async def drained(self) -> None:
         """Backpressure: return once the connection's buffer is below its limit."""
@@ -247,11 +271,12 @@ class ChannelClient:
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
         try:
+            calls = self._calls
             while True:
-                msg = await _read(reader)
-                queue = self._calls.get(msg[1])
-                if queue is not None:
-                    queue.put_nowait(msg)
+                for msg in await _read(reader):
+                    queue = calls.get(msg[1])
+                    if queue is not None:
+                        queue.put_nowait(msg)
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
             pass
         finally:
@@ -281,9 +306,10 @@ class ChannelClient:
     def _go(self, rid: int, request: InferenceRequest) -> bytes:
         """The ``go`` of ``request`` (and, before it, its tools if they were not sent yet, and
         what the prompts kept on both sides must drop)."""
-        out, request, base, keep, marks_base = self._prompt_of(request)
+        out, changes, base, keep, marks_base = self._prompt_of(request)
         tools = request.tools
         if not tools:
+            request = dataclasses.replace(request, **changes) if changes else request
             return out + _frame(("go", rid, request, None, base, keep, marks_base))
         known = self._tool_sets.get(id(tools))
         if known is not None and known[1] is tools:
@@ -295,16 +321,19 @@ class ChannelClient:
             out += _frame(("tools", key, tools))
             if len(self._tool_sets) > TOOL_SETS:
                 out += _frame(("forget", self._tool_sets.popitem(last=False)[1][0]))
-        return out + _frame(("go", rid, dataclasses.replace(request, tools=()), key, base, keep, marks_base))
+        request = dataclasses.replace(request, tools=(), **changes)  # one copy for both
+        return out + _frame(("go", rid, request, key, base, keep, marks_base))
 
-    def _prompt_of(self, request: InferenceRequest) -> tuple[bytes, InferenceRequest, int | None, bool, int]:
-        """``request`` with only the prompt's ids after the session's kept prompt (``base``
-        of them) when it starts with it, and then only the breakpoints after the kept
-        prompt's (``marks_base`` of them) when they start with those; whether both sides
-        keep this prompt, and the ``forget_prompt`` frames of the prompts that makes room for."""
+    def _prompt_of(self, request: InferenceRequest) -> tuple[bytes, dict[str, Any], int | None, bool, int]:
+        """The changes that leave ``request`` with only the prompt's ids after the session's
+        kept prompt (``base`` of them) when it starts with it, and then only the breakpoints
+        after the kept prompt's (``marks_base`` of them) when they start with those; whether
+        both sides keep this prompt, and the ``forget_prompt`` frames of the prompts that
+        makes room for."""
+        changes: dict[str, Any] = {}
         session, prompt = request.session_key, request.prompt_token_ids
         if session is None or not isinstance(prompt, array) or prompt.typecode != "I":
-            return b"", request, None, False, 0
+            return b"", changes, None, False, 0
         data = prompt.tobytes()
         kept = self._prompts.pop(session, None)
         kept_marks = self._marks.pop(session, ())
@@ -320,11 +349,9 @@ class ChannelClient:
                 n = len(kept_marks)
                 if n and n <= len(marks) and marks[:n] == kept_marks:
                     marks_base = n
-                request = dataclasses.replace(
-                    request, prompt_token_ids=prompt[base:], breakpoints=marks[marks_base:]
-                )
+                changes.update(prompt_token_ids=prompt[base:], breakpoints=marks[marks_base:])
         if len(data) > PROMPT_BYTES:  # not kept (the server drops its copy at every go)
-            return b"", request, base, False, marks_base
+            return b"", changes, base, False, marks_base
         out = b""
         self._prompts[session] = data
         self._marks[session] = marks
@@ -334,7 +361,7 @@ class ChannelClient:
             self._marks.pop(gone, None)
             self._prompt_bytes -= len(dropped)
             out += _frame(("forget_prompt", gone))
-        return out, request, base, True, marks_base
+        return out, changes, base, True, marks_base
 
     def stream(self, request: InferenceRequest) -> ChannelCall:
         """One model call, as ``InferenceClient.stream``, started now: its ``go`` is written
@@ -414,13 +441,16 @@ def _whole_prompt(
     base: int | None,
     keep: bool,
     marks_base: int = 0,
+    tools: tuple[ToolSpec, ...] | None = None,
 ) -> InferenceRequest:
     """The server's side of the kept prompts: ``request`` with its whole prompt (the session's
     kept one and the ids after it, when ``base``) and its whole breakpoints (the first
-    ``marks_base`` of the kept prompt's and those after), kept as the session's when ``keep``."""
+    ``marks_base`` of the kept prompt's and those after), kept as the session's when ``keep``;
+    and with ``tools`` when given (the tools tuple its ``go`` named), in the same copy."""
+    changes: dict[str, Any] = {} if tools is None else {"tools": tools}
     session = request.session_key
     if session is None:
-        return request
+        return dataclasses.replace(request, **changes) if changes else request
     kept = prompts.pop(session, None)  # a go replaces it, or drops it (``keep`` false)
     kept_marks = marks.pop(session, ())
     if base is not None:
@@ -429,7 +459,9 @@ def _whole_prompt(
         whole = array("I", kept)
         whole.extend(request.prompt_token_ids)
         breakpoints = kept_marks[:marks_base] + request.breakpoints if marks_base else request.breakpoints
-        request = dataclasses.replace(request, prompt_token_ids=whole, breakpoints=breakpoints)
+        changes.update(prompt_token_ids=whole, breakpoints=breakpoints)
+    if changes:
+        request = dataclasses.replace(request, **changes)
     if keep:
         prompts[session] = request.prompt_token_ids  # type: ignore[assignment]  # an array: the client keeps only those
         marks[session] = request.breakpoints

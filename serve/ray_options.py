@@ -68,7 +68,16 @@ RAY_ENV = {
 #   whether the object store needs a global garbage collection, and its idle-worker reaper
 #   (an idle worker process is stopped up to 1 s later).
 # - The autoscaler's monitor (``monitor.py``: a single node here has nothing to scale) updates
-#   its load figures and ``ray status`` every 30 s, not 5 s.
+#   its load figures and ``ray status`` every 30 s, not 5 s; the GCS pulls the raylet's
+#   resource load (the pending work the monitor reads) every 5 s, not 1 s.
+# - The raylet sends the GCS its resources' changes at most once a second, not ten times: the
+#   GCS's view of the node's free resources (where it places an actor that asks for some)
+#   is up to 1 s old; the project's actors ask for none (``num_cpus=0``).
+# - The object manager's timer (it retries pulls of objects from other nodes, which a single
+#   node never makes) ticks once a second, not ten times: with nodes joined, a failed pull
+#   is retried up to 1 s later.
+# - Each process's event loops are probed for their latency (``ray_io_context_*`` metrics)
+#   every 10 s, not 1 s.
 DEV_NODE_ENV = {
     "RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "1",
     "RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "0",
@@ -81,6 +90,10 @@ DEV_NODE_ENV = {
     "RAY_raylet_check_gc_period_milliseconds": "1000",
     "RAY_kill_idle_workers_interval_ms": "1000",
     "AUTOSCALER_UPDATE_INTERVAL_S": "30",
+    "RAY_gcs_pull_resource_loads_period_milliseconds": "5000",
+    "RAY_raylet_report_resources_period_milliseconds": "1000",
+    "RAY_object_manager_timer_freq_ms": "1000",
+    "RAY_io_context_monitor_probe_interval_ms": "10000",
 }
 
 # Ray's switch for a single-node Ray (its default on macOS and Windows) makes 127.0.0.1 the
@@ -110,6 +123,10 @@ READ_BY: Mapping[str, str] = {
     "RAY_raylet_check_gc_period_milliseconds": RAYCONFIG,
     "RAY_kill_idle_workers_interval_ms": RAYCONFIG,
     "AUTOSCALER_UPDATE_INTERVAL_S": "autoscaler/_private/constants.py",
+    "RAY_gcs_pull_resource_loads_period_milliseconds": RAYCONFIG,
+    "RAY_raylet_report_resources_period_milliseconds": RAYCONFIG,
+    "RAY_object_manager_timer_freq_ms": RAYCONFIG,
+    "RAY_io_context_monitor_probe_interval_ms": RAYCONFIG,
 }
 
 

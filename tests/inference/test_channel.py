@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from array import array
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -189,9 +190,9 @@ def test_tools_are_sent_once_per_tuple_and_every_call_gets_its_own(monkeypatch) 
 
 
 def test_a_session_prompt_that_continues_its_last_goes_as_the_new_ids_and_arrives_whole(monkeypatch) -> None:
-    """Each call of a session gets its whole prompt; one that starts with the session's last
-    prompt carries only the ids after it; one that does not, and one past the kept bytes
-    (the oldest session's prompt forgotten on both sides), go whole."""
+    """Each call of a session gets its whole prompt, and its tools; one that starts with the
+    session's last prompt carries only the ids after it; one that does not, and one past the
+    kept bytes (the oldest session's prompt forgotten on both sides), go whole."""
     monkeypatch.setattr(channel, "PROMPT_BYTES", 4 * 10_000)
 
     async def main() -> None:
@@ -212,12 +213,14 @@ def test_a_session_prompt_that_continues_its_last_goes_as_the_new_ids_and_arrive
         assert client._writer is not None
         write = client._writer.write
         client._writer.write = lambda data: sent.append(len(data)) or write(data)  # type: ignore[method-assign]
+        tools = (ToolSpec("shell", {"type": "object"}),)
         for rid, session, prompt in calls:
             request = InferenceRequest(
-                request_id=rid, model="ok", prompt_token_ids=prompt, session_key=session
+                request_id=rid, model="ok", prompt_token_ids=prompt, session_key=session, tools=tools
             )
             assert [type(e) for e in await collect(client, request)][-1] is Done
         assert backend.prompts == {rid: list(prompt) for rid, _, prompt in calls}
+        assert backend.tools == {rid: tools for rid, _, _ in calls}
         assert sent[1] < 1_000 < 4 * 4_000 < min(sent[0], sent[2], sent[4])  # a2: the 100 new ids only
         assert list(client._prompts) == ["s"] and len(client._prompts["s"]) == 4 * 4_000
         client.close()
@@ -260,19 +263,28 @@ def test_a_continuing_prompts_breakpoints_go_as_the_new_ones_and_arrive_whole() 
     asyncio.run(main())
 
 
-def test_the_frames_sent_on_one_tick_leave_in_one_write() -> None:
-    """The server's frames of one turn of the event loop go out together, in order; the
-    next tick's in a write of their own."""
+def test_the_messages_sent_on_one_tick_leave_in_one_frame() -> None:
+    """The server's messages of one turn of the event loop go out together, in order, in one
+    frame (one pickle, one write); the next tick's in a frame of their own; a message that
+    does not pickle fails its own call and no other."""
 
     class Writer:
         def __init__(self) -> None:
-            self.writes: list[list[bytes]] = []
+            self.writes: list[bytes] = []
 
         def is_closing(self) -> bool:
             return False
 
-        def writelines(self, frames: list[bytes]) -> None:
-            self.writes.append(list(frames))
+        def write(self, data: bytes) -> None:
+            self.writes.append(data)
+
+    def frames(data: bytes) -> list[Any]:
+        out = []
+        while data:
+            n = int.from_bytes(data[:4], "big")
+            out.append(channel.pickle.loads(data[4 : 4 + n]))
+            data = data[4 + n :]
+        return out
 
     async def main() -> None:
         writer = Writer()
@@ -283,9 +295,16 @@ def test_the_frames_sent_on_one_tick_leave_in_one_write() -> None:
         await asyncio.sleep(0)
         out.send(("end", 2))
         await asyncio.sleep(0)
-        sizes = [len(w) for w in writer.writes]
-        decoded = [channel.pickle.loads(f[4:]) for w in writer.writes for f in w]
-        assert sizes == [3, 1]
-        assert decoded == [("chunk", 1, ["a"]), ("chunk", 2, ["b"]), ("end", 1), ("end", 2)]
+        assert [frames(w) for w in writer.writes] == [
+            [[("chunk", 1, ["a"]), ("chunk", 2, ["b"]), ("end", 1)]],
+            [[("end", 2)]],
+        ]
+        out.send(("chunk", 3, ["c"]))
+        out.send(("chunk", 4, [lambda: None]))
+        await asyncio.sleep(0)
+        sent = frames(writer.writes[-1])
+        assert sent[0] == [("chunk", 3, ["c"])]
+        assert [m[:2] for m in sent[1]] == [("error", 4)]
+        assert isinstance(sent[1][0][2], RuntimeError)
 
     asyncio.run(main())
