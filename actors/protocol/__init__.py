@@ -108,6 +108,7 @@ from .requests import (  # noqa: F401
     Penalty,
     PromptCacheOptions,
     ReasoningConfig,
+    Recurring,
     ResponseAppend,
     ResponseCompact,
     ResponseCreate,

@@ -4,7 +4,9 @@ is a typed :class:`~actors.errors.APIError` (400)."""
 
 from __future__ import annotations
 
+import json
 import re
+import secrets
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -280,14 +282,126 @@ def load_json_object(data: str | bytes) -> JSONObject:
     return raw
 
 
-def parse_client_event(data: str | bytes) -> ClientEvent:
+class Recurring:
+    """The ``instructions`` and ``tools`` a session host's connections resend with every
+    create (a coding agent's several thousand words and its tool definitions, alike on every
+    socket of one app), kept as parsed.
+
+    A create whose ``instructions`` equal a kept text gets the kept string (one object:
+    hashed once, compared by identity downstream).  Tools are recognised by their bytes: a
+    text frame that holds the exact text of a kept ``"tools":[…]`` member is parsed with that
+    member replaced by a stub naming a value of this process's own (:attr:`_stub`), and if
+    the stub is then the create's ``tools``, the kept validated tools (the same list for
+    every such create: prepared once a host by identity, :mod:`actors.core.prompt_parts`)
+    are its tools, neither parsed nor validated again; else the frame is parsed as it is.
+    Exact text, not equal values: ``1`` and ``1.0``, or keys in another order, echo
+    differently.  A tools member is learnt from a create that had none kept, its span found
+    and checked the same way.  The ``size`` most recent distinct values of each are kept;
+    kept values are never changed.  Pure."""
+
+    def __init__(self, size: int = 8, min_chars: int = 256) -> None:
+        self._size = size
+        self._min_chars = min_chars  # a shorter text or tools member is not worth keeping
+        self._texts: list[str] = []  # most recent first
+        self._tools: list[tuple[str, list[Tool]]] = []  # ('"tools":[…]' as sent, validated)
+        self._mark = f"\x00tools {secrets.token_hex(8)}"  # no client spells it
+        self._stub = '"tools":' + json.dumps(self._mark)
+        self.hits = 0
+
+    def text(self, value: str) -> str:
+        """The kept string equal to ``value`` (kept now if it is new and long)."""
+        if len(value) < self._min_chars:
+            return value
+        for i, kept in enumerate(self._texts):
+            if kept == value:
+                if i:
+                    self._texts.insert(0, self._texts.pop(i))
+                self.hits += 1
+                return kept
+        self._texts.insert(0, value)
+        del self._texts[self._size :]
+        return value
+
+    def stubbed(self, data: str) -> tuple[JSONObject, list[Tool]] | None:
+        """``data`` parsed with a kept tools member stubbed out, and that member's tools —
+        if ``data`` holds one and it is the create's ``tools``; else ``None``."""
+        for i, (member, validated) in enumerate(self._tools):
+            at = _find(data, member)
+            if at < 0:
+                continue
+            raw = self._parsed(data, at, len(member))
+            if raw is None:
+                return None
+            if i:
+                self._tools.insert(0, self._tools.pop(i))
+            self.hits += 1
+            return raw, validated
+        return None
+
+    def learn(self, data: str, validated: list[Tool]) -> None:
+        """Keep ``data``'s top-level tools member (its exact text), whose tools ``validated``
+        are, if it is long enough to be worth it."""
+        for found in _TOOLS_KEY.finditer(data):
+            try:
+                _, end = _SCANNER.raw_decode(data, found.end())
+            except ValueError:
+                continue
+            if end - found.start() < self._min_chars:
+                return
+            if self._parsed(data, found.start(), end - found.start()) is not None:
+                self._tools.insert(0, (data[found.start() : end], validated))
+                del self._tools[self._size :]
+                return
+
+    def _parsed(self, data: str, at: int, length: int) -> JSONObject | None:
+        """``data`` parsed with ``[at, at + length)`` stubbed, if the stub is then the
+        create's ``tools`` (the span was its whole tools member)."""
+        try:
+            raw = load_json_object(data[:at] + self._stub + data[at + length :])
+        except APIError:
+            return None
+        raw = _flat(raw)
+        return raw if raw.get("tools") == self._mark else None
+
+
+def _find(data: str, member: str) -> int:
+    """Where ``member`` starts in ``data`` (-1: nowhere): its first characters looked for,
+    then the whole compared there (a long needle is several times slower to look for)."""
+    head = member[:_HEAD]
+    at = data.find(head)
+    while at >= 0 and not data.startswith(member, at):
+        at = data.find(head, at + 1)
+    return at
+
+
+_HEAD = 48
+_TOOLS_KEY = re.compile(r'"tools"\s*:\s*')
+_SCANNER = json.JSONDecoder()
+
+
+def _flat(raw: JSONObject) -> JSONObject:
+    """A nested ``{"type":"response.create","response":{…}}`` body as a flat one."""
+    if isinstance(raw.get("response"), dict) and "input" not in raw:
+        return {**raw.pop("response"), **raw}
+    return raw
+
+
+def parse_client_event(data: str | bytes, recurring: Recurring | None = None) -> ClientEvent:
     """Parse one client frame.  Raises a typed :class:`APIError` (400) on any problem.
 
     A nested ``{"type":"response.create","response":{…}}`` body is accepted as well (docs/protocol.md §1.3).
+    With ``recurring`` (a session host's), a create's instructions and tools equal to ones
+    it keeps are taken from it (:class:`Recurring`).
     """
-    raw = load_json_object(data)
-    if isinstance(raw.get("response"), dict) and "input" not in raw:
-        raw = {**raw.pop("response"), **raw}  # nested create form
+    stubbed = recurring.stubbed(data) if recurring is not None and isinstance(data, str) else None
+    kept_tools = None
+    if stubbed is not None:
+        raw, kept_tools = stubbed
+        raw["tools"] = kept_tools  # validated instances pass as they are
+    else:
+        raw = _flat(load_json_object(data))
+    if recurring is not None and isinstance(raw.get("instructions"), str):
+        raw["instructions"] = recurring.text(raw["instructions"])
     try:
         event = _CLIENT_EVENT.validate_python(raw)
     except ValidationError as exc:
@@ -301,6 +415,11 @@ def parse_client_event(data: str | bytes) -> ClientEvent:
         and (not isinstance(event.stream_id, str) or not _STREAM_ID.fullmatch(event.stream_id))
     ):
         raise InvalidStreamId()
+    if recurring is not None and isinstance(event, ResponseCreate) and event.tools:
+        if kept_tools is not None:
+            event.tools = kept_tools  # the kept list itself (an assignment is not validated)
+        elif isinstance(data, str):
+            recurring.learn(data, event.tools)
     return event
 
 
