@@ -299,9 +299,10 @@ class Recurring:
     and checked the same way.  The ``size`` most recent distinct values of each are kept;
     kept values are never changed.  Pure."""
 
-    def __init__(self, size: int = 8, min_chars: int = 256) -> None:
+    def __init__(self, size: int = 8, min_chars: int = 256, max_chars: int = 1_000_000) -> None:
         self._size = size
         self._min_chars = min_chars  # a shorter text or tools member is not worth keeping
+        self._max_chars = max_chars  # nor a longer one, nor one looked for in a longer frame
         self._texts: list[str] = []  # most recent first
         self._tools: list[tuple[str, list[Tool]]] = []  # ('"tools":[…]' as sent, validated)
         self._mark = f"\x00tools {secrets.token_hex(8)}"  # no client spells it
@@ -310,7 +311,7 @@ class Recurring:
 
     def text(self, value: str) -> str:
         """The kept string equal to ``value`` (kept now if it is new and long)."""
-        if len(value) < self._min_chars:
+        if not self._min_chars <= len(value) <= self._max_chars:
             return value
         for i, kept in enumerate(self._texts):
             if kept == value:
@@ -341,13 +342,15 @@ class Recurring:
     def learn(self, data: str, validated: list[Tool]) -> None:
         """Keep ``data``'s top-level tools member (its exact text), whose tools ``validated``
         are, if it is long enough to be worth it."""
+        if len(data) > 4 * self._max_chars:
+            return
         for found in _TOOLS_KEY.finditer(data):
             try:
                 _, end = _SCANNER.raw_decode(data, found.end())
             except ValueError:
                 continue
-            if end - found.start() < self._min_chars:
-                return
+            if not self._min_chars <= end - found.start() <= self._max_chars:
+                continue
             if self._parsed(data, found.start(), end - found.start()) is not None:
                 self._tools.insert(0, (data[found.start() : end], validated))
                 del self._tools[self._size :]
