@@ -78,6 +78,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--period", type=float, default=0.02, help="seconds between CPU samples")
     p.add_argument("--profile", type=Path, default=None, help="py-spy recordings here (speedscope)")
     p.add_argument("--rate", type=int, default=200, help="py-spy samples a second")
+    p.add_argument(
+        "--margin", type=float, default=0.25, help="seconds added to each side of a profile's window"
+    )
     p.add_argument("--out", type=Path, default=Path("results/storm_cpu.json"))
 
 
@@ -202,7 +205,9 @@ def profile_of(rec: Recorder, a: float, b: float) -> dict[str, Any]:
         speedscope = json.loads(rec.path.read_text())
     except (OSError, ValueError) as exc:
         return {"error": str(exc)}
-    return summary(speedscope, rec.stopped, rec.rate, a, b)
+    kept = max((len(p["samples"]) for p in speedscope["profiles"]), default=0)
+    rate = kept / (rec.stopped - rec.started) if rec.stopped > rec.started else float(rec.rate)
+    return {"rate_kept": round(rate, 1), **summary(speedscope, rec.stopped, rate, a, b)}
 
 
 if __name__ == "__main__":

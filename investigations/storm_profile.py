@@ -4,8 +4,10 @@ slices each session host's and inference replica's recording to the storm of fir
 
 With ``--idle`` py-spy keeps a sample every period, busy or not, in time order, so a
 sample's wall time is its place in the recording counted back from its end (``stopped``, when
-py-spy was told to stop) at the sampling ``rate``: py-spy's first samples come late (it
-attaches), its last as it is stopped.  A sample whose innermost frame
+py-spy was told to stop) at the rate it kept (``rate``: its samples over the recording's wall
+time).  Approximate: py-spy does not keep an even rate (it samples a busy process more
+slowly), so a window placed this way is off by up to a fifth of its distance from the end;
+widen it (``storm_cpu --margin``) and look at its busy share.  A sample whose innermost frame
 is a thread's wait in C (:data:`IDLE_LEAVES`) is idle.  Of the busy samples in the window: each
 function's inclusive share (once a sample, however often it is on the stack) and its own
 (innermost frame).  Pure.
