@@ -73,8 +73,10 @@ class Preparer:
         self._formats = dict(formats or {})  # a model's own chat format; else cl100k (the emulator's)
         self._resolved: dict[str, str] = {}
         # The last tools' content (``tools_key``: a string, nothing the collector tracks), not
-        # the parsed definitions: those go with their request.
+        # the parsed definitions: those go with their request; and the last list the host's
+        # parser kept (actors.protocol.Recurring): the same object while they are resent.
         self._tools_seen: tuple[str, str] | None = None
+        self._tools_kept: tuple[Sequence[Tool], str] | None = None
         self._tools = Tools((), [], [])
         self._instructions: tuple[str | None, str, array[int]] = (None, CL100K.name, array("I"))
         self._safety = safety
@@ -104,13 +106,20 @@ class Preparer:
     def tools(self, tools: Sequence[Tool], fmt: ChatFormat = CL100K) -> Tools:
         """The request's tools (``create.tools``) prepared (:class:`Tools`); reused while the
         definitions and the format are unchanged."""
+        kept = self._tools_kept
+        if kept is not None and kept[0] is tools and kept[1] == fmt.name:
+            return self._tools
+        if self._shared is not None and tools:
+            shared = self._shared
+            self._tools = shared.tools_of(
+                tools, fmt.name, lambda: tools_key(tools), lambda: prepared_tools(tools, fmt)
+            )
+            self._tools_kept, self._tools_seen = (tools, fmt.name), None
+            return self._tools
         key = tools_key(tools) if tools else ""
         if self._tools_seen != (key, fmt.name):
-            if self._shared is None or not tools:
-                self._tools = prepared_tools(tools, fmt)
-            else:
-                self._tools = self._shared.tools.get((fmt.name, key), lambda: prepared_tools(tools, fmt))
-            self._tools_seen = (key, fmt.name)
+            self._tools = prepared_tools(tools, fmt)
+            self._tools_seen, self._tools_kept = (key, fmt.name), None
         return self._tools
 
     def instructions(self, text: str | None, fmt: ChatFormat = CL100K) -> array[int]:

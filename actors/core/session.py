@@ -100,6 +100,7 @@ class Session:
         # A model without a format of its own: cl100k.  ``prompt_parts``: the host's
         # renderings of instructions and tools, shared by its connections (actors.core.prompt_parts).
         self._prep = Preparer(models, config.safety, formats, prompt_parts)
+        self._recurring = prompt_parts.recurring if prompt_parts is not None else None
         self._perf = perf
         self.session_key = session_key
         self.owner = owner
@@ -232,7 +233,7 @@ class Session:
         timer = PhaseTimer(self._perf, received, self._loop_lag)
         try:
             with timer.phase("parse_validate"):
-                event = parse_client_event(data)
+                event = parse_client_event(data, self._recurring)
         except APIError as exc:
             return Effects(events=[error_event(exc)])
         if isinstance(event, ResponseSteer):

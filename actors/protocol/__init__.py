@@ -4,7 +4,8 @@
   (:func:`parse_client_event`, :func:`parse_http_create`);
 - :mod:`.events` — the Response object, every server event, and the one encode point
   (:func:`encode`, and :class:`EventEncoder` for a connection's events; errors become wire events only in :func:`error_event` / :func:`http_error_body`);
-- :mod:`.items` — input and output items and their stored form.
+- :mod:`.items` — input and output items and their stored form;
+- :mod:`.recurring` — the instructions and tools a host's connections resend, parsed once.
 
 Nothing else in the project branches on ``"type"`` strings.
 """
@@ -97,6 +98,7 @@ from .items import (  # noqa: F401
     output_as_input,
     parse_items,
 )
+from .recurring import Recurring  # noqa: F401
 from .requests import (  # noqa: F401
     TOOL_CHOICE_MODES,
     ClientEvent,

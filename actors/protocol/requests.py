@@ -5,7 +5,7 @@ is a typed :class:`~actors.errors.APIError` (400)."""
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import (
     BaseModel,
@@ -101,7 +101,7 @@ TextFormat = Annotated[
 class TextConfig(OpenInbound):
     """``text``: the output format, echoed on every Response with both keys present."""
 
-    format: TextFormat = TextFormatText()
+    format: TextFormat = Field(default_factory=TextFormatText)  # made, not deep-copied: 4.2 -> 1.6 us
     verbosity: Literal["low", "medium", "high"] | None = None
 
 
@@ -280,14 +280,38 @@ def load_json_object(data: str | bytes) -> JSONObject:
     return raw
 
 
-def parse_client_event(data: str | bytes) -> ClientEvent:
+def flat(raw: JSONObject) -> JSONObject:
+    """A nested ``{"type":"response.create","response":{…}}`` body as a flat one."""
+    if isinstance(raw.get("response"), dict) and "input" not in raw:
+        return {**raw.pop("response"), **raw}
+    return raw
+
+
+class Recurrence(Protocol):
+    """What :func:`parse_client_event` asks of a host's memo of resent instructions and tools
+    (:class:`actors.protocol.recurring.Recurring`)."""
+
+    def stubbed(self, data: str) -> tuple[JSONObject, list[Tool]] | None: ...
+    def text(self, value: str) -> str: ...
+    def learn(self, data: str, validated: list[Tool]) -> None: ...
+
+
+def parse_client_event(data: str | bytes, recurring: Recurrence | None = None) -> ClientEvent:
     """Parse one client frame.  Raises a typed :class:`APIError` (400) on any problem.
 
     A nested ``{"type":"response.create","response":{…}}`` body is accepted as well (docs/protocol.md §1.3).
+    With ``recurring`` (a session host's), a create's instructions and tools equal to ones
+    it keeps are taken from it (:class:`actors.protocol.recurring.Recurring`).
     """
-    raw = load_json_object(data)
-    if isinstance(raw.get("response"), dict) and "input" not in raw:
-        raw = {**raw.pop("response"), **raw}  # nested create form
+    stubbed = recurring.stubbed(data) if recurring is not None and isinstance(data, str) else None
+    kept_tools = None
+    if stubbed is not None:
+        raw, kept_tools = stubbed
+        raw["tools"] = kept_tools  # validated instances pass as they are
+    else:
+        raw = flat(load_json_object(data))
+    if recurring is not None and isinstance(raw.get("instructions"), str):
+        raw["instructions"] = recurring.text(raw["instructions"])
     try:
         event = _CLIENT_EVENT.validate_python(raw)
     except ValidationError as exc:
@@ -301,6 +325,11 @@ def parse_client_event(data: str | bytes) -> ClientEvent:
         and (not isinstance(event.stream_id, str) or not _STREAM_ID.fullmatch(event.stream_id))
     ):
         raise InvalidStreamId()
+    if recurring is not None and isinstance(event, ResponseCreate) and event.tools:
+        if kept_tools is not None:
+            event.tools = kept_tools  # the kept list itself (an assignment is not validated)
+        elif isinstance(data, str):
+            recurring.learn(data, event.tools)
     return event
 
 
