@@ -9,6 +9,7 @@ import socket
 
 import pytest
 from websockets.asyncio.client import connect
+from websockets.extensions.permessage_deflate import ServerPerMessageDeflateFactory
 from websockets.frames import Frame, Opcode
 from websockets.http11 import Request, Response
 from websockets.server import ServerProtocol
@@ -40,9 +41,11 @@ def test_a_long_piece_is_kept_by_identity_and_the_oldest_go_past_the_bound():
     assert kept.all(["", short, ""]) == [b"short"], "empty pieces are left out"
 
 
-def test_a_frame_sent_in_parts_arrives_whole_after_a_ping_queued_before_it():
+@pytest.mark.parametrize("deflate", [False, True], ids=["framed-here", "deflate"])
+def test_a_frame_sent_in_parts_arrives_whole_after_a_ping_queued_before_it(deflate):
     """Parts (an echo's kept bytes among them) go out as one frame, the fragments of a message
-    as one message, in order after what the protocol queued first."""
+    as one message, in order after what the protocol queued first; with permessage-deflate
+    negotiated the protocol frames (and compresses) the joined parts."""
 
     async def accept(ws: WebSocket, request: Request) -> Response:
         return ws.protocol.accept(request)
@@ -53,12 +56,18 @@ def test_a_frame_sent_in_parts_arrives_whole_after_a_ping_queued_before_it():
         opened: asyncio.Future[WebSocket] = loop.create_future()
         await loop.connect_accepted_socket(
             lambda: WebSocket(
-                ServerProtocol(), accept, opened.set_result, ping_interval=None, ping_timeout=None
+                ServerProtocol(extensions=[ServerPerMessageDeflateFactory()] if deflate else None),
+                accept,
+                opened.set_result,
+                ping_interval=None,
+                ping_timeout=None,
             ),
             host_side,
         )
-        async with connect("ws://host/v1/responses", sock=client_side, compression=None) as ws:
+        compression = "deflate" if deflate else None
+        async with connect("ws://host/v1/responses", sock=client_side, compression=compression) as ws:
             server = await opened
+            assert bool(server.protocol.extensions) is deflate
             echo = ("i" * 70_000).encode()
             server.protocol.send_ping(b"p")  # queued by the protocol, not flushed yet
             server.send_text([b'{"a":"', echo, b'"}'])
