@@ -74,10 +74,11 @@ class Figures:
         return event
 
     def split(
-        self, event: ServerEvent, report: Report, encode: Callable[[ServerEvent], str], mark: str
-    ) -> tuple[str, Tail | None]:
+        self, event: ServerEvent, report: Report, encode: Callable[[ServerEvent], list[str]], mark: str
+    ) -> tuple[list[str], Tail | None]:
         """A terminal event whose client asked for the figures, as the fragments of one message
-        (RFC 6455 §5.4): the text up to the figures, and what makes the rest — called once that
+        (RFC 6455 §5.4): the text up to the figures (in the pieces ``encode`` gave it in, as
+        :meth:`~actors.protocol.EventEncoder.pieces`), and what makes the rest — called once that
         part has been encoded, compressed and written, it takes the figures, which go with the
         few bytes after them (a response's metadata comes after its output and its echoed
         instructions and tools).  No rest (``None``): the text is the whole frame (the event
@@ -90,16 +91,21 @@ class Figures:
         would leave its encoding, compression and write out of ``api_overhead``."""
         assert report.into is not None
         report.into[METADATA_KEY] = mark
-        text = encode(event)
+        pieces = encode(event)
         quoted = json.dumps(mark)
-        at = text.find(quoted)
-        if at < 0:
+        for i in range(len(pieces) - 1, -1, -1):  # the metadata is in the last piece but the echoes
+            text = pieces[i]
+            at = text.find(quoted)
+            if at >= 0:
+                break
+        else:
             report.restamp()
-            return text, None
+            return pieces, None
+        after = [text[at + len(quoted) :], *pieces[i + 1 :]]
 
         def rest() -> str:
             report.restamp()  # writes the figures into the metadata
             assert report.into is not None
-            return json.dumps(report.into[METADATA_KEY], ensure_ascii=False) + text[at + len(quoted) :]
+            return json.dumps(report.into[METADATA_KEY], ensure_ascii=False) + "".join(after)
 
-        return text[:at], rest
+        return [*pieces[:i], text[:at]], rest

@@ -21,6 +21,7 @@ from ..config import SessionConfig
 from ..errors import ServerError
 from ..protocol import EventEncoder, ServerEvent, encode, error_event
 from .connection import Connection
+from .frames import PROCESS_PIECES
 from .websocket import WebSocket
 
 log = logging.getLogger(__name__)
@@ -79,31 +80,34 @@ class Sender:
         """Send a batch of frames in one write, except a terminal frame that carries figures
         (:meth:`~actors.host.figures.Figures.split`): its first part leaves with the frames
         before it, then the rest of it with the frames after.  Nothing is awaited in between,
-        so no other frame or a close comes between the two fragments of its message."""
-        ws, figures = self._ws, self._figures
+        so no other frame or a close comes between the two fragments of its message.  An
+        event's echoed instructions and tools go as the bytes kept for them
+        (:mod:`actors.host.frames`), copied into no larger buffer on the way."""
+        ws, figures, as_bytes = self._ws, self._figures, PROCESS_PIECES.all
         for item in batch:
             if isinstance(item, str):
                 ws.send_text(item.encode())
             elif not figures.pending or (report := figures.take(item)) is None:
-                ws.send_text(self._encode(item).encode())  # no figures to take as it leaves
+                ws.send_text(as_bytes(self._encode(item)))  # no figures to take as it leaves
             else:
                 head, tail = figures.split(item, report, self._encode, self._mark)
                 if tail is None:
-                    ws.send_text(head.encode())
+                    ws.send_text(as_bytes(head))
                     continue
-                ws.send_text(head.encode(), fin=False)
+                ws.send_text(as_bytes(head), fin=False)
                 ws.flush()
                 ws.send_continuation(tail().encode(), fin=True)
         ws.flush()
 
-    def _encode(self, event: ServerEvent) -> str:
-        """An event that cannot be encoded (a bug) is replaced by ``server_error`` rather than
+    def _encode(self, event: ServerEvent) -> list[str]:
+        """The event's text in pieces (:meth:`~actors.protocol.EventEncoder.pieces`).  An
+        event that cannot be encoded (a bug) is replaced by ``server_error`` rather than
         killing the sender and leaving the socket silent."""
         try:
-            return self._encoder(event)
+            return self._encoder.pieces(event)
         except Exception:
             log.exception("could not encode a %s event", getattr(event, "type", "?"))
-            return encode(error_event(ServerError()))
+            return [encode(error_event(ServerError()))]
 
 
 def deflate_extensions(config: SessionConfig, sock: socket.socket) -> list[ServerPerMessageDeflateFactory]:

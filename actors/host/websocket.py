@@ -4,8 +4,10 @@ by an ``asyncio.Protocol`` of the project's own, through the library's public me
 Bytes read go to ``receive_data``; of the events that come out, the upgrade request is
 answered by the owner's hook, data frames are assembled into messages handed to the owner
 with the time their first bytes arrived, pongs answer the keepalive pings (the protocol
-answers pings and the close itself).  What the protocol has to send leaves in one transport
-write per :meth:`WebSocket.flush`, so a batch of frames is one write.
+answers pings and the close itself).  What is to be sent leaves in one transport write per
+:meth:`WebSocket.flush`, so a batch of frames is one write.  The owner's data frames are
+framed here (:mod:`actors.host.frames`) while no extension is negotiated, their payload's
+pieces written as they are; with permessage-deflate the protocol frames them, compressed.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from http import HTTPStatus
 from typing import cast
 
@@ -24,6 +26,8 @@ from websockets.frames import CloseCode, Frame, Opcode
 from websockets.http11 import Request, Response
 from websockets.protocol import State
 from websockets.server import ServerProtocol
+
+from .frames import CONTINUATION, TEXT, frame_header
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +82,7 @@ class WebSocket(asyncio.Protocol):
         self._pong: tuple[bytes, asyncio.Future[None]] | None = None
         self._abort_at: asyncio.TimerHandle | None = None
         self._answering: asyncio.Task[None] | None = None  # the upgrade's answer (kept referenced)
+        self._out: list[bytes] = []  # what flush writes before the protocol's own (in order)
 
     # -- the owner's side
     def receive(self, receiver: Receive) -> None:
@@ -89,21 +94,38 @@ class WebSocket(asyncio.Protocol):
         if self.transport is not None and not self.transport.is_closing():
             self.transport.resume_reading()
 
-    def send_text(self, data: bytes, *, fin: bool = True) -> None:
-        """Queue a text frame (``fin=False``: the first of a fragmented message); it leaves
-        with the next :meth:`flush`."""
-        self._check_open()
-        self.protocol.send_text(data, fin)
+    def send_text(self, data: bytes | Sequence[bytes], *, fin: bool = True) -> None:
+        """Queue a text frame whose payload is ``data`` (or its parts joined; ``fin=False``:
+        the first of a fragmented message); it leaves with the next :meth:`flush`."""
+        self._send(TEXT, data, fin)
 
-    def send_continuation(self, data: bytes, *, fin: bool) -> None:
+    def send_continuation(self, data: bytes | Sequence[bytes], *, fin: bool) -> None:
+        self._send(CONTINUATION, data, fin)
+
+    def _send(self, opcode: int, data: bytes | Sequence[bytes], fin: bool) -> None:
         self._check_open()
-        self.protocol.send_continuation(data, fin)
+        parts = (data,) if isinstance(data, bytes) else data
+        if self.protocol.extensions:  # permessage-deflate: the protocol compresses the payload whole
+            payload = parts[0] if len(parts) == 1 else b"".join(parts)
+            if opcode == TEXT:
+                self.protocol.send_text(payload, fin)
+            else:
+                self.protocol.send_continuation(payload, fin)
+            return
+        out = self._out
+        ahead = self.protocol.data_to_send()  # a pong or a ping queued before: it goes first
+        if ahead:
+            out += ahead
+        out.append(frame_header(sum(map(len, parts)), opcode=opcode, fin=fin))
+        out += [p for p in parts if p]  # an empty write would read as the end of the stream
 
     def flush(self) -> None:
-        """Write what the protocol has to send, in one write: the frames handed to the
-        transport as they are (``writelines``: uvloop, which Ray's actors run, sends them
-        with one vectored write and copies none of them into one buffer first)."""
+        """Write what is to be sent, in one write: the frames (and their payloads' parts)
+        handed to the transport as they are (``writelines``: uvloop, which Ray's actors run,
+        sends them with one vectored write and copies none of them into one buffer first)."""
         writes = self.protocol.data_to_send()
+        if self._out:
+            writes, self._out = self._out + writes, []
         if not writes or self.transport is None:
             return
         data = [w for w in writes if w]

@@ -439,19 +439,25 @@ class EventEncoder:
         return f"{self._marker}:{field}"
 
     def __call__(self, obj: ServerEvent | HttpBody) -> str:
+        return "".join(self.pieces(obj))
+
+    def pieces(self, obj: ServerEvent | HttpBody) -> list[str]:
+        """The text :meth:`__call__` returns, in pieces that join into it: each echoed value's
+        JSON is a piece of its own, the very string kept for it (a writer can send it as it is,
+        e.g. its bytes kept once, rather than copy it into one text first)."""
         if not isinstance(getattr(obj, "response", None), ResponseObject):
-            return encode(obj)
+            return [encode(obj)]
         text = obj.model_dump_json(context={_ENCODER: self})
         cuts = sorted((text.find(f'"{self._marker}:{field}"'), field) for field in self._kept)
         if cuts and cuts[0][0] < 0:  # not serialised through the placeholders
-            return encode(obj)
+            return [encode(obj)]
         parts: list[str] = []
         pos = 0
         for at, field in cuts:  # both placeholders are in the response, once each
             parts += (text[pos:at], self._kept[field][1])
             pos = at + len(self._marker) + len(field) + 3
         parts.append(text[pos:])
-        return "".join(parts)
+        return parts
 
 
 SSE_DONE = "data: [DONE]\n\n"

@@ -683,10 +683,11 @@ def test_a_terminal_frame_with_figures_goes_in_fragments_whose_figures_count_wri
             early = json.loads(terminal.response.metadata["responses_ws.timings"])["api_overhead"]
             report = conn.figures.take(terminal)
             assert report is not None and conn.figures.take(terminal) is None  # handed out once
-            head, rest = conn.figures.split(terminal, report, EventEncoder(), "f" * 32)
+            pieces, rest = conn.figures.split(terminal, report, EventEncoder().pieces, "f" * 32)
             assert rest is not None
             now[0] += 0.004  # encoding, compressing and writing the head took 4 ms
             tail = rest()
+            head = "".join(pieces)
             return early, json.loads(head + tail), head, tail, json.loads(encode(terminal))
         finally:
             await conn.close()
