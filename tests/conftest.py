@@ -161,7 +161,8 @@ def ray_cluster(ray_start_lock_path):
 
 @pytest.fixture(scope="session")
 def server_url(ray_cluster) -> str:
-    """The main test server: emu-fast/emu-gpu, the model calls tools for 20 rounds."""
+    """The main test server: emu-fast/emu-gpu, the model calls tools for 20 rounds.  (The
+    first test of the suite's Ray that needs a shared app needs this one: it starts alone.)"""
     from inference.emulator.profiles import load_inference_config
     from tests.support.server import start_app
 
@@ -170,41 +171,74 @@ def server_url(ray_cluster) -> str:
     return start_app("responses-ws", **{"inference.policy": inference.policy.model_dump()})
 
 
-@pytest.fixture(scope="session")
-def two_replicas_url(ray_cluster) -> str:
-    """A server with two inference replicas (a connection's requests must stay on one),
-    shared by the modules that need one: starting an app costs several seconds."""
-    from tests.support.server import start_app
-
-    return start_app("rws-two-replicas", **{"inference.replicas": 2})
-
-
-@pytest.fixture(scope="session")
-def keyed_url(ray_cluster) -> str:
-    """A server that accepts only the API keys ``ALICE`` and ``BOB`` (tests/support/server.py),
-    shared by the modules on keys and on isolation between them."""
-    from tests.support.server import ALICE, BOB, start_app
-
-    return start_app("rws-keys", **{"server.api_keys": [ALICE, BOB]})
-
-
 # The ledgered server's model calls tools this many rounds before it answers (a Codex prompt's
 # task, tests/integration/test_codex_cli.py); the other clients on it set theirs per request.
 LEDGERED_TOOL_ROUNDS = 24
 
 
+def session_app_specs(ledgered_data: Path) -> dict[str, tuple[str, dict]]:
+    """The session's other shared apps (starting an app costs several seconds): the fixture
+    that returns each one's URL, and its app name and overrides."""
+    from tests.support.server import ALICE, BOB
+
+    return {
+        "two_replicas_url": ("rws-two-replicas", {"inference.replicas": 2}),
+        "keyed_url": ("rws-keys", {"server.api_keys": [ALICE, BOB]}),
+        "ledgered_server": (
+            "rws-ledgered",
+            {"store.data_dir": str(ledgered_data), "inference.policy.tool_rounds": LEDGERED_TOOL_ROUNDS},
+        ),
+    }
+
+
 @pytest.fixture(scope="session")
-def ledgered_server(ray_cluster, tmp_path_factory) -> tuple[str, Path]:
+def ledgered_data(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("ledgered-store")
+
+
+@pytest.fixture(scope="session")
+def session_apps(ray_cluster, request, ledgered_data) -> dict[str, str]:
+    """Those of :func:`session_app_specs` that the selected tests use, deployed together at
+    the first test that needs one (``start_apps``, tests/support/server.py): fixture name ->
+    base URL."""
+    from tests.support.server import start_apps
+
+    used = {name for item in request.session.items for name in item.fixturenames}
+    specs = {f: spec for f, spec in session_app_specs(ledgered_data).items() if f in used}
+    urls = start_apps(dict(specs.values()))
+    return {f: urls[app] for f, (app, _) in specs.items()}
+
+
+def session_app(fixture: str, apps: dict[str, str], ledgered_data: Path) -> str:
+    """The URL of the session's app ``fixture``; deployed now if no selected test named it
+    (a fixture asked for by ``request.getfixturevalue``)."""
+    from tests.support.server import start_app
+
+    if fixture not in apps:
+        app, overrides = session_app_specs(ledgered_data)[fixture]
+        apps[fixture] = start_app(app, **overrides)
+    return apps[fixture]
+
+
+@pytest.fixture(scope="session")
+def two_replicas_url(session_apps, ledgered_data) -> str:
+    """A server with two inference replicas (a connection's requests must stay on one)."""
+    return session_app("two_replicas_url", session_apps, ledgered_data)
+
+
+@pytest.fixture(scope="session")
+def keyed_url(session_apps, ledgered_data) -> str:
+    """A server that accepts only the API keys ``ALICE`` and ``BOB`` (tests/support/server.py),
+    shared by the modules on keys and on isolation between them."""
+    return session_app("keyed_url", session_apps, ledgered_data)
+
+
+@pytest.fixture(scope="session")
+def ledgered_server(session_apps, ledgered_data) -> tuple[str, Path]:
     """A server whose store, and the usage ledger the tests read, is an SQLite file in a temp
     directory of its own: its URL and that file.  Shared by the modules of the clients whose
     responses are looked up there (Codex CLI, the Vercel AI SDK), each by its responses' ids."""
-    from tests.support.server import start_app
-
-    data = tmp_path_factory.mktemp("ledgered-store")
-    url = start_app(
-        "rws-ledgered", **{"store.data_dir": str(data), "inference.policy.tool_rounds": LEDGERED_TOOL_ROUNDS}
-    )
-    return url, data / "responses.sqlite3"
+    return session_app("ledgered_server", session_apps, ledgered_data), ledgered_data / "responses.sqlite3"
 
 
 @pytest.fixture(scope="session")

@@ -15,6 +15,7 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Iterator
 
 import httpx
 import psutil
@@ -24,12 +25,11 @@ import websockets
 from ray import serve
 from websockets.exceptions import ConnectionClosed
 
-from tests.support.server import gateway_stats, start_app, stop_app
+from tests.support.server import gateway_stats, start_app, start_apps, stop_app
 from tests.support.waiting import wait_until
 from tests.support.wire import raw_collect, validated
 
 APP = "rws-faults"
-DRAIN_APP = "rws-drain"
 LONG = {"emulator.tool_rounds": "0", "emulator.text_tokens": "400"}  # ~6 s on emu-gpu
 SHORT = {"emulator.tool_rounds": "0", "emulator.text_tokens": "3"}
 
@@ -42,11 +42,32 @@ def create(**body) -> str:
     return json.dumps({"type": "response.create", "model": "emu-fast", "input": "hi", "store": False, **body})
 
 
+DEDICATED_APP = APP + "-dedicated"
+
+
 @pytest.fixture(scope="module")
-def faults_url(ray_cluster):
-    url = start_app(APP, **{"session.ping_interval_s": 0.5, "session.ping_timeout_s": 0.5})
-    yield url
-    stop_app(APP)
+def fault_apps(ray_cluster) -> Iterator[dict[str, str]]:
+    """The module's two apps, deployed at once (``start_apps``).  The faults app: keepalive
+    pings every 0.5 s, 40 s for a drain's responses in flight; the graceful shutdown, the
+    last of its tests, deletes it.  The dedicated app: a session host per connection."""
+    urls = start_apps(
+        {
+            APP: {
+                "session.ping_interval_s": 0.5,
+                "session.ping_timeout_s": 0.5,
+                "server.drain_timeout_s": 40,
+            },
+            DEDICATED_APP: {"session.connections_per_actor": 1, "session.warm_actors": 2},
+        }
+    )
+    yield urls
+    for name in urls:
+        stop_app(name)
+
+
+@pytest.fixture(scope="module")
+def faults_url(fault_apps) -> str:
+    return fault_apps[APP]
 
 
 def server_process_of(client_port: int, server_port: int, name: str) -> psutil.Process:
@@ -120,10 +141,8 @@ def test_session_host_killed_mid_response_closes_all_its_connections_1011_and_no
 
 
 @pytest.fixture(scope="module")
-def dedicated_url(ray_cluster):
-    url = start_app(APP + "-dedicated", **{"session.connections_per_actor": 1, "session.warm_actors": 2})
-    yield url
-    stop_app(APP + "-dedicated")
+def dedicated_url(fault_apps) -> str:
+    return fault_apps[DEDICATED_APP]
 
 
 def test_dedicated_actor_killed_mid_response_closes_1011_and_other_connections_are_untouched(dedicated_url):
@@ -150,7 +169,7 @@ def test_dedicated_actor_killed_mid_response_closes_1011_and_other_connections_a
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     wait_until(
         lambda: (
-            (s := gateway_stats(APP + "-dedicated"))["open_connections"] == 0
+            (s := gateway_stats(DEDICATED_APP))["open_connections"] == 0
             and s["connections"] == 0
             and s["starting"] == 0
         ),
@@ -274,8 +293,9 @@ def test_silent_peer_is_detected_by_keepalive_pings_and_its_generation_cancelled
 # ------------------------------------------------------------------ graceful shutdown
 
 
-def test_graceful_shutdown_finishes_responses_in_flight_refuses_new_work_and_flushes(ray_cluster, server_url):
-    url = start_app(DRAIN_APP, **{"server.drain_timeout_s": 40})
+def test_graceful_shutdown_finishes_responses_in_flight_refuses_new_work_and_flushes(faults_url, server_url):
+    """The faults app, deleted while a response streams (the module's last test on it)."""
+    url = faults_url
     ws_url = url.replace("http", "ws", 1) + "/v1/responses"
     port = int(url.rsplit(":", 1)[1])
 
@@ -297,7 +317,7 @@ def test_graceful_shutdown_finishes_responses_in_flight_refuses_new_work_and_flu
                 )
             )
             created = await until(ws, "response.created")
-            deleting = threading.Thread(target=serve.delete, args=(DRAIN_APP,), daemon=True)
+            deleting = threading.Thread(target=serve.delete, args=(APP,), daemon=True)
             deleting.start()
             await asyncio.to_thread(wait_until, refuses_new_connections, 60, "the listener to close")
             await ws.send(create(input="one more"))  # arrives while draining

@@ -13,7 +13,7 @@ import json
 import re
 import secrets
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -24,7 +24,7 @@ from openai import OpenAI
 
 from serve.auth import fingerprint
 from serve.embedded import free_port
-from tests.support.server import ALICE, BOB, busy_profiles, start_app, stop_app
+from tests.support.server import ALICE, BOB, busy_profiles, start_apps, stop_app
 from tests.support.waiting import until, wait_until
 from tests.support.wire import raw_collect, validated
 
@@ -391,22 +391,35 @@ def test_the_prefix_cache_is_not_shared_between_keys_over_http(keyed_url):
 # ---------------------------------------------------------------------- internal faults
 
 
+DEAD_STORE_APP, BUSY_APP = "rws-iso-deadstore", "rws-iso-busy"
+
+
 @pytest.fixture(scope="module")
-def dead_store_url(ray_cluster):
-    """An app whose Redis store is unreachable (nothing listens on the port); its
-    ``store:false`` lines are journaled (``store.ledger: journal``; with ``commit``, Redis's
-    default, such a response fails unbilled: tests/actors/host/test_connection.py)."""
-    url = start_app(
-        "rws-iso-deadstore",
-        **{
-            "store.backend": "redis",
-            "store.redis_url": f"redis://127.0.0.1:{free_port()}/0",
-            "store.ledger": "journal",
-            "store.write_retry_s": 0,  # one retry at once: the store does not come back here
-        },
+def fault_apps(ray_cluster) -> Iterator[dict[str, str]]:
+    """The module's two apps of internal faults, deployed at once (``start_apps``): an app
+    whose Redis store is unreachable (nothing listens on the port), its ``store:false``
+    lines journaled (``store.ledger: journal``; with ``commit``, Redis's default, such a
+    response fails unbilled: tests/actors/host/test_connection.py); and an app whose
+    inference replica runs one sequence and queues none (overload is reachable)."""
+    urls = start_apps(
+        {
+            DEAD_STORE_APP: {
+                "store.backend": "redis",
+                "store.redis_url": f"redis://127.0.0.1:{free_port()}/0",
+                "store.ledger": "journal",
+                "store.write_retry_s": 0,  # one retry at once: the store does not come back here
+            },
+            BUSY_APP: {"inference.profiles": busy_profiles()},
+        }
     )
-    yield url
-    stop_app("rws-iso-deadstore")
+    yield urls
+    for name in urls:
+        stop_app(name)
+
+
+@pytest.fixture(scope="module")
+def dead_store_url(fault_apps) -> str:
+    return fault_apps[DEAD_STORE_APP]
 
 
 LEAK_HINTS = re.compile(
@@ -510,11 +523,8 @@ def read_http_response(sock: socket.socket) -> tuple[bytes, bytes]:
 
 
 @pytest.fixture(scope="module")
-def busy_url(ray_cluster):
-    """An app whose inference replica runs one sequence and queues none (overload is reachable)."""
-    url = start_app("rws-iso-busy", **{"inference.profiles": busy_profiles()})
-    yield url
-    stop_app("rws-iso-busy")
+def busy_url(fault_apps) -> str:
+    return fault_apps[BUSY_APP]
 
 
 def test_an_overloaded_backend_fails_the_response_without_internals(busy_url):

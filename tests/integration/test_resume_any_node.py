@@ -27,7 +27,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from bench.client import output_text
 from tests.support.balancer import Balancer
-from tests.support.server import start_app, stop_app
+from tests.support.server import delete_apps, start_app, stop_app
 from tests.support.waiting import until, wait_until
 from tests.support.wire import raw_collect
 
@@ -189,7 +189,7 @@ def test_a_store_false_chain_survives_a_host_crash_and_a_drain_with_the_same_out
         # The drain: app A goes (a rolling upgrade of its node); the socket closes 1012, and
         # the balancer sends the reconnect to app B.
         balancer.target_port = port_b
-        serve.delete("rws-any-a")
+        delete_apps("rws-any-a")
         assert await closed_code(ws) == 1012
         ws, response = await resumed(token, 6, previous, "after a drain (another app)")
         out.append(output_text(response))
@@ -342,22 +342,22 @@ def test_with_resume_off_nothing_of_a_store_false_chain_is_written(ray_cluster, 
         },
         "rws-off-sqlite": {"store.backend": "sqlite", "store.data_dir": str(tmp_path / "data")},
     }
-    for name, store in apps.items():
-        port = port_of(start_app(name, **{"server.api_keys": [KEY], **store}))
+    ports = {
+        name: port_of(start_app(name, **{"server.api_keys": [KEY], **store})) for name, store in apps.items()
+    }
 
-        async def chain(port: int = port) -> None:
-            async with connect(port) as ws:
-                previous = None
-                for i in range(3):
-                    await ws.send(
-                        json.dumps({"type": "response.create", **body(i, previous), "input": marker})
-                    )
-                    last = (await raw_collect(ws))[-1]
-                    assert last["type"] == "response.completed", last
-                    previous = last["response"]["id"]
+    async def chain(port: int) -> None:
+        async with connect(port) as ws:
+            previous = None
+            for i in range(3):
+                await ws.send(json.dumps({"type": "response.create", **body(i, previous), "input": marker}))
+                last = (await raw_collect(ws))[-1]
+                assert last["type"] == "response.completed", last
+                previous = last["response"]["id"]
 
-        run(chain())
-        serve.delete(name)  # drained: whatever was pending is written
+    for port in ports.values():
+        run(chain(port))
+    delete_apps(*apps)  # drained, both at once: whatever was pending is written
     r = redis.Redis.from_url(redis_server, decode_responses=True)
     keys = r.keys(f"{prefix}*")
     assert not [k for k in keys if ":conn:" in k or ":resp:" in k], keys

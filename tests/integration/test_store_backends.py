@@ -8,9 +8,8 @@ import json
 import pytest
 import websockets
 from openai import OpenAI
-from ray import serve
 
-from tests.support.server import start_app, stop_app
+from tests.support.server import delete_apps, start_app, stop_app
 from tests.support.wire import TOOLS, outputs_for, raw_collect
 
 MODEL = "emu-fast"
@@ -63,7 +62,7 @@ def test_stored_responses_survive_a_redeploy(ray_cluster, tmp_path):
     client = OpenAI(base_url=url + "/v1", api_key="sk-store", max_retries=0)
     http_id = client.responses.create(model=MODEL, input="over http").id
     ws_id = ws_continue(url, input="over a socket", store=True)["response"]["id"]
-    serve.delete("rws-durable")
+    delete_apps("rws-durable")  # drained: its writes are flushed
     url = start_app("rws-durable", **overrides)
     client = OpenAI(base_url=url + "/v1", api_key="sk-store", max_retries=0)
     assert client.responses.retrieve(http_id).id == http_id

@@ -34,6 +34,26 @@ def start_app(name: str, **overrides: Any) -> str:
     return deploy(local_config(**overrides), name=name)
 
 
+def start_apps(apps: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """Deploy the apps ``{name: overrides}`` at once, as :func:`start_app` does each; their
+    base URLs, once every one answers.  An app's deploy keeps about one core busy for its
+    ~5 s (new processes importing the server: docs/testing.md), so two cores deploy two at
+    a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ray import serve
+
+    configs: dict[str, Any] = {}
+    for name, overrides in apps.items():  # one port each (free_port may answer one twice)
+        while (config := local_config(**overrides)).server.port in {c.server.port for c in configs.values()}:
+            pass
+        configs[name] = config
+    serve.start(proxy_location="Disabled")  # here, once: the deploys below connect to it
+    with ThreadPoolExecutor(max(1, len(configs))) as pool:
+        urls = {name: pool.submit(deploy, config, name=name) for name, config in configs.items()}
+        return {name: url.result() for name, url in urls.items()}
+
+
 def stop_app(name: str) -> None:
     """Delete the app ``name`` without waiting for its replicas to stop (a blocking delete
     waits ~3 s for the gateway's drain); for a fixture's or test's end, when nothing
@@ -42,6 +62,22 @@ def stop_app(name: str) -> None:
     from ray import serve
 
     serve.delete(name, _blocking=False)
+
+
+def delete_apps(*names: str, timeout_s: float = 60) -> None:
+    """Delete the apps ``names`` at once and wait until every one is gone (its gateway
+    drained: what it had pending is written), as a blocking ``serve.delete`` of each would,
+    one after another."""
+    from ray import serve
+
+    for name in names:
+        serve.delete(name, _blocking=False)
+    wait_until(
+        lambda: not set(names) & set(serve.status().applications),
+        timeout_s,
+        f"the apps {names} to be deleted",
+        every_s=0.1,
+    )
 
 
 def gateway_stats(app: str) -> dict[str, Any]:
