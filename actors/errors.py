@@ -153,11 +153,23 @@ class StoreUnavailable(APIError):
     code = "store_unavailable"
     retry_after_s = 1
 
-    def __init__(self) -> None:
-        super().__init__(
+    def __init__(
+        self,
+        message: str = (
             "The response could not be stored or billed: the store is unavailable for a moment. "
             "It was not billed; retry the request."
-        )
+        ),
+    ) -> None:
+        super().__init__(message)
+
+
+class StoredResponsesUnavailable(StoreUnavailable):
+    """A stored response could not be read, listed or deleted because the store cannot
+    answer now (a lost connection, a failover under way): retryable, the record is not lost,
+    and it is not "not found"."""
+
+    def __init__(self) -> None:
+        super().__init__("The response store is unavailable for a moment; retry the request.")
 
 
 def write_failure(exc: BaseException) -> APIError:

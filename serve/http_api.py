@@ -11,6 +11,7 @@ a typed model written by the one encode point (:func:`actors.protocol.encode`).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 
@@ -30,6 +31,7 @@ from actors.errors import (
     ModelNotFound,
     NotFound,
     PreviousResponseNotFound,
+    StoredResponsesUnavailable,
     StoreUnavailable,
 )
 from actors.host.connection import Connection
@@ -57,12 +59,15 @@ from actors.protocol import (
     sse_frame,
 )
 from inference import chat_format
+from store import ReadUnavailable, WriteUnavailable
 from store.writer import StoreWriter
 
 from .app import build_app
 from .auth import KeyRing
 from .compaction import compact
 from .origins import OriginPolicy
+
+log = logging.getLogger(__name__)
 
 
 def error_response(exc: BaseException) -> JSONResponse:
@@ -123,6 +128,15 @@ def add_http_routes(
     @app.exception_handler(APIError)
     async def api_error(_: Request, exc: APIError) -> JSONResponse:
         return error_response(exc)
+
+    async def store_unavailable(request: Request, exc: Exception) -> JSONResponse:
+        # A GET, DELETE, input_items or compaction the store cannot serve now: retryable 503,
+        # not a 500 and not "not found" (the record is not lost).
+        log.warning("the store cannot serve %s %s now: %s", request.method, request.url.path, exc)
+        return error_response(StoredResponsesUnavailable())
+
+    app.add_exception_handler(ReadUnavailable, store_unavailable)
+    app.add_exception_handler(WriteUnavailable, store_unavailable)
 
     @app.exception_handler(HTTPException)
     async def routing(request: Request, exc: HTTPException) -> JSONResponse:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .base import (
+    ReadUnavailable,
     Store,
     StoreConfig,
     StoredResponse,
@@ -27,6 +28,7 @@ from .replication import ReplicationObserver, ReplicationStatus, Shard
 from .writer import StoreWriter, WriterClosed
 
 __all__ = [
+    "ReadUnavailable",
     "ReplicationObserver",
     "ReplicationStatus",
     "Shard",

@@ -57,6 +57,11 @@ class WriteUnavailable(RuntimeError):
     idempotent (docs/reliability.md, "The cluster store")."""
 
 
+class ReadUnavailable(RuntimeError):
+    """The store cannot answer a read now, and a moment later it may: a connection to it was
+    lost or its shard has no primary (a failover under way).  Retryable; not "not found"."""
+
+
 class Store(Protocol):
     async def put(self, record: StoredResponse, usage: UsageEntry | None = None) -> None:
         """Insert or replace the record and, atomically with it, add ``usage``'s ledger line

@@ -19,7 +19,8 @@ is stamped with its shard's server clock (``TIME``, microseconds) so that :meth:
 merges the shards oldest first.  With :class:`~store.redisconn.Replication` every write
 returns only once its shard's replicas acknowledged it (``WAIT``; how many, shard by shard,
 :mod:`store.replication` decides), else raises :class:`~store.redisconn.NotReplicated`.  A
-write the store cannot take now raises :class:`~store.base.WriteUnavailable` (retryable).
+write the store cannot take now raises :class:`~store.base.WriteUnavailable`, a read it cannot
+answer now :class:`~store.base.ReadUnavailable` (both retryable).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from typing import Any, TypeVar
 from redis import exceptions as redis_errors
 
 from .base import (
+    ReadUnavailable,
     StoredResponse,
     StoreRefused,
     UsageEntry,
@@ -210,6 +212,16 @@ class RedisStore:
             self.replicas.stale()
             raise WriteUnavailable(f"the store cannot take the write now: {exc}") from exc
 
+    async def _read(self, read: Awaitable[T]) -> T:
+        """``await read``; a failure that says the store cannot answer now is raised as
+        :class:`~store.base.ReadUnavailable`."""
+        try:
+            return await read
+        except (redis_errors.RedisError, OSError) as exc:
+            if not unavailable(exc):
+                raise
+            raise ReadUnavailable(f"the store cannot answer the read now: {exc}") from exc
+
     def replication_status(self) -> ReplicationStatus:
         """Every shard's replicas as the writes last saw them (refreshed every few seconds
         while writes wait for replicas; empty before the first)."""
@@ -218,7 +230,9 @@ class RedisStore:
     async def find_items(self, item_ids: Sequence[str], owner: str) -> dict[str, dict[str, Any]]:
         """The items of ``owner``'s stored responses with these ids (:meth:`store.Store.find_items`)."""
         wanted = list(dict.fromkeys(item_ids))
-        response_ids = await mget(self._redis, [self.layout.item(i) for i in wanted]) if wanted else []
+        response_ids = (
+            await self._read(mget(self._redis, [self.layout.item(i) for i in wanted])) if wanted else []
+        )
         found = {}
         records: dict[str, StoredResponse | None] = {}
         for item_id, response_id in zip(wanted, response_ids, strict=True):
@@ -234,8 +248,8 @@ class RedisStore:
 
     async def get(self, response_id: str, owner: str) -> StoredResponse | None:
         """The record, or ``None`` if missing, deleted, or owned by someone else."""
-        stored_owner, created_at, body = await self._redis.hmget(
-            self.layout.record(response_id, owner), ["owner", "created_at", "body"]
+        stored_owner, created_at, body = await self._read(
+            self._redis.hmget(self.layout.record(response_id, owner), ["owner", "created_at", "body"])
         )
         if stored_owner != owner or not isinstance(body, str) or created_at is None:
             return None  # (decode_responses: what is there is a str)
@@ -264,13 +278,14 @@ class RedisStore:
         the server time each line was committed at)."""
         lists = self.layout.ledgers(owner)
         if not self.layout.shards:
-            return [UsageEntry(**json.loads(item)) for item in await self._redis.lrange(lists[0], 0, -1)]
+            lines = await self._read(self._redis.lrange(lists[0], 0, -1))
+            return [UsageEntry(**json.loads(item)) for item in lines]
         pipe = self._redis.pipeline(transaction=False)
         for key in lists:
             pipe.lrange(key, 0, -1)
         shards = [
             [(int(stamp), b, i, line) for i, (stamp, line) in enumerate(raw.split(" ", 1) for raw in lines)]
-            for b, lines in enumerate(await pipe.execute())
+            for b, lines in enumerate(await self._read(pipe.execute()))
         ]
         return [UsageEntry(**json.loads(line)) for *_, line in heapq.merge(*shards)]
 

@@ -477,12 +477,14 @@ def test_an_unreachable_store_gives_typed_errors_without_internals(dead_store_ur
     err = only_error(from_other_socket)
     assert err["error"]["code"] == "previous_response_not_found", "an unreachable store reads as not found"
     assert_clean(err["error"]["message"].replace(f"'{rid}'", ""))
+    # A read or delete the store cannot serve now is the retryable 503, not "not found" (the
+    # record is not lost) and not a 500.
     for name in ("get", "input_items", "delete", "compact"):
         r = calls[name]
-        assert r.status_code == 500, (name, r.status_code, r.text)
-        assert r.json() == {
-            "error": {"message": GENERIC_500, "type": "server_error", "param": None, "code": "server_error"}
-        }, (name, r.text)
+        assert (r.status_code, r.headers.get("retry-after")) == (503, "1"), (name, r.status_code, r.text)
+        assert r.json()["error"]["code"] == "store_unavailable", (name, r.text)
+        assert r.json()["error"]["type"] == "server_error", (name, r.text)
+        assert_clean(r.json()["error"]["message"])
     cont = calls["continue"]
     assert cont.status_code == 400 and cont.json()["error"]["code"] == "previous_response_not_found"
     assert_clean(cont.json()["error"]["message"].replace(f"'{rid}'", ""))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -24,6 +25,7 @@ import pytest
 from redis.crc import key_slot
 
 from store import (
+    ReadUnavailable,
     ReplicationStatus,
     Store,
     StoreConfig,
@@ -795,6 +797,28 @@ def test_the_strict_policy_refuses_a_write_to_a_shard_short_of_replicas_before_w
         await writer.close()
 
     asyncio.run(scenario())
+
+
+def test_a_store_that_cannot_answer_raises_retryable_unavailable_errors_not_not_found() -> None:
+    """A Redis store nobody listens at: every read raises :class:`store.ReadUnavailable` and a
+    delete :class:`store.WriteUnavailable` (retryable, answered 503 ``store_unavailable`` over
+    HTTP), never ``None``/``False`` (not found) or the client's own exception."""
+    with socket.socket() as unused:  # bound, never listening: connections are refused
+        unused.bind(("127.0.0.1", 0))
+        config = StoreConfig(backend="redis", redis_url=f"redis://127.0.0.1:{unused.getsockname()[1]}/0")
+
+        async def scenario() -> None:
+            async with opened(config) as store:
+                with pytest.raises(ReadUnavailable, match="cannot answer the read now"):
+                    await store.get("resp_1", ALICE)
+                with pytest.raises(ReadUnavailable):
+                    await store.find_items(["msg_1"], ALICE)
+                with pytest.raises(ReadUnavailable):
+                    await store.usage(ALICE)
+                with pytest.raises(WriteUnavailable):
+                    await store.delete("resp_1", ALICE)
+
+        asyncio.run(scenario())
 
 
 def test_the_replicas_waited_for_default_to_one_on_a_cluster_and_none_on_one_server() -> None:
