@@ -17,6 +17,7 @@ bench's own :class:`bench.runner.loop.Loop` builds them) at once, and waits for 
 terminal event; then it closes them.  Per round, over the storm (the release to the last
 terminal event the client read): this process's CPU (every thread) and this thread's,
 each per first create, the host's worst event-loop stall (:class:`~actors.host.loop_watch.LoopWatch`),
+its garbage collections (``gc.callbacks``: how many, their time by generation),
 and the client's p50/p99/max turn time (the canned model's ~6 ms included).  The first
 round pays the host's one-time renderings and is reported apart.
 
@@ -32,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import gc
 import json
 import os
 import signal
@@ -56,6 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--cprofile", type=Path, default=None, help="cProfile's stats of the storms after the first here"
     )
+    p.add_argument("--session", default="{}", help="the session config's fields to set (JSON)")
     p.add_argument("--out", type=Path, default=Path("results/storm_host.json"))
     p.add_argument("--client", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
@@ -153,7 +156,7 @@ async def host(args: argparse.Namespace, data_dir: str) -> dict[str, Any]:
     writer = StoreWriter(store, journal=Journal(os.path.join(data_dir, "journal"), "host"))
     model = Model(["emu-fast"], answer, check_metadata=check_emulator_metadata)
     parts: PromptParts[Any] = PromptParts()
-    config = SessionConfig()
+    config = SessionConfig(**json.loads(args.session))
     cache = CacheBudget(config.host_max_cached_tokens)
     watch = LoopWatch()
     loop = asyncio.get_running_loop()
@@ -191,6 +194,16 @@ async def host(args: argparse.Namespace, data_dir: str) -> dict[str, Any]:
         *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
     )
     assert proc.stdin is not None and proc.stdout is not None
+    collections: list[tuple[int, float]] = []  # (generation, seconds) of each garbage collection
+    started: list[float] = []
+
+    def on_gc(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            started[:] = [time.perf_counter()]
+        elif started:
+            collections.append((info["generation"], time.perf_counter() - started[0]))
+
+    gc.callbacks.append(on_gc)
     spy: subprocess.Popen[bytes] | None = None
     profiler = cProfile.Profile(time.thread_time) if args.cprofile is not None else None
     rounds: list[dict[str, Any]] = []
@@ -203,6 +216,7 @@ async def host(args: argparse.Namespace, data_dir: str) -> dict[str, Any]:
             if r == 1 and args.profile is not None:
                 spy = _record(args.profile, args.rate)
                 await asyncio.sleep(1.0)  # py-spy attached
+            collections.clear()
             before = {name: entry[1] for name, entry in host_turn.ACC.items()}
             calls = {name: entry[0] for name, entry in host_turn.ACC.items()}
             since = time.perf_counter()
@@ -222,6 +236,11 @@ async def host(args: argparse.Namespace, data_dir: str) -> dict[str, Any]:
                 "loop_thread_ms_per_first_create": round(thread * 1000 / n, 3),
                 "storm_s": round(wall, 3),
                 "loop_lag_max_ms": round(watch.worst_since(since) * 1000, 1),
+                "gc_ms_by_generation": {
+                    g: round(sum(s for gen, s in collections if gen == g) * 1000, 1)
+                    for g in sorted({gen for gen, _ in collections})
+                },
+                "gc_collections": len(collections),
                 "turn_ms": {
                     "p50": round(times[n // 2], 1),
                     "p99": round(times[min(n - 1, int(0.99 * n))], 1),
