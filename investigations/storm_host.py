@@ -118,6 +118,7 @@ async def host(args: argparse.Namespace, data_dir: str) -> dict[str, Any]:
     from actors.backend.emulator_metadata import check_emulator_metadata
     from actors.config import SessionConfig
     from actors.core.cache_budget import CacheBudget
+    from actors.core.lanes import HostBudget
     from actors.core.prompt_parts import PromptParts
     from actors.core.session import Session
     from actors.host.connection import Connection
@@ -157,7 +158,7 @@ async def host(args: argparse.Namespace, data_dir: str) -> dict[str, Any]:
     model = Model(["emu-fast"], answer, check_metadata=check_emulator_metadata)
     parts: PromptParts[Any] = PromptParts()
     config = SessionConfig(**json.loads(args.session))
-    cache = CacheBudget(config.host_max_cached_tokens)
+    cache: HostBudget = CacheBudget(config.host_max_cached_tokens)
     watch = LoopWatch()
     loop = asyncio.get_running_loop()
     senders: list[asyncio.Task[None]] = []
