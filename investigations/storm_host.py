@@ -13,7 +13,8 @@ the call's start over the channel is not in these figures): each call answers a 
 in an emulator replica's chunks a few milliseconds apart.  A client subprocess opens
 ``--loops`` sockets, then sends each its first create of ``bench capacity``'s ``crowd``
 workload (the same ~30 KB of instructions and tools, each loop's own task and metadata: the
-bench's own :class:`bench.runner.loop.Loop` builds them) at once, and waits for every
+bench's own :class:`bench.runner.loop.Loop` builds them, asking for the server's figures as
+the bench does unless ``--no-timings``) at once, and waits for every
 terminal event; then it closes them.  Per round, over the storm (the release to the last
 terminal event the client read): this process's CPU (every thread) and this thread's,
 each per first create, the host's worst event-loop stall (:class:`~actors.host.loop_watch.LoopWatch`),
@@ -59,6 +60,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--cprofile", type=Path, default=None, help="cProfile's stats of the storms after the first here"
     )
     p.add_argument("--session", default="{}", help="the session config's fields to set (JSON)")
+    p.add_argument(
+        "--no-timings", action="store_true", help="creates that do not ask for the server's figures"
+    )
     p.add_argument("--out", type=Path, default=Path("results/storm_host.json"))
     p.add_argument("--client", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
@@ -73,6 +77,7 @@ def client(args: argparse.Namespace) -> None:
     times (JSON) once every terminal event is read, closes the sockets."""
     import websockets
 
+    from bench.conversation import TIMINGS_KEY
     from bench.runner.channels import Channel
     from bench.runner.loop import Encoder, Loop, Pace
     from bench.runner.loop import workload as loop_workload
@@ -96,6 +101,9 @@ def client(args: argparse.Namespace) -> None:
                 Loop(r * args.loops + i, url, enc, Pace(1), [], Channel).first_create()
                 for i in range(args.loops)
             ]
+            if args.no_timings:  # the metadata's key as bench.runner.loop encodes it
+                creates = [c.replace(f', "{TIMINGS_KEY}": "1"', "") for c in creates]
+                assert TIMINGS_KEY not in creates[0]
             sockets = [
                 await websockets.connect(url, max_size=None, compression=None) for _ in range(args.loops)
             ]
@@ -191,6 +199,7 @@ async def host(args: argparse.Namespace, data_dir: str) -> dict[str, Any]:
     port = server.sockets[0].getsockname()[1]
     argv = [sys.executable, "-m", "investigations.storm_host", "--client", "--port", str(port)]
     argv += ["--loops", str(args.loops), "--rounds", str(args.rounds)]
+    argv += ["--no-timings"] if args.no_timings else []
     proc = await asyncio.create_subprocess_exec(
         *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
     )
