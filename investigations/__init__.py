@@ -8,6 +8,9 @@ options; they need the ``bench`` extra, as ``responses-ws bench`` does).  Not in
   host's CPU per first create by phase, in this process (docs/performance.md);
 - :mod:`investigations.storm_cpu`: the CPU each server role spends on ``bench capacity``'s
   storm of first turns, per first create, from each process's own CPU time;
+- :mod:`investigations.storm_host`: that storm on one session host in this process (real
+  sockets, a canned model), round after round: the host's CPU a first create, its event-loop
+  lag, the storm's wall time, by stage or profiled;
 - :mod:`investigations.emulator`: the emulated inference deployment against its own model,
   driven through its Serve handle from this process (docs/emulator-fidelity.md);
 - :mod:`investigations.handover`: a listener leaving the port under a connection flood, a

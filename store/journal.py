@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import asdict
+from dataclasses import fields
 from pathlib import Path
 
 from .base import Store, UsageEntry
@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 SUFFIX = ".jsonl"
 CLOSED = ".closed" + SUFFIX
+_FIELDS = tuple(f.name for f in fields(UsageEntry))  # a line's keys, in order
 
 
 class Journal:
@@ -38,7 +39,9 @@ class Journal:
 
     def append(self, entry: UsageEntry) -> None:
         """Write ``entry``'s line; raises ``OSError`` if it could not be written whole."""
-        data = (json.dumps(asdict(entry), separators=(",", ":")) + "\n").encode()
+        # its fields as they are (all flat): asdict would deep-copy each, ~6x the time
+        line = {name: getattr(entry, name) for name in _FIELDS}
+        data = (json.dumps(line, separators=(",", ":")) + "\n").encode()
         if os.write(self._fd, data) != len(data):
             raise OSError(f"short write to the ledger journal {self.path}")
         self._size += len(data)
