@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import websockets
 from openai import OpenAI
 
-from tests.support.server import delete_apps, start_app, stop_app
+from tests.support.server import delete_apps, start_app, start_apps, stop_app
 from tests.support.wire import TOOLS, outputs_for, raw_collect
 
 MODEL = "emu-fast"
@@ -28,12 +30,28 @@ def ws_continue(url: str, **body) -> dict:
 
 
 @pytest.fixture(scope="module")
-def redis_app(ray_cluster, redis_server):
-    url = start_app(
-        "rws-redis", **{"store.backend": "redis", "store.redis_url": redis_server, "store.key_prefix": "it:"}
+def apps(ray_cluster, redis_server, tmp_path_factory) -> Iterator[tuple[dict[str, str], Path]]:
+    """The module's two apps, deployed together (``start_apps``: a deploy keeps about one
+    core busy): the Redis one, and the SQLite one whose store the redeploy test reads back
+    (its data directory is the second value)."""
+    data = tmp_path_factory.mktemp("durable")
+    urls = start_apps(
+        {
+            "rws-redis": {
+                "store.backend": "redis",
+                "store.redis_url": redis_server,
+                "store.key_prefix": "it:",
+            },
+            "rws-durable": {"store.data_dir": str(data)},
+        }
     )
-    yield url
+    yield urls, data
     stop_app("rws-redis")
+
+
+@pytest.fixture
+def redis_app(apps) -> str:
+    return apps[0]["rws-redis"]
 
 
 def test_redis_backend_serves_an_http_ws_http_chain(redis_app, redis_server):
@@ -55,10 +73,11 @@ def test_redis_backend_serves_an_http_ws_http_chain(redis_app, redis_server):
     assert r.exists(f"it:resp:{first.id}") and r.exists(f"it:resp:{third.id}")
 
 
-def test_stored_responses_survive_a_redeploy(ray_cluster, tmp_path):
+def test_stored_responses_survive_a_redeploy(apps):
     """Writes are queued off the critical path, and flushed before a clean shutdown."""
-    overrides = {"store.data_dir": str(tmp_path)}
-    url = start_app("rws-durable", **overrides)
+    urls, data = apps
+    overrides = {"store.data_dir": str(data)}
+    url = urls["rws-durable"]
     client = OpenAI(base_url=url + "/v1", api_key="sk-store", max_retries=0)
     http_id = client.responses.create(model=MODEL, input="over http").id
     ws_id = ws_continue(url, input="over a socket", store=True)["response"]["id"]
