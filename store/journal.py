@@ -16,12 +16,15 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import asdict
+from dataclasses import fields
 from pathlib import Path
 
 from .base import Store, UsageEntry
 
 log = logging.getLogger(__name__)
+
+_FIELDS = tuple(f.name for f in fields(UsageEntry))  # flat: a line is its fields as they are
+_COMPACT = json.JSONEncoder(separators=(",", ":")).encode  # made once: json.dumps makes one a call
 
 SUFFIX = ".jsonl"
 CLOSED = ".closed" + SUFFIX
@@ -38,7 +41,7 @@ class Journal:
 
     def append(self, entry: UsageEntry) -> None:
         """Write ``entry``'s line; raises ``OSError`` if it could not be written whole."""
-        data = (json.dumps(asdict(entry), separators=(",", ":")) + "\n").encode()
+        data = (_COMPACT({name: getattr(entry, name) for name in _FIELDS}) + "\n").encode()
         if os.write(self._fd, data) != len(data):
             raise OSError(f"short write to the ledger journal {self.path}")
         self._size += len(data)
