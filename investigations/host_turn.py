@@ -18,7 +18,9 @@ tools resent with every create, ~450-token tool outputs, chained by
 subprocess over loopback TCP, so this process's CPU is the host's alone.
 
 After every loop has finished two turns, the CPU of this process (every thread:
-``time.process_time``) over ``--seconds`` of steady turns, per turn.  ``--stages`` adds the
+``time.process_time``) over ``--seconds`` of steady turns, per turn, and the kernel's part
+of it (``os.times``); each generation's garbage collections over the window (``gc.callbacks``:
+how many a second, their time a turn, the longest).  ``--stages`` adds the
 CPU of this thread (``time.thread_time``) in each stage per turn — a client frame read and
 handled (its create parsed, its prompt prepared, the call started), the model's chunks
 handled, batches of frames encoded and written, and their parts — by wrapping those methods
