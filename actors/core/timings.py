@@ -24,7 +24,17 @@ INFERENCE_PHASES = ("queue", "prefill", "decode")
 
 
 class PhaseTimer:
-    __slots__ = ("_lag", "_perf", "_queued_at", "_waiting_since", "inference_wait_ms", "ms", "started")
+    __slots__ = (
+        "_api",
+        "_lag",
+        "_model",
+        "_perf",
+        "_queued_at",
+        "_waiting_since",
+        "inference_wait_ms",
+        "ms",
+        "started",
+    )
 
     def __init__(
         self,
@@ -42,6 +52,7 @@ class PhaseTimer:
         self._waiting_since: float | None = None
         self._queued_at: float | None = None
         self.inference_wait_ms = 0.0
+        self._api = self._model = 0.0  # of the last report: what again() keeps
 
     def phase(self, name: str) -> _Phase:
         """``with timer.phase(name):`` adds the block's time to ``name`` (a few phases a
@@ -89,6 +100,19 @@ class PhaseTimer:
         out["api_overhead"] = round(overhead, 3)
         api = sum(v for k, v in self.ms.items() if k not in INFERENCE_PHASES) + backend  # services too
         out["other"] = round(max(0.0, overhead - api), 3)
+        self._api, self._model = api, model
+        if self._lag is not None:
+            out["loop_lag"] = round(self._lag(self.started) * 1000.0, 3)
+        return out
+
+    def again(self, last: dict[str, float]) -> dict[str, float]:
+        """This timer's ``last`` :meth:`report` taken again now, once its phases are over (a
+        finished response's): only what runs to now changes — ``api_overhead``, ``other``,
+        ``loop_lag``."""
+        overhead = max(0.0, (self._perf() - self.started) * 1000.0 - self._model)
+        out = dict(last)
+        out["api_overhead"] = round(overhead, 3)
+        out["other"] = round(max(0.0, overhead - self._api), 3)
         if self._lag is not None:
             out["loop_lag"] = round(self._lag(self.started) * 1000.0, 3)
         return out
@@ -136,7 +160,7 @@ class Report:
         encoded, so they include building and queueing it and writing the frames before it."""
         if not self.final:
             self.final = True
-            self.ms = self.timer.report(*self.model_ms)
+            self.ms = self.timer.again(self.ms)
             if self.into is not None:
                 self.into.update(as_metadata(self.ms))
         return self.ms
