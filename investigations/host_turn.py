@@ -18,7 +18,9 @@ tools resent with every create, ~450-token tool outputs, chained by
 subprocess over loopback TCP, so this process's CPU is the host's alone.
 
 After every loop has finished two turns, the CPU of this process (every thread:
-``time.process_time``) over ``--seconds`` of steady turns, per turn.  ``--stages`` adds the
+``time.process_time``) over ``--seconds`` of steady turns, per turn, and the kernel's part
+of it (``os.times``); each generation's garbage collections over the window (``gc.callbacks``:
+how many a second, their time a turn, the longest).  ``--stages`` adds the
 CPU of this thread (``time.thread_time``) in each stage per turn — a client frame read and
 handled (its create parsed, its prompt prepared, the call started), the model's chunks
 handled, batches of frames encoded and written, and their parts — by wrapping those methods
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import sys
@@ -59,6 +62,15 @@ STAGES = [
 ]
 
 ACC: dict[str, list[float]] = {}
+PAUSES: dict[int, list[float]] = {0: [], 1: [], 2: []}  # each collection's pause (s), by generation
+_BEGAN = [0.0]
+
+
+def _collection(phase: str, info: dict[str, Any]) -> None:
+    if phase == "start":
+        _BEGAN[0] = time.perf_counter()
+    else:
+        PAUSES[info["generation"]].append(time.perf_counter() - _BEGAN[0])
 
 
 def observe(transport: str, report: dict[str, float]) -> None:
@@ -223,11 +235,17 @@ async def host(args: argparse.Namespace, data_dir: str) -> dict[str, Any]:
         while await finished() < 2 * args.loops:  # every loop past its first turns
             pass
         n0, cpu0, t0 = await finished(), time.process_time(), time.monotonic()
+        kernel0 = os.times().system
+        for pauses in PAUSES.values():
+            pauses.clear()
+        gc.callbacks.append(_collection)
         before = {name: entry[1] for name, entry in ACC.items()}
         n1 = n0
         while time.monotonic() - t0 < args.seconds:
             n1 = await finished()
         cpu, wall = time.process_time() - cpu0, time.monotonic() - t0
+        kernel = os.times().system - kernel0
+        gc.callbacks.remove(_collection)
     finally:
         proc.kill()
         await proc.wait()
@@ -238,7 +256,16 @@ async def host(args: argparse.Namespace, data_dir: str) -> dict[str, Any]:
         "turns": n1 - n0,
         "turns_per_s": round(turns / wall, 1),
         "host_cpu_ms_per_turn": round(cpu * 1000 / turns, 3),
+        "of_it_in_the_kernel": round(kernel * 1000 / turns, 3),
         "load_average": os.getloadavg()[0],
+        "gc": {
+            f"gen{g}": {
+                "per_s": round(len(xs) / wall, 2),
+                "ms_per_turn": round(sum(xs) * 1000 / turns, 3),
+                "longest_ms": round(max(xs, default=0.0) * 1000, 2),
+            }
+            for g, xs in PAUSES.items()
+        },
     }
     if args.stages:
         out["stages_ms_per_turn"] = {

@@ -146,7 +146,7 @@ class ResponseBuilder:
         instructions and tools, often thousands of tokens, and the echoed settings) is
         shared, not copied."""
         r = self.response
-        return r.model_copy(update={"output": [item.model_copy(deep=True) for item in r.output]})
+        return r.model_copy(update={"output": [_copy(item) for item in r.output]})
 
     @property
     def output(self) -> list[OutputItem]:
@@ -361,7 +361,7 @@ class ResponseBuilder:
             OutputItemAdded(
                 sequence_number=self._next(),
                 output_index=self._index,
-                item=item.model_copy(deep=True),
+                item=_copy(item),
                 stream_id=self.stream_id,
             )
         ]
@@ -458,6 +458,13 @@ class ResponseBuilder:
         else:
             r.status = "completed"
         return out
+
+
+def _copy(item: OutputItem) -> OutputItem:
+    """An output item as it is now, for an event encoded later: a message's parts are copied
+    (the builder appends to their text); the other items' fields are strings the builder only
+    assigns, so a shallow copy is one (no deep copy of a function call a turn)."""
+    return item.model_copy(deep=isinstance(item, OutputMessage))
 
 
 def new_response(

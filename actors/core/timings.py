@@ -16,6 +16,7 @@ import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from types import TracebackType
 
 METADATA_KEY = "responses_ws.timings"
 API_PHASES = ("parse_validate", "history_load", "render", "classify", "model_resolution", "post")
@@ -23,7 +24,17 @@ INFERENCE_PHASES = ("queue", "prefill", "decode")
 
 
 class PhaseTimer:
-    __slots__ = ("_lag", "_perf", "_queued_at", "_waiting_since", "inference_wait_ms", "ms", "started")
+    __slots__ = (
+        "_api",
+        "_lag",
+        "_model",
+        "_perf",
+        "_queued_at",
+        "_waiting_since",
+        "inference_wait_ms",
+        "ms",
+        "started",
+    )
 
     def __init__(
         self,
@@ -41,14 +52,12 @@ class PhaseTimer:
         self._waiting_since: float | None = None
         self._queued_at: float | None = None
         self.inference_wait_ms = 0.0
+        self._api = self._model = 0.0  # of the last report: what again() keeps
 
-    @contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        t = self._perf()
-        try:
-            yield
-        finally:
-            self.ms[name] += (self._perf() - t) * 1000.0
+    def phase(self, name: str) -> _Phase:
+        """``with timer.phase(name):`` adds the block's time to ``name`` (a few phases a
+        turn: an object with two slots, not a generator-based context manager)."""
+        return _Phase(self, name)
 
     @contextmanager
     def service(self, name: str) -> Iterator[None]:
@@ -91,9 +100,39 @@ class PhaseTimer:
         out["api_overhead"] = round(overhead, 3)
         api = sum(v for k, v in self.ms.items() if k not in INFERENCE_PHASES) + backend  # services too
         out["other"] = round(max(0.0, overhead - api), 3)
+        self._api, self._model = api, model
         if self._lag is not None:
             out["loop_lag"] = round(self._lag(self.started) * 1000.0, 3)
         return out
+
+    def again(self, last: dict[str, float]) -> dict[str, float]:
+        """This timer's ``last`` :meth:`report` taken again now, once its phases are over (a
+        finished response's): only what runs to now changes — ``api_overhead``, ``other``,
+        ``loop_lag``."""
+        overhead = max(0.0, (self._perf() - self.started) * 1000.0 - self._model)
+        out = dict(last)
+        out["api_overhead"] = round(overhead, 3)
+        out["other"] = round(max(0.0, overhead - self._api), 3)
+        if self._lag is not None:
+            out["loop_lag"] = round(self._lag(self.started) * 1000.0, 3)
+        return out
+
+
+class _Phase:
+    __slots__ = ("_at", "_name", "_timer")
+
+    def __init__(self, timer: PhaseTimer, name: str) -> None:
+        self._timer = timer
+        self._name = name
+
+    def __enter__(self) -> None:
+        self._at = self._timer._perf()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        timer = self._timer
+        timer.ms[self._name] += (timer._perf() - self._at) * 1000.0
 
 
 @dataclass(slots=True)
@@ -121,11 +160,14 @@ class Report:
         encoded, so they include building and queueing it and writing the frames before it."""
         if not self.final:
             self.final = True
-            self.ms = self.timer.report(*self.model_ms)
+            self.ms = self.timer.again(self.ms)
             if self.into is not None:
                 self.into.update(as_metadata(self.ms))
         return self.ms
 
 
+_COMPACT = json.JSONEncoder(separators=(",", ":")).encode  # made once: json.dumps makes one a call
+
+
 def as_metadata(report: dict[str, float]) -> dict[str, str]:
-    return {METADATA_KEY: json.dumps(report, separators=(",", ":"))}
+    return {METADATA_KEY: _COMPACT(report)}

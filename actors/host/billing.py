@@ -23,6 +23,7 @@ failure maps to (``store_unavailable`` for a write the store could not take now:
 from __future__ import annotations
 
 import enum
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -66,12 +67,21 @@ RULES: tuple[tuple[tuple[bool | None, bool | None, bool | None, bool | None], Bi
 )
 
 
-def billing(terminal: Terminal) -> Billing:
-    facts = (terminal.line, terminal.record, terminal.commits_lines, terminal.checkpoints)
+def _first_match(facts: tuple[bool, bool, bool, bool]) -> Billing:
     for pattern, outcome in RULES:
         if all(p is None or p == f for p, f in zip(pattern, facts, strict=True)):
             return outcome
-    raise AssertionError(f"no billing rule for {terminal}")  # pragma: no cover - RULES is total
+    raise AssertionError(f"no billing rule for {facts}")  # pragma: no cover - RULES is total
+
+
+# RULES read once for each of the sixteen combinations (a terminal event each turn asks).
+_DECIDED = {
+    (a, b, c, d): _first_match((a, b, c, d)) for a, b, c, d in itertools.product((False, True), repeat=4)
+}
+
+
+def billing(terminal: Terminal) -> Billing:
+    return _DECIDED[(terminal.line, terminal.record, terminal.commits_lines, terminal.checkpoints)]
 
 
 @dataclass(frozen=True, slots=True)

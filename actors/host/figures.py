@@ -29,6 +29,8 @@ from collections.abc import Callable, Iterable
 from ..core.timings import METADATA_KEY, Report
 from ..protocol import TERMINAL_EVENTS, ServerEvent
 
+_UNESCAPED = json.JSONEncoder(ensure_ascii=False).encode  # made once: json.dumps makes one a call
+
 Observe = Callable[[str, dict[str, float]], None]  # (transport, milliseconds by phase)
 Tail = Callable[[], str]  # the rest of a terminal frame whose first part is out (:func:`split`)
 
@@ -106,6 +108,6 @@ class Figures:
         def rest() -> str:
             report.restamp()  # writes the figures into the metadata
             assert report.into is not None
-            return json.dumps(report.into[METADATA_KEY], ensure_ascii=False) + "".join(after)
+            return _UNESCAPED(report.into[METADATA_KEY]) + "".join(after)
 
         return [*pieces[:i], text[:at]], rest

@@ -445,7 +445,9 @@ class EventEncoder:
         """The text :meth:`__call__` returns, in pieces that join into it: each echoed value's
         JSON is a piece of its own, the very string kept for it (a writer can send it as it is,
         e.g. its bytes kept once, rather than copy it into one text first)."""
-        if not isinstance(getattr(obj, "response", None), ResponseObject):
+        # A field is in the instance's __dict__; getattr of one an event lacks would take
+        # pydantic's __getattr__ and raise (five of a turn's nine events have none).
+        if not isinstance(obj.__dict__.get("response"), ResponseObject):
             return [encode(obj)]
         text = obj.model_dump_json(context={_ENCODER: self})
         cuts = sorted((text.find(f'"{self._marker}:{field}"'), field) for field in self._kept)

@@ -67,3 +67,25 @@ def test_the_time_a_request_waited_behind_its_lane_is_not_overhead_the_time_befo
     timer.restart()
     now[0] += 0.001
     assert timer.report(queue_ms=0.0, prefill_ms=0.0, decode_ms=0.0)["api_overhead"] == 4.0
+
+
+def test_a_finished_responses_figures_taken_again_equal_a_whole_report_taken_then():
+    now = [0.0]
+    lags = [0.0]
+    timer = PhaseTimer(lambda: now[0], lag=lambda since: lags[0])
+    with timer.phase("parse_validate"):
+        now[0] += 0.0004
+    with timer.phase("render"):
+        now[0] += 0.0011
+    timer.wait_inference()
+    now[0] += 0.0123
+    timer.inference_done()
+    with timer.phase("post"):
+        now[0] += 0.0002
+    first = timer.report(queue_ms=0.5, prefill_ms=8.0, decode_ms=2.0)
+    now[0] += 0.0017  # the terminal event built and queued, the frames before it written
+    lags[0] = 0.003
+    again = timer.again(first)
+    assert again == timer.report(queue_ms=0.5, prefill_ms=8.0, decode_ms=2.0)
+    assert again["api_overhead"] > first["api_overhead"] and again["loop_lag"] == 3.0
+    assert first["loop_lag"] == 0.0, "the report taken at the finish is not changed"
