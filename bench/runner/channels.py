@@ -50,6 +50,11 @@ class Reply:
     status: int | None = None  # HTTP status when not 200
     gap_s: float | None = None  # ws: from the frame (or the send) before the final one to it
     first_s: float | None = None  # ws: the send -> the answer's first frame
+    # append mode (:class:`AppendChannel`): the output items of this answer, which ends at the
+    # pause on a function call (``raw`` that call's ``response.output_item.done``) or the terminal
+    # event; the response's id (from its ``response.created``)
+    segment: list[dict[str, Any]] | None = None
+    response_id: str | None = None
 
 
 SHUTTING_DOWN = "server_shutting_down"  # the error a stopping server answers a create with
@@ -132,8 +137,10 @@ class WsChannel(Channel):
         compression: str | None = None,
         headers: dict[str, str] | None = None,
         lookup_in_background: bool = False,
+        query: str = "",
     ) -> None:
         self.base_url = base_url
+        self.query = query  # the upgrade URL's (append mode opts in there)
         self.headers = headers  # on the upgrade request (a resume token)
         self.open_ms: float | None = None  # the last open's handshake
         # the connections' on_open (where it went) beside the first create rather than before it
@@ -156,6 +163,7 @@ class WsChannel(Channel):
             ping_interval=self.ping_interval_s,
             compression=self.compression,
             additional_headers=self.headers,
+            query=self.query,
         )
         self.open_ms = (time.perf_counter() - began) * 1000  # the handshake alone (no lookup after it)
         if self.connections is not None:
@@ -300,11 +308,67 @@ class CheckedWsChannel(WsChannel):
         await super().close()
 
 
-class HttpChannel(Channel):
-    """Streams a create over ``client`` (an ``httpx.AsyncClient`` for one target)."""
+class AppendChannel(WsChannel):
+    """The opt-in ``response.append`` mode (docs/append-mode.md): one response a rollout, its
+    first create a ``response.create``, then ``response.append`` events with the tool results.
+    An answer runs from the send to the pause on the next function call, or to the terminal
+    event; its output items are parsed (the next append answers its calls: :class:`Reply`'s
+    ``segment``)."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, base_url: str, api_key: str | None, open_timeout_s: float = OPEN_TIMEOUT_S, **kw: Any):
+        super().__init__(base_url, api_key, open_timeout_s, query="?mode=append", **kw)
+        self.response_id: str | None = None
+
+    async def send(self, body: str) -> Reply:
+        sock, record = self.socket, self.record
+        assert sock is not None, "open() first"
+        sent = time.time()
+        t0 = time.perf_counter()
+        ttft = None
+        segment: list[dict[str, Any]] = []
+        try:
+            await sock.send_raw(body)
+            if record is not None:
+                record.creates += 1
+                record.in_flight = True
+            while True:
+                raw = await sock.recv_raw()
+                now = time.perf_counter()
+                kind = frame_type(raw)
+                if kind == "response.created":
+                    self.created = raw
+                    self.response_id = json.loads(raw)["response"]["id"]
+                elif ttft is None and is_first_token_frame(raw):
+                    ttft = now - t0
+                elif kind == "response.output_item.done":
+                    item = json.loads(raw)["item"]
+                    segment.append(item)
+                    if item.get("type") == "function_call":  # paused until the append answers it
+                        return Reply(raw, sent, now - t0, ttft, segment=segment, response_id=self.response_id)
+                if note_frame(record, raw) if record is not None else is_final_frame(raw):
+                    return Reply(raw, sent, now - t0, ttft, segment=segment, response_id=self.response_id)
+        except ConnectionClosed as exc:
+            self._ended(close_code(exc))
+            raise
+
+
+class HttpChannel(Channel):
+    """Streams a create over ``client`` (an ``httpx.AsyncClient`` for one target).  Made with
+    ``own=(base_url, api_key)`` instead it builds a client of its own in :meth:`open` (a new
+    connection, as a new agent session makes) and closes it in :meth:`close`."""
+
+    def __init__(self, client: Any = None, *, own: tuple[str, str | None] | None = None) -> None:
         self.client = client
+        self.own = own
+
+    async def open(self) -> None:
+        if self.own is not None:
+            self.client = http_client(*self.own)
+
+    async def close(self) -> None:
+        if self.own is not None and self.client is not None:
+            client, self.client = self.client, None
+            await client.aclose()
 
     async def send(self, body: str) -> Reply:
         sent = time.time()

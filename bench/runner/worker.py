@@ -26,7 +26,7 @@ from .channels import Channel, CheckedWsChannel, Connections, HttpChannel, WsCha
 from .connecting import ConnectLog
 from .locate import Locator
 from .loop import HISTORY_POOL, Encoder, Loop, Pace, workload
-from .model import ClientStats, ConnectionRecord, LoadSpec, TurnRecord, client_stats
+from .model import OPEN_AT_RELEASE, ClientStats, ConnectionRecord, LoadSpec, TurnRecord, client_stats
 from .resume import ResumeLoop
 
 LAG_TICK_S = 0.01
@@ -103,6 +103,7 @@ class LoadWorker:
     def _ws(self, target: str, loop: int, headers: dict[str, str] | None = None) -> WsChannel:
         spec = self.spec
         ping = spec.chains.ping_interval_s if spec.workload == "chains" else None
+        keepalive: dict[str, Any] = {} if ping is None else {"ping_interval_s": ping}
         compression = {"chains": spec.chains.compression, "resume": spec.resume.compression}.get(
             spec.workload
         )
@@ -115,7 +116,7 @@ class LoadWorker:
             compression=compression,
             headers=headers,
             lookup_in_background=spec.workload == "resume",  # a resume's first create is not delayed
-            **({} if ping is None else {"ping_interval_s": ping}),
+            **keepalive,
         )
 
     def _session_ws(self, loop: int, target: str, headers: dict[str, str] | None) -> WsChannel:
@@ -180,6 +181,9 @@ class LoadWorker:
             self.ready = [True] * len(self.loops)
             self.watcher = asyncio.create_task(watch_lag(self.ticks, self.cpu, self.stalls, self.waits))
             return 0
+        if self.spec.workload == "rollouts":  # each loop opens a connection a rollout itself
+            await self._agent_loops()
+            return 0
         fresh = self.spec.workload == "codex"
         for i in self.loop_indices:
             target = self.spec.target(i)
@@ -216,6 +220,32 @@ class LoadWorker:
         self.ready = list(await asyncio.gather(*(open_one(lp) for lp in self.loops)))
         self.watcher = asyncio.create_task(watch_lag(self.ticks, self.cpu, self.stalls, self.waits))
         return sum(self.ready)
+
+    async def _agent_loops(self) -> None:
+        """The rollouts workload's loops, sharing this process's jobs; with the shape's
+        ``warmup`` one short rollout per transport first (not recorded), then its settle time."""
+        from .agent import Agent, Jobs, short
+
+        spec, shape = self.spec, self.spec.rollouts
+        w = spec.custom_workload or workload(spec.preset, spec.seed, spec.resume_tokens)
+        if shape.warmup:  # first-use costs (actors, handles, store, tokenizer) paid outside the figures
+            jobs = Jobs([(t, -1) for t in shape.transports])
+            warm = Agent(short(w), shape, jobs, Connections(), spec.open_timeout_s)
+            await self._agent_loop(0, warm, Pace(1), [], ConnectLog()).run(time.time())
+            # a session actor ends with its socket and the gateway's pool starts a replacement: let it refill
+            await asyncio.sleep(shape.settle_s)
+        jobs = Jobs([j for k, j in enumerate(shape.jobs()) if k % spec.loops in self.loop_indices])
+        agent = Agent(w, shape, jobs, self.connections, spec.open_timeout_s)
+        assert self.pace is not None
+        self.loops = [
+            self._agent_loop(i, agent, self.pace, self.records, self.connects) for i in self.loop_indices
+        ]
+        self.ready = [True] * len(self.loops)
+        self.watcher = asyncio.create_task(watch_lag(self.ticks, self.cpu, self.stalls, self.waits))
+
+    def _agent_loop(self, i: int, agent: Any, pace: Pace, sink: list[TurnRecord], log: ConnectLog) -> Loop:
+        target = self.spec.target(i)
+        return Loop(i, target, None, pace, sink, Channel, fresh_connection=True, connects=log, agent=agent)
 
     async def start(self, release_at: float) -> None:
         """Every loop sends its first turn at ``release_at`` (time.time()), or loop ``i`` at
@@ -362,7 +392,7 @@ class LoadWorker:
             loops=len(self.loops),
             # chains, resume: the loops that opened a connection (each opens its own)
             connected=len({r.loop for r in self.connections.records})
-            if self.spec.workload in ("chains", "resume")
+            if self.spec.workload in OPEN_AT_RELEASE
             else sum(self.ready),
             waits=self.waits,
         )

@@ -1,0 +1,183 @@
+"""The ``rollouts`` workload's parts (:class:`~bench.runner.workloads.Rollouts`): the agentloop
+kind's rollouts, each the same conversation on every transport, run by the runner's
+:class:`~bench.runner.loop.Loop`.
+
+- :class:`Jobs`: a client process's queue of (transport, rollout), its loops taking them in order;
+- :class:`Conversation`: one rollout's creates on one transport, encoded as the transport
+  sends them (``ws``, ``http-chained`` and ``http-full`` as bench/conversation.py says;
+  ``append``: ``response.create`` then ``response.append``), the tool outputs made from the
+  rollout, the turn and the call (:func:`bench.workload.tool_output`), the client's
+  prompt-cache breakpoints placed when the workload asks (bench/breakpoints.py);
+- :class:`Agent`: the channel of each transport (under its own key) and the resumed history's
+  cache warm-up.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .. import breakpoints as bp
+from .. import workload as wl
+from ..conversation import TIMINGS_KEY, output_as_input, store_for
+from .channels import AppendChannel, Channel, Connections, HttpChannel, WsChannel
+from .model import TurnRecord
+from .workloads import Rollouts
+
+
+def first_input(w: wl.Workload, rollout: int) -> list[dict[str, Any]]:
+    """A rollout's first input: the resumed history (if any), then the task."""
+    task = {"role": "user", "content": [{"type": "input_text", "text": wl.task(w, rollout)}]}
+    return [*wl.history(w, rollout), task]
+
+
+def short(w: wl.Workload) -> wl.Workload:
+    """The warm-up's rollout: two tool rounds, no resumed history."""
+    return replace(w, tool_rounds=2, shape=None, resume_tokens=0)
+
+
+class Jobs:
+    """The (transport, rollout) pairs still to run, taken in order by a process's loops."""
+
+    def __init__(self, jobs: Sequence[tuple[str, int]]) -> None:
+        self.left = deque(jobs)
+
+    def take(self) -> tuple[str, int] | None:
+        return self.left.popleft() if self.left else None
+
+
+@dataclass
+class Conversation:
+    """Rollout ``rollout`` of ``w`` on ``transport``: :meth:`first`, then :meth:`next` with
+    each answer until it returns None (no function call: the rollout is over)."""
+
+    w: wl.Workload
+    transport: str
+    rollout: int
+    turn: int = 0  # the turns sent so far
+    base: dict[str, Any] = field(default_factory=dict)
+    previous: str | None = None  # ws, http-chained: the last response; append: the one response
+    history: list[dict[str, Any]] = field(default_factory=list)  # http-full: every item so far
+
+    def __post_init__(self) -> None:
+        meta = {**wl.metadata(self.w, self.rollout), TIMINGS_KEY: "1"}
+        self.base = {**wl.fixed(self.w), "metadata": meta}
+
+    @property
+    def rounds(self) -> int:
+        return wl.rounds(self.w, self.rollout)
+
+    def first(self) -> str:
+        items = first_input(self.w, self.rollout)
+        if self.w.breakpoints:
+            items = bp.place(items, first=True, ttl=self.w.breakpoint_ttl, resumed=len(items) - 1)
+        return self._body(items)
+
+    def tool_time_s(self) -> float:
+        """The tools' time after the turn just answered."""
+        return wl.tool_time_s(self.w, self.rollout, self.turn)
+
+    def next(self, response: dict[str, Any]) -> str | None:
+        """The next create, answering ``response``'s function calls (None: it made none, or the
+        rollout's turns are done)."""
+        output = response.get("output", [])
+        calls = [o for o in output if o.get("type") == "function_call"]
+        if self.transport == "http-full":
+            self.history.extend(output_as_input(output))
+        if self.transport in ("ws", "http-chained"):
+            self.previous = response.get("id")
+        elif self.transport == "append":
+            self.previous = response.get("id") or self.previous
+        if not calls or self.turn > self.rounds:
+            return None
+        items = [
+            {
+                "type": "function_call_output",
+                "call_id": c["call_id"],
+                "output": wl.tool_output(self.w, self.rollout, self.turn, i, c["name"]),
+            }
+            for i, c in enumerate(calls)
+        ]
+        if self.w.breakpoints:
+            items = bp.place(items, first=False)
+        return self._body(items)
+
+    def _body(self, items: list[dict[str, Any]]) -> str:
+        """The create (or append) of this turn, as the transport sends it."""
+        self.turn += 1
+        t = self.transport
+        if t == "append":
+            if self.turn > 1:
+                return json.dumps({"type": "response.append", "response_id": self.previous, "input": items})
+            return json.dumps(
+                {"type": "response.create", **self.base, "input": items, "store": store_for("ws")}
+            )
+        if t == "http-full":
+            self.history.extend(items)
+            return json.dumps({**self.base, "input": self.history, "store": store_for(t), "stream": True})
+        body: dict[str, Any] = {**self.base, "input": items, "store": store_for(t)}
+        if self.previous:
+            body["previous_response_id"] = self.previous
+        return json.dumps({"type": "response.create", **body} if t == "ws" else {**body, "stream": True})
+
+
+def note(record: TurnRecord, conv: Conversation, create: str, response: dict[str, Any] | None) -> None:
+    """A turn's record with what the agentloop kind reports beside its times."""
+    record.transport, record.rollout, record.turn = conv.transport, conv.rollout, conv.turn
+    record.request_bytes = len(create)  # JSON is ASCII: characters are bytes
+    usage = (response or {}).get("usage") or {}
+    if usage:
+        record.cached_tokens, record.write_30m_tokens, record.write_12h_tokens = bp.figures(usage)
+    record.calls = sum(1 for o in (response or {}).get("output", []) if o.get("type") == "function_call")
+
+
+class Agent:
+    """What a process's loops share for the rollouts workload: the jobs, the workload, the
+    channel of each transport (a new one a rollout, under the transport's key)."""
+
+    def __init__(
+        self,
+        w: wl.Workload,
+        shape: Rollouts,
+        jobs: Jobs,
+        connections: Connections,
+        open_timeout_s: float,
+    ) -> None:
+        self.w, self.shape, self.jobs = w, shape, jobs
+        self.connections, self.open_timeout_s = connections, open_timeout_s
+
+    def conversation(self, transport: str, rollout: int) -> Conversation:
+        return Conversation(self.w, transport, rollout)
+
+    def channel(self, target: str, transport: str, loop: int) -> Channel:
+        key = self.shape.key(transport)
+        if transport == "ws":
+            return WsChannel(target, key, self.open_timeout_s, connections=self.connections, loop=loop)
+        if transport == "append":
+            return AppendChannel(target, key, self.open_timeout_s, connections=self.connections, loop=loop)
+        return HttpChannel(own=(target, key))
+
+    async def warm(self, target: str, transport: str, rollout: int) -> str | None:
+        """Put the rollout's resumed history in the prefix cache under the transport's key, as
+        a session resumed within the provider's retention finds it (its first turn then hits on
+        every transport alike, not on whichever ran it second): one ``generate:false`` create
+        (docs/protocol.md §4.11) on a connection of its own.  What went wrong, or None."""
+        history = wl.history(self.w, rollout)
+        if self.w.breakpoints:  # marked as the first turn sends it, so that turn reads it
+            history = bp.place(history, first=True, ttl=self.w.breakpoint_ttl, resumed=len(history))
+        body = {"type": "response.create", **wl.fixed(self.w), "input": history, "store": False}
+        channel = WsChannel(target, self.shape.key(transport), self.open_timeout_s)
+        try:
+            await channel.open()
+            reply = await channel.send(json.dumps({**body, "generate": False}))
+        except Exception as exc:  # noqa: BLE001 - the rollout's failure, said
+            return f"warm: {type(exc).__name__}: {exc}"[:300]
+        finally:
+            await channel.close()
+        final = json.loads(reply.raw) if reply.raw else {}
+        if (final.get("response") or {}).get("status") != "completed":
+            return f"warm: rollout {rollout}'s history: {reply.raw[:200]}"
+        return None
