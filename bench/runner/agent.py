@@ -14,7 +14,9 @@ kind's rollouts, each the same conversation on every transport, run by the runne
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -22,9 +24,12 @@ from typing import Any
 
 from .. import breakpoints as bp
 from .. import workload as wl
+from ..client import ConnectionClosed, close_code, frame_type, is_final_frame, is_first_token_frame
 from ..conversation import TIMINGS_KEY, output_as_input, store_for
-from .channels import AppendChannel, Channel, Connections, HttpChannel, WsChannel
-from .model import TurnRecord
+from .channels import OPEN_TIMEOUT_S, Channel, Connections, HttpChannel, Reply, WsChannel, note_frame
+from .connecting import ConnectLog
+from .loop import Loop, Pace
+from .model import LoadSpec, TurnRecord
 from .workloads import Rollouts
 
 
@@ -134,6 +139,50 @@ def note(record: TurnRecord, conv: Conversation, create: str, response: dict[str
     record.calls = sum(1 for o in (response or {}).get("output", []) if o.get("type") == "function_call")
 
 
+class AppendChannel(WsChannel):
+    """The opt-in ``response.append`` mode (docs/append-mode.md): one response a rollout, its
+    first create a ``response.create``, then ``response.append`` events with the tool results.
+    An answer runs from the send to the pause on the next function call, or to the terminal
+    event; its output items are parsed (the next append answers its calls: :class:`Reply`'s
+    ``segment``)."""
+
+    def __init__(self, base_url: str, api_key: str | None, open_timeout_s: float = OPEN_TIMEOUT_S, **kw: Any):
+        super().__init__(base_url, api_key, open_timeout_s, query="?mode=append", **kw)
+        self.response_id: str | None = None
+
+    async def send(self, body: str) -> Reply:
+        sock, record = self.socket, self.record
+        assert sock is not None, "open() first"
+        sent = time.time()
+        t0 = time.perf_counter()
+        ttft = None
+        segment: list[dict[str, Any]] = []
+        try:
+            await sock.send_raw(body)
+            if record is not None:
+                record.creates += 1
+                record.in_flight = True
+            while True:
+                raw = await sock.recv_raw()
+                now = time.perf_counter()
+                kind = frame_type(raw)
+                if kind == "response.created":
+                    self.created = raw
+                    self.response_id = json.loads(raw)["response"]["id"]
+                elif ttft is None and is_first_token_frame(raw):
+                    ttft = now - t0
+                elif kind == "response.output_item.done":
+                    item = json.loads(raw)["item"]
+                    segment.append(item)
+                    if item.get("type") == "function_call":  # paused until the append answers it
+                        return Reply(raw, sent, now - t0, ttft, segment=segment, response_id=self.response_id)
+                if note_frame(record, raw) if record is not None else is_final_frame(raw):
+                    return Reply(raw, sent, now - t0, ttft, segment=segment, response_id=self.response_id)
+        except ConnectionClosed as exc:
+            self._ended(close_code(exc))
+            raise
+
+
 class Agent:
     """What a process's loops share for the rollouts workload: the jobs, the workload, the
     channel of each transport (a new one a rollout, under the transport's key)."""
@@ -181,3 +230,44 @@ class Agent:
         if (final.get("response") or {}).get("status") != "completed":
             return f"warm: rollout {rollout}'s history: {reply.raw[:200]}"
         return None
+
+
+async def agent_loops(
+    spec: LoadSpec,
+    indices: list[int],
+    pace: Pace,
+    sink: list[TurnRecord],
+    connections: Connections,
+    connects: ConnectLog,
+) -> list[Loop]:
+    """A client process's loops of the rollouts workload (``indices``, sharing its jobs); with
+    the shape's ``warmup`` one short rollout per transport first, one after another, its turns
+    not kept (first-use costs: actors, handles, store, tokenizer), then the settle time."""
+    from .loop import workload
+
+    shape = spec.rollouts
+    w = spec.custom_workload or workload(spec.preset, spec.seed, spec.resume_tokens)
+    if shape.warmup:
+        jobs = Jobs([(t, -1) for t in shape.transports])
+        warm = Agent(short(w), shape, jobs, Connections(), spec.open_timeout_s)
+        await Loop(0, spec.target(0), None, Pace(1), [], Channel, fresh_connection=True, agent=warm).run(
+            time.time()
+        )
+        # a session actor ends with its socket and the gateway's pool starts a replacement: let it refill
+        await asyncio.sleep(shape.settle_s)
+    jobs = Jobs([j for k, j in enumerate(shape.jobs()) if k % spec.loops in indices])
+    agent = Agent(w, shape, jobs, connections, spec.open_timeout_s)
+    return [
+        Loop(
+            i,
+            spec.target(i),
+            None,
+            pace,
+            sink,
+            Channel,
+            fresh_connection=True,
+            connects=connects,
+            agent=agent,
+        )
+        for i in indices
+    ]

@@ -308,50 +308,6 @@ class CheckedWsChannel(WsChannel):
         await super().close()
 
 
-class AppendChannel(WsChannel):
-    """The opt-in ``response.append`` mode (docs/append-mode.md): one response a rollout, its
-    first create a ``response.create``, then ``response.append`` events with the tool results.
-    An answer runs from the send to the pause on the next function call, or to the terminal
-    event; its output items are parsed (the next append answers its calls: :class:`Reply`'s
-    ``segment``)."""
-
-    def __init__(self, base_url: str, api_key: str | None, open_timeout_s: float = OPEN_TIMEOUT_S, **kw: Any):
-        super().__init__(base_url, api_key, open_timeout_s, query="?mode=append", **kw)
-        self.response_id: str | None = None
-
-    async def send(self, body: str) -> Reply:
-        sock, record = self.socket, self.record
-        assert sock is not None, "open() first"
-        sent = time.time()
-        t0 = time.perf_counter()
-        ttft = None
-        segment: list[dict[str, Any]] = []
-        try:
-            await sock.send_raw(body)
-            if record is not None:
-                record.creates += 1
-                record.in_flight = True
-            while True:
-                raw = await sock.recv_raw()
-                now = time.perf_counter()
-                kind = frame_type(raw)
-                if kind == "response.created":
-                    self.created = raw
-                    self.response_id = json.loads(raw)["response"]["id"]
-                elif ttft is None and is_first_token_frame(raw):
-                    ttft = now - t0
-                elif kind == "response.output_item.done":
-                    item = json.loads(raw)["item"]
-                    segment.append(item)
-                    if item.get("type") == "function_call":  # paused until the append answers it
-                        return Reply(raw, sent, now - t0, ttft, segment=segment, response_id=self.response_id)
-                if note_frame(record, raw) if record is not None else is_final_frame(raw):
-                    return Reply(raw, sent, now - t0, ttft, segment=segment, response_id=self.response_id)
-        except ConnectionClosed as exc:
-            self._ended(close_code(exc))
-            raise
-
-
 class HttpChannel(Channel):
     """Streams a create over ``client`` (an ``httpx.AsyncClient`` for one target).  Made with
     ``own=(base_url, api_key)`` instead it builds a client of its own in :meth:`open` (a new

@@ -69,8 +69,8 @@ class LoadSpec:
     tool results count in the emulator's ``tool_rounds``: a workload of ``tool_rounds=0``
     answers at once).
 
-    ``rollouts`` shapes the ``rollouts`` workload (the agentloop kind's rollouts over several
-    transports; ``transport`` is then unused): the run ends when every rollout ran.
+    ``rollouts`` shapes the ``rollouts`` workload (the agentloop kind's, over several transports:
+    ``transport`` unused); the run ends when every rollout ran.
 
     ``chains`` shapes the ``chains`` workload, ``resume`` the ``resume`` workload (with
     ``rollouts_per_loop=1`` the run ends when every loop has resumed its session).  ``locate`` (``ws`` only): where each
@@ -179,11 +179,9 @@ class TurnRecord:
     final_gap_ms: float | None = None  # ws chains: from the event before the terminal one to it
     first_event_ms: float | None = None  # the resume workload: sent -> the answer's first event
     note: str | None = None  # the resume workload: Resume.inspect's answer for this turn's response
-    # the rollouts workload (bench/runner/agent.py): the turn's transport, rollout and number in
-    # it (from 1), its create's bytes, the prompt-cache writes by lifetime (bench.breakpoints.figures),
-    # the function calls answered, the tool's time after it as measured; a rollout's last turn
-    # holds the rollout's time from its open to its end (``rollout_s``).  Append mode's last turn
-    # holds the whole rollout's usage and ``server`` timings (its one response's).
+    # the rollouts workload (bench/runner/agent.py): its transport, rollout, number in it (from 1), bytes
+    # sent, cache writes by ttl, calls answered, the tool's measured time after it; ``rollout_s`` (the last
+    # turn's): open to end.  Append mode's last turn holds its one response's usage and ``server`` timings.
     transport: str | None = None
     rollout: int | None = None
     turn: int | None = None

@@ -182,7 +182,14 @@ class LoadWorker:
             self.watcher = asyncio.create_task(watch_lag(self.ticks, self.cpu, self.stalls, self.waits))
             return 0
         if self.spec.workload == "rollouts":  # each loop opens a connection a rollout itself
-            await self._agent_loops()
+            from .agent import agent_loops
+
+            sink, connects = self.records, self.connects
+            self.loops = list(
+                await agent_loops(self.spec, self.loop_indices, self.pace, sink, self.connections, connects)
+            )
+            self.ready = [True] * len(self.loops)
+            self.watcher = asyncio.create_task(watch_lag(self.ticks, self.cpu, self.stalls, self.waits))
             return 0
         fresh = self.spec.workload == "codex"
         for i in self.loop_indices:
@@ -220,32 +227,6 @@ class LoadWorker:
         self.ready = list(await asyncio.gather(*(open_one(lp) for lp in self.loops)))
         self.watcher = asyncio.create_task(watch_lag(self.ticks, self.cpu, self.stalls, self.waits))
         return sum(self.ready)
-
-    async def _agent_loops(self) -> None:
-        """The rollouts workload's loops, sharing this process's jobs; with the shape's
-        ``warmup`` one short rollout per transport first (not recorded), then its settle time."""
-        from .agent import Agent, Jobs, short
-
-        spec, shape = self.spec, self.spec.rollouts
-        w = spec.custom_workload or workload(spec.preset, spec.seed, spec.resume_tokens)
-        if shape.warmup:  # first-use costs (actors, handles, store, tokenizer) paid outside the figures
-            jobs = Jobs([(t, -1) for t in shape.transports])
-            warm = Agent(short(w), shape, jobs, Connections(), spec.open_timeout_s)
-            await self._agent_loop(0, warm, Pace(1), [], ConnectLog()).run(time.time())
-            # a session actor ends with its socket and the gateway's pool starts a replacement: let it refill
-            await asyncio.sleep(shape.settle_s)
-        jobs = Jobs([j for k, j in enumerate(shape.jobs()) if k % spec.loops in self.loop_indices])
-        agent = Agent(w, shape, jobs, self.connections, spec.open_timeout_s)
-        assert self.pace is not None
-        self.loops = [
-            self._agent_loop(i, agent, self.pace, self.records, self.connects) for i in self.loop_indices
-        ]
-        self.ready = [True] * len(self.loops)
-        self.watcher = asyncio.create_task(watch_lag(self.ticks, self.cpu, self.stalls, self.waits))
-
-    def _agent_loop(self, i: int, agent: Any, pace: Pace, sink: list[TurnRecord], log: ConnectLog) -> Loop:
-        target = self.spec.target(i)
-        return Loop(i, target, None, pace, sink, Channel, fresh_connection=True, connects=log, agent=agent)
 
     async def start(self, release_at: float) -> None:
         """Every loop sends its first turn at ``release_at`` (time.time()), or loop ``i`` at
