@@ -61,7 +61,10 @@ OWN_CONNECTIONS = {
         "first turns); the stored responses the burst continues written before, one at a time",
     ),
     "bench/kinds/fidelity.py": ("probe", "one conversation on a real engine and on its emulated twin"),
-    "bench/transports.py": ("client", "one recorded session's turns per transport, the replay kind's"),
+    "bench/transports.py": (
+        "client",
+        "one conversation's turns one at a time per transport: floor length's, the replay's",
+    ),
     "bench/runner/channels.py": ("client", "the runner's own channel"),
     "bench/reference.py": (
         "client",
