@@ -63,6 +63,7 @@ class Conversation:
     transport: str
     rollout: int
     turn: int = 0  # the turns sent so far
+    pause_s: float = 0.0  # the tools' time after the turn last answered
     base: dict[str, Any] = field(default_factory=dict)
     previous: str | None = None  # ws, http-chained: the last response; append: the one response
     history: list[dict[str, Any]] = field(default_factory=list)  # http-full: every item so far
@@ -82,8 +83,8 @@ class Conversation:
         return self._body(items)
 
     def tool_time_s(self) -> float:
-        """The tools' time after the turn just answered."""
-        return wl.tool_time_s(self.w, self.rollout, self.turn)
+        """The tools' time after the turn last answered (:meth:`next`'s)."""
+        return self.pause_s
 
     def next(self, response: dict[str, Any]) -> str | None:
         """The next create, answering ``response``'s function calls (None: it made none, or the
@@ -98,6 +99,7 @@ class Conversation:
             self.previous = response.get("id") or self.previous
         if not calls or self.turn > self.rounds:
             return None
+        self.pause_s = wl.tool_time_s(self.w, self.rollout, self.turn)
         items = [
             {
                 "type": "function_call_output",

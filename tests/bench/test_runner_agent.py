@@ -194,6 +194,18 @@ def test_breakpoints_mark_the_first_input_and_each_turns_last_tool_output():
     assert marks == [False, True]
 
 
+def test_the_tools_time_and_outputs_after_a_turn_are_that_turn_s():
+    w = replace(W, tool_time_ms=300)
+    conv = Conversation(w, "http-full", 3)
+    call = {"type": "function_call", "call_id": "c", "name": "shell", "arguments": "{}"}
+    conv.first()
+    for turn in (1, 2):
+        nxt = json.loads(conv.next({"id": f"r{turn}", "output": [call]}) or "{}")
+        assert conv.tool_time_s() == wl.tool_time_s(w, 3, turn)
+        assert nxt["input"][-1]["output"] == wl.tool_output(w, 3, turn, 0, "shell")
+    assert len({wl.tool_time_s(w, 3, t) for t in (1, 2, 3)}) == 3  # the turns' times differ
+
+
 def test_append_mode_s_pause_is_an_answer_with_its_segment():
     call = {"type": "function_call", "call_id": "c", "name": "shell", "arguments": "{}"}
     paused = Reply(frame({"type": "response.output_item.done", "item": call}), 0.0, 0.1, None, segment=[call])
