@@ -170,6 +170,7 @@ async def run_bench(
     settle_s: float = 3.0,
     api_key: str = "sk-bench-{transport}",
     on_turn: Callable[[str, TurnRecord], None] | None = None,
+    clients: list[dict[str, Any]] | None = None,
 ) -> list[RolloutRecord]:
     """Run ``rollouts`` rollouts on each transport, interleaved, ``concurrency`` at once, on the
     load runner (bench/runner's ``rollouts`` workload, in a client process of this machine).
@@ -177,7 +178,9 @@ async def run_bench(
     transport has its own prefix-cache scope, so the same rollout run on one transport does not
     warm the cache for the next (identical conversations render to identical prompts:
     docs/emulator.md).  ``warmup``: a short rollout per transport first, then ``settle_s``.
-    ``on_turn`` sees each turn as the runner hands its records over (a rollout's when it ends)."""
+    ``on_turn`` sees each turn as the runner hands its records over (a rollout's when it ends);
+    ``clients`` gets the client process's own figures (its CPU, event-loop lag, ``saturated``:
+    bench/runner's ``ClientStats``)."""
     from .runner import LoadSpec, run_local
     from .runner.workloads import Rollouts
 
@@ -202,4 +205,6 @@ async def run_bench(
                 on_turn(t.transport, _turn(t, None, None))
 
     result = await asyncio.to_thread(run_local, spec, on_records=seen)
+    if clients is not None:
+        clients.extend(c.as_dict() for c in result.clients)
     return rollouts_of(result.records, w, model_time)
