@@ -112,6 +112,15 @@ class Conversation:
             items = bp.place(items, first=False)
         return self._body(items)
 
+    def note(self, record: TurnRecord, create: str, response: dict[str, Any] | None) -> None:
+        """A turn's record with what the agentloop kind reports beside its times."""
+        record.transport, record.rollout, record.turn = self.transport, self.rollout, self.turn
+        record.request_bytes = len(create)  # JSON is ASCII: characters are bytes
+        usage = (response or {}).get("usage") or {}
+        if usage:
+            record.cached_tokens, record.write_30m_tokens, record.write_12h_tokens = bp.figures(usage)
+        record.calls = sum(1 for o in (response or {}).get("output", []) if o.get("type") == "function_call")
+
     def _body(self, items: list[dict[str, Any]]) -> str:
         """The create (or append) of this turn, as the transport sends it."""
         self.turn += 1
@@ -129,16 +138,6 @@ class Conversation:
         if self.previous:
             body["previous_response_id"] = self.previous
         return json.dumps({"type": "response.create", **body} if t == "ws" else {**body, "stream": True})
-
-
-def note(record: TurnRecord, conv: Conversation, create: str, response: dict[str, Any] | None) -> None:
-    """A turn's record with what the agentloop kind reports beside its times."""
-    record.transport, record.rollout, record.turn = conv.transport, conv.rollout, conv.turn
-    record.request_bytes = len(create)  # JSON is ASCII: characters are bytes
-    usage = (response or {}).get("usage") or {}
-    if usage:
-        record.cached_tokens, record.write_30m_tokens, record.write_12h_tokens = bp.figures(usage)
-    record.calls = sum(1 for o in (response or {}).get("output", []) if o.get("type") == "function_call")
 
 
 class AppendChannel(WsChannel):
@@ -199,6 +198,9 @@ class Agent:
     ) -> None:
         self.w, self.shape, self.jobs = w, shape, jobs
         self.connections, self.open_timeout_s = connections, open_timeout_s
+
+    def take(self) -> tuple[str, int] | None:
+        return self.jobs.take()
 
     def conversation(self, transport: str, rollout: int) -> Conversation:
         return Conversation(self.w, transport, rollout)

@@ -21,7 +21,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .. import workload as wl
 from ..conversation import RESENDS, TIMINGS_KEY, model_seconds, output_as_input, server_timings, store_for
@@ -29,9 +29,6 @@ from .channels import Channel
 from .connecting import ConnectLog, open_with_retry
 from .model import TurnRecord
 from .replies import answered, parse_reply, usage_fields
-
-if TYPE_CHECKING:
-    from .agent import Agent, Conversation
 
 OUTPUT_POOL = 48  # distinct tool outputs per client process (drawn from the preset's sizes)
 HISTORY_POOL = 8  # distinct resumed histories (generating one costs the client ~0.1 s of CPU)
@@ -106,6 +103,26 @@ class Pace:
             self.storm_over.set()
 
 
+class Script(Protocol):
+    """An agent's rollout's creates (bench/runner/agent.py's ``Conversation``)."""
+
+    def first(self) -> str: ...
+    def next(self, response: dict[str, Any]) -> str | None: ...
+    def tool_time_s(self) -> float: ...
+    def note(self, record: TurnRecord, create: str, response: dict[str, Any] | None) -> None: ...
+
+
+class Agent(Protocol):
+    """Where an agent's loops take their rollouts (bench/runner/agent.py's ``Agent``)."""
+
+    w: wl.Workload
+
+    def take(self) -> tuple[str, int] | None: ...
+    def conversation(self, transport: str, rollout: int) -> Script: ...
+    async def warm(self, target: str, transport: str, rollout: int) -> str | None: ...
+    def channel(self, target: str, transport: str, loop: int) -> Channel: ...
+
+
 class Loop:
     """One agent's turns.  ``new_channel`` makes its channel (opened before its first turn
     by the client process; by the loop itself for each rollout when ``fresh_connection``).
@@ -150,7 +167,7 @@ class Loop:
         self._connect_ms: float | None = None
         self.continues = continues  # the stored response the first rollout continues (LoadSpec.continues)
         self.agent = agent
-        self.conv: Conversation | None = None  # the agent's rollout now
+        self.conv: Script | None = None  # the agent's rollout now
         self.shared = sink  # the process's records (an agent's rollout collects its own in ``sink``)
         self._began = 0.0  # the agent's rollout's start (perf_counter)
 
@@ -260,9 +277,7 @@ class Loop:
 
     def _note(self, create: str, response: dict[str, Any] | None) -> None:
         if self.conv is not None:
-            from .agent import note
-
-            note(self.sink[-1], self.conv, create, response)
+            self.conv.note(self.sink[-1], create, response)
 
     def rollout_over(self) -> None:
         """An agent's rollout ended: its time on its last turn, its turns to the process's."""
@@ -276,7 +291,7 @@ class Loop:
         A rollout whose warm-up or open failed is recorded as failed and the next one taken."""
         assert self.agent is not None
         agent = self.agent
-        while (job := agent.jobs.take()) is not None:
+        while (job := agent.take()) is not None:
             transport, self.rollout = job
             await self.channel.close()
             self.sink, self.turns = [], 0
