@@ -19,8 +19,9 @@ Layout (docs/benchmark.md, "Layout"):
   sure the lab's dependencies (rich, matplotlib, psutil, hypothesis, httpx, openai, redis) are installed.
 - the library the kinds share, one concept a module: :mod:`bench.client` (the WebSocket
   client), :mod:`bench.transports` (one agent turn over ws / http-chained / http-full /
-  append), :mod:`bench.workload` (the agent-loop workload and its presets),
-  :mod:`bench.rollouts` (running rollouts and recording every turn), :mod:`bench.agentloop_report`
+  append: floor length's and the replay's), :mod:`bench.workload` (the agent-loop workload and its presets),
+  :mod:`bench.runner` (the load runner; its ``rollouts`` workload runs the agentloop kind's rollouts),
+  :mod:`bench.rollouts` (those rollouts' records, one a rollout and transport), :mod:`bench.agentloop_report`
   and :mod:`bench.breakdown` (summaries, tables, where a turn's time goes),
   :mod:`bench.sweeps`, :mod:`bench.results` (the one results writer), :mod:`bench.plotting`
   (the one matplotlib setup), :mod:`bench.processes` (memory and CPU of the server's Ray

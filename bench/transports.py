@@ -1,4 +1,6 @@
-"""How an agent loop talks to the server: one class per transport, registered by name.
+"""One conversation's turns, one at a time, over a transport: one class per transport,
+registered by name (floor length's growing conversations, the replay's recorded sessions; the
+agentloop kind's rollouts run on the load runner, bench/runner/agent.py).
 
 A transport owns whatever state its way of continuing a conversation needs and turns
 "here are this turn's new items" into a request, returning the terminal ``Response`` and

@@ -27,7 +27,7 @@ from bench import results
 from bench import workload as wl
 from bench.client import connect
 from bench.conversation import TIMINGS_KEY
-from bench.rollouts import first_input, warm_resumed
+from bench.runner.agent import first_input
 from serve.embedded import embedded_server, local_config
 
 API_KEY = "sk-bench"
@@ -79,6 +79,19 @@ async def first_turn(url: str, w: wl.Workload, rollout: int, go: asyncio.Event) 
         "nonmodel_ms": round(total - model, 1),
         "server": server,
     }
+
+
+async def warm_resumed(url: str, w: wl.Workload, rollouts: range, api_key: str) -> None:
+    """Each rollout's resumed history in the prefix cache first: one ``generate:false`` create
+    a rollout (docs/protocol.md §4.11) over one socket."""
+    socket = await connect(url, api_key=api_key)
+    try:
+        for r in rollouts:
+            answer = await socket.create(**wl.fixed(w), input=wl.history(w, r), store=False, generate=False)
+            if answer.response is None or answer.response.get("status") != "completed":
+                raise RuntimeError(f"warming rollout {r}'s history failed: {answer.last}")
+    finally:
+        await socket.close()
 
 
 async def measure(url: str, w: wl.Workload, sockets: int) -> list[dict[str, Any]]:

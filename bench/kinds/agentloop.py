@@ -137,10 +137,11 @@ async def _run_with_progress(
     api_key: str,
     quiet: bool,
     label: str,
+    clients: list[dict[str, Any]] | None = None,
 ) -> list[RolloutRecord]:
     if quiet:
         return await run_bench(
-            url, w, transports, rollouts=rollouts, concurrency=concurrency, api_key=api_key
+            url, w, transports, rollouts=rollouts, concurrency=concurrency, api_key=api_key, clients=clients
         )
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -159,7 +160,14 @@ async def _run_with_progress(
             progress.advance(tasks[transport])
 
         return await run_bench(
-            url, w, transports, rollouts=rollouts, concurrency=concurrency, api_key=api_key, on_turn=on_turn
+            url,
+            w,
+            transports,
+            rollouts=rollouts,
+            concurrency=concurrency,
+            api_key=api_key,
+            on_turn=on_turn,
+            clients=clients,
         )
 
 
@@ -200,11 +208,17 @@ def measure(args: argparse.Namespace, url: str, console: Any) -> dict[str, Any]:
     shape = f"{args.preset} preset" + (f", resumed {w.resume_tokens // 1000}k" if w.resume_tokens else "")
     label = f"{w.model}, {shape}, M={args.concurrency}"
     t0 = time.time()
+    clients: list[dict[str, Any]] = []  # the client process's own figures (bench/runner)
     records = asyncio.run(
         _run_with_progress(
-            url, w, transports, args.rollouts, args.concurrency, args.api_key, args.quiet, "main"
+            url, w, transports, args.rollouts, args.concurrency, args.api_key, args.quiet, "main", clients
         )
     )
+    for c in clients:
+        if c["saturated"]:
+            console.print(
+                f"[red]the client process was saturated ({c['reason']}): its turn times hold its own queueing[/red]"
+            )
     summary = report.summarise(records)
     console.print(report.render_table(summary, f"Agent loops: {label}"))
     phases = report.render_phases(summary)
@@ -275,6 +289,7 @@ def measure(args: argparse.Namespace, url: str, console: Any) -> dict[str, Any]:
         "transports": transports,
         "rollouts_per_transport": args.rollouts,
         "concurrency": args.concurrency,
+        "clients": clients,
         "summary": summary,
         "comparison": comparison,
         "rollouts": [r.as_dict() for r in records],

@@ -5,7 +5,7 @@
 Three conversations grow side by side to each target size (in prompt tokens): ``ws`` (one
 socket, ``store:false``, ``previous_response_id``, only new items), ``http-chained``
 (``previous_response_id`` to a stored response) and ``http-full`` (the whole history resent,
-``store:false``), each over bench/transports.py's transport of that name (the agentloop kind's:
+``store:false``), each over bench/transports.py's transport of that name (one turn at a time;
 the HTTP ones stream, SSE).  At every size each transport runs ``--turns`` small turns (one tool
 output of a few dozen tokens), interleaved, and reads the server's own per-phase timings
 from the response metadata (``responses_ws.timings``).  "API overhead" is the server's time

@@ -24,8 +24,9 @@ from typing import Any
 from ..client import ConnectionClosed, frame_type, output_text
 from .channels import SHUTTING_DOWN, Channel, Reply, WsChannel
 from .connecting import ConnectLog, open_with_retry
-from .loop import Pace, answered, parse_reply, usage_fields
+from .loop import Pace
 from .model import TurnRecord
+from .replies import answered, parse_reply, usage_fields
 from .workloads import Chains
 
 # Codex's instructions: a prefix of >1024 tokens, so a resumed conversation's turns can be cached

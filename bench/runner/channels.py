@@ -50,6 +50,11 @@ class Reply:
     status: int | None = None  # HTTP status when not 200
     gap_s: float | None = None  # ws: from the frame (or the send) before the final one to it
     first_s: float | None = None  # ws: the send -> the answer's first frame
+    # append mode (:class:`AppendChannel`): the output items of this answer, which ends at the
+    # pause on a function call (``raw`` that call's ``response.output_item.done``) or the terminal
+    # event; the response's id (from its ``response.created``)
+    segment: list[dict[str, Any]] | None = None
+    response_id: str | None = None
 
 
 SHUTTING_DOWN = "server_shutting_down"  # the error a stopping server answers a create with
@@ -132,8 +137,10 @@ class WsChannel(Channel):
         compression: str | None = None,
         headers: dict[str, str] | None = None,
         lookup_in_background: bool = False,
+        query: str = "",
     ) -> None:
         self.base_url = base_url
+        self.query = query  # the upgrade URL's (append mode opts in there)
         self.headers = headers  # on the upgrade request (a resume token)
         self.open_ms: float | None = None  # the last open's handshake
         # the connections' on_open (where it went) beside the first create rather than before it
@@ -156,6 +163,7 @@ class WsChannel(Channel):
             ping_interval=self.ping_interval_s,
             compression=self.compression,
             additional_headers=self.headers,
+            query=self.query,
         )
         self.open_ms = (time.perf_counter() - began) * 1000  # the handshake alone (no lookup after it)
         if self.connections is not None:
@@ -301,10 +309,22 @@ class CheckedWsChannel(WsChannel):
 
 
 class HttpChannel(Channel):
-    """Streams a create over ``client`` (an ``httpx.AsyncClient`` for one target)."""
+    """Streams a create over ``client`` (an ``httpx.AsyncClient`` for one target).  Made with
+    ``own=(base_url, api_key)`` instead it builds a client of its own in :meth:`open` (a new
+    connection, as a new agent session makes) and closes it in :meth:`close`."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any = None, *, own: tuple[str, str | None] | None = None) -> None:
         self.client = client
+        self.own = own
+
+    async def open(self) -> None:
+        if self.own is not None:
+            self.client = http_client(*self.own)
+
+    async def close(self) -> None:
+        if self.own is not None and self.client is not None:
+            client, self.client = self.client, None
+            await client.aclose()
 
     async def send(self, body: str) -> Reply:
         sent = time.time()

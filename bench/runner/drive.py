@@ -20,12 +20,12 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from .model import LoadResult, LoadSpec, TurnRecord
+from .model import OPEN_AT_RELEASE, LoadResult, LoadSpec, TurnRecord
 
 PULL_EVERY_S = 5.0
 DONE_POLL_S = 0.5  # with rollouts_per_loop: how often the driver asks whether every loop ended
 RELEASE_DELAY_S = 1.0  # from the last connection open to the release of the first turns
-# chains and resume open no connection before the release: only ``start`` must reach every worker first
+# chains, resume and rollouts open no connection before the release: only ``start`` must reach every worker first
 CHAINS_RELEASE_DELAY_S = 0.25
 
 
@@ -65,7 +65,7 @@ class Drive:
         released, the window set."""
         fleet, spec = self.fleet, self.spec
         self.connected = sum(fleet.call("connect"))
-        delay = CHAINS_RELEASE_DELAY_S if spec.workload in ("chains", "resume") else RELEASE_DELAY_S
+        delay = CHAINS_RELEASE_DELAY_S if spec.workload in OPEN_AT_RELEASE else RELEASE_DELAY_S
         self.release_at = self.clock() + delay
         fleet.call("start", self.release_at)
         if spec.window_after_first_turns:
@@ -82,13 +82,13 @@ class Drive:
             self.on_records(batch)
 
     def wait(self) -> None:
-        """Pull the records until the window's end (or, with ``rollouts_per_loop``, until
-        every loop ran its rollouts: the window ends then)."""
+        """Pull the records until the window's end (or, with ``rollouts_per_loop`` or the
+        rollouts workload, until every loop ran its rollouts: the window ends then)."""
         spec = self.spec
         while (left := self.end - self.clock()) > 0:
-            self.sleep(min(PULL_EVERY_S if spec.rollouts_per_loop is None else DONE_POLL_S, left))
+            self.sleep(min(DONE_POLL_S if spec.until_done else PULL_EVERY_S, left))
             self.take(self.fleet.call("pull"))
-            if spec.rollouts_per_loop is not None and not sum(self.fleet.call("running")):
+            if spec.until_done and not sum(self.fleet.call("running")):
                 self.end = max(self.start, min(self.end, self.clock()))  # every loop ran its rollouts
                 break
 
@@ -120,9 +120,9 @@ class Drive:
             window=(start, self.end),
             release_at=self.release_at,
             errors=errors,
-            # with arrivals (or chains, resume) each loop connects at its release: as the workers counted
+            # with arrivals (or chains, resume, rollouts) each loop connects at its release: as the workers counted
             connected=sum(c.connected for c in stats)
-            if self.spec.arrivals or self.spec.workload in ("chains", "resume")
+            if self.spec.arrivals or self.spec.workload in OPEN_AT_RELEASE
             else self.connected,
             loops=self.spec.loops,
             lag_ms=[x for o in outs for x in o["lag_ms"]],

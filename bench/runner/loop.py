@@ -21,13 +21,14 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, TypedDict
+from typing import Any, Protocol
 
 from .. import workload as wl
 from ..conversation import RESENDS, TIMINGS_KEY, model_seconds, output_as_input, server_timings, store_for
-from .channels import Channel, Reply
+from .channels import Channel
 from .connecting import ConnectLog, open_with_retry
 from .model import TurnRecord
+from .replies import answered, parse_reply, usage_fields
 
 OUTPUT_POOL = 48  # distinct tool outputs per client process (drawn from the preset's sizes)
 HISTORY_POOL = 8  # distinct resumed histories (generating one costs the client ~0.1 s of CPU)
@@ -102,80 +103,41 @@ class Pace:
             self.storm_over.set()
 
 
-def parse_reply(reply: Reply) -> tuple[dict[str, Any] | None, bool, str | None]:
-    """The terminal event's Response, whether the turn completed, and its error code."""
-    if reply.status is not None:
-        return None, False, f"http_{reply.status}"
-    if not reply.raw:
-        return None, False, "stream_ended"
-    last = json.loads(reply.raw)
-    kind = last.get("type")
-    response = last.get("response")
-    if kind == "response.completed":
-        return response, True, None
-    if kind == "error":
-        err = last.get("error")
-        return None, False, (err.get("code") if isinstance(err, dict) else None) or "error"
-    err = (response or {}).get("error") or {}
-    return response, False, err.get("code") or str(kind)
+class Script(Protocol):
+    """An agent's rollout's creates (bench/runner/agent.py's ``Conversation``)."""
+
+    def first(self) -> str: ...
+    def next(self, response: dict[str, Any]) -> str | None: ...
+    def tool_time_s(self) -> float: ...
+    def note(self, record: TurnRecord, create: str, response: dict[str, Any] | None) -> None: ...
 
 
-class Usage(TypedDict):
-    input_tokens: int | None
-    cached_tokens: int | None
-    output_tokens: int | None
+class Agent(Protocol):
+    """Where an agent's loops take their rollouts (bench/runner/agent.py's ``Agent``)."""
 
+    w: wl.Workload
 
-def usage_fields(response: dict[str, Any] | None) -> Usage:
-    """A Response's usage as a :class:`TurnRecord`'s fields: ``input_tokens``,
-    ``cached_tokens`` (``input_tokens_details.cached_tokens``) and ``output_tokens``, each None
-    where the usage says nothing (or the answer carried none)."""
-    usage = (response or {}).get("usage") or {}
-    cached = (usage.get("input_tokens_details") or {}).get("cached_tokens")
-    return Usage(
-        input_tokens=usage.get("input_tokens"),
-        cached_tokens=None if cached is None else int(cached),
-        output_tokens=usage.get("output_tokens"),
-    )
-
-
-def answered(
-    index: int,
-    kind: str,
-    reply: Reply,
-    ok: bool,
-    target: str,
-    code: str | None,
-    model_ms: float | None = None,
-    **fields: Any,
-) -> TurnRecord:
-    """An answered turn's :class:`TurnRecord`: the reply's client-side times (sent, total, to
-    the first output delta, to the first event, the final event's gap), ``fields`` besides."""
-    return TurnRecord(
-        index,
-        kind,
-        reply.sent,
-        reply.total_s * 1000,
-        model_ms,
-        ok,
-        target=target,
-        ttft_ms=None if reply.ttft_s is None else reply.ttft_s * 1000,
-        error_code=code,
-        first_event_ms=None if reply.first_s is None else reply.first_s * 1000,
-        final_gap_ms=None if reply.gap_s is None else reply.gap_s * 1000,
-        **fields,
-    )
+    def take(self) -> tuple[str, int] | None: ...
+    def conversation(self, transport: str, rollout: int) -> Script: ...
+    async def warm(self, target: str, transport: str, rollout: int) -> str | None: ...
+    def channel(self, target: str, transport: str, loop: int) -> Channel: ...
 
 
 class Loop:
     """One agent's turns.  ``new_channel`` makes its channel (opened before its first turn
-    by the client process; by the loop itself for each rollout when ``fresh_connection``)."""
+    by the client process; by the loop itself for each rollout when ``fresh_connection``).
+
+    With ``agent`` (the rollouts workload, bench/runner/agent.py) the loop takes its rollouts
+    from the agent's jobs until none is left, each on its transport's channel of its own (opened
+    inside the rollout's time), its creates the agent's :class:`~bench.runner.agent.Conversation`;
+    a rollout's turns reach ``sink`` when it ends (each with its tool's measured time, the last
+    with the rollout's)."""
 
     def __init__(
         self,
         index: int,
         target: str,
-        enc: Encoder,
+        enc: Encoder | None,  # None: an agent's (its creates are the agent's)
         pace: Pace,
         sink: list[TurnRecord],
         new_channel: Callable[[], Channel],
@@ -183,6 +145,7 @@ class Loop:
         fresh_connection: bool = False,
         connects: ConnectLog | None = None,
         continues: str | None = None,
+        agent: Agent | None = None,
     ) -> None:
         self.index = index
         self.target = target
@@ -203,12 +166,19 @@ class Loop:
         self.rollouts_done = 0
         self._connect_ms: float | None = None
         self.continues = continues  # the stored response the first rollout continues (LoadSpec.continues)
+        self.agent = agent
+        self.conv: Script | None = None  # the agent's rollout now
+        self.shared = sink  # the process's records (an agent's rollout collects its own in ``sink``)
+        self._began = 0.0  # the agent's rollout's start (perf_counter)
 
     def first_create(self) -> str:
         """The rollout's first create: a resumed history (one of :data:`HISTORY_POOL`) and
         the task; the model is told to call tools while the context holds fewer tool
         results than that history's plus the rollout's rounds.  The loop's first rollout,
         when it continues a stored response (``continues``), sends the task alone with it."""
+        if self.conv is not None:
+            return self.conv.first()
+        assert self.enc is not None
         w, rollout = self.enc.w, self.rollout
         previous, self.continues = self.continues, None
         history, resumed = self.enc.history(rollout) if previous is None else ("", 0)
@@ -221,6 +191,9 @@ class Loop:
         return self.enc.body(items, self.meta_json, previous)
 
     def next_create(self, response: dict[str, Any]) -> str | None:
+        if self.conv is not None:
+            return self.conv.next(response)
+        assert self.enc is not None
         calls = [o for o in response.get("output", []) if o.get("type") == "function_call"]
         if not calls:
             return None
@@ -274,6 +247,7 @@ class Loop:
                 )
             )
             self.errors.append(f"{type(exc).__name__}: {exc}"[:200])
+            self._note(create, None)
             return None
         self.in_turn = False
         server = server_timings(response) if response else None
@@ -294,13 +268,63 @@ class Loop:
                 **usage_fields(response),
             )
         )
+        self._note(create, response)
         self.turns += 1
         if not ok:
             self.errors.append(reply.raw[:200])
             return None
         return response
 
-    async def next_rollout(self) -> str:
+    def _note(self, create: str, response: dict[str, Any] | None) -> None:
+        if self.conv is not None:
+            self.conv.note(self.sink[-1], create, response)
+
+    def rollout_over(self) -> None:
+        """An agent's rollout ended: its time on its last turn, its turns to the process's."""
+        if self.conv is not None and self.sink:
+            self.sink[-1].rollout_s = time.perf_counter() - self._began
+            self.shared.extend(self.sink)
+            self.sink = []
+
+    async def next_job(self) -> str | None:
+        """The agent's next rollout's first create, its channel opened (None: no job left).
+        A rollout whose warm-up or open failed is recorded as failed and the next one taken."""
+        assert self.agent is not None
+        agent = self.agent
+        while (job := agent.take()) is not None:
+            transport, self.rollout = job
+            await self.channel.close()
+            self.sink, self.turns = [], 0
+            self.conv = agent.conversation(transport, self.rollout)
+            failed = await agent.warm(self.target, transport, self.rollout) if agent.w.resume_tokens else None
+            self.channel = agent.channel(self.target, transport, self.index)
+            self._began = time.perf_counter()
+            if failed is None:
+                try:
+                    await self.open()
+                    return self.first_create()
+                except Exception as exc:  # noqa: BLE001 - a failed rollout is a record
+                    failed = f"connect: {type(exc).__name__}: {exc}"[:300]
+            self.errors.append(failed)
+            self.sink.append(
+                TurnRecord(
+                    self.index,
+                    "rollout_first",
+                    time.time(),
+                    0.0,
+                    None,
+                    False,
+                    target=self.target,
+                    error_code=failed,
+                )
+            )
+            self._note("", None)
+            self.rollout_over()
+        return None
+
+    async def next_rollout(self) -> str | None:
+        if self.agent is not None:
+            return await self.next_job()
         self.rollout += ROLLOUT_STRIDE
         if self.fresh_connection:
             await self.channel.close()
@@ -311,32 +335,46 @@ class Loop:
     async def run(self, release_at: float) -> None:
         """Turns from ``release_at`` until the pace's end (a turn in flight then completes).
         A failed turn ends the loop, unless it opens a connection per rollout: then the
-        next rollout starts on a new one."""
-        create = self.first_create()
+        next rollout starts on a new one (an agent's at once).  The tool's time after a turn
+        includes making its outputs."""
+        agent = self.agent
+        create = None if agent is not None else self.first_create()
         await asyncio.sleep(max(0.0, release_at - time.time()))
+        if agent is not None and (create := await self.next_job()) is None:
+            return
         kind = "first"
-        while time.time() < self.pace.end_at:
+        while create is not None and time.time() < self.pace.end_at:
             try:
                 response = await self.turn(create, kind)
             finally:
                 if kind == "first":
                     self.pace.first_done()
+            tool_began = time.perf_counter()
             nxt = None if response is None else self.next_create(response)
             if response is None:
                 if not self.fresh_connection:
                     return
-                # a new rollout on a new connection, after a pause (no storm of failing turns)
-                await asyncio.sleep(max(0.0, min(FAILED_TURN_PAUSE_S, self.pace.end_at - time.time())))
+                if (
+                    agent is None
+                ):  # a new rollout on a new connection, after a pause (no storm of failing turns)
+                    await asyncio.sleep(max(0.0, min(FAILED_TURN_PAUSE_S, self.pace.end_at - time.time())))
             if nxt is None:  # the rollout ended (or failed): the next one
                 self.rollouts_done += 1
+                self.rollout_over()
                 if time.time() >= self.pace.end_at or self.rollouts_done == self.pace.rollouts:
                     return
                 create, kind = await self.next_rollout(), "rollout_first"
                 continue
-            pause = wl.tool_time_s(self.enc.w, self.rollout, self.turns)
+            if self.conv is not None:
+                pause = self.conv.tool_time_s()
+            else:
+                assert self.enc is not None
+                pause = wl.tool_time_s(self.enc.w, self.rollout, self.turns)
             left = self.pace.end_at - time.time()
             if pause >= left:  # the tool would still run at the end: no more turns
                 await asyncio.sleep(max(0.0, left))
                 return
-            await asyncio.sleep(pause)
+            await asyncio.sleep(max(0.0, pause - (time.perf_counter() - tool_began)))
+            if self.conv is not None:
+                self.sink[-1].tool_ms = (time.perf_counter() - tool_began) * 1000
             create, kind = nxt, "steady"

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..stats import pct
 from .connecting import ATTEMPTS
-from .workloads import Chains, Resume
+from .workloads import Chains, Resume, Rollouts
 
 if TYPE_CHECKING:
     from ..invariants import RunCheck
@@ -27,7 +27,9 @@ if TYPE_CHECKING:
 LAG_P99_LIMIT_MS = 20.0  # a client's event-loop lag p99 above this: saturated
 CPU_LIMIT = 0.8  # a client process's CPU time over wall time above this: saturated
 TRANSPORTS = ("ws", "http-full", "http-chained")
-WORKLOADS = ("capacity", "codex", "chains", "resume")
+WORKLOADS = ("capacity", "codex", "chains", "resume", "rollouts")
+# the workloads whose loops open their connections after the release, each its own
+OPEN_AT_RELEASE = ("chains", "resume", "rollouts")
 KINDS = ("first", "steady", "rollout_first")
 BUSY_NODE_WAIT = 0.1  # a saturated client that waited this share of the time for a core: said so
 
@@ -67,6 +69,9 @@ class LoadSpec:
     tool results count in the emulator's ``tool_rounds``: a workload of ``tool_rounds=0``
     answers at once).
 
+    ``rollouts`` shapes the ``rollouts`` workload (the agentloop kind's, over several transports:
+    ``transport`` unused); the run ends when every rollout ran.
+
     ``chains`` shapes the ``chains`` workload, ``resume`` the ``resume`` workload (with
     ``rollouts_per_loop=1`` the run ends when every loop has resumed its session).  ``locate`` (``ws`` only): where each
     connection went, a callable returning local port → the server serving it for the
@@ -98,6 +103,7 @@ class LoadSpec:
     locate: Callable[[], dict[int, str]] | None = None
     resume: Resume = field(default_factory=Resume)
     continues: tuple[str, ...] = ()
+    rollouts: Rollouts = field(default_factory=Rollouts)
 
     def __post_init__(self) -> None:
         if not self.targets:
@@ -129,11 +135,20 @@ class LoadSpec:
                 "LoadSpec.continues names one stored response a loop, for the capacity or codex "
                 "workload, not over http-full (it resends the conversation)"
             )
+        if self.workload == "rollouts" and (self.check_events or self.arrivals or self.continues):
+            raise ValueError(
+                "LoadSpec's rollouts workload runs its own jobs: no check_events, arrivals, continues"
+            )
         if self.workload == "resume" and self.transport != "ws":
             raise ValueError("LoadSpec's resume workload resumes WebSocket sessions: transport 'ws' only")
 
     def target(self, loop: int) -> str:
         return self.targets[loop % len(self.targets)]
+
+    @property
+    def until_done(self) -> bool:
+        """The run ends once every loop is done (at the latest at the window's end)."""
+        return self.rollouts_per_loop is not None or self.workload == "rollouts"
 
 
 @dataclass
@@ -164,6 +179,18 @@ class TurnRecord:
     final_gap_ms: float | None = None  # ws chains: from the event before the terminal one to it
     first_event_ms: float | None = None  # the resume workload: sent -> the answer's first event
     note: str | None = None  # the resume workload: Resume.inspect's answer for this turn's response
+    # the rollouts workload (bench/runner/agent.py): its transport, rollout, number in it (from 1), bytes
+    # sent, cache writes by ttl, calls answered, the tool's measured time after it; ``rollout_s`` (the last
+    # turn's): open to end.  Append mode's last turn holds its one response's usage and ``server`` timings.
+    transport: str | None = None
+    rollout: int | None = None
+    turn: int | None = None
+    request_bytes: int = 0
+    write_30m_tokens: int = 0
+    write_12h_tokens: int = 0
+    calls: int = 0
+    tool_ms: float = 0.0
+    rollout_s: float | None = None
 
     @property
     def done(self) -> float:

@@ -19,8 +19,9 @@ from typing import Any
 from ..client import frame_type
 from .channels import Channel, WsChannel
 from .connecting import ConnectLog, open_with_retry
-from .loop import Pace, answered, parse_reply, usage_fields
+from .loop import Pace
 from .model import TurnRecord
+from .replies import answered, parse_reply, usage_fields
 from .workloads import Resume
 
 # a resume step's target for a connection whose server is not known (Mapping key)

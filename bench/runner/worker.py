@@ -26,7 +26,7 @@ from .channels import Channel, CheckedWsChannel, Connections, HttpChannel, WsCha
 from .connecting import ConnectLog
 from .locate import Locator
 from .loop import HISTORY_POOL, Encoder, Loop, Pace, workload
-from .model import ClientStats, ConnectionRecord, LoadSpec, TurnRecord, client_stats
+from .model import OPEN_AT_RELEASE, ClientStats, ConnectionRecord, LoadSpec, TurnRecord, client_stats
 from .resume import ResumeLoop
 
 LAG_TICK_S = 0.01
@@ -103,6 +103,7 @@ class LoadWorker:
     def _ws(self, target: str, loop: int, headers: dict[str, str] | None = None) -> WsChannel:
         spec = self.spec
         ping = spec.chains.ping_interval_s if spec.workload == "chains" else None
+        keepalive: dict[str, Any] = {} if ping is None else {"ping_interval_s": ping}
         compression = {"chains": spec.chains.compression, "resume": spec.resume.compression}.get(
             spec.workload
         )
@@ -115,7 +116,7 @@ class LoadWorker:
             compression=compression,
             headers=headers,
             lookup_in_background=spec.workload == "resume",  # a resume's first create is not delayed
-            **({} if ping is None else {"ping_interval_s": ping}),
+            **keepalive,
         )
 
     def _session_ws(self, loop: int, target: str, headers: dict[str, str] | None) -> WsChannel:
@@ -177,6 +178,16 @@ class LoadWorker:
                         i, target, chains, self.pace, self.records, ws_maker, self.connects, self.spec.seed
                     )
                 )
+            self.ready = [True] * len(self.loops)
+            self.watcher = asyncio.create_task(watch_lag(self.ticks, self.cpu, self.stalls, self.waits))
+            return 0
+        if self.spec.workload == "rollouts":  # each loop opens a connection a rollout itself
+            from .agent import agent_loops
+
+            sink, connects = self.records, self.connects
+            self.loops = list(
+                await agent_loops(self.spec, self.loop_indices, self.pace, sink, self.connections, connects)
+            )
             self.ready = [True] * len(self.loops)
             self.watcher = asyncio.create_task(watch_lag(self.ticks, self.cpu, self.stalls, self.waits))
             return 0
@@ -362,7 +373,7 @@ class LoadWorker:
             loops=len(self.loops),
             # chains, resume: the loops that opened a connection (each opens its own)
             connected=len({r.loop for r in self.connections.records})
-            if self.spec.workload in ("chains", "resume")
+            if self.spec.workload in OPEN_AT_RELEASE
             else sum(self.ready),
             waits=self.waits,
         )

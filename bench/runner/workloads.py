@@ -112,3 +112,45 @@ class Resume:
     def __post_init__(self) -> None:
         if self.resumes < 0 or self.steady < 0:
             raise ValueError("Resume.resumes and steady must be at least 0")
+
+
+ROLLOUT_TRANSPORTS = ("ws", "append", "http-chained", "http-full")
+
+
+@dataclass(frozen=True)
+class Rollouts:
+    """The ``rollouts`` workload (bench/runner/agent.py): the agentloop kind's rollouts, side by
+    side.  Rollouts ``first`` to ``first + count - 1`` of the spec's workload, each on every
+    one of ``transports``, queued transport by transport within each rollout (``ws#0,
+    http-chained#0, http-full#0, ws#1, …``: :meth:`jobs`) and taken in that order by the
+    spec's ``loops`` (that many rollouts at once), so drift and load hit every transport alike.
+    Rollout ``r`` is the same on every transport: task, model script, tool outputs, tool times.
+    Each rollout opens a connection (an HTTP client) of its own inside its measured time.
+
+    ``api_key``: each transport's key, ``{transport}`` in it replaced by its name (each its own
+    prefix-cache scope).  ``warmup``: before the release, one short rollout per transport (two
+    tool rounds, no resumed history), one after another, its turns not recorded, then
+    ``settle_s``.  A workload with a resumed history has each rollout's history put in the
+    prefix cache under its transport's key just before it runs (a ``generate:false`` create on a
+    connection of its own, outside the rollout's time)."""
+
+    transports: tuple[str, ...] = ("ws", "http-chained", "http-full")
+    count: int = 1
+    first: int = 0
+    api_key: str = "sk-bench-{transport}"
+    warmup: bool = False
+    settle_s: float = 3.0
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.transports) - set(ROLLOUT_TRANSPORTS))
+        if unknown or not self.transports:
+            raise ValueError(f"unknown transports {unknown}; known: {sorted(ROLLOUT_TRANSPORTS)}")
+        if self.count < 0:
+            raise ValueError(f"Rollouts.count must be at least 0, not {self.count}")
+
+    def jobs(self) -> list[tuple[str, int]]:
+        """(transport, rollout) in the order the loops take them."""
+        return [(t, r) for r in range(self.first, self.first + self.count) for t in self.transports]
+
+    def key(self, transport: str) -> str:
+        return self.api_key.format(transport=transport)

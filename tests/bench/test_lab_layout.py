@@ -41,7 +41,7 @@ ON_THE_RUNNER = ("bench.runner", "bench.kinds.capacity.one_level", "bench.kinds.
 REASONS = {
     "probe": "one socket's turns, one at a time: a probe's latency or cost beside (or without) a load",
     "connections": "connections themselves: opened, held or resumed, their cost or handshake, few or no turns",
-    "client": "the lab's own clients: the runner's channel, the agentloop kind's transports, the reference",
+    "client": "the lab's own clients: the runner's channel, the replay's transports, the reference",
 }
 # Modules that open connections themselves: (their reason, what they measure).
 OWN_CONNECTIONS = {
@@ -63,12 +63,8 @@ OWN_CONNECTIONS = {
     "bench/kinds/fidelity.py": ("probe", "one conversation on a real engine and on its emulated twin"),
     "bench/transports.py": (
         "client",
-        "one agent turn per transport, the agentloop kind's side-by-side rollouts",
+        "one conversation's turns one at a time per transport: floor length's, the replay's",
     ),
-    # With --concurrency above 1 the agentloop kind is a load off the runner: its rollouts
-    # interleave the transports (append too) over the same conversations (per-rollout tool
-    # outputs, breakpoints, a cache warm-up per rollout and key), which no runner loop sends.
-    "bench/rollouts.py": ("client", "the agentloop kind's rollouts, interleaved over the transports"),
     "bench/runner/channels.py": ("client", "the runner's own channel"),
     "bench/reference.py": (
         "client",

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from bench.cluster import SimulatedCluster, deploy_serve_config
-from bench.rollouts import run_rollout
+from bench.rollouts import run_bench
 from bench.workload import Workload
 from serve.embedded import free_port, wait_ready
 
@@ -51,10 +51,9 @@ def main(port: int, redis_url: str) -> dict:
             tool_time_ms=5,
         )
 
-        async def loops():
-            return await asyncio.gather(*(run_rollout("ws", url, w, r) for r in range(4)))
-
-        records = asyncio.run(loops())
+        records = asyncio.run(
+            run_bench(url, w, ["ws"], rollouts=4, concurrency=4, warmup=False, api_key="sk-bench")
+        )
         return {
             "rollouts": [
                 {
