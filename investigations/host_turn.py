@@ -143,7 +143,18 @@ def client(args: argparse.Namespace) -> None:
     asyncio.run(main())
 
 
-async def host(args: argparse.Namespace, data_dir: str) -> dict[str, Any]:
+async def serve(
+    data_dir: str,
+    answer: Callable[[Any], AsyncIterator[list[Any]]],
+    config: Any = None,
+    *,
+    cache: Any = None,
+) -> tuple[asyncio.AbstractServer, int, Any]:
+    """A session host's serving parts in this process, listening on 127.0.0.1: the product's
+    WebSocket, Connection, Sender and session cores (sharing one host's prompt parts, and
+    ``cache``, a host's cache budget, when given), a SQLite store writer journaling the
+    ``store:false`` ledger lines under ``data_dir``, the loop-lag watch; the model canned:
+    ``answer`` yields each call's chunks.  The server, its port and the watch."""
     from websockets.server import ServerProtocol
 
     from actors.backend.canned import CannedClient
@@ -155,23 +166,10 @@ async def host(args: argparse.Namespace, data_dir: str) -> dict[str, Any]:
     from actors.host.loop_watch import LoopWatch
     from actors.host.sender import Sender
     from actors.host.websocket import WebSocket
-    from inference import collector, tokenizer
-    from inference.types import Done, FunctionCallDelta, InferenceEvent, InferenceRequest, Prefilled
+    from inference.types import InferenceRequest
     from store.journal import Journal
     from store.sqlite import SQLiteStore
     from store.writer import StoreWriter
-
-    async def answer(request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
-        n = len(request.prompt_token_ids)
-        await asyncio.sleep(0.003)
-        yield [
-            Prefilled(n, max(0, n - 500), 0.0, 1.0, replica="r"),
-            FunctionCallDelta(0, "shell", CALL[:10], 3),
-        ]
-        await asyncio.sleep(0.002)
-        yield [FunctionCallDelta(0, "shell", CALL[10:], 12)]
-        await asyncio.sleep(0.001)
-        yield [Done("tool_calls", 15, 3.0)]
 
     class Model(CannedClient):
         def stream(self, request: InferenceRequest) -> Any:
@@ -179,18 +177,12 @@ async def host(args: argparse.Namespace, data_dir: str) -> dict[str, Any]:
             self.requests.clear()  # a canned client keeps every request: not this one
             return call
 
-    if args.stages:
-        wrap_stages()
-    tokenizer.encode("warm up")
-    collector.freeze_startup()
-    if args.gc == "serving":
-        collector.serving()
+    config = config or SessionConfig()
     store = SQLiteStore(data_dir)
     writer = StoreWriter(store, journal=Journal(os.path.join(data_dir, "journal"), "host"))
     model = Model(["emu-fast"], answer, check_metadata=check_emulator_metadata)
     parts: PromptParts[Any] = PromptParts()
     watch = LoopWatch()
-    config = SessionConfig()
     loop = asyncio.get_running_loop()
     senders: list[asyncio.Task[None]] = []
 
@@ -206,8 +198,9 @@ async def host(args: argparse.Namespace, data_dir: str) -> dict[str, Any]:
             check_metadata=check_emulator_metadata,
             prompt_parts=parts,
             loop_lag=watch.worst_since,
+            **({} if cache is None else {"cache": cache}),
         )
-        conn = Connection(session, model, writer, observe=lambda transport, ms: observe(transport, ms))
+        conn = Connection(session, model, writer, observe=observe)
         ws.receive(conn.feed)
         senders.append(loop.create_task(Sender(ws, conn).run()))
 
@@ -218,7 +211,32 @@ async def host(args: argparse.Namespace, data_dir: str) -> dict[str, Any]:
 
     server = await loop.create_server(socket, "127.0.0.1", 0)
     watch.start()
-    port = server.sockets[0].getsockname()[1]
+    return server, server.sockets[0].getsockname()[1], watch
+
+
+async def host(args: argparse.Namespace, data_dir: str) -> dict[str, Any]:
+    from inference import collector, tokenizer
+    from inference.types import Done, FunctionCallDelta, InferenceEvent, InferenceRequest, Prefilled
+
+    async def answer(request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
+        n = len(request.prompt_token_ids)
+        await asyncio.sleep(0.003)
+        yield [
+            Prefilled(n, max(0, n - 500), 0.0, 1.0, replica="r"),
+            FunctionCallDelta(0, "shell", CALL[:10], 3),
+        ]
+        await asyncio.sleep(0.002)
+        yield [FunctionCallDelta(0, "shell", CALL[10:], 12)]
+        await asyncio.sleep(0.001)
+        yield [Done("tool_calls", 15, 3.0)]
+
+    if args.stages:
+        wrap_stages()
+    tokenizer.encode("warm up")
+    collector.freeze_startup()
+    if args.gc == "serving":
+        collector.serving()
+    server, port, _ = await serve(data_dir, answer)
     argv = [sys.executable, "-m", "investigations.host_turn", "--client", "--port", str(port)]
     argv += ["--loops", str(args.loops), "--tool-ms", str(args.tool_ms)]
     argv += ["--words", str(args.words), "--tools", str(args.tools)]

@@ -120,25 +120,12 @@ def client(args: argparse.Namespace) -> None:
 
 
 async def host(args: argparse.Namespace, data_dir: str) -> dict[str, Any]:
-    from websockets.server import ServerProtocol
-
-    from actors.backend.canned import CannedClient
-    from actors.backend.emulator_metadata import check_emulator_metadata
     from actors.config import SessionConfig
     from actors.core.cache_budget import CacheBudget
     from actors.core.lanes import HostBudget
-    from actors.core.prompt_parts import PromptParts
-    from actors.core.session import Session
-    from actors.host.connection import Connection
-    from actors.host.loop_watch import LoopWatch
-    from actors.host.sender import Sender
-    from actors.host.websocket import WebSocket
     from inference import collector, tokenizer
     from inference.types import Done, FunctionCallDelta, InferenceEvent, InferenceRequest, Prefilled
     from investigations import host_turn
-    from store.journal import Journal
-    from store.sqlite import SQLiteStore
-    from store.writer import StoreWriter
 
     async def answer(request: InferenceRequest) -> AsyncIterator[list[InferenceEvent]]:
         n = len(request.prompt_token_ids)
@@ -149,54 +136,15 @@ async def host(args: argparse.Namespace, data_dir: str) -> dict[str, Any]:
         await asyncio.sleep(0.001)
         yield [Done("tool_calls", 15, 3.0)]
 
-    class Model(CannedClient):
-        def stream(self, request: InferenceRequest) -> Any:
-            call = super().stream(request)
-            self.requests.clear()  # a canned client keeps every request: not this one
-            return call
-
     if args.stages:
         host_turn.wrap_stages()
 
     tokenizer.encode("warm up")
     collector.freeze_startup()
     collector.serving()
-    store = SQLiteStore(data_dir)
-    writer = StoreWriter(store, journal=Journal(os.path.join(data_dir, "journal"), "host"))
-    model = Model(["emu-fast"], answer, check_metadata=check_emulator_metadata)
-    parts: PromptParts[Any] = PromptParts()
     config = SessionConfig(**json.loads(args.session))
     cache: HostBudget = CacheBudget(config.host_max_cached_tokens)
-    watch = LoopWatch()
-    loop = asyncio.get_running_loop()
-    senders: list[asyncio.Task[None]] = []
-
-    async def accept(ws: WebSocket, request: Any) -> Any:
-        return ws.protocol.accept(request)
-
-    def on_open(ws: WebSocket) -> None:
-        session = Session(
-            config,
-            ["emu-fast"],
-            session_key=f"c{len(senders)}",
-            clock=time.time,
-            cache=cache,
-            check_metadata=check_emulator_metadata,
-            prompt_parts=parts,
-            loop_lag=watch.worst_since,
-        )
-        conn = Connection(session, model, writer, observe=host_turn.observe)
-        ws.receive(conn.feed)
-        senders.append(loop.create_task(Sender(ws, conn).run()))
-
-    def socket() -> WebSocket:
-        return WebSocket(
-            ServerProtocol(max_size=None), accept, on_open, ping_interval=20.0, ping_timeout=20.0
-        )
-
-    server = await loop.create_server(socket, "127.0.0.1", 0)
-    watch.start()
-    port = server.sockets[0].getsockname()[1]
+    server, port, watch = await host_turn.serve(data_dir, answer, config, cache=cache)
     argv = [sys.executable, "-m", "investigations.storm_host", "--client", "--port", str(port)]
     argv += ["--loops", str(args.loops), "--rounds", str(args.rounds)]
     argv += ["--no-timings"] if args.no_timings else []
