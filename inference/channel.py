@@ -11,8 +11,12 @@ Wire: the client first sends the server's token (``TOKEN_BYTES`` raw bytes, comp
 anything is decoded), then frames of a 4-byte big-endian length and a pickle (the endpoint
 and its token come through Ray, which pickles between the same processes anyway):
 
-- client → server: ``("go", rid, InferenceRequest, tools_key, base, keep, marks_base)``, ``("stop", rid)``,
-  ``("tools", key, tools)``, ``("forget", key)``, ``("forget_prompt", session_key)``;
+- client → server: each frame holds the messages of one turn of the host's event loop (the
+  calls its connections started on one tick, the stops of those they closed), each message
+  a length and a pickle of its own, made when the call started (so a request sends what it
+  was then): one write and one read for them all.  Messages: ``("go", rid,
+  InferenceRequest, tools_key, base, keep, marks_base)``, ``("stop", rid)``, ``("tools",
+  key, tools)``, ``("forget", key)``, ``("forget_prompt", session_key)``;
 - server → client: each frame is a list of messages, all those of one turn of the server's
   event loop (the chunks of every call due on one tick, a call's last chunk with its
   ``end``): one pickle and one read for them all.  Messages: ``("chunk", rid,
@@ -63,6 +67,7 @@ log = logging.getLogger(__name__)
 TOKEN_BYTES = 32
 _LEN = struct.Struct(">I")
 MAX_FRAME = 256 * 1024 * 1024
+FLUSH_BYTES = 4 * 1024 * 1024  # a client's frame of one tick leaves early once this big
 TOOL_SETS = 256  # tools tuples a channel keeps sent (one per connection that has tools)
 PROMPT_BYTES = 64 * 1024 * 1024  # sessions' last prompts a channel keeps on each side (4 bytes a token)
 
@@ -94,11 +99,31 @@ def _frame(msg: tuple[Any, ...] | list[tuple[Any, ...]]) -> bytes:
 
 
 async def _read(reader: asyncio.StreamReader) -> Any:
-    """One frame's message: a tuple from the client, a list of tuples from the server."""
+    """One frame's message: a list of tuples from the server."""
+    return pickle.loads(await _read_frame(reader))  # an authenticated peer (the token came through Ray)
+
+
+async def _read_frame(reader: asyncio.StreamReader) -> bytes:
     (n,) = _LEN.unpack(await reader.readexactly(_LEN.size))
     if n > MAX_FRAME:
         raise ConnectionError(f"channel frame of {n} bytes")
-    return pickle.loads(await reader.readexactly(n))  # an authenticated peer (the token came through Ray)
+    return await reader.readexactly(n)
+
+
+async def _read_messages(reader: asyncio.StreamReader) -> list[Any]:
+    """One client frame's messages: the frames of one tick, each a tuple."""
+    data = await _read_frame(reader)
+    view = memoryview(data)
+    out = []
+    at, end = 0, len(data)
+    while at < end:
+        (n,) = _LEN.unpack_from(data, at)
+        at += _LEN.size
+        if at + n > end:
+            raise ConnectionError("channel: a message runs past its frame")
+        out.append(pickle.loads(view[at : at + n]))  # an authenticated peer (the token came through Ray)
+        at += n
+    return out
 
 
 def _sendable(msg: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -158,38 +183,39 @@ class ChannelServer:
                 log.warning("channel: refused a peer with a wrong token")
                 return
             while True:
-                msg = await _read(reader)
-                if msg[0] == "go":
-                    rid, tools_key = msg[1], msg[3]
-                    request = _whole_prompt(
-                        msg[2],
-                        prompts,
-                        marks,
-                        base=msg[4],
-                        keep=msg[5],
-                        marks_base=msg[6],
-                        tools=None if tools_key is None else tool_sets[tools_key],
-                    )
-                    if self._draining:
-                        out.send(("gone", rid))
-                        continue
-                    self.calls += 1
-                    task = asyncio.get_running_loop().create_task(self._call(rid, request, out))
-                    calls[rid] = task
-                    self._calls.add(task)
-                    task.add_done_callback(self._calls.discard)
-                    task.add_done_callback(functools.partial(_forget, calls, rid))
-                elif msg[0] == "stop":
-                    stopped = calls.pop(msg[1], None)
-                    if stopped is not None:
-                        stopped.cancel()
-                elif msg[0] == "tools":
-                    tool_sets[msg[1]] = msg[2]
-                elif msg[0] == "forget":
-                    tool_sets.pop(msg[1], None)
-                elif msg[0] == "forget_prompt":
-                    prompts.pop(msg[1], None)
-                    marks.pop(msg[1], None)
+                for msg in await _read_messages(reader):
+                    kind = msg[0]
+                    if kind == "go":
+                        rid, tools_key = msg[1], msg[3]
+                        request = _whole_prompt(
+                            msg[2],
+                            prompts,
+                            marks,
+                            base=msg[4],
+                            keep=msg[5],
+                            marks_base=msg[6],
+                            tools=None if tools_key is None else tool_sets[tools_key],
+                        )
+                        if self._draining:
+                            out.send(("gone", rid))
+                            continue
+                        self.calls += 1
+                        task = asyncio.get_running_loop().create_task(self._call(rid, request, out))
+                        calls[rid] = task
+                        self._calls.add(task)
+                        task.add_done_callback(self._calls.discard)
+                        task.add_done_callback(functools.partial(_forget, calls, rid))
+                    elif kind == "stop":
+                        stopped = calls.pop(msg[1], None)
+                        if stopped is not None:
+                            stopped.cancel()
+                    elif kind == "tools":
+                        tool_sets[msg[1]] = msg[2]
+                    elif kind == "forget":
+                        tool_sets.pop(msg[1], None)
+                    elif kind == "forget_prompt":
+                        prompts.pop(msg[1], None)
+                        marks.pop(msg[1], None)
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
             pass  # the host went away (or never authenticated)
         finally:
@@ -260,6 +286,8 @@ class ChannelClient:
         self._prompts: OrderedDict[str, bytes] = OrderedDict()
         self._marks: dict[str, tuple[Breakpoint, ...]] = {}  # the kept prompts' breakpoints
         self._prompt_bytes = 0
+        self._outbox: list[bytes] = []  # this tick's messages, each framed, for one frame
+        self._outbox_bytes = 0
         self.open = False
         self._retired = False  # takes no more calls; closes once the running ones end
 
@@ -364,21 +392,37 @@ class ChannelClient:
         return out, changes, base, True, marks_base
 
     def stream(self, request: InferenceRequest) -> ChannelCall:
-        """One model call, as ``InferenceClient.stream``, started now: its ``go`` is written
-        before this returns.  Raises :class:`ChannelUnavailable` (now, or from the call before
+        """One model call, as ``InferenceClient.stream``, started now: its ``go`` is made (the
+        request pickled) before this returns, and leaves with this tick's other messages.  Raises :class:`ChannelUnavailable` (now, or from the call before
         any chunk) if the call can be made elsewhere, :class:`ChannelLost` after."""
         if not self.open or self._retired or self._writer is None:
             raise ChannelUnavailable("channel closed")
         rid = self._next = self._next + 1
         queue: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
         self._calls[rid] = queue
-        self._writer.write(self._go(rid, request))
+        self._post(self._go(rid, request))
         return ChannelCall(self, rid, queue)
+
+    def _post(self, data: bytes) -> None:
+        """``data`` (framed messages) leaves with the rest of this turn of the event loop's, in
+        one frame and one write (at once when they pass ``FLUSH_BYTES``)."""
+        if not self._outbox:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._outbox.append(data)
+        self._outbox_bytes += len(data)
+        if self._outbox_bytes >= FLUSH_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        parts, self._outbox = self._outbox, []
+        size, self._outbox_bytes = self._outbox_bytes, 0
+        if parts and self._writer is not None and not self._writer.is_closing():
+            self._writer.write(b"".join([_LEN.pack(size), *parts]))
 
     def _ended(self, rid: int, *, stop: bool) -> None:
         del self._calls[rid]
         if stop and self.open and self._writer is not None:
-            self._writer.write(_frame(("stop", rid)))  # cut short: the replica cancels it
+            self._post(_frame(("stop", rid)))  # cut short: the replica cancels it
         if self._retired and not self._calls:
             self.close()
 

@@ -95,7 +95,7 @@ def test_a_call_starts_when_made_and_closing_it_unread_stops_it_in_the_backend()
     async def main() -> None:
         backend = Backend()
         _server, client = await started(backend)
-        call = client.stream(req("h", "hold"))  # its request is written before this returns
+        call = client.stream(req("h", "hold"))  # its request leaves on this tick, read or not
         await backend.held.wait()  # the replica runs it, though nothing read from the call
         call.close()
         await until(lambda: backend.closed, 5, "the backend to see the call closed")
@@ -306,5 +306,47 @@ def test_the_messages_sent_on_one_tick_leave_in_one_frame() -> None:
         assert sent[0] == [("chunk", 3, ["c"])]
         assert [m[:2] for m in sent[1]] == [("error", 4)]
         assert isinstance(sent[1][0][2], RuntimeError)
+
+    asyncio.run(main())
+
+
+def test_the_calls_started_on_one_tick_leave_in_one_write_in_order() -> None:
+    """The client's messages of one turn of the event loop (each call's go, its tools, a stop)
+    go out in one write, in order: a call closed on the tick it started is stopped before it
+    runs on the replica, the others answer; the next tick's messages in a write of their own; past
+    ``FLUSH_BYTES`` they leave at once."""
+
+    async def main() -> None:
+        backend = Backend()
+        server, client = await started(backend)
+        assert client._writer is not None
+        writes: list[int] = []
+        write = client._writer.write
+        client._writer.write = lambda data: writes.append(len(data)) or write(data)  # type: ignore[method-assign]
+        tools = (ToolSpec("t", {"type": "object"}),)
+        held = client.stream(
+            InferenceRequest(request_id="h", model="hold", prompt_token_ids=[1], tools=tools)
+        )
+        calls = [
+            client.stream(InferenceRequest(request_id=r, model="ok", prompt_token_ids=[1], tools=tools))
+            for r in "ab"
+        ]
+        held.close()
+        assert writes == []  # nothing leaves before the tick ends
+
+        async def read(call: channel.ChannelCall) -> list[InferenceEvent]:
+            return [ev async for chunk in call for ev in chunk]
+
+        answers = await asyncio.gather(*(read(call) for call in calls))
+        assert len(writes) == 1
+        assert [type(e) for e in answers[0]] == [Prefilled, TextDelta, TextDelta, Done]
+        assert answers[1][1] == TextDelta("b", 1) and backend.tools["b"] == tools
+        assert server.calls == 3 and "h" not in backend.tools  # its stop came before it ran
+        assert await collect(client, req("next")) and len(writes) == 2
+        client._outbox_bytes = channel.FLUSH_BYTES  # as if this tick's messages were that big
+        client.stream(req("big")).close()
+        assert len(writes) == 3  # the go left at once; its stop follows at the tick's end
+        client.close()
+        await server.drain(1.0)
 
     asyncio.run(main())
