@@ -7,6 +7,13 @@ host streams them over this channel instead.  The deployment serves a :class:`Ch
 session's backend (``actors.backend.ray_serve``) learns its endpoint through Serve and keeps
 a :class:`ChannelClient` per replica.
 
+A replica listens on TCP, for hosts on any node, and on Linux also on a Unix socket in the
+abstract namespace (``Endpoint.local``: a name of its own, nothing on disk), which a host on
+the same node (the same network namespace) connects to instead: a loopback TCP message runs
+the whole TCP stack for both ends in the sender's system call, a Unix socket's only a copy
+(``python -m investigations.replica_turn --tcp`` shows the difference).  A host elsewhere finds
+no such name and uses TCP.
+
 Wire: the client first sends the server's token (``TOKEN_BYTES`` raw bytes, compared before
 anything is decoded), then frames of a 4-byte big-endian length and a pickle (the endpoint
 and its token come through Ray, which pickles between the same processes anyway):
@@ -54,6 +61,7 @@ import logging
 import pickle
 import secrets
 import struct
+import sys
 from array import array
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable
@@ -76,12 +84,14 @@ Generate = Callable[[InferenceRequest], AsyncGenerator[list[InferenceEvent], Non
 
 @dataclass(frozen=True, slots=True)
 class Endpoint:
-    """Where a replica's channel listens; ``replica`` is its Serve replica tag."""
+    """Where a replica's channel listens; ``replica`` is its Serve replica tag; ``local``
+    its Unix socket's abstract name (Linux), for a host on the same node."""
 
     replica: str
     host: str
     port: int
     token: bytes
+    local: str | None = None
 
 
 class ChannelUnavailable(ConnectionError):
@@ -150,7 +160,7 @@ class ChannelServer:
         self._generate = generate
         self._replica = replica
         self._token = secrets.token_bytes(TOKEN_BYTES)
-        self._server: asyncio.Server | None = None
+        self._servers: list[asyncio.Server] = []
         self._calls: set[asyncio.Task[None]] = set()
         self._draining = False
         self.endpoint: Endpoint | None = None
@@ -158,16 +168,21 @@ class ChannelServer:
 
     async def start(self, host: str) -> Endpoint:
         if self.endpoint is None:
-            self._server = await asyncio.start_server(self._serve, host, 0)
-            port = self._server.sockets[0].getsockname()[1]
-            self.endpoint = Endpoint(self._replica, host, port, self._token)
+            server = await asyncio.start_server(self._serve, host, 0)
+            self._servers.append(server)
+            port = server.sockets[0].getsockname()[1]
+            local = None
+            if sys.platform == "linux":
+                local = f"\0responses-ws-channel-{secrets.token_hex(16)}"
+                self._servers.append(await asyncio.start_unix_server(self._serve, local))
+            self.endpoint = Endpoint(self._replica, host, port, self._token, local)
         return self.endpoint
 
     async def drain(self, timeout_s: float) -> None:
         """Start no more calls (each gets ``gone``); let the running ones finish."""
         self._draining = True
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         if self._calls:
             await asyncio.wait(list(self._calls), timeout=timeout_s)
 
@@ -289,10 +304,18 @@ class ChannelClient:
         self._outbox: list[bytes] = []  # this tick's messages, each framed, for one frame
         self._outbox_bytes = 0
         self.open = False
+        self.local = False  # connected over the replica's Unix socket
         self._retired = False  # takes no more calls; closes once the running ones end
 
     async def connect(self) -> None:
-        reader, writer = await asyncio.open_connection(self.endpoint.host, self.endpoint.port)
+        """Connect over the replica's Unix socket when it is on this node, else over TCP."""
+        try:
+            if self.endpoint.local is None:
+                raise FileNotFoundError
+            reader, writer = await asyncio.open_unix_connection(self.endpoint.local)
+            self.local = True
+        except OSError:  # another node (or network namespace): no such name here
+            reader, writer = await asyncio.open_connection(self.endpoint.host, self.endpoint.port)
         writer.write(self.endpoint.token)
         self._writer, self.open = writer, True
         self._reader_task = asyncio.get_running_loop().create_task(self._read(reader))

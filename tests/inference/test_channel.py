@@ -7,6 +7,7 @@ lost connection says whether the call could be made elsewhere."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from array import array
 from collections.abc import AsyncIterator
 from typing import Any
@@ -347,6 +348,28 @@ def test_the_calls_started_on_one_tick_leave_in_one_write_in_order() -> None:
         client.stream(req("big")).close()
         assert len(writes) == 3  # the go left at once; its stop follows at the tick's end
         client.close()
+        await server.drain(1.0)
+
+    asyncio.run(main())
+
+
+def test_a_host_on_the_replicas_node_connects_over_its_unix_socket_and_elsewhere_over_tcp() -> None:
+    """The endpoint names the replica's Unix socket: a client that finds it uses it; one
+    that does not (another node: no such name there) connects over TCP; calls answer on both."""
+
+    async def main() -> None:
+        backend = Backend()
+        server = ChannelServer(backend.generate, "r1")
+        endpoint = await server.start("127.0.0.1")
+        assert endpoint.local is not None
+        elsewhere = dataclasses.replace(endpoint, local=endpoint.local + "-not-here")
+        clients = [ChannelClient(e) for e in (endpoint, elsewhere, dataclasses.replace(endpoint, local=None))]
+        for client in clients:
+            await client.connect()
+        assert [c.local for c in clients] == [True, False, False]
+        for i, client in enumerate(clients):
+            assert [type(e) for e in await collect(client, req(f"c{i}"))][-1] is Done
+            client.close()
         await server.drain(1.0)
 
     asyncio.run(main())
