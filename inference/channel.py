@@ -18,10 +18,11 @@ Wire: the client first sends the server's token (``TOKEN_BYTES`` raw bytes, comp
 anything is decoded), then frames of a 4-byte big-endian length and a pickle (the endpoint
 and its token come through Ray, which pickles between the same processes anyway):
 
-- client → server: each frame holds the messages of one turn of the host's event loop (the
-  calls its connections started on one tick, the stops of those they closed), each message
-  a length and a pickle of its own, made when the call started (so a request sends what it
-  was then): one write and one read for them all.  Messages: ``("go", rid,
+- client → server: each frame holds messages, each a length and a pickle of its own, made
+  when the call started (so a request sends what it was then): the first message of a turn
+  of the host's event loop leaves at once in a frame of its own, the rest of that turn (the
+  calls its other connections started on it, the stops of those they closed) in one frame
+  at its end: one write and one read for them all.  Messages: ``("go", rid,
   InferenceRequest, tools_key, base, keep, marks_base)``, ``("stop", rid)``, ``("tools",
   key, tools)``, ``("forget", key)``, ``("forget_prompt", session_key)``;
 - server → client: each frame is a list of messages, all those of one turn of the server's
@@ -301,7 +302,9 @@ class ChannelClient:
         self._prompts: OrderedDict[str, bytes] = OrderedDict()
         self._marks: dict[str, tuple[Breakpoint, ...]] = {}  # the kept prompts' breakpoints
         self._prompt_bytes = 0
-        self._outbox: list[bytes] = []  # this tick's messages, each framed, for one frame
+        # The messages of this turn of the event loop after its first, each framed, for one
+        # frame at its end (None: nothing was sent on this turn yet).
+        self._outbox: list[bytes] | None = None
         self._outbox_bytes = 0
         self.open = False
         self.local = False  # connected over the replica's Unix socket
@@ -427,19 +430,29 @@ class ChannelClient:
         return ChannelCall(self, rid, queue)
 
     def _post(self, data: bytes) -> None:
-        """``data`` (framed messages) leaves with the rest of this turn of the event loop's, in
-        one frame and one write (at once when they pass ``FLUSH_BYTES``)."""
-        if not self._outbox:
+        """Send ``data`` (framed messages): the first of a turn of the event loop at once (a
+        lone call's request reaches the replica while the host still works on its turn), the
+        others of that turn together at its end, in one frame and one write (at once when
+        they pass ``FLUSH_BYTES``)."""
+        if self._outbox is None:
+            self._outbox = []
             asyncio.get_running_loop().call_soon(self._flush)
+            self._write([data], len(data))
+            return
         self._outbox.append(data)
         self._outbox_bytes += len(data)
         if self._outbox_bytes >= FLUSH_BYTES:
-            self._flush()
+            self._write(self._outbox, self._outbox_bytes)
+            self._outbox, self._outbox_bytes = [], 0
 
     def _flush(self) -> None:
-        parts, self._outbox = self._outbox, []
+        parts, self._outbox = self._outbox, None
         size, self._outbox_bytes = self._outbox_bytes, 0
-        if parts and self._writer is not None and not self._writer.is_closing():
+        if parts:
+            self._write(parts, size)
+
+    def _write(self, parts: list[bytes], size: int) -> None:
+        if self._writer is not None and not self._writer.is_closing():
             self._writer.write(b"".join([_LEN.pack(size), *parts]))
 
     def _ended(self, rid: int, *, stop: bool) -> None:

@@ -311,11 +311,11 @@ def test_the_messages_sent_on_one_tick_leave_in_one_frame() -> None:
     asyncio.run(main())
 
 
-def test_the_calls_started_on_one_tick_leave_in_one_write_in_order() -> None:
-    """The client's messages of one turn of the event loop (each call's go, its tools, a stop)
-    go out in one write, in order: a call closed on the tick it started is stopped before it
-    runs on the replica, the others answer; the next tick's messages in a write of their own; past
-    ``FLUSH_BYTES`` they leave at once."""
+def test_a_ticks_first_call_leaves_at_once_and_the_rest_of_the_tick_in_one_write_in_order() -> None:
+    """The client's first message of a turn of the event loop goes out at once; the rest of
+    that turn's (each call's go, its tools, a stop) in one write at its end, in order: a
+    call closed on the tick it started is stopped before it runs on the replica, the others
+    answer; past ``FLUSH_BYTES`` they leave at once."""
 
     async def main() -> None:
         backend = Backend()
@@ -323,8 +323,10 @@ def test_the_calls_started_on_one_tick_leave_in_one_write_in_order() -> None:
         assert client._writer is not None
         writes: list[int] = []
         write = client._writer.write
-        client._writer.write = lambda data: writes.append(len(data)) or write(data)  # type: ignore[method-assign]
+        client._writer.write = lambda data: writes.append(len(data)) or write(data)  # type: ignore[func-returns-value,method-assign]
         tools = (ToolSpec("t", {"type": "object"}),)
+        first = client.stream(InferenceRequest(request_id="f", model="ok", prompt_token_ids=[1]))
+        assert len(writes) == 1  # the tick's first call: at once
         held = client.stream(
             InferenceRequest(request_id="h", model="hold", prompt_token_ids=[1], tools=tools)
         )
@@ -333,20 +335,21 @@ def test_the_calls_started_on_one_tick_leave_in_one_write_in_order() -> None:
             for r in "ab"
         ]
         held.close()
-        assert writes == []  # nothing leaves before the tick ends
+        assert len(writes) == 1  # the rest wait for the tick's end
 
         async def read(call: channel.ChannelCall) -> list[InferenceEvent]:
             return [ev async for chunk in call for ev in chunk]
 
-        answers = await asyncio.gather(*(read(call) for call in calls))
-        assert len(writes) == 1
-        assert [type(e) for e in answers[0]] == [Prefilled, TextDelta, TextDelta, Done]
-        assert answers[1][1] == TextDelta("b", 1) and backend.tools["b"] == tools
-        assert server.calls == 3 and "h" not in backend.tools  # its stop came before it ran
-        assert await collect(client, req("next")) and len(writes) == 2
-        client._outbox_bytes = channel.FLUSH_BYTES  # as if this tick's messages were that big
+        answers = await asyncio.gather(*(read(call) for call in [first, *calls]))
+        assert len(writes) == 2
+        assert [type(e) for e in answers[1]] == [Prefilled, TextDelta, TextDelta, Done]
+        assert answers[2][1] == TextDelta("b", 1) and backend.tools["b"] == tools
+        assert server.calls == 4 and "h" not in backend.tools  # its stop came before it ran
+        assert await collect(client, req("next")) and len(writes) == 3
+        client.stream(req("x")).close()  # the tick's first goes at once, the stop at its end
+        client._outbox_bytes = channel.FLUSH_BYTES  # as if the rest of this tick were that big
         client.stream(req("big")).close()
-        assert len(writes) == 3  # the go left at once; its stop follows at the tick's end
+        assert len(writes) == 5  # "x" at once; its stop and "big" past FLUSH_BYTES; big's stop at the end
         client.close()
         await server.drain(1.0)
 
