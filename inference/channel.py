@@ -12,7 +12,8 @@ abstract namespace (``Endpoint.local``: a name of its own, nothing on disk), whi
 the same node (the same network namespace) connects to instead: a loopback TCP message runs
 the whole TCP stack for both ends in the sender's system call, a Unix socket's only a copy
 (``python -m investigations.replica_turn --tcp`` shows the difference).  A host elsewhere finds
-no such name and uses TCP.
+no such name and uses TCP, as does a host whose kernel will not give a Unix socket a send
+buffer of ``UNIX_BUFFER`` (``net.core.wmem_max``).
 
 Wire: the client first sends the server's token (``TOKEN_BYTES`` raw bytes, compared before
 anything is decoded), then frames of a 4-byte big-endian length and a pickle (the endpoint
@@ -61,6 +62,7 @@ import hmac
 import logging
 import pickle
 import secrets
+import socket
 import struct
 import sys
 from array import array
@@ -76,6 +78,10 @@ log = logging.getLogger(__name__)
 TOKEN_BYTES = 32
 _LEN = struct.Struct(">I")
 MAX_FRAME = 256 * 1024 * 1024
+# A Unix socket's send buffer: a default one (208 KiB on most kernels) splits a storm of
+# first calls (hundreds of KB a tick) into many writes and wake-ups, where loopback TCP
+# grows its buffer to 4 MiB; the Unix socket is used only where the kernel allows this.
+UNIX_BUFFER = 4 * 1024 * 1024
 FLUSH_BYTES = 4 * 1024 * 1024  # a client's frame of one tick leaves early once this big
 TOOL_SETS = 256  # tools tuples a channel keeps sent (one per connection that has tools)
 PROMPT_BYTES = 64 * 1024 * 1024  # sessions' last prompts a channel keeps on each side (4 bytes a token)
@@ -137,6 +143,15 @@ async def _read_messages(reader: asyncio.StreamReader) -> list[Any]:
     return out
 
 
+def _buffered(writer: asyncio.StreamWriter) -> bool:
+    """Give a Unix socket a send buffer of ``UNIX_BUFFER``; whether the kernel allowed it
+    (``net.core.wmem_max``)."""
+    sock = writer.get_extra_info("socket")
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, UNIX_BUFFER)
+    return bool(sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) >= UNIX_BUFFER)
+
+
 def _sendable(msg: tuple[Any, ...]) -> tuple[Any, ...]:
     """``msg``, or the ``error`` of its call if it does not pickle."""
     try:
@@ -188,6 +203,8 @@ class ChannelServer:
             await asyncio.wait(list(self._calls), timeout=timeout_s)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if writer.get_extra_info("socket").family == socket.AF_UNIX:
+            _buffered(writer)
         out = _Sender(writer)
         calls: dict[int, asyncio.Task[None]] = {}
         tool_sets: dict[int, tuple[ToolSpec, ...]] = {}  # as the client named them
@@ -316,6 +333,9 @@ class ChannelClient:
             if self.endpoint.local is None:
                 raise FileNotFoundError
             reader, writer = await asyncio.open_unix_connection(self.endpoint.local)
+            if not _buffered(writer):
+                writer.close()
+                raise OSError("the kernel caps a Unix socket's buffer below UNIX_BUFFER")
             self.local = True
         except OSError:  # another node (or network namespace): no such name here
             reader, writer = await asyncio.open_connection(self.endpoint.host, self.endpoint.port)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import socket
 from array import array
 from collections.abc import AsyncIterator
 from typing import Any
@@ -356,9 +357,20 @@ def test_a_ticks_first_call_leaves_at_once_and_the_rest_of_the_tick_in_one_write
     asyncio.run(main())
 
 
-def test_a_host_on_the_replicas_node_connects_over_its_unix_socket_and_elsewhere_over_tcp() -> None:
+def unix_buffer_allowed() -> bool:
+    """Whether this kernel gives a Unix socket a send buffer of ``UNIX_BUFFER``."""
+    a, b = socket.socketpair()
+    with a, b:
+        a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, channel.UNIX_BUFFER)
+        return bool(a.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) >= channel.UNIX_BUFFER)
+
+
+def test_a_host_on_the_replicas_node_connects_over_its_unix_socket_and_elsewhere_over_tcp(
+    monkeypatch,
+) -> None:
     """The endpoint names the replica's Unix socket: a client that finds it uses it; one
-    that does not (another node: no such name there) connects over TCP; calls answer on both."""
+    that does not (another node: no such name there) connects over TCP, as does one whose
+    kernel caps the socket's send buffer below ``UNIX_BUFFER``; calls answer on each."""
 
     async def main() -> None:
         backend = Backend()
@@ -369,8 +381,12 @@ def test_a_host_on_the_replicas_node_connects_over_its_unix_socket_and_elsewhere
         clients = [ChannelClient(e) for e in (endpoint, elsewhere, dataclasses.replace(endpoint, local=None))]
         for client in clients:
             await client.connect()
-        assert [c.local for c in clients] == [True, False, False]
-        for i, client in enumerate(clients):
+        assert [c.local for c in clients] == [unix_buffer_allowed(), False, False]
+        monkeypatch.setattr(channel, "UNIX_BUFFER", 1 << 30)  # past any net.core.wmem_max
+        capped = ChannelClient(endpoint)
+        await capped.connect()
+        assert not capped.local
+        for i, client in enumerate([*clients, capped]):
             assert [type(e) for e in await collect(client, req(f"c{i}"))][-1] is Done
             client.close()
         await server.drain(1.0)
