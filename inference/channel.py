@@ -455,9 +455,12 @@ class ChannelClient:
         others of that turn together at its end, in one frame and one write (at once when
         they pass ``FLUSH_BYTES``)."""
         if self._outbox is None:
-            self._outbox = []
-            asyncio.get_running_loop().call_soon(self._flush)
             self._write([data], len(data))
+            try:
+                asyncio.get_running_loop().call_soon(self._flush)
+            except RuntimeError:  # no loop runs here (a call closed from outside it): no tick to share
+                return
+            self._outbox = []
             return
         self._outbox.append(data)
         self._outbox_bytes += len(data)
