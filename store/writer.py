@@ -109,6 +109,9 @@ class StoreWriter:
         self._writing = asyncio.Semaphore(max_writing)  # a burst of puts queues here
         self._lines: deque[tuple[UsageEntry, asyncio.Future[None], bool]] = deque()  # waiting for a commit
         self._billing: set[asyncio.Future[None]] = set()  # lines not committed (or failed) yet
+        # The latest line submitted: one task commits the lines in order, so once it is done
+        # every line before it is (a flush waits on it alone, not on every pending line).
+        self._last_line: asyncio.Future[None] | None = None
         self._puts: dict[str, asyncio.Task[None]] = {}  # the latest put of each id still writing
         self._wakeup = asyncio.Event()
         self._linger_s = linger_s
@@ -181,6 +184,7 @@ class StoreWriter:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         done.add_done_callback(self._billed)
         self._billing.add(done)
+        self._last_line = done
         self._lines.append((entry, done, journaled))
         if len(self._lines) >= MAX_BATCH:
             self._now.set()
@@ -229,16 +233,14 @@ class StoreWriter:
         """
         if self._puts:
             await asyncio.wait(list(self._puts.values()))
-        if not self._billing or self._task is None:
+        last = self._last_line
+        if last is None or last.done() or self._task is None:
             return
         self._now.set()
-        waiting = list(self._billing)
-        gathered: asyncio.Future[Any] = asyncio.gather(*waiting, return_exceptions=True)
-        await asyncio.wait(
-            [gathered, self._task],
-            return_when=asyncio.FIRST_COMPLETED,
-        )
-        if not all(f.done() for f in waiting):
+        # The latest line alone: many sockets closing at once each flush, and a wait on every
+        # pending line each would cost connections × lines.
+        await asyncio.wait([last, self._task], return_when=asyncio.FIRST_COMPLETED)
+        if not last.done():
             raise RuntimeError(f"the store writer task stopped with {self.pending} lines uncommitted")
 
     async def close(self) -> None:

@@ -626,6 +626,33 @@ def test_journaled_lines_linger_to_share_a_commit_and_an_awaited_line_or_a_flush
     asyncio.run(scenario())
 
 
+def test_many_flushes_at_once_each_return_once_every_line_before_them_is_committed(
+    config: StoreConfig,
+) -> None:
+    """Sockets closing together each flush the host's writer: every flush returns only once
+    every line submitted before it is committed, in one commit of them all."""
+
+    async def scenario() -> None:
+        store = Counted(open_store(config))
+        writer = StoreWriter(store)
+        store.gate.clear()
+        writer.bill_behind(usage_entry("resp_1", output_tokens=1))
+        await until(lambda: store.commits, 5, "the first line's commit at the store's gate")
+        for i in (2, 3):
+            writer.bill_behind(usage_entry(f"resp_{i}", output_tokens=i))
+        flushes = [asyncio.create_task(writer.flush()) for _ in range(50)]
+        await turns()
+        assert not any(f.done() for f in flushes), "the lines are not committed yet"
+        store.gate.set()
+        await asyncio.wait_for(asyncio.gather(*flushes), 5)
+        assert writer.pending == 0
+        assert store.commits == [["resp_1"], ["resp_2", "resp_3"]]
+        assert sorted(e.response_id for e in await writer.usage(ALICE)) == ["resp_1", "resp_2", "resp_3"]
+        await writer.close()
+
+    asyncio.run(scenario())
+
+
 def test_a_retried_write_whose_first_answer_was_lost_bills_once(config: StoreConfig) -> None:
     """The commit landed but its answer did not: the retry changes nothing, the caller succeeds."""
 
