@@ -495,7 +495,9 @@ def test_an_unreachable_store_gives_typed_errors_without_internals(dead_store_ur
     assert still_streaming[-1]["type"] == "response.completed", "the socket stays usable"
 
 
-def test_a_500_keeps_the_http_connection_open(dead_store_url):
+def test_a_5xx_keeps_the_http_connection_open(dead_store_url):
+    """The store cannot serve a DELETE: the 503 answered keeps the keep-alive connection open
+    (the 500 of an unexpected exception: tests/serve/test_server_errors.py)."""
     host, port = dead_store_url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=10) as sock:
         sock.sendall(
@@ -503,14 +505,14 @@ def test_a_500_keeps_the_http_connection_open(dead_store_url):
             "Authorization: Bearer sk-iso\r\n\r\n".encode()
         )
         head, body = read_http_response(sock)
-        assert head.startswith(b"HTTP/1.1 500") and json.loads(body)["error"]["type"] == "server_error"
+        assert head.startswith(b"HTTP/1.1 503") and json.loads(body)["error"]["code"] == "store_unavailable"
         assert b"connection: close" not in head.lower(), "a keep-alive response"
         sock.settimeout(2.0)
         try:
             closed = sock.recv(1) == b""
         except TimeoutError:
             closed = False
-    assert not closed, "the server closed a keep-alive connection right after answering 500"
+    assert not closed, "the server closed a keep-alive connection right after answering 503"
 
 
 def read_http_response(sock: socket.socket) -> tuple[bytes, bytes]:
