@@ -24,9 +24,9 @@ from typing import Any
 
 from .. import breakpoints as bp
 from .. import workload as wl
-from ..client import ConnectionClosed, close_code, frame_type, is_final_frame, is_first_token_frame
+from ..client import frame_type
 from ..conversation import TIMINGS_KEY, output_as_input, store_for
-from .channels import OPEN_TIMEOUT_S, Channel, Connections, HttpChannel, Reply, WsChannel, note_frame
+from .channels import OPEN_TIMEOUT_S, Channel, Connections, HttpChannel, Reply, WsChannel
 from .connecting import ConnectLog
 from .loop import Loop, Pace
 from .model import LoadSpec, TurnRecord
@@ -150,38 +150,26 @@ class AppendChannel(WsChannel):
     def __init__(self, base_url: str, api_key: str | None, open_timeout_s: float = OPEN_TIMEOUT_S, **kw: Any):
         super().__init__(base_url, api_key, open_timeout_s, query="?mode=append", **kw)
         self.response_id: str | None = None
+        self._segment: list[dict[str, Any]] = []  # the answer under way's output items
 
     async def send(self, body: str) -> Reply:
-        sock, record = self.socket, self.record
-        assert sock is not None, "open() first"
-        sent = time.time()
-        t0 = time.perf_counter()
-        ttft = None
-        segment: list[dict[str, Any]] = []
-        try:
-            await sock.send_raw(body)
-            if record is not None:
-                record.creates += 1
-                record.in_flight = True
-            while True:
-                raw = await sock.recv_raw()
-                now = time.perf_counter()
-                kind = frame_type(raw)
-                if kind == "response.created":
-                    self.created = raw
-                    self.response_id = json.loads(raw)["response"]["id"]
-                elif ttft is None and is_first_token_frame(raw):
-                    ttft = now - t0
-                elif kind == "response.output_item.done":
-                    item = json.loads(raw)["item"]
-                    segment.append(item)
-                    if item.get("type") == "function_call":  # paused until the append answers it
-                        return Reply(raw, sent, now - t0, ttft, segment=segment, response_id=self.response_id)
-                if note_frame(record, raw) if record is not None else is_final_frame(raw):
-                    return Reply(raw, sent, now - t0, ttft, segment=segment, response_id=self.response_id)
-        except ConnectionClosed as exc:
-            self._ended(close_code(exc))
-            raise
+        self._segment = []
+        return await super().send(body)
+
+    def _pauses(self, raw: str) -> bool:
+        kind = frame_type(raw)
+        if kind == "response.created":
+            self.response_id = json.loads(raw)["response"]["id"]
+        elif kind == "response.output_item.done":
+            item = json.loads(raw)["item"]
+            self._segment.append(item)
+            return bool(item.get("type") == "function_call")  # paused until the append answers it
+        return False
+
+    def _reply(
+        self, raw: str, sent: float, total_s: float, ttft: float | None, gap_s: float, first_s: float | None
+    ) -> Reply:
+        return Reply(raw, sent, total_s, ttft, segment=self._segment, response_id=self.response_id)
 
 
 class Agent:

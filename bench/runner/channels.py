@@ -239,12 +239,24 @@ class WsChannel(Channel):
                     self.created = raw
                 if ttft is None and is_first_token_frame(raw):
                     ttft = now - t0
-                if note_frame(record, raw) if record is not None else is_final_frame(raw):
-                    return Reply(raw, sent, now - t0, ttft, gap_s=now - before, first_s=first)
+                if self._pauses(raw) or (
+                    note_frame(record, raw) if record is not None else is_final_frame(raw)
+                ):
+                    return self._reply(raw, sent, now - t0, ttft, gap_s=now - before, first_s=first)
                 before = now
         except ConnectionClosed as exc:
             self._ended(close_code(exc))
             raise
+
+    def _pauses(self, raw: str) -> bool:
+        """Whether the answer under way pauses at this frame before its terminal event (a
+        mode that does: :class:`~bench.runner.agent.AppendChannel`)."""
+        return False
+
+    def _reply(
+        self, raw: str, sent: float, total_s: float, ttft: float | None, gap_s: float, first_s: float | None
+    ) -> Reply:
+        return Reply(raw, sent, total_s, ttft, gap_s=gap_s, first_s=first_s)
 
     async def close(self) -> None:
         if self.socket is not None:
