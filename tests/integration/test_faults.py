@@ -25,7 +25,7 @@ import websockets
 from ray import serve
 from websockets.exceptions import ConnectionClosed
 
-from tests.support.server import gateway_stats, start_app, start_apps, stop_app
+from tests.support.server import gateway_stats, running_apps, start_app, stop_app
 from tests.support.waiting import wait_until
 from tests.support.wire import raw_collect, validated
 
@@ -47,10 +47,10 @@ DEDICATED_APP = APP + "-dedicated"
 
 @pytest.fixture(scope="module")
 def fault_apps(ray_cluster) -> Iterator[dict[str, str]]:
-    """The module's two apps, deployed at once (``start_apps``).  The faults app: keepalive
+    """The module's two apps, deployed at once (``running_apps``).  The faults app: keepalive
     pings every 0.5 s, 40 s for a drain's responses in flight; the graceful shutdown, the
     last of its tests, deletes it.  The dedicated app: a session host per connection."""
-    urls = start_apps(
+    with running_apps(
         {
             APP: {
                 "session.ping_interval_s": 0.5,
@@ -59,10 +59,8 @@ def fault_apps(ray_cluster) -> Iterator[dict[str, str]]:
             },
             DEDICATED_APP: {"session.connections_per_actor": 1, "session.warm_actors": 2},
         }
-    )
-    yield urls
-    for name in urls:
-        stop_app(name)
+    ) as urls:
+        yield urls
 
 
 @pytest.fixture(scope="module")

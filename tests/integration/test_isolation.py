@@ -24,7 +24,7 @@ from openai import OpenAI
 
 from serve.auth import fingerprint
 from serve.embedded import free_port
-from tests.support.server import ALICE, BOB, busy_profiles, start_apps, stop_app
+from tests.support.server import ALICE, BOB, busy_profiles, running_apps
 from tests.support.waiting import until, wait_until
 from tests.support.wire import raw_collect, validated
 
@@ -396,12 +396,12 @@ DEAD_STORE_APP, BUSY_APP = "rws-iso-deadstore", "rws-iso-busy"
 
 @pytest.fixture(scope="module")
 def fault_apps(ray_cluster) -> Iterator[dict[str, str]]:
-    """The module's two apps of internal faults, deployed at once (``start_apps``): an app
+    """The module's two apps of internal faults, deployed at once (``running_apps``): an app
     whose Redis store is unreachable (nothing listens on the port), its ``store:false``
     lines journaled (``store.ledger: journal``; with ``commit``, Redis's default, such a
     response fails unbilled: tests/actors/host/test_connection.py); and an app whose
     inference replica runs one sequence and queues none (overload is reachable)."""
-    urls = start_apps(
+    with running_apps(
         {
             DEAD_STORE_APP: {
                 "store.backend": "redis",
@@ -411,10 +411,8 @@ def fault_apps(ray_cluster) -> Iterator[dict[str, str]]:
             },
             BUSY_APP: {"inference.profiles": busy_profiles()},
         }
-    )
-    yield urls
-    for name in urls:
-        stop_app(name)
+    ) as urls:
+        yield urls
 
 
 @pytest.fixture(scope="module")

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 from inference.emulator.profiles import load_inference_config
@@ -52,6 +53,16 @@ def start_apps(apps: dict[str, dict[str, Any]]) -> dict[str, str]:
     with ThreadPoolExecutor(max(1, len(configs))) as pool:
         urls = {name: pool.submit(deploy, config, name=name) for name, config in configs.items()}
         return {name: url.result() for name, url in urls.items()}
+
+
+@contextlib.contextmanager
+def running_apps(apps: dict[str, dict[str, Any]]) -> Iterator[dict[str, str]]:
+    """The apps ``{name: overrides}`` deployed at once (:func:`start_apps`), their base URLs,
+    each stopped at the end (:func:`stop_app`): a module fixture's apps."""
+    urls = start_apps(apps)
+    yield urls
+    for name in urls:
+        stop_app(name)
 
 
 def stop_app(name: str) -> None:
