@@ -129,14 +129,14 @@ def add_http_routes(
     async def api_error(_: Request, exc: APIError) -> JSONResponse:
         return error_response(exc)
 
-    async def store_unavailable(request: Request, exc: Exception) -> JSONResponse:
+    async def store_cannot_serve(request: Request, exc: Exception) -> JSONResponse:
         # A GET, DELETE, input_items or compaction the store cannot serve now: retryable 503,
         # not a 500 and not "not found" (the record is not lost).
         log.warning("the store cannot serve %s %s now: %s", request.method, request.url.path, exc)
         return error_response(StoredResponsesUnavailable())
 
-    app.add_exception_handler(ReadUnavailable, store_unavailable)
-    app.add_exception_handler(WriteUnavailable, store_unavailable)
+    app.add_exception_handler(ReadUnavailable, store_cannot_serve)
+    app.add_exception_handler(WriteUnavailable, store_cannot_serve)
 
     @app.exception_handler(HTTPException)
     async def routing(request: Request, exc: HTTPException) -> JSONResponse:
