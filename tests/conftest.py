@@ -39,9 +39,6 @@ MULTINODE_DIR = "multinode"
 # in the order the tests need them) start in the background while the tests that need none
 # of them run first.
 LAST_TIERS = ("operations", "cluster")
-# Their tests are `operations` (`make test-operations`), except one marked `default_tier`: the
-# scaling experiment's loopback case (tests/cluster/test_scaling_experiment.py), which runs
-# in `make test`.
 CHILDREN = ("operator_server", "json_logs_server", "shared_ray_cluster", "cluster_scenario")
 # Parallel workers (not what `make test` runs: docs/testing.md): `pytest -n 2 --dist
 # loadgroup --no-loadscope-reorder`.  A Ray lives in one worker process, so the tests that
@@ -83,9 +80,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "operations: tests/operations and tests/cluster, Rays of their own (make test-operations)"
     )
-    config.addinivalue_line(
-        "markers", "default_tier: a test of tests/operations or tests/cluster that runs in the default tier"
-    )
     config.addinivalue_line("markers", "xdist_group(name): pytest-xdist keeps a group on one worker")
 
 
@@ -105,7 +99,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.real_model)
         if tier(item) == MULTINODE_DIR:
             item.add_marker(pytest.mark.multinode)
-        if tier(item) in LAST_TIERS and item.get_closest_marker("default_tier") is None:
+        if tier(item) in LAST_TIERS:
             item.add_marker(pytest.mark.operations)
         # A test of no group goes with its module: a worker takes a module at a time (one
         # test at a time, it would wait for the scheduler between every two tests).

@@ -1,5 +1,6 @@
 """``responses-ws bench scaling --cluster ADDRESS`` on raylets on one machine (loopback, no
-root): the orchestration of the scaling experiment everywhere the default tier runs.
+root): the orchestration of the scaling experiment, in the operations tier (``make
+test-operations``, which ``.ci/run`` runs).
 
 Four ``ray start`` nodes on 127.0.0.1 as an operator starts them, each with the custom
 resources of its node type: the head (Serve's controller, the dashboard whose REST API the
@@ -11,13 +12,12 @@ cluster.  The nodes share one address here, so the experiment counts each node's
 the server's side (its Ray metrics, reported every 500 ms on this cluster).  One cluster
 serves the module's cases.
 
-In the default tier (marked ``default_tier``): a sweep of two session-node steps at one load
-level, short windows.  Checks: every load actor ran on the client node; each session node
+A sweep of two session-node steps at one load level, short windows.  Checks: every load actor ran on the client node; each session node
 served turns in every step that had it in service and none in a step that did not; the
 steps are the sweep's; ``scaling.json`` validates against its schema; the gateway count is
 back to the deployed one at the end; no load actor or sampler is left.
 
-In the operations tier (``make test-operations``): a ``--url`` outside the cluster is
+Then a ``--url`` outside the cluster is
 refused with one line; ``--transports ws,http-full`` interleaves the transports over two
 load levels, and Ctrl-C during the third step ends the run with the partial report
 (``complete: false``) and no load actor or sampler left."""
@@ -251,9 +251,8 @@ def gateways_back_to_one(cluster: LoopbackCluster) -> None:
     assert gateway["target_num_replicas"] == 1
 
 
-@pytest.mark.default_tier
 def test_scaling_experiment_sweeps_the_session_nodes_of_a_loopback_cluster(loopback, tmp_path):
-    """The default tier's case: one sweep of two session-node steps at one load level, short
+    """One sweep of two session-node steps at one load level, short
     windows (the checks need turns, not figures)."""
     cluster = loopback
     out = tmp_path / "run"
