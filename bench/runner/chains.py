@@ -175,7 +175,9 @@ class ChainLoop(ChainTurns):
         await asyncio.sleep(max(0.0, release_at - time.time()))
         try:
             while time.time() < self.pace.end_at:
-                channel = self.new_channel()
+                # ours from its open on: the run's end may catch it in its open (the lookup of
+                # where it went), and it is marked stopped and closed like any other
+                channel = self.channel = self.new_channel()
                 try:
                     await open_with_retry(channel.open, self.connects.failures, attempts=1)
                 except Exception as exc:  # noqa: BLE001 - counted by type in connects.failures
@@ -183,7 +185,6 @@ class ChainLoop(ChainTurns):
                     self.errors.append(f"connect: {exc!r}"[:200])
                     await asyncio.sleep(self.chains.reconnect_s)
                     continue
-                self.channel = channel
                 try:
                     ended = await self.chain(channel)
                 except ConnectionClosed:

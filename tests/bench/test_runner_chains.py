@@ -133,6 +133,41 @@ def test_codex_resends_its_conversation_and_after_a_drain_the_turn_it_lost_on_a_
     assert [r.cached_tokens for r in loop.sink if r.ok] == [0, 1024, 0]
 
 
+class LocatedNever(Scripted):
+    """A connection whose open (the lookup of where it went) never ends."""
+
+    async def open(self) -> None:
+        await super().open()
+        await asyncio.Event().wait()
+
+
+def test_a_connection_the_run_ends_in_its_open_is_marked_stopped_and_closed():
+    pace, conns = Pace(1), Connections()
+
+    async def main() -> ChainLoop:
+        loop = ChainLoop(
+            0,
+            "http://unused",
+            Chains(),
+            pace,
+            [],
+            lambda: LocatedNever([], [], pace, conns, completed("last")),
+            ConnectLog(),
+        )
+        task = asyncio.create_task(loop.run(time.time()))
+        while not conns.records:
+            await asyncio.sleep(0)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await loop.channel.close()
+        return loop
+
+    loop = asyncio.run(main())
+    [record] = conns.records
+    assert loop.channel.record is record and record.stopped and record.creates == 0
+    assert record.closed is not None and record.close_code is None  # the client ended it
+
+
 def test_the_chains_workload_runs_on_websockets_or_plain_http():
     with pytest.raises(ValueError, match="'ws' or 'http-full'"):
         LoadSpec(targets=("http://a",), loops=1, workload="chains", transport="http-chained")

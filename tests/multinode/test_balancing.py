@@ -26,6 +26,7 @@ def test_clients_through_the_balancer_are_served_by_both_session_nodes(harness: 
     assert [e for cl in clients for e in cl.errors] == []
     assert [c.close_code for c in conns if c.close_code is not None] == []
     assert {n.name for n in harness.session_nodes} <= {n for n, t in turns.items() if t > 0}
-    assert None not in per_node  # every connection was seen at the balancer
-    # every connection served, but one the load's end caught between its open and its first turn
-    assert all(c.turns >= 1 or c.stopped for c in conns)
+    # every connection served and seen at the balancer, but one the load's end caught between
+    # its open and its first turn (in the balancer's lookup: where it went is not known then)
+    assert [c for c in conns if not c.stopped and (c.turns == 0 or c.server is None)] == []
+    assert [c for c in conns if c.turns >= 1 and c.server is None] == []
