@@ -149,12 +149,14 @@ async def serve(
     config: Any = None,
     *,
     cache: Any = None,
+    gc_pacing: bool = True,
 ) -> tuple[asyncio.AbstractServer, int, Any]:
     """A session host's serving parts in this process, listening on 127.0.0.1: the product's
     WebSocket, Connection, Sender and session cores (sharing one host's prompt parts, and
     ``cache``, a host's cache budget, when given), a SQLite store writer journaling the
     ``store:false`` ledger lines under ``data_dir``, the loop-lag watch; the model canned:
-    ``answer`` yields each call's chunks.  The server, its port and the watch."""
+    ``answer`` yields each call's chunks; the watch paces garbage collection as the host's
+    does unless not ``gc_pacing``.  The server, its port and the watch."""
     from websockets.server import ServerProtocol
 
     from actors.backend.canned import CannedClient
@@ -166,6 +168,7 @@ async def serve(
     from actors.host.loop_watch import LoopWatch
     from actors.host.sender import Sender
     from actors.host.websocket import WebSocket
+    from inference import collector
     from inference.types import InferenceRequest
     from store.journal import Journal
     from store.sqlite import SQLiteStore
@@ -182,7 +185,7 @@ async def serve(
     writer = StoreWriter(store, journal=Journal(os.path.join(data_dir, "journal"), "host"))
     model = Model(["emu-fast"], answer, check_metadata=check_emulator_metadata)
     parts: PromptParts[Any] = PromptParts()
-    watch = LoopWatch()
+    watch = LoopWatch(pacing=collector.BurstPacing() if gc_pacing else None)
     loop = asyncio.get_running_loop()
     senders: list[asyncio.Task[None]] = []
 

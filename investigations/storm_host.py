@@ -63,6 +63,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-timings", action="store_true", help="creates that do not ask for the server's figures"
     )
+    p.add_argument(
+        "--no-gc-pacing", action="store_true", help="young collections not held while the loop is behind"
+    )
     p.add_argument("--out", type=Path, default=Path("results/storm_host.json"))
     p.add_argument("--client", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
@@ -144,7 +147,9 @@ async def host(args: argparse.Namespace, data_dir: str) -> dict[str, Any]:
     collector.serving()
     config = SessionConfig(**json.loads(args.session))
     cache: HostBudget = CacheBudget(config.host_max_cached_tokens)
-    server, port, watch = await host_turn.serve(data_dir, answer, config, cache=cache)
+    server, port, watch = await host_turn.serve(
+        data_dir, answer, config, cache=cache, gc_pacing=not args.no_gc_pacing
+    )
     argv = [sys.executable, "-m", "investigations.storm_host", "--client", "--port", str(port)]
     argv += ["--loops", str(args.loops), "--rounds", str(args.rounds)]
     argv += ["--no-timings"] if args.no_timings else []

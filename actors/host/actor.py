@@ -105,7 +105,9 @@ class SessionHost:
         self._http: HttpServer | None = None
         self._cache: HostBudget = CacheBudget(config.host_max_cached_tokens)  # shared by its connections
         self._prompt_parts: SharedParts = PromptParts()  # instructions and tools, rendered once a host
-        self._loop_watch = LoopWatch()  # each response's loop_lag timing; runs while WebSockets are open
+        # Each response's loop_lag timing, and young collections held while the loop is
+        # behind; runs while WebSockets are open.
+        self._loop_watch = LoopWatch(pacing=collector.BurstPacing())
         self._draining: asyncio.Task[None] | None = None
         self._continuity: HostContinuity | None = None  # resume on any node (a Redis store)
 

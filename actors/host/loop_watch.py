@@ -13,6 +13,10 @@ sources make a response that finishes right after a stall see it too:
   ends, before the code that triggered it carries on.
 
 A host with no WebSocket open runs no probe: an idle host does not wake for it.
+
+Given a :class:`~inference.collector.BurstPacing`, each probe tells it how late it ran, so
+young garbage collections wait while the loop is behind (a storm of first turns) and run
+once it is on time again.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from inference.collector import BurstPacing
+
 from ..core.loop_lag import LoopLag
 
 PERIOD_S = 0.02  # 50 wake-ups a second while serving: a few microseconds each
@@ -32,8 +38,14 @@ TIMER_SLACK_S = 0.001
 
 
 class LoopWatch:
-    def __init__(self, period_s: float = PERIOD_S, perf: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self,
+        period_s: float = PERIOD_S,
+        perf: Callable[[], float] = time.perf_counter,
+        pacing: BurstPacing | None = None,
+    ) -> None:
         self.lag = LoopLag(bucket_s=period_s)
+        self.pacing = pacing
         self.period_s = period_s
         self._perf = perf
         self._due = 0.0
@@ -68,10 +80,15 @@ class LoopWatch:
             self._handle.cancel()
             self._handle = None
             gc.callbacks.remove(self._collection)
+            if self.pacing is not None:
+                self.pacing.reset()
 
     def _tick(self, loop: asyncio.AbstractEventLoop) -> None:
         now = self._perf()
-        self.lag.record(now, now - self._due - TIMER_SLACK_S)
+        late = now - self._due - TIMER_SLACK_S
+        self.lag.record(now, late)
+        if self.pacing is not None:
+            self.pacing.probed(late)
         self._due = now + self.period_s
         self._handle = loop.call_later(self.period_s, self._tick, loop)
 

@@ -1,7 +1,8 @@
 """freeze_startup: what a process holds once started moves to the permanent generation, so
 a full collection afterwards walks only what was made since (run in a child process: a
 freeze cannot be undone in this one).  serving: the session host's thresholds still collect
-every cycle, and keep the heap bounded."""
+every cycle, and keep the heap bounded.  BurstPacing: the burst thresholds from a late probe
+until enough on-time probes in a row, the serving ones after a reset."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import json
 import subprocess
 import sys
 
-from inference.collector import SERVING_THRESHOLDS, serving
+from inference.collector import BURST_THRESHOLDS, QUIET_PROBES, SERVING_THRESHOLDS, BurstPacing, serving
 
 CHILD = """
 import gc, json
@@ -69,3 +70,28 @@ def test_serving_thresholds_keep_the_heap_bounded_and_cycles_collected():
     assert max(peaks) < made / 4  # most of what was made was freed while the crowd ran
     assert collected[1] + collected[2] > 0  # cycles that outlived a gen-0 collection too
     assert after < 1000
+
+
+def test_burst_pacing_holds_young_collections_from_a_late_probe_until_the_loop_is_quiet():
+    set_to: list[tuple[int, int, int]] = []
+    pacing = BurstPacing(busy_late_s=0.005, quiet=3, set_threshold=lambda *t: set_to.append(t))
+    pacing.probed(0.001)
+    assert set_to == [] and not pacing.busy  # on time: the serving thresholds stay
+    pacing.probed(0.050)
+    assert set_to == [BURST_THRESHOLDS] and pacing.busy
+    for late in (0.0, 0.0, 0.020, 0.0, 0.0):  # a gap in the storm: one late probe starts the count again
+        pacing.probed(late)
+    assert set_to == [BURST_THRESHOLDS] and pacing.busy
+    pacing.probed(0.0)
+    assert set_to == [BURST_THRESHOLDS, SERVING_THRESHOLDS] and not pacing.busy
+    pacing.probed(0.030)
+    pacing.reset()  # the probe stopped (no WebSocket open): serving again
+    pacing.reset()
+    assert set_to == [BURST_THRESHOLDS, SERVING_THRESHOLDS] * 2
+    assert pacing.bursts == 2
+
+
+def test_the_defaults_defer_a_storm_and_stay_bounded():
+    assert QUIET_PROBES >= 2
+    assert SERVING_THRESHOLDS[0] < BURST_THRESHOLDS[0] <= 20 * SERVING_THRESHOLDS[0]
+    assert BURST_THRESHOLDS[1:] == SERVING_THRESHOLDS[1:]

@@ -1,6 +1,7 @@
 """LoopWatch: on a real event loop, a callback that holds the loop shows as a stall of at
 least that long to a response that started before it, also to one that finishes inside that
-callback; a garbage collection is a stall; a stopped watch schedules nothing."""
+callback; a garbage collection is a stall; a stopped watch schedules nothing; its pacing of
+garbage collection hears of a late probe and is reset when it stops."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import time
 import pytest
 
 from actors.host.loop_watch import TIMER_SLACK_S, LoopWatch
+from inference.collector import SERVING_THRESHOLDS, BurstPacing
 
 
 async def _ticks(watch: LoopWatch, n: int) -> None:
@@ -80,3 +82,22 @@ def test_a_garbage_collection_is_recorded_as_a_stall_as_it_ends():
     during, after = asyncio.run(main())
     assert during == pytest.approx(0.01)
     assert after == 0.0
+
+
+def test_a_late_probe_holds_young_collections_until_the_watch_stops():
+    thresholds: list[tuple[int, int, int]] = []
+    pacing = BurstPacing(set_threshold=lambda *t: thresholds.append(t))
+
+    async def main() -> bool:
+        watch = LoopWatch(period_s=0.005, pacing=pacing)
+        watch.start()
+        await _ticks(watch, 2)
+        time.sleep(0.05)  # holds the loop: the probe due meanwhile runs late
+        await _ticks(watch, 1)
+        busy = pacing.busy
+        watch.stop()
+        return busy
+
+    assert asyncio.run(main())
+    assert not pacing.busy and pacing.bursts >= 1
+    assert thresholds[-1] == SERVING_THRESHOLDS
