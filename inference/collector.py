@@ -24,18 +24,17 @@ collection could promote them, so gen-1 and full collections are rarer still.  T
 on what waits to be collected stays a fixed number of allocations (ten times the
 default's), so memory stays bounded (tests/inference/test_collector.py).
 
-A burst of work — 256 connections' first creates released at once — holds the loop for a
-few hundred milliseconds, and every object a first turn keeps for the connection's next
-turn outlives its young collection: with the serving thresholds such a storm paused for
-five young collections (5-18 ms together) and in some storms a gen-1 one (18-44 ms) that
-found nothing, on the loop every first turn waits on (``python -m
-investigations.storm_host``, its ``gc_ms_by_generation``).  :class:`BurstPacing`, fed how
-late the host's loop probe ran (:class:`actors.host.loop_watch.LoopWatch`), lets young
-collections wait for :data:`BURST_THRESHOLDS`' count from a probe that ran late, and puts
-the serving thresholds back once :data:`QUIET_PROBES` probes in a row ran on time (a storm's
-loop has short gaps between its long turns, where one probe runs on time): the deferred
-collection runs then, on a loop with nothing waiting.  The bound stays a fixed count of
-allocations.
+A burst of work (256 connections' first creates released at once) holds the loop for a
+few hundred milliseconds, and what a first turn keeps for the connection's next turn
+outlives its young collection: with the serving thresholds such a storm paused for about
+five young collections (5-18 ms together) and, in two storms of five, a gen-1 one (18-49
+ms), on the loop every first turn waits on (``python -m investigations.storm_host
+--no-gc-pacing``, its ``gc_ms_by_generation``).  :class:`BurstPacing`, fed how late the
+host's loop probe ran (:class:`actors.host.loop_watch.LoopWatch`), raises the young
+threshold to :data:`BURST_YOUNG` from a probe that ran late, and puts the thresholds it
+found back once :data:`QUIET_PROBES` probes in a row ran on time (a storm's loop has short
+gaps between its long turns, where one probe runs on time): the deferred collection runs
+then, on a loop with nothing waiting.  The bound stays a fixed count of allocations.
 """
 
 from __future__ import annotations
@@ -47,8 +46,9 @@ from collections.abc import Callable
 # many gen-0 collections; a full collection after this many gen-1 ones (and only when
 # what was promoted since the last is a quarter of what it walks: CPython's own rule).
 SERVING_THRESHOLDS = (7000, 10, 10)
-# While the loop is behind: a storm's young objects (~140 a first create) wait for this many.
-BURST_THRESHOLDS = (70_000, 10, 10)
+# While the loop is behind, young collections wait for this many more tracked allocations
+# than deallocations (a storm keeps ~140 a first create: 256 of them, ~36 000).
+BURST_YOUNG = 70_000
 BUSY_LATE_S = 0.005  # a loop probe this late (beyond its timer's slack): the loop is behind
 QUIET_PROBES = 3  # on time in a row: the loop has caught up (60 ms of the host's 20 ms probe)
 
@@ -70,51 +70,54 @@ def serving() -> tuple[int, int, int]:
 
 
 class BurstPacing:
-    """The collector's thresholds by the loop's lateness: ``burst`` from a probe that ran
-    more than ``busy_late_s`` late, ``serving`` again once ``quiet`` probes in a row ran on
-    time (and at :meth:`reset`, when the probe stops).  ``set_threshold`` is
-    ``gc.set_threshold``."""
+    """The collector's thresholds by the loop's lateness: the young one raised to ``young``
+    from a probe that ran more than ``busy_late_s`` late, the thresholds found then put back
+    once ``quiet`` probes in a row ran on time, or at :meth:`reset` (the probe stops).
+    ``get_threshold``/``set_threshold``: ``gc``'s."""
 
     def __init__(
         self,
-        serving: tuple[int, int, int] = SERVING_THRESHOLDS,
-        burst: tuple[int, int, int] = BURST_THRESHOLDS,
+        young: int = BURST_YOUNG,
         busy_late_s: float = BUSY_LATE_S,
         quiet: int = QUIET_PROBES,
+        get_threshold: Callable[[], tuple[int, int, int]] = gc.get_threshold,
         set_threshold: Callable[[int, int, int], None] = gc.set_threshold,
     ) -> None:
-        self._serving = serving
-        self._burst = burst
+        self._young = young
         self._busy_late_s = busy_late_s
         self._quiet = quiet
+        self._get = get_threshold
         self._set = set_threshold
+        self._found: tuple[int, int, int] | None = None  # the thresholds to put back (while busy)
         self._on_time = 0  # probes on time in a row while busy
-        self.busy = False
         self.bursts = 0  # times the loop was found behind
+
+    @property
+    def busy(self) -> bool:
+        return self._found is not None
 
     def probed(self, late_s: float) -> None:
         """The loop probe ran ``late_s`` after it was due."""
         if late_s > self._busy_late_s:
             self._on_time = 0
-            if not self.busy:
-                self.busy = True
+            if self._found is None:
+                found = self._found = self._get()
                 self.bursts += 1
-                self._set(*self._burst)
-        elif self.busy:
+                self._set(max(found[0], self._young), found[1], found[2])
+        elif self._found is not None:
             self._on_time += 1
             if self._on_time >= self._quiet:
                 self.reset()
 
     def reset(self) -> None:
-        """The serving thresholds, whatever the last probe saw."""
-        if self.busy:
-            self.busy = False
-            self._on_time = 0
-            self._set(*self._serving)
+        """The thresholds found when the loop fell behind, whatever the last probe saw."""
+        if self._found is not None:
+            found, self._found, self._on_time = self._found, None, 0
+            self._set(*found)
 
 
 __all__ = [
-    "BURST_THRESHOLDS",
+    "BURST_YOUNG",
     "BUSY_LATE_S",
     "QUIET_PROBES",
     "SERVING_THRESHOLDS",

@@ -11,7 +11,7 @@ import json
 import subprocess
 import sys
 
-from inference.collector import BURST_THRESHOLDS, QUIET_PROBES, SERVING_THRESHOLDS, BurstPacing, serving
+from inference.collector import BURST_YOUNG, QUIET_PROBES, SERVING_THRESHOLDS, BurstPacing, serving
 
 CHILD = """
 import gc, json
@@ -73,25 +73,37 @@ def test_serving_thresholds_keep_the_heap_bounded_and_cycles_collected():
 
 
 def test_burst_pacing_holds_young_collections_from_a_late_probe_until_the_loop_is_quiet():
+    now = [SERVING_THRESHOLDS]
     set_to: list[tuple[int, int, int]] = []
-    pacing = BurstPacing(busy_late_s=0.005, quiet=3, set_threshold=lambda *t: set_to.append(t))
+
+    def set_threshold(*t: int) -> None:
+        set_to.append(t)
+        now[0] = t
+
+    pacing = BurstPacing(
+        young=50_000, busy_late_s=0.005, quiet=3, get_threshold=lambda: now[0], set_threshold=set_threshold
+    )
+    burst = (50_000, *SERVING_THRESHOLDS[1:])
     pacing.probed(0.001)
-    assert set_to == [] and not pacing.busy  # on time: the serving thresholds stay
+    assert set_to == [] and not pacing.busy  # on time: the thresholds stay
     pacing.probed(0.050)
-    assert set_to == [BURST_THRESHOLDS] and pacing.busy
+    assert set_to == [burst] and pacing.busy
     for late in (0.0, 0.0, 0.020, 0.0, 0.0):  # a gap in the storm: one late probe starts the count again
         pacing.probed(late)
-    assert set_to == [BURST_THRESHOLDS] and pacing.busy
+    assert set_to == [burst] and pacing.busy
     pacing.probed(0.0)
-    assert set_to == [BURST_THRESHOLDS, SERVING_THRESHOLDS] and not pacing.busy
+    assert set_to == [burst, SERVING_THRESHOLDS] and not pacing.busy
     pacing.probed(0.030)
-    pacing.reset()  # the probe stopped (no WebSocket open): serving again
+    pacing.reset()  # the probe stopped (no WebSocket open): the thresholds found again
     pacing.reset()
-    assert set_to == [BURST_THRESHOLDS, SERVING_THRESHOLDS] * 2
+    assert set_to == [burst, SERVING_THRESHOLDS] * 2
     assert pacing.bursts == 2
+    now[0] = (100_000, 5, 5)  # already higher than young: only put back as found
+    pacing.probed(0.030)
+    pacing.reset()
+    assert set_to[-2:] == [(100_000, 5, 5)] * 2
 
 
-def test_the_defaults_defer_a_storm_and_stay_bounded():
+def test_the_default_young_threshold_while_behind_is_bounded():
     assert QUIET_PROBES >= 2
-    assert SERVING_THRESHOLDS[0] < BURST_THRESHOLDS[0] <= 20 * SERVING_THRESHOLDS[0]
-    assert BURST_THRESHOLDS[1:] == SERVING_THRESHOLDS[1:]
+    assert SERVING_THRESHOLDS[0] < BURST_YOUNG <= 20 * SERVING_THRESHOLDS[0]

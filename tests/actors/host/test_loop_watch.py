@@ -86,7 +86,9 @@ def test_a_garbage_collection_is_recorded_as_a_stall_as_it_ends():
 
 def test_a_late_probe_holds_young_collections_until_the_watch_stops():
     thresholds: list[tuple[int, int, int]] = []
-    pacing = BurstPacing(set_threshold=lambda *t: thresholds.append(t))
+    pacing = BurstPacing(
+        get_threshold=lambda: SERVING_THRESHOLDS, set_threshold=lambda *t: thresholds.append(t)
+    )
 
     async def main() -> bool:
         watch = LoopWatch(period_s=0.005, pacing=pacing)
