@@ -33,8 +33,10 @@ ms), on the loop every first turn waits on (``python -m investigations.storm_hos
 host's loop probe ran (:class:`actors.host.loop_watch.LoopWatch`), raises the young
 threshold to :data:`BURST_YOUNG` from a probe that ran late, and puts the thresholds it
 found back once :data:`QUIET_PROBES` probes in a row ran on time (a storm's loop has short
-gaps between its long turns, where one probe runs on time): the deferred collection runs
-then, on a loop with nothing waiting.  The bound stays a fixed count of allocations.
+gaps between its long turns, where one probe runs on time), and collects the two young
+generations then, on a loop with nothing waiting: what the burst deferred, and the gen-1
+collection the next burst's first young collection would otherwise be.  The bound stays a
+fixed count of allocations.
 """
 
 from __future__ import annotations
@@ -72,8 +74,9 @@ def serving() -> tuple[int, int, int]:
 class BurstPacing:
     """The collector's thresholds by the loop's lateness: the young one raised to ``young``
     from a probe that ran more than ``busy_late_s`` late, the thresholds found then put back
-    once ``quiet`` probes in a row ran on time, or at :meth:`reset` (the probe stops).
-    ``get_threshold``/``set_threshold``: ``gc``'s."""
+    once ``quiet`` probes in a row ran on time, or at :meth:`reset` (the probe stops), and
+    the young generations collected then.  ``get_threshold``, ``set_threshold``, ``collect``:
+    ``gc``'s."""
 
     def __init__(
         self,
@@ -82,12 +85,14 @@ class BurstPacing:
         quiet: int = QUIET_PROBES,
         get_threshold: Callable[[], tuple[int, int, int]] = gc.get_threshold,
         set_threshold: Callable[[int, int, int], None] = gc.set_threshold,
+        collect: Callable[[int], int] = gc.collect,
     ) -> None:
         self._young = young
         self._busy_late_s = busy_late_s
         self._quiet = quiet
         self._get = get_threshold
         self._set = set_threshold
+        self._collect = collect
         self._found: tuple[int, int, int] | None = None  # the thresholds to put back (while busy)
         self._on_time = 0  # probes on time in a row while busy
         self.bursts = 0  # times the loop was found behind
@@ -110,10 +115,12 @@ class BurstPacing:
                 self.reset()
 
     def reset(self) -> None:
-        """The thresholds found when the loop fell behind, whatever the last probe saw."""
+        """The thresholds found when the loop fell behind, whatever the last probe saw; the
+        young generations collected."""
         if self._found is not None:
             found, self._found, self._on_time = self._found, None, 0
             self._set(*found)
+            self._collect(1)
 
 
 __all__ = [

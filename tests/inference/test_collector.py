@@ -80,8 +80,14 @@ def test_burst_pacing_holds_young_collections_from_a_late_probe_until_the_loop_i
         set_to.append(t)
         now[0] = t
 
+    collected: list[int] = []
     pacing = BurstPacing(
-        young=50_000, busy_late_s=0.005, quiet=3, get_threshold=lambda: now[0], set_threshold=set_threshold
+        young=50_000,
+        busy_late_s=0.005,
+        quiet=3,
+        get_threshold=lambda: now[0],
+        set_threshold=set_threshold,
+        collect=lambda generation: collected.append(generation) or 0,
     )
     burst = (50_000, *SERVING_THRESHOLDS[1:])
     pacing.probed(0.001)
@@ -90,14 +96,15 @@ def test_burst_pacing_holds_young_collections_from_a_late_probe_until_the_loop_i
     assert set_to == [burst] and pacing.busy
     for late in (0.0, 0.0, 0.020, 0.0, 0.0):  # a gap in the storm: one late probe starts the count again
         pacing.probed(late)
-    assert set_to == [burst] and pacing.busy
+    assert set_to == [burst] and pacing.busy and collected == []
     pacing.probed(0.0)
     assert set_to == [burst, SERVING_THRESHOLDS] and not pacing.busy
+    assert collected == [1]  # what the burst deferred, on a quiet loop
     pacing.probed(0.030)
     pacing.reset()  # the probe stopped (no WebSocket open): the thresholds found again
     pacing.reset()
     assert set_to == [burst, SERVING_THRESHOLDS] * 2
-    assert pacing.bursts == 2
+    assert pacing.bursts == 2 and collected == [1, 1]
     now[0] = (100_000, 5, 5)  # already higher than young: only put back as found
     pacing.probed(0.030)
     pacing.reset()

@@ -86,8 +86,11 @@ def test_a_garbage_collection_is_recorded_as_a_stall_as_it_ends():
 
 def test_a_late_probe_holds_young_collections_until_the_watch_stops():
     thresholds: list[tuple[int, int, int]] = []
+    collected: list[int] = []
     pacing = BurstPacing(
-        get_threshold=lambda: SERVING_THRESHOLDS, set_threshold=lambda *t: thresholds.append(t)
+        get_threshold=lambda: SERVING_THRESHOLDS,
+        set_threshold=lambda *t: thresholds.append(t),
+        collect=lambda generation: collected.append(generation) or 0,
     )
 
     async def main() -> bool:
@@ -102,4 +105,4 @@ def test_a_late_probe_holds_young_collections_until_the_watch_stops():
 
     assert asyncio.run(main())
     assert not pacing.busy and pacing.bursts >= 1
-    assert thresholds[-1] == SERVING_THRESHOLDS
+    assert thresholds[-1] == SERVING_THRESHOLDS and collected == [1] * pacing.bursts
