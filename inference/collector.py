@@ -33,10 +33,10 @@ ms), on the loop every first turn waits on (``python -m investigations.storm_hos
 host's loop probe ran (:class:`actors.host.loop_watch.LoopWatch`), raises the young
 threshold to :data:`BURST_YOUNG` from a probe that ran late, and puts the thresholds it
 found back once :data:`QUIET_PROBES` probes in a row ran on time (a storm's loop has short
-gaps between its long turns, where one probe runs on time), and collects the two young
-generations then, on a loop with nothing waiting: what the burst deferred, and the gen-1
-collection the next burst's first young collection would otherwise be.  The bound stays a
-fixed count of allocations.
+gaps between its long turns, where one probe runs on time), and collects then, on a loop
+with nothing waiting, what the burst deferred: the youngest generation, or the two young
+ones when the next young collection would be a gen-1 one anyway (CPython's cadence kept,
+moved out of the next burst).  The bound stays a fixed count of allocations.
 """
 
 from __future__ import annotations
@@ -75,8 +75,8 @@ class BurstPacing:
     """The collector's thresholds by the loop's lateness: the young one raised to ``young``
     from a probe that ran more than ``busy_late_s`` late, the thresholds found then put back
     once ``quiet`` probes in a row ran on time, or at :meth:`reset` (the probe stops), and
-    the young generations collected then.  ``get_threshold``, ``set_threshold``, ``collect``:
-    ``gc``'s."""
+    what the burst deferred collected then (gen 0, or gens 0 and 1 when a gen-1 collection
+    is due).  ``get_threshold``, ``set_threshold``, ``get_count``, ``collect``: ``gc``'s."""
 
     def __init__(
         self,
@@ -85,6 +85,7 @@ class BurstPacing:
         quiet: int = QUIET_PROBES,
         get_threshold: Callable[[], tuple[int, int, int]] = gc.get_threshold,
         set_threshold: Callable[[int, int, int], None] = gc.set_threshold,
+        get_count: Callable[[], tuple[int, int, int]] = gc.get_count,
         collect: Callable[[int], int] = gc.collect,
     ) -> None:
         self._young = young
@@ -92,6 +93,7 @@ class BurstPacing:
         self._quiet = quiet
         self._get = get_threshold
         self._set = set_threshold
+        self._count = get_count
         self._collect = collect
         self._found: tuple[int, int, int] | None = None  # the thresholds to put back (while busy)
         self._on_time = 0  # probes on time in a row while busy
@@ -115,12 +117,12 @@ class BurstPacing:
                 self.reset()
 
     def reset(self) -> None:
-        """The thresholds found when the loop fell behind, whatever the last probe saw; the
-        young generations collected."""
+        """The thresholds found when the loop fell behind, whatever the last probe saw; what
+        the burst deferred collected."""
         if self._found is not None:
             found, self._found, self._on_time = self._found, None, 0
             self._set(*found)
-            self._collect(1)
+            self._collect(1 if self._count()[1] >= found[1] else 0)
 
 
 __all__ = [

@@ -81,12 +81,14 @@ def test_burst_pacing_holds_young_collections_from_a_late_probe_until_the_loop_i
         now[0] = t
 
     collected: list[int] = []
+    count = [(60_000, 3, 0)]  # young objects the burst deferred; three young collections since a gen-1
     pacing = BurstPacing(
         young=50_000,
         busy_late_s=0.005,
         quiet=3,
         get_threshold=lambda: now[0],
         set_threshold=set_threshold,
+        get_count=lambda: count[0],
         collect=lambda generation: collected.append(generation) or 0,
     )
     burst = (50_000, *SERVING_THRESHOLDS[1:])
@@ -99,12 +101,13 @@ def test_burst_pacing_holds_young_collections_from_a_late_probe_until_the_loop_i
     assert set_to == [burst] and pacing.busy and collected == []
     pacing.probed(0.0)
     assert set_to == [burst, SERVING_THRESHOLDS] and not pacing.busy
-    assert collected == [1]  # what the burst deferred, on a quiet loop
+    assert collected == [0]  # what the burst deferred, on a quiet loop
     pacing.probed(0.030)
+    count[0] = (60_000, 10, 0)  # the next young collection would be a gen-1 one: both now
     pacing.reset()  # the probe stopped (no WebSocket open): the thresholds found again
     pacing.reset()
     assert set_to == [burst, SERVING_THRESHOLDS] * 2
-    assert pacing.bursts == 2 and collected == [1, 1]
+    assert pacing.bursts == 2 and collected == [0, 1]
     now[0] = (100_000, 5, 5)  # already higher than young: only put back as found
     pacing.probed(0.030)
     pacing.reset()
