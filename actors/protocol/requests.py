@@ -291,9 +291,10 @@ class Recurrence(Protocol):
     """What :func:`parse_client_event` asks of a host's memo of resent instructions and tools
     (:class:`actors.protocol.recurring.Recurring`)."""
 
-    def stubbed(self, data: str) -> tuple[JSONObject, list[Tool]] | None: ...
+    def stubbed(self, data: str) -> tuple[JSONObject, list[Tool] | None] | None: ...
     def text(self, value: str) -> str: ...
     def learn(self, data: str, validated: list[Tool]) -> None: ...
+    def learn_text(self, data: str, kept: str) -> None: ...
 
 
 def parse_client_event(data: str | bytes, recurring: Recurrence | None = None) -> ClientEvent:
@@ -306,8 +307,7 @@ def parse_client_event(data: str | bytes, recurring: Recurrence | None = None) -
     stubbed = recurring.stubbed(data) if recurring is not None and isinstance(data, str) else None
     kept_tools = None
     if stubbed is not None:
-        raw, kept_tools = stubbed
-        raw["tools"] = kept_tools  # validated instances pass as they are
+        raw, kept_tools = stubbed  # the kept tools in it: validated instances pass as they are
     else:
         raw = flat(load_json_object(data))
     if recurring is not None and isinstance(raw.get("instructions"), str):
@@ -325,11 +325,13 @@ def parse_client_event(data: str | bytes, recurring: Recurrence | None = None) -
         and (not isinstance(event.stream_id, str) or not _STREAM_ID.fullmatch(event.stream_id))
     ):
         raise InvalidStreamId()
-    if recurring is not None and isinstance(event, ResponseCreate) and event.tools:
+    if recurring is not None and isinstance(event, ResponseCreate) and isinstance(data, str):
         if kept_tools is not None:
             event.tools = kept_tools  # the kept list itself (an assignment is not validated)
-        elif isinstance(data, str):
+        elif event.tools:
             recurring.learn(data, event.tools)
+        if isinstance(event.instructions, str):
+            recurring.learn_text(data, event.instructions)
     return event
 
 

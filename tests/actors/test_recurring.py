@@ -115,3 +115,40 @@ def test_short_values_are_not_kept_and_the_kept_ones_are_bounded():
     kept = [parsed(frame(tools=tools), rec).tools for tools in lists]
     assert parsed(frame(tools=lists[2]), rec).tools is kept[2]
     assert parsed(frame(tools=lists[0]), rec).tools is not kept[0]  # only the 2 most recent were kept
+
+
+def test_resent_instructions_are_recognised_by_their_bytes_from_their_second_sighting(monkeypatch):
+    """From the second create that resends a kept text, its exact ``"instructions":"…"``
+    member is kept: later creates are parsed with it stubbed out (the text's JSON string not
+    scanned again), tools and all, as a create parsed without the memo would be."""
+    import actors.protocol.recurring as recurring_module
+
+    texts: list[str] = []
+    load = recurring_module.load_json_object
+    monkeypatch.setattr(recurring_module, "load_json_object", lambda data: texts.append(data) or load(data))
+    rec = Recurring()
+    first = parsed(frame(input="one"), rec)
+    parsed(frame(input="two"), rec)  # the text seen again: its member learnt
+    texts.clear()
+    third = parsed(frame(input="three"), rec)
+    assert third.instructions is first.instructions and third.tools is first.tools
+    assert len(texts) == 1 and INSTRUCTIONS not in texts[0] and '"tool_0"' not in texts[0]
+    assert third.model_dump_json() == parsed(frame(input="three"), None).model_dump_json()
+    alone = parsed(frame(input="four", tools=[]), rec)  # the instructions member alone
+    assert alone.instructions is first.instructions and not alone.tools
+    assert alone.model_dump_json() == parsed(frame(input="four", tools=[]), None).model_dump_json()
+
+
+def test_an_instructions_member_that_is_not_the_creates_own_is_not_taken_for_it():
+    rec = Recurring()
+    for _ in range(3):
+        kept = parsed(frame(), rec)
+    item = {"type": "message", "role": "user", "content": "hi", "instructions": INSTRUCTIONS}
+    inside = frame(instructions="be brief", input=[item])  # the member's exact text, in an input item
+    assert '"instructions": ' + json.dumps(INSTRUCTIONS) in inside
+    assert outcome(inside, rec) == outcome(inside, None)
+    escaped = json.dumps({**json.loads(frame()), "instructions": INSTRUCTIONS + "\u00e9"})
+    assert outcome(escaped, rec) == outcome(escaped, None)  # another text: parsed as it is
+    doubled = frame()[:-1] + ', "instructions": "other"}'  # a second instructions key
+    assert outcome(doubled, rec) == outcome(doubled, None)
+    assert parsed(frame(), rec).instructions is kept.instructions
