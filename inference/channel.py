@@ -7,25 +7,12 @@ host streams them over this channel instead.  The deployment serves a :class:`Ch
 session's backend (``actors.backend.ray_serve``) learns its endpoint through Serve and keeps
 a :class:`ChannelClient` per replica.
 
-A replica listens on TCP, for hosts on any node, and on Linux also on a Unix socket in the
-abstract namespace (``Endpoint.local``: a name of its own, nothing on disk), which a host on
-the same node (the same network namespace) connects to instead: a loopback TCP message runs
-the whole TCP stack for both ends in the sender's system call, a Unix socket's only a copy
-(``python -m investigations.replica_turn --tcp`` shows the difference).  A host elsewhere finds
-no such name and uses TCP, as does a host whose kernel will not give a Unix socket a send
-buffer of ``UNIX_BUFFER`` (``net.core.wmem_max``).
-
 Wire: the client first sends the server's token (``TOKEN_BYTES`` raw bytes, compared before
 anything is decoded), then frames of a 4-byte big-endian length and a pickle (the endpoint
 and its token come through Ray, which pickles between the same processes anyway):
 
-- client → server: each frame holds messages, each a length and a pickle of its own, made
-  when the call started (so a request sends what it was then): the first message of a turn
-  of the host's event loop leaves at once in a frame of its own, the rest of that turn (the
-  calls its other connections started on it, the stops of those they closed) in one frame
-  at its end: one write and one read for them all.  Messages: ``("go", rid,
-  InferenceRequest, tools_key, base, keep, marks_base)``, ``("stop", rid)``, ``("tools",
-  key, tools)``, ``("forget", key)``, ``("forget_prompt", session_key)``;
+- client → server: ``("go", rid, InferenceRequest, tools_key, base, keep, marks_base)``, ``("stop", rid)``,
+  ``("tools", key, tools)``, ``("forget", key)``, ``("forget_prompt", session_key)``;
 - server → client: each frame is a list of messages, all those of one turn of the server's
   event loop (the chunks of every call due on one tick, a call's last chunk with its
   ``end``): one pickle and one read for them all.  Messages: ``("chunk", rid,
@@ -62,9 +49,7 @@ import hmac
 import logging
 import pickle
 import secrets
-import socket
 import struct
-import sys
 from array import array
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable
@@ -78,11 +63,6 @@ log = logging.getLogger(__name__)
 TOKEN_BYTES = 32
 _LEN = struct.Struct(">I")
 MAX_FRAME = 256 * 1024 * 1024
-# A Unix socket's send buffer: a default one (208 KiB on most kernels) splits a storm of
-# first calls (hundreds of KB a tick) into many writes and wake-ups, where loopback TCP
-# grows its buffer to 4 MiB; the Unix socket is used only where the kernel allows this.
-UNIX_BUFFER = 4 * 1024 * 1024
-FLUSH_BYTES = 4 * 1024 * 1024  # a client's frame of one tick leaves early once this big
 TOOL_SETS = 256  # tools tuples a channel keeps sent (one per connection that has tools)
 PROMPT_BYTES = 64 * 1024 * 1024  # sessions' last prompts a channel keeps on each side (4 bytes a token)
 
@@ -91,14 +71,12 @@ Generate = Callable[[InferenceRequest], AsyncGenerator[list[InferenceEvent], Non
 
 @dataclass(frozen=True, slots=True)
 class Endpoint:
-    """Where a replica's channel listens; ``replica`` is its Serve replica tag; ``local``
-    its Unix socket's abstract name (Linux), for a host on the same node."""
+    """Where a replica's channel listens; ``replica`` is its Serve replica tag."""
 
     replica: str
     host: str
     port: int
     token: bytes
-    local: str | None = None
 
 
 class ChannelUnavailable(ConnectionError):
@@ -116,40 +94,11 @@ def _frame(msg: tuple[Any, ...] | list[tuple[Any, ...]]) -> bytes:
 
 
 async def _read(reader: asyncio.StreamReader) -> Any:
-    """One frame's message: a list of tuples from the server."""
-    return pickle.loads(await _read_frame(reader))  # an authenticated peer (the token came through Ray)
-
-
-async def _read_frame(reader: asyncio.StreamReader) -> bytes:
+    """One frame's message: a tuple from the client, a list of tuples from the server."""
     (n,) = _LEN.unpack(await reader.readexactly(_LEN.size))
     if n > MAX_FRAME:
         raise ConnectionError(f"channel frame of {n} bytes")
-    return await reader.readexactly(n)
-
-
-async def _read_messages(reader: asyncio.StreamReader) -> list[Any]:
-    """One client frame's messages: the frames of one tick, each a tuple."""
-    data = await _read_frame(reader)
-    view = memoryview(data)
-    out = []
-    at, end = 0, len(data)
-    while at < end:
-        (n,) = _LEN.unpack_from(data, at)
-        at += _LEN.size
-        if at + n > end:
-            raise ConnectionError("channel: a message runs past its frame")
-        out.append(pickle.loads(view[at : at + n]))  # an authenticated peer (the token came through Ray)
-        at += n
-    return out
-
-
-def _buffered(writer: asyncio.StreamWriter) -> bool:
-    """Give a Unix socket a send buffer of ``UNIX_BUFFER``; whether the kernel allowed it
-    (``net.core.wmem_max``)."""
-    sock = writer.get_extra_info("socket")
-    with contextlib.suppress(OSError):
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, UNIX_BUFFER)
-    return bool(sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) >= UNIX_BUFFER)
+    return pickle.loads(await reader.readexactly(n))  # an authenticated peer (the token came through Ray)
 
 
 def _sendable(msg: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -176,7 +125,7 @@ class ChannelServer:
         self._generate = generate
         self._replica = replica
         self._token = secrets.token_bytes(TOKEN_BYTES)
-        self._servers: list[asyncio.Server] = []
+        self._server: asyncio.Server | None = None
         self._calls: set[asyncio.Task[None]] = set()
         self._draining = False
         self.endpoint: Endpoint | None = None
@@ -184,27 +133,20 @@ class ChannelServer:
 
     async def start(self, host: str) -> Endpoint:
         if self.endpoint is None:
-            server = await asyncio.start_server(self._serve, host, 0)
-            self._servers.append(server)
-            port = server.sockets[0].getsockname()[1]
-            local = None
-            if sys.platform == "linux":
-                local = f"\0responses-ws-channel-{secrets.token_hex(16)}"
-                self._servers.append(await asyncio.start_unix_server(self._serve, local))
-            self.endpoint = Endpoint(self._replica, host, port, self._token, local)
+            self._server = await asyncio.start_server(self._serve, host, 0)
+            port = self._server.sockets[0].getsockname()[1]
+            self.endpoint = Endpoint(self._replica, host, port, self._token)
         return self.endpoint
 
     async def drain(self, timeout_s: float) -> None:
         """Start no more calls (each gets ``gone``); let the running ones finish."""
         self._draining = True
-        for server in self._servers:
-            server.close()
+        if self._server is not None:
+            self._server.close()
         if self._calls:
             await asyncio.wait(list(self._calls), timeout=timeout_s)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if writer.get_extra_info("socket").family == socket.AF_UNIX:
-            _buffered(writer)
         out = _Sender(writer)
         calls: dict[int, asyncio.Task[None]] = {}
         tool_sets: dict[int, tuple[ToolSpec, ...]] = {}  # as the client named them
@@ -216,39 +158,38 @@ class ChannelServer:
                 log.warning("channel: refused a peer with a wrong token")
                 return
             while True:
-                for msg in await _read_messages(reader):
-                    kind = msg[0]
-                    if kind == "go":
-                        rid, tools_key = msg[1], msg[3]
-                        request = _whole_prompt(
-                            msg[2],
-                            prompts,
-                            marks,
-                            base=msg[4],
-                            keep=msg[5],
-                            marks_base=msg[6],
-                            tools=None if tools_key is None else tool_sets[tools_key],
-                        )
-                        if self._draining:
-                            out.send(("gone", rid))
-                            continue
-                        self.calls += 1
-                        task = asyncio.get_running_loop().create_task(self._call(rid, request, out))
-                        calls[rid] = task
-                        self._calls.add(task)
-                        task.add_done_callback(self._calls.discard)
-                        task.add_done_callback(functools.partial(_forget, calls, rid))
-                    elif kind == "stop":
-                        stopped = calls.pop(msg[1], None)
-                        if stopped is not None:
-                            stopped.cancel()
-                    elif kind == "tools":
-                        tool_sets[msg[1]] = msg[2]
-                    elif kind == "forget":
-                        tool_sets.pop(msg[1], None)
-                    elif kind == "forget_prompt":
-                        prompts.pop(msg[1], None)
-                        marks.pop(msg[1], None)
+                msg = await _read(reader)
+                if msg[0] == "go":
+                    rid, tools_key = msg[1], msg[3]
+                    request = _whole_prompt(
+                        msg[2],
+                        prompts,
+                        marks,
+                        base=msg[4],
+                        keep=msg[5],
+                        marks_base=msg[6],
+                        tools=None if tools_key is None else tool_sets[tools_key],
+                    )
+                    if self._draining:
+                        out.send(("gone", rid))
+                        continue
+                    self.calls += 1
+                    task = asyncio.get_running_loop().create_task(self._call(rid, request, out))
+                    calls[rid] = task
+                    self._calls.add(task)
+                    task.add_done_callback(self._calls.discard)
+                    task.add_done_callback(functools.partial(_forget, calls, rid))
+                elif msg[0] == "stop":
+                    stopped = calls.pop(msg[1], None)
+                    if stopped is not None:
+                        stopped.cancel()
+                elif msg[0] == "tools":
+                    tool_sets[msg[1]] = msg[2]
+                elif msg[0] == "forget":
+                    tool_sets.pop(msg[1], None)
+                elif msg[0] == "forget_prompt":
+                    prompts.pop(msg[1], None)
+                    marks.pop(msg[1], None)
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
             pass  # the host went away (or never authenticated)
         finally:
@@ -319,26 +260,11 @@ class ChannelClient:
         self._prompts: OrderedDict[str, bytes] = OrderedDict()
         self._marks: dict[str, tuple[Breakpoint, ...]] = {}  # the kept prompts' breakpoints
         self._prompt_bytes = 0
-        # The messages of this turn of the event loop after its first, each framed, for one
-        # frame at its end (None: nothing was sent on this turn yet).
-        self._outbox: list[bytes] | None = None
-        self._outbox_bytes = 0
         self.open = False
-        self.local = False  # connected over the replica's Unix socket
         self._retired = False  # takes no more calls; closes once the running ones end
 
     async def connect(self) -> None:
-        """Connect over the replica's Unix socket when it is on this node, else over TCP."""
-        try:
-            if self.endpoint.local is None:
-                raise FileNotFoundError
-            reader, writer = await asyncio.open_unix_connection(self.endpoint.local)
-            if not _buffered(writer):
-                writer.close()
-                raise OSError("the kernel caps a Unix socket's buffer below UNIX_BUFFER")
-            self.local = True
-        except OSError:  # another node (or network namespace): no such name here
-            reader, writer = await asyncio.open_connection(self.endpoint.host, self.endpoint.port)
+        reader, writer = await asyncio.open_connection(self.endpoint.host, self.endpoint.port)
         writer.write(self.endpoint.token)
         self._writer, self.open = writer, True
         self._reader_task = asyncio.get_running_loop().create_task(self._read(reader))
@@ -438,50 +364,21 @@ class ChannelClient:
         return out, changes, base, True, marks_base
 
     def stream(self, request: InferenceRequest) -> ChannelCall:
-        """One model call, as ``InferenceClient.stream``, started now: its ``go`` is made (the
-        request pickled) before this returns, and leaves with this tick's other messages.  Raises :class:`ChannelUnavailable` (now, or from the call before
+        """One model call, as ``InferenceClient.stream``, started now: its ``go`` is written
+        before this returns.  Raises :class:`ChannelUnavailable` (now, or from the call before
         any chunk) if the call can be made elsewhere, :class:`ChannelLost` after."""
         if not self.open or self._retired or self._writer is None:
             raise ChannelUnavailable("channel closed")
         rid = self._next = self._next + 1
         queue: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
         self._calls[rid] = queue
-        self._post(self._go(rid, request))
+        self._writer.write(self._go(rid, request))
         return ChannelCall(self, rid, queue)
-
-    def _post(self, data: bytes) -> None:
-        """Send ``data`` (framed messages): the first of a turn of the event loop at once (a
-        lone call's request reaches the replica while the host still works on its turn), the
-        others of that turn together at its end, in one frame and one write (at once when
-        they pass ``FLUSH_BYTES``)."""
-        if self._outbox is None:
-            self._write([data], len(data))
-            try:
-                asyncio.get_running_loop().call_soon(self._flush)
-            except RuntimeError:  # no loop runs here (a call closed from outside it): no tick to share
-                return
-            self._outbox = []
-            return
-        self._outbox.append(data)
-        self._outbox_bytes += len(data)
-        if self._outbox_bytes >= FLUSH_BYTES:
-            self._write(self._outbox, self._outbox_bytes)
-            self._outbox, self._outbox_bytes = [], 0
-
-    def _flush(self) -> None:
-        parts, self._outbox = self._outbox, None
-        size, self._outbox_bytes = self._outbox_bytes, 0
-        if parts:
-            self._write(parts, size)
-
-    def _write(self, parts: list[bytes], size: int) -> None:
-        if self._writer is not None and not self._writer.is_closing():
-            self._writer.write(b"".join([_LEN.pack(size), *parts]))
 
     def _ended(self, rid: int, *, stop: bool) -> None:
         del self._calls[rid]
         if stop and self.open and self._writer is not None:
-            self._post(_frame(("stop", rid)))  # cut short: the replica cancels it
+            self._writer.write(_frame(("stop", rid)))  # cut short: the replica cancels it
         if self._retired and not self._calls:
             self.close()
 

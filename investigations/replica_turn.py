@@ -1,13 +1,12 @@
 """An inference replica's CPU per steady turn under a crowd, without Ray: its engine behind
 its direct channel in a process of its own, driven from another over the channel.
 
-    python -m investigations.replica_turn [--sessions 256] [--seconds 20] [--rounds 2] [--pause S] [--tcp]
+    python -m investigations.replica_turn [--sessions 256] [--seconds 20] [--rounds 2] [--pause S]
 
 A replica process serves :class:`inference.channel.ChannelServer` over ``Engine.generate``
 (the deployment's pair, with its allocator and collector settings, and no Ray); a driver
 process runs ``--sessions`` conversations over one :class:`inference.channel.ChannelClient`,
-as a session host's calls go (over the replica's Unix socket, as on one node; ``--tcp``:
-over loopback TCP, as from another node): the ``crowd`` preset's shape (7500 shared prompt tokens, the 8
+as a session host's calls go: the ``crowd`` preset's shape (7500 shared prompt tokens, the 8
 function tools and the knobs of ``bench/workload.py``, ~450 tokens of tool output a turn,
 1-3 s between turns, each answer's ids appended; ``--pause S``: S seconds instead, so
 ``--sessions 1 --pause 0`` is one conversation's turns back to back, as ``bench floor`` sends them).  After ``--seconds`` / 4 of warm-up it
@@ -59,15 +58,7 @@ def serve(profile: str | None = None) -> None:
         stop = asyncio.Event()
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
         print(
-            json.dumps(
-                {
-                    "port": endpoint.port,
-                    "token": endpoint.token.hex(),
-                    "pid": os.getpid(),
-                    "local": endpoint.local,
-                }
-            ),
-            flush=True,
+            json.dumps({"port": endpoint.port, "token": endpoint.token.hex(), "pid": os.getpid()}), flush=True
         )
         await stop.wait()
 
@@ -98,7 +89,7 @@ def _cpu_s(pid: int) -> float:
 
 
 def drive(
-    sessions: int, seconds: float, profile: str | None = None, pause: float | None = None, tcp: bool = False
+    sessions: int, seconds: float, profile: str | None = None, pause: float | None = None
 ) -> dict[str, Any]:
     from bench import workload
     from inference.channel import ChannelClient, Endpoint
@@ -156,13 +147,7 @@ def drive(
 
         async def crowd() -> dict[str, Any]:
             client = ChannelClient(
-                Endpoint(
-                    "replica",
-                    "127.0.0.1",
-                    where["port"],
-                    bytes.fromhex(where["token"]),
-                    None if tcp else where["local"],
-                )
+                Endpoint("replica", "127.0.0.1", where["port"], bytes.fromhex(where["token"]))
             )
             await client.connect()
             stop = asyncio.Event()
@@ -205,7 +190,6 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=20.0)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--profile", help="write the replica's cProfile statistics to this file")
-    p.add_argument("--tcp", action="store_true", help="over loopback TCP, not the replica's Unix socket")
     p.add_argument("--pause", type=float, help="seconds between a conversation's turns (1-3 s by default)")
     p.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # the replica process
     args = p.parse_args()
@@ -214,7 +198,7 @@ def main() -> None:
         return
     for r in range(args.rounds):
         print(
-            f"round {r + 1}: {json.dumps(drive(args.sessions, args.seconds, args.profile, args.pause, args.tcp))}",
+            f"round {r + 1}: {json.dumps(drive(args.sessions, args.seconds, args.profile, args.pause))}",
             flush=True,
         )
 

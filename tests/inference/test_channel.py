@@ -7,8 +7,6 @@ lost connection says whether the call could be made elsewhere."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import socket
 from array import array
 from collections.abc import AsyncIterator
 from typing import Any
@@ -97,7 +95,7 @@ def test_a_call_starts_when_made_and_closing_it_unread_stops_it_in_the_backend()
     async def main() -> None:
         backend = Backend()
         _server, client = await started(backend)
-        call = client.stream(req("h", "hold"))  # its request leaves on this tick, read or not
+        call = client.stream(req("h", "hold"))  # its request is written before this returns
         await backend.held.wait()  # the replica runs it, though nothing read from the call
         call.close()
         await until(lambda: backend.closed, 5, "the backend to see the call closed")
@@ -308,87 +306,5 @@ def test_the_messages_sent_on_one_tick_leave_in_one_frame() -> None:
         assert sent[0] == [("chunk", 3, ["c"])]
         assert [m[:2] for m in sent[1]] == [("error", 4)]
         assert isinstance(sent[1][0][2], RuntimeError)
-
-    asyncio.run(main())
-
-
-def test_a_ticks_first_call_leaves_at_once_and_the_rest_of_the_tick_in_one_write_in_order() -> None:
-    """The client's first message of a turn of the event loop goes out at once; the rest of
-    that turn's (each call's go, its tools, a stop) in one write at its end, in order: a
-    call closed on the tick it started is stopped before it runs on the replica, the others
-    answer; past ``FLUSH_BYTES`` they leave at once."""
-
-    async def main() -> None:
-        backend = Backend()
-        server, client = await started(backend)
-        assert client._writer is not None
-        writes: list[int] = []
-        write = client._writer.write
-        client._writer.write = lambda data: writes.append(len(data)) or write(data)  # type: ignore[func-returns-value,method-assign]
-        tools = (ToolSpec("t", {"type": "object"}),)
-        first = client.stream(InferenceRequest(request_id="f", model="ok", prompt_token_ids=[1]))
-        assert len(writes) == 1  # the tick's first call: at once
-        held = client.stream(
-            InferenceRequest(request_id="h", model="hold", prompt_token_ids=[1], tools=tools)
-        )
-        calls = [
-            client.stream(InferenceRequest(request_id=r, model="ok", prompt_token_ids=[1], tools=tools))
-            for r in "ab"
-        ]
-        held.close()
-        assert len(writes) == 1  # the rest wait for the tick's end
-
-        async def read(call: channel.ChannelCall) -> list[InferenceEvent]:
-            return [ev async for chunk in call for ev in chunk]
-
-        answers = await asyncio.gather(*(read(call) for call in [first, *calls]))
-        assert len(writes) == 2
-        assert [type(e) for e in answers[1]] == [Prefilled, TextDelta, TextDelta, Done]
-        assert answers[2][1] == TextDelta("b", 1) and backend.tools["b"] == tools
-        assert server.calls == 4 and "h" not in backend.tools  # its stop came before it ran
-        assert await collect(client, req("next")) and len(writes) == 3
-        client.stream(req("x")).close()  # the tick's first goes at once, the stop at its end
-        client._outbox_bytes = channel.FLUSH_BYTES  # as if the rest of this tick were that big
-        client.stream(req("big")).close()
-        assert len(writes) == 5  # "x" at once; its stop and "big" past FLUSH_BYTES; big's stop at the end
-        client.close()
-        await server.drain(1.0)
-
-    asyncio.run(main())
-
-
-def unix_buffer_allowed() -> bool:
-    """Whether this kernel gives a Unix socket a send buffer of ``UNIX_BUFFER``."""
-    a, b = socket.socketpair()
-    with a, b:
-        a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, channel.UNIX_BUFFER)
-        return bool(a.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) >= channel.UNIX_BUFFER)
-
-
-def test_a_host_on_the_replicas_node_connects_over_its_unix_socket_and_elsewhere_over_tcp(
-    monkeypatch,
-) -> None:
-    """The endpoint names the replica's Unix socket: a client that finds it uses it; one
-    that does not (another node: no such name there) connects over TCP, as does one whose
-    kernel caps the socket's send buffer below ``UNIX_BUFFER``; calls answer on each."""
-
-    async def main() -> None:
-        backend = Backend()
-        server = ChannelServer(backend.generate, "r1")
-        endpoint = await server.start("127.0.0.1")
-        assert endpoint.local is not None
-        elsewhere = dataclasses.replace(endpoint, local=endpoint.local + "-not-here")
-        clients = [ChannelClient(e) for e in (endpoint, elsewhere, dataclasses.replace(endpoint, local=None))]
-        for client in clients:
-            await client.connect()
-        assert [c.local for c in clients] == [unix_buffer_allowed(), False, False]
-        monkeypatch.setattr(channel, "UNIX_BUFFER", 1 << 30)  # past any net.core.wmem_max
-        capped = ChannelClient(endpoint)
-        await capped.connect()
-        assert not capped.local
-        for i, client in enumerate([*clients, capped]):
-            assert [type(e) for e in await collect(client, req(f"c{i}"))][-1] is Done
-            client.close()
-        await server.drain(1.0)
 
     asyncio.run(main())
