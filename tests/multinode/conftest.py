@@ -19,6 +19,7 @@ import os
 import shutil
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -38,9 +39,19 @@ CODEX_TOOL_ROUNDS = int(os.environ.get("RWS_MULTINODE_CODEX_ROUNDS", "400"))
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """test_ray_up.py first, then test_locality.py: their clusters run before the tier's
     harness starts (two clusters at once would not fit a small machine), and their teardowns
-    are their own; then test_scaling_experiment.py, while every node of the tier's is up."""
+    are their own; then test_scaling_experiment.py, while every node of the tier's is up.
+    (A conftest's hook sees every item of the session: the other tiers' stay as they are.)"""
     first = ("test_ray_up.py", "test_locality.py", "test_scaling_experiment.py")
-    items.sort(key=lambda item: first.index(item.path.name) if item.path.name in first else len(first))
+    here = Path(__file__).parent
+
+    def rank(item: pytest.Item) -> int:
+        return (
+            first.index(item.path.name)
+            if item.path.parent == here and item.path.name in first
+            else len(first)
+        )
+
+    items.sort(key=rank)
 
 
 def wait_up(harness: Harness, timeout_s: float = 30.0) -> None:
