@@ -18,6 +18,7 @@ import pytest
 if TYPE_CHECKING:
     from tests.support.children import Launcher
     from tests.support.cluster_scenario import ScenarioProcess
+    from tests.support.loopback import LoopbackSweep
     from tests.support.ray_cluster import LocalCluster
     from tests.support.redis import Cluster
     from tests.support.serve_process import ServeProcess
@@ -80,6 +81,12 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "operations: tests/operations and tests/cluster, Rays of their own (make test-operations)"
     )
+    config.addinivalue_line(
+        "markers", "loopback_sweep: checks the scaling experiment's sweep run from the session's first test"
+    )
+    config.addinivalue_line(
+        "markers", "default_tier: a test of tests/operations or tests/cluster that runs in the default tier"
+    )
     config.addinivalue_line("markers", "xdist_group(name): pytest-xdist keeps a group on one worker")
 
 
@@ -99,7 +106,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.real_model)
         if tier(item) == MULTINODE_DIR:
             item.add_marker(pytest.mark.multinode)
-        if tier(item) in LAST_TIERS:
+        if tier(item) in LAST_TIERS and item.get_closest_marker("default_tier") is None:
             item.add_marker(pytest.mark.operations)
         # A test of no group goes with its module: a worker takes a module at a time (one
         # test at a time, it would wait for the scheduler between every two tests).
@@ -111,6 +118,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     def order(item: pytest.Item) -> tuple[int, int, bool]:
         name = group(item)
+        if item.get_closest_marker("default_tier") is not None and not parallel:
+            # after the tests of no group: its cluster ends before the embedded Ray starts
+            return (-1, 1, False)
         rank = GROUPS.index(name) if name is not None else (len(GROUPS) if parallel else -1)
         if tier(item) not in LAST_TIERS or name != GROUPS[2]:
             return (rank, 0, False)
@@ -288,6 +298,40 @@ def redis_cluster() -> Iterator[Cluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+# ------------------------------------------------------------------ the scaling experiment's loopback cluster
+
+
+def sweep_selected(session: pytest.Session) -> bool:
+    """The scaling experiment's loopback sweep (tests/cluster/test_scaling_experiment.py) is selected."""
+    return any(item.get_closest_marker("loopback_sweep") is not None for item in session.items)
+
+
+@pytest.fixture(scope="session")
+def loopback_sweep(request, ray_start_lock_path, redis_server, tmp_path_factory) -> Iterator[LoopbackSweep]:
+    """The scaling experiment's loopback cluster (tests/support/loopback.py), started on a
+    thread of its own, and when the sweep case is selected the sweep run on it right after."""
+    from tests.support.loopback import SWEEP, LoopbackSweep
+
+    flags = SWEEP if sweep_selected(request.session) else None
+    sweep = LoopbackSweep(
+        ray_start_lock_path, redis_server, tmp_path_factory.mktemp("loopback") / "run", flags
+    )
+    try:
+        yield sweep
+    finally:
+        sweep.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def early_loopback_sweep(request) -> None:
+    """With the sweep case selected, ``loopback_sweep`` starts at the session's first test: its
+    cluster's set-up and its run (~40 s alone, ~1.3 cores) overlap the tests before it, which
+    run in this one process.  Not on a pytest-xdist worker (the worker that runs the case is
+    not known here): there it starts at the case."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None and sweep_selected(request.session):
+        request.getfixturevalue("loopback_sweep")
 
 
 # ------------------------------------------------------------------ children with a Ray of their own
