@@ -1,6 +1,7 @@
 """``responses-ws bench scaling --cluster ADDRESS`` on raylets on one machine (loopback, no
-root): the orchestration of the scaling experiment, in the operations tier (``make
-test-operations``, which ``.ci/run`` runs).
+root): the orchestration of the scaling experiment: its sweep in the default tier (``make
+test``), its refused URL and interrupted run in the operations tier (``make
+test-operations``); ``.ci/run`` runs both.
 
 Four ``ray start`` nodes on 127.0.0.1 as an operator starts them, each with the custom
 resources of its node type: the head (Serve's controller, the dashboard whose REST API the
