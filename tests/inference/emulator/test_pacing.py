@@ -192,12 +192,12 @@ def test_under_load_items_leave_on_the_window_grid_and_never_early(make_profile,
 def test_the_real_sleeper_never_wakes_early_and_a_cancelled_sleep_does_not_disturb_the_others(precise):
     """Many sleeps at once, on the real clock (the loop's timer, or the loop's alarm for
     precise ones): each returns at or after its deadline, in deadline order (to within the
-    loop's millisecond), and one cancelled
+    loop's millisecond and however long the loop took to arm them), and one cancelled
     midway neither wakes nor holds back the rest."""
     clock = MonotonicClock()
     sleeper = AsyncioSleeper(clock)
 
-    async def main() -> tuple[list[tuple[float, float]], bool]:
+    async def main() -> tuple[list[tuple[float, float]], bool, float]:
         woke: list[tuple[float, float]] = []
 
         async def sleep(t: float) -> None:
@@ -209,19 +209,23 @@ def test_the_real_sleeper_never_wakes_early_and_a_cancelled_sleep_does_not_distu
         cancelled = asyncio.ensure_future(sleeper.sleep_until(start + 0.025, precise))
         tasks = [asyncio.ensure_future(sleep(t)) for t in deadlines]
         await asyncio.sleep(0)  # one loop turn: every sleep has begun
+        arming_s = clock.now() - start  # every timer was armed by now
         cancelled.cancel()
         await asyncio.gather(*tasks)
         await sleeper.sleep_until(clock.now() - 1.0, precise)  # already due: returns at once
         await sleep(clock.now() + 0.0001)  # shorter than the loop's timer can wait
-        return woke, cancelled.cancelled()
+        return woke, cancelled.cancelled(), arming_s
 
-    woke, was_cancelled = asyncio.run(main())
+    woke, was_cancelled, arming_s = asyncio.run(main())
     assert len(woke) == 41 and was_cancelled
     assert all(now >= t for t, now in woke)
-    # in deadline order, up to the loop's own granularity: a sleep its timer ends a hair
-    # early sleeps again, so on a loaded machine deadlines under a millisecond apart may swap
+    # in deadline order, up to the loop's own granularity (a sleep its timer ends a hair early
+    # sleeps again) and the time the loop took to arm the timers: each is armed relative to when
+    # its sleep began, and a process stalled while arming them (another thread holding the GIL, a
+    # collection) delays some by up to that stall, or starts them after their deadlines
     order = [t for t, _ in woke]
-    assert all(later > earlier - 0.001 for earlier, later in itertools.pairwise(order))
+    slack = 0.001 + arming_s
+    assert all(later > earlier - slack for earlier, later in itertools.pairwise(order)), (arming_s, order)
 
 
 def test_only_the_first_and_the_last_items_ask_for_a_precise_wake_up(make_profile):
