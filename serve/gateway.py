@@ -38,7 +38,6 @@ from actors.errors import InvalidResumeToken
 from actors.host.actor import PhaseMetrics, SessionHost
 from actors.host.drain import DrainPlan
 from actors.host.handoff import Ended, Link, Outcome, StateGone, handoff_path
-from actors.host.host_metrics import StoreReplicationMetrics
 from actors.host.limits import connection_budget, raise_open_files
 from actors.logs import configure as configure_logs
 from inference import collector
@@ -108,18 +107,18 @@ class Gateway(ReportsLoad):
         self._node_id = current_node_id()
         self._logs = cfg.logs  # the app's loggers, in this process and in its hosts
         configure_logs(self._logs)
-        self._metrics = GatewayMetrics()
+        prefix = uuid.uuid4().hex[:12]
+        self._metrics = GatewayMetrics(f"gateway-{prefix}")
         self._models: list[dict] = await inference.models.remote() + model_entries(cfg.session)
         self._keys = KeyRing(cfg.server.api_keys)
         # Resume on any node: states kept in the cluster store (actors/host/continuity.py).
         self._any_node = cfg.session.resume_grace_s > 0 and cfg.store.backend == "redis"
         self._foreign: dict[str, Link] = {}  # links to hosts of other gateways (resumes)
-        prefix = uuid.uuid4().hex[:12]
         self._store = await open_writer(
             cfg.store,
             f"gateway-{prefix}",
             on_failure=self._metrics.store_write_failed,
-            observer=StoreReplicationMetrics(f"gateway-{prefix}"),
+            observer=self._metrics.store_replication,
         )
         self._here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         self._http_app = functools.partial(

@@ -13,11 +13,13 @@ from typing import Any
 
 from ray.util import metrics
 
-from actors.host.host_metrics import refusals, store_write_failures
+from actors.host.host_metrics import StoreReplicationMetrics, refusals, store_write_failures
 
 
 class GatewayMetrics:
-    def __init__(self) -> None:
+    """``writer``: the name of the gateway's store writer (its degraded-shards gauge's label)."""
+
+    def __init__(self, writer: str) -> None:
         self._open = metrics.Gauge(
             "responses_ws_open_sockets",
             description="WebSockets open on a gateway replica (handed to session hosts)",
@@ -47,6 +49,7 @@ class GatewayMetrics:
             "responses_ws_pool_host_stops", description="Idle session hosts stopped"
         )
         self._store_failures = store_write_failures()
+        self.store_replication = StoreReplicationMetrics(writer)
         self._seen = {"started": 0, "failed": 0, "stopped": 0}
 
     def refused(self, status: int) -> None:
@@ -59,8 +62,10 @@ class GatewayMetrics:
         self._store_failures.inc()
 
     def sample(self, open_sockets: int, pool: Any) -> None:
-        """Gauges from the gateway's state now; counters from the pool's (``ActorPool``)."""
+        """Gauges from the gateway's state now, the store's replication as last seen;
+        counters from the pool's (``ActorPool``)."""
         self._open.set(open_sockets)
+        self.store_replication.refresh()
         stats = pool.stats()
         self._hosts.set(stats["actors"])
         self._http_hosts.set(stats["http_actors"])

@@ -41,7 +41,7 @@ from .connection import Connection
 from .continuity import HostContinuity
 from .drain import DrainPlan
 from .handoff import Ended, Handoff, HandoffReceiver, Link, Outcome, SocketKind, StateGone, handoff_path
-from .host_metrics import HostMetrics, PhaseMetrics
+from .host_metrics import REFRESH_S, HostMetrics, PhaseMetrics
 from .http import HttpServer
 from .lifecycle import close_taken_over
 from .limits import raise_open_files
@@ -100,6 +100,7 @@ class SessionHost:
         self._receiver = HandoffReceiver(handoff_path(name), self._on_socket)
         self._metrics = PhaseMetrics()
         self._host_metrics = HostMetrics(name)
+        self._gauges: asyncio.Task[None] | None = None  # its held gauges set again, once ready
         self._websockets = 0  # being served now
         self._http_app = http_app
         self._http: HttpServer | None = None
@@ -160,9 +161,16 @@ class SessionHost:
             continuity=continuity,
         )
         self._receiver.start()
+        self._gauges = asyncio.get_running_loop().create_task(self._hold_gauges())
         collector.freeze_startup()  # a full collection under load walks only the connections' objects
         collector.serving()  # and collections come as rarely as its connections' garbage allows
         return self._receiver.path
+
+    async def _hold_gauges(self) -> None:
+        """The host's gauges stay exported while their values hold (``HeldGauge``)."""
+        while True:
+            await asyncio.sleep(REFRESH_S)
+            self._host_metrics.refresh()
 
     def _new_session(self, conn_id: str, owner: str, append_mode: bool) -> Session:
         return Session(

@@ -10,9 +10,39 @@ label is its actor name.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from ray.util import metrics
 
 from store import ReplicationStatus
+
+REFRESH_S = 1.0
+"""How often a process sets its held gauges again (:class:`HeldGauge`).  A worker exports a
+gauge only in an interval it was set in, and Ray's metrics agent drops a series not set again
+within two export intervals (Ray 2.60: ``2 × max(metrics_report_interval_ms, 1 s)``, 20 s by
+default): a gauge set on change alone would vanish while its value holds.  A second is the
+shortest export interval."""
+
+
+class Gauge(Protocol):
+    def set(self, value: float) -> None: ...
+
+
+class HeldGauge:
+    """A gauge series whose value stays exported while it holds: :meth:`set` on change,
+    :meth:`refresh` every :data:`REFRESH_S` sets the last value again."""
+
+    def __init__(self, gauge: Gauge, value: float) -> None:
+        self._gauge = gauge
+        self.value = value
+        gauge.set(value)
+
+    def set(self, value: float) -> None:
+        self.value = value
+        self._gauge.set(value)
+
+    def refresh(self) -> None:
+        self._gauge.set(self.value)
 
 
 def store_write_failures() -> metrics.Counter:
@@ -31,13 +61,13 @@ class StoreReplicationMetrics:
     maximum), and its writes taken with fewer (a counter)."""
 
     def __init__(self, process: str) -> None:
-        self._shards = metrics.Gauge(
+        shards = metrics.Gauge(
             "responses_ws_store_degraded_shards",
             description="Store shards with fewer online replicas than store.wait_replicas",
             tag_keys=("process",),
         )
-        self._shards.set_default_tags({"process": process})
-        self._shards.set(0)
+        shards.set_default_tags({"process": process})
+        self._shards = HeldGauge(shards, 0)
         self._writes = metrics.Counter(
             "responses_ws_store_degraded_writes",
             description="Store writes acknowledged by fewer replicas than store.wait_replicas",
@@ -48,6 +78,10 @@ class StoreReplicationMetrics:
 
     def degraded_write(self) -> None:
         self._writes.inc()
+
+    def refresh(self) -> None:
+        """Every :data:`REFRESH_S`: the degraded shards stay exported while none changes."""
+        self._shards.refresh()
 
 
 def refusals() -> metrics.Counter:
@@ -83,13 +117,13 @@ class HostMetrics:
     """One session host's: the connections it holds, and its store writer's failures."""
 
     def __init__(self, host: str) -> None:
-        self._connections = metrics.Gauge(
+        connections = metrics.Gauge(
             "responses_ws_host_connections",
             description="WebSocket connections a session host serves",
             tag_keys=("host",),
         )
-        self._connections.set_default_tags({"host": host})
-        self._connections.set(0)
+        connections.set_default_tags({"host": host})
+        self._connections = HeldGauge(connections, 0)
         self.store_write_failures = store_write_failures()
         self.store_replication = StoreReplicationMetrics(host)
         self._refusals = refusals()
@@ -99,6 +133,11 @@ class HostMetrics:
 
     def store_write_failed(self) -> None:
         self.store_write_failures.inc()
+
+    def refresh(self) -> None:
+        """Every :data:`REFRESH_S`: the held gauges set again (:class:`HeldGauge`)."""
+        self._connections.refresh()
+        self.store_replication.refresh()
 
     def refused(self, status: int) -> None:
         """A request of a handed-over HTTP connection refused (403: its ``Origin``)."""

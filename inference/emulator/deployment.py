@@ -213,15 +213,12 @@ class InferenceDeployment(ReportsLoad):
         """Every ``period_s``: delivered tokens/s over the last period, per replica, as a
         gauge, and the metrics counted since (``RayMetrics.flush``)."""
         last_t, last_n = self._clock.now(), self._metrics.tokens_sent
-        last_rate: float | None = None
         while True:
             await asyncio.sleep(period_s)
             t, n = self._clock.now(), self._metrics.tokens_sent
-            rate = (n - last_n) / (t - last_t)
-            if rate != last_rate:  # an idle replica's stays at 0 without a record a second
-                self._metrics.tokens_per_s.set(rate)
+            self._metrics.tokens_per_s.set((n - last_n) / (t - last_t))
             self._metrics.flush()
-            last_t, last_n, last_rate = t, n, rate
+            last_t, last_n = t, n
 
 
 class RayMetrics:
@@ -233,7 +230,9 @@ class RayMetrics:
     item: the two histograms take one value per response (TTFT, and the response's mean
     inter-token latency), and the counters and gauges are counted here and handed to Ray
     by :meth:`flush`, which the deployment calls once a second (a worker's metrics reach
-    Ray's agent every 10 s, Ray's ``metrics_report_interval_ms``: at most a second more)."""
+    Ray's agent every 10 s, Ray's ``metrics_report_interval_ms``: at most a second more).
+    The gauges are set at every flush, changed or not: Ray's agent drops a gauge series not
+    set again within two export intervals (Ray 2.60), an idle replica's too."""
 
     def __init__(self, replica: str) -> None:
         tags = {"replica": replica}
@@ -293,7 +292,7 @@ class RayMetrics:
             m.set_default_tags(tags)
         self._model_tags: dict[str, dict[str, str]] = {}
         self._unsent_tokens: dict[str, int] = {}  # by model, since the last flush
-        self._batches: dict[str, tuple[int, int]] = {}  # by model: (running, waiting), changed since
+        self._batches: dict[str, tuple[int, int]] = {}  # by model: (running, waiting), as last seen
         self._blocks = [0, 0, 0]  # prefix-cache hit, miss and evicted blocks since the last flush
 
     def _tags(self, model: str) -> dict[str, str]:
@@ -323,7 +322,7 @@ class RayMetrics:
 
     def flush(self) -> None:
         """Hand what was counted since the last flush to Ray: token and block counts, and
-        each model's batch as it is now (if it changed)."""
+        each model's batch as last seen."""
         for model, n in self._unsent_tokens.items():
             if n:
                 self._tokens.inc(n, self._tags(model))
@@ -331,7 +330,6 @@ class RayMetrics:
         for model, (running, waiting) in self._batches.items():
             self._running.set(running, self._tags(model))
             self._waiting.set(waiting, self._tags(model))
-        self._batches.clear()
         for counter, n in zip((self._hits, self._misses, self._evictions), self._blocks):
             if n:
                 counter.inc(n)

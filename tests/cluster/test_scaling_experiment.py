@@ -18,7 +18,9 @@ on a thread at the session's first test (``loopback_sweep``, tests/conftest.py: 
 beside the tests before it) and checked here.  Checks: every load actor ran on the client
 node; each session node served turns in every step that had it in service and none in a step
 that did not; the steps are the sweep's; ``scaling.json`` validates against its schema; the
-gateway count is back to the deployed one at the end; no load actor or sampler is left.
+gateway count is back to the deployed one at the end; no load actor or sampler is left.  Past
+two metrics export intervals after the run, the idle cluster's gauges set on change alone (each
+session host's connections, each store writer's degraded shards) are still exported.
 
 Then a ``--url`` outside the cluster is refused with one line; ``--transports ws,http-full``
 interleaves the transports over two load levels, and Ctrl-C during the third step ends the
@@ -32,7 +34,9 @@ import subprocess
 import time
 from collections.abc import Iterator
 
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench.report import validate
 from tests.support.loopback import LoopbackCluster, LoopbackSweep, command, experiment
@@ -103,6 +107,38 @@ def test_scaling_experiment_sweeps_the_session_nodes_of_a_loopback_cluster(loopb
 
     gateways_back_to_one(cluster)
     nothing_left_behind(cluster)
+
+
+# Ray's metrics agent drops a gauge series not set again within two export intervals: on this
+# cluster (RAY_metrics_report_interval_ms=500) 2 × max(0.5 s, 1 s)
+GAUGE_TTL_S = 2.0
+
+
+def gauges(urls: list[str], name: str, label: str) -> dict[str, float]:
+    """The value of each ``name`` series exported by the nodes, by its ``label``."""
+    found = {}
+    for url in urls:
+        for family in text_string_to_metric_families(httpx.get(url, timeout=10).text):
+            found |= {s.labels[label]: s.value for s in family.samples if s.name == name}
+    return found
+
+
+@pytest.mark.loopback_sweep
+@pytest.mark.default_tier
+def test_the_idle_clusters_gauges_stay_exported_while_their_values_hold(loopback, loopback_sweep):
+    """After the sweep, its hosts idle: gauges set when their value changes stay exported past
+    Ray's time to drop them (each process sets them again once a second)."""
+    assert loopback_sweep.run().returncode == 0 and loopback_sweep.ended is not None
+    while (idle_s := time.monotonic() - loopback_sweep.ended) < 2 * GAUGE_TTL_S:
+        time.sleep(2 * GAUGE_TTL_S - idle_s)
+    urls = loopback.metrics_urls
+    hosts = gauges(urls, "ray_responses_ws_host_connections", "host")
+    writers = gauges(urls, "ray_responses_ws_store_degraded_shards", "process")
+    tokens = gauges(urls, "ray_responses_ws_inference_tokens_per_second", "replica")
+    assert hosts and set(hosts.values()) == {0.0}, hosts  # the pool's warm host at least: no socket
+    assert set(hosts) <= set(writers) and any(w.startswith("gateway-") for w in writers), writers
+    assert set(writers.values()) == {0.0}, writers  # the suite's redis-server: one shard, no replica asked
+    assert len(tokens) == 1 and set(tokens.values()) == {0.0}, tokens  # the idle replica
 
 
 def test_a_url_outside_the_cluster_is_refused_and_ctrl_c_writes_the_partial_report(loopback, tmp_path):

@@ -76,6 +76,7 @@ class LoopbackCluster:
         )
         self.env = env
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.metrics_urls: list[str] = []  # each node's Ray metrics endpoint (Prometheus text)
 
     def port(self) -> int:
         """A free port none of this cluster's others is (two free_port() calls in a row may
@@ -100,10 +101,12 @@ class LoopbackCluster:
             deployed.result()
 
     def _spawn(self, name: str, resources: dict[str, int]) -> tuple[str, subprocess.Popen[bytes], Path]:
-        ports = [
+        metrics_port = self.port()
+        self.metrics_urls.append(f"http://127.0.0.1:{metrics_port}/metrics")
+        ports = [f"--metrics-export-port={metrics_port}"] + [
             f"--{p}-port={self.port()}"
-            for p in ("node-manager", "object-manager", "metrics-export", "dashboard-agent-listen",
-                      "dashboard-agent-grpc", "runtime-env-agent")
+            for p in ("node-manager", "object-manager", "dashboard-agent-listen", "dashboard-agent-grpc",
+                      "runtime-env-agent")
         ]  # fmt: skip
         extra = [
             "--node-ip-address=127.0.0.1",
@@ -219,6 +222,7 @@ class LoopbackSweep:
         self.out = out
         self._flags = flags
         self._run: subprocess.CompletedProcess[str] | None = None
+        self.ended: float | None = None  # time.monotonic() when the run ended
         self._failed: BaseException | None = None
         self._proc: subprocess.Popen[str] | None = None
         self._closing = threading.Event()
@@ -240,6 +244,7 @@ class LoopbackSweep:
                 proc.kill()
                 proc.communicate()
                 raise
+            self.ended = time.monotonic()
             self._run = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
         except BaseException as exc:  # noqa: BLE001 - raised again to the test that asks
             self._failed = exc
