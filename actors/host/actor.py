@@ -41,7 +41,7 @@ from .connection import Connection
 from .continuity import HostContinuity
 from .drain import DrainPlan
 from .handoff import Ended, Handoff, HandoffReceiver, Link, Outcome, SocketKind, StateGone, handoff_path
-from .host_metrics import REFRESH_S, HostMetrics, PhaseMetrics
+from .host_metrics import HostMetrics, PhaseMetrics, refresh_s
 from .http import HttpServer
 from .lifecycle import close_taken_over
 from .limits import raise_open_files
@@ -168,8 +168,9 @@ class SessionHost:
 
     async def _hold_gauges(self) -> None:
         """The host's gauges stay exported while their values hold (``HeldGauge``)."""
+        period_s = refresh_s()
         while True:
-            await asyncio.sleep(REFRESH_S)
+            await asyncio.sleep(period_s)
             self._host_metrics.refresh()
 
     def _new_session(self, conn_id: str, owner: str, append_mode: bool) -> Session:

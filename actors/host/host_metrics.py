@@ -10,18 +10,23 @@ label is its actor name.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from typing import Protocol
 
 from ray.util import metrics
 
 from store import ReplicationStatus
 
-REFRESH_S = 1.0
-"""How often a process sets its held gauges again (:class:`HeldGauge`).  A worker exports a
-gauge only in an interval it was set in, and Ray's metrics agent drops a series not set again
-within two export intervals (Ray 2.60: ``2 × max(metrics_report_interval_ms, 1 s)``, 20 s by
-default): a gauge set on change alone would vanish while its value holds.  A second is the
-shortest export interval."""
+
+def refresh_s(environ: Mapping[str, str] = os.environ) -> float:
+    """How often a process sets its held gauges again (:class:`HeldGauge`): twice each
+    export interval of Ray's (``RAY_metrics_report_interval_ms``, 10 s by default; Ray never
+    exports more often than once a second).  A worker exports a gauge only in an interval it
+    was set in, and Ray's metrics agent drops a series not set again within two export
+    intervals (Ray 2.60): a gauge set on change alone would vanish while its value holds."""
+    interval_ms = max(int(environ.get("RAY_metrics_report_interval_ms", "10000")), 1000)
+    return interval_ms / 2000
 
 
 class Gauge(Protocol):
@@ -30,7 +35,7 @@ class Gauge(Protocol):
 
 class HeldGauge:
     """A gauge series whose value stays exported while it holds: :meth:`set` on change,
-    :meth:`refresh` every :data:`REFRESH_S` sets the last value again."""
+    :meth:`refresh`, every :func:`refresh_s`, sets the last value again."""
 
     def __init__(self, gauge: Gauge, value: float) -> None:
         self._gauge = gauge
@@ -80,7 +85,7 @@ class StoreReplicationMetrics:
         self._writes.inc()
 
     def refresh(self) -> None:
-        """Every :data:`REFRESH_S`: the degraded shards stay exported while none changes."""
+        """Every :func:`refresh_s`: the degraded shards stay exported while none changes."""
         self._shards.refresh()
 
 
@@ -135,7 +140,7 @@ class HostMetrics:
         self.store_write_failures.inc()
 
     def refresh(self) -> None:
-        """Every :data:`REFRESH_S`: the held gauges set again (:class:`HeldGauge`)."""
+        """Every :func:`refresh_s`: the held gauges set again (:class:`HeldGauge`)."""
         self._connections.refresh()
         self.store_replication.refresh()
 

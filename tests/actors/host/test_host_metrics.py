@@ -4,7 +4,7 @@ export intervals)."""
 
 from __future__ import annotations
 
-from actors.host.host_metrics import HeldGauge
+from actors.host.host_metrics import HeldGauge, refresh_s
 
 
 class Recorded:
@@ -27,3 +27,9 @@ def test_a_held_gauge_sets_its_first_value_at_once_and_its_last_value_at_each_re
     held.refresh()
     assert gauge.values == [0, 0, 3, 3, 3]
     assert held.value == 3
+
+
+def test_held_gauges_are_set_again_twice_each_of_rays_export_intervals():
+    assert refresh_s({}) == 5.0  # Ray's default: every 10 s
+    assert refresh_s({"RAY_metrics_report_interval_ms": "2000"}) == 1.0
+    assert refresh_s({"RAY_metrics_report_interval_ms": "500"}) == 0.5  # Ray exports once a second at most
