@@ -16,8 +16,6 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import httpx
 import psutil
@@ -45,39 +43,23 @@ def create(**body) -> str:
 
 
 DEDICATED_APP = APP + "-dedicated"
-REDEPLOY_APP = "rws-redeploy"
-REDEPLOY_TEST = "test_a_redeploy_under_load_resets_nothing_loses_no_terminal_event_and_no_stored_response"
-
-
-def redeploy_overrides(data_dir: Path) -> dict[str, Any]:
-    return {"store.data_dir": str(data_dir), "session.connections_per_actor": 32}
 
 
 @pytest.fixture(scope="module")
-def redeploy_data(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("redeploy")
-
-
-@pytest.fixture(scope="module")
-def fault_apps(ray_cluster, request, redeploy_data) -> Iterator[dict[str, str]]:
-    """The module's apps, deployed at once (``running_apps``).  The faults app: keepalive
+def fault_apps(ray_cluster) -> Iterator[dict[str, str]]:
+    """The module's two apps, deployed at once (``running_apps``).  The faults app: keepalive
     pings every 0.5 s, 40 s for a drain's responses in flight; the graceful shutdown, the
-    last of its tests, deletes it.  The dedicated app: a session host per connection.  The
-    redeploy app (when its test is selected): a store in ``redeploy_data``, redeployed by
-    its test."""
-    apps = {
-        APP: {
-            "session.ping_interval_s": 0.5,
-            "session.ping_timeout_s": 0.5,
-            "server.drain_timeout_s": 40,
-        },
-        DEDICATED_APP: {"session.connections_per_actor": 1, "session.warm_actors": 2},
-    }
-    if any(
-        item.path == request.path and item.originalname == REDEPLOY_TEST for item in request.session.items
-    ):
-        apps[REDEPLOY_APP] = redeploy_overrides(redeploy_data)
-    with running_apps(apps) as urls:
+    last of its tests, deletes it.  The dedicated app: a session host per connection."""
+    with running_apps(
+        {
+            APP: {
+                "session.ping_interval_s": 0.5,
+                "session.ping_timeout_s": 0.5,
+                "server.drain_timeout_s": 40,
+            },
+            DEDICATED_APP: {"session.connections_per_actor": 1, "session.warm_actors": 2},
+        }
+    ) as urls:
         yield urls
 
 
@@ -364,7 +346,7 @@ def test_graceful_shutdown_finishes_responses_in_flight_refuses_new_work_and_flu
 
 
 def test_a_redeploy_under_load_resets_nothing_loses_no_terminal_event_and_no_stored_response(
-    fault_apps, redeploy_data
+    ray_cluster, tmp_path
 ):
     """The short version of ``responses-ws bench drain``: clients mid-turn on a real server
     with a real SQLite store while the app is redeployed (Serve starts a new gateway on the
@@ -374,9 +356,9 @@ def test_a_redeploy_under_load_resets_nothing_loses_no_terminal_event_and_no_sto
     ledger line is there afterwards."""
     from bench.kinds.drain import Plan, redeploys
 
-    name, tmp_path = REDEPLOY_APP, redeploy_data
-    overrides = redeploy_overrides(tmp_path)
-    url = fault_apps[name]  # deployed with the module's other apps
+    name = "rws-redeploy"
+    overrides = {"store.data_dir": str(tmp_path), "session.connections_per_actor": 32}
+    url = start_app(name, **overrides)
     port = int(url.rsplit(":", 1)[1])
 
     def redeploy(k: int) -> None:  # a gateway-only change: Serve replaces the gateway replica

@@ -59,10 +59,13 @@ def start_apps(apps: dict[str, dict[str, Any]]) -> dict[str, str]:
 class AppBatches:
     """The apps of the session's modules that declare theirs (a module-level
     ``apps_to_deploy(tmp_path_factory) -> {name: overrides}``), in the order the modules run.
-    The first of a module's fixture's calls to :meth:`urls` deploys its apps and the next such
-    module's at once (:func:`start_apps`: an app's deploy keeps about one core busy, two cores
-    deploy two at a time); the next module's fixture then finds its apps running.  Each
-    module's fixture stops its own apps at its end."""
+    The first of a module's fixture's calls to :meth:`urls` deploys its apps and, when they are
+    two together, the next such module's at once (:func:`start_apps`: an app's deploy keeps
+    about one core busy, two cores deploy two at a time; three at once took no less time than
+    two and then one); the next module's fixture then finds its apps running.  Each module's fixture
+    stops its own apps at its end."""
+
+    AT_ONCE = 2
 
     def __init__(self, modules: list[ModuleType], tmp_path_factory: Any) -> None:
         self._modules = modules
@@ -82,7 +85,13 @@ class AppBatches:
         if module.__name__ not in self._urls:
             names = [m.__name__ for m in self._modules]
             after = self._modules[names.index(module.__name__) + 1 :] if module.__name__ in names else []
-            batch = [module, *[m for m in after[:1] if m.__name__ not in self._urls]]
+            batch = [module]
+            if (
+                after
+                and after[0].__name__ not in self._urls
+                and len(self.specs(module)) + len(self.specs(after[0])) <= self.AT_ONCE
+            ):
+                batch.append(after[0])
             urls = start_apps({app: overrides for m in batch for app, overrides in self.specs(m).items()})
             for m in batch:
                 self._urls[m.__name__] = {app: urls[app] for app in self.specs(m)}
