@@ -62,16 +62,11 @@ def assert_one_response(events: list[dict]) -> dict:
 # ------------------------------------------------------------------ a burst on the default config
 
 
-def apps_to_deploy(tmp_path_factory) -> dict[str, dict]:
-    """This module's app (``app_batches``, tests/conftest.py): the default config (only the
-    port is chosen), one app for the module: the burst, then the storm, which ends it with a
-    redeploy (it comes last)."""
-    return {CROWD_APP: {}}
-
-
 @pytest.fixture(scope="module")
-def crowd_url(app_batches, request):
-    url = app_batches.urls(request.module)[CROWD_APP]
+def crowd_url(ray_cluster):
+    """The default config (only the port is chosen), one app for the module: the burst, then
+    the storm, which ends it with a redeploy (it comes last)."""
+    url = start_app(CROWD_APP)
     yield url
     stop_app(CROWD_APP)
 

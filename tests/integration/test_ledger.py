@@ -5,29 +5,22 @@ session hosts SIGKILLed under load, the ledger reconciled against what the clien
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 
 from bench.kinds.ledger import Plan, faults
-from tests.support.server import stop_app
+from tests.support.server import start_app, stop_app
 
 APP = "rws-ledger"
 
 
-def apps_to_deploy(tmp_path_factory) -> dict[str, dict]:
-    """This module's app (``app_batches``, tests/conftest.py): its SQLite store in a
-    directory of its own."""
-    data_dir = tmp_path_factory.mktemp("ledger-store")
-    return {
-        APP: {"session.connections_per_actor": 2, "session.warm_actors": 2, "store.data_dir": str(data_dir)}
-    }
-
-
 @pytest.fixture(scope="module")
-def ledger_app(app_batches, request):
-    url = app_batches.urls(request.module)[APP]
-    yield url, Path(app_batches.specs(request.module)[APP]["store.data_dir"])
+def ledger_app(ray_cluster, tmp_path_factory):
+    data_dir = tmp_path_factory.mktemp("ledger-store")
+    url = start_app(
+        APP, **{"session.connections_per_actor": 2, "session.warm_actors": 2, "store.data_dir": str(data_dir)}
+    )
+    yield url, data_dir
     stop_app(APP)
 
 
