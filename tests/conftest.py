@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from tests.support.ray_cluster import LocalCluster
     from tests.support.redis import Cluster
     from tests.support.serve_process import ServeProcess
-    from tests.support.server import AppBatches
 
 # A test is `integration` when it lives in a tier of real deployments or asks for a fixture
 # that starts a real service (Ray and Serve, a redis-server), or is a parameter marked
@@ -229,19 +228,6 @@ def session_app(fixture: str, apps: dict[str, str], ledgered_data: Path) -> str:
         app, overrides = session_app_specs(ledgered_data)[fixture]
         apps[fixture] = start_app(app, **overrides)
     return apps[fixture]
-
-
-@pytest.fixture(scope="session")
-def app_batches(ray_cluster, request, tmp_path_factory) -> AppBatches:
-    """The apps of the modules that declare theirs (``apps_to_deploy``), each module's deployed
-    with the next one's (tests/support/server.py, ``AppBatches``)."""
-    from tests.support.server import AppBatches
-
-    modules = [getattr(item, "module", None) for item in request.session.items]
-    return AppBatches(
-        list({m.__name__: m for m in modules if m is not None and hasattr(m, "apps_to_deploy")}.values()),
-        tmp_path_factory,
-    )
 
 
 @pytest.fixture(scope="session")

@@ -18,6 +18,7 @@ from ray import serve
 from bench.fuzz_cases import WS_KINDS, nested, ws_cases
 from bench.fuzz_oracle import FRAME_CAP, MODEL, WsCase, WsFuzzer, server_overrides
 from tests.support.fuzz import fuzz_settings
+from tests.support.server import start_app
 
 FUZZ_APP = "rws-fuzz"
 EXAMPLES = 1200
@@ -28,15 +29,10 @@ FUZZ = fuzz_settings(EXAMPLES)
 pytestmark = pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisWarning")
 
 
-def apps_to_deploy(tmp_path_factory) -> dict[str, dict]:
-    """This module's app (``app_batches``, tests/conftest.py): a server with a 64 KiB frame
-    cap and 8-token answers (``server_overrides``)."""
-    return {FUZZ_APP: server_overrides()}
-
-
 @pytest.fixture(scope="module")
-def fuzz_url(app_batches, request):
-    url = app_batches.urls(request.module)[FUZZ_APP]
+def fuzz_url(ray_cluster):
+    """A server with a 64 KiB frame cap and 8-token answers (``server_overrides``)."""
+    url = start_app(FUZZ_APP, **server_overrides())
     yield url
     # Not blocking: deleting waits ~30 s for Serve's direct-ingress drain of an idle gateway.
     serve.delete(FUZZ_APP, _blocking=False)

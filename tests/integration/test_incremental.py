@@ -9,7 +9,7 @@ import pytest
 import websockets
 from openai import OpenAI
 
-from tests.support.server import stop_app
+from tests.support.server import start_app, stop_app
 from tests.support.wire import TOOLS, outputs_for, raw_collect
 
 MODEL = "emu-fast"
@@ -114,15 +114,10 @@ def test_injection_markers_accumulate_across_turns(ws_url):
     assert err["error"]["code"] == "content_filter", "the same conversation accumulates its score"
 
 
-def apps_to_deploy(tmp_path_factory) -> dict[str, dict]:
-    """This module's app (``app_batches``, tests/conftest.py): a server whose
-    disallowed-content lexicon includes a word the scripted model writes."""
-    return {"rws-safety": {"session.safety": {"lexicon": ["test"]}}}
-
-
 @pytest.fixture(scope="module")
-def strict_output_url(app_batches, request):
-    url = app_batches.urls(request.module)["rws-safety"]
+def strict_output_url(ray_cluster):
+    """A server whose disallowed-content lexicon includes a word the scripted model writes."""
+    url = start_app("rws-safety", **{"session.safety": {"lexicon": ["test"]}})
     yield url.replace("http://", "ws://") + "/v1/responses"
     stop_app("rws-safety")
 

@@ -24,7 +24,7 @@ from openai import OpenAI
 
 from serve.auth import fingerprint
 from serve.embedded import free_port
-from tests.support.server import ALICE, BOB, busy_profiles, stop_app
+from tests.support.server import ALICE, BOB, busy_profiles, running_apps
 from tests.support.waiting import until, wait_until
 from tests.support.wire import raw_collect, validated
 
@@ -394,29 +394,25 @@ def test_the_prefix_cache_is_not_shared_between_keys_over_http(keyed_url):
 DEAD_STORE_APP, BUSY_APP = "rws-iso-deadstore", "rws-iso-busy"
 
 
-def apps_to_deploy(tmp_path_factory) -> dict[str, dict]:
-    """The module's two apps of internal faults, deployed at once (``app_batches``,
-    tests/conftest.py): an app whose Redis store is unreachable (nothing listens on the
-    port), its ``store:false`` lines journaled (``store.ledger: journal``; with ``commit``, Redis's default, such a
+@pytest.fixture(scope="module")
+def fault_apps(ray_cluster) -> Iterator[dict[str, str]]:
+    """The module's two apps of internal faults, deployed at once (``running_apps``): an app
+    whose Redis store is unreachable (nothing listens on the port), its ``store:false``
+    lines journaled (``store.ledger: journal``; with ``commit``, Redis's default, such a
     response fails unbilled: tests/actors/host/test_connection.py); and an app whose
     inference replica runs one sequence and queues none (overload is reachable)."""
-    return {
-        DEAD_STORE_APP: {
-            "store.backend": "redis",
-            "store.redis_url": f"redis://127.0.0.1:{free_port()}/0",
-            "store.ledger": "journal",
-            "store.write_retry_s": 0,  # one retry at once: the store does not come back here
-        },
-        BUSY_APP: {"inference.profiles": busy_profiles()},
-    }
-
-
-@pytest.fixture(scope="module")
-def fault_apps(app_batches, request) -> Iterator[dict[str, str]]:
-    urls = app_batches.urls(request.module)
-    yield urls
-    for app in urls:
-        stop_app(app)
+    with running_apps(
+        {
+            DEAD_STORE_APP: {
+                "store.backend": "redis",
+                "store.redis_url": f"redis://127.0.0.1:{free_port()}/0",
+                "store.ledger": "journal",
+                "store.write_retry_s": 0,  # one retry at once: the store does not come back here
+            },
+            BUSY_APP: {"inference.profiles": busy_profiles()},
+        }
+    ) as urls:
+        yield urls
 
 
 @pytest.fixture(scope="module")

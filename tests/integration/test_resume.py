@@ -12,7 +12,7 @@ import websockets
 from ray import serve
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from tests.support.server import stop_app
+from tests.support.server import start_app, stop_app
 from tests.support.waiting import wait_until
 from tests.support.wire import raw_collect, validated
 
@@ -33,14 +33,9 @@ def create(**body) -> str:
     )
 
 
-def apps_to_deploy(tmp_path_factory) -> dict[str, dict]:
-    """This module's app (``app_batches``, tests/conftest.py)."""
-    return {APP: {"session.resume_grace_s": GRACE_S, "server.api_keys": [KEY_A, KEY_B]}}
-
-
 @pytest.fixture(scope="module")
-def resume_url(app_batches, request):
-    url = app_batches.urls(request.module)[APP]
+def resume_url(ray_cluster):
+    url = start_app(APP, **{"session.resume_grace_s": GRACE_S, "server.api_keys": [KEY_A, KEY_B]})
     yield url.replace("http", "ws", 1) + "/v1/responses"
     stop_app(APP)
 

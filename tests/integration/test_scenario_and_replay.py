@@ -69,20 +69,14 @@ def test_a_scenario_in_metadata_is_followed_on_every_transport(server_url, trans
     assert _text(second) == "done" and not _calls(second)
 
 
-def apps_to_deploy(tmp_path_factory) -> dict[str, dict]:
-    """This module's app (``app_batches``, tests/conftest.py): a server started as
-    ``responses-ws serve --scenario configs/scenario.example.yaml`` would be: the example
-    scripts every conversation (inference.policy.scenario)."""
-    from serve.cli import scenario_file
-
-    return {"rws-scenario": {"inference.policy.scenario": scenario_file(EXAMPLE)}}
-
-
 @pytest.fixture(scope="module")
-def scenario_url(app_batches, request):
-    from tests.support.server import stop_app
+def scenario_url(ray_cluster):
+    """A server started as ``responses-ws serve --scenario configs/scenario.example.yaml``
+    would be: the example scripts every conversation (inference.policy.scenario)."""
+    from serve.cli import scenario_file
+    from tests.support.server import start_app, stop_app
 
-    url = app_batches.urls(request.module)["rws-scenario"]
+    url = start_app("rws-scenario", **{"inference.policy.scenario": scenario_file(EXAMPLE)})
     yield url
     stop_app("rws-scenario")
 

@@ -30,7 +30,7 @@ from bench.multinode import balancer
 from bench.multinode.edits import haproxy_config
 from serve.embedded import free_port
 from tests.support.codex import CODEX, Egress, codex_home, rollout_records, run_codex, write_checkout
-from tests.support.server import stop_app, wait_for
+from tests.support.server import start_app, stop_app, wait_for
 from tests.support.tls import make_ca, server_certificate
 
 set_tracing_disabled(True)  # no trace export to the hosted API
@@ -69,21 +69,14 @@ def transports(edge: Edge, response_ids: set[str]) -> set[str]:
     return set(seen.values())
 
 
-def apps_to_deploy(tmp_path_factory) -> dict[str, dict]:
-    """This module's app (``app_batches``, tests/conftest.py): its SQLite store in the
-    ``data`` directory of the module's directory (beside the balancer's files)."""
-    data = tmp_path_factory.mktemp("tls-edge") / "data"
-    return {APP: {"store.data_dir": str(data), "inference.policy.tool_rounds": ROUNDS}}
-
-
 @pytest.fixture(scope="module")
-def edge(app_batches, request) -> Iterator[Edge]:
+def edge(ray_cluster, tmp_path_factory) -> Iterator[Edge]:
     haproxy = shutil.which("haproxy")
     if haproxy is None:
         pytest.fail("haproxy is missing: make haproxy (Debian package)", pytrace=False)
-    data = Path(app_batches.specs(request.module)[APP]["store.data_dir"])
-    tmp = data.parent
-    url = app_batches.urls(request.module)[APP]
+    tmp = tmp_path_factory.mktemp("tls-edge")
+    data = tmp / "data"
+    url = start_app(APP, **{"store.data_dir": str(data), "inference.policy.tool_rounds": ROUNDS})
     node_port = int(url.rsplit(":", 1)[1])
     ca = make_ca()
     (tmp / "ca.pem").write_bytes(ca.pem)

@@ -14,7 +14,7 @@ import websockets
 from ray import serve
 from websockets.exceptions import ConnectionClosed
 
-from tests.support.server import stop_app
+from tests.support.server import start_app, stop_app
 from tests.support.waiting import wait_until
 from tests.support.wire import raw_collect, validated
 
@@ -30,21 +30,18 @@ def create(**body) -> str:
     return json.dumps({"type": "response.create", "model": MODEL, "store": False, **body})
 
 
-def apps_to_deploy(tmp_path_factory) -> dict[str, dict]:
-    """This module's app (``app_batches``, tests/conftest.py): a second app with a 2 s
-    connection lifetime, a 64 KiB frame cap, and deflate accepted from loopback peers too."""
-    return {
-        LIMITS_APP: {
+@pytest.fixture(scope="module")
+def limits_url(ray_cluster):
+    """A second app with a 2 s connection lifetime, a 64 KiB frame cap, and deflate
+    accepted from loopback peers too."""
+    url = start_app(
+        LIMITS_APP,
+        **{
             "session.connection_lifetime_s": 2.0,
             "session.max_frame_bytes": 64 * 1024,
             "session.deflate": "always",
-        }
-    }
-
-
-@pytest.fixture(scope="module")
-def limits_url(app_batches, request):
-    url = app_batches.urls(request.module)[LIMITS_APP]
+        },
+    )
     yield url.replace("http://", "ws://") + "/v1/responses"
     stop_app(LIMITS_APP)
 

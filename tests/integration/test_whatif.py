@@ -13,7 +13,7 @@ import pytest
 import websockets
 from ray import serve
 
-from tests.support.server import stop_app
+from tests.support.server import start_app, stop_app
 from tests.support.wire import raw_collect
 
 APP = "rws-whatif"
@@ -23,21 +23,17 @@ TIMINGS = {"responses_ws.timings": "1"}
 LONG = "a first message long enough to be more than the classifier's carried window of tokens"
 
 
-def apps_to_deploy(tmp_path_factory) -> dict[str, dict]:
-    """This module's app (``app_batches``, tests/conftest.py)."""
-    return {
-        APP: {
+@pytest.fixture(scope="module")
+def whatif_url(ray_cluster):
+    url = start_app(
+        APP,
+        **{
             "session.whatif": {
                 "safety_model": {"enabled": True, "window_tokens": WINDOW},
                 "hop": {"enabled": True},
             }
-        }
-    }
-
-
-@pytest.fixture(scope="module")
-def whatif_url(app_batches, request):
-    url = app_batches.urls(request.module)[APP]
+        },
+    )
     yield url
     stop_app(APP)  # nothing after this module needs it gone: no wait for its replicas' ends
 

@@ -7,7 +7,6 @@ import contextlib
 import functools
 import threading
 from collections.abc import Callable, Coroutine, Iterator
-from types import ModuleType
 from typing import Any, TypeVar
 
 from inference.emulator.profiles import load_inference_config
@@ -54,48 +53,6 @@ def start_apps(apps: dict[str, dict[str, Any]]) -> dict[str, str]:
     with ThreadPoolExecutor(max(1, len(configs))) as pool:
         urls = {name: pool.submit(deploy, config, name=name) for name, config in configs.items()}
         return {name: url.result() for name, url in urls.items()}
-
-
-class AppBatches:
-    """The apps of the session's modules that declare theirs (a module-level
-    ``apps_to_deploy(tmp_path_factory) -> {name: overrides}``), in the order the modules run.
-    The first of a module's fixture's calls to :meth:`urls` deploys its apps and, when they are
-    two together, the next such module's at once (:func:`start_apps`: an app's deploy keeps
-    about one core busy, two cores deploy two at a time; three at once took no less time than
-    two and then one); the next module's fixture then finds its apps running.  Each module's fixture
-    stops its own apps at its end."""
-
-    AT_ONCE = 2
-
-    def __init__(self, modules: list[ModuleType], tmp_path_factory: Any) -> None:
-        self._modules = modules
-        self._tmp = tmp_path_factory
-        self._specs: dict[str, dict[str, dict[str, Any]]] = {}
-        self._urls: dict[str, dict[str, str]] = {}
-
-    def specs(self, module: ModuleType) -> dict[str, dict[str, Any]]:
-        """The module's apps: name -> overrides (made once)."""
-        if module.__name__ not in self._specs:
-            self._specs[module.__name__] = module.apps_to_deploy(self._tmp)
-        return self._specs[module.__name__]
-
-    def urls(self, module: ModuleType) -> dict[str, str]:
-        """The base URL of each of the module's apps, deployed now (with the next module's)
-        unless they were with the module before it."""
-        if module.__name__ not in self._urls:
-            names = [m.__name__ for m in self._modules]
-            after = self._modules[names.index(module.__name__) + 1 :] if module.__name__ in names else []
-            batch = [module]
-            if (
-                after
-                and after[0].__name__ not in self._urls
-                and len(self.specs(module)) + len(self.specs(after[0])) <= self.AT_ONCE
-            ):
-                batch.append(after[0])
-            urls = start_apps({app: overrides for m in batch for app, overrides in self.specs(m).items()})
-            for m in batch:
-                self._urls[m.__name__] = {app: urls[app] for app in self.specs(m)}
-        return self._urls[module.__name__]
 
 
 @contextlib.contextmanager
