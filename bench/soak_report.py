@@ -30,6 +30,7 @@ class SoakPlan:
     sample_s: float | None = 3.0  # memory sampling period; None: no sampling
     clients: int = 1  # client processes
     chains: int | None = None  # chains per loop, then it stops (duration_s: a cap); None: until duration_s
+    settle_s: float = 3.0  # after a run, before sampling idle memory: closes and flushes finish
 
     def workload(self, run: int = 0) -> wl.Workload:
         return wl.Workload(

@@ -48,7 +48,6 @@ from ..soak_report import SoakPlan, model_ttft_ms, render_table, summarise
 from ..stats import pct
 
 APP = "responses-ws-soak"
-SETTLE_S = 3.0  # after a run, before sampling idle memory: closes and flushes finish
 CHAINS_CAP_S = 3600.0  # with --chains and no --duration: the run's cap
 
 
@@ -138,7 +137,7 @@ def soak(url: str, plan: SoakPlan, *, app: str = APP, runs: int = 1) -> dict[str
                 "invalid_reason": s["invalid_reason"],
             }
             if sampling and runs > 1:
-                time.sleep(SETTLE_S)
+                time.sleep(plan.settle_s)
                 idle = sample_uss(groups)
                 entry["idle_mb"] = {g: round(v["uss_mb"], 1) for g, v in idle.items()}
                 print(

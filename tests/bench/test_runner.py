@@ -284,11 +284,17 @@ def test_a_loop_whose_tool_would_outlast_the_window_stops_instead_of_sleeping_th
     import time
 
     w = wl.Workload(resume_tokens=0, system_tokens=100, tool_def_tokens=200, tool_time_ms=600_000.0)
-    channel = AnsweringChannel()
+    pace = Pace(1)
+
+    class WindowEndingChannel(AnsweringChannel):  # the window ends 0.1 s into the first turn
+        async def send(self, body: str) -> Reply:
+            pace.end_at = time.time() + 0.1  # (not before it: a stalled test process would send none)
+            return await super().send(body)
+
+    channel = WindowEndingChannel()
     sink: list[TurnRecord] = []
 
     async def run() -> None:
-        pace = Pace(1, end_at=time.time() + 0.1)
         loop = Loop(0, "http://t", Encoder(w, "ws", False, [json.dumps("out")]), pace, sink, lambda: channel)
         await asyncio.wait_for(loop.run(release_at=0.0), timeout=60.0)  # not the tool's 5-15 minutes
         assert pace.storm_over.is_set()
@@ -335,16 +341,23 @@ def test_a_loop_with_a_connection_per_rollout_pauses_after_a_failed_turn_before_
     import asyncio
     import time
 
+    pace = Pace(1)
+
+    class WindowEndingChannel(RefusingChannel):  # the window ends 0.1 s after the first create
+        async def send(self, body: str) -> Reply:
+            if pace.end_at == float("inf"):
+                pace.end_at = time.time() + 0.1  # (not before it: a stalled test process would send none)
+            return await super().send(body)
+
     channels: list[RefusingChannel] = []
 
     def new_channel() -> RefusingChannel:
-        channels.append(RefusingChannel())
+        channels.append(WindowEndingChannel())
         return channels[-1]
 
     sink: list[TurnRecord] = []
 
     async def run() -> None:
-        pace = Pace(1, end_at=time.time() + 0.1)
         enc = Encoder(small_workload(), "ws", False, [json.dumps("out")])
         loop = Loop(0, "http://t", enc, pace, sink, new_channel, fresh_connection=True)
         await asyncio.wait_for(loop.run(release_at=0.0), timeout=60.0)

@@ -64,7 +64,14 @@ def test_twenty_connections_by_five_turns_twice_keep_every_invariant(ray_cluster
     url = start_app(SOAK_APP, **{"session.connections_per_actor": 32, "session.warm_actors": 1})
     try:
         plan = SoakPlan(
-            connections=20, turns=5, chains=1, ramp_s=0.5, duration_s=60.0, think_ms=50, sample_s=1.0
+            connections=20,
+            turns=5,
+            chains=1,
+            ramp_s=0.5,
+            duration_s=60.0,
+            think_ms=50,
+            sample_s=1.0,
+            settle_s=0.5,  # before each idle sample: its figures are not checked here, only that it was taken
         )
         result = soak(url, plan, app=SOAK_APP, runs=2)  # ids must stay unique across runs
     finally:

@@ -1,17 +1,17 @@
 """freeze_startup: what a process holds once started moves to the permanent generation, so
 a full collection afterwards walks only what was made since (run in a child process: a
 freeze cannot be undone in this one).  serving: the session host's thresholds still collect
-every cycle, and keep the heap bounded.  BurstPacing: the burst thresholds from a late probe
+every cycle, and keep the heap bounded (in a child process too: the heap it counts is the
+crowd's alone).  BurstPacing: the burst thresholds from a late probe
 until enough on-time probes in a row, the serving ones after a reset."""
 
 from __future__ import annotations
 
-import gc
 import json
 import subprocess
 import sys
 
-from inference.collector import BURST_YOUNG, QUIET_PROBES, SERVING_THRESHOLDS, BurstPacing, serving
+from inference.collector import BURST_YOUNG, QUIET_PROBES, SERVING_THRESHOLDS, BurstPacing
 
 CHILD = """
 import gc, json
@@ -33,43 +33,54 @@ def test_the_start_up_objects_are_frozen_and_later_ones_are_not():
     assert 1000 <= figures["after"] < figures["frozen"] / 5  # the walk sees what came later
 
 
+# A crowd's turns in a process of its own: the heap it counts (gc.get_objects()) and the
+# collections its allocations trigger are its own, not those of another thread of the test
+# process (the loopback sweep's, tests/conftest.py, runs beside the unit tests).
+CROWD = """
+import gc, json
+from inference.collector import SERVING_THRESHOLDS, serving
+connections, turns = 256, 60_000
+collected = [0, 0, 0]
+
+def count(phase, info):
+    if phase == "stop":
+        collected[info["generation"]] += info["collected"]
+
+serving()
+gc.callbacks.append(count)
+thresholds = gc.get_threshold()
+gc.collect()
+baseline = len(gc.get_objects())
+states = [None] * connections
+peaks = []
+for t in range(turns):
+    state = {"items": [[t], [t + 1]], "marks": (t,)}
+    state["self"] = state  # a cycle: freed only by a collection
+    states[t % connections] = state
+    if t % 5_000 == 4_999:
+        peaks.append(len(gc.get_objects()) - baseline)
+states.clear()
+gc.collect()
+after = len(gc.get_objects()) - baseline
+print(json.dumps({"thresholds": thresholds, "serving": SERVING_THRESHOLDS, "turns": turns,
+                  "peaks": peaks, "collected": collected, "after": after}))
+"""
+
+
 def test_serving_thresholds_keep_the_heap_bounded_and_cycles_collected():
     """A crowd's turns, each replacing its connection's state with a new one that holds a
     reference cycle (so only the collector frees the old one): under the serving thresholds
     every cycle is still collected, and the heap, counted, stops growing."""
-    connections, turns = 256, 60_000
-    collected = [0, 0, 0]
-
-    def count(phase: str, info: dict) -> None:
-        if phase == "stop":
-            collected[info["generation"]] += info["collected"]
-
-    before = serving()
-    gc.callbacks.append(count)
-    try:
-        assert gc.get_threshold() == SERVING_THRESHOLDS
-        gc.collect()
-        baseline = len(gc.get_objects())
-        states: list[object] = [None] * connections
-        peaks = []
-        for t in range(turns):
-            state: dict[str, object] = {"items": [[t], [t + 1]], "marks": (t,)}
-            state["self"] = state  # a cycle: freed only by a collection
-            states[t % connections] = state
-            if t % 5_000 == 4_999:
-                peaks.append(len(gc.get_objects()) - baseline)
-        made = turns * 4  # tracked objects: the dict, its list and the list's two lists
-        states.clear()
-        gc.collect()
-        after = len(gc.get_objects()) - baseline
-    finally:
-        gc.callbacks.remove(count)
-        gc.set_threshold(*before)
+    out = subprocess.run([sys.executable, "-c", CROWD], capture_output=True, text=True, check=True)
+    figures = json.loads(out.stdout)
+    assert figures["thresholds"] == figures["serving"] == list(SERVING_THRESHOLDS)
+    peaks, collected = figures["peaks"], figures["collected"]
+    made = figures["turns"] * 4  # tracked objects: the dict, its list and the list's two lists
     first, second = peaks[: len(peaks) // 2], peaks[len(peaks) // 2 :]
-    assert max(second) <= max(first) * 1.5  # no growth with the number of turns
-    assert max(peaks) < made / 4  # most of what was made was freed while the crowd ran
+    assert max(second) <= max(first) * 1.5, peaks  # no growth with the number of turns
+    assert max(peaks) < made / 4, peaks  # most of what was made was freed while the crowd ran
     assert collected[1] + collected[2] > 0  # cycles that outlived a gen-0 collection too
-    assert after < 1000
+    assert figures["after"] < 1000
 
 
 def test_burst_pacing_holds_young_collections_from_a_late_probe_until_the_loop_is_quiet():

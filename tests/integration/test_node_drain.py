@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import httpx
@@ -21,7 +22,7 @@ import pytest
 import websockets
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from tests.support.server import on_handle_loop, start_app, stop_app
+from tests.support.server import on_handle_loop, running_apps
 from tests.support.wire import validated
 
 GRACE_S = 2.0  # the hold: the balancer's interval x fall, short for the test
@@ -102,21 +103,33 @@ async def client(url: str, streaming: bool, started: asyncio.Event, draining: as
     return seen
 
 
+DRAIN_SETTINGS = {
+    "server.drain_health_grace_s": GRACE_S,
+    "server.drain_close_batch_size": BATCH,
+    "server.drain_close_batch_interval_s": INTERVAL_S,
+    "server.drain_deadline_margin_s": 2.0,
+    "server.drain_timeout_s": 30.0,
+}
+
+
+def app_of(test: str) -> str:
+    return f"rws-node-drain-{test[-12:]}"
+
+
+@pytest.fixture(scope="module")
+def drain_apps(ray_cluster, request) -> Iterator[dict[str, str]]:
+    """An app for each of the module's selected tests (a drained gateway serves no other
+    test), deployed at once (``running_apps``): app name -> base URL."""
+    tests = [item.name for item in request.session.items if item.path == request.path]
+    with running_apps({app_of(test): DRAIN_SETTINGS for test in tests}) as urls:
+        yield urls
+
+
 @pytest.fixture
-def drain_app(ray_cluster, request):
-    name = f"rws-node-drain-{request.node.name[-12:]}"
-    url = start_app(
-        name,
-        **{
-            "server.drain_health_grace_s": GRACE_S,
-            "server.drain_close_batch_size": BATCH,
-            "server.drain_close_batch_interval_s": INTERVAL_S,
-            "server.drain_deadline_margin_s": 2.0,
-            "server.drain_timeout_s": 30.0,
-        },
-    )
-    yield name, url
-    stop_app(name)
+def drain_app(drain_apps, request) -> tuple[str, str]:
+    """The test's own app: its name and base URL."""
+    name = app_of(request.node.name)
+    return name, drain_apps[name]
 
 
 def test_a_node_drain_fails_readyz_first_answers_every_create_and_closes_1012_in_batches(drain_app):

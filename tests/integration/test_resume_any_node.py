@@ -27,7 +27,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from bench.client import output_text
 from tests.support.balancer import Balancer
-from tests.support.server import delete_apps, start_app, stop_app
+from tests.support.server import delete_apps, start_apps, stop_app
 from tests.support.waiting import until, wait_until
 from tests.support.wire import raw_collect
 
@@ -42,26 +42,41 @@ def run(coro):
     return asyncio.run(coro)
 
 
+# The apps each test asks ``cluster`` for (a crash or a drain leaves an app unfit for the
+# next test: each such test has its own).
+APPS_OF = {
+    "test_a_store_false_chain_survives_a_host_crash_and_a_drain_with_the_same_output": (
+        "rws-any-a",
+        "rws-any-b",
+    ),
+    "test_an_expired_or_never_issued_token_gets_invalid_resume_token": ("rws-any-c",),
+    "test_bench_resume_resumes_every_chain_through_the_labs_client": ("rws-any-c",),
+    "test_the_openai_sdk_continues_across_a_crash_and_a_drain_by_itself": ("rws-any-d", "rws-any-b"),
+}
+
+
 @pytest.fixture(scope="module")
-def cluster(ray_cluster, redis_server):
-    """Two apps on one Redis (one key prefix): ``make(name)`` starts one, returns its port."""
+def cluster(ray_cluster, redis_server, request):
+    """Apps on one Redis (one key prefix): ``make(name)`` returns the port of the app
+    ``name``.  The first call deploys it and every app the module's selected tests ask for
+    (``APPS_OF``) at once: two cores deploy two at a time (``start_apps``)."""
     prefix = f"rws-any-{uuid.uuid4().hex[:8]}:"
     started: dict[str, int] = {}
+    selected = [item.originalname for item in request.session.items if item.path == request.path]
+    overrides = {
+        "session.resume_grace_s": GRACE_S,
+        "server.api_keys": [KEY],
+        "store.backend": "redis",
+        "store.redis_url": redis_server,
+        "store.key_prefix": prefix,
+    }
 
     def make(name: str) -> int:
-        if name in started:
-            return started[name]
-        url = start_app(
-            name,
-            **{
-                "session.resume_grace_s": GRACE_S,
-                "server.api_keys": [KEY],
-                "store.backend": "redis",
-                "store.redis_url": redis_server,
-                "store.key_prefix": prefix,
-            },
-        )
-        started[name] = port_of(url)
+        if name not in started:
+            names = {name, *(app for test in selected for app in APPS_OF.get(test, ()))} - set(started)
+            started.update(
+                {n: port_of(url) for n, url in start_apps(dict.fromkeys(names, overrides)).items()}
+            )
         return started[name]
 
     make.prefix = prefix  # type: ignore[attr-defined]
@@ -342,9 +357,8 @@ def test_with_resume_off_nothing_of_a_store_false_chain_is_written(ray_cluster, 
         },
         "rws-off-sqlite": {"store.backend": "sqlite", "store.data_dir": str(tmp_path / "data")},
     }
-    ports = {
-        name: port_of(start_app(name, **{"server.api_keys": [KEY], **store})) for name, store in apps.items()
-    }
+    urls = start_apps({name: {"server.api_keys": [KEY], **store} for name, store in apps.items()})  # at once
+    ports = {name: port_of(url) for name, url in urls.items()}
 
     async def chain(port: int) -> None:
         async with connect(port) as ws:
