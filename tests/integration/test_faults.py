@@ -306,12 +306,14 @@ def test_graceful_shutdown_finishes_responses_in_flight_refuses_new_work_and_flu
 
     async def main():
         async with websockets.connect(ws_url) as ws:
-            # ~600 tokens at ~65 tok/s: still streaming when the drain starts (within seconds).
+            # ~1200 tokens at ~65 tok/s (~18 s): still streaming when the drain has started and
+            # "one more" arrives (the drain's start took over 9 s once on a loaded 2-core machine,
+            # after a 600-token answer had ended and its socket closed without refusing anything)
             await ws.send(
                 create(
                     model="emu-gpu",
                     store=True,
-                    metadata={"emulator.tool_rounds": "0", "emulator.text_tokens": "600"},
+                    metadata={"emulator.tool_rounds": "0", "emulator.text_tokens": "1200"},
                 )
             )
             created = await until(ws, "response.created")
