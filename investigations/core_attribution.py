@@ -177,6 +177,26 @@ def analyze(
     def scaled(d: dict[str, float], ms: float) -> dict[str, float]:
         return {g: v * ms / span_ms for g, v in d.items()}
 
+    ticks = z["cpu_ticks"] if "cpu_ticks" in z.files else None
+
+    def machine(a: float, b: float) -> dict[str, float] | None:
+        """The machine's /proc/stat over the window (10 ms ticks: coarse under 100 ms):
+        the share of both cores busy (user, nice, system, irq, softirq), stolen by the
+        hypervisor, idle (idle + iowait)."""
+        if ticks is None:
+            return None
+        d = [
+            float(y) - float(x)
+            for x, y in zip(at(trace["t"], ticks, a), at(trace["t"], ticks, b), strict=True)
+        ]
+        total = sum(d) or 1.0
+        busy = d[0] + d[1] + d[2] + d[5] + d[6]
+        return {
+            "busy": round(busy / total, 3),
+            "steal": round(d[7] / total, 3),
+            "idle": round((d[3] + d[4]) / total, 3),
+        }
+
     def late_in(a: float, b: float) -> float:
         m = (trace["t"] >= a) & (trace["t"] <= b)
         return round(float(trace["late_ms"][m].max()), 2) if m.any() else 0.0
@@ -202,6 +222,7 @@ def analyze(
                 "worst_nonmodel_ms": b["worst_ms"],
                 "cores_busy": round(sum(grun.values()) / (CORES * ms), 3) if ms > 0 else None,
                 "sampler_late_max_ms": late_in(b["start"], b["end"]),
+                "machine": machine(b["start"], b["end"]),
                 "groups": rows(grun, gwait, scaled(steady_run, ms), scaled(steady_wait, ms), top),
             }
         )
@@ -214,6 +235,7 @@ def analyze(
         "steady_window_s": level["steady_window_s"],
         "cores": CORES,
         "steady_cores_busy": round(sum(steady_run.values()) / (CORES * span_ms), 3),
+        "steady_machine": machine(s0, s1),
         "steady_by_group_ms_per_s": {
             g: {
                 "run": round(steady_run[g] * 1000 / span_ms, 2),
@@ -247,7 +269,8 @@ def analyze(
 def show(result: dict[str, Any]) -> None:
     s = result["sampler"]
     print(
-        f"steady non-model {result['steady_ms']}; cores busy over the steady window {result['steady_cores_busy']}; "
+        f"steady non-model {result['steady_ms']}; cores busy over the steady window {result['steady_cores_busy']} "
+        f"(/proc/stat: {result['steady_machine']}); "
         f"sampler {s['samples']} samples every {s['interval_ms']} ms ({s['priority']}), CPU {s['cpu_s']} s / "
         f"{s['wall_s']} s, late p50 {s['late_p50_ms']} / p99 {s['late_p99_ms']} / max {s['late_max_ms']} ms"
     )
@@ -270,7 +293,7 @@ def show(result: dict[str, Any]) -> None:
     for b in result["bursts"]:
         table(
             f"burst at {b['at_s']} s: {b['ms']} ms, {b['turns']} turns (worst {b['worst_nonmodel_ms']} ms), "
-            f"cores busy {b['cores_busy']}, sampler late max {b['sampler_late_max_ms']} ms",
+            f"cores busy {b['cores_busy']} (/proc/stat {b['machine']}), sampler late max {b['sampler_late_max_ms']} ms",
             b["groups"],
         )
 

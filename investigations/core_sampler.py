@@ -14,7 +14,8 @@ priority (``SCHED_FIFO``, where allowed; else ``nice -10``) so that its own wake
 on time, and records how late each one was: a late sample is one the machine kept from it.
 
 The trace (``numpy.savez``): ``t`` (time.time() of each sample), ``late_ms``, ``pids``,
-``run_ns`` and ``wait_ns`` (samples × pids, cumulative, as last read), and ``meta`` (JSON:
+``run_ns`` and ``wait_ns`` (samples × pids, cumulative, as last read), ``cpu_ticks`` (the
+machine's ``/proc/stat`` CPU line at each sample: user … steal), and ``meta`` (JSON:
 each pid's title, parent, working directory, first seen; the sampler's own CPU).
 :mod:`investigations.core_attribution` lines a run's slowest turns up with it.
 """
@@ -37,6 +38,11 @@ def title(pid: int) -> str:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return "?"
+    if not argv[0]:  # a kernel thread
+        try:
+            return "[" + Path(f"/proc/{pid}/comm").read_text().strip() + "]"
+        except OSError:
+            return "?"
     first = argv[0].decode(errors="replace")
     if first.startswith("ray::"):
         return first.split()[0].split(".")[0]
@@ -62,6 +68,15 @@ def describe(pid: int) -> dict[str, Any]:
     except OSError:
         cwd = "?"
     return {"title": title(pid), "comm": comm, "ppid": ppid, "cwd": cwd}
+
+
+RENAMED = ("ray::IDLE", "?")  # titles a process may still change (re-read at each full scan)
+
+
+def cpu_times(fd: int) -> list[int]:
+    """The machine's CPU time so far (``/proc/stat``'s first line, clock ticks): user, nice,
+    system, idle, iowait, irq, softirq, steal."""
+    return [int(x) for x in os.pread(fd, 256, 0).split(b"\n", 1)[0].split()[1:9]]
 
 
 def read_schedstat(fd: int) -> tuple[int, int] | None:
@@ -122,7 +137,10 @@ class Sampler:
                 tids = os.listdir(f"/proc/{pid}/task")
             except OSError:
                 continue
-            if pid not in self.meta:
+            m = self.meta.get(pid)
+            if m is not None and m["title"] in RENAMED:  # a Ray worker that became an actor since
+                m.update(describe(pid))
+            if m is None:
                 self.meta[pid] = {**describe(pid), "first_seen": time.time()}
                 self.pid_index[pid] = len(self.pid_index)
                 self.run.append(0)
@@ -180,6 +198,8 @@ def record(out: Path, interval_s: float, seconds: float, full_scan_s: float) -> 
     late: list[float] = []
     runs: list[list[int]] = []
     waits: list[list[int]] = []
+    machine: list[list[int]] = []
+    stat_fd = os.open("/proc/stat", os.O_RDONLY)
     cpu0 = time.process_time()
     start = time.monotonic()
     next_scan = start
@@ -195,11 +215,17 @@ def record(out: Path, interval_s: float, seconds: float, full_scan_s: float) -> 
         times.append(time.time())
         runs.append(s.run.copy())
         waits.append(s.wait.copy())
+        machine.append(cpu_times(stat_fd))
         due += interval_s
         if due < time.monotonic():  # fell behind: the next one is due an interval from now
             due = time.monotonic() + interval_s
         time.sleep(max(0.0, due - time.monotonic()))
     own_cpu_s = time.process_time() - cpu0
+    for pid, seen in s.meta.items():  # the titles the processes ended with
+        if os.path.exists(f"/proc/{pid}"):
+            last = describe(pid)
+            if last["title"] != "?":
+                seen.update(last)
     width = len(s.pid_index)
     run_ns = np.zeros((len(runs), width), dtype=np.int64)
     wait_ns = np.zeros((len(runs), width), dtype=np.int64)
@@ -229,6 +255,7 @@ def record(out: Path, interval_s: float, seconds: float, full_scan_s: float) -> 
         pids=np.array(pids, dtype=np.int64),
         run_ns=run_ns,
         wait_ns=wait_ns,
+        cpu_ticks=np.array(machine, dtype=np.int64),
         meta=np.array(json.dumps(meta)),
     )
     return meta
