@@ -227,7 +227,17 @@ def analyze(
             }
         )
     late = trace["late_ms"]
+    trace_s = float(trace["t"][-1] - trace["t"][0]) or 1.0
+    cold = {}
+    if "late_run_ns" in z.files:  # cold tasks' catch-ups: CPU that could not be placed in time
+        lr = by_group((float(v) / 1e6 for v in z["late_run_ns"]), groups)
+        cold = {
+            g: round(v / trace_s, 2)
+            for g, v in sorted(lr.items(), key=lambda kv: -kv[1])
+            if v / trace_s >= 0.5
+        }
     return {
+        "cold_catch_up_ms_per_s": cold,
         "trace": str(trace_path),
         "capacity": str(capacity_path),
         "loops": level_loops,
@@ -275,6 +285,10 @@ def show(result: dict[str, Any]) -> None:
         f"{s['wall_s']} s, late p50 {s['late_p50_ms']} / p99 {s['late_p99_ms']} / max {s['late_max_ms']} ms"
     )
     print("steady window, ms/s run / wait:", json.dumps(result["steady_by_group_ms_per_s"]))
+    print(
+        "not placed in time (cold tasks' catch-ups over the trace), ms/s:",
+        json.dumps(result["cold_catch_up_ms_per_s"]),
+    )
 
     def table(title: str, groups: list[dict[str, Any]]) -> None:
         print(title)

@@ -9,7 +9,9 @@ process on the machine (run ns, run-queue wait ns) and ``/proc/<pid>/stat``; eve
 ``--interval-ms`` between, it re-reads only the tasks that ran since the scan before (kept
 open, read with ``pread``): a task that slept a whole second and then wakes is seen at the
 next full scan, its run and wait counted there.  Each process's figures are the sums over
-its tasks (a task that ended keeps its last reading).  It runs itself at real-time
+its tasks (a task that ended keeps its last reading); what a cold task ran in the second
+before a full scan is kept apart, in ``late_run_ns``/``late_wait_ns`` (per pid, over the
+whole trace), since it cannot be placed in time.  It runs itself at real-time
 priority (``SCHED_FIFO``, where allowed; else ``nice -10``) so that its own wake-ups land
 on time, and records how late each one was: a late sample is one the machine kept from it.
 
@@ -99,19 +101,30 @@ class Sampler:
         self.hot: list[tuple[int, int]] = []
         self.meta: dict[int, dict[str, Any]] = {}
         self.pid_index: dict[int, int] = {}
-        self.run: list[int] = []  # cumulative ns per pid, in ``pid_index`` order
+        self.run: list[int] = []  # cumulative ns per pid, in ``pid_index`` order (timely reads)
         self.wait: list[int] = []
+        self.late_run: list[int] = []  # cold tasks' catch-ups at full scans
+        self.late_wait: list[int] = []
         self.me = os.getpid()
 
-    def _set(self, key: tuple[int, int], now: tuple[int, int]) -> bool:
-        """Keep a task's reading and its process's sums; True if it ran or waited since."""
-        before = self.last.get(key, (0, 0))
+    def _set(self, key: tuple[int, int], now: tuple[int, int], *, timely: bool) -> bool:
+        """Keep a task's reading and its process's sums; True if it ran or waited since.
+        A ``timely`` reading (the task was read at the tick before) goes to ``run``/``wait``;
+        a cold task's catch-up at a full scan (it ran at some time in the second before) to
+        ``late_run``/``late_wait``; a task's first reading only sets its base."""
+        before = self.last.get(key)
+        self.last[key] = now
+        if before is None:  # new: read at every tick from now on
+            return True
         if now == before:
             return False
         i = self.pid_index[key[0]]
-        self.run[i] += now[0] - before[0]
-        self.wait[i] += now[1] - before[1]
-        self.last[key] = now
+        if timely:
+            self.run[i] += now[0] - before[0]
+            self.wait[i] += now[1] - before[1]
+        else:
+            self.late_run[i] += now[0] - before[0]
+            self.late_wait[i] += now[1] - before[1]
         return True
 
     def _open(self, key: tuple[int, int]) -> int | None:
@@ -129,6 +142,7 @@ class Sampler:
         scan made the hot set, the ones gone closed (their last reading kept)."""
         seen: set[tuple[int, int]] = set()
         hot: list[tuple[int, int]] = []
+        was_hot = set(self.hot)
         for entry in os.listdir("/proc"):
             if not entry.isdigit():
                 continue
@@ -145,6 +159,8 @@ class Sampler:
                 self.pid_index[pid] = len(self.pid_index)
                 self.run.append(0)
                 self.wait.append(0)
+                self.late_run.append(0)
+                self.late_wait.append(0)
             for t in tids:
                 key = (pid, int(t))
                 fd = self._open(key)
@@ -154,7 +170,7 @@ class Sampler:
                 if now is None:
                     continue
                 seen.add(key)
-                if self._set(key, now):
+                if self._set(key, now, timely=key in was_hot):
                     hot.append(key)
         for key in [k for k in self.fds if k not in seen]:
             os.close(self.fds.pop(key))
@@ -167,7 +183,7 @@ class Sampler:
                 continue
             now = read_schedstat(fd)
             if now is not None:
-                self._set(key, now)
+                self._set(key, now, timely=True)
 
 
 def raise_priority() -> str:
@@ -194,6 +210,7 @@ def record(out: Path, interval_s: float, seconds: float, full_scan_s: float) -> 
     signal.signal(signal.SIGTERM, halt)
     signal.signal(signal.SIGINT, halt)
     s = Sampler()
+    s.full_scan()  # every task's base
     times: list[float] = []
     late: list[float] = []
     runs: list[list[int]] = []
@@ -221,6 +238,8 @@ def record(out: Path, interval_s: float, seconds: float, full_scan_s: float) -> 
             due = time.monotonic() + interval_s
         time.sleep(max(0.0, due - time.monotonic()))
     own_cpu_s = time.process_time() - cpu0
+    late_run = np.array(s.late_run, dtype=np.int64)
+    late_wait = np.array(s.late_wait, dtype=np.int64)
     for pid, seen in s.meta.items():  # the titles the processes ended with
         if os.path.exists(f"/proc/{pid}"):
             last = describe(pid)
@@ -232,12 +251,6 @@ def record(out: Path, interval_s: float, seconds: float, full_scan_s: float) -> 
     for i, (r, w) in enumerate(zip(runs, waits, strict=True)):
         run_ns[i, : len(r)] = r
         wait_ns[i, : len(w)] = w
-    # a process first seen mid-trace counts from its first reading, not from zero
-    for j in range(width):
-        col = run_ns[:, j]
-        first = int(np.argmax(col > 0)) if col.any() else 0
-        run_ns[:first, j] = col[first]
-        wait_ns[:first, j] = wait_ns[first, j]
     pids = sorted(s.pid_index, key=s.pid_index.__getitem__)
     meta = {
         "priority": priority,
@@ -256,6 +269,8 @@ def record(out: Path, interval_s: float, seconds: float, full_scan_s: float) -> 
         run_ns=run_ns,
         wait_ns=wait_ns,
         cpu_ticks=np.array(machine, dtype=np.int64),
+        late_run_ns=late_run,
+        late_wait_ns=late_wait,
         meta=np.array(json.dumps(meta)),
     )
     return meta
