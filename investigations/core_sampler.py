@@ -99,6 +99,7 @@ class Sampler:
         self.fds: dict[tuple[int, int], int] = {}  # (pid, tid) -> open schedstat
         self.last: dict[tuple[int, int], tuple[int, int]] = {}
         self.hot: list[tuple[int, int]] = []
+        self.at_scan: dict[tuple[int, int], tuple[int, int]] = {}  # each task's reading at the last full scan
         self.meta: dict[int, dict[str, Any]] = {}
         self.pid_index: dict[int, int] = {}
         self.run: list[int] = []  # cumulative ns per pid, in ``pid_index`` order (timely reads)
@@ -107,17 +108,15 @@ class Sampler:
         self.late_wait: list[int] = []
         self.me = os.getpid()
 
-    def _set(self, key: tuple[int, int], now: tuple[int, int], *, timely: bool) -> bool:
-        """Keep a task's reading and its process's sums; True if it ran or waited since.
+    def _set(self, key: tuple[int, int], now: tuple[int, int], *, timely: bool) -> None:
+        """Keep a task's reading and its process's sums.
         A ``timely`` reading (the task was read at the tick before) goes to ``run``/``wait``;
         a cold task's catch-up at a full scan (it ran at some time in the second before) to
         ``late_run``/``late_wait``; a task's first reading only sets its base."""
         before = self.last.get(key)
         self.last[key] = now
-        if before is None:  # new: read at every tick from now on
-            return True
-        if now == before:
-            return False
+        if before is None or now == before:  # new (its first reading is its base), or idle
+            return
         i = self.pid_index[key[0]]
         if timely:
             self.run[i] += now[0] - before[0]
@@ -125,7 +124,6 @@ class Sampler:
         else:
             self.late_run[i] += now[0] - before[0]
             self.late_wait[i] += now[1] - before[1]
-        return True
 
     def _open(self, key: tuple[int, int]) -> int | None:
         fd = self.fds.get(key)
@@ -170,10 +168,13 @@ class Sampler:
                 if now is None:
                     continue
                 seen.add(key)
-                if self._set(key, now, timely=key in was_hot):
+                self._set(key, now, timely=key in was_hot)
+                if now != self.at_scan.get(key):  # ran or waited in the second since the last scan
                     hot.append(key)
+                self.at_scan[key] = now
         for key in [k for k in self.fds if k not in seen]:
             os.close(self.fds.pop(key))
+            self.at_scan.pop(key, None)
         self.hot = hot
 
     def tick(self) -> None:
