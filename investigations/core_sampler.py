@@ -150,8 +150,8 @@ class Sampler:
             except OSError:
                 continue
             m = self.meta.get(pid)
-            if m is not None and m["title"] in RENAMED:  # a Ray worker that became an actor since
-                m.update(describe(pid))
+            if m is not None and (m["title"] in RENAMED or m["title"].endswith("_worker.py")):
+                m.update(describe(pid))  # a Ray worker that took its actor's title since
             if m is None:
                 self.meta[pid] = {**describe(pid), "first_seen": time.time()}
                 self.pid_index[pid] = len(self.pid_index)

@@ -336,6 +336,13 @@ class ScalingConfig(BaseModel):
     session_affinity: bool = Field(
         True, description="pin connections and route by prefix; false: Serve's default router"
     )
+    nice: int = Field(
+        0,
+        ge=-20,
+        le=19,
+        description="each replica's scheduling niceness, set for its threads at start "
+        "(inference/priority.py); needs CAP_SYS_NICE below 0; 0 = unchanged",
+    )
 
 
 class InferenceConfig(BaseModel):
