@@ -115,12 +115,12 @@ class SessionConfig(BaseModel):
     )
     max_actors: int = Field(32, ge=1, description="session hosts per gateway replica, at most")
     nice: int = Field(
-        0,
+        -5,
         ge=-20,
         le=19,
         description="each session host's scheduling niceness, set for its threads at start "
         "(inference/priority.py): below 0 its event loop gets a core ahead of the node's other "
-        "processes; needs CAP_SYS_NICE, else it keeps its own and logs a warning; 0 = unchanged",
+        "processes; needs CAP_SYS_NICE, else it keeps its own (logged); 0 = unchanged",
     )
     max_starting_actors: int = Field(2, ge=1, description="session hosts starting at once, at most")
     open_files: int = Field(

@@ -8,7 +8,7 @@ runnable and waiting for a core behind other work (docs/capacity.md, "The steady
 them), so the scheduler gives them a larger share when the cores are contended and has
 them preempt less urgent work sooner.  It never touches another process.  Lowering niceness
 below 0 needs ``CAP_SYS_NICE`` (root, or a raised ``RLIMIT_NICE``); without it the process
-keeps its niceness and says so once.
+keeps its niceness and logs it (INFO: an unprivileged node is an ordinary set-up).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def prefer(nice: int) -> bool:
         except ProcessLookupError:  # the thread ended meanwhile
             continue
         except PermissionError:
-            log.warning(
+            log.info(
                 "niceness %d not allowed here (needs CAP_SYS_NICE): keeping %d",
                 nice,
                 os.getpriority(os.PRIO_PROCESS, 0),

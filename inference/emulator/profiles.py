@@ -337,11 +337,12 @@ class ScalingConfig(BaseModel):
         True, description="pin connections and route by prefix; false: Serve's default router"
     )
     nice: int = Field(
-        0,
+        -5,
         ge=-20,
         le=19,
         description="each replica's scheduling niceness, set for its threads at start "
-        "(inference/priority.py); needs CAP_SYS_NICE below 0; 0 = unchanged",
+        "(inference/priority.py); needs CAP_SYS_NICE below 0, else it keeps its own (logged); "
+        "0 = unchanged",
     )
 
 
