@@ -118,7 +118,7 @@ class SessionConfig(BaseModel):
         -5,
         ge=-20,
         le=19,
-        description="each session host's scheduling niceness, set for its threads at start "
+        description="added to each session host's threads' niceness at start, as nice -n does "
         "(inference/priority.py): below 0 its event loop gets a core ahead of the node's other "
         "processes; needs CAP_SYS_NICE, else it keeps its own (logged); 0 = unchanged",
     )

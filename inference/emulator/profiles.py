@@ -340,7 +340,7 @@ class ScalingConfig(BaseModel):
         -5,
         ge=-20,
         le=19,
-        description="each replica's scheduling niceness, set for its threads at start "
+        description="added to each replica's threads' niceness at start, as nice -n does "
         "(inference/priority.py); needs CAP_SYS_NICE below 0, else it keeps its own (logged); "
         "0 = unchanged",
     )
