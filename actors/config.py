@@ -115,7 +115,7 @@ class SessionConfig(BaseModel):
     )
     max_actors: int = Field(32, ge=1, description="session hosts per gateway replica, at most")
     nice: int = Field(
-        -5,
+        0,
         ge=-20,
         le=19,
         description="added to each session host's threads' niceness at start, as nice -n does "

@@ -337,7 +337,7 @@ class ScalingConfig(BaseModel):
         True, description="pin connections and route by prefix; false: Serve's default router"
     )
     nice: int = Field(
-        -5,
+        0,
         ge=-20,
         le=19,
         description="added to each replica's threads' niceness at start, as nice -n does "
