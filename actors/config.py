@@ -114,6 +114,14 @@ class SessionConfig(BaseModel):
         "(more as arrivals grow); default min(64, connections_per_actor)",
     )
     max_actors: int = Field(32, ge=1, description="session hosts per gateway replica, at most")
+    nice: int = Field(
+        0,
+        ge=-20,
+        le=19,
+        description="added to each session host's threads' niceness at start, as nice -n does "
+        "(inference/priority.py): below 0 its event loop gets a core ahead of the node's other "
+        "processes; needs CAP_SYS_NICE, else it keeps its own (logged); 0 = unchanged",
+    )
     max_starting_actors: int = Field(2, ge=1, description="session hosts starting at once, at most")
     open_files: int = Field(
         65536,

@@ -22,7 +22,7 @@ from typing import Protocol
 import ray
 from starlette.types import ASGIApp
 
-from inference import allocator, collector, tokenizer
+from inference import allocator, collector, priority, tokenizer
 from store import StoreConfig, StoreWriter, open_writer, redis_password
 from store.connection_states import ContinuityStore
 
@@ -88,6 +88,7 @@ class SessionHost:
             configure_logs(logs)
         allocator.tune()  # each turn's prompt ids and echoing frames: buffers of hundreds of KB
         raise_open_files(config.open_files)  # a descriptor per held connection
+        priority.prefer(config.nice)  # its event loop ahead of the node's other processes for a core
         self._name = name
         self._config = config
         self._store_config = store

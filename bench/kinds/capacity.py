@@ -94,6 +94,10 @@ def tail(
     # together mean a stall
     t0 = min(r["sent"] for r in rows) if origin is None else origin
     out["sent_s"] = sorted(round(r["sent"] - t0, 2) for r in slow)
+    # each of them as the client saw it (time.time() sent, ms): to line up with traces
+    out["turns_at"] = sorted(
+        [round(r["sent"], 4), round(r["total_ms"], 3), round(r["total_ms"] - r["model_ms"], 3)] for r in slow
+    )
     return out
 
 

@@ -23,7 +23,7 @@ from ray.serve.config import RequestRouterConfig
 from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
 from ray.util import metrics
 
-from inference import allocator, collector
+from inference import allocator, collector, priority
 from inference.channel import ChannelServer, Endpoint
 from inference.emulator import policy
 from inference.emulator.engine import Engine
@@ -152,6 +152,7 @@ class InferenceDeployment(ReportsLoad):
         self._config = (
             config if isinstance(config, InferenceConfig) else InferenceConfig.model_validate(config)
         )
+        priority.prefer(self._config.scaling.nice)  # its event loop ahead of others for a core
         self._replica = _replica_tag() or ""
         self._metrics = RayMetrics(self._replica)
         clock = MonotonicClock()

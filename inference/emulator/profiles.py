@@ -336,6 +336,14 @@ class ScalingConfig(BaseModel):
     session_affinity: bool = Field(
         True, description="pin connections and route by prefix; false: Serve's default router"
     )
+    nice: int = Field(
+        0,
+        ge=-20,
+        le=19,
+        description="added to each replica's threads' niceness at start, as nice -n does "
+        "(inference/priority.py); needs CAP_SYS_NICE below 0, else it keeps its own (logged); "
+        "0 = unchanged",
+    )
 
 
 class InferenceConfig(BaseModel):
