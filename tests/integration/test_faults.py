@@ -307,8 +307,7 @@ def test_graceful_shutdown_finishes_responses_in_flight_refuses_new_work_and_flu
     async def main():
         async with websockets.connect(ws_url) as ws:
             # ~1200 tokens at ~65 tok/s (~18 s): still streaming when the drain has started and
-            # "one more" arrives (the drain's start took over 9 s once on a loaded 2-core machine,
-            # after a 600-token answer had ended and its socket closed without refusing anything)
+            # "one more" arrives (the drain's start once took over 9 s on a loaded 2-core machine)
             await ws.send(
                 create(
                     model="emu-gpu",
@@ -317,14 +316,22 @@ def test_graceful_shutdown_finishes_responses_in_flight_refuses_new_work_and_flu
                 )
             )
             created = await until(ws, "response.created")
+            events: list[dict] = []
+
+            async def read() -> None:  # to the close: the host's 0.5 s pings are answered meanwhile
+                while True:
+                    events.append(validated(await ws.recv()))
+
+            reader = asyncio.ensure_future(read())
             deleting = threading.Thread(target=serve.delete, args=(APP,), daemon=True)
             deleting.start()
             await asyncio.to_thread(wait_until, refuses_new_connections, 60, "the listener to close")
+            assert not reader.done() and "response.completed" not in [e["type"] for e in events], (
+                "the answer ended before the drain began"
+            )
             await ws.send(create(input="one more"))  # arrives while draining
-            events = []
             with pytest.raises(ConnectionClosed) as closed:
-                while True:
-                    events.append(validated(await ws.recv()))
+                await reader
             assert closed.value.rcvd is not None and closed.value.rcvd.code == 1012
             refused = [e for e in events if e["type"] == "error"]
             assert len(refused) == 1 and refused[0]["status"] == 503, (
