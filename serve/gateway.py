@@ -108,7 +108,8 @@ class Gateway(ReportsLoad):
         self._logs = cfg.logs  # the app's loggers, in this process and in its hosts
         configure_logs(self._logs)
         prefix = uuid.uuid4().hex[:12]
-        self._metrics = GatewayMetrics(f"gateway-{prefix}")
+        writer = f"gateway-{prefix}"  # its store writer's name, and its degraded-shards gauge's label
+        self._metrics = GatewayMetrics(writer)
         self._models: list[dict] = await inference.models.remote() + model_entries(cfg.session)
         self._keys = KeyRing(cfg.server.api_keys)
         # Resume on any node: states kept in the cluster store (actors/host/continuity.py).
@@ -116,7 +117,7 @@ class Gateway(ReportsLoad):
         self._foreign: dict[str, Link] = {}  # links to hosts of other gateways (resumes)
         self._store = await open_writer(
             cfg.store,
-            f"gateway-{prefix}",
+            writer,
             on_failure=self._metrics.store_write_failed,
             observer=self._metrics.store_replication,
         )
