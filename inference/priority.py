@@ -2,8 +2,7 @@
 
 On a node whose cores are shared (Ray's own processes, the load's clients, other tenants),
 a turn's slowest moments are the session host's and the inference replica's event loops
-runnable and waiting for a core behind other work (docs/capacity.md, "The steady tail,
-process by process").
+runnable and waiting for a core behind other work (docs/steady-tail.md).
 :func:`prefer` lowers the niceness of each of this process's threads by a step (Linux applies
 ``setpriority`` per thread; threads started afterwards inherit it from the one that starts
 them), so the scheduler gives them a larger share when the cores are contended and has
