@@ -7,6 +7,7 @@ callers on an event loop sample from a thread.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -158,31 +159,37 @@ def server_processes(root: int | None = None, exclude: tuple[int, ...] = ()) -> 
     return out
 
 
-def cpu_precise_s(pid: int) -> float:
-    """CPU seconds so far of ``pid``'s live threads, in nanoseconds' precision (the
-    scheduler's run time, ``/proc/<pid>/task/*/schedstat``), where ``cpu_s`` counts the
-    kernel's 10 ms ticks; threads that ended are not counted.  Falls back to ``cpu_s``."""
-    import glob
-
+def schedstat_s(pid: int) -> tuple[float, float] | None:
+    """Seconds so far of ``pid``'s live threads (threads that ended are not counted): their
+    run time, in nanoseconds' precision, and their run-queue wait (runnable, waiting for a
+    CPU) — the first two fields of ``/proc/<pid>/task/*/schedstat``, each thread's file read
+    once.  ``None`` when the process is gone."""
+    run = wait = 0
+    task = f"/proc/{pid}/task"
     try:
-        total = 0
-        for path in glob.glob(f"/proc/{pid}/task/*/schedstat"):
-            try:
-                with open(path) as f:
-                    total += int(f.read().split()[0])
-            except (OSError, ValueError, IndexError):
-                continue
-        if total:
-            return total / 1e9
+        tids = os.listdir(task)
     except OSError:
-        pass
-    return cpu_s([pid])
+        return None
+    for tid in tids:
+        try:
+            with open(f"{task}/{tid}/schedstat", "rb") as f:
+                fields = f.read().split()
+            run, wait = run + int(fields[0]), wait + int(fields[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    return run / 1e9, wait / 1e9
+
+
+def cpu_precise_s(pid: int) -> float:
+    """CPU seconds so far of ``pid``'s live threads (:func:`schedstat_s`), where ``cpu_s``
+    counts the kernel's 10 ms ticks.  Falls back to ``cpu_s``."""
+    stat = schedstat_s(pid)
+    return stat[0] if stat and stat[0] else cpu_s([pid])
 
 
 def titles(procs: dict[int, str]) -> dict[int, str]:
     """Each process's short title: a Ray worker's ``ray::Name`` (without the method it
     runs), else its executable's or script's name (``raylet``, ``gcs_server``, ``monitor.py``)."""
-    import os
 
     out = {}
     for pid in procs:
@@ -201,18 +208,9 @@ def titles(procs: dict[int, str]) -> dict[int, str]:
 
 
 def runqueue_wait_s(pid: int) -> float:
-    """Seconds ``pid``'s live threads have spent runnable but waiting for a CPU (the
-    scheduler's run-queue time, the second field of ``/proc/<pid>/task/*/schedstat``)."""
-    import glob
-
-    total = 0
-    for path in glob.glob(f"/proc/{pid}/task/*/schedstat"):
-        try:
-            with open(path) as f:
-                total += int(f.read().split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-    return total / 1e9
+    """Seconds ``pid``'s live threads have spent runnable but waiting for a CPU (:func:`schedstat_s`)."""
+    stat = schedstat_s(pid)
+    return stat[1] if stat else 0.0
 
 
 def wait_by_role(procs: dict[int, str]) -> dict[str, float]:
@@ -260,9 +258,16 @@ class CpuSampler:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def sample(self) -> None:
-        now, cpu = time.time(), cpu_by_role(self.procs)
+        """One pass over the processes' threads: each one's ``schedstat`` read once for both
+        sums (this thread runs beside the load it measures)."""
+        now = time.time()
+        cpu, wait = dict.fromkeys(ROLES, 0.0), dict.fromkeys(ROLES, 0.0)
+        for pid, role in self.procs.items():
+            run_s, wait_s = schedstat_s(pid) or (0.0, 0.0)
+            cpu[role] = cpu.get(role, 0.0) + (run_s or cpu_s([pid]))
+            wait[role] = wait.get(role, 0.0) + wait_s
         if self.waits:
-            cpu.update({f"{WAIT}{role}": s for role, s in wait_by_role(self.procs).items()})
+            cpu.update({f"{WAIT}{role}": s for role, s in wait.items()})
         self.samples.append((now, cpu))
 
     def _run(self) -> None:
