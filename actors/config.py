@@ -122,6 +122,13 @@ class SessionConfig(BaseModel):
         "(inference/priority.py): below 0 its event loop gets a core ahead of the node's other "
         "processes; needs CAP_SYS_NICE, else it keeps its own (logged); 0 = unchanged",
     )
+    phase_sample_every: int = Field(
+        8,
+        ge=1,
+        description="responses_ws_phase_seconds: api_overhead observed for every response, the "
+        "other phases for one response in this many (Ray's metrics agent records each value "
+        "again, a burst of CPU every export: actors/host/host_metrics.py); 1 = every response's",
+    )
     max_starting_actors: int = Field(2, ge=1, description="session hosts starting at once, at most")
     open_files: int = Field(
         65536,

@@ -208,7 +208,7 @@ class Gateway(ReportsLoad):
             store=self._store,
             inference=ModelRouter.of(ServeInference(cfg.session), cfg.session),
             model_ids=lambda: [m["id"] for m in self._models],
-            observe=PhaseMetrics().observe,
+            observe=PhaseMetrics(cfg.session.phase_sample_every).observe,
         )
         return uvicorn.Config(
             app, lifespan="off", log_level="warning", access_log=False, timeout_keep_alive=30

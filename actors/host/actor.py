@@ -99,7 +99,7 @@ class SessionHost:
         self._models: list[str] = []
         self._sockets: SocketServer | None = None  # once ready: it needs the store's continuity
         self._receiver = HandoffReceiver(handoff_path(name), self._on_socket)
-        self._metrics = PhaseMetrics()
+        self._metrics = PhaseMetrics(config.phase_sample_every)
         self._host_metrics = HostMetrics(name)
         self._gauges: asyncio.Task[None] | None = None  # its held gauges set again, once ready
         self._websockets = 0  # being served now
