@@ -190,7 +190,6 @@ def cpu_precise_s(pid: int) -> float:
 def titles(procs: dict[int, str]) -> dict[int, str]:
     """Each process's short title: a Ray worker's ``ray::Name`` (without the method it
     runs), else its executable's or script's name (``raylet``, ``gcs_server``, ``monitor.py``)."""
-
     out = {}
     for pid in procs:
         try:
