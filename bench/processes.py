@@ -206,27 +206,22 @@ def titles(procs: dict[int, str]) -> dict[int, str]:
     return out
 
 
-def runqueue_wait_s(pid: int) -> float:
-    """Seconds ``pid``'s live threads have spent runnable but waiting for a CPU (:func:`schedstat_s`)."""
-    stat = schedstat_s(pid)
-    return stat[1] if stat else 0.0
-
-
-def wait_by_role(procs: dict[int, str]) -> dict[str, float]:
-    """:func:`runqueue_wait_s` summed by role (a label that is not a role the same way)."""
-    out = dict.fromkeys(ROLES, 0.0)
+def schedstat_by_role(procs: dict[int, str]) -> tuple[dict[str, float], dict[str, float]]:
+    """Each role's processes' CPU seconds so far (as :func:`cpu_precise_s`) and run-queue
+    wait so far (runnable, waiting for a CPU), each thread's ``schedstat`` read once; a
+    process gone counts nothing, a label that is not a role (e.g. a node's name) is summed
+    the same way."""
+    cpu, wait = dict.fromkeys(ROLES, 0.0), dict.fromkeys(ROLES, 0.0)
     for pid, role in procs.items():
-        out[role] = out.get(role, 0.0) + runqueue_wait_s(pid)
-    return out
+        run_s, wait_s = schedstat_s(pid) or (0.0, 0.0)
+        cpu[role] = cpu.get(role, 0.0) + (run_s or cpu_s([pid]))
+        wait[role] = wait.get(role, 0.0) + wait_s
+    return cpu, wait
 
 
 def cpu_by_role(procs: dict[int, str]) -> dict[str, float]:
-    """CPU seconds so far of each role's processes (a process gone counts nothing); a label
-    that is not a role (e.g. a node's name) is summed the same way."""
-    out = dict.fromkeys(ROLES, 0.0)
-    for pid, role in procs.items():
-        out[role] = out.get(role, 0.0) + cpu_precise_s(pid)
-    return out
+    """CPU seconds so far of each role's processes (:func:`schedstat_by_role`)."""
+    return schedstat_by_role(procs)[0]
 
 
 def role_delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
@@ -257,14 +252,8 @@ class CpuSampler:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def sample(self) -> None:
-        """One pass over the processes' threads: each one's ``schedstat`` read once for both
-        sums (this thread runs beside the load it measures)."""
-        now = time.time()
-        cpu, wait = dict.fromkeys(ROLES, 0.0), dict.fromkeys(ROLES, 0.0)
-        for pid, role in self.procs.items():
-            run_s, wait_s = schedstat_s(pid) or (0.0, 0.0)
-            cpu[role] = cpu.get(role, 0.0) + (run_s or cpu_s([pid]))
-            wait[role] = wait.get(role, 0.0) + wait_s
+        """One pass over the processes' threads (this thread runs beside the load it measures)."""
+        now, (cpu, wait) = time.time(), schedstat_by_role(self.procs)
         if self.waits:
             cpu.update({f"{WAIT}{role}": s for role, s in wait.items()})
         self.samples.append((now, cpu))
