@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable, Iterable
 
 import psutil
 
@@ -206,17 +207,34 @@ def titles(procs: dict[int, str]) -> dict[int, str]:
     return out
 
 
-def schedstat_by_role(procs: dict[int, str]) -> tuple[dict[str, float], dict[str, float]]:
-    """Each role's processes' CPU seconds so far (as :func:`cpu_precise_s`) and run-queue
-    wait so far (runnable, waiting for a CPU), each thread's ``schedstat`` read once; a
-    process gone counts nothing, a label that is not a role (e.g. a node's name) is summed
-    the same way."""
-    cpu, wait = dict.fromkeys(ROLES, 0.0), dict.fromkeys(ROLES, 0.0)
-    for pid, role in procs.items():
-        run_s, wait_s = schedstat_s(pid) or (0.0, 0.0)
-        cpu[role] = cpu.get(role, 0.0) + (run_s or cpu_s([pid]))
-        wait[role] = wait.get(role, 0.0) + wait_s
+def run_and_wait_s(pid: int) -> tuple[float, float] | None:
+    """``pid``'s CPU seconds so far (as :func:`cpu_precise_s`) and its run-queue wait so far
+    (runnable, waiting for a CPU), each thread's ``schedstat`` read once; ``None`` when the
+    process is gone."""
+    stat = schedstat_s(pid)
+    if stat is None:
+        return None
+    return (stat[0] or cpu_s([pid]), stat[1])
+
+
+def by_role(
+    stats: dict[int, tuple[float, float]], procs: dict[int, str]
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Each role's processes' CPU seconds and run-queue wait (``stats``: pid → both, as
+    :func:`run_and_wait_s`); a label that is not a role (e.g. a node's name) is summed the
+    same way."""
+    groups = [*ROLES, *procs.values()]
+    cpu, wait = dict.fromkeys(groups, 0.0), dict.fromkeys(groups, 0.0)
+    for pid, (run_s, wait_s) in stats.items():
+        cpu[procs[pid]] += run_s
+        wait[procs[pid]] += wait_s
     return cpu, wait
+
+
+def schedstat_by_role(procs: dict[int, str]) -> tuple[dict[str, float], dict[str, float]]:
+    """Each role's processes' CPU seconds so far and run-queue wait so far
+    (:func:`run_and_wait_s`); a process gone counts nothing (its group is there, at 0)."""
+    return by_role({pid: stat for pid in procs if (stat := run_and_wait_s(pid))}, procs)
 
 
 def cpu_by_role(procs: dict[int, str]) -> dict[str, float]:
@@ -229,6 +247,39 @@ def role_delta(after: dict[str, float], before: dict[str, float]) -> dict[str, f
     return {role: (after.get(role, 0.0) - before.get(role, 0.0)) * 1000 for role in after}
 
 
+def role_changes(procs: dict[int, str]) -> dict[int, str]:
+    """The processes of ``procs`` whose role their command line names now differs from
+    theirs (an idle Ray worker that became a session host), with the new one."""
+    out = {}
+    for pid, role in procs.items():
+        try:
+            now = role_of(" ".join(psutil.Process(pid).cmdline()))
+        except psutil.Error:
+            continue
+        if now != role:
+            out[pid] = now
+    return out
+
+
+def started_below(known: Iterable[int], fresh: Iterable[int]) -> dict[int, str]:
+    """Of the processes ``fresh``, those started below one of ``known`` (a worker the raylet
+    started), pid → role."""
+    known = set(known)
+    out = {}
+    for pid in fresh:
+        try:
+            proc = psutil.Process(pid)
+            if any(parent.pid in known for parent in proc.parents()):
+                out[pid] = role_of(" ".join(proc.cmdline()))
+        except psutil.Error:
+            continue
+    return out
+
+
+def live_pids() -> set[int]:
+    return {int(name) for name in os.listdir("/proc") if name.isdigit()}
+
+
 WAIT = "wait:"  # a sample's key prefix for a group's run-queue wait (s)
 
 
@@ -238,25 +289,57 @@ class CpuSampler:
     more when it stops; with ``waits`` also each group's run-queue wait so far (keys
     ``wait:<group>``).  ``samples``: (time.time(), seconds so far by key).
 
+    ``follow`` (``procs`` are a server's processes by role): a process started below them
+    during the run (a session host the gateway's pool starts) is counted from the sample
+    that first sees it, and each process is counted under the role its command line names
+    when the run stops (an idle Ray worker that became a session host counts as one
+    throughout).  ``read`` (pid → CPU and run-queue wait seconds so far, ``None`` once gone)
+    and ``clock`` are the sampler's seams.
+
         with CpuSampler({pid: "host", ...}, 0.05) as sampler:
             ...  # the load
         sampler.cores(t0, t1)  # {"host": 0.42, ...}
     """
 
-    def __init__(self, procs: dict[int, str], period_s: float, *, waits: bool = False) -> None:
-        self.procs = procs
+    def __init__(
+        self,
+        procs: dict[int, str],
+        period_s: float,
+        *,
+        waits: bool = False,
+        follow: bool = False,
+        read: Callable[[int], tuple[float, float] | None] = run_and_wait_s,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.procs = dict(procs)
         self.period_s = period_s
         self.waits = waits
-        self.samples: list[tuple[float, dict[str, float]]] = []
+        self._follow = follow
+        self._read, self._clock = read, clock
+        self._seen = live_pids() if follow else set()
+        self._raw: list[tuple[float, dict[int, tuple[float, float]]]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def sample(self) -> None:
         """One pass over the processes' threads (this thread runs beside the load it measures)."""
-        now, (cpu, wait) = time.time(), schedstat_by_role(self.procs)
-        if self.waits:
-            cpu.update({f"{WAIT}{role}": s for role, s in wait.items()})
-        self.samples.append((now, cpu))
+        if self._follow:
+            pids = live_pids()
+            if fresh := pids - self._seen:
+                self.procs.update(started_below(self.procs, fresh))
+            self._seen = pids
+        now, read = self._clock(), self._read
+        self._raw.append((now, {pid: stat for pid in list(self.procs) if (stat := read(pid))}))
+
+    @property
+    def samples(self) -> list[tuple[float, dict[str, float]]]:
+        out = []
+        for t, stats in self._raw:
+            cpu, wait = by_role(stats, self.procs)
+            if self.waits:
+                cpu.update({f"{WAIT}{role}": s for role, s in wait.items()})
+            out.append((t, cpu))
+        return out
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -271,6 +354,8 @@ class CpuSampler:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        if self._follow:
+            self.procs.update(role_changes(self.procs))
 
     def cores(self, t0: float, t1: float) -> dict[str, float]:
         """Each group's cores (CPU seconds / wall seconds) between the first sample at or

@@ -260,8 +260,11 @@ def one_level(
         resume_tokens=args.resume_tokens,
         window_after_first_turns=True,
     )
-    sampler = processes.CpuSampler(
-        procs or ({reference_pid: "reference"} if reference_pid else {}), CPU_SAMPLE_S, waits=True
+    sampler = processes.CpuSampler(  # following a host started for this level
+        procs or ({reference_pid: "reference"} if reference_pid else {}),
+        CPU_SAMPLE_S,
+        waits=True,
+        follow=bool(procs),
     )
     with sampler:
         result = run_local(spec, processes=k)
@@ -338,7 +341,8 @@ def paired_level(
     runs: dict[str, dict[str, Any]] = {}
     for side in ("reference", "server") if reference_first else ("server", "reference"):
         if side == "server":
-            runs[side] = one_level(url, n, args, processes.server_processes() if procs else {}, idle)
+            here = processes.server_processes(exclude=() if ref.pid is None else (ref.pid,)) if procs else {}
+            runs[side] = one_level(url, n, args, here, idle)
         else:
             runs[side] = one_level(ref.url, n, args, {}, {}, reference_pid=ref.pid)
         print(f"  [{side}]", end="", flush=True)

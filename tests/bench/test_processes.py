@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 from bench import processes
 
@@ -51,13 +53,69 @@ def test_the_sampler_samples_its_groups_until_stopped_and_once_more():
 
 
 def test_the_sampler_reports_each_group_s_cores_between_two_times():
-    sampler = processes.CpuSampler({1: "host", 2: "host", 3: "replica"}, 1.0)
-    sampler.samples = [
-        (10.0, {"host": 1.0, "replica": 0.0}),
-        (11.0, {"host": 1.5, "replica": 0.25}),
-        (12.0, {"host": 2.0, "replica": 1.0}),
-        (13.0, {"host": 9.0, "replica": 9.0}),
-    ]
+    now: dict[int, tuple[float, float]] = {}
+    times = iter([10.0, 11.0, 12.0, 13.0])
+    sampler = processes.CpuSampler(
+        {1: "host", 2: "host", 3: "replica"}, 1.0, read=now.get, clock=lambda: next(times)
+    )
+    for host1, host2, replica in ((0.5, 0.5, 0.0), (1.0, 0.5, 0.25), (1.0, 1.0, 1.0), (5.0, 4.0, 9.0)):
+        now.update({1: (host1, 0.0), 2: (host2, 0.0), 3: (replica, 0.0)})
+        sampler.sample()
     assert sampler.cores(10.0, 12.0) == {"host": 0.5, "replica": 0.5}
     assert sampler.cores(10.5, 12.5) == {"host": 0.5, "replica": 0.75}
     assert sampler.cores(11.5, 12.5) == {"host": 0.0, "replica": 0.0}  # one sample: no window
+
+
+def test_a_process_gone_counts_nothing_from_then_on():
+    now = {1: (2.0, 0.5), 2: (1.0, 0.25)}
+    sampler = processes.CpuSampler({1: "host", 2: "replica"}, 1.0, waits=True, read=now.get)
+    sampler.sample()
+    del now[2]
+    sampler.sample()
+    first, second = (s for _, s in sampler.samples)
+    assert (first["host"], first["replica"], first["wait:replica"]) == (2.0, 1.0, 0.25)
+    assert (second["host"], second["replica"], second["wait:replica"]) == (2.0, 0.0, 0.0)
+
+
+def _child(*argv: str) -> subprocess.Popen[bytes]:
+    """A process below this one, ``argv`` on its command line, once it runs (it said so on
+    its stdout); it ends when its stdin closes."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; print(flush=True); sys.stdin.read()", *argv],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert child.stdout is not None and child.stdout.readline() == b"\n"
+    return child
+
+
+def test_following_counts_a_process_started_below_the_known_ones_under_its_role():
+    sampler = processes.CpuSampler({os.getpid(): "gateway"}, 1.0, follow=True)
+    sampler.sample()
+    child = _child("ray::SessionHost")
+    try:
+        sampler.sample()
+        assert sampler.procs[child.pid] == "session_host"
+        assert sampler.samples[0][1]["session_host"] == 0
+        assert sampler.samples[1][1]["session_host"] > 0  # its start-up's CPU
+    finally:
+        child.communicate(b"")
+
+
+def test_without_following_a_process_started_below_is_not_counted():
+    sampler = processes.CpuSampler({os.getpid(): "gateway"}, 1.0)
+    child = _child("ray::SessionHost")
+    try:
+        sampler.sample()
+        assert child.pid not in sampler.procs and sampler.samples[0][1]["session_host"] == 0
+    finally:
+        child.communicate(b"")
+
+
+def test_a_process_whose_command_line_names_another_role_now_is_listed_with_it():
+    child = _child("ray::SessionHost")
+    try:
+        changed = processes.role_changes({child.pid: "ray", os.getpid(): "ray"})
+        assert changed == {child.pid: "session_host"}  # this process's names no other role
+    finally:
+        child.communicate(b"")
