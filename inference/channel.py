@@ -54,13 +54,14 @@ from array import array
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from .types import Breakpoint, InferenceEvent, InferenceRequest, ToolSpec
 
 log = logging.getLogger(__name__)
 
 TOKEN_BYTES = 32
+TOKEN_WAIT_S = 10.0  # a peer that sends no token within this long is cut off
 _LEN = struct.Struct(">I")
 MAX_FRAME = 256 * 1024 * 1024
 TOOL_SETS = 256  # tools tuples a channel keeps sent (one per connection that has tools)
@@ -91,14 +92,6 @@ class ChannelLost(ConnectionError):
 def _frame(msg: tuple[Any, ...] | list[tuple[Any, ...]]) -> bytes:
     body = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
     return _LEN.pack(len(body)) + body
-
-
-async def _read(reader: asyncio.StreamReader) -> Any:
-    """One frame's message: a tuple from the client, a list of tuples from the server."""
-    (n,) = _LEN.unpack(await reader.readexactly(_LEN.size))
-    if n > MAX_FRAME:
-        raise ConnectionError(f"channel frame of {n} bytes")
-    return pickle.loads(await reader.readexactly(n))  # an authenticated peer (the token came through Ray)
 
 
 def _sendable(msg: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -133,7 +126,7 @@ class ChannelServer:
 
     async def start(self, host: str) -> Endpoint:
         if self.endpoint is None:
-            self._server = await asyncio.start_server(self._serve, host, 0)
+            self._server = await asyncio.get_running_loop().create_server(self._accept, host, 0)
             port = self._server.sockets[0].getsockname()[1]
             self.endpoint = Endpoint(self._replica, host, port, self._token)
         return self.endpoint
@@ -146,56 +139,47 @@ class ChannelServer:
         if self._calls:
             await asyncio.wait(list(self._calls), timeout=timeout_s)
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        out = _Sender(writer)
-        calls: dict[int, asyncio.Task[None]] = {}
-        tool_sets: dict[int, tuple[ToolSpec, ...]] = {}  # as the client named them
-        prompts: dict[str, array[int]] = {}  # each session's last prompt, as the client keeps it
-        marks: dict[str, tuple[Breakpoint, ...]] = {}  # and that prompt's breakpoints
-        try:
-            token = await asyncio.wait_for(reader.readexactly(TOKEN_BYTES), 10.0)
-            if not hmac.compare_digest(token, self._token):
-                log.warning("channel: refused a peer with a wrong token")
+    def _accept(self) -> _Frames:
+        """A host's connection: its token first, then its frames, each handled in the read
+        that completes it (:meth:`_message`)."""
+        state = _Served(self)
+        frames = _Frames(state.message, state.lost, token=self._token)
+        state.out = _Sender(frames)
+        return frames
+
+    def _message(self, state: _Served, msg: tuple[Any, ...]) -> None:
+        kind = msg[0]
+        if kind == "go":
+            rid, tools_key = msg[1], msg[3]
+            request = _whole_prompt(
+                msg[2],
+                state.prompts,
+                state.marks,
+                base=msg[4],
+                keep=msg[5],
+                marks_base=msg[6],
+                tools=None if tools_key is None else state.tool_sets[tools_key],
+            )
+            if self._draining:
+                state.out.send(("gone", rid))
                 return
-            while True:
-                msg = await _read(reader)
-                if msg[0] == "go":
-                    rid, tools_key = msg[1], msg[3]
-                    request = _whole_prompt(
-                        msg[2],
-                        prompts,
-                        marks,
-                        base=msg[4],
-                        keep=msg[5],
-                        marks_base=msg[6],
-                        tools=None if tools_key is None else tool_sets[tools_key],
-                    )
-                    if self._draining:
-                        out.send(("gone", rid))
-                        continue
-                    self.calls += 1
-                    task = asyncio.get_running_loop().create_task(self._call(rid, request, out))
-                    calls[rid] = task
-                    self._calls.add(task)
-                    task.add_done_callback(self._calls.discard)
-                    task.add_done_callback(functools.partial(_forget, calls, rid))
-                elif msg[0] == "stop":
-                    stopped = calls.pop(msg[1], None)
-                    if stopped is not None:
-                        stopped.cancel()
-                elif msg[0] == "tools":
-                    tool_sets[msg[1]] = msg[2]
-                elif msg[0] == "forget":
-                    tool_sets.pop(msg[1], None)
-                elif msg[0] == "forget_prompt":
-                    prompts.pop(msg[1], None)
-                    marks.pop(msg[1], None)
-        except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
-            pass  # the host went away (or never authenticated)
-        finally:
-            for task in list(calls.values()):
-                task.cancel()  # frees the batch slots of a vanished host's calls
-            writer.close()
+            self.calls += 1
+            task = asyncio.get_running_loop().create_task(self._call(rid, request, state.out))
+            state.calls[rid] = task
+            self._calls.add(task)
+            task.add_done_callback(self._calls.discard)
+            task.add_done_callback(functools.partial(_forget, state.calls, rid))
+        elif kind == "stop":
+            stopped = state.calls.pop(msg[1], None)
+            if stopped is not None:
+                stopped.cancel()
+        elif kind == "tools":
+            state.tool_sets[msg[1]] = msg[2]
+        elif kind == "forget":
+            state.tool_sets.pop(msg[1], None)
+        elif kind == "forget_prompt":
+            state.prompts.pop(msg[1], None)
+            state.marks.pop(msg[1], None)
 
     async def _call(self, rid: int, request: InferenceRequest, out: _Sender) -> None:
         try:
@@ -212,6 +196,26 @@ class ChannelServer:
             out.send(("error", rid, _picklable(exc)))
 
 
+class _Served:
+    """What the server keeps for one host's connection."""
+
+    out: _Sender  # on its connection (ChannelServer._accept)
+
+    def __init__(self, server: ChannelServer) -> None:
+        self._server = server
+        self.calls: dict[int, asyncio.Task[None]] = {}
+        self.tool_sets: dict[int, tuple[ToolSpec, ...]] = {}  # as the client named them
+        self.prompts: dict[str, array[int]] = {}  # each session's last prompt, as the client keeps it
+        self.marks: dict[str, tuple[Breakpoint, ...]] = {}  # and that prompt's breakpoints
+
+    def message(self, _: _Frames, msg: Any) -> None:
+        self._server._message(self, msg)
+
+    def lost(self) -> None:
+        for task in list(self.calls.values()):
+            task.cancel()  # frees the batch slots of a vanished host's calls
+
+
 class _Sender:
     """The server's messages on one connection, sent once per turn of the event loop as one
     frame: the chunks of all the calls due on one tick (under load the streams share one
@@ -219,8 +223,8 @@ class _Sender:
     pickle and one write, and the host reads them in one.  A message's events are frozen
     (``inference.types``), so pickling them at the end of the tick sends what they were."""
 
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
-        self._writer = writer
+    def __init__(self, frames: _Frames) -> None:
+        self._frames = frames
         self._messages: list[tuple[Any, ...]] = []
 
     def send(self, msg: tuple[Any, ...]) -> None:
@@ -230,17 +234,112 @@ class _Sender:
 
     def _flush(self) -> None:
         messages, self._messages = self._messages, []
-        if self._writer.is_closing():
+        if self._frames.is_closing():
             return
         try:
             frame = _frame(messages)
         except Exception:  # noqa: BLE001 - one message that does not pickle fails its call alone
             frame = b"".join(_frame([_sendable(msg)]) for msg in messages)
-        self._writer.write(frame)
+        self._frames.write(frame)
 
     async def drained(self) -> None:
         """Backpressure: return once the connection's buffer is below its limit."""
-        await self._writer.drain()
+        await self._frames.drained()
+
+
+class _Frames(asyncio.Protocol):
+    """One end of a channel's connection.  Each frame is taken apart in the read that
+    completes it and its message handed to ``on_message(self, message)`` there: no reader
+    task between the socket and the calls, so a chunk (or a ``go``) waits for no further
+    turn of the event loop.  ``token``: the bytes the peer must send first (the server's
+    end), compared before anything is decoded; a peer that sends a wrong one, or none within
+    ``TOKEN_WAIT_S``, is cut off.  ``on_lost`` runs once the connection is gone."""
+
+    def __init__(
+        self,
+        on_message: Callable[[_Frames, Any], None],
+        on_lost: Callable[[], None],
+        *,
+        token: bytes | None = None,
+    ) -> None:
+        self._on_message = on_message
+        self._on_lost = on_lost
+        self._token = token
+        self._buf = bytearray()
+        self._paused = False
+        self._waiters: list[asyncio.Future[None]] = []
+        self._deadline: asyncio.TimerHandle | None = None
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass of it
+        if self._token is not None:
+            self._deadline = asyncio.get_running_loop().call_later(TOKEN_WAIT_S, self.transport.close)
+
+    def data_received(self, data: bytes) -> None:
+        buf = self._buf
+        buf += data
+        start, end = 0, len(buf)
+        if self._token is not None:
+            if end < TOKEN_BYTES:
+                return
+            if not hmac.compare_digest(bytes(buf[:TOKEN_BYTES]), self._token):
+                log.warning("channel: refused a peer with a wrong token")
+                self._close()
+                return
+            self._token = None
+            if self._deadline is not None:
+                self._deadline.cancel()
+            start = TOKEN_BYTES
+        while end - start >= _LEN.size and not self.is_closing():
+            (n,) = _LEN.unpack_from(buf, start)
+            if n > MAX_FRAME:
+                log.warning("channel: a frame of %d bytes; closing", n)
+                self._close()
+                return
+            if end - start - _LEN.size < n:
+                break
+            start += _LEN.size
+            with memoryview(buf) as view:
+                msg = pickle.loads(view[start : start + n])  # an authenticated peer (the token came through Ray)
+            start += n
+            self._on_message(self, msg)
+        del buf[:start]
+
+    def is_closing(self) -> bool:
+        return self.transport is None or self.transport.is_closing()
+
+    def write(self, data: bytes) -> None:
+        assert self.transport is not None
+        self.transport.write(data)
+
+    def _close(self) -> None:
+        self._buf.clear()
+        if self.transport is not None:
+            self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+        self.resume_writing()
+        self._on_lost()
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def drained(self) -> None:
+        """Return once the connection's write buffer is below its limit (or it is gone)."""
+        if self._paused:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            await waiter
 
 
 class ChannelClient:
@@ -248,8 +347,7 @@ class ChannelClient:
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
-        self._writer: asyncio.StreamWriter | None = None
-        self._reader_task: asyncio.Task[None] | None = None
+        self._transport: asyncio.Transport | None = None
         self._calls: dict[int, asyncio.Queue[tuple[Any, ...]]] = {}
         self._next = 0
         # The tools tuples sent, oldest first: id(tuple) → (key, tuple), the tuple held so
@@ -264,30 +362,28 @@ class ChannelClient:
         self._retired = False  # takes no more calls; closes once the running ones end
 
     async def connect(self) -> None:
-        reader, writer = await asyncio.open_connection(self.endpoint.host, self.endpoint.port)
-        writer.write(self.endpoint.token)
-        self._writer, self.open = writer, True
-        self._reader_task = asyncio.get_running_loop().create_task(self._read(reader))
+        _, frames = await asyncio.get_running_loop().create_connection(
+            lambda: _Frames(self._message, self._lost), self.endpoint.host, self.endpoint.port
+        )
+        assert frames.transport is not None
+        frames.transport.write(self.endpoint.token)
+        self._transport, self.open = frames.transport, True
 
-    async def _read(self, reader: asyncio.StreamReader) -> None:
-        try:
-            calls = self._calls
-            while True:
-                for msg in await _read(reader):
-                    queue = calls.get(msg[1])
-                    if queue is not None:
-                        queue.put_nowait(msg)
-        except (asyncio.IncompleteReadError, ConnectionError, OSError):
-            pass
-        finally:
-            self._lost()
+    def _message(self, _: _Frames, messages: list[tuple[Any, ...]]) -> None:
+        calls = self._calls
+        for msg in messages:
+            queue = calls.get(msg[1])
+            if queue is not None:
+                queue.put_nowait(msg)
 
     def _lost(self) -> None:
+        if not self.open:
+            return
         self.open = False
         for queue in self._calls.values():
             queue.put_nowait(("lost",))
-        if self._writer is not None:
-            self._writer.close()
+        if self._transport is not None:
+            self._transport.close()
 
     def retire(self) -> None:
         """Take no more calls, and close once the calls still streaming have ended (a
@@ -298,10 +394,7 @@ class ChannelClient:
 
     def close(self) -> None:
         """Close the connection: calls still streaming end with :class:`ChannelLost`."""
-        if self._reader_task is not None:
-            self._reader_task.cancel()
-        else:
-            self._lost()
+        self._lost()
 
     def _go(self, rid: int, request: InferenceRequest) -> bytes:
         """The ``go`` of ``request`` (and, before it, its tools if they were not sent yet, and
@@ -367,18 +460,18 @@ class ChannelClient:
         """One model call, as ``InferenceClient.stream``, started now: its ``go`` is written
         before this returns.  Raises :class:`ChannelUnavailable` (now, or from the call before
         any chunk) if the call can be made elsewhere, :class:`ChannelLost` after."""
-        if not self.open or self._retired or self._writer is None:
+        if not self.open or self._retired or self._transport is None:
             raise ChannelUnavailable("channel closed")
         rid = self._next = self._next + 1
         queue: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
         self._calls[rid] = queue
-        self._writer.write(self._go(rid, request))
+        self._transport.write(self._go(rid, request))
         return ChannelCall(self, rid, queue)
 
     def _ended(self, rid: int, *, stop: bool) -> None:
         del self._calls[rid]
-        if stop and self.open and self._writer is not None:
-            self._writer.write(_frame(("stop", rid)))  # cut short: the replica cancels it
+        if stop and self.open and self._transport is not None:
+            self._transport.write(_frame(("stop", rid)))  # cut short: the replica cancels it
         if self._retired and not self._calls:
             self.close()
 

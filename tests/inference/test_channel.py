@@ -210,9 +210,9 @@ def test_a_session_prompt_that_continues_its_last_goes_as_the_new_ids_and_arrive
             ("a4", "s", array("I", [*other, 5])),
         ]
         sent: list[int] = []
-        assert client._writer is not None
-        write = client._writer.write
-        client._writer.write = lambda data: sent.append(len(data)) or write(data)  # type: ignore[method-assign]
+        assert client._transport is not None
+        write = client._transport.write
+        client._transport.write = lambda data: sent.append(len(data)) or write(data)  # type: ignore[method-assign]
         tools = (ToolSpec("shell", {"type": "object"}),)
         for rid, session, prompt in calls:
             request = InferenceRequest(
@@ -247,9 +247,9 @@ def test_a_continuing_prompts_breakpoints_go_as_the_new_ones_and_arrive_whole() 
             ("a3", moved, array("I", [*prompt, 1, 2, 3])),
         ]
         sent: list[int] = []
-        assert client._writer is not None
-        write = client._writer.write
-        client._writer.write = lambda data: sent.append(len(data)) or write(data)  # type: ignore[method-assign]
+        assert client._transport is not None
+        write = client._transport.write
+        client._transport.write = lambda data: sent.append(len(data)) or write(data)  # type: ignore[method-assign]
         for rid, bp, ids in calls:
             request = InferenceRequest(
                 request_id=rid, model="ok", prompt_token_ids=ids, session_key="s", breakpoints=bp
