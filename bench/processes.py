@@ -333,9 +333,10 @@ class CpuSampler:
 
     @property
     def samples(self) -> list[tuple[float, dict[str, float]]]:
-        out = []
-        for t, stats in self._raw:
-            cpu, wait = by_role(stats, self.procs)
+        raw = list(self._raw)  # then the processes they name (the sampler's thread adds to both)
+        out, procs = [], self.procs.copy()
+        for t, stats in raw:
+            cpu, wait = by_role(stats, procs)
             if self.waits:
                 cpu.update({f"{WAIT}{role}": s for role, s in wait.items()})
             out.append((t, cpu))
