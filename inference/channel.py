@@ -301,7 +301,9 @@ class _Frames(asyncio.Protocol):
                 break
             start += _LEN.size
             with memoryview(buf) as view:
-                msg = pickle.loads(view[start : start + n])  # an authenticated peer (the token came through Ray)
+                msg = pickle.loads(
+                    view[start : start + n]
+                )  # an authenticated peer (the token came through Ray)
             start += n
             self._on_message(self, msg)
         del buf[:start]
