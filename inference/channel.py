@@ -300,10 +300,8 @@ class _Frames(asyncio.Protocol):
             if end - start - _LEN.size < n:
                 break
             start += _LEN.size
-            with memoryview(buf) as view:
-                msg = pickle.loads(
-                    view[start : start + n]
-                )  # an authenticated peer (the token came through Ray)
+            with memoryview(buf) as view:  # an authenticated peer (the token came through Ray)
+                msg = pickle.loads(view[start : start + n])
             start += n
             self._on_message(self, msg)
         del buf[:start]
