@@ -181,11 +181,22 @@ def schedstat_s(pid: int) -> tuple[float, float] | None:
     return run / 1e9, wait / 1e9
 
 
-def cpu_precise_s(pid: int) -> float:
-    """CPU seconds so far of ``pid``'s live threads (:func:`schedstat_s`), where ``cpu_s``
-    counts the kernel's 10 ms ticks.  Falls back to ``cpu_s``."""
+def run_and_wait_s(pid: int) -> tuple[float, float] | None:
+    """``pid``'s CPU seconds so far, from its live threads' ``schedstat`` (nanoseconds'
+    precision, where ``cpu_s`` counts the kernel's 10 ms ticks; ``cpu_s`` where it reads 0),
+    and its run-queue wait so far (runnable, waiting for a CPU), each thread's file read
+    once; ``None`` when the process is gone."""
     stat = schedstat_s(pid)
-    return stat[0] if stat and stat[0] else cpu_s([pid])
+    if stat is None:
+        return None
+    return (stat[0] or cpu_s([pid]), stat[1])
+
+
+def cpu_precise_s(pid: int) -> float:
+    """CPU seconds so far of ``pid``'s live threads (:func:`run_and_wait_s`); ``cpu_s`` when
+    it is gone."""
+    stat = run_and_wait_s(pid)
+    return stat[0] if stat else cpu_s([pid])
 
 
 def titles(procs: dict[int, str]) -> dict[int, str]:
@@ -205,16 +216,6 @@ def titles(procs: dict[int, str]) -> dict[int, str]:
             script = next((os.path.basename(a) for a in cmd[1:] if a.endswith(".py")), None)
             out[pid] = script or os.path.basename(cmd[0])
     return out
-
-
-def run_and_wait_s(pid: int) -> tuple[float, float] | None:
-    """``pid``'s CPU seconds so far (as :func:`cpu_precise_s`) and its run-queue wait so far
-    (runnable, waiting for a CPU), each thread's ``schedstat`` read once; ``None`` when the
-    process is gone."""
-    stat = schedstat_s(pid)
-    if stat is None:
-        return None
-    return (stat[0] or cpu_s([pid]), stat[1])
 
 
 def by_role(
