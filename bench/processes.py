@@ -135,6 +135,10 @@ def flatness(
 # accelerators, not API cost), and Ray's own processes (raylet, GCS, agents, the Serve
 # controller, idle workers: whatever else the embedded Ray started).
 ROLES = ("gateway", "session_host", "inference", "ray")
+# An idle window (s) holding each process's periodic metrics export once: every Ray process
+# exports every 10 s (Ray's ``metrics_report_interval_ms``), the dashboard agent ingesting
+# them at once, so a shorter window reads high or low by whether it holds that moment.
+IDLE_WINDOW_S = 10.0
 _ROLE_MARKS = (("Gateway", "gateway"), (SESSION_ACTOR, "session_host"), ("InferenceDeployment", "inference"))
 
 

@@ -217,7 +217,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", default="crowd", choices=sorted(wl.PRESETS))
     p.add_argument("--resume-tokens", type=int, default=None, help="override the preset's resumed history")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--idle-s", type=float, default=3.0, help="idle window measuring the background CPU rate")
+    p.add_argument(
+        "--idle-s",
+        type=float,
+        default=processes.IDLE_WINDOW_S,
+        help="idle window measuring the background CPU rate (every process's 10 s metrics export once)",
+    )
     p.add_argument("--url", help="a running server's base URL (default: start an embedded one)")
     p.add_argument(
         "--no-reference",

@@ -251,7 +251,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tools", type=int, default=20)
     p.add_argument("--tool-output-tokens", type=int, default=350)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--idle-s", type=float, default=3.0, help="idle window measuring the background CPU rate")
+    p.add_argument(
+        "--idle-s",
+        type=float,
+        default=processes.IDLE_WINDOW_S,
+        help="idle window measuring the background CPU rate (every process's 10 s metrics export once)",
+    )
     p.add_argument(
         "--url", help="a running server's base URL, http://host:port (default: start an embedded one)"
     )
