@@ -142,8 +142,8 @@ class ChannelServer:
     def _accept(self) -> _Frames:
         """A host's connection: its token first, then its frames, each handled in the read
         that completes it (:meth:`_message`)."""
-        state = _Served(self)
-        frames = _Frames(state.message, state.lost, token=self._token)
+        state = _Served()
+        frames = _Frames(functools.partial(self._message, state), state.lost, token=self._token)
         state.out = _Sender(frames)
         return frames
 
@@ -201,15 +201,11 @@ class _Served:
 
     out: _Sender  # on its connection (ChannelServer._accept)
 
-    def __init__(self, server: ChannelServer) -> None:
-        self._server = server
+    def __init__(self) -> None:
         self.calls: dict[int, asyncio.Task[None]] = {}
         self.tool_sets: dict[int, tuple[ToolSpec, ...]] = {}  # as the client named them
         self.prompts: dict[str, array[int]] = {}  # each session's last prompt, as the client keeps it
         self.marks: dict[str, tuple[Breakpoint, ...]] = {}  # and that prompt's breakpoints
-
-    def message(self, _: _Frames, msg: Any) -> None:
-        self._server._message(self, msg)
 
     def lost(self) -> None:
         for task in list(self.calls.values()):
@@ -249,7 +245,7 @@ class _Sender:
 
 class _Frames(asyncio.Protocol):
     """One end of a channel's connection.  Each frame is taken apart in the read that
-    completes it and its message handed to ``on_message(self, message)`` there: no reader
+    completes it and its message handed to ``on_message(message)`` there: no reader
     task between the socket and the calls, so a chunk (or a ``go``) waits for no further
     turn of the event loop.  ``token``: the bytes the peer must send first (the server's
     end), compared before anything is decoded; a peer that sends a wrong one, or none within
@@ -257,7 +253,7 @@ class _Frames(asyncio.Protocol):
 
     def __init__(
         self,
-        on_message: Callable[[_Frames, Any], None],
+        on_message: Callable[[Any], None],
         on_lost: Callable[[], None],
         *,
         token: bytes | None = None,
@@ -303,7 +299,7 @@ class _Frames(asyncio.Protocol):
             with memoryview(buf) as view:  # an authenticated peer (the token came through Ray)
                 msg = pickle.loads(view[start : start + n])
             start += n
-            self._on_message(self, msg)
+            self._on_message(msg)
         del buf[:start]
 
     def is_closing(self) -> bool:
@@ -369,7 +365,7 @@ class ChannelClient:
         frames.transport.write(self.endpoint.token)
         self._transport, self.open = frames.transport, True
 
-    def _message(self, _: _Frames, messages: list[tuple[Any, ...]]) -> None:
+    def _message(self, messages: list[tuple[Any, ...]]) -> None:
         calls = self._calls
         for msg in messages:
             queue = calls.get(msg[1])
